@@ -329,3 +329,11 @@ fn write_file_then_open() {
     assert!(e.file.unwrap().ends_with("no/such/dir/m.gguf"));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn loaded_files_can_be_shared_across_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<GgufFile>();
+    send_sync::<vkllm_gguf::safetensors::SafetensorsModel>();
+    send_sync::<vkllm_gguf::Error>();
+}
