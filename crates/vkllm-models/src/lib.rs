@@ -12,6 +12,7 @@ pub mod error;
 pub mod family;
 pub mod fixtures;
 pub mod forward;
+pub mod gguf;
 pub mod parity;
 pub mod safetensors;
 pub mod weights;
