@@ -1,8 +1,43 @@
-//! `cargo xtask <command>`: project automation (parity report, benchmarks, fixtures).
+//! `cargo xtask <command>`: project automation.
+//!
+//! - `parity [--json]`: the parity ladder as one table (computed in-process through the
+//!   libraries, the same code a `vkllm parity` subcommand runs); exits non-zero if a row fails.
 
-fn main() -> anyhow::Result<()> {
-    let cmd = std::env::args().nth(1).unwrap_or_default();
-    match cmd.as_str() {
-        _ => anyhow::bail!("usage: cargo xtask parity [--json]"),
+use anyhow::{Result, bail};
+use vkllm_models::parity;
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("parity") => run_parity(args[1..].iter().any(|a| a == "--json")),
+        _ => bail!("usage: cargo xtask parity [--json]"),
     }
+}
+
+fn run_parity(json: bool) -> Result<()> {
+    let mut rows = Vec::new();
+    let mut errors = Vec::new();
+    for r in parity::cpu_vs_transformers_all() {
+        match r {
+            Ok(row) => rows.push(row),
+            Err((subject, e)) => errors.push(format!("{subject}: {e}")),
+        }
+    }
+    if json {
+        println!("{}", parity::render_json(&rows));
+    } else {
+        print!("{}", parity::render_table(&rows));
+    }
+    for e in &errors {
+        eprintln!("error: {e}");
+    }
+    let failed = rows.iter().filter(|r| !r.pass).count();
+    if failed > 0 || !errors.is_empty() {
+        bail!(
+            "{failed} parity row(s) failed, {} could not run",
+            errors.len()
+        );
+    }
+    eprintln!("all {} parity rows pass", rows.len());
+    Ok(())
 }

@@ -3,3 +3,41 @@
 //! Plain-Rust f32 implementations (f64 accumulation where it matters) of every op the models use.
 //! They are the oracle: each GPU kernel in `vkllm-kernels` is parity-tested against the op of the
 //! same name here, and the CPU model forward in `vkllm-models` is built from them.
+//!
+//! Conventions: tensors are row-major f32 slices; weights are `[rows, cols]` with `y = W x`.
+//! Shapes passed by our own code are programming errors and panic (see each `# Panics`); input a
+//! user controls (token ids, sampling parameters, rope configuration) returns a [`CpuError`].
+//! Large linear ops and attention run on scoped threads, split by output, so results are
+//! bit-identical for any thread count.
+
+mod activation;
+mod attention;
+mod dot;
+mod elementwise;
+mod embedding;
+mod error;
+mod matmul;
+mod matvec;
+mod rmsnorm;
+mod rope;
+mod softmax;
+mod threads;
+
+pub mod compare;
+pub mod sampler;
+
+#[cfg(test)]
+mod testutil;
+
+pub use activation::{gelu_tanh, gelu_tanh_mul, silu, silu_mul};
+pub use attention::{AttnParams, attention};
+pub use dot::dot;
+pub use elementwise::{add, add_inplace, scale, softcap, softcap_one};
+pub use embedding::embedding;
+pub use error::CpuError;
+pub use matmul::matmul;
+pub use matvec::matvec;
+pub use rmsnorm::{add_rmsnorm, rmsnorm, rmsnorm_inplace};
+pub use rope::{Rope, RopeScaling, RopeStyle};
+pub use sampler::{SamplingParams, log_softmax, sample, top_logprobs};
+pub use softmax::softmax;

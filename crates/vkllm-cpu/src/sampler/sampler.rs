@@ -1,0 +1,254 @@
+//! [`sample`]: the token choice of the module-level specification, step by step.
+
+use super::philox::uniform;
+use crate::CpuError;
+use std::cmp::Ordering;
+
+/// Sampling options of one sequence. `Default` is greedy decoding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// `<= 0` (or NaN): greedy argmax.
+    pub temperature: f32,
+    /// Keep the `top_k` most likely tokens; `0` = off.
+    pub top_k: usize,
+    /// Nucleus: keep the shortest prefix with cumulative probability `>= top_p`; `1` = off.
+    pub top_p: f32,
+    /// Drop tokens with probability `< min_p * max_prob`; `0` = off.
+    pub min_p: f32,
+    /// Seen tokens: positive logits divided, negative multiplied; `1` = off.
+    pub repetition_penalty: f32,
+    /// Subtracted once from the logit of every seen token.
+    pub presence_penalty: f32,
+    /// Subtracted per occurrence from the logit of every seen token.
+    pub frequency_penalty: f32,
+    /// `(token id, bias)` added to logits, in order.
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Philox key.
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Checks user-supplied values for a vocabulary of `vocab` tokens: `temperature` finite and
+    /// `>= 0`; `top_p` and `min_p` in `[0, 1]`; `repetition_penalty` finite and `> 0`; presence
+    /// and frequency penalties finite; every bias not NaN (`-inf` bans a token) with an id
+    /// `< vocab`. [`sample`] never panics on bad values, but its results for them are only
+    /// defined by the arithmetic of the specification.
+    ///
+    /// # Errors
+    /// [`CpuError::InvalidSamplingParam`] or [`CpuError::LogitBiasOutOfRange`].
+    pub fn validate(&self, vocab: usize) -> Result<(), CpuError> {
+        let bad = |name, value, expected| {
+            Err(CpuError::InvalidSamplingParam {
+                name,
+                value,
+                expected,
+            })
+        };
+        let t = self.temperature;
+        if !(t.is_finite() && t >= 0.0) {
+            return bad("temperature", t, "a finite value >= 0");
+        }
+        if !(0.0..=1.0).contains(&self.top_p) {
+            return bad("top_p", self.top_p, "a value in [0, 1]");
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad("min_p", self.min_p, "a value in [0, 1]");
+        }
+        let rp = self.repetition_penalty;
+        if !(rp.is_finite() && rp > 0.0) {
+            return bad("repetition_penalty", rp, "a finite value > 0");
+        }
+        if !self.presence_penalty.is_finite() {
+            return bad("presence_penalty", self.presence_penalty, "a finite value");
+        }
+        if !self.frequency_penalty.is_finite() {
+            return bad(
+                "frequency_penalty",
+                self.frequency_penalty,
+                "a finite value",
+            );
+        }
+        for &(id, b) in &self.logit_bias {
+            if id as usize >= vocab {
+                return Err(CpuError::LogitBiasOutOfRange { id, vocab });
+            }
+            if b.is_nan() {
+                return bad("logit_bias", b, "a number (-inf bans the token)");
+            }
+        }
+        Ok(())
+    }
+}
+
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+const LN2_HI: f32 = 0.693_359_4; // 0.693359375 exactly (0x3f318000)
+const LN2_LO: f32 = -2.121_944_4e-4;
+const C2: f32 = 1.0 / 2.0;
+const C3: f32 = 1.0 / 6.0;
+const C4: f32 = 1.0 / 24.0;
+const C5: f32 = 1.0 / 120.0;
+const C6: f32 = 1.0 / 720.0;
+const C7: f32 = 1.0 / 5040.0;
+
+/// The specification's `exp` for `x <= 0` (see the module docs): add/multiply-only polynomial,
+/// bit-reproducible on any IEEE f32 device that does not fuse multiply-adds.
+/// Its domain is `x <= 0`; positive `x` is clamped to 0 (result 1), NaN gives 0.
+#[inline]
+pub fn exp_s(x: f32) -> f32 {
+    if x < -86.0 || x.is_nan() {
+        return 0.0;
+    }
+    let x = x.min(0.0);
+    let k = (x * LOG2E + 0.5).floor();
+    let r = (x - k * LN2_HI) - k * LN2_LO;
+    let mut p = C7 * r + C6;
+    p = p * r + C5;
+    p = p * r + C4;
+    p = p * r + C3;
+    p = p * r + C2;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    let ki = k as i32;
+    let scale = f32::from_bits(((ki + 127) as u32) << 23);
+    p * scale
+}
+
+/// Candidate order: logit descending (numeric, `-0 == +0`), then id ascending.
+fn order(a: &(f32, u32), b: &(f32, u32)) -> Ordering {
+    match b.0.partial_cmp(&a.0) {
+        Some(Ordering::Equal) | None => a.1.cmp(&b.1),
+        Some(o) => o,
+    }
+}
+
+/// Chooses the next token of sequence `seq_id` at decode step `step`, following the module-level
+/// specification exactly.
+///
+/// `token_counts` is either empty (no penalties) or one count per vocabulary entry.
+///
+/// # Panics
+/// If `logits` is empty, has more than `u32::MAX` entries, or `token_counts` is neither empty nor
+/// `logits.len()` long (programming errors).
+pub fn sample(
+    logits: &[f32],
+    params: &SamplingParams,
+    token_counts: &[u32],
+    seq_id: u64,
+    step: u64,
+) -> u32 {
+    let v = logits.len();
+    assert!(v > 0, "sample: empty logits");
+    assert!(u32::try_from(v).is_ok(), "sample: vocabulary over u32");
+    assert!(
+        token_counts.is_empty() || token_counts.len() == v,
+        "sample: token_counts must be empty or one per logit"
+    );
+    let mut l = logits.to_vec();
+
+    // 1. penalties
+    if !token_counts.is_empty() {
+        let rp = params.repetition_penalty;
+        let inv_rp = 1.0 / rp;
+        for (x, &c) in l.iter_mut().zip(token_counts) {
+            if c > 0 {
+                *x = if *x > 0.0 { *x * inv_rp } else { *x * rp };
+                *x -= params.presence_penalty;
+                *x -= params.frequency_penalty * c as f32;
+            }
+        }
+    }
+    // 2. bias, then NaN -> -inf
+    for &(id, b) in &params.logit_bias {
+        if let Some(x) = l.get_mut(id as usize) {
+            *x += b;
+        }
+    }
+    for x in &mut l {
+        if x.is_nan() {
+            *x = f32::NEG_INFINITY;
+        }
+    }
+    // 3. greedy or temperature (a NaN temperature is greedy, hence the negated comparison)
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    let greedy = !(params.temperature > 0.0);
+    if greedy {
+        let mut best = 0usize;
+        for (i, &x) in l.iter().enumerate() {
+            if x > l[best] {
+                best = i;
+            }
+        }
+        return best as u32;
+    }
+    let inv_t = 1.0 / params.temperature;
+    // 4. order, top-k
+    let mut cand: Vec<(f32, u32)> = l
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| (x * inv_t, i as u32))
+        .collect();
+    let keep = if params.top_k > 0 && params.top_k < v {
+        params.top_k
+    } else {
+        v
+    };
+    if keep < v {
+        cand.select_nth_unstable_by(keep - 1, order);
+        cand.truncate(keep);
+    }
+    cand.sort_unstable_by(order);
+    let l0 = cand[0].0;
+    if !l0.is_finite() {
+        return cand[0].1;
+    }
+    // 5. weights and running sums
+    let mut e = Vec::with_capacity(cand.len());
+    let mut s = Vec::with_capacity(cand.len());
+    let mut acc = 0.0f32;
+    for &(x, _) in &cand {
+        let w = exp_s(x - l0);
+        acc += w;
+        e.push(w);
+        s.push(acc);
+    }
+    let mut n = cand.len();
+    // 6. top-p
+    if params.top_p < 1.0 {
+        let thr = params.top_p * s[n - 1];
+        if let Some(k) = s.iter().position(|&sk| sk >= thr) {
+            n = k + 1;
+        }
+    }
+    // 7. min-p
+    if params.min_p > 0.0
+        && let Some(k) = e[1..n].iter().position(|&ek| ek < params.min_p)
+    {
+        n = k + 1;
+    }
+    // 8. draw
+    let kept = s[n - 1];
+    let u = uniform(params.seed, seq_id, step);
+    let target = u * kept;
+    let pick = s[..n]
+        .iter()
+        .position(|&sk| sk > target)
+        .or_else(|| s[..n].iter().position(|&sk| sk >= kept))
+        .unwrap_or(n - 1);
+    cand[pick].1
+}

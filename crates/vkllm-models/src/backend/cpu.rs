@@ -1,0 +1,288 @@
+//! The CPU backend: every op runs at once through the `vkllm-cpu` reference ops.
+//!
+//! It is the oracle of the model-level parity ladder (tier "cpu vs transformers"), so it favours
+//! clarity over speed: tensors are plain vectors in an arena indexed by handle.
+
+use vkllm_cpu as ops;
+use vkllm_cpu::{AttnParams, Rope};
+
+use super::{Backend, Linear, Tensor};
+use crate::error::ModelError;
+use crate::family::Activation;
+
+enum Buf {
+    F32(Vec<f32>),
+    U32(Vec<u32>),
+}
+
+/// Runs the model graph on the host with the reference ops.
+#[derive(Default)]
+pub struct CpuBackend {
+    bufs: Vec<Buf>,
+}
+
+impl CpuBackend {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn push(&mut self, b: Buf) -> Tensor {
+        self.bufs.push(b);
+        Tensor::from_index((self.bufs.len() - 1) as u32)
+    }
+
+    /// The f32 contents of a tensor. Panics on a u32 tensor or a foreign handle: a programming
+    /// error in the graph code, not bad input.
+    pub fn f32(&self, t: Tensor) -> &[f32] {
+        match &self.bufs[t.index()] {
+            Buf::F32(v) => v,
+            Buf::U32(_) => panic!("tensor {t:?} is u32, used as f32"),
+        }
+    }
+
+    fn u32(&self, t: Tensor) -> &[u32] {
+        match &self.bufs[t.index()] {
+            Buf::U32(v) => v,
+            Buf::F32(_) => panic!("tensor {t:?} is f32, used as u32"),
+        }
+    }
+
+    /// Takes an f32 buffer out of the arena so it can be written while others are read.
+    fn take(&mut self, t: Tensor) -> Vec<f32> {
+        match &mut self.bufs[t.index()] {
+            Buf::F32(v) => std::mem::take(v),
+            Buf::U32(_) => panic!("tensor {t:?} is u32, used as f32"),
+        }
+    }
+
+    fn put(&mut self, t: Tensor, v: Vec<f32>) {
+        self.bufs[t.index()] = Buf::F32(v);
+    }
+
+    fn positions(&self, t: Tensor, n: usize) -> Vec<usize> {
+        self.u32(t)[..n].iter().map(|&p| p as usize).collect()
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        "cpu".into()
+    }
+
+    fn alloc_f32(&mut self, len: usize) -> Result<Tensor, ModelError> {
+        Ok(self.push(Buf::F32(vec![0.0; len])))
+    }
+
+    fn alloc_u32(&mut self, len: usize) -> Result<Tensor, ModelError> {
+        Ok(self.push(Buf::U32(vec![0; len])))
+    }
+
+    fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError> {
+        Ok(self.push(Buf::F32(data.to_vec())))
+    }
+
+    fn write_u32(&mut self, t: Tensor, data: &[u32]) -> Result<(), ModelError> {
+        match &mut self.bufs[t.index()] {
+            Buf::U32(v) => v[..data.len()].copy_from_slice(data),
+            Buf::F32(_) => panic!("tensor {t:?} is f32, written as u32"),
+        }
+        Ok(())
+    }
+
+    fn read_f32(&mut self, t: Tensor, offset: usize, out: &mut [f32]) -> Result<(), ModelError> {
+        out.copy_from_slice(&self.f32(t)[offset..offset + out.len()]);
+        Ok(())
+    }
+
+    fn embedding(
+        &mut self,
+        table: Tensor,
+        vocab: usize,
+        dim: usize,
+        ids: Tensor,
+        n: usize,
+        scale: Option<f32>,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        let ids = self.u32(ids)[..n].to_vec();
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(ModelError::TokenOutOfRange { id, vocab });
+        }
+        let mut o = self.take(out);
+        let r = ops::embedding(self.f32(table), dim, &ids, &mut o[..n * dim]);
+        if let (Ok(()), Some(s)) = (&r, scale) {
+            o[..n * dim].iter_mut().for_each(|x| *x *= s);
+        }
+        self.put(out, o);
+        Ok(r?)
+    }
+
+    fn rmsnorm(
+        &mut self,
+        x: Tensor,
+        weight: Tensor,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+        offset: f32,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        let len = rows * dim;
+        let mut o = self.take(out);
+        let input: Vec<f32> = if x == out {
+            o[..len].to_vec()
+        } else {
+            self.f32(x)[..len].to_vec()
+        };
+        ops::rmsnorm(&input, &self.f32(weight)[..dim], eps, offset, &mut o[..len]);
+        self.put(out, o);
+        Ok(())
+    }
+
+    fn linear(&mut self, w: &Linear, x: Tensor, n: usize, out: Tensor) -> Result<(), ModelError> {
+        let mut o = self.take(out);
+        let y = &mut o[..n * w.rows];
+        ops::matmul(
+            self.f32(w.weight),
+            w.rows,
+            w.cols,
+            &self.f32(x)[..n * w.cols],
+            n,
+            y,
+        );
+        if let Some(b) = w.bias {
+            let bias = &self.f32(b)[..w.rows];
+            for row in y.chunks_mut(w.rows) {
+                row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+            }
+        }
+        self.put(out, o);
+        Ok(())
+    }
+
+    fn rope(
+        &mut self,
+        x: Tensor,
+        n: usize,
+        n_heads: usize,
+        head_dim: usize,
+        positions: Tensor,
+        rope: &Rope,
+    ) -> Result<(), ModelError> {
+        let pos = self.positions(positions, n);
+        let mut v = self.take(x);
+        rope.apply_rows(&mut v[..n * n_heads * head_dim], n, n_heads, head_dim, &pos);
+        self.put(x, v);
+        Ok(())
+    }
+
+    fn kv_store(
+        &mut self,
+        src: Tensor,
+        n: usize,
+        width: usize,
+        positions: Tensor,
+        cache: Tensor,
+        capacity: usize,
+    ) -> Result<(), ModelError> {
+        let pos = self.positions(positions, n);
+        if let Some(&p) = pos.iter().find(|&&p| p >= capacity) {
+            return Err(ModelError::ContextFull { pos: p, capacity });
+        }
+        let mut c = self.take(cache);
+        let s = self.f32(src);
+        for (i, &p) in pos.iter().enumerate() {
+            c[p * width..(p + 1) * width].copy_from_slice(&s[i * width..(i + 1) * width]);
+        }
+        self.put(cache, c);
+        Ok(())
+    }
+
+    fn attention(
+        &mut self,
+        q: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        capacity: usize,
+        n: usize,
+        positions: Tensor,
+        p: &AttnParams,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        let pos = self.positions(positions, n);
+        let n_kv = pos.iter().max().map_or(0, |&m| m + 1);
+        if n_kv > capacity {
+            return Err(ModelError::ContextFull {
+                pos: n_kv - 1,
+                capacity,
+            });
+        }
+        let kv_w = p.n_kv_heads * p.head_dim;
+        let q_w = p.n_heads * p.head_dim;
+        let mut o = self.take(out);
+        ops::attention(
+            &self.f32(q)[..n * q_w],
+            &self.f32(k_cache)[..n_kv * kv_w],
+            &self.f32(v_cache)[..n_kv * kv_w],
+            n,
+            n_kv,
+            &pos,
+            p,
+            &mut o[..n * q_w],
+        );
+        self.put(out, o);
+        Ok(())
+    }
+
+    fn gated_act(
+        &mut self,
+        act: Activation,
+        gate: Tensor,
+        up: Tensor,
+        len: usize,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        // `out` may alias `gate` or `up`: read both before taking `out`.
+        let (g, u) = (self.f32(gate)[..len].to_vec(), self.f32(up)[..len].to_vec());
+        let mut o = self.take(out);
+        match act {
+            Activation::Silu => ops::silu_mul(&g, &u, &mut o[..len]),
+            Activation::GeluTanh => ops::gelu_tanh_mul(&g, &u, &mut o[..len]),
+        }
+        self.put(out, o);
+        Ok(())
+    }
+
+    fn add_inplace(&mut self, a: Tensor, b: Tensor, len: usize) -> Result<(), ModelError> {
+        assert_ne!(a, b, "add_inplace: a and b alias");
+        let mut v = self.take(a);
+        v[..len]
+            .iter_mut()
+            .zip(&self.f32(b)[..len])
+            .for_each(|(x, y)| *x += y);
+        self.put(a, v);
+        Ok(())
+    }
+
+    fn copy(
+        &mut self,
+        src: Tensor,
+        src_offset: usize,
+        dst: Tensor,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), ModelError> {
+        let mut d = self.take(dst);
+        d[dst_offset..dst_offset + len]
+            .copy_from_slice(&self.f32(src)[src_offset..src_offset + len]);
+        self.put(dst, d);
+        Ok(())
+    }
+
+    fn softcap(&mut self, x: Tensor, len: usize, cap: f32) -> Result<(), ModelError> {
+        let mut v = self.take(x);
+        ops::softcap(&mut v[..len], cap);
+        self.put(x, v);
+        Ok(())
+    }
+}

@@ -1,0 +1,148 @@
+//! The backend trait: the small set of tensor ops the model graphs are written in.
+//!
+//! A model's forward is written once (see `crate::forward`) as calls on a `Backend`. The CPU
+//! backend executes each call at once with the `vkllm-cpu` reference ops; a GPU backend records
+//! the same calls as dispatches. Tensors are opaque handles owned by the backend. Positions and
+//! token ids are device tensors (not host numbers) so that a GPU backend can record a decode step
+//! once and replay it with new positions written into a small buffer.
+
+pub mod cpu;
+
+use vkllm_cpu::{AttnParams, Rope};
+
+use crate::error::ModelError;
+use crate::family::Activation;
+
+/// A handle to a tensor owned by a backend (f32 values unless said otherwise).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tensor(u32);
+
+impl Tensor {
+    /// Makes a handle; only backends should call this.
+    pub fn from_index(i: u32) -> Self {
+        Tensor(i)
+    }
+
+    /// The backend's index of this tensor.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A weight matrix `[rows, cols]` (y = W x), with an optional bias of `rows` values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Linear {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// The ops a model forward is made of. `n` is always the number of tokens in the batch; row
+/// widths are given explicitly. Unless a method says otherwise, `out` must not alias an input.
+pub trait Backend {
+    /// A short name for reports ("cpu", the GPU's name, ...).
+    fn name(&self) -> String;
+
+    /// A zero-initialised f32 tensor.
+    fn alloc_f32(&mut self, len: usize) -> Result<Tensor, ModelError>;
+    /// A zero-initialised u32 tensor (token ids, positions).
+    fn alloc_u32(&mut self, len: usize) -> Result<Tensor, ModelError>;
+    /// A tensor holding `data` (weights, constants).
+    fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError>;
+    /// Overwrites the start of a u32 tensor.
+    fn write_u32(&mut self, t: Tensor, data: &[u32]) -> Result<(), ModelError>;
+    /// Reads `out.len()` values starting at element `offset`, after all earlier work finished.
+    fn read_f32(&mut self, t: Tensor, offset: usize, out: &mut [f32]) -> Result<(), ModelError>;
+
+    /// `out[i] = table[ids[i]] * scale` for `n` ids; ids outside `vocab` are an error.
+    #[allow(clippy::too_many_arguments)]
+    fn embedding(
+        &mut self,
+        table: Tensor,
+        vocab: usize,
+        dim: usize,
+        ids: Tensor,
+        n: usize,
+        scale: Option<f32>,
+        out: Tensor,
+    ) -> Result<(), ModelError>;
+
+    /// RMSNorm of `rows` rows of width `dim` with weight `(w + offset)`. `out` may alias `x`.
+    #[allow(clippy::too_many_arguments)]
+    fn rmsnorm(
+        &mut self,
+        x: Tensor,
+        weight: Tensor,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+        offset: f32,
+        out: Tensor,
+    ) -> Result<(), ModelError>;
+
+    /// `out[n, rows] = x[n, cols] W^T (+ bias)`.
+    fn linear(&mut self, w: &Linear, x: Tensor, n: usize, out: Tensor) -> Result<(), ModelError>;
+
+    /// Rotates, in place, the heads of `n` rows of `n_heads * head_dim`, row i at `positions[i]`.
+    fn rope(
+        &mut self,
+        x: Tensor,
+        n: usize,
+        n_heads: usize,
+        head_dim: usize,
+        positions: Tensor,
+        rope: &Rope,
+    ) -> Result<(), ModelError>;
+
+    /// Copies `n` rows of `width` from `src` into `cache` at rows `positions[i]`.
+    fn kv_store(
+        &mut self,
+        src: Tensor,
+        n: usize,
+        width: usize,
+        positions: Tensor,
+        cache: Tensor,
+        capacity: usize,
+    ) -> Result<(), ModelError>;
+
+    /// Causal attention of `n` query rows at `positions` over the caches (keys 0..=position).
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &mut self,
+        q: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        capacity: usize,
+        n: usize,
+        positions: Tensor,
+        p: &AttnParams,
+        out: Tensor,
+    ) -> Result<(), ModelError>;
+
+    /// `out = act(gate) * up` over `len` values. `out` may alias `gate` or `up`.
+    fn gated_act(
+        &mut self,
+        act: Activation,
+        gate: Tensor,
+        up: Tensor,
+        len: usize,
+        out: Tensor,
+    ) -> Result<(), ModelError>;
+
+    /// `a += b` over `len` values (the residual add).
+    fn add_inplace(&mut self, a: Tensor, b: Tensor, len: usize) -> Result<(), ModelError>;
+
+    /// Copies `len` values from `src[src_offset..]` to `dst[dst_offset..]` (distinct tensors).
+    fn copy(
+        &mut self,
+        src: Tensor,
+        src_offset: usize,
+        dst: Tensor,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), ModelError>;
+
+    /// `x = cap * tanh(x / cap)` in place.
+    fn softcap(&mut self, x: Tensor, len: usize, cap: f32) -> Result<(), ModelError>;
+}

@@ -1,0 +1,37 @@
+//! The error type of vkllm-models.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong loading or running a model.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("config field `{field}`: {msg}")]
+    Config { field: String, msg: String },
+    #[error(
+        "unsupported architecture `{arch}` (supported: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3)"
+    )]
+    UnsupportedArch { arch: String },
+    #[error("reading {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("weights: {0}")]
+    Weights(#[from] vkllm_gguf::Error),
+    #[error("tensor `{name}` is missing from the checkpoint")]
+    MissingTensor { name: String },
+    #[error("tensor `{name}` has shape {found:?}, expected {expected:?}")]
+    TensorShape {
+        name: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+    #[error(transparent)]
+    Cpu(#[from] vkllm_cpu::CpuError),
+    #[error("context full: position {pos} is past the {capacity}-token KV cache")]
+    ContextFull { pos: usize, capacity: usize },
+    #[error("token id {id} is outside the vocabulary of {vocab}")]
+    TokenOutOfRange { id: u32, vocab: usize },
+    #[error("empty input: at least one token is needed")]
+    EmptyInput,
+}

@@ -1,0 +1,221 @@
+//! Forwards are verbs: the dense decoder forward, written once over the `Backend` ops.
+//!
+//! Every dense family runs this one graph; the differences are the feature flags resolved in
+//! `ModelConfig` (q/k norm, sandwich norms, soft-caps, windows, per-layer RoPE, ...).
+//! Prompts are processed in chunks of at most `chunk` tokens over a fixed set of scratch
+//! tensors, so memory does not grow with the prompt.
+
+use vkllm_cpu::AttnParams;
+
+use crate::backend::{Backend, Tensor};
+use crate::config::ModelConfig;
+use crate::error::ModelError;
+use crate::weights::{TensorSource, Weights};
+
+/// The KV cache of one sequence: per layer, keys and values of `capacity` positions.
+#[derive(Clone, Debug)]
+pub struct KvCache {
+    pub capacity: usize,
+    pub layers: Vec<(Tensor, Tensor)>,
+}
+
+/// The activations of one chunk: allocated once, reused by every forward.
+#[derive(Clone, Debug)]
+struct Scratch {
+    ids: Tensor,
+    pos: Tensor,
+    x: Tensor,
+    h: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    att: Tensor,
+    o: Tensor,
+    gate: Tensor,
+    up: Tensor,
+    last: Tensor,
+    logits: Tensor,
+}
+
+/// Which logits a forward returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last token's row (generation).
+    Last,
+    /// Every token's row, `[n, vocab]` (parity tests, perplexity).
+    All,
+}
+
+/// A dense model loaded on a backend.
+pub struct Model {
+    pub cfg: ModelConfig,
+    pub weights: Weights,
+    chunk: usize,
+    s: Scratch,
+}
+
+/// Default prefill chunk: prompts longer than this run as several forwards.
+pub const DEFAULT_CHUNK: usize = 128;
+
+impl Model {
+    /// Loads the weights and allocates scratch for chunks of up to `chunk` tokens.
+    pub fn load<B: Backend>(
+        cfg: ModelConfig,
+        src: &dyn TensorSource,
+        b: &mut B,
+        chunk: usize,
+    ) -> Result<Self, ModelError> {
+        let weights = Weights::load(&cfg, src, b)?;
+        let chunk = chunk.max(1);
+        let (h, ff) = (cfg.hidden_size, cfg.intermediate_size);
+        let s = Scratch {
+            ids: b.alloc_u32(chunk)?,
+            pos: b.alloc_u32(chunk)?,
+            x: b.alloc_f32(chunk * h)?,
+            h: b.alloc_f32(chunk * h)?,
+            q: b.alloc_f32(chunk * cfg.q_dim())?,
+            k: b.alloc_f32(chunk * cfg.kv_dim())?,
+            v: b.alloc_f32(chunk * cfg.kv_dim())?,
+            att: b.alloc_f32(chunk * cfg.q_dim())?,
+            o: b.alloc_f32(chunk * h)?,
+            gate: b.alloc_f32(chunk * ff)?,
+            up: b.alloc_f32(chunk * ff)?,
+            last: b.alloc_f32(h)?,
+            logits: b.alloc_f32(chunk * cfg.vocab_size)?,
+        };
+        Ok(Model {
+            cfg,
+            weights,
+            chunk,
+            s,
+        })
+    }
+
+    /// A KV cache for `capacity` positions.
+    pub fn new_kv<B: Backend>(&self, b: &mut B, capacity: usize) -> Result<KvCache, ModelError> {
+        let w = self.cfg.kv_dim();
+        let layers = (0..self.cfg.n_layers)
+            .map(|_| Ok((b.alloc_f32(capacity * w)?, b.alloc_f32(capacity * w)?)))
+            .collect::<Result<_, ModelError>>()?;
+        Ok(KvCache { capacity, layers })
+    }
+
+    /// Runs `ids` at positions `start..start + ids.len()`, writing their keys and values into
+    /// `kv`, and returns the requested logits (`[vocab]` for `Last`, `[n, vocab]` for `All`).
+    pub fn forward<B: Backend>(
+        &self,
+        b: &mut B,
+        kv: &KvCache,
+        ids: &[u32],
+        start: usize,
+        want: Logits,
+    ) -> Result<Vec<f32>, ModelError> {
+        if ids.is_empty() {
+            return Err(ModelError::EmptyInput);
+        }
+        let end = start + ids.len();
+        if end > kv.capacity {
+            return Err(ModelError::ContextFull {
+                pos: end - 1,
+                capacity: kv.capacity,
+            });
+        }
+        let vocab = self.cfg.vocab_size;
+        let mut out = Vec::with_capacity(if want == Logits::All {
+            ids.len() * vocab
+        } else {
+            vocab
+        });
+        for (ci, chunk) in ids.chunks(self.chunk).enumerate() {
+            let pos0 = start + ci * self.chunk;
+            let is_last = pos0 + chunk.len() == end;
+            let logits = match want {
+                Logits::All => Logits::All,
+                Logits::Last if is_last => Logits::Last,
+                Logits::Last => {
+                    self.chunk_forward(b, kv, chunk, pos0, None)?;
+                    continue;
+                }
+            };
+            out.extend(self.chunk_forward(b, kv, chunk, pos0, Some(logits))?);
+        }
+        Ok(out)
+    }
+
+    fn chunk_forward<B: Backend>(
+        &self,
+        b: &mut B,
+        kv: &KvCache,
+        ids: &[u32],
+        pos0: usize,
+        want: Option<Logits>,
+    ) -> Result<Vec<f32>, ModelError> {
+        let (c, s, w) = (&self.cfg, &self.s, &self.weights);
+        let n = ids.len();
+        let (h, ff, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
+        let positions: Vec<u32> = (pos0..pos0 + n).map(|p| p as u32).collect();
+        b.write_u32(s.ids, ids)?;
+        b.write_u32(s.pos, &positions)?;
+        b.embedding(w.embed, c.vocab_size, h, s.ids, n, c.embed_scale, s.x)?;
+
+        for (lw, (lc, &(kc, vc))) in w.layers.iter().zip(c.layers.iter().zip(&kv.layers)) {
+            // attention block
+            b.rmsnorm(s.x, lw.attn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
+            b.linear(&lw.q, s.h, n, s.q)?;
+            b.linear(&lw.k, s.h, n, s.k)?;
+            b.linear(&lw.v, s.h, n, s.v)?;
+            if let (Some(qn), Some(kn)) = (lw.q_norm, lw.k_norm) {
+                b.rmsnorm(s.q, qn, n * c.n_heads, hd, c.rms_eps, c.norm_offset, s.q)?;
+                b.rmsnorm(s.k, kn, n * c.n_kv_heads, hd, c.rms_eps, c.norm_offset, s.k)?;
+            }
+            b.rope(s.q, n, c.n_heads, hd, s.pos, &lc.rope)?;
+            b.rope(s.k, n, c.n_kv_heads, hd, s.pos, &lc.rope)?;
+            b.kv_store(s.k, n, c.kv_dim(), s.pos, kc, kv.capacity)?;
+            b.kv_store(s.v, n, c.kv_dim(), s.pos, vc, kv.capacity)?;
+            let p = AttnParams {
+                n_heads: c.n_heads,
+                n_kv_heads: c.n_kv_heads,
+                head_dim: hd,
+                scale: c.attn_scale,
+                softcap: c.attn_softcap,
+                window: lc.window,
+            };
+            b.attention(s.q, kc, vc, kv.capacity, n, s.pos, &p, s.att)?;
+            b.linear(&lw.o, s.att, n, s.o)?;
+            if let Some(pn) = lw.post_attn_norm {
+                b.rmsnorm(s.o, pn, n, h, c.rms_eps, c.norm_offset, s.o)?;
+            }
+            b.add_inplace(s.x, s.o, n * h)?;
+
+            // MLP block
+            b.rmsnorm(s.x, lw.ffn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
+            b.linear(&lw.gate, s.h, n, s.gate)?;
+            b.linear(&lw.up, s.h, n, s.up)?;
+            b.gated_act(c.activation, s.gate, s.up, n * ff, s.gate)?;
+            b.linear(&lw.down, s.gate, n, s.o)?;
+            if let Some(pn) = lw.post_ffn_norm {
+                b.rmsnorm(s.o, pn, n, h, c.rms_eps, c.norm_offset, s.o)?;
+            }
+            b.add_inplace(s.x, s.o, n * h)?;
+        }
+
+        let Some(want) = want else {
+            return Ok(Vec::new());
+        };
+        let (rows, src) = match want {
+            Logits::All => (n, s.x),
+            Logits::Last => {
+                b.copy(s.x, (n - 1) * h, s.last, 0, h)?;
+                (1, s.last)
+            }
+        };
+        b.rmsnorm(src, w.final_norm, rows, h, c.rms_eps, c.norm_offset, s.h)?;
+        b.linear(&w.lm_head, s.h, rows, s.logits)?;
+        if let Some(cap) = c.final_softcap {
+            b.softcap(s.logits, rows * c.vocab_size, cap)?;
+        }
+        let mut out = vec![0f32; rows * c.vocab_size];
+        b.read_f32(s.logits, 0, &mut out)?;
+        Ok(out)
+    }
+}

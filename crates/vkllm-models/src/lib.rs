@@ -1,0 +1,25 @@
+//! # vkllm-models — layer 4: model families
+//!
+//! Reads a checkpoint's config into a [`ModelConfig`], loads its weights (plain structs of
+//! backend tensors, [`Weights`]) and runs the forward graph ([`Model::forward`]), written once
+//! over the [`Backend`] ops. The CPU backend ([`CpuBackend`]) executes them with the `vkllm-cpu`
+//! reference ops and is checked against Hugging Face transformers goldens; the Vulkan backend
+//! runs the same graph on the GPU.
+
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod family;
+pub mod fixtures;
+pub mod forward;
+pub mod parity;
+pub mod safetensors;
+pub mod weights;
+
+pub use backend::cpu::CpuBackend;
+pub use backend::{Backend, Linear, Tensor};
+pub use config::{LayerConfig, ModelConfig};
+pub use error::ModelError;
+pub use family::{Activation, Family};
+pub use forward::{DEFAULT_CHUNK, KvCache, Logits, Model};
+pub use weights::{HostTensor, TensorSource, Weights};
