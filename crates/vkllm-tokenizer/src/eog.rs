@@ -33,10 +33,8 @@ pub(crate) fn eog_set(tok: &Tokenizer, extra: &[u32]) -> BTreeSet<u32> {
     let mut set: BTreeSet<u32> = extra.iter().copied().collect();
     set.extend(tok.special.eos);
     for text in KNOWN_EOG_TOKENS {
-        if let Some(id) = tok.token_to_id(text) {
-            if tok.is_special(id) {
-                set.insert(id);
-            }
+        if let Some(id) = tok.token_to_id(text).filter(|&id| tok.is_special(id)) {
+            set.insert(id);
         }
     }
     set

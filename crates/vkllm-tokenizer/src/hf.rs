@@ -96,10 +96,21 @@ pub(crate) fn from_strs(
         });
     };
 
-    // Special tokens named by the config, as transformers' special_tokens_map.
+    // Special tokens named by the config, as transformers' special_tokens_map: a key that is
+    // absent takes the tokenizer class's default, one set to null stays unset.
+    let class = config
+        .get("tokenizer_class")
+        .and_then(Json::as_str)
+        .unwrap_or_default();
     let mut special_map: Vec<(String, String)> = Vec::new();
     for attr in SPECIAL_ATTRS {
-        if let Some(text) = config.get(attr).and_then(token_text) {
+        let text = match config.get(attr) {
+            Some(v) => token_text(v),
+            None => class_default(class, attr)
+                .filter(|t| tok.token_to_id(t).is_some())
+                .map(str::to_string),
+        };
+        if let Some(text) = text {
             special_map.push((attr.to_string(), text));
         }
     }
@@ -177,7 +188,7 @@ pub(crate) fn from_strs(
     };
 
     let mut t = Tokenizer {
-        backend: Backend::Hf(HfBackend::new(tok)),
+        backend: Backend::Hf(Box::new(HfBackend::new(tok))),
         source: TokenizerSource::TokenizerJson(what.to_string()),
         special,
         eog: BTreeSet::new(),
@@ -226,6 +237,37 @@ fn template_from_config(
             message: "expected a string or a list of {name, template}".into(),
         }),
     }
+}
+
+/// The special tokens a transformers tokenizer class defaults to when the config is silent.
+fn class_default(class: &str, attr: &str) -> Option<&'static str> {
+    let class = class.trim_end_matches("Fast");
+    let table: &[(&str, &str)] = match class {
+        "GemmaTokenizer" => &[
+            ("unk_token", "<unk>"),
+            ("bos_token", "<bos>"),
+            ("eos_token", "<eos>"),
+            ("pad_token", "<pad>"),
+            ("mask_token", "<mask>"),
+        ],
+        "Qwen2Tokenizer" => &[
+            ("unk_token", "<|endoftext|>"),
+            ("eos_token", "<|endoftext|>"),
+            ("pad_token", "<|endoftext|>"),
+        ],
+        "LlamaTokenizer" => &[
+            ("unk_token", "<unk>"),
+            ("bos_token", "<s>"),
+            ("eos_token", "</s>"),
+        ],
+        "GPT2Tokenizer" => &[
+            ("unk_token", "<|endoftext|>"),
+            ("bos_token", "<|endoftext|>"),
+            ("eos_token", "<|endoftext|>"),
+        ],
+        _ => &[],
+    };
+    table.iter().find(|(a, _)| *a == attr).map(|(_, t)| *t)
 }
 
 /// A family name from a transformers tokenizer class (`GemmaTokenizer` -> `gemma`).

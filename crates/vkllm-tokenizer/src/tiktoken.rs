@@ -220,10 +220,10 @@ impl TiktokenBpe {
     fn find_special(&self, text: &str) -> Option<(usize, usize, u32)> {
         let mut best: Option<(usize, usize, u32)> = None;
         for (s, id) in &self.specials_by_len {
-            if let Some(pos) = text.find(s.as_str()) {
-                if best.is_none_or(|(p, _, _)| pos < p) {
-                    best = Some((pos, s.len(), *id));
-                }
+            if let Some(pos) = text.find(s.as_str())
+                && best.is_none_or(|(p, _, _)| pos < p)
+            {
+                best = Some((pos, s.len(), *id));
             }
         }
         best
@@ -322,7 +322,7 @@ fn base64_decode(s: &[u8]) -> Option<Vec<u8>> {
         } as u32)
     }
     let s = match s.iter().position(|&c| c == b'=') {
-        Some(p) if s[p..].iter().all(|&c| c == b'=') && s.len() % 4 == 0 => &s[..p],
+        Some(p) if s[p..].iter().all(|&c| c == b'=') && s.len().is_multiple_of(4) => &s[..p],
         Some(_) => return None,
         None => s,
     };

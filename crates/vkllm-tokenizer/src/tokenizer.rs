@@ -70,22 +70,31 @@ pub(crate) struct HfBackend {
     pub(crate) tok: tokenizers::Tokenizer,
     /// The same tokenizer with `encode_special_tokens` set, made on first use.
     plain: OnceLock<tokenizers::Tokenizer>,
-    /// The vocabulary size when the model's map has extra spellings of some ids (GGUF).
-    vocab_size: Option<usize>,
+    /// Number of ids: the model vocabulary, or past it the highest added id + 1 (Gemma 3's
+    /// image token sits past its vocabulary).
+    vocab_size: usize,
 }
 
 impl HfBackend {
     pub(crate) fn new(tok: tokenizers::Tokenizer) -> Self {
+        let max_added = tok
+            .get_added_tokens_decoder()
+            .keys()
+            .max()
+            .map_or(0, |&m| m as usize + 1);
+        let vocab_size = tok.get_vocab_size(false).max(max_added);
         HfBackend {
             tok,
             plain: OnceLock::new(),
-            vocab_size: None,
+            vocab_size,
         }
     }
 
+    /// For a model whose vocabulary map holds a second spelling of some ids (GGUF SentencePiece
+    /// runs of spaces), so its length overstates the vocabulary.
     pub(crate) fn with_vocab_size(tok: tokenizers::Tokenizer, vocab_size: usize) -> Self {
         HfBackend {
-            vocab_size: Some(vocab_size),
+            vocab_size,
             ..HfBackend::new(tok)
         }
     }
@@ -100,8 +109,8 @@ impl HfBackend {
 }
 
 pub(crate) enum Backend {
-    Hf(HfBackend),
-    Tiktoken(TiktokenBpe),
+    Hf(Box<HfBackend>),
+    Tiktoken(Box<TiktokenBpe>),
 }
 
 /// Special token ids of a model (those it has).
@@ -186,7 +195,7 @@ impl Tokenizer {
         let bpe = TiktokenBpe::from_file(path, spec)?;
         let eos = bpe.spec.eos.as_deref().and_then(|e| bpe.token_to_id(e));
         let mut tok = Tokenizer {
-            backend: Backend::Tiktoken(bpe),
+            backend: Backend::Tiktoken(Box::new(bpe)),
             source: TokenizerSource::Tiktoken(path.display().to_string()),
             special: SpecialIds {
                 eos,
@@ -251,20 +260,7 @@ impl Tokenizer {
     /// Number of ids (the model vocabulary plus added tokens).
     pub fn vocab_size(&self) -> usize {
         match &self.backend {
-            Backend::Hf(HfBackend {
-                vocab_size: Some(n),
-                ..
-            }) => *n,
-            Backend::Hf(hf) => {
-                let t = &hf.tok;
-                // Added tokens can sit past the model vocabulary (Gemma 3's image token).
-                let max_added = t
-                    .get_added_tokens_decoder()
-                    .keys()
-                    .max()
-                    .map_or(0, |&m| m as usize + 1);
-                t.get_vocab_size(false).max(max_added)
-            }
+            Backend::Hf(hf) => hf.vocab_size,
             Backend::Tiktoken(t) => t.vocab_size(),
         }
     }

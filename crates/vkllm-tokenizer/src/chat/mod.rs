@@ -287,13 +287,15 @@ fn render_error(name: &str, e: &Error) -> TokenizerError {
     // A raise_exception() may arrive wrapped in another error (a macro call, an include).
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
-        if let Some(mj) = err.downcast_ref::<Error>() {
-            if let Some(msg) = mj.detail().and_then(|d| d.strip_prefix(RAISE_MARKER)) {
-                return TokenizerError::TemplateRaised {
-                    name: name.to_string(),
-                    message: msg.to_string(),
-                };
-            }
+        if let Some(msg) = err
+            .downcast_ref::<Error>()
+            .and_then(|mj| mj.detail())
+            .and_then(|d| d.strip_prefix(RAISE_MARKER))
+        {
+            return TokenizerError::TemplateRaised {
+                name: name.to_string(),
+                message: msg.to_string(),
+            };
         }
         cur = err.source();
     }

@@ -252,7 +252,7 @@ fn dump(
                 return Ok(());
             }
             if style.sort_keys {
-                keys.sort_by(|a, b| a.to_string().cmp(&b.to_string()));
+                keys.sort_by_key(|k| k.to_string());
             }
             out.push('{');
             for (i, key) in keys.iter().enumerate() {
@@ -437,7 +437,7 @@ mod tests {
             (0.00001, "1e-05"),
             (123456789012345678.0, "1.2345678901234568e+17"),
             (-2.5, "-2.5"),
-            (3.14159, "3.14159"),
+            (2.5625, "2.5625"),
             (-0.0, "-0.0"),
             (1e100, "1e+100"),
             (2.5e-300, "2.5e-300"),

@@ -165,7 +165,7 @@ impl Tokenizer {
         };
 
         let mut tok = Tokenizer {
-            backend: Backend::Hf(HfBackend::with_vocab_size(hf, v.tokens.len())),
+            backend: Backend::Hf(Box::new(HfBackend::with_vocab_size(hf, v.tokens.len()))),
             source: TokenizerSource::Gguf {
                 path: v.path.clone(),
                 model: v.model.clone(),
