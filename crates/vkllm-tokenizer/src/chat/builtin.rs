@@ -1,0 +1,48 @@
+//! Chat templates for models that ship none (Gemma 3 270M base, GGUF files converted without
+//! one), by family. The texts are the families' published templates, verbatim.
+
+/// (families, template name, template source). The first family is the canonical name.
+const TABLE: &[(&[&str], &str, &str)] = &[
+    (
+        &["gemma3", "gemma3_text", "gemma2", "gemma"],
+        "gemma3",
+        include_str!("../../templates/gemma3.jinja"),
+    ),
+    (
+        &["qwen3", "qwen3moe"],
+        "qwen3",
+        include_str!("../../templates/qwen3.jinja"),
+    ),
+    (
+        &["qwen2", "qwen2moe"],
+        "qwen2",
+        include_str!("../../templates/qwen2.jinja"),
+    ),
+    (
+        &["chatml"],
+        "chatml",
+        include_str!("../../templates/chatml.jinja"),
+    ),
+];
+
+/// Every family name the table knows.
+pub const BUILTIN_FAMILIES: &[&str] = &[
+    "gemma3",
+    "gemma3_text",
+    "gemma2",
+    "gemma",
+    "qwen3",
+    "qwen3moe",
+    "qwen2",
+    "qwen2moe",
+    "chatml",
+];
+
+/// The built-in template for `family` (a GGUF `general.architecture` or a template name):
+/// `(template name, source)`.
+pub fn builtin_template(family: &str) -> Option<(&'static str, &'static str)> {
+    TABLE
+        .iter()
+        .find(|(fams, _, _)| fams.contains(&family))
+        .map(|(_, name, src)| (*name, *src))
+}
