@@ -18,6 +18,7 @@ pub mod safetensors;
 pub mod weights;
 
 pub use backend::cpu::CpuBackend;
+pub use backend::vulkan::VulkanBackend;
 pub use backend::{Backend, Linear, Tensor};
 pub use config::{LayerConfig, ModelConfig};
 pub use error::ModelError;
