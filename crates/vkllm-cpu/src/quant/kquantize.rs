@@ -13,9 +13,10 @@
 //!   every element is re-rounded to `-32..=31` with its final scale.
 //!
 //! Arithmetic is f32 in ggml's operation order with no fused multiply-add; rounding to integers
-//! is ggml's `nearest_int` (round half to even). Builds of ggml that let the C compiler contract
-//! into FMA can differ in rare last-bit ties, so the tests check these against ggml's error
-//! bounds rather than bytes.
+//! is ggml's `nearest_int` (round half to even). The output is byte-identical to ggml's C
+//! reference built with `-ffp-contract=off` (goldens from `fixtures/quant/ggml_kquant_ref.c`);
+//! builds of ggml that contract into FMA can differ in rare last-bit ties. The tests also check
+//! ggml's round-trip error bound (test-quantize-fns).
 
 use super::kquants::scale_min_k4;
 use super::{QK_K, f16_at, f16_bytes};

@@ -269,9 +269,10 @@ pub fn dequantize_to_vec(
 ///
 /// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 are byte-identical to ggml's
 /// `quantize_row_*_ref` and to the `gguf` package's numpy quantizer (for finite inputs whose
-/// block scales are normal f32 numbers). Q4_K and Q6_K follow ggml's `quantize_row_q4_K_ref`
+/// block scales are normal f32 numbers). Q4_K and Q6_K are ggml's `quantize_row_q4_K_ref`
 /// (`make_qkx2_quants`) and `quantize_row_q6_K_ref` (`make_qx_quants`), the algorithms llama.cpp
-/// uses without an importance matrix (described in `quant/kquantize.rs`).
+/// uses without an importance matrix, byte-identical to that C code built without FMA
+/// contraction (described in `quant/kquantize.rs`).
 ///
 /// # Errors
 /// [`CpuError::UnsupportedQuant`] for a format without a quantizer
