@@ -1,6 +1,6 @@
 //! The quantized formats against goldens made by the `gguf` Python package's numpy code
 //! (`fixtures/quant/make_quant_goldens.py`): dequantization and the legacy/float quantizers must
-//! match bit for bit. The Q4_K and Q6_K quantizer goldens come from ggml's C reference
+//! match bit for bit. The K-quant quantizer goldens come from ggml's C reference
 //! quantizers (`fixtures/quant/ggml_kquant_ref.c`, built with `-ffp-contract=off`), since the
 //! package has none.
 
@@ -95,8 +95,11 @@ fn quantize_matches_reference_byte_for_byte() {
         QuantType::Q5_0,
         QuantType::Q5_1,
         QuantType::Q8_0,
-        // From ggml's own quantize_row_q4_K_ref / quantize_row_q6_K_ref (ggml_kquant_ref.c).
+        // From ggml's own quantize_row_q{2..6}_K_ref (ggml_kquant_ref.c).
+        QuantType::Q2_K,
+        QuantType::Q3_K,
         QuantType::Q4_K,
+        QuantType::Q5_K,
         QuantType::Q6_K,
     ];
     let mut files: Vec<String> = types
