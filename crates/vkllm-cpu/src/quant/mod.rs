@@ -169,7 +169,8 @@ impl QuantType {
     /// Bytes that `elements` elements take.
     ///
     /// # Errors
-    /// [`CpuError::QuantRowLength`] if `elements` is not a multiple of the block size.
+    /// [`CpuError::QuantRowLength`] if `elements` is not a multiple of the block size,
+    /// [`CpuError::QuantShapeOverflow`] if the byte count overflows `usize`.
     pub fn row_bytes(self, elements: usize) -> Result<usize, CpuError> {
         let block = self.block_size();
         if !elements.is_multiple_of(block) {
@@ -179,8 +180,13 @@ impl QuantType {
                 block,
             });
         }
-        // elements / block * type_size <= elements * 4: cannot overflow for a slice length.
-        Ok(elements / block * self.type_size())
+        (elements / block)
+            .checked_mul(self.type_size())
+            .ok_or(CpuError::QuantShapeOverflow {
+                ty: self,
+                rows: 1,
+                cols: elements,
+            })
     }
 
     /// Whether [`quantize_row`] supports this format.

@@ -42,6 +42,14 @@ fn geometry_matches_ggml_table() {
         );
     }
     assert_eq!(QuantType::Q4_K.row_bytes(512), Ok(288));
+    assert_eq!(
+        QuantType::F32.row_bytes(usize::MAX),
+        Err(CpuError::QuantShapeOverflow {
+            ty: QuantType::F32,
+            rows: 1,
+            cols: usize::MAX
+        })
+    );
     assert_eq!(QuantType::Q8_0.row_bytes(96), Ok(102));
 }
 
