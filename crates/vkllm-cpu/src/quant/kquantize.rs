@@ -1,5 +1,6 @@
-//! Quantizers for Q4_K and Q6_K: ggml's reference algorithms without an importance matrix, the
-//! ones `llama-quantize` and `ggml_quantize_chunk` use when no imatrix is given.
+//! Quantizers for Q4_K, Q5_K and Q6_K (Q2_K and Q3_K: `kquantize23.rs`): ggml's reference
+//! algorithms without an importance matrix, the ones `llama-quantize` and `ggml_quantize_chunk`
+//! use when no imatrix is given.
 //!
 //! - Q4_K follows `quantize_row_q4_K_ref`: each 32-element sub-block gets a scale and a min from
 //!   `make_qkx2_quants` (nmax 15; weights `sqrt(mean(x^2)) + |x|`; a grid of 21 inverse scales
@@ -7,34 +8,38 @@
 //!   min, keeping the lowest weighted squared error). The 8 scales and 8 mins are then quantized
 //!   to 6 bits against the super-block's largest (`d = max_scale / 63`, `dmin = max_min / 63`,
 //!   both f16) and every element is re-rounded with the final scale and min.
+//! - Q5_K (`quantize_row_q5_K_ref`) is the same with nmax 31 and 16 inverse scales
+//!   `(-0.5 + 0.1 i + 31) / (max - min)`.
 //! - Q6_K follows `quantize_row_q6_K_ref`: each 16-element sub-block gets a signed scale from
 //!   `make_qx_quants` (nmax 32, weights `x^2`, 19 candidate scales around `-32 / max`), the 16
 //!   scales are quantized to i8 against the largest in magnitude (`d = max / -128`, f16), and
 //!   every element is re-rounded to `-32..=31` with its final scale.
 //!
 //! Arithmetic is f32 in ggml's operation order with no fused multiply-add; rounding to integers
-//! is ggml's `nearest_int` (round half to even). Builds of ggml that let the C compiler contract
-//! into FMA can differ in rare last-bit ties, so the tests check these against ggml's error
-//! bounds rather than bytes.
+//! is ggml's `nearest_int` (round half to even). The output is byte-identical to ggml's C
+//! reference built with `-ffp-contract=off` (goldens from `fixtures/quant/ggml_kquant_ref.c`);
+//! builds of ggml that contract into FMA can differ in rare last-bit ties. The tests also check
+//! ggml's round-trip error bound (test-quantize-fns).
 
 use super::kquants::scale_min_k4;
 use super::{QK_K, f16_at, f16_bytes};
 
 /// ggml's `GROUP_MAX_EPS`: sub-blocks below it quantize to zero.
-const GROUP_MAX_EPS: f32 = 1e-15;
+pub(super) const GROUP_MAX_EPS: f32 = 1e-15;
 
 /// ggml's `nearest_int`: round half to even, exact for `|f| < 2^22`. Out of that range (which
 /// ggml asserts against) the result is meaningless but never panics.
 #[inline(always)]
-fn nearest_int(f: f32) -> i32 {
+pub(super) fn nearest_int(f: f32) -> i32 {
     let v = f + 12_582_912.0;
     (v.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
 /// `make_qkx2_quants`: levels `l[i]` in `0..=nmax`, returns `(scale, -min)` with
-/// `x ~= scale * l + min`, `min <= 0`.
+/// `x ~= scale * l + min`, `min <= 0`. The error it minimises is weighted squared, or weighted
+/// absolute with `use_mad`.
 #[allow(clippy::too_many_arguments)]
-fn make_qkx2_quants(
+pub(super) fn make_qkx2_quants(
     nmax: i32,
     x: &[f32],
     weights: &[f32],
@@ -43,7 +48,9 @@ fn make_qkx2_quants(
     rmin: f32,
     rdelta: f32,
     nstep: i32,
+    use_mad: bool,
 ) -> (f32, f32) {
+    let err = |diff: f32| if use_mad { diff.abs() } else { diff * diff };
     let n = x.len();
     let mut min = x[0];
     let mut max = x[0];
@@ -75,7 +82,7 @@ fn make_qkx2_quants(
         let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
         l[i] = q as u8;
         let diff = scale * q as f32 + min - x[i];
-        best_error += weights[i] * (diff * diff);
+        best_error += weights[i] * err(diff);
     }
     for is in 0..=nstep {
         iscale = (rmin + rdelta * is as f32 + nmax_f) / (max - min);
@@ -100,7 +107,7 @@ fn make_qkx2_quants(
             let mut cur_error = 0.0f32;
             for i in 0..n {
                 let diff = this_scale * f32::from(laux[i]) + this_min - x[i];
-                cur_error += weights[i] * (diff * diff);
+                cur_error += weights[i] * err(diff);
             }
             if cur_error < best_error {
                 l[..n].copy_from_slice(&laux[..n]);
@@ -165,77 +172,110 @@ fn make_qx_quants_rmse1(nmax: i32, x: &[f32], l: &mut [u8]) -> f32 {
     scale
 }
 
+/// The shared part of Q4_K and Q5_K (`quantize_row_q{4,5}_K_ref`): per 32-element sub-block a
+/// scale and min from `make_qkx2_quants`, both quantized to 6 bits into `head` (`d`, `dmin`,
+/// 12 scale bytes: the first 16 bytes of the block), then every element re-rounded to
+/// `0..=nmax` into `l`.
+fn scale_min_block(xb: &[f32], nmax: i32, rmin: f32, nstep: i32, head: &mut [u8], l: &mut [u8]) {
+    let mut laux = [0u8; 32];
+    let mut weights = [0.0f32; 32];
+    let mut mins = [0.0f32; 8];
+    let mut scales = [0.0f32; 8];
+    let mut max_scale = 0.0f32;
+    let mut max_min = 0.0f32;
+    for j in 0..8 {
+        let xs = &xb[32 * j..32 * j + 32];
+        let mut sum_x2 = 0.0f32;
+        for &v in xs {
+            sum_x2 += v * v;
+        }
+        let av_x = (sum_x2 / 32.0).sqrt();
+        for (w, &v) in weights.iter_mut().zip(xs) {
+            *w = av_x + v.abs();
+        }
+        let lj = &mut l[32 * j..32 * j + 32];
+        let (scale, min) =
+            make_qkx2_quants(nmax, xs, &weights, lj, &mut laux, rmin, 0.1, nstep, false);
+        scales[j] = scale;
+        mins[j] = min;
+        if scale > max_scale {
+            max_scale = scale;
+        }
+        if min > max_min {
+            max_min = min;
+        }
+    }
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let sc = &mut head[4..16];
+    for j in 0..8 {
+        // C converts int -> uint8_t modulo 256, then clamps to 63.
+        let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
+        if j < 4 {
+            sc[j] = ls;
+            sc[j + 4] = lm;
+        } else {
+            sc[j + 4] = (ls & 0x0f) | ((lm & 0x0f) << 4);
+            sc[j - 4] |= (ls >> 4) << 6;
+            sc[j] |= (lm >> 4) << 6;
+        }
+    }
+    head[0..2].copy_from_slice(&f16_bytes(max_scale / 63.0));
+    head[2..4].copy_from_slice(&f16_bytes(max_min / 63.0));
+    let d_all = f16_at(&head[0..2]);
+    let dmin_all = f16_at(&head[2..4]);
+    for j in 0..8 {
+        let (s, m) = scale_min_k4(j, &head[4..16]);
+        let d = d_all * f32::from(s);
+        if d == 0.0 {
+            continue;
+        }
+        let dm = dmin_all * f32::from(m);
+        for ii in 0..32 {
+            let q = nearest_int((xb[32 * j + ii] + dm) / d).clamp(0, nmax);
+            l[32 * j + ii] = q as u8;
+        }
+    }
+}
+
 pub(super) fn quant_q4_k(x: &[f32], out: &mut [u8]) {
     for (xb, y) in x.chunks_exact(QK_K).zip(out.chunks_exact_mut(144)) {
         let mut l = [0u8; QK_K];
-        let mut laux = [0u8; 32];
-        let mut weights = [0.0f32; 32];
-        let mut mins = [0.0f32; 8];
-        let mut scales = [0.0f32; 8];
-        let mut max_scale = 0.0f32;
-        let mut max_min = 0.0f32;
-        for j in 0..8 {
-            let xs = &xb[32 * j..32 * j + 32];
-            let mut sum_x2 = 0.0f32;
-            for &v in xs {
-                sum_x2 += v * v;
-            }
-            let av_x = (sum_x2 / 32.0).sqrt();
-            for (w, &v) in weights.iter_mut().zip(xs) {
-                *w = av_x + v.abs();
-            }
-            let lj = &mut l[32 * j..32 * j + 32];
-            let (scale, min) = make_qkx2_quants(15, xs, &weights, lj, &mut laux, -1.0, 0.1, 20);
-            scales[j] = scale;
-            mins[j] = min;
-            if scale > max_scale {
-                max_scale = scale;
-            }
-            if min > max_min {
-                max_min = min;
-            }
-        }
-        let inv_scale = if max_scale > 0.0 {
-            63.0 / max_scale
-        } else {
-            0.0
-        };
-        let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
-        let sc = &mut y[4..16];
-        for j in 0..8 {
-            // C converts int -> uint8_t modulo 256, then clamps to 63.
-            let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
-            let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
-            if j < 4 {
-                sc[j] = ls;
-                sc[j + 4] = lm;
-            } else {
-                sc[j + 4] = (ls & 0x0f) | ((lm & 0x0f) << 4);
-                sc[j - 4] |= (ls >> 4) << 6;
-                sc[j] |= (lm >> 4) << 6;
-            }
-        }
-        y[0..2].copy_from_slice(&f16_bytes(max_scale / 63.0));
-        y[2..4].copy_from_slice(&f16_bytes(max_min / 63.0));
-        let d_all = f16_at(&y[0..2]);
-        let dmin_all = f16_at(&y[2..4]);
-        for j in 0..8 {
-            let (s, m) = scale_min_k4(j, &y[4..16]);
-            let d = d_all * f32::from(s);
-            if d == 0.0 {
-                continue;
-            }
-            let dm = dmin_all * f32::from(m);
-            for ii in 0..32 {
-                let q = nearest_int((xb[32 * j + ii] + dm) / d).clamp(0, 15);
-                l[32 * j + ii] = q as u8;
-            }
-        }
+        scale_min_block(xb, 15, -1.0, 20, &mut y[..16], &mut l);
         let qs = &mut y[16..144];
         for (c, q) in qs.chunks_exact_mut(32).enumerate() {
             let base = 64 * c;
             for i in 0..32 {
                 q[i] = l[base + i] | (l[base + i + 32] << 4);
+            }
+        }
+    }
+}
+
+pub(super) fn quant_q5_k(x: &[f32], out: &mut [u8]) {
+    for (xb, y) in x.chunks_exact(QK_K).zip(out.chunks_exact_mut(176)) {
+        let mut l = [0u8; QK_K];
+        scale_min_block(xb, 31, -0.5, 15, &mut y[..16], &mut l);
+        let (qh, ql) = y[16..176].split_at_mut(32);
+        qh.fill(0);
+        for (c, q) in ql.chunks_exact_mut(32).enumerate() {
+            let (m1, m2) = (1u8 << (2 * c), 2u8 << (2 * c));
+            for i in 0..32 {
+                let (mut l1, mut l2) = (l[64 * c + i], l[64 * c + i + 32]);
+                if l1 > 15 {
+                    l1 -= 16;
+                    qh[i] |= m1;
+                }
+                if l2 > 15 {
+                    l2 -= 16;
+                    qh[i] |= m2;
+                }
+                q[i] = l1 | (l2 << 4);
             }
         }
     }

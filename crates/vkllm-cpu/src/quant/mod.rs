@@ -9,7 +9,7 @@
 //! `fixtures/quant/` (made by that package) are matched bit for bit.
 //!
 //! Files: `float.rs` (F32, F16, BF16), `legacy.rs` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), `kquants.rs`
-//! (Q2_K..Q6_K), `kquantize.rs` (Q4_K and Q6_K quantizers), `iquants.rs` (IQ4_NL, IQ4_XS),
+//! (Q2_K..Q6_K), `kquantize.rs` / `kquantize23.rs` (K-quant quantizers), `iquants.rs` (IQ4_NL, IQ4_XS),
 //! `matvec.rs` ([`matvec_quant`]).
 //!
 //! This crate does not depend on `vkllm-gguf` (both are foundation crates): callers map a GGUF
@@ -18,6 +18,7 @@
 mod float;
 mod iquants;
 mod kquantize;
+mod kquantize23;
 mod kquants;
 mod legacy;
 mod matvec;
@@ -168,7 +169,8 @@ impl QuantType {
     /// Bytes that `elements` elements take.
     ///
     /// # Errors
-    /// [`CpuError::QuantRowLength`] if `elements` is not a multiple of the block size.
+    /// [`CpuError::QuantRowLength`] if `elements` is not a multiple of the block size,
+    /// [`CpuError::QuantShapeOverflow`] if the byte count overflows `usize`.
     pub fn row_bytes(self, elements: usize) -> Result<usize, CpuError> {
         let block = self.block_size();
         if !elements.is_multiple_of(block) {
@@ -178,8 +180,13 @@ impl QuantType {
                 block,
             });
         }
-        // elements / block * type_size <= elements * 4: cannot overflow for a slice length.
-        Ok(elements / block * self.type_size())
+        (elements / block)
+            .checked_mul(self.type_size())
+            .ok_or(CpuError::QuantShapeOverflow {
+                ty: self,
+                rows: 1,
+                cols: elements,
+            })
     }
 
     /// Whether [`quantize_row`] supports this format.
@@ -194,7 +201,10 @@ impl QuantType {
                 | QuantType::Q5_0
                 | QuantType::Q5_1
                 | QuantType::Q8_0
+                | QuantType::Q2_K
+                | QuantType::Q3_K
                 | QuantType::Q4_K
+                | QuantType::Q5_K
                 | QuantType::Q6_K
         )
     }
@@ -269,9 +279,11 @@ pub fn dequantize_to_vec(
 ///
 /// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 are byte-identical to ggml's
 /// `quantize_row_*_ref` and to the `gguf` package's numpy quantizer (for finite inputs whose
-/// block scales are normal f32 numbers). Q4_K and Q6_K follow ggml's `quantize_row_q4_K_ref`
-/// (`make_qkx2_quants`) and `quantize_row_q6_K_ref` (`make_qx_quants`), the algorithms llama.cpp
-/// uses without an importance matrix (described in `quant/kquantize.rs`).
+/// block scales are normal f32 numbers). The K-quants are ggml's `quantize_row_q{2..6}_K_ref`
+/// (Q4_K/Q5_K: `make_qkx2_quants`; Q6_K: `make_qx_quants`; Q2_K: `make_qkx2_quants` with absolute
+/// error; Q3_K: `make_q3_quants`), the algorithms llama.cpp uses without an importance matrix,
+/// byte-identical to that C code built without FMA contraction (described in
+/// `quant/kquantize.rs` and `quant/kquantize23.rs`). IQ4_NL and IQ4_XS have no quantizer.
 ///
 /// # Errors
 /// [`CpuError::UnsupportedQuant`] for a format without a quantizer
@@ -289,13 +301,12 @@ pub fn quantize_row(ty: QuantType, x: &[f32]) -> Result<Vec<u8>, CpuError> {
         QuantType::Q5_0 => legacy::quant_q5_0(x, &mut out),
         QuantType::Q5_1 => legacy::quant_q5_1(x, &mut out),
         QuantType::Q8_0 => legacy::quant_q8_0(x, &mut out),
+        QuantType::Q2_K => kquantize23::quant_q2_k(x, &mut out),
+        QuantType::Q3_K => kquantize23::quant_q3_k(x, &mut out),
         QuantType::Q4_K => kquantize::quant_q4_k(x, &mut out),
+        QuantType::Q5_K => kquantize::quant_q5_k(x, &mut out),
         QuantType::Q6_K => kquantize::quant_q6_k(x, &mut out),
-        QuantType::Q2_K
-        | QuantType::Q3_K
-        | QuantType::Q5_K
-        | QuantType::IQ4_NL
-        | QuantType::IQ4_XS => {
+        QuantType::IQ4_NL | QuantType::IQ4_XS => {
             return Err(CpuError::UnsupportedQuant { ty, op: "quantize" });
         }
     }

@@ -42,6 +42,14 @@ fn geometry_matches_ggml_table() {
         );
     }
     assert_eq!(QuantType::Q4_K.row_bytes(512), Ok(288));
+    assert_eq!(
+        QuantType::F32.row_bytes(usize::MAX),
+        Err(CpuError::QuantShapeOverflow {
+            ty: QuantType::F32,
+            rows: 1,
+            cols: usize::MAX
+        })
+    );
     assert_eq!(QuantType::Q8_0.row_bytes(96), Ok(102));
 }
 
@@ -296,12 +304,18 @@ fn round_trip(ty: QuantType, x: &[f32]) -> Vec<f32> {
 
 #[test]
 fn quantizers_meet_ggml_total_error_bound() {
-    // test-quantize-fns: 4096 elements, MAX_QUANTIZATION_TOTAL_ERROR = 0.002 for 4 bits and up.
+    // test-quantize-fns: 4096 elements; MAX_QUANTIZATION_TOTAL_ERROR = 0.002 for 4 bits and
+    // up, _3BITS = 0.004 (Q3_K), _2BITS = 0.0075 (Q2_K).
     let x = ggml_test_data(32 * 128, 0.0);
     for ty in QuantType::ALL.into_iter().filter(|t| t.can_quantize()) {
+        let bound = match ty {
+            QuantType::Q2_K => 0.0075,
+            QuantType::Q3_K => 0.004,
+            _ => 0.002,
+        };
         let err = ggml_total_error(&x, &round_trip(ty, &x));
-        eprintln!("{ty}: ggml total error {err:.3e}");
-        assert!(err < 0.002, "{ty}: total error {err} >= 0.002");
+        eprintln!("{ty}: ggml total error {err:.3e} (bound {bound})");
+        assert!(err < bound, "{ty}: total error {err} >= {bound}");
     }
 }
 
