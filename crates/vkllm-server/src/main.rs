@@ -1,1 +1,34 @@
-fn main() {}
+//! `vkllm`: the command line. Each subcommand lives in `cmd/<name>.rs` with its own `Args`
+//! and `run`; this file only parses and dispatches.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// LLM inference on any Vulkan GPU.
+#[derive(Debug, Parser)]
+#[command(name = "vkllm", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the token ids of a text (or of a chat rendered with the model's template).
+    Tokenize(cmd::tokenize::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Tokenize(args) => cmd::tokenize::run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

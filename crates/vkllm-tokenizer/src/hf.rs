@@ -72,8 +72,7 @@ pub(crate) fn from_strs(
     chat_template_jinja: Option<&str>,
     generation_config: Option<&str>,
 ) -> Result<Tokenizer> {
-    // Parse once as plain JSON first: syntax errors then carry a line and column.
-    parse_json(what, tokenizer_json)?;
+    // serde_json errors (syntax or shape) keep their line and column.
     let mut tok = tokenizers::Tokenizer::from_str(tokenizer_json).map_err(|e| {
         match e.downcast_ref::<serde_json::Error>() {
             Some(je) => TokenizerError::json(what, je),

@@ -1,0 +1,4 @@
+//! One module per subcommand; `model` resolves `--model` for all of them.
+
+pub mod model;
+pub mod tokenize;
