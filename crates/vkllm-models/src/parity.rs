@@ -45,14 +45,23 @@ pub fn run_prompt<B: Backend>(
     fx: &Fixture,
     golden: &PromptGolden,
 ) -> Result<(Vec<f32>, Vec<u32>), ModelError> {
+    run_ids(b, fx, &golden.ids, golden.greedy.len())
+}
+
+/// Logits at every position of `ids`, then `n_gen` greedy tokens, on one backend.
+pub fn run_ids<B: Backend>(
+    b: &mut B,
+    fx: &Fixture,
+    ids: &[u32],
+    n_gen: usize,
+) -> Result<(Vec<f32>, Vec<u32>), ModelError> {
     let model = Model::load(fx.config.clone(), &fx.weights, b, DEFAULT_CHUNK)?;
-    let n_gen = golden.greedy.len();
-    let kv = model.new_kv(b, golden.ids.len() + n_gen)?;
-    let logits = model.forward(b, &kv, &golden.ids, 0, Logits::All)?;
+    let kv = model.new_kv(b, ids.len() + n_gen)?;
+    let logits = model.forward(b, &kv, ids, 0, Logits::All)?;
     let vocab = fx.config.vocab_size;
     let mut tokens = vec![argmax(&logits[logits.len() - vocab..])];
     while tokens.len() < n_gen {
-        let pos = golden.ids.len() + tokens.len() - 1;
+        let pos = ids.len() + tokens.len() - 1;
         let last = *tokens.last().expect("non-empty");
         tokens.push(argmax(&model.forward(
             b,
