@@ -15,7 +15,8 @@
 // `dequantize_row` computes them (same f32 operations in the same order; every scale product is
 // exact in f32, so FMA contraction cannot change them).
 //
-// matvec: WG invocations (default 256) compute R rows (default 2); invocation i takes units
+// matvec: WG invocations compute R rows (R <= 4; WG 256 and R 2 for long rows, down to WG 64
+// and R 4 for rows of <= 64 units: `matvec_config` in Rust); invocation i takes units
 // i, i + WG, ... of the row (consecutive invocations read consecutive bytes), keeps R partial
 // sums and reuses each x unit (4 vec4 loads) R times; sums are reduced with subgroupAdd, then
 // across subgroups through shared memory (any subgroup size >= 4). Memory bound: each weight

@@ -10,7 +10,17 @@ use crate::spec::{MAX_GROUPS_X, grid_for, need, rd, rw, shape_err, to_u32};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides, WeightType};
 
 const WG: u32 = 256;
-const R: u32 = 2;
+
+/// Matvec workgroup size and rows per workgroup for rows of `cols` elements: each invocation
+/// takes 16-element units, so short rows (Qwen2.5-0.5B's 896 columns are 56 units) get smaller
+/// workgroups with more rows each, keeping most invocations busy.
+pub fn matvec_config(cols: usize) -> (u32, u32) {
+    match cols / 16 {
+        0..=64 => (64, 4),
+        65..=128 => (128, 2),
+        _ => (256, 2),
+    }
+}
 
 pub static MATVEC_QUANT: KernelSpec = KernelSpec {
     name: "matvec_quant",
@@ -55,6 +65,7 @@ pub(crate) fn matvec<B: KernelBuffer>(m: Matvec<B>, s: &MatShape) -> Result<Disp
     check_weight(k, &m.w, s)?;
     need(k, "x", &m.x, 4 * s.cols as u64)?;
     need(k, "y", &m.y, 4 * (s.row_offset + s.rows) as u64)?;
+    let (wg, r) = matvec_config(s.cols);
     let p = MatmulParams {
         n: 1,
         rows: to_u32(k, "rows", s.rows)?,
@@ -66,11 +77,11 @@ pub(crate) fn matvec<B: KernelBuffer>(m: Matvec<B>, s: &MatShape) -> Result<Disp
     Ok(Dispatch::new(
         k,
         format_overrides(s.dtype)
-            .set("WG", WG as f64)
-            .set("R", R as f64),
+            .set("WG", wg as f64)
+            .set("R", r as f64),
         vec![m.w, m.x, m.y],
         &p,
-        grid_for(k, (s.rows as u64).div_ceil(R as u64))?,
+        grid_for(k, (s.rows as u64).div_ceil(r as u64))?,
     ))
 }
 

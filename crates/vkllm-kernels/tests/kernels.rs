@@ -244,7 +244,17 @@ fn quantized_bindings_check_shapes_and_sizes() {
     assert_eq!(d.push.len() as u32, d.kernel.push_size);
     assert_eq!(d.overrides.get("QTYPE"), Some(14.0));
     assert_eq!(d.overrides.get("TS"), Some(210.0));
-    assert_eq!(d.groups, [2, 1, 1], "2 rows per workgroup");
+    // 48 units per row: 64-invocation workgroups of 4 rows.
+    assert_eq!(d.overrides.get("WG"), Some(64.0));
+    assert_eq!(d.groups, [1, 1, 1], "4 rows per workgroup");
+    let long = MatShape {
+        rows: 5,
+        cols: 4096,
+        ..s
+    };
+    let d = mv(5 * 16 * 210, &long).unwrap();
+    assert_eq!(d.overrides.get("WG"), Some(256.0));
+    assert_eq!(d.groups, [3, 1, 1], "2 rows per workgroup");
     let m = quant_matmul(&s);
     assert_eq!(m.kernel.name, "matmul_quant");
     assert_eq!(m.groups, [1, 1, 1]);
