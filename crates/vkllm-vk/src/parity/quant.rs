@@ -76,12 +76,14 @@ fn dequantize(dtype: WeightType, bytes: &[u8], elems: usize) -> Result<Vec<f32>>
 }
 
 /// Row lengths for `dtype`: legacy formats get multiples of 32 that are not multiples of 256
-/// (odd block counts, so rows straddle words); K-quants 768 and 2304 (3 and 9 super-blocks).
-fn col_choices(dtype: WeightType) -> [usize; 3] {
+/// (odd block counts, so rows straddle words); K-quants 768, 4352, 256 and 2304 (3, 17, 1 and 9
+/// super-blocks). The second is over 256 units of 16 (the matvec loop runs twice), the third
+/// takes the smallest matvec workgroup.
+fn col_choices(dtype: WeightType) -> [usize; 4] {
     if dtype.block_size() == 32 {
-        [32 * 37, 32 * 129, 96]
+        [32 * 37, 32 * 129, 96, 32 * 73]
     } else {
-        [768, 2304, 256]
+        [768, 4352, 256, 2304]
     }
 }
 
@@ -95,7 +97,7 @@ pub(crate) fn quant_case(
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
     let mut out = Vec::new();
-    let [c0, c1, c2] = col_choices(dtype);
+    let [c0, c1, c2, c3] = col_choices(dtype);
     let qt = quant_type(dtype)?;
 
     for (rows, cols, accumulate, from_q) in [
@@ -139,7 +141,7 @@ pub(crate) fn quant_case(
         ));
     }
 
-    for (n, rows, cols, accumulate) in [(37usize, 100usize, c2, false), (70, 129, c0, true)] {
+    for (n, rows, cols, accumulate) in [(37usize, 100usize, c2, false), (70, 129, c3, true)] {
         let (bytes, how) = weights(&mut rng, dtype, rows, cols, false)?;
         let x = rng.vec(n * cols, -1.0, 1.0);
         let y0 = rng.vec(n * rows, -1.0, 1.0);
