@@ -67,8 +67,20 @@ fn u16_at(off: u32) -> u32 {
     return (w[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu;
 }
 
+// An f16 at an even byte offset, widened with integer operations rather than unpack2x16float:
+// block scales are often f16 subnormals (Q4_K/Q6_K super-block scales of small weights fall
+// below 2^-14), and Vulkan lets implementations flush 16-bit denormals. Exact for every input.
 fn f16_at(off: u32) -> f32 {
-    return unpack2x16float(u16_at(off)).x;
+    let h = u16_at(off);
+    let e = (h >> 10u) & 31u;
+    let m = h & 1023u;
+    if (e == 0u) {
+        // m * 2^-24: exact in f32, and a normal f32 for every m != 0.
+        let v = f32(m) * 5.9604644775390625e-8;
+        return select(v, -v, (h & 0x8000u) != 0u);
+    }
+    let eb = select(e + 112u, 255u, e == 31u);
+    return bitcast<f32>(((h & 0x8000u) << 16u) | (eb << 23u) | (m << 13u));
 }
 
 // A little-endian u32 at any byte offset.

@@ -36,14 +36,19 @@ fn f16_fields(dtype: WeightType) -> &'static [usize] {
 }
 
 /// `rows` rows of `cols` random elements of `dtype`: random bytes with finite f16 scales of
-/// magnitude 2^-9..2^-5 (random sign), so dequantized values stay O(1).
+/// magnitude 2^-9..2^-5 (random sign), so dequantized values stay O(1); one scale in eight is
+/// an f16 subnormal (2^-24..2^-15), as the super-block scales of small real weights are.
 fn random_blocks(rng: &mut Rng, dtype: WeightType, rows: usize, cols: usize) -> Vec<u8> {
     let ts = dtype.bytes() as usize;
     let n_blocks = rows * cols / dtype.block_size();
     let mut out: Vec<u8> = (0..n_blocks * ts).map(|_| rng.next_u64() as u8).collect();
     for b in out.chunks_exact_mut(ts) {
         for &off in f16_fields(dtype) {
-            let mag = 2f32.powf(rng.f32(-9.0, -5.0));
+            let mag = if rng.below(8) == 0 {
+                2f32.powf(rng.f32(-24.0, -15.0))
+            } else {
+                2f32.powf(rng.f32(-9.0, -5.0))
+            };
             let v = if rng.below(2) == 0 { mag } else { -mag };
             b[off..off + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
         }
@@ -180,9 +185,10 @@ pub(crate) fn quant_case(
         ));
     }
 
-    // Embedding gather: the GPU's dequantized values must equal the CPU's bit for bit.
-    let (vocab, dim, n) = (51usize, c2, 9usize);
-    let (bytes, how) = weights(&mut rng, dtype, vocab, dim, true)?;
+    // Embedding gather: the GPU's dequantized values must equal the CPU's bit for bit (random
+    // blocks, so f16-subnormal scales occur: about 50 scale fields are gathered).
+    let (vocab, dim, n) = (51usize, c0, 9usize);
+    let (bytes, how) = weights(&mut rng, dtype, vocab, dim, false)?;
     let ids: Vec<u32> = (0..n).map(|_| rng.below(vocab as u64) as u32).collect();
     let t = Tensor::from_bytes(dev, "table", dtype, vocab, dim, &bytes)?;
     let idb = cx.input("ids", &ids)?;
