@@ -23,8 +23,8 @@
 // byte is read once. Shared memory: R * 64 f32 (<= 1 KiB). Grid: ceil(rows / R) folded into 2-D.
 // matmul: 256 invocations as 16 x 16 compute a 64 (tokens) x 64 (rows) tile of Y, each a 4 x 4
 // block, walking K in steps of 16 (one unit): invocations 0..63 dequantize one unit of one weight
-// row each into shared memory, all 256 stage 64 x 16 of X; each staged value is then used 64
-// times. Shared memory: 2 x 16 x 64 f32 = 8 KiB. Rows and tokens need not be tile multiples.
+// row each into shared memory while 64..255 stage 64 x 16 of X; each staged value is then used
+// 64 times. Shared memory: 2 x 16 x 64 f32 = 8 KiB. Rows and tokens need not be tile multiples.
 // embedding: one invocation per unit of a gathered row: grid (ceil(units / WG), n tokens).
 //
 // Push constants (one block for the three entries): matvec/matmul use (n, rows, cols,
@@ -328,17 +328,18 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
         acc[i] = 0.0;
     }
     for (var k0 = 0u; k0 < p.cols; k0 += BK) {
-        for (var q = 0u; q < 4u; q++) {
-            let idx = lid + 256u * q;
-            let mm = idx / BK;
-            let kk = idx % BK;
-            var xv = 0.0;
-            if (m0 + mm < p.n) {
-                xv = x[(m0 + mm) * p.cols + k0 + kk];
+        // Invocations 64..255 stage the 64 x 16 slice of X while 0..63 dequantize W's.
+        if (lid >= BN) {
+            for (var idx = lid - BN; idx < BM * BK; idx += 256u - BN) {
+                let mm = idx / BK;
+                let kk = idx % BK;
+                var xv = 0.0;
+                if (m0 + mm < p.n) {
+                    xv = x[(m0 + mm) * p.cols + k0 + kk];
+                }
+                xs[kk * BM + mm] = xv;
             }
-            xs[kk * BM + mm] = xv;
-        }
-        if (lid < BN) {
+        } else {
             var wv: array<f32, 16>;
             let r = r0 + lid;
             if (r < p.rows) {

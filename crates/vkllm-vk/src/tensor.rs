@@ -80,7 +80,8 @@ impl Tensor {
                 dtype.block_size()
             )));
         };
-        let max = dev.max_buffer_bytes();
+        // Whole words, so padding a part to a word cannot take it past the limit.
+        let max = dev.max_buffer_bytes() / 4 * 4;
         // Parts also stay under 2^32 elements and (quantized) under 4 GiB - 16 bytes: the
         // kernels index elements and bytes with u32.
         let rows_per_part = ((max / row_bytes) as usize)
