@@ -49,7 +49,11 @@ pub struct EmbeddingShape {
 }
 
 impl<B: KernelBuffer> Embedding<B> {
+    /// Quantized tables go to [`crate::mat_quant::EMBEDDING_QUANT`].
     pub fn dispatch(self, s: &EmbeddingShape) -> Result<Dispatch<B>, Error> {
+        if s.dtype.is_quantized() {
+            return crate::mat_quant::embedding(self, s);
+        }
         let k = &EMBEDDING;
         if s.dtype != WeightType::F32 && !s.dim.is_multiple_of(2) {
             return Err(shape_err(

@@ -28,6 +28,7 @@ pub mod attention;
 pub mod elementwise;
 pub mod embedding;
 pub mod kv_append;
+pub mod mat_quant;
 pub mod matmul;
 pub mod matvec;
 pub mod rmsnorm;
@@ -50,6 +51,9 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &matvec::MATVEC,
         &matvec::MATVEC_VEC,
         &matmul::MATMUL,
+        &mat_quant::MATVEC_QUANT,
+        &mat_quant::MATMUL_QUANT,
+        &mat_quant::EMBEDDING_QUANT,
         &rope::ROPE,
         &attention::ATTN_SPLIT,
         &attention::ATTN_MERGE,

@@ -37,8 +37,12 @@ pub struct Matmul<B> {
 }
 
 impl<B: KernelBuffer> Matmul<B> {
-    /// `n` tokens; `y_stride` is the full output width (the weight's total rows).
+    /// `n` tokens; `y_stride` is the full output width (the weight's total rows). Quantized
+    /// weights go to [`crate::mat_quant::MATMUL_QUANT`].
     pub fn dispatch(self, s: &MatShape, n: usize, y_stride: usize) -> Result<Dispatch<B>, Error> {
+        if s.dtype.is_quantized() {
+            return crate::mat_quant::matmul(self, s, n, y_stride);
+        }
         let k = &MATMUL;
         check_weight(k, &self.w, s)?;
         if s.row_offset + s.rows > y_stride {

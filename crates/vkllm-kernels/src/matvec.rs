@@ -1,4 +1,5 @@
-//! `shaders/matvec.wgsl`: `y = W x` for decode (f32 activations, F32/F16/BF16 weights).
+//! `shaders/matvec.wgsl`: `y = W x` for decode (f32 activations, F32/F16/BF16 weights; quantized
+//! weights dispatch `shaders/mat_quant.wgsl` through the same binding).
 
 use crate::sources::MATVEC as SRC;
 use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
@@ -52,11 +53,12 @@ pub struct MatShape {
 
 impl MatShape {
     /// Rows are whole 16-byte words (cols a multiple of 4 for f32, 8 for 16-bit types), so the
-    /// vec4 matvec applies.
+    /// vec4 matvec applies (quantized types have their own kernel: always false).
     pub fn vectorizable(&self) -> bool {
         let per_word = match self.dtype {
             WeightType::F32 => 4,
-            _ => 8,
+            WeightType::F16 | WeightType::Bf16 => 8,
+            _ => return false,
         };
         self.cols.is_multiple_of(per_word)
     }
@@ -67,18 +69,33 @@ pub(crate) fn check_weight<B: KernelBuffer>(
     w: &B,
     s: &MatShape,
 ) -> Result<(), Error> {
-    if s.dtype != WeightType::F32 && !s.cols.is_multiple_of(2) {
+    if s.rows == 0 || s.cols == 0 {
+        return Err(shape_err(k, "empty matrix"));
+    }
+    let Some(row_bytes) = s.dtype.row_bytes(s.cols as u64) else {
+        return Err(shape_err(
+            k,
+            format!(
+                "{} rows need cols a multiple of {}, got {}",
+                s.dtype.name(),
+                s.dtype.block_size(),
+                s.cols
+            ),
+        ));
+    };
+    if !s.dtype.is_quantized() && s.dtype != WeightType::F32 && !s.cols.is_multiple_of(2) {
         return Err(shape_err(
             k,
             format!("16-bit weights need even cols, got {}", s.cols),
         ));
     }
-    if s.rows == 0 || s.cols == 0 {
-        return Err(shape_err(k, "empty matrix"));
-    }
     let elems = (s.rows as u64) * (s.cols as u64);
     if elems > u32::MAX as u64 {
         return Err(shape_err(k, "weight part over 2^32 elements: split it"));
+    }
+    let bytes = (s.rows as u64) * row_bytes;
+    if s.dtype.is_quantized() && bytes > u32::MAX as u64 - 16 {
+        return Err(shape_err(k, "quantized weight part over 4 GiB: split it"));
     }
     need(k, "w", w, s.dtype.storage_bytes(elems))
 }
@@ -91,8 +108,12 @@ pub struct Matvec<B> {
 }
 
 impl<B: KernelBuffer> Matvec<B> {
-    /// Uses [`MATVEC_VEC`] when the shape allows it, else [`MATVEC`].
+    /// Uses [`MATVEC_VEC`] when the shape allows it, else [`MATVEC`]; quantized weights go to
+    /// [`crate::mat_quant::MATVEC_QUANT`].
     pub fn dispatch(self, s: &MatShape) -> Result<Dispatch<B>, Error> {
+        if s.dtype.is_quantized() {
+            return crate::mat_quant::matvec(self, s);
+        }
         let k = if s.vectorizable() {
             &MATVEC_VEC
         } else {

@@ -7,6 +7,7 @@ pub(crate) const ATTENTION_PREFILL: &str = include_str!("../shaders/attention_pr
 pub(crate) const ELEMENTWISE: &str = include_str!("../shaders/elementwise.wgsl");
 pub(crate) const EMBEDDING: &str = include_str!("../shaders/embedding.wgsl");
 pub(crate) const KV_APPEND: &str = include_str!("../shaders/kv_append.wgsl");
+pub(crate) const MAT_QUANT: &str = include_str!("../shaders/mat_quant.wgsl");
 pub(crate) const MATMUL: &str = include_str!("../shaders/matmul.wgsl");
 pub(crate) const MATVEC: &str = include_str!("../shaders/matvec.wgsl");
 pub(crate) const RMSNORM: &str = include_str!("../shaders/rmsnorm.wgsl");

@@ -109,43 +109,158 @@ pub trait KernelBuffer: Copy {
     fn byte_len(&self) -> u64;
 }
 
-/// Element type of a weight matrix or table. 16-bit types are stored packed two to a `u32`
-/// word (element `e` is the low half of word `e / 2` when `e` is even).
+/// Element type of a weight matrix or table.
+///
+/// Float types: 16-bit types are stored packed two to a `u32` word (element `e` is the low half
+/// of word `e / 2` when `e` is even). Quantized types are llama.cpp's block formats, stored as
+/// the GGUF file stores them (each row `cols / block_size` blocks of `block_bytes` bytes, rows
+/// back to back, the buffer padded to a whole word); they are read by `shaders/mat_quant.wgsl`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)] // ggml's spelling: Q4_K, IQ4_NL, ...
 pub enum WeightType {
     F32,
     F16,
     Bf16,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    IQ4_NL,
+    IQ4_XS,
 }
 
 impl WeightType {
-    /// The `DTYPE` override value the shaders switch on.
+    /// Every quantized type the kernels read.
+    pub const QUANTIZED: [WeightType; 12] = [
+        WeightType::Q4_0,
+        WeightType::Q4_1,
+        WeightType::Q5_0,
+        WeightType::Q5_1,
+        WeightType::Q8_0,
+        WeightType::Q2_K,
+        WeightType::Q3_K,
+        WeightType::Q4_K,
+        WeightType::Q5_K,
+        WeightType::Q6_K,
+        WeightType::IQ4_NL,
+        WeightType::IQ4_XS,
+    ];
+
+    /// The `DTYPE` override value the float shaders switch on (0 for quantized types, which go
+    /// to `mat_quant.wgsl` and its `QTYPE` override instead, see [`WeightType::ggml_id`]).
     pub fn code(self) -> f64 {
         match self {
-            WeightType::F32 => 0.0,
             WeightType::F16 => 1.0,
             WeightType::Bf16 => 2.0,
+            _ => 0.0,
         }
     }
+
+    /// ggml's `ggml_type` id (the `QTYPE` override of `mat_quant.wgsl`).
+    pub fn ggml_id(self) -> u32 {
+        match self {
+            WeightType::F32 => 0,
+            WeightType::F16 => 1,
+            WeightType::Q4_0 => 2,
+            WeightType::Q4_1 => 3,
+            WeightType::Q5_0 => 6,
+            WeightType::Q5_1 => 7,
+            WeightType::Q8_0 => 8,
+            WeightType::Q2_K => 10,
+            WeightType::Q3_K => 11,
+            WeightType::Q4_K => 12,
+            WeightType::Q5_K => 13,
+            WeightType::Q6_K => 14,
+            WeightType::IQ4_NL => 20,
+            WeightType::IQ4_XS => 23,
+            WeightType::Bf16 => 30,
+        }
+    }
+
+    /// The type with ggml id `id`, if the kernels read it.
+    pub fn from_ggml_id(id: u32) -> Option<Self> {
+        [WeightType::F32, WeightType::F16, WeightType::Bf16]
+            .into_iter()
+            .chain(Self::QUANTIZED)
+            .find(|t| t.ggml_id() == id)
+    }
+
+    /// A llama.cpp block format (read by `mat_quant.wgsl`), not a float type.
+    pub fn is_quantized(self) -> bool {
+        !matches!(self, WeightType::F32 | WeightType::F16 | WeightType::Bf16)
+    }
+
+    /// Elements per block (1 for float types).
+    pub fn block_size(self) -> usize {
+        match self {
+            WeightType::F32 | WeightType::F16 | WeightType::Bf16 => 1,
+            WeightType::Q4_0
+            | WeightType::Q4_1
+            | WeightType::Q5_0
+            | WeightType::Q5_1
+            | WeightType::Q8_0
+            | WeightType::IQ4_NL => 32,
+            _ => 256,
+        }
+    }
+
+    /// Bytes per block (per element for float types).
     pub fn bytes(self) -> u64 {
         match self {
             WeightType::F32 => 4,
-            _ => 2,
+            WeightType::F16 | WeightType::Bf16 => 2,
+            WeightType::Q4_0 | WeightType::IQ4_NL => 18,
+            WeightType::Q4_1 => 20,
+            WeightType::Q5_0 => 22,
+            WeightType::Q5_1 => 24,
+            WeightType::Q8_0 => 34,
+            WeightType::Q2_K => 84,
+            WeightType::Q3_K => 110,
+            WeightType::Q4_K => 144,
+            WeightType::Q5_K => 176,
+            WeightType::Q6_K => 210,
+            WeightType::IQ4_XS => 136,
         }
     }
+
+    /// ggml's name (`"q4_K"`, `"bf16"`, ...).
     pub fn name(self) -> &'static str {
         match self {
             WeightType::F32 => "f32",
             WeightType::F16 => "f16",
             WeightType::Bf16 => "bf16",
+            WeightType::Q4_0 => "q4_0",
+            WeightType::Q4_1 => "q4_1",
+            WeightType::Q5_0 => "q5_0",
+            WeightType::Q5_1 => "q5_1",
+            WeightType::Q8_0 => "q8_0",
+            WeightType::Q2_K => "q2_K",
+            WeightType::Q3_K => "q3_K",
+            WeightType::Q4_K => "q4_K",
+            WeightType::Q5_K => "q5_K",
+            WeightType::Q6_K => "q6_K",
+            WeightType::IQ4_NL => "iq4_nl",
+            WeightType::IQ4_XS => "iq4_xs",
         }
     }
-    /// Bytes of `n` elements as stored (16-bit types round up to whole words).
+
+    /// Bytes of one row of `cols` elements as the file stores it (no padding), or `None` when
+    /// `cols` is not a whole number of blocks.
+    pub fn row_bytes(self, cols: u64) -> Option<u64> {
+        let b = self.block_size() as u64;
+        cols.is_multiple_of(b).then(|| cols / b * self.bytes())
+    }
+
+    /// Bytes of `n` elements as stored, rounded up to whole `u32` words (`n` a whole number of
+    /// blocks for quantized types; a partial block counts as a whole one).
     pub fn storage_bytes(self, n: u64) -> u64 {
-        match self {
-            WeightType::F32 => 4 * n,
-            _ => n.div_ceil(2) * 4,
-        }
+        (n.div_ceil(self.block_size() as u64) * self.bytes()).div_ceil(4) * 4
     }
 }
 

@@ -156,3 +156,117 @@ fn exact_fp_kernels_forbid_contraction() {
     let m = compile_spirv(&vkllm_kernels::matvec::MATVEC, &o, SpirvOptions::default()).unwrap();
     assert_eq!(count(&m), 0);
 }
+
+#[test]
+fn quantized_variants_emit_spirv() {
+    use vkllm_kernels::mat_quant::{EMBEDDING_QUANT, MATMUL_QUANT, MATVEC_QUANT, format_overrides};
+    for dt in WeightType::QUANTIZED {
+        for k in [&MATVEC_QUANT, &MATMUL_QUANT, &EMBEDDING_QUANT] {
+            compile_spirv(k, &format_overrides(dt), SpirvOptions::default())
+                .unwrap_or_else(|e| panic!("{} {}: {e}", k.name, dt.name()));
+        }
+    }
+}
+
+#[test]
+fn weight_type_block_sizes_match_ggml() {
+    // ggml-common.h: (id, elements per block, bytes per block).
+    let expect = [
+        (WeightType::Q4_0, 2, 32, 18),
+        (WeightType::Q4_1, 3, 32, 20),
+        (WeightType::Q5_0, 6, 32, 22),
+        (WeightType::Q5_1, 7, 32, 24),
+        (WeightType::Q8_0, 8, 32, 34),
+        (WeightType::Q2_K, 10, 256, 84),
+        (WeightType::Q3_K, 11, 256, 110),
+        (WeightType::Q4_K, 12, 256, 144),
+        (WeightType::Q5_K, 13, 256, 176),
+        (WeightType::Q6_K, 14, 256, 210),
+        (WeightType::IQ4_NL, 20, 32, 18),
+        (WeightType::IQ4_XS, 23, 256, 136),
+    ];
+    assert_eq!(expect.len(), WeightType::QUANTIZED.len());
+    for (t, id, block, bytes) in expect {
+        assert!(t.is_quantized());
+        assert_eq!(t.ggml_id(), id, "{t:?}");
+        assert_eq!(WeightType::from_ggml_id(id), Some(t));
+        assert_eq!(t.block_size(), block, "{t:?}");
+        assert_eq!(t.bytes(), bytes, "{t:?}");
+    }
+    assert_eq!(WeightType::from_ggml_id(30), Some(WeightType::Bf16));
+    assert_eq!(WeightType::from_ggml_id(4), None, "Q4_2 is gone from ggml");
+    assert!(!WeightType::F16.is_quantized());
+    // 3 rows of 37 Q8_0 blocks: 3774 bytes, padded to 3776.
+    assert_eq!(WeightType::Q8_0.row_bytes(32 * 37), Some(1258));
+    assert_eq!(WeightType::Q8_0.storage_bytes(3 * 32 * 37), 3776);
+    assert_eq!(WeightType::Q4_K.row_bytes(384), None);
+    assert_eq!(WeightType::F16.storage_bytes(7), 16);
+}
+
+#[test]
+fn quantized_bindings_check_shapes_and_sizes() {
+    let big = Fake(1 << 20);
+    let s = MatShape {
+        dtype: WeightType::Q6_K,
+        rows: 3,
+        cols: 768 + 32,
+        row_offset: 0,
+        accumulate: false,
+    };
+    let mv = |w: u64, s: &MatShape| {
+        Matvec {
+            w: Fake(w),
+            x: big,
+            y: big,
+        }
+        .dispatch(s)
+    };
+    assert!(matches!(
+        mv(1 << 20, &s),
+        Err(Error::Shape {
+            kernel: "matvec_quant",
+            ..
+        })
+    ));
+    let s = MatShape { cols: 768, ..s };
+    // 3 rows x 3 blocks x 210 bytes = 1890, padded to 1892.
+    match mv(1890, &s) {
+        Err(Error::BufferTooSmall {
+            binding: "w",
+            need: 1892,
+            have: 1890,
+            ..
+        }) => {}
+        other => panic!("expected BufferTooSmall, got {:?}", other.map(|d| d.groups)),
+    }
+    let d = mv(1892, &s).unwrap();
+    assert_eq!(d.kernel.name, "matvec_quant");
+    assert_eq!(d.push.len() as u32, d.kernel.push_size);
+    assert_eq!(d.overrides.get("QTYPE"), Some(14.0));
+    assert_eq!(d.overrides.get("TS"), Some(210.0));
+    // 48 units per row: 64-invocation workgroups of 4 rows.
+    assert_eq!(d.overrides.get("WG"), Some(64.0));
+    assert_eq!(d.groups, [1, 1, 1], "4 rows per workgroup");
+    let long = MatShape {
+        rows: 5,
+        cols: 4096,
+        ..s
+    };
+    let d = mv(5 * 16 * 210, &long).unwrap();
+    assert_eq!(d.overrides.get("WG"), Some(256.0));
+    assert_eq!(d.groups, [3, 1, 1], "2 rows per workgroup");
+    let m = quant_matmul(&s);
+    assert_eq!(m.kernel.name, "matmul_quant");
+    assert_eq!(m.groups, [1, 1, 1]);
+}
+
+fn quant_matmul(s: &MatShape) -> vkllm_kernels::Dispatch<Fake> {
+    let big = Fake(1 << 20);
+    vkllm_kernels::matmul::Matmul {
+        w: big,
+        x: big,
+        y: big,
+    }
+    .dispatch(s, 5, s.rows)
+    .unwrap()
+}

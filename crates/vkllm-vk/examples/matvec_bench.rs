@@ -1,8 +1,13 @@
 //! Matvec/matmul micro-benchmark: prints a markdown table of GPU time (timestamp queries),
 //! GB/s of weights read and GFLOP/s.
 //!
-//! `cargo run --release -p vkllm-vk --example matvec_bench -- [--iters N] [--n TOKENS] [ROWSxCOLS ...]`
-//! Default shapes: 4096x4096 and 151936x1024 (the LM head of Qwen3-0.6B), F16 and F32 (BF16 too).
+//! `cargo run --release -p vkllm-vk --example matvec_bench -- [--iters N] [--n TOKENS]
+//! [--types f16,q8_0,q4_K,...] [ROWSxCOLS ...]`
+//! Default shapes: 4096x4096 and 151936x1024 (the LM head of Qwen3-0.6B); default types F16,
+//! F32, BF16. `--types` takes ggml names (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K,
+//! q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs; case-insensitive) or `quant` for the real models'
+//! five (q8_0, q4_1, q5_0, q4_K, q6_K). GB/s counts the weight bytes as stored (the quantized
+//! blocks) plus x and y.
 //! The device comes from `VKLLM_DEVICE`; `VKLLM_VALIDATE=1` adds the validation layer.
 
 use vkllm_vk::kernels::WeightType;
@@ -19,11 +24,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut iters = 20u32;
     let mut n = 1usize;
     let mut shapes = Vec::new();
+    let mut types = vec![WeightType::F16, WeightType::F32, WeightType::Bf16];
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--iters" => iters = args.next().ok_or("--iters needs a value")?.parse()?,
             "--n" => n = args.next().ok_or("--n needs a value")?.parse()?,
+            "--types" => types = parse_types(&args.next().ok_or("--types needs a value")?)?,
             s => {
                 let (r, c) = s
                     .split_once('x')
@@ -39,11 +46,37 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("device: {}\n", dev.info().summary());
     println!("{}", bench::MARKDOWN_HEADER);
     for &(rows, cols) in &shapes {
-        for dtype in [WeightType::F16, WeightType::F32, WeightType::Bf16] {
+        for &dtype in &types {
             let r = bench::bench_matmul(&dev, dtype, rows, cols, n, iters)?;
             println!("{}", r.markdown_row());
         }
     }
     dev.check_validation()?;
     Ok(())
+}
+
+fn parse_types(list: &str) -> Result<Vec<WeightType>, String> {
+    let all = [WeightType::F32, WeightType::F16, WeightType::Bf16]
+        .into_iter()
+        .chain(WeightType::QUANTIZED);
+    let all: Vec<WeightType> = all.collect();
+    let mut out = Vec::new();
+    for name in list.split(',') {
+        if name.eq_ignore_ascii_case("quant") {
+            out.extend([
+                WeightType::Q8_0,
+                WeightType::Q4_1,
+                WeightType::Q5_0,
+                WeightType::Q4_K,
+                WeightType::Q6_K,
+            ]);
+            continue;
+        }
+        let t = all
+            .iter()
+            .find(|t| t.name().eq_ignore_ascii_case(name))
+            .ok_or(format!("unknown weight type {name}"))?;
+        out.push(*t);
+    }
+    Ok(out)
 }

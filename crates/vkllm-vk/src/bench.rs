@@ -1,4 +1,5 @@
-//! Matvec/matmul micro-benchmark by timestamp queries: GB/s (weight bytes read) and GFLOP/s.
+//! Matvec/matmul micro-benchmark by timestamp queries: GB/s (weight bytes read, as stored: the
+//! quantized blocks for llama.cpp formats) and GFLOP/s.
 
 use vkllm_kernels::WeightType;
 
@@ -60,7 +61,8 @@ pub fn bench_matmul(
     let y = dev.create_buffer("bench-y", 4 * (n * rows) as u64, MemoryKind::Device)?;
     let iters = iters.max(1);
     let mut r = Recorder::with_timestamps(dev, iters * parts)?;
-    // 0x3c003c00 is (1.0, 1.0) in f16, 1.0/2^7-ish in f32/bf16: finite everywhere.
+    // 0x3c003c00 is (1.0, 1.0) in f16, 1.0/2^7-ish in f32/bf16: finite everywhere (in quantized
+    // blocks every f16 scale field reads 1.0 or a tiny subnormal).
     for p in &w.parts {
         r.fill(p.buffer.all(), 0x3c00_3c00)?;
     }

@@ -1,6 +1,7 @@
-//! Weight tensors: a `[rows, cols]` matrix in F32/F16/BF16, split by rows into parts that each
-//! fit one storage-buffer range (128 MiB on lavapipe, 4 GiB on NVIDIA), and the matrix kernels
-//! run over all parts.
+//! Weight tensors: a `[rows, cols]` matrix in F32/F16/BF16 or a llama.cpp block format (the raw
+//! GGUF bytes), split by rows into parts that each fit one storage-buffer range (128 MiB on
+//! lavapipe, 4 GiB on NVIDIA), and the matrix kernels run over all parts. A row of a quantized
+//! tensor is `cols / block_size` whole blocks, so splits fall on row (and block) boundaries.
 
 use vkllm_kernels::WeightType;
 use vkllm_kernels::embedding::{Embedding, EmbeddingShape};
@@ -12,6 +13,29 @@ use crate::buffer::{BufSlice, Buffer, MemoryKind};
 use crate::device::Device;
 use crate::error::Result;
 use crate::recorder::Recorder;
+
+/// The kernels' weight type for a vkllm-cpu (GGUF) tensor type: every format vkllm-cpu reads
+/// has a GPU kernel.
+pub fn weight_type(q: vkllm_cpu::quant::QuantType) -> WeightType {
+    use vkllm_cpu::quant::QuantType as Q;
+    match q {
+        Q::F32 => WeightType::F32,
+        Q::F16 => WeightType::F16,
+        Q::BF16 => WeightType::Bf16,
+        Q::Q4_0 => WeightType::Q4_0,
+        Q::Q4_1 => WeightType::Q4_1,
+        Q::Q5_0 => WeightType::Q5_0,
+        Q::Q5_1 => WeightType::Q5_1,
+        Q::Q8_0 => WeightType::Q8_0,
+        Q::Q2_K => WeightType::Q2_K,
+        Q::Q3_K => WeightType::Q3_K,
+        Q::Q4_K => WeightType::Q4_K,
+        Q::Q5_K => WeightType::Q5_K,
+        Q::Q6_K => WeightType::Q6_K,
+        Q::IQ4_NL => WeightType::IQ4_NL,
+        Q::IQ4_XS => WeightType::IQ4_XS,
+    }
+}
 
 /// One row range of a weight.
 #[derive(Clone, Debug)]
@@ -44,15 +68,25 @@ impl Tensor {
                 "{label}: empty tensor [{rows}, {cols}]"
             )));
         }
-        if dtype != WeightType::F32 && !cols.is_multiple_of(2) {
+        if !dtype.is_quantized() && dtype != WeightType::F32 && !cols.is_multiple_of(2) {
             return Err(Error::Shape(format!(
                 "{label}: 16-bit rows must have an even length, got {cols}"
             )));
         }
-        let row_bytes = dtype.storage_bytes(cols as u64);
-        let max = dev.max_buffer_bytes();
-        // Parts also stay under 2^32 elements (the kernels index with u32).
-        let rows_per_part = ((max / row_bytes) as usize).min((u32::MAX as usize) / cols);
+        let Some(row_bytes) = dtype.row_bytes(cols as u64) else {
+            return Err(Error::Shape(format!(
+                "{label}: {} rows must be a multiple of {} elements, got {cols}",
+                dtype.name(),
+                dtype.block_size()
+            )));
+        };
+        // Whole words, so padding a part to a word cannot take it past the limit.
+        let max = dev.max_buffer_bytes() / 4 * 4;
+        // Parts also stay under 2^32 elements and (quantized) under 4 GiB - 16 bytes: the
+        // kernels index elements and bytes with u32.
+        let rows_per_part = ((max / row_bytes) as usize)
+            .min((u32::MAX as usize) / cols)
+            .min(((u32::MAX as u64 - 16) / row_bytes) as usize);
         if rows_per_part == 0 {
             return Err(Error::BufferRange {
                 what: format!("{label}: one row"),
@@ -64,9 +98,10 @@ impl Tensor {
         let mut r = 0;
         while r < rows {
             let n = rows_per_part.min(rows - r);
+            // Quantized rows need not be whole words: pad the part to one.
             let buffer = dev.create_buffer(
                 &format!("{label}[{r}..{}]", r + n),
-                row_bytes * n as u64,
+                (row_bytes * n as u64).div_ceil(4) * 4,
                 MemoryKind::Device,
             )?;
             parts.push(TensorPart {
@@ -85,9 +120,10 @@ impl Tensor {
     }
 
     /// Uploads the whole weight from its packed bytes (`rows * cols` elements of `dtype`,
-    /// little-endian, 16-bit types two per word as stored on disk).
+    /// little-endian, 16-bit types two per word, quantized types as GGUF blocks: the bytes as
+    /// stored on disk).
     pub fn upload(&self, dev: &Device, bytes: &[u8]) -> Result<()> {
-        let row_bytes = self.dtype.bytes() as usize * self.cols;
+        let row_bytes = self.row_bytes();
         if bytes.len() != row_bytes * self.rows {
             return Err(Error::Shape(format!(
                 "tensor [{}, {}] {}: got {} bytes, need {}",
@@ -117,6 +153,12 @@ impl Tensor {
         let t = Self::new(dev, label, dtype, rows, cols)?;
         t.upload(dev, bytes)?;
         Ok(t)
+    }
+
+    /// Bytes of one row as stored (whole blocks for quantized types; no padding).
+    pub fn row_bytes(&self) -> usize {
+        // `new` checked that cols is a whole number of blocks.
+        self.cols / self.dtype.block_size() * self.dtype.bytes() as usize
     }
 
     fn shape(&self, p: &TensorPart, accumulate: bool) -> MatShape {
@@ -197,5 +239,28 @@ impl Recorder {
             self.dispatch(d)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use vkllm_cpu::quant::QuantType;
+
+    /// The kernels' block geometry agrees with vkllm-cpu's for every format.
+    #[test]
+    fn weight_types_match_the_cpu_formats() {
+        for q in QuantType::ALL {
+            let t = super::weight_type(q);
+            assert_eq!(t.ggml_id(), q.ggml_id(), "{q}");
+            assert_eq!(t.name(), q.name(), "{q}");
+            assert_eq!(t.block_size(), q.block_size(), "{q}");
+            assert_eq!(t.bytes() as usize, q.type_size(), "{q}");
+            let cols = 4 * q.block_size();
+            assert_eq!(
+                t.row_bytes(cols as u64),
+                q.row_bytes(cols).ok().map(|b| b as u64),
+                "{q}"
+            );
+        }
     }
 }

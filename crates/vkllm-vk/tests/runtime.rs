@@ -281,6 +281,74 @@ fn timestamps_time_each_dispatch() {
     dev.check_validation().unwrap();
 }
 
+/// Quantized weights split by rows: parts whose byte length is not a multiple of 4 (Q6_K rows
+/// are 210 bytes, Q5_0 rows of 96 elements 66) are padded, and each part's rows start at its
+/// own buffer's byte 0.
+#[test]
+fn split_quantized_tensors_match_the_cpu() {
+    use vkllm_cpu::quant::{QuantType, dequantize_row, matvec_quant, quantize_row};
+    let mut opts = common::options();
+    opts.max_buffer_bytes = Some(4096);
+    let _serial = common::device();
+    let dev = common::open(&opts);
+    for (wt, qt, cols) in [
+        (WeightType::Q6_K, QuantType::Q6_K, 256usize),
+        (WeightType::Q5_0, QuantType::Q5_0, 96),
+    ] {
+        let (rows, n) = (77usize, 3usize);
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+            .collect();
+        let bytes = quantize_row(qt, &w).unwrap();
+        let mut wr = vec![0.0; rows * cols];
+        dequantize_row(qt, &bytes, &mut wr).unwrap();
+        let t = Tensor::from_bytes(&dev, "wq", wt, rows, cols, &bytes).unwrap();
+        assert!(t.parts.len() > 1, "{wt:?}: {} part(s)", t.parts.len());
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| ((i * 11 % 29) as f32 - 14.0) / 7.0)
+            .collect();
+        let xb = dev.buffer_from("x", &x).unwrap();
+        let y = dev
+            .create_buffer("y", 4 * (n * rows) as u64, MemoryKind::Device)
+            .unwrap();
+        let y1 = dev
+            .create_buffer("y1", 4 * rows as u64, MemoryKind::Device)
+            .unwrap();
+        let mut r = Recorder::new(&dev).unwrap();
+        r.fill(y.all(), f32::NAN.to_bits()).unwrap();
+        r.fill(y1.all(), f32::NAN.to_bits()).unwrap();
+        r.matmul(&t, xb.all(), n, y.all(), false).unwrap();
+        r.matvec(&t, xb.slice(0, 4 * cols as u64).unwrap(), y1.all(), false)
+            .unwrap();
+        r.finish().unwrap().submit().unwrap();
+        let mut want = vec![0.0; n * rows];
+        for (xt, yt) in x.chunks_exact(cols).zip(want.chunks_exact_mut(rows)) {
+            matvec_quant(qt, &bytes, rows, cols, xt, yt).unwrap();
+        }
+        let got: Vec<f32> = dev.read_vec(&y, n * rows).unwrap();
+        let d = vkllm_cpu::compare::diff(&got, &want);
+        assert!(d.within(1e-4, 1e-7), "{wt:?} matmul over parts: {d:?}");
+        let got: Vec<f32> = dev.read_vec(&y1, rows).unwrap();
+        let d = vkllm_cpu::compare::diff(&got, &want[..rows]);
+        assert!(d.within(1e-4, 1e-7), "{wt:?} matvec over parts: {d:?}");
+
+        let ids: Vec<u32> = vec![76, 19, 18, 62];
+        let idb = dev.buffer_from("ids", &ids).unwrap();
+        let out = dev
+            .create_buffer("emb", 4 * (ids.len() * cols) as u64, MemoryKind::Device)
+            .unwrap();
+        let mut r = Recorder::new(&dev).unwrap();
+        r.fill(out.all(), f32::NAN.to_bits()).unwrap();
+        r.embedding(&t, idb.all(), ids.len(), out.all()).unwrap();
+        r.finish().unwrap().submit().unwrap();
+        let got: Vec<f32> = dev.read_vec(&out, ids.len() * cols).unwrap();
+        let mut want = vec![0.0; ids.len() * cols];
+        vkllm_cpu::embedding(&wr, cols, &ids, &mut want).unwrap();
+        assert_eq!(got, want, "{wt:?} embedding over parts");
+    }
+    dev.check_validation().unwrap();
+}
+
 #[test]
 fn split_tensors_match_the_cpu() {
     // A device whose buffers hold at most 4 KiB: every weight below is split into parts.

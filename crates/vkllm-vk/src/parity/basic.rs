@@ -43,6 +43,7 @@ pub(crate) fn embedding(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
                 let (h, b) = to_bf16(&table);
                 (bytemuck::cast_slice(&h).to_vec(), b)
             }
+            q => unreachable!("float tables only: {q:?}"),
         };
         let t = Tensor::from_bytes(dev, "table", dtype, vocab, dim, &bytes)?;
         let idb = cx.input("ids", &ids)?;

@@ -29,10 +29,11 @@ pub(crate) fn weight(dtype: WeightType, w: &[f32]) -> (Vec<u8>, Vec<f32>) {
             let (h, b) = to_bf16(w);
             (bytemuck::cast_slice(&h).to_vec(), b)
         }
+        q => unreachable!("float weights only (quantized cases live in parity/quant.rs): {q:?}"),
     }
 }
 
-fn max_sum_abs(w: &[f32], rows: usize, cols: usize, x: &[f32], n: usize) -> f64 {
+pub(crate) fn max_sum_abs(w: &[f32], rows: usize, cols: usize, x: &[f32], n: usize) -> f64 {
     let mut m = 0f64;
     for t in 0..n {
         for r in 0..rows {

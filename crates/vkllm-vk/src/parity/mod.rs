@@ -14,6 +14,7 @@
 mod attn;
 mod basic;
 mod mat;
+mod quant;
 mod sample;
 
 use vkllm_cpu::compare::{Diff, diff};
@@ -72,6 +73,18 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("attention_decode", attn::attention_decode),
     ("attention_prefill", attn::attention_prefill),
     ("sample", sample::sample),
+    ("quant_q8_0", quant::quant_q8_0),
+    ("quant_q4_0", quant::quant_q4_0),
+    ("quant_q4_1", quant::quant_q4_1),
+    ("quant_q5_0", quant::quant_q5_0),
+    ("quant_q5_1", quant::quant_q5_1),
+    ("quant_iq4_nl", quant::quant_iq4_nl),
+    ("quant_q4_k", quant::quant_q4_k),
+    ("quant_q6_k", quant::quant_q6_k),
+    ("quant_q5_k", quant::quant_q5_k),
+    ("quant_q3_k", quant::quant_q3_k),
+    ("quant_q2_k", quant::quant_q2_k),
+    ("quant_iq4_xs", quant::quant_iq4_xs),
 ];
 
 /// Runs every case (each with a seed derived from `seed`) and returns all rows.
