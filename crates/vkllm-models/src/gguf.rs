@@ -20,7 +20,7 @@ use vkllm_gguf::{GgmlType, GgufFile, MetaValueRef};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::family::Family;
-use crate::weights::{HostTensor, TensorSource};
+use crate::weights::{HostTensor, RawTensor, TensorSource};
 
 /// A GGUF model file: its config and its tensors under Hugging Face names.
 pub struct GgufModel {
@@ -254,5 +254,27 @@ impl TensorSource for GgufModel {
         let n = info.n_elements() as usize;
         let data = to_f32(&gname, info.ggml_type(), self.file.tensor_bytes(info), n)?;
         Ok(Some(HostTensor { shape, data }))
+    }
+
+    fn tensor_raw(&self, name: &str) -> Result<Option<RawTensor<'_>>, ModelError> {
+        let Some(gname) = gguf_name(name, self.config.family) else {
+            return Ok(None);
+        };
+        let Some(info) = self.file.tensor(&gname) else {
+            return Ok(None);
+        };
+        let ty = info.ggml_type();
+        let ty = vkllm_cpu::quant::QuantType::from_ggml_id(ty.id()).map_err(|_| {
+            ModelError::UnsupportedTensorType {
+                name: gname.clone(),
+                ty: ty.name().to_string(),
+            }
+        })?;
+        let shape = info.dims().iter().rev().map(|&d| d as usize).collect();
+        Ok(Some(RawTensor {
+            shape,
+            ty,
+            bytes: self.file.tensor_bytes(info),
+        }))
     }
 }

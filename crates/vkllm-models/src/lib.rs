@@ -24,4 +24,4 @@ pub use config::{LayerConfig, ModelConfig};
 pub use error::ModelError;
 pub use family::{Activation, Family};
 pub use forward::{DEFAULT_CHUNK, KvCache, Logits, Model};
-pub use weights::{HostTensor, TensorSource, Weights};
+pub use weights::{HostTensor, RawTensor, TensorSource, Weights};

@@ -12,10 +12,25 @@ pub struct HostTensor {
     pub data: Vec<f32>,
 }
 
+/// A tensor as stored in the file: its type and raw bytes (llama.cpp block layout).
+#[derive(Clone, Debug)]
+pub struct RawTensor<'a> {
+    /// Outermost dimension first.
+    pub shape: Vec<usize>,
+    pub ty: vkllm_cpu::quant::QuantType,
+    pub bytes: &'a [u8],
+}
+
 /// Where weights come from: a safetensors checkpoint, a GGUF file (through a name map), ...
 pub trait TensorSource {
     /// The tensor by its Hugging Face name, or `None` when absent.
     fn tensor_f32(&self, name: &str) -> Result<Option<HostTensor>, ModelError>;
+
+    /// The tensor's stored bytes, for backends that read the format directly (GGUF blocks).
+    /// `None` when absent or when the source only offers f32.
+    fn tensor_raw(&self, _name: &str) -> Result<Option<RawTensor<'_>>, ModelError> {
+        Ok(None)
+    }
 }
 
 /// One decoder layer's weights.
@@ -59,6 +74,18 @@ impl<B: Backend> Loader<'_, B> {
     }
 
     fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Tensor, ModelError> {
+        if let Some(raw) = self.src.tensor_raw(name)? {
+            if raw.shape != [rows, cols] {
+                return Err(ModelError::TensorShape {
+                    name: name.to_string(),
+                    expected: vec![rows, cols],
+                    found: raw.shape,
+                });
+            }
+            if let Some(t) = self.b.upload_matrix_raw(raw.ty, raw.bytes, rows, cols)? {
+                return Ok(t);
+            }
+        }
         let data = self.read(name, &[rows, cols])?;
         self.b.upload_matrix(&data, rows, cols)
     }

@@ -58,6 +58,17 @@ pub trait Backend {
         rows: usize,
         cols: usize,
     ) -> Result<Tensor, ModelError>;
+    /// A `[rows, cols]` weight matrix kept in its stored format (llama.cpp blocks), when this
+    /// backend computes with that format directly; `None` means "give me f32 instead".
+    fn upload_matrix_raw(
+        &mut self,
+        _ty: vkllm_cpu::quant::QuantType,
+        _bytes: &[u8],
+        _rows: usize,
+        _cols: usize,
+    ) -> Result<Option<Tensor>, ModelError> {
+        Ok(None)
+    }
     /// Overwrites the start of a u32 tensor.
     fn write_u32(&mut self, t: Tensor, data: &[u32]) -> Result<(), ModelError>;
     /// Reads `out.len()` values starting at element `offset`, after all earlier work finished.

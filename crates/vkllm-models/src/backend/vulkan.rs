@@ -47,6 +47,8 @@ pub struct VulkanBackend {
     attn_parts: Option<(Buffer, Buffer)>,
     /// Each biased weight's bias tiled `n` times, so a bias add is one copy per linear.
     tiled_bias: Vec<(Tensor, usize, Buffer)>,
+    /// Keep quantized weights in their blocks (the fast path) instead of f32.
+    quantized: bool,
 }
 
 impl VulkanBackend {
@@ -58,7 +60,15 @@ impl VulkanBackend {
             ropes: Vec::new(),
             attn_parts: None,
             tiled_bias: Vec::new(),
+            quantized: true,
         }
+    }
+
+    /// Dequantize weights to f32 at load (the reference path) instead of running the quantized
+    /// kernels on the stored blocks.
+    pub fn with_f32_weights(mut self) -> Self {
+        self.quantized = false;
+        self
     }
 
     pub fn device(&self) -> &Device {
@@ -238,6 +248,21 @@ impl Backend for VulkanBackend {
             bytemuck::cast_slice(data),
         )?;
         Ok(self.push(Slot::Matrix(t)))
+    }
+
+    fn upload_matrix_raw(
+        &mut self,
+        ty: vkllm_cpu::quant::QuantType,
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Option<Tensor>, ModelError> {
+        if !self.quantized || ty == vkllm_cpu::quant::QuantType::F32 {
+            return Ok(None);
+        }
+        let wt = vkllm_vk::weight_type(ty);
+        let t = VkTensor::from_bytes(&self.dev, "weight", wt, rows, cols, bytes)?;
+        Ok(Some(self.push(Slot::Matrix(t))))
     }
 
     fn write_u32(&mut self, t: Tensor, data: &[u32]) -> Result<(), ModelError> {
