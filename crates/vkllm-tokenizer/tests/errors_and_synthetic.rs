@@ -230,6 +230,23 @@ fn synthetic_byte_level_vocabulary() {
 }
 
 #[test]
+fn add_bos_and_add_eos_flags() {
+    let mut v = byte_level_vocab();
+    v.bos = Some(259);
+    v.add_bos = Some(true);
+    v.add_eos = Some(true);
+    let t = Tokenizer::from_gguf_vocab(&v).unwrap();
+    assert_eq!(
+        t.encode("a", EncodeOptions::default()).unwrap(),
+        [259, 97, 258]
+    );
+    assert_eq!(t.encode("a", EncodeOptions::plain()).unwrap(), [97]);
+    // Byte-level vocabularies add nothing unless the file says so.
+    let t = Tokenizer::from_gguf_vocab(&byte_level_vocab()).unwrap();
+    assert_eq!(t.encode("a", EncodeOptions::default()).unwrap(), [97]);
+}
+
+#[test]
 fn incremental_decoder_holds_split_characters() {
     let t = Tokenizer::from_gguf_vocab(&byte_level_vocab()).unwrap();
     // "é" is two byte tokens: nothing after the first, the whole character after the second.
