@@ -107,6 +107,20 @@ fn malformed_config_and_template_report_positions() {
 }
 
 #[test]
+fn named_templates_pick_tool_use_when_tools_are_given() {
+    let config = r#"{"chat_template": [
+        {"name": "default", "template": "plain:{{ messages[0].content }}"},
+        {"name": "tool_use", "template": "tools:{{ tools|length }}:{{ messages[0].content }}"}
+    ]}"#;
+    let t = Tokenizer::from_hf_json("tiny", TINY, Some(config)).unwrap();
+    let msgs = serde_json::json!([{"role": "user", "content": "ab"}]);
+    let mut opts = vkllm_tokenizer::RenderOptions::default();
+    assert_eq!(t.apply_chat_template(&msgs, &opts).unwrap(), "plain:ab");
+    opts.tools = Some(serde_json::json!([{"type": "function"}]));
+    assert_eq!(t.apply_chat_template(&msgs, &opts).unwrap(), "tools:1:ab");
+}
+
+#[test]
 fn bad_gguf_files_and_vocabularies_are_typed_errors() {
     let dir = std::env::temp_dir().join(format!("vkllm-tok-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
