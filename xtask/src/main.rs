@@ -15,14 +15,7 @@ fn main() -> Result<()> {
 }
 
 fn run_parity(json: bool) -> Result<()> {
-    let mut rows = Vec::new();
-    let mut errors = Vec::new();
-    for r in parity::cpu_vs_transformers_all() {
-        match r {
-            Ok(row) => rows.push(row),
-            Err((subject, e)) => errors.push(format!("{subject}: {e}")),
-        }
-    }
+    let (rows, errors) = parity::full_report();
     if json {
         println!("{}", parity::render_json(&rows));
     } else {

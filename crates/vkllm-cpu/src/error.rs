@@ -1,5 +1,5 @@
 //! The crate's one error type: the few failures that come from user input (token ids, sampling
-//! parameters, model configuration). Wrong shapes passed by our own code are programming errors
+//! parameters, model configuration, quantized weight bytes read from a file). Wrong shapes passed by our own code are programming errors
 //! and panic instead (each function documents its `# Panics`).
 
 /// Errors from user-controlled input to the reference ops.
@@ -38,5 +38,51 @@ pub enum CpuError {
         id: u32,
         /// Vocabulary size (valid ids are `0..vocab`).
         vocab: usize,
+    },
+    /// A ggml type id this crate has no quantized-format code for.
+    #[error("ggml type id {id} is not a format vkllm-cpu knows")]
+    UnknownGgmlType {
+        /// The ggml `type` id as stored in a GGUF tensor info.
+        id: u32,
+    },
+    /// A known format whose operation (`op`: "quantize", ...) is not implemented.
+    #[error("{op} is not implemented for {ty}")]
+    UnsupportedQuant {
+        /// The format.
+        ty: crate::quant::QuantType,
+        /// The operation asked for.
+        op: &'static str,
+    },
+    /// A row length that is not a whole number of the format's blocks.
+    #[error("{ty}: {elements} elements is not a multiple of the block size {block}")]
+    QuantRowLength {
+        /// The format.
+        ty: crate::quant::QuantType,
+        /// Elements asked for.
+        elements: usize,
+        /// Elements per block of `ty`.
+        block: usize,
+    },
+    /// Quantized bytes whose length does not match the element count.
+    #[error("{ty}: {elements} elements need {expected} bytes, got {got}")]
+    QuantByteLength {
+        /// The format.
+        ty: crate::quant::QuantType,
+        /// Elements the bytes should hold.
+        elements: usize,
+        /// Bytes `elements` take in `ty`.
+        expected: usize,
+        /// Bytes given.
+        got: usize,
+    },
+    /// A `[rows, cols]` shape whose size overflows `usize`.
+    #[error("{ty}: shape [{rows}, {cols}] overflows usize")]
+    QuantShapeOverflow {
+        /// The format.
+        ty: crate::quant::QuantType,
+        /// Rows asked for.
+        rows: usize,
+        /// Columns asked for.
+        cols: usize,
     },
 }

@@ -171,6 +171,7 @@ impl std::error::Error for SafetensorsError {
 
 enum Backing {
     Mmap(Mmap),
+    Owned(Vec<u8>),
     Empty,
 }
 
@@ -183,6 +184,7 @@ impl Shard {
     fn bytes(&self) -> &[u8] {
         match &self.map {
             Backing::Mmap(m) => m,
+            Backing::Owned(v) => v,
             Backing::Empty => &[],
         }
     }
@@ -321,8 +323,22 @@ impl SafetensorsModel {
         }
     }
 
+    /// Validates a single-file checkpoint held in memory (tests, fuzzing); `label` stands for
+    /// the file in errors and [`TensorView::file`].
+    pub fn from_bytes(label: impl AsRef<Path>, bytes: Vec<u8>) -> Result<Self, SafetensorsError> {
+        let shard = Shard {
+            path: label.as_ref().to_path_buf(),
+            map: Backing::Owned(bytes),
+        };
+        Self::from_shard(shard)
+    }
+
     fn open_single(path: &Path) -> Result<Self, SafetensorsError> {
-        let shard = map_file(path)?;
+        Self::from_shard(map_file(path)?)
+    }
+
+    fn from_shard(shard: Shard) -> Result<Self, SafetensorsError> {
+        let path = shard.path.clone();
         let meta = read_header(&shard)?;
         let data_start = meta.0;
         let tensors = meta
@@ -332,7 +348,7 @@ impl SafetensorsModel {
             .map(|(name, info)| (name, entry(0, data_start, info)))
             .collect();
         Ok(Self {
-            path: path.to_path_buf(),
+            path,
             shards: vec![shard],
             tensors,
         })

@@ -320,3 +320,42 @@ fn metadata_map_is_ignored_and_header_metadata_allowed() {
     assert_eq!(m.tensor("x").unwrap().to_f32_vec().unwrap(), [1.0]);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn from_bytes_matches_open() {
+    let dir = common::temp_dir("st-bytes");
+    let file = dir.join("model.safetensors");
+    write(&file, &single_tensors());
+    let bytes = std::fs::read(&file).unwrap();
+    let m = SafetensorsModel::from_bytes("mem.safetensors", bytes).unwrap();
+    let f = SafetensorsModel::open(&file).unwrap();
+    assert_eq!(m.path(), Path::new("mem.safetensors"));
+    assert_eq!(m.names().collect::<Vec<_>>(), f.names().collect::<Vec<_>>());
+    for (a, b) in m.tensors().zip(f.tensors()) {
+        assert_eq!(
+            (a.name(), a.dtype(), a.shape()),
+            (b.name(), b.dtype(), b.shape())
+        );
+        assert_eq!(a.bytes(), b.bytes());
+        assert_eq!(a.file(), Path::new("mem.safetensors"));
+    }
+    assert_eq!(
+        m.tensor("lm_head.weight").unwrap().to_f32_vec().unwrap(),
+        [1.5, -3.0, 65536.0]
+    );
+    // A lying header is diagnosed the same way, naming the label.
+    let header = r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+    let mut bad = (header.len() as u64).to_le_bytes().to_vec();
+    bad.extend_from_slice(header.as_bytes());
+    bad.extend_from_slice(&[0; 4]);
+    let e = SafetensorsModel::from_bytes("mem.safetensors", bad).unwrap_err();
+    assert_eq!(e.path, Path::new("mem.safetensors"));
+    assert!(
+        matches!(e.kind, SafetensorsErrorKind::OffsetsOutOfBounds { ref tensor, start: 0, end: 8, data_len: 4 } if tensor == "w"),
+        "{:?}",
+        e.kind
+    );
+    let e = SafetensorsModel::from_bytes("empty", Vec::new()).unwrap_err();
+    assert!(matches!(e.kind, SafetensorsErrorKind::BadHeader { .. }));
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -81,7 +81,7 @@ impl ModelConfig {
         Self::from_hf_map(obj)
     }
 
-    fn from_hf_map(c: &Map<String, Value>) -> Result<Self, ModelError> {
+    pub(crate) fn from_hf_map(c: &Map<String, Value>) -> Result<Self, ModelError> {
         let model_type = get_str(c, "model_type")?;
         let family =
             Family::from_hf_model_type(model_type).ok_or_else(|| ModelError::UnsupportedArch {

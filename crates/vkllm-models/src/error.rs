@@ -26,6 +26,12 @@ pub enum ModelError {
         expected: Vec<usize>,
         found: Vec<usize>,
     },
+    #[error("tensor `{name}` has type {ty}, which this backend cannot load")]
+    UnsupportedTensorType { name: String, ty: String },
+    #[error("vulkan: {0}")]
+    Vulkan(#[from] vkllm_vk::Error),
+    #[error("kernel: {0}")]
+    Kernel(#[from] vkllm_kernels::Error),
     #[error(transparent)]
     Cpu(#[from] vkllm_cpu::CpuError),
     #[error("context full: position {pos} is past the {capacity}-token KV cache")]

@@ -90,3 +90,16 @@ impl Fixture {
             .collect())
     }
 }
+
+/// vkllm's cache directory: `$VKLLM_CACHE`, else `$XDG_CACHE_HOME/vkllm`, else
+/// `~/.cache/vkllm` (the same rule as scripts/fetch-models.sh).
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("VKLLM_CACHE") {
+        return PathBuf::from(d);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from(".cache"));
+    base.join("vkllm")
+}

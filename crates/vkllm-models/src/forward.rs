@@ -29,10 +29,14 @@ struct Scratch {
     q: Tensor,
     k: Tensor,
     v: Tensor,
+    /// q and k after the per-head norm (models with q/k norm).
+    qn: Tensor,
+    kn: Tensor,
     att: Tensor,
     o: Tensor,
     gate: Tensor,
     up: Tensor,
+    act: Tensor,
     last: Tensor,
     logits: Tensor,
 }
@@ -76,10 +80,13 @@ impl Model {
             q: b.alloc_f32(chunk * cfg.q_dim())?,
             k: b.alloc_f32(chunk * cfg.kv_dim())?,
             v: b.alloc_f32(chunk * cfg.kv_dim())?,
+            qn: b.alloc_f32(if cfg.qk_norm { chunk * cfg.q_dim() } else { 1 })?,
+            kn: b.alloc_f32(if cfg.qk_norm { chunk * cfg.kv_dim() } else { 1 })?,
             att: b.alloc_f32(chunk * cfg.q_dim())?,
             o: b.alloc_f32(chunk * h)?,
             gate: b.alloc_f32(chunk * ff)?,
             up: b.alloc_f32(chunk * ff)?,
+            act: b.alloc_f32(chunk * ff)?,
             last: b.alloc_f32(h)?,
             logits: b.alloc_f32(chunk * cfg.vocab_size)?,
         };
@@ -164,14 +171,25 @@ impl Model {
             b.linear(&lw.q, s.h, n, s.q)?;
             b.linear(&lw.k, s.h, n, s.k)?;
             b.linear(&lw.v, s.h, n, s.v)?;
-            if let (Some(qn), Some(kn)) = (lw.q_norm, lw.k_norm) {
-                b.rmsnorm(s.q, qn, n * c.n_heads, hd, c.rms_eps, c.norm_offset, s.q)?;
-                b.rmsnorm(s.k, kn, n * c.n_kv_heads, hd, c.rms_eps, c.norm_offset, s.k)?;
-            }
-            b.rope(s.q, n, c.n_heads, hd, s.pos, &lc.rope)?;
-            b.rope(s.k, n, c.n_kv_heads, hd, s.pos, &lc.rope)?;
-            b.kv_store(s.k, n, c.kv_dim(), s.pos, kc, kv.capacity)?;
-            b.kv_store(s.v, n, c.kv_dim(), s.pos, vc, kv.capacity)?;
+            let (q, k) = match (lw.q_norm, lw.k_norm) {
+                (Some(qw), Some(kw)) => {
+                    b.rmsnorm(s.q, qw, n * c.n_heads, hd, c.rms_eps, c.norm_offset, s.qn)?;
+                    b.rmsnorm(
+                        s.k,
+                        kw,
+                        n * c.n_kv_heads,
+                        hd,
+                        c.rms_eps,
+                        c.norm_offset,
+                        s.kn,
+                    )?;
+                    (s.qn, s.kn)
+                }
+                _ => (s.q, s.k),
+            };
+            b.rope(q, n, c.n_heads, hd, s.pos, &lc.rope)?;
+            b.rope(k, n, c.n_kv_heads, hd, s.pos, &lc.rope)?;
+            b.kv_store(k, s.v, n, c.kv_dim(), s.pos, kc, vc, kv.capacity)?;
             let p = AttnParams {
                 n_heads: c.n_heads,
                 n_kv_heads: c.n_kv_heads,
@@ -180,23 +198,17 @@ impl Model {
                 softcap: c.attn_softcap,
                 window: lc.window,
             };
-            b.attention(s.q, kc, vc, kv.capacity, n, s.pos, &p, s.att)?;
+            b.attention(q, kc, vc, kv.capacity, n, s.pos, &p, s.att)?;
             b.linear(&lw.o, s.att, n, s.o)?;
-            if let Some(pn) = lw.post_attn_norm {
-                b.rmsnorm(s.o, pn, n, h, c.rms_eps, c.norm_offset, s.o)?;
-            }
-            b.add_inplace(s.x, s.o, n * h)?;
+            residual_add(b, s.x, s.o, lw.post_attn_norm, s.h, n, c)?;
 
             // MLP block
             b.rmsnorm(s.x, lw.ffn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
             b.linear(&lw.gate, s.h, n, s.gate)?;
             b.linear(&lw.up, s.h, n, s.up)?;
-            b.gated_act(c.activation, s.gate, s.up, n * ff, s.gate)?;
-            b.linear(&lw.down, s.gate, n, s.o)?;
-            if let Some(pn) = lw.post_ffn_norm {
-                b.rmsnorm(s.o, pn, n, h, c.rms_eps, c.norm_offset, s.o)?;
-            }
-            b.add_inplace(s.x, s.o, n * h)?;
+            b.gated_act(c.activation, s.gate, s.up, n * ff, s.act)?;
+            b.linear(&lw.down, s.act, n, s.o)?;
+            residual_add(b, s.x, s.o, lw.post_ffn_norm, s.h, n, c)?;
         }
 
         let Some(want) = want else {
@@ -217,5 +229,25 @@ impl Model {
         let mut out = vec![0f32; rows * c.vocab_size];
         b.read_f32(s.logits, 0, &mut out)?;
         Ok(out)
+    }
+}
+
+/// `x += y`, or `x += norm(y)` through `tmp` when the block has a post-norm (Gemma 2/3).
+fn residual_add<B: Backend>(
+    b: &mut B,
+    x: Tensor,
+    y: Tensor,
+    post_norm: Option<Tensor>,
+    tmp: Tensor,
+    n: usize,
+    c: &ModelConfig,
+) -> Result<(), ModelError> {
+    let h = c.hidden_size;
+    match post_norm {
+        Some(w) => {
+            b.rmsnorm(y, w, n, h, c.rms_eps, c.norm_offset, tmp)?;
+            b.add_inplace(x, tmp, n * h)
+        }
+        None => b.add_inplace(x, y, n * h),
     }
 }

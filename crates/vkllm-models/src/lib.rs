@@ -12,11 +12,13 @@ pub mod error;
 pub mod family;
 pub mod fixtures;
 pub mod forward;
+pub mod gguf;
 pub mod parity;
 pub mod safetensors;
 pub mod weights;
 
 pub use backend::cpu::CpuBackend;
+pub use backend::vulkan::VulkanBackend;
 pub use backend::{Backend, Linear, Tensor};
 pub use config::{LayerConfig, ModelConfig};
 pub use error::ModelError;

@@ -6,10 +6,14 @@
 
 use vkllm_cpu::compare::{Diff, diff};
 
+use vkllm_vk::Device;
+
+use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
+use crate::backend::vulkan::VulkanBackend;
 use crate::error::ModelError;
 use crate::family::Family;
-use crate::fixtures::Fixture;
+use crate::fixtures::{Fixture, PromptGolden};
 use crate::forward::{DEFAULT_CHUNK, Logits, Model};
 
 /// Tolerance of the "cpu vs transformers" tier: f32 logits, max |diff|.
@@ -30,45 +34,105 @@ pub struct ParityRow {
     pub pass: bool,
 }
 
+/// Tolerance of the "gpu model vs cpu model" tier (f32 weights and activations; the kernels sum
+/// in a different order than the CPU's f64-accumulated dots).
+pub const GPU_VS_CPU_MAX_ABS: f64 = 2e-4;
+
+/// Logits at every prompt position and the greedy continuation (as long as the golden's), from
+/// one backend: prefill of the whole prompt (in chunks), then one token at a time.
+pub fn run_prompt<B: Backend>(
+    b: &mut B,
+    fx: &Fixture,
+    golden: &PromptGolden,
+) -> Result<(Vec<f32>, Vec<u32>), ModelError> {
+    let model = Model::load(fx.config.clone(), &fx.weights, b, DEFAULT_CHUNK)?;
+    let n_gen = golden.greedy.len();
+    let kv = model.new_kv(b, golden.ids.len() + n_gen)?;
+    let logits = model.forward(b, &kv, &golden.ids, 0, Logits::All)?;
+    let vocab = fx.config.vocab_size;
+    let mut tokens = vec![argmax(&logits[logits.len() - vocab..])];
+    while tokens.len() < n_gen {
+        let pos = golden.ids.len() + tokens.len() - 1;
+        let last = *tokens.last().expect("non-empty");
+        tokens.push(argmax(&model.forward(
+            b,
+            &kv,
+            &[last],
+            pos,
+            Logits::Last,
+        )?));
+    }
+    Ok((logits, tokens))
+}
+
+fn matched(got: &[u32], want: &[u32]) -> usize {
+    got.iter().zip(want).take_while(|(a, b)| a == b).count()
+}
+
 /// Runs the CPU forward of a fixture's model on one of its prompts and compares with the
 /// transformers goldens: logits at every prompt position, then the greedy continuation.
 pub fn cpu_vs_transformers(fx: &Fixture, prompt: &str) -> Result<ParityRow, ModelError> {
     let golden = fx.prompt(prompt)?;
-    let mut b = CpuBackend::new();
-    let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK)?;
-    let n_gen = golden.greedy.len();
-    let kv = model.new_kv(&mut b, golden.ids.len() + n_gen)?;
-    let logits = model.forward(&mut b, &kv, &golden.ids, 0, Logits::All)?;
+    let (logits, tokens) = run_prompt(&mut CpuBackend::new(), fx, &golden)?;
     let d = diff(&logits, &golden.logits);
-
-    let vocab = fx.config.vocab_size;
-    let mut next = argmax(&logits[logits.len() - vocab..]);
-    let mut matched = 0;
-    for (step, &want) in golden.greedy.iter().enumerate() {
-        if next != want {
-            break;
-        }
-        matched += 1;
-        if step + 1 == n_gen {
-            break;
-        }
-        let pos = golden.ids.len() + step;
-        next = argmax(&model.forward(&mut b, &kv, &[next], pos, Logits::Last)?);
-    }
-    let pass = d.within(CPU_VS_HF_MAX_ABS, f64::INFINITY) && matched == n_gen;
+    let m = matched(&tokens, &golden.greedy);
+    let n = golden.greedy.len();
     Ok(ParityRow {
         subject: format!("{} ({prompt})", fx.config.family.name()),
         tier: "cpu vs transformers".into(),
         dtype: "f32".into(),
         diff: d,
-        greedy: Some((matched, n_gen)),
+        greedy: Some((m, n)),
         max_abs_tol: CPU_VS_HF_MAX_ABS,
-        pass,
+        pass: d.within(CPU_VS_HF_MAX_ABS, f64::INFINITY) && m == n,
     })
 }
 
-/// Every dense family on both prompts.
-pub fn cpu_vs_transformers_all() -> Vec<Result<ParityRow, (String, ModelError)>> {
+/// The Vulkan forward against the CPU forward on a fixture prompt: logits at every prompt
+/// position within `GPU_VS_CPU_MAX_ABS`, greedy tokens identical to the CPU's and to the
+/// transformers goldens.
+pub fn gpu_vs_cpu(dev: &Device, fx: &Fixture, prompt: &str) -> Result<ParityRow, ModelError> {
+    let golden = fx.prompt(prompt)?;
+    let (cpu_logits, cpu_tokens) = run_prompt(&mut CpuBackend::new(), fx, &golden)?;
+    let mut gpu = VulkanBackend::new(dev.clone());
+    let (gpu_logits, gpu_tokens) = run_prompt(&mut gpu, fx, &golden)?;
+    let d = diff(&gpu_logits, &cpu_logits);
+    let m = matched(&gpu_tokens, &cpu_tokens).min(matched(&gpu_tokens, &golden.greedy));
+    let n = golden.greedy.len();
+    Ok(ParityRow {
+        subject: format!("{} ({prompt})", fx.config.family.name()),
+        tier: "gpu model vs cpu model".into(),
+        dtype: "f32".into(),
+        diff: d,
+        greedy: Some((m, n)),
+        max_abs_tol: GPU_VS_CPU_MAX_ABS,
+        pass: d.within(GPU_VS_CPU_MAX_ABS, f64::INFINITY) && m == n,
+    })
+}
+
+/// The kernel suite of `vkllm-vk` (tier "gpu op vs cpu op") as rows of this table.
+pub fn gpu_kernels(dev: &Device, seed: u64) -> Result<Vec<ParityRow>, ModelError> {
+    Ok(vkllm_vk::parity::run_kernel_parity(dev, seed)?
+        .into_iter()
+        .map(|k| ParityRow {
+            subject: format!("{} {} [{}]", k.kernel, k.variant, k.shape),
+            tier: "gpu op vs cpu op".into(),
+            dtype: "f32".into(),
+            diff: k.diff,
+            greedy: None,
+            max_abs_tol: k.tol_max_abs,
+            pass: k.pass,
+        })
+        .collect())
+}
+
+/// A parity row, or why it could not be computed.
+pub type RowResult = Result<ParityRow, (String, ModelError)>;
+
+/// Every dense family on both prompts, through `check` (one of the model tiers above).
+pub fn all_families(
+    mut check: impl FnMut(&Fixture, &str) -> Result<ParityRow, ModelError>,
+) -> Vec<RowResult> {
     let mut rows = Vec::new();
     for family in Family::ALL {
         let fx = match Fixture::load(family.name()) {
@@ -79,10 +143,7 @@ pub fn cpu_vs_transformers_all() -> Vec<Result<ParityRow, (String, ModelError)>>
             }
         };
         for prompt in ["short", "long"] {
-            rows.push(
-                cpu_vs_transformers(&fx, prompt)
-                    .map_err(|e| (format!("{} ({prompt})", family.name()), e)),
-            );
+            rows.push(check(&fx, prompt).map_err(|e| (format!("{} ({prompt})", family.name()), e)));
         }
     }
     rows
@@ -154,4 +215,33 @@ fn finite_or_null(x: f64) -> serde_json::Value {
     } else {
         serde_json::Value::Null
     }
+}
+
+/// The whole ladder as one report: every row that could be computed, and every failure to
+/// compute one (a missing fixture, no Vulkan device, ...) as a message. Used by
+/// `cargo xtask parity` and `vkllm parity`.
+pub fn full_report() -> (Vec<ParityRow>, Vec<String>) {
+    let mut rows = Vec::new();
+    let mut errors = Vec::new();
+    let mut take = |rs: Vec<RowResult>| {
+        for r in rs {
+            match r {
+                Ok(row) => rows.push(row),
+                Err((subject, e)) => errors.push(format!("{subject}: {e}")),
+            }
+        }
+    };
+    take(all_families(cpu_vs_transformers));
+    match Device::from_env() {
+        Ok(dev) => {
+            let seed = vkllm_vk::parity::seed_from_env();
+            match gpu_kernels(&dev, seed) {
+                Ok(k) => take(k.into_iter().map(Ok).collect()),
+                Err(e) => take(vec![Err((format!("gpu kernels (seed {seed})"), e))]),
+            }
+            take(all_families(|fx, p| gpu_vs_cpu(&dev, fx, p)));
+        }
+        Err(e) => errors.push(format!("gpu tiers: no Vulkan device: {e}")),
+    }
+    (rows, errors)
 }

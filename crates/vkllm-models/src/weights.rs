@@ -54,6 +54,16 @@ struct Loader<'a, B: Backend> {
 
 impl<B: Backend> Loader<'_, B> {
     fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Tensor, ModelError> {
+        let data = self.read(name, shape)?;
+        self.b.upload_f32(&data)
+    }
+
+    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Tensor, ModelError> {
+        let data = self.read(name, &[rows, cols])?;
+        self.b.upload_matrix(&data, rows, cols)
+    }
+
+    fn read(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
         let HostTensor { shape: found, data } =
             self.src
                 .tensor_f32(name)?
@@ -67,11 +77,16 @@ impl<B: Backend> Loader<'_, B> {
                 found,
             });
         }
-        self.b.upload_f32(&data)
+        Ok(data)
     }
 
-    fn optional(&mut self, name: &str, shape: &[usize]) -> Result<Option<Tensor>, ModelError> {
-        match self.tensor(name, shape) {
+    fn optional_matrix(
+        &mut self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Option<Tensor>, ModelError> {
+        match self.matrix(name, rows, cols) {
             Err(ModelError::MissingTensor { .. }) => Ok(None),
             r => r.map(Some),
         }
@@ -84,7 +99,7 @@ impl<B: Backend> Loader<'_, B> {
         cols: usize,
         bias: bool,
     ) -> Result<Linear, ModelError> {
-        let weight = self.tensor(&format!("{prefix}.weight"), &[rows, cols])?;
+        let weight = self.matrix(&format!("{prefix}.weight"), rows, cols)?;
         let bias = if bias {
             Some(self.tensor(&format!("{prefix}.bias"), &[rows])?)
         } else {
@@ -108,7 +123,7 @@ impl Weights {
     ) -> Result<Self, ModelError> {
         let mut ld = Loader { src, b };
         let (h, ff, hd) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
-        let embed = ld.tensor("model.embed_tokens.weight", &[cfg.vocab_size, h])?;
+        let embed = ld.matrix("model.embed_tokens.weight", cfg.vocab_size, h)?;
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
             let p = format!("model.layers.{i}");
@@ -150,7 +165,7 @@ impl Weights {
             });
         }
         let final_norm = ld.tensor("model.norm.weight", &[h])?;
-        let lm_weight = match ld.optional("lm_head.weight", &[cfg.vocab_size, h])? {
+        let lm_weight = match ld.optional_matrix("lm_head.weight", cfg.vocab_size, h)? {
             Some(t) => t,
             None if cfg.tie_embeddings => embed,
             None => {

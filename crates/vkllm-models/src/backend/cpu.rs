@@ -81,6 +81,16 @@ impl Backend for CpuBackend {
         Ok(self.push(Buf::F32(data.to_vec())))
     }
 
+    fn upload_matrix(
+        &mut self,
+        data: &[f32],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Tensor, ModelError> {
+        assert_eq!(data.len(), rows * cols, "upload_matrix: shape");
+        self.upload_f32(data)
+    }
+
     fn write_u32(&mut self, t: Tensor, data: &[u32]) -> Result<(), ModelError> {
         match &mut self.bufs[t.index()] {
             Buf::U32(v) => v[..data.len()].copy_from_slice(data),
@@ -178,23 +188,27 @@ impl Backend for CpuBackend {
 
     fn kv_store(
         &mut self,
-        src: Tensor,
+        k: Tensor,
+        v: Tensor,
         n: usize,
         width: usize,
         positions: Tensor,
-        cache: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
         capacity: usize,
     ) -> Result<(), ModelError> {
         let pos = self.positions(positions, n);
         if let Some(&p) = pos.iter().find(|&&p| p >= capacity) {
             return Err(ModelError::ContextFull { pos: p, capacity });
         }
-        let mut c = self.take(cache);
-        let s = self.f32(src);
-        for (i, &p) in pos.iter().enumerate() {
-            c[p * width..(p + 1) * width].copy_from_slice(&s[i * width..(i + 1) * width]);
+        for (src, cache) in [(k, k_cache), (v, v_cache)] {
+            let mut c = self.take(cache);
+            let s = self.f32(src);
+            for (i, &p) in pos.iter().enumerate() {
+                c[p * width..(p + 1) * width].copy_from_slice(&s[i * width..(i + 1) * width]);
+            }
+            self.put(cache, c);
         }
-        self.put(cache, c);
         Ok(())
     }
 
@@ -242,12 +256,12 @@ impl Backend for CpuBackend {
         len: usize,
         out: Tensor,
     ) -> Result<(), ModelError> {
-        // `out` may alias `gate` or `up`: read both before taking `out`.
-        let (g, u) = (self.f32(gate)[..len].to_vec(), self.f32(up)[..len].to_vec());
+        assert!(out != gate && out != up, "gated_act: out aliases an input");
         let mut o = self.take(out);
+        let (g, u) = (&self.f32(gate)[..len], &self.f32(up)[..len]);
         match act {
-            Activation::Silu => ops::silu_mul(&g, &u, &mut o[..len]),
-            Activation::GeluTanh => ops::gelu_tanh_mul(&g, &u, &mut o[..len]),
+            Activation::Silu => ops::silu_mul(g, u, &mut o[..len]),
+            Activation::GeluTanh => ops::gelu_tanh_mul(g, u, &mut o[..len]),
         }
         self.put(out, o);
         Ok(())

@@ -7,6 +7,7 @@
 //! once and replay it with new positions written into a small buffer.
 
 pub mod cpu;
+pub mod vulkan;
 
 use vkllm_cpu::{AttnParams, Rope};
 
@@ -48,8 +49,15 @@ pub trait Backend {
     fn alloc_f32(&mut self, len: usize) -> Result<Tensor, ModelError>;
     /// A zero-initialised u32 tensor (token ids, positions).
     fn alloc_u32(&mut self, len: usize) -> Result<Tensor, ModelError>;
-    /// A tensor holding `data` (weights, constants).
+    /// A tensor holding `data` (norm weights, biases, constants).
     fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError>;
+    /// A `[rows, cols]` weight matrix (a `Linear`'s weight or an embedding table).
+    fn upload_matrix(
+        &mut self,
+        data: &[f32],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Tensor, ModelError>;
     /// Overwrites the start of a u32 tensor.
     fn write_u32(&mut self, t: Tensor, data: &[u32]) -> Result<(), ModelError>;
     /// Reads `out.len()` values starting at element `offset`, after all earlier work finished.
@@ -68,7 +76,7 @@ pub trait Backend {
         out: Tensor,
     ) -> Result<(), ModelError>;
 
-    /// RMSNorm of `rows` rows of width `dim` with weight `(w + offset)`. `out` may alias `x`.
+    /// RMSNorm of `rows` rows of width `dim` with weight `(w + offset)`.
     #[allow(clippy::too_many_arguments)]
     fn rmsnorm(
         &mut self,
@@ -95,14 +103,17 @@ pub trait Backend {
         rope: &Rope,
     ) -> Result<(), ModelError>;
 
-    /// Copies `n` rows of `width` from `src` into `cache` at rows `positions[i]`.
+    /// Copies `n` rows of `width` from `k` and `v` into the caches at rows `positions[i]`.
+    #[allow(clippy::too_many_arguments)]
     fn kv_store(
         &mut self,
-        src: Tensor,
+        k: Tensor,
+        v: Tensor,
         n: usize,
         width: usize,
         positions: Tensor,
-        cache: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
         capacity: usize,
     ) -> Result<(), ModelError>;
 
@@ -120,7 +131,7 @@ pub trait Backend {
         out: Tensor,
     ) -> Result<(), ModelError>;
 
-    /// `out = act(gate) * up` over `len` values. `out` may alias `gate` or `up`.
+    /// `out = act(gate) * up` over `len` values.
     fn gated_act(
         &mut self,
         act: Activation,

@@ -1,4 +1,5 @@
 //! One module per subcommand; `model` resolves `--model` for all of them.
 
 pub mod model;
+pub mod run;
 pub mod tokenize;

@@ -1,0 +1,178 @@
+//! One conversation on one model: prefill, sampled decode, streaming text, stops, timings.
+
+use std::time::{Duration, Instant};
+
+use vkllm_cpu::sampler::{SamplingParams, sample};
+use vkllm_models::{Backend, KvCache, Logits, Model};
+use vkllm_tokenizer::{StopMatcher, Tokenizer};
+
+use crate::error::EngineError;
+
+/// What to generate.
+#[derive(Clone, Debug, Default)]
+pub struct GenerateParams {
+    pub sampling: SamplingParams,
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Stop strings: generation ends before the first occurrence, which is not emitted.
+    pub stop: Vec<String>,
+}
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token (not emitted).
+    EndOfGeneration,
+    /// A stop string.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+}
+
+/// Token counts and timings of one generation.
+#[derive(Clone, Debug)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose keys and values were already cached (not recomputed).
+    pub reused_tokens: usize,
+    pub generated_tokens: usize,
+    pub finish: FinishReason,
+    pub time_to_first_token: Duration,
+    pub prefill_tokens_per_s: f64,
+    pub decode_tokens_per_s: f64,
+}
+
+/// A model on a backend with its KV cache and tokenizer.
+pub struct Session<B: Backend> {
+    pub backend: B,
+    pub model: Model,
+    pub tokenizer: Tokenizer,
+    kv: KvCache,
+    /// Tokens whose keys and values are in the cache, in order from position 0.
+    history: Vec<u32>,
+    /// Sequence id for the sampler's RNG counter.
+    seq_id: u64,
+}
+
+impl<B: Backend> Session<B> {
+    /// A session with a KV cache of `ctx` positions.
+    pub fn new(
+        mut backend: B,
+        model: Model,
+        tokenizer: Tokenizer,
+        ctx: usize,
+    ) -> Result<Self, EngineError> {
+        let kv = model.new_kv(&mut backend, ctx)?;
+        Ok(Session {
+            backend,
+            model,
+            tokenizer,
+            kv,
+            history: Vec::new(),
+            seq_id: 0,
+        })
+    }
+
+    /// Context length in tokens.
+    pub fn context(&self) -> usize {
+        self.kv.capacity
+    }
+
+    /// The tokens whose keys and values are in the cache.
+    pub fn history(&self) -> &[u32] {
+        &self.history
+    }
+
+    /// Forgets the conversation (the cache is overwritten from position 0).
+    pub fn reset(&mut self) {
+        self.history.clear();
+        self.seq_id += 1;
+    }
+
+    /// Generates a continuation of `context` (the whole conversation as tokens, e.g. a rendered
+    /// chat ending in the generation prompt), calling `on_text` with each piece of text as soon
+    /// as it is complete UTF-8 and cannot be part of a stop string. The longest prefix of
+    /// `context` already in the cache is reused: a multi-turn chat computes only the new turn.
+    pub fn generate(
+        &mut self,
+        context: &[u32],
+        p: &GenerateParams,
+        mut on_text: impl FnMut(&str),
+    ) -> Result<Usage, EngineError> {
+        if context.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let ctx = self.kv.capacity;
+        if context.len() + p.max_tokens > ctx {
+            return Err(EngineError::ContextExceeded {
+                prompt: context.len(),
+                max_new: p.max_tokens,
+                ctx,
+            });
+        }
+        p.sampling.validate(self.model.cfg.vocab_size)?;
+        // Reuse the cached prefix; at least the last context token is recomputed for its logits.
+        let reuse = common_prefix(&self.history, context).min(context.len() - 1);
+        self.history.truncate(reuse);
+        let new = &context[reuse..];
+        let vocab = self.model.cfg.vocab_size;
+        let mut counts = vec![0u32; vocab];
+        let start = Instant::now();
+        let logits = self
+            .model
+            .forward(&mut self.backend, &self.kv, new, reuse, Logits::Last)?;
+        self.history.extend_from_slice(new);
+        let ttft = start.elapsed();
+        let decode_start = Instant::now();
+
+        let mut decoder = self.tokenizer.incremental_decoder(true);
+        let mut stops = StopMatcher::new(p.stop.iter().map(String::as_str));
+        let mut generated = 0usize;
+        let mut next = sample(&logits, &p.sampling, &counts, self.seq_id, 0);
+        let finish = loop {
+            if self.tokenizer.is_eog(next) {
+                break FinishReason::EndOfGeneration;
+            }
+            generated += 1;
+            counts[next as usize] += 1;
+            if let Some(piece) = decoder.push(next)? {
+                let step = stops.push(&piece);
+                on_text(&step.text);
+                if step.stopped.is_some() {
+                    break FinishReason::Stop;
+                }
+            }
+            if generated >= p.max_tokens {
+                break FinishReason::Length;
+            }
+            let pos = self.history.len();
+            let logits =
+                self.model
+                    .forward(&mut self.backend, &self.kv, &[next], pos, Logits::Last)?;
+            self.history.push(next);
+            next = sample(&logits, &p.sampling, &counts, self.seq_id, generated as u64);
+        };
+        if finish != FinishReason::Stop {
+            let tail = decoder.flush()?;
+            let step = stops.push(&tail);
+            on_text(&step.text);
+            if step.stopped.is_none() {
+                on_text(&stops.finish());
+            }
+        }
+        let decode = decode_start.elapsed().as_secs_f64();
+        Ok(Usage {
+            prompt_tokens: context.len(),
+            reused_tokens: reuse,
+            generated_tokens: generated,
+            finish,
+            time_to_first_token: ttft,
+            prefill_tokens_per_s: (context.len() - reuse) as f64 / ttft.as_secs_f64().max(1e-9),
+            decode_tokens_per_s: generated.saturating_sub(1) as f64 / decode.max(1e-9),
+        })
+    }
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}

@@ -1,0 +1,283 @@
+//! `shaders/attention.wgsl` (decode: split-K + merge) and `shaders/attention_prefill.wgsl`
+//! (prefill: tiled, online softmax).
+
+use crate::kv_append::KvType;
+use crate::sources::{ATTENTION, ATTENTION_PREFILL};
+use crate::spec::{MAX_GROUPS_X, need, rd, rw, shape_err, to_u32, wr};
+use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
+
+/// Workgroup size of the decode kernels.
+const WG: u32 = 128;
+/// Query tile of the prefill kernel.
+pub const PREFILL_BQ: usize = 16;
+
+/// Pass 1: per (chunk, head, query) partial softmax. `out` is bound but not used.
+pub static ATTN_SPLIT: KernelSpec = KernelSpec {
+    name: "attn_decode_split",
+    file: "attention.wgsl",
+    entry: "split",
+    source: ATTENTION,
+    bindings: &[
+        rd("q"),
+        rd("k"),
+        rd("v"),
+        rd("q_pos"),
+        wr("part_ml"),
+        wr("part_o"),
+        rd("out"),
+    ],
+    push_size: 36,
+    exact_fp: false,
+};
+
+/// Pass 2: merge the chunks. `q`, `k`, `v`, `q_pos` are bound but not used.
+pub static ATTN_MERGE: KernelSpec = KernelSpec {
+    name: "attn_decode_merge",
+    file: "attention.wgsl",
+    entry: "merge",
+    source: ATTENTION,
+    bindings: &[
+        rd("q"),
+        rd("k"),
+        rd("v"),
+        rd("q_pos"),
+        rd("part_ml"),
+        rd("part_o"),
+        rw("out"),
+    ],
+    push_size: 36,
+    exact_fp: false,
+};
+
+pub static ATTN_PREFILL: KernelSpec = KernelSpec {
+    name: "attn_prefill",
+    file: "attention_prefill.wgsl",
+    entry: "main",
+    source: ATTENTION_PREFILL,
+    bindings: &[rd("q"), rd("k"), rd("v"), rd("q_pos"), rw("out")],
+    push_size: 28,
+    exact_fp: false,
+};
+
+/// Attention problem: `n_q` queries (positions in a `q_pos` buffer) against the first `n_kv`
+/// rows of a K/V cache `[n_kv.., n_kv_heads, head_dim]`.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnShape {
+    pub n_q: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub n_kv: usize,
+    /// Multiplies q.k (usually 1 / sqrt(head_dim)).
+    pub scale: f32,
+    /// `cap * tanh(s / cap)` on the scaled scores (Gemma 2).
+    pub softcap: Option<f32>,
+    /// Sliding window: key j is visible to a query at position p when p - j < window.
+    pub window: Option<usize>,
+    pub kv: KvType,
+}
+
+impl AttnShape {
+    fn check(&self, k: &'static KernelSpec) -> Result<(), Error> {
+        if self.n_q == 0 || self.n_kv == 0 || self.n_heads == 0 || self.n_kv_heads == 0 {
+            return Err(shape_err(k, "empty attention"));
+        }
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return Err(shape_err(
+                k,
+                format!(
+                    "n_heads {} not a multiple of n_kv_heads {}",
+                    self.n_heads, self.n_kv_heads
+                ),
+            ));
+        }
+        if self.head_dim == 0 || self.head_dim > 256 || !self.head_dim.is_multiple_of(2) {
+            return Err(shape_err(
+                k,
+                format!("head_dim {} must be even and <= 256", self.head_dim),
+            ));
+        }
+        if let Some(c) = self.softcap
+            && !(c.is_finite() && c > 0.0)
+        {
+            return Err(shape_err(k, format!("softcap {c} must be > 0")));
+        }
+        if self.window == Some(0) {
+            return Err(shape_err(k, "window 0 sees nothing"));
+        }
+        Ok(())
+    }
+
+    fn check_buffers<B: KernelBuffer>(
+        &self,
+        k: &'static KernelSpec,
+        q: &B,
+        kc: &B,
+        vc: &B,
+        q_pos: &B,
+        out: &B,
+    ) -> Result<(), Error> {
+        let qb = 4 * (self.n_q * self.n_heads * self.head_dim) as u64;
+        need(k, "q", q, qb)?;
+        let kvb = self
+            .kv
+            .bytes((self.n_kv * self.n_kv_heads * self.head_dim) as u64);
+        need(k, "k", kc, kvb)?;
+        need(k, "v", vc, kvb)?;
+        need(k, "q_pos", q_pos, 4 * self.n_q as u64)?;
+        need(k, "out", out, qb)
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct AttnDecodeParams {
+    pub n_q: u32,
+    pub n_heads: u32,
+    pub n_kv_heads: u32,
+    pub head_dim: u32,
+    pub n_kv: u32,
+    pub n_chunks: u32,
+    pub scale: f32,
+    pub softcap: f32,
+    pub window: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct AttnPrefillParams {
+    pub n_q: u32,
+    pub n_heads: u32,
+    pub n_kv_heads: u32,
+    pub n_kv: u32,
+    pub scale: f32,
+    pub softcap: f32,
+    pub window: u32,
+}
+
+/// Split-K decode attention: two dispatches (split, merge) through caller-provided scratch
+/// (`part_ml`, `part_o`, sized by [`AttnDecode::scratch_bytes`]).
+pub struct AttnDecode<B> {
+    pub q: B,
+    pub k: B,
+    pub v: B,
+    pub q_pos: B,
+    pub part_ml: B,
+    pub part_o: B,
+    pub out: B,
+}
+
+impl<B: KernelBuffer> AttnDecode<B> {
+    /// Bytes of (`part_ml`, `part_o`) for `s` split into chunks of `chunk` keys.
+    pub fn scratch_bytes(s: &AttnShape, chunk: usize) -> (u64, u64) {
+        let parts = (s.n_q * s.n_heads * s.n_kv.div_ceil(chunk.max(1))) as u64;
+        (8 * parts, 4 * parts * s.head_dim as u64)
+    }
+
+    /// `chunk`: keys per split workgroup, a power of two in 32..=1024 (256 is a good default).
+    pub fn dispatch(self, s: &AttnShape, chunk: usize) -> Result<[Dispatch<B>; 2], Error> {
+        let k = &ATTN_SPLIT;
+        s.check(k)?;
+        if !(32..=1024).contains(&chunk) || !chunk.is_power_of_two() {
+            return Err(shape_err(
+                k,
+                format!("chunk {chunk} must be a power of two in 32..=1024"),
+            ));
+        }
+        s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
+        let (ml, o) = Self::scratch_bytes(s, chunk);
+        need(k, "part_ml", &self.part_ml, ml)?;
+        need(k, "part_o", &self.part_o, o)?;
+        let n_chunks = s.n_kv.div_ceil(chunk);
+        let m = MAX_GROUPS_X as usize;
+        if n_chunks > m || s.n_heads > m || s.n_q > m {
+            return Err(shape_err(k, "grid out of range"));
+        }
+        let p = AttnDecodeParams {
+            n_q: to_u32(k, "n_q", s.n_q)?,
+            n_heads: to_u32(k, "n_heads", s.n_heads)?,
+            n_kv_heads: to_u32(k, "n_kv_heads", s.n_kv_heads)?,
+            head_dim: to_u32(k, "head_dim", s.head_dim)?,
+            n_kv: to_u32(k, "n_kv", s.n_kv)?,
+            n_chunks: n_chunks as u32,
+            scale: s.scale,
+            softcap: s.softcap.unwrap_or(0.0),
+            window: to_u32(k, "window", s.window.unwrap_or(0))?,
+        };
+        let buffers = vec![
+            self.q,
+            self.k,
+            self.v,
+            self.q_pos,
+            self.part_ml,
+            self.part_o,
+            self.out,
+        ];
+        let ov = Overrides::new()
+            .set("WG", WG as f64)
+            .set("CHUNK", chunk as f64)
+            .set("KV_DTYPE", s.kv.code());
+        let split = Dispatch::new(
+            k,
+            ov.clone(),
+            buffers.clone(),
+            &p,
+            [n_chunks as u32, s.n_heads as u32, s.n_q as u32],
+        );
+        let merge = Dispatch::new(
+            &ATTN_MERGE,
+            ov,
+            buffers,
+            &p,
+            [s.n_heads as u32, s.n_q as u32, 1],
+        );
+        Ok([split, merge])
+    }
+}
+
+/// Tiled causal attention for prefill.
+pub struct AttnPrefill<B> {
+    pub q: B,
+    pub k: B,
+    pub v: B,
+    pub q_pos: B,
+    pub out: B,
+}
+
+impl<B: KernelBuffer> AttnPrefill<B> {
+    pub fn dispatch(self, s: &AttnShape) -> Result<Dispatch<B>, Error> {
+        let k = &ATTN_PREFILL;
+        s.check(k)?;
+        if !s.head_dim.is_multiple_of(8) {
+            return Err(shape_err(
+                k,
+                format!("head_dim {} must be a multiple of 8", s.head_dim),
+            ));
+        }
+        s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
+        let tiles = s.n_q.div_ceil(PREFILL_BQ);
+        if tiles > MAX_GROUPS_X as usize || s.n_heads > MAX_GROUPS_X as usize {
+            return Err(shape_err(k, "grid out of range"));
+        }
+        let bk = if s.head_dim > 128 { 8 } else { 16 };
+        let p = AttnPrefillParams {
+            n_q: to_u32(k, "n_q", s.n_q)?,
+            n_heads: to_u32(k, "n_heads", s.n_heads)?,
+            n_kv_heads: to_u32(k, "n_kv_heads", s.n_kv_heads)?,
+            n_kv: to_u32(k, "n_kv", s.n_kv)?,
+            scale: s.scale,
+            softcap: s.softcap.unwrap_or(0.0),
+            window: to_u32(k, "window", s.window.unwrap_or(0))?,
+        };
+        Ok(Dispatch::new(
+            k,
+            Overrides::new()
+                .set("HD", s.head_dim as f64)
+                .set("BK", bk as f64)
+                .set("KV_DTYPE", s.kv.code()),
+            vec![self.q, self.k, self.v, self.q_pos, self.out],
+            &p,
+            [tiles as u32, s.n_heads as u32, 1],
+        ))
+    }
+}

@@ -1,0 +1,68 @@
+//! # vkllm-kernels — layer 2: the SPIR-V kernel set
+//!
+//! Every GPU kernel of vkllm is a WGSL file in the repository's `shaders/` (one file per kernel
+//! family, named after the op). `build.rs` parses and validates each with naga, so a broken shader
+//! fails the build; the sources are embedded, so binaries need no shader files at run time.
+//! [`compile_spirv`] specialises one entry point (WGSL `override` constants such as workgroup and
+//! tile sizes) and emits SPIR-V; the Vulkan runtime (`vkllm-vk`) caches the result per
+//! (kernel, overrides).
+//!
+//! Each kernel has one typed binding (a module below): a struct whose named fields are its
+//! buffers, a parameter struct, and a `dispatch` method that checks shapes and buffer sizes and
+//! returns a [`Dispatch`] — the kernel, its overrides, its buffers in binding order, its
+//! push-constant bytes (a `bytemuck::Pod` struct) and its workgroup grid. Callers never touch
+//! descriptor indices. The binding is generic over the buffer handle type `B` ([`KernelBuffer`]),
+//! so this crate does not depend on Vulkan.
+//!
+//! Kernels never assume a subgroup size: reductions use subgroup operations only in a form that is
+//! correct for any size (4..128), combined across subgroups through shared memory.
+
+mod compile;
+mod error;
+mod sources;
+mod spec;
+
+pub mod activation;
+pub mod argmax;
+pub mod attention;
+pub mod elementwise;
+pub mod embedding;
+pub mod kv_append;
+pub mod matmul;
+pub mod matvec;
+pub mod rmsnorm;
+pub mod rope;
+pub mod sample;
+pub mod softmax;
+
+pub use compile::{SpirvOptions, compile_spirv};
+pub use error::Error;
+pub use spec::{
+    Access, BindingSpec, Dispatch, KernelBuffer, KernelSpec, Overrides, WeightType, grid_for,
+};
+
+/// Every kernel entry point of the set (for build checks, pipeline warm-up and docs).
+pub fn all_kernels() -> Vec<&'static KernelSpec> {
+    vec![
+        &embedding::EMBEDDING,
+        &rmsnorm::RMSNORM,
+        &rmsnorm::ADD_RMSNORM,
+        &matvec::MATVEC,
+        &matvec::MATVEC_VEC,
+        &matmul::MATMUL,
+        &rope::ROPE,
+        &attention::ATTN_SPLIT,
+        &attention::ATTN_MERGE,
+        &attention::ATTN_PREFILL,
+        &activation::SILU_MUL,
+        &activation::GELU_TANH_MUL,
+        &softmax::SOFTMAX,
+        &elementwise::ADD,
+        &elementwise::SCALE,
+        &elementwise::COPY,
+        &elementwise::SOFTCAP,
+        &kv_append::KV_APPEND,
+        &argmax::ARGMAX,
+        &sample::SAMPLE,
+    ]
+}

@@ -1,0 +1,15 @@
+//! The embedded WGSL sources (`shaders/` is a link to the repository's `shaders/`).
+
+pub(crate) const ACTIVATION: &str = include_str!("../shaders/activation.wgsl");
+pub(crate) const ARGMAX: &str = include_str!("../shaders/argmax.wgsl");
+pub(crate) const ATTENTION: &str = include_str!("../shaders/attention.wgsl");
+pub(crate) const ATTENTION_PREFILL: &str = include_str!("../shaders/attention_prefill.wgsl");
+pub(crate) const ELEMENTWISE: &str = include_str!("../shaders/elementwise.wgsl");
+pub(crate) const EMBEDDING: &str = include_str!("../shaders/embedding.wgsl");
+pub(crate) const KV_APPEND: &str = include_str!("../shaders/kv_append.wgsl");
+pub(crate) const MATMUL: &str = include_str!("../shaders/matmul.wgsl");
+pub(crate) const MATVEC: &str = include_str!("../shaders/matvec.wgsl");
+pub(crate) const RMSNORM: &str = include_str!("../shaders/rmsnorm.wgsl");
+pub(crate) const ROPE: &str = include_str!("../shaders/rope.wgsl");
+pub(crate) const SAMPLE: &str = include_str!("../shaders/sample.wgsl");
+pub(crate) const SOFTMAX: &str = include_str!("../shaders/softmax.wgsl");

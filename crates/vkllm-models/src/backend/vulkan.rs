@@ -1,0 +1,546 @@
+//! The Vulkan backend: the same graph calls recorded as `vkllm-kernels` dispatches.
+//!
+//! This is the per-dispatch reference path: ops accumulate in one command buffer (the recorder
+//! inserts only the barriers data dependencies need), which is submitted when the host must see
+//! a result (`read_f32`) or overwrite an input (`write_u32`). Weights are `vkllm_vk::Tensor`s,
+//! split by rows under the device's storage-buffer range; RoPE reads a (cos, sin) table built from
+//! the CPU op's `cos_sin`, so GPU and CPU rotate by identical angles.
+
+use vkllm_cpu::{AttnParams, Rope, RopeStyle};
+use vkllm_kernels::WeightType;
+use vkllm_kernels::activation::{Activation as KAct, GatedActivation};
+use vkllm_kernels::attention::{AttnDecode, AttnPrefill, AttnShape};
+use vkllm_kernels::elementwise::{Add, Softcap};
+use vkllm_kernels::kv_append::{KvAppend, KvType};
+use vkllm_kernels::rmsnorm::{NormShape, RmsNorm};
+use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
+use vkllm_vk::{BufSlice, Buffer, Device, MemoryKind, Recorder, Tensor as VkTensor, Validation};
+
+use super::{Backend, Linear, Tensor};
+use crate::error::ModelError;
+use crate::family::Activation;
+
+/// Keys per split-K workgroup of decode attention.
+const ATTN_CHUNK: usize = 256;
+
+enum Slot {
+    /// An activation / constant buffer of `len` 32-bit words; u32 tensors keep a host copy of
+    /// what was last written (positions, ids) so shapes that depend on them are known.
+    Buf { buf: Buffer, host: Option<Vec<u32>> },
+    /// A `[rows, cols]` weight matrix.
+    Matrix(VkTensor),
+}
+
+struct RopeTable {
+    rope: Rope,
+    max_pos: usize,
+    buf: Buffer,
+}
+
+/// Runs the model graph on a Vulkan device.
+pub struct VulkanBackend {
+    dev: Device,
+    slots: Vec<Slot>,
+    rec: Option<Recorder>,
+    ropes: Vec<RopeTable>,
+    /// Split-K attention partials (`part_ml`, `part_o`), grown on demand.
+    attn_parts: Option<(Buffer, Buffer)>,
+    /// Each biased weight's bias tiled `n` times, so a bias add is one copy per linear.
+    tiled_bias: Vec<(Tensor, usize, Buffer)>,
+}
+
+impl VulkanBackend {
+    pub fn new(dev: Device) -> Self {
+        VulkanBackend {
+            dev,
+            slots: Vec::new(),
+            rec: None,
+            ropes: Vec::new(),
+            attn_parts: None,
+            tiled_bias: Vec::new(),
+        }
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
+    /// Submits everything recorded so far and waits for it.
+    pub fn flush(&mut self) -> Result<(), ModelError> {
+        if let Some(r) = self.rec.take() {
+            r.finish()?.submit()?;
+            if self.dev.validation() == Validation::On {
+                self.dev.check_validation()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, s: Slot) -> Tensor {
+        self.slots.push(s);
+        Tensor::from_index((self.slots.len() - 1) as u32)
+    }
+
+    fn buf(&self, t: Tensor) -> &Buffer {
+        match &self.slots[t.index()] {
+            Slot::Buf { buf, .. } => buf,
+            Slot::Matrix(_) => panic!("tensor {t:?} is a matrix, used as a buffer"),
+        }
+    }
+
+    fn all(&self, t: Tensor) -> BufSlice<'_> {
+        self.buf(t).all()
+    }
+
+    /// The first `words` 32-bit words of a buffer.
+    fn head(&self, t: Tensor, words: usize) -> Result<BufSlice<'_>, ModelError> {
+        Ok(self.buf(t).slice(0, 4 * words as u64)?)
+    }
+
+    fn matrix(&self, t: Tensor) -> &VkTensor {
+        match &self.slots[t.index()] {
+            Slot::Matrix(m) => m,
+            Slot::Buf { .. } => panic!("tensor {t:?} is a buffer, used as a matrix"),
+        }
+    }
+
+    fn host_u32(&self, t: Tensor, n: usize) -> &[u32] {
+        match &self.slots[t.index()] {
+            Slot::Buf { host: Some(h), .. } => &h[..n],
+            _ => panic!("tensor {t:?} has no host copy of its u32 values"),
+        }
+    }
+
+    /// Runs `f` with the open recorder (one is started when none is open).
+    fn record(
+        &mut self,
+        f: impl FnOnce(&Self, &mut Recorder) -> Result<(), ModelError>,
+    ) -> Result<(), ModelError> {
+        let mut r = match self.rec.take() {
+            Some(r) => r,
+            None => Recorder::new(&self.dev)?,
+        };
+        let res = f(self, &mut r);
+        self.rec = Some(r);
+        res
+    }
+
+    fn alloc(&mut self, len: usize, host: Option<Vec<u32>>) -> Result<Tensor, ModelError> {
+        let buf =
+            self.dev
+                .create_buffer("activation", 4 * len.max(1) as u64, MemoryKind::Device)?;
+        let t = self.push(Slot::Buf { buf, host });
+        self.record(|me, r| Ok(r.fill(me.all(t), 0)?))?;
+        Ok(t)
+    }
+
+    fn rope_table(&mut self, rope: &Rope, need: usize) -> Result<usize, ModelError> {
+        if let Some(i) = self
+            .ropes
+            .iter()
+            .position(|t| t.rope == *rope && t.max_pos >= need)
+        {
+            return Ok(i);
+        }
+        let max_pos = need.next_power_of_two().max(256);
+        let mut table = Vec::with_capacity(max_pos * rope.rotary_dim);
+        for p in 0..max_pos {
+            let (c, s) = rope.cos_sin(p);
+            for (c, s) in c.into_iter().zip(s) {
+                table.extend([c, s]);
+            }
+        }
+        let buf = self.dev.buffer_from("rope table", &table)?;
+        self.ropes.retain(|t| t.rope != *rope);
+        self.ropes.push(RopeTable {
+            rope: *rope,
+            max_pos,
+            buf,
+        });
+        Ok(self.ropes.len() - 1)
+    }
+
+    fn attn_parts(&mut self, ml: u64, o: u64) -> Result<(), ModelError> {
+        let big_enough = self
+            .attn_parts
+            .as_ref()
+            .is_some_and(|(a, b)| a.size() >= ml && b.size() >= o);
+        if !big_enough {
+            // Pending work may still use the old partials: finish it before they are dropped.
+            self.flush()?;
+            self.attn_parts = Some((
+                self.dev
+                    .create_buffer("attn part_ml", ml, MemoryKind::Device)?,
+                self.dev
+                    .create_buffer("attn part_o", o, MemoryKind::Device)?,
+            ));
+        }
+        Ok(())
+    }
+
+    fn bias_rows(&mut self, bias: Tensor, rows: usize, n: usize) -> Result<usize, ModelError> {
+        if let Some(i) = self
+            .tiled_bias
+            .iter()
+            .position(|(b, m, _)| *b == bias && *m >= n)
+        {
+            return Ok(i);
+        }
+        self.flush()?;
+        let mut one = vec![0u8; 4 * rows];
+        self.dev.download(self.buf(bias), 0, &mut one)?;
+        let m = n.next_power_of_two();
+        let tiled: Vec<u8> = one.iter().copied().cycle().take(one.len() * m).collect();
+        let buf = self.dev.buffer_from("tiled bias", &tiled)?;
+        self.tiled_bias.retain(|(b, _, _)| *b != bias);
+        self.tiled_bias.push((bias, m, buf));
+        Ok(self.tiled_bias.len() - 1)
+    }
+}
+
+impl Drop for VulkanBackend {
+    fn drop(&mut self) {
+        // Buffers must outlive the work that uses them.
+        let _ = self.flush();
+    }
+}
+
+impl Backend for VulkanBackend {
+    fn name(&self) -> String {
+        self.dev.info().name.clone()
+    }
+
+    fn alloc_f32(&mut self, len: usize) -> Result<Tensor, ModelError> {
+        self.alloc(len, None)
+    }
+
+    fn alloc_u32(&mut self, len: usize) -> Result<Tensor, ModelError> {
+        self.alloc(len, Some(vec![0; len]))
+    }
+
+    fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError> {
+        let buf = self.dev.buffer_from("constant", data)?;
+        Ok(self.push(Slot::Buf { buf, host: None }))
+    }
+
+    fn upload_matrix(
+        &mut self,
+        data: &[f32],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Tensor, ModelError> {
+        let t = VkTensor::from_bytes(
+            &self.dev,
+            "weight",
+            WeightType::F32,
+            rows,
+            cols,
+            bytemuck::cast_slice(data),
+        )?;
+        Ok(self.push(Slot::Matrix(t)))
+    }
+
+    fn write_u32(&mut self, t: Tensor, data: &[u32]) -> Result<(), ModelError> {
+        // Recorded work may still read the old values.
+        self.flush()?;
+        self.dev
+            .upload(self.buf(t), 0, bytemuck::cast_slice(data))?;
+        if let Slot::Buf { host: Some(h), .. } = &mut self.slots[t.index()] {
+            h[..data.len()].copy_from_slice(data);
+        }
+        Ok(())
+    }
+
+    fn read_f32(&mut self, t: Tensor, offset: usize, out: &mut [f32]) -> Result<(), ModelError> {
+        self.flush()?;
+        self.dev.download(
+            self.buf(t),
+            4 * offset as u64,
+            bytemuck::cast_slice_mut(out),
+        )?;
+        Ok(())
+    }
+
+    fn embedding(
+        &mut self,
+        table: Tensor,
+        vocab: usize,
+        dim: usize,
+        ids: Tensor,
+        n: usize,
+        scale: Option<f32>,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        if let Some(&id) = self
+            .host_u32(ids, n)
+            .iter()
+            .find(|&&id| id as usize >= vocab)
+        {
+            return Err(ModelError::TokenOutOfRange { id, vocab });
+        }
+        self.record(|me, r| {
+            let o = me.head(out, n * dim)?;
+            r.embedding(me.matrix(table), me.head(ids, n)?, n, o)?;
+            if let Some(s) = scale {
+                r.dispatch(
+                    vkllm_kernels::elementwise::Scale { a: o, out: o }.dispatch(n * dim, s)?,
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    fn rmsnorm(
+        &mut self,
+        x: Tensor,
+        weight: Tensor,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+        offset: f32,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        assert_ne!(x, out, "rmsnorm: out aliases x");
+        self.record(|me, r| {
+            let d = RmsNorm {
+                x: me.head(x, rows * dim)?,
+                weight: me.head(weight, dim)?,
+                out: me.head(out, rows * dim)?,
+            }
+            .dispatch(&NormShape {
+                rows,
+                n: dim,
+                eps,
+                weight_offset: offset,
+            })?;
+            Ok(r.dispatch(d)?)
+        })
+    }
+
+    fn linear(&mut self, w: &Linear, x: Tensor, n: usize, out: Tensor) -> Result<(), ModelError> {
+        let bias = match w.bias {
+            Some(b) => Some(self.bias_rows(b, w.rows, n)?),
+            None => None,
+        };
+        self.record(|me, r| {
+            let y = me.head(out, n * w.rows)?;
+            if let Some(i) = bias {
+                r.copy(me.tiled_bias[i].2.slice(0, 4 * (n * w.rows) as u64)?, y)?;
+            }
+            let (m, xs) = (me.matrix(w.weight), me.head(x, n * w.cols)?);
+            if n == 1 {
+                r.matvec(m, xs, y, bias.is_some())?;
+            } else {
+                r.matmul(m, xs, n, y, bias.is_some())?;
+            }
+            Ok(())
+        })
+    }
+
+    fn rope(
+        &mut self,
+        x: Tensor,
+        n: usize,
+        n_heads: usize,
+        head_dim: usize,
+        positions: Tensor,
+        rope: &Rope,
+    ) -> Result<(), ModelError> {
+        let need = self
+            .host_u32(positions, n)
+            .iter()
+            .max()
+            .map_or(1, |&p| p as usize + 1);
+        let ti = self.rope_table(rope, need)?;
+        self.record(|me, r| {
+            let t = &me.ropes[ti];
+            let d = RopeK {
+                x: me.head(x, n * n_heads * head_dim)?,
+                pos: me.head(positions, n)?,
+                table: t.buf.all(),
+            }
+            .dispatch(&RopeShape {
+                n_tok: n,
+                n_heads,
+                head_dim,
+                rotary_dim: rope.rotary_dim,
+                layout: match rope.style {
+                    RopeStyle::Interleaved => RopeLayout::Interleaved,
+                    RopeStyle::NeoX => RopeLayout::NeoX,
+                },
+                max_pos: t.max_pos,
+            })?;
+            Ok(r.dispatch(d)?)
+        })
+    }
+
+    fn kv_store(
+        &mut self,
+        k: Tensor,
+        v: Tensor,
+        n: usize,
+        width: usize,
+        positions: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        capacity: usize,
+    ) -> Result<(), ModelError> {
+        if let Some(&p) = self
+            .host_u32(positions, n)
+            .iter()
+            .find(|&&p| p as usize >= capacity)
+        {
+            return Err(ModelError::ContextFull {
+                pos: p as usize,
+                capacity,
+            });
+        }
+        self.record(|me, r| {
+            let d = KvAppend {
+                k_new: me.head(k, n * width)?,
+                v_new: me.head(v, n * width)?,
+                pos: me.head(positions, n)?,
+                k_cache: me.all(k_cache),
+                v_cache: me.all(v_cache),
+            }
+            .dispatch(KvType::F32, n, width, capacity)?;
+            Ok(r.dispatch(d)?)
+        })
+    }
+
+    fn attention(
+        &mut self,
+        q: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        capacity: usize,
+        n: usize,
+        positions: Tensor,
+        p: &AttnParams,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        let n_kv = self
+            .host_u32(positions, n)
+            .iter()
+            .max()
+            .map_or(0, |&m| m as usize + 1);
+        if n_kv > capacity {
+            return Err(ModelError::ContextFull {
+                pos: n_kv - 1,
+                capacity,
+            });
+        }
+        let shape = AttnShape {
+            n_q: n,
+            n_heads: p.n_heads,
+            n_kv_heads: p.n_kv_heads,
+            head_dim: p.head_dim,
+            n_kv,
+            scale: p.scale,
+            softcap: p.softcap,
+            window: p.window,
+            kv: KvType::F32,
+        };
+        let qw = n * p.n_heads * p.head_dim;
+        if n == 1 {
+            let (ml, o) = AttnDecode::<BufSlice<'_>>::scratch_bytes(&shape, ATTN_CHUNK);
+            self.attn_parts(ml, o)?;
+        }
+        self.record(|me, r| {
+            let (qs, ks, vs, ps, os) = (
+                me.head(q, qw)?,
+                me.all(k_cache),
+                me.all(v_cache),
+                me.head(positions, n)?,
+                me.head(out, qw)?,
+            );
+            if n == 1 {
+                let (ml, o) = me.attn_parts.as_ref().expect("allocated above");
+                let ds = AttnDecode {
+                    q: qs,
+                    k: ks,
+                    v: vs,
+                    q_pos: ps,
+                    part_ml: ml.all(),
+                    part_o: o.all(),
+                    out: os,
+                }
+                .dispatch(&shape, ATTN_CHUNK)?;
+                r.dispatch_all(ds)?;
+            } else {
+                r.dispatch(
+                    AttnPrefill {
+                        q: qs,
+                        k: ks,
+                        v: vs,
+                        q_pos: ps,
+                        out: os,
+                    }
+                    .dispatch(&shape)?,
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    fn gated_act(
+        &mut self,
+        act: Activation,
+        gate: Tensor,
+        up: Tensor,
+        len: usize,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        assert!(out != gate && out != up, "gated_act: out aliases an input");
+        let act = match act {
+            Activation::Silu => KAct::Silu,
+            Activation::GeluTanh => KAct::GeluTanh,
+        };
+        self.record(|me, r| {
+            let d = GatedActivation {
+                gate: me.head(gate, len)?,
+                up: me.head(up, len)?,
+                out: me.head(out, len)?,
+            }
+            .dispatch(act, len)?;
+            Ok(r.dispatch(d)?)
+        })
+    }
+
+    fn add_inplace(&mut self, a: Tensor, b: Tensor, len: usize) -> Result<(), ModelError> {
+        assert_ne!(a, b, "add_inplace: a and b alias");
+        self.record(|me, r| {
+            let a = me.head(a, len)?;
+            Ok(r.dispatch(
+                Add {
+                    a,
+                    b: me.head(b, len)?,
+                    out: a,
+                }
+                .dispatch(len)?,
+            )?)
+        })
+    }
+
+    fn copy(
+        &mut self,
+        src: Tensor,
+        src_offset: usize,
+        dst: Tensor,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), ModelError> {
+        self.record(|me, r| {
+            let s = me.buf(src).slice(4 * src_offset as u64, 4 * len as u64)?;
+            let d = me.buf(dst).slice(4 * dst_offset as u64, 4 * len as u64)?;
+            Ok(r.copy(s, d)?)
+        })
+    }
+
+    fn softcap(&mut self, x: Tensor, len: usize, cap: f32) -> Result<(), ModelError> {
+        self.record(|me, r| {
+            let a = me.head(x, len)?;
+            Ok(r.dispatch(Softcap { a, out: a }.dispatch(len, cap)?)?)
+        })
+    }
+}

@@ -1,0 +1,258 @@
+//! Models from llama.cpp GGUF files: hyperparameters from GGUF metadata, tensors by llama.cpp's
+//! names, mapped onto the Hugging Face names the rest of the crate uses.
+//!
+//! What llama.cpp's converter changes, and how it is undone here:
+//! - `llama` (and Mistral saved as `llama`): q and k rows are permuted so that llama.cpp can use
+//!   interleaved ("normal") RoPE; we keep the weights and rotate interleaved pairs instead.
+//! - Gemma: `1` is added to every RMSNorm weight at conversion; we use plain `w` norms.
+//! - Dimensions are stored innermost first (`ne0`): a `[rows, cols]` matrix has dims
+//!   `[cols, rows]`; the bytes are the same row-major layout.
+//! - Hyperparameters llama.cpp hard-codes are filled in the same way it does (Gemma 3: one global
+//!   layer in six with RoPE base 10 000 on the local ones; Gemma 2: alternating, sliding first;
+//!   both: attention scale 1/sqrt(head_dim)).
+
+use std::path::Path;
+
+use serde_json::{Map, Value, json};
+use vkllm_cpu::RopeStyle;
+use vkllm_gguf::{GgmlType, GgufFile, MetaValueRef};
+
+use crate::config::ModelConfig;
+use crate::error::ModelError;
+use crate::family::Family;
+use crate::weights::{HostTensor, TensorSource};
+
+/// A GGUF model file: its config and its tensors under Hugging Face names.
+pub struct GgufModel {
+    pub file: GgufFile,
+    pub config: ModelConfig,
+}
+
+impl GgufModel {
+    /// Opens and validates the file and reads its hyperparameters.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, ModelError> {
+        let file = GgufFile::open(path).map_err(vkllm_gguf::Error::from)?;
+        let config = config_from_gguf(&file)?;
+        Ok(GgufModel { file, config })
+    }
+}
+
+/// The family of a GGUF `general.architecture`.
+fn family_of(arch: &str) -> Option<Family> {
+    Some(match arch {
+        "llama" => Family::Llama,
+        "mistral" => Family::Mistral,
+        "qwen2" => Family::Qwen2,
+        "qwen3" => Family::Qwen3,
+        "gemma" => Family::Gemma,
+        "gemma2" => Family::Gemma2,
+        "gemma3" => Family::Gemma3,
+        _ => return None,
+    })
+}
+
+/// Reads the hyperparameters into a Hugging Face-style config and resolves it like one.
+pub fn config_from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
+    let arch = f
+        .get_str("general.architecture")
+        .map_err(vkllm_gguf::Error::from)?;
+    let family = family_of(arch).ok_or_else(|| ModelError::UnsupportedArch {
+        arch: arch.to_string(),
+    })?;
+    let key = |k: &str| format!("{arch}.{k}");
+    let num = |k: &str| -> Option<Value> {
+        f.get(&key(k)).and_then(|v| match v {
+            MetaValueRef::F32(x) => Some(json!(x as f64)),
+            MetaValueRef::F64(x) => Some(json!(x)),
+            other => other.as_u64().map(|x| json!(x)),
+        })
+    };
+    let need = |k: &str| num(k).ok_or_else(|| cfg_missing(&key(k)));
+
+    let embd = f
+        .require_tensor("token_embd.weight")
+        .map_err(vkllm_gguf::Error::from)?;
+    let vocab = embd.dims().get(1).copied().unwrap_or(0);
+    let hidden = need("embedding_length")?;
+    let n_heads = need("attention.head_count")?;
+    let mut c = Map::new();
+    c.insert("model_type".into(), json!(hf_model_type(family)));
+    c.insert("vocab_size".into(), json!(vocab));
+    c.insert("hidden_size".into(), hidden.clone());
+    c.insert("intermediate_size".into(), need("feed_forward_length")?);
+    c.insert("num_hidden_layers".into(), need("block_count")?);
+    c.insert("num_attention_heads".into(), n_heads.clone());
+    if let Some(kv) = num("attention.head_count_kv") {
+        c.insert("num_key_value_heads".into(), kv);
+    }
+    let head_dim = match num("attention.key_length") {
+        Some(k) => k,
+        None => json!(hidden.as_u64().unwrap_or(0) / n_heads.as_u64().unwrap_or(1).max(1)),
+    };
+    c.insert("head_dim".into(), head_dim.clone());
+    if let Some(eps) = num("attention.layer_norm_rms_epsilon") {
+        c.insert("rms_norm_eps".into(), eps);
+    }
+    if let Some(ctx) = num("context_length") {
+        c.insert("max_position_embeddings".into(), ctx);
+    }
+    c.insert(
+        "rope_theta".into(),
+        num("rope.freq_base").unwrap_or(json!(10000.0)),
+    );
+    if let (Some(rot), Some(hd)) = (num("rope.dimension_count"), head_dim.as_u64()) {
+        let rot = rot.as_u64().unwrap_or(hd);
+        if rot != hd && hd > 0 {
+            c.insert(
+                "partial_rotary_factor".into(),
+                json!(rot as f64 / hd as f64),
+            );
+        }
+    }
+    match f.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
+        None | Some("none") => {}
+        Some("linear") => {
+            c.insert(
+                "rope_scaling".into(),
+                json!({"rope_type": "linear", "factor": need("rope.scaling.factor")?}),
+            );
+        }
+        Some(other) => {
+            return Err(ModelError::Config {
+                field: key("rope.scaling.type"),
+                msg: format!("unsupported rope scaling {other:?}"),
+            });
+        }
+    }
+    if f.tensor("rope_freqs.weight").is_some() {
+        return Err(ModelError::Config {
+            field: "rope_freqs.weight".into(),
+            msg: "per-frequency RoPE factors (Llama 3.1+ scaling) are not supported yet".into(),
+        });
+    }
+    if let Some(w) = num("attention.sliding_window") {
+        c.insert("sliding_window".into(), w);
+    }
+    for (gguf_key, hf_key) in [
+        ("attn_logit_softcapping", "attn_logit_softcapping"),
+        ("final_logit_softcapping", "final_logit_softcapping"),
+    ] {
+        if let Some(v) = num(gguf_key) {
+            c.insert(hf_key.into(), v);
+        }
+    }
+    match family {
+        Family::Gemma2 | Family::Gemma3 => {
+            // llama.cpp scales scores by 1/sqrt(head_dim) for these sizes.
+            c.insert("query_pre_attn_scalar".into(), head_dim);
+            if family == Family::Gemma3 {
+                c.insert("rope_local_base_freq".into(), json!(10000.0));
+                c.insert("sliding_window_pattern".into(), json!(6));
+            }
+        }
+        _ => {}
+    }
+    c.insert(
+        "tie_word_embeddings".into(),
+        json!(f.tensor("output.weight").is_none()),
+    );
+    if let Some(bos) = f
+        .get("tokenizer.ggml.bos_token_id")
+        .and_then(|v| v.as_u64())
+    {
+        c.insert("bos_token_id".into(), json!(bos));
+    }
+    if let Some(eos) = f
+        .get("tokenizer.ggml.eos_token_id")
+        .and_then(|v| v.as_u64())
+    {
+        c.insert("eos_token_id".into(), json!(eos));
+    }
+    let mut cfg = ModelConfig::from_hf_map(&c)?;
+    // What the converter changed (see the module doc).
+    if matches!(family, Family::Llama | Family::Mistral) {
+        for l in &mut cfg.layers {
+            l.rope.style = RopeStyle::Interleaved;
+        }
+    }
+    if family.is_gemma() {
+        cfg.norm_offset = 0.0;
+    }
+    cfg.qkv_bias = f.tensor("blk.0.attn_q.bias").is_some();
+    cfg.o_bias = f.tensor("blk.0.attn_output.bias").is_some();
+    Ok(cfg)
+}
+
+fn hf_model_type(f: Family) -> &'static str {
+    match f {
+        Family::Gemma3 => "gemma3_text",
+        other => other.name(),
+    }
+}
+
+fn cfg_missing(key: &str) -> ModelError {
+    ModelError::Config {
+        field: key.to_string(),
+        msg: "missing from the GGUF metadata".into(),
+    }
+}
+
+/// The llama.cpp name of a Hugging Face tensor name, for this family.
+pub fn gguf_name(hf: &str, family: Family) -> Option<String> {
+    match hf {
+        "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
+        "model.norm.weight" => return Some("output_norm.weight".into()),
+        "lm_head.weight" => return Some("output.weight".into()),
+        _ => {}
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, name) = rest.split_once('.')?;
+    let sandwich = matches!(family, Family::Gemma2 | Family::Gemma3);
+    let (base, suffix) = name.rsplit_once('.')?;
+    let mapped = match base {
+        "input_layernorm" => "attn_norm",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "self_attn.q_norm" => "attn_q_norm",
+        "self_attn.k_norm" => "attn_k_norm",
+        "post_attention_layernorm" if sandwich => "post_attention_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        "pre_feedforward_layernorm" => "ffn_norm",
+        "post_feedforward_layernorm" => "post_ffw_norm",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{mapped}.{suffix}"))
+}
+
+/// Dequantizes one tensor's bytes to f32.
+fn to_f32(name: &str, ty: GgmlType, bytes: &[u8], n: usize) -> Result<Vec<f32>, ModelError> {
+    let mut out = vec![0f32; n];
+    let q = vkllm_cpu::quant::QuantType::from_ggml_id(ty.id()).map_err(|_| {
+        ModelError::UnsupportedTensorType {
+            name: name.to_string(),
+            ty: ty.name().to_string(),
+        }
+    })?;
+    vkllm_cpu::quant::dequantize_row(q, bytes, &mut out)?;
+    Ok(out)
+}
+
+impl TensorSource for GgufModel {
+    fn tensor_f32(&self, name: &str) -> Result<Option<HostTensor>, ModelError> {
+        let Some(gname) = gguf_name(name, self.config.family) else {
+            return Ok(None);
+        };
+        let Some(info) = self.file.tensor(&gname) else {
+            return Ok(None);
+        };
+        let shape: Vec<usize> = info.dims().iter().rev().map(|&d| d as usize).collect();
+        let n = info.n_elements() as usize;
+        let data = to_f32(&gname, info.ggml_type(), self.file.tensor_bytes(info), n)?;
+        Ok(Some(HostTensor { shape, data }))
+    }
+}

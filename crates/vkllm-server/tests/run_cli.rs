@@ -1,0 +1,81 @@
+//! `vkllm run --raw --temperature 0` reproduces the transformers goldens of the real models
+//! (fixtures/real/): the streamed stdout equals the decoded golden tokens, on the CPU reference
+//! backend and on the Vulkan device (lavapipe in CI). Needs scripts/fetch-models.sh to have run;
+//! a missing model fails the test with that message.
+
+use std::process::Command;
+
+use vkllm_tokenizer::Tokenizer;
+
+fn fixtures() -> std::path::PathBuf {
+    match std::env::var_os("VKLLM_FIXTURES") {
+        Some(d) => d.into(),
+        None => std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures")),
+    }
+}
+
+fn check(device: &str, n_tokens: usize) {
+    let text = std::fs::read_to_string(fixtures().join("real/smollm2-135m.json")).expect("golden");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("golden JSON");
+    let case = &doc["cases"][0];
+    let prompt = case["prompt"].as_str().expect("prompt");
+    let greedy: Vec<u32> = case["greedy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let margins: Vec<f64> = case["margins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert!(
+        margins[..n_tokens].iter().all(|&m| m >= 0.05),
+        "golden steps must be unambiguous"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_vkllm"))
+        .args([
+            "run",
+            "--model",
+            "smollm2",
+            "--raw",
+            "--temperature",
+            "0",
+            "--device",
+            device,
+        ])
+        .args(["--max-tokens", &n_tokens.to_string(), prompt])
+        .output()
+        .expect("running vkllm");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "vkllm run failed: {stderr}");
+    let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
+
+    let model = std::path::PathBuf::from(
+        stderr
+            .split_whitespace()
+            .nth(1)
+            .expect("model path in the banner"),
+    );
+    let tok = Tokenizer::from_path(&model).expect("tokenizer");
+    let want = tok.decode(&greedy[..n_tokens], true).expect("decode");
+    assert_eq!(
+        stdout.strip_suffix('\n').unwrap_or(&stdout),
+        want,
+        "device {device}"
+    );
+}
+
+#[test]
+fn greedy_run_matches_transformers_on_cpu() {
+    check("cpu", 5);
+}
+
+#[test]
+fn greedy_run_matches_transformers_on_vulkan() {
+    // The first Vulkan device (lavapipe in CI); a machine without one fails here.
+    check("0", 5);
+}

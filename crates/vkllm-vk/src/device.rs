@@ -1,0 +1,359 @@
+//! The logical device: queue, memory allocator, pipelines, submission with bounded waits.
+
+use std::collections::HashMap;
+use std::mem::ManuallyDrop;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ash::vk;
+
+use crate::Error;
+use crate::error::{Result, vk_err};
+use crate::info::{DeviceChoice, DeviceInfo, physical_devices, query, select};
+use crate::instance::{Instance, Validation, ValidationMessage};
+use crate::pipeline::{Pipeline, PipelineCache, PipelineCacheMode};
+
+/// How to open a device.
+#[derive(Clone, Debug)]
+pub struct DeviceOptions {
+    pub choice: DeviceChoice,
+    pub validation: Validation,
+    pub pipeline_cache: PipelineCacheMode,
+    /// Longest wait for submitted work before [`Error::Timeout`].
+    pub fence_timeout: Duration,
+    /// Upper bound on one buffer (and so one tensor part), below the device's own limits; tests
+    /// use a small value to exercise split tensors.
+    pub max_buffer_bytes: Option<u64>,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        DeviceOptions {
+            choice: DeviceChoice::Auto,
+            validation: Validation::Off,
+            pipeline_cache: PipelineCacheMode::UserCacheDir,
+            fence_timeout: Duration::from_secs(120),
+            max_buffer_bytes: None,
+        }
+    }
+}
+
+impl DeviceOptions {
+    /// Defaults with `VKLLM_DEVICE` and `VKLLM_VALIDATE` applied.
+    pub fn from_env() -> Self {
+        DeviceOptions {
+            choice: DeviceChoice::from_env(),
+            validation: Validation::from_env(),
+            ..Default::default()
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) instance: Instance,
+    pub(crate) physical: vk::PhysicalDevice,
+    pub(crate) raw: ash::Device,
+    owned: bool,
+    pub(crate) queue: Mutex<vk::Queue>,
+    pub(crate) queue_family: u32,
+    pub(crate) allocator: ManuallyDrop<vk_mem::Allocator>,
+    pub(crate) cache: PipelineCache,
+    pub(crate) pipelines: Mutex<HashMap<(&'static str, vkllm_kernels::Overrides), Arc<Pipeline>>>,
+    pub(crate) info: DeviceInfo,
+    pub(crate) fence_timeout: Duration,
+    pub(crate) max_part_bytes: u64,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: everything below was created from `raw`; Buffers and Recordings hold an Arc to
+        // this struct, so none is alive any more.
+        unsafe {
+            let _ = self.raw.device_wait_idle();
+            if let Ok(mut p) = self.pipelines.lock() {
+                for (_, pl) in p.drain() {
+                    pl.destroy(&self.raw);
+                }
+            }
+            self.cache.save_and_destroy(&self.raw);
+            ManuallyDrop::drop(&mut self.allocator);
+            if self.owned {
+                self.raw.destroy_device(None);
+            }
+        }
+    }
+}
+
+/// A Vulkan device ready to run kernels. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Device {
+    /// Opens the device chosen by `opts` (its own instance).
+    pub fn new(opts: &DeviceOptions) -> Result<Self> {
+        let instance = Instance::new(opts.validation)?;
+        let devices = physical_devices(&instance)?;
+        let infos: Vec<DeviceInfo> = devices.iter().map(|(_, i)| i.clone()).collect();
+        let pos = select(&infos, &opts.choice)?;
+        let (pd, info) = devices[pos].clone();
+        check_usable(&info)?;
+        let family = info
+            .compute_queue_family
+            .ok_or_else(|| Error::MissingFeature {
+                device: info.name.clone(),
+                feature: "a compute queue".into(),
+            })?;
+        let prio = [1.0f32];
+        let queues = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(family)
+            .queue_priorities(&prio)];
+        let dinfo = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
+        // SAFETY: `pd` belongs to `instance`; create info pointers outlive the call.
+        let raw = unsafe { instance.raw.create_device(pd, &dinfo, None) }
+            .map_err(vk_err("vkCreateDevice"))?;
+        // SAFETY: the queue family/index were requested above.
+        let queue = unsafe { raw.get_device_queue(family, 0) };
+        Self::assemble(instance, pd, raw, true, queue, family, info, opts)
+    }
+
+    /// Opens the device chosen by `VKLLM_DEVICE` / `VKLLM_VALIDATE` with default options.
+    pub fn from_env() -> Result<Self> {
+        Self::new(&DeviceOptions::from_env())
+    }
+
+    /// Attaches to a host application's Vulkan objects (nothing of theirs is destroyed on drop).
+    /// The host must enable no features for us beyond Vulkan 1.1 with subgroup arithmetic.
+    ///
+    /// # Safety
+    /// All handles must be valid, `device` created from `physical` of `instance`, `queue` from
+    /// `queue_family`, and all must outlive the returned `Device` and its buffers. The host must
+    /// not use `queue` concurrently with this `Device`'s submissions.
+    pub unsafe fn from_raw(
+        instance: Instance,
+        physical: vk::PhysicalDevice,
+        device: ash::Device,
+        queue: vk::Queue,
+        queue_family: u32,
+        opts: &DeviceOptions,
+    ) -> Result<Self> {
+        let mut info = query(&instance, 0, physical)?;
+        check_usable(&info)?;
+        info.compute_queue_family = Some(queue_family);
+        Self::assemble(
+            instance,
+            physical,
+            device,
+            false,
+            queue,
+            queue_family,
+            info,
+            opts,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        instance: Instance,
+        physical: vk::PhysicalDevice,
+        raw: ash::Device,
+        owned: bool,
+        queue: vk::Queue,
+        queue_family: u32,
+        info: DeviceInfo,
+        opts: &DeviceOptions,
+    ) -> Result<Self> {
+        let destroy = |raw: &ash::Device| {
+            if owned {
+                unsafe { raw.destroy_device(None) };
+            }
+        };
+        let mut ainfo = vk_mem::AllocatorCreateInfo::new(&instance.raw, &raw, physical);
+        ainfo.vulkan_api_version = instance.api_version.min(vk::API_VERSION_1_3);
+        // SAFETY: instance, device and physical device are valid and outlive the allocator.
+        let allocator = match unsafe { vk_mem::Allocator::new(ainfo) } {
+            Ok(a) => a,
+            Err(r) => {
+                destroy(&raw);
+                return Err(vk_err("vmaCreateAllocator")(r));
+            }
+        };
+        let cache = match PipelineCache::open(&raw, &info, &opts.pipeline_cache) {
+            Ok(c) => c,
+            Err(e) => {
+                drop(allocator);
+                destroy(&raw);
+                return Err(e);
+            }
+        };
+        let l = &info.limits;
+        let mut max_part = l.max_storage_buffer_range.min(l.max_allocation_size);
+        if let Some(m) = opts.max_buffer_bytes {
+            max_part = max_part.min(m.max(256));
+        }
+        // Whole 256-byte units, so rounding a buffer up to 4 bytes never crosses the limit
+        // (NVIDIA reports 2^32 - 1).
+        max_part &= !255;
+        Ok(Device {
+            shared: Arc::new(Shared {
+                instance,
+                physical,
+                raw,
+                owned,
+                queue: Mutex::new(queue),
+                queue_family,
+                allocator: ManuallyDrop::new(allocator),
+                cache,
+                pipelines: Mutex::new(HashMap::new()),
+                info,
+                fence_timeout: opts.fence_timeout,
+                max_part_bytes: max_part,
+            }),
+        })
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.shared.info
+    }
+
+    /// Largest byte size of one buffer / tensor part (storage-buffer range, allocation size and
+    /// the configured cap).
+    pub fn max_buffer_bytes(&self) -> u64 {
+        self.shared.max_part_bytes
+    }
+
+    pub fn raw(&self) -> &ash::Device {
+        &self.shared.raw
+    }
+
+    pub fn physical_device(&self) -> vk::PhysicalDevice {
+        self.shared.physical
+    }
+
+    pub fn instance(&self) -> &Instance {
+        &self.shared.instance
+    }
+
+    pub fn validation(&self) -> Validation {
+        self.shared.instance.validation
+    }
+
+    /// Validation messages recorded since the last call, minus the allow-listed ones.
+    pub fn take_validation_messages(&self) -> Vec<ValidationMessage> {
+        self.shared
+            .instance
+            .take_messages()
+            .into_iter()
+            .filter(|m| !m.allowed())
+            .collect()
+    }
+
+    /// `Err(Error::Validation)` if the layer reported anything not on the allow-list.
+    pub fn check_validation(&self) -> Result<()> {
+        let msgs = self.take_validation_messages();
+        if msgs.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Validation(
+                msgs.iter().map(|m| m.to_string()).collect(),
+            ))
+        }
+    }
+
+    /// Writes the pipeline cache to its file now (it is also written when the device drops).
+    pub fn save_pipeline_cache(&self) -> Result<()> {
+        self.shared.cache.save(&self.shared.raw)
+    }
+
+    /// Waits for all submitted work.
+    pub fn wait_idle(&self) -> Result<()> {
+        // SAFETY: valid device; queue access is serialised by the queue lock.
+        let _q = self
+            .shared
+            .queue
+            .lock()
+            .map_err(|_| Error::Recording("queue lock poisoned"))?;
+        unsafe { self.shared.raw.device_wait_idle() }.map_err(vk_err("vkDeviceWaitIdle"))
+    }
+
+    /// Submits `cb` and waits on `fence` (reset first) for at most the fence timeout; with
+    /// validation on, a validation message recorded by then turns into [`Error::Validation`].
+    pub(crate) fn submit_and_wait(&self, cb: vk::CommandBuffer, fence: vk::Fence) -> Result<()> {
+        let raw = &self.shared.raw;
+        let cbs = [cb];
+        let submit = [vk::SubmitInfo::default().command_buffers(&cbs)];
+        {
+            let q = self
+                .shared
+                .queue
+                .lock()
+                .map_err(|_| Error::Recording("queue lock poisoned"))?;
+            // SAFETY: cb is fully recorded and not pending (we always wait before resubmitting);
+            // the fence is unsignalled after the reset.
+            unsafe {
+                raw.reset_fences(&[fence])
+                    .map_err(vk_err("vkResetFences"))?;
+                raw.queue_submit(*q, &submit, fence)
+                    .map_err(vk_err("vkQueueSubmit"))?;
+            }
+        }
+        let ns = self.shared.fence_timeout.as_nanos().min(u64::MAX as u128) as u64;
+        // SAFETY: valid fence.
+        match unsafe { raw.wait_for_fences(&[fence], true, ns) } {
+            // With validation on (VKLLM_VALIDATE=1), any message fails the submission.
+            Ok(()) if self.validation() == Validation::On => self.check_validation(),
+            Ok(()) => Ok(()),
+            Err(vk::Result::TIMEOUT) => Err(Error::Timeout {
+                ms: self.shared.fence_timeout.as_millis() as u64,
+            }),
+            Err(r) => Err(vk_err("vkWaitForFences")(r)),
+        }
+    }
+}
+
+fn check_usable(info: &DeviceInfo) -> Result<()> {
+    let missing = |feature: &str| {
+        Err(Error::MissingFeature {
+            device: info.name.clone(),
+            feature: feature.into(),
+        })
+    };
+    if info.api_version < (1, 1, 0) {
+        return missing("Vulkan 1.1");
+    }
+    if !info.subgroup_arithmetic {
+        return missing("subgroup arithmetic operations in compute shaders");
+    }
+    if info.limits.max_push_constants < 128 {
+        return missing("128 bytes of push constants");
+    }
+    if info.limits.max_shared_memory < 16384 || info.limits.max_workgroup_invocations < 256 {
+        return missing("16 KiB shared memory and 256-invocation workgroups");
+    }
+    Ok(())
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({})", self.shared.info.summary())
+    }
+}
+
+pub(crate) fn cache_dir() -> Option<PathBuf> {
+    if let Ok(d) = std::env::var("VKLLM_CACHE_DIR")
+        && !d.is_empty()
+    {
+        return Some(PathBuf::from(d));
+    }
+    if let Ok(d) = std::env::var("XDG_CACHE_HOME")
+        && !d.is_empty()
+    {
+        return Some(PathBuf::from(d).join("vkllm"));
+    }
+    std::env::var("HOME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .map(|h| PathBuf::from(h).join(".cache").join("vkllm"))
+}

@@ -1,0 +1,40 @@
+//! # vkllm-vk — layer 3: the Vulkan runtime
+//!
+//! Runs the `vkllm-kernels` set on any Vulkan 1.1+ device (ash + vk-mem):
+//! - [`Instance`] / [`list_devices`] / [`DeviceInfo`]: devices and their capabilities; selection
+//!   by `VKLLM_DEVICE` (index or name substring) or the best discrete GPU, an absent device being a
+//!   typed error that lists those present ([`Error::DeviceNotFound`]);
+//! - [`Device`]: own or attached ([`Device::from_raw`]) device, vk-mem allocator, pipelines
+//!   specialised per (kernel, overrides) through a `VkPipelineCache` persisted in the user's
+//!   cache directory, submissions waited with a timeout;
+//! - [`Buffer`] / [`BufSlice`] / [`Tensor`]: memory, kernel arguments, weights split by rows to
+//!   respect `maxStorageBufferRange`;
+//! - [`Recorder`] / [`Recording`] / [`RecordingCache`]: dispatches batched into one command
+//!   buffer with barriers only where data dependencies need them, replayable, optionally timed
+//!   per dispatch with timestamp queries;
+//! - validation: `VKLLM_VALIDATE=1` (or [`Validation::On`]) enables the Khronos layer with
+//!   synchronization validation and records its messages ([`Device::check_validation`]);
+//! - [`parity`]: every kernel against its `vkllm-cpu` op (the "gpu op vs cpu op" tier);
+//! - [`bench`]: matvec/matmul bandwidth and throughput by timestamps.
+
+mod buffer;
+mod device;
+mod error;
+mod info;
+mod instance;
+mod pipeline;
+mod recorder;
+mod tensor;
+
+pub mod bench;
+pub mod parity;
+
+pub use buffer::{BufSlice, Buffer, MemoryKind};
+pub use device::{Device, DeviceOptions};
+pub use error::{Error, Result};
+pub use info::{DeviceChoice, DeviceInfo, DeviceKind, Heap, Limits, list_devices, select};
+pub use instance::{Instance, VALIDATION_ALLOW_LIST, Validation, ValidationMessage};
+pub use pipeline::{Pipeline, PipelineCacheMode};
+pub use recorder::{DispatchTiming, Recorder, Recording, RecordingCache};
+pub use tensor::{Tensor, TensorPart};
+pub use vkllm_kernels as kernels;

@@ -1,0 +1,316 @@
+//! Parity cases: RoPE and attention (decode split-K, prefill tiled).
+
+use vkllm_cpu::{AttnParams, Rope, RopeScaling, RopeStyle};
+use vkllm_kernels::attention::{AttnDecode, AttnPrefill, AttnShape};
+use vkllm_kernels::kv_append::KvType;
+use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
+
+use super::{Ctx, KernelParityRow, Rng, Tol, pack16, row, to_f16};
+use crate::buffer::Buffer;
+use crate::device::Device;
+use crate::error::Result;
+
+pub(crate) fn rope(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let mut rows = Vec::new();
+    let llama3 = RopeScaling::Llama3 {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position: 8192,
+    };
+    for (style, rotary_dim, head_dim, scaling, label) in [
+        (
+            RopeStyle::Interleaved,
+            64usize,
+            64usize,
+            RopeScaling::None,
+            "interleaved",
+        ),
+        (RopeStyle::NeoX, 128, 128, llama3, "neox llama3"),
+        (
+            RopeStyle::NeoX,
+            32,
+            64,
+            RopeScaling::None,
+            "neox partial 32/64",
+        ),
+        (
+            RopeStyle::Interleaved,
+            16,
+            80,
+            RopeScaling::Linear { factor: 4.0 },
+            "interleaved partial linear",
+        ),
+    ] {
+        let cfg = Rope {
+            theta: 10000.0,
+            rotary_dim,
+            style,
+            scaling,
+        };
+        let (n_tok, n_heads, max_pos) = (9usize, 3usize, 5000usize);
+        let x = rng.vec(n_tok * n_heads * head_dim, -2.0, 2.0);
+        let pos: Vec<u32> = (0..n_tok)
+            .map(|_| rng.below(max_pos as u64) as u32)
+            .collect();
+        // The table holds exactly the CPU op's (cos, sin) per position.
+        let mut table = Vec::with_capacity(max_pos * rotary_dim);
+        for p in 0..max_pos {
+            let (c, s) = cfg.cos_sin(p);
+            for (c, s) in c.into_iter().zip(s) {
+                table.push(c);
+                table.push(s);
+            }
+        }
+        let (xb, pb, tb) = (
+            cx.input("x", &x)?,
+            cx.input("pos", &pos)?,
+            cx.input("table", &table)?,
+        );
+        cx.run(&[], |r| {
+            r.dispatch(
+                RopeK {
+                    x: xb.all(),
+                    pos: pb.all(),
+                    table: tb.all(),
+                }
+                .dispatch(&RopeShape {
+                    n_tok,
+                    n_heads,
+                    head_dim,
+                    rotary_dim,
+                    layout: match style {
+                        RopeStyle::Interleaved => RopeLayout::Interleaved,
+                        RopeStyle::NeoX => RopeLayout::NeoX,
+                    },
+                    max_pos,
+                })?,
+            )
+        })?;
+        let mut want = x.clone();
+        let positions: Vec<usize> = pos.iter().map(|&p| p as usize).collect();
+        cfg.apply_rows(&mut want, n_tok, n_heads, head_dim, &positions);
+        // Same table, same products: only a fused multiply-add the driver may form differs
+        // (<= 1 ulp of |x| <= 2.83).
+        let tol = Tol {
+            max_abs: 1e-6,
+            nmse: 1e-12,
+        };
+        rows.push(row(
+            "rope",
+            label,
+            format!("{n_tok} tok x {n_heads} heads x {head_dim}"),
+            &cx.read(&xb, x.len())?,
+            &want,
+            tol,
+        ));
+    }
+    Ok(rows)
+}
+
+struct AttnCase {
+    n_q: usize,
+    n_kv: usize,
+    q_pos0: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    softcap: Option<f32>,
+    window: Option<usize>,
+    kv: KvType,
+}
+
+struct AttnData {
+    q: Buffer,
+    k: Buffer,
+    v: Buffer,
+    pos: Buffer,
+    out: Buffer,
+    want: Vec<f32>,
+    shape: AttnShape,
+}
+
+/// Outputs are convex combinations of v rows (|v| <= 1): errors come from the scores (f32 dot
+/// in another order, ~1e-6) through exp; 2e-5 absolute bounds them with margin.
+const ATTN_TOL: Tol = Tol {
+    max_abs: 2e-5,
+    nmse: 1e-7,
+};
+
+fn attn_data(cx: &Ctx<'_>, rng: &mut Rng, c: &AttnCase) -> Result<AttnData> {
+    let qn = c.n_q * c.n_heads * c.head_dim;
+    let kvn = c.n_kv * c.n_kv_heads * c.head_dim;
+    let q = rng.vec(qn, -2.0, 2.0);
+    let k = rng.vec(kvn, -2.0, 2.0);
+    let v = rng.vec(kvn, -1.0, 1.0);
+    let (kb, kr, vb, vr) = match c.kv {
+        KvType::F32 => (cx.input("k", &k)?, k.clone(), cx.input("v", &v)?, v.clone()),
+        KvType::F16 => {
+            let (kh, kr) = to_f16(&k);
+            let (vh, vr) = to_f16(&v);
+            (
+                cx.input("k", &pack16(&kh))?,
+                kr,
+                cx.input("v", &pack16(&vh))?,
+                vr,
+            )
+        }
+    };
+    let positions: Vec<usize> = (0..c.n_q).map(|i| c.q_pos0 + i).collect();
+    let pos32: Vec<u32> = positions.iter().map(|&p| p as u32).collect();
+    let scale = 1.0 / (c.head_dim as f32).sqrt();
+    let p = AttnParams {
+        n_heads: c.n_heads,
+        n_kv_heads: c.n_kv_heads,
+        head_dim: c.head_dim,
+        scale,
+        softcap: c.softcap,
+        window: c.window,
+    };
+    let mut want = vec![0.0; qn];
+    vkllm_cpu::attention(&q, &kr, &vr, c.n_q, c.n_kv, &positions, &p, &mut want);
+    Ok(AttnData {
+        q: cx.input("q", &q)?,
+        k: kb,
+        v: vb,
+        pos: cx.input("q_pos", &pos32)?,
+        out: cx.output("out", qn)?,
+        want,
+        shape: AttnShape {
+            n_q: c.n_q,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            n_kv: c.n_kv,
+            scale,
+            softcap: c.softcap,
+            window: c.window,
+            kv: c.kv,
+        },
+    })
+}
+
+fn describe(c: &AttnCase) -> (String, String) {
+    let mut variant = c.kv.name().to_string();
+    if let Some(s) = c.softcap {
+        variant += &format!(" softcap {s}");
+    }
+    if let Some(w) = c.window {
+        variant += &format!(" window {w}");
+    }
+    let shape = format!(
+        "q {}@{} kv {} h {}/{} d {}",
+        c.n_q, c.q_pos0, c.n_kv, c.n_heads, c.n_kv_heads, c.head_dim
+    );
+    (variant, shape)
+}
+
+#[allow(clippy::too_many_arguments)]
+const fn case(
+    n_q: usize,
+    n_kv: usize,
+    q_pos0: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    softcap: Option<f32>,
+    window: Option<usize>,
+    kv: KvType,
+) -> AttnCase {
+    AttnCase {
+        n_q,
+        n_kv,
+        q_pos0,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        softcap,
+        window,
+        kv,
+    }
+}
+
+pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let mut rows = Vec::new();
+    let cases = [
+        (
+            case(1, 700, 699, 8, 2, 64, None, None, KvType::F32),
+            256usize,
+        ),
+        (
+            case(1, 700, 699, 8, 2, 64, Some(20.0), Some(100), KvType::F16),
+            256,
+        ),
+        (case(3, 300, 297, 4, 4, 128, None, None, KvType::F32), 64),
+        (
+            case(2, 1000, 500, 6, 3, 256, None, Some(300), KvType::F16),
+            128,
+        ),
+    ];
+    for (c, chunk) in cases {
+        let d = attn_data(&cx, &mut rng, &c)?;
+        let (ml, o) = AttnDecode::<crate::BufSlice<'_>>::scratch_bytes(&d.shape, chunk);
+        let part_ml = dev.create_buffer("part_ml", ml, crate::MemoryKind::Device)?;
+        let part_o = dev.create_buffer("part_o", o, crate::MemoryKind::Device)?;
+        cx.run(&[&d.out, &part_ml, &part_o], |r| {
+            r.dispatch_all(
+                AttnDecode {
+                    q: d.q.all(),
+                    k: d.k.all(),
+                    v: d.v.all(),
+                    q_pos: d.pos.all(),
+                    part_ml: part_ml.all(),
+                    part_o: part_o.all(),
+                    out: d.out.all(),
+                }
+                .dispatch(&d.shape, chunk)?,
+            )
+        })?;
+        let (variant, shape) = describe(&c);
+        let got = cx.read(&d.out, d.want.len())?;
+        rows.push(row(
+            "attn_decode",
+            variant,
+            format!("{shape} chunk {chunk}"),
+            &got,
+            &d.want,
+            ATTN_TOL,
+        ));
+    }
+    Ok(rows)
+}
+
+pub(crate) fn attention_prefill(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let mut rows = Vec::new();
+    let cases = [
+        case(37, 37, 0, 4, 2, 64, None, None, KvType::F32),
+        case(37, 50, 13, 4, 2, 64, Some(30.0), Some(8), KvType::F16),
+        case(20, 20, 0, 2, 1, 256, None, None, KvType::F32),
+        case(17, 17, 0, 3, 3, 80, None, Some(5), KvType::F32),
+    ];
+    for c in cases {
+        let d = attn_data(&cx, &mut rng, &c)?;
+        cx.run(&[&d.out], |r| {
+            r.dispatch(
+                AttnPrefill {
+                    q: d.q.all(),
+                    k: d.k.all(),
+                    v: d.v.all(),
+                    q_pos: d.pos.all(),
+                    out: d.out.all(),
+                }
+                .dispatch(&d.shape)?,
+            )
+        })?;
+        let (variant, shape) = describe(&c);
+        let got = cx.read(&d.out, d.want.len())?;
+        rows.push(row("attn_prefill", variant, shape, &got, &d.want, ATTN_TOL));
+    }
+    Ok(rows)
+}

@@ -1,0 +1,490 @@
+//! Parity cases: embedding, norms, elementwise, activations, softmax, argmax, KV append.
+
+use vkllm_kernels::WeightType;
+use vkllm_kernels::activation::{Activation, GatedActivation};
+use vkllm_kernels::argmax::Argmax;
+use vkllm_kernels::elementwise::{Add, Copy as CopyK, Scale, Softcap};
+use vkllm_kernels::kv_append::{KvAppend, KvType};
+use vkllm_kernels::rmsnorm::{AddRmsNorm, NormShape, RmsNorm};
+use vkllm_kernels::softmax::Softmax;
+
+use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, pack16, row, to_bf16, to_f16};
+use crate::device::Device;
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+/// Ops of a few f32 roundings on O(1) values: a few ulps of the largest output.
+fn tol_f32(max_ref: f32) -> Tol {
+    Tol {
+        max_abs: 4e-6 * (max_ref.abs() as f64).max(1.0),
+        nmse: 1e-7,
+    }
+}
+
+fn max_abs(x: &[f32]) -> f32 {
+    x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+}
+
+pub(crate) fn embedding(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let (vocab, dim, n) = (1000, 130, 37);
+    let table = rng.vec(vocab * dim, -2.0, 2.0);
+    let ids: Vec<u32> = (0..n).map(|_| rng.below(vocab as u64) as u32).collect();
+    let mut rows = Vec::new();
+    for dtype in [WeightType::F32, WeightType::F16, WeightType::Bf16] {
+        let (bytes, values): (Vec<u8>, Vec<f32>) = match dtype {
+            WeightType::F32 => (bytemuck::cast_slice(&table).to_vec(), table.clone()),
+            WeightType::F16 => {
+                let (h, b) = to_f16(&table);
+                (bytemuck::cast_slice(&h).to_vec(), b)
+            }
+            WeightType::Bf16 => {
+                let (h, b) = to_bf16(&table);
+                (bytemuck::cast_slice(&h).to_vec(), b)
+            }
+        };
+        let t = Tensor::from_bytes(dev, "table", dtype, vocab, dim, &bytes)?;
+        let idb = cx.input("ids", &ids)?;
+        let out = cx.output("out", n * dim)?;
+        cx.run(&[&out], |r| r.embedding(&t, idb.all(), n, out.all()))?;
+        let got = cx.read(&out, n * dim)?;
+        let mut want = vec![0.0; n * dim];
+        vkllm_cpu::embedding(&values, dim, &ids, &mut want)
+            .map_err(|e| crate::Error::Shape(e.to_string()))?;
+        rows.push(row(
+            "embedding",
+            dtype.name(),
+            format!("vocab {vocab} dim {dim} n {n}"),
+            &got,
+            &want,
+            EXACT,
+        ));
+    }
+    Ok(rows)
+}
+
+pub(crate) fn rmsnorm(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let mut rows = Vec::new();
+    // (rows, n, weight_offset, label): hidden norm, Gemma's (1 + w), q/k per-head norm.
+    for (nr, n, off, label) in [
+        (5usize, 1000usize, 0.0f32, "hidden"),
+        (3, 1153, 1.0, "hidden gemma (1+w)"),
+        (28, 64, 0.0, "q/k per-head (7 tok x 4 heads)"),
+    ] {
+        let x = rng.vec(nr * n, -3.0, 3.0);
+        let w = rng.vec(n, -1.0, 1.0);
+        let eps = 1e-6;
+        let (xb, wb) = (cx.input("x", &x)?, cx.input("w", &w)?);
+        let out = cx.output("out", nr * n)?;
+        let s = NormShape {
+            rows: nr,
+            n,
+            eps,
+            weight_offset: off,
+        };
+        cx.run(&[&out], |r| {
+            r.dispatch(
+                RmsNorm {
+                    x: xb.all(),
+                    weight: wb.all(),
+                    out: out.all(),
+                }
+                .dispatch(&s)?,
+            )
+        })?;
+        let got = cx.read(&out, nr * n)?;
+        let mut want = vec![0.0; nr * n];
+        vkllm_cpu::rmsnorm(&x, &w, eps, off, &mut want);
+        rows.push(row(
+            "rmsnorm",
+            label,
+            format!("{nr} x {n}"),
+            &got,
+            &want,
+            tol_f32(max_abs(&want)),
+        ));
+    }
+    // Fused residual add: two outputs (the new residual, exact; the norm).
+    let (nr, n) = (3usize, 777usize);
+    let x = rng.vec(nr * n, -2.0, 2.0);
+    let res = rng.vec(nr * n, -2.0, 2.0);
+    let w = rng.vec(n, -1.0, 1.0);
+    let (xb, wb, rb) = (
+        cx.input("x", &x)?,
+        cx.input("w", &w)?,
+        cx.input("res", &res)?,
+    );
+    let out = cx.output("out", nr * n)?;
+    let s = NormShape {
+        rows: nr,
+        n,
+        eps: 1e-5,
+        weight_offset: 0.0,
+    };
+    cx.run(&[&out], |r| {
+        r.dispatch(
+            AddRmsNorm {
+                x: xb.all(),
+                residual: rb.all(),
+                weight: wb.all(),
+                out: out.all(),
+            }
+            .dispatch(&s)?,
+        )
+    })?;
+    let mut want_res = res.clone();
+    let mut want = vec![0.0; nr * n];
+    vkllm_cpu::add_rmsnorm(&mut want_res, &x, &w, 1e-5, 0.0, &mut want);
+    let got = cx.read(&out, nr * n)?;
+    let got_res = cx.read(&rb, nr * n)?;
+    rows.push(row(
+        "add_rmsnorm",
+        "residual",
+        format!("{nr} x {n}"),
+        &got_res,
+        &want_res,
+        EXACT,
+    ));
+    rows.push(row(
+        "add_rmsnorm",
+        "norm",
+        format!("{nr} x {n}"),
+        &got,
+        &want,
+        tol_f32(max_abs(&want)),
+    ));
+    Ok(rows)
+}
+
+pub(crate) fn elementwise(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let n = 10007;
+    let a = rng.vec(n, -50.0, 50.0);
+    let b = rng.vec(n, -50.0, 50.0);
+    let (ab, bb) = (cx.input("a", &a)?, cx.input("b", &b)?);
+    let out = cx.output("out", n)?;
+    let shape = format!("n {n}");
+    let mut rows = Vec::new();
+
+    cx.run(&[&out], |r| {
+        r.dispatch(
+            Add {
+                a: ab.all(),
+                b: bb.all(),
+                out: out.all(),
+            }
+            .dispatch(n)?,
+        )
+    })?;
+    let mut want = vec![0.0; n];
+    vkllm_cpu::add(&a, &b, &mut want);
+    rows.push(row(
+        "add",
+        "f32",
+        shape.clone(),
+        &cx.read(&out, n)?,
+        &want,
+        EXACT,
+    ));
+
+    let s = rng.f32(0.1, 2.0);
+    cx.run(&[&out], |r| {
+        r.dispatch(
+            Scale {
+                a: ab.all(),
+                out: out.all(),
+            }
+            .dispatch(n, s)?,
+        )
+    })?;
+    let mut want = a.clone();
+    vkllm_cpu::scale(&mut want, s);
+    rows.push(row(
+        "scale",
+        "f32",
+        shape.clone(),
+        &cx.read(&out, n)?,
+        &want,
+        EXACT,
+    ));
+
+    cx.run(&[&out], |r| {
+        r.dispatch(
+            CopyK {
+                a: ab.all(),
+                out: out.all(),
+            }
+            .dispatch(n)?,
+        )
+    })?;
+    rows.push(row(
+        "copy",
+        "f32",
+        shape.clone(),
+        &cx.read(&out, n)?,
+        &a,
+        EXACT,
+    ));
+
+    let cap = 30.0;
+    cx.run(&[&out], |r| {
+        r.dispatch(
+            Softcap {
+                a: ab.all(),
+                out: out.all(),
+            }
+            .dispatch(n, cap)?,
+        )
+    })?;
+    let mut want = a.clone();
+    vkllm_cpu::softcap(&mut want, cap);
+    // tanh has no correctly-rounded guarantee in Vulkan: allow ~1e-6 relative of cap.
+    let tol = Tol {
+        max_abs: 4e-5,
+        nmse: 1e-7,
+    };
+    rows.push(row(
+        "softcap",
+        "f32 cap 30",
+        shape,
+        &cx.read(&out, n)?,
+        &want,
+        tol,
+    ));
+    Ok(rows)
+}
+
+pub(crate) fn activation(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let n = 10007;
+    let gate = rng.vec(n, -8.0, 8.0);
+    let up = rng.vec(n, -4.0, 4.0);
+    let (gb, ub) = (cx.input("gate", &gate)?, cx.input("up", &up)?);
+    let out = cx.output("out", n)?;
+    let mut rows = Vec::new();
+    for act in [Activation::Silu, Activation::GeluTanh] {
+        cx.run(&[&out], |r| {
+            r.dispatch(
+                GatedActivation {
+                    gate: gb.all(),
+                    up: ub.all(),
+                    out: out.all(),
+                }
+                .dispatch(act, n)?,
+            )
+        })?;
+        let mut want = vec![0.0; n];
+        let name = match act {
+            Activation::Silu => {
+                vkllm_cpu::silu_mul(&gate, &up, &mut want);
+                "silu_mul"
+            }
+            Activation::GeluTanh => {
+                vkllm_cpu::gelu_tanh_mul(&gate, &up, &mut want);
+                "gelu_tanh_mul"
+            }
+        };
+        // exp/tanh are within a few ulps on real drivers (Vulkan allows more): 1e-5 relative to
+        // the output scale (|out| <= 32 here).
+        let tol = Tol {
+            max_abs: 1e-5 * max_abs(&want) as f64,
+            nmse: 1e-7,
+        };
+        rows.push(row(
+            name,
+            "f32",
+            format!("n {n}"),
+            &cx.read(&out, n)?,
+            &want,
+            tol,
+        ));
+    }
+    Ok(rows)
+}
+
+pub(crate) fn softmax(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let (nr, n) = (4usize, 5001usize);
+    let mut x = rng.vec(nr * n, -10.0, 10.0);
+    // Row 2 partly masked, row 3 fully masked (zeros expected).
+    for v in &mut x[2 * n..2 * n + 2000] {
+        *v = f32::NEG_INFINITY;
+    }
+    for v in &mut x[3 * n..] {
+        *v = f32::NEG_INFINITY;
+    }
+    let xb = cx.input("x", &x)?;
+    let out = cx.output("out", nr * n)?;
+    cx.run(&[&out], |r| {
+        r.dispatch(
+            Softmax {
+                x: xb.all(),
+                out: out.all(),
+            }
+            .dispatch(nr, n)?,
+        )
+    })?;
+    let mut want = x.clone();
+    for r in want.chunks_exact_mut(n) {
+        vkllm_cpu::softmax(r);
+    }
+    let tol = Tol {
+        max_abs: 1e-6,
+        nmse: 1e-7,
+    };
+    Ok(vec![row(
+        "softmax",
+        "f32 (masked rows)",
+        format!("{nr} x {n}"),
+        &cx.read(&out, nr * n)?,
+        &want,
+        tol,
+    )])
+}
+
+pub(crate) fn argmax(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let (nr, n) = (5usize, 50021usize);
+    let mut x = rng.vec(nr * n, -20.0, 20.0);
+    // Row 1: a tie between two maxima (the lower index must win); row 2: NaNs around the max.
+    let (i1, i2) = (
+        7 + rng.below(20000) as usize,
+        30000 + rng.below(20000) as usize,
+    );
+    x[n + i1] = 100.0;
+    x[n + i2] = 100.0;
+    for v in x[2 * n..3 * n].iter_mut().step_by(7) {
+        *v = f32::NAN;
+    }
+    let xb = cx.input("x", &x)?;
+    let out = cx.output("out", nr)?;
+    cx.run(&[&out], |r| {
+        r.dispatch(
+            Argmax {
+                logits: xb.all(),
+                out: out.all(),
+            }
+            .dispatch(nr, n)?,
+        )
+    })?;
+    let got: Vec<u32> = dev.read_vec(&out, nr)?;
+    // Reference: first index of the largest non-NaN value.
+    let want: Vec<f32> = x
+        .chunks_exact(n)
+        .map(|r| {
+            let mut best = 0usize;
+            let mut bv = f32::NEG_INFINITY;
+            for (i, &v) in r.iter().enumerate() {
+                if v > bv {
+                    bv = v;
+                    best = i;
+                }
+            }
+            best as f32
+        })
+        .collect();
+    let got: Vec<f32> = got.iter().map(|&i| i as f32).collect();
+    Ok(vec![row(
+        "argmax",
+        "f32 (ties, NaN)",
+        format!("{nr} x {n}"),
+        &got,
+        &want,
+        EXACT,
+    )])
+}
+
+pub(crate) fn kv_append(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let (n_tok, kv_dim, max_tok) = (3usize, 2 * 66usize, 50usize);
+    let pos: Vec<u32> = vec![7, 8, 30 + rng.below(19) as u32];
+    let k_new = rng.vec(n_tok * kv_dim, -4.0, 4.0);
+    let v_new = rng.vec(n_tok * kv_dim, -4.0, 4.0);
+    let mut rows = Vec::new();
+    for dtype in [KvType::F32, KvType::F16] {
+        // Existing cache content must survive outside the written rows.
+        let init_k = rng.vec(max_tok * kv_dim, -1.0, 1.0);
+        let init_v = rng.vec(max_tok * kv_dim, -1.0, 1.0);
+        let (kb, vb, pb) = (
+            cx.input("k", &k_new)?,
+            cx.input("v", &v_new)?,
+            cx.input("pos", &pos)?,
+        );
+        let conv = |x: &[f32]| -> (Vec<u32>, Vec<f32>) {
+            match dtype {
+                KvType::F32 => (bytemuck::cast_slice(x).to_vec(), x.to_vec()),
+                KvType::F16 => {
+                    let (h, b) = to_f16(x);
+                    (pack16(&h), b)
+                }
+            }
+        };
+        let (ck, mut want_k) = conv(&init_k);
+        let (cv, mut want_v) = conv(&init_v);
+        let (kc, vc) = (cx.input("k_cache", &ck)?, cx.input("v_cache", &cv)?);
+        cx.run(&[], |r| {
+            r.dispatch(
+                KvAppend {
+                    k_new: kb.all(),
+                    v_new: vb.all(),
+                    pos: pb.all(),
+                    k_cache: kc.all(),
+                    v_cache: vc.all(),
+                }
+                .dispatch(dtype, n_tok, kv_dim, max_tok)?,
+            )
+        })?;
+        let (nk, nv) = (conv(&k_new).1, conv(&v_new).1);
+        for (t, &p) in pos.iter().enumerate() {
+            let (d, s) = (p as usize * kv_dim, t * kv_dim);
+            want_k[d..d + kv_dim].copy_from_slice(&nk[s..s + kv_dim]);
+            want_v[d..d + kv_dim].copy_from_slice(&nv[s..s + kv_dim]);
+        }
+        let read = |b: &crate::Buffer| -> Result<Vec<f32>> {
+            Ok(match dtype {
+                KvType::F32 => cx.read(b, max_tok * kv_dim)?,
+                KvType::F16 => {
+                    let w: Vec<u16> = dev.read_vec(b, max_tok * kv_dim)?;
+                    w.iter()
+                        .map(|&h| half::f16::from_bits(h).to_f32())
+                        .collect()
+                }
+            })
+        };
+        // f16: the reference rounds to nearest even; the shader's pack2x16float should too. The
+        // tolerance admits one f16 ulp at |x| < 4 (2^-9) in case a driver rounds differently.
+        let tol = match dtype {
+            KvType::F32 => EXACT,
+            KvType::F16 => Tol {
+                max_abs: 1.0 / 512.0,
+                nmse: 1e-7,
+            },
+        };
+        let shape = format!("{n_tok} tok, kv_dim {kv_dim}, cache {max_tok}");
+        rows.push(row(
+            "kv_append",
+            format!("{} K", dtype.name()),
+            shape.clone(),
+            &read(&kc)?,
+            &want_k,
+            tol,
+        ));
+        rows.push(row(
+            "kv_append",
+            format!("{} V", dtype.name()),
+            shape,
+            &read(&vc)?,
+            &want_v,
+            tol,
+        ));
+    }
+    Ok(rows)
+}

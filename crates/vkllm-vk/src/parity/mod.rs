@@ -1,0 +1,226 @@
+//! The "gpu op vs cpu op" parity tier: every kernel of `vkllm-kernels` run on a device and
+//! compared with its `vkllm-cpu` op on fresh random inputs.
+//!
+//! Each case NaN-poisons its output buffers inside the same recording right before the dispatch
+//! (so an unwritten element fails), uses shapes that are not multiples of the workgroup sizes, and
+//! compares with [`vkllm_cpu::compare::diff`] against a tolerance stated per case (see
+//! docs/kernels.md for the justification). When the device was opened with validation, any
+//! validation message not on the allow-list fails the case.
+//!
+//! Inputs that are 16-bit on the device (F16/BF16 weights, f16 KV cache) are rounded once on the
+//! host and the CPU op gets the same rounded values, so the comparison measures the kernel's own
+//! arithmetic, not the storage format.
+
+mod attn;
+mod basic;
+mod mat;
+mod sample;
+
+use vkllm_cpu::compare::{Diff, diff};
+
+use crate::buffer::{Buffer, MemoryKind};
+use crate::device::Device;
+use crate::error::Result;
+use crate::instance::Validation;
+use crate::recorder::Recorder;
+
+/// One row of the parity table.
+#[derive(Clone, Debug)]
+pub struct KernelParityRow {
+    pub kernel: &'static str,
+    /// dtype / mode, e.g. "f16" or "neox partial".
+    pub variant: String,
+    pub shape: String,
+    pub diff: Diff,
+    pub tol_max_abs: f64,
+    pub tol_nmse: f64,
+    pub pass: bool,
+}
+
+impl std::fmt::Display for KernelParityRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:<18} {:<22} {:<34} max_abs {:.3e} (<= {:.1e}) nmse {:.3e} (<= {:.1e}) {}",
+            self.kernel,
+            self.variant,
+            self.shape,
+            self.diff.max_abs,
+            self.tol_max_abs,
+            self.diff.nmse,
+            self.tol_nmse,
+            if self.pass { "ok" } else { "FAIL" }
+        )
+    }
+}
+
+/// A kernel family's parity cases.
+pub type CaseFn = fn(&Device, u64) -> Result<Vec<KernelParityRow>>;
+
+/// Every case, by kernel family name (tests run one `#[test]` per entry).
+pub const CASES: &[(&str, CaseFn)] = &[
+    ("embedding", basic::embedding),
+    ("rmsnorm", basic::rmsnorm),
+    ("elementwise", basic::elementwise),
+    ("activation", basic::activation),
+    ("softmax", basic::softmax),
+    ("argmax", basic::argmax),
+    ("kv_append", basic::kv_append),
+    ("matvec", mat::matvec),
+    ("matmul", mat::matmul),
+    ("rope", attn::rope),
+    ("attention_decode", attn::attention_decode),
+    ("attention_prefill", attn::attention_prefill),
+    ("sample", sample::sample),
+];
+
+/// Runs every case (each with a seed derived from `seed`) and returns all rows.
+pub fn run_kernel_parity(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let mut rows = Vec::new();
+    for (i, (_, case)) in CASES.iter().enumerate() {
+        rows.extend(case(dev, seed.wrapping_add(i as u64))?);
+    }
+    Ok(rows)
+}
+
+/// `VKLLM_SEED` if set (decimal), else the current time in nanoseconds.
+pub fn seed_from_env() -> u64 {
+    if let Ok(s) = std::env::var("VKLLM_SEED")
+        && let Ok(v) = s.trim().parse()
+    {
+        return v;
+    }
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0x5eed)
+}
+
+/// SplitMix64: a small, seedable generator for test inputs.
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
+    }
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [lo, hi).
+    pub(crate) fn f32(&mut self, lo: f32, hi: f32) -> f32 {
+        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        lo + (hi - lo) * u
+    }
+    pub(crate) fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f32(lo, hi)).collect()
+    }
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// Tolerance of one comparison.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tol {
+    pub max_abs: f64,
+    pub nmse: f64,
+}
+
+pub(crate) const EXACT: Tol = Tol {
+    max_abs: 0.0,
+    nmse: 0.0,
+};
+
+pub(crate) fn row(
+    kernel: &'static str,
+    variant: impl Into<String>,
+    shape: impl Into<String>,
+    actual: &[f32],
+    expected: &[f32],
+    tol: Tol,
+) -> KernelParityRow {
+    let d = diff(actual, expected);
+    KernelParityRow {
+        kernel,
+        variant: variant.into(),
+        shape: shape.into(),
+        pass: d.within(tol.max_abs, tol.nmse),
+        diff: d,
+        tol_max_abs: tol.max_abs,
+        tol_nmse: tol.nmse,
+    }
+}
+
+/// f32 -> f16 bits (round to nearest even) and back.
+pub(crate) fn to_f16(x: &[f32]) -> (Vec<u16>, Vec<f32>) {
+    let h: Vec<u16> = x
+        .iter()
+        .map(|&v| half::f16::from_f32(v).to_bits())
+        .collect();
+    let back = h
+        .iter()
+        .map(|&b| half::f16::from_bits(b).to_f32())
+        .collect();
+    (h, back)
+}
+
+/// f32 -> bf16 bits (round to nearest even) and back.
+pub(crate) fn to_bf16(x: &[f32]) -> (Vec<u16>, Vec<f32>) {
+    let h: Vec<u16> = x
+        .iter()
+        .map(|&v| half::bf16::from_f32(v).to_bits())
+        .collect();
+    let back = h
+        .iter()
+        .map(|&b| half::bf16::from_bits(b).to_f32())
+        .collect();
+    (h, back)
+}
+
+pub(crate) struct Ctx<'a> {
+    pub dev: &'a Device,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn input<T: bytemuck::Pod>(&self, label: &str, data: &[T]) -> Result<Buffer> {
+        self.dev.buffer_from(label, data)
+    }
+
+    pub(crate) fn output(&self, label: &str, n_words: usize) -> Result<Buffer> {
+        self.dev
+            .create_buffer(label, 4 * n_words as u64, MemoryKind::Device)
+    }
+
+    /// Records `f` after NaN-poisoning `poison`, submits, waits, and checks validation.
+    pub(crate) fn run(
+        &self,
+        poison: &[&Buffer],
+        f: impl FnOnce(&mut Recorder) -> Result<()>,
+    ) -> Result<()> {
+        let mut r = Recorder::new(self.dev)?;
+        for b in poison {
+            r.fill(b.all(), f32::NAN.to_bits())?;
+        }
+        f(&mut r)?;
+        r.finish()?.submit()?;
+        if self.dev.validation() == Validation::On {
+            self.dev.check_validation()?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn read(&self, b: &Buffer, n: usize) -> Result<Vec<f32>> {
+        self.dev.read_vec::<f32>(b, n)
+    }
+}
+
+/// Packs 16-bit values two per little-endian word (odd counts padded with 0).
+pub(crate) fn pack16(h: &[u16]) -> Vec<u32> {
+    h.chunks(2)
+        .map(|c| c[0] as u32 | (c.get(1).copied().unwrap_or(0) as u32) << 16)
+        .collect()
+}

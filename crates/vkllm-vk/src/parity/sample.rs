@@ -1,0 +1,200 @@
+//! Parity case: the GPU sampler picks the CPU sampler's token, over many seeds and settings.
+
+use vkllm_cpu::SamplingParams;
+use vkllm_kernels::sample::{Sample, SampleSettings};
+
+use super::{Ctx, EXACT, KernelParityRow, Rng, row};
+use crate::buffer::Buffer;
+use crate::device::Device;
+use crate::error::Result;
+use crate::recorder::Recorder;
+
+struct Case {
+    logits: Vec<f32>,
+    counts: Vec<u32>,
+    params: SamplingParams,
+    seq_id: u64,
+    step: u64,
+}
+
+fn make_case(rng: &mut Rng, v: usize, i: usize) -> Case {
+    // Logit spread: peaked (few candidates) to flat (every token a candidate).
+    let spread = [30.0f32, 8.0, 2.0, 0.5][i % 4];
+    let mut logits = rng.vec(v, -spread, spread);
+    // Exact ties with the maximum, NaNs, banned tokens.
+    let m = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    for _ in 0..2 {
+        let j = rng.below(v as u64) as usize;
+        logits[j] = m;
+    }
+    for _ in 0..(i % 3) {
+        let j = rng.below(v as u64) as usize;
+        logits[j] = f32::NAN;
+    }
+    if i.is_multiple_of(5) {
+        let j = rng.below(v as u64) as usize;
+        logits[j] = f32::NEG_INFINITY;
+    }
+    let counts = if i.is_multiple_of(2) {
+        (0..v)
+            .map(|_| {
+                if rng.below(10) == 0 {
+                    1 + rng.below(5) as u32
+                } else {
+                    0
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let pick = |rng: &mut Rng, xs: &[f32]| xs[rng.below(xs.len() as u64) as usize];
+    let temperature = pick(rng, &[0.0, 0.25, 0.8, 1.0, 1.0, 2.5]);
+    let top_k = [0usize, 1, 50, v + 5][rng.below(4) as usize];
+    let top_p = pick(rng, &[1.0, 1.0, 0.95, 0.5, 0.0]);
+    let min_p = pick(rng, &[0.0, 0.0, 0.05, 0.3]);
+    let mut logit_bias = Vec::new();
+    if i % 3 == 1 {
+        let a = rng.below(v as u64) as u32;
+        logit_bias = vec![
+            (a, 3.5),
+            (rng.below(v as u64) as u32, f32::NEG_INFINITY),
+            (a, -1.25),
+        ];
+    }
+    Case {
+        logits,
+        counts,
+        params: SamplingParams {
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repetition_penalty: pick(rng, &[1.0, 1.3, 0.8]),
+            presence_penalty: pick(rng, &[0.0, 0.5]),
+            frequency_penalty: pick(rng, &[0.0, 0.25]),
+            logit_bias,
+            seed: rng.next_u64(),
+        },
+        seq_id: rng.below(1 << 40),
+        step: rng.below(100_000),
+    }
+}
+
+pub(crate) fn sample(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let v = 5003;
+    let n_cases = 64;
+    let mut cases: Vec<Case> = (0..n_cases).map(|i| make_case(&mut rng, v, i)).collect();
+    // Edge cases: a +inf logit wins outright; all -inf/NaN gives token 0.
+    let mut inf = make_case(&mut rng, v, 1);
+    inf.logits[77] = f32::INFINITY;
+    inf.params.temperature = 1.0;
+    cases.push(inf);
+    let mut dead = make_case(&mut rng, v, 1);
+    dead.logits.iter_mut().enumerate().for_each(|(i, x)| {
+        *x = if i % 2 == 0 {
+            f32::NEG_INFINITY
+        } else {
+            f32::NAN
+        }
+    });
+    dead.params.temperature = 0.7;
+    dead.params.logit_bias.clear();
+    cases.push(dead);
+
+    struct Bufs {
+        logits: Buffer,
+        counts: Buffer,
+        bias: Buffer,
+        scratch: Buffer,
+        out: Buffer,
+    }
+    let mut bufs = Vec::new();
+    for c in &cases {
+        let bias: Vec<u32> = c
+            .params
+            .logit_bias
+            .iter()
+            .flat_map(|&(id, b)| [id, b.to_bits()])
+            .collect();
+        let logits = cx.input("logits", &c.logits)?;
+        bufs.push(Bufs {
+            counts: if c.counts.is_empty() {
+                logits.clone()
+            } else {
+                cx.input("counts", &c.counts)?
+            },
+            bias: if bias.is_empty() {
+                logits.clone()
+            } else {
+                cx.input("bias", &bias)?
+            },
+            scratch: cx.output(
+                "scratch",
+                Sample::<crate::BufSlice<'_>>::scratch_bytes(v) as usize / 4,
+            )?,
+            out: cx.output("out", 1)?,
+            logits,
+        });
+    }
+    let mut r = Recorder::new(dev)?;
+    for (c, b) in cases.iter().zip(&bufs) {
+        r.fill(b.out.all(), f32::NAN.to_bits())?;
+        let s = SampleSettings {
+            vocab: v,
+            temperature: c.params.temperature,
+            top_k: c.params.top_k,
+            top_p: c.params.top_p,
+            min_p: c.params.min_p,
+            repetition_penalty: c.params.repetition_penalty,
+            presence_penalty: c.params.presence_penalty,
+            frequency_penalty: c.params.frequency_penalty,
+            seed: c.params.seed,
+            seq_id: c.seq_id,
+            step: c.step,
+            n_bias: c.params.logit_bias.len(),
+            use_counts: !c.counts.is_empty(),
+            step_from_buffer: false,
+        };
+        r.dispatch(
+            Sample {
+                logits: b.logits.all(),
+                counts: b.counts.all(),
+                bias: b.bias.all(),
+                scratch: b.scratch.all(),
+                out: b.out.all(),
+                step: b.logits.all(),
+            }
+            .dispatch(&s)?,
+        )?;
+    }
+    r.finish()?.submit()?;
+    if dev.validation() == crate::Validation::On {
+        dev.check_validation()?;
+    }
+    let mut got = Vec::new();
+    let mut want = Vec::new();
+    let mut mismatches = Vec::new();
+    for (i, (c, b)) in cases.iter().zip(&bufs).enumerate() {
+        let g: Vec<u32> = dev.read_vec(&b.out, 1)?;
+        let w = vkllm_cpu::sample(&c.logits, &c.params, &c.counts, c.seq_id, c.step);
+        if g[0] != w {
+            mismatches.push(format!("case {i}: gpu {} cpu {w} ({:?})", g[0], c.params));
+        }
+        got.push(g[0] as f32);
+        want.push(w as f32);
+    }
+    for m in &mismatches {
+        eprintln!("sample mismatch: {m}");
+    }
+    Ok(vec![row(
+        "sample",
+        format!("{} settings/seeds", cases.len()),
+        format!("vocab {v}"),
+        &got,
+        &want,
+        EXACT,
+    )])
+}

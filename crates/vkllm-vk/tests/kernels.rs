@@ -1,0 +1,72 @@
+//! The kernel parity suite: one test per kernel family, each comparing the GPU kernel with its
+//! vkllm-cpu op under the validation layer. Run on lavapipe in CI and on the H200 (the same
+//! binary: `cargo test --profile device -p vkllm-vk --test kernels --no-run`).
+
+mod common;
+
+fn check(name: &str) {
+    let dev = common::device();
+    let dev = &*dev;
+    let seed = common::seed();
+    let case = vkllm_vk::parity::CASES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, f)| *f)
+        .unwrap_or_else(|| panic!("no parity case {name}"));
+    let rows = match case(dev, seed) {
+        Ok(r) => r,
+        Err(e) => panic!("{name}: {e}"),
+    };
+    assert!(!rows.is_empty());
+    let mut failed = Vec::new();
+    for r in &rows {
+        eprintln!("{r}");
+        if !r.pass {
+            failed.push(r.to_string());
+        }
+    }
+    if let Err(e) = dev.check_validation() {
+        panic!("{name}: {e}");
+    }
+    assert!(
+        failed.is_empty(),
+        "{name} (seed {seed}) out of tolerance:\n{}",
+        failed.join("\n")
+    );
+}
+
+macro_rules! parity_tests {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                check(stringify!($name));
+            }
+        )*
+
+        /// Every registered case has a test above.
+        #[test]
+        fn every_case_has_a_test() {
+            let tested = [$(stringify!($name)),*];
+            for (n, _) in vkllm_vk::parity::CASES {
+                assert!(tested.contains(n), "parity case {n} has no #[test]");
+            }
+        }
+    };
+}
+
+parity_tests!(
+    embedding,
+    rmsnorm,
+    elementwise,
+    activation,
+    softmax,
+    argmax,
+    kv_append,
+    matvec,
+    matmul,
+    rope,
+    attention_decode,
+    attention_prefill,
+    sample,
+);

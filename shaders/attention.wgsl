@@ -1,0 +1,197 @@
+// Attention for decode (and short query batches): split-K "flash decoding" with a merge pass.
+//
+//   split: one workgroup per (key chunk c, query head h, query i): scores of q_i against keys
+//          [c * CHUNK, (c + 1) * CHUNK) of kv head h / (n_heads / n_kv_heads) (GQA), scaled,
+//          soft-capped (softcap > 0), masked (causal: key j <= q_pos[i]; sliding window: j >
+//          q_pos[i] - window when window > 0); writes the chunk's max m, sum l = sum exp(s - m) and
+//          unnormalised output o = sum exp(s - m) v.
+//   merge: one workgroup per (head, query): out = sum_c o_c e^(m_c - M) / sum_c l_c e^(m_c - M).
+//
+// Shapes: q [n_q, n_heads, head_dim] f32; k, v [n_kv, n_kv_heads, head_dim] as u32 words (KV_DTYPE
+// 0: f32 bits, 1: f16 pairs); q_pos [n_q] u32; part_ml [n_q, n_heads, n_chunks, 2] f32; part_o
+// [n_q, n_heads, n_chunks, head_dim] f32; out [n_q, n_heads, head_dim] f32. head_dim <= 256.
+// Workgroup: WG invocations (default 128). split: invocation t scores keys t, t + WG, ... of the
+// chunk (the q row is staged in shared memory), max and sum are reduced with subgroup ops and
+// shared memory (any subgroup size >= 4), then invocation t accumulates output dims t, t + WG, ...
+// over the chunk's keys (V reads coalesced across invocations). Splitting the keys over chunks
+// keeps the GPU busy when there are few heads and long contexts; the merge is cheap (n_chunks
+// partials per head).
+// Shared memory: q (256 f32) + scores (CHUNK f32, default 256) + 32 f32 = 2.1 KiB.
+
+override WG: u32 = 128;
+override CHUNK: u32 = 256;
+override KV_DTYPE: u32 = 0;
+
+struct Params {
+    n_q: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+    n_kv: u32,
+    n_chunks: u32,
+    scale: f32,
+    softcap: f32,
+    window: u32,
+}
+var<immediate> p: Params;
+
+@group(0) @binding(0) var<storage, read> q: array<f32>;
+@group(0) @binding(1) var<storage, read> k: array<u32>;
+@group(0) @binding(2) var<storage, read> v: array<u32>;
+@group(0) @binding(3) var<storage, read> q_pos: array<u32>;
+@group(0) @binding(4) var<storage, read_write> part_ml: array<f32>;
+@group(0) @binding(5) var<storage, read_write> part_o: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out: array<f32>;
+
+var<workgroup> qs: array<f32, 256>;
+var<workgroup> sc: array<f32, CHUNK>;
+var<workgroup> red: array<f32, 32>;
+
+fn load_k(e: u32) -> f32 {
+    if (KV_DTYPE == 0u) {
+        return bitcast<f32>(k[e]);
+    }
+    let pair = unpack2x16float(k[e >> 1u]);
+    return select(pair.x, pair.y, (e & 1u) == 1u);
+}
+
+fn load_v(e: u32) -> f32 {
+    if (KV_DTYPE == 0u) {
+        return bitcast<f32>(v[e]);
+    }
+    let pair = unpack2x16float(v[e >> 1u]);
+    return select(pair.x, pair.y, (e & 1u) == 1u);
+}
+
+fn wg_sum(x: f32, sg_id: u32, sg_lane: u32, n_sg: u32) -> f32 {
+    let s = subgroupAdd(x);
+    if (sg_lane == 0u) {
+        red[sg_id] = s;
+    }
+    workgroupBarrier();
+    var total = 0.0;
+    for (var i = 0u; i < n_sg; i++) {
+        total += red[i];
+    }
+    workgroupBarrier();
+    return total;
+}
+
+fn wg_max(x: f32, sg_id: u32, sg_lane: u32, n_sg: u32) -> f32 {
+    let s = subgroupMax(x);
+    if (sg_lane == 0u) {
+        red[sg_id] = s;
+    }
+    workgroupBarrier();
+    var m = red[0];
+    for (var i = 1u; i < n_sg; i++) {
+        m = max(m, red[i]);
+    }
+    workgroupBarrier();
+    return m;
+}
+
+@compute @workgroup_size(WG)
+fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+         @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
+         @builtin(num_subgroups) n_sg: u32) {
+    let c = wid.x;
+    let h = wid.y;
+    let i = wid.z;
+    let hd = p.head_dim;
+    let kvh = h / (p.n_heads / p.n_kv_heads);
+    let kv_dim = p.n_kv_heads * hd;
+    let qp = q_pos[i];
+    // Visible keys: [lo, hi] (inclusive), clipped to the cache.
+    let hi = min(qp, p.n_kv - 1u);
+    var lo = 0u;
+    if (p.window > 0u && qp + 1u > p.window) {
+        lo = qp + 1u - p.window;
+    }
+    let j0 = c * CHUNK;
+    let j1 = min(j0 + CHUNK, p.n_kv);
+    for (var d = lid; d < hd; d += WG) {
+        qs[d] = q[(i * p.n_heads + h) * hd + d];
+    }
+    workgroupBarrier();
+    let neg_inf = bitcast<f32>(0xff800000u);
+    var m_local = neg_inf;
+    for (var j = j0 + lid; j < j1; j += WG) {
+        var s = neg_inf;
+        if (j >= lo && j <= hi) {
+            let kb = j * kv_dim + kvh * hd;
+            var acc = 0.0;
+            for (var d = 0u; d < hd; d++) {
+                acc += qs[d] * load_k(kb + d);
+            }
+            s = acc * p.scale;
+            if (p.softcap > 0.0) {
+                s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
+            }
+        }
+        sc[j - j0] = s;
+        m_local = max(m_local, s);
+    }
+    let m = wg_max(m_local, sg_id, sg_lane, n_sg);
+    var l_local = 0.0;
+    for (var j = j0 + lid; j < j1; j += WG) {
+        var e = 0.0;
+        if (m != neg_inf) {
+            e = exp(sc[j - j0] - m);
+        }
+        sc[j - j0] = e;
+        l_local += e;
+    }
+    let l = wg_sum(l_local, sg_id, sg_lane, n_sg);
+    let part = (i * p.n_heads + h) * p.n_chunks + c;
+    for (var d = lid; d < hd; d += WG) {
+        var o = 0.0;
+        if (m != neg_inf) {
+            for (var j = j0; j < j1; j++) {
+                let e = sc[j - j0];
+                if (e > 0.0) {
+                    o += e * load_v(j * kv_dim + kvh * hd + d);
+                }
+            }
+        }
+        part_o[part * hd + d] = o;
+    }
+    if (lid == 0u) {
+        part_ml[2u * part] = m;
+        part_ml[2u * part + 1u] = l;
+    }
+}
+
+@compute @workgroup_size(WG)
+fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let h = wid.x;
+    let i = wid.y;
+    let hd = p.head_dim;
+    let neg_inf = bitcast<f32>(0xff800000u);
+    let base = (i * p.n_heads + h) * p.n_chunks;
+    var big_m = neg_inf;
+    for (var c = 0u; c < p.n_chunks; c++) {
+        big_m = max(big_m, part_ml[2u * (base + c)]);
+    }
+    var big_l = 0.0;
+    for (var c = 0u; c < p.n_chunks; c++) {
+        let mc = part_ml[2u * (base + c)];
+        if (mc != neg_inf) {
+            big_l += part_ml[2u * (base + c) + 1u] * exp(mc - big_m);
+        }
+    }
+    for (var d = lid; d < hd; d += WG) {
+        var o = 0.0;
+        for (var c = 0u; c < p.n_chunks; c++) {
+            let mc = part_ml[2u * (base + c)];
+            if (mc != neg_inf) {
+                o += part_o[(base + c) * hd + d] * exp(mc - big_m);
+            }
+        }
+        var r = 0.0;
+        if (big_l > 0.0) {
+            r = o / big_l;
+        }
+        out[(i * p.n_heads + h) * hd + d] = r;
+    }
+}

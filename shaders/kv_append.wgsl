@@ -1,0 +1,53 @@
+// KV-cache append: writes the new tokens' K and V rows at their positions.
+//
+// Shapes: k_new, v_new [n_tok, kv_dim] f32; pos [n_tok] u32 (destination row of each token, from a
+// device buffer so a recorded step replays); k_cache, v_cache [max_tok, kv_dim] as u32 words:
+// KV_DTYPE 0 f32 bits, 1 f16 pairs (kv_dim even; element e in the low half of word e/2 when e is
+// even; rounding to nearest even by pack2x16float). One dispatch appends both K and V.
+// A position >= max_tok is skipped (the caller sizes the cache).
+// Workgroup: WG invocations (default 256), one cache word each (K and V), 2-D grid.
+// Shared memory: none.
+
+override WG: u32 = 256;
+override KV_DTYPE: u32 = 0;
+
+struct Params {
+    n_tok: u32,
+    kv_dim: u32,
+    max_tok: u32,
+}
+var<immediate> p: Params;
+
+@group(0) @binding(0) var<storage, read> k_new: array<f32>;
+@group(0) @binding(1) var<storage, read> v_new: array<f32>;
+@group(0) @binding(2) var<storage, read> pos: array<u32>;
+@group(0) @binding(3) var<storage, read_write> k_cache: array<u32>;
+@group(0) @binding(4) var<storage, read_write> v_cache: array<u32>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    var words = p.kv_dim;
+    if (KV_DTYPE == 1u) {
+        words = p.kv_dim / 2u;
+    }
+    let idx = (wid.y * nwg.x + wid.x) * WG + lid;
+    if (idx >= p.n_tok * words) {
+        return;
+    }
+    let t = idx / words;
+    let j = idx % words;
+    let row = pos[t];
+    if (row >= p.max_tok) {
+        return;
+    }
+    let dst = row * words + j;
+    if (KV_DTYPE == 0u) {
+        k_cache[dst] = bitcast<u32>(k_new[t * p.kv_dim + j]);
+        v_cache[dst] = bitcast<u32>(v_new[t * p.kv_dim + j]);
+    } else {
+        let s = t * p.kv_dim + 2u * j;
+        k_cache[dst] = pack2x16float(vec2<f32>(k_new[s], k_new[s + 1u]));
+        v_cache[dst] = pack2x16float(vec2<f32>(v_new[s], v_new[s + 1u]));
+    }
+}

@@ -1,0 +1,86 @@
+// RMSNorm over rows, in transformers' order: r = 1 / sqrt(mean(x^2) + eps), out = (x * r) * (offset + w).
+//   main:        out = rmsnorm(x)                            (hidden norm; q/k per-head norm with rows = tokens * heads)
+//   add_rmsnorm: residual += x, out = rmsnorm(residual)      (the residual add fused in front of the norm)
+//
+// Shapes: x, out, residual: [rows, n] f32; weight: [n] f32. `offset` is 0 (Llama/Qwen) or 1 (Gemma's 1 + w).
+// Workgroup: WG invocations (default 256) per row; each strides over the row (coalesced), the
+// sum of squares is reduced with subgroupAdd then across subgroups through `red` (correct for any
+// subgroup size >= 4: at most WG / 4 = 64 partial sums). One row per workgroup: rows are short
+// (<= 8192) so one pass over a row by 256 invocations is enough; the row is read twice (the
+// second read hits cache).
+// Shared memory: 64 f32 (256 B).
+
+override WG: u32 = 256;
+
+struct Params {
+    rows: u32,
+    n: u32,
+    eps: f32,
+    weight_offset: f32,
+}
+var<immediate> p: Params;
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> weight: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<storage, read_write> residual: array<f32>;
+
+var<workgroup> red: array<f32, 64>;
+
+fn wg_sum(v: f32, sg_id: u32, sg_lane: u32, n_sg: u32) -> f32 {
+    let s = subgroupAdd(v);
+    if (sg_lane == 0u) {
+        red[sg_id] = s;
+    }
+    workgroupBarrier();
+    var total = 0.0;
+    for (var i = 0u; i < n_sg; i++) {
+        total += red[i];
+    }
+    workgroupBarrier();
+    return total;
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg_id: u32,
+        @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(num_subgroups) n_sg: u32) {
+    let row = wid.y * nwg.x + wid.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.n;
+    var ss = 0.0;
+    for (var i = lid; i < p.n; i += WG) {
+        let v = x[base + i];
+        ss += v * v;
+    }
+    let total = wg_sum(ss, sg_id, sg_lane, n_sg);
+    let r = 1.0 / sqrt(total / f32(p.n) + p.eps);
+    for (var i = lid; i < p.n; i += WG) {
+        out[base + i] = (x[base + i] * r) * (p.weight_offset + weight[i]);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn add_rmsnorm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg_id: u32,
+               @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(num_subgroups) n_sg: u32) {
+    let row = wid.y * nwg.x + wid.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.n;
+    var ss = 0.0;
+    for (var i = lid; i < p.n; i += WG) {
+        let h = residual[base + i] + x[base + i];
+        residual[base + i] = h;
+        ss += h * h;
+    }
+    let total = wg_sum(ss, sg_id, sg_lane, n_sg);
+    let r = 1.0 / sqrt(total / f32(p.n) + p.eps);
+    // Each invocation re-reads only the elements it wrote itself.
+    for (var i = lid; i < p.n; i += WG) {
+        out[base + i] = (residual[base + i] * r) * (p.weight_offset + weight[i]);
+    }
+}
