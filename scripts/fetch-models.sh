@@ -222,5 +222,14 @@ for item in "${items[@]}"; do
     esac
 done
 
-say "done; files in $CACHE:"
-list | tail -n +2 | grep -v '^groups' >&2
+say "done; in $CACHE:"
+for item in "${items[@]}"; do
+    case "$item" in
+        smollm2) say "  smollm2        $SMOLLM2_FILE" ;;
+        gemma3) say "  gemma3         $GEMMA3_FILE" ;;
+        qwen25coder) say "  qwen25coder    $QWEN25CODER_FILE" ;;
+        gemma3-tok) say "  gemma3-tok     $GEMMA3_TOK_DIR/" ;;
+        qwen3-tok) say "  qwen3-tok      $QWEN3_TOK_DIR/" ;;
+        qwen-tiktoken) say "  qwen-tiktoken  $QWEN_TIKTOKEN_DIR/" ;;
+    esac
+done

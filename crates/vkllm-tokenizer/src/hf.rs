@@ -176,6 +176,9 @@ pub(crate) fn from_strs(
         .and_then(Json::as_str)
         .map(family_from_class);
 
+    let (config_default, tool_use_template) =
+        template_from_config(&config, &config_what, &special_map)?;
+    // transformers prefers chat_template.jinja over the config's template.
     let chat_template = match chat_template_jinja {
         Some(src) => Some(ChatTemplate::new(
             "default",
@@ -183,7 +186,7 @@ pub(crate) fn from_strs(
             TemplateOrigin::Model("chat_template.jinja".into()),
             special_map.clone(),
         )?),
-        None => template_from_config(&config, &config_what, &special_map)?,
+        None => config_default,
     };
 
     let mut t = Tokenizer {
@@ -192,43 +195,41 @@ pub(crate) fn from_strs(
         special,
         eog: BTreeSet::new(),
         chat_template,
+        tool_use_template,
         family,
     };
     t.eog = crate::eog::eog_set(&t, &eog_extra);
     Ok(t)
 }
 
-/// `chat_template` in tokenizer_config.json: a string, or a list of `{name, template}` of which
-/// `default` is taken.
+/// `chat_template` in tokenizer_config.json: a string, or a list of `{name, template}` from
+/// which `default` and `tool_use` are taken. Returns (default, tool_use).
 fn template_from_config(
     config: &serde_json::Map<String, Json>,
     what: &str,
     special_map: &[(String, String)],
-) -> Result<Option<ChatTemplate>> {
+) -> Result<(Option<ChatTemplate>, Option<ChatTemplate>)> {
     let origin = TemplateOrigin::Model("tokenizer_config.json".into());
+    let compile =
+        |name: &str, src: &str| ChatTemplate::new(name, src, origin.clone(), special_map.to_vec());
     match config.get("chat_template") {
-        None | Some(Json::Null) => Ok(None),
-        Some(Json::String(src)) => Ok(Some(ChatTemplate::new(
-            "default",
-            src,
-            origin,
-            special_map.to_vec(),
-        )?)),
+        None | Some(Json::Null) => Ok((None, None)),
+        Some(Json::String(src)) => Ok((Some(compile("default", src)?), None)),
         Some(Json::Array(list)) => {
-            let named = list.iter().find_map(|item| {
-                let name = item.get("name")?.as_str()?;
-                let src = item.get("template")?.as_str()?;
-                (name == "default").then_some(src)
-            });
-            match named {
-                Some(src) => Ok(Some(ChatTemplate::new(
-                    "default",
-                    src,
-                    origin,
-                    special_map.to_vec(),
-                )?)),
-                None => Ok(None),
-            }
+            let named = |want: &str| {
+                list.iter().find_map(|item| {
+                    let name = item.get("name")?.as_str()?;
+                    let src = item.get("template")?.as_str()?;
+                    (name == want).then_some(src)
+                })
+            };
+            let default = named("default")
+                .map(|s| compile("default", s))
+                .transpose()?;
+            let tool_use = named("tool_use")
+                .map(|s| compile("tool_use", s))
+                .transpose()?;
+            Ok((default, tool_use))
         }
         Some(_) => Err(TokenizerError::BadKey {
             what: what.to_string(),

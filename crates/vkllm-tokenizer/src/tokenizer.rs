@@ -133,6 +133,8 @@ pub struct Tokenizer {
     pub(crate) special: SpecialIds,
     pub(crate) eog: BTreeSet<u32>,
     pub(crate) chat_template: Option<ChatTemplate>,
+    /// A second template for conversations with tools (tokenizer_config's `tool_use`).
+    pub(crate) tool_use_template: Option<ChatTemplate>,
     /// The model family (GGUF `general.architecture`, or a guess from the tokenizer class).
     pub(crate) family: Option<String>,
 }
@@ -203,6 +205,7 @@ impl Tokenizer {
             },
             eog: BTreeSet::new(),
             chat_template: None,
+            tool_use_template: None,
             family: None,
         };
         tok.eog = crate::eog::eog_set(&tok, &[]);
@@ -328,13 +331,22 @@ impl Tokenizer {
             })
     }
 
+    /// The template a render with `opts` uses: the `tool_use` template when tools are given
+    /// and the model has one (as transformers picks it), else the default.
+    pub fn chat_template_for(&self, opts: &crate::RenderOptions) -> Result<&ChatTemplate> {
+        match (&opts.tools, &self.tool_use_template) {
+            (Some(_), Some(t)) => Ok(t),
+            _ => self.require_chat_template(),
+        }
+    }
+
     /// Renders `messages` with the chat template (see [`ChatTemplate::render`]).
     pub fn apply_chat_template(
         &self,
         messages: &serde_json::Value,
         opts: &crate::RenderOptions,
     ) -> Result<String> {
-        self.require_chat_template()?.render(messages, opts)
+        self.chat_template_for(opts)?.render(messages, opts)
     }
 
     /// Renders `messages` and encodes the prompt as transformers'
@@ -351,6 +363,7 @@ impl Tokenizer {
     /// Replaces the chat template (e.g. with one the user gave).
     pub fn set_chat_template(&mut self, template: ChatTemplate) {
         self.chat_template = Some(template);
+        self.tool_use_template = None;
     }
 
     /// The model family, when known (GGUF `general.architecture`).

@@ -21,6 +21,7 @@ fn check_chat(name: &str) {
             tools: conv.get("tools").cloned(),
             documents: None,
             kwargs: case["kwargs"].as_object().cloned().unwrap_or_else(Map::new),
+            continue_final_message: false,
         };
         let label = format!(
             "case {k} ({conv_name}, gen={}, {:?})",

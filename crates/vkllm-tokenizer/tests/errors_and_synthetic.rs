@@ -107,6 +107,20 @@ fn malformed_config_and_template_report_positions() {
 }
 
 #[test]
+fn named_templates_pick_tool_use_when_tools_are_given() {
+    let config = r#"{"chat_template": [
+        {"name": "default", "template": "plain:{{ messages[0].content }}"},
+        {"name": "tool_use", "template": "tools:{{ tools|length }}:{{ messages[0].content }}"}
+    ]}"#;
+    let t = Tokenizer::from_hf_json("tiny", TINY, Some(config)).unwrap();
+    let msgs = serde_json::json!([{"role": "user", "content": "ab"}]);
+    let mut opts = vkllm_tokenizer::RenderOptions::default();
+    assert_eq!(t.apply_chat_template(&msgs, &opts).unwrap(), "plain:ab");
+    opts.tools = Some(serde_json::json!([{"type": "function"}]));
+    assert_eq!(t.apply_chat_template(&msgs, &opts).unwrap(), "tools:1:ab");
+}
+
+#[test]
 fn bad_gguf_files_and_vocabularies_are_typed_errors() {
     let dir = std::env::temp_dir().join(format!("vkllm-tok-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -227,6 +241,23 @@ fn synthetic_byte_level_vocabulary() {
     // NFC (qwen2): "e" + U+0301 becomes "é" = bytes C3 A9 -> their byte tokens.
     let e = t.encode("e\u{301}", EncodeOptions::default()).unwrap();
     assert_eq!(e, [0xc3, 0xa9]);
+}
+
+#[test]
+fn add_bos_and_add_eos_flags() {
+    let mut v = byte_level_vocab();
+    v.bos = Some(259);
+    v.add_bos = Some(true);
+    v.add_eos = Some(true);
+    let t = Tokenizer::from_gguf_vocab(&v).unwrap();
+    assert_eq!(
+        t.encode("a", EncodeOptions::default()).unwrap(),
+        [259, 97, 258]
+    );
+    assert_eq!(t.encode("a", EncodeOptions::plain()).unwrap(), [97]);
+    // Byte-level vocabularies add nothing unless the file says so.
+    let t = Tokenizer::from_gguf_vocab(&byte_level_vocab()).unwrap();
+    assert_eq!(t.encode("a", EncodeOptions::default()).unwrap(), [97]);
 }
 
 #[test]

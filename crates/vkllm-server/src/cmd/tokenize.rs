@@ -28,6 +28,11 @@ pub struct Args {
     #[arg(long, requires = "chat")]
     no_generation_prompt: bool,
 
+    /// With --chat: leave the last message open for the model to continue (a prefilled
+    /// assistant turn); implies --no-generation-prompt.
+    #[arg(long, requires = "chat")]
+    continue_final_message: bool,
+
     /// With --chat: a template variable, KEY=JSON (e.g. enable_thinking=false); repeatable.
     #[arg(long = "set", value_name = "KEY=JSON", requires = "chat")]
     set: Vec<String>,
@@ -74,7 +79,7 @@ pub fn run(args: Args) -> Result<()> {
                 )?);
             }
             let (messages, opts) = read_chat(file, &args)?;
-            let template = tok.require_chat_template()?;
+            let template = tok.chat_template_for(&opts)?;
             if let TemplateOrigin::Builtin { family } = template.origin() {
                 eprintln!(
                     "note: {} has no chat template; using the built-in {family} template",
@@ -119,8 +124,10 @@ fn read_chat(file: &PathBuf, args: &Args) -> Result<(Json, RenderOptions)> {
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let value: Json = serde_json::from_str(&text)
         .with_context(|| format!("{}: not valid JSON", file.display()))?;
+    let no_prompt = args.no_generation_prompt || args.continue_final_message;
     let mut opts = RenderOptions {
-        add_generation_prompt: !args.no_generation_prompt,
+        add_generation_prompt: !no_prompt,
+        continue_final_message: args.continue_final_message,
         ..RenderOptions::default()
     };
     let messages = match value {

@@ -52,6 +52,9 @@ pub struct RenderOptions {
     pub documents: Option<Json>,
     /// Any other template variable: `enable_thinking`, `reasoning_effort`, ...
     pub kwargs: Map<String, Json>,
+    /// Leave the last message open so the model continues it (a prefilled assistant turn), as
+    /// transformers' `continue_final_message=True`. Not together with `add_generation_prompt`.
+    pub continue_final_message: bool,
 }
 
 impl RenderOptions {
@@ -68,6 +71,9 @@ impl RenderOptions {
 pub(crate) fn to_value<T: serde::Serialize>(x: T) -> Value {
     Value::from(minijinja::value::Serde(x))
 }
+
+/// transformers' marker for `continue_final_message`.
+const CONTINUE_TAG: &str = "CONTINUE_FINAL_MESSAGE_TAG ";
 
 const RAISE_MARKER: &str = "\u{0}raise_exception\u{0}";
 
@@ -167,7 +173,11 @@ impl ChatTemplate {
     /// `apply_chat_template(messages, tokenize=False, ...)` does: keys whose value is null are
     /// dropped, `reasoning_content` / `thinking` / `reasoning` are aliased to each other.
     pub fn render(&self, messages: &Json, opts: &RenderOptions) -> Result<String> {
-        let messages = normalize_messages(messages)?;
+        let mut messages = normalize_messages(messages)?;
+        let final_message = match opts.continue_final_message {
+            true => Some(mark_final_message(&mut messages, opts)?),
+            false => None,
+        };
         let mut ctx = Map::new();
         for (k, v) in &self.special_tokens {
             ctx.insert(k.clone(), Json::String(v.clone()));
@@ -189,9 +199,73 @@ impl ChatTemplate {
             .env
             .get_template(&self.name)
             .map_err(|e| syntax_error(&self.name, &e))?;
-        template
+        let rendered = template
             .render(crate::chat::to_value(&ctx))
-            .map_err(|e| render_error(&self.name, &e))
+            .map_err(|e| render_error(&self.name, &e))?;
+        match final_message {
+            None => Ok(rendered),
+            Some(text) => cut_at_tag(rendered, &text),
+        }
+    }
+}
+
+/// Appends the continue tag to the last message's content (the last text block of a list);
+/// returns the content as it was.
+fn mark_final_message(messages: &mut Json, opts: &RenderOptions) -> Result<String> {
+    let bad = |message: &str| TokenizerError::BadMessages {
+        message: message.to_string(),
+    };
+    if opts.add_generation_prompt {
+        return Err(bad(
+            "continue_final_message and add_generation_prompt cannot be used together",
+        ));
+    }
+    let last = messages
+        .as_array_mut()
+        .and_then(|l| l.last_mut())
+        .and_then(Json::as_object_mut)
+        .ok_or_else(|| bad("continue_final_message: no final message"))?;
+    match last.get_mut("content") {
+        Some(Json::String(s)) => {
+            let text = s.clone();
+            s.push_str(CONTINUE_TAG);
+            Ok(text)
+        }
+        Some(Json::Array(blocks)) => {
+            let block = blocks
+                .iter_mut()
+                .rev()
+                .find_map(|b| match b.get_mut("text") {
+                    Some(Json::String(t)) => Some(t),
+                    _ => None,
+                })
+                .ok_or_else(|| {
+                    bad("continue_final_message: no text to continue in the final message")
+                })?;
+            let text = block.clone();
+            block.push_str(CONTINUE_TAG);
+            Ok(text)
+        }
+        _ => Err(bad(
+            "continue_final_message: the final message has no content",
+        )),
+    }
+}
+
+/// Cuts the render where the continued message ends (transformers' logic: exactly at the tag
+/// when the template kept it whole, else before it with trailing whitespace stripped).
+fn cut_at_tag(rendered: String, final_text: &str) -> Result<String> {
+    let tag = CONTINUE_TAG.trim();
+    let text = python::py_strip(final_text, None, true, true);
+    let Some(loc) = rendered.rfind(tag).filter(|_| rendered.contains(text)) else {
+        return Err(TokenizerError::BadMessages {
+            message: "continue_final_message: the template does not show the final message".into(),
+        });
+    };
+    if rendered[loc..].starts_with(CONTINUE_TAG) {
+        Ok(rendered[..loc].to_string())
+    } else {
+        Ok(python::py_strip(&rendered[..loc], None, false, true).to_string())
     }
 }
 

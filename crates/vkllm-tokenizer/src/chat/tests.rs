@@ -151,3 +151,43 @@ fn builtin_table_knows_the_families() {
     assert_eq!(builtin_template("gemma3").unwrap().0, "gemma3");
     assert!(builtin_template("no-such-family").is_none());
 }
+
+#[test]
+fn continue_final_message_leaves_the_turn_open() {
+    // transformers' apply_chat_template(m, continue_final_message=True) on these templates.
+    let m = json!([
+        {"role": "user", "content": "Write a haiku."},
+        {"role": "assistant", "content": "Autumn moonlight  "}
+    ]);
+    let opts = RenderOptions {
+        continue_final_message: true,
+        ..RenderOptions::default()
+    };
+    let (_, qwen3) = builtin_template("qwen3").unwrap();
+    let got = template(qwen3).render(&m, &opts).unwrap();
+    assert_eq!(
+        got,
+        "<|im_start|>user\nWrite a haiku.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nAutumn moonlight  "
+    );
+    let (_, gemma3) = builtin_template("gemma3").unwrap();
+    let t = ChatTemplate::new(
+        "g",
+        gemma3,
+        TemplateOrigin::User("test".into()),
+        vec![("bos_token".into(), "<bos>".into())],
+    )
+    .unwrap();
+    assert_eq!(
+        t.render(&m, &opts).unwrap(),
+        "<bos><start_of_turn>user\nWrite a haiku.<end_of_turn>\n<start_of_turn>model\nAutumn moonlight"
+    );
+    let both = RenderOptions {
+        continue_final_message: true,
+        add_generation_prompt: true,
+        ..RenderOptions::default()
+    };
+    assert!(matches!(
+        template(qwen3).render(&m, &both),
+        Err(TokenizerError::BadMessages { .. })
+    ));
+}

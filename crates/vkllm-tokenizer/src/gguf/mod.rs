@@ -174,6 +174,7 @@ impl Tokenizer {
             special,
             eog: BTreeSet::new(),
             chat_template,
+            tool_use_template: None,
             family: Some(v.architecture.clone()),
         };
         let extra: Vec<u32> = [eot, eom].into_iter().flatten().collect();

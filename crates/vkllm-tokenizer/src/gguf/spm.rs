@@ -121,10 +121,9 @@ pub(super) fn build(v: &GgufVocab, special: &SpecialIds) -> Result<tokenizers::T
     };
     let vocab: Vocab = ids.iter().map(|(t, i)| (t.to_string(), *i)).collect();
 
-    let unk = special
-        .unk
-        .map(|u| v.tokens[u as usize].clone())
-        .or_else(|| gemma.then(|| "<unk>".to_string()));
+    // transformers' GemmaTokenizer names `<unk>` in the model; its LlamaTokenizer built from a
+    // GGUF names none (byte fallback covers every character either way).
+    let unk = gemma.then(|| "<unk>".to_string());
     let mut builder = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .fuse_unk(true)
@@ -196,11 +195,18 @@ pub(super) fn build(v: &GgufVocab, special: &SpecialIds) -> Result<tokenizers::T
     .map_err(|e| err(v, "tokenizer.ggml.tokens", e))?
     .into();
 
+    // Control tokens, and the unk/bos/eos/pad tokens (transformers' tokenizer classes add
+    // those as special even when the file types `<unk>` UNKNOWN), are matched whole.
+    let named: Vec<usize> = [special.unk, special.bos, special.eos, special.pad]
+        .into_iter()
+        .flatten()
+        .map(|i| i as usize)
+        .collect();
     let control: Vec<AddedToken> = v
         .tokens
         .iter()
         .enumerate()
-        .filter(|(i, _)| v.token_type(*i) == token_type::CONTROL)
+        .filter(|(i, _)| v.token_type(*i) == token_type::CONTROL || named.contains(i))
         .map(|(_, t)| AddedToken::from(t.clone(), true).normalized(false))
         .collect();
     tok.add_special_tokens(&control);
