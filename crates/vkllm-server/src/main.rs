@@ -15,6 +15,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Vulkan devices and their capabilities; with --model, the model's shape and memory needs.
+    Info(cmd::info::Args),
     /// Answer a prompt with a model (chat template applied unless --raw), streamed to stdout.
     Run(cmd::run::Args),
     /// Print the token ids of a text (or of a chat rendered with the model's template).
@@ -24,6 +26,7 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Info(args) => cmd::info::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Tokenize(args) => cmd::tokenize::run(args),
     };
