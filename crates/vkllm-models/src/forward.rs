@@ -157,12 +157,47 @@ impl Model {
         pos0: usize,
         want: Option<Logits>,
     ) -> Result<Vec<f32>, ModelError> {
-        let (c, s, w) = (&self.cfg, &self.s, &self.weights);
         let n = ids.len();
-        let (h, ff, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
         let positions: Vec<u32> = (pos0..pos0 + n).map(|p| p as u32).collect();
-        b.write_u32(s.ids, ids)?;
-        b.write_u32(s.pos, &positions)?;
+        b.write_u32(self.s.ids, ids)?;
+        b.write_u32(self.s.pos, &positions)?;
+        let Some(rows) = self.graph(b, kv, n, want)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = vec![0f32; rows * self.cfg.vocab_size];
+        b.read_f32(self.s.logits, 0, &mut out)?;
+        Ok(out)
+    }
+
+    /// The token-id and position tensors a forward reads (u32, one per token of a chunk).
+    pub fn step_inputs(&self) -> (Tensor, Tensor) {
+        (self.s.ids, self.s.pos)
+    }
+
+    /// The tensor a forward leaves its logits in (`[rows, vocab]`).
+    pub fn logits_tensor(&self) -> Tensor {
+        self.s.logits
+    }
+
+    /// Issues one decode step's ops (n = 1) on `b` without writing its inputs or reading its
+    /// output: the token id and position are whatever `step_inputs()` hold when the ops run,
+    /// the logits land in `logits_tensor()`. A capturing backend records this once and replays
+    /// it every token.
+    pub fn decode_step_graph<B: Backend>(&self, b: &mut B, kv: &KvCache) -> Result<(), ModelError> {
+        self.graph(b, kv, 1, Some(Logits::Last)).map(|_| ())
+    }
+
+    /// The forward of `n` tokens whose ids and positions are already in `step_inputs()`;
+    /// returns how many logits rows it left in `logits_tensor()`.
+    fn graph<B: Backend>(
+        &self,
+        b: &mut B,
+        kv: &KvCache,
+        n: usize,
+        want: Option<Logits>,
+    ) -> Result<Option<usize>, ModelError> {
+        let (c, s, w) = (&self.cfg, &self.s, &self.weights);
+        let (h, ff, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
         b.embedding(w.embed, c.vocab_size, h, s.ids, n, c.embed_scale, s.x)?;
 
         for (lw, (lc, &(kc, vc))) in w.layers.iter().zip(c.layers.iter().zip(&kv.layers)) {
@@ -212,7 +247,7 @@ impl Model {
         }
 
         let Some(want) = want else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
         let (rows, src) = match want {
             Logits::All => (n, s.x),
@@ -226,9 +261,7 @@ impl Model {
         if let Some(cap) = c.final_softcap {
             b.softcap(s.logits, rows * c.vocab_size, cap)?;
         }
-        let mut out = vec![0f32; rows * c.vocab_size];
-        b.read_f32(s.logits, 0, &mut out)?;
-        Ok(out)
+        Ok(Some(rows))
     }
 }
 

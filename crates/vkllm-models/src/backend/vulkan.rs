@@ -14,11 +14,14 @@ use vkllm_kernels::elementwise::{Add, Softcap};
 use vkllm_kernels::kv_append::{KvAppend, KvType};
 use vkllm_kernels::rmsnorm::{NormShape, RmsNorm};
 use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
-use vkllm_vk::{BufSlice, Buffer, Device, MemoryKind, Recorder, Tensor as VkTensor, Validation};
+use vkllm_vk::{
+    BufSlice, Buffer, Device, MemoryKind, Recorder, Recording, Tensor as VkTensor, Validation,
+};
 
 use super::{Backend, Linear, Tensor};
 use crate::error::ModelError;
 use crate::family::Activation;
+use crate::forward::{KvCache, Model};
 
 /// Keys per split-K workgroup of decode attention.
 const ATTN_CHUNK: usize = 256;
@@ -49,6 +52,18 @@ pub struct VulkanBackend {
     tiled_bias: Vec<(Tensor, usize, Buffer)>,
     /// Keep quantized weights in their blocks (the fast path) instead of f32.
     quantized: bool,
+    /// While a decode step is captured: the KV capacity. Shapes that would depend on positions
+    /// use it instead (attention over the whole cache, masked by the positions buffer; a RoPE
+    /// table for every position), so the recording is valid at every step.
+    capture_ctx: Option<usize>,
+    /// Buffers replaced while recorded work may still use them; dropped after the next flush.
+    retired: Vec<Buffer>,
+}
+
+/// A decode step recorded once ([`VulkanBackend::record_decode`]) and replayed every token.
+pub struct RecordedDecode {
+    rec: Recording,
+    capacity: usize,
 }
 
 impl VulkanBackend {
@@ -61,7 +76,64 @@ impl VulkanBackend {
             attn_parts: None,
             tiled_bias: Vec::new(),
             quantized: true,
+            capture_ctx: None,
+            retired: Vec::new(),
         }
+    }
+
+    /// Records `model`'s decode step (n = 1) over `kv` once. Replay it with
+    /// [`VulkanBackend::replay_decode`]: each token costs one submit of the same command buffer.
+    pub fn record_decode(
+        &mut self,
+        model: &Model,
+        kv: &KvCache,
+    ) -> Result<RecordedDecode, ModelError> {
+        self.flush()?;
+        self.capture_ctx = Some(kv.capacity);
+        let res = model.decode_step_graph(self, kv);
+        self.capture_ctx = None;
+        if let Err(e) = res {
+            self.rec = None;
+            return Err(e);
+        }
+        let rec = match self.rec.take() {
+            Some(r) => r.finish()?,
+            None => return Err(ModelError::EmptyInput),
+        };
+        Ok(RecordedDecode {
+            rec,
+            capacity: kv.capacity,
+        })
+    }
+
+    /// Runs a recorded decode step for token `id` at position `pos` and returns its logits.
+    pub fn replay_decode(
+        &mut self,
+        step: &RecordedDecode,
+        model: &Model,
+        id: u32,
+        pos: usize,
+    ) -> Result<Vec<f32>, ModelError> {
+        let vocab = model.cfg.vocab_size;
+        if id as usize >= vocab {
+            return Err(ModelError::TokenOutOfRange { id, vocab });
+        }
+        if pos >= step.capacity {
+            return Err(ModelError::ContextFull {
+                pos,
+                capacity: step.capacity,
+            });
+        }
+        let (ids, p) = model.step_inputs();
+        self.write_u32(ids, &[id])?;
+        self.write_u32(p, &[pos as u32])?;
+        step.rec.submit()?;
+        if self.dev.validation() == Validation::On {
+            self.dev.check_validation()?;
+        }
+        let mut out = vec![0f32; vocab];
+        self.read_f32(model.logits_tensor(), 0, &mut out)?;
+        Ok(out)
     }
 
     /// Dequantize weights to f32 at load (the reference path) instead of running the quantized
@@ -77,12 +149,19 @@ impl VulkanBackend {
 
     /// Submits everything recorded so far and waits for it.
     pub fn flush(&mut self) -> Result<(), ModelError> {
+        if self.capture_ctx.is_some() {
+            return Err(ModelError::Config {
+                field: "decode capture".into(),
+                msg: "an op needed a host round trip while a decode step was being recorded".into(),
+            });
+        }
         if let Some(r) = self.rec.take() {
             r.finish()?.submit()?;
             if self.dev.validation() == Validation::On {
                 self.dev.check_validation()?;
             }
         }
+        self.retired.clear();
         Ok(())
     }
 
@@ -111,6 +190,19 @@ impl VulkanBackend {
         match &self.slots[t.index()] {
             Slot::Matrix(m) => m,
             Slot::Buf { .. } => panic!("tensor {t:?} is a buffer, used as a matrix"),
+        }
+    }
+
+    /// One past the largest position in `positions[..n]`; while a decode step is captured, the
+    /// KV capacity (the recording must hold for every position).
+    fn positions_end(&self, positions: Tensor, n: usize) -> usize {
+        match self.capture_ctx {
+            Some(cap) => cap,
+            None => self
+                .host_u32(positions, n)
+                .iter()
+                .max()
+                .map_or(0, |&p| p as usize + 1),
         }
     }
 
@@ -161,7 +253,11 @@ impl VulkanBackend {
             }
         }
         let buf = self.dev.buffer_from("rope table", &table)?;
-        self.ropes.retain(|t| t.rope != *rope);
+        let (old, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.ropes)
+            .into_iter()
+            .partition(|t| t.rope == *rope);
+        self.ropes = keep;
+        self.retired.extend(old.into_iter().map(|t| t.buf));
         self.ropes.push(RopeTable {
             rope: *rope,
             max_pos,
@@ -176,8 +272,10 @@ impl VulkanBackend {
             .as_ref()
             .is_some_and(|(a, b)| a.size() >= ml && b.size() >= o);
         if !big_enough {
-            // Pending work may still use the old partials: finish it before they are dropped.
-            self.flush()?;
+            // Pending work may still use the old partials: keep them until the next flush.
+            if let Some((a, b)) = self.attn_parts.take() {
+                self.retired.extend([a, b]);
+            }
             self.attn_parts = Some((
                 self.dev
                     .create_buffer("attn part_ml", ml, MemoryKind::Device)?,
@@ -196,13 +294,16 @@ impl VulkanBackend {
         {
             return Ok(i);
         }
-        self.flush()?;
         let mut one = vec![0u8; 4 * rows];
         self.dev.download(self.buf(bias), 0, &mut one)?;
         let m = n.next_power_of_two();
         let tiled: Vec<u8> = one.iter().copied().cycle().take(one.len() * m).collect();
         let buf = self.dev.buffer_from("tiled bias", &tiled)?;
-        self.tiled_bias.retain(|(b, _, _)| *b != bias);
+        let (old, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.tiled_bias)
+            .into_iter()
+            .partition(|(b, _, _)| *b == bias);
+        self.tiled_bias = keep;
+        self.retired.extend(old.into_iter().map(|(_, _, buf)| buf));
         self.tiled_bias.push((bias, m, buf));
         Ok(self.tiled_bias.len() - 1)
     }
@@ -296,10 +397,12 @@ impl Backend for VulkanBackend {
         scale: Option<f32>,
         out: Tensor,
     ) -> Result<(), ModelError> {
-        if let Some(&id) = self
-            .host_u32(ids, n)
-            .iter()
-            .find(|&&id| id as usize >= vocab)
+        // Replayed steps get their ids checked by `replay_decode`.
+        if self.capture_ctx.is_none()
+            && let Some(&id) = self
+                .host_u32(ids, n)
+                .iter()
+                .find(|&&id| id as usize >= vocab)
         {
             return Err(ModelError::TokenOutOfRange { id, vocab });
         }
@@ -371,11 +474,7 @@ impl Backend for VulkanBackend {
         positions: Tensor,
         rope: &Rope,
     ) -> Result<(), ModelError> {
-        let need = self
-            .host_u32(positions, n)
-            .iter()
-            .max()
-            .map_or(1, |&p| p as usize + 1);
+        let need = self.positions_end(positions, n).max(1);
         let ti = self.rope_table(rope, need)?;
         self.record(|me, r| {
             let t = &me.ropes[ti];
@@ -410,10 +509,12 @@ impl Backend for VulkanBackend {
         v_cache: Tensor,
         capacity: usize,
     ) -> Result<(), ModelError> {
-        if let Some(&p) = self
-            .host_u32(positions, n)
-            .iter()
-            .find(|&&p| p as usize >= capacity)
+        // Replayed steps get their positions checked by `replay_decode`.
+        if self.capture_ctx.is_none()
+            && let Some(&p) = self
+                .host_u32(positions, n)
+                .iter()
+                .find(|&&p| p as usize >= capacity)
         {
             return Err(ModelError::ContextFull {
                 pos: p as usize,
@@ -444,11 +545,7 @@ impl Backend for VulkanBackend {
         p: &AttnParams,
         out: Tensor,
     ) -> Result<(), ModelError> {
-        let n_kv = self
-            .host_u32(positions, n)
-            .iter()
-            .max()
-            .map_or(0, |&m| m as usize + 1);
+        let n_kv = self.positions_end(positions, n);
         if n_kv > capacity {
             return Err(ModelError::ContextFull {
                 pos: n_kv - 1,
