@@ -10,6 +10,8 @@
 // Shapes: q [n_q, n_heads, head_dim] f32; k, v [n_kv, n_kv_heads, head_dim] as u32 words (KV_DTYPE
 // 0: f32 bits, 1: f16 pairs); q_pos [n_q] u32; part_ml [n_q, n_heads, n_chunks, 2] f32; part_o
 // [n_q, n_heads, n_chunks, head_dim] f32; out [n_q, n_heads, head_dim] f32. head_dim <= 256.
+// Slots: query i reads key rows i * kv_stride + j (kv_stride 0: all queries share one cache;
+// kv_stride = the per-slot capacity: query i is slot i of a slot-major cache, n_kv rows each).
 // Workgroup: WG invocations (default 128). split: invocation t scores keys t, t + WG, ... of the
 // chunk (the q row is staged in shared memory), max and sum are reduced with subgroup ops and
 // shared memory (any subgroup size >= 4), then invocation t accumulates output dims t, t + WG, ...
@@ -32,6 +34,7 @@ struct Params {
     scale: f32,
     softcap: f32,
     window: u32,
+    kv_stride: u32,
 }
 var<immediate> p: Params;
 
@@ -101,6 +104,7 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     let hd = p.head_dim;
     let kvh = h / (p.n_heads / p.n_kv_heads);
     let kv_dim = p.n_kv_heads * hd;
+    let row0 = i * p.kv_stride;
     let qp = q_pos[i];
     // Visible keys: [lo, hi] (inclusive), clipped to the cache.
     let hi = min(qp, p.n_kv - 1u);
@@ -119,7 +123,7 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     for (var j = j0 + lid; j < j1; j += WG) {
         var s = neg_inf;
         if (j >= lo && j <= hi) {
-            let kb = j * kv_dim + kvh * hd;
+            let kb = (row0 + j) * kv_dim + kvh * hd;
             var acc = 0.0;
             for (var d = 0u; d < hd; d++) {
                 acc += qs[d] * load_k(kb + d);
@@ -150,7 +154,7 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
             for (var j = j0; j < j1; j++) {
                 let e = sc[j - j0];
                 if (e > 0.0) {
-                    o += e * load_v(j * kv_dim + kvh * hd + d);
+                    o += e * load_v((row0 + j) * kv_dim + kvh * hd + d);
                 }
             }
         }

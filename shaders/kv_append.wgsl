@@ -4,7 +4,9 @@
 // device buffer so a recorded step replays); k_cache, v_cache [max_tok, kv_dim] as u32 words:
 // KV_DTYPE 0 f32 bits, 1 f16 pairs (kv_dim even; element e in the low half of word e/2 when e is
 // even; rounding to nearest even by pack2x16float). One dispatch appends both K and V.
-// A position >= max_tok is skipped (the caller sizes the cache).
+// Slots: token t's row is t * row_stride + pos[t] (row_stride 0: every token writes into the same
+// max_tok rows; row_stride = max_tok: token t is slot t of a slot-major cache). A position >=
+// max_tok is skipped: that is how an inactive slot (position 0xffffffff) writes nothing.
 // Workgroup: WG invocations (default 256), one cache word each (K and V), 2-D grid.
 // Shared memory: none.
 
@@ -15,6 +17,7 @@ struct Params {
     n_tok: u32,
     kv_dim: u32,
     max_tok: u32,
+    row_stride: u32,
 }
 var<immediate> p: Params;
 
@@ -37,11 +40,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let t = idx / words;
     let j = idx % words;
-    let row = pos[t];
-    if (row >= p.max_tok) {
+    let ps = pos[t];
+    if (ps >= p.max_tok) {
         return;
     }
-    let dst = row * words + j;
+    let dst = (t * p.row_stride + ps) * words + j;
     if (KV_DTYPE == 0u) {
         k_cache[dst] = bitcast<u32>(k_new[t * p.kv_dim + j]);
         v_cache[dst] = bitcast<u32>(v_new[t * p.kv_dim + j]);

@@ -4,10 +4,13 @@
 // Compiled with SPIR-V NoContraction on every float add/sub/mul (KernelSpec::exact_fp): the
 // specification forbids fused multiply-adds; every constant is given by its f32 bit pattern.
 //
-// Shapes: logits [V] f32; counts [V] u32 (read only when use_counts = 1); bias [n_bias] pairs of
-// (token id u32, bias f32 bits); scratch [4 P] u32 with P = next_pow2(V) (working logits,
-// candidate logits, candidate ids, candidate weights); out [1] u32, the chosen token; step_buf
-// [2] u32 (the decode step, lo/hi words) when step_from_buffer = 1.
+// Rows: the kernel samples `n_rows` independent rows (decode slots), one workgroup each; row r's
+// settings are cfg[r] (a storage buffer, so a recorded decode step replays with settings and the
+// step counter the host or the previous step left there; cfg[r].live = 0 skips the row).
+// Shapes: logits [n_rows, V] f32; counts [n_rows, V] u32 (read only when use_counts = 1); bias
+// [n_rows, max_bias] pairs of (token id u32, bias f32 bits), the first cfg[r].n_bias used;
+// scratch [n_rows, 4 P] u32 with P = next_pow2(V) (working logits, candidate logits, candidate
+// ids, candidate weights); out [n_rows] u32, the chosen tokens.
 // Workgroup: ONE workgroup of 256 invocations does everything (the running sums of the
 // specification are sequential, so the whole choice lives in one workgroup):
 //   1. penalties (parallel), 2. logit bias in list order (invocation 0), NaN -> -inf and
@@ -25,6 +28,12 @@ const NONE: u32 = 0xffffffffu;
 
 struct Params {
     v: u32,
+    p2: u32,
+    n_rows: u32,
+    max_bias: u32,
+}
+
+struct Row {
     n_bias: u32,
     use_counts: u32,
     greedy: u32,
@@ -42,19 +51,18 @@ struct Params {
     seq_hi: u32,
     step_lo: u32,
     step_hi: u32,
-    p2: u32,
-    // 1: take the step (lo, hi) from step_buf instead of step_lo/step_hi, so a recorded decode
-    // step replays with the counter the previous step left there.
-    step_from_buffer: u32,
+    live: u32,
+    pad0: u32,
+    pad1: u32,
 }
 var<immediate> p: Params;
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
 @group(0) @binding(1) var<storage, read> counts: array<u32>;
 @group(0) @binding(2) var<storage, read> bias: array<u32>;
-@group(0) @binding(3) var<storage, read_write> scratch: array<u32>;
-@group(0) @binding(4) var<storage, read_write> out: array<u32>;
-@group(0) @binding(5) var<storage, read> step_buf: array<u32>;
+@group(0) @binding(3) var<storage, read> cfg: array<Row>;
+@group(0) @binding(4) var<storage, read_write> scratch: array<u32>;
+@group(0) @binding(5) var<storage, read_write> out: array<u32>;
 
 var<workgroup> best_v: array<f32, 256>;
 var<workgroup> best_i: array<u32, 256>;
@@ -70,8 +78,19 @@ fn is_finite(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) < 0x7f800000u;
 }
 
+var<private> s0: u32;
+
+// Scratch of the current row: word i of its 4 P words.
 fn f(i: u32) -> f32 {
-    return bitcast<f32>(scratch[i]);
+    return bitcast<f32>(scratch[s0 + i]);
+}
+
+fn sset(i: u32, x: u32) {
+    scratch[s0 + i] = x;
+}
+
+fn sget(i: u32) -> u32 {
+    return scratch[s0 + i];
 }
 
 fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
@@ -141,35 +160,44 @@ fn philox(ctr: vec4<u32>, key: vec2<u32>) -> vec4<u32> {
 }
 
 @compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.x;
+    let c = cfg[row];
+    if (c.live == 0u) {
+        return;
+    }
     let v = p.v;
     let big_p = p.p2;
     let neg_inf = bitcast<f32>(0xff800000u);
+    s0 = row * 4u * big_p;
+    let l_off = row * v;
+    let b_off = row * p.max_bias * 2u;
+    let n_bias = min(c.n_bias, p.max_bias);
 
     // 1. penalties
     for (var i = lid; i < v; i += WG) {
-        var x = logits[i];
-        if (p.use_counts != 0u) {
-            let c = counts[i];
-            if (c > 0u) {
+        var x = logits[l_off + i];
+        if (c.use_counts != 0u) {
+            let n = counts[l_off + i];
+            if (n > 0u) {
                 if (x > 0.0) {
-                    x = x * p.inv_rep;
+                    x = x * c.inv_rep;
                 } else {
-                    x = x * p.rep;
+                    x = x * c.rep;
                 }
-                x = x - p.presence;
-                x = x - p.frequency * f32(c);
+                x = x - c.presence;
+                x = x - c.frequency * f32(n);
             }
         }
-        scratch[i] = bitcast<u32>(x);
+        sset(i, bitcast<u32>(x));
     }
     storageBarrier();
     // 2. logit bias, in list order
     if (lid == 0u) {
-        for (var b = 0u; b < p.n_bias; b++) {
-            let id = bias[2u * b];
+        for (var b = 0u; b < n_bias; b++) {
+            let id = bias[b_off + 2u * b];
             if (id < v) {
-                scratch[id] = bitcast<u32>(f(id) + bitcast<f32>(bias[2u * b + 1u]));
+                sset(id, bitcast<u32>(f(id) + bitcast<f32>(bias[b_off + 2u * b + 1u])));
             }
         }
     }
@@ -182,10 +210,10 @@ fn main(@builtin(local_invocation_index) lid: u32) {
         if (is_nan(x)) {
             x = neg_inf;
         }
-        if (p.greedy == 0u) {
-            x = x * p.inv_t;
+        if (c.greedy == 0u) {
+            x = x * c.inv_t;
         }
-        scratch[i] = bitcast<u32>(x);
+        sset(i, bitcast<u32>(x));
         if (better(x, i, bv, bi)) {
             bv = x;
             bi = i;
@@ -207,9 +235,9 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     }
     let l0 = best_v[0];
     let i0 = best_i[0];
-    if (p.greedy != 0u || !is_finite(l0)) {
+    if (c.greedy != 0u || !is_finite(l0)) {
         if (lid == 0u) {
-            out[0] = i0;
+            out[row] = i0;
         }
         return;
     }
@@ -218,8 +246,8 @@ fn main(@builtin(local_invocation_index) lid: u32) {
         let x = f(i);
         if (is_finite(x) && !(x - l0 < -86.0)) {
             let k = atomicAdd(&n_cand, 1u);
-            scratch[big_p + k] = bitcast<u32>(x);
-            scratch[2u * big_p + k] = i;
+            sset(big_p + k, bitcast<u32>(x));
+            sset(2u * big_p + k, i);
         }
     }
     let m = workgroupUniformLoad(&n_cand);
@@ -228,8 +256,8 @@ fn main(@builtin(local_invocation_index) lid: u32) {
         m2 *= 2u;
     }
     for (var i = m + lid; i < m2; i += WG) {
-        scratch[big_p + i] = bitcast<u32>(neg_inf);
-        scratch[2u * big_p + i] = NONE;
+        sset(big_p + i, bitcast<u32>(neg_inf));
+        sset(2u * big_p + i, NONE);
     }
     storageBarrier();
     // 4. bitonic sort of [0, m2) by `before`
@@ -239,18 +267,18 @@ fn main(@builtin(local_invocation_index) lid: u32) {
                 let ixj = i ^ j;
                 if (ixj > i) {
                     let al = f(big_p + i);
-                    let ai = scratch[2u * big_p + i];
+                    let ai = sget(2u * big_p + i);
                     let bl = f(big_p + ixj);
-                    let bj = scratch[2u * big_p + ixj];
+                    let bj = sget(2u * big_p + ixj);
                     var swap = before(bl, bj, al, ai);
                     if ((i & k) != 0u) {
                         swap = before(al, ai, bl, bj);
                     }
                     if (swap) {
-                        scratch[big_p + i] = bitcast<u32>(bl);
-                        scratch[2u * big_p + i] = bj;
-                        scratch[big_p + ixj] = bitcast<u32>(al);
-                        scratch[2u * big_p + ixj] = ai;
+                        sset(big_p + i, bitcast<u32>(bl));
+                        sset(2u * big_p + i, bj);
+                        sset(big_p + ixj, bitcast<u32>(al));
+                        sset(2u * big_p + ixj, ai);
                     }
                 }
             }
@@ -259,11 +287,11 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     }
     // 5. top-k, weights
     var n = m;
-    if (p.top_k > 0u && p.top_k < v) {
-        n = min(n, p.top_k);
+    if (c.top_k > 0u && c.top_k < v) {
+        n = min(n, c.top_k);
     }
     for (var i = lid; i < n; i += WG) {
-        scratch[3u * big_p + i] = bitcast<u32>(exp_s(f(big_p + i) - l0));
+        sset(3u * big_p + i, bitcast<u32>(exp_s(f(big_p + i) - l0)));
     }
     storageBarrier();
     if (lid != 0u) {
@@ -273,10 +301,10 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     var acc = 0.0;
     for (var i = 0u; i < n; i++) {
         acc = acc + f(3u * big_p + i);
-        scratch[i] = bitcast<u32>(acc);
+        sset(i, bitcast<u32>(acc));
     }
-    if (p.top_p < 1.0) {
-        let thr = p.top_p * f(n - 1u);
+    if (c.top_p < 1.0) {
+        let thr = c.top_p * f(n - 1u);
         for (var i = 0u; i < n; i++) {
             if (f(i) >= thr) {
                 n = i + 1u;
@@ -284,20 +312,17 @@ fn main(@builtin(local_invocation_index) lid: u32) {
             }
         }
     }
-    if (p.min_p > 0.0) {
+    if (c.min_p > 0.0) {
         for (var i = 1u; i < n; i++) {
-            if (f(3u * big_p + i) < p.min_p) {
+            if (f(3u * big_p + i) < c.min_p) {
                 n = i;
                 break;
             }
         }
     }
     let kept = f(n - 1u);
-    var step = vec2<u32>(p.step_lo, p.step_hi);
-    if (p.step_from_buffer != 0u) {
-        step = vec2<u32>(step_buf[0], step_buf[1]);
-    }
-    let w = philox(vec4<u32>(p.seq_lo, p.seq_hi, step.x, step.y), vec2<u32>(p.seed_lo, p.seed_hi));
+    let step = vec2<u32>(c.step_lo, c.step_hi);
+    let w = philox(vec4<u32>(c.seq_lo, c.seq_hi, step.x, step.y), vec2<u32>(c.seed_lo, c.seed_hi));
     let u = f32(w.x >> 8u) * bitcast<f32>(0x33800000u);
     let goal = u * kept;
     var pick = NONE;
@@ -318,5 +343,5 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     if (pick == NONE) {
         pick = n - 1u;
     }
-    out[0] = scratch[2u * big_p + pick];
+    out[row] = sget(2u * big_p + pick);
 }

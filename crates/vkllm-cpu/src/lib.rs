@@ -24,6 +24,7 @@ mod softmax;
 mod threads;
 
 pub mod compare;
+pub mod decode;
 pub mod quant;
 pub mod sampler;
 

@@ -26,7 +26,7 @@ pub static ATTN_SPLIT: KernelSpec = KernelSpec {
         wr("part_o"),
         rd("out"),
     ],
-    push_size: 36,
+    push_size: 40,
     exact_fp: false,
 };
 
@@ -45,7 +45,7 @@ pub static ATTN_MERGE: KernelSpec = KernelSpec {
         rd("part_o"),
         rw("out"),
     ],
-    push_size: 36,
+    push_size: 40,
     exact_fp: false,
 };
 
@@ -75,6 +75,9 @@ pub struct AttnShape {
     /// Sliding window: key j is visible to a query at position p when p - j < window.
     pub window: Option<usize>,
     pub kv: KvType,
+    /// Key rows between consecutive queries' caches: 0 when every query reads the same cache,
+    /// the per-slot capacity when query `i` is slot `i` of a slot-major cache (decode only).
+    pub kv_stride: usize,
 }
 
 impl AttnShape {
@@ -105,6 +108,15 @@ impl AttnShape {
         if self.window == Some(0) {
             return Err(shape_err(k, "window 0 sees nothing"));
         }
+        if self.kv_stride != 0 && self.kv_stride < self.n_kv {
+            return Err(shape_err(
+                k,
+                format!(
+                    "kv_stride {} overlaps caches of {} rows",
+                    self.kv_stride, self.n_kv
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -119,9 +131,10 @@ impl AttnShape {
     ) -> Result<(), Error> {
         let qb = 4 * (self.n_q * self.n_heads * self.head_dim) as u64;
         need(k, "q", q, qb)?;
+        let rows = (self.n_q - 1) * self.kv_stride + self.n_kv;
         let kvb = self
             .kv
-            .bytes((self.n_kv * self.n_kv_heads * self.head_dim) as u64);
+            .bytes((rows * self.n_kv_heads * self.head_dim) as u64);
         need(k, "k", kc, kvb)?;
         need(k, "v", vc, kvb)?;
         need(k, "q_pos", q_pos, 4 * self.n_q as u64)?;
@@ -141,6 +154,7 @@ pub struct AttnDecodeParams {
     pub scale: f32,
     pub softcap: f32,
     pub window: u32,
+    pub kv_stride: u32,
 }
 
 #[repr(C)]
@@ -203,6 +217,7 @@ impl<B: KernelBuffer> AttnDecode<B> {
             scale: s.scale,
             softcap: s.softcap.unwrap_or(0.0),
             window: to_u32(k, "window", s.window.unwrap_or(0))?,
+            kv_stride: to_u32(k, "kv_stride", s.kv_stride)?,
         };
         let buffers = vec![
             self.q,
@@ -248,6 +263,12 @@ impl<B: KernelBuffer> AttnPrefill<B> {
     pub fn dispatch(self, s: &AttnShape) -> Result<Dispatch<B>, Error> {
         let k = &ATTN_PREFILL;
         s.check(k)?;
+        if s.kv_stride != 0 {
+            return Err(shape_err(
+                k,
+                "prefill reads one cache (kv_stride must be 0)",
+            ));
+        }
         if !s.head_dim.is_multiple_of(8) {
             return Err(shape_err(
                 k,

@@ -18,7 +18,7 @@ pub static KV_APPEND: KernelSpec = KernelSpec {
         rw("k_cache"),
         rw("v_cache"),
     ],
-    push_size: 12,
+    push_size: 16,
     exact_fp: false,
 };
 
@@ -57,6 +57,7 @@ pub struct KvAppendParams {
     pub n_tok: u32,
     pub kv_dim: u32,
     pub max_tok: u32,
+    pub row_stride: u32,
 }
 
 /// `k_cache[pos[t]] = k_new[t]`, `v_cache[pos[t]] = v_new[t]` for `t < n_tok`.
@@ -77,6 +78,20 @@ impl<B: KernelBuffer> KvAppend<B> {
         kv_dim: usize,
         max_tok: usize,
     ) -> Result<Dispatch<B>, Error> {
+        self.dispatch_slots(dtype, n_tok, kv_dim, max_tok, 0)
+    }
+
+    /// Like [`KvAppend::dispatch`] for a slot-major cache: token `t` writes row
+    /// `t * row_stride + pos[t]`, and positions `>= max_tok` (inactive slots) write nothing.
+    /// `row_stride` 0 is the single-sequence case.
+    pub fn dispatch_slots(
+        self,
+        dtype: KvType,
+        n_tok: usize,
+        kv_dim: usize,
+        max_tok: usize,
+        row_stride: usize,
+    ) -> Result<Dispatch<B>, Error> {
         let k = &KV_APPEND;
         if dtype == KvType::F16 && !kv_dim.is_multiple_of(2) {
             return Err(shape_err(
@@ -88,7 +103,14 @@ impl<B: KernelBuffer> KvAppend<B> {
         need(k, "k_new", &self.k_new, src)?;
         need(k, "v_new", &self.v_new, src)?;
         need(k, "pos", &self.pos, 4 * n_tok as u64)?;
-        let cache = dtype.bytes((max_tok * kv_dim) as u64);
+        if row_stride != 0 && row_stride < max_tok {
+            return Err(shape_err(
+                k,
+                format!("row_stride {row_stride} overlaps slots of {max_tok} rows"),
+            ));
+        }
+        let rows = n_tok.saturating_sub(1) * row_stride + max_tok;
+        let cache = dtype.bytes((rows * kv_dim) as u64);
         need(k, "k_cache", &self.k_cache, cache)?;
         need(k, "v_cache", &self.v_cache, cache)?;
         let words = match dtype {
@@ -99,6 +121,7 @@ impl<B: KernelBuffer> KvAppend<B> {
             n_tok: to_u32(k, "n_tok", n_tok)?,
             kv_dim: to_u32(k, "kv_dim", kv_dim)?,
             max_tok: to_u32(k, "max_tok", max_tok)?,
+            row_stride: to_u32(k, "row_stride", row_stride)?,
         };
         Ok(Dispatch::new(
             k,

@@ -25,9 +25,11 @@ mod spec;
 pub mod activation;
 pub mod argmax;
 pub mod attention;
+pub mod decode_advance;
 pub mod elementwise;
 pub mod embedding;
 pub mod kv_append;
+pub mod logprobs;
 pub mod mat_quant;
 pub mod matmul;
 pub mod matvec;
@@ -68,5 +70,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &kv_append::KV_APPEND,
         &argmax::ARGMAX,
         &sample::SAMPLE,
+        &logprobs::LOGPROBS,
+        &decode_advance::DECODE_ADVANCE,
     ]
 }

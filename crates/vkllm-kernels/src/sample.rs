@@ -14,18 +14,28 @@ pub static SAMPLE: KernelSpec = KernelSpec {
         rd("logits"),
         rd("counts"),
         rd("bias"),
+        rd("cfg"),
         rw("scratch"),
         rw("out"),
-        rd("step"),
     ],
-    push_size: 80,
+    push_size: 16,
     exact_fp: true,
 };
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct SampleParams {
+pub struct SamplePush {
     pub v: u32,
+    pub p2: u32,
+    pub n_rows: u32,
+    pub max_bias: u32,
+}
+
+/// One row's settings as the kernel reads them from the `cfg` buffer (80 bytes). A recorded
+/// decode step advances `step_lo/step_hi` on the device between tokens.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SampleRow {
     pub n_bias: u32,
     pub use_counts: u32,
     pub greedy: u32,
@@ -43,15 +53,15 @@ pub struct SampleParams {
     pub seq_hi: u32,
     pub step_lo: u32,
     pub step_hi: u32,
-    pub p2: u32,
-    pub step_from_buffer: u32,
+    /// 0: the row is skipped (an idle slot).
+    pub live: u32,
+    pub pad: [u32; 2],
 }
 
-/// The sampler settings (the fields of `vkllm_cpu::SamplingParams` other than the bias list,
-/// which is a device buffer of `(id: u32, bias: f32)` pairs).
+/// The sampler settings of one row (the fields of `vkllm_cpu::SamplingParams` other than the
+/// bias list, which is a device buffer of `(id: u32, bias: f32)` pairs).
 #[derive(Clone, Copy, Debug)]
 pub struct SampleSettings {
-    pub vocab: usize,
     pub temperature: f32,
     pub top_k: usize,
     pub top_p: f32,
@@ -62,74 +72,104 @@ pub struct SampleSettings {
     pub seed: u64,
     pub seq_id: u64,
     pub step: u64,
-    /// Entries in the bias buffer.
+    /// Entries of this row's bias list.
     pub n_bias: usize,
     /// Apply penalties from the counts buffer (`false`: the CPU's empty `token_counts`).
     pub use_counts: bool,
-    /// Read the step from the `step` buffer (two u32 words, low first) instead of `step`, so a
-    /// recorded sequence replays with a counter updated on the device or by the host.
-    pub step_from_buffer: bool,
 }
 
-/// `out[0]` = the token the CPU sampler would choose.
+impl SampleSettings {
+    /// The row as the kernel reads it. Reciprocals are computed here, in f32 on the host, as the
+    /// specification says (never on the device). A NaN temperature is greedy.
+    pub fn row(&self) -> SampleRow {
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
+        let greedy = !(self.temperature > 0.0);
+        SampleRow {
+            n_bias: self.n_bias.min(u32::MAX as usize) as u32,
+            use_counts: self.use_counts as u32,
+            greedy: greedy as u32,
+            top_k: self.top_k.min(u32::MAX as usize) as u32,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            rep: self.repetition_penalty,
+            inv_rep: 1.0 / self.repetition_penalty,
+            presence: self.presence_penalty,
+            frequency: self.frequency_penalty,
+            inv_t: if greedy { 1.0 } else { 1.0 / self.temperature },
+            seed_lo: self.seed as u32,
+            seed_hi: (self.seed >> 32) as u32,
+            seq_lo: self.seq_id as u32,
+            seq_hi: (self.seq_id >> 32) as u32,
+            step_lo: self.step as u32,
+            step_hi: (self.step >> 32) as u32,
+            live: 1,
+            pad: [0; 2],
+        }
+    }
+}
+
+/// The batch a [`Sample`] dispatch covers.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleShape {
+    pub vocab: usize,
+    pub rows: usize,
+    /// Bias entries reserved per row in the `bias` buffer.
+    pub max_bias: usize,
+    /// The `counts` buffer holds `[rows, vocab]` counts (rows may then set `use_counts`); when
+    /// false no row may set it.
+    pub counts: bool,
+}
+
+/// `out[r]` = the token the CPU sampler would choose for row `r`'s logits and settings.
 pub struct Sample<B> {
     pub logits: B,
-    /// One u32 count per token (any buffer when `use_counts` is false).
+    /// One u32 count per token per row (any buffer when no row uses counts).
     pub counts: B,
-    /// `n_bias` pairs of (id, bias bits) (any buffer when `n_bias` is 0).
+    /// `max_bias` pairs of (id, bias bits) per row (any buffer when `max_bias` is 0).
     pub bias: B,
+    /// One [`SampleRow`] per row.
+    pub cfg: B,
     /// [`Sample::scratch_bytes`] bytes.
     pub scratch: B,
     pub out: B,
-    /// The step counter (8 bytes) when `step_from_buffer` is set (any buffer otherwise).
-    pub step: B,
 }
 
 impl<B: KernelBuffer> Sample<B> {
-    pub fn scratch_bytes(vocab: usize) -> u64 {
-        16 * vocab.max(1).next_power_of_two() as u64
+    pub fn scratch_bytes(vocab: usize, rows: usize) -> u64 {
+        16 * (vocab.max(1).next_power_of_two() * rows.max(1)) as u64
     }
 
-    pub fn dispatch(self, s: &SampleSettings) -> Result<Dispatch<B>, Error> {
+    pub fn dispatch(self, s: &SampleShape) -> Result<Dispatch<B>, Error> {
         let k = &SAMPLE;
-        if s.vocab == 0 {
-            return Err(shape_err(k, "empty vocabulary"));
+        if s.vocab == 0 || s.rows == 0 {
+            return Err(shape_err(k, "empty vocabulary or no rows"));
         }
-        need(k, "logits", &self.logits, 4 * s.vocab as u64)?;
-        if s.use_counts {
-            need(k, "counts", &self.counts, 4 * s.vocab as u64)?;
+        need(k, "logits", &self.logits, 4 * (s.vocab * s.rows) as u64)?;
+        if s.counts {
+            need(k, "counts", &self.counts, 4 * (s.vocab * s.rows) as u64)?;
         }
-        need(k, "bias", &self.bias, 8 * s.n_bias as u64)?;
-        need(k, "scratch", &self.scratch, Self::scratch_bytes(s.vocab))?;
-        need(k, "out", &self.out, 4)?;
-        if s.step_from_buffer {
-            need(k, "step", &self.step, 8)?;
+        need(k, "bias", &self.bias, 8 * (s.max_bias * s.rows) as u64)?;
+        need(
+            k,
+            "cfg",
+            &self.cfg,
+            (std::mem::size_of::<SampleRow>() * s.rows) as u64,
+        )?;
+        need(
+            k,
+            "scratch",
+            &self.scratch,
+            Self::scratch_bytes(s.vocab, s.rows),
+        )?;
+        need(k, "out", &self.out, 4 * s.rows as u64)?;
+        if s.rows > crate::spec::MAX_GROUPS_X as usize {
+            return Err(shape_err(k, "too many rows"));
         }
-        // Host reciprocals, as the specification says (f32 division here, never on the device).
-        // A NaN temperature is greedy, hence the negated comparison.
-        #[allow(clippy::neg_cmp_op_on_partial_ord)]
-        let greedy = !(s.temperature > 0.0);
-        let p = SampleParams {
+        let p = SamplePush {
             v: to_u32(k, "vocab", s.vocab)?,
-            n_bias: to_u32(k, "n_bias", s.n_bias)?,
-            use_counts: s.use_counts as u32,
-            greedy: greedy as u32,
-            top_k: s.top_k.min(u32::MAX as usize) as u32,
-            top_p: s.top_p,
-            min_p: s.min_p,
-            rep: s.repetition_penalty,
-            inv_rep: 1.0 / s.repetition_penalty,
-            presence: s.presence_penalty,
-            frequency: s.frequency_penalty,
-            inv_t: if greedy { 1.0 } else { 1.0 / s.temperature },
-            seed_lo: s.seed as u32,
-            seed_hi: (s.seed >> 32) as u32,
-            seq_lo: s.seq_id as u32,
-            seq_hi: (s.seq_id >> 32) as u32,
-            step_lo: s.step as u32,
-            step_hi: (s.step >> 32) as u32,
             p2: to_u32(k, "scratch", s.vocab.next_power_of_two())?,
-            step_from_buffer: s.step_from_buffer as u32,
+            n_rows: to_u32(k, "rows", s.rows)?,
+            max_bias: to_u32(k, "max_bias", s.max_bias)?,
         };
         Ok(Dispatch::new(
             k,
@@ -138,12 +178,12 @@ impl<B: KernelBuffer> Sample<B> {
                 self.logits,
                 self.counts,
                 self.bias,
+                self.cfg,
                 self.scratch,
                 self.out,
-                self.step,
             ],
             &p,
-            [1, 1, 1],
+            [s.rows as u32, 1, 1],
         ))
     }
 }

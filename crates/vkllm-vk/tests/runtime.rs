@@ -537,11 +537,11 @@ fn attaches_to_a_host_device() {
     host.check_validation().unwrap();
 }
 
-/// A recorded sampling step replays with the step counter read from a device buffer: each
-/// replay draws what the CPU sampler draws at that step.
+/// A recorded sampling step replays with its settings and step counter read from the `cfg`
+/// buffer: each replay draws what the CPU sampler draws at that step.
 #[test]
 fn sampler_replays_with_the_step_from_a_buffer() {
-    use vkllm_vk::kernels::sample::{Sample, SampleSettings};
+    use vkllm_vk::kernels::sample::{Sample, SampleSettings, SampleShape};
     let dev = common::device();
     let v = 1000;
     let logits: Vec<f32> = (0..v).map(|i| ((i * 7919 % 1000) as f32) / 400.0).collect();
@@ -554,14 +554,13 @@ fn sampler_replays_with_the_step_from_a_buffer() {
     let scratch = dev
         .create_buffer(
             "scratch",
-            Sample::<vkllm_vk::BufSlice<'_>>::scratch_bytes(v),
+            Sample::<vkllm_vk::BufSlice<'_>>::scratch_bytes(v, 1),
             MemoryKind::Device,
         )
         .unwrap();
     let out = dev.create_buffer("out", 4, MemoryKind::Device).unwrap();
-    let step = dev.create_buffer("step", 8, MemoryKind::Device).unwrap();
+    let cfg = dev.create_buffer("cfg", 80, MemoryKind::Host).unwrap();
     let settings = SampleSettings {
-        vocab: v,
         temperature: params.temperature,
         top_k: 0,
         top_p: 1.0,
@@ -574,7 +573,6 @@ fn sampler_replays_with_the_step_from_a_buffer() {
         step: 0,
         n_bias: 0,
         use_counts: false,
-        step_from_buffer: true,
     };
     let mut r = Recorder::new(&dev).unwrap();
     r.dispatch(
@@ -582,23 +580,28 @@ fn sampler_replays_with_the_step_from_a_buffer() {
             logits: lb.all(),
             counts: lb.all(),
             bias: lb.all(),
+            cfg: cfg.all(),
             scratch: scratch.all(),
             out: out.all(),
-            step: step.all(),
         }
-        .dispatch(&settings)
+        .dispatch(&SampleShape {
+            vocab: v,
+            rows: 1,
+            max_bias: 0,
+            counts: false,
+        })
         .unwrap(),
     )
     .unwrap();
     let rec = r.finish().unwrap();
     let mut distinct = std::collections::HashSet::new();
     for s in [0u64, 1, 2, 3, 1 << 33] {
-        dev.upload(
-            &step,
-            0,
-            bytemuck::cast_slice(&[s as u32, (s >> 32) as u32]),
-        )
-        .unwrap();
+        let row = SampleSettings {
+            step: s,
+            ..settings
+        }
+        .row();
+        dev.upload(&cfg, 0, bytemuck::bytes_of(&row)).unwrap();
         rec.submit().unwrap();
         let got: Vec<u32> = dev.read_vec(&out, 1).unwrap();
         let want = vkllm_cpu::sample(&logits, &params, &[], 5, s);

@@ -562,6 +562,7 @@ impl Backend for VulkanBackend {
             softcap: p.softcap,
             window: p.window,
             kv: KvType::F32,
+            kv_stride: 0,
         };
         let qw = n * p.n_heads * p.head_dim;
         if n == 1 {

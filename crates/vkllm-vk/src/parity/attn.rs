@@ -188,6 +188,7 @@ fn attn_data(cx: &Ctx<'_>, rng: &mut Rng, c: &AttnCase) -> Result<AttnData> {
             softcap: c.softcap,
             window: c.window,
             kv: c.kv,
+            kv_stride: 0,
         },
     })
 }

@@ -13,6 +13,7 @@
 
 mod attn;
 mod basic;
+mod decode;
 mod mat;
 mod quant;
 mod sample;
@@ -73,6 +74,10 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("attention_decode", attn::attention_decode),
     ("attention_prefill", attn::attention_prefill),
     ("sample", sample::sample),
+    ("kv_append_slots", decode::kv_append_slots),
+    ("attention_slots", decode::attention_slots),
+    ("logprobs", decode::logprobs),
+    ("decode_advance", decode::decode_advance),
     ("quant_q8_0", quant::quant_q8_0),
     ("quant_q4_0", quant::quant_q4_0),
     ("quant_q4_1", quant::quant_q4_1),

@@ -1,7 +1,7 @@
 //! Parity case: the GPU sampler picks the CPU sampler's token, over many seeds and settings.
 
 use vkllm_cpu::SamplingParams;
-use vkllm_kernels::sample::{Sample, SampleSettings};
+use vkllm_kernels::sample::{Sample, SampleSettings, SampleShape};
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, row};
 use crate::buffer::Buffer;
@@ -104,86 +104,89 @@ pub(crate) fn sample(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
     dead.params.logit_bias.clear();
     cases.push(dead);
 
-    struct Bufs {
-        logits: Buffer,
-        counts: Buffer,
-        bias: Buffer,
-        scratch: Buffer,
-        out: Buffer,
-    }
-    let mut bufs = Vec::new();
-    for c in &cases {
-        let bias: Vec<u32> = c
-            .params
-            .logit_bias
-            .iter()
-            .flat_map(|&(id, b)| [id, b.to_bits()])
-            .collect();
-        let logits = cx.input("logits", &c.logits)?;
-        bufs.push(Bufs {
-            counts: if c.counts.is_empty() {
-                logits.clone()
-            } else {
-                cx.input("counts", &c.counts)?
-            },
-            bias: if bias.is_empty() {
-                logits.clone()
-            } else {
-                cx.input("bias", &bias)?
-            },
-            scratch: cx.output(
-                "scratch",
-                Sample::<crate::BufSlice<'_>>::scratch_bytes(v) as usize / 4,
-            )?,
-            out: cx.output("out", 1)?,
-            logits,
-        });
-    }
-    let mut r = Recorder::new(dev)?;
-    for (c, b) in cases.iter().zip(&bufs) {
-        r.fill(b.out.all(), f32::NAN.to_bits())?;
-        let s = SampleSettings {
-            vocab: v,
-            temperature: c.params.temperature,
-            top_k: c.params.top_k,
-            top_p: c.params.top_p,
-            min_p: c.params.min_p,
-            repetition_penalty: c.params.repetition_penalty,
-            presence_penalty: c.params.presence_penalty,
-            frequency_penalty: c.params.frequency_penalty,
-            seed: c.params.seed,
-            seq_id: c.seq_id,
-            step: c.step,
-            n_bias: c.params.logit_bias.len(),
-            use_counts: !c.counts.is_empty(),
-            step_from_buffer: false,
-        };
-        r.dispatch(
-            Sample {
-                logits: b.logits.all(),
-                counts: b.counts.all(),
-                bias: b.bias.all(),
-                scratch: b.scratch.all(),
-                out: b.out.all(),
-                step: b.logits.all(),
+    // Every case is one row of a single dispatch (the batched decode shape), so row offsets into
+    // logits, counts, bias and scratch are exercised too.
+    let rows = cases.len();
+    let max_bias = cases
+        .iter()
+        .map(|c| c.params.logit_bias.len())
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let mut logits = Vec::with_capacity(rows * v);
+    let mut counts = vec![0u32; rows * v];
+    let mut bias = vec![0u32; rows * max_bias * 2];
+    let mut cfg = Vec::with_capacity(rows);
+    for (r, c) in cases.iter().enumerate() {
+        logits.extend_from_slice(&c.logits);
+        if !c.counts.is_empty() {
+            counts[r * v..(r + 1) * v].copy_from_slice(&c.counts);
+        }
+        for (j, &(id, b)) in c.params.logit_bias.iter().enumerate() {
+            bias[(r * max_bias + j) * 2] = id;
+            bias[(r * max_bias + j) * 2 + 1] = b.to_bits();
+        }
+        cfg.push(
+            SampleSettings {
+                temperature: c.params.temperature,
+                top_k: c.params.top_k,
+                top_p: c.params.top_p,
+                min_p: c.params.min_p,
+                repetition_penalty: c.params.repetition_penalty,
+                presence_penalty: c.params.presence_penalty,
+                frequency_penalty: c.params.frequency_penalty,
+                seed: c.params.seed,
+                seq_id: c.seq_id,
+                step: c.step,
+                n_bias: c.params.logit_bias.len(),
+                use_counts: !c.counts.is_empty(),
             }
-            .dispatch(&s)?,
-        )?;
+            .row(),
+        );
     }
+    let (lb, cb, bb, gb) = (
+        cx.input("logits", &logits)?,
+        cx.input("counts", &counts)?,
+        cx.input("bias", &bias)?,
+        cx.input("cfg", bytemuck::cast_slice::<_, u32>(&cfg))?,
+    );
+    let scratch = cx.output(
+        "scratch",
+        Sample::<crate::BufSlice<'_>>::scratch_bytes(v, rows) as usize / 4,
+    )?;
+    let out: Buffer = cx.output("out", rows)?;
+    let mut r = Recorder::new(dev)?;
+    r.fill(out.all(), f32::NAN.to_bits())?;
+    r.dispatch(
+        Sample {
+            logits: lb.all(),
+            counts: cb.all(),
+            bias: bb.all(),
+            cfg: gb.all(),
+            scratch: scratch.all(),
+            out: out.all(),
+        }
+        .dispatch(&SampleShape {
+            vocab: v,
+            rows,
+            max_bias,
+            counts: true,
+        })?,
+    )?;
     r.finish()?.submit()?;
     if dev.validation() == crate::Validation::On {
         dev.check_validation()?;
     }
+    let g: Vec<u32> = dev.read_vec(&out, rows)?;
     let mut got = Vec::new();
     let mut want = Vec::new();
     let mut mismatches = Vec::new();
-    for (i, (c, b)) in cases.iter().zip(&bufs).enumerate() {
-        let g: Vec<u32> = dev.read_vec(&b.out, 1)?;
+    for (i, c) in cases.iter().enumerate() {
         let w = vkllm_cpu::sample(&c.logits, &c.params, &c.counts, c.seq_id, c.step);
-        if g[0] != w {
-            mismatches.push(format!("case {i}: gpu {} cpu {w} ({:?})", g[0], c.params));
+        if g[i] != w {
+            mismatches.push(format!("case {i}: gpu {} cpu {w} ({:?})", g[i], c.params));
         }
-        got.push(g[0] as f32);
+        got.push(g[i] as f32);
         want.push(w as f32);
     }
     for m in &mismatches {
