@@ -7,16 +7,53 @@
 
 use vkllm_cpu::AttnParams;
 
-use crate::backend::{Backend, Tensor};
+use crate::backend::{Backend, KvDtype, KvRows, KvView, Tensor};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::weights::{TensorSource, Weights};
 
-/// The KV cache of one sequence: per layer, keys and values of `capacity` positions.
+/// The KV caches of `slots` sequences: per layer, keys and values of `capacity` positions per
+/// slot, slot-major (slot `s` owns rows `s * stride .. s * stride + capacity`).
 #[derive(Clone, Debug)]
 pub struct KvCache {
     pub capacity: usize,
+    /// Rows between slots: `capacity` rounded up to a multiple of [`KV_ROW_ALIGN`], so every
+    /// slot's region starts at a bindable buffer offset.
+    pub stride: usize,
+    pub slots: usize,
+    pub dtype: KvDtype,
     pub layers: Vec<(Tensor, Tensor)>,
+}
+
+/// Slot regions of a KV cache start at multiples of this many rows.
+pub const KV_ROW_ALIGN: usize = 128;
+
+impl KvCache {
+    /// Layer `l`'s caches, addressing `rows`.
+    pub fn view(&self, l: usize, rows: KvRows) -> KvView {
+        let (k, v) = self.layers[l];
+        KvView {
+            k,
+            v,
+            capacity: self.capacity,
+            stride: self.stride,
+            slots: self.slots,
+            dtype: self.dtype,
+            rows,
+        }
+    }
+
+    /// Bytes of keys and values for a model with `layers` layers of `kv_dim`.
+    pub fn bytes_for(
+        layers: usize,
+        kv_dim: usize,
+        capacity: usize,
+        slots: usize,
+        dtype: KvDtype,
+    ) -> u64 {
+        let stride = capacity.div_ceil(KV_ROW_ALIGN) * KV_ROW_ALIGN;
+        2 * (layers * slots * stride * kv_dim * dtype.bytes_per_value()) as u64
+    }
 }
 
 /// The activations of one chunk: allocated once, reused by every forward.
@@ -98,17 +135,47 @@ impl Model {
         })
     }
 
-    /// A KV cache for `capacity` positions.
+    /// A KV cache for one sequence of `capacity` positions (f32).
     pub fn new_kv<B: Backend>(&self, b: &mut B, capacity: usize) -> Result<KvCache, ModelError> {
+        self.new_kv_slots(b, capacity, 1, KvDtype::F32)
+    }
+
+    /// A KV cache for `slots` sequences of `capacity` positions each, stored as `dtype`.
+    pub fn new_kv_slots<B: Backend>(
+        &self,
+        b: &mut B,
+        capacity: usize,
+        slots: usize,
+        dtype: KvDtype,
+    ) -> Result<KvCache, ModelError> {
+        if capacity == 0 || slots == 0 {
+            return Err(ModelError::Config {
+                field: "kv cache".into(),
+                msg: format!("capacity {capacity} and slots {slots} must be > 0"),
+            });
+        }
         let w = self.cfg.kv_dim();
+        let stride = capacity.div_ceil(KV_ROW_ALIGN) * KV_ROW_ALIGN;
         let layers = (0..self.cfg.n_layers)
-            .map(|_| Ok((b.alloc_f32(capacity * w)?, b.alloc_f32(capacity * w)?)))
+            .map(|_| {
+                Ok((
+                    b.alloc_kv(slots * stride * w, dtype)?,
+                    b.alloc_kv(slots * stride * w, dtype)?,
+                ))
+            })
             .collect::<Result<_, ModelError>>()?;
-        Ok(KvCache { capacity, layers })
+        Ok(KvCache {
+            capacity,
+            stride,
+            slots,
+            dtype,
+            layers,
+        })
     }
 
     /// Runs `ids` at positions `start..start + ids.len()`, writing their keys and values into
-    /// `kv`, and returns the requested logits (`[vocab]` for `Last`, `[n, vocab]` for `All`).
+    /// `kv` (slot 0), and returns the requested logits (`[vocab]` for `Last`, `[n, vocab]` for
+    /// `All`).
     pub fn forward<B: Backend>(
         &self,
         b: &mut B,
@@ -117,6 +184,25 @@ impl Model {
         start: usize,
         want: Logits,
     ) -> Result<Vec<f32>, ModelError> {
+        self.forward_slot(b, kv, 0, ids, start, want)
+    }
+
+    /// [`Model::forward`] for the sequence in slot `slot` of `kv`.
+    pub fn forward_slot<B: Backend>(
+        &self,
+        b: &mut B,
+        kv: &KvCache,
+        slot: usize,
+        ids: &[u32],
+        start: usize,
+        want: Logits,
+    ) -> Result<Vec<f32>, ModelError> {
+        if slot >= kv.slots {
+            return Err(ModelError::Config {
+                field: "slot".into(),
+                msg: format!("slot {slot} of a {}-slot cache", kv.slots),
+            });
+        }
         if ids.is_empty() {
             return Err(ModelError::EmptyInput);
         }
@@ -140,11 +226,11 @@ impl Model {
                 Logits::All => Logits::All,
                 Logits::Last if is_last => Logits::Last,
                 Logits::Last => {
-                    self.chunk_forward(b, kv, chunk, pos0, None)?;
+                    self.chunk_forward(b, kv, slot, chunk, pos0, None)?;
                     continue;
                 }
             };
-            out.extend(self.chunk_forward(b, kv, chunk, pos0, Some(logits))?);
+            out.extend(self.chunk_forward(b, kv, slot, chunk, pos0, Some(logits))?);
         }
         Ok(out)
     }
@@ -153,6 +239,7 @@ impl Model {
         &self,
         b: &mut B,
         kv: &KvCache,
+        slot: usize,
         ids: &[u32],
         pos0: usize,
         want: Option<Logits>,
@@ -161,7 +248,12 @@ impl Model {
         let positions: Vec<u32> = (pos0..pos0 + n).map(|p| p as u32).collect();
         b.write_u32(self.s.ids, ids)?;
         b.write_u32(self.s.pos, &positions)?;
-        let Some(rows) = self.graph(b, kv, n, want)? else {
+        let inputs = StepInputs {
+            ids: self.s.ids,
+            pos: self.s.pos,
+            rows: KvRows::Slot(slot),
+        };
+        let Some(rows) = self.graph(b, kv, &inputs, n, want)? else {
             return Ok(Vec::new());
         };
         let mut out = vec![0f32; rows * self.cfg.vocab_size];
@@ -184,7 +276,42 @@ impl Model {
     /// the logits land in `logits_tensor()`. A capturing backend records this once and replays
     /// it every token.
     pub fn decode_step_graph<B: Backend>(&self, b: &mut B, kv: &KvCache) -> Result<(), ModelError> {
-        self.graph(b, kv, 1, Some(Logits::Last)).map(|_| ())
+        let inputs = StepInputs {
+            ids: self.s.ids,
+            pos: self.s.pos,
+            rows: KvRows::Slot(0),
+        };
+        self.graph(b, kv, &inputs, 1, Some(Logits::Last))
+            .map(|_| ())
+    }
+
+    /// Issues one batched decode step: row `i` is slot `i` of `kv`, its token id in `ids[i]`
+    /// and position in `pos[i]` (a position >= the capacity marks an idle slot: nothing is
+    /// stored for it and its logits row is meaningless). The `[slots, vocab]` logits land in
+    /// `logits_tensor()`. A capturing backend records this once and replays it every step.
+    pub fn decode_slots_graph<B: Backend>(
+        &self,
+        b: &mut B,
+        kv: &KvCache,
+        ids: Tensor,
+        pos: Tensor,
+    ) -> Result<(), ModelError> {
+        if kv.slots > self.chunk {
+            return Err(ModelError::Config {
+                field: "slots".into(),
+                msg: format!(
+                    "{} slots need a prefill chunk of at least as many tokens (chunk {})",
+                    kv.slots, self.chunk
+                ),
+            });
+        }
+        let inputs = StepInputs {
+            ids,
+            pos,
+            rows: KvRows::PerRow,
+        };
+        self.graph(b, kv, &inputs, kv.slots, Some(Logits::All))
+            .map(|_| ())
     }
 
     /// The forward of `n` tokens whose ids and positions are already in `step_inputs()`;
@@ -193,14 +320,16 @@ impl Model {
         &self,
         b: &mut B,
         kv: &KvCache,
+        inp: &StepInputs,
         n: usize,
         want: Option<Logits>,
     ) -> Result<Option<usize>, ModelError> {
         let (c, s, w) = (&self.cfg, &self.s, &self.weights);
         let (h, ff, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
-        b.embedding(w.embed, c.vocab_size, h, s.ids, n, c.embed_scale, s.x)?;
+        b.embedding(w.embed, c.vocab_size, h, inp.ids, n, c.embed_scale, s.x)?;
 
-        for (lw, (lc, &(kc, vc))) in w.layers.iter().zip(c.layers.iter().zip(&kv.layers)) {
+        for (li, (lw, lc)) in w.layers.iter().zip(c.layers.iter()).enumerate() {
+            let view = kv.view(li, inp.rows);
             // attention block
             b.rmsnorm(s.x, lw.attn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
             b.linear(&lw.q, s.h, n, s.q)?;
@@ -222,9 +351,9 @@ impl Model {
                 }
                 _ => (s.q, s.k),
             };
-            b.rope(q, n, c.n_heads, hd, s.pos, &lc.rope)?;
-            b.rope(k, n, c.n_kv_heads, hd, s.pos, &lc.rope)?;
-            b.kv_store(k, s.v, n, c.kv_dim(), s.pos, kc, vc, kv.capacity)?;
+            b.rope(q, n, c.n_heads, hd, inp.pos, &lc.rope)?;
+            b.rope(k, n, c.n_kv_heads, hd, inp.pos, &lc.rope)?;
+            b.kv_store(k, s.v, n, c.kv_dim(), inp.pos, &view)?;
             let p = AttnParams {
                 n_heads: c.n_heads,
                 n_kv_heads: c.n_kv_heads,
@@ -233,7 +362,7 @@ impl Model {
                 softcap: c.attn_softcap,
                 window: lc.window,
             };
-            b.attention(q, kc, vc, kv.capacity, n, s.pos, &p, s.att)?;
+            b.attention(q, &view, n, inp.pos, &p, s.att)?;
             b.linear(&lw.o, s.att, n, s.o)?;
             residual_add(b, s.x, s.o, lw.post_attn_norm, s.h, n, c)?;
 
@@ -263,6 +392,13 @@ impl Model {
         }
         Ok(Some(rows))
     }
+}
+
+/// The token ids and positions a graph reads, and which KV rows they address.
+struct StepInputs {
+    ids: Tensor,
+    pos: Tensor,
+    rows: KvRows,
 }
 
 /// `x += y`, or `x += norm(y)` through `tmp` when the block has a post-norm (Gemma 2/3).

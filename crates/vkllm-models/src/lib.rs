@@ -18,10 +18,12 @@ pub mod safetensors;
 pub mod weights;
 
 pub use backend::cpu::CpuBackend;
-pub use backend::vulkan::VulkanBackend;
-pub use backend::{Backend, Linear, Tensor};
+pub use backend::vulkan::{
+    SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs, VulkanBackend,
+};
+pub use backend::{Backend, KvDtype, KvRows, KvView, Linear, Tensor};
 pub use config::{LayerConfig, ModelConfig};
 pub use error::ModelError;
 pub use family::{Activation, Family};
-pub use forward::{DEFAULT_CHUNK, KvCache, Logits, Model};
+pub use forward::{DEFAULT_CHUNK, KV_ROW_ALIGN, KvCache, Logits, Model};
 pub use weights::{HostTensor, RawTensor, TensorSource, Weights};

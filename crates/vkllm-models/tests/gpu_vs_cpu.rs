@@ -4,33 +4,11 @@
 //! to the CPU's and to transformers', on the short and the long (3-chunk prefill) prompt.
 //! Without a Vulkan device these tests fail with the reason.
 
-use std::sync::{Mutex, MutexGuard, OnceLock};
+mod common;
 
+use common::device;
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::parity::{self, gpu_vs_cpu};
-use vkllm_vk::{Device, DeviceOptions, PipelineCacheMode, Validation};
-
-static DEVICE: OnceLock<Mutex<Device>> = OnceLock::new();
-
-/// One validated device per test binary, one test at a time.
-fn device() -> MutexGuard<'static, Device> {
-    let m = DEVICE.get_or_init(|| {
-        let opts = DeviceOptions {
-            choice: vkllm_vk::DeviceChoice::from_env(),
-            validation: match std::env::var("VKLLM_TEST_NO_VALIDATION") {
-                Ok(v) if v == "1" => Validation::Off,
-                _ => Validation::On,
-            },
-            pipeline_cache: PipelineCacheMode::Off,
-            ..Default::default()
-        };
-        let dev = Device::new(&opts)
-            .unwrap_or_else(|e| panic!("GPU tests need a Vulkan device (lavapipe in CI): {e}"));
-        eprintln!("device: {}", dev.info().summary());
-        Mutex::new(dev)
-    });
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn check(family: &str) {
     let dev = device();

@@ -6,7 +6,7 @@
 use vkllm_cpu as ops;
 use vkllm_cpu::{AttnParams, Rope};
 
-use super::{Backend, Linear, Tensor};
+use super::{Backend, KvDtype, KvRows, KvView, Linear, Tensor};
 use crate::error::ModelError;
 use crate::family::Activation;
 
@@ -75,6 +75,11 @@ impl Backend for CpuBackend {
 
     fn alloc_u32(&mut self, len: usize) -> Result<Tensor, ModelError> {
         Ok(self.push(Buf::U32(vec![0; len])))
+    }
+
+    fn alloc_kv(&mut self, len: usize, _dtype: KvDtype) -> Result<Tensor, ModelError> {
+        // f16 caches hold f32 values rounded to f16 when stored (see kv_store).
+        self.alloc_f32(len)
     }
 
     fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError> {
@@ -193,19 +198,37 @@ impl Backend for CpuBackend {
         n: usize,
         width: usize,
         positions: Tensor,
-        k_cache: Tensor,
-        v_cache: Tensor,
-        capacity: usize,
+        kv: &KvView,
     ) -> Result<(), ModelError> {
         let pos = self.positions(positions, n);
-        if let Some(&p) = pos.iter().find(|&&p| p >= capacity) {
-            return Err(ModelError::ContextFull { pos: p, capacity });
-        }
-        for (src, cache) in [(k, k_cache), (v, v_cache)] {
+        // Destination row of each token, or None for a skipped (idle) slot row.
+        let dst: Vec<Option<usize>> = match kv.rows {
+            KvRows::Slot(s) => {
+                if let Some(&p) = pos.iter().find(|&&p| p >= kv.capacity) {
+                    return Err(ModelError::ContextFull {
+                        pos: p,
+                        capacity: kv.capacity,
+                    });
+                }
+                pos.iter().map(|&p| Some(s * kv.stride + p)).collect()
+            }
+            KvRows::PerRow => pos
+                .iter()
+                .enumerate()
+                .map(|(i, &p)| (p < kv.capacity).then_some(i * kv.stride + p))
+                .collect(),
+        };
+        for (src, cache) in [(k, kv.k), (v, kv.v)] {
             let mut c = self.take(cache);
             let s = self.f32(src);
-            for (i, &p) in pos.iter().enumerate() {
-                c[p * width..(p + 1) * width].copy_from_slice(&s[i * width..(i + 1) * width]);
+            for (i, d) in dst.iter().enumerate() {
+                let Some(r) = *d else { continue };
+                let row = &mut c[r * width..(r + 1) * width];
+                row.copy_from_slice(&s[i * width..(i + 1) * width]);
+                if kv.dtype == KvDtype::F16 {
+                    row.iter_mut()
+                        .for_each(|x| *x = half::f16::from_f32(*x).to_f32());
+                }
             }
             self.put(cache, c);
         }
@@ -215,35 +238,60 @@ impl Backend for CpuBackend {
     fn attention(
         &mut self,
         q: Tensor,
-        k_cache: Tensor,
-        v_cache: Tensor,
-        capacity: usize,
+        kv: &KvView,
         n: usize,
         positions: Tensor,
         p: &AttnParams,
         out: Tensor,
     ) -> Result<(), ModelError> {
         let pos = self.positions(positions, n);
-        let n_kv = pos.iter().max().map_or(0, |&m| m + 1);
-        if n_kv > capacity {
-            return Err(ModelError::ContextFull {
-                pos: n_kv - 1,
-                capacity,
-            });
-        }
         let kv_w = p.n_kv_heads * p.head_dim;
         let q_w = p.n_heads * p.head_dim;
         let mut o = self.take(out);
-        ops::attention(
-            &self.f32(q)[..n * q_w],
-            &self.f32(k_cache)[..n_kv * kv_w],
-            &self.f32(v_cache)[..n_kv * kv_w],
-            n,
-            n_kv,
-            &pos,
-            p,
-            &mut o[..n * q_w],
-        );
+        match kv.rows {
+            KvRows::Slot(s) => {
+                let n_kv = pos.iter().max().map_or(0, |&m| m + 1);
+                if n_kv > kv.capacity {
+                    self.put(out, o);
+                    return Err(ModelError::ContextFull {
+                        pos: n_kv - 1,
+                        capacity: kv.capacity,
+                    });
+                }
+                let base = s * kv.stride * kv_w;
+                ops::attention(
+                    &self.f32(q)[..n * q_w],
+                    &self.f32(kv.k)[base..base + n_kv * kv_w],
+                    &self.f32(kv.v)[base..base + n_kv * kv_w],
+                    n,
+                    n_kv,
+                    &pos,
+                    p,
+                    &mut o[..n * q_w],
+                );
+            }
+            KvRows::PerRow => {
+                for (i, &ps) in pos.iter().enumerate() {
+                    let out_row = &mut o[i * q_w..(i + 1) * q_w];
+                    if ps >= kv.capacity {
+                        out_row.fill(0.0);
+                        continue;
+                    }
+                    let base = i * kv.stride * kv_w;
+                    let n_kv = ps + 1;
+                    ops::attention(
+                        &self.f32(q)[i * q_w..(i + 1) * q_w],
+                        &self.f32(kv.k)[base..base + n_kv * kv_w],
+                        &self.f32(kv.v)[base..base + n_kv * kv_w],
+                        1,
+                        n_kv,
+                        &[ps],
+                        p,
+                        out_row,
+                    );
+                }
+            }
+        }
         self.put(out, o);
         Ok(())
     }

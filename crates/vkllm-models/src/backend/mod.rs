@@ -30,6 +30,62 @@ impl Tensor {
     }
 }
 
+/// Element type of a KV cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum KvDtype {
+    #[default]
+    F32,
+    /// Half the memory; keys and values are rounded to f16 (nearest even) when stored.
+    F16,
+}
+
+impl KvDtype {
+    pub fn bytes_per_value(self) -> usize {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::F16 => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::F32 => "f32",
+            KvDtype::F16 => "f16",
+        }
+    }
+
+    /// `f32` or `f16`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "f32" => Some(KvDtype::F32),
+            "f16" => Some(KvDtype::F16),
+            _ => None,
+        }
+    }
+}
+
+/// Which rows of a slot-major KV cache an op reads and writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvRows {
+    /// Every row belongs to one sequence, held in slot `s` (prefill, single-sequence decode).
+    Slot(usize),
+    /// Row `i` is slot `i` (the batched decode step: one token per slot).
+    PerRow,
+}
+
+/// One layer's K and V caches: `slots` regions of `stride` rows, the first `capacity` of each
+/// used, and which region(s) the op addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvView {
+    pub k: Tensor,
+    pub v: Tensor,
+    pub capacity: usize,
+    pub stride: usize,
+    pub slots: usize,
+    pub dtype: KvDtype,
+    pub rows: KvRows,
+}
+
 /// A weight matrix `[rows, cols]` (y = W x), with an optional bias of `rows` values.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Linear {
@@ -49,6 +105,8 @@ pub trait Backend {
     fn alloc_f32(&mut self, len: usize) -> Result<Tensor, ModelError>;
     /// A zero-initialised u32 tensor (token ids, positions).
     fn alloc_u32(&mut self, len: usize) -> Result<Tensor, ModelError>;
+    /// A zero-initialised KV cache tensor of `len` values stored as `dtype`.
+    fn alloc_kv(&mut self, len: usize, dtype: KvDtype) -> Result<Tensor, ModelError>;
     /// A tensor holding `data` (norm weights, biases, constants).
     fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError>;
     /// A `[rows, cols]` weight matrix (a `Linear`'s weight or an embedding table).
@@ -114,8 +172,9 @@ pub trait Backend {
         rope: &Rope,
     ) -> Result<(), ModelError>;
 
-    /// Copies `n` rows of `width` from `k` and `v` into the caches at rows `positions[i]`.
-    #[allow(clippy::too_many_arguments)]
+    /// Copies `n` rows of `width` from `k` and `v` into the cache rows `positions[i]` of the
+    /// region `kv.rows` names (for `PerRow`, row i goes to slot i; positions >= capacity write
+    /// nothing there, which is how idle slots are skipped).
     fn kv_store(
         &mut self,
         k: Tensor,
@@ -123,19 +182,15 @@ pub trait Backend {
         n: usize,
         width: usize,
         positions: Tensor,
-        k_cache: Tensor,
-        v_cache: Tensor,
-        capacity: usize,
+        kv: &KvView,
     ) -> Result<(), ModelError>;
 
-    /// Causal attention of `n` query rows at `positions` over the caches (keys 0..=position).
-    #[allow(clippy::too_many_arguments)]
+    /// Causal attention of `n` query rows at `positions` over the cache (keys 0..=position of
+    /// the region `kv.rows` names).
     fn attention(
         &mut self,
         q: Tensor,
-        k_cache: Tensor,
-        v_cache: Tensor,
-        capacity: usize,
+        kv: &KvView,
         n: usize,
         positions: Tensor,
         p: &AttnParams,

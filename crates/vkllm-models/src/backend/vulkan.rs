@@ -18,7 +18,11 @@ use vkllm_vk::{
     BufSlice, Buffer, Device, MemoryKind, Recorder, Recording, Tensor as VkTensor, Validation,
 };
 
-use super::{Backend, Linear, Tensor};
+mod slots;
+
+pub use slots::{SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs};
+
+use super::{Backend, KvDtype, KvRows, KvView, Linear, Tensor};
 use crate::error::ModelError;
 use crate::family::Activation;
 use crate::forward::{KvCache, Model};
@@ -58,6 +62,8 @@ pub struct VulkanBackend {
     capture_ctx: Option<usize>,
     /// Buffers replaced while recorded work may still use them; dropped after the next flush.
     retired: Vec<Buffer>,
+    /// Batched decoders recorded over this backend's tensors (see `slots.rs`).
+    slot_decoders: Vec<slots::SlotDecoder>,
 }
 
 /// A decode step recorded once ([`VulkanBackend::record_decode`]) and replayed every token.
@@ -78,6 +84,7 @@ impl VulkanBackend {
             quantized: true,
             capture_ctx: None,
             retired: Vec::new(),
+            slot_decoders: Vec::new(),
         }
     }
 
@@ -286,6 +293,27 @@ impl VulkanBackend {
         Ok(())
     }
 
+    /// The K and V buffers an op on `kv` binds, and the row stride between its queries: one
+    /// slot's region for `Slot(s)` (stride 0), the whole cache for `PerRow` (stride = slot rows).
+    fn kv_region(
+        &self,
+        kv: &KvView,
+        width: usize,
+    ) -> Result<(BufSlice<'_>, BufSlice<'_>, usize), ModelError> {
+        match kv.rows {
+            KvRows::Slot(s) => {
+                let bytes = (kv.stride * width * kv.dtype.bytes_per_value()) as u64;
+                let off = s as u64 * bytes;
+                Ok((
+                    self.buf(kv.k).slice(off, bytes)?,
+                    self.buf(kv.v).slice(off, bytes)?,
+                    0,
+                ))
+            }
+            KvRows::PerRow => Ok((self.all(kv.k), self.all(kv.v), kv.stride)),
+        }
+    }
+
     fn bias_rows(&mut self, bias: Tensor, rows: usize, n: usize) -> Result<usize, ModelError> {
         if let Some(i) = self
             .tiled_bias
@@ -309,6 +337,14 @@ impl VulkanBackend {
     }
 }
 
+/// The kernels' KV element type.
+fn kv_type(d: KvDtype) -> KvType {
+    match d {
+        KvDtype::F32 => KvType::F32,
+        KvDtype::F16 => KvType::F16,
+    }
+}
+
 impl Drop for VulkanBackend {
     fn drop(&mut self) {
         // Buffers must outlive the work that uses them.
@@ -327,6 +363,16 @@ impl Backend for VulkanBackend {
 
     fn alloc_u32(&mut self, len: usize) -> Result<Tensor, ModelError> {
         self.alloc(len, Some(vec![0; len]))
+    }
+
+    fn alloc_kv(&mut self, len: usize, dtype: KvDtype) -> Result<Tensor, ModelError> {
+        let bytes = (len * dtype.bytes_per_value()).next_multiple_of(4).max(4);
+        let buf = self
+            .dev
+            .create_buffer("kv cache", bytes as u64, MemoryKind::Device)?;
+        let t = self.push(Slot::Buf { buf, host: None });
+        self.record(|me, r| Ok(r.fill(me.all(t), 0)?))?;
+        Ok(t)
     }
 
     fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError> {
@@ -505,31 +551,32 @@ impl Backend for VulkanBackend {
         n: usize,
         width: usize,
         positions: Tensor,
-        k_cache: Tensor,
-        v_cache: Tensor,
-        capacity: usize,
+        kv: &KvView,
     ) -> Result<(), ModelError> {
-        // Replayed steps get their positions checked by `replay_decode`.
+        // Replayed steps get their positions checked by the replaying code.
         if self.capture_ctx.is_none()
+            && let KvRows::Slot(_) = kv.rows
             && let Some(&p) = self
                 .host_u32(positions, n)
                 .iter()
-                .find(|&&p| p as usize >= capacity)
+                .find(|&&p| p as usize >= kv.capacity)
         {
             return Err(ModelError::ContextFull {
                 pos: p as usize,
-                capacity,
+                capacity: kv.capacity,
             });
         }
+        let dtype = kv_type(kv.dtype);
         self.record(|me, r| {
+            let (kc, vc, stride) = me.kv_region(kv, width)?;
             let d = KvAppend {
                 k_new: me.head(k, n * width)?,
                 v_new: me.head(v, n * width)?,
                 pos: me.head(positions, n)?,
-                k_cache: me.all(k_cache),
-                v_cache: me.all(v_cache),
+                k_cache: kc,
+                v_cache: vc,
             }
-            .dispatch(KvType::F32, n, width, capacity)?;
+            .dispatch_slots(dtype, n, width, kv.capacity, stride)?;
             Ok(r.dispatch(d)?)
         })
     }
@@ -537,21 +584,27 @@ impl Backend for VulkanBackend {
     fn attention(
         &mut self,
         q: Tensor,
-        k_cache: Tensor,
-        v_cache: Tensor,
-        capacity: usize,
+        kv: &KvView,
         n: usize,
         positions: Tensor,
         p: &AttnParams,
         out: Tensor,
     ) -> Result<(), ModelError> {
-        let n_kv = self.positions_end(positions, n);
-        if n_kv > capacity {
+        let per_row = kv.rows == KvRows::PerRow;
+        // Keys visible to the batch: the whole slot while a step is captured or per row (masked
+        // by the positions on the device), else up to the largest position.
+        let n_kv = if per_row {
+            kv.capacity
+        } else {
+            self.positions_end(positions, n)
+        };
+        if n_kv > kv.capacity {
             return Err(ModelError::ContextFull {
                 pos: n_kv - 1,
-                capacity,
+                capacity: kv.capacity,
             });
         }
+        let decode = n == 1 || per_row;
         let shape = AttnShape {
             n_q: n,
             n_heads: p.n_heads,
@@ -561,23 +614,19 @@ impl Backend for VulkanBackend {
             scale: p.scale,
             softcap: p.softcap,
             window: p.window,
-            kv: KvType::F32,
-            kv_stride: 0,
+            kv: kv_type(kv.dtype),
+            kv_stride: if per_row { kv.stride } else { 0 },
         };
         let qw = n * p.n_heads * p.head_dim;
-        if n == 1 {
+        if decode {
             let (ml, o) = AttnDecode::<BufSlice<'_>>::scratch_bytes(&shape, ATTN_CHUNK);
             self.attn_parts(ml, o)?;
         }
+        let width = p.n_kv_heads * p.head_dim;
         self.record(|me, r| {
-            let (qs, ks, vs, ps, os) = (
-                me.head(q, qw)?,
-                me.all(k_cache),
-                me.all(v_cache),
-                me.head(positions, n)?,
-                me.head(out, qw)?,
-            );
-            if n == 1 {
+            let (ks, vs, _) = me.kv_region(kv, width)?;
+            let (qs, ps, os) = (me.head(q, qw)?, me.head(positions, n)?, me.head(out, qw)?);
+            if decode {
                 let (ml, o) = me.attn_parts.as_ref().expect("allocated above");
                 let ds = AttnDecode {
                     q: qs,

@@ -1,0 +1,510 @@
+//! Batched decode on the device: a decode step over `slots` sequences, recorded once together
+//! with GPU sampling, logprobs and the device-side advance, replayed several steps per submit.
+//!
+//! Per step: the model graph over one token per slot (row i = slot i, KV slot-major, idle slots
+//! masked by an out-of-range position), then `sample` (each slot's settings and RNG step in the
+//! `cfg` buffer), `logprobs` (only for slots that asked), and `decode_advance`, which feeds each
+//! sampled id to the next step's embedding, appends it to the id ring and moves positions on. A
+//! submit of k steps therefore costs one host round trip for k tokens per slot; the host reads
+//! the ring afterwards and discards tokens past a stop. Slots join and leave between submits by
+//! rewriting their rows of the (host-visible) state buffers; nothing is re-recorded.
+
+use vkllm_cpu::decode::IDLE;
+use vkllm_cpu::sampler::SamplingParams;
+use vkllm_kernels::decode_advance::{DecodeAdvance, DecodeAdvanceShape};
+use vkllm_kernels::logprobs::{Logprobs, LogprobsShape, MAX_TOP};
+use vkllm_kernels::sample::{Sample, SampleRow, SampleSettings, SampleShape};
+use vkllm_vk::{Buffer, MemoryKind, Recording, Validation};
+
+use super::{Slot, VulkanBackend};
+use crate::backend::Tensor;
+use crate::error::ModelError;
+use crate::forward::{KvCache, Model};
+
+/// Sizes fixed when a slot decoder is recorded.
+#[derive(Clone, Copy, Debug)]
+pub struct SlotDecoderConfig {
+    /// Most logit-bias entries per slot.
+    pub max_bias: usize,
+    /// Most top logprobs per token (<= 20); 0 disables logprobs.
+    pub max_top: usize,
+    /// Keep per-slot token counts on the device (repetition/presence/frequency penalties).
+    pub counts: bool,
+    /// Most steps per submit (recordings are made for every power of two up to this).
+    pub max_steps: usize,
+}
+
+impl Default for SlotDecoderConfig {
+    fn default() -> Self {
+        SlotDecoderConfig {
+            max_bias: 64,
+            max_top: MAX_TOP,
+            counts: true,
+            max_steps: 8,
+        }
+    }
+}
+
+/// A slot decoder owned by a [`VulkanBackend`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotDecoderId(usize);
+
+/// What a slot starts decoding with (after its prompt was prefilled and its first token sampled).
+#[derive(Clone, Debug)]
+pub struct SlotStart<'a> {
+    /// The token the next step feeds (the last sampled one).
+    pub token: u32,
+    /// Its position.
+    pub pos: usize,
+    pub sampling: &'a SamplingParams,
+    /// The sampler's sequence id and the step counter of the next draw.
+    pub seq_id: u64,
+    pub step: u64,
+    /// Token counts so far (`vocab` entries) for penalties; `None` = all zero.
+    pub counts: Option<&'a [u32]>,
+    /// Top logprobs per token (0..=max_top), or `None` for no logprobs.
+    pub logprobs: Option<usize>,
+}
+
+/// A token's logprob and the top alternatives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprobs {
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The tokens of one submit: `ids[step * slots + slot]` (`u32::MAX` where the slot was idle).
+#[derive(Clone, Debug)]
+pub struct SlotSteps {
+    pub steps: usize,
+    pub slots: usize,
+    pub ids: Vec<u32>,
+    /// Per `(step, slot)` like `ids`, for slots that asked for logprobs.
+    pub logprobs: Vec<Option<TokenLogprobs>>,
+}
+
+impl SlotSteps {
+    pub fn id(&self, step: usize, slot: usize) -> u32 {
+        self.ids[step * self.slots + slot]
+    }
+}
+
+pub(super) struct SlotDecoder {
+    /// Recordings first: they must be dropped before the buffers they use.
+    recs: Vec<(usize, Recording)>,
+    slots: usize,
+    capacity: usize,
+    vocab: usize,
+    cfg_: SlotDecoderConfig,
+    ids: Tensor,
+    pos: Tensor,
+    cfg: Buffer,
+    bias: Buffer,
+    want: Buffer,
+    ctl: Buffer,
+    ring: Buffer,
+    lp_ring: Buffer,
+    counts: Buffer,
+    scratch: Buffer,
+    sampled: Buffer,
+}
+
+impl SlotDecoder {
+    fn lp_shape(&self) -> LogprobsShape {
+        LogprobsShape {
+            vocab: self.vocab,
+            rows: self.slots,
+            n_top: self.cfg_.max_top,
+            ring_steps: self.cfg_.max_steps,
+        }
+    }
+}
+
+fn cfg_err(field: &str, msg: String) -> ModelError {
+    ModelError::Config {
+        field: field.into(),
+        msg,
+    }
+}
+
+impl VulkanBackend {
+    fn host_tensor(&mut self, label: &str, words: usize) -> Result<(Tensor, usize), ModelError> {
+        let buf = self
+            .dev
+            .create_buffer(label, 4 * words.max(1) as u64, MemoryKind::Host)?;
+        buf.write_host(0, &vec![0u8; 4 * words.max(1)])?;
+        let t = self.push(Slot::Buf { buf, host: None });
+        Ok((t, t.index()))
+    }
+
+    fn host_buffer(&self, label: &str, bytes: usize) -> Result<Buffer, ModelError> {
+        let buf = self
+            .dev
+            .create_buffer(label, bytes.max(4) as u64, MemoryKind::Host)?;
+        buf.write_host(0, &vec![0u8; bytes.max(4)])?;
+        Ok(buf)
+    }
+
+    /// Records `model`'s batched decode over every slot of `kv` (one token per slot per step),
+    /// with sampling, logprobs and the advance on the device. All slots start idle.
+    pub fn slot_decoder(
+        &mut self,
+        model: &Model,
+        kv: &KvCache,
+        c: SlotDecoderConfig,
+    ) -> Result<SlotDecoderId, ModelError> {
+        if c.max_top > MAX_TOP {
+            return Err(cfg_err(
+                "max_top",
+                format!("{} > {MAX_TOP} top logprobs", c.max_top),
+            ));
+        }
+        if c.max_steps == 0 {
+            return Err(cfg_err("max_steps", "must be at least 1".into()));
+        }
+        self.flush()?;
+        let (slots, vocab) = (kv.slots, model.cfg.vocab_size);
+        let (ids, _) = self.host_tensor("slot ids", slots)?;
+        let (pos, _) = self.host_tensor("slot positions", slots)?;
+        self.slot_words(pos, &vec![IDLE; slots])?;
+        let idle_rows = vec![SampleRow::default(); slots];
+        let cfg = self.host_buffer("slot sampler rows", std::mem::size_of_val(&idle_rows[..]))?;
+        let bias = self.host_buffer("slot logit bias", 8 * slots * c.max_bias.max(1))?;
+        let want = self.host_buffer("slot logprobs wanted", 4 * slots)?;
+        want.write_host(0, bytemuck::cast_slice(&vec![u32::MAX; slots]))?;
+        let ctl = self.host_buffer("slot ring step", 4)?;
+        let ring = self.host_buffer("slot id ring", 4 * slots * c.max_steps)?;
+        let lp_words = LogprobsShape {
+            vocab,
+            rows: slots,
+            n_top: c.max_top,
+            ring_steps: c.max_steps,
+        }
+        .record_words();
+        let lp_ring = self.host_buffer("slot logprob ring", 4 * lp_words * slots * c.max_steps)?;
+        let counts = self.dev.create_buffer(
+            "slot token counts",
+            if c.counts {
+                4 * (slots * vocab) as u64
+            } else {
+                4
+            },
+            MemoryKind::Device,
+        )?;
+        let scratch = self.dev.create_buffer(
+            "slot sampler scratch",
+            Sample::<vkllm_vk::BufSlice<'_>>::scratch_bytes(vocab, slots),
+            MemoryKind::Device,
+        )?;
+        let sampled =
+            self.dev
+                .create_buffer("slot sampled ids", 4 * slots as u64, MemoryKind::Device)?;
+        self.record(|_, r| Ok(r.fill(counts.all(), 0)?))?;
+        self.flush()?;
+        let mut d = SlotDecoder {
+            recs: Vec::new(),
+            slots,
+            capacity: kv.capacity,
+            vocab,
+            cfg_: c,
+            ids,
+            pos,
+            cfg,
+            bias,
+            want,
+            ctl,
+            ring,
+            lp_ring,
+            counts,
+            scratch,
+            sampled,
+        };
+        let mut k = 1;
+        while k <= c.max_steps {
+            let rec = self.record_slot_steps(model, kv, &d, k)?;
+            d.recs.push((k, rec));
+            k *= 2;
+        }
+        if d.recs.last().map(|r| r.0) != Some(c.max_steps) {
+            let rec = self.record_slot_steps(model, kv, &d, c.max_steps)?;
+            d.recs.push((c.max_steps, rec));
+        }
+        self.slot_decoders.push(d);
+        Ok(SlotDecoderId(self.slot_decoders.len() - 1))
+    }
+
+    fn slot_words(&self, t: Tensor, words: &[u32]) -> Result<(), ModelError> {
+        Ok(self.buf(t).write_host(0, bytemuck::cast_slice(words))?)
+    }
+
+    fn record_slot_steps(
+        &mut self,
+        model: &Model,
+        kv: &KvCache,
+        d: &SlotDecoder,
+        steps: usize,
+    ) -> Result<Recording, ModelError> {
+        self.capture_ctx = Some(kv.capacity);
+        let res = (|| {
+            for _ in 0..steps {
+                model.decode_slots_graph(self, kv, d.ids, d.pos)?;
+                let logits = model.logits_tensor();
+                let lp = d.lp_shape();
+                self.record(|me, r| {
+                    let (lg, ids, pos) = (me.all(logits), me.all(d.ids), me.all(d.pos));
+                    r.dispatch(
+                        Sample {
+                            logits: lg,
+                            counts: d.counts.all(),
+                            bias: d.bias.all(),
+                            cfg: d.cfg.all(),
+                            scratch: d.scratch.all(),
+                            out: d.sampled.all(),
+                        }
+                        .dispatch(&SampleShape {
+                            vocab: d.vocab,
+                            rows: d.slots,
+                            max_bias: d.cfg_.max_bias,
+                            counts: d.cfg_.counts,
+                        })?,
+                    )?;
+                    r.dispatch(
+                        Logprobs {
+                            logits: lg,
+                            chosen: d.sampled.all(),
+                            want: d.want.all(),
+                            ctl: d.ctl.all(),
+                            out: d.lp_ring.all(),
+                        }
+                        .dispatch(&lp)?,
+                    )?;
+                    r.dispatch(
+                        DecodeAdvance {
+                            sampled: d.sampled.all(),
+                            ids,
+                            pos,
+                            cfg: d.cfg.all(),
+                            counts: d.counts.all(),
+                            ring: d.ring.all(),
+                            ctl: d.ctl.all(),
+                        }
+                        .dispatch(&DecodeAdvanceShape {
+                            rows: d.slots,
+                            vocab: d.vocab,
+                            capacity: d.capacity,
+                            ring_steps: d.cfg_.max_steps,
+                            counts: d.cfg_.counts,
+                        })?,
+                    )?;
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        })();
+        self.capture_ctx = None;
+        if let Err(e) = res {
+            self.rec = None;
+            return Err(e);
+        }
+        match self.rec.take() {
+            Some(r) => Ok(r.finish()?),
+            None => Err(ModelError::EmptyInput),
+        }
+    }
+
+    fn decoder(&self, d: SlotDecoderId) -> &SlotDecoder {
+        &self.slot_decoders[d.0]
+    }
+
+    /// Starts (or restarts) `slot`: its next step feeds `s.token` at `s.pos`.
+    pub fn slot_start(
+        &mut self,
+        d: SlotDecoderId,
+        slot: usize,
+        s: &SlotStart<'_>,
+    ) -> Result<(), ModelError> {
+        self.flush()?;
+        let dec = self.decoder(d);
+        if slot >= dec.slots {
+            return Err(cfg_err("slot", format!("slot {slot} of {}", dec.slots)));
+        }
+        if s.token as usize >= dec.vocab {
+            return Err(ModelError::TokenOutOfRange {
+                id: s.token,
+                vocab: dec.vocab,
+            });
+        }
+        if s.pos >= dec.capacity {
+            return Err(ModelError::ContextFull {
+                pos: s.pos,
+                capacity: dec.capacity,
+            });
+        }
+        s.sampling.validate(dec.vocab)?;
+        let p = s.sampling;
+        if p.logit_bias.len() > dec.cfg_.max_bias {
+            return Err(cfg_err(
+                "logit_bias",
+                format!(
+                    "{} entries; at most {} per request",
+                    p.logit_bias.len(),
+                    dec.cfg_.max_bias
+                ),
+            ));
+        }
+        let penalties =
+            p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+        if penalties && !dec.cfg_.counts {
+            return Err(cfg_err(
+                "penalties",
+                "this decoder keeps no token counts".into(),
+            ));
+        }
+        if let Some(n) = s.logprobs
+            && n > dec.cfg_.max_top
+        {
+            return Err(cfg_err(
+                "top_logprobs",
+                format!("{n} > {} supported", dec.cfg_.max_top),
+            ));
+        }
+        let row = SampleSettings {
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            repetition_penalty: p.repetition_penalty,
+            presence_penalty: p.presence_penalty,
+            frequency_penalty: p.frequency_penalty,
+            seed: p.seed,
+            seq_id: s.seq_id,
+            step: s.step,
+            n_bias: p.logit_bias.len(),
+            use_counts: penalties,
+        }
+        .row();
+        let rb = std::mem::size_of::<SampleRow>();
+        dec.cfg
+            .write_host((slot * rb) as u64, bytemuck::bytes_of(&row))?;
+        let bias: Vec<u32> = p
+            .logit_bias
+            .iter()
+            .flat_map(|&(id, b)| [id, b.to_bits()])
+            .collect();
+        dec.bias.write_host(
+            (8 * slot * dec.cfg_.max_bias) as u64,
+            bytemuck::cast_slice(&bias),
+        )?;
+        let want = s.logprobs.map_or(u32::MAX, |n| n as u32);
+        dec.want
+            .write_host(4 * slot as u64, bytemuck::bytes_of(&want))?;
+        self.buf(dec.ids)
+            .write_host(4 * slot as u64, bytemuck::bytes_of(&s.token))?;
+        self.buf(dec.pos)
+            .write_host(4 * slot as u64, bytemuck::bytes_of(&(s.pos as u32)))?;
+        if dec.cfg_.counts && penalties {
+            let zeros;
+            let counts = match s.counts {
+                Some(c) if c.len() == dec.vocab => c,
+                Some(c) => {
+                    return Err(cfg_err(
+                        "counts",
+                        format!("{} counts for a vocabulary of {}", c.len(), dec.vocab),
+                    ));
+                }
+                None => {
+                    zeros = vec![0u32; dec.vocab];
+                    &zeros
+                }
+            };
+            self.dev.upload(
+                &dec.counts,
+                (4 * slot * dec.vocab) as u64,
+                bytemuck::cast_slice(counts),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Stops `slot` (it stays idle until started again).
+    pub fn slot_stop(&mut self, d: SlotDecoderId, slot: usize) -> Result<(), ModelError> {
+        self.flush()?;
+        let dec = self.decoder(d);
+        if slot >= dec.slots {
+            return Err(cfg_err("slot", format!("slot {slot} of {}", dec.slots)));
+        }
+        let rb = std::mem::size_of::<SampleRow>();
+        dec.cfg.write_host(
+            (slot * rb) as u64,
+            bytemuck::bytes_of(&SampleRow::default()),
+        )?;
+        dec.want
+            .write_host(4 * slot as u64, bytemuck::bytes_of(&u32::MAX))?;
+        self.buf(dec.pos)
+            .write_host(4 * slot as u64, bytemuck::bytes_of(&IDLE))?;
+        Ok(())
+    }
+
+    /// The largest step count `<= want` that has a recording.
+    pub fn slot_steps_available(&self, d: SlotDecoderId, want: usize) -> usize {
+        self.decoder(d)
+            .recs
+            .iter()
+            .map(|r| r.0)
+            .filter(|&k| k <= want.max(1))
+            .max()
+            .unwrap_or(1)
+    }
+
+    /// Runs `steps` decode steps for every live slot in one submit (rounded down to a recorded
+    /// count, see [`VulkanBackend::slot_steps_available`]) and returns their tokens. A slot whose
+    /// position reaches the capacity retires on the device (its later entries are idle).
+    pub fn slots_run(&mut self, d: SlotDecoderId, steps: usize) -> Result<SlotSteps, ModelError> {
+        self.flush()?;
+        let k = self.slot_steps_available(d, steps);
+        let dec = self.decoder(d);
+        dec.ctl.write_host(0, bytemuck::bytes_of(&0u32))?;
+        let rec = &dec
+            .recs
+            .iter()
+            .find(|r| r.0 == k)
+            .expect("slot_steps_available returns a recorded count")
+            .1;
+        rec.submit()?;
+        if self.dev.validation() == Validation::On {
+            self.dev.check_validation()?;
+        }
+        let n = k * dec.slots;
+        let mut ids = vec![0u32; n];
+        dec.ring.read_host(0, bytemuck::cast_slice_mut(&mut ids))?;
+        let mut want = vec![0u32; dec.slots];
+        dec.want.read_host(0, bytemuck::cast_slice_mut(&mut want))?;
+        let mut logprobs = vec![None; n];
+        if want.iter().any(|&w| w != u32::MAX) {
+            let words = dec.lp_shape().record_words();
+            let mut recs = vec![0u32; n * words];
+            dec.lp_ring
+                .read_host(0, bytemuck::cast_slice_mut(&mut recs))?;
+            for (i, lp) in logprobs.iter_mut().enumerate() {
+                let slot = i % dec.slots;
+                if want[slot] == u32::MAX || ids[i] == IDLE {
+                    continue;
+                }
+                let rec = &recs[i * words..(i + 1) * words];
+                let count = (rec[1] as usize).min(dec.cfg_.max_top);
+                *lp = Some(TokenLogprobs {
+                    logprob: f32::from_bits(rec[0]),
+                    top: (0..count)
+                        .map(|t| (rec[2 + 2 * t], f32::from_bits(rec[3 + 2 * t])))
+                        .collect(),
+                });
+            }
+        }
+        Ok(SlotSteps {
+            steps: k,
+            slots: dec.slots,
+            ids,
+            logprobs,
+        })
+    }
+}
