@@ -7,6 +7,7 @@
 //! tokens per second) on every finish. Multi-turn use appends only the new turn: the earlier
 //! turns' keys and values stay in the cache.
 
+pub mod bench;
 mod error;
 mod session;
 

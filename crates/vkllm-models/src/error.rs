@@ -40,4 +40,16 @@ pub enum ModelError {
     TokenOutOfRange { id: u32, vocab: usize },
     #[error("empty input: at least one token is needed")]
     EmptyInput,
+    #[error(
+        "out of device memory: the {what} needs {} MiB, {} MiB are free (of {} MiB); lower the context or slots, or use an f16 KV cache",
+        need / (1 << 20),
+        available / (1 << 20),
+        total / (1 << 20)
+    )]
+    OutOfMemory {
+        what: String,
+        need: u64,
+        available: u64,
+        total: u64,
+    },
 }

@@ -156,6 +156,22 @@ impl Model {
         }
         let w = self.cfg.kv_dim();
         let stride = capacity.div_ceil(KV_ROW_ALIGN) * KV_ROW_ALIGN;
+        let need = KvCache::bytes_for(self.cfg.n_layers, w, capacity, slots, dtype);
+        // Leave room for the activations of a chunk and the driver (1/16 of the device).
+        if let Some((free, total)) = b.memory_free()
+            && need > free.saturating_sub(total / 16)
+        {
+            return Err(ModelError::OutOfMemory {
+                what: format!(
+                    "KV cache ({slots} x {capacity} positions, {}, {} layers)",
+                    dtype.name(),
+                    self.cfg.n_layers
+                ),
+                need,
+                available: free.saturating_sub(total / 16),
+                total,
+            });
+        }
         let layers = (0..self.cfg.n_layers)
             .map(|_| {
                 Ok((
@@ -326,17 +342,21 @@ impl Model {
     ) -> Result<Option<usize>, ModelError> {
         let (c, s, w) = (&self.cfg, &self.s, &self.weights);
         let (h, ff, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
+        b.mark("embed");
         b.embedding(w.embed, c.vocab_size, h, inp.ids, n, c.embed_scale, s.x)?;
 
         for (li, (lw, lc)) in w.layers.iter().zip(c.layers.iter()).enumerate() {
             let view = kv.view(li, inp.rows);
             // attention block
+            b.mark("attn_norm");
             b.rmsnorm(s.x, lw.attn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
+            b.mark("qkv");
             b.linear(&lw.q, s.h, n, s.q)?;
             b.linear(&lw.k, s.h, n, s.k)?;
             b.linear(&lw.v, s.h, n, s.v)?;
             let (q, k) = match (lw.q_norm, lw.k_norm) {
                 (Some(qw), Some(kw)) => {
+                    b.mark("qk_norm");
                     b.rmsnorm(s.q, qw, n * c.n_heads, hd, c.rms_eps, c.norm_offset, s.qn)?;
                     b.rmsnorm(
                         s.k,
@@ -351,8 +371,10 @@ impl Model {
                 }
                 _ => (s.q, s.k),
             };
+            b.mark("rope");
             b.rope(q, n, c.n_heads, hd, inp.pos, &lc.rope)?;
             b.rope(k, n, c.n_kv_heads, hd, inp.pos, &lc.rope)?;
+            b.mark("kv_store");
             b.kv_store(k, s.v, n, c.kv_dim(), inp.pos, &view)?;
             let p = AttnParams {
                 n_heads: c.n_heads,
@@ -362,16 +384,24 @@ impl Model {
                 softcap: c.attn_softcap,
                 window: lc.window,
             };
+            b.mark("attention");
             b.attention(q, &view, n, inp.pos, &p, s.att)?;
+            b.mark("o_proj");
             b.linear(&lw.o, s.att, n, s.o)?;
+            b.mark("residual");
             residual_add(b, s.x, s.o, lw.post_attn_norm, s.h, n, c)?;
 
             // MLP block
+            b.mark("ffn_norm");
             b.rmsnorm(s.x, lw.ffn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
+            b.mark("gate_up");
             b.linear(&lw.gate, s.h, n, s.gate)?;
             b.linear(&lw.up, s.h, n, s.up)?;
+            b.mark("act");
             b.gated_act(c.activation, s.gate, s.up, n * ff, s.act)?;
+            b.mark("down");
             b.linear(&lw.down, s.act, n, s.o)?;
+            b.mark("residual");
             residual_add(b, s.x, s.o, lw.post_ffn_norm, s.h, n, c)?;
         }
 
@@ -385,7 +415,9 @@ impl Model {
                 (1, s.last)
             }
         };
+        b.mark("final_norm");
         b.rmsnorm(src, w.final_norm, rows, h, c.rms_eps, c.norm_offset, s.h)?;
+        b.mark("lm_head");
         b.linear(&w.lm_head, s.h, rows, s.logits)?;
         if let Some(cap) = c.final_softcap {
             b.softcap(s.logits, rows * c.vocab_size, cap)?;

@@ -19,7 +19,8 @@ pub mod weights;
 
 pub use backend::cpu::CpuBackend;
 pub use backend::vulkan::{
-    SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs, VulkanBackend,
+    ProfiledDispatch, SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs,
+    VulkanBackend,
 };
 pub use backend::{Backend, KvDtype, KvRows, KvView, Linear, Tensor};
 pub use config::{LayerConfig, ModelConfig};

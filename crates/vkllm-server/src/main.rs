@@ -15,6 +15,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Prefill and decode speed on a Vulkan device (pp/tg tests, batches, --profile).
+    Bench(cmd::bench::Args),
     /// Vulkan devices and their capabilities; with --model, the model's shape and memory needs.
     Info(cmd::info::Args),
     /// Answer a prompt with a model (chat template applied unless --raw), streamed to stdout.
@@ -26,6 +28,7 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Bench(args) => cmd::bench::run(args),
         Command::Info(args) => cmd::info::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Tokenize(args) => cmd::tokenize::run(args),

@@ -34,6 +34,8 @@ impl Range {
 #[derive(Clone, Debug)]
 pub struct DispatchTiming {
     pub label: &'static str,
+    /// Start, relative to the first dispatch's start.
+    pub start_ns: f64,
     pub ns: f64,
 }
 
@@ -552,6 +554,7 @@ impl Recording {
             .enumerate()
             .map(|(i, &label)| DispatchTiming {
                 label,
+                start_ns: ticks[2 * i].saturating_sub(ticks[0]) as f64 * period,
                 ns: ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period,
             })
             .collect())

@@ -101,10 +101,18 @@ pub trait Backend {
     /// A short name for reports ("cpu", the GPU's name, ...).
     fn name(&self) -> String;
 
+    /// Names the part of the graph the following ops belong to ("qkv", "attention", ...), for
+    /// per-region profiles. Backends that do not profile ignore it.
+    fn mark(&mut self, _region: &'static str) {}
+
     /// A zero-initialised f32 tensor.
     fn alloc_f32(&mut self, len: usize) -> Result<Tensor, ModelError>;
     /// A zero-initialised u32 tensor (token ids, positions).
     fn alloc_u32(&mut self, len: usize) -> Result<Tensor, ModelError>;
+    /// Device memory (free, total) in bytes where the backend knows it; `None` on the host.
+    fn memory_free(&self) -> Option<(u64, u64)> {
+        None
+    }
     /// A zero-initialised KV cache tensor of `len` values stored as `dtype`.
     fn alloc_kv(&mut self, len: usize, dtype: KvDtype) -> Result<Tensor, ModelError>;
     /// A tensor holding `data` (norm weights, biases, constants).

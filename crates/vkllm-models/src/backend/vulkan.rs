@@ -20,7 +20,9 @@ use vkllm_vk::{
 
 mod slots;
 
-pub use slots::{SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs};
+pub use slots::{
+    ProfiledDispatch, SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs,
+};
 
 use super::{Backend, KvDtype, KvRows, KvView, Linear, Tensor};
 use crate::error::ModelError;
@@ -63,7 +65,11 @@ pub struct VulkanBackend {
     /// Buffers replaced while recorded work may still use them; dropped after the next flush.
     retired: Vec<Buffer>,
     /// Batched decoders recorded over this backend's tensors (see `slots.rs`).
-    slot_decoders: Vec<slots::SlotDecoder>,
+    slot_decoders: Vec<Option<slots::SlotDecoder>>,
+    /// While profiling: recorders time up to this many dispatches, and `mark` records which
+    /// graph region each dispatch index starts.
+    timestamps: u32,
+    marks: Vec<(usize, &'static str)>,
 }
 
 /// A decode step recorded once ([`VulkanBackend::record_decode`]) and replayed every token.
@@ -85,6 +91,8 @@ impl VulkanBackend {
             capture_ctx: None,
             retired: Vec::new(),
             slot_decoders: Vec::new(),
+            timestamps: 0,
+            marks: Vec::new(),
         }
     }
 
@@ -141,6 +149,27 @@ impl VulkanBackend {
         let mut out = vec![0f32; vocab];
         self.read_f32(model.logits_tensor(), 0, &mut out)?;
         Ok(out)
+    }
+
+    /// Bytes of a weight matrix as stored on the device (0 for a non-matrix tensor).
+    pub fn matrix_bytes(&self, t: Tensor) -> u64 {
+        match &self.slots[t.index()] {
+            Slot::Matrix(m) => (m.rows * m.row_bytes()) as u64,
+            Slot::Buf { .. } => 0,
+        }
+    }
+
+    /// Device memory held by this backend, by kind: (weights, other buffers).
+    pub fn memory_bytes(&self) -> (u64, u64) {
+        let mut w = 0;
+        let mut other = 0;
+        for s in &self.slots {
+            match s {
+                Slot::Matrix(m) => w += (m.rows * m.row_bytes()) as u64,
+                Slot::Buf { buf, .. } => other += buf.size(),
+            }
+        }
+        (w, other)
     }
 
     /// Dequantize weights to f32 at load (the reference path) instead of running the quantized
@@ -227,7 +256,7 @@ impl VulkanBackend {
     ) -> Result<(), ModelError> {
         let mut r = match self.rec.take() {
             Some(r) => r,
-            None => Recorder::new(&self.dev)?,
+            None => Recorder::with_timestamps(&self.dev, self.timestamps)?,
         };
         let res = f(self, &mut r);
         self.rec = Some(r);
@@ -355,6 +384,19 @@ impl Drop for VulkanBackend {
 impl Backend for VulkanBackend {
     fn name(&self) -> String {
         self.dev.info().name.clone()
+    }
+
+    fn memory_free(&self) -> Option<(u64, u64)> {
+        let total = self.dev.info().device_local_bytes();
+        let (w, other) = self.memory_bytes();
+        Some((total.saturating_sub(w + other), total))
+    }
+
+    fn mark(&mut self, region: &'static str) {
+        if self.timestamps > 0 {
+            let at = self.rec.as_ref().map_or(0, |r| r.dispatches());
+            self.marks.push((at, region));
+        }
     }
 
     fn alloc_f32(&mut self, len: usize) -> Result<Tensor, ModelError> {

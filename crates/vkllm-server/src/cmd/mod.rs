@@ -1,5 +1,6 @@
 //! One module per subcommand; `model` resolves `--model` for all of them.
 
+pub mod bench;
 pub mod info;
 pub mod model;
 pub mod run;

@@ -17,7 +17,7 @@ use vkllm_kernels::sample::{Sample, SampleRow, SampleSettings, SampleShape};
 use vkllm_vk::{Buffer, MemoryKind, Recording, Validation};
 
 use super::{Slot, VulkanBackend};
-use crate::backend::Tensor;
+use crate::backend::{Backend, Tensor};
 use crate::error::ModelError;
 use crate::forward::{KvCache, Model};
 
@@ -71,6 +71,18 @@ pub struct SlotStart<'a> {
 pub struct TokenLogprobs {
     pub logprob: f32,
     pub top: Vec<(u32, f32)>,
+}
+
+/// One dispatch of a profiled decode step.
+#[derive(Clone, Debug)]
+pub struct ProfiledDispatch {
+    /// The graph region (`Backend::mark`) or the decode tail ("sample", "logprobs", "advance").
+    pub region: &'static str,
+    /// The kernel.
+    pub kernel: &'static str,
+    /// Start relative to the step's first dispatch, and duration (GPU timestamps).
+    pub start_ns: f64,
+    pub ns: f64,
 }
 
 /// The tokens of one submit: `ids[step * slots + slot]` (`u32::MAX` where the slot was idle).
@@ -229,7 +241,7 @@ impl VulkanBackend {
             let rec = self.record_slot_steps(model, kv, &d, c.max_steps)?;
             d.recs.push((c.max_steps, rec));
         }
-        self.slot_decoders.push(d);
+        self.slot_decoders.push(Some(d));
         Ok(SlotDecoderId(self.slot_decoders.len() - 1))
     }
 
@@ -250,6 +262,7 @@ impl VulkanBackend {
                 model.decode_slots_graph(self, kv, d.ids, d.pos)?;
                 let logits = model.logits_tensor();
                 let lp = d.lp_shape();
+                self.mark("sample");
                 self.record(|me, r| {
                     let (lg, ids, pos) = (me.all(logits), me.all(d.ids), me.all(d.pos));
                     r.dispatch(
@@ -312,8 +325,61 @@ impl VulkanBackend {
         }
     }
 
+    /// Times one batched decode step of `d`'s current slots, dispatch by dispatch: records the
+    /// step once more with timestamps, replays it `reps` times and returns the last replay.
+    /// (The slots advance by `reps` tokens.)
+    pub fn slot_profile(
+        &mut self,
+        d: SlotDecoderId,
+        model: &Model,
+        kv: &KvCache,
+        reps: usize,
+    ) -> Result<Vec<ProfiledDispatch>, ModelError> {
+        self.flush()?;
+        self.timestamps = 16384;
+        self.marks.clear();
+        let dec = self.slot_decoders[d.0]
+            .take()
+            .expect("slot decoders are only taken while recording");
+        let rec = self.record_slot_steps(model, kv, &dec, 1);
+        self.slot_decoders[d.0] = Some(dec);
+        self.timestamps = 0;
+        let marks = std::mem::take(&mut self.marks);
+        let rec = rec?;
+        for _ in 0..reps.max(1) {
+            self.decoder(d)
+                .ctl
+                .write_host(0, bytemuck::bytes_of(&0u32))?;
+            rec.submit()?;
+        }
+        let t = rec.timings()?;
+        Ok(t.iter()
+            .enumerate()
+            .map(|(i, x)| {
+                let region = marks
+                    .iter()
+                    .rev()
+                    .find(|m| m.0 <= i)
+                    .map_or("other", |m| m.1);
+                let region = match (region, x.label) {
+                    ("sample", "logprobs") => "logprobs",
+                    ("sample", "decode_advance") => "advance",
+                    (r, _) => r,
+                };
+                ProfiledDispatch {
+                    region,
+                    kernel: x.label,
+                    start_ns: x.start_ns,
+                    ns: x.ns,
+                }
+            })
+            .collect())
+    }
+
     fn decoder(&self, d: SlotDecoderId) -> &SlotDecoder {
-        &self.slot_decoders[d.0]
+        self.slot_decoders[d.0]
+            .as_ref()
+            .expect("slot decoders are only taken while recording")
     }
 
     /// Starts (or restarts) `slot`: its next step feeds `s.token` at `s.pos`.

@@ -1,0 +1,433 @@
+//! `vkllm bench`: prefill and decode speed of a model on a Vulkan device, measured through the
+//! same paths generation uses (chunked prefill; the recorded multi-step slot decoder with GPU
+//! sampling), with warm-up (the first run compiles pipelines and is never timed), repetitions,
+//! median and spread, the device's copy bandwidth for reference, and an optional per-region
+//! profile of one decode step from GPU timestamps.
+
+use std::time::Instant;
+
+use vkllm_cpu::sampler::SamplingParams;
+use vkllm_models::{
+    KvDtype, Logits, Model, ModelError, SlotDecoderConfig, SlotStart, VulkanBackend,
+};
+use vkllm_vk::{MemoryKind, Recorder};
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Prompt lengths for the prefill tests (`ppN`).
+    pub pp: Vec<usize>,
+    /// Tokens per sequence for the decode tests (`tgN`); 0 skips them.
+    pub tg: usize,
+    /// Concurrent sequences for the decode tests.
+    pub batches: Vec<usize>,
+    /// Timed repetitions of each test (after one untimed warm-up).
+    pub reps: usize,
+    /// Decode steps per submit.
+    pub steps_per_submit: usize,
+    pub kv: KvDtype,
+    /// Also time one decode step per graph region.
+    pub profile: bool,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            pp: vec![512],
+            tg: 128,
+            batches: vec![1],
+            reps: 3,
+            steps_per_submit: 8,
+            kv: KvDtype::F32,
+            profile: false,
+        }
+    }
+}
+
+/// One measured test.
+#[derive(Clone, Debug)]
+pub struct BenchRow {
+    /// `pp512`, `tg128`, `pp512+tg128`.
+    pub test: String,
+    pub batch: usize,
+    /// Tokens processed per repetition (all sequences).
+    pub tokens: usize,
+    /// Seconds per repetition: median, min, max.
+    pub median_s: f64,
+    pub min_s: f64,
+    pub max_s: f64,
+    /// Tokens per second at the median (all sequences together).
+    pub tok_s: f64,
+    /// Milliseconds per decode step (decode tests).
+    pub ms_per_step: Option<f64>,
+    /// Weight bytes read per decode step / step time, GB/s (decode tests).
+    pub eff_gb_s: Option<f64>,
+    /// Time to first token (pp+tg test), ms.
+    pub ttft_ms: Option<f64>,
+}
+
+/// A profile line: one graph region of a decode step.
+#[derive(Clone, Debug)]
+pub struct ProfileRow {
+    pub region: &'static str,
+    pub dispatches: usize,
+    pub us: f64,
+}
+
+/// Everything a bench run measured.
+#[derive(Clone, Debug)]
+pub struct BenchReport {
+    pub rows: Vec<BenchRow>,
+    /// Device-to-device copy bandwidth (bytes read + written per second), GB/s.
+    pub copy_gb_s: f64,
+    /// Bytes of weights one decode step reads (every matrix but an untied embedding table).
+    pub weight_bytes: u64,
+    pub profile: Vec<ProfileRow>,
+    /// GPU time of the profiled step: sum of dispatch times and first-start-to-last-end, µs.
+    pub profile_busy_us: f64,
+    pub profile_span_us: f64,
+}
+
+fn median_spread(mut t: Vec<f64>) -> (f64, f64, f64) {
+    t.sort_by(f64::total_cmp);
+    let n = t.len();
+    let med = if n % 2 == 1 {
+        t[n / 2]
+    } else {
+        0.5 * (t[n / 2 - 1] + t[n / 2])
+    };
+    (med, t[0], t[n - 1])
+}
+
+/// `n` token ids in `3..vocab` from a fixed LCG.
+fn ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            3 + ((s >> 33) as u32) % (vocab as u32 - 3)
+        })
+        .collect()
+}
+
+/// Copy bandwidth of the device: 256 MiB copied 8 times in one submit.
+pub fn copy_bandwidth(b: &VulkanBackend) -> Result<f64, ModelError> {
+    let dev = b.device();
+    let bytes = (256u64 << 20).min(dev.max_buffer_bytes() / 2 * 2);
+    let src = dev.create_buffer("bench copy src", bytes, MemoryKind::Device)?;
+    let dst = dev.create_buffer("bench copy dst", bytes, MemoryKind::Device)?;
+    let record = |n: usize| -> Result<vkllm_vk::Recording, ModelError> {
+        let mut r = Recorder::new(dev)?;
+        for _ in 0..n {
+            r.copy(src.all(), dst.all())?;
+            r.copy(dst.all(), src.all())?;
+        }
+        Ok(r.finish()?)
+    };
+    let (one, many) = (record(1)?, record(8)?);
+    one.submit()?;
+    let t0 = Instant::now();
+    one.submit()?;
+    let t1 = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    many.submit()?;
+    let t8 = t0.elapsed().as_secs_f64();
+    // The difference removes the submit overhead: 7 x 2 copies of `bytes`, read + written.
+    Ok(2.0 * 14.0 * bytes as f64 / (t8 - t1).max(1e-9) / 1e9)
+}
+
+/// Bytes of weights a decode step reads: every matrix except an untied embedding table (of
+/// which one row is gathered).
+pub fn decode_weight_bytes(b: &VulkanBackend, model: &Model) -> u64 {
+    let w = &model.weights;
+    let mut bytes: u64 = w
+        .layers
+        .iter()
+        .flat_map(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down])
+        .map(|lin| b.matrix_bytes(lin.weight))
+        .sum();
+    bytes += b.matrix_bytes(w.lm_head.weight);
+    bytes
+}
+
+/// Runs the benchmark of `model` (loaded on `b`).
+pub fn run(
+    b: &mut VulkanBackend,
+    model: &Model,
+    o: &BenchOptions,
+) -> Result<BenchReport, ModelError> {
+    let vocab = model.cfg.vocab_size;
+    let reps = o.reps.max(1);
+    let max_pp = o.pp.iter().copied().max().unwrap_or(0);
+    let slots = o.batches.iter().copied().max().unwrap_or(1).max(1);
+    let prompt = 16usize;
+    let ctx = (max_pp + o.tg + 1).max(prompt + o.tg + 1);
+    let kv = model.new_kv_slots(b, ctx, slots, o.kv)?;
+    let weight_bytes = decode_weight_bytes(b, model);
+    let mut rows = Vec::new();
+
+    for &n in &o.pp {
+        let p = ids(n, vocab, n as u64);
+        let mut times = Vec::new();
+        for rep in 0..=reps {
+            let t0 = Instant::now();
+            model.forward_slot(b, &kv, 0, &p, 0, Logits::Last)?;
+            if rep > 0 {
+                times.push(t0.elapsed().as_secs_f64());
+            }
+        }
+        let (med, min, max) = median_spread(times);
+        rows.push(BenchRow {
+            test: format!("pp{n}"),
+            batch: 1,
+            tokens: n,
+            median_s: med,
+            min_s: min,
+            max_s: max,
+            tok_s: n as f64 / med,
+            ms_per_step: None,
+            eff_gb_s: None,
+            ttft_ms: None,
+        });
+    }
+
+    if o.tg > 0 {
+        let cfg = SlotDecoderConfig {
+            max_bias: 1,
+            max_top: 0,
+            counts: false,
+            max_steps: o.steps_per_submit.max(1),
+        };
+        let dec = b.slot_decoder(model, &kv, cfg)?;
+        let greedy = SamplingParams::default();
+        // Decode `tg` tokens in each of `batch` slots after a `prompt`-token prefill; returns
+        // the decode time only.
+        let decode =
+            |b: &mut VulkanBackend, batch: usize, pp: usize| -> Result<(f64, f64), ModelError> {
+                let t_start = Instant::now();
+                let mut ttft = 0.0;
+                for s in 0..batch {
+                    let p = ids(pp, vocab, 1000 + s as u64);
+                    let logits = model.forward_slot(b, &kv, s, &p, 0, Logits::Last)?;
+                    if s == 0 {
+                        ttft = t_start.elapsed().as_secs_f64();
+                    }
+                    let first = vkllm_cpu::sampler::sample(&logits, &greedy, &[], s as u64, 0);
+                    b.slot_start(
+                        dec,
+                        s,
+                        &SlotStart {
+                            token: first,
+                            pos: pp,
+                            sampling: &greedy,
+                            seq_id: s as u64,
+                            step: 1,
+                            counts: None,
+                            logprobs: None,
+                        },
+                    )?;
+                }
+                let t0 = Instant::now();
+                let mut done = 1;
+                while done < o.tg {
+                    let got = b.slots_run(dec, (o.tg - done).min(cfg.max_steps))?;
+                    done += got.steps;
+                }
+                let t = t0.elapsed().as_secs_f64();
+                for s in 0..batch {
+                    b.slot_stop(dec, s)?;
+                }
+                Ok((t, ttft))
+            };
+        for &batch in &o.batches {
+            let mut times = Vec::new();
+            for rep in 0..=reps {
+                let (t, _) = decode(b, batch, prompt)?;
+                if rep > 0 {
+                    times.push(t);
+                }
+            }
+            let (med, min, max) = median_spread(times);
+            let steps = (o.tg - 1) as f64;
+            rows.push(BenchRow {
+                test: format!("tg{}", o.tg),
+                batch,
+                tokens: batch * (o.tg - 1),
+                median_s: med,
+                min_s: min,
+                max_s: max,
+                tok_s: batch as f64 * steps / med,
+                ms_per_step: Some(1e3 * med / steps),
+                eff_gb_s: Some(weight_bytes as f64 * steps / med / 1e9),
+                ttft_ms: None,
+            });
+        }
+        if let Some(&pp) = o.pp.first() {
+            let mut times = Vec::new();
+            let mut ttfts = Vec::new();
+            for rep in 0..=reps {
+                let t0 = Instant::now();
+                let (_, ttft) = decode(b, 1, pp)?;
+                if rep > 0 {
+                    times.push(t0.elapsed().as_secs_f64());
+                    ttfts.push(ttft);
+                }
+            }
+            let (med, min, max) = median_spread(times);
+            rows.push(BenchRow {
+                test: format!("pp{pp}+tg{}", o.tg),
+                batch: 1,
+                tokens: pp + o.tg,
+                median_s: med,
+                min_s: min,
+                max_s: max,
+                tok_s: (pp + o.tg) as f64 / med,
+                ms_per_step: None,
+                eff_gb_s: None,
+                ttft_ms: Some(1e3 * median_spread(ttfts).0),
+            });
+        }
+        let mut report_profile = Vec::new();
+        let (mut busy, mut span) = (0.0, 0.0);
+        if o.profile {
+            let greedy = SamplingParams::default();
+            let p = ids(prompt, vocab, 7);
+            let logits = model.forward_slot(b, &kv, 0, &p, 0, Logits::Last)?;
+            let first = vkllm_cpu::sampler::sample(&logits, &greedy, &[], 0, 0);
+            b.slot_start(
+                dec,
+                0,
+                &SlotStart {
+                    token: first,
+                    pos: prompt,
+                    sampling: &greedy,
+                    seq_id: 0,
+                    step: 1,
+                    counts: None,
+                    logprobs: None,
+                },
+            )?;
+            let t = b.slot_profile(dec, model, &kv, 5)?;
+            b.slot_stop(dec, 0)?;
+            for d in &t {
+                busy += d.ns / 1e3;
+                match report_profile
+                    .iter_mut()
+                    .find(|r: &&mut ProfileRow| r.region == d.region)
+                {
+                    Some(r) => {
+                        r.dispatches += 1;
+                        r.us += d.ns / 1e3;
+                    }
+                    None => report_profile.push(ProfileRow {
+                        region: d.region,
+                        dispatches: 1,
+                        us: d.ns / 1e3,
+                    }),
+                }
+            }
+            span = t
+                .iter()
+                .map(|d| (d.start_ns + d.ns) / 1e3)
+                .fold(0.0, f64::max);
+        }
+        return Ok(BenchReport {
+            rows,
+            copy_gb_s: copy_bandwidth(b)?,
+            weight_bytes,
+            profile: report_profile,
+            profile_busy_us: busy,
+            profile_span_us: span,
+        });
+    }
+    Ok(BenchReport {
+        rows,
+        copy_gb_s: copy_bandwidth(b)?,
+        weight_bytes,
+        profile: Vec::new(),
+        profile_busy_us: 0.0,
+        profile_span_us: 0.0,
+    })
+}
+
+impl BenchReport {
+    /// A markdown table of the tests, then the profile (when measured).
+    pub fn markdown(&self) -> String {
+        let mut s = String::from(
+            "| test | batch | tok/s | ms/step | eff. GB/s | TTFT ms | median s | min..max s |\n|---|---|---|---|---|---|---|---|\n",
+        );
+        for r in &self.rows {
+            let opt = |x: Option<f64>, p: usize| x.map_or("-".into(), |v| format!("{v:.p$}"));
+            s += &format!(
+                "| {} | {} | {:.1} | {} | {} | {} | {:.4} | {:.4}..{:.4} |\n",
+                r.test,
+                r.batch,
+                r.tok_s,
+                opt(r.ms_per_step, 3),
+                opt(r.eff_gb_s, 0),
+                opt(r.ttft_ms, 1),
+                r.median_s,
+                r.min_s,
+                r.max_s
+            );
+        }
+        s += &format!(
+            "\ncopy bandwidth {:.0} GB/s; weights read per decode step {:.1} MB\n",
+            self.copy_gb_s,
+            self.weight_bytes as f64 / 1e6
+        );
+        if !self.profile.is_empty() {
+            s += "\n| region | dispatches | µs | % of GPU time |\n|---|---|---|---|\n";
+            for p in &self.profile {
+                s += &format!(
+                    "| {} | {} | {:.1} | {:.1} |\n",
+                    p.region,
+                    p.dispatches,
+                    p.us,
+                    100.0 * p.us / self.profile_busy_us.max(1e-9)
+                );
+            }
+            s += &format!(
+                "| gaps (span - busy) | | {:.1} | |\n| **span of the step** | {} | {:.1} | |\n",
+                self.profile_span_us - self.profile_busy_us,
+                self.profile.iter().map(|p| p.dispatches).sum::<usize>(),
+                self.profile_span_us
+            );
+        }
+        s
+    }
+
+    /// The report as JSON (with the caller's metadata object merged in).
+    pub fn json(&self, meta: serde_json::Value) -> serde_json::Value {
+        let rows: Vec<_> = self
+            .rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "test": r.test, "batch": r.batch, "tokens": r.tokens,
+                    "median_s": r.median_s, "min_s": r.min_s, "max_s": r.max_s,
+                    "tok_s": r.tok_s, "ms_per_step": r.ms_per_step,
+                    "eff_gb_s": r.eff_gb_s, "ttft_ms": r.ttft_ms,
+                })
+            })
+            .collect();
+        let profile: Vec<_> = self
+            .profile
+            .iter()
+            .map(
+                |p| serde_json::json!({"region": p.region, "dispatches": p.dispatches, "us": p.us}),
+            )
+            .collect();
+        serde_json::json!({
+            "meta": meta,
+            "copy_gb_s": self.copy_gb_s,
+            "weight_bytes": self.weight_bytes,
+            "rows": rows,
+            "profile": profile,
+            "profile_busy_us": self.profile_busy_us,
+            "profile_span_us": self.profile_span_us,
+        })
+    }
+}

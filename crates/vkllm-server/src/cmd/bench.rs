@@ -1,0 +1,151 @@
+//! `vkllm bench`: prefill (ppN), decode (tgN at several batch sizes) and pp+tg speed of a model
+//! on a Vulkan device, with metadata, as a markdown table (stdout) and optionally JSON; with
+//! `--profile`, one decode step broken down per graph region from GPU timestamps.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result, bail};
+use vkllm_engine::bench::{self, BenchOptions};
+use vkllm_models::gguf::GgufModel;
+use vkllm_models::{DEFAULT_CHUNK, KvDtype, Model, VulkanBackend};
+use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
+
+use super::model;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Model: a .gguf file (e.g. from `vkllm synth`) or a fetched model's name.
+    #[arg(long, short, env = "VKLLM_MODEL")]
+    model: Option<String>,
+
+    /// Prompt lengths of the prefill tests, comma separated.
+    #[arg(long, default_value = "512", value_delimiter = ',')]
+    pp: Vec<usize>,
+
+    /// Tokens generated per sequence in the decode tests (0: none).
+    #[arg(long, default_value_t = 128)]
+    tg: usize,
+
+    /// Concurrent sequences of the decode tests, comma separated.
+    #[arg(long, default_value = "1", value_delimiter = ',')]
+    batch: Vec<usize>,
+
+    /// Timed repetitions per test (after one untimed warm-up).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+
+    /// Decode steps per submit (the recorded multi-step decode).
+    #[arg(long, default_value_t = 8)]
+    steps: usize,
+
+    /// KV cache type: f32 or f16.
+    #[arg(long, default_value = "f32")]
+    kv_type: String,
+
+    /// Prefill chunk (tokens per forward).
+    #[arg(long, default_value_t = DEFAULT_CHUNK)]
+    chunk: usize,
+
+    /// Also profile one decode step per graph region (GPU timestamps).
+    #[arg(long)]
+    profile: bool,
+
+    /// Write the results (with metadata) as JSON to this file.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+
+    /// Vulkan device index or name substring.
+    #[arg(long, env = "VKLLM_DEVICE")]
+    device: Option<String>,
+}
+
+/// The commit this binary was built from, when known.
+fn commit() -> String {
+    if let Some(c) = option_env!("VKLLM_COMMIT") {
+        return c.to_string();
+    }
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let kv = KvDtype::parse(&args.kv_type)
+        .with_context(|| format!("--kv-type {}: expected f32 or f16", args.kv_type))?;
+    if args.batch.contains(&0) || args.pp.contains(&0) {
+        bail!("--batch and --pp values must be > 0");
+    }
+    let path = model::resolve(args.model.as_deref())?;
+    let gguf = GgufModel::open(&path).with_context(|| format!("loading {}", path.display()))?;
+    let mut types: BTreeMap<String, u64> = BTreeMap::new();
+    for t in gguf.file.tensors() {
+        *types.entry(t.ggml_type().name().to_string()).or_default() += t.n_bytes();
+    }
+    let choice = match args.device.as_deref() {
+        Some(d) => DeviceChoice::parse(d),
+        None => DeviceChoice::from_env(),
+    };
+    let dev = Device::new(&DeviceOptions {
+        choice,
+        validation: Validation::from_env(),
+        ..Default::default()
+    })
+    .context("opening the Vulkan device")?;
+    let info = dev.info().clone();
+    eprintln!("vkllm bench: {} on {}", path.display(), info.summary());
+    let mut b = VulkanBackend::new(dev);
+    let chunk = args
+        .chunk
+        .max(args.batch.iter().copied().max().unwrap_or(1));
+    let model = Model::load(gguf.config.clone(), &gguf, &mut b, chunk)?;
+    drop(gguf);
+    let opts = BenchOptions {
+        pp: args.pp.clone(),
+        tg: args.tg,
+        batches: args.batch.clone(),
+        reps: args.reps,
+        steps_per_submit: args.steps,
+        kv,
+        profile: args.profile,
+    };
+    let report = bench::run(&mut b, &model, &opts)?;
+    let c = &model.cfg;
+    let meta = serde_json::json!({
+        "gpu": info.name,
+        "driver": info.driver,
+        "vulkan": format!("{}.{}.{}", info.api_version.0, info.api_version.1, info.api_version.2),
+        "vkllm_commit": commit(),
+        "model": path.display().to_string(),
+        "family": c.family.name(),
+        "layers": c.n_layers,
+        "hidden": c.hidden_size,
+        "weight_types_bytes": types,
+        "kv_type": kv.name(),
+        "context": opts.pp.iter().copied().max().unwrap_or(0) + opts.tg + 1,
+        "batches": opts.batches,
+        "steps_per_submit": opts.steps_per_submit,
+        "prefill_chunk": chunk,
+        "reps": opts.reps,
+        "sampling": "greedy (GPU sampler)",
+    });
+    println!(
+        "{} | {} | driver {} | vkllm {} | kv {} | {} steps/submit | reps {} (+1 warm-up)\n",
+        path.file_name().map_or("?".into(), |f| f.to_string_lossy()),
+        info.name,
+        info.driver,
+        meta["vkllm_commit"].as_str().unwrap_or("?"),
+        kv.name(),
+        opts.steps_per_submit,
+        opts.reps
+    );
+    println!("{}", report.markdown());
+    if let Some(p) = &args.json {
+        let text = serde_json::to_string_pretty(&report.json(meta))?;
+        std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
