@@ -40,4 +40,12 @@ pub enum ModelError {
     TokenOutOfRange { id: u32, vocab: usize },
     #[error("empty input: at least one token is needed")]
     EmptyInput,
+    #[error("unknown quantization `{name}` (known: {known})")]
+    UnknownQuantScheme { name: String, known: String },
+    #[error("quantizing tensor `{name}` to {ty}: {source}")]
+    Quantize {
+        name: String,
+        ty: String,
+        source: vkllm_cpu::CpuError,
+    },
 }

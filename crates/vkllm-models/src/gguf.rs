@@ -274,7 +274,7 @@ impl TensorSource for GgufModel {
         Ok(Some(RawTensor {
             shape,
             ty,
-            bytes: self.file.tensor_bytes(info),
+            bytes: std::borrow::Cow::Borrowed(self.file.tensor_bytes(info)),
         }))
     }
 }
