@@ -48,4 +48,6 @@ pub enum ModelError {
         ty: String,
         source: vkllm_cpu::CpuError,
     },
+    #[error("unknown model shape `{name}` (known: {known})")]
+    UnknownShape { name: String, known: String },
 }

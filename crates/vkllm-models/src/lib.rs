@@ -15,8 +15,10 @@ pub mod fixtures;
 pub mod forward;
 pub mod gguf;
 pub mod parity;
+pub mod perplexity;
 pub mod quantize;
 pub mod safetensors;
+pub mod synth;
 pub mod weights;
 
 pub use backend::cpu::CpuBackend;

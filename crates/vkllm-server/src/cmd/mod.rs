@@ -2,5 +2,7 @@
 
 pub mod info;
 pub mod model;
+pub mod perplexity;
 pub mod run;
+pub mod synth;
 pub mod tokenize;
