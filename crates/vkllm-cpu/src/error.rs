@@ -85,4 +85,14 @@ pub enum CpuError {
         /// Columns asked for.
         cols: usize,
     },
+    /// Values that are not a whole number of rows.
+    #[error("{ty}: {len} values are not whole rows of {cols}")]
+    QuantMatrixShape {
+        /// The format.
+        ty: crate::quant::QuantType,
+        /// Values given.
+        len: usize,
+        /// Row length.
+        cols: usize,
+    },
 }

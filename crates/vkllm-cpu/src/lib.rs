@@ -21,7 +21,7 @@ mod matvec;
 mod rmsnorm;
 mod rope;
 mod softmax;
-mod threads;
+pub mod threads;
 
 pub mod compare;
 pub mod decode;
@@ -39,7 +39,7 @@ pub use embedding::embedding;
 pub use error::CpuError;
 pub use matmul::matmul;
 pub use matvec::matvec;
-pub use quant::{QuantType, dequantize_row, matvec_quant, quantize_row};
+pub use quant::{QuantType, dequantize_row, matvec_quant, quantize_row, quantize_rows};
 pub use rmsnorm::{add_rmsnorm, rmsnorm, rmsnorm_inplace};
 pub use rope::{Rope, RopeScaling, RopeStyle};
 pub use sampler::{SamplingParams, log_softmax, sample, top_logprobs};

@@ -52,4 +52,14 @@ pub enum ModelError {
         available: u64,
         total: u64,
     },
+    #[error("unknown quantization `{name}` (known: {known})")]
+    UnknownQuantScheme { name: String, known: String },
+    #[error("quantizing tensor `{name}` to {ty}: {source}")]
+    Quantize {
+        name: String,
+        ty: String,
+        source: vkllm_cpu::CpuError,
+    },
+    #[error("unknown model shape `{name}` (known: {known})")]
+    UnknownShape { name: String, known: String },
 }

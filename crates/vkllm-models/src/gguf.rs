@@ -11,6 +11,8 @@
 //!   layer in six with RoPE base 10 000 on the local ones; Gemma 2: alternating, sliding first;
 //!   both: attention scale 1/sqrt(head_dim)).
 
+mod rope_freqs;
+
 use std::path::Path;
 
 use serde_json::{Map, Value, json};
@@ -125,10 +127,15 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
         }
     }
     if f.tensor("rope_freqs.weight").is_some() {
-        return Err(ModelError::Config {
-            field: "rope_freqs.weight".into(),
-            msg: "per-frequency RoPE factors (Llama 3.1+ scaling) are not supported yet".into(),
-        });
+        let theta = num("rope.freq_base")
+            .and_then(|v| v.as_f64())
+            .unwrap_or(1e4);
+        let rot = num("rope.dimension_count")
+            .or_else(|| Some(head_dim.clone()))
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0) as usize;
+        let scaling = rope_freqs::recognise(f, theta as f32, rot)?;
+        c.insert("rope_scaling".into(), scaling);
     }
     if let Some(w) = num("attention.sliding_window") {
         c.insert("sliding_window".into(), w);
@@ -274,7 +281,7 @@ impl TensorSource for GgufModel {
         Ok(Some(RawTensor {
             shape,
             ty,
-            bytes: self.file.tensor_bytes(info),
+            bytes: std::borrow::Cow::Borrowed(self.file.tensor_bytes(info)),
         }))
     }
 }

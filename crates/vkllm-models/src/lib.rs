@@ -7,6 +7,7 @@
 //! runs the same graph on the GPU.
 
 pub mod backend;
+pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod family;
@@ -14,7 +15,10 @@ pub mod fixtures;
 pub mod forward;
 pub mod gguf;
 pub mod parity;
+pub mod perplexity;
+pub mod quantize;
 pub mod safetensors;
+pub mod synth;
 pub mod weights;
 
 pub use backend::cpu::CpuBackend;
@@ -23,8 +27,10 @@ pub use backend::vulkan::{
     VulkanBackend,
 };
 pub use backend::{Backend, KvDtype, KvRows, KvView, Linear, Tensor};
+pub use checkpoint::{Checkpoint, load_checkpoint};
 pub use config::{LayerConfig, ModelConfig};
 pub use error::ModelError;
 pub use family::{Activation, Family};
 pub use forward::{DEFAULT_CHUNK, KV_ROW_ALIGN, KvCache, Logits, Model};
+pub use quantize::{QuantScheme, QuantizingSource};
 pub use weights::{HostTensor, RawTensor, TensorSource, Weights};

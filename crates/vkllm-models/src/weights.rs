@@ -1,5 +1,7 @@
 //! Weights are nouns: plain structs of backend tensors, loaded by their Hugging Face names.
 
+use std::borrow::Cow;
+
 use crate::backend::{Backend, Linear, Tensor};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
@@ -18,7 +20,8 @@ pub struct RawTensor<'a> {
     /// Outermost dimension first.
     pub shape: Vec<usize>,
     pub ty: vkllm_cpu::quant::QuantType,
-    pub bytes: &'a [u8],
+    /// Borrowed from a memory map, or made on the fly (quantize at load).
+    pub bytes: Cow<'a, [u8]>,
 }
 
 /// Where weights come from: a safetensors checkpoint, a GGUF file (through a name map), ...
@@ -82,7 +85,7 @@ impl<B: Backend> Loader<'_, B> {
                     found: raw.shape,
                 });
             }
-            if let Some(t) = self.b.upload_matrix_raw(raw.ty, raw.bytes, rows, cols)? {
+            if let Some(t) = self.b.upload_matrix_raw(raw.ty, &raw.bytes, rows, cols)? {
                 return Ok(t);
             }
         }

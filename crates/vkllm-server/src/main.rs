@@ -23,6 +23,10 @@ enum Command {
     Run(cmd::run::Args),
     /// Print the token ids of a text (or of a chat rendered with the model's template).
     Tokenize(cmd::tokenize::Args),
+    /// Write a random-weight GGUF of a real model's shape (for benchmarks).
+    Synth(cmd::synth::Args),
+    /// Perplexity of a model over a text (llama.cpp's method).
+    Perplexity(cmd::perplexity::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -32,6 +36,8 @@ fn main() -> std::process::ExitCode {
         Command::Info(args) => cmd::info::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Tokenize(args) => cmd::tokenize::run(args),
+        Command::Synth(args) => cmd::synth::run(args),
+        Command::Perplexity(args) => cmd::perplexity::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

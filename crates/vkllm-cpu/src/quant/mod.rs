@@ -292,24 +292,73 @@ pub fn dequantize_to_vec(
 pub fn quantize_row(ty: QuantType, x: &[f32]) -> Result<Vec<u8>, CpuError> {
     let n = ty.row_bytes(x.len())?;
     let mut out = vec![0u8; n];
+    quantize_row_into(ty, x, &mut out)?;
+    Ok(out)
+}
+
+/// [`quantize_row`] into `out`, which must be exactly `ty.row_bytes(x.len())` bytes.
+///
+/// # Errors
+/// As [`quantize_row`], and [`CpuError::QuantByteLength`] if `out` has the wrong length.
+pub fn quantize_row_into(ty: QuantType, x: &[f32], out: &mut [u8]) -> Result<(), CpuError> {
+    check_len(ty, out.len(), x.len())?;
     match ty {
-        QuantType::F32 => float::quant_f32(x, &mut out),
-        QuantType::F16 => float::quant_f16(x, &mut out),
-        QuantType::BF16 => float::quant_bf16(x, &mut out),
-        QuantType::Q4_0 => legacy::quant_q4_0(x, &mut out),
-        QuantType::Q4_1 => legacy::quant_q4_1(x, &mut out),
-        QuantType::Q5_0 => legacy::quant_q5_0(x, &mut out),
-        QuantType::Q5_1 => legacy::quant_q5_1(x, &mut out),
-        QuantType::Q8_0 => legacy::quant_q8_0(x, &mut out),
-        QuantType::Q2_K => kquantize23::quant_q2_k(x, &mut out),
-        QuantType::Q3_K => kquantize23::quant_q3_k(x, &mut out),
-        QuantType::Q4_K => kquantize::quant_q4_k(x, &mut out),
-        QuantType::Q5_K => kquantize::quant_q5_k(x, &mut out),
-        QuantType::Q6_K => kquantize::quant_q6_k(x, &mut out),
+        QuantType::F32 => float::quant_f32(x, out),
+        QuantType::F16 => float::quant_f16(x, out),
+        QuantType::BF16 => float::quant_bf16(x, out),
+        QuantType::Q4_0 => legacy::quant_q4_0(x, out),
+        QuantType::Q4_1 => legacy::quant_q4_1(x, out),
+        QuantType::Q5_0 => legacy::quant_q5_0(x, out),
+        QuantType::Q5_1 => legacy::quant_q5_1(x, out),
+        QuantType::Q8_0 => legacy::quant_q8_0(x, out),
+        QuantType::Q2_K => kquantize23::quant_q2_k(x, out),
+        QuantType::Q3_K => kquantize23::quant_q3_k(x, out),
+        QuantType::Q4_K => kquantize::quant_q4_k(x, out),
+        QuantType::Q5_K => kquantize::quant_q5_k(x, out),
+        QuantType::Q6_K => kquantize::quant_q6_k(x, out),
         QuantType::IQ4_NL | QuantType::IQ4_XS => {
             return Err(CpuError::UnsupportedQuant { ty, op: "quantize" });
         }
     }
+    Ok(())
+}
+
+/// Quantizes a `[rows, cols]` matrix (`x.len() == rows * cols`) row by row on several threads;
+/// the bytes are those of [`quantize_row`] on each row, concatenated (the thread count never
+/// changes them).
+///
+/// # Errors
+/// As [`quantize_row`] for a row of `cols`; [`CpuError::QuantByteLength`] if `x.len()` is not
+/// a multiple of `cols` (or `cols` is zero).
+pub fn quantize_rows(ty: QuantType, x: &[f32], cols: usize) -> Result<Vec<u8>, CpuError> {
+    if !ty.can_quantize() {
+        return Err(CpuError::UnsupportedQuant { ty, op: "quantize" });
+    }
+    let row_bytes = ty.row_bytes(cols)?;
+    if cols == 0 || !x.len().is_multiple_of(cols) {
+        return Err(CpuError::QuantMatrixShape {
+            ty,
+            len: x.len(),
+            cols,
+        });
+    }
+    let rows = x.len() / cols;
+    let total = rows
+        .checked_mul(row_bytes)
+        .ok_or(CpuError::QuantShapeOverflow { ty, rows, cols })?;
+    let mut out = vec![0u8; total];
+    if total == 0 {
+        return Ok(out);
+    }
+    // About 1 MiB of input per part.
+    let per_part = ((1usize << 18) / cols.max(1)).max(1);
+    crate::threads::for_each_part(&mut out, row_bytes, per_part, |first_row, part| {
+        for (i, dst) in part.chunks_exact_mut(row_bytes).enumerate() {
+            let r = first_row + i;
+            // Lengths were checked above: this cannot fail.
+            let _ = quantize_row_into(ty, &x[r * cols..(r + 1) * cols], dst);
+        }
+    });
     Ok(out)
 }
 

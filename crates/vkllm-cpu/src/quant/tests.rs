@@ -392,3 +392,46 @@ fn quantizers_handle_degenerate_blocks() {
     let err = relative_rmse(&x, &y);
     assert!(err < 0.01, "Q6_K on its own grid: {err}");
 }
+
+#[test]
+fn quantize_rows_is_quantize_row_per_row() {
+    let mut rng = Rng::new(7);
+    // Enough rows for several parts (a part is about 2^18 inputs), so threads take part.
+    let (rows, cols) = (1100, 512);
+    let x = rng.vec(rows * cols);
+    for ty in [
+        QuantType::Q8_0,
+        QuantType::Q4_K,
+        QuantType::Q6_K,
+        QuantType::F16,
+    ] {
+        let all = quantize_rows(ty, &x, cols).unwrap();
+        let rb = ty.row_bytes(cols).unwrap();
+        assert_eq!(all.len(), rows * rb, "{ty}");
+        for r in [0, 1, 511, 512, 513, rows - 1] {
+            let one = quantize_row(ty, &x[r * cols..(r + 1) * cols]).unwrap();
+            assert_eq!(&all[r * rb..(r + 1) * rb], &one[..], "{ty} row {r}");
+        }
+    }
+    assert_eq!(
+        quantize_rows(QuantType::Q8_0, &x[..100], 64),
+        Err(CpuError::QuantMatrixShape {
+            ty: QuantType::Q8_0,
+            len: 100,
+            cols: 64
+        })
+    );
+    assert!(matches!(
+        quantize_rows(QuantType::Q4_K, &x[..320], 160),
+        Err(CpuError::QuantRowLength { .. })
+    ));
+    assert!(matches!(
+        quantize_rows(QuantType::IQ4_NL, &x[..64], 32),
+        Err(CpuError::UnsupportedQuant { .. })
+    ));
+    let mut short = [0u8; 33];
+    assert!(matches!(
+        quantize_row_into(QuantType::Q8_0, &x[..32], &mut short),
+        Err(CpuError::QuantByteLength { .. })
+    ));
+}

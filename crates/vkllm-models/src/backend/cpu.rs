@@ -96,6 +96,26 @@ impl Backend for CpuBackend {
         self.upload_f32(data)
     }
 
+    /// Dequantized once here (the values `tensor_f32` of the same source would give), so a
+    /// source that makes blocks on the fly (quantize at load) is not asked twice.
+    fn upload_matrix_raw(
+        &mut self,
+        ty: vkllm_cpu::quant::QuantType,
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Option<Tensor>, ModelError> {
+        let n = rows
+            .checked_mul(cols)
+            .ok_or_else(|| ModelError::TensorShape {
+                name: format!("{ty} matrix"),
+                expected: vec![rows, cols],
+                found: vec![bytes.len()],
+            })?;
+        let data = vkllm_cpu::quant::dequantize_to_vec(ty, bytes, n)?;
+        Ok(Some(self.push(Buf::F32(data))))
+    }
+
     fn write_u32(&mut self, t: Tensor, data: &[u32]) -> Result<(), ModelError> {
         match &mut self.bufs[t.index()] {
             Buf::U32(v) => v[..data.len()].copy_from_slice(data),

@@ -3,5 +3,7 @@
 pub mod bench;
 pub mod info;
 pub mod model;
+pub mod perplexity;
 pub mod run;
+pub mod synth;
 pub mod tokenize;

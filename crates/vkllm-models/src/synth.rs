@@ -1,0 +1,467 @@
+//! Random-weight GGUF files of real model shapes (`vkllm synth`), so any engine can be
+//! benchmarked on the same file without the real weights: the tensor names, shapes, metadata
+//! keys and per-tensor quantization layout llama.cpp would write for that model (its converter
+//! for the f16 file, `llama-quantize`'s rules for the quantized ones, [`crate::quantize::mix`]),
+//! with a synthetic vocabulary ([`vocab`]) and seeded random weights.
+//!
+//! Weights: matrices and biases N(0, 0.02), norm weights 1 + N(0, 0.02) (GGUF stores norm
+//! weights as used, Gemma's `1 + w` included), so activations stay finite through the stack;
+//! Llama 3's `rope_freqs.weight` holds the real scaling factors. Every row has its own generator
+//! seeded from (seed, tensor, row): the file depends only on the seed, never on thread count.
+//! Tensors are generated, quantized and written slab by slab (tens of MiB), on every core.
+
+pub mod shapes;
+pub mod vocab;
+
+use std::io::Write;
+use std::path::Path;
+
+use vkllm_cpu::QuantType;
+use vkllm_cpu::quant::quantize_row_into;
+use vkllm_gguf::writer::GgufWriter;
+use vkllm_gguf::{GgmlType, MetaArray, MetaValue};
+
+use crate::error::ModelError;
+use crate::quantize::QuantScheme;
+use crate::quantize::mix::{self, MixModel, TensorDesc};
+pub use shapes::{Llama3Rope, SHAPES, SynthShape};
+use vocab::VocabKind;
+
+/// The shape called `name`.
+pub fn shape(name: &str) -> Result<&'static SynthShape, ModelError> {
+    SHAPES
+        .iter()
+        .find(|s| s.name.eq_ignore_ascii_case(name))
+        .ok_or_else(|| ModelError::UnknownShape {
+            name: name.to_string(),
+            known: SHAPES.iter().map(|s| s.name).collect::<Vec<_>>().join(", "),
+        })
+}
+
+/// How a tensor's values are made.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Init {
+    /// N(0, std).
+    Normal(f32),
+    /// 1 + N(0, std) (norm weights).
+    OnePlusNormal(f32),
+    /// Llama 3's per-frequency RoPE factors for RoPE base `theta` (one row of head_dim / 2).
+    RopeFreqs(Llama3Rope, f32),
+}
+
+/// One tensor of the file.
+#[derive(Clone, Debug)]
+pub struct PlannedTensor {
+    pub name: String,
+    /// ggml order: the row length first.
+    pub dims: Vec<u64>,
+    pub ty: QuantType,
+    pub init: Init,
+}
+
+impl PlannedTensor {
+    fn cols(&self) -> usize {
+        self.dims[0] as usize
+    }
+
+    fn rows(&self) -> usize {
+        self.dims[1..].iter().product::<u64>() as usize
+    }
+
+    /// Bytes the tensor takes.
+    pub fn n_bytes(&self) -> u64 {
+        (self.rows() * self.ty.row_bytes(self.cols()).unwrap_or(0)) as u64
+    }
+}
+
+/// Everything the file will hold.
+pub struct SynthPlan {
+    pub shape: SynthShape,
+    pub scheme: QuantScheme,
+    pub seed: u64,
+    pub metadata: Vec<(String, MetaValue)>,
+    pub tensors: Vec<PlannedTensor>,
+}
+
+const STD: f32 = 0.02;
+
+impl SynthPlan {
+    /// The plan for `shape` in `scheme`.
+    pub fn new(shape: &SynthShape, scheme: QuantScheme, seed: u64) -> Self {
+        let tensors = plan_tensors(shape, scheme);
+        let metadata = plan_metadata(shape, scheme);
+        SynthPlan {
+            shape: *shape,
+            scheme,
+            seed,
+            metadata,
+            tensors,
+        }
+    }
+
+    /// Bytes of tensor data.
+    pub fn tensor_bytes(&self) -> u64 {
+        self.tensors.iter().map(PlannedTensor::n_bytes).sum()
+    }
+
+    /// Writes the file; `progress(done, total)` is called after every slab with tensor bytes.
+    pub fn write(
+        &self,
+        path: impl AsRef<Path>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<u64, ModelError> {
+        let path = path.as_ref();
+        let total = self.tensor_bytes();
+        let done = std::cell::Cell::new(0u64);
+        let progress = std::cell::RefCell::new(progress);
+        let mut w = GgufWriter::new();
+        for (k, v) in &self.metadata {
+            w.add_metadata(k.clone(), v.clone())
+                .map_err(vkllm_gguf::Error::from)?;
+        }
+        for (index, t) in self.tensors.iter().enumerate() {
+            let ty = GgmlType::from_id(t.ty.ggml_id()).ok_or_else(|| {
+                ModelError::UnsupportedTensorType {
+                    name: t.name.clone(),
+                    ty: t.ty.name().to_string(),
+                }
+            })?;
+            let (seed, done, progress) = (self.seed, &done, &progress);
+            let fill = move |out: &mut dyn Write| -> std::io::Result<()> {
+                write_tensor(t, seed, index as u64, out, &mut |n| {
+                    done.set(done.get() + n);
+                    if let Ok(mut p) = progress.try_borrow_mut() {
+                        p(done.get(), total);
+                    }
+                })
+            };
+            w.add_tensor_fill(t.name.clone(), ty, &t.dims, Box::new(fill))
+                .map_err(vkllm_gguf::Error::from)?;
+        }
+        let n = w.write_file(path).map_err(vkllm_gguf::Error::from)?;
+        Ok(n)
+    }
+}
+
+/// Tensor names, dims and types, in `llama-quantize`'s output order (tensors outside the
+/// blocks first, then block by block, names sorted within each).
+fn plan_tensors(s: &SynthShape, scheme: QuantScheme) -> Vec<PlannedTensor> {
+    let (h, ff, hd) = (s.hidden as u64, s.ff as u64, s.head_dim as u64);
+    let (q, kv, vocab) = (s.q_dim() as u64, s.kv_dim() as u64, s.vocab as u64);
+    let normal = Init::Normal(STD);
+    let norm = Init::OnePlusNormal(STD);
+    let mut globals: Vec<(String, Vec<u64>, Init)> = vec![
+        ("token_embd.weight".into(), vec![h, vocab], normal),
+        ("output_norm.weight".into(), vec![h], norm),
+    ];
+    if !s.tied {
+        globals.push(("output.weight".into(), vec![h, vocab], normal));
+    }
+    if let Some(r) = s.rope_llama3 {
+        let init = Init::RopeFreqs(r, s.rope_theta);
+        globals.push(("rope_freqs.weight".into(), vec![hd / 2], init));
+    }
+    globals.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut layer: Vec<(&str, Vec<u64>, Init)> = vec![
+        ("attn_norm.weight", vec![h], norm),
+        ("attn_q.weight", vec![h, q], normal),
+        ("attn_k.weight", vec![h, kv], normal),
+        ("attn_v.weight", vec![h, kv], normal),
+        ("attn_output.weight", vec![q, h], normal),
+        ("ffn_norm.weight", vec![h], norm),
+        ("ffn_gate.weight", vec![h, ff], normal),
+        ("ffn_up.weight", vec![h, ff], normal),
+        ("ffn_down.weight", vec![ff, h], normal),
+    ];
+    if s.arch == "qwen2" {
+        layer.push(("attn_q.bias", vec![q], normal));
+        layer.push(("attn_k.bias", vec![kv], normal));
+        layer.push(("attn_v.bias", vec![kv], normal));
+    }
+    if matches!(s.arch, "qwen3" | "gemma3") {
+        layer.push(("attn_q_norm.weight", vec![hd], norm));
+        layer.push(("attn_k_norm.weight", vec![hd], norm));
+    }
+    if s.arch == "gemma3" {
+        layer.push(("post_attention_norm.weight", vec![h], norm));
+        layer.push(("post_ffw_norm.weight", vec![h], norm));
+    }
+    layer.sort_by(|a, b| a.0.cmp(b.0));
+    let m = MixModel {
+        n_layers: s.layers,
+        tied: s.tied,
+    };
+    let typed = |name: String, dims: Vec<u64>, init: Init, counter: usize| {
+        let desc = TensorDesc {
+            name: &name,
+            cols: dims[0] as usize,
+            n_dims: dims.len(),
+            counter,
+        };
+        let ty = mix::tensor_type(scheme, &desc, &m);
+        PlannedTensor {
+            name,
+            dims,
+            ty,
+            init,
+        }
+    };
+    let mut out: Vec<PlannedTensor> = globals
+        .into_iter()
+        .map(|(n, d, i)| typed(n, d, i, 0))
+        .collect();
+    for l in 0..s.layers {
+        for (n, d, i) in &layer {
+            out.push(typed(format!("blk.{l}.{n}"), d.clone(), *i, l));
+        }
+    }
+    out
+}
+
+fn s(v: &str) -> MetaValue {
+    MetaValue::String(v.to_string())
+}
+
+/// The metadata keys llama.cpp's converter (and `llama-quantize`) write for the shape.
+fn plan_metadata(sh: &SynthShape, scheme: QuantScheme) -> Vec<(String, MetaValue)> {
+    let a = sh.arch;
+    let mut m: Vec<(String, MetaValue)> = vec![
+        ("general.architecture".into(), s(a)),
+        ("general.type".into(), s("model")),
+    ];
+    for (k, v) in sh.general {
+        m.push((k.to_string(), s(v)));
+    }
+    for (k, v) in sh.general_arrays {
+        let arr = v.iter().map(|x| x.to_string()).collect();
+        m.push((k.to_string(), MetaValue::Array(MetaArray::String(arr))));
+    }
+    let u = |v: usize| MetaValue::U32(v as u32);
+    let mut arch: Vec<(&str, MetaValue)> = vec![
+        ("block_count", u(sh.layers)),
+        ("context_length", MetaValue::U32(sh.context)),
+        ("embedding_length", u(sh.hidden)),
+        ("feed_forward_length", u(sh.ff)),
+        ("attention.head_count", u(sh.heads)),
+        ("attention.head_count_kv", u(sh.kv_heads)),
+        ("rope.freq_base", MetaValue::F32(sh.rope_theta)),
+        (
+            "attention.layer_norm_rms_epsilon",
+            MetaValue::F32(sh.rms_eps),
+        ),
+    ];
+    if sh.explicit_head_dim {
+        arch.push(("attention.key_length", u(sh.head_dim)));
+        arch.push(("attention.value_length", u(sh.head_dim)));
+    }
+    if let Some(w) = sh.sliding_window {
+        arch.push(("attention.sliding_window", MetaValue::U32(w)));
+    }
+    if a == "llama" {
+        arch.push(("vocab_size", u(sh.vocab)));
+        arch.push(("rope.dimension_count", u(sh.head_dim)));
+    }
+    for (k, v) in arch {
+        m.push((format!("{a}.{k}"), v));
+    }
+    m.push((
+        "general.file_type".into(),
+        MetaValue::U32(scheme.file_type()),
+    ));
+
+    let vocab = match sh.vocab_kind {
+        VocabKind::Bpe {
+            specials,
+            special_base,
+            n_pad,
+            ..
+        } => vocab::bpe(sh.vocab, specials, special_base, n_pad),
+        VocabKind::Spm => vocab::spm(sh.vocab),
+    };
+    let id = |t: &str| vocab.id(t).map(MetaValue::U32);
+    let mut ids = Vec::new();
+    for (key, tok) in [
+        ("tokenizer.ggml.bos_token_id", sh.bos),
+        ("tokenizer.ggml.eos_token_id", Some(sh.eos)),
+        ("tokenizer.ggml.unknown_token_id", sh.unk),
+        ("tokenizer.ggml.padding_token_id", sh.pad),
+    ] {
+        if let Some(v) = tok.and_then(id) {
+            ids.push((key.to_string(), v));
+        }
+    }
+    let (model, pre) = match sh.vocab_kind {
+        VocabKind::Bpe { pre, .. } => ("gpt2", pre),
+        VocabKind::Spm => ("llama", "default"),
+    };
+    if let Some(p) = sh.add_space_prefix.filter(|_| model == "gpt2") {
+        m.push(("tokenizer.ggml.add_space_prefix".into(), MetaValue::Bool(p)));
+    }
+    m.push(("tokenizer.ggml.model".into(), s(model)));
+    m.push(("tokenizer.ggml.pre".into(), s(pre)));
+    for (k, v) in vocab.metadata() {
+        m.push((k.to_string(), v));
+    }
+    m.extend(ids);
+    m.push((
+        "tokenizer.ggml.add_bos_token".into(),
+        MetaValue::Bool(sh.add_bos),
+    ));
+    if model == "llama" {
+        m.push((
+            "tokenizer.ggml.add_sep_token".into(),
+            MetaValue::Bool(false),
+        ));
+        m.push((
+            "tokenizer.ggml.add_eos_token".into(),
+            MetaValue::Bool(false),
+        ));
+        if let Some(p) = sh.add_space_prefix {
+            m.push(("tokenizer.ggml.add_space_prefix".into(), MetaValue::Bool(p)));
+        }
+    }
+    if let Some(t) = sh.chat_template {
+        m.push(("tokenizer.chat_template".into(), s(t)));
+    }
+    m.push(("general.quantization_version".into(), MetaValue::U32(2)));
+    m
+}
+
+/// SplitMix64 finaliser (seeds) and generator.
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// xoshiro256+ for the values (fast; quality ample for random weights).
+struct Xoshiro([u64; 4]);
+
+impl Xoshiro {
+    fn new(seed: u64) -> Self {
+        let a = splitmix(seed);
+        let b = splitmix(a);
+        let c = splitmix(b);
+        let d = splitmix(c);
+        Xoshiro([a, b, c, d | 1])
+    }
+
+    fn next(&mut self) -> u64 {
+        let s = &mut self.0;
+        let r = s[0].wrapping_add(s[3]);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        r
+    }
+
+    /// Uniform in (0, 1].
+    fn unit(&mut self) -> f32 {
+        ((self.next() >> 40) as f32 + 1.0) * (1.0 / (1u64 << 24) as f32)
+    }
+
+    /// Two N(0, 1) draws (Box-Muller).
+    fn normal2(&mut self) -> (f32, f32) {
+        let r = (-2.0 * self.unit().ln()).sqrt();
+        let (s, c) = (std::f32::consts::TAU * self.unit()).sin_cos();
+        (r * c, r * s)
+    }
+}
+
+/// One row's f32 values.
+fn fill_row(init: Init, seed: u64, tensor: u64, row: u64, out: &mut [f32]) {
+    match init {
+        Init::Normal(std) | Init::OnePlusNormal(std) => {
+            let base = if matches!(init, Init::OnePlusNormal(_)) {
+                1.0
+            } else {
+                0.0
+            };
+            let mut rng = Xoshiro::new(seed ^ splitmix(tensor << 40 ^ row));
+            for pair in out.chunks_mut(2) {
+                let (a, b) = rng.normal2();
+                pair[0] = base + std * a;
+                if let Some(x) = pair.get_mut(1) {
+                    *x = base + std * b;
+                }
+            }
+        }
+        Init::RopeFreqs(r, theta) => {
+            let f = llama3_rope_factors(&r, theta, out.len() * 2);
+            out.copy_from_slice(&f);
+        }
+    }
+}
+
+/// The factors `convert_hf_to_gguf.py` writes as `rope_freqs.weight` for Llama 3.1+ RoPE
+/// scaling (llama.cpp divides each frequency by its factor): 1 for wavelengths below
+/// `original / high`, `factor` above `original / low`, and `1 / ((1 - s) / factor + s)` with
+/// `s = (original / wavelen - low) / (high - low)` in between.
+pub fn llama3_rope_factors(r: &Llama3Rope, theta: f32, head_dim: usize) -> Vec<f32> {
+    let orig = r.original_max_position as f64;
+    let (low, high) = (f64::from(r.low_freq_factor), f64::from(r.high_freq_factor));
+    let factor = f64::from(r.factor);
+    (0..head_dim / 2)
+        .map(|i| {
+            let freq = 1.0 / f64::from(theta).powf((2 * i) as f64 / head_dim as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            let f = if wavelen < orig / high {
+                1.0
+            } else if wavelen > orig / low {
+                factor
+            } else {
+                let s = (orig / wavelen - low) / (high - low);
+                1.0 / ((1.0 - s) / factor + s)
+            };
+            f as f32
+        })
+        .collect()
+}
+
+/// Generates, quantizes and writes one tensor in slabs.
+fn write_tensor(
+    t: &PlannedTensor,
+    seed: u64,
+    index: u64,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> std::io::Result<()> {
+    let (rows, cols) = (t.rows(), t.cols());
+    let row_bytes =
+        t.ty.row_bytes(cols)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let slab_rows = ((32usize << 20) / row_bytes.max(1)).clamp(1, rows.max(1));
+    let per_part = ((1usize << 18) / cols.max(1)).max(1);
+    let mut buf = vec![0u8; slab_rows * row_bytes];
+    let mut r0 = 0;
+    while r0 < rows {
+        let n = slab_rows.min(rows - r0);
+        let slab = &mut buf[..n * row_bytes];
+        let ok = std::sync::atomic::AtomicBool::new(true);
+        vkllm_cpu::threads::for_each_part(slab, row_bytes, per_part, |first, part| {
+            let mut x = vec![0f32; cols];
+            for (i, dst) in part.chunks_exact_mut(row_bytes).enumerate() {
+                let row = (r0 + first + i) as u64;
+                fill_row(t.init, seed, index, row, &mut x);
+                if quantize_row_into(t.ty, &x, dst).is_err() {
+                    ok.store(false, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        });
+        if !ok.into_inner() {
+            return Err(std::io::Error::other(format!(
+                "{}: cannot quantize rows of {cols} to {}",
+                t.name, t.ty
+            )));
+        }
+        out.write_all(slab)?;
+        progress(slab.len() as u64);
+        r0 += n;
+    }
+    Ok(())
+}

@@ -1,0 +1,391 @@
+//! The shape table: real models' hyperparameters and the metadata llama.cpp's converter writes
+//! for them (from each model's config.json, read through convert_hf_to_gguf.py's rules), plus
+//! tiny shapes of the same architectures for tests.
+
+use super::vocab::{SpecialBase, VocabKind};
+
+/// Llama 3.1+ RoPE scaling (written as the `rope_freqs.weight` factor tensor).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Llama3Rope {
+    pub factor: f32,
+    pub low_freq_factor: f32,
+    pub high_freq_factor: f32,
+    pub original_max_position: usize,
+}
+
+/// One model shape.
+#[derive(Clone, Copy, Debug)]
+pub struct SynthShape {
+    /// The `--shape` name.
+    pub name: &'static str,
+    /// `general.architecture`: llama, qwen2, qwen3, gemma3.
+    pub arch: &'static str,
+    pub vocab: usize,
+    pub hidden: usize,
+    pub ff: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub context: u32,
+    pub rope_theta: f32,
+    pub rms_eps: f32,
+    /// No `output.weight` (the embedding is the output matrix).
+    pub tied: bool,
+    /// `config.json` has `head_dim`: the converter writes `attention.key_length` /
+    /// `value_length`.
+    pub explicit_head_dim: bool,
+    pub rope_llama3: Option<Llama3Rope>,
+    /// Gemma 3's sliding window.
+    pub sliding_window: Option<u32>,
+    pub vocab_kind: VocabKind,
+    /// `tokenizer.ggml.{bos,eos,unknown,padding}_token_id` by token text.
+    pub bos: Option<&'static str>,
+    pub eos: &'static str,
+    pub unk: Option<&'static str>,
+    pub pad: Option<&'static str>,
+    /// `tokenizer.ggml.add_bos_token`.
+    pub add_bos: bool,
+    /// SmolLM2's converter also wrote `add_space_prefix` (false).
+    pub add_space_prefix: Option<bool>,
+    pub chat_template: Option<&'static str>,
+    /// `general.*` strings (name, basename, ...) as the converter writes them from the model
+    /// card; arrays (`languages`, `tags`) separately.
+    pub general: &'static [(&'static str, &'static str)],
+    pub general_arrays: &'static [(&'static str, &'static [&'static str])],
+}
+
+impl SynthShape {
+    pub fn q_dim(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    pub fn kv_dim(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// Parameters (elements of every tensor).
+    pub fn n_params(&self) -> u64 {
+        let (h, ff) = (self.hidden as u64, self.ff as u64);
+        let (q, kv) = (self.q_dim() as u64, self.kv_dim() as u64);
+        let mut per_layer = h * q + 2 * h * kv + q * h + 3 * h * ff + 2 * h;
+        if self.arch == "qwen2" {
+            per_layer += q + 2 * kv;
+        }
+        if matches!(self.arch, "qwen3" | "gemma3") {
+            per_layer += 2 * self.head_dim as u64;
+        }
+        if self.arch == "gemma3" {
+            per_layer += 2 * h;
+        }
+        let embed = self.vocab as u64 * h;
+        embed * if self.tied { 1 } else { 2 } + h + per_layer * self.layers as u64
+    }
+}
+
+const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + \
+message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}\
+{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+const LLAMA3_CHAT: &str = "{{ bos_token }}{% for message in messages %}\
+{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] \
++ '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}\
+{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}";
+
+const QWEN_SPECIALS: &[&str] = &[
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+];
+
+const LLAMA3_SPECIALS: &[&str] = &[
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|reserved_special_token_0|>",
+    "<|reserved_special_token_1|>",
+    "<|finetune_right_pad_id|>",
+    "<|reserved_special_token_2|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eom_id|>",
+    "<|eot_id|>",
+    "<|python_tag|>",
+];
+
+const SMOLLM_SPECIALS: &[&str] = &[
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<repo_name>",
+    "<reponame>",
+    "<file_sep>",
+    "<filename>",
+    "<gh_stars>",
+    "<issue_start>",
+    "<issue_comment>",
+    "<issue_closed>",
+    "<jupyter_start>",
+    "<jupyter_text>",
+    "<jupyter_code>",
+    "<jupyter_output>",
+    "<jupyter_script>",
+    "<empty_output>",
+];
+
+const QWEN3_0_6B: SynthShape = SynthShape {
+    name: "qwen3-0.6b",
+    arch: "qwen3",
+    vocab: 151936,
+    hidden: 1024,
+    ff: 3072,
+    layers: 28,
+    heads: 16,
+    kv_heads: 8,
+    head_dim: 128,
+    context: 40960,
+    rope_theta: 1_000_000.0,
+    rms_eps: 1e-6,
+    tied: true,
+    explicit_head_dim: true,
+    rope_llama3: None,
+    sliding_window: None,
+    vocab_kind: VocabKind::Bpe {
+        pre: "qwen2",
+        specials: QWEN_SPECIALS,
+        special_base: SpecialBase::End,
+        n_pad: 151936 - 151643 - 14,
+    },
+    bos: Some("<|endoftext|>"),
+    eos: "<|im_end|>",
+    unk: None,
+    pad: Some("<|endoftext|>"),
+    add_bos: false,
+    add_space_prefix: None,
+    chat_template: Some(CHATML),
+    general: &[
+        ("general.name", "Qwen3 0.6B"),
+        ("general.basename", "Qwen3"),
+        ("general.size_label", "0.6B"),
+        ("general.license", "apache-2.0"),
+    ],
+    general_arrays: &[],
+};
+
+const LLAMA_3_2_1B: SynthShape = SynthShape {
+    name: "llama-3.2-1b",
+    arch: "llama",
+    vocab: 128256,
+    hidden: 2048,
+    ff: 8192,
+    layers: 16,
+    heads: 32,
+    kv_heads: 8,
+    head_dim: 64,
+    context: 131072,
+    rope_theta: 500_000.0,
+    rms_eps: 1e-5,
+    tied: true,
+    explicit_head_dim: true,
+    rope_llama3: Some(Llama3Rope {
+        factor: 32.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position: 8192,
+    }),
+    sliding_window: None,
+    vocab_kind: VocabKind::Bpe {
+        pre: "llama-bpe",
+        specials: LLAMA3_SPECIALS,
+        special_base: SpecialBase::End,
+        n_pad: 256 - 11,
+    },
+    bos: Some("<|begin_of_text|>"),
+    eos: "<|eot_id|>",
+    unk: None,
+    pad: None,
+    add_bos: true,
+    add_space_prefix: None,
+    chat_template: Some(LLAMA3_CHAT),
+    general: &[
+        ("general.name", "Llama 3.2 1B Instruct"),
+        ("general.finetune", "Instruct"),
+        ("general.basename", "Llama-3.2"),
+        ("general.size_label", "1B"),
+        ("general.license", "llama3.2"),
+    ],
+    general_arrays: &[
+        (
+            "general.tags",
+            &[
+                "facebook",
+                "meta",
+                "pytorch",
+                "llama",
+                "llama-3",
+                "text-generation",
+            ],
+        ),
+        (
+            "general.languages",
+            &["en", "de", "fr", "it", "pt", "hi", "es", "th"],
+        ),
+    ],
+};
+
+const QWEN2_5_0_5B: SynthShape = SynthShape {
+    name: "qwen2.5-0.5b",
+    arch: "qwen2",
+    vocab: 151936,
+    hidden: 896,
+    ff: 4864,
+    layers: 24,
+    heads: 14,
+    kv_heads: 2,
+    head_dim: 64,
+    context: 32768,
+    rope_theta: 1_000_000.0,
+    rms_eps: 1e-6,
+    tied: true,
+    explicit_head_dim: false,
+    rope_llama3: None,
+    sliding_window: None,
+    vocab_kind: VocabKind::Bpe {
+        pre: "qwen2",
+        specials: QWEN_SPECIALS,
+        special_base: SpecialBase::End,
+        n_pad: 151936 - 151643 - 14,
+    },
+    bos: Some("<|endoftext|>"),
+    eos: "<|im_end|>",
+    unk: None,
+    pad: Some("<|endoftext|>"),
+    add_bos: false,
+    add_space_prefix: None,
+    chat_template: Some(CHATML),
+    general: &[
+        ("general.name", "Qwen2.5 0.5B Instruct"),
+        ("general.finetune", "Instruct"),
+        ("general.basename", "Qwen2.5"),
+        ("general.size_label", "0.5B"),
+    ],
+    general_arrays: &[],
+};
+
+const SMOLLM2_135M: SynthShape = SynthShape {
+    name: "smollm2-135m",
+    arch: "llama",
+    vocab: 49152,
+    hidden: 576,
+    ff: 1536,
+    layers: 30,
+    heads: 9,
+    kv_heads: 3,
+    head_dim: 64,
+    context: 8192,
+    rope_theta: 100_000.0,
+    rms_eps: 1e-5,
+    tied: true,
+    explicit_head_dim: false,
+    rope_llama3: None,
+    sliding_window: None,
+    vocab_kind: VocabKind::Bpe {
+        pre: "smollm",
+        specials: SMOLLM_SPECIALS,
+        special_base: SpecialBase::Start,
+        n_pad: 0,
+    },
+    bos: Some("<|im_start|>"),
+    eos: "<|im_end|>",
+    unk: Some("<|endoftext|>"),
+    pad: Some("<|im_end|>"),
+    add_bos: false,
+    add_space_prefix: Some(false),
+    chat_template: Some(CHATML),
+    general: &[
+        ("general.name", "SmolLM2 135M Instruct"),
+        ("general.organization", "HuggingFaceTB"),
+        ("general.finetune", "Instruct"),
+        ("general.basename", "SmolLM2"),
+        ("general.size_label", "135M"),
+        ("general.license", "apache-2.0"),
+    ],
+    general_arrays: &[("general.languages", &["en"])],
+};
+
+const GEMMA3_270M: SynthShape = SynthShape {
+    name: "gemma3-270m",
+    arch: "gemma3",
+    vocab: 262144,
+    hidden: 640,
+    ff: 2048,
+    layers: 18,
+    heads: 4,
+    kv_heads: 1,
+    head_dim: 256,
+    context: 32768,
+    rope_theta: 1_000_000.0,
+    rms_eps: 1e-6,
+    tied: true,
+    explicit_head_dim: true,
+    rope_llama3: None,
+    sliding_window: Some(512),
+    vocab_kind: VocabKind::Spm,
+    bos: Some("<bos>"),
+    eos: "<eos>",
+    unk: Some("<unk>"),
+    pad: Some("<pad>"),
+    add_bos: true,
+    add_space_prefix: Some(false),
+    chat_template: None,
+    general: &[
+        ("general.name", "Gemma 3 270m"),
+        ("general.basename", "gemma-3"),
+        ("general.size_label", "270M"),
+        ("general.license", "gemma"),
+    ],
+    general_arrays: &[("general.tags", &["text-generation"])],
+};
+
+/// Tiny versions of each architecture, for tests: same tensor names and metadata keys, sizes
+/// that run in milliseconds (rows multiples of 256 so every quant type is exercised).
+const fn tiny(base: SynthShape, name: &'static str, vocab: usize) -> SynthShape {
+    let mut s = base;
+    s.name = name;
+    s.vocab = vocab;
+    s.hidden = 256;
+    s.ff = 512;
+    s.layers = 4;
+    s.heads = 4;
+    s.kv_heads = 2;
+    s.head_dim = 64;
+    s.context = 2048;
+    if let Some(w) = s.sliding_window {
+        s.sliding_window = Some(if w > 64 { 64 } else { w });
+    }
+    s
+}
+
+/// Every shape `--shape` accepts.
+pub const SHAPES: &[SynthShape] = &[
+    QWEN3_0_6B,
+    LLAMA_3_2_1B,
+    QWEN2_5_0_5B,
+    SMOLLM2_135M,
+    GEMMA3_270M,
+    tiny(QWEN3_0_6B, "tiny-qwen3", 1024),
+    tiny(LLAMA_3_2_1B, "tiny-llama", 1024),
+    tiny(QWEN2_5_0_5B, "tiny-qwen2", 1024),
+    tiny(SMOLLM2_135M, "tiny-smollm2", 1024),
+    tiny(GEMMA3_270M, "tiny-gemma3", 1024),
+];

@@ -1,0 +1,222 @@
+//! `vkllm synth` files: the tiny shapes written in every synth quantization load with
+//! `GgufModel::open` and give finite logits on the CPU; the real-size shapes' plans carry exactly
+//! the metadata keys, tensor names, shapes (and, where a real file of that quantization
+//! exists, the tensor types) of the real GGUF files of the same models; Llama 3's
+//! `rope_freqs.weight` is read back as its llama3 scaling; the file depends only on the seed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use vkllm_cpu::RopeScaling;
+use vkllm_gguf::GgufFile;
+use vkllm_models::fixtures::cache_dir;
+use vkllm_models::gguf::GgufModel;
+use vkllm_models::synth::{self, SynthPlan};
+use vkllm_models::{CpuBackend, Logits, Model, QuantScheme};
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("vkllm-synth-test-{}-{name}", std::process::id()))
+}
+
+fn write(shape: &str, q: QuantScheme, seed: u64) -> PathBuf {
+    let plan = SynthPlan::new(synth::shape(shape).unwrap(), q, seed);
+    let path = tmp(&format!("{shape}-{q}-{seed}.gguf"));
+    let mut last = (0, 0);
+    let n = plan.write(&path, &mut |d, t| last = (d, t)).unwrap();
+    assert_eq!(last.0, last.1, "progress reaches the total");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), n);
+    path
+}
+
+#[test]
+fn tiny_shapes_load_and_run_in_every_synth_quant() {
+    for shape in [
+        "tiny-qwen3",
+        "tiny-llama",
+        "tiny-qwen2",
+        "tiny-smollm2",
+        "tiny-gemma3",
+    ] {
+        for q in [
+            QuantScheme::F16,
+            QuantScheme::Q8_0,
+            QuantScheme::Q4_0,
+            QuantScheme::Q4_K_M,
+        ] {
+            let path = write(shape, q, 7);
+            let plan = SynthPlan::new(synth::shape(shape).unwrap(), q, 7);
+            let g = GgufModel::open(&path).unwrap_or_else(|e| panic!("{shape} {q}: {e}"));
+            // The file holds the plan's tensors with the plan's types.
+            assert_eq!(g.file.tensors().len(), plan.tensors.len());
+            for t in &plan.tensors {
+                let info = g.file.tensor(&t.name).unwrap();
+                assert_eq!(
+                    info.ggml_type().id(),
+                    t.ty.ggml_id(),
+                    "{shape} {q} {}",
+                    t.name
+                );
+                assert_eq!(info.dims(), &t.dims[..], "{}", t.name);
+            }
+            let types: BTreeSet<&str> = plan.tensors.iter().map(|t| t.ty.name()).collect();
+            if q == QuantScheme::Q4_K_M {
+                assert!(
+                    types.contains("q4_K") && types.contains("q6_K"),
+                    "{types:?}"
+                );
+            }
+            let mut b = CpuBackend::new();
+            let model = Model::load(g.config.clone(), &g, &mut b, 16).unwrap();
+            let kv = model.new_kv(&mut b, 32).unwrap();
+            let ids: Vec<u32> = (0..20).map(|i| (i * 37 + 5) % 1000).collect();
+            let logits = model.forward(&mut b, &kv, &ids, 0, Logits::All).unwrap();
+            assert_eq!(logits.len(), ids.len() * 1024);
+            assert!(
+                logits.iter().all(|x| x.is_finite()),
+                "{shape} {q}: non-finite logits"
+            );
+            let spread = logits.iter().fold(0f32, |m, x| m.max(x.abs()));
+            assert!(spread > 0.0, "{shape} {q}: all-zero logits");
+            eprintln!("{shape} {q}: ok, max |logit| {spread:.3}, types {types:?}");
+            std::fs::remove_file(&path).ok();
+        }
+    }
+}
+
+#[test]
+fn llama3_rope_freqs_are_read_back_as_llama3_scaling() {
+    let path = write("tiny-llama", QuantScheme::Q8_0, 1);
+    let g = GgufModel::open(&path).unwrap();
+    assert!(g.file.tensor("rope_freqs.weight").is_some());
+    for l in &g.config.layers {
+        assert_eq!(
+            l.rope.scaling,
+            RopeScaling::Llama3 {
+                factor: 32.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position: 8192
+            }
+        );
+    }
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn same_seed_same_file_other_seed_other_weights() {
+    let a = std::fs::read(write("tiny-qwen3", QuantScheme::Q4_K_M, 3)).unwrap();
+    let b = std::fs::read(write("tiny-qwen3", QuantScheme::Q4_K_M, 3)).unwrap();
+    let c = std::fs::read(write("tiny-qwen3", QuantScheme::Q4_K_M, 4)).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.len(), c.len());
+    assert_ne!(a, c);
+    for seed in [3, 4] {
+        let p = tmp(&format!("tiny-qwen3-q4_k_m-{seed}.gguf"));
+        std::fs::remove_file(p).ok();
+    }
+}
+
+/// Tensors by name: (dims, ggml type id).
+type TensorMap = BTreeMap<String, (Vec<u64>, u32)>;
+
+/// Keys and tensors of a real model file.
+fn real(file: &str) -> (BTreeSet<String>, TensorMap) {
+    let path = cache_dir().join("models").join(file);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        path.display()
+    );
+    let f = GgufFile::open(&path).unwrap();
+    let keys = f.metadata().map(|(k, _)| k.to_string()).collect();
+    let tensors = f
+        .tensors()
+        .iter()
+        .map(|t| {
+            (
+                t.name().to_string(),
+                (t.dims().to_vec(), t.ggml_type().id()),
+            )
+        })
+        .collect();
+    (keys, tensors)
+}
+
+#[test]
+fn plans_match_the_real_files_of_the_same_models() {
+    // (shape, real file, scheme of that file, tensor names only the real file has)
+    let cases: [(&str, &str, QuantScheme, &[&str]); 3] = [
+        (
+            "smollm2-135m",
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            QuantScheme::Q4_1,
+            &[],
+        ),
+        (
+            "gemma3-270m",
+            "gemma-3-270m-q4_k_m.gguf",
+            QuantScheme::Q4_K_M,
+            &[],
+        ),
+        // That file is of an AWQ fine-tune whose conversion kept a separate output matrix;
+        // Qwen2.5-0.5B ties it. Its layer types were also counted in file order (older
+        // llama-quantize), so only names and shapes are compared.
+        (
+            "qwen2.5-0.5b",
+            "qwen2.5-coder-0.5b-instruct-q4.gguf",
+            QuantScheme::Q4_K_M,
+            &["output.weight"],
+        ),
+    ];
+    for (shape, file, q, only_real) in cases {
+        let (keys, tensors) = real(file);
+        let plan = SynthPlan::new(synth::shape(shape).unwrap(), q, 0);
+        let plan_keys: BTreeSet<String> = plan.metadata.iter().map(|(k, _)| k.clone()).collect();
+        assert_eq!(plan_keys, keys, "{shape}: metadata keys");
+        let mut want = tensors.clone();
+        for n in only_real {
+            want.remove(*n);
+        }
+        let got: TensorMap = plan
+            .tensors
+            .iter()
+            .map(|t| (t.name.clone(), (t.dims.clone(), t.ty.ggml_id())))
+            .collect();
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>(),
+            "{shape}: tensor names"
+        );
+        for (name, (dims, ty)) in &want {
+            assert_eq!(&got[name].0, dims, "{shape} {name}: dims");
+            if shape != "qwen2.5-0.5b" {
+                assert_eq!(got[name].1, *ty, "{shape} {name}: type");
+            }
+        }
+        let vocab = plan
+            .metadata
+            .iter()
+            .find(|(k, _)| k == "tokenizer.ggml.tokens")
+            .map(|(_, v)| match v {
+                vkllm_gguf::MetaValue::Array(vkllm_gguf::MetaArray::String(t)) => t.len(),
+                _ => 0,
+            });
+        assert_eq!(vocab, Some(synth::shape(shape).unwrap().vocab), "{shape}");
+        eprintln!(
+            "{shape}: {} keys, {} tensors as in {file}",
+            keys.len(),
+            want.len()
+        );
+    }
+}
+
+#[test]
+fn unknown_shape_is_a_typed_error() {
+    match synth::shape("qwen9-1t") {
+        Err(vkllm_models::ModelError::UnknownShape { name, known }) => {
+            assert_eq!(name, "qwen9-1t");
+            assert!(known.contains("llama-3.2-1b"));
+        }
+        other => panic!("{:?}", other.map(|s| s.name)),
+    }
+}

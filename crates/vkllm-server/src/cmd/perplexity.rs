@@ -1,0 +1,122 @@
+//! `vkllm perplexity`: perplexity of a model over a text file, by llama.cpp's method (chunks of
+//! `--ctx` tokens, the second half of each scored; see `vkllm_models::perplexity`).
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use vkllm_models::perplexity::perplexity;
+use vkllm_models::{Backend, Checkpoint, CpuBackend, DEFAULT_CHUNK, QuantScheme, VulkanBackend};
+use vkllm_tokenizer::{EncodeOptions, Tokenizer};
+use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
+
+use super::model;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Model: a .gguf file, a safetensors checkpoint directory, or a fetched model's name.
+    #[arg(long, short, env = "VKLLM_MODEL")]
+    model: Option<String>,
+
+    /// The text to score.
+    #[arg(long, short)]
+    file: std::path::PathBuf,
+
+    /// Tokens per chunk (the second half of each chunk is scored).
+    #[arg(long, default_value_t = 512)]
+    ctx: usize,
+
+    /// Where to run: a Vulkan device index or name substring, or `cpu` for the reference path.
+    #[arg(long, env = "VKLLM_DEVICE")]
+    device: Option<String>,
+
+    /// Quantize the weights at load (f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q6_k, q4_k_m).
+    #[arg(long)]
+    quant: Option<String>,
+
+    /// Token ids are the text's bytes, no tokenizer (the 256-token test fixtures).
+    #[arg(long)]
+    byte_tokens: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let path = model::resolve(args.model.as_deref())?;
+    let quant: Option<QuantScheme> = args.quant.as_deref().map(str::parse).transpose()?;
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))?;
+    let ck = Checkpoint::open(&path).with_context(|| format!("loading {}", path.display()))?;
+    let (tokens, bos) = if args.byte_tokens {
+        (text.bytes().map(u32::from).collect::<Vec<_>>(), None)
+    } else {
+        let tok = Tokenizer::from_path(&path)
+            .with_context(|| format!("tokenizer of {}", path.display()))?;
+        // llama.cpp's common_tokenize(text, add_special = true, parse_special = false).
+        let opts = EncodeOptions {
+            add_special_tokens: true,
+            parse_special: false,
+        };
+        let ids = tok.encode(&text, opts)?;
+        let bos = tok.special_ids().bos.filter(|b| ids.first() == Some(b));
+        (ids, bos)
+    };
+    if tokens.len() < args.ctx {
+        bail!(
+            "{} tokenizes to {} tokens, fewer than one chunk of --ctx {}",
+            args.file.display(),
+            tokens.len(),
+            args.ctx
+        );
+    }
+    if args.device.as_deref() == Some("cpu") {
+        eprintln!("vkllm: {} on the CPU reference backend", path.display());
+        return score(CpuBackend::new(), &ck, quant, &tokens, bos, &args);
+    }
+    let choice = match args.device.as_deref() {
+        Some(d) => DeviceChoice::parse(d),
+        None => DeviceChoice::from_env(),
+    };
+    let dev = Device::new(&DeviceOptions {
+        choice,
+        validation: Validation::from_env(),
+        ..Default::default()
+    })
+    .context("opening the Vulkan device (use --device cpu for the CPU reference path)")?;
+    eprintln!("vkllm: {} on {}", path.display(), dev.info().summary());
+    score(VulkanBackend::new(dev), &ck, quant, &tokens, bos, &args)
+}
+
+fn score<B: Backend>(
+    mut b: B,
+    ck: &Checkpoint,
+    quant: Option<QuantScheme>,
+    tokens: &[u32],
+    bos: Option<u32>,
+    args: &Args,
+) -> Result<()> {
+    let t0 = Instant::now();
+    let model = ck.load(quant, &mut b, DEFAULT_CHUNK)?;
+    let ctx = args.ctx.min(model.cfg.max_position);
+    eprintln!(
+        "loaded in {:.1} s; {} tokens, {} chunks of {ctx}",
+        t0.elapsed().as_secs_f64(),
+        tokens.len(),
+        tokens.len() / ctx
+    );
+    let t1 = Instant::now();
+    let mut err = std::io::stderr();
+    let r = perplexity(&model, &mut b, tokens, ctx, bos, &mut |i, _, ppl| {
+        let _ = write!(err, "[{}]{ppl:.4},", i + 1);
+        let _ = err.flush();
+    })?;
+    eprintln!();
+    println!(
+        "PPL = {:.4} +/- {:.5} ({} tokens scored in {} chunks of {ctx}; mean NLL {:.5} nats; {:.1} s)",
+        r.ppl,
+        r.stderr,
+        r.count,
+        r.chunks,
+        r.mean_nll,
+        t1.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

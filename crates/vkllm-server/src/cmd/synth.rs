@@ -1,0 +1,72 @@
+//! `vkllm synth`: a random-weight GGUF of a real model's shape, with the names, metadata and
+//! quantization layout llama.cpp would write, for benchmarking any engine on the same file.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use vkllm_models::QuantScheme;
+use vkllm_models::synth::{self, SynthPlan};
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Shapes: qwen3-0.6b, llama-3.2-1b, qwen2.5-0.5b, smollm2-135m, \
+gemma3-270m (and tiny-qwen3, tiny-llama, tiny-qwen2, tiny-smollm2, tiny-gemma3 for tests). \
+Qwen3.5 shapes come later, with the hybrid (Gated DeltaNet) architecture.\n\n\
+Weights are N(0, 0.02) (norm weights 1 + N(0, 0.02)); the vocabulary is synthetic (the real \
+token count, made-up tokens). The same seed always gives the same file."
+)]
+pub struct Args {
+    /// Model shape (see below).
+    #[arg(long)]
+    shape: String,
+
+    /// Weight format, llama.cpp's names: f16, q8_0, q4_0, q4_k_m (also bf16, q4_1, q5_0, q4_k,
+    /// q6_k).
+    #[arg(long, default_value = "q8_0")]
+    quant: String,
+
+    /// Random seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+
+    /// Output file.
+    #[arg(long, short)]
+    output: PathBuf,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let shape = synth::shape(&args.shape)?;
+    let quant: QuantScheme = args.quant.parse()?;
+    let plan = SynthPlan::new(shape, quant, args.seed);
+    let total = plan.tensor_bytes();
+    eprintln!(
+        "vkllm synth: {} ({} parameters, {} layers) in {quant}: {} tensors, {:.1} MiB of weights -> {}",
+        shape.name,
+        shape.n_params(),
+        shape.layers,
+        plan.tensors.len(),
+        total as f64 / (1u64 << 20) as f64,
+        args.output.display()
+    );
+    let t0 = Instant::now();
+    let mut last_pct = u64::MAX;
+    let mut err = std::io::stderr();
+    let n = plan
+        .write(&args.output, &mut |done, total| {
+            let pct = done * 100 / total.max(1);
+            if pct != last_pct {
+                last_pct = pct;
+                let _ = write!(err, "\r  {pct:3}%");
+                let _ = err.flush();
+            }
+        })
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    let secs = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "\r  wrote {n} bytes in {secs:.1} s ({:.0} MiB/s)",
+        n as f64 / (1u64 << 20) as f64 / secs.max(1e-9)
+    );
+    Ok(())
+}
