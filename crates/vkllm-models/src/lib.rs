@@ -14,6 +14,7 @@ pub mod fixtures;
 pub mod forward;
 pub mod gguf;
 pub mod parity;
+pub mod progress;
 pub mod safetensors;
 pub mod weights;
 
@@ -24,4 +25,5 @@ pub use config::{LayerConfig, ModelConfig};
 pub use error::ModelError;
 pub use family::{Activation, Family};
 pub use forward::{DEFAULT_CHUNK, KvCache, Logits, Model};
+pub use progress::LoadProgress;
 pub use weights::{HostTensor, RawTensor, TensorSource, Weights};
