@@ -1,5 +1,7 @@
 //! One module per subcommand; `model` resolves `--model` for all of them.
 
+pub mod chat;
+pub mod common;
 pub mod info;
 pub mod model;
 pub mod run;
