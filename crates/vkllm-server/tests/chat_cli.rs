@@ -1,9 +1,10 @@
 //! `vkllm chat` end to end with SmolLM2-135M-Instruct, greedy, on the CPU reference backend.
 //!
 //! The terminal test drives the program through a real pseudo-terminal (tests/pty_driver.py,
-//! Python's `pty`), as a person would: two turns where the second only makes sense after the
-//! first, /stats, /save, /reset, Ctrl-C in the middle of an answer, and a turn after it. The
-//! scripted test pipes plain lines into it. Needs python3 and the model in the cache
+//! Python's `pty`), as a person would: Ctrl-C at the prompt, two turns where the second only
+//! makes sense after the first, /stats, /save, /reset, Ctrl-C in the middle of an answer, a turn
+//! after it, Ctrl-D to leave. The scripted test pipes plain lines into it (--load, a continued
+//! line, /save, /quit). Needs python3 and the model in the cache
 //! (scripts/fetch-models.sh smollm2).
 
 use std::path::Path;
@@ -114,22 +115,24 @@ fn terminal_session_through_a_pty() {
     let stats_done = "last answer:[^\n]*\n>>> ";
     let steps = json!([
         {"expect": ">>> ", "timeout": 600},
-        {"send": format!("{q1}\r")}, {"expect": prompt, "timeout": 300},          // 1
-        {"send": format!("{q2}\r")}, {"expect": prompt, "timeout": 300},          // 2
-        {"send": "/stats\r"}, {"expect": stats_done},                              // 3
+        // Ctrl-C at the prompt drops the line and the program goes on.
+        {"send": "half a line\u{3}"}, {"expect": "/quit to leave\\)\n>>> "},        // 1
+        {"send": format!("{q1}\r")}, {"expect": prompt, "timeout": 300},          // 2
+        {"send": format!("{q2}\r")}, {"expect": prompt, "timeout": 300},          // 3
+        {"send": "/stats\r"}, {"expect": stats_done},                              // 4
         {"send": format!("/save {}\r", saved.display())},
-        {"expect": "\\(saved 4 messages[^\n]*\n>>> "},                            // 4
-        {"send": "/reset\r"}, {"expect": "\\(conversation reset\\)\n>>> "},       // 5
-        {"send": "/stats\r"}, {"expect": stats_done},                              // 6
-        {"send": format!("{q2}\r")}, {"expect": prompt, "timeout": 300},          // 7
-        {"send": "/stats\r"}, {"expect": stats_done},                              // 8
+        {"expect": "\\(saved 4 messages[^\n]*\n>>> "},                            // 5
+        {"send": "/reset\r"}, {"expect": "\\(conversation reset\\)\n>>> "},       // 6
+        {"send": "/stats\r"}, {"expect": stats_done},                              // 7
+        {"send": format!("{q2}\r")}, {"expect": prompt, "timeout": 300},          // 8
+        {"send": "/stats\r"}, {"expect": stats_done},                              // 9
         // Ctrl-C once the answer has started.
-        {"send": format!("{story}\r")}, {"expect": "dragon\\.\n.{8}", "timeout": 300}, // 9
-        {"send": "\u{3}"}, {"expect": "\\[stopped\\]\n>>> "},                     // 10
-        {"send": "/stats\r"}, {"expect": stats_done},                              // 11
-        {"send": "Thank you.\r"}, {"expect": prompt, "timeout": 300},             // 12
-        {"send": "/stats\r"}, {"expect": stats_done},                              // 13
-        {"send": "/quit\r"}, {"eof": true, "timeout": 60},                        // 14
+        {"send": format!("{story}\r")}, {"expect": "dragon\\.\n.{8}", "timeout": 300}, // 10
+        {"send": "\u{3}"}, {"expect": "\\[stopped\\]\n>>> "},                     // 11
+        {"send": "/stats\r"}, {"expect": stats_done},                              // 12
+        {"send": "Thank you.\r"}, {"expect": prompt, "timeout": 300},             // 13
+        {"send": "/stats\r"}, {"expect": stats_done},                              // 14
+        {"send": "\u{4}"}, {"eof": true, "timeout": 60},                          // 15 (Ctrl-D)
     ]);
     let script = dir.path().join("script.json");
     std::fs::write(&script, steps.to_string()).unwrap();
@@ -169,16 +172,16 @@ fn terminal_session_through_a_pty() {
     assert_eq!(report["status"], 0, "exit status");
 
     // Turn 1 is what `vkllm run` answers to the same prompt.
-    let a1 = answer(seg[1]);
+    let a1 = answer(seg[2]);
     assert_eq!(a1, run_answer(q1));
     assert!(a1.contains("Paris"), "{a1}");
     // Turn 2 only makes sense after turn 1; the model answers about the capital.
-    let a2 = answer(seg[2]);
+    let a2 = answer(seg[3]);
     assert!(a2.contains("Berlin"), "{a2}");
 
     // Turn 2's prompt reused turn 1's prompt and answer from the cache.
     let p1 = chat_tokens(dir.path(), json!([{"role": "user", "content": q1}]));
-    let s3 = stats(seg[3]);
+    let s3 = stats(seg[4]);
     assert_eq!(
         s3.prompt,
         chat_tokens(
@@ -210,19 +213,19 @@ fn terminal_session_through_a_pty() {
     );
 
     // /reset empties the cache; the same question alone no longer knows what it refers to.
-    assert!(seg[6].contains("context: 0 of"), "{}", seg[6]);
-    assert!(seg[6].contains("last answer: none yet"), "{}", seg[6]);
-    let s8 = stats(seg[8]);
+    assert!(seg[7].contains("context: 0 of"), "{}", seg[7]);
+    assert!(seg[7].contains("last answer: none yet"), "{}", seg[7]);
+    let s8 = stats(seg[9]);
     assert_eq!(s8.reused, 0, "{s8:?}");
-    assert_ne!(answer(seg[7]), a2);
+    assert_ne!(answer(seg[8]), a2);
 
     // Ctrl-C stopped the story early, and the program went on.
-    let s11 = stats(seg[11]);
+    let s11 = stats(seg[12]);
     assert_eq!(s11.finish, "cancelled", "{s11:?}");
     assert!(s11.generated >= 1 && s11.generated < MAX_TOKENS, "{s11:?}");
-    let s13 = stats(seg[13]);
+    let s13 = stats(seg[14]);
     assert!(s13.finish == "end" || s13.finish == "length", "{s13:?}");
-    assert!(!answer(seg[12]).is_empty());
+    assert!(!answer(seg[13]).is_empty());
     // The next turn reused the stopped turn's prompt and at least one of its tokens.
     assert!(s13.reused > s11.prompt, "{s11:?} then {s13:?}");
 }
@@ -238,7 +241,7 @@ fn scripted_session_from_a_pipe() {
     ]);
     std::fs::write(&conv, history.to_string()).unwrap();
     let input = format!(
-        "/stats\nAnd of \\\nGermany?\n/stats\n/save {}\n",
+        "/stats\nAnd of \\\nGermany?\n/stats\n/save {}\n/quit\n/stats\n",
         out_file.display()
     );
     let mut child = vkllm()
@@ -275,6 +278,12 @@ fn scripted_session_from_a_pipe() {
         "{stdout}"
     );
     let lines: Vec<&str> = stdout.lines().collect();
+    // Two /stats before /quit, none after it.
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("context:")).count(),
+        2,
+        "{stdout}"
+    );
     assert!(lines[0].contains("conversation: 1 exchanges"), "{stdout}");
     assert_eq!(lines[1], "last answer: none yet");
     // The continued line is one message, asked after the loaded conversation.
