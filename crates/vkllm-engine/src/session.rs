@@ -1,5 +1,6 @@
 //! One conversation on one model: prefill, sampled decode, streaming text, stops, timings.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use vkllm_cpu::sampler::{SamplingParams, sample};
@@ -27,6 +28,8 @@ pub enum FinishReason {
     Stop,
     /// `max_tokens` reached.
     Length,
+    /// The caller's cancel flag was set ([`Session::generate_with`]).
+    Cancelled,
 }
 
 /// Token counts and timings of one generation.
@@ -97,6 +100,21 @@ impl<B: Backend> Session<B> {
         &mut self,
         context: &[u32],
         p: &GenerateParams,
+        on_text: impl FnMut(&str),
+    ) -> Result<Usage, EngineError> {
+        self.generate_with(context, p, &AtomicBool::new(false), on_text)
+    }
+
+    /// [`generate`](Self::generate) that stops early once `cancel` is set (e.g. by a Ctrl-C
+    /// handler or another thread): it is checked after the prompt and after every token, and a
+    /// cancelled generation ends with [`FinishReason::Cancelled`]. The text emitted so far is
+    /// kept (held-back stop-string text is flushed), and the tokens computed so far stay in the
+    /// cache, so the next turn reuses them.
+    pub fn generate_with(
+        &mut self,
+        context: &[u32],
+        p: &GenerateParams,
+        cancel: &AtomicBool,
         mut on_text: impl FnMut(&str),
     ) -> Result<Usage, EngineError> {
         if context.is_empty() {
@@ -130,6 +148,9 @@ impl<B: Backend> Session<B> {
         let mut generated = 0usize;
         let mut next = sample(&logits, &p.sampling, &counts, self.seq_id, 0);
         let finish = loop {
+            if cancel.load(Ordering::Relaxed) {
+                break FinishReason::Cancelled;
+            }
             if self.tokenizer.is_eog(next) {
                 break FinishReason::EndOfGeneration;
             }

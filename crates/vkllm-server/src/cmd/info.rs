@@ -11,7 +11,8 @@ use super::model;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Also describe this model (a .gguf file or a fetched model's name).
+    /// Also describe this model: a .gguf file, or smollm2-135m, gemma3-270m, qwen2.5-coder-0.5b
+    /// (fetched into the cache on first use).
     #[arg(long, short)]
     model: Option<String>,
 }

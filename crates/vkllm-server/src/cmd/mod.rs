@@ -1,6 +1,8 @@
 //! One module per subcommand; `model` resolves `--model` for all of them.
 
 pub mod bench;
+pub mod chat;
+pub mod common;
 pub mod info;
 pub mod model;
 pub mod perplexity;

@@ -10,8 +10,9 @@ use super::model;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Model: a .gguf file, a tokenizer directory or tokenizer.json, a .tiktoken file, or a
-    /// fetched model's name (smollm2, gemma3, qwen25coder, gemma3-tok, qwen3-tok, qwen3.6-tok).
+    /// Model: a .gguf file, a tokenizer directory or tokenizer.json, a .tiktoken file, a model
+    /// name (smollm2-135m (default), gemma3-270m, qwen2.5-coder-0.5b: fetched on first use), or a
+    /// tokenizer from scripts/fetch-models.sh (gemma3-tok, qwen3-tok, qwen3.6-tok).
     #[arg(long, short, env = "VKLLM_MODEL")]
     model: Option<String>,
 

@@ -1,0 +1,230 @@
+//! What `run` and `chat` share: the model/device/context flags, the sampling flags, and loading
+//! a model into a [`Session`] on the chosen backend (with progress bars on a terminal).
+
+use std::io::IsTerminal;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use vkllm_cpu::sampler::SamplingParams;
+use vkllm_engine::{EngineError, GenerateParams, Session, Usage};
+use vkllm_models::gguf::GgufModel;
+use vkllm_models::{Backend, CpuBackend, DEFAULT_CHUNK, LoadProgress, Model, VulkanBackend};
+use vkllm_tokenizer::Tokenizer;
+use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
+
+use super::model;
+
+/// Which model, where, and how much context.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelArgs {
+    /// Model: a .gguf file, or a name fetched into the cache on first use: smollm2-135m
+    /// (default), gemma3-270m, qwen2.5-coder-0.5b.
+    #[arg(long, short, env = "VKLLM_MODEL")]
+    pub model: Option<String>,
+
+    /// Where to run: a Vulkan device index or name substring, or `cpu` for the reference path.
+    #[arg(long, env = "VKLLM_DEVICE")]
+    pub device: Option<String>,
+
+    /// Context length (KV cache positions; at most the model's).
+    #[arg(long, default_value_t = 2048)]
+    pub ctx: usize,
+}
+
+/// How tokens are chosen and when generation stops.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+
+    /// Keep the k most likely tokens (0: off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+
+    /// Nucleus sampling threshold (1: off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+
+    /// Drop tokens below this fraction of the best token's probability (0: off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+
+    /// Repetition penalty (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+
+    /// Random seed (default: from the clock).
+    #[arg(long)]
+    pub seed: Option<u64>,
+
+    /// Most tokens to generate (per answer).
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+
+    /// Stop string (repeatable); not printed.
+    #[arg(long)]
+    pub stop: Vec<String>,
+}
+
+impl SamplingArgs {
+    /// The generation parameters, with at most `max_tokens` new tokens.
+    pub fn params(&self, max_tokens: usize) -> GenerateParams {
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
+        GenerateParams {
+            sampling: SamplingParams {
+                temperature: self.temperature,
+                top_k: self.top_k,
+                top_p: self.top_p,
+                min_p: self.min_p,
+                repetition_penalty: self.repeat_penalty,
+                seed,
+                ..SamplingParams::default()
+            },
+            max_tokens,
+            stop: self.stop.clone(),
+        }
+    }
+}
+
+/// A [`Session`] on any backend, as one type the commands can hold.
+pub trait Engine {
+    fn tokenizer(&self) -> &Tokenizer;
+    /// Context length in tokens.
+    fn context(&self) -> usize;
+    /// Tokens whose keys and values are cached.
+    fn cached(&self) -> usize;
+    fn reset(&mut self);
+    fn generate(
+        &mut self,
+        context: &[u32],
+        p: &GenerateParams,
+        cancel: &AtomicBool,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Usage, EngineError>;
+}
+
+impl<B: Backend> Engine for Session<B> {
+    fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    fn context(&self) -> usize {
+        Session::context(self)
+    }
+
+    fn cached(&self) -> usize {
+        self.history().len()
+    }
+
+    fn reset(&mut self) {
+        Session::reset(self)
+    }
+
+    fn generate(
+        &mut self,
+        context: &[u32],
+        p: &GenerateParams,
+        cancel: &AtomicBool,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Usage, EngineError> {
+        self.generate_with(context, p, cancel, on_text)
+    }
+}
+
+/// A loaded model, ready to generate.
+pub struct Loaded {
+    pub engine: Box<dyn Engine>,
+    /// From the start of loading to a ready session.
+    pub load_time: Duration,
+}
+
+/// Resolves (fetching if needed) and loads the model on the chosen device, with a session of
+/// `min(--ctx, the model's context)` positions. Prints `vkllm: PATH on DEVICE` to stderr.
+pub fn load(args: &ModelArgs) -> Result<Loaded> {
+    let path = model::resolve(args.model.as_deref())?;
+    let t0 = Instant::now();
+    let gguf = GgufModel::open(&path).with_context(|| format!("loading {}", path.display()))?;
+    let tokenizer =
+        Tokenizer::from_path(&path).with_context(|| format!("tokenizer of {}", path.display()))?;
+    let engine: Box<dyn Engine> = if args.device.as_deref() == Some("cpu") {
+        eprintln!("vkllm: {} on the CPU reference backend", path.display());
+        Box::new(session(
+            CpuBackend::new(),
+            gguf,
+            tokenizer,
+            args.ctx,
+            "loading",
+        )?)
+    } else {
+        let choice = match args.device.as_deref() {
+            Some(d) => DeviceChoice::parse(d),
+            None => DeviceChoice::from_env(),
+        };
+        let dev = Device::new(&DeviceOptions {
+            choice,
+            validation: Validation::from_env(),
+            ..Default::default()
+        })
+        .context("opening the Vulkan device (use --device cpu for the CPU reference path)")?;
+        eprintln!("vkllm: {} on {}", path.display(), dev.info().summary());
+        Box::new(session(
+            VulkanBackend::new(dev),
+            gguf,
+            tokenizer,
+            args.ctx,
+            "uploading",
+        )?)
+    };
+    Ok(Loaded {
+        engine,
+        load_time: t0.elapsed(),
+    })
+}
+
+fn session<B: Backend>(
+    mut b: B,
+    gguf: GgufModel,
+    tokenizer: Tokenizer,
+    ctx: usize,
+    verb: &str,
+) -> Result<Session<B>> {
+    let bar = progress_bar(verb);
+    let model = Model::load_with_progress(
+        gguf.config.clone(),
+        &gguf,
+        &mut b,
+        DEFAULT_CHUNK,
+        &mut |p: &LoadProgress| {
+            bar.set_length(p.total as u64);
+            bar.set_position(p.done as u64);
+        },
+    );
+    bar.finish_and_clear();
+    let model = model?;
+    drop(gguf);
+    let ctx = ctx.min(model.cfg.max_position).max(1);
+    Ok(Session::new(b, model, tokenizer, ctx)?)
+}
+
+/// A bar on stderr when it is a terminal, hidden otherwise.
+fn progress_bar(verb: &str) -> ProgressBar {
+    let target = if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let bar = ProgressBar::with_draw_target(Some(0), target);
+    let style = ProgressStyle::with_template(&format!(
+        "{verb} weights [{{bar:40}}] {{pos}}/{{len}} tensors ({{elapsed}})"
+    ))
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style.progress_chars("=> "));
+    bar
+}
