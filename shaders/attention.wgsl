@@ -49,6 +49,7 @@ var<immediate> p: Params;
 var<workgroup> qs: array<f32, 256>;
 var<workgroup> sc: array<f32, CHUNK>;
 var<workgroup> red: array<f32, 32>;
+var<workgroup> wg_skip: u32;
 
 fn load_k(e: u32) -> f32 {
     if (KV_DTYPE == 0u) {
@@ -114,6 +115,20 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     }
     let j0 = c * CHUNK;
     let j1 = min(j0 + CHUNK, p.n_kv);
+    // A chunk with no visible key (past the query's position, or before its window) only
+    // reports an empty partial; the merge skips it. Decided through shared memory so the
+    // early return is uniform across the workgroup.
+    if (lid == 0u) {
+        wg_skip = select(0u, 1u, j0 > hi || j1 <= lo);
+    }
+    if (workgroupUniformLoad(&wg_skip) != 0u) {
+        if (lid == 0u) {
+            let part0 = (i * p.n_heads + h) * p.n_chunks + c;
+            part_ml[2u * part0] = bitcast<f32>(0xff800000u);
+            part_ml[2u * part0 + 1u] = 0.0;
+        }
+        return;
+    }
     for (var d = lid; d < hd; d += WG) {
         qs[d] = q[(i * p.n_heads + h) * hd + d];
     }

@@ -174,6 +174,37 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let b_off = row * p.max_bias * 2u;
     let n_bias = min(c.n_bias, p.max_bias);
 
+    // Greedy without penalties or bias (the common case): one argmax pass over the logits,
+    // the same choice as the full path below (NaN counts as -inf, ties go to the lower id).
+    if (c.greedy != 0u && c.use_counts == 0u && n_bias == 0u) {
+        var gv = 0.0;
+        var gi = NONE;
+        for (var i = lid; i < v; i += WG) {
+            var x = logits[l_off + i];
+            if (is_nan(x)) {
+                x = neg_inf;
+            }
+            if (better(x, i, gv, gi)) {
+                gv = x;
+                gi = i;
+            }
+        }
+        best_v[lid] = gv;
+        best_i[lid] = gi;
+        workgroupBarrier();
+        for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
+            if (lid < stride && better(best_v[lid + stride], best_i[lid + stride], best_v[lid], best_i[lid])) {
+                best_v[lid] = best_v[lid + stride];
+                best_i[lid] = best_i[lid + stride];
+            }
+            workgroupBarrier();
+        }
+        if (lid == 0u) {
+            out[row] = best_i[0];
+        }
+        return;
+    }
+
     // 1. penalties
     for (var i = lid; i < v; i += WG) {
         var x = logits[l_off + i];

@@ -10,6 +10,7 @@ use vkllm_cpu::sampler::SamplingParams;
 use vkllm_models::{
     KvDtype, Logits, Model, ModelError, SlotDecoderConfig, SlotStart, VulkanBackend,
 };
+use vkllm_vk::kernels::elementwise::Copy;
 use vkllm_vk::{MemoryKind, Recorder};
 
 /// What to measure.
@@ -112,7 +113,8 @@ fn ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-/// Copy bandwidth of the device: 256 MiB copied 8 times in one submit.
+/// Copy bandwidth of the device as shaders see it: the `copy` kernel over 256 MiB, 8 times in
+/// one submit (bytes read + written per second).
 pub fn copy_bandwidth(b: &VulkanBackend) -> Result<f64, ModelError> {
     let dev = b.device();
     let bytes = (256u64 << 20).min(dev.max_buffer_bytes() / 2 * 2);
@@ -120,9 +122,22 @@ pub fn copy_bandwidth(b: &VulkanBackend) -> Result<f64, ModelError> {
     let dst = dev.create_buffer("bench copy dst", bytes, MemoryKind::Device)?;
     let record = |n: usize| -> Result<vkllm_vk::Recording, ModelError> {
         let mut r = Recorder::new(dev)?;
+        let words = (bytes / 4) as usize;
         for _ in 0..n {
-            r.copy(src.all(), dst.all())?;
-            r.copy(dst.all(), src.all())?;
+            r.dispatch(
+                Copy {
+                    a: src.all(),
+                    out: dst.all(),
+                }
+                .dispatch(words)?,
+            )?;
+            r.dispatch(
+                Copy {
+                    a: dst.all(),
+                    out: src.all(),
+                }
+                .dispatch(words)?,
+            )?;
         }
         Ok(r.finish()?)
     };

@@ -301,22 +301,24 @@ impl Model {
             .map(|_| ())
     }
 
-    /// Issues one batched decode step: row `i` is slot `i` of `kv`, its token id in `ids[i]`
-    /// and position in `pos[i]` (a position >= the capacity marks an idle slot: nothing is
-    /// stored for it and its logits row is meaningless). The `[slots, vocab]` logits land in
-    /// `logits_tensor()`. A capturing backend records this once and replays it every step.
+    /// Issues one batched decode step over the first `rows` slots of `kv`: row `i` is slot `i`,
+    /// its token id in `ids[i]` and position in `pos[i]` (a position >= the capacity marks an
+    /// idle slot: nothing is stored for it and its logits row is meaningless). The `[rows,
+    /// vocab]` logits land in `logits_tensor()`. A capturing backend records this once and
+    /// replays it every step.
     pub fn decode_slots_graph<B: Backend>(
         &self,
         b: &mut B,
         kv: &KvCache,
         ids: Tensor,
         pos: Tensor,
+        rows: usize,
     ) -> Result<(), ModelError> {
-        if kv.slots > self.chunk {
+        if rows == 0 || rows > kv.slots || rows > self.chunk {
             return Err(ModelError::Config {
                 field: "slots".into(),
                 msg: format!(
-                    "{} slots need a prefill chunk of at least as many tokens (chunk {})",
+                    "{rows} decode rows for a {}-slot cache and a {}-token chunk",
                     kv.slots, self.chunk
                 ),
             });
@@ -326,7 +328,7 @@ impl Model {
             pos,
             rows: KvRows::PerRow,
         };
-        self.graph(b, kv, &inputs, kv.slots, Some(Logits::All))
+        self.graph(b, kv, &inputs, rows, Some(Logits::All))
             .map(|_| ())
     }
 

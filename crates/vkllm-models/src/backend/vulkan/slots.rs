@@ -102,8 +102,12 @@ impl SlotSteps {
 }
 
 pub(super) struct SlotDecoder {
-    /// Recordings first: they must be dropped before the buffers they use.
-    recs: Vec<(usize, Recording)>,
+    /// Recordings by (rows, steps): rows are the leading slots a recording covers (so a lone
+    /// sequence in slot 0 runs matrix-vector products, not a 16-row batch). Recordings first:
+    /// they must be dropped before the buffers they use.
+    recs: Vec<((usize, usize), Recording)>,
+    /// Slots started and not stopped (the device may retire one at capacity earlier).
+    live: Vec<bool>,
     slots: usize,
     capacity: usize,
     vocab: usize,
@@ -122,6 +126,31 @@ pub(super) struct SlotDecoder {
 }
 
 impl SlotDecoder {
+    /// The leading slots a step must cover: up to the last live one.
+    fn rows_needed(&self) -> usize {
+        self.live.iter().rposition(|&l| l).map_or(1, |i| i + 1)
+    }
+
+    /// The smallest recorded row count >= `rows`, and the largest recorded step count <=
+    /// `steps` for it.
+    fn pick(&self, rows: usize, steps: usize) -> (usize, usize) {
+        let r = self
+            .recs
+            .iter()
+            .map(|x| x.0.0)
+            .filter(|&r| r >= rows)
+            .min()
+            .unwrap_or(self.slots);
+        let k = self
+            .recs
+            .iter()
+            .filter(|x| x.0.0 == r && x.0.1 <= steps.max(1))
+            .map(|x| x.0.1)
+            .max()
+            .unwrap_or(1);
+        (r, k)
+    }
+
     fn lp_shape(&self) -> LogprobsShape {
         LogprobsShape {
             vocab: self.vocab,
@@ -130,6 +159,15 @@ impl SlotDecoder {
             ring_steps: self.cfg_.max_steps,
         }
     }
+}
+
+/// 1, 2, 4, ... below `n`, then `n`.
+fn powers_up_to(n: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = std::iter::successors(Some(1usize), |&k| Some(k * 2))
+        .take_while(|&k| k < n)
+        .collect();
+    v.push(n.max(1));
+    v
 }
 
 fn cfg_err(field: &str, msg: String) -> ModelError {
@@ -215,6 +253,7 @@ impl VulkanBackend {
         self.flush()?;
         let mut d = SlotDecoder {
             recs: Vec::new(),
+            live: vec![false; slots],
             slots,
             capacity: kv.capacity,
             vocab,
@@ -231,15 +270,11 @@ impl VulkanBackend {
             scratch,
             sampled,
         };
-        let mut k = 1;
-        while k <= c.max_steps {
-            let rec = self.record_slot_steps(model, kv, &d, k)?;
-            d.recs.push((k, rec));
-            k *= 2;
-        }
-        if d.recs.last().map(|r| r.0) != Some(c.max_steps) {
-            let rec = self.record_slot_steps(model, kv, &d, c.max_steps)?;
-            d.recs.push((c.max_steps, rec));
+        for rows in powers_up_to(slots) {
+            for k in powers_up_to(c.max_steps) {
+                let rec = self.record_slot_steps(model, kv, &d, rows, k)?;
+                d.recs.push(((rows, k), rec));
+            }
         }
         self.slot_decoders.push(Some(d));
         Ok(SlotDecoderId(self.slot_decoders.len() - 1))
@@ -254,14 +289,18 @@ impl VulkanBackend {
         model: &Model,
         kv: &KvCache,
         d: &SlotDecoder,
+        rows: usize,
         steps: usize,
     ) -> Result<Recording, ModelError> {
         self.capture_ctx = Some(kv.capacity);
         let res = (|| {
             for _ in 0..steps {
-                model.decode_slots_graph(self, kv, d.ids, d.pos)?;
+                model.decode_slots_graph(self, kv, d.ids, d.pos, rows)?;
                 let logits = model.logits_tensor();
-                let lp = d.lp_shape();
+                let lp = LogprobsShape {
+                    rows,
+                    ..d.lp_shape()
+                };
                 self.mark("sample");
                 self.record(|me, r| {
                     let (lg, ids, pos) = (me.all(logits), me.all(d.ids), me.all(d.pos));
@@ -276,7 +315,7 @@ impl VulkanBackend {
                         }
                         .dispatch(&SampleShape {
                             vocab: d.vocab,
-                            rows: d.slots,
+                            rows,
                             max_bias: d.cfg_.max_bias,
                             counts: d.cfg_.counts,
                         })?,
@@ -302,7 +341,7 @@ impl VulkanBackend {
                             ctl: d.ctl.all(),
                         }
                         .dispatch(&DecodeAdvanceShape {
-                            rows: d.slots,
+                            rows,
                             vocab: d.vocab,
                             capacity: d.capacity,
                             ring_steps: d.cfg_.max_steps,
@@ -341,7 +380,8 @@ impl VulkanBackend {
         let dec = self.slot_decoders[d.0]
             .take()
             .expect("slot decoders are only taken while recording");
-        let rec = self.record_slot_steps(model, kv, &dec, 1);
+        let rows = dec.rows_needed();
+        let rec = self.record_slot_steps(model, kv, &dec, rows, 1);
         self.slot_decoders[d.0] = Some(dec);
         self.timestamps = 0;
         let marks = std::mem::take(&mut self.marks);
@@ -374,6 +414,12 @@ impl VulkanBackend {
                 }
             })
             .collect())
+    }
+
+    fn decoder_mut(&mut self, d: SlotDecoderId) -> &mut SlotDecoder {
+        self.slot_decoders[d.0]
+            .as_mut()
+            .expect("slot decoders are only taken while recording")
     }
 
     fn decoder(&self, d: SlotDecoderId) -> &SlotDecoder {
@@ -468,6 +514,8 @@ impl VulkanBackend {
             .write_host(4 * slot as u64, bytemuck::bytes_of(&s.token))?;
         self.buf(dec.pos)
             .write_host(4 * slot as u64, bytemuck::bytes_of(&(s.pos as u32)))?;
+        self.decoder_mut(d).live[slot] = true;
+        let dec = self.decoder(d);
         if dec.cfg_.counts && penalties {
             let zeros;
             let counts = match s.counts {
@@ -508,62 +556,67 @@ impl VulkanBackend {
             .write_host(4 * slot as u64, bytemuck::bytes_of(&u32::MAX))?;
         self.buf(dec.pos)
             .write_host(4 * slot as u64, bytemuck::bytes_of(&IDLE))?;
+        self.decoder_mut(d).live[slot] = false;
         Ok(())
     }
 
-    /// The largest step count `<= want` that has a recording.
+    /// The step count a submit of `want` steps runs now (the largest recorded count <= want for
+    /// the rows the live slots need).
     pub fn slot_steps_available(&self, d: SlotDecoderId, want: usize) -> usize {
-        self.decoder(d)
-            .recs
-            .iter()
-            .map(|r| r.0)
-            .filter(|&k| k <= want.max(1))
-            .max()
-            .unwrap_or(1)
+        let dec = self.decoder(d);
+        dec.pick(dec.rows_needed(), want).1
     }
 
-    /// Runs `steps` decode steps for every live slot in one submit (rounded down to a recorded
+    /// Runs up to `steps` decode steps for every live slot in one submit (the largest recorded
     /// count, see [`VulkanBackend::slot_steps_available`]) and returns their tokens. A slot whose
     /// position reaches the capacity retires on the device (its later entries are idle).
     pub fn slots_run(&mut self, d: SlotDecoderId, steps: usize) -> Result<SlotSteps, ModelError> {
         self.flush()?;
-        let k = self.slot_steps_available(d, steps);
         let dec = self.decoder(d);
+        let (rows, k) = dec.pick(dec.rows_needed(), steps);
         dec.ctl.write_host(0, bytemuck::bytes_of(&0u32))?;
         let rec = &dec
             .recs
             .iter()
-            .find(|r| r.0 == k)
-            .expect("slot_steps_available returns a recorded count")
+            .find(|r| r.0 == (rows, k))
+            .expect("pick returns a recorded shape")
             .1;
         rec.submit()?;
         if self.dev.validation() == Validation::On {
             self.dev.check_validation()?;
         }
-        let n = k * dec.slots;
-        let mut ids = vec![0u32; n];
-        dec.ring.read_host(0, bytemuck::cast_slice_mut(&mut ids))?;
+        // The ring holds [k, rows]; the result is [k, slots] with idle entries past `rows`.
+        let mut ring = vec![0u32; k * rows];
+        dec.ring.read_host(0, bytemuck::cast_slice_mut(&mut ring))?;
+        let mut ids = vec![IDLE; k * dec.slots];
+        for step in 0..k {
+            ids[step * dec.slots..step * dec.slots + rows]
+                .copy_from_slice(&ring[step * rows..(step + 1) * rows]);
+        }
         let mut want = vec![0u32; dec.slots];
         dec.want.read_host(0, bytemuck::cast_slice_mut(&mut want))?;
+        let n = k * dec.slots;
         let mut logprobs = vec![None; n];
-        if want.iter().any(|&w| w != u32::MAX) {
+        if want[..rows].iter().any(|&w| w != u32::MAX) {
             let words = dec.lp_shape().record_words();
-            let mut recs = vec![0u32; n * words];
+            let mut recs = vec![0u32; k * rows * words];
             dec.lp_ring
                 .read_host(0, bytemuck::cast_slice_mut(&mut recs))?;
-            for (i, lp) in logprobs.iter_mut().enumerate() {
-                let slot = i % dec.slots;
-                if want[slot] == u32::MAX || ids[i] == IDLE {
-                    continue;
+            for step in 0..k {
+                for slot in 0..rows {
+                    let i = step * dec.slots + slot;
+                    if want[slot] == u32::MAX || ids[i] == IDLE {
+                        continue;
+                    }
+                    let rec = &recs[(step * rows + slot) * words..][..words];
+                    let count = (rec[1] as usize).min(dec.cfg_.max_top);
+                    logprobs[i] = Some(TokenLogprobs {
+                        logprob: f32::from_bits(rec[0]),
+                        top: (0..count)
+                            .map(|t| (rec[2 + 2 * t], f32::from_bits(rec[3 + 2 * t])))
+                            .collect(),
+                    });
                 }
-                let rec = &recs[i * words..(i + 1) * words];
-                let count = (rec[1] as usize).min(dec.cfg_.max_top);
-                *lp = Some(TokenLogprobs {
-                    logprob: f32::from_bits(rec[0]),
-                    top: (0..count)
-                        .map(|t| (rec[2 + 2 * t], f32::from_bits(rec[3 + 2 * t])))
-                        .collect(),
-                });
             }
         }
         Ok(SlotSteps {
