@@ -25,8 +25,12 @@ pub enum FinishReason {
     EndOfGeneration,
     /// A stop string.
     Stop,
-    /// `max_tokens` reached.
+    /// `max_tokens` reached, or the context is full.
     Length,
+    /// Cancelled by the caller (or its receiver went away); only the runner finishes this way.
+    Cancelled,
+    /// The request's time limit passed; only the runner finishes this way.
+    Timeout,
 }
 
 /// Token counts and timings of one generation.
