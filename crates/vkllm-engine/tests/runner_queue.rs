@@ -108,6 +108,7 @@ struct Seen {
     tokens: Vec<u32>,
     finished: Option<(FinishReason, usize)>,
     error: Option<String>,
+    stop: Option<usize>,
     events: usize,
 }
 
@@ -131,8 +132,14 @@ fn sink_into(seen: &Shared) -> vkllm_engine::Sink {
                 s.text += &text;
                 s.tokens.extend(tokens.iter().map(|t| t.id));
             }
-            Event::Finished { reason, usage } => {
+            Event::Finished {
+                reason,
+                usage,
+                stop,
+            } => {
                 assert_eq!(usage.finish, reason);
+                assert_eq!(stop.is_some(), reason == FinishReason::Stop);
+                s.stop = stop;
                 s.finished = Some((reason, usage.generated_tokens));
             }
             Event::Error(e) => s.error = Some(e.to_string()),
@@ -198,6 +205,7 @@ fn text_limits_eog_and_stops() {
     assert_eq!(c.text, "xy");
     // x y z x: the stop completes at the fourth token.
     assert_eq!(c.finished, Some((FinishReason::Stop, 4)));
+    assert_eq!(c.stop, Some(0));
     let d = d.lock().unwrap();
     assert_eq!(
         (d.text.as_str(), d.finished),
@@ -353,7 +361,7 @@ fn context_and_multi_token_steps() {
     // A stop inside a multi-token step: nothing after it is delivered.
     let b = Shared::default();
     let mut rb = request("uvw", 100);
-    rb.stop = vec!["wu".into()];
+    rb.stop = vec!["zz".into(), "wu".into()];
     r.submit(rb, sink_into(&b)).unwrap();
     r.run_until_idle();
     let a = a.lock().unwrap();
@@ -367,6 +375,7 @@ fn context_and_multi_token_steps() {
         (b.text.as_str(), b.finished),
         ("uv", Some((FinishReason::Stop, 4)))
     );
+    assert_eq!(b.stop, Some(1));
     assert_eq!(b.tokens, ids("uvwu"));
     // Prompts that leave no room are refused at submission.
     for (text, want) in [("abcdefghij", 10), ("abcdefghijk", 11)] {

@@ -77,8 +77,13 @@ pub enum Event {
     /// New text (possibly empty while a character or a possible stop string is incomplete) and
     /// the generated tokens it came from. End-of-generation tokens are not included.
     Delta { text: String, tokens: Vec<TokenOut> },
-    /// The last event of a request that ran.
-    Finished { reason: FinishReason, usage: Usage },
+    /// The last event of a request that ran; `stop` is the index (in [`Request::stop`]) of the
+    /// stop string that ended it, when one did.
+    Finished {
+        reason: FinishReason,
+        usage: Usage,
+        stop: Option<usize>,
+    },
     /// The last event of a request that failed after it was accepted.
     Error(EngineError),
 }

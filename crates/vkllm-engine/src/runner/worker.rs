@@ -61,6 +61,8 @@ struct Running {
     submitted: Instant,
     deadline: Option<Instant>,
     prefill: Duration,
+    /// The stop string that matched.
+    stop_hit: Option<usize>,
     first_at: Instant,
     last_at: Instant,
 }
@@ -235,7 +237,11 @@ impl Core {
         let any = !ended.is_empty();
         for mut p in ended {
             let usage = empty_usage(p.prompt.len(), p.submitted, reason);
-            (p.sink)(Event::Finished { reason, usage });
+            (p.sink)(Event::Finished {
+                reason,
+                usage,
+                stop: None,
+            });
             self.shared.ended.fetch_add(1, Ordering::Relaxed);
         }
         any
@@ -262,6 +268,7 @@ impl Core {
                     submitted: p.submitted,
                     deadline: p.deadline,
                     prefill: now.duration_since(t0),
+                    stop_hit: None,
                     first_at: now,
                     last_at: now,
                 });
@@ -352,7 +359,12 @@ impl Core {
             }
         }
         let usage = r.usage(reason);
-        (r.sink)(Event::Finished { reason, usage });
+        let stop = r.stop_hit.filter(|_| reason == FinishReason::Stop);
+        (r.sink)(Event::Finished {
+            reason,
+            usage,
+            stop,
+        });
         self.shared.ended.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -390,6 +402,7 @@ fn absorb(
             let step = r.stops.push(&piece);
             text.push_str(&step.text);
             if step.stopped.is_some() {
+                r.stop_hit = step.stopped;
                 finish = Some(FinishReason::Stop);
                 break;
             }
@@ -419,6 +432,7 @@ fn flush_tail(r: &mut Running, tok: &Tokenizer) -> Result<(String, bool), Engine
     let step = r.stops.push(&tail);
     let mut text = step.text;
     if step.stopped.is_some() {
+        r.stop_hit = step.stopped;
         return Ok((text, true));
     }
     text.push_str(&r.stops.finish());
