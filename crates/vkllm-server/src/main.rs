@@ -2,6 +2,7 @@
 //! and `run`; this file only parses and dispatches.
 
 mod cmd;
+mod server;
 
 use clap::{Parser, Subcommand};
 
@@ -21,6 +22,8 @@ enum Command {
     Run(cmd::run::Args),
     /// Print the token ids of a text (or of a chat rendered with the model's template).
     Tokenize(cmd::tokenize::Args),
+    /// Serve a model over HTTP: OpenAI and Anthropic APIs, streaming, concurrent requests.
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -29,6 +32,7 @@ fn main() -> std::process::ExitCode {
         Command::Info(args) => cmd::info::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Tokenize(args) => cmd::tokenize::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

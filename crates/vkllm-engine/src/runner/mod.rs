@@ -39,7 +39,8 @@ pub type Sink = Box<dyn FnMut(Event) -> bool + Send>;
 pub enum Prompt {
     /// Token ids, used as they are.
     Tokens(Vec<u32>),
-    /// Text, encoded as a prompt (with the model's BOS if it wants one).
+    /// Text, encoded as `vkllm run --raw` encodes it (`EncodeOptions::prompt()`: special
+    /// tokens written in the text are matched, nothing is added around it).
     Text(String),
 }
 

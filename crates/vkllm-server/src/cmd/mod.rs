@@ -3,4 +3,5 @@
 pub mod info;
 pub mod model;
 pub mod run;
+pub mod serve;
 pub mod tokenize;
