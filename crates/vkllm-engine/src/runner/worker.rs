@@ -196,7 +196,16 @@ impl Core {
             did = true;
         }
         let next = if self.running.len() < self.generator.max_slots() {
-            self.shared.lock().queue.pop_front()
+            let mut inbox = self.shared.lock();
+            let p = inbox.queue.pop_front();
+            if p.is_some() {
+                // Counted as running from here (under the queue's lock): a request is never
+                // invisible to `stats` during its prefill.
+                self.shared
+                    .active
+                    .store(self.running.len() + 1, Ordering::Relaxed);
+            }
+            p
         } else {
             None
         };

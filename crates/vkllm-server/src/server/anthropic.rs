@@ -235,7 +235,7 @@ fn chat_input(f: &mut Fields, msgs: Vec<Json>) -> Result<ChatInput, ApiError> {
     match f.take("thinking") {
         None => {}
         Some(t) => match t["type"].as_str() {
-            Some("enabled") => {
+            Some("enabled" | "adaptive" | "between_tools") => {
                 kwargs.insert("enable_thinking".into(), true.into());
             }
             Some("disabled") => {
@@ -245,7 +245,7 @@ fn chat_input(f: &mut Fields, msgs: Vec<Json>) -> Result<ChatInput, ApiError> {
                 return Err(ApiError::bad(
                     API,
                     "thinking",
-                    "`thinking.type` must be enabled or disabled",
+                    "`thinking.type` must be enabled, adaptive, between_tools or disabled",
                 ));
             }
         },
@@ -335,6 +335,10 @@ fn parse(state: &AppState, bytes: &[u8]) -> Result<(Prepared, bool), ApiError> {
         &[json!("auto"), json!("standard_only")],
         "there is one tier",
     )?;
+    f.only("speed", &[json!("standard")], "there is one speed")?;
+    // Prompt caching is automatic (the longest cached prefix of a slot is reused).
+    f.take("cache_control");
+    output_config(f.take("output_config"))?;
     f.finish()?;
     let tool_stop = prompt.tool_stop.clone().map(|s| {
         stop.push(s);
@@ -369,6 +373,39 @@ fn parse(state: &AppState, bytes: &[u8]) -> Result<(Prepared, bool), ApiError> {
         },
         stream,
     ))
+}
+
+/// `output_config`: `effort` is accepted (the model has one effort level, its own: agents that
+/// always send it keep working); `format` (structured outputs) is not supported.
+fn output_config(cfg: Option<Json>) -> Result<(), ApiError> {
+    let Some(cfg) = cfg else { return Ok(()) };
+    let Json::Object(cfg) = cfg else {
+        return Err(ApiError::bad(
+            API,
+            "output_config",
+            "`output_config` must be an object",
+        ));
+    };
+    for (k, v) in cfg {
+        match (k.as_str(), v) {
+            (_, Json::Null) | ("effort", Json::String(_)) => {}
+            ("format", _) => {
+                return Err(ApiError::unsupported(
+                    API,
+                    "output_config.format",
+                    "structured outputs need constrained decoding, which vkllm does not have yet",
+                ));
+            }
+            (k, _) => {
+                return Err(ApiError::unsupported(
+                    API,
+                    &format!("output_config.{k}"),
+                    "not implemented",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn stop_reason(f: &Option<Finish>) -> (&'static str, Json) {
