@@ -10,6 +10,7 @@ mod error;
 mod fields;
 mod generate;
 mod metrics;
+mod models;
 mod openai;
 mod openai_stream;
 mod output;
@@ -137,8 +138,8 @@ pub fn router(state: Arc<AppState>, body_limit: usize) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics_text))
-        .route("/v1/models", get(openai::models))
-        .route("/v1/models/{id}", get(openai::model))
+        .route("/v1/models", get(models::list))
+        .route("/v1/models/{id}", get(models::one))
         .route("/v1/chat/completions", post(openai::chat))
         .route("/v1/completions", post(openai::completions))
         .route("/v1/messages", post(anthropic::create))
