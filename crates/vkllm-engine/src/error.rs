@@ -19,4 +19,22 @@ pub enum EngineError {
     },
     #[error("empty prompt: at least one token is needed")]
     EmptyPrompt,
+    #[error("the prompt has {prompt} tokens: it does not fit the {ctx}-token context")]
+    PromptTooLong { prompt: usize, ctx: usize },
+    #[error("all {slots} generation slots are busy")]
+    NoFreeSlot { slots: usize },
+    #[error("the request queue is full ({capacity} requests waiting)")]
+    QueueFull { capacity: usize },
+    #[error("the inference runner has shut down")]
+    Shutdown,
+    #[error("`{what}` is {value}: expected {expected}")]
+    InvalidRequest {
+        what: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+    /// A decode step failed for a batch; every request in it gets this (the cause as text,
+    /// since one error value cannot be shared).
+    #[error("decode step failed: {message}")]
+    StepFailed { message: String },
 }

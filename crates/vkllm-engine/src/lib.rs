@@ -6,10 +6,22 @@
 //! stop strings or the token limit, with timings (time to first token, prefill and decode
 //! tokens per second) on every finish. Multi-turn use appends only the new turn: the earlier
 //! turns' keys and values stay in the cache.
+//!
+//! For serving many requests at once, a [`Generator`] holds a fixed set of generation slots
+//! ([`SimpleGenerator`] is the reference one: a KV cache per slot, each decoded on its own) and
+//! the [`InferenceRunner`] schedules requests onto it: a bounded queue, requests joining the
+//! running batch between decode steps, cancellation, time limits, streamed text events.
 
 pub mod bench;
 mod error;
+pub mod generator;
+pub mod runner;
 mod session;
 
 pub use error::EngineError;
+pub use generator::{Generator, SimpleGenerator, SlotId, SlotParams, TokenOut};
+pub use runner::{
+    Event, InferenceRunner, Prompt, Request, RequestId, RunnerConfig, RunnerHandle, RunnerStats,
+    Sink,
+};
 pub use session::{FinishReason, GenerateParams, Session, Usage};

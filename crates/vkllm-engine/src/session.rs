@@ -26,10 +26,13 @@ pub enum FinishReason {
     EndOfGeneration,
     /// A stop string.
     Stop,
-    /// `max_tokens` reached.
+    /// `max_tokens` reached, or the context is full.
     Length,
-    /// The caller's cancel flag was set ([`Session::generate_with`]).
+    /// Cancelled by the caller (the cancel flag of [`Session::generate_with`], or a runner
+    /// request whose receiver went away).
     Cancelled,
+    /// The request's time limit passed; only the runner finishes this way.
+    Timeout,
 }
 
 /// Token counts and timings of one generation.

@@ -3,6 +3,7 @@
 
 mod cmd;
 mod fetch;
+mod server;
 
 use clap::{Parser, Subcommand};
 
@@ -30,6 +31,8 @@ enum Command {
     Synth(cmd::synth::Args),
     /// Perplexity of a model over a text (llama.cpp's method).
     Perplexity(cmd::perplexity::Args),
+    /// Serve a model over HTTP: OpenAI and Anthropic APIs, streaming, concurrent requests.
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -42,6 +45,7 @@ fn main() -> std::process::ExitCode {
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Synth(args) => cmd::synth::run(args),
         Command::Perplexity(args) => cmd::perplexity::run(args),
+        Command::Serve(args) => cmd::serve::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

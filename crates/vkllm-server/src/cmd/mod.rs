@@ -7,5 +7,6 @@ pub mod info;
 pub mod model;
 pub mod perplexity;
 pub mod run;
+pub mod serve;
 pub mod synth;
 pub mod tokenize;

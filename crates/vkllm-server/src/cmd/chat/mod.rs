@@ -339,5 +339,6 @@ fn finish_name(f: FinishReason) -> &'static str {
         FinishReason::Stop => "stop string",
         FinishReason::Length => "length",
         FinishReason::Cancelled => "cancelled",
+        FinishReason::Timeout => "timeout",
     }
 }

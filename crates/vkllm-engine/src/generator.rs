@@ -1,0 +1,273 @@
+//! The [`Generator`] trait: a fixed set of generation slots that a scheduler fills with
+//! requests and advances one decode round at a time, and [`SimpleGenerator`], its reference
+//! implementation (one KV cache per slot, each slot decoded by its own `n = 1` forward and
+//! sampled on the CPU).
+
+use vkllm_cpu::sampler::{SamplingParams, log_softmax, sample, top_logprobs};
+use vkllm_models::{Backend, KvCache, Logits, Model};
+
+use crate::error::EngineError;
+
+/// Index of a generation slot, `0..max_slots()`.
+pub type SlotId = usize;
+
+/// Most alternatives a token's `top` list may ask for.
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// The sequence id every slot samples with: the draw of a request depends on its seed and step
+/// only, never on the slot it happens to occupy, so a seed reproduces its text.
+pub const SEQ_ID: u64 = 0;
+
+/// How one slot samples.
+#[derive(Clone, Debug, Default)]
+pub struct SlotParams {
+    pub sampling: SamplingParams,
+    /// top-n logprobs (0..=20) per token; None = no logprobs
+    pub logprobs: Option<usize>,
+}
+
+/// One generated token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenOut {
+    pub id: u32,
+    /// Natural log of the token's probability under the model (raw logits, before penalties,
+    /// bias and temperature), when logprobs were asked for.
+    pub logprob: Option<f32>,
+    /// The most likely tokens at this step as `(id, logprob)`, best first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// A set of generation slots over one model.
+pub trait Generator: Send {
+    fn max_slots(&self) -> usize;
+    fn context(&self) -> usize; // positions per slot
+    fn vocab(&self) -> usize;
+    /// Prefill `prompt` into a free slot (may reuse a cached prefix of an idle slot's history),
+    /// sample the first token. Errors: no free slot, prompt too long (typed EngineError).
+    fn start(&mut self, prompt: &[u32], p: &SlotParams) -> Result<(SlotId, TokenOut), EngineError>;
+    /// One decode round over every active slot: each gets >= 1 new token (an implementation may
+    /// return several per slot; the caller discards tokens past a stop). Feeding the last token
+    /// back in is the generator's job.
+    fn step(&mut self) -> Result<Vec<(SlotId, Vec<TokenOut>)>, EngineError>;
+    /// The slot stops being active (finished/cancelled); its KV may be kept for prefix reuse.
+    fn release(&mut self, slot: SlotId);
+}
+
+/// Checks the parts of `p` a generator depends on.
+pub fn validate_params(p: &SlotParams, vocab: usize) -> Result<(), EngineError> {
+    p.sampling.validate(vocab)?;
+    if let Some(n) = p.logprobs
+        && n > MAX_TOP_LOGPROBS
+    {
+        return Err(EngineError::InvalidRequest {
+            what: "top_logprobs",
+            value: n.to_string(),
+            expected: "at most 20",
+        });
+    }
+    Ok(())
+}
+
+/// The token `sample` picks from `logits`, with logprobs when asked.
+pub fn pick(logits: &[f32], p: &SlotParams, counts: &[u32], step: u64) -> TokenOut {
+    let id = sample(logits, &p.sampling, counts, SEQ_ID, step);
+    match p.logprobs {
+        None => TokenOut {
+            id,
+            logprob: None,
+            top: Vec::new(),
+        },
+        Some(n) => TokenOut {
+            id,
+            logprob: log_softmax(logits).get(id as usize).copied(),
+            top: top_logprobs(logits, n.min(MAX_TOP_LOGPROBS)),
+        },
+    }
+}
+
+/// Whether `s` uses token counts (any penalty away from its neutral value).
+fn penalised(s: &SamplingParams) -> bool {
+    s.repetition_penalty != 1.0 || s.presence_penalty != 0.0 || s.frequency_penalty != 0.0
+}
+
+/// The state of a slot while it generates.
+struct Active {
+    params: SlotParams,
+    /// Generated-token counts for penalties; empty when the request has none.
+    counts: Vec<u32>,
+    /// Tokens sampled so far (the sampler's step counter).
+    step: u64,
+    /// The last sampled token, not yet in the cache.
+    next: u32,
+}
+
+struct Slot {
+    kv: KvCache,
+    /// Tokens whose keys and values are in `kv`, from position 0.
+    history: Vec<u32>,
+    active: Option<Active>,
+    /// When the slot was last released (for least-recently-used reuse).
+    last_used: u64,
+}
+
+/// The reference [`Generator`]: `slots` KV caches of `ctx` positions each; every slot is decoded
+/// by its own `Model::forward` of one token and sampled with `vkllm_cpu::sampler::sample`.
+/// Works on any backend. A slot whose cache is full is left out of [`Generator::step`]'s result
+/// (the caller finishes it with `Length`).
+pub struct SimpleGenerator<B: Backend> {
+    backend: B,
+    model: Model,
+    slots: Vec<Slot>,
+    ctx: usize,
+    clock: u64,
+}
+
+impl<B: Backend> SimpleGenerator<B> {
+    /// `slots` generation slots of `ctx` positions each (at least one of each).
+    pub fn new(
+        mut backend: B,
+        model: Model,
+        slots: usize,
+        ctx: usize,
+    ) -> Result<Self, EngineError> {
+        let ctx = ctx.max(1);
+        let slots = (0..slots.max(1))
+            .map(|_| {
+                Ok(Slot {
+                    kv: model.new_kv(&mut backend, ctx)?,
+                    history: Vec::new(),
+                    active: None,
+                    last_used: 0,
+                })
+            })
+            .collect::<Result<Vec<_>, EngineError>>()?;
+        Ok(SimpleGenerator {
+            backend,
+            model,
+            slots,
+            ctx,
+            clock: 0,
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The tokens cached in `slot` (its prefix for reuse).
+    pub fn history(&self, slot: SlotId) -> &[u32] {
+        self.slots.get(slot).map_or(&[], |s| s.history.as_slice())
+    }
+
+    /// The free slot to use for `prompt`: the longest reusable prefix, then the least recently
+    /// used. Returns the slot and how many prompt tokens it already holds.
+    fn choose(&self, prompt: &[u32]) -> Option<(SlotId, usize)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.active.is_none())
+            .map(|(i, s)| {
+                let common = s
+                    .history
+                    .iter()
+                    .zip(prompt)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                // The last prompt token is always recomputed: its logits are needed.
+                (i, common.min(prompt.len() - 1), s.last_used)
+            })
+            .max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)))
+            .map(|(i, reuse, _)| (i, reuse))
+    }
+}
+
+impl<B: Backend + Send> Generator for SimpleGenerator<B> {
+    fn max_slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn context(&self) -> usize {
+        self.ctx
+    }
+
+    fn vocab(&self) -> usize {
+        self.model.cfg.vocab_size
+    }
+
+    fn start(&mut self, prompt: &[u32], p: &SlotParams) -> Result<(SlotId, TokenOut), EngineError> {
+        if prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if prompt.len() > self.ctx {
+            return Err(EngineError::PromptTooLong {
+                prompt: prompt.len(),
+                ctx: self.ctx,
+            });
+        }
+        let vocab = self.model.cfg.vocab_size;
+        validate_params(p, vocab)?;
+        let (id, reuse) = self.choose(prompt).ok_or(EngineError::NoFreeSlot {
+            slots: self.slots.len(),
+        })?;
+        let slot = &mut self.slots[id];
+        slot.history.truncate(reuse);
+        let logits = self.model.forward(
+            &mut self.backend,
+            &slot.kv,
+            &prompt[reuse..],
+            reuse,
+            Logits::Last,
+        )?;
+        slot.history.extend_from_slice(&prompt[reuse..]);
+        let mut counts = if penalised(&p.sampling) {
+            vec![0u32; vocab]
+        } else {
+            Vec::new()
+        };
+        let tok = pick(&logits, p, &counts, 0);
+        if let Some(c) = counts.get_mut(tok.id as usize) {
+            *c += 1;
+        }
+        slot.active = Some(Active {
+            params: p.clone(),
+            counts,
+            step: 1,
+            next: tok.id,
+        });
+        Ok((id, tok))
+    }
+
+    fn step(&mut self) -> Result<Vec<(SlotId, Vec<TokenOut>)>, EngineError> {
+        let mut out = Vec::new();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(a) = slot.active.as_mut() else {
+                continue;
+            };
+            let pos = slot.history.len();
+            if pos >= slot.kv.capacity {
+                continue;
+            }
+            let logits =
+                self.model
+                    .forward(&mut self.backend, &slot.kv, &[a.next], pos, Logits::Last)?;
+            slot.history.push(a.next);
+            let tok = pick(&logits, &a.params, &a.counts, a.step);
+            if let Some(c) = a.counts.get_mut(tok.id as usize) {
+                *c += 1;
+            }
+            a.step += 1;
+            a.next = tok.id;
+            out.push((i, vec![tok]));
+        }
+        Ok(out)
+    }
+
+    fn release(&mut self, slot: SlotId) {
+        self.clock += 1;
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.active = None;
+            s.last_used = self.clock;
+        }
+    }
+}

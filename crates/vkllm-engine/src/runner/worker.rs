@@ -1,0 +1,449 @@
+//! The worker side of the runner: the generator, the running requests, and the text side of
+//! each token (detokenization, stops, limits).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use vkllm_tokenizer::{StopMatcher, Tokenizer};
+
+use super::{Event, Inbox, Pending, RequestId, RunnerConfig, RunnerHandle, Shared, Sink};
+use crate::error::EngineError;
+use crate::generator::{Generator, SlotId, TokenOut};
+use crate::session::{FinishReason, Usage};
+
+/// Streaming detokenizer over a shared tokenizer (the same window rule as
+/// `vkllm_tokenizer::IncrementalDecoder`, without borrowing the tokenizer).
+#[derive(Default)]
+struct Detok {
+    ids: Vec<u32>,
+    read: usize,
+}
+
+impl Detok {
+    fn push(&mut self, tok: &Tokenizer, id: u32) -> Result<Option<String>, EngineError> {
+        self.ids.push(id);
+        let prefix = tok.decode(&self.ids[..self.read], true)?;
+        let all = tok.decode(&self.ids, true)?;
+        if all.len() > prefix.len() && all.starts_with(&prefix) && !all.ends_with('\u{FFFD}') {
+            let delta = all[prefix.len()..].to_string();
+            self.ids.drain(..self.read);
+            self.read = self.ids.len();
+            return Ok(Some(delta));
+        }
+        Ok(None)
+    }
+
+    fn flush(&mut self, tok: &Tokenizer) -> Result<String, EngineError> {
+        let prefix = tok.decode(&self.ids[..self.read], true)?;
+        let all = tok.decode(&self.ids, true)?;
+        self.ids.clear();
+        self.read = 0;
+        Ok(match all.strip_prefix(&prefix) {
+            Some(d) => d.to_string(),
+            None => all,
+        })
+    }
+}
+
+/// A request holding a slot.
+struct Running {
+    id: RequestId,
+    slot: SlotId,
+    sink: Sink,
+    detok: Detok,
+    stops: StopMatcher,
+    prompt_len: usize,
+    generated: usize,
+    max_tokens: usize,
+    submitted: Instant,
+    deadline: Option<Instant>,
+    prefill: Duration,
+    /// The stop string that matched.
+    stop_hit: Option<usize>,
+    first_at: Instant,
+    last_at: Instant,
+}
+
+impl Running {
+    fn usage(&self, reason: FinishReason) -> Usage {
+        let decode = self.last_at.duration_since(self.first_at).as_secs_f64();
+        Usage {
+            prompt_tokens: self.prompt_len,
+            reused_tokens: 0,
+            generated_tokens: self.generated,
+            finish: reason,
+            time_to_first_token: self.first_at.duration_since(self.submitted),
+            prefill_tokens_per_s: self.prompt_len as f64 / self.prefill.as_secs_f64().max(1e-9),
+            decode_tokens_per_s: if self.generated > 1 {
+                (self.generated - 1) as f64 / decode.max(1e-9)
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+/// The worker side: the generator and the running requests.
+pub(super) struct Core {
+    generator: Box<dyn Generator>,
+    shared: Arc<Shared>,
+    running: Vec<Running>,
+}
+
+fn empty_usage(prompt_tokens: usize, submitted: Instant, reason: FinishReason) -> Usage {
+    Usage {
+        prompt_tokens,
+        reused_tokens: 0,
+        generated_tokens: 0,
+        finish: reason,
+        time_to_first_token: submitted.elapsed(),
+        prefill_tokens_per_s: 0.0,
+        decode_tokens_per_s: 0.0,
+    }
+}
+
+impl Core {
+    pub(super) fn new(
+        generator: Box<dyn Generator>,
+        tokenizer: Arc<Tokenizer>,
+        config: RunnerConfig,
+    ) -> (RunnerHandle, Core) {
+        let shared = Arc::new(Shared {
+            inbox: Mutex::new(Inbox {
+                queue: VecDeque::new(),
+                cancel: Vec::new(),
+                next_id: 1,
+                shutdown: false,
+            }),
+            wake: Condvar::new(),
+            tokenizer,
+            config,
+            slots: generator.max_slots(),
+            context: generator.context(),
+            vocab: generator.vocab(),
+            active: AtomicUsize::new(0),
+            kv_used: AtomicUsize::new(0),
+            accepted: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
+            steps: AtomicU64::new(0),
+        });
+        let handle = RunnerHandle {
+            shared: shared.clone(),
+        };
+        let core = Core {
+            generator,
+            shared,
+            running: Vec::new(),
+        };
+        (handle, core)
+    }
+
+    /// The worker loop (threaded mode).
+    pub(super) fn run(&mut self) {
+        loop {
+            if self.tick() {
+                continue;
+            }
+            let s = self.shared.clone();
+            let mut inbox = s.lock();
+            if inbox.shutdown {
+                drop(inbox);
+                self.cancel_all();
+                return;
+            }
+            if inbox.queue.is_empty() && inbox.cancel.is_empty() && self.running.is_empty() {
+                inbox = s
+                    .wake
+                    .wait_timeout(inbox, Duration::from_secs(1))
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|e| e.into_inner().0);
+            }
+            drop(inbox);
+        }
+    }
+
+    pub(super) fn tick(&mut self) -> bool {
+        let (cancels, shutdown) = {
+            let mut inbox = self.shared.lock();
+            (std::mem::take(&mut inbox.cancel), inbox.shutdown)
+        };
+        if shutdown {
+            let busy = !self.running.is_empty() || !self.shared.lock().queue.is_empty();
+            self.cancel_all();
+            return busy;
+        }
+        let mut did = !cancels.is_empty();
+        for id in cancels {
+            self.end_queued(|p| p.id == id, FinishReason::Cancelled);
+            if let Some(i) = self.running.iter().position(|r| r.id == id) {
+                self.finish(i, FinishReason::Cancelled);
+            }
+        }
+        let now = Instant::now();
+        did |= self.end_queued(
+            |p| p.deadline.is_some_and(|d| d <= now),
+            FinishReason::Timeout,
+        );
+        while let Some(i) = self
+            .running
+            .iter()
+            .position(|r| r.deadline.is_some_and(|d| d <= now))
+        {
+            self.finish(i, FinishReason::Timeout);
+            did = true;
+        }
+        let next = if self.running.len() < self.generator.max_slots() {
+            let mut inbox = self.shared.lock();
+            let p = inbox.queue.pop_front();
+            if p.is_some() {
+                // Counted as running from here (under the queue's lock): a request is never
+                // invisible to `stats` during its prefill.
+                self.shared
+                    .active
+                    .store(self.running.len() + 1, Ordering::Relaxed);
+            }
+            p
+        } else {
+            None
+        };
+        let work = if let Some(p) = next {
+            self.prefill(p);
+            true
+        } else if !self.running.is_empty() {
+            self.step();
+            true
+        } else {
+            false
+        };
+        self.publish();
+        did || work
+    }
+
+    fn publish(&self) {
+        let s = &self.shared;
+        s.active.store(self.running.len(), Ordering::Relaxed);
+        let kv: usize = self
+            .running
+            .iter()
+            .map(|r| r.prompt_len + r.generated)
+            .sum();
+        s.kv_used.store(kv, Ordering::Relaxed);
+    }
+
+    /// Removes the queued requests `pred` selects and finishes them with `reason`.
+    fn end_queued(&mut self, pred: impl Fn(&Pending) -> bool, reason: FinishReason) -> bool {
+        let ended: Vec<Pending> = {
+            let mut inbox = self.shared.lock();
+            let (gone, kept): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut inbox.queue)
+                .into_iter()
+                .partition(|p| pred(p));
+            inbox.queue = kept.into();
+            gone
+        };
+        let any = !ended.is_empty();
+        for mut p in ended {
+            let usage = empty_usage(p.prompt.len(), p.submitted, reason);
+            (p.sink)(Event::Finished {
+                reason,
+                usage,
+                stop: None,
+            });
+            self.shared.ended.fetch_add(1, Ordering::Relaxed);
+        }
+        any
+    }
+
+    fn prefill(&mut self, mut p: Pending) {
+        let t0 = Instant::now();
+        match self.generator.start(&p.prompt, &p.req.params) {
+            Err(e) => {
+                (p.sink)(Event::Error(e));
+                self.shared.ended.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok((slot, tok)) => {
+                let now = Instant::now();
+                self.running.push(Running {
+                    id: p.id,
+                    slot,
+                    sink: p.sink,
+                    detok: Detok::default(),
+                    stops: StopMatcher::new(p.req.stop.iter().map(String::as_str)),
+                    prompt_len: p.prompt.len(),
+                    generated: 0,
+                    max_tokens: p.req.max_tokens,
+                    submitted: p.submitted,
+                    deadline: p.deadline,
+                    prefill: now.duration_since(t0),
+                    stop_hit: None,
+                    first_at: now,
+                    last_at: now,
+                });
+                let i = self.running.len() - 1;
+                self.deliver(i, vec![tok]);
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        self.shared.steps.fetch_add(1, Ordering::Relaxed);
+        match self.generator.step() {
+            Err(e) => {
+                let message = e.to_string();
+                while let Some(mut r) = self.running.pop() {
+                    self.generator.release(r.slot);
+                    (r.sink)(Event::Error(EngineError::StepFailed {
+                        message: message.clone(),
+                    }));
+                    self.shared.ended.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok(out) => {
+                let now = Instant::now();
+                let mut served = Vec::with_capacity(out.len());
+                for (slot, toks) in out {
+                    // Look the slot up each time: finishing removes entries.
+                    let Some(i) = self.running.iter().position(|r| r.slot == slot) else {
+                        continue;
+                    };
+                    served.push(slot);
+                    self.running[i].last_at = now;
+                    self.deliver(i, toks);
+                }
+                // A running slot the generator left out has a full context.
+                while let Some(i) = self.running.iter().position(|r| !served.contains(&r.slot)) {
+                    self.finish(i, FinishReason::Length);
+                }
+            }
+        }
+    }
+
+    /// Hands a slot's new tokens to its request: text, stops, limits.
+    fn deliver(&mut self, i: usize, toks: Vec<TokenOut>) {
+        let tok = self.shared.tokenizer.clone();
+        let ctx = self.shared.context;
+        let r = &mut self.running[i];
+        match absorb(r, &tok, ctx, toks) {
+            Err(e) => {
+                let mut r = self.running.remove(i);
+                self.generator.release(r.slot);
+                (r.sink)(Event::Error(e));
+                self.shared.ended.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok((text, tokens, finish)) => {
+                let alive = if text.is_empty() && tokens.is_empty() {
+                    true
+                } else {
+                    (r.sink)(Event::Delta { text, tokens })
+                };
+                if !alive {
+                    self.finish(i, FinishReason::Cancelled);
+                } else if let Some(f) = finish {
+                    self.finish(i, f);
+                }
+            }
+        }
+    }
+
+    /// Ends running request `i`: frees its slot and sends `Finished` (after the text still
+    /// held back, for a time limit).
+    fn finish(&mut self, i: usize, reason: FinishReason) {
+        let mut r = self.running.remove(i);
+        self.generator.release(r.slot);
+        let mut reason = reason;
+        if reason == FinishReason::Timeout {
+            let tok = self.shared.tokenizer.clone();
+            if let Ok((text, stopped)) = flush_tail(&mut r, &tok)
+                && !text.is_empty()
+            {
+                if stopped {
+                    reason = FinishReason::Stop;
+                }
+                (r.sink)(Event::Delta {
+                    text,
+                    tokens: Vec::new(),
+                });
+            }
+        }
+        let usage = r.usage(reason);
+        let stop = r.stop_hit.filter(|_| reason == FinishReason::Stop);
+        (r.sink)(Event::Finished {
+            reason,
+            usage,
+            stop,
+        });
+        self.shared.ended.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Cancels everything queued or running.
+    pub(super) fn cancel_all(&mut self) {
+        self.end_queued(|_| true, FinishReason::Cancelled);
+        while !self.running.is_empty() {
+            self.finish(self.running.len() - 1, FinishReason::Cancelled);
+        }
+        self.publish();
+    }
+}
+
+/// Takes a step's tokens for `r`: counts them, decodes them, applies end-of-generation, stop
+/// strings, `max_tokens` and the context. Returns the text to show, the tokens kept (none past
+/// the end) and the finish reason, if the request ended.
+fn absorb(
+    r: &mut Running,
+    tok: &Tokenizer,
+    ctx: usize,
+    toks: Vec<TokenOut>,
+) -> Result<(String, Vec<TokenOut>, Option<FinishReason>), EngineError> {
+    let mut text = String::new();
+    let mut kept = Vec::with_capacity(toks.len());
+    let mut finish = None;
+    for t in toks {
+        if tok.is_eog(t.id) {
+            finish = Some(FinishReason::EndOfGeneration);
+            break;
+        }
+        r.generated += 1;
+        let id = t.id;
+        kept.push(t);
+        if let Some(piece) = r.detok.push(tok, id)? {
+            let step = r.stops.push(&piece);
+            text.push_str(&step.text);
+            if step.stopped.is_some() {
+                r.stop_hit = step.stopped;
+                finish = Some(FinishReason::Stop);
+                break;
+            }
+        }
+        // Prompt plus generated tokens may fill the context, not more.
+        if r.generated >= r.max_tokens || r.prompt_len + r.generated >= ctx {
+            finish = Some(FinishReason::Length);
+            break;
+        }
+    }
+    if let Some(f) = finish
+        && f != FinishReason::Stop
+    {
+        let (tail, stopped) = flush_tail(r, tok)?;
+        text.push_str(&tail);
+        if stopped {
+            finish = Some(FinishReason::Stop);
+        }
+    }
+    Ok((text, kept, finish))
+}
+
+/// The text the decoder and the stop matcher still hold, at the end of a request; `true` when
+/// it completes a stop string (the text then ends before it).
+fn flush_tail(r: &mut Running, tok: &Tokenizer) -> Result<(String, bool), EngineError> {
+    let tail = r.detok.flush(tok)?;
+    let step = r.stops.push(&tail);
+    let mut text = step.text;
+    if step.stopped.is_some() {
+        r.stop_hit = step.stopped;
+        return Ok((text, true));
+    }
+    text.push_str(&r.stops.finish());
+    Ok((text, false))
+}

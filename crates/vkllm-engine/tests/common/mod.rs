@@ -1,0 +1,73 @@
+//! A 256-token test vocabulary: one character per id, `</s>` (id 255) the end of generation.
+
+#![allow(dead_code)]
+
+use vkllm_tokenizer::Tokenizer;
+
+/// The end-of-generation id of [`char_tokenizer`].
+pub const EOS: u32 = 255;
+
+/// The character of id `i < 256`: digits, letters, punctuation, then Latin-1 letters.
+pub fn char_of(i: u32) -> char {
+    const ASCII: &str = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ .,;:!?-+*/=()[]{}<>'\"#&%$@^_|~";
+    let ascii: Vec<char> = ASCII.chars().collect();
+    match ascii.get(i as usize) {
+        Some(&c) => c,
+        None => char::from_u32(0x100 + i).expect("a Latin Extended letter"),
+    }
+}
+
+/// BPE with no merges over 255 single characters plus `</s>` (special, the EOS, id 255),
+/// decoded by concatenation.
+pub fn char_tokenizer() -> Tokenizer {
+    char_tokenizer_eos(EOS)
+}
+
+/// [`char_tokenizer`] with the EOS at id `eos` (the other ids keep their characters).
+pub fn char_tokenizer_eos(eos: u32) -> Tokenizer {
+    let mut vocab = serde_json::Map::new();
+    for i in (0..256).filter(|&i| i != eos) {
+        vocab.insert(char_of(i).to_string(), i.into());
+    }
+    vocab.insert("</s>".into(), eos.into());
+    let json = serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [{"id": eos, "content": "</s>", "single_word": false, "lstrip": false,
+                          "rstrip": false, "normalized": false, "special": true}],
+        "normalizer": null,
+        "pre_tokenizer": null,
+        "post_processor": null,
+        "decoder": {"type": "Fuse"},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null,
+                  "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                  "fuse_unk": false, "byte_fallback": false, "vocab": vocab, "merges": []}
+    });
+    let config = r#"{"eos_token": "</s>"}"#;
+    Tokenizer::from_hf_json("chars", &json.to_string(), Some(config)).expect("test tokenizer")
+}
+
+/// The ids of `text` under [`char_tokenizer`].
+pub fn ids(text: &str) -> Vec<u32> {
+    text.chars()
+        .map(|c| {
+            (0..EOS)
+                .find(|&i| char_of(i) == c)
+                .expect("a test character")
+        })
+        .collect()
+}
+
+#[test]
+fn char_tokenizer_round_trips() {
+    let t = char_tokenizer();
+    let text = format!("Hello, world! {}{}", char_of(100), char_of(254));
+    let enc = t
+        .encode(&text, vkllm_tokenizer::EncodeOptions::plain())
+        .expect("encode");
+    assert_eq!(enc, ids(&text));
+    assert_eq!(t.decode(&enc, true).expect("decode"), text);
+    assert!(t.is_eog(EOS));
+    assert_eq!(t.vocab_size(), 256);
+}

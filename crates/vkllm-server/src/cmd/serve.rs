@@ -1,0 +1,165 @@
+//! `vkllm serve`: the OpenAI- and Anthropic-compatible HTTP server (see docs/server.md).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use vkllm_engine::{InferenceRunner, RunnerConfig, SimpleGenerator};
+use vkllm_models::gguf::GgufModel;
+use vkllm_models::{Backend, CpuBackend, DEFAULT_CHUNK, Model, VulkanBackend};
+use vkllm_tokenizer::{Tokenizer, cache};
+use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
+
+use super::model;
+use crate::server::{self, AppState, Metrics};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Model: a .gguf file or a fetched model's name (smollm2 (default), gemma3, qwen25coder).
+    #[arg(long, short, env = "VKLLM_MODEL")]
+    model: Option<String>,
+
+    /// Where to run: a Vulkan device index or name substring, or `cpu` for the reference path.
+    #[arg(long, env = "VKLLM_DEVICE")]
+    device: Option<String>,
+
+    /// Address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+
+    /// Port to listen on (0: any free port; the chosen one is printed).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+
+    /// Sequences generated at once (each has its own KV cache of --ctx positions).
+    #[arg(long, default_value_t = 4)]
+    slots: usize,
+
+    /// Context length per sequence (prompt plus generated tokens).
+    #[arg(long, default_value_t = 2048)]
+    ctx: usize,
+
+    /// Requests that may wait for a free slot; more are answered 429.
+    #[arg(long, default_value_t = 64)]
+    queue: usize,
+
+    /// Time limit of a request in seconds, queueing included (0: none).
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+
+    /// Require this key (`Authorization: Bearer KEY` or `x-api-key: KEY`) on every route but
+    /// /health.
+    #[arg(long, env = "VKLLM_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+
+    /// Largest request body in bytes; larger ones are answered 413.
+    #[arg(long, default_value_t = 4 << 20)]
+    max_body_bytes: usize,
+
+    /// Answer browsers from other origins: `--cors` allows any origin, `--cors ORIGIN` one.
+    #[arg(long, num_args = 0..=1, default_missing_value = "*")]
+    cors: Option<String>,
+
+    /// The model id clients use (repeatable: aliases); default: the model's short name or file
+    /// name.
+    #[arg(long = "served-model-name")]
+    served_model_name: Vec<String>,
+
+    /// Accept any model id in requests (for clients that send their own).
+    #[arg(long)]
+    any_model: bool,
+
+    /// No log line per request.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// The id a model is served under when none is given.
+fn default_name(arg: Option<&str>, path: &Path) -> String {
+    match arg {
+        None => crate::fetch::default_model().name.to_string(),
+        Some(a) if crate::fetch::find(a).is_some() || cache::known(a).is_some() => a.to_string(),
+        Some(_) => path
+            .file_stem()
+            .map_or("model".into(), |s| s.to_string_lossy().into_owned()),
+    }
+}
+
+fn start_runner<B: Backend + Send + 'static>(
+    mut b: B,
+    gguf: GgufModel,
+    tokenizer: Arc<Tokenizer>,
+    args: &Args,
+) -> Result<InferenceRunner> {
+    let model = Model::load(gguf.config.clone(), &gguf, &mut b, DEFAULT_CHUNK)?;
+    drop(gguf);
+    let ctx = args.ctx.min(model.cfg.max_position).max(2);
+    let generator = SimpleGenerator::new(b, model, args.slots.max(1), ctx)?;
+    Ok(InferenceRunner::threaded(
+        Box::new(generator),
+        tokenizer,
+        RunnerConfig {
+            queue_capacity: args.queue,
+            timeout: (args.timeout > 0).then(|| Duration::from_secs(args.timeout)),
+        },
+    ))
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let path = model::resolve(args.model.as_deref())?;
+    let gguf = GgufModel::open(&path).with_context(|| format!("loading {}", path.display()))?;
+    let tokenizer = Arc::new(
+        Tokenizer::from_path(&path).with_context(|| format!("tokenizer of {}", path.display()))?,
+    );
+    let (runner, backend) = if args.device.as_deref() == Some("cpu") {
+        eprintln!("vkllm: {} on the CPU reference backend", path.display());
+        let r = start_runner(CpuBackend::new(), gguf, tokenizer.clone(), &args)?;
+        (r, "cpu")
+    } else {
+        let choice = match args.device.as_deref() {
+            Some(d) => DeviceChoice::parse(d),
+            None => DeviceChoice::from_env(),
+        };
+        let dev = Device::new(&DeviceOptions {
+            choice,
+            validation: Validation::from_env(),
+            ..Default::default()
+        })
+        .context("opening the Vulkan device (use --device cpu for the CPU reference path)")?;
+        eprintln!("vkllm: {} on {}", path.display(), dev.info().summary());
+        let r = start_runner(VulkanBackend::new(dev), gguf, tokenizer.clone(), &args)?;
+        (r, "vulkan")
+    };
+    let mut names = args.served_model_name.clone();
+    if names.is_empty() {
+        names.push(default_name(args.model.as_deref(), &path));
+    }
+    let stats = runner.stats();
+    eprintln!(
+        "vkllm: serving `{}`: {} slots of {} positions, queue {}",
+        names[0], stats.slots, stats.context, args.queue
+    );
+    let state = Arc::new(AppState {
+        runner: runner.handle(),
+        tokenizer,
+        names,
+        any_model: args.any_model,
+        fingerprint: format!("fp_vkllm_{}_{backend}", env!("CARGO_PKG_VERSION")),
+        created: server::unix_secs(),
+        metrics: Metrics::default(),
+        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        cors: args.cors.clone(),
+        log: !args.quiet,
+    });
+    let addr = SocketAddr::new(args.host, args.port);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(server::serve(state, addr, args.max_body_bytes))
+        .with_context(|| format!("serving on {addr}"))?;
+    runner.shutdown();
+    Ok(())
+}

@@ -1,0 +1,304 @@
+//! `vkllm serve`: a thin HTTP adapter over the engine's `InferenceRunner`, speaking the OpenAI
+//! (`/v1/chat/completions`, `/v1/completions`, `/v1/models`) and Anthropic (`/v1/messages`,
+//! `/v1/messages/count_tokens`) APIs, plus `/health` and `/metrics`. No inference logic lives
+//! here: requests are parsed and checked, rendered with the chat template, submitted to the
+//! runner, and its events are shaped into each API's responses and event streams.
+
+mod anthropic;
+mod chat;
+mod error;
+mod fields;
+mod generate;
+mod metrics;
+mod models;
+mod openai;
+mod openai_stream;
+mod output;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use vkllm_engine::RunnerHandle;
+use vkllm_tokenizer::Tokenizer;
+
+pub use error::{Api, ApiError, Kind};
+pub use metrics::Metrics;
+
+/// Everything the handlers share.
+pub struct AppState {
+    pub runner: RunnerHandle,
+    pub tokenizer: Arc<Tokenizer>,
+    /// The model ids this server answers to; the first is the one it reports.
+    pub names: Vec<String>,
+    /// Answer to any model id (for clients that insist on their own names).
+    pub any_model: bool,
+    /// `system_fingerprint`: the version and the backend.
+    pub fingerprint: String,
+    /// When the server started (Unix seconds): the model's `created`.
+    pub created: u64,
+    pub metrics: Metrics,
+    /// Required in `Authorization: Bearer` or `x-api-key` when set.
+    pub api_key: Option<String>,
+    /// `Access-Control-Allow-Origin` value when CORS is on.
+    pub cors: Option<String>,
+    /// Print a log line per request and per finished sequence.
+    pub log: bool,
+}
+
+impl AppState {
+    /// The model id to report.
+    pub fn model_id(&self) -> &str {
+        self.names.first().map_or("default", String::as_str)
+    }
+
+    /// A 404 unless `model` is served here.
+    pub fn check_model(&self, api: Api, model: &str) -> Result<(), ApiError> {
+        if self.any_model || self.names.iter().any(|n| n == model) {
+            return Ok(());
+        }
+        Err(ApiError {
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+            ..ApiError::new(
+                api,
+                Kind::NotFound,
+                format!(
+                    "the model `{model}` does not exist; this server has `{}`",
+                    self.names.join("`, `")
+                ),
+            )
+        })
+    }
+
+    /// A structured log line (`key=value` pairs) on stderr.
+    pub fn log(&self, fields: &[(&str, &dyn std::fmt::Display)]) {
+        if !self.log {
+            return;
+        }
+        let mut line = format!("ts={:.3}", unix_secs_f64());
+        for (k, v) in fields {
+            let v = v.to_string();
+            if v.contains([' ', '"', '=']) || v.is_empty() {
+                line.push_str(&format!(" {k}={v:?}"));
+            } else {
+                line.push_str(&format!(" {k}={v}"));
+            }
+        }
+        eprintln!("{line}");
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn unix_secs_f64() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// `n` random letters and digits (ids).
+pub fn random_id(n: usize) -> String {
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    (0..n)
+        .map(|_| CHARS[rand::random_range(0..CHARS.len())] as char)
+        .collect()
+}
+
+/// The body of a request, or the error for a body over the limit (413) or unreadable (400).
+pub fn body_bytes(api: Api, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                api,
+                Kind::TooLarge,
+                "the request body is over the size limit",
+            )
+        } else {
+            ApiError::new(api, Kind::BadRequest, format!("reading the body: {r}"))
+        }
+    })
+}
+
+/// The routes.
+pub fn router(state: Arc<AppState>, body_limit: usize) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics_text))
+        .route("/v1/models", get(models::list))
+        .route("/v1/models/{id}", get(models::one))
+        .route("/v1/chat/completions", post(openai::chat))
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/messages", post(anthropic::create))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), gate))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}
+
+/// Binds `addr` and serves until Ctrl-C or SIGTERM.
+pub async fn serve(
+    state: Arc<AppState>,
+    addr: SocketAddr,
+    body_limit: usize,
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    eprintln!("vkllm: listening on http://{local}");
+    axum::serve(listener, router(state, body_limit))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+    eprintln!("vkllm: shutting down");
+}
+
+/// The key a request carries, from `Authorization: Bearer` or `x-api-key`.
+fn presented_key(h: &HeaderMap) -> Option<&str> {
+    let bearer = h
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").map(str::trim));
+    bearer.or_else(|| h.get("x-api-key").and_then(|v| v.to_str().ok()))
+}
+
+/// Compares without stopping at the first difference.
+fn same_key(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// Every request passes here: CORS, the API key, metrics and the log line.
+async fn gate(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let t0 = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let api = Api::of_path(&path);
+    let endpoint = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("other", |m| m.as_str())
+        .to_string();
+    let mut resp = if state.cors.is_some() && method == Method::OPTIONS {
+        StatusCode::NO_CONTENT.into_response()
+    } else if let Some(key) = &state.api_key
+        && path != "/health"
+        && !presented_key(req.headers()).is_some_and(|k| same_key(k, key))
+    {
+        ApiError::new(
+            api,
+            Kind::Unauthorized,
+            "a valid API key is required (Authorization: Bearer KEY or x-api-key: KEY)",
+        )
+        .with_code("invalid_api_key")
+        .into_response()
+    } else {
+        next.run(req).await
+    };
+    if let Some(origin) = &state.cors
+        && let Ok(v) = HeaderValue::from_str(origin)
+    {
+        let h = resp.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, OPTIONS"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static(
+                "authorization, content-type, x-api-key, anthropic-version, anthropic-beta",
+            ),
+        );
+    }
+    let status = resp.status().as_u16();
+    state.metrics.request(&endpoint, status);
+    state.log(&[
+        ("event", &"http"),
+        ("method", &method),
+        ("path", &path),
+        ("status", &status),
+        ("ms", &format!("{:.1}", t0.elapsed().as_secs_f64() * 1e3)),
+    ]);
+    resp
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> Response {
+    let s = state.runner.stats();
+    axum::Json(serde_json::json!({
+        "status": "ok",
+        "model": state.model_id(),
+        "slots": s.slots,
+        "running": s.active,
+        "queued": s.queued,
+    }))
+    .into_response()
+}
+
+async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
+    let body = state.metrics.render(&state.runner.stats());
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+async fn not_found(req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    ApiError::new(
+        Api::of_path(&path),
+        Kind::NotFound,
+        format!("no route for {} {path}", req.method()),
+    )
+    .into_response()
+}
+
+async fn method_not_allowed(req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    let mut e = ApiError::new(
+        Api::of_path(&path),
+        Kind::BadRequest,
+        format!("{} is not allowed on {path}", req.method()),
+    );
+    e.code = Some("method_not_allowed");
+    let mut r = e.into_response();
+    *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    r
+}

@@ -1,0 +1,125 @@
+//! Starts the real `vkllm serve` binary on a free loopback port with the real SmolLM2 model and
+//! runs a Python script of `tests/py/` against it through the official `openai` and `anthropic`
+//! packages. Needs `scripts/fetch-models.sh smollm2` and `pip install openai anthropic`; either
+//! missing fails the test with that message. `VKLLM_SERVE_TEST_DEVICE` picks the device
+//! (default `cpu`, faster than lavapipe here for a 135M model); `VKLLM_SERVE_TEST_BIN` another
+//! build of the binary (default: this one).
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The API key every test server requires.
+pub const KEY: &str = "test-key-7f3a";
+
+/// A running server; killed when dropped.
+pub struct Server {
+    child: Child,
+    pub url: String,
+    log: Arc<Mutex<String>>,
+}
+
+fn bin() -> String {
+    std::env::var("VKLLM_SERVE_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_vkllm").into())
+}
+
+fn py_dir() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py"))
+}
+
+impl Server {
+    /// `vkllm serve --model smollm2 --port 0 --api-key KEY` plus `extra`.
+    pub fn start(extra: &[&str]) -> Server {
+        let (known, path) = vkllm_tokenizer::cache::known("smollm2").expect("smollm2 is known");
+        assert!(
+            path.exists(),
+            "{}",
+            vkllm_tokenizer::cache::missing_message(&known, &path)
+        );
+        let python = Command::new("python3")
+            .args(["-c", "import openai, anthropic"])
+            .output();
+        assert!(
+            python.is_ok_and(|o| o.status.success()),
+            "the server tests need Python 3 with the official clients: pip install openai anthropic"
+        );
+        let device = std::env::var("VKLLM_SERVE_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
+        let mut child = Command::new(bin())
+            .args([
+                "serve",
+                "--model",
+                "smollm2",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+            ])
+            .args(["--device", &device, "--api-key", KEY])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting vkllm serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let sink = log.clone();
+        // Drain stderr for the whole run (a full pipe would block the server).
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(url) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(url.trim().to_string());
+                }
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let url = match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(u) => u,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("vkllm serve did not start:\n{}", log.lock().unwrap());
+            }
+        };
+        // Loopback unless told otherwise.
+        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+        Server { child, url, log }
+    }
+
+    /// Runs `tests/py/<script>`; panics with its output and the server's log when it fails.
+    pub fn python(&self, script: &str) {
+        let out = Command::new("python3")
+            .arg(py_dir().join(script))
+            .current_dir(py_dir())
+            .env("VKLLM_URL", &self.url)
+            .env("VKLLM_KEY", KEY)
+            .env("VKLLM_BIN", bin())
+            .env("PYTHONUNBUFFERED", "1")
+            .output()
+            .expect("running python3");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        eprintln!("{script}:\n{stdout}{stderr}");
+        if !out.status.success() {
+            let log = self.log.lock().unwrap();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "{script} failed:\n{stdout}{stderr}\n--- server log (last lines) ---\n{}",
+                tail.join("\n")
+            );
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
