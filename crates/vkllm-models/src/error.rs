@@ -8,7 +8,7 @@ pub enum ModelError {
     #[error("config field `{field}`: {msg}")]
     Config { field: String, msg: String },
     #[error(
-        "unsupported architecture `{arch}` (supported: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3)"
+        "unsupported architecture `{arch}` (supported: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, qwen3_moe, qwen3_next, qwen3_5, qwen3_5_moe)"
     )]
     UnsupportedArch { arch: String },
     #[error("reading {path}: {source}")]
@@ -40,4 +40,6 @@ pub enum ModelError {
     TokenOutOfRange { id: u32, vocab: usize },
     #[error("empty input: at least one token is needed")]
     EmptyInput,
+    #[error("backend `{backend}` does not implement `{op}`")]
+    UnsupportedOp { backend: String, op: &'static str },
 }

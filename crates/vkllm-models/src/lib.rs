@@ -13,6 +13,7 @@ pub mod family;
 pub mod fixtures;
 pub mod forward;
 pub mod gguf;
+pub mod hybrid;
 pub mod parity;
 pub mod safetensors;
 pub mod weights;

@@ -1,0 +1,6 @@
+//! Hybrid (Gated DeltaNet + gated attention) and Mixture-of-Experts models: Qwen3.5 / Qwen3.6,
+//! Qwen3.5 MoE, Qwen3-Next and Qwen3 MoE.
+
+pub mod config;
+
+pub use config::{HybridConfig, Mixer, MoeConfig};
