@@ -40,6 +40,10 @@ pub enum ModelError {
     TokenOutOfRange { id: u32, vocab: usize },
     #[error("empty input: at least one token is needed")]
     EmptyInput,
+    #[error(
+        "recurrent state is at position {expected}, a forward from {start} would skip or repeat tokens (restore a snapshot to go back)"
+    )]
+    StateOrder { expected: usize, start: usize },
     #[error("backend `{backend}` does not implement `{op}`")]
     UnsupportedOp { backend: String, op: &'static str },
 }

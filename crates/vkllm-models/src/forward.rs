@@ -5,9 +5,8 @@
 //! Prompts are processed in chunks of at most `chunk` tokens over a fixed set of scratch
 //! tensors, so memory does not grow with the prompt.
 
-use vkllm_cpu::AttnParams;
-
 use crate::backend::{Backend, Tensor};
+use crate::blocks::{self, AttnRefs, AttnScratch, KvSlot};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::weights::{TensorSource, Weights};
@@ -197,90 +196,60 @@ impl Model {
         want: Option<Logits>,
     ) -> Result<Option<usize>, ModelError> {
         let (c, s, w) = (&self.cfg, &self.s, &self.weights);
-        let (h, ff, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
+        let h = c.hidden_size;
         b.embedding(w.embed, c.vocab_size, h, s.ids, n, c.embed_scale, s.x)?;
+        let att = AttnScratch {
+            q: s.q,
+            k: s.k,
+            v: s.v,
+            qn: s.qn,
+            kn: s.kn,
+            att: s.att,
+            g: s.att,
+        };
 
         for (lw, (lc, &(kc, vc))) in w.layers.iter().zip(c.layers.iter().zip(&kv.layers)) {
             // attention block
             b.rmsnorm(s.x, lw.attn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
-            b.linear(&lw.q, s.h, n, s.q)?;
-            b.linear(&lw.k, s.h, n, s.k)?;
-            b.linear(&lw.v, s.h, n, s.v)?;
-            let (q, k) = match (lw.q_norm, lw.k_norm) {
-                (Some(qw), Some(kw)) => {
-                    b.rmsnorm(s.q, qw, n * c.n_heads, hd, c.rms_eps, c.norm_offset, s.qn)?;
-                    b.rmsnorm(
-                        s.k,
-                        kw,
-                        n * c.n_kv_heads,
-                        hd,
-                        c.rms_eps,
-                        c.norm_offset,
-                        s.kn,
-                    )?;
-                    (s.qn, s.kn)
-                }
-                _ => (s.q, s.k),
+            let refs = AttnRefs {
+                q: &lw.q,
+                k: &lw.k,
+                v: &lw.v,
+                o: &lw.o,
+                q_norm: lw.q_norm,
+                k_norm: lw.k_norm,
+                gate: None,
             };
-            b.rope(q, n, c.n_heads, hd, s.pos, &lc.rope)?;
-            b.rope(k, n, c.n_kv_heads, hd, s.pos, &lc.rope)?;
-            b.kv_store(k, s.v, n, c.kv_dim(), s.pos, kc, vc, kv.capacity)?;
-            let p = AttnParams {
-                n_heads: c.n_heads,
-                n_kv_heads: c.n_kv_heads,
-                head_dim: hd,
-                scale: c.attn_scale,
-                softcap: c.attn_softcap,
-                window: lc.window,
+            let slot = KvSlot {
+                k: kc,
+                v: vc,
+                capacity: kv.capacity,
             };
-            b.attention(q, kc, vc, kv.capacity, n, s.pos, &p, s.att)?;
-            b.linear(&lw.o, s.att, n, s.o)?;
-            residual_add(b, s.x, s.o, lw.post_attn_norm, s.h, n, c)?;
+            blocks::attention(b, c, lc, &refs, &att, s.h, n, s.pos, slot, s.o)?;
+            blocks::residual_add(b, s.x, s.o, lw.post_attn_norm, s.h, n, c)?;
 
             // MLP block
             b.rmsnorm(s.x, lw.ffn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
-            b.linear(&lw.gate, s.h, n, s.gate)?;
-            b.linear(&lw.up, s.h, n, s.up)?;
-            b.gated_act(c.activation, s.gate, s.up, n * ff, s.act)?;
-            b.linear(&lw.down, s.act, n, s.o)?;
-            residual_add(b, s.x, s.o, lw.post_ffn_norm, s.h, n, c)?;
+            let tmp = (s.gate, s.up, s.act);
+            blocks::mlp(
+                b,
+                c.activation,
+                &lw.gate,
+                &lw.up,
+                &lw.down,
+                s.h,
+                n,
+                tmp,
+                s.o,
+            )?;
+            blocks::residual_add(b, s.x, s.o, lw.post_ffn_norm, s.h, n, c)?;
         }
 
         let Some(want) = want else {
             return Ok(None);
         };
-        let (rows, src) = match want {
-            Logits::All => (n, s.x),
-            Logits::Last => {
-                b.copy(s.x, (n - 1) * h, s.last, 0, h)?;
-                (1, s.last)
-            }
-        };
-        b.rmsnorm(src, w.final_norm, rows, h, c.rms_eps, c.norm_offset, s.h)?;
-        b.linear(&w.lm_head, s.h, rows, s.logits)?;
-        if let Some(cap) = c.final_softcap {
-            b.softcap(s.logits, rows * c.vocab_size, cap)?;
-        }
+        let tmp = (s.last, s.h);
+        let rows = blocks::logits(b, c, w.final_norm, &w.lm_head, s.x, n, tmp, want, s.logits)?;
         Ok(Some(rows))
-    }
-}
-
-/// `x += y`, or `x += norm(y)` through `tmp` when the block has a post-norm (Gemma 2/3).
-fn residual_add<B: Backend>(
-    b: &mut B,
-    x: Tensor,
-    y: Tensor,
-    post_norm: Option<Tensor>,
-    tmp: Tensor,
-    n: usize,
-    c: &ModelConfig,
-) -> Result<(), ModelError> {
-    let h = c.hidden_size;
-    match post_norm {
-        Some(w) => {
-            b.rmsnorm(y, w, n, h, c.rms_eps, c.norm_offset, tmp)?;
-            b.add_inplace(x, tmp, n * h)
-        }
-        None => b.add_inplace(x, y, n * h),
     }
 }

@@ -7,6 +7,7 @@
 //! runs the same graph on the GPU.
 
 pub mod backend;
+mod blocks;
 pub mod config;
 pub mod error;
 pub mod family;

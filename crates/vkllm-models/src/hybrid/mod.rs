@@ -2,5 +2,9 @@
 //! Qwen3.5 MoE, Qwen3-Next and Qwen3 MoE.
 
 pub mod config;
+pub mod forward;
+pub mod weights;
 
 pub use config::{HybridConfig, Mixer, MoeConfig};
+pub use forward::{HybridModel, HybridState, LayerState};
+pub use weights::HybridWeights;
