@@ -455,40 +455,31 @@ impl Backend for CpuBackend {
         top_k: usize,
         ids: Tensor,
         weights: Tensor,
+        _scratch: Tensor,
         out: Tensor,
     ) -> Result<(), ModelError> {
-        let (h, ff) = (ex.hidden, ex.ff);
+        if act != Activation::Silu {
+            return Err(self.unsupported("moe_experts with a non-SiLU activation"));
+        }
+        let h = ex.hidden;
+        let shape = ops::MoeShape {
+            n_experts: ex.n_experts,
+            hidden: h,
+            ff: ex.ff,
+            top_k,
+        };
         let ids = self.u32(ids)[..n * top_k].to_vec();
-        if let Some(&e) = ids.iter().find(|&&e| e as usize >= ex.n_experts) {
-            // Ids come from moe_route; a bad one is a bug, but never read out of bounds.
-            panic!("moe_experts: expert id {e} of {}", ex.n_experts);
-        }
         let mut o = self.take(out);
-        let (xs, w) = (self.f32(x), self.f32(weights));
-        let (gw, uw, dw) = (self.f32(ex.gate), self.f32(ex.up), self.f32(ex.down));
-        let (mut g, mut u, mut a, mut y) = (
-            vec![0f32; ff],
-            vec![0f32; ff],
-            vec![0f32; ff],
-            vec![0f32; h],
+        ops::moe_experts(
+            &shape,
+            &self.f32(x)[..n * h],
+            self.f32(ex.gate),
+            self.f32(ex.up),
+            self.f32(ex.down),
+            &ids,
+            &self.f32(weights)[..n * top_k],
+            &mut o[..n * h],
         );
-        for t in 0..n {
-            let xr = &xs[t * h..(t + 1) * h];
-            let orow = &mut o[t * h..(t + 1) * h];
-            orow.fill(0.0);
-            for i in 0..top_k {
-                let e = ids[t * top_k + i] as usize;
-                ops::matvec(&gw[e * ff * h..(e + 1) * ff * h], ff, h, xr, &mut g);
-                ops::matvec(&uw[e * ff * h..(e + 1) * ff * h], ff, h, xr, &mut u);
-                match act {
-                    Activation::Silu => ops::silu_mul(&g, &u, &mut a),
-                    Activation::GeluTanh => ops::gelu_tanh_mul(&g, &u, &mut a),
-                }
-                ops::matvec(&dw[e * h * ff..(e + 1) * h * ff], h, ff, &a, &mut y);
-                let wt = w[t * top_k + i];
-                orow.iter_mut().zip(&y).for_each(|(o, &v)| *o += wt * v);
-            }
-        }
         self.put(out, o);
         Ok(())
     }

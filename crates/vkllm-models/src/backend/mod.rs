@@ -268,7 +268,8 @@ pub trait Backend {
     }
 
     /// `out[t] = sum_i weights[t, i] * down_e(act(gate_e x[t]) * up_e x[t])` with
-    /// `e = ids[t, i]`, for `n` rows of `x` (`[n, hidden]`), reading only the selected experts.
+    /// `e = ids[t, i]`, for `n` rows of `x` (`[n, hidden]`), reading only the selected experts
+    /// (`vkllm_cpu::moe_experts`). `scratch` holds at least `n * top_k * ff` values.
     #[allow(clippy::too_many_arguments)]
     fn moe_experts(
         &mut self,
@@ -279,6 +280,7 @@ pub trait Backend {
         _top_k: usize,
         _ids: Tensor,
         _weights: Tensor,
+        _scratch: Tensor,
         _out: Tensor,
     ) -> Result<(), ModelError> {
         Err(self.unsupported("moe_experts"))

@@ -63,6 +63,8 @@ struct Scratch {
     router: Tensor,
     expert_ids: Tensor,
     expert_w: Tensor,
+    /// `[n, top_k, expert_ff]`: the experts' activations.
+    expert_act: Tensor,
     shared: Tensor,
     shared_gate: Tensor,
     last: Tensor,
@@ -127,6 +129,7 @@ impl HybridModel {
             router: b.alloc_f32((n * ne).max(1))?,
             expert_ids: b.alloc_u32((n * k).max(1))?,
             expert_w: b.alloc_f32((n * k).max(1))?,
+            expert_act: b.alloc_f32((n * k * eff).max(1))?,
             shared: b.alloc_f32(n * c.hidden_size)?,
             shared_gate: b.alloc_f32(n)?,
             last: b.alloc_f32(c.hidden_size)?,
@@ -284,7 +287,8 @@ impl HybridModel {
                     let (ids, ew) = (s.expert_ids, s.expert_w);
                     b.moe_route(s.router, n, mc.n_experts, mc.top_k, mc.renormalize, ids, ew)?;
                     let act = c.activation;
-                    b.moe_experts(s.h, n, &m.experts, act, mc.top_k, ids, ew, s.o)?;
+                    let scratch = s.expert_act;
+                    b.moe_experts(s.h, n, &m.experts, act, mc.top_k, ids, ew, scratch, s.o)?;
                     if let Some(sh) = &m.shared {
                         let e = &sh.mlp;
                         blocks::mlp(b, act, &e.gate, &e.up, &e.down, s.h, n, tmp, s.shared)?;

@@ -7,8 +7,9 @@
 //!   `in_proj_ba` per key head `[b (r), a (r)]` (`r = v_heads / k_heads`); they become Qwen3.5's
 //!   `in_proj_qkv` (all q, all k, all v), `in_proj_z`, `in_proj_b`, `in_proj_a`;
 //! - routed experts (`mlp.experts.{e}.{gate,up,down}_proj`) are stacked into one matrix per
-//!   projection ([`Experts`]); a source may offer them already stacked as
-//!   `mlp.experts.{gate,up,down}_proj.weight` of shape `[experts, rows, cols]` (GGUF).
+//!   projection ([`Experts`], f32: quantized experts are dequantized at load); a source may offer
+//!   them already stacked as `mlp.experts.{gate,up,down}_proj.weight` of shape
+//!   `[experts, rows, cols]` (GGUF).
 //!
 //! Multimodal Qwen3.5 checkpoints keep the language model under `model.language_model.`;
 //! [`TextModelNames`] finds tensors there too.
@@ -191,7 +192,7 @@ impl<B: Backend> Loader<'_, B> {
 
     /// Experts' `kind` projection (`gate_proj`, `up_proj`, `down_proj`) of `[rows, cols]` each,
     /// stacked: from one `[experts, rows, cols]` tensor when the source has it, else from the
-    /// per-expert tensors.
+    /// per-expert tensors. Always f32 (dequantized at load): the expert kernels read f32 rows.
     fn stacked(
         &mut self,
         p: &str,
@@ -201,46 +202,25 @@ impl<B: Backend> Loader<'_, B> {
         cols: usize,
     ) -> Result<Tensor, ModelError> {
         let whole = format!("{p}.mlp.experts.{kind}.weight");
-        let each = |e: usize| format!("{p}.mlp.experts.{e}.{kind}.weight");
-        if let Some(raw) = self.src.tensor_raw(&whole)? {
-            if raw.shape != [n, rows, cols] {
+        let data = match self.src.tensor_f32(&whole)? {
+            Some(t) if t.shape == [n, rows, cols] => t.data,
+            Some(t) => {
                 return Err(ModelError::TensorShape {
                     name: whole,
                     expected: vec![n, rows, cols],
-                    found: raw.shape,
+                    found: t.shape,
                 });
             }
-            if let Some(t) = self
-                .b
-                .upload_matrix_raw(raw.ty, raw.bytes, n * rows, cols)?
-            {
-                return Ok(t);
-            }
-        } else {
-            // Per-expert quantized tensors of one type: concatenate their bytes.
-            let mut parts = Vec::with_capacity(n);
-            for e in 0..n {
-                match self.src.tensor_raw(&each(e))? {
-                    Some(r) if r.shape == [rows, cols] => parts.push(r),
-                    _ => break,
+            None => {
+                let mut data = Vec::with_capacity(n * rows * cols);
+                for e in 0..n {
+                    data.extend(
+                        self.read(&format!("{p}.mlp.experts.{e}.{kind}.weight"), &[rows, cols])?,
+                    );
                 }
+                data
             }
-            if parts.len() == n && parts.iter().all(|r| r.ty == parts[0].ty) {
-                let ty = parts[0].ty;
-                let bytes: Vec<u8> = parts.iter().flat_map(|r| r.bytes).copied().collect();
-                if let Some(t) = self.b.upload_matrix_raw(ty, &bytes, n * rows, cols)? {
-                    return Ok(t);
-                }
-            }
-        }
-        let mut data = Vec::with_capacity(n * rows * cols);
-        if self.src.tensor_f32(&whole)?.is_some() {
-            data = self.read(&whole, &[n, rows, cols])?;
-        } else {
-            for e in 0..n {
-                data.extend(self.read(&each(e), &[rows, cols])?);
-            }
-        }
+        };
         self.b.upload_matrix(&data, n * rows, cols)
     }
 
