@@ -1,6 +1,7 @@
 // The gated delta rule over n tokens in order (recurrent form), gates included: the token mixer
 // of a Gated DeltaNet layer (vkllm_cpu::delta_gates + vkllm_cpu::gated_delta_rule).
-// Per value head h (key head kh = h / (HV / HK)), state S [DK, DV] at state[(h * DK + i) * DV + j]:
+// Per value head h (key head kh = h / (HV / HK), or h % HK when the value heads are tiled), state
+// S [DK, DV] at state[(h * DK + i) * DV + j]:
 //   g = -exp(a_log[h]) * softplus(a[t, h] + dt_bias[h]),  beta = sigmoid(b[t, h])
 //   q = l2norm(q) / sqrt(DK),  k = l2norm(k)           (eps 1e-6)
 //   S = exp(g) S;  delta = beta (v - S^T k);  S += k delta^T;  out = S^T q
@@ -25,6 +26,8 @@ struct Params {
     dk: u32,
     dv: u32,
     col_blocks: u32,
+    tiled: u32,
+    pad: u32,
 }
 var<immediate> p: Params;
 
@@ -60,7 +63,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let j = (blk % p.col_blocks) * WG + lid;
     let owns_col = j < p.dv;
-    let kh = h / (p.hv / p.hk);
+    var kh = h / (p.hv / p.hk);
+    if (p.tiled != 0u) {
+        kh = h % p.hk;
+    }
     let width = 2u * p.hk * p.dk + p.hv * p.dv;
     let scale = 1.0 / sqrt(f32(p.dk));
     let decay_a = exp(a_log[h]);

@@ -2,7 +2,8 @@
 //! recurrence (decode) and the chunked parallel form (prefill), after transformers'
 //! `torch_recurrent_gated_delta_rule` and `torch_chunk_gated_delta_rule`.
 //!
-//! Per value head `h` (served by key head `h / (n_v_heads / n_k_heads)`), with a state matrix
+//! Per value head `h` (served by key head `h / (n_v_heads / n_k_heads)`, or `h % n_k_heads` when
+//! the value heads are stored tiled, see [`DeltaShape::tiled_v_heads`]), with a state matrix
 //! `S` of `[k_dim, v_dim]` and, for each token, `q` and `k` L2-normalised (eps 1e-6, see
 //! [`crate::l2norm`]) and `q` scaled by `1 / sqrt(k_dim)`:
 //!
@@ -34,6 +35,11 @@ pub struct DeltaShape {
     pub n_v_heads: usize,
     pub k_dim: usize,
     pub v_dim: usize,
+    /// Value heads in tiled order (llama.cpp's Qwen3.5 GGUF files: value head `j * k_heads + kh`
+    /// is Hugging Face's `kh * (v_heads / k_heads) + j`) rather than grouped by key head. Every
+    /// per-value-head tensor of such a file is in this order, so only the key head a value
+    /// head reads changes.
+    pub tiled_v_heads: bool,
 }
 
 impl DeltaShape {
@@ -54,7 +60,11 @@ impl DeltaShape {
 
     /// The key head serving value head `h`.
     pub fn k_head(&self, h: usize) -> usize {
-        h / (self.n_v_heads / self.n_k_heads)
+        if self.tiled_v_heads {
+            h % self.n_k_heads
+        } else {
+            h / (self.n_v_heads / self.n_k_heads)
+        }
     }
 
     /// Checks the layouts; returns the token count.
@@ -302,6 +312,7 @@ mod tests {
         n_v_heads: 1,
         k_dim: 2,
         v_dim: 1,
+        tiled_v_heads: false,
     };
 
     /// Two tokens on one head worked by hand (k_dim 2, v_dim 1; module-doc recurrence).
@@ -399,6 +410,7 @@ mod tests {
             n_v_heads: 4,
             k_dim: 8,
             v_dim: 5,
+            tiled_v_heads: false,
         };
         let n = 37;
         let c = case(5, n, shape);
@@ -433,6 +445,7 @@ mod tests {
             n_v_heads: 3,
             k_dim: 4,
             v_dim: 6,
+            tiled_v_heads: false,
         };
         let n = 9;
         let c = case(8, n, shape);
@@ -463,6 +476,58 @@ mod tests {
         assert!(max_diff(&s, &s_all) < 1e-5);
     }
 
+    /// Tiled value heads: permuting every per-value-head input into tiled order and reading
+    /// keys by `h % k_heads` gives the grouped result, permuted the same way.
+    #[test]
+    fn tiled_order_is_a_permutation_of_grouped() {
+        let grouped = DeltaShape {
+            n_k_heads: 2,
+            n_v_heads: 6,
+            k_dim: 4,
+            v_dim: 3,
+            tiled_v_heads: false,
+        };
+        let tiled = DeltaShape {
+            tiled_v_heads: true,
+            ..grouped
+        };
+        let (n, hk, hv, dv) = (5, 2, 6, 3);
+        let r = hv / hk;
+        let c = case(13, n, grouped);
+        // tiled position of grouped head g = kh * r + j is j * hk + kh.
+        let pos = |g: usize| (g % r) * hk + g / r;
+        let perm_heads = |x: &[f32], width: usize| -> Vec<f32> {
+            let mut y = vec![0.0; x.len()];
+            for (t, row) in x.chunks_exact(hv * width).enumerate() {
+                for g in 0..hv {
+                    let dst = t * hv * width + pos(g) * width;
+                    y[dst..dst + width].copy_from_slice(&row[g * width..(g + 1) * width]);
+                }
+            }
+            y
+        };
+        let kd = grouped.k_dim;
+        let mut s_g = c.state.clone();
+        let mut o_g = vec![f32::NAN; n * hv * dv];
+        gated_delta_rule(
+            &grouped, &c.q, &c.k, &c.v, &c.g, &c.beta, &mut s_g, &mut o_g,
+        );
+        let mut s_t = perm_heads(&c.state, kd * dv);
+        let mut o_t = vec![f32::NAN; n * hv * dv];
+        let (v_t, g_t, b_t) = (
+            perm_heads(&c.v, dv),
+            perm_heads(&c.g, 1),
+            perm_heads(&c.beta, 1),
+        );
+        gated_delta_rule(&tiled, &c.q, &c.k, &v_t, &g_t, &b_t, &mut s_t, &mut o_t);
+        assert_eq!(o_t, perm_heads(&o_g, dv));
+        assert_eq!(s_t, perm_heads(&s_g, kd * dv));
+        let mut s_c = perm_heads(&c.state, kd * dv);
+        let mut o_c = vec![f32::NAN; n * hv * dv];
+        gated_delta_rule_chunked(&tiled, 2, &c.q, &c.k, &v_t, &g_t, &b_t, &mut s_c, &mut o_c);
+        assert!(max_diff(&o_c, &o_t) < 1e-5 && max_diff(&s_c, &s_t) < 1e-5);
+    }
+
     /// With beta = 1 and no decay the rule stores v exactly under a key: writing v under unit key
     /// e_0 into a zero state, then reading with q = e_0 gives v / sqrt(k_dim).
     #[test]
@@ -472,6 +537,7 @@ mod tests {
             n_v_heads: 1,
             k_dim: 4,
             v_dim: 3,
+            tiled_v_heads: false,
         };
         let e0 = [1.0, 0.0, 0.0, 0.0];
         let e1 = [0.0, 1.0, 0.0, 0.0];

@@ -22,7 +22,7 @@ pub static GATED_DELTA_RULE: KernelSpec = KernelSpec {
         rw("state"),
         rw("out"),
     ],
-    push_size: 24,
+    push_size: 32,
     exact_fp: false,
 };
 
@@ -35,6 +35,8 @@ pub struct DeltaParams {
     pub dk: u32,
     pub dv: u32,
     pub col_blocks: u32,
+    pub tiled: u32,
+    pub pad: u32,
 }
 
 /// Head counts and sizes (as `vkllm_cpu::DeltaShape`) and the token count.
@@ -45,6 +47,8 @@ pub struct DeltaShape {
     pub n_v_heads: usize,
     pub k_dim: usize,
     pub v_dim: usize,
+    /// Value heads in tiled order (key head `h % n_k_heads`), see `vkllm_cpu::DeltaShape`.
+    pub tiled_v_heads: bool,
 }
 
 /// `n` tokens of the gated delta rule: `qkv` rows `[q | k | v]`, gate inputs `a`, `b`, the
@@ -97,6 +101,8 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
             dk: to_u32(k, "k_dim", s.k_dim)?,
             dv: to_u32(k, "v_dim", s.v_dim)?,
             col_blocks: to_u32(k, "col_blocks", col_blocks)?,
+            tiled: s.tiled_v_heads as u32,
+            pad: 0,
         };
         Ok(Dispatch::new(
             k,

@@ -14,6 +14,7 @@ pub mod family;
 pub mod fixtures;
 pub mod forward;
 pub mod gguf;
+mod gguf_hybrid;
 pub mod hybrid;
 pub mod parity;
 pub mod safetensors;

@@ -19,6 +19,7 @@ const DELTA: DeltaShape = DeltaShape {
     n_v_heads: 4,
     k_dim: 16,
     v_dim: 16,
+    tiled_v_heads: false,
 };
 
 #[test]

@@ -78,6 +78,7 @@ impl VulkanBackend {
                 n_v_heads: hv,
                 k_dim: s.k_dim,
                 v_dim: s.v_dim,
+                tiled_v_heads: s.tiled_v_heads,
             })?;
             Ok(r.dispatch(d)?)
         })

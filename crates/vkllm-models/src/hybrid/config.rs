@@ -31,9 +31,12 @@ pub struct HybridConfig {
     pub delta: DeltaShape,
     /// Taps of the depthwise causal convolution.
     pub conv_kernel: usize,
-    /// Qwen3-Next's grouped `in_proj_qkvz` / `in_proj_ba` (rows regrouped at load time) rather
-    /// than Qwen3.5's separate `in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`.
+    /// Qwen3-Next's grouped `in_proj_qkvz` (rows regrouped at load time) rather than Qwen3.5's
+    /// separate `in_proj_qkv` and `in_proj_z`.
     pub packed_qkvz: bool,
+    /// Qwen3-Next's grouped `in_proj_ba` rather than separate `in_proj_b` and `in_proj_a` (GGUF
+    /// files of Qwen3-Next keep this one packed while splitting `in_proj_qkvz`).
+    pub packed_ba: bool,
 }
 
 impl HybridConfig {
@@ -103,6 +106,7 @@ pub(crate) fn parse_hybrid(
         n_v_heads: opt_usize(c, "linear_num_value_heads")?.unwrap_or(32),
         k_dim: opt_usize(c, "linear_key_head_dim")?.unwrap_or(128),
         v_dim: opt_usize(c, "linear_value_head_dim")?.unwrap_or(128),
+        tiled_v_heads: false,
     };
     if delta.n_k_heads == 0
         || delta.n_v_heads == 0
@@ -124,6 +128,7 @@ pub(crate) fn parse_hybrid(
         delta,
         conv_kernel,
         packed_qkvz: family == Family::Qwen3Next,
+        packed_ba: family == Family::Qwen3Next,
     }))
 }
 

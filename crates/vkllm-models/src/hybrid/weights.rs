@@ -5,7 +5,8 @@
 //!   become two matrices, `q` and `gate`;
 //! - Qwen3-Next: `in_proj_qkvz` holds per key head `[q, k, v (r heads), z (r heads)]` and
 //!   `in_proj_ba` per key head `[b (r), a (r)]` (`r = v_heads / k_heads`); they become Qwen3.5's
-//!   `in_proj_qkv` (all q, all k, all v), `in_proj_z`, `in_proj_b`, `in_proj_a`;
+//!   `in_proj_qkv` (all q, all k, all v), `in_proj_z`, `in_proj_b`, `in_proj_a` (each of the two
+//!   independently: llama.cpp's GGUF splits the first and keeps the second);
 //! - routed experts (`mlp.experts.{e}.{gate,up,down}_proj`) are stacked into one matrix per
 //!   projection ([`Experts`], f32: quantized experts are dequantized at load); a source may offer
 //!   them already stacked as `mlp.experts.{gate,up,down}_proj.weight` of shape
@@ -241,12 +242,12 @@ impl<B: Backend> Loader<'_, B> {
         let h = c.hidden_size;
         let d = hy.delta;
         let (qw, vw, hv, conv) = (d.qk_width(), d.v_width(), d.n_v_heads, hy.conv_dim());
-        let (qkv, z, b, a) = if hy.packed_qkvz {
-            // Per key head: [q (k_dim), k (k_dim), v (r * v_dim), z (r * v_dim)] and [b (r), a (r)].
-            let (dk, r) = (d.k_dim, d.n_v_heads / d.n_k_heads);
+        let (dk, r) = (d.k_dim, d.n_v_heads / d.n_k_heads);
+        let heads = 0..d.n_k_heads;
+        let (qkv, z) = if hy.packed_qkvz {
+            // Per key head: [q (k_dim), k (k_dim), v (r * v_dim), z (r * v_dim)].
             let rv = r * d.v_dim;
             let blk = 2 * dk + 2 * rv;
-            let heads = 0..d.n_k_heads;
             let span = |kh: usize, off: usize, len: usize| (kh * blk + off)..(kh * blk + off + len);
             let mut qkv_rows: Vec<usize> = heads.clone().flat_map(|kh| span(kh, 0, dk)).collect();
             qkv_rows.extend(heads.clone().flat_map(|kh| span(kh, dk, dk)));
@@ -257,8 +258,18 @@ impl<B: Backend> Loader<'_, B> {
                 .collect();
             let total = d.n_k_heads * blk;
             let name = format!("{p}.in_proj_qkvz.weight");
-            let qkv = self.rows_of(&name, total, h, &qkv_rows)?;
-            let z = self.rows_of(&name, total, h, &z_rows)?;
+            (
+                self.rows_of(&name, total, h, &qkv_rows)?,
+                self.rows_of(&name, total, h, &z_rows)?,
+            )
+        } else {
+            (
+                self.plain(&format!("{p}.in_proj_qkv.weight"), conv, h)?,
+                self.plain(&format!("{p}.in_proj_z.weight"), vw, h)?,
+            )
+        };
+        let (b, a) = if hy.packed_ba {
+            // Per key head: [b (r), a (r)].
             let ba = format!("{p}.in_proj_ba.weight");
             let b_rows: Vec<usize> = heads
                 .clone()
@@ -267,13 +278,12 @@ impl<B: Backend> Loader<'_, B> {
             let a_rows: Vec<usize> = heads
                 .flat_map(|kh| kh * 2 * r + r..(kh + 1) * 2 * r)
                 .collect();
-            let b = self.rows_of(&ba, 2 * hv, h, &b_rows)?;
-            let a = self.rows_of(&ba, 2 * hv, h, &a_rows)?;
-            (qkv, z, b, a)
+            (
+                self.rows_of(&ba, 2 * hv, h, &b_rows)?,
+                self.rows_of(&ba, 2 * hv, h, &a_rows)?,
+            )
         } else {
             (
-                self.plain(&format!("{p}.in_proj_qkv.weight"), conv, h)?,
-                self.plain(&format!("{p}.in_proj_z.weight"), vw, h)?,
                 self.plain(&format!("{p}.in_proj_b.weight"), hv, h)?,
                 self.plain(&format!("{p}.in_proj_a.weight"), hv, h)?,
             )
