@@ -3,8 +3,10 @@
 
 pub mod config;
 pub mod forward;
+pub mod snapshot;
 pub mod weights;
 
 pub use config::{HybridConfig, Mixer, MoeConfig};
 pub use forward::{HybridModel, HybridState, LayerState};
+pub use snapshot::{HostSnapshot, Snapshot};
 pub use weights::HybridWeights;
