@@ -24,6 +24,39 @@ pub fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + inner.tanh())
 }
 
+/// Logistic sigmoid `1 / (1 + exp(-x))` in f32 (`torch.sigmoid`).
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// `x *= sigmoid(gate)` for `x` of `rows` rows: elementwise when `gate.len() == x.len()` (the
+/// gated attention's output gate), one gate per row when `gate.len() == rows` (the shared
+/// expert's scalar gate).
+///
+/// # Panics
+/// If `gate` has neither length, or `x` is not `rows` whole rows.
+pub fn sigmoid_mul(x: &mut [f32], gate: &[f32], rows: usize) {
+    assert!(
+        rows > 0 && x.len().is_multiple_of(rows),
+        "sigmoid_mul: x is not [rows, cols]"
+    );
+    let cols = x.len() / rows;
+    if gate.len() == x.len() {
+        x.iter_mut().zip(gate).for_each(|(v, &g)| *v *= sigmoid(g));
+    } else {
+        assert_eq!(
+            gate.len(),
+            rows,
+            "sigmoid_mul: gate is neither [rows, cols] nor [rows]"
+        );
+        for (row, &g) in x.chunks_exact_mut(cols).zip(gate) {
+            let s = sigmoid(g);
+            row.iter_mut().for_each(|v| *v *= s);
+        }
+    }
+}
+
 /// `out[i] = silu(gate[i]) * up[i]` (Llama, Qwen, Mistral MLPs).
 ///
 /// # Panics
@@ -82,6 +115,22 @@ mod tests {
         assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-6);
         assert_eq!(gelu_tanh(10.0), 10.0);
         assert!(gelu_tanh(-10.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn sigmoid_gates() {
+        assert_eq!(sigmoid(0.0), 0.5);
+        // sigmoid(ln 3) = 3 / 4.
+        let mut x = [4.0, 8.0, 1.0, 2.0];
+        sigmoid_mul(&mut x, &[3f32.ln(), 0.0, -200.0, 200.0], 2);
+        assert!(
+            (x[0] - 3.0).abs() < 1e-6 && x[1] == 4.0 && x[2] == 0.0 && x[3] == 2.0,
+            "{x:?}"
+        );
+        // One gate per row of 2.
+        let mut y = [4.0, 8.0, 1.0, 2.0];
+        sigmoid_mul(&mut y, &[0.0, 200.0], 2);
+        assert_eq!(y, [2.0, 4.0, 1.0, 2.0]);
     }
 
     #[test]

@@ -12,12 +12,18 @@
 
 mod activation;
 mod attention;
+mod causal_conv1d;
 mod dot;
 mod elementwise;
 mod embedding;
 mod error;
+mod gated_delta_rule;
+mod gated_rmsnorm;
+mod l2norm;
 mod matmul;
 mod matvec;
+mod moe_experts;
+mod moe_routing;
 mod rmsnorm;
 mod rope;
 mod softmax;
@@ -31,14 +37,22 @@ pub mod sampler;
 #[cfg(test)]
 mod testutil;
 
-pub use activation::{gelu_tanh, gelu_tanh_mul, silu, silu_mul};
+pub use activation::{gelu_tanh, gelu_tanh_mul, sigmoid, sigmoid_mul, silu, silu_mul};
 pub use attention::{AttnParams, attention};
+pub use causal_conv1d::causal_conv1d;
 pub use dot::dot;
 pub use elementwise::{add, add_inplace, scale, softcap, softcap_one};
 pub use embedding::embedding;
 pub use error::CpuError;
+pub use gated_delta_rule::{
+    DELTA_L2NORM_EPS, DeltaShape, delta_gates, gated_delta_rule, gated_delta_rule_chunked, softplus,
+};
+pub use gated_rmsnorm::gated_rmsnorm;
+pub use l2norm::{l2norm, l2norm_f64, l2norm_inplace};
 pub use matmul::matmul;
 pub use matvec::matvec;
+pub use moe_experts::{MoeShape, moe_experts};
+pub use moe_routing::moe_route;
 pub use quant::{QuantType, dequantize_row, matvec_quant, quantize_row, quantize_rows};
 pub use rmsnorm::{add_rmsnorm, rmsnorm, rmsnorm_inplace};
 pub use rope::{Rope, RopeScaling, RopeStyle};

@@ -25,17 +25,23 @@ mod spec;
 pub mod activation;
 pub mod argmax;
 pub mod attention;
+pub mod causal_conv1d;
 pub mod decode_advance;
 pub mod elementwise;
 pub mod embedding;
+pub mod gated_delta_rule;
+pub mod gated_rmsnorm;
 pub mod kv_append;
 pub mod logprobs;
 pub mod mat_quant;
 pub mod matmul;
 pub mod matvec;
+pub mod moe_experts;
+pub mod moe_route;
 pub mod rmsnorm;
 pub mod rope;
 pub mod sample;
+pub mod sigmoid_mul;
 pub mod softmax;
 
 pub use compile::{SpirvOptions, compile_spirv};
@@ -72,5 +78,12 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &sample::SAMPLE,
         &logprobs::LOGPROBS,
         &decode_advance::DECODE_ADVANCE,
+        &causal_conv1d::CAUSAL_CONV1D,
+        &gated_delta_rule::GATED_DELTA_RULE,
+        &gated_rmsnorm::GATED_RMSNORM,
+        &sigmoid_mul::SIGMOID_MUL,
+        &moe_route::MOE_ROUTE,
+        &moe_experts::MOE_GATE_UP,
+        &moe_experts::MOE_DOWN,
     ]
 }

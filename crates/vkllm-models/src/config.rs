@@ -10,6 +10,9 @@ use vkllm_cpu::{Rope, RopeScaling, RopeStyle};
 
 use crate::error::ModelError;
 use crate::family::{Activation, Family};
+use crate::hybrid::config::{
+    HybridConfig, MoeConfig, default_partial_rotary, parse_hybrid, parse_moe,
+};
 
 /// Attention and position settings of one decoder layer.
 #[derive(Clone, Debug, PartialEq)]
@@ -51,6 +54,10 @@ pub struct ModelConfig {
     pub layers: Vec<LayerConfig>,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
+    /// Gated DeltaNet layers (Qwen3-Next, Qwen3.5); `None` for models of attention layers only.
+    pub hybrid: Option<HybridConfig>,
+    /// Mixture-of-Experts MLPs; `None` for dense MLPs.
+    pub moe: Option<MoeConfig>,
 }
 
 impl ModelConfig {
@@ -73,12 +80,26 @@ impl ModelConfig {
         let obj = v
             .as_object()
             .ok_or_else(|| cfg_err("config.json", "not a JSON object"))?;
-        // Multimodal Gemma 3 checkpoints nest the language model's config.
-        let obj = match obj.get("text_config").and_then(Value::as_object) {
-            Some(text) if obj.get("model_type").and_then(Value::as_str) == Some("gemma3") => text,
-            _ => obj,
-        };
-        Self::from_hf_map(obj)
+        // Multimodal Gemma 3 and Qwen3.5 checkpoints nest the language model's config.
+        let top = obj.get("model_type").and_then(Value::as_str);
+        match obj.get("text_config").and_then(Value::as_object) {
+            Some(text) if top == Some("gemma3") => Self::from_hf_map(text),
+            Some(text) if matches!(top, Some("qwen3_5" | "qwen3_5_moe")) => {
+                // Keys the text config leaves out (tie_word_embeddings, token ids) come from the
+                // outer config; a text config without model_type is the outer one's text model.
+                let mut merged = text.clone();
+                for (k, v) in obj {
+                    if !matches!(k.as_str(), "text_config" | "vision_config" | "model_type") {
+                        merged.entry(k.clone()).or_insert_with(|| v.clone());
+                    }
+                }
+                merged
+                    .entry("model_type".to_string())
+                    .or_insert_with(|| Value::String(format!("{}_text", top.unwrap_or(""))));
+                Self::from_hf_map(&merged)
+            }
+            _ => Self::from_hf_map(obj),
+        }
     }
 
     pub(crate) fn from_hf_map(c: &Map<String, Value>) -> Result<Self, ModelError> {
@@ -141,17 +162,29 @@ impl ModelConfig {
             Some(v) => v.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
             None => vec![],
         };
+        // Qwen3.5 MoE has no dense MLP and no intermediate_size.
+        let intermediate_size = match (opt_usize(c, "intermediate_size")?, family) {
+            (Some(x), _) => x,
+            (None, Family::Qwen35Moe) => 0,
+            (None, _) => return Err(cfg_err("intermediate_size", "missing")),
+        };
+        let hybrid = parse_hybrid(c, family, n_layers)?;
+        let moe = parse_moe(c, family, n_layers)?;
         Ok(ModelConfig {
             family,
             vocab_size: get_usize(c, "vocab_size")?,
             hidden_size,
-            intermediate_size: get_usize(c, "intermediate_size")?,
+            intermediate_size,
             n_layers,
             n_heads,
             n_kv_heads,
             head_dim,
             rms_eps: opt_f64(c, "rms_norm_eps")?.unwrap_or(1e-6) as f32,
-            norm_offset: if family.is_gemma() { 1.0 } else { 0.0 },
+            norm_offset: if family.is_gemma() || family.is_hybrid() {
+                1.0
+            } else {
+                0.0
+            },
             activation,
             tie_embeddings: c
                 .get("tie_word_embeddings")
@@ -160,7 +193,8 @@ impl ModelConfig {
             embed_scale: family.is_gemma().then(|| (hidden_size as f32).sqrt()),
             qkv_bias: family == Family::Qwen2 || attention_bias,
             o_bias: family != Family::Qwen2 && attention_bias,
-            qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3),
+            qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3 | Family::Qwen3Moe)
+                || family.is_hybrid(),
             sandwich_norms: matches!(family, Family::Gemma2 | Family::Gemma3),
             attn_scale,
             attn_softcap: opt_f64(c, "attn_logit_softcapping")?.map(|x| x as f32),
@@ -172,6 +206,8 @@ impl ModelConfig {
                 .and_then(Value::as_u64)
                 .map(|x| x as u32),
             eos_token_ids,
+            hybrid,
+            moe,
         })
     }
 }
@@ -197,7 +233,8 @@ fn resolve_layers(
                 .iter()
                 .map(|t| match t.as_str() {
                     Some("sliding_attention") => Ok(true),
-                    Some("full_attention") => Ok(false),
+                    // Gated DeltaNet layers have no window (their settings: hybrid::config).
+                    Some("full_attention" | "linear_attention") => Ok(false),
                     other => Err(cfg_err(
                         "layer_types",
                         &format!("unknown layer type {other:?}"),
@@ -238,7 +275,15 @@ fn resolve_layers(
             "sliding layers but no sliding_window",
         ));
     }
-    let partial = opt_f64(c, "partial_rotary_factor")?.unwrap_or(1.0);
+    // Top level (4.x style), inside rope_parameters (5.x), or the family's default.
+    let partial = match opt_f64(c, "partial_rotary_factor")? {
+        Some(p) => p,
+        None => match c.get("rope_parameters").and_then(Value::as_object) {
+            Some(rp) => opt_f64(rp, "partial_rotary_factor")?,
+            None => None,
+        }
+        .unwrap_or(default_partial_rotary(family)),
+    };
     let rotary_dim = ((head_dim as f64 * partial) as usize) & !1;
     let global_rope = rope_for(c, "full_attention", rotary_dim)?;
     let local_rope = rope_for(c, "sliding_attention", rotary_dim)?;

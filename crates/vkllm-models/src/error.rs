@@ -8,7 +8,7 @@ pub enum ModelError {
     #[error("config field `{field}`: {msg}")]
     Config { field: String, msg: String },
     #[error(
-        "unsupported architecture `{arch}` (supported: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3)"
+        "unsupported architecture `{arch}` (supported: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, qwen3_moe, qwen3_next, qwen3_5, qwen3_5_moe)"
     )]
     UnsupportedArch { arch: String },
     #[error("reading {path}: {source}")]
@@ -62,4 +62,10 @@ pub enum ModelError {
     },
     #[error("unknown model shape `{name}` (known: {known})")]
     UnknownShape { name: String, known: String },
+    #[error(
+        "recurrent state is at position {expected}, a forward from {start} would skip or repeat tokens (restore a snapshot to go back)"
+    )]
+    StateOrder { expected: usize, start: usize },
+    #[error("backend `{backend}` does not implement `{op}`")]
+    UnsupportedOp { backend: String, op: &'static str },
 }

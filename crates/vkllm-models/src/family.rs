@@ -1,6 +1,6 @@
 //! The model families vkllm runs, and the few facts that differ between them.
 
-/// A model family (architecture). Hybrid and MoE families join this list in later work.
+/// A model family (architecture).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Family {
     /// Llama 2/3/3.2, TinyLlama, SmolLM.
@@ -17,6 +17,15 @@ pub enum Family {
     Gemma2,
     /// Gemma 3 text (q/k norm, local/global layers with two RoPE bases).
     Gemma3,
+    /// Qwen3 MoE (Qwen3 attention, routed experts, no shared expert).
+    Qwen3Moe,
+    /// Qwen3-Next (Gated DeltaNet + gated attention, packed qkvz projections, MoE with a shared
+    /// expert).
+    Qwen3Next,
+    /// Qwen3.5 / Qwen3.6 dense (Gated DeltaNet + gated attention).
+    Qwen35,
+    /// Qwen3.5 / Qwen3.6 MoE (Gated DeltaNet + gated attention, MoE with a shared expert).
+    Qwen35Moe,
 }
 
 /// The gated MLP's activation.
@@ -53,6 +62,15 @@ impl Family {
         Family::Gemma3,
     ];
 
+    /// The hybrid (Gated DeltaNet) and Mixture-of-Experts families, run by
+    /// [`crate::hybrid::HybridModel`].
+    pub const HYBRID_MOE: [Family; 4] = [
+        Family::Qwen35,
+        Family::Qwen35Moe,
+        Family::Qwen3Next,
+        Family::Qwen3Moe,
+    ];
+
     /// The family of a transformers `model_type`.
     pub fn from_hf_model_type(model_type: &str) -> Option<Self> {
         Some(match model_type {
@@ -63,6 +81,10 @@ impl Family {
             "gemma" => Family::Gemma,
             "gemma2" => Family::Gemma2,
             "gemma3" | "gemma3_text" => Family::Gemma3,
+            "qwen3_moe" => Family::Qwen3Moe,
+            "qwen3_next" => Family::Qwen3Next,
+            "qwen3_5" | "qwen3_5_text" => Family::Qwen35,
+            "qwen3_5_moe" | "qwen3_5_moe_text" => Family::Qwen35Moe,
             _ => return None,
         })
     }
@@ -77,7 +99,29 @@ impl Family {
             Family::Gemma => "gemma",
             Family::Gemma2 => "gemma2",
             Family::Gemma3 => "gemma3",
+            Family::Qwen3Moe => "qwen3_moe",
+            Family::Qwen3Next => "qwen3_next",
+            Family::Qwen35 => "qwen3_5",
+            Family::Qwen35Moe => "qwen3_5_moe",
         }
+    }
+
+    /// Families with Gated DeltaNet layers (and gated full attention, `(1 + w)` RMSNorms).
+    pub fn is_hybrid(self) -> bool {
+        matches!(self, Family::Qwen3Next | Family::Qwen35 | Family::Qwen35Moe)
+    }
+
+    /// Families whose MLPs are (or may be) Mixture-of-Experts blocks.
+    pub fn is_moe(self) -> bool {
+        matches!(
+            self,
+            Family::Qwen3Moe | Family::Qwen3Next | Family::Qwen35Moe
+        )
+    }
+
+    /// Families run by [`crate::hybrid::HybridModel`] rather than the dense [`crate::Model`].
+    pub fn is_hybrid_or_moe(self) -> bool {
+        self.is_hybrid() || self.is_moe()
     }
 
     pub fn is_gemma(self) -> bool {

@@ -37,6 +37,12 @@ impl GgufModel {
         let config = config_from_gguf(&file)?;
         Ok(GgufModel { file, config })
     }
+
+    /// A model from an already opened (or in-memory) GGUF file.
+    pub fn from_file(file: GgufFile) -> Result<Self, ModelError> {
+        let config = config_from_gguf(&file)?;
+        Ok(GgufModel { file, config })
+    }
 }
 
 /// The family of a GGUF `general.architecture`.
@@ -49,7 +55,7 @@ fn family_of(arch: &str) -> Option<Family> {
         "gemma" => Family::Gemma,
         "gemma2" => Family::Gemma2,
         "gemma3" => Family::Gemma3,
-        _ => return None,
+        other => return crate::gguf_hybrid::family_of(other),
     })
 }
 
@@ -81,7 +87,14 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
     c.insert("model_type".into(), json!(hf_model_type(family)));
     c.insert("vocab_size".into(), json!(vocab));
     c.insert("hidden_size".into(), hidden.clone());
-    c.insert("intermediate_size".into(), need("feed_forward_length")?);
+    match num("feed_forward_length") {
+        Some(ff) => {
+            c.insert("intermediate_size".into(), ff);
+        }
+        // MoE files may have no dense feed-forward size.
+        None if family.is_moe() => {}
+        None => return Err(cfg_missing(&key("feed_forward_length"))),
+    }
     c.insert("num_hidden_layers".into(), need("block_count")?);
     c.insert("num_attention_heads".into(), n_heads.clone());
     if let Some(kv) = num("attention.head_count_kv") {
@@ -175,7 +188,9 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
     {
         c.insert("eos_token_id".into(), json!(eos));
     }
+    crate::gguf_hybrid::add_keys(f, arch, family, &mut c)?;
     let mut cfg = ModelConfig::from_hf_map(&c)?;
+    crate::gguf_hybrid::fix_config(f, &mut cfg);
     // What the converter changed (see the module doc).
     if matches!(family, Family::Llama | Family::Mistral) {
         for l in &mut cfg.layers {
@@ -193,6 +208,8 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
 fn hf_model_type(f: Family) -> &'static str {
     match f {
         Family::Gemma3 => "gemma3_text",
+        Family::Qwen35 => "qwen3_5_text",
+        Family::Qwen35Moe => "qwen3_5_moe_text",
         other => other.name(),
     }
 }
@@ -206,6 +223,11 @@ fn cfg_missing(key: &str) -> ModelError {
 
 /// The llama.cpp name of a Hugging Face tensor name, for this family.
 pub fn gguf_name(hf: &str, family: Family) -> Option<String> {
+    if family.is_hybrid_or_moe()
+        && let Some(n) = crate::gguf_hybrid::gguf_name(hf, family, None)
+    {
+        return Some(n);
+    }
     match hf {
         "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
         "model.norm.weight" => return Some("output_norm.weight".into()),
@@ -249,31 +271,27 @@ fn to_f32(name: &str, ty: GgmlType, bytes: &[u8], n: usize) -> Result<Vec<f32>, 
     Ok(out)
 }
 
-impl TensorSource for GgufModel {
-    fn tensor_f32(&self, name: &str) -> Result<Option<HostTensor>, ModelError> {
-        let Some(gname) = gguf_name(name, self.config.family) else {
-            return Ok(None);
-        };
-        let Some(info) = self.file.tensor(&gname) else {
+impl GgufModel {
+    /// The GGUF tensor `gname` dequantized to f32, outermost dimension first.
+    pub(crate) fn read_f32(&self, gname: &str) -> Result<Option<HostTensor>, ModelError> {
+        let Some(info) = self.file.tensor(gname) else {
             return Ok(None);
         };
         let shape: Vec<usize> = info.dims().iter().rev().map(|&d| d as usize).collect();
         let n = info.n_elements() as usize;
-        let data = to_f32(&gname, info.ggml_type(), self.file.tensor_bytes(info), n)?;
+        let data = to_f32(gname, info.ggml_type(), self.file.tensor_bytes(info), n)?;
         Ok(Some(HostTensor { shape, data }))
     }
 
-    fn tensor_raw(&self, name: &str) -> Result<Option<RawTensor<'_>>, ModelError> {
-        let Some(gname) = gguf_name(name, self.config.family) else {
-            return Ok(None);
-        };
-        let Some(info) = self.file.tensor(&gname) else {
+    /// The GGUF tensor `gname` as stored.
+    pub(crate) fn raw(&self, gname: &str) -> Result<Option<RawTensor<'_>>, ModelError> {
+        let Some(info) = self.file.tensor(gname) else {
             return Ok(None);
         };
         let ty = info.ggml_type();
         let ty = vkllm_cpu::quant::QuantType::from_ggml_id(ty.id()).map_err(|_| {
             ModelError::UnsupportedTensorType {
-                name: gname.clone(),
+                name: gname.to_string(),
                 ty: ty.name().to_string(),
             }
         })?;
@@ -283,5 +301,37 @@ impl TensorSource for GgufModel {
             ty,
             bytes: std::borrow::Cow::Borrowed(self.file.tensor_bytes(info)),
         }))
+    }
+
+    fn name_of(&self, hf: &str) -> Option<String> {
+        let family = self.config.family;
+        if family.is_hybrid_or_moe()
+            && let Some(n) = crate::gguf_hybrid::gguf_name(hf, family, Some(&self.file))
+        {
+            return Some(n);
+        }
+        gguf_name(hf, family)
+    }
+}
+
+impl TensorSource for GgufModel {
+    fn tensor_f32(&self, name: &str) -> Result<Option<HostTensor>, ModelError> {
+        if let Some(t) = crate::gguf_hybrid::tensor_f32(self, name)? {
+            return Ok(t);
+        }
+        match self.name_of(name) {
+            Some(gname) => self.read_f32(&gname),
+            None => Ok(None),
+        }
+    }
+
+    fn tensor_raw(&self, name: &str) -> Result<Option<RawTensor<'_>>, ModelError> {
+        if let Some(t) = crate::gguf_hybrid::tensor_raw(self, name)? {
+            return Ok(t);
+        }
+        match self.name_of(name) {
+            Some(gname) => self.raw(&gname),
+            None => Ok(None),
+        }
     }
 }

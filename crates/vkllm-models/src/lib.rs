@@ -7,6 +7,7 @@
 //! runs the same graph on the GPU.
 
 pub mod backend;
+mod blocks;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
@@ -14,6 +15,8 @@ pub mod family;
 pub mod fixtures;
 pub mod forward;
 pub mod gguf;
+mod gguf_hybrid;
+pub mod hybrid;
 pub mod parity;
 pub mod perplexity;
 pub mod progress;

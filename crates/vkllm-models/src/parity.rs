@@ -15,6 +15,7 @@ use crate::error::ModelError;
 use crate::family::Family;
 use crate::fixtures::{Fixture, PromptGolden};
 use crate::forward::{DEFAULT_CHUNK, Logits, Model};
+use crate::hybrid::HybridModel;
 
 /// Tolerance of the "cpu vs transformers" tier: f32 logits, max |diff|.
 pub const CPU_VS_HF_MAX_ABS: f64 = 1e-4;
@@ -55,6 +56,9 @@ pub fn run_ids<B: Backend>(
     ids: &[u32],
     n_gen: usize,
 ) -> Result<(Vec<f32>, Vec<u32>), ModelError> {
+    if fx.config.family.is_hybrid_or_moe() {
+        return run_ids_hybrid(b, fx, ids, n_gen);
+    }
     let model = Model::load(fx.config.clone(), &fx.weights, b, DEFAULT_CHUNK)?;
     let kv = model.new_kv(b, ids.len() + n_gen)?;
     let logits = model.forward(b, &kv, ids, 0, Logits::All)?;
@@ -66,6 +70,32 @@ pub fn run_ids<B: Backend>(
         tokens.push(argmax(&model.forward(
             b,
             &kv,
+            &[last],
+            pos,
+            Logits::Last,
+        )?));
+    }
+    Ok((logits, tokens))
+}
+
+/// [`run_ids`] for the hybrid and MoE families ([`HybridModel`]).
+pub fn run_ids_hybrid<B: Backend>(
+    b: &mut B,
+    fx: &Fixture,
+    ids: &[u32],
+    n_gen: usize,
+) -> Result<(Vec<f32>, Vec<u32>), ModelError> {
+    let model = HybridModel::load(fx.config.clone(), &fx.weights, b, DEFAULT_CHUNK)?;
+    let st = model.new_state(b, ids.len() + n_gen)?;
+    let logits = model.forward(b, &st, ids, 0, Logits::All)?;
+    let vocab = fx.config.vocab_size;
+    let mut tokens = vec![argmax(&logits[logits.len() - vocab..])];
+    while tokens.len() < n_gen {
+        let pos = ids.len() + tokens.len() - 1;
+        let last = *tokens.last().expect("non-empty");
+        tokens.push(argmax(&model.forward(
+            b,
+            &st,
             &[last],
             pos,
             Logits::Last,
@@ -138,12 +168,13 @@ pub fn gpu_kernels(dev: &Device, seed: u64) -> Result<Vec<ParityRow>, ModelError
 /// A parity row, or why it could not be computed.
 pub type RowResult = Result<ParityRow, (String, ModelError)>;
 
-/// Every dense family on both prompts, through `check` (one of the model tiers above).
+/// Every family (dense, then hybrid and MoE) on both prompts, through `check` (one of the model
+/// tiers above).
 pub fn all_families(
     mut check: impl FnMut(&Fixture, &str) -> Result<ParityRow, ModelError>,
 ) -> Vec<RowResult> {
     let mut rows = Vec::new();
-    for family in Family::ALL {
+    for family in Family::ALL.into_iter().chain(Family::HYBRID_MOE) {
         let fx = match Fixture::load(family.name()) {
             Ok(fx) => fx,
             Err(e) => {

@@ -65,18 +65,24 @@ pub struct Weights {
     pub lm_head: Linear,
 }
 
-struct Loader<'a, B: Backend> {
-    src: &'a dyn TensorSource,
-    b: &'a mut B,
+/// Reads tensors by name from a source, checks their shapes and uploads them to a backend.
+pub(crate) struct Loader<'a, B: Backend> {
+    pub(crate) src: &'a dyn TensorSource,
+    pub(crate) b: &'a mut B,
 }
 
 impl<B: Backend> Loader<'_, B> {
-    fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Tensor, ModelError> {
+    pub(crate) fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Tensor, ModelError> {
         let data = self.read(name, shape)?;
         self.b.upload_f32(&data)
     }
 
-    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Tensor, ModelError> {
+    pub(crate) fn matrix(
+        &mut self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Tensor, ModelError> {
         if let Some(raw) = self.src.tensor_raw(name)? {
             if raw.shape != [rows, cols] {
                 return Err(ModelError::TensorShape {
@@ -93,7 +99,7 @@ impl<B: Backend> Loader<'_, B> {
         self.b.upload_matrix(&data, rows, cols)
     }
 
-    fn read(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
+    pub(crate) fn read(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
         let HostTensor { shape: found, data } =
             self.src
                 .tensor_f32(name)?
@@ -110,7 +116,7 @@ impl<B: Backend> Loader<'_, B> {
         Ok(data)
     }
 
-    fn optional_matrix(
+    pub(crate) fn optional_matrix(
         &mut self,
         name: &str,
         rows: usize,
@@ -122,7 +128,7 @@ impl<B: Backend> Loader<'_, B> {
         }
     }
 
-    fn linear(
+    pub(crate) fn linear(
         &mut self,
         prefix: &str,
         rows: usize,

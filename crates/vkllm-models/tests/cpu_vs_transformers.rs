@@ -62,3 +62,23 @@ fn gemma2() {
 fn gemma3() {
     check("gemma3");
 }
+
+#[test]
+fn qwen3_5() {
+    check("qwen3_5");
+}
+
+#[test]
+fn qwen3_5_moe() {
+    check("qwen3_5_moe");
+}
+
+#[test]
+fn qwen3_next() {
+    check("qwen3_next");
+}
+
+#[test]
+fn qwen3_moe() {
+    check("qwen3_moe");
+}

@@ -67,6 +67,26 @@ fn gemma3() {
     check("gemma3");
 }
 
+#[test]
+fn qwen3_5() {
+    check("qwen3_5");
+}
+
+#[test]
+fn qwen3_5_moe() {
+    check("qwen3_5_moe");
+}
+
+#[test]
+fn qwen3_next() {
+    check("qwen3_next");
+}
+
+#[test]
+fn qwen3_moe() {
+    check("qwen3_moe");
+}
+
 /// A prompt of `n` ids in 3..vocab from a fixed LCG (reproducible, no special ids).
 fn long_prompt(n: usize, vocab: u32, seed: u64) -> Vec<u32> {
     let mut s = seed;

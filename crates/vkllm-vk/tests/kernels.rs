@@ -85,4 +85,10 @@ parity_tests!(
     quant_q3_k,
     quant_q2_k,
     quant_iq4_xs,
+    causal_conv1d,
+    gated_delta_rule,
+    gated_rmsnorm,
+    sigmoid_mul,
+    moe_route,
+    moe_experts,
 );

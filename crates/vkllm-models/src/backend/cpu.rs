@@ -4,9 +4,9 @@
 //! clarity over speed: tensors are plain vectors in an arena indexed by handle.
 
 use vkllm_cpu as ops;
-use vkllm_cpu::{AttnParams, Rope};
+use vkllm_cpu::{AttnParams, DeltaShape, Rope};
 
-use super::{Backend, KvDtype, KvRows, KvView, Linear, Tensor};
+use super::{Backend, Experts, KvDtype, KvRows, KvView, Linear, Tensor};
 use crate::error::ModelError;
 use crate::family::Activation;
 
@@ -14,6 +14,9 @@ enum Buf {
     F32(Vec<f32>),
     U32(Vec<u32>),
 }
+
+/// Tokens per chunk of the chunked delta rule (transformers' default `chunk_size`).
+pub const DELTA_CHUNK: usize = 64;
 
 /// Runs the model graph on the host with the reference ops.
 #[derive(Default)]
@@ -57,6 +60,13 @@ impl CpuBackend {
 
     fn put(&mut self, t: Tensor, v: Vec<f32>) {
         self.bufs[t.index()] = Buf::F32(v);
+    }
+
+    fn u32_mut(&mut self, t: Tensor) -> &mut [u32] {
+        match &mut self.bufs[t.index()] {
+            Buf::U32(v) => v,
+            Buf::F32(_) => panic!("tensor {t:?} is f32, used as u32"),
+        }
     }
 
     fn positions(&self, t: Tensor, n: usize) -> Vec<usize> {
@@ -365,6 +375,180 @@ impl Backend for CpuBackend {
         let mut v = self.take(x);
         ops::softcap(&mut v[..len], cap);
         self.put(x, v);
+        Ok(())
+    }
+
+    fn causal_conv1d(
+        &mut self,
+        x: Tensor,
+        n: usize,
+        channels: usize,
+        kernel: usize,
+        weight: Tensor,
+        state: Tensor,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        let mut o = self.take(out);
+        let mut st = self.take(state);
+        ops::causal_conv1d(
+            &self.f32(x)[..n * channels],
+            channels,
+            &self.f32(weight)[..channels * kernel],
+            &mut st[..(kernel - 1) * channels],
+            true,
+            &mut o[..n * channels],
+        );
+        self.put(state, st);
+        self.put(out, o);
+        Ok(())
+    }
+
+    fn gated_delta_rule(
+        &mut self,
+        qkv: Tensor,
+        n: usize,
+        shape: &DeltaShape,
+        a: Tensor,
+        b: Tensor,
+        a_log: Tensor,
+        dt_bias: Tensor,
+        state: Tensor,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        let (qw, vw, hv) = (shape.qk_width(), shape.v_width(), shape.n_v_heads);
+        let width = 2 * qw + vw;
+        let rows = &self.f32(qkv)[..n * width];
+        let mut q = Vec::with_capacity(n * qw);
+        let mut k = Vec::with_capacity(n * qw);
+        let mut v = Vec::with_capacity(n * vw);
+        for r in rows.chunks_exact(width) {
+            q.extend_from_slice(&r[..qw]);
+            k.extend_from_slice(&r[qw..2 * qw]);
+            v.extend_from_slice(&r[2 * qw..]);
+        }
+        let mut g = vec![0f32; n * hv];
+        let mut beta = vec![0f32; n * hv];
+        ops::delta_gates(
+            &self.f32(a)[..n * hv],
+            &self.f32(b)[..n * hv],
+            &self.f32(a_log)[..hv],
+            &self.f32(dt_bias)[..hv],
+            &mut g,
+            &mut beta,
+        );
+        let mut st = self.take(state);
+        let mut o = self.take(out);
+        let (s, y) = (&mut st[..shape.state_len()], &mut o[..n * vw]);
+        if n == 1 {
+            ops::gated_delta_rule(shape, &q, &k, &v, &g, &beta, s, y);
+        } else {
+            ops::gated_delta_rule_chunked(shape, DELTA_CHUNK, &q, &k, &v, &g, &beta, s, y);
+        }
+        self.put(state, st);
+        self.put(out, o);
+        Ok(())
+    }
+
+    fn gated_rmsnorm(
+        &mut self,
+        x: Tensor,
+        z: Tensor,
+        weight: Tensor,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        let len = rows * dim;
+        let mut o = self.take(out);
+        ops::gated_rmsnorm(
+            &self.f32(x)[..len],
+            &self.f32(z)[..len],
+            &self.f32(weight)[..dim],
+            eps,
+            &mut o[..len],
+        );
+        self.put(out, o);
+        Ok(())
+    }
+
+    fn sigmoid_mul(
+        &mut self,
+        x: Tensor,
+        gate: Tensor,
+        rows: usize,
+        cols: usize,
+        per_row: bool,
+    ) -> Result<(), ModelError> {
+        assert_ne!(x, gate, "sigmoid_mul: x and gate alias");
+        let mut v = self.take(x);
+        let glen = if per_row { rows } else { rows * cols };
+        ops::sigmoid_mul(&mut v[..rows * cols], &self.f32(gate)[..glen], rows);
+        self.put(x, v);
+        Ok(())
+    }
+
+    fn moe_route(
+        &mut self,
+        logits: Tensor,
+        n: usize,
+        n_experts: usize,
+        top_k: usize,
+        renormalize: bool,
+        ids: Tensor,
+        weights: Tensor,
+    ) -> Result<(), ModelError> {
+        let l = self.f32(logits)[..n * n_experts].to_vec();
+        let mut w = self.take(weights);
+        let mut e = vec![0u32; n * top_k];
+        ops::moe_route(
+            &l,
+            n_experts,
+            top_k,
+            renormalize,
+            &mut e,
+            &mut w[..n * top_k],
+        );
+        self.put(weights, w);
+        self.u32_mut(ids)[..n * top_k].copy_from_slice(&e);
+        Ok(())
+    }
+
+    fn moe_experts(
+        &mut self,
+        x: Tensor,
+        n: usize,
+        ex: &Experts,
+        act: Activation,
+        top_k: usize,
+        ids: Tensor,
+        weights: Tensor,
+        _scratch: Tensor,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        if act != Activation::Silu {
+            return Err(self.unsupported("moe_experts with a non-SiLU activation"));
+        }
+        let h = ex.hidden;
+        let shape = ops::MoeShape {
+            n_experts: ex.n_experts,
+            hidden: h,
+            ff: ex.ff,
+            top_k,
+        };
+        let ids = self.u32(ids)[..n * top_k].to_vec();
+        let mut o = self.take(out);
+        ops::moe_experts(
+            &shape,
+            &self.f32(x)[..n * h],
+            self.f32(ex.gate),
+            self.f32(ex.up),
+            self.f32(ex.down),
+            &ids,
+            &self.f32(weights)[..n * top_k],
+            &mut o[..n * h],
+        );
+        self.put(out, o);
         Ok(())
     }
 }

@@ -1,5 +1,8 @@
 //! Chat templates for models that ship none (Gemma 3 270M base, GGUF files converted without
-//! one), by family. The texts are the families' published templates, verbatim.
+//! one), by family. The texts are the families' published templates, verbatim, except
+//! `qwen3_5`: no official Qwen3.5 template is available here, so it is Qwen3's with Qwen3.5's
+//! documented generation prompt (thinking on by default, the turn opened with `<think>\n`;
+//! `enable_thinking=false` closes an empty think block). Unverified: see docs/chat-templates.md.
 
 /// (families, template name, template source). The first family is the canonical name.
 const TABLE: &[(&[&str], &str, &str)] = &[
@@ -9,7 +12,12 @@ const TABLE: &[(&[&str], &str, &str)] = &[
         include_str!("../../templates/gemma3.jinja"),
     ),
     (
-        &["qwen3", "qwen3moe"],
+        &["qwen3_5", "qwen35", "qwen35moe"],
+        "qwen3_5",
+        include_str!("../../templates/qwen3_5.jinja"),
+    ),
+    (
+        &["qwen3", "qwen3moe", "qwen3next"],
         "qwen3",
         include_str!("../../templates/qwen3.jinja"),
     ),
@@ -31,8 +39,12 @@ pub const BUILTIN_FAMILIES: &[&str] = &[
     "gemma3_text",
     "gemma2",
     "gemma",
+    "qwen3_5",
+    "qwen35",
+    "qwen35moe",
     "qwen3",
     "qwen3moe",
+    "qwen3next",
     "qwen2",
     "qwen2moe",
     "chatml",

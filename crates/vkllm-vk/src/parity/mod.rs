@@ -14,6 +14,7 @@
 mod attn;
 mod basic;
 mod decode;
+mod hybrid;
 mod mat;
 mod quant;
 mod sample;
@@ -90,6 +91,12 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("quant_q3_k", quant::quant_q3_k),
     ("quant_q2_k", quant::quant_q2_k),
     ("quant_iq4_xs", quant::quant_iq4_xs),
+    ("causal_conv1d", hybrid::causal_conv1d),
+    ("gated_delta_rule", hybrid::gated_delta_rule),
+    ("gated_rmsnorm", hybrid::gated_rmsnorm),
+    ("sigmoid_mul", hybrid::sigmoid_mul),
+    ("moe_route", hybrid::moe_route),
+    ("moe_experts", hybrid::moe_experts),
 ];
 
 /// Runs every case (each with a seed derived from `seed`) and returns all rows.

@@ -1,0 +1,123 @@
+//! `shaders/gated_delta_rule.wgsl`: the gated delta rule (recurrent form, gates included).
+
+use crate::sources::GATED_DELTA_RULE as SRC;
+use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
+use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
+
+const WG: u32 = 64;
+/// Largest key head size (the shader's shared q/k arrays).
+pub const MAX_K_DIM: usize = 256;
+
+pub static GATED_DELTA_RULE: KernelSpec = KernelSpec {
+    name: "gated_delta_rule",
+    file: "gated_delta_rule.wgsl",
+    entry: "main",
+    source: SRC,
+    bindings: &[
+        rd("qkv"),
+        rd("a"),
+        rd("b"),
+        rd("a_log"),
+        rd("dt_bias"),
+        rw("state"),
+        rw("out"),
+    ],
+    push_size: 32,
+    exact_fp: false,
+};
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct DeltaParams {
+    pub n: u32,
+    pub hk: u32,
+    pub hv: u32,
+    pub dk: u32,
+    pub dv: u32,
+    pub col_blocks: u32,
+    pub tiled: u32,
+    pub pad: u32,
+}
+
+/// Head counts and sizes (as `vkllm_cpu::DeltaShape`) and the token count.
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaShape {
+    pub n: usize,
+    pub n_k_heads: usize,
+    pub n_v_heads: usize,
+    pub k_dim: usize,
+    pub v_dim: usize,
+    /// Value heads in tiled order (key head `h % n_k_heads`), see `vkllm_cpu::DeltaShape`.
+    pub tiled_v_heads: bool,
+}
+
+/// `n` tokens of the gated delta rule: `qkv` rows `[q | k | v]`, gate inputs `a`, `b`, the
+/// layer's `a_log` and `dt_bias`; `state` updated in place, `out` `[n, v_heads * v_dim]`.
+pub struct GatedDeltaRule<B> {
+    pub qkv: B,
+    pub a: B,
+    pub b: B,
+    pub a_log: B,
+    pub dt_bias: B,
+    pub state: B,
+    pub out: B,
+}
+
+impl<B: KernelBuffer> GatedDeltaRule<B> {
+    pub fn dispatch(self, s: &DeltaShape) -> Result<Dispatch<B>, Error> {
+        let k = &GATED_DELTA_RULE;
+        if s.n == 0
+            || s.n_k_heads == 0
+            || s.n_v_heads == 0
+            || !s.n_v_heads.is_multiple_of(s.n_k_heads)
+            || s.k_dim == 0
+            || s.k_dim > MAX_K_DIM
+            || s.v_dim == 0
+        {
+            return Err(shape_err(
+                k,
+                format!("{s:?}: need v heads a multiple of k heads, 0 < k_dim <= {MAX_K_DIM}"),
+            ));
+        }
+        let width = 2 * s.n_k_heads * s.k_dim + s.n_v_heads * s.v_dim;
+        let hv = s.n_v_heads as u64;
+        need(k, "qkv", &self.qkv, 4 * (s.n * width) as u64)?;
+        need(k, "a", &self.a, 4 * s.n as u64 * hv)?;
+        need(k, "b", &self.b, 4 * s.n as u64 * hv)?;
+        need(k, "a_log", &self.a_log, 4 * hv)?;
+        need(k, "dt_bias", &self.dt_bias, 4 * hv)?;
+        need(k, "state", &self.state, 4 * hv * (s.k_dim * s.v_dim) as u64)?;
+        need(
+            k,
+            "out",
+            &self.out,
+            4 * (s.n * s.n_v_heads * s.v_dim) as u64,
+        )?;
+        let col_blocks = s.v_dim.div_ceil(WG as usize);
+        let p = DeltaParams {
+            n: to_u32(k, "n", s.n)?,
+            hk: to_u32(k, "n_k_heads", s.n_k_heads)?,
+            hv: to_u32(k, "n_v_heads", s.n_v_heads)?,
+            dk: to_u32(k, "k_dim", s.k_dim)?,
+            dv: to_u32(k, "v_dim", s.v_dim)?,
+            col_blocks: to_u32(k, "col_blocks", col_blocks)?,
+            tiled: s.tiled_v_heads as u32,
+            pad: 0,
+        };
+        Ok(Dispatch::new(
+            k,
+            Overrides::new().set("WG", WG as f64),
+            vec![
+                self.qkv,
+                self.a,
+                self.b,
+                self.a_log,
+                self.dt_bias,
+                self.state,
+                self.out,
+            ],
+            &p,
+            grid_for(k, (s.n_v_heads * col_blocks) as u64)?,
+        ))
+    }
+}

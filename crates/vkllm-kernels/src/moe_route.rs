@@ -1,0 +1,69 @@
+//! `shaders/moe_route.wgsl`: softmax, top-k and optional renormalisation of router logits.
+
+use crate::sources::MOE_ROUTE as SRC;
+use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
+use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
+
+const WG: u32 = 64;
+/// Largest `top_k` the shader holds.
+pub const MAX_TOP_K: usize = 32;
+
+pub static MOE_ROUTE: KernelSpec = KernelSpec {
+    name: "moe_route",
+    file: "moe_route.wgsl",
+    entry: "main",
+    source: SRC,
+    bindings: &[rd("logits"), rw("ids"), rw("weights")],
+    push_size: 16,
+    exact_fp: false,
+};
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct RouteParams {
+    pub n: u32,
+    pub n_experts: u32,
+    pub top_k: u32,
+    pub renormalize: u32,
+}
+
+/// Routes `n` tokens: `ids` (u32) and `weights` (f32), `[n, top_k]` each.
+pub struct MoeRoute<B> {
+    pub logits: B,
+    pub ids: B,
+    pub weights: B,
+}
+
+impl<B: KernelBuffer> MoeRoute<B> {
+    pub fn dispatch(
+        self,
+        n: usize,
+        n_experts: usize,
+        top_k: usize,
+        renormalize: bool,
+    ) -> Result<Dispatch<B>, Error> {
+        let k = &MOE_ROUTE;
+        if n == 0 || top_k == 0 || top_k > n_experts || top_k > MAX_TOP_K {
+            return Err(shape_err(
+                k,
+                format!("n {n}, top_k {top_k} of {n_experts} (at most {MAX_TOP_K})"),
+            ));
+        }
+        need(k, "logits", &self.logits, 4 * (n * n_experts) as u64)?;
+        need(k, "ids", &self.ids, 4 * (n * top_k) as u64)?;
+        need(k, "weights", &self.weights, 4 * (n * top_k) as u64)?;
+        let p = RouteParams {
+            n: to_u32(k, "n", n)?,
+            n_experts: to_u32(k, "n_experts", n_experts)?,
+            top_k: to_u32(k, "top_k", top_k)?,
+            renormalize: renormalize as u32,
+        };
+        Ok(Dispatch::new(
+            k,
+            Overrides::new().set("WG", WG as f64),
+            vec![self.logits, self.ids, self.weights],
+            &p,
+            grid_for(k, (n as u64).div_ceil(WG as u64))?,
+        ))
+    }
+}

@@ -1,0 +1,199 @@
+//! The Vulkan backend's hybrid (Gated DeltaNet) and MoE ops, each one `vkllm-kernels` dispatch
+//! (two for the experts) recorded like the dense ops: no host round trip, so a MoE layer's expert
+//! ids stay on the device between the router and the experts.
+//!
+//! Limits: the routed experts must be f32 single-part matrices (the loader dequantizes experts
+//! to f32); key heads up to `gated_delta_rule::MAX_K_DIM` (256) and top-k up to 32.
+
+use vkllm_cpu::DeltaShape;
+use vkllm_kernels::WeightType;
+use vkllm_kernels::causal_conv1d::{CausalConv1d, ConvShape};
+use vkllm_kernels::gated_delta_rule::{DeltaShape as DeltaShapeK, GatedDeltaRule};
+use vkllm_kernels::gated_rmsnorm::GatedRmsNorm;
+use vkllm_kernels::moe_experts::{MoeExperts, MoeShape};
+use vkllm_kernels::moe_route::MoeRoute;
+use vkllm_kernels::sigmoid_mul::SigmoidMul;
+
+use super::VulkanBackend;
+use crate::backend::{Backend, Experts, Tensor};
+use crate::error::ModelError;
+use crate::family::Activation;
+
+impl VulkanBackend {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn hy_causal_conv1d(
+        &mut self,
+        x: Tensor,
+        n: usize,
+        channels: usize,
+        kernel: usize,
+        weight: Tensor,
+        state: Tensor,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        self.record(|me, r| {
+            let d = CausalConv1d {
+                x: me.head(x, n * channels)?,
+                w: me.head(weight, channels * kernel)?,
+                state: me.all(state),
+                out: me.head(out, n * channels)?,
+            }
+            .dispatch(&ConvShape {
+                n,
+                channels,
+                kernel,
+                silu: true,
+            })?;
+            Ok(r.dispatch(d)?)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn hy_gated_delta_rule(
+        &mut self,
+        qkv: Tensor,
+        n: usize,
+        s: &DeltaShape,
+        a: Tensor,
+        b: Tensor,
+        a_log: Tensor,
+        dt_bias: Tensor,
+        state: Tensor,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        let hv = s.n_v_heads;
+        self.record(|me, r| {
+            let d = GatedDeltaRule {
+                qkv: me.head(qkv, n * (2 * s.qk_width() + s.v_width()))?,
+                a: me.head(a, n * hv)?,
+                b: me.head(b, n * hv)?,
+                a_log: me.head(a_log, hv)?,
+                dt_bias: me.head(dt_bias, hv)?,
+                state: me.head(state, s.state_len())?,
+                out: me.head(out, n * s.v_width())?,
+            }
+            .dispatch(&DeltaShapeK {
+                n,
+                n_k_heads: s.n_k_heads,
+                n_v_heads: hv,
+                k_dim: s.k_dim,
+                v_dim: s.v_dim,
+                tiled_v_heads: s.tiled_v_heads,
+            })?;
+            Ok(r.dispatch(d)?)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn hy_gated_rmsnorm(
+        &mut self,
+        x: Tensor,
+        z: Tensor,
+        weight: Tensor,
+        rows: usize,
+        dim: usize,
+        eps: f32,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        self.record(|me, r| {
+            let d = GatedRmsNorm {
+                x: me.head(x, rows * dim)?,
+                z: me.head(z, rows * dim)?,
+                weight: me.head(weight, dim)?,
+                out: me.head(out, rows * dim)?,
+            }
+            .dispatch(rows, dim, eps)?;
+            Ok(r.dispatch(d)?)
+        })
+    }
+
+    pub(super) fn hy_sigmoid_mul(
+        &mut self,
+        x: Tensor,
+        gate: Tensor,
+        rows: usize,
+        cols: usize,
+        per_row: bool,
+    ) -> Result<(), ModelError> {
+        assert_ne!(x, gate, "sigmoid_mul: x and gate alias");
+        self.record(|me, r| {
+            let d = SigmoidMul {
+                x: me.head(x, rows * cols)?,
+                gate: me.head(gate, if per_row { rows } else { rows * cols })?,
+            }
+            .dispatch(rows, cols, per_row)?;
+            Ok(r.dispatch(d)?)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn hy_moe_route(
+        &mut self,
+        logits: Tensor,
+        n: usize,
+        n_experts: usize,
+        top_k: usize,
+        renormalize: bool,
+        ids: Tensor,
+        weights: Tensor,
+    ) -> Result<(), ModelError> {
+        self.record(|me, r| {
+            let d = MoeRoute {
+                logits: me.head(logits, n * n_experts)?,
+                ids: me.head(ids, n * top_k)?,
+                weights: me.head(weights, n * top_k)?,
+            }
+            .dispatch(n, n_experts, top_k, renormalize)?;
+            Ok(r.dispatch(d)?)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn hy_moe_experts(
+        &mut self,
+        x: Tensor,
+        n: usize,
+        ex: &Experts,
+        act: Activation,
+        top_k: usize,
+        ids: Tensor,
+        weights: Tensor,
+        scratch: Tensor,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        if act != Activation::Silu {
+            return Err(self.unsupported("moe_experts with a non-SiLU activation"));
+        }
+        for t in [ex.gate, ex.up, ex.down] {
+            let m = self.matrix(t);
+            if m.dtype != WeightType::F32 || m.parts.len() != 1 {
+                return Err(self.unsupported("moe_experts over quantized or split expert weights"));
+            }
+        }
+        let (h, ff) = (ex.hidden, ex.ff);
+        self.record(|me, r| {
+            let w = |t: Tensor| me.matrix(t).parts[0].buffer.all();
+            let ds = MoeExperts {
+                x: me.head(x, n * h)?,
+                ids: me.head(ids, n * top_k)?,
+                weights: me.head(weights, n * top_k)?,
+                gate: w(ex.gate),
+                up: w(ex.up),
+                down: w(ex.down),
+                act: me.head(scratch, n * top_k * ff)?,
+                out: me.head(out, n * h)?,
+            }
+            .dispatch(&MoeShape {
+                n,
+                top_k,
+                hidden: h,
+                ff,
+                n_experts: ex.n_experts,
+            })?;
+            for d in ds {
+                r.dispatch(d)?;
+            }
+            Ok(())
+        })
+    }
+}

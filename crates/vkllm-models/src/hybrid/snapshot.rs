@@ -1,0 +1,172 @@
+//! Snapshots of a sequence's state at a token boundary: the KV rows written so far and the
+//! recurrent states (conv history + delta-rule matrix), copied on the device into tensors of
+//! their own ([`Snapshot`]) or onto the host ([`HostSnapshot`]), and restored into any state of
+//! the same model (another slot, or the same one after it moved on). Restoring gives back the
+//! exact bits, so a continuation from a restored state equals the uninterrupted one: the base of
+//! a prefix cache and of speculative decoding.
+//!
+//! Only positions `0..pos` of each KV cache are copied; rows past `pos` in the restored state
+//! keep whatever they held (attention never reads past the current position, and the next
+//! forward writes them).
+
+use crate::backend::{Backend, Tensor};
+use crate::error::ModelError;
+use crate::hybrid::forward::{HybridModel, HybridState, LayerState};
+
+/// A state's contents at position `pos`, in tensors of the backend.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// Tokens the state had seen (its next position).
+    pub pos: usize,
+    /// Per layer, the copied tensors and how many values each holds.
+    layers: Vec<[(Tensor, usize); 2]>,
+}
+
+/// A state's contents at position `pos`, on the host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostSnapshot {
+    pub pos: usize,
+    /// Per layer: keys and values (`pos * kv_dim` each), or conv history and delta state.
+    pub layers: Vec<[Vec<f32>; 2]>,
+}
+
+impl HybridModel {
+    /// The tensors of `st` a snapshot at `pos` copies, with their lengths.
+    fn parts(&self, st: &HybridState, pos: usize) -> Vec<[(Tensor, usize); 2]> {
+        let c = &self.cfg;
+        st.layers
+            .iter()
+            .map(|l| match *l {
+                LayerState::Attention { k, v } => [(k, pos * c.kv_dim()), (v, pos * c.kv_dim())],
+                LayerState::DeltaNet { conv, delta } => {
+                    let hy = c
+                        .hybrid
+                        .as_ref()
+                        .expect("DeltaNet state comes from a hybrid config");
+                    [
+                        (conv, (hy.conv_kernel - 1) * hy.conv_dim()),
+                        (delta, hy.delta.state_len()),
+                    ]
+                }
+            })
+            .collect()
+    }
+
+    /// Copies `st` (at its current position) into new tensors on the backend.
+    pub fn snapshot<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &HybridState,
+    ) -> Result<Snapshot, ModelError> {
+        let pos = st.next.get();
+        let mut layers = Vec::with_capacity(st.layers.len());
+        for part in self.parts(st, pos) {
+            let mut copy = [(Tensor::from_index(0), 0); 2];
+            for (dst, (src, len)) in copy.iter_mut().zip(part) {
+                let t = b.alloc_f32(len.max(1))?;
+                if len > 0 {
+                    b.copy(src, 0, t, 0, len)?;
+                }
+                *dst = (t, len);
+            }
+            layers.push(copy);
+        }
+        Ok(Snapshot { pos, layers })
+    }
+
+    /// Makes `st` hold `snap`'s contents and continue from `snap.pos`. `st` may be the state
+    /// the snapshot came from or any other state of this model with room for `snap.pos` tokens.
+    pub fn restore<B: Backend>(
+        &self,
+        b: &mut B,
+        snap: &Snapshot,
+        st: &HybridState,
+    ) -> Result<(), ModelError> {
+        self.check_fits(snap.pos, snap.layers.len(), st)?;
+        let parts = self.parts(st, snap.pos);
+        for (i, (part, copy)) in parts.iter().zip(&snap.layers).enumerate() {
+            for (&(_, want), &(_, len)) in part.iter().zip(copy) {
+                if want != len {
+                    return Err(ModelError::Config {
+                        field: "snapshot".into(),
+                        msg: format!("layer {i}: {len} values, this model's state holds {want}"),
+                    });
+                }
+            }
+        }
+        for (part, copy) in parts.into_iter().zip(&snap.layers) {
+            for ((dst, _), &(src, len)) in part.into_iter().zip(copy) {
+                if len > 0 {
+                    b.copy(src, 0, dst, 0, len)?;
+                }
+            }
+        }
+        st.next.set(snap.pos);
+        Ok(())
+    }
+
+    /// Reads a snapshot back to the host.
+    pub fn snapshot_to_host<B: Backend>(
+        &self,
+        b: &mut B,
+        snap: &Snapshot,
+    ) -> Result<HostSnapshot, ModelError> {
+        let mut layers = Vec::with_capacity(snap.layers.len());
+        for copy in &snap.layers {
+            let mut host: [Vec<f32>; 2] = Default::default();
+            for (h, &(t, len)) in host.iter_mut().zip(copy) {
+                *h = vec![0f32; len];
+                b.read_f32(t, 0, h)?;
+            }
+            layers.push(host);
+        }
+        Ok(HostSnapshot {
+            pos: snap.pos,
+            layers,
+        })
+    }
+
+    /// Uploads a host snapshot (to restore it with [`HybridModel::restore`]).
+    pub fn snapshot_from_host<B: Backend>(
+        &self,
+        b: &mut B,
+        host: &HostSnapshot,
+    ) -> Result<Snapshot, ModelError> {
+        let mut layers = Vec::with_capacity(host.layers.len());
+        for h in &host.layers {
+            let mut copy = [(Tensor::from_index(0), 0); 2];
+            for (dst, data) in copy.iter_mut().zip(h) {
+                let t = if data.is_empty() {
+                    b.alloc_f32(1)?
+                } else {
+                    b.upload_f32(data)?
+                };
+                *dst = (t, data.len());
+            }
+            layers.push(copy);
+        }
+        Ok(Snapshot {
+            pos: host.pos,
+            layers,
+        })
+    }
+
+    fn check_fits(&self, pos: usize, n_layers: usize, st: &HybridState) -> Result<(), ModelError> {
+        if n_layers != st.layers.len() {
+            return Err(ModelError::Config {
+                field: "snapshot".into(),
+                msg: format!(
+                    "snapshot of {n_layers} layers restored into a state of {}",
+                    st.layers.len()
+                ),
+            });
+        }
+        if pos > st.capacity {
+            return Err(ModelError::ContextFull {
+                pos,
+                capacity: st.capacity,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,121 @@
+// The gated delta rule over n tokens in order (recurrent form), gates included: the token mixer
+// of a Gated DeltaNet layer (vkllm_cpu::delta_gates + vkllm_cpu::gated_delta_rule).
+// Per value head h (key head kh = h / (HV / HK), or h % HK when the value heads are tiled), state
+// S [DK, DV] at state[(h * DK + i) * DV + j]:
+//   g = -exp(a_log[h]) * softplus(a[t, h] + dt_bias[h]),  beta = sigmoid(b[t, h])
+//   q = l2norm(q) / sqrt(DK),  k = l2norm(k)           (eps 1e-6)
+//   S = exp(g) S;  delta = beta (v - S^T k);  S += k delta^T;  out = S^T q
+//
+// Shapes: qkv: [n, 2 HK DK + HV DV] f32 rows [q (HK DK) | k (HK DK) | v (HV DV)] (the conv
+// output); a, b: [n, HV]; a_log, dt_bias: [HV]; state: [HV, DK, DV] (read and updated);
+// out: [n, HV DV].
+// Workgroup: WG invocations (default 64) per (head, block of WG columns of S); invocation j owns
+// column j: per token it reads the column once to form S^T k, then writes the updated column and
+// forms S^T q on the way (the state stays in the buffer, 2 reads + 1 write of DK values per token;
+// columns are coalesced across the workgroup). q and k of the token are normalised cooperatively
+// into shared memory (subgroupAdd, then across subgroups: any subgroup size >= 4). Prefill walks
+// the tokens in order (the chunked parallel form is the CPU's; both agree, see vkllm-cpu).
+// Shared memory: 2 * 256 + 2 * 64 f32 (2.5 KiB); DK <= 256.
+
+override WG: u32 = 64;
+
+struct Params {
+    n: u32,
+    hk: u32,
+    hv: u32,
+    dk: u32,
+    dv: u32,
+    col_blocks: u32,
+    tiled: u32,
+    pad: u32,
+}
+var<immediate> p: Params;
+
+@group(0) @binding(0) var<storage, read> qkv: array<f32>;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read> a_log: array<f32>;
+@group(0) @binding(4) var<storage, read> dt_bias: array<f32>;
+@group(0) @binding(5) var<storage, read_write> state: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out: array<f32>;
+
+var<workgroup> qs: array<f32, 256>;
+var<workgroup> ks: array<f32, 256>;
+var<workgroup> red_q: array<f32, 64>;
+var<workgroup> red_k: array<f32, 64>;
+
+fn softplus(x: f32) -> f32 {
+    if (x > 20.0) {
+        return x;
+    }
+    return log(1.0 + exp(x));
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg_id: u32,
+        @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(num_subgroups) n_sg: u32) {
+    let blk = wid.y * nwg.x + wid.x;
+    let h = blk / p.col_blocks;
+    // Uniform per workgroup: the whole workgroup leaves together.
+    if (h >= p.hv) {
+        return;
+    }
+    let j = (blk % p.col_blocks) * WG + lid;
+    let owns_col = j < p.dv;
+    var kh = h / (p.hv / p.hk);
+    if (p.tiled != 0u) {
+        kh = h % p.hk;
+    }
+    let width = 2u * p.hk * p.dk + p.hv * p.dv;
+    let scale = 1.0 / sqrt(f32(p.dk));
+    let decay_a = exp(a_log[h]);
+    let sbase = h * p.dk * p.dv + j;
+    for (var t = 0u; t < p.n; t++) {
+        let row = t * width;
+        var sq = 0.0;
+        var sk = 0.0;
+        for (var i = lid; i < p.dk; i += WG) {
+            let qv = qkv[row + kh * p.dk + i];
+            let kv = qkv[row + p.hk * p.dk + kh * p.dk + i];
+            qs[i] = qv;
+            ks[i] = kv;
+            sq += qv * qv;
+            sk += kv * kv;
+        }
+        let s1 = subgroupAdd(sq);
+        let s2 = subgroupAdd(sk);
+        if (sg_lane == 0u) {
+            red_q[sg_id] = s1;
+            red_k[sg_id] = s2;
+        }
+        workgroupBarrier();
+        var tq = 0.0;
+        var tk = 0.0;
+        for (var s = 0u; s < n_sg; s++) {
+            tq += red_q[s];
+            tk += red_k[s];
+        }
+        let rq = scale / sqrt(tq + 1e-6);
+        let rk = 1.0 / sqrt(tk + 1e-6);
+        let g = -decay_a * softplus(a[t * p.hv + h] + dt_bias[h]);
+        let beta = 1.0 / (1.0 + exp(-b[t * p.hv + h]));
+        let decay = exp(g);
+        if (owns_col) {
+            var kv_mem = 0.0;
+            for (var i = 0u; i < p.dk; i++) {
+                kv_mem += (state[sbase + i * p.dv] * decay) * (ks[i] * rk);
+            }
+            let delta = (qkv[row + 2u * p.hk * p.dk + h * p.dv + j] - kv_mem) * beta;
+            var o = 0.0;
+            for (var i = 0u; i < p.dk; i++) {
+                let s = state[sbase + i * p.dv] * decay + (ks[i] * rk) * delta;
+                state[sbase + i * p.dv] = s;
+                o += s * (qs[i] * rq);
+            }
+            out[t * p.hv * p.dv + h * p.dv + j] = o;
+        }
+        // qs, ks and the partial sums are rewritten for the next token.
+        workgroupBarrier();
+    }
+}
