@@ -17,6 +17,7 @@ mod error;
 pub mod generator;
 pub mod runner;
 mod session;
+pub mod slot_generator;
 
 pub use error::EngineError;
 pub use generator::{Generator, SimpleGenerator, SlotId, SlotParams, TokenOut};
@@ -25,3 +26,4 @@ pub use runner::{
     Sink,
 };
 pub use session::{FinishReason, GenerateParams, Session, Usage};
+pub use slot_generator::SlotGenerator;

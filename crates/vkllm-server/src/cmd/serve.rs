@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use vkllm_engine::{InferenceRunner, RunnerConfig, SimpleGenerator};
+use vkllm_engine::{InferenceRunner, RunnerConfig, SimpleGenerator, SlotGenerator};
 use vkllm_models::gguf::GgufModel;
-use vkllm_models::{Backend, CpuBackend, DEFAULT_CHUNK, Model, VulkanBackend};
+use vkllm_models::{Backend, CpuBackend, DEFAULT_CHUNK, KvDtype, Model, VulkanBackend};
 use vkllm_tokenizer::{Tokenizer, cache};
 use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
 
@@ -74,6 +74,11 @@ pub struct Args {
     /// No log line per request.
     #[arg(long)]
     quiet: bool,
+
+    /// On a Vulkan device, decode each slot on its own (the reference generator) instead of
+    /// the batched slot decoder.
+    #[arg(long)]
+    simple_generator: bool,
 }
 
 /// The id a model is served under when none is given.
@@ -107,6 +112,27 @@ fn start_runner<B: Backend + Send + 'static>(
     ))
 }
 
+/// The batched GPU generator: all slots advance together, several steps per submit.
+fn start_slot_runner(
+    mut b: VulkanBackend,
+    gguf: GgufModel,
+    tokenizer: Arc<Tokenizer>,
+    args: &Args,
+) -> Result<InferenceRunner> {
+    let model = Model::load(gguf.config.clone(), &gguf, &mut b, DEFAULT_CHUNK)?;
+    drop(gguf);
+    let ctx = args.ctx.min(model.cfg.max_position).max(2);
+    let generator = SlotGenerator::new(b, model, args.slots.max(1), ctx, KvDtype::F32, 4)?;
+    Ok(InferenceRunner::threaded(
+        Box::new(generator),
+        tokenizer,
+        RunnerConfig {
+            queue_capacity: args.queue,
+            timeout: (args.timeout > 0).then(|| Duration::from_secs(args.timeout)),
+        },
+    ))
+}
+
 pub fn run(args: Args) -> Result<()> {
     let path = model::resolve(args.model.as_deref())?;
     let gguf = GgufModel::open(&path).with_context(|| format!("loading {}", path.display()))?;
@@ -129,7 +155,11 @@ pub fn run(args: Args) -> Result<()> {
         })
         .context("opening the Vulkan device (use --device cpu for the CPU reference path)")?;
         eprintln!("vkllm: {} on {}", path.display(), dev.info().summary());
-        let r = start_runner(VulkanBackend::new(dev), gguf, tokenizer.clone(), &args)?;
+        let r = if args.simple_generator {
+            start_runner(VulkanBackend::new(dev), gguf, tokenizer.clone(), &args)?
+        } else {
+            start_slot_runner(VulkanBackend::new(dev), gguf, tokenizer.clone(), &args)?
+        };
         (r, "vulkan")
     };
     let mut names = args.served_model_name.clone();

@@ -1,0 +1,187 @@
+//! The batched GPU [`Generator`]: every active request is a slot of one Vulkan slot decoder, so
+//! one submit advances all of them several tokens (GPU sampling, logprobs and the advance on the
+//! device; see `vkllm_models::backend::vulkan::slots`). Prompts are prefilled into their slot
+//! one at a time between submits; the first token is sampled on the host by the same sampler.
+//! Gives the same tokens as [`crate::SimpleGenerator`] (tested in vkllm-models' gpu_slots).
+
+use vkllm_models::{
+    KvCache, KvDtype, Logits, Model, SlotDecoderConfig, SlotDecoderId, SlotStart, VulkanBackend,
+};
+
+use crate::error::EngineError;
+use crate::generator::{
+    Generator, MAX_TOP_LOGPROBS, SEQ_ID, SlotId, SlotParams, TokenOut, pick, validate_params,
+};
+
+struct Slot {
+    /// Tokens whose keys and values are in the slot's cache region, from position 0.
+    history: Vec<u32>,
+    /// The sampled token the next step feeds (not in the cache yet), while active.
+    next: Option<u32>,
+    last_used: u64,
+}
+
+/// `slots` sequences of `ctx` positions on one Vulkan device, decoded together.
+pub struct SlotGenerator {
+    b: VulkanBackend,
+    model: Model,
+    kv: KvCache,
+    dec: SlotDecoderId,
+    slots: Vec<Slot>,
+    steps_per_submit: usize,
+    clock: u64,
+}
+
+impl SlotGenerator {
+    /// Records the slot decoder (`steps_per_submit` decode steps per submit at most).
+    pub fn new(
+        mut b: VulkanBackend,
+        model: Model,
+        slots: usize,
+        ctx: usize,
+        kv: KvDtype,
+        steps_per_submit: usize,
+    ) -> Result<Self, EngineError> {
+        let slots = slots.max(1);
+        let kv = model.new_kv_slots(&mut b, ctx.max(2), slots, kv)?;
+        let cfg = SlotDecoderConfig {
+            max_bias: 300,
+            max_top: MAX_TOP_LOGPROBS,
+            counts: true,
+            max_steps: steps_per_submit.max(1),
+        };
+        let dec = b.slot_decoder(&model, &kv, cfg)?;
+        Ok(SlotGenerator {
+            b,
+            model,
+            kv,
+            dec,
+            slots: (0..slots)
+                .map(|_| Slot {
+                    history: Vec::new(),
+                    next: None,
+                    last_used: 0,
+                })
+                .collect(),
+            steps_per_submit: steps_per_submit.max(1),
+            clock: 0,
+        })
+    }
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl Generator for SlotGenerator {
+    fn max_slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn context(&self) -> usize {
+        self.kv.capacity
+    }
+
+    fn vocab(&self) -> usize {
+        self.model.cfg.vocab_size
+    }
+
+    fn start(&mut self, prompt: &[u32], p: &SlotParams) -> Result<(SlotId, TokenOut), EngineError> {
+        validate_params(p, self.vocab())?;
+        if prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let ctx = self.kv.capacity;
+        if prompt.len() >= ctx {
+            return Err(EngineError::PromptTooLong {
+                prompt: prompt.len(),
+                ctx,
+            });
+        }
+        // A free slot: the longest cached prefix, then the least recently used.
+        let slot = (0..self.slots.len())
+            .filter(|&s| self.slots[s].next.is_none())
+            .max_by_key(|&s| {
+                let sl = &self.slots[s];
+                (common_prefix(&sl.history, prompt), u64::MAX - sl.last_used)
+            })
+            .ok_or(EngineError::NoFreeSlot {
+                slots: self.slots.len(),
+            })?;
+        let reuse = common_prefix(&self.slots[slot].history, prompt).min(prompt.len() - 1);
+        let logits = self.model.forward_slot(
+            &mut self.b,
+            &self.kv,
+            slot,
+            &prompt[reuse..],
+            reuse,
+            Logits::Last,
+        )?;
+        let first = pick(&logits, p, &[], 0);
+        let vocab = self.vocab();
+        let mut counts = vec![0u32; vocab];
+        counts[first.id as usize] += 1;
+        self.b.slot_start(
+            self.dec,
+            slot,
+            &SlotStart {
+                token: first.id,
+                pos: prompt.len(),
+                sampling: &p.sampling,
+                seq_id: SEQ_ID,
+                step: 1,
+                counts: Some(&counts),
+                logprobs: p.logprobs,
+            },
+        )?;
+        self.clock += 1;
+        let s = &mut self.slots[slot];
+        s.history = prompt.to_vec();
+        s.next = Some(first.id);
+        s.last_used = self.clock;
+        Ok((slot, first))
+    }
+
+    fn step(&mut self) -> Result<Vec<(SlotId, Vec<TokenOut>)>, EngineError> {
+        if self.slots.iter().all(|s| s.next.is_none()) {
+            return Ok(Vec::new());
+        }
+        let got = self.b.slots_run(self.dec, self.steps_per_submit)?;
+        let mut out = Vec::new();
+        for (s, slot) in self.slots.iter_mut().enumerate() {
+            let Some(mut fed) = slot.next else { continue };
+            let mut toks = Vec::new();
+            for k in 0..got.steps {
+                let id = got.id(k, s);
+                if id == u32::MAX {
+                    break;
+                }
+                // The token fed in this step is now in the cache.
+                slot.history.push(fed);
+                fed = id;
+                let lp = got.logprobs[k * got.slots + s].as_ref();
+                toks.push(TokenOut {
+                    id,
+                    logprob: lp.map(|l| l.logprob),
+                    top: lp.map(|l| l.top.clone()).unwrap_or_default(),
+                });
+            }
+            slot.next = Some(fed);
+            if !toks.is_empty() {
+                out.push((s, toks));
+            }
+        }
+        Ok(out)
+    }
+
+    fn release(&mut self, slot: SlotId) {
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.next = None;
+            self.clock += 1;
+            s.last_used = self.clock;
+            // Stopping only rewrites host-visible state; an error here means the device is gone,
+            // which the next start/step reports.
+            let _ = self.b.slot_stop(self.dec, slot);
+        }
+    }
+}
