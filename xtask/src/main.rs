@@ -1,5 +1,6 @@
 //! `cargo xtask <command>`: project automation.
 //!
+//! - `bench [flags]`: `vkllm bench` from a release build (see `vkllm bench --help`).
 //! - `parity [--json]`: the parity ladder as one table (computed in-process through the
 //!   libraries, the same code a `vkllm parity` subcommand runs); exits non-zero if a row fails.
 
@@ -10,8 +11,29 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("parity") => run_parity(args[1..].iter().any(|a| a == "--json")),
-        _ => bail!("usage: cargo xtask parity [--json]"),
+        Some("bench") => run_bench(&args[1..]),
+        _ => bail!("usage: cargo xtask parity [--json] | cargo xtask bench [vkllm bench flags]"),
     }
+}
+
+/// `vkllm bench` from a release build (a thin wrapper: the flags pass through).
+fn run_bench(args: &[String]) -> Result<()> {
+    let status = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
+        .args([
+            "run",
+            "--release",
+            "--quiet",
+            "-p",
+            "vkllm-server",
+            "--",
+            "bench",
+        ])
+        .args(args)
+        .status()?;
+    if !status.success() {
+        bail!("vkllm bench failed ({status})");
+    }
+    Ok(())
 }
 
 fn run_parity(json: bool) -> Result<()> {
