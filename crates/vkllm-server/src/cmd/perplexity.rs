@@ -78,6 +78,8 @@ pub fn run(args: Args) -> Result<()> {
     let dev = Device::new(&DeviceOptions {
         choice,
         validation: Validation::from_env(),
+        // Batch work: a software device on a busy machine may take minutes per forward.
+        fence_timeout: std::time::Duration::from_secs(3600),
         ..Default::default()
     })
     .context("opening the Vulkan device (use --device cpu for the CPU reference path)")?;

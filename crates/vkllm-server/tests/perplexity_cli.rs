@@ -1,0 +1,57 @@
+//! `vkllm perplexity` on a safetensors fixture (byte tokens, CPU), plain and quantized at load:
+//! the printed PPL and error are those of `vkllm_models::perplexity` on the same tokens.
+
+use std::process::Command;
+
+use vkllm_models::fixtures::fixtures_dir;
+use vkllm_models::perplexity::perplexity;
+use vkllm_models::{Checkpoint, CpuBackend, QuantScheme};
+
+#[test]
+fn cli_prints_the_library_result() {
+    let text = "The keeper climbed the stairs to wind the clockwork and trim the wick, \
+                then wrote the weather in the log book before the sun came up again.\n"
+        .repeat(3);
+    let file = std::env::temp_dir().join(format!("vkllm-ppl-cli-{}.txt", std::process::id()));
+    std::fs::write(&file, &text).unwrap();
+    let dir = fixtures_dir().join("llama");
+    let ck = Checkpoint::open(&dir).unwrap();
+    let tokens: Vec<u32> = text.bytes().map(u32::from).collect();
+    for quant in [None, Some(QuantScheme::Q8_0), Some(QuantScheme::Q4_K_M)] {
+        let mut b = CpuBackend::new();
+        let model = ck.load(quant, &mut b, 64).unwrap();
+        let want = perplexity(&model, &mut b, &tokens, 96, None, &mut |_, _, _| {}).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_vkllm"));
+        cmd.args([
+            "perplexity",
+            "--device",
+            "cpu",
+            "--byte-tokens",
+            "--ctx",
+            "96",
+        ])
+        .arg("--model")
+        .arg(&dir)
+        .arg("--file")
+        .arg(&file);
+        if let Some(q) = quant {
+            cmd.args(["--quant", q.name()]);
+        }
+        let out = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let expect = format!(
+            "PPL = {:.4} +/- {:.5} ({} tokens scored",
+            want.ppl, want.stderr, want.count
+        );
+        assert!(
+            stdout.starts_with(&expect),
+            "{quant:?}: {stdout} (want {expect})"
+        );
+    }
+    std::fs::remove_file(&file).ok();
+}
