@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use vkllm_cpu::sampler::{SamplingParams, sample};
-use vkllm_models::{Backend, KvCache, Logits, Model};
+use vkllm_models::{Backend, KvCache, KvDtype, Logits, Model};
 use vkllm_tokenizer::{StopMatcher, Tokenizer};
 
 use crate::error::EngineError;
@@ -63,12 +63,23 @@ pub struct Session<B: Backend> {
 impl<B: Backend> Session<B> {
     /// A session with a KV cache of `ctx` positions.
     pub fn new(
-        mut backend: B,
+        backend: B,
         model: Model,
         tokenizer: Tokenizer,
         ctx: usize,
     ) -> Result<Self, EngineError> {
-        let kv = model.new_kv(&mut backend, ctx)?;
+        Self::with_kv_type(backend, model, tokenizer, ctx, KvDtype::F32)
+    }
+
+    /// A session whose KV cache stores keys and values as `dtype`.
+    pub fn with_kv_type(
+        mut backend: B,
+        model: Model,
+        tokenizer: Tokenizer,
+        ctx: usize,
+        dtype: KvDtype,
+    ) -> Result<Self, EngineError> {
+        let kv = model.new_kv_slots(&mut backend, ctx, 1, dtype)?;
         Ok(Session {
             backend,
             model,

@@ -14,7 +14,7 @@ fn fixtures() -> std::path::PathBuf {
     }
 }
 
-fn check(device: &str, n_tokens: usize) {
+fn check(device: &str, n_tokens: usize, extra: &[&str]) {
     let text = std::fs::read_to_string(fixtures().join("real/smollm2-135m.json")).expect("golden");
     let doc: serde_json::Value = serde_json::from_str(&text).expect("golden JSON");
     let case = &doc["cases"][0];
@@ -47,6 +47,7 @@ fn check(device: &str, n_tokens: usize) {
             "--device",
             device,
         ])
+        .args(extra)
         .args(["--max-tokens", &n_tokens.to_string(), prompt])
         .output()
         .expect("running vkllm");
@@ -71,11 +72,18 @@ fn check(device: &str, n_tokens: usize) {
 
 #[test]
 fn greedy_run_matches_transformers_on_cpu() {
-    check("cpu", 5);
+    check("cpu", 5, &[]);
+}
+
+/// An f16 KV cache changes logits by ~1e-3 at most here: the golden steps (margins >= 0.05)
+/// come out the same.
+#[test]
+fn greedy_run_with_f16_kv_matches_transformers_on_cpu() {
+    check("cpu", 5, &["--kv-type", "f16"]);
 }
 
 #[test]
 fn greedy_run_matches_transformers_on_vulkan() {
     // The first Vulkan device (lavapipe in CI); a machine without one fails here.
-    check("0", 5);
+    check("0", 5, &[]);
 }

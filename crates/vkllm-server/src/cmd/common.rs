@@ -9,8 +9,10 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use vkllm_cpu::sampler::SamplingParams;
 use vkllm_engine::{EngineError, GenerateParams, Session, Usage};
-use vkllm_models::gguf::GgufModel;
-use vkllm_models::{Backend, CpuBackend, DEFAULT_CHUNK, LoadProgress, Model, VulkanBackend};
+use vkllm_models::{
+    Backend, Checkpoint, CpuBackend, DEFAULT_CHUNK, KvDtype, LoadProgress, Model, QuantScheme,
+    QuantizingSource, VulkanBackend,
+};
 use vkllm_tokenizer::Tokenizer;
 use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
 
@@ -31,6 +33,20 @@ pub struct ModelArgs {
     /// Context length (KV cache positions; at most the model's).
     #[arg(long, default_value_t = 2048)]
     pub ctx: usize,
+
+    /// KV cache element type: f32 or f16 (half the memory).
+    #[arg(long, default_value = "f32", value_parser = parse_kv_type)]
+    pub kv_type: KvDtype,
+
+    /// Quantize a safetensors checkpoint at load (llama.cpp's names: f16, bf16, q8_0, q4_0,
+    /// q4_1, q5_0, q4_k, q6_k, q4_k_m). GGUF files are used as stored.
+    #[arg(long)]
+    pub quant: Option<QuantScheme>,
+}
+
+/// `--kv-type` values.
+pub fn parse_kv_type(s: &str) -> Result<KvDtype, String> {
+    KvDtype::parse(s).ok_or_else(|| format!("`{s}`: expected f32 or f16"))
 }
 
 /// How tokens are chosen and when generation stops.
@@ -150,18 +166,15 @@ pub struct Loaded {
 pub fn load(args: &ModelArgs) -> Result<Loaded> {
     let path = model::resolve(args.model.as_deref())?;
     let t0 = Instant::now();
-    let gguf = GgufModel::open(&path).with_context(|| format!("loading {}", path.display()))?;
+    let ck = Checkpoint::open(&path).with_context(|| format!("loading {}", path.display()))?;
+    if args.quant.is_some() && matches!(ck, Checkpoint::Gguf(_)) {
+        anyhow::bail!("--quant applies to safetensors checkpoints; a GGUF file is used as stored");
+    }
     let tokenizer =
         Tokenizer::from_path(&path).with_context(|| format!("tokenizer of {}", path.display()))?;
     let engine: Box<dyn Engine> = if args.device.as_deref() == Some("cpu") {
         eprintln!("vkllm: {} on the CPU reference backend", path.display());
-        Box::new(session(
-            CpuBackend::new(),
-            gguf,
-            tokenizer,
-            args.ctx,
-            "loading",
-        )?)
+        Box::new(session(CpuBackend::new(), ck, tokenizer, args, "loading")?)
     } else {
         let choice = match args.device.as_deref() {
             Some(d) => DeviceChoice::parse(d),
@@ -176,9 +189,9 @@ pub fn load(args: &ModelArgs) -> Result<Loaded> {
         eprintln!("vkllm: {} on {}", path.display(), dev.info().summary());
         Box::new(session(
             VulkanBackend::new(dev),
-            gguf,
+            ck,
             tokenizer,
-            args.ctx,
+            args,
             "uploading",
         )?)
     };
@@ -190,27 +203,35 @@ pub fn load(args: &ModelArgs) -> Result<Loaded> {
 
 fn session<B: Backend>(
     mut b: B,
-    gguf: GgufModel,
+    ck: Checkpoint,
     tokenizer: Tokenizer,
-    ctx: usize,
+    args: &ModelArgs,
     verb: &str,
 ) -> Result<Session<B>> {
     let bar = progress_bar(verb);
-    let model = Model::load_with_progress(
-        gguf.config.clone(),
-        &gguf,
-        &mut b,
-        DEFAULT_CHUNK,
-        &mut |p: &LoadProgress| {
-            bar.set_length(p.total as u64);
-            bar.set_position(p.done as u64);
-        },
-    );
+    let cfg = ck.config().clone();
+    let mut progress = |p: &LoadProgress| {
+        bar.set_length(p.total as u64);
+        bar.set_position(p.done as u64);
+    };
+    let model = match args.quant {
+        None => Model::load_with_progress(cfg, ck.source(), &mut b, DEFAULT_CHUNK, &mut progress),
+        Some(q) => {
+            let src = QuantizingSource::new(ck.source(), &cfg, q).tied(ck.tied());
+            Model::load_with_progress(cfg, &src, &mut b, DEFAULT_CHUNK, &mut progress)
+        }
+    };
     bar.finish_and_clear();
     let model = model?;
-    drop(gguf);
-    let ctx = ctx.min(model.cfg.max_position).max(1);
-    Ok(Session::new(b, model, tokenizer, ctx)?)
+    drop(ck);
+    let ctx = args.ctx.min(model.cfg.max_position).max(1);
+    Ok(Session::with_kv_type(
+        b,
+        model,
+        tokenizer,
+        ctx,
+        args.kv_type,
+    )?)
 }
 
 /// A bar on stderr when it is a terminal, hidden otherwise.

@@ -75,6 +75,10 @@ pub struct Args {
     #[arg(long)]
     quiet: bool,
 
+    /// KV cache element type on a Vulkan device: f32 or f16 (half the memory).
+    #[arg(long, default_value = "f32", value_parser = super::common::parse_kv_type)]
+    kv_type: KvDtype,
+
     /// On a Vulkan device, decode each slot on its own (the reference generator) instead of
     /// the batched slot decoder.
     #[arg(long)]
@@ -122,7 +126,7 @@ fn start_slot_runner(
     let model = Model::load(gguf.config.clone(), &gguf, &mut b, DEFAULT_CHUNK)?;
     drop(gguf);
     let ctx = args.ctx.min(model.cfg.max_position).max(2);
-    let generator = SlotGenerator::new(b, model, args.slots.max(1), ctx, KvDtype::F32, 4)?;
+    let generator = SlotGenerator::new(b, model, args.slots.max(1), ctx, args.kv_type, 4)?;
     Ok(InferenceRunner::threaded(
         Box::new(generator),
         tokenizer,
