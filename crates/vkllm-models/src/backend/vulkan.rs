@@ -14,11 +14,12 @@ use vkllm_kernels::elementwise::{Add, Softcap};
 use vkllm_kernels::kv_append::{KvAppend, KvType};
 use vkllm_kernels::rmsnorm::{NormShape, RmsNorm};
 use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
-use vkllm_vk::{
-    BufSlice, Buffer, Device, MemoryKind, Recorder, Recording, Tensor as VkTensor, Validation,
-};
+use vkllm_vk::{BufSlice, Buffer, Device, MemoryKind, Recorder, Tensor as VkTensor, Validation};
 
+mod recorded;
 mod slots;
+
+pub use recorded::RecordedDecode;
 
 pub use slots::{
     ProfiledDispatch, SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs,
@@ -31,7 +32,6 @@ use crate::error::ModelError;
 #[path = "vulkan_hybrid.rs"]
 mod hybrid;
 use crate::family::Activation;
-use crate::forward::{KvCache, Model};
 
 /// Keys per split-K workgroup of decode attention.
 const ATTN_CHUNK: usize = 256;
@@ -76,12 +76,6 @@ pub struct VulkanBackend {
     marks: Vec<(usize, &'static str)>,
 }
 
-/// A decode step recorded once ([`VulkanBackend::record_decode`]) and replayed every token.
-pub struct RecordedDecode {
-    rec: Recording,
-    capacity: usize,
-}
-
 impl VulkanBackend {
     pub fn new(dev: Device) -> Self {
         VulkanBackend {
@@ -98,61 +92,6 @@ impl VulkanBackend {
             timestamps: 0,
             marks: Vec::new(),
         }
-    }
-
-    /// Records `model`'s decode step (n = 1) over `kv` once. Replay it with
-    /// [`VulkanBackend::replay_decode`]: each token costs one submit of the same command buffer.
-    pub fn record_decode(
-        &mut self,
-        model: &Model,
-        kv: &KvCache,
-    ) -> Result<RecordedDecode, ModelError> {
-        self.flush()?;
-        self.capture_ctx = Some(kv.capacity);
-        let res = model.decode_step_graph(self, kv);
-        self.capture_ctx = None;
-        if let Err(e) = res {
-            self.rec = None;
-            return Err(e);
-        }
-        let rec = match self.rec.take() {
-            Some(r) => r.finish()?,
-            None => return Err(ModelError::EmptyInput),
-        };
-        Ok(RecordedDecode {
-            rec,
-            capacity: kv.capacity,
-        })
-    }
-
-    /// Runs a recorded decode step for token `id` at position `pos` and returns its logits.
-    pub fn replay_decode(
-        &mut self,
-        step: &RecordedDecode,
-        model: &Model,
-        id: u32,
-        pos: usize,
-    ) -> Result<Vec<f32>, ModelError> {
-        let vocab = model.cfg.vocab_size;
-        if id as usize >= vocab {
-            return Err(ModelError::TokenOutOfRange { id, vocab });
-        }
-        if pos >= step.capacity {
-            return Err(ModelError::ContextFull {
-                pos,
-                capacity: step.capacity,
-            });
-        }
-        let (ids, p) = model.step_inputs();
-        self.write_u32(ids, &[id])?;
-        self.write_u32(p, &[pos as u32])?;
-        step.rec.submit()?;
-        if self.dev.validation() == Validation::On {
-            self.dev.check_validation()?;
-        }
-        let mut out = vec![0f32; vocab];
-        self.read_f32(model.logits_tensor(), 0, &mut out)?;
-        Ok(out)
     }
 
     /// Bytes of a weight matrix as stored on the device (0 for a non-matrix tensor).
