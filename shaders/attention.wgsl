@@ -214,3 +214,169 @@ fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
         out[(i * p.n_heads + h) * hd + d] = r;
     }
 }
+
+// split_gqa: the decode split pass organised for bandwidth (the `split` above is the reference).
+// One workgroup per (key chunk c, kv head, query i) scores the chunk's keys for all G = n_heads /
+// n_kv_heads query heads sharing that kv head (each K row is read once for the group), with
+// subgroups across keys and lanes across the row (coalesced loads, subgroupAdd dot products),
+// then accumulates V with invocations across head dims (coalesced). The partials have the
+// layout `split` writes, so `merge` is shared. G <= GQA_MAX, head_dim <= 256, CHUNK <= 256.
+// Loops that contain subgroup operations run the same trip count in every subgroup.
+// Shared memory: GQA_MAX * 256 (q) + GQA_MAX * CHUNK (scores) + 2 * GQA_MAX f32: 10.1 KiB at
+// CHUNK 64.
+const GQA_MAX: u32 = 8u;
+var<workgroup> qg: array<f32, 2048>;
+var<workgroup> sg_sc: array<f32, 2048>;
+var<workgroup> ml_g: array<f32, 16>;
+
+@compute @workgroup_size(WG)
+fn split_gqa(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+             @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
+             @builtin(subgroup_size) sg_size: u32, @builtin(num_subgroups) n_sg: u32) {
+    let c = wid.x;
+    let kvh = wid.y;
+    let i = wid.z;
+    let hd = p.head_dim;
+    let g_n = p.n_heads / p.n_kv_heads;
+    let kv_dim = p.n_kv_heads * hd;
+    let row0 = i * p.kv_stride;
+    let qp = q_pos[i];
+    let hi = min(qp, p.n_kv - 1u);
+    var lo = 0u;
+    if (p.window > 0u && qp + 1u > p.window) {
+        lo = qp + 1u - p.window;
+    }
+    let j0 = c * CHUNK;
+    let j1 = min(j0 + CHUNK, p.n_kv);
+    let neg_inf = bitcast<f32>(0xff800000u);
+    if (lid == 0u) {
+        wg_skip = select(0u, 1u, j0 > hi || j1 <= lo);
+    }
+    if (workgroupUniformLoad(&wg_skip) != 0u) {
+        if (lid < g_n) {
+            let part0 = (i * p.n_heads + kvh * g_n + lid) * p.n_chunks + c;
+            part_ml[2u * part0] = neg_inf;
+            part_ml[2u * part0 + 1u] = 0.0;
+        }
+        return;
+    }
+    // Stage the group's queries.
+    let qbase = (i * p.n_heads + kvh * g_n) * hd;
+    for (var e = lid; e < g_n * hd; e += WG) {
+        qg[e] = q[qbase + e];
+    }
+    workgroupBarrier();
+
+    // Scores: subgroup s takes keys j0 + s, j0 + s + n_sg, ...; lane l the row words l, l + sg_size, ...
+    var words = hd;
+    if (KV_DTYPE == 1u) {
+        words = hd / 2u;
+    }
+    let trips = (CHUNK + n_sg - 1u) / n_sg;
+    for (var t = 0u; t < trips; t++) {
+        let jj = sg_id + t * n_sg;
+        let j = j0 + jj;
+        let live = jj < CHUNK && j < j1 && j >= lo && j <= hi;
+        var acc: array<f32, 8>;
+        for (var g = 0u; g < GQA_MAX; g++) {
+            acc[g] = 0.0;
+        }
+        if (live) {
+            let kb = (row0 + j) * kv_dim + kvh * hd;
+            for (var w = sg_lane; w < words; w += sg_size) {
+                if (KV_DTYPE == 0u) {
+                    let kx = bitcast<f32>(k[kb + w]);
+                    for (var g = 0u; g < g_n; g++) {
+                        acc[g] += qg[g * hd + w] * kx;
+                    }
+                } else {
+                    let kx = unpack2x16float(k[(kb >> 1u) + w]);
+                    for (var g = 0u; g < g_n; g++) {
+                        acc[g] += qg[g * hd + 2u * w] * kx.x + qg[g * hd + 2u * w + 1u] * kx.y;
+                    }
+                }
+            }
+        }
+        for (var g = 0u; g < GQA_MAX; g++) {
+            if (g < g_n) {
+                let dot_g = subgroupAdd(acc[g]);
+                if (sg_lane == 0u && jj < CHUNK) {
+                    var s = neg_inf;
+                    if (live) {
+                        s = dot_g * p.scale;
+                        if (p.softcap > 0.0) {
+                            s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
+                        }
+                    }
+                    sg_sc[g * CHUNK + jj] = s;
+                }
+            }
+        }
+    }
+    workgroupBarrier();
+
+    // Softmax pieces per head: subgroup s takes heads s, s + n_sg, ...; lanes across keys.
+    let htrips = (g_n + n_sg - 1u) / n_sg;
+    for (var t = 0u; t < htrips; t++) {
+        let g = sg_id + t * n_sg;
+        let gl = min(g, g_n - 1u);
+        var m = neg_inf;
+        for (var jj = sg_lane; jj < CHUNK; jj += sg_size) {
+            m = max(m, sg_sc[gl * CHUNK + jj]);
+        }
+        m = subgroupMax(m);
+        var l = 0.0;
+        for (var jj = sg_lane; jj < CHUNK; jj += sg_size) {
+            var e = 0.0;
+            if (m != neg_inf) {
+                e = exp(sg_sc[gl * CHUNK + jj] - m);
+            }
+            if (g < g_n) {
+                sg_sc[gl * CHUNK + jj] = e;
+            }
+            l += e;
+        }
+        l = subgroupAdd(l);
+        if (sg_lane == 0u && g < g_n) {
+            ml_g[2u * g] = m;
+            ml_g[2u * g + 1u] = l;
+        }
+    }
+    workgroupBarrier();
+
+    // Output partials: invocation t takes head dims t, t + WG; all heads of the group at once.
+    let n = j1 - j0;
+    for (var d = lid; d < hd; d += WG) {
+        var o: array<f32, 8>;
+        for (var g = 0u; g < GQA_MAX; g++) {
+            o[g] = 0.0;
+        }
+        let vb = row0 * kv_dim + kvh * hd + d;
+        for (var jj = 0u; jj < n; jj++) {
+            let j = j0 + jj;
+            if (j < lo || j > hi) {
+                continue;
+            }
+            var vx = 0.0;
+            if (KV_DTYPE == 0u) {
+                vx = bitcast<f32>(v[vb + j * kv_dim]);
+            } else {
+                let e = vb + j * kv_dim;
+                let pair = unpack2x16float(v[e >> 1u]);
+                vx = select(pair.x, pair.y, (e & 1u) == 1u);
+            }
+            for (var g = 0u; g < g_n; g++) {
+                o[g] += sg_sc[g * CHUNK + jj] * vx;
+            }
+        }
+        for (var g = 0u; g < g_n; g++) {
+            let part = (i * p.n_heads + kvh * g_n + g) * p.n_chunks + c;
+            part_o[part * hd + d] = o[g];
+        }
+    }
+    if (lid < g_n) {
+        let part = (i * p.n_heads + kvh * g_n + lid) * p.n_chunks + c;
+        part_ml[2u * part] = ml_g[2u * lid];
+        part_ml[2u * part + 1u] = ml_g[2u * lid + 1u];
+    }
+}

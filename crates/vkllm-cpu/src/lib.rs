@@ -26,6 +26,7 @@ mod moe_experts;
 mod moe_routing;
 mod rmsnorm;
 mod rope;
+mod rope_kv_append;
 mod softmax;
 pub mod threads;
 
@@ -56,5 +57,6 @@ pub use moe_routing::moe_route;
 pub use quant::{QuantType, dequantize_row, matvec_quant, quantize_row, quantize_rows};
 pub use rmsnorm::{add_rmsnorm, rmsnorm, rmsnorm_inplace};
 pub use rope::{Rope, RopeScaling, RopeStyle};
+pub use rope_kv_append::{RopeKvAppendSpec, rope_kv_append};
 pub use sampler::{SamplingParams, log_softmax, sample, top_logprobs};
 pub use softmax::softmax;

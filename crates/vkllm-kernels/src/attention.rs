@@ -30,6 +30,29 @@ pub static ATTN_SPLIT: KernelSpec = KernelSpec {
     exact_fp: false,
 };
 
+/// Pass 1, grouped-query form: per (chunk, kv head, query) partials of every query head of the
+/// group (see [`AttnDecode::dispatch_gqa`]).
+pub static ATTN_SPLIT_GQA: KernelSpec = KernelSpec {
+    name: "attn_decode_split_gqa",
+    file: "attention.wgsl",
+    entry: "split_gqa",
+    source: ATTENTION,
+    bindings: &[
+        rd("q"),
+        rd("k"),
+        rd("v"),
+        rd("q_pos"),
+        wr("part_ml"),
+        wr("part_o"),
+        rd("out"),
+    ],
+    push_size: 40,
+    exact_fp: false,
+};
+
+/// Most query heads per kv head [`AttnDecode::dispatch_gqa`] handles.
+pub const GQA_MAX: usize = 8;
+
 /// Pass 2: merge the chunks. `q`, `k`, `v`, `q_pos` are bound but not used.
 pub static ATTN_MERGE: KernelSpec = KernelSpec {
     name: "attn_decode_merge",
@@ -189,13 +212,46 @@ impl<B: KernelBuffer> AttnDecode<B> {
     }
 
     /// `chunk`: keys per split workgroup, a power of two in 32..=1024 (256 is a good default).
+    /// The reference split: one workgroup per query head, one key per invocation.
     pub fn dispatch(self, s: &AttnShape, chunk: usize) -> Result<[Dispatch<B>; 2], Error> {
-        let k = &ATTN_SPLIT;
-        s.check(k)?;
-        if !(32..=1024).contains(&chunk) || !chunk.is_power_of_two() {
+        self.dispatch_with(&ATTN_SPLIT, s, chunk)
+    }
+
+    /// The grouped split: one workgroup per kv head scores its keys for all `n_heads /
+    /// n_kv_heads <= GQA_MAX` query heads (each K row read once), subgroups across keys and lanes
+    /// across the row; `chunk` a power of two in 16..=256 (64 suits decode). Same partials and
+    /// merge as [`AttnDecode::dispatch`]; head_dim <= 256.
+    pub fn dispatch_gqa(self, s: &AttnShape, chunk: usize) -> Result<[Dispatch<B>; 2], Error> {
+        let k = &ATTN_SPLIT_GQA;
+        if !(16..=256).contains(&chunk) || !chunk.is_power_of_two() {
             return Err(shape_err(
                 k,
-                format!("chunk {chunk} must be a power of two in 32..=1024"),
+                format!("chunk {chunk} must be a power of two in 16..=256"),
+            ));
+        }
+        if s.n_kv_heads == 0 || s.n_heads / s.n_kv_heads.max(1) > GQA_MAX {
+            return Err(shape_err(
+                k,
+                format!(
+                    "{} query heads per kv head (at most {GQA_MAX})",
+                    s.n_heads / s.n_kv_heads.max(1)
+                ),
+            ));
+        }
+        self.dispatch_with(k, s, chunk)
+    }
+
+    fn dispatch_with(
+        self,
+        k: &'static KernelSpec,
+        s: &AttnShape,
+        chunk: usize,
+    ) -> Result<[Dispatch<B>; 2], Error> {
+        s.check(k)?;
+        if !(16..=1024).contains(&chunk) || !chunk.is_power_of_two() {
+            return Err(shape_err(
+                k,
+                format!("chunk {chunk} must be a power of two in 16..=1024"),
             ));
         }
         s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
@@ -237,7 +293,15 @@ impl<B: KernelBuffer> AttnDecode<B> {
             ov.clone(),
             buffers.clone(),
             &p,
-            [n_chunks as u32, s.n_heads as u32, s.n_q as u32],
+            [
+                n_chunks as u32,
+                if std::ptr::eq(k, &ATTN_SPLIT_GQA) {
+                    s.n_kv_heads as u32
+                } else {
+                    s.n_heads as u32
+                },
+                s.n_q as u32,
+            ],
         );
         let merge = Dispatch::new(
             &ATTN_MERGE,

@@ -40,6 +40,7 @@ pub mod moe_experts;
 pub mod moe_route;
 pub mod rmsnorm;
 pub mod rope;
+pub mod rope_kv_append;
 pub mod sample;
 pub mod sigmoid_mul;
 pub mod softmax;
@@ -63,7 +64,9 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &mat_quant::MATMUL_QUANT,
         &mat_quant::EMBEDDING_QUANT,
         &rope::ROPE,
+        &rope_kv_append::ROPE_KV_APPEND,
         &attention::ATTN_SPLIT,
+        &attention::ATTN_SPLIT_GQA,
         &attention::ATTN_MERGE,
         &attention::ATTN_PREFILL,
         &activation::SILU_MUL,
@@ -76,6 +79,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &kv_append::KV_APPEND,
         &argmax::ARGMAX,
         &sample::SAMPLE,
+        &sample::SAMPLE_ARGMAX_PARTIAL,
         &logprobs::LOGPROBS,
         &decode_advance::DECODE_ADVANCE,
         &causal_conv1d::CAUSAL_CONV1D,

@@ -7,7 +7,7 @@
 
 use vkllm_cpu::AttnParams;
 
-use crate::backend::{Backend, KvDtype, KvRows, KvView, Tensor};
+use crate::backend::{Backend, KvDtype, KvRows, KvView, RopeKv, Tensor};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::weights::{TensorSource, Weights};
@@ -117,7 +117,7 @@ impl Model {
             q: b.alloc_f32(chunk * cfg.q_dim())?,
             k: b.alloc_f32(chunk * cfg.kv_dim())?,
             v: b.alloc_f32(chunk * cfg.kv_dim())?,
-            qn: b.alloc_f32(if cfg.qk_norm { chunk * cfg.q_dim() } else { 1 })?,
+            qn: b.alloc_f32(chunk * cfg.q_dim())?,
             kn: b.alloc_f32(if cfg.qk_norm { chunk * cfg.kv_dim() } else { 1 })?,
             att: b.alloc_f32(chunk * cfg.q_dim())?,
             o: b.alloc_f32(chunk * h)?,
@@ -356,28 +356,27 @@ impl Model {
             b.linear(&lw.q, s.h, n, s.q)?;
             b.linear(&lw.k, s.h, n, s.k)?;
             b.linear(&lw.v, s.h, n, s.v)?;
-            let (q, k) = match (lw.q_norm, lw.k_norm) {
-                (Some(qw), Some(kw)) => {
-                    b.mark("qk_norm");
-                    b.rmsnorm(s.q, qw, n * c.n_heads, hd, c.rms_eps, c.norm_offset, s.qn)?;
-                    b.rmsnorm(
-                        s.k,
-                        kw,
-                        n * c.n_kv_heads,
-                        hd,
-                        c.rms_eps,
-                        c.norm_offset,
-                        s.kn,
-                    )?;
-                    (s.qn, s.kn)
-                }
-                _ => (s.q, s.k),
-            };
-            b.mark("rope");
-            b.rope(q, n, c.n_heads, hd, inp.pos, &lc.rope)?;
-            b.rope(k, n, c.n_kv_heads, hd, inp.pos, &lc.rope)?;
-            b.mark("kv_store");
-            b.kv_store(k, s.v, n, c.kv_dim(), inp.pos, &view)?;
+            b.mark("rope_kv");
+            b.rope_kv(
+                &RopeKv {
+                    q: s.q,
+                    k: s.k,
+                    v: s.v,
+                    q_out: s.qn,
+                    k_tmp: s.kn,
+                    n,
+                    n_heads: c.n_heads,
+                    n_kv_heads: c.n_kv_heads,
+                    head_dim: hd,
+                    norm: lw.q_norm.zip(lw.k_norm),
+                    eps: c.rms_eps,
+                    norm_offset: c.norm_offset,
+                    positions: inp.pos,
+                    rope: &lc.rope,
+                },
+                &view,
+            )?;
+            let q = s.qn;
             let p = AttnParams {
                 n_heads: c.n_heads,
                 n_kv_heads: c.n_kv_heads,
@@ -389,9 +388,13 @@ impl Model {
             b.mark("attention");
             b.attention(q, &view, n, inp.pos, &p, s.att)?;
             b.mark("o_proj");
-            b.linear(&lw.o, s.att, n, s.o)?;
-            b.mark("residual");
-            residual_add(b, s.x, s.o, lw.post_attn_norm, s.h, n, c)?;
+            if lw.post_attn_norm.is_none() {
+                b.linear_add(&lw.o, s.att, n, s.x, s.o)?;
+            } else {
+                b.linear(&lw.o, s.att, n, s.o)?;
+                b.mark("residual");
+                residual_add(b, s.x, s.o, lw.post_attn_norm, s.h, n, c)?;
+            }
 
             // MLP block
             b.mark("ffn_norm");
@@ -402,9 +405,13 @@ impl Model {
             b.mark("act");
             b.gated_act(c.activation, s.gate, s.up, n * ff, s.act)?;
             b.mark("down");
-            b.linear(&lw.down, s.act, n, s.o)?;
-            b.mark("residual");
-            residual_add(b, s.x, s.o, lw.post_ffn_norm, s.h, n, c)?;
+            if lw.post_ffn_norm.is_none() {
+                b.linear_add(&lw.down, s.act, n, s.x, s.o)?;
+            } else {
+                b.linear(&lw.down, s.act, n, s.o)?;
+                b.mark("residual");
+                residual_add(b, s.x, s.o, lw.post_ffn_norm, s.h, n, c)?;
+            }
         }
 
         let Some(want) = want else {

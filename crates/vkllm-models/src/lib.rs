@@ -30,7 +30,7 @@ pub use backend::vulkan::{
     ProfiledDispatch, SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs,
     VulkanBackend,
 };
-pub use backend::{Backend, KvDtype, KvRows, KvView, Linear, Tensor};
+pub use backend::{Backend, KvDtype, KvRows, KvView, Linear, RopeKv, Tensor, rope_kv_unfused};
 pub use checkpoint::{Checkpoint, load_checkpoint};
 pub use config::{LayerConfig, ModelConfig};
 pub use error::ModelError;

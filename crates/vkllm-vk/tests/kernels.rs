@@ -66,6 +66,7 @@ parity_tests!(
     matvec,
     matmul,
     rope,
+    rope_kv_append,
     attention_decode,
     attention_prefill,
     sample,

@@ -182,6 +182,20 @@ pub trait Backend {
     /// `out[n, rows] = x[n, cols] W^T (+ bias)`.
     fn linear(&mut self, w: &Linear, x: Tensor, n: usize, out: Tensor) -> Result<(), ModelError>;
 
+    /// `acc[n, rows] += x[n, cols] W^T (+ bias)`: a projection with the residual add fused in.
+    /// The default runs [`Backend::linear`] into `tmp` and then [`Backend::add_inplace`].
+    fn linear_add(
+        &mut self,
+        w: &Linear,
+        x: Tensor,
+        n: usize,
+        acc: Tensor,
+        tmp: Tensor,
+    ) -> Result<(), ModelError> {
+        self.linear(w, x, n, tmp)?;
+        self.add_inplace(acc, tmp, n * w.rows)
+    }
+
     /// Rotates, in place, the heads of `n` rows of `n_heads * head_dim`, row i at `positions[i]`.
     fn rope(
         &mut self,
@@ -205,6 +219,15 @@ pub trait Backend {
         positions: Tensor,
         kv: &KvView,
     ) -> Result<(), ModelError>;
+
+    /// The attention inputs of `n` tokens, one step: `q_out = rope(norm(q))`, and
+    /// `rope(norm(k))` and `v` stored into the cache at `positions` (as [`Backend::kv_store`]).
+    /// The norm is the per-head RMSNorm (Qwen3, Gemma 3) when `a.norm` is given. The default
+    /// composes `rmsnorm`, `rope` and `kv_store` (using `a.k_tmp` for the normalised keys);
+    /// a backend may fuse them.
+    fn rope_kv(&mut self, a: &RopeKv<'_>, kv: &KvView) -> Result<(), ModelError> {
+        rope_kv_unfused(self, a, kv)
+    }
 
     /// Causal attention of `n` query rows at `positions` over the cache (keys 0..=position of
     /// the region `kv.rows` names).
@@ -356,4 +379,61 @@ pub trait Backend {
             op,
         }
     }
+}
+
+/// Arguments of [`Backend::rope_kv`].
+#[derive(Clone, Copy, Debug)]
+pub struct RopeKv<'a> {
+    /// `[n, n_heads * head_dim]`, read only.
+    pub q: Tensor,
+    /// `[n, n_kv_heads * head_dim]`; `k` may be overwritten (the unfused path rotates it in
+    /// place when there is no norm).
+    pub k: Tensor,
+    pub v: Tensor,
+    /// `[n, n_heads * head_dim]`: the rotated (normalised) queries.
+    pub q_out: Tensor,
+    /// Scratch `[n, n_kv_heads * head_dim]` for the unfused path's normalised keys.
+    pub k_tmp: Tensor,
+    pub n: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// `(q_norm, k_norm)` weights `[head_dim]` when q and k are normalised per head.
+    pub norm: Option<(Tensor, Tensor)>,
+    pub eps: f32,
+    pub norm_offset: f32,
+    pub positions: Tensor,
+    pub rope: &'a Rope,
+}
+
+/// [`Backend::rope_kv`] as the separate ops (the reference every fused version is tested
+/// against).
+pub fn rope_kv_unfused<B: Backend + ?Sized>(
+    b: &mut B,
+    a: &RopeKv<'_>,
+    kv: &KvView,
+) -> Result<(), ModelError> {
+    let hd = a.head_dim;
+    let k = match a.norm {
+        Some((qw, kw)) => {
+            b.rmsnorm(a.q, qw, a.n * a.n_heads, hd, a.eps, a.norm_offset, a.q_out)?;
+            b.rmsnorm(
+                a.k,
+                kw,
+                a.n * a.n_kv_heads,
+                hd,
+                a.eps,
+                a.norm_offset,
+                a.k_tmp,
+            )?;
+            a.k_tmp
+        }
+        None => {
+            b.copy(a.q, 0, a.q_out, 0, a.n * a.n_heads * hd)?;
+            a.k
+        }
+    };
+    b.rope(a.q_out, a.n, a.n_heads, hd, a.positions, a.rope)?;
+    b.rope(k, a.n, a.n_kv_heads, hd, a.positions, a.rope)?;
+    b.kv_store(k, a.v, a.n, a.n_kv_heads * hd, a.positions, kv)
 }

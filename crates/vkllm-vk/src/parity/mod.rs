@@ -17,6 +17,7 @@ mod decode;
 mod hybrid;
 mod mat;
 mod quant;
+mod rope_kv;
 mod sample;
 
 use vkllm_cpu::compare::{Diff, diff};
@@ -72,6 +73,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("matvec", mat::matvec),
     ("matmul", mat::matmul),
     ("rope", attn::rope),
+    ("rope_kv_append", rope_kv::rope_kv_append_case),
     ("attention_decode", attn::attention_decode),
     ("attention_prefill", attn::attention_prefill),
     ("sample", sample::sample),
