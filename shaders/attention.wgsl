@@ -5,7 +5,8 @@
 //          soft-capped (softcap > 0), masked (causal: key j <= q_pos[i]; sliding window: j >
 //          q_pos[i] - window when window > 0); writes the chunk's max m, sum l = sum exp(s - m) and
 //          unnormalised output o = sum exp(s - m) v.
-//   merge: one workgroup per (head, query): out = sum_c o_c e^(m_c - M) / sum_c l_c e^(m_c - M).
+//   merge: one workgroup per (head, query): out = sum_c o_c e^(m_c - M) / sum_c l_c e^(m_c - M)
+//          (n_chunks <= 2048).
 //
 // Shapes: q [n_q, n_heads, head_dim] f32; k, v [n_kv, n_kv_heads, head_dim] as u32 words (KV_DTYPE
 // 0: f32 bits, 1: f16 pairs); q_pos [n_q] u32; part_ml [n_q, n_heads, n_chunks, 2] f32; part_o
@@ -181,30 +182,45 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     }
 }
 
+// merge: the chunk weights w_c = e^(m_c - M) are computed in parallel (invocations across
+// chunks) into shared memory with M and L = sum_c l_c w_c reduced across the workgroup; then
+// invocations across head dims sum w_c o_c / L over the chunks with w_c > 0 (an empty chunk,
+// m_c = -inf, has w_c = 0 and its o_c is never read). n_chunks <= MAX_CHUNKS.
+const MAX_CHUNKS: u32 = 2048u;
+var<workgroup> mw: array<f32, MAX_CHUNKS>;
+
 @compute @workgroup_size(WG)
-fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+         @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
+         @builtin(num_subgroups) n_sg: u32) {
     let h = wid.x;
     let i = wid.y;
     let hd = p.head_dim;
     let neg_inf = bitcast<f32>(0xff800000u);
     let base = (i * p.n_heads + h) * p.n_chunks;
-    var big_m = neg_inf;
-    for (var c = 0u; c < p.n_chunks; c++) {
-        big_m = max(big_m, part_ml[2u * (base + c)]);
+    var mx = neg_inf;
+    for (var c = lid; c < p.n_chunks; c += WG) {
+        mx = max(mx, part_ml[2u * (base + c)]);
     }
-    var big_l = 0.0;
-    for (var c = 0u; c < p.n_chunks; c++) {
+    let big_m = wg_max(mx, sg_id, sg_lane, n_sg);
+    var ls = 0.0;
+    for (var c = lid; c < p.n_chunks; c += WG) {
         let mc = part_ml[2u * (base + c)];
+        var w = 0.0;
         if (mc != neg_inf) {
-            big_l += part_ml[2u * (base + c) + 1u] * exp(mc - big_m);
+            w = exp(mc - big_m);
+            ls += part_ml[2u * (base + c) + 1u] * w;
         }
+        mw[c] = w;
     }
+    // wg_sum's barriers also publish mw.
+    let big_l = wg_sum(ls, sg_id, sg_lane, n_sg);
     for (var d = lid; d < hd; d += WG) {
         var o = 0.0;
         for (var c = 0u; c < p.n_chunks; c++) {
-            let mc = part_ml[2u * (base + c)];
-            if (mc != neg_inf) {
-                o += part_o[(base + c) * hd + d] * exp(mc - big_m);
+            let w = mw[c];
+            if (w > 0.0) {
+                o += part_o[(base + c) * hd + d] * w;
             }
         }
         var r = 0.0;
@@ -222,10 +238,10 @@ fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
 // then accumulates V with invocations across head dims (coalesced). The partials have the
 // layout `split` writes, so `merge` is shared. G <= GQA_MAX, head_dim <= 256, CHUNK <= 256.
 // Loops that contain subgroup operations run the same trip count in every subgroup.
-// Shared memory: GQA_MAX * 256 (q) + GQA_MAX * CHUNK (scores) + 2 * GQA_MAX f32: 10.1 KiB at
-// CHUNK 64.
+// Shared memory: 4096 (queries, then output partials) + 2048 (scores) + 16 f32: 24.1 KiB.
 const GQA_MAX: u32 = 8u;
-var<workgroup> qg: array<f32, 2048>;
+// The group's queries while scoring, then the output partials (red_o) once scores are done.
+var<workgroup> qg: array<f32, 4096>;
 var<workgroup> sg_sc: array<f32, 2048>;
 var<workgroup> ml_g: array<f32, 16>;
 
@@ -344,35 +360,63 @@ fn split_gqa(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     }
     workgroupBarrier();
 
-    // Output partials: invocation t takes head dims t, t + WG; all heads of the group at once.
+    // Output partials: invocation t takes 4 consecutive head dims (quad t % n_dq) of the keys
+    // jj = kg, kg + kg_n, ... (kg = t / n_dq), for all heads of the group; the kg_n partial sums
+    // per (head, dim) are then added through shared memory (qg, free after scoring;
+    // kg_n * g_n * hd <= 4096).
     let n = j1 - j0;
-    for (var d = lid; d < hd; d += WG) {
-        var o: array<f32, 8>;
-        for (var g = 0u; g < GQA_MAX; g++) {
-            o[g] = 0.0;
-        }
-        let vb = row0 * kv_dim + kvh * hd + d;
-        for (var jj = 0u; jj < n; jj++) {
+    let n_dq = (hd + 3u) / 4u;
+    let kg_n = max(1u, WG / n_dq);
+    let kg = lid / n_dq;
+    let d0 = 4u * (lid % n_dq);
+    var o: array<f32, 32>;
+    for (var u = 0u; u < 32u; u++) {
+        o[u] = 0.0;
+    }
+    if (kg < kg_n) {
+        for (var jj = kg; jj < n; jj += kg_n) {
             let j = j0 + jj;
             if (j < lo || j > hi) {
                 continue;
             }
-            var vx = 0.0;
-            if (KV_DTYPE == 0u) {
-                vx = bitcast<f32>(v[vb + j * kv_dim]);
-            } else {
-                let e = vb + j * kv_dim;
-                let pair = unpack2x16float(v[e >> 1u]);
-                vx = select(pair.x, pair.y, (e & 1u) == 1u);
+            let vb = (row0 + j) * kv_dim + kvh * hd + d0;
+            var vx: array<f32, 4>;
+            for (var u = 0u; u < 4u; u++) {
+                vx[u] = 0.0;
+                if (d0 + u < hd) {
+                    if (KV_DTYPE == 0u) {
+                        vx[u] = bitcast<f32>(v[vb + u]);
+                    } else {
+                        let pair = unpack2x16float(v[(vb + u) >> 1u]);
+                        vx[u] = select(pair.x, pair.y, ((vb + u) & 1u) == 1u);
+                    }
+                }
             }
             for (var g = 0u; g < g_n; g++) {
-                o[g] += sg_sc[g * CHUNK + jj] * vx;
+                let e = sg_sc[g * CHUNK + jj];
+                for (var u = 0u; u < 4u; u++) {
+                    o[4u * g + u] += e * vx[u];
+                }
             }
         }
         for (var g = 0u; g < g_n; g++) {
-            let part = (i * p.n_heads + kvh * g_n + g) * p.n_chunks + c;
-            part_o[part * hd + d] = o[g];
+            for (var u = 0u; u < 4u; u++) {
+                if (d0 + u < hd) {
+                    qg[(kg * g_n + g) * hd + d0 + u] = o[4u * g + u];
+                }
+            }
         }
+    }
+    workgroupBarrier();
+    for (var e = lid; e < g_n * hd; e += WG) {
+        let g = e / hd;
+        let d = e % hd;
+        var t = 0.0;
+        for (var k2 = 0u; k2 < kg_n; k2++) {
+            t += qg[(k2 * g_n + g) * hd + d];
+        }
+        let part = (i * p.n_heads + kvh * g_n + g) * p.n_chunks + c;
+        part_o[part * hd + d] = t;
     }
     if (lid < g_n) {
         let part = (i * p.n_heads + kvh * g_n + lid) * p.n_chunks + c;

@@ -50,6 +50,9 @@ pub static ATTN_SPLIT_GQA: KernelSpec = KernelSpec {
     exact_fp: false,
 };
 
+/// Most key chunks one decode attention splits into (the merge stages one weight per chunk).
+pub const MAX_CHUNKS: usize = 2048;
+
 /// Most query heads per kv head [`AttnDecode::dispatch_gqa`] handles.
 pub const GQA_MAX: usize = 8;
 
@@ -259,6 +262,12 @@ impl<B: KernelBuffer> AttnDecode<B> {
         need(k, "part_ml", &self.part_ml, ml)?;
         need(k, "part_o", &self.part_o, o)?;
         let n_chunks = s.n_kv.div_ceil(chunk);
+        if n_chunks > MAX_CHUNKS {
+            return Err(shape_err(
+                k,
+                format!("{n_chunks} key chunks (at most {MAX_CHUNKS}: use a larger chunk)"),
+            ));
+        }
         let m = MAX_GROUPS_X as usize;
         if n_chunks > m || s.n_heads > m || s.n_q > m {
             return Err(shape_err(k, "grid out of range"));

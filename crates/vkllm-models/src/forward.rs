@@ -277,6 +277,11 @@ impl Model {
         Ok(out)
     }
 
+    /// The most tokens one forward pass takes (longer prompts run as several chunks).
+    pub fn chunk_size(&self) -> usize {
+        self.chunk
+    }
+
     /// The token-id and position tensors a forward reads (u32, one per token of a chunk).
     pub fn step_inputs(&self) -> (Tensor, Tensor) {
         (self.s.ids, self.s.pos)

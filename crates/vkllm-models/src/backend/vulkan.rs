@@ -9,7 +9,7 @@
 use vkllm_cpu::{AttnParams, Rope, RopeStyle};
 use vkllm_kernels::WeightType;
 use vkllm_kernels::activation::{Activation as KAct, GatedActivation};
-use vkllm_kernels::attention::{AttnDecode, AttnPrefill, AttnShape, GQA_MAX};
+use vkllm_kernels::attention::{AttnDecode, AttnPrefill, AttnShape, GQA_MAX, MAX_CHUNKS};
 use vkllm_kernels::elementwise::{Add, Softcap};
 use vkllm_kernels::kv_append::{KvAppend, KvType};
 use vkllm_kernels::rmsnorm::{NormShape, RmsNorm};
@@ -17,6 +17,7 @@ use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
 use vkllm_vk::{BufSlice, Buffer, Device, MemoryKind, Recorder, Tensor as VkTensor, Validation};
 
 mod fused;
+mod profile;
 mod recorded;
 mod slots;
 mod tables;
@@ -38,7 +39,7 @@ use crate::family::Activation;
 /// Keys per split-K workgroup of decode attention (the reference split).
 const ATTN_CHUNK: usize = 256;
 /// Keys per workgroup of the grouped-query split.
-const ATTN_CHUNK_GQA: usize = 64;
+const ATTN_CHUNK_GQA: usize = 32;
 
 enum Slot {
     /// An activation / constant buffer of `len` 32-bit words; u32 tensors keep a host copy of
@@ -80,6 +81,8 @@ pub struct VulkanBackend {
     marks: Vec<(usize, &'static str)>,
     /// Fused dispatches for fusable graph steps (`fused.rs`); false: the reference op sequence.
     fused: bool,
+    /// While a forward is profiled (`profile.rs`): the timings of the recordings flushed so far.
+    profiled: Option<Vec<vkllm_vk::DispatchTiming>>,
 }
 
 impl VulkanBackend {
@@ -98,6 +101,7 @@ impl VulkanBackend {
             timestamps: 0,
             marks: Vec::new(),
             fused: std::env::var_os("VKLLM_UNFUSED").is_none_or(|v| v.is_empty() || v == "0"),
+            profiled: None,
         }
     }
 
@@ -142,7 +146,16 @@ impl VulkanBackend {
             });
         }
         if let Some(r) = self.rec.take() {
-            r.finish()?.submit()?;
+            let rec = r.finish()?;
+            rec.submit()?;
+            if let Some(t) = self.profiled.as_mut() {
+                // Each recording's times start at 0: continue after the previous one.
+                let off = t.last().map_or(0.0, |d| d.start_ns + d.ns);
+                t.extend(rec.timings()?.into_iter().map(|mut d| {
+                    d.start_ns += off;
+                    d
+                }));
+            }
             if self.dev.validation() == Validation::On {
                 self.dev.check_validation()?;
             }
@@ -272,7 +285,8 @@ impl Backend for VulkanBackend {
 
     fn mark(&mut self, region: &'static str) {
         if self.timestamps > 0 {
-            let at = self.rec.as_ref().map_or(0, |r| r.dispatches());
+            let base = self.profiled.as_ref().map_or(0, Vec::len);
+            let at = base + self.rec.as_ref().map_or(0, |r| r.dispatches());
             self.marks.push((at, region));
         }
     }
@@ -557,6 +571,8 @@ impl Backend for VulkanBackend {
         // reference ops are selected or the grouping is too wide for it.
         let gqa = self.fused && p.n_heads / p.n_kv_heads.max(1) <= GQA_MAX;
         let chunk = if gqa { ATTN_CHUNK_GQA } else { ATTN_CHUNK };
+        // Long caches: grow the chunk so the merge's partial count stays bounded.
+        let chunk = chunk.max(n_kv.div_ceil(MAX_CHUNKS).next_power_of_two());
         if decode {
             let (ml, o) = AttnDecode::<BufSlice<'_>>::scratch_bytes(&shape, chunk);
             self.attn_parts(ml, o)?;

@@ -254,6 +254,8 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
         // Qwen2.5-0.5B's grouping (7 query heads per kv head) and the most the grouped split
         // takes (8), small chunks.
         (case(1, 333, 332, 14, 2, 64, None, None, KvType::F16), 16),
+        // Many chunks for the merge (188).
+        (case(1, 3000, 2999, 8, 1, 64, None, None, KvType::F16), 16),
         (
             case(2, 517, 400, 16, 2, 128, Some(30.0), None, KvType::F32),
             64,
