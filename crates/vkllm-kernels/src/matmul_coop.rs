@@ -38,11 +38,11 @@ impl CoopTile {
         wm: 4,
         wn: 2,
     };
-    /// 64 x 64 per workgroup, 4 subgroups of 2 x 2 tiles: for small weights, where the large
-    /// tile would leave most of the GPU idle.
+    /// 64 x 128 per workgroup, 8 subgroups of 2 x 2 tiles: for smaller grids, where the large
+    /// tile would leave much of the GPU idle.
     pub const SMALL: CoopTile = CoopTile {
         sgm: 2,
-        sgn: 2,
+        sgn: 4,
         wm: 2,
         wn: 2,
     };
@@ -58,10 +58,14 @@ impl CoopTile {
     pub fn subgroups(&self) -> u32 {
         self.sgm * self.sgn
     }
-    /// Whether the shader has this tiling: 2 or 4 tiles each way per subgroup (its named
-    /// accumulators), at most 128 x 128 per workgroup (its staging arrays) and 8 subgroups (its
-    /// scratch tiles).
-    pub fn fits(&self) -> bool {
+    /// Whether the shader runs this tiling with subgroups of `subgroup_size` (a power of two,
+    /// 4..=128): 2 or 4 tiles each way per subgroup (its named accumulators), at most 128 x 128
+    /// per workgroup (its staging arrays), 8 subgroups (its scratch tiles) and 1024 invocations,
+    /// and 1 to 4 whole 16-byte slots per invocation of each staged slice (its prefetch
+    /// registers; X slices are `bm` x 8 slots, W slices `bn` x 8 (f32) or `bn` x 4 (16-bit)).
+    pub fn fits(&self, subgroup_size: u32) -> bool {
+        let wg = self.subgroups() as usize * subgroup_size as usize;
+        let slots_ok = |slots: usize| slots.is_multiple_of(wg) && (1..=4).contains(&(slots / wg));
         matches!(self.wm, 2 | 4)
             && matches!(self.wn, 2 | 4)
             && self.sgm > 0
@@ -69,6 +73,12 @@ impl CoopTile {
             && self.bm() <= 128
             && self.bn() <= 128
             && self.subgroups() <= 8
+            && subgroup_size.is_power_of_two()
+            && (4..=128).contains(&subgroup_size)
+            && wg <= 1024
+            && slots_ok(self.bm() * 8)
+            && slots_ok(self.bn() * 8)
+            && slots_ok(self.bn() * 4)
     }
 
     /// The tiling for `rows` x `n` outputs: the large tile when it still gives at least
@@ -83,9 +93,9 @@ impl CoopTile {
     }
 }
 
-/// Shared memory the shader declares (bytes): two 128 x 40 f16 staging slices and 8 subgroup
-/// scratch tiles of 16 x 16 f32, whatever the tiling.
-pub const SHARED_BYTES: u32 = 2 * 128 * 40 * 2 + 8 * 256 * 4;
+/// Shared memory the shader declares (bytes): two stages of two 128 x 40 f16 slices and 8
+/// subgroup scratch tiles of 16 x 16 f32, whatever the tiling (48 KiB).
+pub const SHARED_BYTES: u32 = 2 * 2 * 128 * 40 * 2 + 8 * 256 * 4;
 
 /// `Y[t, row_offset + r] (+)= sum_c X[t, c] W[r, c]` for `t < n` on cooperative matrices.
 pub struct MatmulCoop<B> {
@@ -107,19 +117,13 @@ impl<B: KernelBuffer> MatmulCoop<B> {
     ) -> Result<Dispatch<B>, Error> {
         let k = &MATMUL_COOP;
         check_weight(k, &self.w, s)?;
-        if !tile.fits() {
+        if !tile.fits(subgroup_size) {
             return Err(shape_err(
                 k,
-                format!("tiling {tile:?} beyond the shader's arrays"),
+                format!("tiling {tile:?} with subgroups of {subgroup_size}"),
             ));
         }
-        if !(4..=128).contains(&subgroup_size) || !subgroup_size.is_power_of_two() {
-            return Err(shape_err(k, format!("subgroup size {subgroup_size}")));
-        }
         let wg = tile.subgroups() * subgroup_size;
-        if wg > 1024 {
-            return Err(shape_err(k, format!("workgroup of {wg} invocations")));
-        }
         if s.row_offset + s.rows > y_stride {
             return Err(shape_err(k, "part rows beyond y_stride"));
         }

@@ -123,6 +123,18 @@ fn coop_matmul_rejects_bad_tilings() {
         wm: 4,
         wn: 4,
     };
+    // 4 subgroups of 32 would need 8 X slots per invocation for 128 tokens.
+    let few_threads = CoopTile {
+        sgm: 2,
+        sgn: 2,
+        wm: 4,
+        wn: 4,
+    };
+    assert!(!few_threads.fits(32) && few_threads.fits(64));
+    assert!(matches!(
+        mk().dispatch(&s, 64, 64, 32, few_threads),
+        Err(Error::Shape { .. })
+    ));
     assert!(matches!(
         mk().dispatch(&s, 64, 64, 32, too_big),
         Err(Error::Shape { .. })
@@ -138,9 +150,9 @@ fn coop_matmul_rejects_bad_tilings() {
     ));
     assert_eq!(CoopTile::for_shape(4096, 512, 512), CoopTile::SMALL);
     assert_eq!(CoopTile::for_shape(151_936, 512, 512), CoopTile::LARGE);
-    assert!(CoopTile::LARGE.fits() && CoopTile::SMALL.fits());
+    assert!(CoopTile::LARGE.fits(32) && CoopTile::SMALL.fits(32));
     assert_eq!((CoopTile::LARGE.bm(), CoopTile::LARGE.bn()), (128, 128));
-    assert_eq!((CoopTile::SMALL.bm(), CoopTile::SMALL.bn()), (64, 64));
+    assert_eq!((CoopTile::SMALL.bm(), CoopTile::SMALL.bn()), (64, 128));
 }
 
 #[test]
