@@ -81,15 +81,38 @@ impl CoopTile {
             && slots_ok(self.bn() * 4)
     }
 
-    /// The tiling for `rows` x `n` outputs: the large tile when it still gives at least
-    /// `min_groups` workgroups, else the small one.
-    pub fn for_shape(rows: usize, n: usize, min_groups: usize) -> CoopTile {
-        let l = CoopTile::LARGE;
-        if rows.div_ceil(l.bn()) * n.div_ceil(l.bm()) >= min_groups {
-            l
-        } else {
-            CoopTile::SMALL
-        }
+    /// 64 x 64 per workgroup, 4 subgroups of 2 x 2 tiles: for small weights (1024-row
+    /// projections of 0.5B models), where even 64 x 128 leaves SMs idle.
+    pub const TINY: CoopTile = CoopTile {
+        sgm: 2,
+        sgn: 2,
+        wm: 2,
+        wn: 2,
+    };
+
+    /// Workgroups for `rows` x `n` outputs.
+    pub fn groups(&self, rows: usize, n: usize) -> usize {
+        rows.div_ceil(self.bn()) * n.div_ceil(self.bm())
+    }
+
+    /// The tiling for `rows` x `n` outputs with subgroups of `subgroup_size`: the largest of
+    /// [`CoopTile::LARGE`], [`CoopTile::SMALL`], [`CoopTile::TINY`] that runs there and still
+    /// gives at least `min_groups` workgroups (else the smallest that runs; `None` if none does).
+    pub fn for_shape(
+        rows: usize,
+        n: usize,
+        subgroup_size: u32,
+        min_groups: usize,
+    ) -> Option<CoopTile> {
+        let fitting: Vec<CoopTile> = [CoopTile::LARGE, CoopTile::SMALL, CoopTile::TINY]
+            .into_iter()
+            .filter(|t| t.fits(subgroup_size))
+            .collect();
+        fitting
+            .iter()
+            .find(|t| t.groups(rows, n) >= min_groups)
+            .or(fitting.last())
+            .copied()
     }
 }
 

@@ -148,9 +148,33 @@ fn coop_matmul_rejects_bad_tilings() {
         mk().dispatch(&s, 65, 64, 32, CoopTile::SMALL),
         Err(Error::BufferTooSmall { binding: "x", .. })
     ));
-    assert_eq!(CoopTile::for_shape(4096, 512, 512), CoopTile::SMALL);
-    assert_eq!(CoopTile::for_shape(151_936, 512, 512), CoopTile::LARGE);
-    assert!(CoopTile::LARGE.fits(32) && CoopTile::SMALL.fits(32));
+    // 4096 rows x 512 tokens: 32 x 4 workgroups of 128 x 128.
+    assert_eq!(
+        CoopTile::for_shape(4096, 512, 32, 128),
+        Some(CoopTile::LARGE)
+    );
+    // 2048 x 512: 64 large, 128 of 64 x 128.
+    assert_eq!(
+        CoopTile::for_shape(2048, 512, 32, 128),
+        Some(CoopTile::SMALL)
+    );
+    // 1024 x 512: 64 of 64 x 128, 128 of 64 x 64; 1024 x 100: smallest.
+    assert_eq!(
+        CoopTile::for_shape(1024, 512, 32, 128),
+        Some(CoopTile::TINY)
+    );
+    assert_eq!(
+        CoopTile::for_shape(1024, 100, 32, 128),
+        Some(CoopTile::TINY)
+    );
+    // Subgroups of 64: 512-invocation workgroups, 2 X slots each for the large tiling.
+    assert_eq!(
+        CoopTile::for_shape(4096, 512, 64, 128),
+        Some(CoopTile::LARGE)
+    );
+    // Subgroups of 8: no tiling has a whole number of slots per invocation <= 4.
+    assert_eq!(CoopTile::for_shape(4096, 512, 8, 128), None);
+    assert!(CoopTile::LARGE.fits(32) && CoopTile::SMALL.fits(32) && CoopTile::TINY.fits(32));
     assert_eq!((CoopTile::LARGE.bm(), CoopTile::LARGE.bn()), (128, 128));
     assert_eq!((CoopTile::SMALL.bm(), CoopTile::SMALL.bn()), (64, 128));
 }

@@ -297,7 +297,21 @@ pub fn full_report() -> (Vec<ParityRow>, Vec<String>) {
                 Ok(k) => take(k.into_iter().map(Ok).collect()),
                 Err(e) => take(vec![Err((format!("gpu kernels (seed {seed})"), e))]),
             }
-            take(all_families(|fx, p| gpu_vs_cpu(&dev, fx, p)));
+            // The model tier compares f32 forwards tightly: prefill on the portable f32
+            // matmuls (cooperative matrices round activations to f16; their kernel is a row
+            // of the kernel tier above).
+            let f32_dev = if dev.coopmat() {
+                Device::new(&vkllm_vk::DeviceOptions {
+                    cooperative_matrix: false,
+                    ..vkllm_vk::DeviceOptions::from_env()
+                })
+            } else {
+                Ok(dev.clone())
+            };
+            match f32_dev {
+                Ok(d) => take(all_families(|fx, p| gpu_vs_cpu(&d, fx, p))),
+                Err(e) => errors.push(format!("gpu model tier: {e}")),
+            }
         }
         Err(e) => errors.push(format!("gpu tiers: no Vulkan device: {e}")),
     }

@@ -9,8 +9,8 @@
 //! five (q8_0, q4_1, q5_0, q4_K, q6_K). GB/s counts the weight bytes as stored (the quantized
 //! blocks) plus x and y.
 //! With `--n` > 1 on a device with cooperative matrices, each shape runs the portable matmul and
-//! `matmul_coop` with each tiling of `--tiles SGMxSGNxWMxWN,...` (default: the 128x128 and 64x64
-//! tilings the runtime picks from); `VKLLM_NO_COOPMAT=1` leaves only the portable kernel.
+//! `matmul_coop` with each tiling of `--tiles SGMxSGNxWMxWN,...` (default: the 128x128, 64x128
+//! and 64x64 tilings the runtime picks from); `VKLLM_NO_COOPMAT=1` leaves only the portable kernel.
 //! The device comes from `VKLLM_DEVICE`; `VKLLM_VALIDATE=1` adds the validation layer.
 
 use vkllm_vk::kernels::WeightType;
@@ -29,7 +29,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut n = 1usize;
     let mut shapes = Vec::new();
     let mut types = vec![WeightType::F16, WeightType::F32, WeightType::Bf16];
-    let mut tiles = vec![CoopTile::LARGE, CoopTile::SMALL];
+    let mut tiles = vec![CoopTile::LARGE, CoopTile::SMALL, CoopTile::TINY];
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -49,7 +49,22 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         shapes = vec![(4096, 4096), (151_936, 1024)];
     }
     let dev = Device::from_env()?;
-    println!("device: {}\n", dev.info().summary());
+    println!("device: {}", dev.info().summary());
+    let coop_shapes: Vec<String> = dev
+        .info()
+        .cooperative_matrix_shapes
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    println!(
+        "cooperative matrices: {} (shapes: {})\n",
+        if dev.coopmat() { "on" } else { "off" },
+        if coop_shapes.is_empty() {
+            "none".to_string()
+        } else {
+            coop_shapes.join(", ")
+        }
+    );
     println!("{}", bench::MARKDOWN_HEADER);
     let mut kernels = vec![MatmulKernel::Portable];
     if n > 1 && dev.coopmat() {

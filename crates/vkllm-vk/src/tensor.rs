@@ -176,8 +176,9 @@ impl Tensor {
 /// Which kernel runs [`Recorder::matmul_with`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatmulKernel {
-    /// Cooperative matrices when the device enabled them ([`Device::coopmat`]) and
-    /// `n >= COOP_MIN_N`, with the tiling [`CoopTile::for_shape`] picks; else the portable one.
+    /// Cooperative matrices when the device enabled them ([`Device::coopmat`]), `n >=
+    /// COOP_MIN_N` and a tiling runs with the device's subgroup size, with the tiling
+    /// [`CoopTile::for_shape`] picks; else the portable kernels.
     Auto,
     /// The portable tiled kernels (`matmul.wgsl`, `mat_quant.wgsl`): the reference path.
     Portable,
@@ -189,9 +190,11 @@ pub enum MatmulKernel {
 /// smallest tile is 64 tokens; below 16 most of every 16 x 16 tile would be padding).
 pub const COOP_MIN_N: usize = 16;
 
-/// [`MatmulKernel::Auto`] takes the 128 x 128 tile only when that still makes this many
-/// workgroups (about two per SM on a large GPU), else the 64 x 64 one.
-pub const COOP_LARGE_MIN_GROUPS: usize = 512;
+/// [`MatmulKernel::Auto`] takes the largest tiling that still makes this many workgroups, else
+/// the smallest. Measured on the H200 (132 SMs, docs/benchmarks.md): at n = 512, 4096 rows take
+/// 128 x 128 tiles (128 groups), 3072 rows too (96 groups: 47 us against 53 us with 64 x 128),
+/// 1024 rows 64 x 64 (128 groups: 31 us against 47 us with 128 x 128).
+pub const COOP_MIN_GROUPS: usize = 96;
 
 impl Recorder {
     /// `y (+)= W x` over every part of `w` (one dispatch per part).
@@ -241,7 +244,9 @@ impl Recorder {
             let tile = match kernel {
                 MatmulKernel::Portable => None,
                 MatmulKernel::Auto if !dev.coopmat() || n < COOP_MIN_N => None,
-                MatmulKernel::Auto => Some(CoopTile::for_shape(p.rows, n, COOP_LARGE_MIN_GROUPS)),
+                MatmulKernel::Auto => {
+                    CoopTile::for_shape(p.rows, n, dev.info().subgroup_size, COOP_MIN_GROUPS)
+                }
                 MatmulKernel::Coop(_) if !dev.coopmat() => {
                     return Err(Error::MissingFeature {
                         device: dev.info().name.clone(),

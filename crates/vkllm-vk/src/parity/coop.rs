@@ -104,15 +104,16 @@ pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
     let mut out = Vec::new();
-    let (large, small) = (CoopTile::LARGE, CoopTile::SMALL);
+    let (large, small, tiny) = (CoopTile::LARGE, CoopTile::SMALL, CoopTile::TINY);
     // (dtype, n, rows, cols, accumulate, tile): n and rows off the tile multiples; f16/bf16 cols
     // both multiples of 8 (16-byte staging) and not (334, 2 mod 8; with cols % 4 != 0 X takes
     // the element path too); f32 odd cols; quantized rows of odd block counts.
     let cases = [
         (WeightType::F16, 37usize, 100usize, 200usize, false, small),
+        (WeightType::F16, 16, 1000, 64, false, tiny),
         (WeightType::F16, 70, 129, 334, true, large),
         (WeightType::F16, 130, 257, 512, false, large),
-        (WeightType::F32, 37, 100, 333, false, small),
+        (WeightType::F32, 37, 100, 333, false, tiny),
         (WeightType::F32, 19, 65, 256, true, large),
         (WeightType::Bf16, 37, 100, 200, false, large),
         (WeightType::Bf16, 66, 33, 1026, false, small),
@@ -121,10 +122,10 @@ pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
         (WeightType::Q4_0, 37, 100, 32 * 13, false, large),
         (WeightType::Q4_1, 37, 100, 32 * 13, false, small),
         (WeightType::Q5_0, 37, 100, 32 * 13, false, large),
-        (WeightType::Q5_1, 37, 100, 32 * 13, false, small),
+        (WeightType::Q5_1, 37, 100, 32 * 13, false, tiny),
         (WeightType::IQ4_NL, 37, 100, 32 * 13, false, large),
         (WeightType::Q4_K, 37, 100, 768, false, large),
-        (WeightType::Q4_K, 65, 31, 256, true, small),
+        (WeightType::Q4_K, 65, 31, 256, true, tiny),
         (WeightType::Q5_K, 37, 100, 768, false, small),
         (WeightType::Q6_K, 37, 100, 768, false, large),
         (WeightType::Q3_K, 37, 100, 768, false, small),

@@ -14,7 +14,7 @@ use super::{Ctx, EXACT, KernelParityRow, Rng, row};
 use crate::device::Device;
 use crate::error::Result;
 use crate::parity::mat::{max_sum_abs, tol_dot};
-use crate::tensor::Tensor;
+use crate::tensor::{MatmulKernel, Tensor};
 
 pub(crate) fn cpu_err(e: vkllm_cpu::CpuError) -> crate::Error {
     crate::Error::Shape(e.to_string())
@@ -158,7 +158,10 @@ pub(crate) fn quant_case(
             cx.output("y", n * rows)?
         };
         let poison: Vec<&crate::Buffer> = if accumulate { vec![] } else { vec![&y] };
-        cx.run(&poison, |r| r.matmul(&t, xb.all(), n, y.all(), accumulate))?;
+        // The portable kernel (f32 throughout); matmul_coop has its own case (f16 inputs).
+        cx.run(&poison, |r| {
+            r.matmul_with(&t, xb.all(), n, y.all(), accumulate, MatmulKernel::Portable)
+        })?;
         // The reference: matvec_quant once per token.
         let mut want = vec![0.0; n * rows];
         for (xt, yt) in x.chunks_exact(cols).zip(want.chunks_exact_mut(rows)) {
