@@ -1,5 +1,8 @@
 //! Parses and validates every WGSL kernel with naga, so a broken shader fails `cargo build`
 //! (the same validation runs again at run time before each pipeline is specialised).
+//!
+//! A shader with a line `// #append other.wgsl` is validated with that file's text appended, as
+//! `src/sources.rs` embeds it (it shares the other file's declarations).
 
 use std::path::Path;
 
@@ -17,10 +20,21 @@ fn main() {
             continue;
         }
         println!("cargo:rerun-if-changed={}", path.display());
-        let src = match std::fs::read_to_string(&path) {
+        let mut src = match std::fs::read_to_string(&path) {
             Ok(s) => s,
             Err(e) => panic!("vkllm-kernels: cannot read {}: {e}", path.display()),
         };
+        let appended: Vec<String> = src
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("// #append "))
+            .map(|f| f.trim().to_string())
+            .collect();
+        for f in appended {
+            match std::fs::read_to_string(dir.join(&f)) {
+                Ok(s) => src.push_str(&s),
+                Err(e) => panic!("vkllm-kernels: {}: cannot append {f}: {e}", path.display()),
+            }
+        }
         let name = path.display().to_string();
         let module = match naga::front::wgsl::parse_str(&src) {
             Ok(m) => m,

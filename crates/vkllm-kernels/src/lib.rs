@@ -35,6 +35,7 @@ pub mod kv_append;
 pub mod logprobs;
 pub mod mat_quant;
 pub mod matmul;
+pub mod matmul_coop;
 pub mod matvec;
 pub mod moe_experts;
 pub mod moe_route;
@@ -60,6 +61,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &matvec::MATVEC,
         &matvec::MATVEC_VEC,
         &matmul::MATMUL,
+        &matmul_coop::MATMUL_COOP,
         &mat_quant::MATVEC_QUANT,
         &mat_quant::MATMUL_QUANT,
         &mat_quant::EMBEDDING_QUANT,

@@ -14,6 +14,12 @@ pub(crate) const KV_APPEND: &str = include_str!("../shaders/kv_append.wgsl");
 pub(crate) const LOGPROBS: &str = include_str!("../shaders/logprobs.wgsl");
 pub(crate) const MAT_QUANT: &str = include_str!("../shaders/mat_quant.wgsl");
 pub(crate) const MATMUL: &str = include_str!("../shaders/matmul.wgsl");
+/// `matmul_coop.wgsl` shares `mat_quant.wgsl`'s bindings and block decoding (its
+/// `// #append mat_quant.wgsl` line, which build.rs also honours).
+pub(crate) const MATMUL_COOP: &str = concat!(
+    include_str!("../shaders/matmul_coop.wgsl"),
+    include_str!("../shaders/mat_quant.wgsl")
+);
 pub(crate) const MATVEC: &str = include_str!("../shaders/matvec.wgsl");
 pub(crate) const MOE_EXPERTS: &str = include_str!("../shaders/moe_experts.wgsl");
 pub(crate) const MOE_ROUTE: &str = include_str!("../shaders/moe_route.wgsl");

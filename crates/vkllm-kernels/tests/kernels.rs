@@ -49,6 +49,136 @@ fn dtype_variants_emit_spirv() {
     .unwrap();
 }
 
+/// Every weight type and both tilings of the cooperative-matrix matmul specialise (naga emits
+/// CooperativeMatrixKHR, Float16 and the Vulkan memory model for them).
+#[test]
+fn coop_matmul_variants_emit_spirv() {
+    use vkllm_kernels::matmul_coop::{CoopTile, MATMUL_COOP, MatmulCoop};
+    let types = [WeightType::F32, WeightType::F16, WeightType::Bf16]
+        .into_iter()
+        .chain(WeightType::QUANTIZED);
+    for (i, dt) in types.enumerate() {
+        let tile = if i % 2 == 0 {
+            CoopTile::LARGE
+        } else {
+            CoopTile::SMALL
+        };
+        let s = MatShape {
+            dtype: dt,
+            rows: 300,
+            cols: 512,
+            row_offset: 0,
+            accumulate: false,
+        };
+        let w = Fake(dt.storage_bytes(300 * 512));
+        let d = MatmulCoop {
+            w,
+            x: Fake(4 * 40 * 512),
+            y: Fake(4 * 40 * 300),
+        }
+        .dispatch(&s, 40, 300, 32, tile)
+        .unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+        assert_eq!(d.groups, [300u32.div_ceil(tile.bn() as u32), 1, 1]);
+        let words = compile_spirv(&MATMUL_COOP, &d.overrides, SpirvOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+        // OpCapability CooperativeMatrixKHR (6022) and OpMemoryModel Logical Vulkan (3).
+        let has = |op: u32, operands: &[u32]| {
+            let mut i = 5;
+            while i < words.len() {
+                let n = (words[i] >> 16) as usize;
+                if words[i] & 0xffff == op && words[i + 1..].starts_with(operands) {
+                    return true;
+                }
+                i += n.max(1);
+            }
+            false
+        };
+        assert!(has(17, &[6022]), "{}: no CooperativeMatrixKHR", dt.name());
+        assert!(
+            has(14, &[0, 3]),
+            "{}: not the Vulkan memory model",
+            dt.name()
+        );
+    }
+}
+
+#[test]
+fn coop_matmul_rejects_bad_tilings() {
+    use vkllm_kernels::matmul_coop::{CoopTile, MatmulCoop};
+    let s = MatShape {
+        dtype: WeightType::F16,
+        rows: 64,
+        cols: 64,
+        row_offset: 0,
+        accumulate: false,
+    };
+    let mk = || MatmulCoop {
+        w: Fake(64 * 64 * 2),
+        x: Fake(4 * 64 * 64),
+        y: Fake(4 * 64 * 64),
+    };
+    let too_big = CoopTile {
+        sgm: 4,
+        sgn: 4,
+        wm: 4,
+        wn: 4,
+    };
+    // 4 subgroups of 32 would need 8 X slots per invocation for 128 tokens.
+    let few_threads = CoopTile {
+        sgm: 2,
+        sgn: 2,
+        wm: 4,
+        wn: 4,
+    };
+    assert!(!few_threads.fits(32) && few_threads.fits(64));
+    assert!(matches!(
+        mk().dispatch(&s, 64, 64, 32, few_threads),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        mk().dispatch(&s, 64, 64, 32, too_big),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        mk().dispatch(&s, 64, 64, 24, CoopTile::SMALL),
+        Err(Error::Shape { .. })
+    ));
+    // x too small for n tokens.
+    assert!(matches!(
+        mk().dispatch(&s, 65, 64, 32, CoopTile::SMALL),
+        Err(Error::BufferTooSmall { binding: "x", .. })
+    ));
+    // 4096 rows x 512 tokens: 32 x 4 workgroups of 128 x 128.
+    assert_eq!(
+        CoopTile::for_shape(4096, 512, 32, 128),
+        Some(CoopTile::LARGE)
+    );
+    // 2048 x 512: 64 large, 128 of 64 x 128.
+    assert_eq!(
+        CoopTile::for_shape(2048, 512, 32, 128),
+        Some(CoopTile::SMALL)
+    );
+    // 1024 x 512: 64 of 64 x 128, 128 of 64 x 64; 1024 x 100: smallest.
+    assert_eq!(
+        CoopTile::for_shape(1024, 512, 32, 128),
+        Some(CoopTile::TINY)
+    );
+    assert_eq!(
+        CoopTile::for_shape(1024, 100, 32, 128),
+        Some(CoopTile::TINY)
+    );
+    // Subgroups of 64: 512-invocation workgroups, 2 X slots each for the large tiling.
+    assert_eq!(
+        CoopTile::for_shape(4096, 512, 64, 128),
+        Some(CoopTile::LARGE)
+    );
+    // Subgroups of 8: no tiling has a whole number of slots per invocation <= 4.
+    assert_eq!(CoopTile::for_shape(4096, 512, 8, 128), None);
+    assert!(CoopTile::LARGE.fits(32) && CoopTile::SMALL.fits(32) && CoopTile::TINY.fits(32));
+    assert_eq!((CoopTile::LARGE.bm(), CoopTile::LARGE.bn()), (128, 128));
+    assert_eq!((CoopTile::SMALL.bm(), CoopTile::SMALL.bn()), (64, 128));
+}
+
 #[test]
 fn unknown_override_is_an_error() {
     let o = Overrides::new().set("NO_SUCH_CONSTANT", 1.0);

@@ -7,12 +7,14 @@ use crate::buffer::MemoryKind;
 use crate::device::Device;
 use crate::error::Result;
 use crate::recorder::Recorder;
-use crate::tensor::Tensor;
+use crate::tensor::{MatmulKernel, Tensor};
 
 /// One measured shape.
 #[derive(Clone, Debug)]
 pub struct BenchResult {
-    pub op: &'static str,
+    /// "matvec", "matmul" (the kernel [`MatmulKernel::Auto`] picks), "matmul portable" or
+    /// "matmul coop BMxBN".
+    pub op: String,
     pub dtype: WeightType,
     pub rows: usize,
     pub cols: usize,
@@ -55,6 +57,19 @@ pub fn bench_matmul(
     n: usize,
     iters: u32,
 ) -> Result<BenchResult> {
+    bench_matmul_with(dev, dtype, rows, cols, n, iters, MatmulKernel::Auto)
+}
+
+/// [`bench_matmul`] on a chosen matmul kernel (ignored for n = 1).
+pub fn bench_matmul_with(
+    dev: &Device,
+    dtype: WeightType,
+    rows: usize,
+    cols: usize,
+    n: usize,
+    iters: u32,
+    kernel: MatmulKernel,
+) -> Result<BenchResult> {
     let w = Tensor::new(dev, "bench-w", dtype, rows, cols)?;
     let parts = w.parts.len() as u32;
     let x = dev.create_buffer("bench-x", 4 * (n * cols) as u64, MemoryKind::Device)?;
@@ -71,7 +86,7 @@ pub fn bench_matmul(
         if n == 1 {
             r.matvec(&w, x.all(), y.all(), false)?;
         } else {
-            r.matmul(&w, x.all(), n, y.all(), false)?;
+            r.matmul_with(&w, x.all(), n, y.all(), false, kernel)?;
         }
     }
     let rec = r.finish()?;
@@ -88,7 +103,20 @@ pub fn bench_matmul(
     let bytes = dtype.storage_bytes((rows * cols) as u64) as f64 + 4.0 * (n * (rows + cols)) as f64;
     let flops = 2.0 * (rows * cols * n) as f64;
     Ok(BenchResult {
-        op: if n == 1 { "matvec" } else { "matmul" },
+        op: match kernel {
+            _ if n == 1 => "matvec".into(),
+            MatmulKernel::Auto => "matmul".into(),
+            MatmulKernel::Portable => "matmul portable".into(),
+            MatmulKernel::Coop(t) => format!(
+                "matmul coop {}x{} ({}x{} sg, {}x{} tiles)",
+                t.bm(),
+                t.bn(),
+                t.sgm,
+                t.sgn,
+                t.wm,
+                t.wn
+            ),
+        },
         dtype,
         rows,
         cols,

@@ -6,6 +6,7 @@
 use vkllm_kernels::WeightType;
 use vkllm_kernels::embedding::{Embedding, EmbeddingShape};
 use vkllm_kernels::matmul::Matmul;
+use vkllm_kernels::matmul_coop::{CoopTile, MatmulCoop};
 use vkllm_kernels::matvec::{MatShape, Matvec};
 
 use crate::Error;
@@ -172,6 +173,29 @@ impl Tensor {
     }
 }
 
+/// Which kernel runs [`Recorder::matmul_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulKernel {
+    /// Cooperative matrices when the device enabled them ([`Device::coopmat`]), `n >=
+    /// COOP_MIN_N` and a tiling runs with the device's subgroup size, with the tiling
+    /// [`CoopTile::for_shape`] picks; else the portable kernels.
+    Auto,
+    /// The portable tiled kernels (`matmul.wgsl`, `mat_quant.wgsl`): the reference path.
+    Portable,
+    /// `matmul_coop.wgsl` with this tiling (an error on devices without cooperative matrices).
+    Coop(CoopTile),
+}
+
+/// Fewest tokens for which [`MatmulKernel::Auto`] takes the cooperative-matrix kernel (its
+/// smallest tile is 64 tokens; below 16 most of every 16 x 16 tile would be padding).
+pub const COOP_MIN_N: usize = 16;
+
+/// [`MatmulKernel::Auto`] takes the largest tiling that still makes this many workgroups, else
+/// the smallest. Measured on the H200 (132 SMs, docs/benchmarks.md): at n = 512, 4096 rows take
+/// 128 x 128 tiles (128 groups), 3072 rows too (96 groups: 47 us against 53 us with 64 x 128),
+/// 1024 rows 64 x 64 (128 groups: 31 us against 47 us with 128 x 128).
+pub const COOP_MIN_GROUPS: usize = 96;
+
 impl Recorder {
     /// `y (+)= W x` over every part of `w` (one dispatch per part).
     pub fn matvec(
@@ -193,7 +217,7 @@ impl Recorder {
         Ok(())
     }
 
-    /// `Y[n, rows] (+)= X[n, cols] W^T` over every part of `w`.
+    /// `Y[n, rows] (+)= X[n, cols] W^T` over every part of `w` ([`MatmulKernel::Auto`]).
     pub fn matmul(
         &mut self,
         w: &Tensor,
@@ -202,13 +226,57 @@ impl Recorder {
         y: BufSlice<'_>,
         accumulate: bool,
     ) -> Result<()> {
+        self.matmul_with(w, x, n, y, accumulate, MatmulKernel::Auto)
+    }
+
+    /// [`Recorder::matmul`] on a chosen kernel.
+    pub fn matmul_with(
+        &mut self,
+        w: &Tensor,
+        x: BufSlice<'_>,
+        n: usize,
+        y: BufSlice<'_>,
+        accumulate: bool,
+        kernel: MatmulKernel,
+    ) -> Result<()> {
+        let dev = self.device().clone();
         for p in &w.parts {
-            let d = Matmul {
-                w: p.buffer.all(),
-                x,
-                y,
-            }
-            .dispatch(&w.shape(p, accumulate), n, w.rows)?;
+            let tile = match kernel {
+                MatmulKernel::Portable => None,
+                MatmulKernel::Auto if !dev.coopmat() || n < COOP_MIN_N => None,
+                MatmulKernel::Auto => {
+                    CoopTile::for_shape(p.rows, n, dev.info().subgroup_size, COOP_MIN_GROUPS)
+                }
+                MatmulKernel::Coop(_) if !dev.coopmat() => {
+                    return Err(Error::MissingFeature {
+                        device: dev.info().name.clone(),
+                        feature: "cooperative matrices (VK_KHR_cooperative_matrix, f16 16x16x16) \
+                                  enabled on the device"
+                            .into(),
+                    });
+                }
+                MatmulKernel::Coop(t) => Some(t),
+            };
+            let d = match tile {
+                None => Matmul {
+                    w: p.buffer.all(),
+                    x,
+                    y,
+                }
+                .dispatch(&w.shape(p, accumulate), n, w.rows)?,
+                Some(t) => MatmulCoop {
+                    w: p.buffer.all(),
+                    x,
+                    y,
+                }
+                .dispatch(
+                    &w.shape(p, accumulate),
+                    n,
+                    w.rows,
+                    dev.info().subgroup_size,
+                    t,
+                )?,
+            };
             self.dispatch(d)?;
         }
         Ok(())

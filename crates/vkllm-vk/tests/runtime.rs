@@ -611,3 +611,75 @@ fn sampler_replays_with_the_step_from_a_buffer() {
     assert!(distinct.len() > 1, "the draws should differ across steps");
     dev.check_validation().unwrap();
 }
+
+/// `cooperative_matrix: false` opens the device without the feature (the portable reference
+/// path); asking for the cooperative-matrix kernel there is a typed error naming the device, and
+/// `Auto` runs the portable kernel. On a device that has the feature, the default enables it.
+#[test]
+fn cooperative_matrices_follow_the_device_option() {
+    use vkllm_vk::MatmulKernel;
+    use vkllm_vk::kernels::matmul_coop::CoopTile;
+    let _serial = common::device();
+    let mut opts = common::options();
+    opts.cooperative_matrix = false;
+    let dev = common::open(&opts);
+    assert!(!dev.coopmat());
+    let (rows, cols, n) = (40usize, 64usize, 20usize);
+    let w: Vec<u16> = (0..rows * cols)
+        .map(|i| half::f16::from_f32(((i % 7) as f32 - 3.0) / 4.0).to_bits())
+        .collect();
+    let t = Tensor::from_bytes(
+        &dev,
+        "w",
+        WeightType::F16,
+        rows,
+        cols,
+        bytemuck::cast_slice(&w),
+    )
+    .unwrap();
+    let x: Vec<f32> = (0..n * cols)
+        .map(|i| ((i % 5) as f32 - 2.0) / 2.0)
+        .collect();
+    let xb = dev.buffer_from("x", &x).unwrap();
+    let y = dev
+        .create_buffer("y", 4 * (n * rows) as u64, MemoryKind::Device)
+        .unwrap();
+    let mut r = Recorder::new(&dev).unwrap();
+    match r.matmul_with(
+        &t,
+        xb.all(),
+        n,
+        y.all(),
+        false,
+        MatmulKernel::Coop(CoopTile::LARGE),
+    ) {
+        Err(e @ Error::MissingFeature { .. }) => {
+            assert!(e.to_string().contains(&dev.info().name), "{e}")
+        }
+        other => panic!("expected MissingFeature, got {other:?}"),
+    }
+    r.matmul(&t, xb.all(), n, y.all(), false).unwrap();
+    r.finish().unwrap().submit().unwrap();
+    // Every product is exact in f32 (quarters times halves) and every sum is a multiple of 1/8
+    // below 2^20: the portable kernel's result equals the exact one.
+    let got: Vec<f32> = dev.read_vec(&y, n * rows).unwrap();
+    for tk in 0..n {
+        for rr in 0..rows {
+            let want: f64 = (0..cols)
+                .map(|c| {
+                    let wv = ((rr * cols + c) % 7) as f64 - 3.0;
+                    let xv = ((tk * cols + c) % 5) as f64 - 2.0;
+                    wv / 4.0 * xv / 2.0
+                })
+                .sum();
+            assert_eq!(got[tk * rows + rr] as f64, want, "y[{tk}, {rr}]");
+        }
+    }
+    dev.check_validation().unwrap();
+    drop(dev);
+    let default_dev = common::open(&common::options());
+    assert_eq!(
+        default_dev.coopmat(),
+        default_dev.info().supports_coopmat_f16() && !vkllm_vk::coopmat_disabled_by_env()
+    );
+}

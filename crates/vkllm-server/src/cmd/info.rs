@@ -55,6 +55,22 @@ fn print_devices() {
                     yes(d.cooperative_matrix),
                     yes(d.timestamps)
                 );
+                if !d.cooperative_matrix_shapes.is_empty() {
+                    let shapes: Vec<String> = d
+                        .cooperative_matrix_shapes
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect();
+                    println!(
+                        "     cooperative matrix shapes (MxNxK A*B+C->R): {}; prefill kernel {}",
+                        shapes.join(", "),
+                        if d.supports_coopmat_f16() {
+                            "matmul_coop"
+                        } else {
+                            "portable (no usable f16 16x16x16)"
+                        }
+                    );
+                }
                 let local: u64 = d
                     .heaps
                     .iter()

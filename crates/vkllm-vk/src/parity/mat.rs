@@ -6,7 +6,7 @@ use vkllm_kernels::matvec::MatShape;
 use super::{Ctx, KernelParityRow, Rng, Tol, row, to_bf16, to_f16};
 use crate::device::Device;
 use crate::error::Result;
-use crate::tensor::Tensor;
+use crate::tensor::{MatmulKernel, Tensor};
 
 /// A dot product of f32 terms summed in another order differs by at most a small multiple of
 /// eps * sum |terms| (blocked/tree sums: O(log n) eps); 16 eps covers it with margin.
@@ -131,7 +131,10 @@ pub(crate) fn matmul(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
             cx.output("y", n * rows)?
         };
         let poison: Vec<&crate::Buffer> = if accumulate { vec![] } else { vec![&y] };
-        cx.run(&poison, |r| r.matmul(&t, xb.all(), n, y.all(), accumulate))?;
+        // The portable kernel (f32 throughout); matmul_coop has its own case (f16 inputs).
+        cx.run(&poison, |r| {
+            r.matmul_with(&t, xb.all(), n, y.all(), accumulate, MatmulKernel::Portable)
+        })?;
         let mut want = vec![0.0; n * rows];
         vkllm_cpu::matmul(&wr, rows, cols, &x, n, &mut want);
         if accumulate {

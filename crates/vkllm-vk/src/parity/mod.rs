@@ -13,6 +13,7 @@
 
 mod attn;
 mod basic;
+mod coop;
 mod decode;
 mod hybrid;
 mod mat;
@@ -38,11 +39,43 @@ pub struct KernelParityRow {
     pub diff: Diff,
     pub tol_max_abs: f64,
     pub tol_nmse: f64,
+    /// False for a failed comparison and for a case that did not run (`not_applicable`).
     pub pass: bool,
+    /// Why the case could not run on this device (e.g. "device lacks VK_KHR_cooperative_matrix"):
+    /// such a row is neither passed nor failed, and is counted apart.
+    pub not_applicable: Option<String>,
+}
+
+impl KernelParityRow {
+    /// A row for a case this device cannot run (reported, never counted as passed).
+    pub fn not_applicable(
+        kernel: &'static str,
+        variant: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        KernelParityRow {
+            kernel,
+            variant: variant.into(),
+            shape: "-".into(),
+            diff: diff(&[], &[]),
+            tol_max_abs: 0.0,
+            tol_nmse: 0.0,
+            pass: false,
+            not_applicable: Some(reason.into()),
+        }
+    }
+
+    /// Out of tolerance (a row that ran and missed; not-applicable rows are not failures).
+    pub fn failed(&self) -> bool {
+        !self.pass && self.not_applicable.is_none()
+    }
 }
 
 impl std::fmt::Display for KernelParityRow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(reason) = &self.not_applicable {
+            return write!(f, "{:<18} {:<22} n/a: {reason}", self.kernel, self.variant);
+        }
         write!(
             f,
             "{:<18} {:<22} {:<34} max_abs {:.3e} (<= {:.1e}) nmse {:.3e} (<= {:.1e}) {}",
@@ -72,6 +105,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("kv_append", basic::kv_append),
     ("matvec", mat::matvec),
     ("matmul", mat::matmul),
+    ("matmul_coop", coop::matmul_coop),
     ("rope", attn::rope),
     ("rope_kv_append", rope_kv::rope_kv_append_case),
     ("attention_decode", attn::attention_decode),
@@ -179,6 +213,7 @@ pub(crate) fn row(
         diff: d,
         tol_max_abs: tol.max_abs,
         tol_nmse: tol.nmse,
+        not_applicable: None,
     }
 }
 

@@ -14,13 +14,13 @@ use super::{Ctx, EXACT, KernelParityRow, Rng, row};
 use crate::device::Device;
 use crate::error::Result;
 use crate::parity::mat::{max_sum_abs, tol_dot};
-use crate::tensor::Tensor;
+use crate::tensor::{MatmulKernel, Tensor};
 
-fn cpu_err(e: vkllm_cpu::CpuError) -> crate::Error {
+pub(crate) fn cpu_err(e: vkllm_cpu::CpuError) -> crate::Error {
     crate::Error::Shape(e.to_string())
 }
 
-fn quant_type(dtype: WeightType) -> Result<QuantType> {
+pub(crate) fn quant_type(dtype: WeightType) -> Result<QuantType> {
     QuantType::from_ggml_id(dtype.ggml_id()).map_err(cpu_err)
 }
 
@@ -58,7 +58,7 @@ fn random_blocks(rng: &mut Rng, dtype: WeightType, rows: usize, cols: usize) -> 
 
 /// Random weights of `dtype`: `quantize_row` of uniform values where vkllm-cpu can quantize
 /// the format and `from_quantizer` is set, else [`random_blocks`].
-fn weights(
+pub(crate) fn weights(
     rng: &mut Rng,
     dtype: WeightType,
     rows: usize,
@@ -74,7 +74,7 @@ fn weights(
     }
 }
 
-fn dequantize(dtype: WeightType, bytes: &[u8], elems: usize) -> Result<Vec<f32>> {
+pub(crate) fn dequantize(dtype: WeightType, bytes: &[u8], elems: usize) -> Result<Vec<f32>> {
     let mut out = vec![0.0; elems];
     dequantize_row(quant_type(dtype)?, bytes, &mut out).map_err(cpu_err)?;
     Ok(out)
@@ -158,7 +158,10 @@ pub(crate) fn quant_case(
             cx.output("y", n * rows)?
         };
         let poison: Vec<&crate::Buffer> = if accumulate { vec![] } else { vec![&y] };
-        cx.run(&poison, |r| r.matmul(&t, xb.all(), n, y.all(), accumulate))?;
+        // The portable kernel (f32 throughout); matmul_coop has its own case (f16 inputs).
+        cx.run(&poison, |r| {
+            r.matmul_with(&t, xb.all(), n, y.all(), accumulate, MatmulKernel::Portable)
+        })?;
         // The reference: matvec_quant once per token.
         let mut want = vec![0.0; n * rows];
         for (xt, yt) in x.chunks_exact(cols).zip(want.chunks_exact_mut(rows)) {
