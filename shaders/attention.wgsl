@@ -237,7 +237,9 @@ fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
 // subgroups across keys and lanes across the row (coalesced loads, subgroupAdd dot products),
 // then accumulates V with invocations across head dims (coalesced). The partials have the
 // layout `split` writes, so `merge` is shared. G <= GQA_MAX, head_dim <= 256, CHUNK <= 256.
-// Loops that contain subgroup operations run the same trip count in every subgroup.
+// Loops that contain subgroup operations run the same trip count in every subgroup; loops over
+// the group's heads have the constant bound GQA_MAX (guarded by g < G) so the per-head
+// accumulators stay in registers (a dynamically indexed private array would live in memory).
 // Shared memory: 4096 (queries, then output partials) + 2048 (scores) + 16 f32: 24.1 KiB.
 const GQA_MAX: u32 = 8u;
 // The group's queries while scoring, then the output partials (red_o) once scores are done.
@@ -302,13 +304,17 @@ fn split_gqa(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             for (var w = sg_lane; w < words; w += sg_size) {
                 if (KV_DTYPE == 0u) {
                     let kx = bitcast<f32>(k[kb + w]);
-                    for (var g = 0u; g < g_n; g++) {
-                        acc[g] += qg[g * hd + w] * kx;
+                    for (var g = 0u; g < GQA_MAX; g++) {
+                        if (g < g_n) {
+                            acc[g] += qg[g * hd + w] * kx;
+                        }
                     }
                 } else {
                     let kx = unpack2x16float(k[(kb >> 1u) + w]);
-                    for (var g = 0u; g < g_n; g++) {
-                        acc[g] += qg[g * hd + 2u * w] * kx.x + qg[g * hd + 2u * w + 1u] * kx.y;
+                    for (var g = 0u; g < GQA_MAX; g++) {
+                        if (g < g_n) {
+                            acc[g] += qg[g * hd + 2u * w] * kx.x + qg[g * hd + 2u * w + 1u] * kx.y;
+                        }
                     }
                 }
             }
@@ -392,16 +398,18 @@ fn split_gqa(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
                     }
                 }
             }
-            for (var g = 0u; g < g_n; g++) {
-                let e = sg_sc[g * CHUNK + jj];
-                for (var u = 0u; u < 4u; u++) {
-                    o[4u * g + u] += e * vx[u];
+            for (var g = 0u; g < GQA_MAX; g++) {
+                if (g < g_n) {
+                    let e = sg_sc[g * CHUNK + jj];
+                    for (var u = 0u; u < 4u; u++) {
+                        o[4u * g + u] += e * vx[u];
+                    }
                 }
             }
         }
-        for (var g = 0u; g < g_n; g++) {
+        for (var g = 0u; g < GQA_MAX; g++) {
             for (var u = 0u; u < 4u; u++) {
-                if (d0 + u < hd) {
+                if (g < g_n && d0 + u < hd) {
                     qg[(kg * g_n + g) * hd + d0 + u] = o[4u * g + u];
                 }
             }

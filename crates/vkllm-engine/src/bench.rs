@@ -97,15 +97,18 @@ pub struct BenchReport {
 fn by_region(t: &[vkllm_models::ProfiledDispatch]) -> (Vec<ProfileRow>, f64, f64) {
     let mut rows: Vec<ProfileRow> = Vec::new();
     let mut busy = 0.0;
+    // VKLLM_PROFILE_BY_KERNEL=1: one row per kernel instead of per graph region.
+    let by_kernel = std::env::var_os("VKLLM_PROFILE_BY_KERNEL").is_some();
     for d in t {
         busy += d.ns / 1e3;
-        match rows.iter_mut().find(|r| r.region == d.region) {
+        let key = if by_kernel { d.kernel } else { d.region };
+        match rows.iter_mut().find(|r| r.region == key) {
             Some(r) => {
                 r.dispatches += 1;
                 r.us += d.ns / 1e3;
             }
             None => rows.push(ProfileRow {
-                region: d.region,
+                region: key,
                 dispatches: 1,
                 us: d.ns / 1e3,
             }),
