@@ -1,5 +1,9 @@
 //! Parses and validates every WGSL kernel with naga, so a broken shader fails `cargo build`
 //! (the same validation runs again at run time before each pipeline is specialised).
+//!
+//! `*.inc.wgsl` files are fragments, not kernels: a kernel file names each one it uses in a
+//! `// #include NAME` line, and its source is the file followed by those fragments (as
+//! `src/sources.rs` assembles it with `concat!`).
 
 use std::path::Path;
 
@@ -17,10 +21,18 @@ fn main() {
             continue;
         }
         println!("cargo:rerun-if-changed={}", path.display());
-        let src = match std::fs::read_to_string(&path) {
-            Ok(s) => s,
-            Err(e) => panic!("vkllm-kernels: cannot read {}: {e}", path.display()),
-        };
+        if path.to_string_lossy().ends_with(".inc.wgsl") {
+            continue;
+        }
+        let mut src = read(&path);
+        let includes: Vec<String> = src
+            .lines()
+            .filter_map(|l| l.strip_prefix("// #include "))
+            .map(|n| n.trim().to_string())
+            .collect();
+        for inc in includes {
+            src.push_str(&read(&dir.join(inc)));
+        }
         let name = path.display().to_string();
         let module = match naga::front::wgsl::parse_str(&src) {
             Ok(m) => m,
@@ -45,5 +57,12 @@ fn main() {
             "vkllm-kernels: {} WGSL shader(s) failed naga validation (see above)",
             failures.len()
         );
+    }
+}
+
+fn read(path: &Path) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(s) => s,
+        Err(e) => panic!("vkllm-kernels: cannot read {}: {e}", path.display()),
     }
 }

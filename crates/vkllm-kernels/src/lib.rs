@@ -36,6 +36,7 @@ pub mod logprobs;
 pub mod mat_quant;
 pub mod matmul;
 pub mod matvec;
+pub mod matvec_fused;
 pub mod moe_experts;
 pub mod moe_route;
 pub mod rmsnorm;
@@ -58,6 +59,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &rmsnorm::ADD_RMSNORM,
         &matvec::MATVEC,
         &matvec::MATVEC_VEC,
+        &matvec_fused::MATVEC_FUSED,
         &matmul::MATMUL,
         &mat_quant::MATVEC_QUANT,
         &mat_quant::MATMUL_QUANT,

@@ -36,5 +36,5 @@ pub use info::{DeviceChoice, DeviceInfo, DeviceKind, Heap, Limits, list_devices,
 pub use instance::{Instance, VALIDATION_ALLOW_LIST, Validation, ValidationMessage};
 pub use pipeline::{Pipeline, PipelineCacheMode};
 pub use recorder::{DispatchTiming, Recorder, Recording, RecordingCache};
-pub use tensor::{Tensor, TensorPart, weight_type};
+pub use tensor::{MatvecPlan, Tensor, TensorPart, default_matvec_impl, weight_type};
 pub use vkllm_kernels as kernels;
