@@ -16,6 +16,7 @@ mod basic;
 mod decode;
 mod hybrid;
 mod mat;
+mod matvec_fused;
 mod quant;
 mod sample;
 
@@ -71,6 +72,9 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("kv_append", basic::kv_append),
     ("matvec", mat::matvec),
     ("matmul", mat::matmul),
+    ("matvec_fused_float", matvec_fused::matvec_fused_float),
+    ("matvec_fused_legacy", matvec_fused::matvec_fused_legacy),
+    ("matvec_fused_kquant", matvec_fused::matvec_fused_kquant),
     ("rope", attn::rope),
     ("attention_decode", attn::attention_decode),
     ("attention_prefill", attn::attention_prefill),
