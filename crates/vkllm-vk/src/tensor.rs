@@ -193,7 +193,8 @@ pub struct MatvecPlan<'a> {
     /// Activation columns (tokens), 1..=8: x is `[n_cols, cols]`, y is `[n_cols, y_stride]`.
     pub n_cols: usize,
     pub y_stride: usize,
-    /// Where each weight's rows go in a row of y (one offset per weight).
+    /// Where each weight's rows go in a row of y (one offset per weight; gated: the first
+    /// places the output, the second is not used).
     pub y_offsets: &'a [usize],
     /// RMSNorm of x first: its weight `[cols]` and parameters.
     pub norm: Option<(BufSlice<'a>, NormPrologue)>,
