@@ -3,7 +3,7 @@
 //!
 //! `cargo run --release -p vkllm-vk --example matvec_bench -- [--iters N] [--n COLUMNS]
 //! [--types f16,q8_0,q4_K,...] [--impl fast|ref|both] [--fusion plain,norm,qkv,gate_up]
-//! [--tuning WGxLANESxROWS] [--matmul] [ROWSxCOLS ...]`
+//! [--tuning WGxLANESxROWS | --sweep] [--matmul] [ROWSxCOLS ...]`
 //!
 //! - Default shapes: the Qwen3-0.6B decode set (1024x1024, 2048x1024, 3072x1024, 1024x3072) plus
 //!   4096x4096, 16384x4096 (128 MiB in F16) and 151936x1024 (its LM head; 311 MB in F16, 165 MB
@@ -18,9 +18,10 @@
 //! - `--n`: activation columns (1..=8) for the fast kernel; `--matmul` times the tiled matmul
 //!   with `--n` tokens instead (the prefill kernel).
 //! - `--tuning 128x32x1`: workgroup size x lanes per row x rows per team (default: the
-//!   kernel's choice per shape).
+//!   kernel's choice per shape); `--sweep` runs each fast row over workgroups 64/128/256 x
+//!   lanes 8/16/32 x 1/2/4 rows per team (the last column names the tuning).
 //!
-//! The copy roof is measured first (the `copy` kernel on 1 GiB). The device comes from
+//! The copy roof is measured first (the `copy` kernel on 1 GiB, or the largest buffer). The device comes from
 //! `VKLLM_DEVICE`; `VKLLM_VALIDATE=1` adds the validation layer.
 
 use vkllm_vk::bench::{self, MatvecBench, MatvecFusion};
@@ -42,7 +43,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut types = vec![WeightType::F16, WeightType::Q8_0, WeightType::Q4_K];
     let mut imps = vec![MatvecImpl::Fast];
     let mut fusions = vec![MatvecFusion::Plain];
-    let mut tuning = None;
+    let mut tunings = vec![None];
+    let mut sweep = false;
     let mut matmul = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -60,7 +62,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
             "--fusion" => fusions = parse_fusions(&value()?)?,
-            "--tuning" => tuning = Some(parse_tuning(&value()?)?),
+            "--tuning" => tunings = vec![Some(parse_tuning(&value()?)?)],
+            "--sweep" => sweep = true,
             "--matmul" => matmul = true,
             s => {
                 let (r, c) = s
@@ -81,39 +84,70 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             (151_936, 1024),
         ];
     }
+    if sweep {
+        tunings = Vec::new();
+        for wg in [64, 128, 256] {
+            for lanes in [8, 16, 32] {
+                for rows_per_team in [1, 2, 4] {
+                    tunings.push(Some(MatvecTuning {
+                        wg,
+                        lanes,
+                        rows_per_team,
+                    }));
+                }
+            }
+        }
+    }
     let dev = Device::from_env()?;
     println!("device: {}", dev.info().summary());
-    let roof = bench::bench_copy(&dev, 1 << 30, iters)?;
-    println!("copy kernel (1 GiB, read + write): {roof:.1} GB/s\n");
-    println!("| op | weights | shape | time (us) | GB/s | GFLOP/s | % copy |");
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let copy_bytes = (1u64 << 30).min(dev.max_buffer_bytes() / 16 * 16);
+    let roof = bench::bench_copy(&dev, copy_bytes, iters)?;
+    println!(
+        "copy kernel ({} MiB, read + write): {roof:.1} GB/s\n",
+        copy_bytes >> 20
+    );
+    println!("| op | weights | shape | time (us) | GB/s | GFLOP/s | % copy | tuning |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for &(rows, cols) in &shapes {
         for &dtype in &types {
             if matmul {
                 let r = bench::bench_matmul(&dev, dtype, rows, cols, n, iters)?;
-                println!("{} {:.0} |", r.markdown_row(), 100.0 * r.gb_per_s / roof);
+                println!("{} {:.0} | |", r.markdown_row(), 100.0 * r.gb_per_s / roof);
                 continue;
             }
             for &fusion in &fusions {
                 for &imp in &imps {
-                    let b = MatvecBench {
-                        dtype,
-                        rows,
-                        cols,
-                        n,
-                        imp,
-                        fusion,
-                        tuning,
-                        iters,
+                    let ts: &[Option<MatvecTuning>] = if imp == MatvecImpl::Reference {
+                        &[None]
+                    } else {
+                        &tunings
                     };
-                    match bench::bench_matvec(&dev, &b) {
-                        Ok(r) => {
-                            println!("{} {:.0} |", r.markdown_row(), 100.0 * r.gb_per_s / roof)
-                        }
-                        // A shape or variant a kernel does not take: say so, keep going.
-                        Err(e @ (Error::Shape(_) | Error::Unfusable { .. } | Error::Kernel(_))) => {
-                            println!(
-                                "| {} {} | {} | {rows}x{cols} (n={n}) | skipped: {e} | | | |",
+                    for &tuning in ts {
+                        let b = MatvecBench {
+                            dtype,
+                            rows,
+                            cols,
+                            n,
+                            imp,
+                            fusion,
+                            tuning,
+                            iters,
+                        };
+                        let tag = match tuning {
+                            Some(t) => format!("{}x{}x{}", t.wg, t.lanes, t.rows_per_team),
+                            None => "default".to_string(),
+                        };
+                        match bench::bench_matvec(&dev, &b) {
+                            Ok(r) => println!(
+                                "{} {:.0} | {tag} |",
+                                r.markdown_row(),
+                                100.0 * r.gb_per_s / roof
+                            ),
+                            // A shape or variant a kernel does not take: say so, keep going.
+                            Err(
+                                e @ (Error::Shape(_) | Error::Unfusable { .. } | Error::Kernel(_)),
+                            ) => println!(
+                                "| {} {} | {} | {rows}x{cols} (n={n}) | skipped: {e} | | | | {tag} |",
                                 fusion.name(),
                                 if imp == MatvecImpl::Reference {
                                     "ref"
@@ -121,9 +155,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                                     "fast"
                                 },
                                 dtype.name()
-                            )
+                            ),
+                            Err(e) => return Err(e.into()),
                         }
-                        Err(e) => return Err(e.into()),
                     }
                 }
             }
