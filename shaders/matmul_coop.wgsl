@@ -7,8 +7,8 @@ enable wgpu_cooperative_matrix;
 // row_offset, y_stride, accumulate; this dispatch writes Y columns [row_offset, row_offset +
 // rows) of rows y_stride long).
 //
-// #append mat_quant.wgsl
-// This file is compiled with `mat_quant.wgsl` appended (see `sources.rs`; build.rs honours the
+// #include mat_quant.wgsl
+// This file is compiled with `mat_quant.wgsl` (and its include) appended (`sources.rs`; build.rs honours the
 // line above): it reuses that file's bindings (`w`, `x`, `y`), push constants (`p`) and block
 // decoding (`dequant16`, `unit_block`, QTYPE/BLOCK/TS), so every llama.cpp format `mat_quant`
 // reads is read here too, by the same code. Names below are prefixed `cm_`/`CM_` to stay clear

@@ -37,6 +37,7 @@ pub mod mat_quant;
 pub mod matmul;
 pub mod matmul_coop;
 pub mod matvec;
+pub mod matvec_fused;
 pub mod moe_experts;
 pub mod moe_route;
 pub mod rmsnorm;
@@ -60,6 +61,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &rmsnorm::ADD_RMSNORM,
         &matvec::MATVEC,
         &matvec::MATVEC_VEC,
+        &matvec_fused::MATVEC_FUSED,
         &matmul::MATMUL,
         &matmul_coop::MATMUL_COOP,
         &mat_quant::MATVEC_QUANT,

@@ -38,5 +38,8 @@ pub use info::{DeviceChoice, DeviceInfo, DeviceKind, Heap, Limits, list_devices,
 pub use instance::{Instance, VALIDATION_ALLOW_LIST, Validation, ValidationMessage};
 pub use pipeline::{Pipeline, PipelineCacheMode};
 pub use recorder::{DispatchTiming, Recorder, Recording, RecordingCache};
-pub use tensor::{COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, Tensor, TensorPart, weight_type};
+pub use tensor::{
+    COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, MatvecPlan, Tensor, TensorPart, default_matvec_impl,
+    weight_type,
+};
 pub use vkllm_kernels as kernels;

@@ -17,6 +17,7 @@ mod coop;
 mod decode;
 mod hybrid;
 mod mat;
+mod matvec_fused;
 mod quant;
 mod rope_kv;
 mod sample;
@@ -106,6 +107,9 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("matvec", mat::matvec),
     ("matmul", mat::matmul),
     ("matmul_coop", coop::matmul_coop),
+    ("matvec_fused_float", matvec_fused::matvec_fused_float),
+    ("matvec_fused_legacy", matvec_fused::matvec_fused_legacy),
+    ("matvec_fused_kquant", matvec_fused::matvec_fused_kquant),
     ("rope", attn::rope),
     ("rope_kv_append", rope_kv::rope_kv_append_case),
     ("attention_decode", attn::attention_decode),
