@@ -1,18 +1,22 @@
 // Attention for decode (and short query batches): split-K "flash decoding" with a merge pass.
 //
-//   split: one workgroup per (key chunk c, query head h, query i): scores of q_i against keys
-//          [c * CHUNK, (c + 1) * CHUNK) of kv head h / (n_heads / n_kv_heads) (GQA), scaled,
-//          soft-capped (softcap > 0), masked (causal: key j <= q_pos[i]; sliding window: j >
-//          q_pos[i] - window when window > 0); writes the chunk's max m, sum l = sum exp(s - m) and
-//          unnormalised output o = sum exp(s - m) v.
+//   split: one workgroup per (key chunk c, query head h, query i): scores of q_i against the keys
+//          [lo + c * CHUNK, lo + (c + 1) * CHUNK) of its visible range [lo, hi] (causal: key
+//          j <= q_pos[i]; sliding window: j > q_pos[i] - window when window > 0, so lo is the
+//          window's first key and a windowed layer needs only ceil(window / CHUNK) chunks however
+//          long the context) of kv head h / (n_heads / n_kv_heads) (GQA), scaled, soft-capped
+//          (softcap > 0); writes the chunk's max m, sum l = sum exp(s - m) and unnormalised output
+//          o = sum exp(s - m) v.
 //   merge: one workgroup per (head, query): out = sum_c o_c e^(m_c - M) / sum_c l_c e^(m_c - M)
 //          (n_chunks <= 2048).
 //
 // Shapes: q [n_q, n_heads, head_dim] f32; k, v [n_kv, n_kv_heads, head_dim] as u32 words (KV_DTYPE
 // 0: f32 bits, 1: f16 pairs); q_pos [n_q] u32; part_ml [n_q, n_heads, n_chunks, 2] f32; part_o
 // [n_q, n_heads, n_chunks, head_dim] f32; out [n_q, n_heads, head_dim] f32. head_dim <= 256.
-// Slots: query i reads key rows i * kv_stride + j (kv_stride 0: all queries share one cache;
-// kv_stride = the per-slot capacity: query i is slot i of a slot-major cache, n_kv rows each).
+// Slots: query i reads key j from row i * kv_stride + j % ring (kv_stride 0: all queries share one
+// cache; kv_stride = the per-slot rows: query i is slot i of a slot-major cache). ring: rows a
+// cache keeps (>= n_kv: row = position; a sliding-window layer keeps a ring of at least its
+// window, so the keys a query sees are never overwritten, and the window may wrap around it).
 // Workgroup: WG invocations (default 128). split: invocation t scores keys t, t + WG, ... of the
 // chunk (the q row is staged in shared memory), max and sum are reduced with subgroup ops and
 // shared memory (any subgroup size >= 4), then invocation t accumulates output dims t, t + WG, ...
@@ -36,6 +40,7 @@ struct Params {
     softcap: f32,
     window: u32,
     kv_stride: u32,
+    ring: u32,
 }
 var<immediate> p: Params;
 
@@ -114,13 +119,12 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     if (p.window > 0u && qp + 1u > p.window) {
         lo = qp + 1u - p.window;
     }
-    let j0 = c * CHUNK;
-    let j1 = min(j0 + CHUNK, p.n_kv);
-    // A chunk with no visible key (past the query's position, or before its window) only
-    // reports an empty partial; the merge skips it. Decided through shared memory so the
-    // early return is uniform across the workgroup.
+    let j0 = lo + c * CHUNK;
+    let j1 = min(j0 + CHUNK, hi + 1u);
+    // A chunk past the query's visible keys only reports an empty partial; the merge skips it.
+    // Decided through shared memory so the early return is uniform across the workgroup.
     if (lid == 0u) {
-        wg_skip = select(0u, 1u, j0 > hi || j1 <= lo);
+        wg_skip = select(0u, 1u, j0 > hi);
     }
     if (workgroupUniformLoad(&wg_skip) != 0u) {
         if (lid == 0u) {
@@ -137,17 +141,14 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     let neg_inf = bitcast<f32>(0xff800000u);
     var m_local = neg_inf;
     for (var j = j0 + lid; j < j1; j += WG) {
-        var s = neg_inf;
-        if (j >= lo && j <= hi) {
-            let kb = (row0 + j) * kv_dim + kvh * hd;
-            var acc = 0.0;
-            for (var d = 0u; d < hd; d++) {
-                acc += qs[d] * load_k(kb + d);
-            }
-            s = acc * p.scale;
-            if (p.softcap > 0.0) {
-                s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
-            }
+        let kb = (row0 + j % p.ring) * kv_dim + kvh * hd;
+        var acc = 0.0;
+        for (var d = 0u; d < hd; d++) {
+            acc += qs[d] * load_k(kb + d);
+        }
+        var s = acc * p.scale;
+        if (p.softcap > 0.0) {
+            s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
         }
         sc[j - j0] = s;
         m_local = max(m_local, s);
@@ -167,10 +168,16 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     for (var d = lid; d < hd; d += WG) {
         var o = 0.0;
         if (m != neg_inf) {
+            // Row of key j, advanced with the key (a chunk spans at most one wrap of the ring).
+            var r = j0 % p.ring;
             for (var j = j0; j < j1; j++) {
                 let e = sc[j - j0];
                 if (e > 0.0) {
-                    o += e * load_v((row0 + j) * kv_dim + kvh * hd + d);
+                    o += e * load_v((row0 + r) * kv_dim + kvh * hd + d);
+                }
+                r += 1u;
+                if (r == p.ring) {
+                    r = 0u;
                 }
             }
         }
@@ -264,11 +271,12 @@ fn split_gqa(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     if (p.window > 0u && qp + 1u > p.window) {
         lo = qp + 1u - p.window;
     }
-    let j0 = c * CHUNK;
-    let j1 = min(j0 + CHUNK, p.n_kv);
+    // Chunks start at the first visible key (as in `split`); key j lives in row j % ring.
+    let j0 = lo + c * CHUNK;
+    let j1 = min(j0 + CHUNK, hi + 1u);
     let neg_inf = bitcast<f32>(0xff800000u);
     if (lid == 0u) {
-        wg_skip = select(0u, 1u, j0 > hi || j1 <= lo);
+        wg_skip = select(0u, 1u, j0 > hi);
     }
     if (workgroupUniformLoad(&wg_skip) != 0u) {
         if (lid < g_n) {
@@ -294,13 +302,13 @@ fn split_gqa(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     for (var t = 0u; t < trips; t++) {
         let jj = sg_id + t * n_sg;
         let j = j0 + jj;
-        let live = jj < CHUNK && j < j1 && j >= lo && j <= hi;
+        let live = jj < CHUNK && j < j1;
         var acc: array<f32, 8>;
         for (var g = 0u; g < GQA_MAX; g++) {
             acc[g] = 0.0;
         }
         if (live) {
-            let kb = (row0 + j) * kv_dim + kvh * hd;
+            let kb = (row0 + j % p.ring) * kv_dim + kvh * hd;
             for (var w = sg_lane; w < words; w += sg_size) {
                 if (KV_DTYPE == 0u) {
                     let kx = bitcast<f32>(k[kb + w]);
@@ -382,10 +390,7 @@ fn split_gqa(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     if (kg < kg_n) {
         for (var jj = kg; jj < n; jj += kg_n) {
             let j = j0 + jj;
-            if (j < lo || j > hi) {
-                continue;
-            }
-            let vb = (row0 + j) * kv_dim + kvh * hd + d0;
+            let vb = (row0 + j % p.ring) * kv_dim + kvh * hd + d0;
             var vx: array<f32, 4>;
             for (var u = 0u; u < 4u; u++) {
                 vx[u] = 0.0;

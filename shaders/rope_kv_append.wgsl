@@ -6,7 +6,8 @@
 // projections); q_norm and k_norm [head_dim] f32 (read when p.norm = 1); pos [n_tok] u32; table
 // [max_pos, rotary_dim / 2] vec2<f32> = (cos, sin), the table rope.wgsl reads; q_out [n_tok,
 // n_heads, head_dim] f32; k_cache and v_cache as kv_append.wgsl writes them (KV_DTYPE 0: f32 bits,
-// 1: f16 pairs; token t's row is t * row_stride + pos[t]; a position >= max_tok writes nothing,
+// 1: f16 pairs; token t's row is t * row_stride + pos[t] % ring, ring >= max_tok for a full
+// cache, the ring of a sliding-window layer otherwise; a position >= max_tok writes nothing,
 // which is how an idle slot stays untouched).
 // Arithmetic: the same as the unfused ops, operation for operation: rmsnorm.wgsl's
 // r = 1 / sqrt(sum(x^2) / n + eps), (x * r) * (offset + w); rope.wgsl's x0 * c - x1 * s and
@@ -36,6 +37,7 @@ struct Params {
     norm_offset: f32,
     max_tok: u32,
     row_stride: u32,
+    ring: u32,
 }
 var<immediate> p: Params;
 
@@ -150,7 +152,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let kvh = head - p.n_heads;
     let kv_dim = p.n_kv_heads * hd;
-    let row = t * p.row_stride + ps;
+    let row = t * p.row_stride + ps % p.ring;
     for (var j = lid; j < pairs; j += WG) {
         let e = 2u * j;
         let k0 = rotated(e, ps);

@@ -57,7 +57,10 @@ fn main() {
 /// The file followed by everything it `// #include`s, recursively.
 fn assemble(dir: &Path, path: &Path, depth: u32) -> String {
     if depth > 8 {
-        panic!("vkllm-kernels: #include nesting too deep at {}", path.display());
+        panic!(
+            "vkllm-kernels: #include nesting too deep at {}",
+            path.display()
+        );
     }
     let mut src = read(path);
     let includes: Vec<String> = src

@@ -32,6 +32,7 @@ pub mod threads;
 
 pub mod compare;
 pub mod decode;
+pub mod kv;
 pub mod quant;
 pub mod sampler;
 
@@ -39,7 +40,7 @@ pub mod sampler;
 mod testutil;
 
 pub use activation::{gelu_tanh, gelu_tanh_mul, sigmoid, sigmoid_mul, silu, silu_mul};
-pub use attention::{AttnParams, attention};
+pub use attention::{AttnParams, attention, attention_ring};
 pub use causal_conv1d::causal_conv1d;
 pub use dot::dot;
 pub use elementwise::{add, add_inplace, scale, softcap, softcap_one};

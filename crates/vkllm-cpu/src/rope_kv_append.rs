@@ -16,8 +16,11 @@ pub struct RopeKvAppendSpec<'a> {
     /// Rows of a token's cache region; a position >= it marks an idle token (q rows NaN,
     /// nothing stored).
     pub max_tok: usize,
-    /// Rows between tokens' regions (0: all tokens share one region; >= max_tok: slot-major).
+    /// Rows between tokens' regions (0: all tokens share one region; >= a region's rows:
+    /// slot-major).
     pub row_stride: usize,
+    /// Rows a region keeps: position p is stored in row p % ring.
+    pub ring: usize,
 }
 
 /// For `n = positions.len()` tokens: `q_out = rope(norm(q))`, and row `t * row_stride + pos[t]`
@@ -59,7 +62,7 @@ pub fn rope_kv_append(
         s.rope.apply(qr, s.n_heads, hd, p as usize);
         let kr = &mut kn[t * kv_dim..(t + 1) * kv_dim];
         s.rope.apply(kr, s.n_kv_heads, hd, p as usize);
-        let row = (t * s.row_stride + p as usize) * kv_dim;
+        let row = (t * s.row_stride + p as usize % s.ring) * kv_dim;
         k_cache[row..row + kv_dim].copy_from_slice(kr);
         v_cache[row..row + kv_dim].copy_from_slice(&v[t * kv_dim..(t + 1) * kv_dim]);
     }
@@ -87,6 +90,7 @@ mod tests {
             norm: None,
             max_tok: 3,
             row_stride: 0,
+            ring: 3,
         };
         let (mut qo, mut kc, mut vc) = ([0.0; 2], [9.0; 6], [9.0; 6]);
         rope_kv_append(

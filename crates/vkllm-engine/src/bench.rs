@@ -122,7 +122,8 @@ fn by_region(t: &[vkllm_models::ProfiledDispatch]) -> (Vec<ProfileRow>, f64, f64
 }
 
 fn profile_table(title: &str, rows: &[ProfileRow], busy: f64, span: f64) -> String {
-    let mut s = format!("\n{title}\n\n| region | dispatches | µs | % of GPU time |\n|---|---|---|---|\n");
+    let mut s =
+        format!("\n{title}\n\n| region | dispatches | µs | % of GPU time |\n|---|---|---|---|\n");
     for p in rows {
         s += &format!(
             "| {} | {} | {:.1} | {:.1} |\n",

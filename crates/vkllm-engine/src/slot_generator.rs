@@ -16,6 +16,9 @@ use crate::generator::{
 struct Slot {
     /// Tokens whose keys and values are in the slot's cache region, from position 0.
     history: Vec<u32>,
+    /// The furthest position (exclusive) written since position 0 was last computed (what a
+    /// sliding-window ring still holds: `KvCache::reusable`).
+    written: usize,
     /// The sampled token the next step feeds (not in the cache yet), while active.
     next: Option<u32>,
     last_used: u64,
@@ -59,6 +62,7 @@ impl SlotGenerator {
             slots: (0..slots)
                 .map(|_| Slot {
                     history: Vec::new(),
+                    written: 0,
                     next: None,
                     last_used: 0,
                 })
@@ -98,17 +102,26 @@ impl Generator for SlotGenerator {
                 ctx,
             });
         }
-        // A free slot: the longest cached prefix, then the least recently used.
+        // A free slot: the longest reusable cached prefix, then the least recently used.
+        let reusable = |sl: &Slot| {
+            let common = common_prefix(&sl.history, prompt).min(prompt.len() - 1);
+            self.kv.reusable(sl.written, common)
+        };
         let slot = (0..self.slots.len())
             .filter(|&s| self.slots[s].next.is_none())
             .max_by_key(|&s| {
                 let sl = &self.slots[s];
-                (common_prefix(&sl.history, prompt), u64::MAX - sl.last_used)
+                (reusable(sl), u64::MAX - sl.last_used)
             })
             .ok_or(EngineError::NoFreeSlot {
                 slots: self.slots.len(),
             })?;
-        let reuse = common_prefix(&self.slots[slot].history, prompt).min(prompt.len() - 1);
+        let reuse = reusable(&self.slots[slot]);
+        let sl = &mut self.slots[slot];
+        if reuse == 0 {
+            sl.written = 0;
+        }
+        sl.written = sl.written.max(prompt.len());
         let logits = self.model.forward_slot(
             &mut self.b,
             &self.kv,
@@ -167,6 +180,7 @@ impl Generator for SlotGenerator {
                 });
             }
             slot.next = Some(fed);
+            slot.written = slot.written.max(slot.history.len());
             if !toks.is_empty() {
                 out.push((s, toks));
             }

@@ -26,7 +26,7 @@ pub static ATTN_SPLIT: KernelSpec = KernelSpec {
         wr("part_o"),
         rd("out"),
     ],
-    push_size: 40,
+    push_size: 44,
     exact_fp: false,
 };
 
@@ -46,7 +46,7 @@ pub static ATTN_SPLIT_GQA: KernelSpec = KernelSpec {
         wr("part_o"),
         rd("out"),
     ],
-    push_size: 40,
+    push_size: 44,
     exact_fp: false,
 };
 
@@ -71,7 +71,7 @@ pub static ATTN_MERGE: KernelSpec = KernelSpec {
         rd("part_o"),
         rw("out"),
     ],
-    push_size: 40,
+    push_size: 44,
     exact_fp: false,
 };
 
@@ -81,12 +81,13 @@ pub static ATTN_PREFILL: KernelSpec = KernelSpec {
     entry: "main",
     source: ATTENTION_PREFILL,
     bindings: &[rd("q"), rd("k"), rd("v"), rd("q_pos"), rw("out")],
-    push_size: 28,
+    push_size: 32,
     exact_fp: false,
 };
 
-/// Attention problem: `n_q` queries (positions in a `q_pos` buffer) against the first `n_kv`
-/// rows of a K/V cache `[n_kv.., n_kv_heads, head_dim]`.
+/// Attention problem: `n_q` queries (positions in a `q_pos` buffer) against the keys at positions
+/// `0..n_kv` of a K/V cache `[rows, n_kv_heads, head_dim]`: row `j` holds position `j`, or with a
+/// `ring`, row `j % ring` does (a sliding-window layer that keeps only `ring` rows).
 #[derive(Clone, Copy, Debug)]
 pub struct AttnShape {
     pub n_q: usize,
@@ -104,6 +105,11 @@ pub struct AttnShape {
     /// Key rows between consecutive queries' caches: 0 when every query reads the same cache,
     /// the per-slot capacity when query `i` is slot `i` of a slot-major cache (decode only).
     pub kv_stride: usize,
+    /// Rows each cache keeps: the key at position `j` is row `j % ring`. `None` (or a ring of at
+    /// least `n_kv`) is the full cache. A ring smaller than `n_kv` needs a window whose keys fit:
+    /// `window + n_q - 1 <= ring` for queries sharing one cache (consecutive positions: a chunk
+    /// must not overwrite keys its earlier queries see), `window <= ring` per slot.
+    pub ring: Option<usize>,
 }
 
 impl AttnShape {
@@ -134,16 +140,51 @@ impl AttnShape {
         if self.window == Some(0) {
             return Err(shape_err(k, "window 0 sees nothing"));
         }
-        if self.kv_stride != 0 && self.kv_stride < self.n_kv {
+        if self.ring == Some(0) {
+            return Err(shape_err(k, "ring of 0 rows"));
+        }
+        if self.ring_rows() < self.n_kv {
+            let ring = self.ring_rows();
+            let extra = if self.kv_stride == 0 { self.n_q - 1 } else { 0 };
+            match self.window {
+                Some(w) if w + extra <= ring => {}
+                _ => {
+                    return Err(shape_err(
+                        k,
+                        format!(
+                            "a ring of {ring} rows cannot hold the keys of {} queries with window {:?}",
+                            self.n_q, self.window
+                        ),
+                    ));
+                }
+            }
+        }
+        if self.kv_stride != 0 && self.kv_stride < self.rows() {
             return Err(shape_err(
                 k,
                 format!(
                     "kv_stride {} overlaps caches of {} rows",
-                    self.kv_stride, self.n_kv
+                    self.kv_stride,
+                    self.rows()
                 ),
             ));
         }
         Ok(())
+    }
+
+    /// The ring length the kernels use (`n_kv` when there is no ring: row = position).
+    fn ring_rows(&self) -> usize {
+        self.ring.unwrap_or(self.n_kv)
+    }
+
+    /// Rows of each cache.
+    fn rows(&self) -> usize {
+        self.n_kv.min(self.ring_rows())
+    }
+
+    /// Keys a query can see at most: its window, clipped to the cache.
+    fn span(&self) -> usize {
+        self.window.map_or(self.n_kv, |w| w.min(self.n_kv))
     }
 
     fn check_buffers<B: KernelBuffer>(
@@ -157,7 +198,7 @@ impl AttnShape {
     ) -> Result<(), Error> {
         let qb = 4 * (self.n_q * self.n_heads * self.head_dim) as u64;
         need(k, "q", q, qb)?;
-        let rows = (self.n_q - 1) * self.kv_stride + self.n_kv;
+        let rows = (self.n_q - 1) * self.kv_stride + self.rows();
         let kvb = self
             .kv
             .bytes((rows * self.n_kv_heads * self.head_dim) as u64);
@@ -181,6 +222,7 @@ pub struct AttnDecodeParams {
     pub softcap: f32,
     pub window: u32,
     pub kv_stride: u32,
+    pub ring: u32,
 }
 
 #[repr(C)]
@@ -193,6 +235,7 @@ pub struct AttnPrefillParams {
     pub scale: f32,
     pub softcap: f32,
     pub window: u32,
+    pub ring: u32,
 }
 
 /// Split-K decode attention: two dispatches (split, merge) through caller-provided scratch
@@ -208,9 +251,14 @@ pub struct AttnDecode<B> {
 }
 
 impl<B: KernelBuffer> AttnDecode<B> {
+    /// Chunks of `chunk` keys a query's visible keys (its window, or the whole cache) split into.
+    pub fn n_chunks(s: &AttnShape, chunk: usize) -> usize {
+        s.span().div_ceil(chunk.max(1))
+    }
+
     /// Bytes of (`part_ml`, `part_o`) for `s` split into chunks of `chunk` keys.
     pub fn scratch_bytes(s: &AttnShape, chunk: usize) -> (u64, u64) {
-        let parts = (s.n_q * s.n_heads * s.n_kv.div_ceil(chunk.max(1))) as u64;
+        let parts = (s.n_q * s.n_heads * Self::n_chunks(s, chunk)) as u64;
         (8 * parts, 4 * parts * s.head_dim as u64)
     }
 
@@ -261,7 +309,7 @@ impl<B: KernelBuffer> AttnDecode<B> {
         let (ml, o) = Self::scratch_bytes(s, chunk);
         need(k, "part_ml", &self.part_ml, ml)?;
         need(k, "part_o", &self.part_o, o)?;
-        let n_chunks = s.n_kv.div_ceil(chunk);
+        let n_chunks = Self::n_chunks(s, chunk);
         if n_chunks > MAX_CHUNKS {
             return Err(shape_err(
                 k,
@@ -283,6 +331,7 @@ impl<B: KernelBuffer> AttnDecode<B> {
             softcap: s.softcap.unwrap_or(0.0),
             window: to_u32(k, "window", s.window.unwrap_or(0))?,
             kv_stride: to_u32(k, "kv_stride", s.kv_stride)?,
+            ring: to_u32(k, "ring", s.ring_rows())?,
         };
         let buffers = vec![
             self.q,
@@ -362,6 +411,7 @@ impl<B: KernelBuffer> AttnPrefill<B> {
             scale: s.scale,
             softcap: s.softcap.unwrap_or(0.0),
             window: to_u32(k, "window", s.window.unwrap_or(0))?,
+            ring: to_u32(k, "ring", s.ring_rows())?,
         };
         Ok(Dispatch::new(
             k,

@@ -27,7 +27,7 @@ pub static ROPE_KV_APPEND: KernelSpec = KernelSpec {
         rw("k_cache"),
         rw("v_cache"),
     ],
-    push_size: 48,
+    push_size: 52,
     exact_fp: false,
 };
 
@@ -46,6 +46,7 @@ pub struct RopeKvAppendParams {
     pub norm_offset: f32,
     pub max_tok: u32,
     pub row_stride: u32,
+    pub ring: u32,
 }
 
 /// The per-head RMSNorm applied to q and k before RoPE (`(x * r) * (offset + w)`).
@@ -72,8 +73,12 @@ pub struct RopeKvAppendShape {
     pub kv: KvType,
     /// Rows of the cache region a position may address (positions >= it write nothing).
     pub max_tok: usize,
-    /// Rows between consecutive tokens' regions (0: one sequence; >= max_tok: slot-major).
+    /// Rows between consecutive tokens' regions (0: one sequence; >= the rows of a region:
+    /// slot-major).
     pub row_stride: usize,
+    /// Rows a region keeps: position p goes to row p % ring (>= max_tok: the row is the
+    /// position; a sliding-window layer's ring otherwise).
+    pub ring: usize,
 }
 
 /// `q_out = rope(norm(q))`; `k_cache[row(t)] = rope(norm(k))`, `v_cache[row(t)] = v`.
@@ -113,12 +118,25 @@ impl<B: KernelBuffer> RopeKvAppend<B> {
         if s.n_tok == 0 || s.n_heads == 0 || s.n_kv_heads == 0 {
             return Err(shape_err(k, "empty batch or no heads"));
         }
-        if s.row_stride != 0 && s.row_stride < s.max_tok {
+        if s.ring == 0 {
+            return Err(shape_err(k, "ring of 0 rows"));
+        }
+        let region = s.ring.min(s.max_tok);
+        if s.row_stride == 0 && s.ring < s.max_tok && s.n_tok > s.ring {
             return Err(shape_err(
                 k,
                 format!(
-                    "row_stride {} overlaps regions of {} rows",
-                    s.row_stride, s.max_tok
+                    "{} tokens overwrite each other in a ring of {} rows",
+                    s.n_tok, s.ring
+                ),
+            ));
+        }
+        if s.row_stride != 0 && s.row_stride < region {
+            return Err(shape_err(
+                k,
+                format!(
+                    "row_stride {} overlaps regions of {region} rows",
+                    s.row_stride
                 ),
             ));
         }
@@ -140,7 +158,7 @@ impl<B: KernelBuffer> RopeKvAppend<B> {
             8 * (s.max_pos * s.rotary_dim / 2) as u64,
         )?;
         need(k, "q_out", &self.q_out, q_len)?;
-        let rows = s.n_tok.saturating_sub(1) * s.row_stride + s.max_tok;
+        let rows = s.n_tok.saturating_sub(1) * s.row_stride + region;
         let cache = s.kv.bytes((rows * kv_dim) as u64);
         need(k, "k_cache", &self.k_cache, cache)?;
         need(k, "v_cache", &self.v_cache, cache)?;
@@ -164,6 +182,7 @@ impl<B: KernelBuffer> RopeKvAppend<B> {
             norm_offset,
             max_tok: to_u32(k, "max_tok", s.max_tok)?,
             row_stride: to_u32(k, "row_stride", s.row_stride)?,
+            ring: to_u32(k, "ring", s.ring)?,
         };
         let heads = to_u32(k, "heads", s.n_heads + s.n_kv_heads)?;
         if s.n_tok > 65535 || heads > 65535 {

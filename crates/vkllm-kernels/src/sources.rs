@@ -53,7 +53,10 @@ mod tests {
             ("matmul_coop.wgsl", super::MATMUL_COOP),
         ] {
             let want = assemble(&dir, file);
-            assert_ne!(want.len(), std::fs::read_to_string(dir.join(file)).unwrap().len());
+            assert_ne!(
+                want.len(),
+                std::fs::read_to_string(dir.join(file)).unwrap().len()
+            );
             assert_eq!(src, want, "{file}");
         }
     }

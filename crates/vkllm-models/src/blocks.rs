@@ -54,6 +54,7 @@ impl KvSlot {
             v: self.v,
             capacity: self.capacity,
             stride: self.capacity,
+            ring: self.capacity,
             slots: 1,
             dtype: KvDtype::F32,
             rows: KvRows::Slot(0),

@@ -7,54 +7,11 @@
 
 use vkllm_cpu::AttnParams;
 
-use crate::backend::{Backend, KvDtype, KvRows, KvView, RopeKv, Tensor};
+use crate::backend::{Backend, KvDtype, KvRows, RopeKv, Tensor};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
+pub use crate::kv_cache::{KV_ROW_ALIGN, KvCache, KvLayer};
 use crate::weights::{TensorSource, Weights};
-
-/// The KV caches of `slots` sequences: per layer, keys and values of `capacity` positions per
-/// slot, slot-major (slot `s` owns rows `s * stride .. s * stride + capacity`).
-#[derive(Clone, Debug)]
-pub struct KvCache {
-    pub capacity: usize,
-    /// Rows between slots: `capacity` rounded up to a multiple of [`KV_ROW_ALIGN`], so every
-    /// slot's region starts at a bindable buffer offset.
-    pub stride: usize,
-    pub slots: usize,
-    pub dtype: KvDtype,
-    pub layers: Vec<(Tensor, Tensor)>,
-}
-
-/// Slot regions of a KV cache start at multiples of this many rows.
-pub const KV_ROW_ALIGN: usize = 128;
-
-impl KvCache {
-    /// Layer `l`'s caches, addressing `rows`.
-    pub fn view(&self, l: usize, rows: KvRows) -> KvView {
-        let (k, v) = self.layers[l];
-        KvView {
-            k,
-            v,
-            capacity: self.capacity,
-            stride: self.stride,
-            slots: self.slots,
-            dtype: self.dtype,
-            rows,
-        }
-    }
-
-    /// Bytes of keys and values for a model with `layers` layers of `kv_dim`.
-    pub fn bytes_for(
-        layers: usize,
-        kv_dim: usize,
-        capacity: usize,
-        slots: usize,
-        dtype: KvDtype,
-    ) -> u64 {
-        let stride = capacity.div_ceil(KV_ROW_ALIGN) * KV_ROW_ALIGN;
-        2 * (layers * slots * stride * kv_dim * dtype.bytes_per_value()) as u64
-    }
-}
 
 /// The activations of one chunk: allocated once, reused by every forward.
 #[derive(Clone, Debug)]
@@ -148,45 +105,16 @@ impl Model {
         slots: usize,
         dtype: KvDtype,
     ) -> Result<KvCache, ModelError> {
-        if capacity == 0 || slots == 0 {
-            return Err(ModelError::Config {
-                field: "kv cache".into(),
-                msg: format!("capacity {capacity} and slots {slots} must be > 0"),
-            });
-        }
-        let w = self.cfg.kv_dim();
-        let stride = capacity.div_ceil(KV_ROW_ALIGN) * KV_ROW_ALIGN;
-        let need = KvCache::bytes_for(self.cfg.n_layers, w, capacity, slots, dtype);
-        // Leave room for the activations of a chunk and the driver (1/16 of the device).
-        if let Some((free, total)) = b.memory_free()
-            && need > free.saturating_sub(total / 16)
-        {
-            return Err(ModelError::OutOfMemory {
-                what: format!(
-                    "KV cache ({slots} x {capacity} positions, {}, {} layers)",
-                    dtype.name(),
-                    self.cfg.n_layers
-                ),
-                need,
-                available: free.saturating_sub(total / 16),
-                total,
-            });
-        }
-        let layers = (0..self.cfg.n_layers)
-            .map(|_| {
-                Ok((
-                    b.alloc_kv(slots * stride * w, dtype)?,
-                    b.alloc_kv(slots * stride * w, dtype)?,
-                ))
-            })
-            .collect::<Result<_, ModelError>>()?;
-        Ok(KvCache {
+        let windows: Vec<Option<usize>> = self.cfg.layers.iter().map(|l| l.window).collect();
+        KvCache::alloc(
+            b,
+            &windows,
+            self.cfg.kv_dim(),
             capacity,
-            stride,
+            self.chunk,
             slots,
             dtype,
-            layers,
-        })
+        )
     }
 
     /// Runs `ids` at positions `start..start + ids.len()`, writing their keys and values into
@@ -229,6 +157,7 @@ impl Model {
                 capacity: kv.capacity,
             });
         }
+        kv.check_chunk(self.chunk.min(ids.len()))?;
         let vocab = self.cfg.vocab_size;
         let mut out = Vec::with_capacity(if want == Logits::All {
             ids.len() * vocab

@@ -43,7 +43,10 @@ fn check(family: &str) {
         row.diff.nmse,
         row.diff.non_finite
     );
-    assert_eq!(matched, total, "{family}: greedy diverged at step {matched}");
+    assert_eq!(
+        matched, total,
+        "{family}: greedy diverged at step {matched}"
+    );
 }
 
 #[test]

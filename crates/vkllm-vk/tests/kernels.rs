@@ -80,6 +80,8 @@ parity_tests!(
     sample,
     kv_append_slots,
     attention_slots,
+    kv_append_ring,
+    attention_ring,
     logprobs,
     decode_advance,
     quant_q8_0,

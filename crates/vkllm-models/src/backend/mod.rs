@@ -73,14 +73,17 @@ pub enum KvRows {
     PerRow,
 }
 
-/// One layer's K and V caches: `slots` regions of `stride` rows, the first `capacity` of each
-/// used, and which region(s) the op addresses.
+/// One layer's K and V caches: `slots` regions of `stride` rows, each keeping `min(capacity,
+/// ring)` rows with position `p` in row `p % ring` (`ring >= capacity`: the row is the position;
+/// a sliding-window layer keeps a ring of its window plus a prefill chunk), and which region(s)
+/// the op addresses. Positions run up to `capacity` either way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvView {
     pub k: Tensor,
     pub v: Tensor,
     pub capacity: usize,
     pub stride: usize,
+    pub ring: usize,
     pub slots: usize,
     pub dtype: KvDtype,
     pub rows: KvRows,
@@ -207,9 +210,9 @@ pub trait Backend {
         rope: &Rope,
     ) -> Result<(), ModelError>;
 
-    /// Copies `n` rows of `width` from `k` and `v` into the cache rows `positions[i]` of the
-    /// region `kv.rows` names (for `PerRow`, row i goes to slot i; positions >= capacity write
-    /// nothing there, which is how idle slots are skipped).
+    /// Copies `n` rows of `width` from `k` and `v` into the cache rows `positions[i] % kv.ring`
+    /// of the region `kv.rows` names (for `PerRow`, row i goes to slot i; positions >= capacity
+    /// write nothing there, which is how idle slots are skipped).
     fn kv_store(
         &mut self,
         k: Tensor,
@@ -230,7 +233,7 @@ pub trait Backend {
     }
 
     /// Causal attention of `n` query rows at `positions` over the cache (keys 0..=position of
-    /// the region `kv.rows` names).
+    /// the region `kv.rows` names, within the window of `p`; key `j` in row `j % kv.ring`).
     fn attention(
         &mut self,
         q: Tensor,

@@ -510,7 +510,7 @@ impl Backend for VulkanBackend {
                 k_cache: kc,
                 v_cache: vc,
             }
-            .dispatch_slots(dtype, n, width, kv.capacity, stride)?;
+            .dispatch_ring(dtype, n, width, kv.capacity, stride, kv.ring)?;
             Ok(r.dispatch(d)?)
         })
     }
@@ -565,6 +565,7 @@ impl Backend for VulkanBackend {
             window: p.window,
             kv: kv_type(kv.dtype),
             kv_stride: if per_row { kv.stride } else { 0 },
+            ring: Some(kv.ring),
         };
         let qw = n * p.n_heads * p.head_dim;
         // The grouped-query split (one workgroup per kv head, small chunks) unless the

@@ -189,6 +189,7 @@ fn attn_data(cx: &Ctx<'_>, rng: &mut Rng, c: &AttnCase) -> Result<AttnData> {
             window: c.window,
             kv: c.kv,
             kv_stride: 0,
+            ring: None,
         },
     })
 }

@@ -133,6 +133,7 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             window,
             kv,
             kv_stride: cap,
+            ring: None,
         };
         let chunk = 64;
         let (ml, o) = AttnDecode::<crate::BufSlice<'_>>::scratch_bytes(&shape, chunk);

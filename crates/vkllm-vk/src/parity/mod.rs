@@ -19,6 +19,7 @@ mod hybrid;
 mod mat;
 mod matvec_fused;
 mod quant;
+mod ring;
 mod rope_kv;
 mod sample;
 
@@ -117,6 +118,8 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("sample", sample::sample),
     ("kv_append_slots", decode::kv_append_slots),
     ("attention_slots", decode::attention_slots),
+    ("kv_append_ring", ring::kv_append_ring),
+    ("attention_ring", ring::attention_ring),
     ("logprobs", decode::logprobs),
     ("decode_advance", decode::decode_advance),
     ("quant_q8_0", quant::quant_q8_0),

@@ -22,8 +22,11 @@ struct Case {
     style: RopeStyle,
     norm_offset: Option<f32>,
     kv: KvType,
-    /// Slot-major (row_stride = max_tok, one idle token) or one sequence (row_stride 0).
+    /// Slot-major (row_stride = the region's rows, one idle token) or one sequence (row_stride 0).
     slots: bool,
+    /// Rows a region keeps (37 = every position of the 37-position cache; fewer: a sliding
+    /// window's ring, positions wrap).
+    ring: usize,
 }
 
 pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
@@ -41,6 +44,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             norm_offset: Some(0.0),
             kv: KvType::F32,
             slots: true,
+            ring: 37,
         },
         Case {
             label: "gemma norm(1+w) neox f16",
@@ -53,6 +57,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             norm_offset: Some(1.0),
             kv: KvType::F16,
             slots: false,
+            ring: 16,
         },
         Case {
             label: "no norm interleaved partial",
@@ -65,6 +70,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             norm_offset: None,
             kv: KvType::F32,
             slots: true,
+            ring: 37,
         },
         Case {
             label: "slots f16 hd 66",
@@ -77,6 +83,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             norm_offset: Some(0.0),
             kv: KvType::F16,
             slots: true,
+            ring: 10,
         },
     ];
     let mut rows = Vec::new();
@@ -106,8 +113,9 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
         if c.slots {
             pos[1] = IDLE;
         }
-        let row_stride = if c.slots { max_tok } else { 0 };
-        let cache_rows = if c.slots { c.n_tok * max_tok } else { max_tok };
+        let region = c.ring.min(max_tok);
+        let row_stride = if c.slots { region } else { 0 };
+        let cache_rows = if c.slots { c.n_tok * region } else { region };
         // Cache contents outside the written rows must survive.
         let init = rng.vec(cache_rows * kv_dim, -1.0, 1.0);
         let conv = |x: &[f32]| -> (Vec<u32>, Vec<f32>) {
@@ -157,6 +165,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             kv: c.kv,
             max_tok,
             row_stride,
+            ring: c.ring,
         };
         cx.run(&[&qo], |r| {
             r.dispatch(
@@ -183,6 +192,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             norm: c.norm_offset.map(|o| (&qw[..], &kw[..], 1e-6, o)),
             max_tok,
             row_stride,
+            ring: c.ring,
         };
         let mut want_q = vec![0.0; q.len()];
         let (mut want_k, mut want_v) = (init_back.clone(), init_back.clone());
@@ -241,11 +251,12 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             }
         }
         let shape_s = format!(
-            "{} tok {}+{} heads x {hd}, {}",
+            "{} tok {}+{} heads x {hd}, {}, ring {}",
             c.n_tok,
             c.n_heads,
             c.n_kv_heads,
-            c.kv.name()
+            c.kv.name(),
+            c.ring
         );
         rows.push(row(
             "rope_kv_append",

@@ -63,6 +63,7 @@ impl VulkanBackend {
             kv: kv_type(kv.dtype),
             max_tok: kv.capacity,
             row_stride: 0,
+            ring: kv.ring,
         };
         self.record(|me, r| {
             let (kc, vc, stride) = me.kv_region(kv, width)?;
