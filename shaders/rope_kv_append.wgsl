@@ -3,7 +3,8 @@
 // q rope, k rope, kv_append) in every layer of a decode step.
 //
 // Shapes: q [n_tok, n_heads, head_dim], k and v [n_tok, n_kv_heads, head_dim] f32, read only (the
-// projections); q_norm and k_norm [head_dim] f32 (read when p.norm = 1); pos [n_tok] u32; table
+// projections; token t's rows start at t * q_tok_stride / t * kv_tok_stride, so q, k and v may
+// be slices of one packed [n_tok, q + k + v] tensor); q_norm and k_norm [head_dim] f32 (read when p.norm = 1); pos [n_tok] u32; table
 // [max_pos, rotary_dim / 2] vec2<f32> = (cos, sin), the table rope.wgsl reads; q_out [n_tok,
 // n_heads, head_dim] f32; k_cache and v_cache as kv_append.wgsl writes them (KV_DTYPE 0: f32 bits,
 // 1: f16 pairs; token t's row is t * row_stride + pos[t] % ring, ring >= max_tok for a full
@@ -38,6 +39,10 @@ struct Params {
     max_tok: u32,
     row_stride: u32,
     ring: u32,
+    // Words between consecutive tokens' rows of q, and of k and v (the head count times
+    // head_dim when they are separate tensors; q + k + v dims when they are packed per token).
+    q_tok_stride: u32,
+    kv_tok_stride: u32,
 }
 var<immediate> p: Params;
 
@@ -92,10 +97,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let is_q = head < p.n_heads;
     var src = 0u;
     if (is_q) {
-        src = (t * p.n_heads + head) * hd;
+        src = t * p.q_tok_stride + head * hd;
     } else {
-        src = (t * p.n_kv_heads + head - p.n_heads) * hd;
+        src = t * p.kv_tok_stride + (head - p.n_heads) * hd;
     }
+    let dst = (t * p.n_heads + head) * hd;
     // Stage the head and its sum of squares.
     var ss = 0.0;
     for (var e = lid; e < hd; e += WG) {
@@ -142,8 +148,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 o0 = rotated(e, ps);
                 o1 = rotated(e + 1u, ps);
             }
-            q_out[src + e] = o0;
-            q_out[src + e + 1u] = o1;
+            q_out[dst + e] = o0;
+            q_out[dst + e + 1u] = o1;
         }
         return;
     }

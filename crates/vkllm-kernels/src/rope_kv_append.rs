@@ -27,7 +27,7 @@ pub static ROPE_KV_APPEND: KernelSpec = KernelSpec {
         rw("k_cache"),
         rw("v_cache"),
     ],
-    push_size: 52,
+    push_size: 60,
     exact_fp: false,
 };
 
@@ -47,6 +47,8 @@ pub struct RopeKvAppendParams {
     pub max_tok: u32,
     pub row_stride: u32,
     pub ring: u32,
+    pub q_tok_stride: u32,
+    pub kv_tok_stride: u32,
 }
 
 /// The per-head RMSNorm applied to q and k before RoPE (`(x * r) * (offset + w)`).
@@ -79,6 +81,10 @@ pub struct RopeKvAppendShape {
     /// Rows a region keeps: position p goes to row p % ring (>= max_tok: the row is the
     /// position; a sliding-window layer's ring otherwise).
     pub ring: usize,
+    /// Words from one token's q row to the next's, and for k and v: `None` for separate
+    /// contiguous tensors (n_heads / n_kv_heads times head_dim); the packed width when q, k and v
+    /// are slices of one `[n_tok, q + k + v]` tensor.
+    pub tok_strides: Option<(usize, usize)>,
 }
 
 /// `q_out = rope(norm(q))`; `k_cache[row(t)] = rope(norm(k))`, `v_cache[row(t)] = v`.
@@ -142,10 +148,14 @@ impl<B: KernelBuffer> RopeKvAppend<B> {
         }
         let q_len = 4 * (s.n_tok * s.n_heads * hd) as u64;
         let kv_dim = s.n_kv_heads * hd;
-        let kv_len = 4 * (s.n_tok * kv_dim) as u64;
-        need(k, "q", &self.q, q_len)?;
-        need(k, "k", &self.k, kv_len)?;
-        need(k, "v", &self.v, kv_len)?;
+        let (qs, kvs) = s.tok_strides.unwrap_or((s.n_heads * hd, kv_dim));
+        if qs < s.n_heads * hd || kvs < kv_dim {
+            return Err(shape_err(k, "token strides shorter than the rows"));
+        }
+        let span = |stride: usize, row: usize| 4 * ((s.n_tok - 1) * stride + row) as u64;
+        need(k, "q", &self.q, span(qs, s.n_heads * hd))?;
+        need(k, "k", &self.k, span(kvs, kv_dim))?;
+        need(k, "v", &self.v, span(kvs, kv_dim))?;
         if s.norm.is_some() {
             need(k, "q_norm", &self.q_norm, 4 * hd as u64)?;
             need(k, "k_norm", &self.k_norm, 4 * hd as u64)?;
@@ -183,6 +193,8 @@ impl<B: KernelBuffer> RopeKvAppend<B> {
             max_tok: to_u32(k, "max_tok", s.max_tok)?,
             row_stride: to_u32(k, "row_stride", s.row_stride)?,
             ring: to_u32(k, "ring", s.ring)?,
+            q_tok_stride: to_u32(k, "q_tok_stride", qs)?,
+            kv_tok_stride: to_u32(k, "kv_tok_stride", kvs)?,
         };
         let heads = to_u32(k, "heads", s.n_heads + s.n_kv_heads)?;
         if s.n_tok > 65535 || heads > 65535 {

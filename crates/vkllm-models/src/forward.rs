@@ -7,7 +7,7 @@
 
 use vkllm_cpu::AttnParams;
 
-use crate::backend::{Backend, KvDtype, KvRows, RopeKv, Tensor};
+use crate::backend::{Backend, KvDtype, KvRows, NormMlp, NormQkv, RopeKv, Tensor};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 pub use crate::kv_cache::{KV_ROW_ALIGN, KvCache, KvLayer};
@@ -26,6 +26,8 @@ struct Scratch {
     /// q and k after the per-head norm (models with q/k norm).
     qn: Tensor,
     kn: Tensor,
+    /// q, k and v packed per token (`[chunk, q + k + v]`), for backends that fuse the projections.
+    qkv: Tensor,
     att: Tensor,
     o: Tensor,
     gate: Tensor,
@@ -75,6 +77,7 @@ impl Model {
             k: b.alloc_f32(chunk * cfg.kv_dim())?,
             v: b.alloc_f32(chunk * cfg.kv_dim())?,
             qn: b.alloc_f32(chunk * cfg.q_dim())?,
+            qkv: b.alloc_f32(chunk.min(8) * (cfg.q_dim() + 2 * cfg.kv_dim()))?,
             kn: b.alloc_f32(if cfg.qk_norm { chunk * cfg.kv_dim() } else { 1 })?,
             att: b.alloc_f32(chunk * cfg.q_dim())?,
             o: b.alloc_f32(chunk * h)?,
@@ -277,19 +280,30 @@ impl Model {
         want: Option<Logits>,
     ) -> Result<Option<usize>, ModelError> {
         let (c, s, w) = (&self.cfg, &self.s, &self.weights);
-        let (h, ff, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
+        let (h, hd) = (c.hidden_size, c.head_dim);
         b.mark("embed");
         b.embedding(w.embed, c.vocab_size, h, inp.ids, n, c.embed_scale, s.x)?;
 
         for (li, (lw, lc)) in w.layers.iter().zip(c.layers.iter()).enumerate() {
             let view = kv.view(li, inp.rows);
             // attention block
-            b.mark("attn_norm");
-            b.rmsnorm(s.x, lw.attn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
             b.mark("qkv");
-            b.linear(&lw.q, s.h, n, s.q)?;
-            b.linear(&lw.k, s.h, n, s.k)?;
-            b.linear(&lw.v, s.h, n, s.v)?;
+            let packed = b.norm_qkv(&NormQkv {
+                x: s.x,
+                norm: lw.attn_norm,
+                eps: c.rms_eps,
+                norm_offset: c.norm_offset,
+                n,
+                head_dim: hd,
+                h: s.h,
+                q: &lw.q,
+                k: &lw.k,
+                v: &lw.v,
+                q_out: s.q,
+                k_out: s.k,
+                v_out: s.v,
+                packed: s.qkv,
+            })?;
             b.mark("rope_kv");
             b.rope_kv(
                 &RopeKv {
@@ -307,6 +321,7 @@ impl Model {
                     norm_offset: c.norm_offset,
                     positions: inp.pos,
                     rope: &lc.rope,
+                    packed: packed.then_some(s.qkv),
                 },
                 &view,
             )?;
@@ -331,13 +346,21 @@ impl Model {
             }
 
             // MLP block
-            b.mark("ffn_norm");
-            b.rmsnorm(s.x, lw.ffn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
             b.mark("gate_up");
-            b.linear(&lw.gate, s.h, n, s.gate)?;
-            b.linear(&lw.up, s.h, n, s.up)?;
-            b.mark("act");
-            b.gated_act(c.activation, s.gate, s.up, n * ff, s.act)?;
+            b.norm_gated_mlp(&NormMlp {
+                x: s.x,
+                norm: lw.ffn_norm,
+                eps: c.rms_eps,
+                norm_offset: c.norm_offset,
+                n,
+                h: s.h,
+                gate: &lw.gate,
+                up: &lw.up,
+                act: c.activation,
+                gate_out: s.gate,
+                up_out: s.up,
+                out: s.act,
+            })?;
             b.mark("down");
             if lw.post_ffn_norm.is_none() {
                 b.linear_add(&lw.down, s.act, n, s.x, s.o)?;

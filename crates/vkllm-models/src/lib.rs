@@ -31,7 +31,10 @@ pub use backend::vulkan::{
     ProfiledDispatch, SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs,
     VulkanBackend,
 };
-pub use backend::{Backend, KvDtype, KvRows, KvView, Linear, RopeKv, Tensor, rope_kv_unfused};
+pub use backend::{
+    Backend, KvDtype, KvRows, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor,
+    norm_gated_mlp_unfused, norm_qkv_unfused, rope_kv_unfused,
+};
 pub use checkpoint::{Checkpoint, load_checkpoint};
 pub use config::{LayerConfig, ModelConfig};
 pub use error::ModelError;

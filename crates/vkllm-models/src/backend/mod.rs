@@ -223,6 +223,22 @@ pub trait Backend {
         kv: &KvView,
     ) -> Result<(), ModelError>;
 
+    /// RMSNorm of `a.x` then the q, k and v projections. Returns `true` when the backend left
+    /// them packed per token in `a.packed` (`[n, q + k + v]`, for [`RopeKv::packed`]) instead of
+    /// in `a.q_out`, `a.k_out`, `a.v_out`. The default runs `rmsnorm` into `a.h` and three
+    /// `linear`s (false).
+    fn norm_qkv(&mut self, a: &NormQkv<'_>) -> Result<bool, ModelError> {
+        norm_qkv_unfused(self, a)?;
+        Ok(false)
+    }
+
+    /// RMSNorm of `a.x`, the gate and up projections and the gated activation:
+    /// `a.out = act(gate(norm(x))) * up(norm(x))`. The default composes `rmsnorm` (into `a.h`),
+    /// two `linear`s (into `a.gate_out`, `a.up_out`) and `gated_act`.
+    fn norm_gated_mlp(&mut self, a: &NormMlp<'_>) -> Result<(), ModelError> {
+        norm_gated_mlp_unfused(self, a)
+    }
+
     /// The attention inputs of `n` tokens, one step: `q_out = rope(norm(q))`, and
     /// `rope(norm(k))` and `v` stored into the cache at `positions` (as [`Backend::kv_store`]).
     /// The norm is the per-head RMSNorm (Qwen3, Gemma 3) when `a.norm` is given. The default
@@ -407,6 +423,9 @@ pub struct RopeKv<'a> {
     pub norm_offset: f32,
     pub positions: Tensor,
     pub rope: &'a Rope,
+    /// `Some(t)`: q, k and v are the slices of the packed `[n, q + k + v]` tensor `t` that
+    /// [`Backend::norm_qkv`] wrote (only a backend that packs reads this).
+    pub packed: Option<Tensor>,
 }
 
 /// [`Backend::rope_kv`] as the separate ops (the reference every fused version is tested
@@ -439,4 +458,65 @@ pub fn rope_kv_unfused<B: Backend + ?Sized>(
     b.rope(a.q_out, a.n, a.n_heads, hd, a.positions, a.rope)?;
     b.rope(k, a.n, a.n_kv_heads, hd, a.positions, a.rope)?;
     b.kv_store(k, a.v, a.n, a.n_kv_heads * hd, a.positions, kv)
+}
+
+/// Arguments of [`Backend::norm_qkv`].
+#[derive(Clone, Copy, Debug)]
+pub struct NormQkv<'a> {
+    /// `[n, hidden]`.
+    pub x: Tensor,
+    pub norm: Tensor,
+    pub eps: f32,
+    pub norm_offset: f32,
+    pub n: usize,
+    pub head_dim: usize,
+    /// Scratch `[n, hidden]` for the normalised input (unfused path).
+    pub h: Tensor,
+    pub q: &'a Linear,
+    pub k: &'a Linear,
+    pub v: &'a Linear,
+    pub q_out: Tensor,
+    pub k_out: Tensor,
+    pub v_out: Tensor,
+    /// `[n, q + k + v]` for a backend that packs.
+    pub packed: Tensor,
+}
+
+/// [`Backend::norm_qkv`] as separate ops.
+pub fn norm_qkv_unfused<B: Backend + ?Sized>(b: &mut B, a: &NormQkv<'_>) -> Result<(), ModelError> {
+    let h = a.q.cols;
+    b.rmsnorm(a.x, a.norm, a.n, h, a.eps, a.norm_offset, a.h)?;
+    b.linear(a.q, a.h, a.n, a.q_out)?;
+    b.linear(a.k, a.h, a.n, a.k_out)?;
+    b.linear(a.v, a.h, a.n, a.v_out)
+}
+
+/// Arguments of [`Backend::norm_gated_mlp`].
+#[derive(Clone, Copy, Debug)]
+pub struct NormMlp<'a> {
+    pub x: Tensor,
+    pub norm: Tensor,
+    pub eps: f32,
+    pub norm_offset: f32,
+    pub n: usize,
+    pub h: Tensor,
+    pub gate: &'a Linear,
+    pub up: &'a Linear,
+    pub act: Activation,
+    pub gate_out: Tensor,
+    pub up_out: Tensor,
+    /// `[n, ff]`.
+    pub out: Tensor,
+}
+
+/// [`Backend::norm_gated_mlp`] as separate ops.
+pub fn norm_gated_mlp_unfused<B: Backend + ?Sized>(
+    b: &mut B,
+    a: &NormMlp<'_>,
+) -> Result<(), ModelError> {
+    let h = a.gate.cols;
+    b.rmsnorm(a.x, a.norm, a.n, h, a.eps, a.norm_offset, a.h)?;
+    b.linear(a.gate, a.h, a.n, a.gate_out)?;
+    b.linear(a.up, a.h, a.n, a.up_out)?;
+    b.gated_act(a.act, a.gate_out, a.up_out, a.n * a.gate.rows, a.out)
 }

@@ -28,7 +28,7 @@ pub use slots::{
     ProfiledDispatch, SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs,
 };
 
-use super::{Backend, KvDtype, KvRows, KvView, Linear, RopeKv, Tensor};
+use super::{Backend, KvDtype, KvRows, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor};
 use crate::error::ModelError;
 
 // The hybrid / MoE op bodies (a child module: it uses this backend's private helpers).
@@ -517,6 +517,14 @@ impl Backend for VulkanBackend {
 
     fn rope_kv(&mut self, a: &RopeKv<'_>, kv: &KvView) -> Result<(), ModelError> {
         self.rope_kv_op(a, kv)
+    }
+
+    fn norm_qkv(&mut self, a: &NormQkv<'_>) -> Result<bool, ModelError> {
+        self.norm_qkv_op(a)
+    }
+
+    fn norm_gated_mlp(&mut self, a: &NormMlp<'_>) -> Result<(), ModelError> {
+        self.norm_gated_mlp_op(a)
     }
 
     fn linear_add(

@@ -27,6 +27,9 @@ struct Case {
     /// Rows a region keeps (37 = every position of the 37-position cache; fewer: a sliding
     /// window's ring, positions wrap).
     ring: usize,
+    /// q, k and v as slices of one packed `[n_tok, q + k + v]` buffer (token strides), as the
+    /// fused q/k/v projection leaves them.
+    packed: bool,
 }
 
 pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
@@ -45,6 +48,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             kv: KvType::F32,
             slots: true,
             ring: 37,
+            packed: true,
         },
         Case {
             label: "gemma norm(1+w) neox f16",
@@ -58,6 +62,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             kv: KvType::F16,
             slots: false,
             ring: 16,
+            packed: true,
         },
         Case {
             label: "no norm interleaved partial",
@@ -71,6 +76,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             kv: KvType::F32,
             slots: true,
             ring: 37,
+            packed: false,
         },
         Case {
             label: "slots f16 hd 66",
@@ -84,6 +90,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             kv: KvType::F16,
             slots: true,
             ring: 10,
+            packed: false,
         },
     ];
     let mut rows = Vec::new();
@@ -146,6 +153,17 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             cx.input("table", &table)?,
         );
         let qo = cx.output("q_out", q.len())?;
+        let (qd, width) = (c.n_heads * hd, c.n_heads * hd + 2 * kv_dim);
+        let packed: Vec<f32> = (0..c.n_tok)
+            .flat_map(|t| {
+                q[t * qd..(t + 1) * qd]
+                    .iter()
+                    .chain(&k[t * kv_dim..(t + 1) * kv_dim])
+                    .chain(&v[t * kv_dim..(t + 1) * kv_dim])
+                    .copied()
+            })
+            .collect();
+        let pb = cx.input("qkv", &packed)?;
         let (kc, vc) = (
             cx.input("k_cache", &init_words)?,
             cx.input("v_cache", &init_words)?,
@@ -166,13 +184,25 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             max_tok,
             row_stride,
             ring: c.ring,
+            tok_strides: c.packed.then_some((width, width)),
+        };
+        let f = 4u64;
+        let (q_in, k_in, v_in) = if c.packed {
+            let len = pb.size();
+            (
+                pb.slice(0, len)?,
+                pb.slice(f * qd as u64, len - f * qd as u64)?,
+                pb.slice(f * (qd + kv_dim) as u64, len - f * (qd + kv_dim) as u64)?,
+            )
+        } else {
+            (bufs.0.all(), bufs.1.all(), bufs.2.all())
         };
         cx.run(&[&qo], |r| {
             r.dispatch(
                 RopeKvAppend {
-                    q: bufs.0.all(),
-                    k: bufs.1.all(),
-                    v: bufs.2.all(),
+                    q: q_in,
+                    k: k_in,
+                    v: v_in,
                     q_norm: bufs.3.all(),
                     k_norm: bufs.4.all(),
                     pos: bufs.5.all(),
@@ -251,12 +281,13 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             }
         }
         let shape_s = format!(
-            "{} tok {}+{} heads x {hd}, {}, ring {}",
+            "{} tok {}+{} heads x {hd}, {}, ring {}{}",
             c.n_tok,
             c.n_heads,
             c.n_kv_heads,
             c.kv.name(),
-            c.ring
+            c.ring,
+            if c.packed { ", packed qkv" } else { "" }
         );
         rows.push(row(
             "rope_kv_append",

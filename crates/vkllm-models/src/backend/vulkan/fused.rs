@@ -8,8 +8,15 @@ use vkllm_kernels::rope::RopeLayout;
 use vkllm_kernels::rope_kv_append::{HeadNorm, MAX_HEAD_DIM, RopeKvAppend, RopeKvAppendShape};
 
 use super::{VulkanBackend, kv_type};
-use crate::backend::{Backend, KvRows, KvView, Linear, RopeKv, Tensor, rope_kv_unfused};
+use vkllm_vk::MatvecPlan;
+use vkllm_vk::kernels::matvec_fused::{Epilogue, GatedAct, MAX_COLUMNS, NormPrologue};
+
+use crate::backend::{
+    Backend, KvRows, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor, norm_gated_mlp_unfused,
+    norm_qkv_unfused, rope_kv_unfused,
+};
 use crate::error::ModelError;
+use crate::family::Activation;
 
 impl VulkanBackend {
     /// Runs the graph's fusable steps as their separate reference ops from now on.
@@ -26,6 +33,12 @@ impl VulkanBackend {
     /// `Backend::rope_kv`: per-head q/k norm, RoPE and KV append in one dispatch.
     pub(super) fn rope_kv_op(&mut self, a: &RopeKv<'_>, kv: &KvView) -> Result<(), ModelError> {
         if !self.fused || a.head_dim > MAX_HEAD_DIM {
+            if a.packed.is_some() {
+                return Err(ModelError::Config {
+                    field: "rope_kv".into(),
+                    msg: "packed q/k/v on the unfused path".into(),
+                });
+            }
             return rope_kv_unfused(self, a, kv);
         }
         let n = a.n;
@@ -64,6 +77,7 @@ impl VulkanBackend {
             max_tok: kv.capacity,
             row_stride: 0,
             ring: kv.ring,
+            tok_strides: None,
         };
         self.record(|me, r| {
             let (kc, vc, stride) = me.kv_region(kv, width)?;
@@ -71,10 +85,30 @@ impl VulkanBackend {
                 Some((qw, kw)) => (me.head(qw, hd)?, me.head(kw, hd)?),
                 None => (me.head(a.q, 1)?, me.head(a.q, 1)?),
             };
+            // Packed: q, k and v are slices of one [n, q + k + v] tensor (token stride `pw`).
+            let pw = qd + 2 * width;
+            let (q_in, k_in, v_in, strides) = match a.packed {
+                Some(t) => {
+                    let b = me.buf(t);
+                    let (f, len) = (4u64, 4 * ((n - 1) * pw + qd + 2 * width) as u64);
+                    (
+                        b.slice(0, len)?,
+                        b.slice(f * qd as u64, len - f * qd as u64)?,
+                        b.slice(f * (qd + width) as u64, len - f * (qd + width) as u64)?,
+                        Some((pw, pw)),
+                    )
+                }
+                None => (
+                    me.head(a.q, n * qd)?,
+                    me.head(a.k, n * width)?,
+                    me.head(a.v, n * width)?,
+                    None,
+                ),
+            };
             let d = RopeKvAppend {
-                q: me.head(a.q, n * qd)?,
-                k: me.head(a.k, n * width)?,
-                v: me.head(a.v, n * width)?,
+                q: q_in,
+                k: k_in,
+                v: v_in,
                 q_norm: qw,
                 k_norm: kw,
                 pos: me.head(a.positions, n)?,
@@ -85,6 +119,7 @@ impl VulkanBackend {
             }
             .dispatch(&RopeKvAppendShape {
                 row_stride: stride,
+                tok_strides: strides,
                 ..shape
             })?;
             Ok(r.dispatch(d)?)
@@ -115,5 +150,98 @@ impl VulkanBackend {
             }
             Ok(())
         })
+    }
+
+    /// `Backend::norm_qkv`: RMSNorm + q/k/v as one fused matvec writing the packed tensor, for
+    /// 1..=8 tokens without biases; otherwise (or when the weights cannot share a dispatch) the
+    /// separate ops.
+    pub(super) fn norm_qkv_op(&mut self, a: &NormQkv<'_>) -> Result<bool, ModelError> {
+        let plain = a.q.bias.is_none() && a.k.bias.is_none() && a.v.bias.is_none();
+        if !self.fused || a.n > MAX_COLUMNS || !plain || a.head_dim > MAX_HEAD_DIM {
+            norm_qkv_unfused(self, a)?;
+            return Ok(false);
+        }
+        let (qd, kd) = (a.q.rows, a.k.rows);
+        let width = qd + 2 * kd;
+        let offsets = [0, qd, qd + kd];
+        let done = self.try_fused_matvec(
+            &[a.q, a.k, a.v],
+            a.x,
+            a.n,
+            a.packed,
+            width,
+            &offsets,
+            (a.norm, a.eps, a.norm_offset),
+            Epilogue::Store,
+        )?;
+        if !done {
+            norm_qkv_unfused(self, a)?;
+        }
+        Ok(done)
+    }
+
+    /// `Backend::norm_gated_mlp`: RMSNorm + gate + up + activation as one fused matvec (1..=8
+    /// tokens, no biases), else the separate ops.
+    pub(super) fn norm_gated_mlp_op(&mut self, a: &NormMlp<'_>) -> Result<(), ModelError> {
+        if !self.fused || a.n > MAX_COLUMNS || a.gate.bias.is_some() || a.up.bias.is_some() {
+            return norm_gated_mlp_unfused(self, a);
+        }
+        let act = match a.act {
+            Activation::Silu => GatedAct::Silu,
+            Activation::GeluTanh => GatedAct::GeluTanh,
+        };
+        let ff = a.gate.rows;
+        let done = self.try_fused_matvec(
+            &[a.gate, a.up],
+            a.x,
+            a.n,
+            a.out,
+            ff,
+            &[0, 0],
+            (a.norm, a.eps, a.norm_offset),
+            Epilogue::Gated { act },
+        )?;
+        if !done {
+            norm_gated_mlp_unfused(self, a)?;
+        }
+        Ok(())
+    }
+
+    /// Records one `matvec_fused` with an RMSNorm prologue; `Ok(false)` (nothing recorded) when
+    /// the weights cannot share a dispatch (`Unfusable`: mixed types, split weights).
+    #[allow(clippy::too_many_arguments)]
+    fn try_fused_matvec(
+        &mut self,
+        ws: &[&Linear],
+        x: Tensor,
+        n: usize,
+        y: Tensor,
+        y_stride: usize,
+        offsets: &[usize],
+        (norm, eps, offset): (Tensor, f32, f32),
+        epilogue: Epilogue,
+    ) -> Result<bool, ModelError> {
+        let cols = ws[0].cols;
+        let mut done = false;
+        self.record(|me, r| {
+            let mats: Vec<_> = ws.iter().map(|w| me.matrix(w.weight)).collect();
+            let mut plan = MatvecPlan::new(n, y_stride, offsets);
+            plan.norm = Some((me.head(norm, cols)?, NormPrologue { eps, offset }));
+            plan.epilogue = epilogue;
+            match r.matvec_fused(
+                &mats,
+                me.head(x, n * cols)?,
+                me.head(y, (n - 1) * y_stride + y_stride)?,
+                &plan,
+            ) {
+                Ok(()) => {
+                    done = true;
+                    Ok(())
+                }
+                Err(vkllm_vk::Error::Unfusable { .. }) => Ok(()),
+                Err(e) => Err(e.into()),
+            }
+        })?;
+        Ok(done)
     }
 }
