@@ -170,8 +170,11 @@ impl CoopFeatures {
                 .storage_buffer16_bit_access(true)
                 .uniform_and_storage_buffer16_bit_access(true),
             f16: vk::PhysicalDeviceShaderFloat16Int8Features::default().shader_float16(true),
+            // Device scope too: with the memory model on, every kernel's device-scope barriers
+            // (storageBarrier) need it (VUID-RuntimeSpirv-vulkanMemoryModel-06265).
             memory_model: vk::PhysicalDeviceVulkanMemoryModelFeatures::default()
-                .vulkan_memory_model(true),
+                .vulkan_memory_model(true)
+                .vulkan_memory_model_device_scope(true),
             coop: vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default()
                 .cooperative_matrix(true),
         }

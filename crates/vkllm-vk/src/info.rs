@@ -61,6 +61,8 @@ pub struct DeviceInfo {
     pub int8_dot_product: bool,
     /// `vulkanMemoryModel` (naga emits cooperative-matrix kernels in the Vulkan memory model).
     pub vulkan_memory_model: bool,
+    /// ... with device-scope memory operations (needed once the memory model is enabled).
+    pub vulkan_memory_model_device_scope: bool,
     /// VK_KHR_cooperative_matrix with its `cooperativeMatrix` feature, usable in compute shaders.
     pub cooperative_matrix: bool,
     /// The cooperative-matrix shapes offered (`vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR`;
@@ -99,6 +101,7 @@ impl DeviceInfo {
             && self.storage_16bit
             && self.uniform_storage_16bit
             && self.vulkan_memory_model
+            && self.vulkan_memory_model_device_scope
             && self.limits.max_shared_memory >= vkllm_kernels::matmul_coop::SHARED_BYTES
             && self
                 .cooperative_matrix_shapes
@@ -268,6 +271,7 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
             uniform_storage_16bit: f11.uniform_and_storage_buffer16_bit_access == vk::TRUE,
             int8_dot_product: has_dot && dot.shader_integer_dot_product == vk::TRUE,
             vulkan_memory_model: mm.vulkan_memory_model == vk::TRUE,
+            vulkan_memory_model_device_scope: mm.vulkan_memory_model_device_scope == vk::TRUE,
             cooperative_matrix: coop_usable,
             cooperative_matrix_shapes: coop_shapes,
             heaps,
@@ -389,6 +393,7 @@ mod tests {
             uniform_storage_16bit: false,
             int8_dot_product: false,
             vulkan_memory_model: false,
+            vulkan_memory_model_device_scope: false,
             cooperative_matrix: false,
             cooperative_matrix_shapes: Vec::new(),
             heaps: vec![Heap {

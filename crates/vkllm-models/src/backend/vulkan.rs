@@ -38,8 +38,18 @@ use crate::family::Activation;
 
 /// Keys per split-K workgroup of decode attention (the reference split).
 const ATTN_CHUNK: usize = 256;
-/// Keys per workgroup of the grouped-query split.
-const ATTN_CHUNK_GQA: usize = 32;
+/// Keys per workgroup of the grouped-query split (`VKLLM_ATTN_CHUNK`, a power of two in
+/// 16..=256, overrides it for tuning).
+fn attn_chunk_gqa() -> usize {
+    static CHUNK: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CHUNK.get_or_init(|| {
+        std::env::var("VKLLM_ATTN_CHUNK")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|c| (16..=256).contains(c) && c.is_power_of_two())
+            .unwrap_or(16)
+    })
+}
 
 enum Slot {
     /// An activation / constant buffer of `len` 32-bit words; u32 tensors keep a host copy of
@@ -438,7 +448,7 @@ impl Backend for VulkanBackend {
             let (m, xs) = (me.matrix(w.weight), me.head(x, n * w.cols)?);
             if n == 1 {
                 r.matvec(m, xs, y, bias.is_some())?;
-            } else {
+            } else if !(me.fused && fused::multi_column(r, m, xs, n, y, bias.is_some())?) {
                 r.matmul(m, xs, n, y, bias.is_some())?;
             }
             Ok(())
@@ -579,7 +589,7 @@ impl Backend for VulkanBackend {
         // The grouped-query split (one workgroup per kv head, small chunks) unless the
         // reference ops are selected or the grouping is too wide for it.
         let gqa = self.fused && p.n_heads / p.n_kv_heads.max(1) <= GQA_MAX;
-        let chunk = if gqa { ATTN_CHUNK_GQA } else { ATTN_CHUNK };
+        let chunk = if gqa { attn_chunk_gqa() } else { ATTN_CHUNK };
         // Long caches: grow the chunk so the merge's partial count stays bounded.
         let chunk = chunk.max(n_kv.div_ceil(MAX_CHUNKS).next_power_of_two());
         if decode {

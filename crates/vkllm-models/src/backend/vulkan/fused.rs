@@ -145,7 +145,7 @@ impl VulkanBackend {
             let (m, xs) = (me.matrix(w.weight), me.head(x, n * w.cols)?);
             if n == 1 {
                 r.matvec(m, xs, y, true)?;
-            } else {
+            } else if !multi_column(r, m, xs, n, y, true)? {
                 r.matmul(m, xs, n, y, true)?;
             }
             Ok(())
@@ -243,5 +243,31 @@ impl VulkanBackend {
             }
         })?;
         Ok(done)
+    }
+}
+
+/// `y (+)= W x` for 2..=8 tokens through the multi-column fused matvec (each weight block read
+/// once for every token) instead of the tiled matmul, which is built for prefill-sized batches.
+/// `Ok(false)`: nothing recorded (more tokens, or a weight the kernel cannot take), the caller
+/// runs the matmul.
+pub(super) fn multi_column(
+    r: &mut vkllm_vk::Recorder,
+    m: &vkllm_vk::Tensor,
+    x: vkllm_vk::BufSlice<'_>,
+    n: usize,
+    y: vkllm_vk::BufSlice<'_>,
+    accumulate: bool,
+) -> Result<bool, ModelError> {
+    if !(2..=MAX_COLUMNS).contains(&n) {
+        return Ok(false);
+    }
+    let mut plan = MatvecPlan::new(n, m.rows, &[0]);
+    if accumulate {
+        plan.epilogue = Epilogue::Accumulate;
+    }
+    match r.matvec_fused(&[m], x, y, &plan) {
+        Ok(()) => Ok(true),
+        Err(vkllm_vk::Error::Unfusable { .. }) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
