@@ -21,8 +21,9 @@ pub static GATED_DELTA_RULE: KernelSpec = KernelSpec {
         rd("dt_bias"),
         rw("state"),
         rw("out"),
+        rd("pos"),
     ],
-    push_size: 32,
+    push_size: 48,
     exact_fp: false,
 };
 
@@ -36,7 +37,39 @@ pub struct DeltaParams {
     pub dv: u32,
     pub col_blocks: u32,
     pub tiled: u32,
-    pub pad: u32,
+    pub per_row: u32,
+    pub slot: u32,
+    pub capacity: u32,
+    pub pad: [u32; 2],
+}
+
+/// Which sequences of a slot-major recurrent state (`[slots, per-slot state]`) a call
+/// addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateRows {
+    /// Every row is a token of the sequence in slot `slot`, in order.
+    Sequence { slot: usize },
+    /// Row `t` is one token of the sequence in slot `t`; a row whose `pos[t] >= capacity` is
+    /// idle (state untouched, output row zero).
+    PerRow { capacity: usize },
+}
+
+impl StateRows {
+    /// The slots the state buffer must hold for `n` rows.
+    pub fn slots_needed(self, n: usize) -> usize {
+        match self {
+            StateRows::Sequence { slot } => slot + 1,
+            StateRows::PerRow { .. } => n,
+        }
+    }
+
+    /// `(per_row, slot, capacity)` push-constant words.
+    pub(crate) fn words(self, k: &'static KernelSpec) -> Result<(u32, u32, u32), Error> {
+        Ok(match self {
+            StateRows::Sequence { slot } => (0, to_u32(k, "slot", slot)?, 0),
+            StateRows::PerRow { capacity } => (1, 0, to_u32(k, "capacity", capacity)?),
+        })
+    }
 }
 
 /// Head counts and sizes (as `vkllm_cpu::DeltaShape`) and the token count.
@@ -49,10 +82,12 @@ pub struct DeltaShape {
     pub v_dim: usize,
     /// Value heads in tiled order (key head `h % n_k_heads`), see `vkllm_cpu::DeltaShape`.
     pub tiled_v_heads: bool,
+    pub rows: StateRows,
 }
 
 /// `n` tokens of the gated delta rule: `qkv` rows `[q | k | v]`, gate inputs `a`, `b`, the
-/// layer's `a_log` and `dt_bias`; `state` updated in place, `out` `[n, v_heads * v_dim]`.
+/// layer's `a_log` and `dt_bias`; `state` (`[slots, v_heads, k_dim, v_dim]`) updated in place,
+/// `out` `[n, v_heads * v_dim]`; `pos` (`[n]` u32) marks idle rows in per-row mode.
 pub struct GatedDeltaRule<B> {
     pub qkv: B,
     pub a: B,
@@ -61,6 +96,7 @@ pub struct GatedDeltaRule<B> {
     pub dt_bias: B,
     pub state: B,
     pub out: B,
+    pub pos: B,
 }
 
 impl<B: KernelBuffer> GatedDeltaRule<B> {
@@ -86,7 +122,16 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
         need(k, "b", &self.b, 4 * s.n as u64 * hv)?;
         need(k, "a_log", &self.a_log, 4 * hv)?;
         need(k, "dt_bias", &self.dt_bias, 4 * hv)?;
-        need(k, "state", &self.state, 4 * hv * (s.k_dim * s.v_dim) as u64)?;
+        let slots = s.rows.slots_needed(s.n) as u64;
+        need(
+            k,
+            "state",
+            &self.state,
+            4 * slots * hv * (s.k_dim * s.v_dim) as u64,
+        )?;
+        if matches!(s.rows, StateRows::PerRow { .. }) {
+            need(k, "pos", &self.pos, 4 * s.n as u64)?;
+        }
         need(
             k,
             "out",
@@ -94,6 +139,7 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
             4 * (s.n * s.n_v_heads * s.v_dim) as u64,
         )?;
         let col_blocks = s.v_dim.div_ceil(WG as usize);
+        let (per_row, slot, capacity) = s.rows.words(k)?;
         let p = DeltaParams {
             n: to_u32(k, "n", s.n)?,
             hk: to_u32(k, "n_k_heads", s.n_k_heads)?,
@@ -102,7 +148,14 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
             dv: to_u32(k, "v_dim", s.v_dim)?,
             col_blocks: to_u32(k, "col_blocks", col_blocks)?,
             tiled: s.tiled_v_heads as u32,
-            pad: 0,
+            per_row,
+            slot,
+            capacity,
+            pad: [0; 2],
+        };
+        let groups = match s.rows {
+            StateRows::Sequence { .. } => s.n_v_heads * col_blocks,
+            StateRows::PerRow { .. } => s.n * s.n_v_heads * col_blocks,
         };
         Ok(Dispatch::new(
             k,
@@ -115,9 +168,10 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
                 self.dt_bias,
                 self.state,
                 self.out,
+                self.pos,
             ],
             &p,
-            grid_for(k, (s.n_v_heads * col_blocks) as u64)?,
+            grid_for(k, groups as u64)?,
         ))
     }
 }

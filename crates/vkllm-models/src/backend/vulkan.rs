@@ -17,9 +17,11 @@ use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
 use vkllm_vk::{BufSlice, Buffer, Device, MemoryKind, Recorder, Tensor as VkTensor, Validation};
 
 mod recorded;
+mod slot_graph;
 mod slots;
 
 pub use recorded::RecordedDecode;
+pub use slot_graph::SlotGraph;
 
 pub use slots::{
     ProfiledDispatch, SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs,
@@ -710,7 +712,7 @@ impl Backend for VulkanBackend {
         channels: usize,
         kernel: usize,
         weight: Tensor,
-        state: Tensor,
+        state: &crate::backend::StateView,
         out: Tensor,
     ) -> Result<(), ModelError> {
         self.hy_causal_conv1d(x, n, channels, kernel, weight, state, out)
@@ -725,7 +727,7 @@ impl Backend for VulkanBackend {
         b: Tensor,
         a_log: Tensor,
         dt_bias: Tensor,
-        state: Tensor,
+        state: &crate::backend::StateView,
         out: Tensor,
     ) -> Result<(), ModelError> {
         self.hy_gated_delta_rule(qkv, n, shape, a, b, a_log, dt_bias, state, out)

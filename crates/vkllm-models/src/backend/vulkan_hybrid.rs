@@ -8,16 +8,26 @@
 use vkllm_cpu::DeltaShape;
 use vkllm_kernels::WeightType;
 use vkllm_kernels::causal_conv1d::{CausalConv1d, ConvShape};
-use vkllm_kernels::gated_delta_rule::{DeltaShape as DeltaShapeK, GatedDeltaRule};
+use vkllm_kernels::gated_delta_rule::{DeltaShape as DeltaShapeK, GatedDeltaRule, StateRows};
 use vkllm_kernels::gated_rmsnorm::GatedRmsNorm;
 use vkllm_kernels::moe_experts::{MoeExperts, MoeShape};
 use vkllm_kernels::moe_route::MoeRoute;
 use vkllm_kernels::sigmoid_mul::SigmoidMul;
 
 use super::VulkanBackend;
-use crate::backend::{Backend, Experts, Tensor};
+use crate::backend::{Backend, Experts, KvRows, StateView, Tensor};
 use crate::error::ModelError;
 use crate::family::Activation;
+
+/// The kernels' name for the slot(s) a state view addresses.
+fn state_rows(st: &StateView) -> StateRows {
+    match st.rows {
+        KvRows::Slot(slot) => StateRows::Sequence { slot },
+        KvRows::PerRow => StateRows::PerRow {
+            capacity: st.capacity,
+        },
+    }
+}
 
 impl VulkanBackend {
     #[allow(clippy::too_many_arguments)]
@@ -28,21 +38,25 @@ impl VulkanBackend {
         channels: usize,
         kernel: usize,
         weight: Tensor,
-        state: Tensor,
+        st: &StateView,
         out: Tensor,
     ) -> Result<(), ModelError> {
+        st.check(n);
+        let rows = state_rows(st);
         self.record(|me, r| {
             let d = CausalConv1d {
                 x: me.head(x, n * channels)?,
                 w: me.head(weight, channels * kernel)?,
-                state: me.all(state),
+                state: me.all(st.state),
                 out: me.head(out, n * channels)?,
+                pos: me.all(st.positions),
             }
             .dispatch(&ConvShape {
                 n,
                 channels,
                 kernel,
                 silu: true,
+                rows,
             })?;
             Ok(r.dispatch(d)?)
         })
@@ -58,9 +72,11 @@ impl VulkanBackend {
         b: Tensor,
         a_log: Tensor,
         dt_bias: Tensor,
-        state: Tensor,
+        st: &StateView,
         out: Tensor,
     ) -> Result<(), ModelError> {
+        st.check(n);
+        let rows = state_rows(st);
         let hv = s.n_v_heads;
         self.record(|me, r| {
             let d = GatedDeltaRule {
@@ -69,8 +85,9 @@ impl VulkanBackend {
                 b: me.head(b, n * hv)?,
                 a_log: me.head(a_log, hv)?,
                 dt_bias: me.head(dt_bias, hv)?,
-                state: me.head(state, s.state_len())?,
+                state: me.all(st.state),
                 out: me.head(out, n * s.v_width())?,
+                pos: me.all(st.positions),
             }
             .dispatch(&DeltaShapeK {
                 n,
@@ -79,6 +96,7 @@ impl VulkanBackend {
                 k_dim: s.k_dim,
                 v_dim: s.v_dim,
                 tiled_v_heads: s.tiled_v_heads,
+                rows,
             })?;
             Ok(r.dispatch(d)?)
         })

@@ -17,6 +17,7 @@ mod decode;
 mod hybrid;
 mod mat;
 mod quant;
+mod recurrent;
 mod sample;
 
 use vkllm_cpu::compare::{Diff, diff};
@@ -91,8 +92,8 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("quant_q3_k", quant::quant_q3_k),
     ("quant_q2_k", quant::quant_q2_k),
     ("quant_iq4_xs", quant::quant_iq4_xs),
-    ("causal_conv1d", hybrid::causal_conv1d),
-    ("gated_delta_rule", hybrid::gated_delta_rule),
+    ("causal_conv1d", recurrent::causal_conv1d),
+    ("gated_delta_rule", recurrent::gated_delta_rule),
     ("gated_rmsnorm", hybrid::gated_rmsnorm),
     ("sigmoid_mul", hybrid::sigmoid_mul),
     ("moe_route", hybrid::moe_route),
