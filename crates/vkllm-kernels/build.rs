@@ -21,6 +21,23 @@ fn main() {
             Ok(s) => s,
             Err(e) => panic!("vkllm-kernels: cannot read {}: {e}", path.display()),
         };
+        // A first line `// include: FILE` prepends a shared snippet (`.wgsli`), as sources.rs
+        // does for the embedded source.
+        let src = match src
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("// include: "))
+        {
+            Some(inc) => {
+                let inc_path = dir.join(inc.trim());
+                println!("cargo:rerun-if-changed={}", inc_path.display());
+                match std::fs::read_to_string(&inc_path) {
+                    Ok(s) => s + &src,
+                    Err(e) => panic!("vkllm-kernels: cannot read {}: {e}", inc_path.display()),
+                }
+            }
+            None => src,
+        };
         let name = path.display().to_string();
         let module = match naga::front::wgsl::parse_str(&src) {
             Ok(m) => m,

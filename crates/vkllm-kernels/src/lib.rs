@@ -37,6 +37,7 @@ pub mod mat_quant;
 pub mod matmul;
 pub mod matvec;
 pub mod moe_experts;
+pub mod moe_experts_quant;
 pub mod moe_route;
 pub mod rmsnorm;
 pub mod rope;
@@ -85,5 +86,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &moe_route::MOE_ROUTE,
         &moe_experts::MOE_GATE_UP,
         &moe_experts::MOE_DOWN,
+        &moe_experts_quant::MOE_GATE_UP_QUANT,
+        &moe_experts_quant::MOE_DOWN_QUANT,
     ]
 }

@@ -16,6 +16,11 @@ pub(crate) const MAT_QUANT: &str = include_str!("../shaders/mat_quant.wgsl");
 pub(crate) const MATMUL: &str = include_str!("../shaders/matmul.wgsl");
 pub(crate) const MATVEC: &str = include_str!("../shaders/matvec.wgsl");
 pub(crate) const MOE_EXPERTS: &str = include_str!("../shaders/moe_experts.wgsl");
+/// Prepended with the block-decoding snippet its first line names.
+pub(crate) const MOE_EXPERTS_QUANT: &str = concat!(
+    include_str!("../shaders/quant_blocks.wgsli"),
+    include_str!("../shaders/moe_experts_quant.wgsl")
+);
 pub(crate) const MOE_ROUTE: &str = include_str!("../shaders/moe_route.wgsl");
 pub(crate) const RMSNORM: &str = include_str!("../shaders/rmsnorm.wgsl");
 pub(crate) const ROPE: &str = include_str!("../shaders/rope.wgsl");

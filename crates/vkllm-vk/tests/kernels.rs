@@ -91,4 +91,5 @@ parity_tests!(
     sigmoid_mul,
     moe_route,
     moe_experts,
+    moe_experts_quant,
 );

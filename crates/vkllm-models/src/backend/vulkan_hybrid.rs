@@ -2,8 +2,9 @@
 //! (two for the experts) recorded like the dense ops: no host round trip, so a MoE layer's expert
 //! ids stay on the device between the router and the experts.
 //!
-//! Limits: the routed experts must be f32 single-part matrices (the loader dequantizes experts
-//! to f32); key heads up to `gated_delta_rule::MAX_K_DIM` (256) and top-k up to 32.
+//! Limits: the routed experts must be single-part matrices, all three f32 or all three in block
+//! formats (`moe_experts_quant`: each its own format); key heads up to
+//! `gated_delta_rule::MAX_K_DIM` (256) and top-k up to 32.
 
 use vkllm_cpu::DeltaShape;
 use vkllm_kernels::WeightType;
@@ -11,6 +12,7 @@ use vkllm_kernels::causal_conv1d::{CausalConv1d, ConvShape};
 use vkllm_kernels::gated_delta_rule::{DeltaShape as DeltaShapeK, GatedDeltaRule, StateRows};
 use vkllm_kernels::gated_rmsnorm::GatedRmsNorm;
 use vkllm_kernels::moe_experts::{MoeExperts, MoeShape};
+use vkllm_kernels::moe_experts_quant::{MoeExpertsQuant, MoeQuantShape};
 use vkllm_kernels::moe_route::MoeRoute;
 use vkllm_kernels::sigmoid_mul::SigmoidMul;
 
@@ -182,11 +184,16 @@ impl VulkanBackend {
         if act != Activation::Silu {
             return Err(self.unsupported("moe_experts with a non-SiLU activation"));
         }
-        for t in [ex.gate, ex.up, ex.down] {
-            let m = self.matrix(t);
-            if m.dtype != WeightType::F32 || m.parts.len() != 1 {
-                return Err(self.unsupported("moe_experts over quantized or split expert weights"));
-            }
+        let mats = [ex.gate, ex.up, ex.down].map(|t| self.matrix(t));
+        if mats.iter().any(|m| m.parts.len() != 1) {
+            return Err(self.unsupported("moe_experts over expert weights split in parts"));
+        }
+        let dtypes = mats.map(|m| m.dtype);
+        if dtypes.iter().all(|d| d.is_quantized()) {
+            return self.hy_moe_experts_quant(x, n, ex, top_k, ids, weights, scratch, out);
+        }
+        if dtypes.iter().any(|&d| d != WeightType::F32) {
+            return Err(self.unsupported("moe_experts over mixed float/block expert weights"));
         }
         let (h, ff) = (ex.hidden, ex.ff);
         self.record(|me, r| {
@@ -213,5 +220,60 @@ impl VulkanBackend {
             }
             Ok(())
         })
+    }
+
+    /// The experts over block-format weights: three dispatches reading only the selected
+    /// experts' blocks.
+    #[allow(clippy::too_many_arguments)]
+    fn hy_moe_experts_quant(
+        &mut self,
+        x: Tensor,
+        n: usize,
+        ex: &Experts,
+        top_k: usize,
+        ids: Tensor,
+        weights: Tensor,
+        scratch: Tensor,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        let (h, ff) = (ex.hidden, ex.ff);
+        self.record(|me, r| {
+            let w = |t: Tensor| me.matrix(t).parts[0].buffer.all();
+            let ds = MoeExpertsQuant {
+                x: me.head(x, n * h)?,
+                ids: me.head(ids, n * top_k)?,
+                weights: me.head(weights, n * top_k)?,
+                gate: w(ex.gate),
+                up: w(ex.up),
+                down: w(ex.down),
+                act: me.head(scratch, n * top_k * ff)?,
+                out: me.head(out, n * h)?,
+            }
+            .dispatch(&MoeQuantShape {
+                n,
+                top_k,
+                hidden: h,
+                ff,
+                n_experts: ex.n_experts,
+                gate: me.matrix(ex.gate).dtype,
+                up: me.matrix(ex.up).dtype,
+                down: me.matrix(ex.down).dtype,
+            })?;
+            for d in ds {
+                r.dispatch(d)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl VulkanBackend {
+    /// The storage format of a weight matrix (`None` for an activation buffer): tells a test or
+    /// a report whether a weight is kept in its block format.
+    pub fn matrix_dtype(&self, t: Tensor) -> Option<WeightType> {
+        match &self.slots.get(t.index())? {
+            super::Slot::Matrix(m) => Some(m.dtype),
+            super::Slot::Buf { .. } => None,
+        }
     }
 }

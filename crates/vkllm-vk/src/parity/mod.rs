@@ -16,6 +16,7 @@ mod basic;
 mod decode;
 mod hybrid;
 mod mat;
+mod moe_quant;
 mod quant;
 mod recurrent;
 mod sample;
@@ -98,6 +99,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("sigmoid_mul", hybrid::sigmoid_mul),
     ("moe_route", hybrid::moe_route),
     ("moe_experts", hybrid::moe_experts),
+    ("moe_experts_quant", moe_quant::moe_experts_quant),
 ];
 
 /// Runs every case (each with a seed derived from `seed`) and returns all rows.

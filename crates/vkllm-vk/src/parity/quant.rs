@@ -58,7 +58,7 @@ fn random_blocks(rng: &mut Rng, dtype: WeightType, rows: usize, cols: usize) -> 
 
 /// Random weights of `dtype`: `quantize_row` of uniform values where vkllm-cpu can quantize
 /// the format and `from_quantizer` is set, else [`random_blocks`].
-fn weights(
+pub(crate) fn weights(
     rng: &mut Rng,
     dtype: WeightType,
     rows: usize,
@@ -74,7 +74,7 @@ fn weights(
     }
 }
 
-fn dequantize(dtype: WeightType, bytes: &[u8], elems: usize) -> Result<Vec<f32>> {
+pub(crate) fn dequantize(dtype: WeightType, bytes: &[u8], elems: usize) -> Result<Vec<f32>> {
     let mut out = vec![0.0; elems];
     dequantize_row(quant_type(dtype)?, bytes, &mut out).map_err(cpu_err)?;
     Ok(out)
