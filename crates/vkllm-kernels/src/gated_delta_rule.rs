@@ -1,6 +1,8 @@
-//! `shaders/gated_delta_rule.wgsl`: the gated delta rule (recurrent form, gates included).
+//! `shaders/gated_delta_rule.wgsl`: the gated delta rule (recurrent form, gates included), and
+//! `shaders/gated_delta_rule_chunked.wgsl`: its chunked form for prefill.
 
 use crate::sources::GATED_DELTA_RULE as SRC;
+use crate::sources::GATED_DELTA_RULE_CHUNKED as SRC_CHUNKED;
 use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
 
@@ -172,6 +174,83 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
             ],
             &p,
             grid_for(k, groups as u64)?,
+        ))
+    }
+}
+
+/// Largest key head size of the chunked form (its shared q/k tiles).
+pub const CHUNKED_MAX_K_DIM: usize = 128;
+
+pub static GATED_DELTA_RULE_CHUNKED: KernelSpec = KernelSpec {
+    name: "gated_delta_rule_chunked",
+    file: "gated_delta_rule_chunked.wgsl",
+    entry: "main",
+    source: SRC_CHUNKED,
+    bindings: &[
+        rd("qkv"),
+        rd("a"),
+        rd("b"),
+        rd("a_log"),
+        rd("dt_bias"),
+        rw("state"),
+        rw("out"),
+    ],
+    push_size: 32,
+    exact_fp: false,
+};
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct DeltaChunkedParams {
+    pub n: u32,
+    pub hk: u32,
+    pub hv: u32,
+    pub dk: u32,
+    pub dv: u32,
+    pub col_blocks: u32,
+    pub tiled: u32,
+    pub slot: u32,
+}
+
+impl<B: KernelBuffer> GatedDeltaRule<B> {
+    /// The same computation in the chunked form (16 tokens at a time, see the shader's
+    /// header): for the tokens of one sequence (`StateRows::Sequence`), `k_dim <=
+    /// CHUNKED_MAX_K_DIM`. `pos` is not read.
+    pub fn dispatch_chunked(self, s: &DeltaShape) -> Result<Dispatch<B>, Error> {
+        let k = &GATED_DELTA_RULE_CHUNKED;
+        let StateRows::Sequence { slot } = s.rows else {
+            return Err(shape_err(
+                k,
+                "the chunked form runs one sequence (Sequence rows)",
+            ));
+        };
+        if s.k_dim > CHUNKED_MAX_K_DIM {
+            return Err(shape_err(
+                k,
+                format!("k_dim {} > {CHUNKED_MAX_K_DIM}", s.k_dim),
+            ));
+        }
+        // The shape and buffer checks of the recurrent form (same bindings, same sizes).
+        let d = self.dispatch(s)?;
+        let col_blocks = s.v_dim.div_ceil(WG as usize);
+        let p = DeltaChunkedParams {
+            n: to_u32(k, "n", s.n)?,
+            hk: to_u32(k, "n_k_heads", s.n_k_heads)?,
+            hv: to_u32(k, "n_v_heads", s.n_v_heads)?,
+            dk: to_u32(k, "k_dim", s.k_dim)?,
+            dv: to_u32(k, "v_dim", s.v_dim)?,
+            col_blocks: to_u32(k, "col_blocks", col_blocks)?,
+            tiled: s.tiled_v_heads as u32,
+            slot: to_u32(k, "slot", slot)?,
+        };
+        let mut bufs = d.buffers;
+        bufs.truncate(7);
+        Ok(Dispatch::new(
+            k,
+            Overrides::new().set("WG", WG as f64),
+            bufs,
+            &p,
+            grid_for(k, (s.n_v_heads * col_blocks) as u64)?,
         ))
     }
 }

@@ -81,6 +81,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &decode_advance::DECODE_ADVANCE,
         &causal_conv1d::CAUSAL_CONV1D,
         &gated_delta_rule::GATED_DELTA_RULE,
+        &gated_delta_rule::GATED_DELTA_RULE_CHUNKED,
         &gated_rmsnorm::GATED_RMSNORM,
         &sigmoid_mul::SIGMOID_MUL,
         &moe_route::MOE_ROUTE,

@@ -9,6 +9,8 @@ pub(crate) const DECODE_ADVANCE: &str = include_str!("../shaders/decode_advance.
 pub(crate) const ELEMENTWISE: &str = include_str!("../shaders/elementwise.wgsl");
 pub(crate) const EMBEDDING: &str = include_str!("../shaders/embedding.wgsl");
 pub(crate) const GATED_DELTA_RULE: &str = include_str!("../shaders/gated_delta_rule.wgsl");
+pub(crate) const GATED_DELTA_RULE_CHUNKED: &str =
+    include_str!("../shaders/gated_delta_rule_chunked.wgsl");
 pub(crate) const GATED_RMSNORM: &str = include_str!("../shaders/gated_rmsnorm.wgsl");
 pub(crate) const KV_APPEND: &str = include_str!("../shaders/kv_append.wgsl");
 pub(crate) const LOGPROBS: &str = include_str!("../shaders/logprobs.wgsl");

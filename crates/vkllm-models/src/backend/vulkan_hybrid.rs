@@ -9,7 +9,9 @@
 use vkllm_cpu::DeltaShape;
 use vkllm_kernels::WeightType;
 use vkllm_kernels::causal_conv1d::{CausalConv1d, ConvShape};
-use vkllm_kernels::gated_delta_rule::{DeltaShape as DeltaShapeK, GatedDeltaRule, StateRows};
+use vkllm_kernels::gated_delta_rule::{
+    CHUNKED_MAX_K_DIM, DeltaShape as DeltaShapeK, GatedDeltaRule, StateRows,
+};
 use vkllm_kernels::gated_rmsnorm::GatedRmsNorm;
 use vkllm_kernels::moe_experts::{MoeExperts, MoeShape};
 use vkllm_kernels::moe_experts_quant::{MoeExpertsQuant, MoeQuantShape};
@@ -80,8 +82,14 @@ impl VulkanBackend {
         st.check(n);
         let rows = state_rows(st);
         let hv = s.n_v_heads;
+        // Prompts of one sequence take the chunked form unless VKLLM_DELTA_RECURRENT=1 asks
+        // for the reference recurrence (both are parity-tested against vkllm-cpu).
+        let chunked = n > 1
+            && matches!(rows, StateRows::Sequence { .. })
+            && s.k_dim <= CHUNKED_MAX_K_DIM
+            && std::env::var("VKLLM_DELTA_RECURRENT").map_or(true, |v| v != "1");
         self.record(|me, r| {
-            let d = GatedDeltaRule {
+            let k = GatedDeltaRule {
                 qkv: me.head(qkv, n * (2 * s.qk_width() + s.v_width()))?,
                 a: me.head(a, n * hv)?,
                 b: me.head(b, n * hv)?,
@@ -90,8 +98,8 @@ impl VulkanBackend {
                 state: me.all(st.state),
                 out: me.head(out, n * s.v_width())?,
                 pos: me.all(st.positions),
-            }
-            .dispatch(&DeltaShapeK {
+            };
+            let shape = DeltaShapeK {
                 n,
                 n_k_heads: s.n_k_heads,
                 n_v_heads: hv,
@@ -99,7 +107,12 @@ impl VulkanBackend {
                 v_dim: s.v_dim,
                 tiled_v_heads: s.tiled_v_heads,
                 rows,
-            })?;
+            };
+            let d = if chunked {
+                k.dispatch_chunked(&shape)?
+            } else {
+                k.dispatch(&shape)?
+            };
             Ok(r.dispatch(d)?)
         })
     }

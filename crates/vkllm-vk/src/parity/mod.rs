@@ -95,6 +95,10 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("quant_iq4_xs", quant::quant_iq4_xs),
     ("causal_conv1d", recurrent::causal_conv1d),
     ("gated_delta_rule", recurrent::gated_delta_rule),
+    (
+        "gated_delta_rule_chunked",
+        recurrent::gated_delta_rule_chunked,
+    ),
     ("gated_rmsnorm", hybrid::gated_rmsnorm),
     ("sigmoid_mul", hybrid::sigmoid_mul),
     ("moe_route", hybrid::moe_route),

@@ -315,3 +315,93 @@ pub(crate) fn gated_delta_rule(dev: &Device, seed: u64) -> Result<Vec<KernelPari
     }
     Ok(rows_out)
 }
+
+/// The chunked form (prefill) against the CPU recurrence: prompts of several 16-token chunks
+/// (the last one partial) into slot 1 of the state, then a second prompt continuing from the
+/// state the first left.
+pub(crate) fn gated_delta_rule_chunked(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let mut rows_out = Vec::new();
+    let pos = cx.input("pos", &positions())?;
+    let shapes = delta_shapes();
+    for (d, n) in [(shapes[0].0, 37usize), (shapes[1].0, 20), (shapes[2].0, 16)] {
+        let (qw, vw, hv, len) = (d.qk_width(), d.v_width(), d.n_v_heads, d.state_len());
+        let width = 2 * qw + vw;
+        let a_log: Vec<f32> = (0..hv).map(|_| rng.f32(0.01, 4.0).ln()).collect();
+        let dt_bias = rng.vec(hv, -1.0, 1.0);
+        let st0 = rng.vec(SLOTS * len, -0.5, 0.5);
+        let (lb, db, sb) = (
+            cx.input("a_log", &a_log)?,
+            cx.input("dt_bias", &dt_bias)?,
+            cx.input("state", &st0)?,
+        );
+        let mut cpu_state = st0.clone();
+        for (label, t) in [("prompt", n), ("continued", 5)] {
+            let qkv = rng.vec(t * width, -1.5, 1.5);
+            let (a, b) = (rng.vec(t * hv, -3.0, 3.0), rng.vec(t * hv, -3.0, 3.0));
+            let (qb, ab, bb) = (
+                cx.input("qkv", &qkv)?,
+                cx.input("a", &a)?,
+                cx.input("b", &b)?,
+            );
+            let out = cx.output("out", t * vw)?;
+            let before = cx.read(&sb, SLOTS * len)?;
+            cx.run(&[&out], |r| {
+                r.dispatch(
+                    GatedDeltaRule {
+                        qkv: qb.all(),
+                        a: ab.all(),
+                        b: bb.all(),
+                        a_log: lb.all(),
+                        dt_bias: db.all(),
+                        state: sb.all(),
+                        out: out.all(),
+                        pos: pos.all(),
+                    }
+                    .dispatch_chunked(&DeltaShapeK {
+                        n: t,
+                        n_k_heads: d.n_k_heads,
+                        n_v_heads: hv,
+                        k_dim: d.k_dim,
+                        v_dim: d.v_dim,
+                        tiled_v_heads: d.tiled_v_heads,
+                        rows: StateRows::Sequence { slot: 1 },
+                    })?,
+                )
+            })?;
+            let mut want = vec![0.0; t * vw];
+            let st = &mut cpu_state[len..2 * len];
+            delta_ref(&d, &qkv, &a, &b, &a_log, &dt_bias, st, &mut want);
+            let got = cx.read(&out, t * vw)?;
+            let shape = format!(
+                "n {t} heads {}/{hv}{} dk {} dv {}",
+                d.n_k_heads,
+                if d.tiled_v_heads { " tiled" } else { "" },
+                d.k_dim,
+                d.v_dim
+            );
+            // f32 chunks (forward substitution over 16 tokens) against the f64 recurrence: the
+            // recurrent kernel's tolerances.
+            let tol = Tol {
+                max_abs: 1e-6 * max_abs(&want).max(1.0),
+                nmse: 1e-9,
+            };
+            let v = format!("chunked {label}");
+            rows_out.push(row("gated_delta_rule", v, &shape, &got, &want, tol));
+            let st = cx.read(&sb, SLOTS * len)?;
+            let tol = Tol {
+                max_abs: 2e-6 * max_abs(&cpu_state[len..2 * len]).max(1.0),
+                nmse: 1e-9,
+            };
+            let v = format!("chunked {label} state");
+            let (g, w) = (&st[len..2 * len], &cpu_state[len..2 * len]);
+            rows_out.push(row("gated_delta_rule", v, &shape, g, w, tol));
+            let kept: Vec<f32> = [&st[..len], &st[2 * len..]].concat();
+            let kept_want: Vec<f32> = [&before[..len], &before[2 * len..]].concat();
+            let v = format!("chunked {label} other slots");
+            rows_out.push(row("gated_delta_rule", v, &shape, &kept, &kept_want, EXACT));
+        }
+    }
+    Ok(rows_out)
+}
