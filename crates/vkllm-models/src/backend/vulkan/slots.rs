@@ -397,6 +397,17 @@ impl VulkanBackend {
         kv: &KvCache,
         reps: usize,
     ) -> Result<Vec<ProfiledDispatch>, ModelError> {
+        self.slot_profile_for(d, &(model, kv), reps)
+    }
+
+    /// [`VulkanBackend::slot_profile`] for any [`SlotGraph`] (e.g. `(&HybridModel,
+    /// &HybridState)`).
+    pub fn slot_profile_for(
+        &mut self,
+        d: SlotDecoderId,
+        g: &dyn SlotGraph,
+        reps: usize,
+    ) -> Result<Vec<ProfiledDispatch>, ModelError> {
         self.flush()?;
         self.timestamps = 16384;
         self.marks.clear();
@@ -404,7 +415,7 @@ impl VulkanBackend {
             .take()
             .expect("slot decoders are only taken while recording");
         let rows = dec.rows_needed();
-        let rec = self.record_slot_steps(&(model, kv), &dec, rows, 1);
+        let rec = self.record_slot_steps(g, &dec, rows, 1);
         self.slot_decoders[d.0] = Some(dec);
         self.timestamps = 0;
         let marks = std::mem::take(&mut self.marks);
