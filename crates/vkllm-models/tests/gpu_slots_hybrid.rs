@@ -2,7 +2,8 @@
 //! multi-step decode with GPU sampling must give every sequence exactly the tokens of the
 //! per-dispatch reference path (the sequence alone in its own state, one `forward` per token,
 //! the CPU sampler), when slots join and leave mid-generation and a slot is reused, and a slot
-//! restored from a snapshot of another slot continues bit-exactly. Under the validation layer.
+//! restored from a snapshot of another slot continues bit-exactly; also with Q8_0 weights
+//! (quantized experts). Under the validation layer.
 
 mod common;
 
@@ -11,7 +12,11 @@ use vkllm_cpu::sampler::{SamplingParams, sample};
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::hybrid::{HybridModel, HybridState};
 use vkllm_models::parity::argmax;
-use vkllm_models::{Backend, DEFAULT_CHUNK, Logits, SlotDecoderConfig, SlotStart, VulkanBackend};
+use vkllm_models::weights::TensorSource;
+use vkllm_models::{
+    Backend, DEFAULT_CHUNK, Logits, QuantScheme, QuantizingSource, SlotDecoderConfig, SlotStart,
+    VulkanBackend,
+};
 
 #[derive(Clone)]
 struct Req {
@@ -173,10 +178,20 @@ fn sampled(seed: u64) -> SamplingParams {
 /// fourth that leaves after two submits; the third joins the slot it left (its recurrent state
 /// reset and prefilled anew). Every finished request's tokens equal the reference's.
 fn check_family(family: &str, steps: usize) {
+    check_family_with(family, steps, None);
+}
+
+/// [`check_family`] with the weights quantized at load to `scheme` when given.
+fn check_family_with(family: &str, steps: usize, scheme: Option<QuantScheme>) {
     let dev = device();
     let fx = Fixture::load(family).unwrap_or_else(|e| panic!("fixture {family}: {e}"));
     let mut b = VulkanBackend::new(dev.clone());
-    let m = HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+    let quantized = scheme.map(|s| QuantizingSource::new(&fx.weights, &fx.config, s));
+    let src: &dyn TensorSource = match &quantized {
+        Some(q) => q,
+        None => &fx.weights,
+    };
+    let m = HybridModel::load(fx.config.clone(), src, &mut b, DEFAULT_CHUNK).expect("load");
     let ps = prompts(&fx);
     let n = 12;
     let req = |p: usize, params, n, seq_id| Req {
@@ -242,6 +257,12 @@ fn slots_match_reference_qwen3_5() {
 #[test]
 fn slots_match_reference_qwen3_5_moe() {
     check_family("qwen3_5_moe", 3);
+}
+
+/// Q8_0 weights (experts included: read in their blocks by the expert kernels).
+#[test]
+fn slots_match_reference_qwen3_moe_q8_0() {
+    check_family_with("qwen3_moe", 4, Some(QuantScheme::Q8_0));
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
