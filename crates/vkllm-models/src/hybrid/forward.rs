@@ -227,6 +227,28 @@ impl HybridModel {
         let w = c.kv_dim();
         let stride = capacity.div_ceil(KV_ROW_ALIGN) * KV_ROW_ALIGN;
         let (conv_len, delta_len) = self.recurrent_lens();
+        let delta_layers = c.hybrid.as_ref().map_or(0, |hy| {
+            hy.mixers.iter().filter(|&&m| m == Mixer::DeltaNet).count()
+        });
+        let need = 4
+            * (slots
+                * ((c.n_layers - delta_layers) * 2 * stride * w
+                    + delta_layers * (conv_len + delta_len))) as u64;
+        // Leave room for the activations of a chunk and the driver (1/16 of the device), as
+        // the dense KV cache does.
+        if let Some((free, total)) = b.memory_free()
+            && need > free.saturating_sub(total / 16)
+        {
+            return Err(ModelError::OutOfMemory {
+                what: format!(
+                    "hybrid state ({slots} x {capacity} positions, {} layers)",
+                    c.n_layers
+                ),
+                need,
+                available: free.saturating_sub(total / 16),
+                total,
+            });
+        }
         let layers = (0..c.n_layers)
             .map(|i| match &c.hybrid {
                 Some(hy) if hy.mixers[i] == Mixer::DeltaNet => Ok(LayerState::DeltaNet {
