@@ -1,17 +1,22 @@
 // Attention for decode (and short query batches): split-K "flash decoding" with a merge pass.
 //
-//   split: one workgroup per (key chunk c, query head h, query i): scores of q_i against keys
-//          [c * CHUNK, (c + 1) * CHUNK) of kv head h / (n_heads / n_kv_heads) (GQA), scaled,
-//          soft-capped (softcap > 0), masked (causal: key j <= q_pos[i]; sliding window: j >
-//          q_pos[i] - window when window > 0); writes the chunk's max m, sum l = sum exp(s - m) and
-//          unnormalised output o = sum exp(s - m) v.
-//   merge: one workgroup per (head, query): out = sum_c o_c e^(m_c - M) / sum_c l_c e^(m_c - M).
+//   split: one workgroup per (key chunk c, query head h, query i): scores of q_i against the keys
+//          [lo + c * CHUNK, lo + (c + 1) * CHUNK) of its visible range [lo, hi] (causal: key
+//          j <= q_pos[i]; sliding window: j > q_pos[i] - window when window > 0, so lo is the
+//          window's first key and a windowed layer needs only ceil(window / CHUNK) chunks however
+//          long the context) of kv head h / (n_heads / n_kv_heads) (GQA), scaled, soft-capped
+//          (softcap > 0); writes the chunk's max m, sum l = sum exp(s - m) and unnormalised output
+//          o = sum exp(s - m) v.
+//   merge: one workgroup per (head, query): out = sum_c o_c e^(m_c - M) / sum_c l_c e^(m_c - M)
+//          (n_chunks <= 2048).
 //
 // Shapes: q [n_q, n_heads, head_dim] f32; k, v [n_kv, n_kv_heads, head_dim] as u32 words (KV_DTYPE
 // 0: f32 bits, 1: f16 pairs); q_pos [n_q] u32; part_ml [n_q, n_heads, n_chunks, 2] f32; part_o
 // [n_q, n_heads, n_chunks, head_dim] f32; out [n_q, n_heads, head_dim] f32. head_dim <= 256.
-// Slots: query i reads key rows i * kv_stride + j (kv_stride 0: all queries share one cache;
-// kv_stride = the per-slot capacity: query i is slot i of a slot-major cache, n_kv rows each).
+// Slots: query i reads key j from row i * kv_stride + j % ring (kv_stride 0: all queries share one
+// cache; kv_stride = the per-slot rows: query i is slot i of a slot-major cache). ring: rows a
+// cache keeps (>= n_kv: row = position; a sliding-window layer keeps a ring of at least its
+// window, so the keys a query sees are never overwritten, and the window may wrap around it).
 // Workgroup: WG invocations (default 128). split: invocation t scores keys t, t + WG, ... of the
 // chunk (the q row is staged in shared memory), max and sum are reduced with subgroup ops and
 // shared memory (any subgroup size >= 4), then invocation t accumulates output dims t, t + WG, ...
@@ -35,6 +40,7 @@ struct Params {
     softcap: f32,
     window: u32,
     kv_stride: u32,
+    ring: u32,
 }
 var<immediate> p: Params;
 
@@ -113,13 +119,12 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     if (p.window > 0u && qp + 1u > p.window) {
         lo = qp + 1u - p.window;
     }
-    let j0 = c * CHUNK;
-    let j1 = min(j0 + CHUNK, p.n_kv);
-    // A chunk with no visible key (past the query's position, or before its window) only
-    // reports an empty partial; the merge skips it. Decided through shared memory so the
-    // early return is uniform across the workgroup.
+    let j0 = lo + c * CHUNK;
+    let j1 = min(j0 + CHUNK, hi + 1u);
+    // A chunk past the query's visible keys only reports an empty partial; the merge skips it.
+    // Decided through shared memory so the early return is uniform across the workgroup.
     if (lid == 0u) {
-        wg_skip = select(0u, 1u, j0 > hi || j1 <= lo);
+        wg_skip = select(0u, 1u, j0 > hi);
     }
     if (workgroupUniformLoad(&wg_skip) != 0u) {
         if (lid == 0u) {
@@ -136,17 +141,14 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     let neg_inf = bitcast<f32>(0xff800000u);
     var m_local = neg_inf;
     for (var j = j0 + lid; j < j1; j += WG) {
-        var s = neg_inf;
-        if (j >= lo && j <= hi) {
-            let kb = (row0 + j) * kv_dim + kvh * hd;
-            var acc = 0.0;
-            for (var d = 0u; d < hd; d++) {
-                acc += qs[d] * load_k(kb + d);
-            }
-            s = acc * p.scale;
-            if (p.softcap > 0.0) {
-                s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
-            }
+        let kb = (row0 + j % p.ring) * kv_dim + kvh * hd;
+        var acc = 0.0;
+        for (var d = 0u; d < hd; d++) {
+            acc += qs[d] * load_k(kb + d);
+        }
+        var s = acc * p.scale;
+        if (p.softcap > 0.0) {
+            s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
         }
         sc[j - j0] = s;
         m_local = max(m_local, s);
@@ -166,10 +168,16 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     for (var d = lid; d < hd; d += WG) {
         var o = 0.0;
         if (m != neg_inf) {
+            // Row of key j, advanced with the key (a chunk spans at most one wrap of the ring).
+            var r = j0 % p.ring;
             for (var j = j0; j < j1; j++) {
                 let e = sc[j - j0];
                 if (e > 0.0) {
-                    o += e * load_v((row0 + j) * kv_dim + kvh * hd + d);
+                    o += e * load_v((row0 + r) * kv_dim + kvh * hd + d);
+                }
+                r += 1u;
+                if (r == p.ring) {
+                    r = 0u;
                 }
             }
         }
@@ -181,30 +189,45 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     }
 }
 
+// merge: the chunk weights w_c = e^(m_c - M) are computed in parallel (invocations across
+// chunks) into shared memory with M and L = sum_c l_c w_c reduced across the workgroup; then
+// invocations across head dims sum w_c o_c / L over the chunks with w_c > 0 (an empty chunk,
+// m_c = -inf, has w_c = 0 and its o_c is never read). n_chunks <= MAX_CHUNKS.
+const MAX_CHUNKS: u32 = 2048u;
+var<workgroup> mw: array<f32, MAX_CHUNKS>;
+
 @compute @workgroup_size(WG)
-fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+         @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
+         @builtin(num_subgroups) n_sg: u32) {
     let h = wid.x;
     let i = wid.y;
     let hd = p.head_dim;
     let neg_inf = bitcast<f32>(0xff800000u);
     let base = (i * p.n_heads + h) * p.n_chunks;
-    var big_m = neg_inf;
-    for (var c = 0u; c < p.n_chunks; c++) {
-        big_m = max(big_m, part_ml[2u * (base + c)]);
+    var mx = neg_inf;
+    for (var c = lid; c < p.n_chunks; c += WG) {
+        mx = max(mx, part_ml[2u * (base + c)]);
     }
-    var big_l = 0.0;
-    for (var c = 0u; c < p.n_chunks; c++) {
+    let big_m = wg_max(mx, sg_id, sg_lane, n_sg);
+    var ls = 0.0;
+    for (var c = lid; c < p.n_chunks; c += WG) {
         let mc = part_ml[2u * (base + c)];
+        var w = 0.0;
         if (mc != neg_inf) {
-            big_l += part_ml[2u * (base + c) + 1u] * exp(mc - big_m);
+            w = exp(mc - big_m);
+            ls += part_ml[2u * (base + c) + 1u] * w;
         }
+        mw[c] = w;
     }
+    // wg_sum's barriers also publish mw.
+    let big_l = wg_sum(ls, sg_id, sg_lane, n_sg);
     for (var d = lid; d < hd; d += WG) {
         var o = 0.0;
         for (var c = 0u; c < p.n_chunks; c++) {
-            let mc = part_ml[2u * (base + c)];
-            if (mc != neg_inf) {
-                o += part_o[(base + c) * hd + d] * exp(mc - big_m);
+            let w = mw[c];
+            if (w > 0.0) {
+                o += part_o[(base + c) * hd + d] * w;
             }
         }
         var r = 0.0;
@@ -212,5 +235,205 @@ fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
             r = o / big_l;
         }
         out[(i * p.n_heads + h) * hd + d] = r;
+    }
+}
+
+// split_gqa: the decode split pass organised for bandwidth (the `split` above is the reference).
+// One workgroup per (key chunk c, kv head, query i) scores the chunk's keys for all G = n_heads /
+// n_kv_heads query heads sharing that kv head (each K row is read once for the group), with
+// subgroups across keys and lanes across the row (coalesced loads, subgroupAdd dot products),
+// then accumulates V with invocations across head dims (coalesced). The partials have the
+// layout `split` writes, so `merge` is shared. G <= GQA_MAX, head_dim <= 256, CHUNK <= 256.
+// Loops that contain subgroup operations run the same trip count in every subgroup; loops over
+// the group's heads have the constant bound GQA_MAX (guarded by g < G) so the per-head
+// accumulators stay in registers (a dynamically indexed private array would live in memory).
+// Shared memory: 4096 (queries, then output partials) + 2048 (scores) + 16 f32: 24.1 KiB.
+const GQA_MAX: u32 = 8u;
+// The group's queries while scoring, then the output partials (red_o) once scores are done.
+var<workgroup> qg: array<f32, 4096>;
+var<workgroup> sg_sc: array<f32, 2048>;
+var<workgroup> ml_g: array<f32, 16>;
+
+@compute @workgroup_size(WG)
+fn split_gqa(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+             @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
+             @builtin(subgroup_size) sg_size: u32, @builtin(num_subgroups) n_sg: u32) {
+    let c = wid.x;
+    let kvh = wid.y;
+    let i = wid.z;
+    let hd = p.head_dim;
+    let g_n = p.n_heads / p.n_kv_heads;
+    let kv_dim = p.n_kv_heads * hd;
+    let row0 = i * p.kv_stride;
+    let qp = q_pos[i];
+    let hi = min(qp, p.n_kv - 1u);
+    var lo = 0u;
+    if (p.window > 0u && qp + 1u > p.window) {
+        lo = qp + 1u - p.window;
+    }
+    // Chunks start at the first visible key (as in `split`); key j lives in row j % ring.
+    let j0 = lo + c * CHUNK;
+    let j1 = min(j0 + CHUNK, hi + 1u);
+    let neg_inf = bitcast<f32>(0xff800000u);
+    if (lid == 0u) {
+        wg_skip = select(0u, 1u, j0 > hi);
+    }
+    if (workgroupUniformLoad(&wg_skip) != 0u) {
+        if (lid < g_n) {
+            let part0 = (i * p.n_heads + kvh * g_n + lid) * p.n_chunks + c;
+            part_ml[2u * part0] = neg_inf;
+            part_ml[2u * part0 + 1u] = 0.0;
+        }
+        return;
+    }
+    // Stage the group's queries.
+    let qbase = (i * p.n_heads + kvh * g_n) * hd;
+    for (var e = lid; e < g_n * hd; e += WG) {
+        qg[e] = q[qbase + e];
+    }
+    workgroupBarrier();
+
+    // Scores: subgroup s takes keys j0 + s, j0 + s + n_sg, ...; lane l the row words l, l + sg_size, ...
+    var words = hd;
+    if (KV_DTYPE == 1u) {
+        words = hd / 2u;
+    }
+    let trips = (CHUNK + n_sg - 1u) / n_sg;
+    for (var t = 0u; t < trips; t++) {
+        let jj = sg_id + t * n_sg;
+        let j = j0 + jj;
+        let live = jj < CHUNK && j < j1;
+        var acc: array<f32, 8>;
+        for (var g = 0u; g < GQA_MAX; g++) {
+            acc[g] = 0.0;
+        }
+        if (live) {
+            let kb = (row0 + j % p.ring) * kv_dim + kvh * hd;
+            for (var w = sg_lane; w < words; w += sg_size) {
+                if (KV_DTYPE == 0u) {
+                    let kx = bitcast<f32>(k[kb + w]);
+                    for (var g = 0u; g < GQA_MAX; g++) {
+                        if (g < g_n) {
+                            acc[g] += qg[g * hd + w] * kx;
+                        }
+                    }
+                } else {
+                    let kx = unpack2x16float(k[(kb >> 1u) + w]);
+                    for (var g = 0u; g < GQA_MAX; g++) {
+                        if (g < g_n) {
+                            acc[g] += qg[g * hd + 2u * w] * kx.x + qg[g * hd + 2u * w + 1u] * kx.y;
+                        }
+                    }
+                }
+            }
+        }
+        for (var g = 0u; g < GQA_MAX; g++) {
+            if (g < g_n) {
+                let dot_g = subgroupAdd(acc[g]);
+                if (sg_lane == 0u && jj < CHUNK) {
+                    var s = neg_inf;
+                    if (live) {
+                        s = dot_g * p.scale;
+                        if (p.softcap > 0.0) {
+                            s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
+                        }
+                    }
+                    sg_sc[g * CHUNK + jj] = s;
+                }
+            }
+        }
+    }
+    workgroupBarrier();
+
+    // Softmax pieces per head: subgroup s takes heads s, s + n_sg, ...; lanes across keys.
+    let htrips = (g_n + n_sg - 1u) / n_sg;
+    for (var t = 0u; t < htrips; t++) {
+        let g = sg_id + t * n_sg;
+        let gl = min(g, g_n - 1u);
+        var m = neg_inf;
+        for (var jj = sg_lane; jj < CHUNK; jj += sg_size) {
+            m = max(m, sg_sc[gl * CHUNK + jj]);
+        }
+        m = subgroupMax(m);
+        var l = 0.0;
+        for (var jj = sg_lane; jj < CHUNK; jj += sg_size) {
+            var e = 0.0;
+            if (m != neg_inf) {
+                e = exp(sg_sc[gl * CHUNK + jj] - m);
+            }
+            if (g < g_n) {
+                sg_sc[gl * CHUNK + jj] = e;
+            }
+            l += e;
+        }
+        l = subgroupAdd(l);
+        if (sg_lane == 0u && g < g_n) {
+            ml_g[2u * g] = m;
+            ml_g[2u * g + 1u] = l;
+        }
+    }
+    workgroupBarrier();
+
+    // Output partials: invocation t takes 4 consecutive head dims (quad t % n_dq) of the keys
+    // jj = kg, kg + kg_n, ... (kg = t / n_dq), for all heads of the group; the kg_n partial sums
+    // per (head, dim) are then added through shared memory (qg, free after scoring;
+    // kg_n * g_n * hd <= 4096).
+    let n = j1 - j0;
+    let n_dq = (hd + 3u) / 4u;
+    let kg_n = max(1u, WG / n_dq);
+    let kg = lid / n_dq;
+    let d0 = 4u * (lid % n_dq);
+    var o: array<f32, 32>;
+    for (var u = 0u; u < 32u; u++) {
+        o[u] = 0.0;
+    }
+    if (kg < kg_n) {
+        for (var jj = kg; jj < n; jj += kg_n) {
+            let j = j0 + jj;
+            let vb = (row0 + j % p.ring) * kv_dim + kvh * hd + d0;
+            var vx: array<f32, 4>;
+            for (var u = 0u; u < 4u; u++) {
+                vx[u] = 0.0;
+                if (d0 + u < hd) {
+                    if (KV_DTYPE == 0u) {
+                        vx[u] = bitcast<f32>(v[vb + u]);
+                    } else {
+                        let pair = unpack2x16float(v[(vb + u) >> 1u]);
+                        vx[u] = select(pair.x, pair.y, ((vb + u) & 1u) == 1u);
+                    }
+                }
+            }
+            for (var g = 0u; g < GQA_MAX; g++) {
+                if (g < g_n) {
+                    let e = sg_sc[g * CHUNK + jj];
+                    for (var u = 0u; u < 4u; u++) {
+                        o[4u * g + u] += e * vx[u];
+                    }
+                }
+            }
+        }
+        for (var g = 0u; g < GQA_MAX; g++) {
+            for (var u = 0u; u < 4u; u++) {
+                if (g < g_n && d0 + u < hd) {
+                    qg[(kg * g_n + g) * hd + d0 + u] = o[4u * g + u];
+                }
+            }
+        }
+    }
+    workgroupBarrier();
+    for (var e = lid; e < g_n * hd; e += WG) {
+        let g = e / hd;
+        let d = e % hd;
+        var t = 0.0;
+        for (var k2 = 0u; k2 < kg_n; k2++) {
+            t += qg[(k2 * g_n + g) * hd + d];
+        }
+        let part = (i * p.n_heads + kvh * g_n + g) * p.n_chunks + c;
+        part_o[part * hd + d] = t;
+    }
+    if (lid < g_n) {
+        let part = (i * p.n_heads + kvh * g_n + lid) * p.n_chunks + c;
+        part_ml[2u * part] = ml_g[2u * lid];
+        part_ml[2u * part + 1u] = ml_g[2u * lid + 1u];
     }
 }

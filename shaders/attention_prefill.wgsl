@@ -1,8 +1,10 @@
 // Attention for prefill: causal, tiled, online softmax (FlashAttention-2 style).
 //
-// Shapes: q [n_q, n_heads, HD] f32; k, v [n_kv, n_kv_heads, HD] as u32 words (KV_DTYPE 0: f32
-// bits, 1: f16 pairs); q_pos [n_q] u32 (query i sees keys j <= q_pos[i], and j > q_pos[i] - window
-// when window > 0); out [n_q, n_heads, HD] f32. GQA: query head h reads kv head
+// Shapes: q [n_q, n_heads, HD] f32; k, v [rows, n_kv_heads, HD] as u32 words (KV_DTYPE 0: f32
+// bits, 1: f16 pairs), the key at position j in row j % ring (ring >= n_kv: row = position; a
+// sliding-window layer keeps a ring of its window plus the chunk, so the keys this chunk's queries
+// see are all still there); q_pos [n_q] u32 (query i sees keys j < n_kv with j <= q_pos[i], and
+// j > q_pos[i] - window when window > 0); out [n_q, n_heads, HD] f32. GQA: query head h reads kv head
 // h / (n_heads / n_kv_heads). HD (the head dim) is an override: a multiple of 8, at most 256.
 // Workgroup: 128 invocations for a tile of BQ = 16 queries of one head (grid: query tiles x
 // heads); 8 invocations per query, each owning output dims sub, sub + 8, ... (HD / 8 registers).
@@ -27,6 +29,7 @@ struct Params {
     scale: f32,
     softcap: f32,
     window: u32,
+    ring: u32,
 }
 var<immediate> p: Params;
 
@@ -119,7 +122,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let j = kb + idx / HD;
             var val = 0.0;
             if (j < p.n_kv) {
-                val = load_kv(false, j * kv_dim + kvh * HD + idx % HD);
+                val = load_kv(false, (j % p.ring) * kv_dim + kvh * HD + idx % HD);
             }
             kvs[idx] = val;
         }
@@ -167,7 +170,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let j = kb + idx / HD;
             var val = 0.0;
             if (j < p.n_kv) {
-                val = load_kv(true, j * kv_dim + kvh * HD + idx % HD);
+                val = load_kv(true, (j % p.ring) * kv_dim + kvh * HD + idx % HD);
             }
             kvs[idx] = val;
         }

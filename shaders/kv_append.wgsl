@@ -4,9 +4,11 @@
 // device buffer so a recorded step replays); k_cache, v_cache [max_tok, kv_dim] as u32 words:
 // KV_DTYPE 0 f32 bits, 1 f16 pairs (kv_dim even; element e in the low half of word e/2 when e is
 // even; rounding to nearest even by pack2x16float). One dispatch appends both K and V.
-// Slots: token t's row is t * row_stride + pos[t] (row_stride 0: every token writes into the same
-// max_tok rows; row_stride = max_tok: token t is slot t of a slot-major cache). A position >=
-// max_tok is skipped: that is how an inactive slot (position 0xffffffff) writes nothing.
+// Slots: token t's row is t * row_stride + pos[t] % ring (row_stride 0: every token writes into the
+// same rows; row_stride >= the rows of a slot: token t is slot t of a slot-major cache). ring: the
+// rows a slot keeps (>= max_tok for a full cache, where the row is the position; a sliding-window
+// layer keeps a ring of its window plus a prefill chunk and wraps). A position >= max_tok is
+// skipped: that is how an inactive slot (position 0xffffffff) writes nothing.
 // Workgroup: WG invocations (default 256), one cache word each (K and V), 2-D grid.
 // Shared memory: none.
 
@@ -18,6 +20,7 @@ struct Params {
     kv_dim: u32,
     max_tok: u32,
     row_stride: u32,
+    ring: u32,
 }
 var<immediate> p: Params;
 
@@ -44,7 +47,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (ps >= p.max_tok) {
         return;
     }
-    let dst = (t * p.row_stride + ps) * words + j;
+    let dst = (t * p.row_stride + ps % p.ring) * words + j;
     if (KV_DTYPE == 0u) {
         k_cache[dst] = bitcast<u32>(k_new[t * p.kv_dim + j]);
         v_cache[dst] = bitcast<u32>(v_new[t * p.kv_dim + j]);

@@ -1,5 +1,3 @@
-// include: quant_blocks.wgsli
-//
 // The routed experts of a MoE block over llama.cpp-quantized expert weights (the stacked GGUF
 // blocks, dequantized in registers), reading only the selected experts' rows (grouped: one
 // dispatch per stage for every token and every selected expert, expert ids read on the device):
@@ -19,11 +17,10 @@
 // (any subgroup size >= 4). `down_sum` sums the K experts of a token in a fixed order (no
 // atomics: bit-reproducible). Expert ids are clamped to E - 1 so a bad id cannot read outside
 // the weights. Shared memory: 64 f32.
+// The block decoding (QTYPE/BLOCK/TS overrides, `dequant16`) is quant_blocks.inc.wgsl:
+// #include quant_blocks.inc.wgsl
 
 override WG: u32 = 64;
-override QTYPE: u32 = 8;
-override BLOCK: u32 = 32;
-override TS: u32 = 34;
 
 struct Params {
     n: u32,
@@ -45,6 +42,22 @@ var<immediate> p: Params;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 
 var<workgroup> red: array<f32, 64>;
+
+// What quant_blocks.inc.wgsl reads the weight through.
+fn wd(i: u32) -> u32 {
+    return w[i];
+}
+
+fn load16(off: u32) -> vec4<u32> {
+    let i = off >> 2u;
+    let sh = (off & 3u) * 8u;
+    let a = vec4<u32>(w[i], w[i + 1u], w[i + 2u], w[i + 3u]);
+    if (sh == 0u) {
+        return a;
+    }
+    let b = vec4<u32>(a.y, a.z, a.w, w[i + 4u]);
+    return (a >> vec4<u32>(sh)) | (b << vec4<u32>(32u - sh));
+}
 
 fn expert(slot: u32) -> u32 {
     return min(ids[slot], p.n_experts - 1u);

@@ -31,6 +31,9 @@ struct Params {
     p2: u32,
     n_rows: u32,
     max_bias: u32,
+    // > 0: `argmax_partial` ran first and left n_part (logit bits, id) pairs at the start of each
+    // greedy row's scratch; the greedy fast path reduces those instead of the whole row.
+    n_part: u32,
 }
 
 struct Row {
@@ -179,14 +182,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (c.greedy != 0u && c.use_counts == 0u && n_bias == 0u) {
         var gv = 0.0;
         var gi = NONE;
-        for (var i = lid; i < v; i += WG) {
-            var x = logits[l_off + i];
-            if (is_nan(x)) {
-                x = neg_inf;
+        if (p.n_part > 0u) {
+            for (var i = lid; i < p.n_part; i += WG) {
+                let x = f(2u * i);
+                let xi = sget(2u * i + 1u);
+                if (better(x, xi, gv, gi)) {
+                    gv = x;
+                    gi = xi;
+                }
             }
-            if (better(x, i, gv, gi)) {
-                gv = x;
-                gi = i;
+        } else {
+            for (var i = lid; i < v; i += WG) {
+                var x = logits[l_off + i];
+                if (is_nan(x)) {
+                    x = neg_inf;
+                }
+                if (better(x, i, gv, gi)) {
+                    gv = x;
+                    gi = i;
+                }
             }
         }
         best_v[lid] = gv;
@@ -375,4 +389,52 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         pick = n - 1u;
     }
     out[row] = sget(2u * big_p + pick);
+}
+
+// Greedy rows without penalties or bias, first pass: workgroup (g, row) takes the argmax of
+// logits [g * chunk, (g + 1) * chunk) of its row (NaN as -inf, ties to the lower id, as the main
+// pass) and writes (logit bits, id) to scratch words 2 g, 2 g + 1 of the row; `main` then
+// reduces p.n_part pairs in one workgroup instead of V logits. The order is total, so the choice
+// is exactly the one-pass argmax's. Other rows return at once (their scratch is main's).
+@compute @workgroup_size(256)
+fn argmax_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let g = wid.x;
+    let row = wid.y;
+    let c = cfg[row];
+    if (c.live == 0u || c.greedy == 0u || c.use_counts != 0u || min(c.n_bias, p.max_bias) != 0u) {
+        return;
+    }
+    let v = p.v;
+    let neg_inf = bitcast<f32>(0xff800000u);
+    s0 = row * 4u * p.p2;
+    let l_off = row * v;
+    let chunk = (v + p.n_part - 1u) / p.n_part;
+    let lo = g * chunk;
+    let hi = min(v, lo + chunk);
+    var gv = 0.0;
+    var gi = NONE;
+    for (var i = lo + lid; i < hi; i += WG) {
+        var x = logits[l_off + i];
+        if (is_nan(x)) {
+            x = neg_inf;
+        }
+        if (better(x, i, gv, gi)) {
+            gv = x;
+            gi = i;
+        }
+    }
+    best_v[lid] = gv;
+    best_i[lid] = gi;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
+        if (lid < stride && better(best_v[lid + stride], best_i[lid + stride], best_v[lid], best_i[lid])) {
+            best_v[lid] = best_v[lid + stride];
+            best_i[lid] = best_i[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        sset(2u * g, bitcast<u32>(best_v[0]));
+        sset(2u * g + 1u, best_i[0]);
+    }
 }

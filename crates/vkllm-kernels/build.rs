@@ -1,5 +1,11 @@
 //! Parses and validates every WGSL kernel with naga, so a broken shader fails `cargo build`
 //! (the same validation runs again at run time before each pipeline is specialised).
+//!
+//! `*.inc.wgsl` files are fragments, not kernels: a kernel file names each file it uses in a
+//! `// #include NAME` line, and its source is the file followed by those files, each assembled
+//! the same way (recursively; `src/sources.rs` embeds the same text with `concat!`). A kernel may
+//! also include another kernel file to share its declarations (matmul_coop.wgsl takes
+//! mat_quant.wgsl's block decoding that way).
 
 use std::path::Path;
 
@@ -17,27 +23,10 @@ fn main() {
             continue;
         }
         println!("cargo:rerun-if-changed={}", path.display());
-        let src = match std::fs::read_to_string(&path) {
-            Ok(s) => s,
-            Err(e) => panic!("vkllm-kernels: cannot read {}: {e}", path.display()),
-        };
-        // A first line `// include: FILE` prepends a shared snippet (`.wgsli`), as sources.rs
-        // does for the embedded source.
-        let src = match src
-            .lines()
-            .next()
-            .and_then(|l| l.strip_prefix("// include: "))
-        {
-            Some(inc) => {
-                let inc_path = dir.join(inc.trim());
-                println!("cargo:rerun-if-changed={}", inc_path.display());
-                match std::fs::read_to_string(&inc_path) {
-                    Ok(s) => s + &src,
-                    Err(e) => panic!("vkllm-kernels: cannot read {}: {e}", inc_path.display()),
-                }
-            }
-            None => src,
-        };
+        if path.to_string_lossy().ends_with(".inc.wgsl") {
+            continue;
+        }
+        let src = assemble(dir, &path, 0);
         let name = path.display().to_string();
         let module = match naga::front::wgsl::parse_str(&src) {
             Ok(m) => m,
@@ -62,5 +51,32 @@ fn main() {
             "vkllm-kernels: {} WGSL shader(s) failed naga validation (see above)",
             failures.len()
         );
+    }
+}
+
+/// The file followed by everything it `// #include`s, recursively.
+fn assemble(dir: &Path, path: &Path, depth: u32) -> String {
+    if depth > 8 {
+        panic!(
+            "vkllm-kernels: #include nesting too deep at {}",
+            path.display()
+        );
+    }
+    let mut src = read(path);
+    let includes: Vec<String> = src
+        .lines()
+        .filter_map(|l| l.strip_prefix("// #include "))
+        .map(|n| n.trim().to_string())
+        .collect();
+    for inc in includes {
+        src.push_str(&assemble(dir, &dir.join(inc), depth + 1));
+    }
+    src
+}
+
+fn read(path: &Path) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(s) => s,
+        Err(e) => panic!("vkllm-kernels: cannot read {}: {e}", path.display()),
     }
 }

@@ -46,13 +46,18 @@ fn run_parity(json: bool) -> Result<()> {
     for e in &errors {
         eprintln!("error: {e}");
     }
-    let failed = rows.iter().filter(|r| !r.pass).count();
+    let failed = rows.iter().filter(|r| r.failed()).count();
+    let not_applicable = rows.iter().filter(|r| r.not_applicable.is_some()).count();
     if failed > 0 || !errors.is_empty() {
         bail!(
-            "{failed} parity row(s) failed, {} could not run",
+            "{failed} parity row(s) failed, {} could not run, {not_applicable} not applicable \
+             on this device",
             errors.len()
         );
     }
-    eprintln!("all {} parity rows pass", rows.len());
+    eprintln!(
+        "all {} parity rows pass ({not_applicable} more not applicable on this device)",
+        rows.len() - not_applicable
+    );
     Ok(())
 }

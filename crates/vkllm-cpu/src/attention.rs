@@ -13,7 +13,11 @@
 //! 4. `out[d] = (sum_j w_j * v_j[d]) / sum`, accumulated in f64, rounded once to f32.
 //!
 //! A query that sees no key (impossible with causal positions `p < n_kv`, but guarded) gets a
-//! zero output. Above ~1M multiply-accumulates the query tokens are split over scoped threads;
+//! zero output.
+//!
+//! [`attention_ring`] reads the same keys from a ring of rows (sliding-window layers keep only
+//! their window): key `j` is row `j % ring`. The keys visited, their order and the arithmetic
+//! are those above, so the result is bit-identical to [`attention`] over the full cache. Above ~1M multiply-accumulates the query tokens are split over scoped threads;
 //! each output row is computed by one thread, so the result never depends on the thread count.
 
 use crate::dot::dot;
@@ -58,7 +62,66 @@ pub fn attention(
     out: &mut [f32],
 ) {
     let work = n_q * n_kv * p.n_heads * p.head_dim;
-    attention_threads(q, k, v, n_q, n_kv, q_pos, p, out, threads_for(work, n_q));
+    let ring = n_kv.max(1);
+    attention_threads(
+        q,
+        k,
+        v,
+        n_q,
+        n_kv,
+        ring,
+        q_pos,
+        p,
+        out,
+        threads_for(work, n_q),
+    );
+}
+
+/// [`attention`] over a ring of `min(n_kv, ring)` cache rows: the key at position `j` is row
+/// `j % ring` of `k` and `v` (`[min(n_kv, ring), n_kv_heads * head_dim]`). Every query's visible
+/// keys must fit in the ring (at most `ring` of them), else older keys would have been
+/// overwritten: a sliding-window layer whose ring holds at least its window.
+///
+/// # Panics
+/// As [`attention`]; also if `ring` is 0 or a query sees more than `ring` keys (programming
+/// errors).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_ring(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_q: usize,
+    n_kv: usize,
+    ring: usize,
+    q_pos: &[usize],
+    p: &AttnParams,
+    out: &mut [f32],
+) {
+    assert!(ring > 0, "attention_ring: ring of 0 rows");
+    let span = p.window.map_or(n_kv, |w| w.min(n_kv));
+    let work = n_q * span * p.n_heads * p.head_dim;
+    attention_threads(
+        q,
+        k,
+        v,
+        n_q,
+        n_kv,
+        ring,
+        q_pos,
+        p,
+        out,
+        threads_for(work, n_q),
+    );
+}
+
+/// The visible keys `lo..hi` of a query at `pos` over keys `0..n_kv`.
+fn visible(pos: usize, n_kv: usize, window: Option<usize>) -> (usize, usize) {
+    let hi = n_kv.min(pos.saturating_add(1));
+    let lo = match window {
+        Some(w) => pos.saturating_add(1).saturating_sub(w),
+        None => 0,
+    };
+    (lo, hi)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -68,6 +131,7 @@ pub(crate) fn attention_threads(
     v: &[f32],
     n_q: usize,
     n_kv: usize,
+    ring: usize,
     q_pos: &[usize],
     p: &AttnParams,
     out: &mut [f32],
@@ -81,9 +145,17 @@ pub(crate) fn attention_threads(
     let kv_row = p.n_kv_heads * p.head_dim;
     assert_eq!(q.len(), n_q * q_row, "attention: q shape");
     assert_eq!(out.len(), n_q * q_row, "attention: out shape");
-    assert_eq!(k.len(), n_kv * kv_row, "attention: k shape");
-    assert_eq!(v.len(), n_kv * kv_row, "attention: v shape");
+    let rows = n_kv.min(ring);
+    assert_eq!(k.len(), rows * kv_row, "attention: k shape");
+    assert_eq!(v.len(), rows * kv_row, "attention: v shape");
     assert_eq!(q_pos.len(), n_q, "attention: one position per query");
+    for &pos in q_pos {
+        let (lo, hi) = visible(pos, n_kv, p.window);
+        assert!(
+            hi.saturating_sub(lo) <= ring,
+            "attention: a query at {pos} sees more keys than the ring of {ring} rows holds"
+        );
+    }
     if n_q == 0 || q_row == 0 {
         return;
     }
@@ -93,7 +165,18 @@ pub(crate) fn attention_threads(
         for (i, orow) in rows.chunks_exact_mut(q_row).enumerate() {
             let t = t0 + i;
             let qrow = &q[t * q_row..(t + 1) * q_row];
-            one_query(k, v, n_kv, q_pos[t], p, qrow, orow, &mut scores, &mut acc);
+            one_query(
+                k,
+                v,
+                n_kv,
+                ring,
+                q_pos[t],
+                p,
+                qrow,
+                orow,
+                &mut scores,
+                &mut acc,
+            );
         }
     };
     let threads = threads.clamp(1, n_q);
@@ -119,6 +202,7 @@ fn one_query(
     k: &[f32],
     v: &[f32],
     n_kv: usize,
+    ring: usize,
     pos: usize,
     p: &AttnParams,
     qrow: &[f32],
@@ -129,12 +213,8 @@ fn one_query(
     let hd = p.head_dim;
     let kv_row = p.n_kv_heads * hd;
     let group = p.n_heads / p.n_kv_heads;
-    // Visible keys: lo..hi.
-    let hi = n_kv.min(pos.saturating_add(1));
-    let lo = match p.window {
-        Some(w) => pos.saturating_add(1).saturating_sub(w),
-        None => 0,
-    };
+    // Visible keys: lo..hi, key j in row j % ring.
+    let (lo, hi) = visible(pos, n_kv, p.window);
     if lo >= hi {
         orow.fill(0.0);
         return;
@@ -144,7 +224,8 @@ fn one_query(
         let qh = &qrow[h * hd..(h + 1) * hd];
         scores.clear();
         for j in lo..hi {
-            let kj = &k[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
+            let r = j % ring;
+            let kj = &k[r * kv_row + kvh * hd..r * kv_row + (kvh + 1) * hd];
             let mut s = dot(qh, kj) * p.scale;
             if let Some(c) = p.softcap {
                 s = softcap_one(s, c);
@@ -157,8 +238,8 @@ fn one_query(
         for (idx, &s) in scores.iter().enumerate() {
             let w = (f64::from(s) - m).exp();
             sum += w;
-            let j = lo + idx;
-            let vj = &v[j * kv_row + kvh * hd..j * kv_row + (kvh + 1) * hd];
+            let r = (lo + idx) % ring;
+            let vj = &v[r * kv_row + kvh * hd..r * kv_row + (kvh + 1) * hd];
             for (a, &vv) in acc.iter_mut().zip(vj) {
                 *a += w * f64::from(vv);
             }
@@ -279,7 +360,7 @@ mod tests {
             let want = naive(&q, &k, &v, n_q, n_kv, &q_pos, &p);
             for threads in [1, 2, 3] {
                 let mut out = vec![f32::NAN; n_q * nh * hd];
-                attention_threads(&q, &k, &v, n_q, n_kv, &q_pos, &p, &mut out, threads);
+                attention_threads(&q, &k, &v, n_q, n_kv, n_kv, &q_pos, &p, &mut out, threads);
                 for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
                     assert!(
                         (f64::from(g) - w).abs() < 2e-6,
@@ -322,7 +403,92 @@ mod tests {
         let mut a = vec![f32::NAN; q.len()];
         let mut b = vec![f32::NAN; q.len()];
         attention(&q, &k, &v, n_q, n_kv, &pos, &p, &mut a);
-        attention_threads(&q, &k, &v, n_q, n_kv, &pos, &p, &mut b, 1);
+        attention_threads(&q, &k, &v, n_q, n_kv, n_kv, &pos, &p, &mut b, 1);
         assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+    }
+
+    /// The ring holding the last `ring` of `n_kv` full-cache rows (row r = the latest position
+    /// j < n_kv with j % ring == r).
+    fn to_ring(full: &[f32], n_kv: usize, ring: usize, row: usize) -> Vec<f32> {
+        let mut out = vec![f32::NAN; n_kv.min(ring) * row];
+        for j in 0..n_kv {
+            let r = j % ring;
+            out[r * row..(r + 1) * row].copy_from_slice(&full[j * row..(j + 1) * row]);
+        }
+        out
+    }
+
+    #[test]
+    fn ring_hand_values() {
+        // One head, dim 1, window 2, ring 2: keys at positions 0..5 with k = 0 except position 4
+        // (ln 3); the ring holds positions 4 (row 0) and 3 (row 1). Query at 4 sees 3 and 4:
+        // weights 1/4, 3/4 -> 0.25 * v3 + 0.75 * v4.
+        let mut p = params(1, 1, 1);
+        p.scale = 1.0;
+        p.window = Some(2);
+        let k = [3f32.ln(), 0.0];
+        let v = [8.0, 4.0];
+        let mut out = [f32::NAN];
+        attention_ring(&[1.0], &k, &v, 1, 5, 2, &[4], &p, &mut out);
+        assert!((out[0] - 7.0).abs() < 1e-6, "{}", out[0]);
+    }
+
+    #[test]
+    fn ring_equals_full_cache_bit_for_bit() {
+        let mut rng = Rng::new(33);
+        // (heads, kv heads, dim, window, softcap, n_kv, n_q, ring)
+        let cases = [
+            (4, 2, 8, 5, None, 23, 3, 7),
+            (2, 1, 16, 16, Some(4.0), 100, 1, 16),
+            (3, 3, 5, 9, None, 40, 6, 14),
+            (4, 2, 8, 4, None, 3, 3, 6),
+        ];
+        for (nh, nkv, hd, w, softcap, n_kv, n_q, ring) in cases {
+            let mut p = params(nh, nkv, hd);
+            p.window = Some(w);
+            p.softcap = softcap;
+            let row = nkv * hd;
+            let q = rng.vec(n_q * nh * hd);
+            let k = rng.vec(n_kv * row);
+            let v = rng.vec(n_kv * row);
+            let pos: Vec<usize> = (n_kv - n_q..n_kv).collect();
+            let mut full = vec![f32::NAN; q.len()];
+            attention(&q, &k, &v, n_q, n_kv, &pos, &p, &mut full);
+            let (kr, vr) = (to_ring(&k, n_kv, ring, row), to_ring(&v, n_kv, ring, row));
+            let mut got = vec![f32::NAN; q.len()];
+            attention_ring(&q, &kr, &vr, n_q, n_kv, ring, &pos, &p, &mut got);
+            assert!(
+                got.iter()
+                    .zip(&full)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "ring {ring} n_kv {n_kv}"
+            );
+            // And both match the f64 recomputation.
+            let want = naive(&q, &k, &v, n_q, n_kv, &pos, &p);
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(&g, &w)| (f64::from(g) - w).abs() < 2e-6)
+            );
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "more keys than the ring")]
+    fn ring_smaller_than_window_panics() {
+        let mut p = params(1, 1, 2);
+        p.window = Some(4);
+        let mut out = [0.0; 2];
+        attention_ring(
+            &[1.0; 2],
+            &[0.0; 6],
+            &[0.0; 6],
+            1,
+            10,
+            3,
+            &[9],
+            &p,
+            &mut out,
+        );
     }
 }

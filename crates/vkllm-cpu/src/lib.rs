@@ -26,11 +26,13 @@ mod moe_experts;
 mod moe_routing;
 mod rmsnorm;
 mod rope;
+mod rope_kv_append;
 mod softmax;
 pub mod threads;
 
 pub mod compare;
 pub mod decode;
+pub mod kv;
 pub mod quant;
 pub mod sampler;
 
@@ -38,7 +40,7 @@ pub mod sampler;
 mod testutil;
 
 pub use activation::{gelu_tanh, gelu_tanh_mul, sigmoid, sigmoid_mul, silu, silu_mul};
-pub use attention::{AttnParams, attention};
+pub use attention::{AttnParams, attention, attention_ring};
 pub use causal_conv1d::causal_conv1d;
 pub use dot::dot;
 pub use elementwise::{add, add_inplace, scale, softcap, softcap_one};
@@ -56,5 +58,6 @@ pub use moe_routing::moe_route;
 pub use quant::{QuantType, dequantize_row, matvec_quant, quantize_row, quantize_rows};
 pub use rmsnorm::{add_rmsnorm, rmsnorm, rmsnorm_inplace};
 pub use rope::{Rope, RopeScaling, RopeStyle};
+pub use rope_kv_append::{RopeKvAppendSpec, rope_kv_append};
 pub use sampler::{SamplingParams, log_softmax, sample, top_logprobs};
 pub use softmax::softmax;

@@ -87,6 +87,59 @@ pub struct BenchReport {
     /// GPU time of the profiled step: sum of dispatch times and first-start-to-last-end, µs.
     pub profile_busy_us: f64,
     pub profile_span_us: f64,
+    /// The same for one prefill chunk of the pp prompt (`--profile`).
+    pub prefill_profile: Vec<ProfileRow>,
+    pub prefill_busy_us: f64,
+    pub prefill_span_us: f64,
+}
+
+/// Sums timed dispatches by region: (rows in first-seen order, busy µs, span µs).
+fn by_region(t: &[vkllm_models::ProfiledDispatch]) -> (Vec<ProfileRow>, f64, f64) {
+    let mut rows: Vec<ProfileRow> = Vec::new();
+    let mut busy = 0.0;
+    // VKLLM_PROFILE_BY_KERNEL=1: one row per kernel instead of per graph region.
+    let by_kernel = std::env::var_os("VKLLM_PROFILE_BY_KERNEL").is_some();
+    for d in t {
+        busy += d.ns / 1e3;
+        let key = if by_kernel { d.kernel } else { d.region };
+        match rows.iter_mut().find(|r| r.region == key) {
+            Some(r) => {
+                r.dispatches += 1;
+                r.us += d.ns / 1e3;
+            }
+            None => rows.push(ProfileRow {
+                region: key,
+                dispatches: 1,
+                us: d.ns / 1e3,
+            }),
+        }
+    }
+    let span = t
+        .iter()
+        .map(|d| (d.start_ns + d.ns) / 1e3)
+        .fold(0.0, f64::max);
+    (rows, busy, span)
+}
+
+fn profile_table(title: &str, rows: &[ProfileRow], busy: f64, span: f64) -> String {
+    let mut s =
+        format!("\n{title}\n\n| region | dispatches | µs | % of GPU time |\n|---|---|---|---|\n");
+    for p in rows {
+        s += &format!(
+            "| {} | {} | {:.1} | {:.1} |\n",
+            p.region,
+            p.dispatches,
+            p.us,
+            100.0 * p.us / busy.max(1e-9)
+        );
+    }
+    s += &format!(
+        "| gaps (span - busy) | | {:.1} | |\n| **span** | {} | {:.1} | |\n",
+        span - busy,
+        rows.iter().map(|p| p.dispatches).sum::<usize>(),
+        span
+    );
+    s
 }
 
 fn median_spread(mut t: Vec<f64>) -> (f64, f64, f64) {
@@ -306,6 +359,7 @@ pub fn run(
         }
         let mut report_profile = Vec::new();
         let (mut busy, mut span) = (0.0, 0.0);
+        let mut prefill = (Vec::new(), 0.0, 0.0);
         if o.profile {
             let greedy = SamplingParams::default();
             let p = ids(prompt, vocab, 7);
@@ -326,27 +380,11 @@ pub fn run(
             )?;
             let t = b.slot_profile(dec, model, &kv, 5)?;
             b.slot_stop(dec, 0)?;
-            for d in &t {
-                busy += d.ns / 1e3;
-                match report_profile
-                    .iter_mut()
-                    .find(|r: &&mut ProfileRow| r.region == d.region)
-                {
-                    Some(r) => {
-                        r.dispatches += 1;
-                        r.us += d.ns / 1e3;
-                    }
-                    None => report_profile.push(ProfileRow {
-                        region: d.region,
-                        dispatches: 1,
-                        us: d.ns / 1e3,
-                    }),
-                }
-            }
-            span = t
-                .iter()
-                .map(|d| (d.start_ns + d.ns) / 1e3)
-                .fold(0.0, f64::max);
+            (report_profile, busy, span) = by_region(&t);
+            // One prefill chunk of the pp prompt (the first chunk when it is longer).
+            let pre = ids(prompt.min(model.chunk_size()), vocab, 11);
+            let t = b.forward_profile(model, &kv, &pre)?;
+            prefill = by_region(&t);
         }
         return Ok(BenchReport {
             rows,
@@ -355,6 +393,9 @@ pub fn run(
             profile: report_profile,
             profile_busy_us: busy,
             profile_span_us: span,
+            prefill_profile: prefill.0,
+            prefill_busy_us: prefill.1,
+            prefill_span_us: prefill.2,
         });
     }
     Ok(BenchReport {
@@ -364,6 +405,9 @@ pub fn run(
         profile: Vec::new(),
         profile_busy_us: 0.0,
         profile_span_us: 0.0,
+        prefill_profile: Vec::new(),
+        prefill_busy_us: 0.0,
+        prefill_span_us: 0.0,
     })
 }
 
@@ -394,21 +438,19 @@ impl BenchReport {
             self.weight_bytes as f64 / 1e6
         );
         if !self.profile.is_empty() {
-            s += "\n| region | dispatches | µs | % of GPU time |\n|---|---|---|---|\n";
-            for p in &self.profile {
-                s += &format!(
-                    "| {} | {} | {:.1} | {:.1} |\n",
-                    p.region,
-                    p.dispatches,
-                    p.us,
-                    100.0 * p.us / self.profile_busy_us.max(1e-9)
-                );
-            }
-            s += &format!(
-                "| gaps (span - busy) | | {:.1} | |\n| **span of the step** | {} | {:.1} | |\n",
-                self.profile_span_us - self.profile_busy_us,
-                self.profile.iter().map(|p| p.dispatches).sum::<usize>(),
-                self.profile_span_us
+            s += &profile_table(
+                "one decode step:",
+                &self.profile,
+                self.profile_busy_us,
+                self.profile_span_us,
+            );
+        }
+        if !self.prefill_profile.is_empty() {
+            s += &profile_table(
+                "one prefill chunk:",
+                &self.prefill_profile,
+                self.prefill_busy_us,
+                self.prefill_span_us,
             );
         }
         s
@@ -443,6 +485,11 @@ impl BenchReport {
             "profile": profile,
             "profile_busy_us": self.profile_busy_us,
             "profile_span_us": self.profile_span_us,
+            "prefill_profile": self.prefill_profile.iter().map(
+                |p| serde_json::json!({"region": p.region, "dispatches": p.dispatches, "us": p.us}),
+            ).collect::<Vec<_>>(),
+            "prefill_busy_us": self.prefill_busy_us,
+            "prefill_span_us": self.prefill_span_us,
         })
     }
 }

@@ -105,6 +105,9 @@ struct Slot {
     kv: KvCache,
     /// Tokens whose keys and values are in `kv`, from position 0.
     history: Vec<u32>,
+    /// The furthest position (exclusive) written since position 0 was last computed (what a
+    /// sliding-window ring still holds: [`KvCache::reusable`]).
+    written: usize,
     active: Option<Active>,
     /// When the slot was last released (for least-recently-used reuse).
     last_used: u64,
@@ -136,6 +139,7 @@ impl<B: Backend> SimpleGenerator<B> {
                 Ok(Slot {
                     kv: model.new_kv(&mut backend, ctx)?,
                     history: Vec::new(),
+                    written: 0,
                     active: None,
                     last_used: 0,
                 })
@@ -175,7 +179,8 @@ impl<B: Backend> SimpleGenerator<B> {
                     .take_while(|(a, b)| a == b)
                     .count();
                 // The last prompt token is always recomputed: its logits are needed.
-                (i, common.min(prompt.len() - 1), s.last_used)
+                let reuse = s.kv.reusable(s.written, common.min(prompt.len() - 1));
+                (i, reuse, s.last_used)
             })
             .max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)))
             .map(|(i, reuse, _)| (i, reuse))
@@ -212,6 +217,10 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
         })?;
         let slot = &mut self.slots[id];
         slot.history.truncate(reuse);
+        if reuse == 0 {
+            slot.written = 0;
+        }
+        slot.written = slot.written.max(prompt.len());
         let logits = self.model.forward(
             &mut self.backend,
             &slot.kv,
@@ -248,6 +257,7 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
             if pos >= slot.kv.capacity {
                 continue;
             }
+            slot.written = slot.written.max(pos + 1);
             let logits =
                 self.model
                     .forward(&mut self.backend, &slot.kv, &[a.next], pos, Logits::Last)?;

@@ -56,6 +56,10 @@ pub struct Session<B: Backend> {
     kv: KvCache,
     /// Tokens whose keys and values are in the cache, in order from position 0.
     history: Vec<u32>,
+    /// The furthest position (exclusive) any forward wrote since position 0 was last computed:
+    /// sliding-window layers keep a ring of recent positions, so a rewound prefix is reusable
+    /// only while the ring still holds its window ([`KvCache::reusable`]).
+    written: usize,
     /// Sequence id for the sampler's RNG counter.
     seq_id: u64,
 }
@@ -86,6 +90,7 @@ impl<B: Backend> Session<B> {
             tokenizer,
             kv,
             history: Vec::new(),
+            written: 0,
             seq_id: 0,
         })
     }
@@ -103,6 +108,7 @@ impl<B: Backend> Session<B> {
     /// Forgets the conversation (the cache is overwritten from position 0).
     pub fn reset(&mut self) {
         self.history.clear();
+        self.written = 0;
         self.seq_id += 1;
     }
 
@@ -143,9 +149,15 @@ impl<B: Backend> Session<B> {
             });
         }
         p.sampling.validate(self.model.cfg.vocab_size)?;
-        // Reuse the cached prefix; at least the last context token is recomputed for its logits.
-        let reuse = common_prefix(&self.history, context).min(context.len() - 1);
+        // Reuse the cached prefix; at least the last context token is recomputed for its logits,
+        // and everything when a sliding-window ring no longer holds what the prefix needs.
+        let common = common_prefix(&self.history, context).min(context.len() - 1);
+        let reuse = self.kv.reusable(self.written, common);
         self.history.truncate(reuse);
+        if reuse == 0 {
+            self.written = 0;
+        }
+        self.written = self.written.max(context.len());
         let new = &context[reuse..];
         let vocab = self.model.cfg.vocab_size;
         let mut counts = vec![0u32; vocab];
@@ -181,6 +193,7 @@ impl<B: Backend> Session<B> {
                 break FinishReason::Length;
             }
             let pos = self.history.len();
+            self.written = self.written.max(pos + 1);
             let logits =
                 self.model
                     .forward(&mut self.backend, &self.kv, &[next], pos, Logits::Last)?;

@@ -22,6 +22,9 @@ use crate::generator::{
 struct Slot {
     /// Tokens whose keys and values are in the slot's cache region, from position 0.
     history: Vec<u32>,
+    /// The furthest position (exclusive) written since position 0 was last computed (what a
+    /// sliding-window ring still holds: `KvCache::reusable`).
+    written: usize,
     /// The sampled token the next step feeds (not in the cache yet), while active.
     next: Option<u32>,
     last_used: u64,
@@ -97,6 +100,7 @@ impl SlotGenerator {
             slots: (0..slots)
                 .map(|_| Slot {
                     history: Vec::new(),
+                    written: 0,
                     next: None,
                     last_used: 0,
                 })
@@ -105,9 +109,7 @@ impl SlotGenerator {
             clock: 0,
         }
     }
-}
 
-impl SlotGenerator {
     /// The tokens `slot`'s state holds, from position 0 (its prefix for reuse).
     pub fn history(&self, slot: SlotId) -> &[u32] {
         self.slots.get(slot).map_or(&[], |s| s.history.as_slice())
@@ -152,35 +154,48 @@ impl Generator for SlotGenerator {
                 ctx,
             });
         }
-        // A free slot: the longest cached prefix, then the least recently used.
+        // A free slot: the longest reusable cached prefix, then the least recently used.
+        let reusable = |sl: &Slot| {
+            let common = common_prefix(&sl.history, prompt);
+            match &self.net {
+                Net::Dense { kv, .. } => kv.reusable(sl.written, common.min(prompt.len() - 1)),
+                // The recurrent state holds exactly `history`: reusable only when the prompt
+                // extends all of it.
+                Net::Hybrid { .. } => {
+                    if common == sl.history.len() && common < prompt.len() {
+                        common
+                    } else {
+                        0
+                    }
+                }
+            }
+        };
         let slot = (0..self.slots.len())
             .filter(|&s| self.slots[s].next.is_none())
             .max_by_key(|&s| {
                 let sl = &self.slots[s];
-                (common_prefix(&sl.history, prompt), u64::MAX - sl.last_used)
+                (reusable(sl), u64::MAX - sl.last_used)
             })
             .ok_or(EngineError::NoFreeSlot {
                 slots: self.slots.len(),
             })?;
-        let history = &self.slots[slot].history;
-        let common = common_prefix(history, prompt);
+        let reuse = reusable(&self.slots[slot]);
+        let sl = &mut self.slots[slot];
+        if reuse == 0 {
+            sl.written = 0;
+        }
+        sl.written = sl.written.max(prompt.len());
+        let rest = &prompt[reuse..];
         let logits = match &self.net {
             Net::Dense { model, kv } => {
-                let reuse = common.min(prompt.len() - 1);
-                let rest = &prompt[reuse..];
                 model.forward_slot(&mut self.b, kv, slot, rest, reuse, Logits::Last)?
             }
             Net::Hybrid { model, st } => {
-                // The recurrent state holds exactly `history`: reusable only when the prompt
-                // extends all of it.
-                let reuse = if common == history.len() && common < prompt.len() {
-                    st.next[slot].set(common);
-                    common
-                } else {
+                if reuse == 0 {
                     model.reset_slot(&mut self.b, st, slot)?;
-                    0
-                };
-                let rest = &prompt[reuse..];
+                } else {
+                    st.next[slot].set(reuse);
+                }
                 model.forward_slot(&mut self.b, st, slot, rest, reuse, Logits::Last)?
             }
         };
@@ -234,6 +249,7 @@ impl Generator for SlotGenerator {
                 });
             }
             slot.next = Some(fed);
+            slot.written = slot.written.max(slot.history.len());
             if !toks.is_empty() {
                 out.push((s, toks));
             }

@@ -26,9 +26,35 @@ pub static ATTN_SPLIT: KernelSpec = KernelSpec {
         wr("part_o"),
         rd("out"),
     ],
-    push_size: 40,
+    push_size: 44,
     exact_fp: false,
 };
+
+/// Pass 1, grouped-query form: per (chunk, kv head, query) partials of every query head of the
+/// group (see [`AttnDecode::dispatch_gqa`]).
+pub static ATTN_SPLIT_GQA: KernelSpec = KernelSpec {
+    name: "attn_decode_split_gqa",
+    file: "attention.wgsl",
+    entry: "split_gqa",
+    source: ATTENTION,
+    bindings: &[
+        rd("q"),
+        rd("k"),
+        rd("v"),
+        rd("q_pos"),
+        wr("part_ml"),
+        wr("part_o"),
+        rd("out"),
+    ],
+    push_size: 44,
+    exact_fp: false,
+};
+
+/// Most key chunks one decode attention splits into (the merge stages one weight per chunk).
+pub const MAX_CHUNKS: usize = 2048;
+
+/// Most query heads per kv head [`AttnDecode::dispatch_gqa`] handles.
+pub const GQA_MAX: usize = 8;
 
 /// Pass 2: merge the chunks. `q`, `k`, `v`, `q_pos` are bound but not used.
 pub static ATTN_MERGE: KernelSpec = KernelSpec {
@@ -45,7 +71,7 @@ pub static ATTN_MERGE: KernelSpec = KernelSpec {
         rd("part_o"),
         rw("out"),
     ],
-    push_size: 40,
+    push_size: 44,
     exact_fp: false,
 };
 
@@ -55,12 +81,13 @@ pub static ATTN_PREFILL: KernelSpec = KernelSpec {
     entry: "main",
     source: ATTENTION_PREFILL,
     bindings: &[rd("q"), rd("k"), rd("v"), rd("q_pos"), rw("out")],
-    push_size: 28,
+    push_size: 32,
     exact_fp: false,
 };
 
-/// Attention problem: `n_q` queries (positions in a `q_pos` buffer) against the first `n_kv`
-/// rows of a K/V cache `[n_kv.., n_kv_heads, head_dim]`.
+/// Attention problem: `n_q` queries (positions in a `q_pos` buffer) against the keys at positions
+/// `0..n_kv` of a K/V cache `[rows, n_kv_heads, head_dim]`: row `j` holds position `j`, or with a
+/// `ring`, row `j % ring` does (a sliding-window layer that keeps only `ring` rows).
 #[derive(Clone, Copy, Debug)]
 pub struct AttnShape {
     pub n_q: usize,
@@ -78,6 +105,11 @@ pub struct AttnShape {
     /// Key rows between consecutive queries' caches: 0 when every query reads the same cache,
     /// the per-slot capacity when query `i` is slot `i` of a slot-major cache (decode only).
     pub kv_stride: usize,
+    /// Rows each cache keeps: the key at position `j` is row `j % ring`. `None` (or a ring of at
+    /// least `n_kv`) is the full cache. A ring smaller than `n_kv` needs a window whose keys fit:
+    /// `window + n_q - 1 <= ring` for queries sharing one cache (consecutive positions: a chunk
+    /// must not overwrite keys its earlier queries see), `window <= ring` per slot.
+    pub ring: Option<usize>,
 }
 
 impl AttnShape {
@@ -108,16 +140,51 @@ impl AttnShape {
         if self.window == Some(0) {
             return Err(shape_err(k, "window 0 sees nothing"));
         }
-        if self.kv_stride != 0 && self.kv_stride < self.n_kv {
+        if self.ring == Some(0) {
+            return Err(shape_err(k, "ring of 0 rows"));
+        }
+        if self.ring_rows() < self.n_kv {
+            let ring = self.ring_rows();
+            let extra = if self.kv_stride == 0 { self.n_q - 1 } else { 0 };
+            match self.window {
+                Some(w) if w + extra <= ring => {}
+                _ => {
+                    return Err(shape_err(
+                        k,
+                        format!(
+                            "a ring of {ring} rows cannot hold the keys of {} queries with window {:?}",
+                            self.n_q, self.window
+                        ),
+                    ));
+                }
+            }
+        }
+        if self.kv_stride != 0 && self.kv_stride < self.rows() {
             return Err(shape_err(
                 k,
                 format!(
                     "kv_stride {} overlaps caches of {} rows",
-                    self.kv_stride, self.n_kv
+                    self.kv_stride,
+                    self.rows()
                 ),
             ));
         }
         Ok(())
+    }
+
+    /// The ring length the kernels use (`n_kv` when there is no ring: row = position).
+    fn ring_rows(&self) -> usize {
+        self.ring.unwrap_or(self.n_kv)
+    }
+
+    /// Rows of each cache.
+    fn rows(&self) -> usize {
+        self.n_kv.min(self.ring_rows())
+    }
+
+    /// Keys a query can see at most: its window, clipped to the cache.
+    fn span(&self) -> usize {
+        self.window.map_or(self.n_kv, |w| w.min(self.n_kv))
     }
 
     fn check_buffers<B: KernelBuffer>(
@@ -131,7 +198,7 @@ impl AttnShape {
     ) -> Result<(), Error> {
         let qb = 4 * (self.n_q * self.n_heads * self.head_dim) as u64;
         need(k, "q", q, qb)?;
-        let rows = (self.n_q - 1) * self.kv_stride + self.n_kv;
+        let rows = (self.n_q - 1) * self.kv_stride + self.rows();
         let kvb = self
             .kv
             .bytes((rows * self.n_kv_heads * self.head_dim) as u64);
@@ -155,6 +222,7 @@ pub struct AttnDecodeParams {
     pub softcap: f32,
     pub window: u32,
     pub kv_stride: u32,
+    pub ring: u32,
 }
 
 #[repr(C)]
@@ -167,6 +235,7 @@ pub struct AttnPrefillParams {
     pub scale: f32,
     pub softcap: f32,
     pub window: u32,
+    pub ring: u32,
 }
 
 /// Split-K decode attention: two dispatches (split, merge) through caller-provided scratch
@@ -182,27 +251,71 @@ pub struct AttnDecode<B> {
 }
 
 impl<B: KernelBuffer> AttnDecode<B> {
+    /// Chunks of `chunk` keys a query's visible keys (its window, or the whole cache) split into.
+    pub fn n_chunks(s: &AttnShape, chunk: usize) -> usize {
+        s.span().div_ceil(chunk.max(1))
+    }
+
     /// Bytes of (`part_ml`, `part_o`) for `s` split into chunks of `chunk` keys.
     pub fn scratch_bytes(s: &AttnShape, chunk: usize) -> (u64, u64) {
-        let parts = (s.n_q * s.n_heads * s.n_kv.div_ceil(chunk.max(1))) as u64;
+        let parts = (s.n_q * s.n_heads * Self::n_chunks(s, chunk)) as u64;
         (8 * parts, 4 * parts * s.head_dim as u64)
     }
 
     /// `chunk`: keys per split workgroup, a power of two in 32..=1024 (256 is a good default).
+    /// The reference split: one workgroup per query head, one key per invocation.
     pub fn dispatch(self, s: &AttnShape, chunk: usize) -> Result<[Dispatch<B>; 2], Error> {
-        let k = &ATTN_SPLIT;
-        s.check(k)?;
-        if !(32..=1024).contains(&chunk) || !chunk.is_power_of_two() {
+        self.dispatch_with(&ATTN_SPLIT, s, chunk)
+    }
+
+    /// The grouped split: one workgroup per kv head scores its keys for all `n_heads /
+    /// n_kv_heads <= GQA_MAX` query heads (each K row read once), subgroups across keys and lanes
+    /// across the row; `chunk` a power of two in 16..=256 (64 suits decode). Same partials and
+    /// merge as [`AttnDecode::dispatch`]; head_dim <= 256.
+    pub fn dispatch_gqa(self, s: &AttnShape, chunk: usize) -> Result<[Dispatch<B>; 2], Error> {
+        let k = &ATTN_SPLIT_GQA;
+        if !(16..=256).contains(&chunk) || !chunk.is_power_of_two() {
             return Err(shape_err(
                 k,
-                format!("chunk {chunk} must be a power of two in 32..=1024"),
+                format!("chunk {chunk} must be a power of two in 16..=256"),
+            ));
+        }
+        if s.n_kv_heads == 0 || s.n_heads / s.n_kv_heads.max(1) > GQA_MAX {
+            return Err(shape_err(
+                k,
+                format!(
+                    "{} query heads per kv head (at most {GQA_MAX})",
+                    s.n_heads / s.n_kv_heads.max(1)
+                ),
+            ));
+        }
+        self.dispatch_with(k, s, chunk)
+    }
+
+    fn dispatch_with(
+        self,
+        k: &'static KernelSpec,
+        s: &AttnShape,
+        chunk: usize,
+    ) -> Result<[Dispatch<B>; 2], Error> {
+        s.check(k)?;
+        if !(16..=1024).contains(&chunk) || !chunk.is_power_of_two() {
+            return Err(shape_err(
+                k,
+                format!("chunk {chunk} must be a power of two in 16..=1024"),
             ));
         }
         s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
         let (ml, o) = Self::scratch_bytes(s, chunk);
         need(k, "part_ml", &self.part_ml, ml)?;
         need(k, "part_o", &self.part_o, o)?;
-        let n_chunks = s.n_kv.div_ceil(chunk);
+        let n_chunks = Self::n_chunks(s, chunk);
+        if n_chunks > MAX_CHUNKS {
+            return Err(shape_err(
+                k,
+                format!("{n_chunks} key chunks (at most {MAX_CHUNKS}: use a larger chunk)"),
+            ));
+        }
         let m = MAX_GROUPS_X as usize;
         if n_chunks > m || s.n_heads > m || s.n_q > m {
             return Err(shape_err(k, "grid out of range"));
@@ -218,6 +331,7 @@ impl<B: KernelBuffer> AttnDecode<B> {
             softcap: s.softcap.unwrap_or(0.0),
             window: to_u32(k, "window", s.window.unwrap_or(0))?,
             kv_stride: to_u32(k, "kv_stride", s.kv_stride)?,
+            ring: to_u32(k, "ring", s.ring_rows())?,
         };
         let buffers = vec![
             self.q,
@@ -237,7 +351,15 @@ impl<B: KernelBuffer> AttnDecode<B> {
             ov.clone(),
             buffers.clone(),
             &p,
-            [n_chunks as u32, s.n_heads as u32, s.n_q as u32],
+            [
+                n_chunks as u32,
+                if std::ptr::eq(k, &ATTN_SPLIT_GQA) {
+                    s.n_kv_heads as u32
+                } else {
+                    s.n_heads as u32
+                },
+                s.n_q as u32,
+            ],
         );
         let merge = Dispatch::new(
             &ATTN_MERGE,
@@ -289,6 +411,7 @@ impl<B: KernelBuffer> AttnPrefill<B> {
             scale: s.scale,
             softcap: s.softcap.unwrap_or(0.0),
             window: to_u32(k, "window", s.window.unwrap_or(0))?,
+            ring: to_u32(k, "ring", s.ring_rows())?,
         };
         Ok(Dispatch::new(
             k,

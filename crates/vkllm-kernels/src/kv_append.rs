@@ -18,7 +18,7 @@ pub static KV_APPEND: KernelSpec = KernelSpec {
         rw("k_cache"),
         rw("v_cache"),
     ],
-    push_size: 16,
+    push_size: 20,
     exact_fp: false,
 };
 
@@ -58,6 +58,7 @@ pub struct KvAppendParams {
     pub kv_dim: u32,
     pub max_tok: u32,
     pub row_stride: u32,
+    pub ring: u32,
 }
 
 /// `k_cache[pos[t]] = k_new[t]`, `v_cache[pos[t]] = v_new[t]` for `t < n_tok`.
@@ -92,7 +93,33 @@ impl<B: KernelBuffer> KvAppend<B> {
         max_tok: usize,
         row_stride: usize,
     ) -> Result<Dispatch<B>, Error> {
+        self.dispatch_ring(dtype, n_tok, kv_dim, max_tok, row_stride, max_tok)
+    }
+
+    /// Like [`KvAppend::dispatch_slots`] for caches that keep `ring` rows per slot: token `t`
+    /// writes row `t * row_stride + pos[t] % ring` (a sliding-window layer's ring; `ring >=
+    /// max_tok` is the full cache). With `row_stride` 0 the `n_tok` tokens (consecutive
+    /// positions) must fit in the ring.
+    pub fn dispatch_ring(
+        self,
+        dtype: KvType,
+        n_tok: usize,
+        kv_dim: usize,
+        max_tok: usize,
+        row_stride: usize,
+        ring: usize,
+    ) -> Result<Dispatch<B>, Error> {
         let k = &KV_APPEND;
+        if ring == 0 {
+            return Err(shape_err(k, "ring of 0 rows"));
+        }
+        let slot_rows = ring.min(max_tok);
+        if row_stride == 0 && ring < max_tok && n_tok > ring {
+            return Err(shape_err(
+                k,
+                format!("{n_tok} tokens overwrite each other in a ring of {ring} rows"),
+            ));
+        }
         if dtype == KvType::F16 && !kv_dim.is_multiple_of(2) {
             return Err(shape_err(
                 k,
@@ -103,13 +130,13 @@ impl<B: KernelBuffer> KvAppend<B> {
         need(k, "k_new", &self.k_new, src)?;
         need(k, "v_new", &self.v_new, src)?;
         need(k, "pos", &self.pos, 4 * n_tok as u64)?;
-        if row_stride != 0 && row_stride < max_tok {
+        if row_stride != 0 && row_stride < slot_rows {
             return Err(shape_err(
                 k,
-                format!("row_stride {row_stride} overlaps slots of {max_tok} rows"),
+                format!("row_stride {row_stride} overlaps slots of {slot_rows} rows"),
             ));
         }
-        let rows = n_tok.saturating_sub(1) * row_stride + max_tok;
+        let rows = n_tok.saturating_sub(1) * row_stride + slot_rows;
         let cache = dtype.bytes((rows * kv_dim) as u64);
         need(k, "k_cache", &self.k_cache, cache)?;
         need(k, "v_cache", &self.v_cache, cache)?;
@@ -122,6 +149,7 @@ impl<B: KernelBuffer> KvAppend<B> {
             kv_dim: to_u32(k, "kv_dim", kv_dim)?,
             max_tok: to_u32(k, "max_tok", max_tok)?,
             row_stride: to_u32(k, "row_stride", row_stride)?,
+            ring: to_u32(k, "ring", ring)?,
         };
         Ok(Dispatch::new(
             k,

@@ -35,12 +35,15 @@ pub mod kv_append;
 pub mod logprobs;
 pub mod mat_quant;
 pub mod matmul;
+pub mod matmul_coop;
 pub mod matvec;
+pub mod matvec_fused;
 pub mod moe_experts;
 pub mod moe_experts_quant;
 pub mod moe_route;
 pub mod rmsnorm;
 pub mod rope;
+pub mod rope_kv_append;
 pub mod sample;
 pub mod sigmoid_mul;
 pub mod softmax;
@@ -59,12 +62,16 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &rmsnorm::ADD_RMSNORM,
         &matvec::MATVEC,
         &matvec::MATVEC_VEC,
+        &matvec_fused::MATVEC_FUSED,
         &matmul::MATMUL,
+        &matmul_coop::MATMUL_COOP,
         &mat_quant::MATVEC_QUANT,
         &mat_quant::MATMUL_QUANT,
         &mat_quant::EMBEDDING_QUANT,
         &rope::ROPE,
+        &rope_kv_append::ROPE_KV_APPEND,
         &attention::ATTN_SPLIT,
+        &attention::ATTN_SPLIT_GQA,
         &attention::ATTN_MERGE,
         &attention::ATTN_PREFILL,
         &activation::SILU_MUL,
@@ -77,6 +84,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &kv_append::KV_APPEND,
         &argmax::ARGMAX,
         &sample::SAMPLE,
+        &sample::SAMPLE_ARGMAX_PARTIAL,
         &logprobs::LOGPROBS,
         &decode_advance::DECODE_ADVANCE,
         &causal_conv1d::CAUSAL_CONV1D,

@@ -18,9 +18,30 @@ pub static SAMPLE: KernelSpec = KernelSpec {
         rw("scratch"),
         rw("out"),
     ],
-    push_size: 16,
+    push_size: 20,
     exact_fp: true,
 };
+
+/// The first pass of the split greedy argmax (see [`Sample::dispatch_split`]).
+pub static SAMPLE_ARGMAX_PARTIAL: KernelSpec = KernelSpec {
+    name: "sample_argmax_partial",
+    file: "sample.wgsl",
+    entry: "argmax_partial",
+    source: SRC,
+    bindings: &[
+        rd("logits"),
+        rd("counts"),
+        rd("bias"),
+        rd("cfg"),
+        rw("scratch"),
+        rd("out"),
+    ],
+    push_size: 20,
+    exact_fp: true,
+};
+
+/// Workgroups per row of the split greedy argmax's first pass (at most).
+pub const ARGMAX_PARTS: usize = 128;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
@@ -29,6 +50,8 @@ pub struct SamplePush {
     pub p2: u32,
     pub n_rows: u32,
     pub max_bias: u32,
+    /// Partial argmax pairs left in scratch by the first pass (0: one-pass greedy).
+    pub n_part: u32,
 }
 
 /// One row's settings as the kernel reads them from the `cfg` buffer (80 bytes). A recorded
@@ -139,6 +162,33 @@ impl<B: KernelBuffer> Sample<B> {
         16 * (vocab.max(1).next_power_of_two() * rows.max(1)) as u64
     }
 
+    /// Greedy rows without penalties or bias split their argmax over many workgroups: a first
+    /// dispatch (`argmax_partial`, grid parts x rows) leaves per-part maxima in scratch and the
+    /// sampler reduces those. Same choices as [`Sample::dispatch`] (the one-workgroup reference),
+    /// which reads all V logits of a row in one workgroup (~190 us for V = 151936 on an H200).
+    pub fn dispatch_split(self, s: &SampleShape) -> Result<[Dispatch<B>; 2], Error> {
+        let parts = s.vocab.div_ceil(1024).clamp(1, ARGMAX_PARTS);
+        let mut main = Sample { ..self }.dispatch(s)?;
+        let mut push: SamplePush = bytemuck::pod_read_unaligned(&main.push);
+        push.n_part = parts as u32;
+        main.push = bytemuck::bytes_of(&push).to_vec();
+        let first = Dispatch::new(
+            &SAMPLE_ARGMAX_PARTIAL,
+            Overrides::new(),
+            vec![
+                self.logits,
+                self.counts,
+                self.bias,
+                self.cfg,
+                self.scratch,
+                self.out,
+            ],
+            &push,
+            [parts as u32, s.rows as u32, 1],
+        );
+        Ok([first, main])
+    }
+
     pub fn dispatch(self, s: &SampleShape) -> Result<Dispatch<B>, Error> {
         let k = &SAMPLE;
         if s.vocab == 0 || s.rows == 0 {
@@ -170,6 +220,7 @@ impl<B: KernelBuffer> Sample<B> {
             p2: to_u32(k, "scratch", s.vocab.next_power_of_two())?,
             n_rows: to_u32(k, "rows", s.rows)?,
             max_bias: to_u32(k, "max_bias", s.max_bias)?,
+            n_part: 0,
         };
         Ok(Dispatch::new(
             k,

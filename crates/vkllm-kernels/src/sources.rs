@@ -1,4 +1,6 @@
-//! The embedded WGSL sources (`shaders/` is a link to the repository's `shaders/`).
+//! The embedded WGSL sources (`shaders/` is a link to the repository's `shaders/`). A kernel file
+//! that names `*.inc.wgsl` fragments in `// #include` lines is followed by them here, as build.rs
+//! assembles it (a test checks the two agree).
 
 pub(crate) const ACTIVATION: &str = include_str!("../shaders/activation.wgsl");
 pub(crate) const ARGMAX: &str = include_str!("../shaders/argmax.wgsl");
@@ -14,18 +16,69 @@ pub(crate) const GATED_DELTA_RULE_CHUNKED: &str =
 pub(crate) const GATED_RMSNORM: &str = include_str!("../shaders/gated_rmsnorm.wgsl");
 pub(crate) const KV_APPEND: &str = include_str!("../shaders/kv_append.wgsl");
 pub(crate) const LOGPROBS: &str = include_str!("../shaders/logprobs.wgsl");
-pub(crate) const MAT_QUANT: &str = include_str!("../shaders/mat_quant.wgsl");
+pub(crate) const MAT_QUANT: &str = concat!(
+    include_str!("../shaders/mat_quant.wgsl"),
+    include_str!("../shaders/quant_blocks.inc.wgsl")
+);
 pub(crate) const MATMUL: &str = include_str!("../shaders/matmul.wgsl");
+/// `matmul_coop.wgsl` shares `mat_quant.wgsl`'s bindings and block decoding (its
+/// `// #append mat_quant.wgsl` line, which build.rs also honours).
+pub(crate) const MATMUL_COOP: &str = concat!(
+    include_str!("../shaders/matmul_coop.wgsl"),
+    include_str!("../shaders/mat_quant.wgsl"),
+    include_str!("../shaders/quant_blocks.inc.wgsl")
+);
 pub(crate) const MATVEC: &str = include_str!("../shaders/matvec.wgsl");
+pub(crate) const MATVEC_FUSED: &str = concat!(
+    include_str!("../shaders/matvec_fused.wgsl"),
+    include_str!("../shaders/quant_blocks.inc.wgsl")
+);
 pub(crate) const MOE_EXPERTS: &str = include_str!("../shaders/moe_experts.wgsl");
-/// Prepended with the block-decoding snippet its first line names.
 pub(crate) const MOE_EXPERTS_QUANT: &str = concat!(
-    include_str!("../shaders/quant_blocks.wgsli"),
-    include_str!("../shaders/moe_experts_quant.wgsl")
+    include_str!("../shaders/moe_experts_quant.wgsl"),
+    include_str!("../shaders/quant_blocks.inc.wgsl")
 );
 pub(crate) const MOE_ROUTE: &str = include_str!("../shaders/moe_route.wgsl");
 pub(crate) const RMSNORM: &str = include_str!("../shaders/rmsnorm.wgsl");
 pub(crate) const ROPE: &str = include_str!("../shaders/rope.wgsl");
+pub(crate) const ROPE_KV_APPEND: &str = include_str!("../shaders/rope_kv_append.wgsl");
 pub(crate) const SAMPLE: &str = include_str!("../shaders/sample.wgsl");
 pub(crate) const SIGMOID_MUL: &str = include_str!("../shaders/sigmoid_mul.wgsl");
 pub(crate) const SOFTMAX: &str = include_str!("../shaders/softmax.wgsl");
+
+#[cfg(test)]
+mod tests {
+    /// Each kernel file's `// #include` lines name exactly the fragments its embedded source
+    /// appends (what build.rs validates is what runs).
+    #[test]
+    fn includes_match_build_assembly() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
+        for (file, src) in [
+            ("mat_quant.wgsl", super::MAT_QUANT),
+            ("matvec_fused.wgsl", super::MATVEC_FUSED),
+            ("matmul_coop.wgsl", super::MATMUL_COOP),
+            ("moe_experts_quant.wgsl", super::MOE_EXPERTS_QUANT),
+        ] {
+            let want = assemble(&dir, file);
+            assert_ne!(
+                want.len(),
+                std::fs::read_to_string(dir.join(file)).unwrap().len()
+            );
+            assert_eq!(src, want, "{file}");
+        }
+    }
+
+    /// As build.rs assembles a kernel: the file, then each `// #include`d file, recursively.
+    fn assemble(dir: &std::path::Path, file: &str) -> String {
+        let mut s = std::fs::read_to_string(dir.join(file)).unwrap();
+        let includes: Vec<String> = s
+            .lines()
+            .filter_map(|l| l.strip_prefix("// #include "))
+            .map(|n| n.trim().to_string())
+            .collect();
+        for inc in includes {
+            s.push_str(&assemble(dir, &inc));
+        }
+        s
+    }
+}

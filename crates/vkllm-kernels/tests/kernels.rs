@@ -49,6 +49,136 @@ fn dtype_variants_emit_spirv() {
     .unwrap();
 }
 
+/// Every weight type and both tilings of the cooperative-matrix matmul specialise (naga emits
+/// CooperativeMatrixKHR, Float16 and the Vulkan memory model for them).
+#[test]
+fn coop_matmul_variants_emit_spirv() {
+    use vkllm_kernels::matmul_coop::{CoopTile, MATMUL_COOP, MatmulCoop};
+    let types = [WeightType::F32, WeightType::F16, WeightType::Bf16]
+        .into_iter()
+        .chain(WeightType::QUANTIZED);
+    for (i, dt) in types.enumerate() {
+        let tile = if i % 2 == 0 {
+            CoopTile::LARGE
+        } else {
+            CoopTile::SMALL
+        };
+        let s = MatShape {
+            dtype: dt,
+            rows: 300,
+            cols: 512,
+            row_offset: 0,
+            accumulate: false,
+        };
+        let w = Fake(dt.storage_bytes(300 * 512));
+        let d = MatmulCoop {
+            w,
+            x: Fake(4 * 40 * 512),
+            y: Fake(4 * 40 * 300),
+        }
+        .dispatch(&s, 40, 300, 32, tile)
+        .unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+        assert_eq!(d.groups, [300u32.div_ceil(tile.bn() as u32), 1, 1]);
+        let words = compile_spirv(&MATMUL_COOP, &d.overrides, SpirvOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+        // OpCapability CooperativeMatrixKHR (6022) and OpMemoryModel Logical Vulkan (3).
+        let has = |op: u32, operands: &[u32]| {
+            let mut i = 5;
+            while i < words.len() {
+                let n = (words[i] >> 16) as usize;
+                if words[i] & 0xffff == op && words[i + 1..].starts_with(operands) {
+                    return true;
+                }
+                i += n.max(1);
+            }
+            false
+        };
+        assert!(has(17, &[6022]), "{}: no CooperativeMatrixKHR", dt.name());
+        assert!(
+            has(14, &[0, 3]),
+            "{}: not the Vulkan memory model",
+            dt.name()
+        );
+    }
+}
+
+#[test]
+fn coop_matmul_rejects_bad_tilings() {
+    use vkllm_kernels::matmul_coop::{CoopTile, MatmulCoop};
+    let s = MatShape {
+        dtype: WeightType::F16,
+        rows: 64,
+        cols: 64,
+        row_offset: 0,
+        accumulate: false,
+    };
+    let mk = || MatmulCoop {
+        w: Fake(64 * 64 * 2),
+        x: Fake(4 * 64 * 64),
+        y: Fake(4 * 64 * 64),
+    };
+    let too_big = CoopTile {
+        sgm: 4,
+        sgn: 4,
+        wm: 4,
+        wn: 4,
+    };
+    // 4 subgroups of 32 would need 8 X slots per invocation for 128 tokens.
+    let few_threads = CoopTile {
+        sgm: 2,
+        sgn: 2,
+        wm: 4,
+        wn: 4,
+    };
+    assert!(!few_threads.fits(32) && few_threads.fits(64));
+    assert!(matches!(
+        mk().dispatch(&s, 64, 64, 32, few_threads),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        mk().dispatch(&s, 64, 64, 32, too_big),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        mk().dispatch(&s, 64, 64, 24, CoopTile::SMALL),
+        Err(Error::Shape { .. })
+    ));
+    // x too small for n tokens.
+    assert!(matches!(
+        mk().dispatch(&s, 65, 64, 32, CoopTile::SMALL),
+        Err(Error::BufferTooSmall { binding: "x", .. })
+    ));
+    // 4096 rows x 512 tokens: 32 x 4 workgroups of 128 x 128.
+    assert_eq!(
+        CoopTile::for_shape(4096, 512, 32, 128),
+        Some(CoopTile::LARGE)
+    );
+    // 2048 x 512: 64 large, 128 of 64 x 128.
+    assert_eq!(
+        CoopTile::for_shape(2048, 512, 32, 128),
+        Some(CoopTile::SMALL)
+    );
+    // 1024 x 512: 64 of 64 x 128, 128 of 64 x 64; 1024 x 100: smallest.
+    assert_eq!(
+        CoopTile::for_shape(1024, 512, 32, 128),
+        Some(CoopTile::TINY)
+    );
+    assert_eq!(
+        CoopTile::for_shape(1024, 100, 32, 128),
+        Some(CoopTile::TINY)
+    );
+    // Subgroups of 64: 512-invocation workgroups, 2 X slots each for the large tiling.
+    assert_eq!(
+        CoopTile::for_shape(4096, 512, 64, 128),
+        Some(CoopTile::LARGE)
+    );
+    // Subgroups of 8: no tiling has a whole number of slots per invocation <= 4.
+    assert_eq!(CoopTile::for_shape(4096, 512, 8, 128), None);
+    assert!(CoopTile::LARGE.fits(32) && CoopTile::SMALL.fits(32) && CoopTile::TINY.fits(32));
+    assert_eq!((CoopTile::LARGE.bm(), CoopTile::LARGE.bn()), (128, 128));
+    assert_eq!((CoopTile::SMALL.bm(), CoopTile::SMALL.bn()), (64, 128));
+}
+
 #[test]
 fn unknown_override_is_an_error() {
     let o = Overrides::new().set("NO_SUCH_CONSTANT", 1.0);
@@ -269,4 +399,205 @@ fn quant_matmul(s: &MatShape) -> vkllm_kernels::Dispatch<Fake> {
     }
     .dispatch(s, 5, s.rows)
     .unwrap()
+}
+
+/// The fused matvec's binding refuses what the kernel cannot do and sizes its grid per part.
+#[test]
+fn fused_matvec_checks_its_op() {
+    use vkllm_kernels::matvec_fused::{
+        Epilogue, GatedAct, MatvecFused, MatvecOp, MatvecPart, MatvecTuning, NormPrologue,
+    };
+    let big = Fake(1 << 24);
+    let run = |op: &MatvecOp, parts: usize, norm: bool| {
+        MatvecFused {
+            w: vec![big; parts],
+            x: big,
+            y: big,
+            norm_w: norm.then_some(big),
+        }
+        .dispatch(op)
+    };
+    let shape_err = |r: Result<vkllm_kernels::Dispatch<Fake>, Error>| {
+        matches!(
+            r,
+            Err(Error::Shape {
+                kernel: "matvec_fused",
+                ..
+            })
+        )
+    };
+    let plain = MatvecOp::plain(WeightType::F16, 1000, 1024);
+    // 1000 rows at 4 teams x 1 row per workgroup: 250 workgroups.
+    let d = run(&plain, 1, false).unwrap();
+    assert_eq!(d.groups, [250, 1, 1]);
+    assert_eq!(d.overrides.get("LPR"), Some(32.0));
+    assert_eq!(d.overrides.get("UE"), Some(8.0));
+    // Three parts: per-part workgroup ranges (100 -> 25, 7 -> 2, 9 -> 3).
+    let qkv = MatvecOp {
+        parts: vec![
+            MatvecPart {
+                rows: 100,
+                y_offset: 0,
+            },
+            MatvecPart {
+                rows: 7,
+                y_offset: 100,
+            },
+            MatvecPart {
+                rows: 9,
+                y_offset: 107,
+            },
+        ],
+        y_stride: 116,
+        ..plain.clone()
+    };
+    assert_eq!(run(&qkv, 3, false).unwrap().groups, [30, 1, 1]);
+    assert!(shape_err(run(&qkv, 2, false)), "one weight per part");
+    assert!(
+        shape_err(run(
+            &MatvecOp {
+                y_stride: 115,
+                ..qkv.clone()
+            },
+            3,
+            false
+        )),
+        "part past y_stride"
+    );
+    for n in [0, 9] {
+        let op = MatvecOp {
+            n_cols: n,
+            ..plain.clone()
+        };
+        assert!(shape_err(run(&op, 1, false)), "n = {n}");
+    }
+    // f16 rows must be whole 16-byte words.
+    let odd = MatvecOp::plain(WeightType::F16, 4, 1020);
+    assert!(!odd.fast_supported());
+    assert!(shape_err(run(&odd, 1, false)));
+    // Gated: two parts of equal rows.
+    let gated = MatvecOp {
+        parts: vec![
+            MatvecPart {
+                rows: 8,
+                y_offset: 0,
+            },
+            MatvecPart {
+                rows: 9,
+                y_offset: 0,
+            },
+        ],
+        y_stride: 8,
+        epilogue: Epilogue::Gated {
+            act: GatedAct::Silu,
+        },
+        ..plain.clone()
+    };
+    assert!(shape_err(run(&gated, 2, false)));
+    let mut ok = gated.clone();
+    ok.parts[1].rows = 8;
+    assert_eq!(run(&ok, 2, false).unwrap().overrides.get("EPI"), Some(2.0));
+    // norm_w exactly when the op has a norm.
+    let normed = MatvecOp {
+        norm: Some(NormPrologue {
+            eps: 1e-6,
+            offset: 1.0,
+        }),
+        ..plain.clone()
+    };
+    assert!(shape_err(run(&normed, 1, false)));
+    assert!(shape_err(run(&plain, 1, true)));
+    assert!(run(&normed, 1, true).is_ok());
+    // Tuning limits: 5 rows per team; 8 columns x 4 slots over the 16 accumulators.
+    for t in [(128, 32, 5), (100, 32, 1), (128, 256, 1)] {
+        let op = MatvecOp {
+            tuning: Some(MatvecTuning {
+                wg: t.0,
+                lanes: t.1,
+                rows_per_team: t.2,
+            }),
+            ..plain.clone()
+        };
+        assert!(shape_err(run(&op, 1, false)), "{t:?}");
+    }
+    let op = MatvecOp {
+        n_cols: 8,
+        tuning: Some(MatvecTuning {
+            wg: 128,
+            lanes: 32,
+            rows_per_team: 2,
+        }),
+        ..ok.clone()
+    };
+    assert!(shape_err(run(&op, 2, false)));
+    // Weights are read as 16-byte words: a Q8_0 part of 3 x 32 (102 bytes) needs 112.
+    let q = MatvecOp::plain(WeightType::Q8_0, 3, 32);
+    match (MatvecFused {
+        w: vec![Fake(104)],
+        x: big,
+        y: big,
+        norm_w: None,
+    })
+    .dispatch(&q)
+    {
+        Err(Error::BufferTooSmall {
+            binding: "w",
+            need: 112,
+            have: 104,
+            ..
+        }) => {}
+        other => panic!("expected BufferTooSmall, got {:?}", other.map(|d| d.groups)),
+    }
+}
+
+/// Every weight type x fusion of the fused matvec specialises into SPIR-V.
+#[test]
+fn fused_matvec_variants_emit_spirv() {
+    use vkllm_kernels::matvec_fused::{
+        Epilogue, GatedAct, MatvecFused, MatvecOp, MatvecPart, NormPrologue,
+    };
+    let big = Fake(1 << 24);
+    let types = [WeightType::F32, WeightType::F16, WeightType::Bf16]
+        .into_iter()
+        .chain(WeightType::QUANTIZED);
+    for dtype in types {
+        let plain = MatvecOp::plain(dtype, 64, 256);
+        let part = |y_offset| MatvecPart { rows: 64, y_offset };
+        let variants = [
+            MatvecOp {
+                n_cols: 8,
+                epilogue: Epilogue::Accumulate,
+                ..plain.clone()
+            },
+            MatvecOp {
+                parts: vec![part(0), part(64), part(128)],
+                y_stride: 192,
+                n_cols: 3,
+                norm: Some(NormPrologue {
+                    eps: 1e-6,
+                    offset: 0.0,
+                }),
+                ..plain.clone()
+            },
+            MatvecOp {
+                parts: vec![part(0), part(0)],
+                epilogue: Epilogue::Gated {
+                    act: GatedAct::GeluTanh,
+                },
+                ..plain.clone()
+            },
+        ];
+        for op in variants {
+            let d = MatvecFused {
+                w: vec![big; op.parts.len()],
+                x: big,
+                y: big,
+                norm_w: op.norm.map(|_| big),
+            }
+            .dispatch(&op)
+            .unwrap_or_else(|e| panic!("{dtype:?}: {e}"));
+            compile_spirv(d.kernel, &d.overrides, SpirvOptions::default())
+                .unwrap_or_else(|e| panic!("{dtype:?} {:?}: {e}", op.epilogue));
+        }
+    }
 }

@@ -7,54 +7,11 @@
 
 use vkllm_cpu::AttnParams;
 
-use crate::backend::{Backend, KvDtype, KvRows, KvView, Tensor};
+use crate::backend::{Backend, KvDtype, KvRows, RopeKv, Tensor};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
+pub use crate::kv_cache::{KV_ROW_ALIGN, KvCache, KvLayer};
 use crate::weights::{TensorSource, Weights};
-
-/// The KV caches of `slots` sequences: per layer, keys and values of `capacity` positions per
-/// slot, slot-major (slot `s` owns rows `s * stride .. s * stride + capacity`).
-#[derive(Clone, Debug)]
-pub struct KvCache {
-    pub capacity: usize,
-    /// Rows between slots: `capacity` rounded up to a multiple of [`KV_ROW_ALIGN`], so every
-    /// slot's region starts at a bindable buffer offset.
-    pub stride: usize,
-    pub slots: usize,
-    pub dtype: KvDtype,
-    pub layers: Vec<(Tensor, Tensor)>,
-}
-
-/// Slot regions of a KV cache start at multiples of this many rows.
-pub const KV_ROW_ALIGN: usize = 128;
-
-impl KvCache {
-    /// Layer `l`'s caches, addressing `rows`.
-    pub fn view(&self, l: usize, rows: KvRows) -> KvView {
-        let (k, v) = self.layers[l];
-        KvView {
-            k,
-            v,
-            capacity: self.capacity,
-            stride: self.stride,
-            slots: self.slots,
-            dtype: self.dtype,
-            rows,
-        }
-    }
-
-    /// Bytes of keys and values for a model with `layers` layers of `kv_dim`.
-    pub fn bytes_for(
-        layers: usize,
-        kv_dim: usize,
-        capacity: usize,
-        slots: usize,
-        dtype: KvDtype,
-    ) -> u64 {
-        let stride = capacity.div_ceil(KV_ROW_ALIGN) * KV_ROW_ALIGN;
-        2 * (layers * slots * stride * kv_dim * dtype.bytes_per_value()) as u64
-    }
-}
 
 /// The activations of one chunk: allocated once, reused by every forward.
 #[derive(Clone, Debug)]
@@ -117,7 +74,7 @@ impl Model {
             q: b.alloc_f32(chunk * cfg.q_dim())?,
             k: b.alloc_f32(chunk * cfg.kv_dim())?,
             v: b.alloc_f32(chunk * cfg.kv_dim())?,
-            qn: b.alloc_f32(if cfg.qk_norm { chunk * cfg.q_dim() } else { 1 })?,
+            qn: b.alloc_f32(chunk * cfg.q_dim())?,
             kn: b.alloc_f32(if cfg.qk_norm { chunk * cfg.kv_dim() } else { 1 })?,
             att: b.alloc_f32(chunk * cfg.q_dim())?,
             o: b.alloc_f32(chunk * h)?,
@@ -148,45 +105,16 @@ impl Model {
         slots: usize,
         dtype: KvDtype,
     ) -> Result<KvCache, ModelError> {
-        if capacity == 0 || slots == 0 {
-            return Err(ModelError::Config {
-                field: "kv cache".into(),
-                msg: format!("capacity {capacity} and slots {slots} must be > 0"),
-            });
-        }
-        let w = self.cfg.kv_dim();
-        let stride = capacity.div_ceil(KV_ROW_ALIGN) * KV_ROW_ALIGN;
-        let need = KvCache::bytes_for(self.cfg.n_layers, w, capacity, slots, dtype);
-        // Leave room for the activations of a chunk and the driver (1/16 of the device).
-        if let Some((free, total)) = b.memory_free()
-            && need > free.saturating_sub(total / 16)
-        {
-            return Err(ModelError::OutOfMemory {
-                what: format!(
-                    "KV cache ({slots} x {capacity} positions, {}, {} layers)",
-                    dtype.name(),
-                    self.cfg.n_layers
-                ),
-                need,
-                available: free.saturating_sub(total / 16),
-                total,
-            });
-        }
-        let layers = (0..self.cfg.n_layers)
-            .map(|_| {
-                Ok((
-                    b.alloc_kv(slots * stride * w, dtype)?,
-                    b.alloc_kv(slots * stride * w, dtype)?,
-                ))
-            })
-            .collect::<Result<_, ModelError>>()?;
-        Ok(KvCache {
+        let windows: Vec<Option<usize>> = self.cfg.layers.iter().map(|l| l.window).collect();
+        KvCache::alloc(
+            b,
+            &windows,
+            self.cfg.kv_dim(),
             capacity,
-            stride,
+            self.chunk,
             slots,
             dtype,
-            layers,
-        })
+        )
     }
 
     /// Runs `ids` at positions `start..start + ids.len()`, writing their keys and values into
@@ -229,6 +157,7 @@ impl Model {
                 capacity: kv.capacity,
             });
         }
+        kv.check_chunk(self.chunk.min(ids.len()))?;
         let vocab = self.cfg.vocab_size;
         let mut out = Vec::with_capacity(if want == Logits::All {
             ids.len() * vocab
@@ -275,6 +204,11 @@ impl Model {
         let mut out = vec![0f32; rows * self.cfg.vocab_size];
         b.read_f32(self.s.logits, 0, &mut out)?;
         Ok(out)
+    }
+
+    /// The most tokens one forward pass takes (longer prompts run as several chunks).
+    pub fn chunk_size(&self) -> usize {
+        self.chunk
     }
 
     /// The token-id and position tensors a forward reads (u32, one per token of a chunk).
@@ -356,28 +290,27 @@ impl Model {
             b.linear(&lw.q, s.h, n, s.q)?;
             b.linear(&lw.k, s.h, n, s.k)?;
             b.linear(&lw.v, s.h, n, s.v)?;
-            let (q, k) = match (lw.q_norm, lw.k_norm) {
-                (Some(qw), Some(kw)) => {
-                    b.mark("qk_norm");
-                    b.rmsnorm(s.q, qw, n * c.n_heads, hd, c.rms_eps, c.norm_offset, s.qn)?;
-                    b.rmsnorm(
-                        s.k,
-                        kw,
-                        n * c.n_kv_heads,
-                        hd,
-                        c.rms_eps,
-                        c.norm_offset,
-                        s.kn,
-                    )?;
-                    (s.qn, s.kn)
-                }
-                _ => (s.q, s.k),
-            };
-            b.mark("rope");
-            b.rope(q, n, c.n_heads, hd, inp.pos, &lc.rope)?;
-            b.rope(k, n, c.n_kv_heads, hd, inp.pos, &lc.rope)?;
-            b.mark("kv_store");
-            b.kv_store(k, s.v, n, c.kv_dim(), inp.pos, &view)?;
+            b.mark("rope_kv");
+            b.rope_kv(
+                &RopeKv {
+                    q: s.q,
+                    k: s.k,
+                    v: s.v,
+                    q_out: s.qn,
+                    k_tmp: s.kn,
+                    n,
+                    n_heads: c.n_heads,
+                    n_kv_heads: c.n_kv_heads,
+                    head_dim: hd,
+                    norm: lw.q_norm.zip(lw.k_norm),
+                    eps: c.rms_eps,
+                    norm_offset: c.norm_offset,
+                    positions: inp.pos,
+                    rope: &lc.rope,
+                },
+                &view,
+            )?;
+            let q = s.qn;
             let p = AttnParams {
                 n_heads: c.n_heads,
                 n_kv_heads: c.n_kv_heads,
@@ -389,9 +322,13 @@ impl Model {
             b.mark("attention");
             b.attention(q, &view, n, inp.pos, &p, s.att)?;
             b.mark("o_proj");
-            b.linear(&lw.o, s.att, n, s.o)?;
-            b.mark("residual");
-            residual_add(b, s.x, s.o, lw.post_attn_norm, s.h, n, c)?;
+            if lw.post_attn_norm.is_none() {
+                b.linear_add(&lw.o, s.att, n, s.x, s.o)?;
+            } else {
+                b.linear(&lw.o, s.att, n, s.o)?;
+                b.mark("residual");
+                residual_add(b, s.x, s.o, lw.post_attn_norm, s.h, n, c)?;
+            }
 
             // MLP block
             b.mark("ffn_norm");
@@ -402,9 +339,13 @@ impl Model {
             b.mark("act");
             b.gated_act(c.activation, s.gate, s.up, n * ff, s.act)?;
             b.mark("down");
-            b.linear(&lw.down, s.act, n, s.o)?;
-            b.mark("residual");
-            residual_add(b, s.x, s.o, lw.post_ffn_norm, s.h, n, c)?;
+            if lw.post_ffn_norm.is_none() {
+                b.linear_add(&lw.down, s.act, n, s.x, s.o)?;
+            } else {
+                b.linear(&lw.down, s.act, n, s.o)?;
+                b.mark("residual");
+                residual_add(b, s.x, s.o, lw.post_ffn_norm, s.h, n, c)?;
+            }
         }
 
         let Some(want) = want else {

@@ -17,6 +17,7 @@ pub mod forward;
 pub mod gguf;
 mod gguf_hybrid;
 pub mod hybrid;
+mod kv_cache;
 pub mod parity;
 pub mod perplexity;
 pub mod progress;
@@ -30,12 +31,12 @@ pub use backend::vulkan::{
     ProfiledDispatch, SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs,
     VulkanBackend,
 };
-pub use backend::{Backend, KvDtype, KvRows, KvView, Linear, Tensor};
+pub use backend::{Backend, KvDtype, KvRows, KvView, Linear, RopeKv, Tensor, rope_kv_unfused};
 pub use checkpoint::{Checkpoint, load_checkpoint};
 pub use config::{LayerConfig, ModelConfig};
 pub use error::ModelError;
 pub use family::{Activation, Family};
-pub use forward::{DEFAULT_CHUNK, KV_ROW_ALIGN, KvCache, Logits, Model};
+pub use forward::{DEFAULT_CHUNK, KV_ROW_ALIGN, KvCache, KvLayer, Logits, Model};
 pub use progress::LoadProgress;
 pub use quantize::{QuantScheme, QuantizingSource};
 pub use weights::{HostTensor, RawTensor, TensorSource, Weights};

@@ -1,18 +1,22 @@
 //! Matvec/matmul micro-benchmark by timestamp queries: GB/s (weight bytes read, as stored: the
-//! quantized blocks for llama.cpp formats) and GFLOP/s.
+//! quantized blocks for llama.cpp formats) and GFLOP/s; the fused matvec variants
+//! ([`bench_matvec`]) and the copy roof ([`bench_copy`]).
 
 use vkllm_kernels::WeightType;
+use vkllm_kernels::matvec_fused::{Epilogue, GatedAct, MatvecImpl, MatvecTuning, NormPrologue};
 
 use crate::buffer::MemoryKind;
 use crate::device::Device;
 use crate::error::Result;
 use crate::recorder::Recorder;
-use crate::tensor::Tensor;
+use crate::tensor::{MatmulKernel, MatvecPlan, Tensor};
 
 /// One measured shape.
 #[derive(Clone, Debug)]
 pub struct BenchResult {
-    pub op: &'static str,
+    /// "matvec", "matmul" (the kernel [`MatmulKernel::Auto`] picks), "matmul portable" or
+    /// "matmul coop BMxBN".
+    pub op: String,
     pub dtype: WeightType,
     pub rows: usize,
     pub cols: usize,
@@ -55,6 +59,19 @@ pub fn bench_matmul(
     n: usize,
     iters: u32,
 ) -> Result<BenchResult> {
+    bench_matmul_with(dev, dtype, rows, cols, n, iters, MatmulKernel::Auto)
+}
+
+/// [`bench_matmul`] on a chosen matmul kernel (ignored for n = 1).
+pub fn bench_matmul_with(
+    dev: &Device,
+    dtype: WeightType,
+    rows: usize,
+    cols: usize,
+    n: usize,
+    iters: u32,
+    kernel: MatmulKernel,
+) -> Result<BenchResult> {
     let w = Tensor::new(dev, "bench-w", dtype, rows, cols)?;
     let parts = w.parts.len() as u32;
     let x = dev.create_buffer("bench-x", 4 * (n * cols) as u64, MemoryKind::Device)?;
@@ -71,7 +88,7 @@ pub fn bench_matmul(
         if n == 1 {
             r.matvec(&w, x.all(), y.all(), false)?;
         } else {
-            r.matmul(&w, x.all(), n, y.all(), false)?;
+            r.matmul_with(&w, x.all(), n, y.all(), false, kernel)?;
         }
     }
     let rec = r.finish()?;
@@ -88,7 +105,20 @@ pub fn bench_matmul(
     let bytes = dtype.storage_bytes((rows * cols) as u64) as f64 + 4.0 * (n * (rows + cols)) as f64;
     let flops = 2.0 * (rows * cols * n) as f64;
     Ok(BenchResult {
-        op: if n == 1 { "matvec" } else { "matmul" },
+        op: match kernel {
+            _ if n == 1 => "matvec".into(),
+            MatmulKernel::Auto => "matmul".into(),
+            MatmulKernel::Portable => "matmul portable".into(),
+            MatmulKernel::Coop(t) => format!(
+                "matmul coop {}x{} ({}x{} sg, {}x{} tiles)",
+                t.bm(),
+                t.bn(),
+                t.sgm,
+                t.sgn,
+                t.wm,
+                t.wn
+            ),
+        },
         dtype,
         rows,
         cols,
@@ -97,4 +127,187 @@ pub fn bench_matmul(
         gb_per_s: bytes / ns,
         gflop_per_s: flops / ns,
     })
+}
+
+/// The fused shape a [`bench_matvec`] measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatvecFusion {
+    /// `y = W x`.
+    Plain,
+    /// RMSNorm prologue, then `y = W x`.
+    Norm,
+    /// q, k, v (rows split 2 : 1 : 1) into one output, with the norm: one dispatch.
+    Qkv,
+    /// Gate and up (`rows` rows each), silu, with the norm: one dispatch.
+    GateUp,
+}
+
+impl MatvecFusion {
+    pub fn name(self) -> &'static str {
+        match self {
+            MatvecFusion::Plain => "plain",
+            MatvecFusion::Norm => "norm",
+            MatvecFusion::Qkv => "qkv",
+            MatvecFusion::GateUp => "gate_up",
+        }
+    }
+}
+
+/// One matvec benchmark: `n` columns of a `[rows, cols]` weight, fused as `fusion`.
+#[derive(Clone, Copy, Debug)]
+pub struct MatvecBench {
+    pub dtype: WeightType,
+    pub rows: usize,
+    pub cols: usize,
+    pub n: usize,
+    pub imp: MatvecImpl,
+    pub fusion: MatvecFusion,
+    pub tuning: Option<MatvecTuning>,
+    pub iters: u32,
+}
+
+/// Times `b.iters` back-to-back dispatches (median) of the fast or the reference matvec.
+/// `gb_per_s` counts the bytes read and written once (weights as stored, x, norm weight, y);
+/// the reference kernel takes only plain single-column shapes.
+pub fn bench_matvec(dev: &Device, b: &MatvecBench) -> Result<BenchResult> {
+    let plain = b.fusion == MatvecFusion::Plain && b.n == 1;
+    if b.imp == MatvecImpl::Reference && !plain {
+        return Err(crate::Error::Shape(
+            "the reference matvec takes one column and no fusion".into(),
+        ));
+    }
+    let (cols, n) = (b.cols, b.n);
+    let part_rows: Vec<usize> = match b.fusion {
+        MatvecFusion::Plain | MatvecFusion::Norm => vec![b.rows],
+        MatvecFusion::Qkv => {
+            let q = b.rows / 2;
+            let k = b.rows / 4;
+            vec![q, k, b.rows - q - k]
+        }
+        MatvecFusion::GateUp => vec![b.rows, b.rows],
+    };
+    let ws: Vec<Tensor> = part_rows
+        .iter()
+        .map(|&r| Tensor::new(dev, "bench-w", b.dtype, r, cols))
+        .collect::<Result<_>>()?;
+    let out_rows = if b.fusion == MatvecFusion::GateUp {
+        b.rows
+    } else {
+        part_rows.iter().sum()
+    };
+    let x = dev.create_buffer("bench-x", 4 * (n * cols) as u64, MemoryKind::Device)?;
+    let nw = dev.create_buffer("bench-norm-w", 4 * cols as u64, MemoryKind::Device)?;
+    let y = dev.create_buffer("bench-y", 4 * (n * out_rows) as u64, MemoryKind::Device)?;
+    let dispatches: u32 = if ws.len() == 1 {
+        ws[0].parts.len() as u32
+    } else {
+        1
+    };
+    let iters = b.iters.max(1);
+    let mut r = Recorder::with_timestamps(dev, iters * dispatches)?;
+    // See `bench_matmul` for the fill pattern.
+    for w in &ws {
+        for p in &w.parts {
+            r.fill(p.buffer.all(), 0x3c00_3c00)?;
+        }
+    }
+    r.fill(x.all(), 0x3c00_3c00)?;
+    r.fill(nw.all(), 0x3c00_3c00)?;
+    let mut offsets = vec![0usize];
+    for &pr in &part_rows[..part_rows.len() - 1] {
+        offsets.push(offsets.last().copied().unwrap_or(0) + pr);
+    }
+    if b.fusion == MatvecFusion::GateUp {
+        offsets = vec![0, 0];
+    }
+    let norm = NormPrologue {
+        eps: 1e-6,
+        offset: 0.0,
+    };
+    let refs: Vec<&Tensor> = ws.iter().collect();
+    let plan = MatvecPlan {
+        n_cols: n,
+        y_stride: out_rows,
+        y_offsets: &offsets,
+        norm: (b.fusion != MatvecFusion::Plain).then_some((nw.all(), norm)),
+        epilogue: if b.fusion == MatvecFusion::GateUp {
+            Epilogue::Gated {
+                act: GatedAct::Silu,
+            }
+        } else {
+            Epilogue::Store
+        },
+        tuning: b.tuning,
+    };
+    for _ in 0..iters {
+        if b.imp == MatvecImpl::Reference {
+            r.matvec_impl(MatvecImpl::Reference, &ws[0], x.all(), y.all(), false)?;
+        } else {
+            r.matvec_fused(&refs, x.all(), y.all(), &plan)?;
+        }
+    }
+    let rec = r.finish()?;
+    rec.submit()?;
+    rec.submit()?;
+    let t = rec.timings()?;
+    let mut per_call: Vec<f64> = t
+        .chunks(dispatches as usize)
+        .map(|c| c.iter().map(|d| d.ns).sum())
+        .collect();
+    per_call.sort_by(|a, b| a.total_cmp(b));
+    let ns = per_call[per_call.len() / 2].max(1.0);
+    let weights: u64 = part_rows
+        .iter()
+        .map(|&pr| b.dtype.storage_bytes((pr * cols) as u64))
+        .sum();
+    let norm_bytes = if b.fusion == MatvecFusion::Plain {
+        0
+    } else {
+        4 * cols
+    };
+    let bytes = weights as f64 + 4.0 * (n * (cols + out_rows)) as f64 + norm_bytes as f64;
+    let flops = 2.0 * (part_rows.iter().sum::<usize>() * cols * n) as f64;
+    Ok(BenchResult {
+        op: match (b.imp, b.fusion) {
+            (MatvecImpl::Reference, _) => "matvec-ref",
+            (_, MatvecFusion::Plain) => "matvec",
+            (_, MatvecFusion::Norm) => "norm+matvec",
+            (_, MatvecFusion::Qkv) => "norm+qkv",
+            (_, MatvecFusion::GateUp) => "norm+gate_up+silu",
+        }
+        .to_string(),
+        dtype: b.dtype,
+        rows: b.rows,
+        cols,
+        n,
+        ns,
+        gb_per_s: bytes / ns,
+        gflop_per_s: flops / ns,
+    })
+}
+
+/// GB/s of the `copy` kernel over `bytes` bytes (read + write counted): the bandwidth roof the
+/// matvec figures compare with.
+pub fn bench_copy(dev: &Device, bytes: u64, iters: u32) -> Result<f64> {
+    let n = (bytes / 4) as usize;
+    let a = dev.create_buffer("bench-copy-a", 4 * n as u64, MemoryKind::Device)?;
+    let o = dev.create_buffer("bench-copy-out", 4 * n as u64, MemoryKind::Device)?;
+    let iters = iters.max(1);
+    let mut r = Recorder::with_timestamps(dev, iters)?;
+    r.fill(a.all(), 0)?;
+    for _ in 0..iters {
+        r.dispatch(
+            vkllm_kernels::elementwise::Copy {
+                a: a.all(),
+                out: o.all(),
+            }
+            .dispatch(n)?,
+        )?;
+    }
+    let rec = r.finish()?;
+    rec.submit()?;
+    rec.submit()?;
+    let mut t: Vec<f64> = rec.timings()?.iter().map(|d| d.ns).collect();
+    t.sort_by(|a, b| a.total_cmp(b));
+    Ok(8.0 * n as f64 / t[t.len() / 2].max(1.0))
 }

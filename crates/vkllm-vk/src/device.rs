@@ -9,6 +9,7 @@ use std::time::Duration;
 use ash::vk;
 
 use crate::Error;
+use crate::coopmat::{self, CoopFeatures};
 use crate::error::{Result, vk_err};
 use crate::info::{DeviceChoice, DeviceInfo, physical_devices, query, select};
 use crate::instance::{Instance, Validation, ValidationMessage};
@@ -25,6 +26,10 @@ pub struct DeviceOptions {
     /// Upper bound on one buffer (and so one tensor part), below the device's own limits; tests
     /// use a small value to exercise split tensors.
     pub max_buffer_bytes: Option<u64>,
+    /// Enable the cooperative-matrix features (when the device has them) so prefill matmuls run
+    /// `matmul_coop.wgsl`; `false` keeps the portable kernels (the reference path). The default
+    /// is `true` unless `VKLLM_NO_COOPMAT` is set (to anything but `0`).
+    pub cooperative_matrix: bool,
 }
 
 impl Default for DeviceOptions {
@@ -35,6 +40,7 @@ impl Default for DeviceOptions {
             pipeline_cache: PipelineCacheMode::UserCacheDir,
             fence_timeout: Duration::from_secs(120),
             max_buffer_bytes: None,
+            cooperative_matrix: !crate::coopmat::disabled_by_env(),
         }
     }
 }
@@ -63,6 +69,8 @@ pub(crate) struct Shared {
     pub(crate) info: DeviceInfo,
     pub(crate) fence_timeout: Duration,
     pub(crate) max_part_bytes: u64,
+    /// The cooperative-matrix features were enabled at creation (`matmul_coop` may run).
+    pub(crate) coopmat: bool,
 }
 
 impl Drop for Shared {
@@ -110,13 +118,32 @@ impl Device {
         let queues = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(family)
             .queue_priorities(&prio)];
-        let dinfo = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
-        // SAFETY: `pd` belongs to `instance`; create info pointers outlive the call.
+        let use_coop = opts.cooperative_matrix && info.supports_coopmat_f16();
+        let mut f = CoopFeatures::enabled();
+        let exts = [coopmat::EXTENSION.as_ptr()];
+        let mut dinfo = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
+        if use_coop {
+            dinfo = dinfo
+                .enabled_extension_names(&exts)
+                .push_next(&mut f.storage16)
+                .push_next(&mut f.f16)
+                .push_next(&mut f.memory_model)
+                .push_next(&mut f.coop);
+        }
+        // SAFETY: `pd` belongs to `instance`; create info pointers outlive the call; the
+        // features and extension enabled were reported supported by `info`.
         let raw = unsafe { instance.raw.create_device(pd, &dinfo, None) }
             .map_err(vk_err("vkCreateDevice"))?;
         // SAFETY: the queue family/index were requested above.
         let queue = unsafe { raw.get_device_queue(family, 0) };
-        Self::assemble(instance, pd, raw, true, queue, family, info, opts)
+        Self::assemble(instance, pd, raw, true, queue, family, info, opts, use_coop)
+    }
+
+    /// Whether prefill matmuls may run on cooperative matrices (`matmul_coop.wgsl`): the device
+    /// offers them and they were enabled at creation ([`DeviceOptions::cooperative_matrix`]).
+    /// Devices attached with [`Device::from_raw`] never do (the host chose their features).
+    pub fn coopmat(&self) -> bool {
+        self.shared.coopmat
     }
 
     /// Opens the device chosen by `VKLLM_DEVICE` / `VKLLM_VALIDATE` with default options.
@@ -151,6 +178,7 @@ impl Device {
             queue_family,
             info,
             opts,
+            false,
         )
     }
 
@@ -164,6 +192,7 @@ impl Device {
         queue_family: u32,
         info: DeviceInfo,
         opts: &DeviceOptions,
+        coopmat: bool,
     ) -> Result<Self> {
         let destroy = |raw: &ash::Device| {
             if owned {
@@ -210,6 +239,7 @@ impl Device {
                 info,
                 fence_timeout: opts.fence_timeout,
                 max_part_bytes: max_part,
+                coopmat,
             }),
         })
     }

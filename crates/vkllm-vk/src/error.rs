@@ -59,6 +59,11 @@ pub enum Error {
     },
     #[error("{0}")]
     Shape(String),
+    /// A fused matvec (several weights, or a gated epilogue) that cannot be one dispatch: mixed
+    /// weight types or column counts, a row-split weight, or a shape the fast kernel does not
+    /// take. The caller records the parts as separate matvecs instead.
+    #[error("matvec over {weights}: not one fused dispatch: {reason}")]
+    Unfusable { weights: String, reason: String },
     #[error("the Vulkan validation layer reported {} message(s):\n{}", .0.len(), list(.0))]
     Validation(Vec<String>),
     #[error("recording is finished or invalid: {0}")]

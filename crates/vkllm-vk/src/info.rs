@@ -2,6 +2,7 @@
 
 use ash::vk;
 
+use crate::coopmat::{CoopMatShape, query_shapes};
 use crate::error::{Result, vk_err};
 use crate::{Error, Instance};
 
@@ -55,8 +56,16 @@ pub struct DeviceInfo {
     pub shader_f16: bool,
     pub shader_int8: bool,
     pub storage_16bit: bool,
+    /// `uniformAndStorageBuffer16BitAccess` (naga's f16 kernels declare it).
+    pub uniform_storage_16bit: bool,
     pub int8_dot_product: bool,
+    /// `vulkanMemoryModel` (naga emits cooperative-matrix kernels in the Vulkan memory model).
+    pub vulkan_memory_model: bool,
+    /// VK_KHR_cooperative_matrix with its `cooperativeMatrix` feature, usable in compute shaders.
     pub cooperative_matrix: bool,
+    /// The cooperative-matrix shapes offered (`vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR`;
+    /// empty without the extension).
+    pub cooperative_matrix_shapes: Vec<CoopMatShape>,
     pub heaps: Vec<Heap>,
     pub limits: Limits,
     /// A queue family with compute, and whether it supports timestamps.
@@ -78,6 +87,23 @@ impl DeviceInfo {
 
     pub fn has_extension(&self, name: &str) -> bool {
         self.extensions.iter().any(|e| e == name)
+    }
+
+    /// Everything `matmul_coop.wgsl` needs: the cooperative-matrix feature with the 16 x 16 x 16
+    /// f16 x f16 + f32 -> f32 subgroup shape, f16 arithmetic, 16-bit storage, the Vulkan memory
+    /// model, Vulkan 1.2, and shared memory for its tiles.
+    pub fn supports_coopmat_f16(&self) -> bool {
+        self.cooperative_matrix
+            && self.api_version >= (1, 2, 0)
+            && self.shader_f16
+            && self.storage_16bit
+            && self.uniform_storage_16bit
+            && self.vulkan_memory_model
+            && self.limits.max_shared_memory >= vkllm_kernels::matmul_coop::SHARED_BYTES
+            && self
+                .cooperative_matrix_shapes
+                .iter()
+                .any(CoopMatShape::is_f16_16x16x16_f32)
     }
 
     /// One line: `index: name (kind, driver, Vulkan x.y, subgroup n)`.
@@ -142,6 +168,9 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
         let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
         let has_dot = (api >= vk::API_VERSION_1_3 && inst.api_version >= vk::API_VERSION_1_3)
             || has("VK_KHR_shader_integer_dot_product");
+        let mut mm = vk::PhysicalDeviceVulkanMemoryModelFeatures::default();
+        let has_coop = has("VK_KHR_cooperative_matrix");
+        let mut coop = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
         let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f11);
         if v12 || has("VK_KHR_shader_float16_int8") {
             f2 = f2.push_next(&mut f12);
@@ -149,7 +178,28 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
         if has_dot {
             f2 = f2.push_next(&mut dot);
         }
+        if v12 || has("VK_KHR_vulkan_memory_model") {
+            f2 = f2.push_next(&mut mm);
+        }
+        if has_coop {
+            f2 = f2.push_next(&mut coop);
+        }
         raw.get_physical_device_features2(pd, &mut f2);
+        let mut coop_props = vk::PhysicalDeviceCooperativeMatrixPropertiesKHR::default();
+        if has_coop {
+            let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut coop_props);
+            raw.get_physical_device_properties2(pd, &mut p2);
+        }
+        let coop_usable = has_coop
+            && coop.cooperative_matrix == vk::TRUE
+            && coop_props
+                .cooperative_matrix_supported_stages
+                .contains(vk::ShaderStageFlags::COMPUTE);
+        let coop_shapes = if has_coop {
+            query_shapes(&inst.entry, raw, pd)
+        } else {
+            Vec::new()
+        };
 
         let mem = raw.get_physical_device_memory_properties(pd);
         let heaps = mem.memory_heaps[..mem.memory_heap_count as usize]
@@ -215,8 +265,11 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
             shader_f16: f12.shader_float16 == vk::TRUE,
             shader_int8: f12.shader_int8 == vk::TRUE,
             storage_16bit: f11.storage_buffer16_bit_access == vk::TRUE,
+            uniform_storage_16bit: f11.uniform_and_storage_buffer16_bit_access == vk::TRUE,
             int8_dot_product: has_dot && dot.shader_integer_dot_product == vk::TRUE,
-            cooperative_matrix: has("VK_KHR_cooperative_matrix"),
+            vulkan_memory_model: mm.vulkan_memory_model == vk::TRUE,
+            cooperative_matrix: coop_usable,
+            cooperative_matrix_shapes: coop_shapes,
             heaps,
             limits: Limits {
                 max_storage_buffer_range: l.max_storage_buffer_range as u64,
@@ -333,8 +386,11 @@ mod tests {
             shader_f16: false,
             shader_int8: false,
             storage_16bit: false,
+            uniform_storage_16bit: false,
             int8_dot_product: false,
+            vulkan_memory_model: false,
             cooperative_matrix: false,
+            cooperative_matrix_shapes: Vec::new(),
             heaps: vec![Heap {
                 size: mem,
                 device_local: true,

@@ -18,6 +18,7 @@
 //! - [`bench`]: matvec/matmul bandwidth and throughput by timestamps.
 
 mod buffer;
+mod coopmat;
 mod device;
 mod error;
 mod info;
@@ -30,11 +31,15 @@ pub mod bench;
 pub mod parity;
 
 pub use buffer::{BufSlice, Buffer, MemoryKind};
+pub use coopmat::{CoopComponent, CoopMatShape, disabled_by_env as coopmat_disabled_by_env};
 pub use device::{Device, DeviceOptions};
 pub use error::{Error, Result};
 pub use info::{DeviceChoice, DeviceInfo, DeviceKind, Heap, Limits, list_devices, select};
 pub use instance::{Instance, VALIDATION_ALLOW_LIST, Validation, ValidationMessage};
 pub use pipeline::{Pipeline, PipelineCacheMode};
 pub use recorder::{DispatchTiming, Recorder, Recording, RecordingCache};
-pub use tensor::{Tensor, TensorPart, weight_type};
+pub use tensor::{
+    COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, MatvecPlan, Tensor, TensorPart, default_matvec_impl,
+    weight_type,
+};
 pub use vkllm_kernels as kernels;

@@ -15,7 +15,9 @@ use crate::error::{Result, vk_err};
 use crate::pipeline::Pipeline;
 
 const SETS_PER_POOL: u32 = 64;
-const DESCRIPTORS_PER_POOL: u32 = 64 * 8;
+/// Most storage buffers one kernel binds (Vulkan devices of interest allow >= 16 per stage).
+pub const MAX_BINDINGS: usize = 12;
+const DESCRIPTORS_PER_POOL: u32 = 64 * MAX_BINDINGS as u32;
 
 #[derive(Clone, Copy, Debug)]
 struct Range {
@@ -303,9 +305,9 @@ impl Recorder {
                 k.name
             )));
         }
-        if k.bindings.len() > 8 {
+        if k.bindings.len() > MAX_BINDINGS {
             return Err(Error::Shape(format!(
-                "kernel {}: more than 8 bindings",
+                "kernel {}: more than {MAX_BINDINGS} bindings",
                 k.name
             )));
         }

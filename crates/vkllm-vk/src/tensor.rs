@@ -6,7 +6,11 @@
 use vkllm_kernels::WeightType;
 use vkllm_kernels::embedding::{Embedding, EmbeddingShape};
 use vkllm_kernels::matmul::Matmul;
+use vkllm_kernels::matmul_coop::{CoopTile, MatmulCoop};
 use vkllm_kernels::matvec::{MatShape, Matvec};
+use vkllm_kernels::matvec_fused::{
+    Epilogue, MatvecFused, MatvecImpl, MatvecOp, MatvecPart, MatvecTuning, NormPrologue,
+};
 
 use crate::Error;
 use crate::buffer::{BufSlice, Buffer, MemoryKind};
@@ -80,8 +84,9 @@ impl Tensor {
                 dtype.block_size()
             )));
         };
-        // Whole words, so padding a part to a word cannot take it past the limit.
-        let max = dev.max_buffer_bytes() / 4 * 4;
+        // Whole 16-byte words, so padding a part to one (the fast matvec reads weights as 16-byte
+        // words) cannot take it past the limit.
+        let max = dev.max_buffer_bytes() / 16 * 16;
         // Parts also stay under 2^32 elements and (quantized) under 4 GiB - 16 bytes: the
         // kernels index elements and bytes with u32.
         let rows_per_part = ((max / row_bytes) as usize)
@@ -98,10 +103,10 @@ impl Tensor {
         let mut r = 0;
         while r < rows {
             let n = rows_per_part.min(rows - r);
-            // Quantized rows need not be whole words: pad the part to one.
+            // Quantized rows need not be whole words: pad the part to a 16-byte word.
             let buffer = dev.create_buffer(
                 &format!("{label}[{r}..{}]", r + n),
-                (row_bytes * n as u64).div_ceil(4) * 4,
+                (row_bytes * n as u64).div_ceil(16) * 16,
                 MemoryKind::Device,
             )?;
             parts.push(TensorPart {
@@ -172,8 +177,84 @@ impl Tensor {
     }
 }
 
+/// Which kernel runs [`Recorder::matmul_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulKernel {
+    /// Cooperative matrices when the device enabled them ([`Device::coopmat`]), `n >=
+    /// COOP_MIN_N` and a tiling runs with the device's subgroup size, with the tiling
+    /// [`CoopTile::for_shape`] picks; else the portable kernels.
+    Auto,
+    /// The portable tiled kernels (`matmul.wgsl`, `mat_quant.wgsl`): the reference path.
+    Portable,
+    /// `matmul_coop.wgsl` with this tiling (an error on devices without cooperative matrices).
+    Coop(CoopTile),
+}
+
+/// Fewest tokens for which [`MatmulKernel::Auto`] takes the cooperative-matrix kernel (its
+/// smallest tile is 64 tokens; below 16 most of every 16 x 16 tile would be padding).
+pub const COOP_MIN_N: usize = 16;
+
+/// [`MatmulKernel::Auto`] takes the largest tiling that still makes this many workgroups, else
+/// the smallest. Measured on the H200 (132 SMs, docs/benchmarks.md): at n = 512, 4096 rows take
+/// 128 x 128 tiles (128 groups), 3072 rows too (96 groups: 47 us against 53 us with 64 x 128),
+/// 1024 rows 64 x 64 (128 groups: 31 us against 47 us with 128 x 128).
+pub const COOP_MIN_GROUPS: usize = 96;
+
+/// The matvec kernel [`Recorder::matvec`] uses: [`MatvecImpl::Reference`] when the environment
+/// sets `VKLLM_MATVEC=reference` (read once), else [`MatvecImpl::Fast`].
+pub fn default_matvec_impl() -> MatvecImpl {
+    static IMPL: std::sync::OnceLock<MatvecImpl> = std::sync::OnceLock::new();
+    *IMPL.get_or_init(|| match std::env::var("VKLLM_MATVEC") {
+        Ok(v) if v.eq_ignore_ascii_case("reference") => MatvecImpl::Reference,
+        _ => MatvecImpl::Fast,
+    })
+}
+
+/// What a [`Recorder::matvec_fused`] computes besides `y = W x` (see
+/// [`vkllm_kernels::matvec_fused`]).
+#[derive(Clone, Copy, Debug)]
+pub struct MatvecPlan<'a> {
+    /// Activation columns (tokens), 1..=8: x is `[n_cols, cols]`, y is `[n_cols, y_stride]`.
+    pub n_cols: usize,
+    pub y_stride: usize,
+    /// Where each weight's rows go in a row of y (one offset per weight; gated: the first
+    /// places the output, the second is not used).
+    pub y_offsets: &'a [usize],
+    /// RMSNorm of x first: its weight `[cols]` and parameters.
+    pub norm: Option<(BufSlice<'a>, NormPrologue)>,
+    pub epilogue: Epilogue,
+    /// Launch shape; `None` for the kernel's default.
+    pub tuning: Option<MatvecTuning>,
+}
+
+impl<'a> MatvecPlan<'a> {
+    /// Store, no norm, default tuning.
+    pub fn new(n_cols: usize, y_stride: usize, y_offsets: &'a [usize]) -> Self {
+        MatvecPlan {
+            n_cols,
+            y_stride,
+            y_offsets,
+            norm: None,
+            epilogue: Epilogue::Store,
+            tuning: None,
+        }
+    }
+}
+
+fn unfusable(w: &[&Tensor], reason: impl Into<String>) -> Error {
+    let weights: Vec<String> = w
+        .iter()
+        .map(|t| format!("{} [{}, {}]", t.dtype.name(), t.rows, t.cols))
+        .collect();
+    Error::Unfusable {
+        weights: weights.join(", "),
+        reason: reason.into(),
+    }
+}
+
 impl Recorder {
-    /// `y (+)= W x` over every part of `w` (one dispatch per part).
+    /// `y (+)= W x` over every part of `w` (one dispatch per part), with
+    /// [`default_matvec_impl`].
     pub fn matvec(
         &mut self,
         w: &Tensor,
@@ -181,6 +262,26 @@ impl Recorder {
         y: BufSlice<'_>,
         accumulate: bool,
     ) -> Result<()> {
+        self.matvec_impl(default_matvec_impl(), w, x, y, accumulate)
+    }
+
+    /// [`Recorder::matvec`] with the kernel chosen by `imp` (the fast kernel falls back to the
+    /// reference for float rows that are not whole 16-byte words).
+    pub fn matvec_impl(
+        &mut self,
+        imp: MatvecImpl,
+        w: &Tensor,
+        x: BufSlice<'_>,
+        y: BufSlice<'_>,
+        accumulate: bool,
+    ) -> Result<()> {
+        if imp == MatvecImpl::Fast {
+            let mut plan = MatvecPlan::new(1, w.rows, &[0]);
+            if accumulate {
+                plan.epilogue = Epilogue::Accumulate;
+            }
+            return self.matvec_fused(&[w], x, y, &plan);
+        }
         for p in &w.parts {
             let d = Matvec {
                 w: p.buffer.all(),
@@ -193,7 +294,115 @@ impl Recorder {
         Ok(())
     }
 
-    /// `Y[n, rows] (+)= X[n, cols] W^T` over every part of `w`.
+    /// One fused matvec over 1..=3 weights of one type and column count (q/k/v into regions of
+    /// one output; gate and up with a gated epilogue), `plan.n_cols` columns, an optional
+    /// RMSNorm prologue. A single row-split weight runs one dispatch per part; several weights
+    /// or a gated epilogue need unsplit weights of one type: otherwise [`Error::Unfusable`], and
+    /// the caller records separate matvecs. A single weight whose float rows are not whole
+    /// 16-byte words runs the reference kernel when the plan is plain (one column, store or
+    /// accumulate, no norm), and is [`Error::Unfusable`] otherwise.
+    pub fn matvec_fused(
+        &mut self,
+        w: &[&Tensor],
+        x: BufSlice<'_>,
+        y: BufSlice<'_>,
+        plan: &MatvecPlan<'_>,
+    ) -> Result<()> {
+        let Some(first) = w.first() else {
+            return Err(Error::Shape("matvec_fused: no weights".into()));
+        };
+        if plan.y_offsets.len() != w.len() {
+            return Err(Error::Shape(format!(
+                "matvec_fused: {} weights, {} y offsets",
+                w.len(),
+                plan.y_offsets.len()
+            )));
+        }
+        if w.iter()
+            .any(|t| t.dtype != first.dtype || t.cols != first.cols)
+        {
+            return Err(unfusable(w, "weights differ in type or columns"));
+        }
+        let gated = matches!(plan.epilogue, Epilogue::Gated { .. });
+        let mut op = MatvecOp {
+            dtype: first.dtype,
+            cols: first.cols,
+            parts: Vec::new(),
+            n_cols: plan.n_cols,
+            y_stride: plan.y_stride,
+            norm: plan.norm.map(|(_, n)| n),
+            epilogue: plan.epilogue,
+            tuning: plan.tuning,
+        };
+        let norm_w = plan.norm.map(|(b, _)| b);
+        if !op.fast_supported() {
+            let plain = w.len() == 1
+                && plan.n_cols == 1
+                && plan.norm.is_none()
+                && matches!(plan.epilogue, Epilogue::Store | Epilogue::Accumulate);
+            if !plain {
+                return Err(unfusable(
+                    w,
+                    format!(
+                        "{} rows of {} elements are not whole 16-byte words",
+                        first.dtype.name(),
+                        first.cols
+                    ),
+                ));
+            }
+            let accumulate = plan.epilogue == Epilogue::Accumulate;
+            for p in &first.parts {
+                let mut s = first.shape(p, accumulate);
+                s.row_offset += plan.y_offsets[0];
+                let d = Matvec {
+                    w: p.buffer.all(),
+                    x,
+                    y,
+                }
+                .dispatch(&s)?;
+                self.dispatch(d)?;
+            }
+            return Ok(());
+        }
+        if w.len() == 1 && !gated {
+            for p in &first.parts {
+                op.parts = vec![MatvecPart {
+                    rows: p.rows,
+                    y_offset: plan.y_offsets[0] + p.row_start,
+                }];
+                let d = MatvecFused {
+                    w: vec![p.buffer.all()],
+                    x,
+                    y,
+                    norm_w,
+                }
+                .dispatch(&op)?;
+                self.dispatch(d)?;
+            }
+            return Ok(());
+        }
+        if w.iter().any(|t| t.parts.len() != 1) {
+            return Err(unfusable(w, "a weight is split in row parts"));
+        }
+        op.parts = w
+            .iter()
+            .zip(plan.y_offsets)
+            .map(|(t, &y_offset)| MatvecPart {
+                rows: t.rows,
+                y_offset,
+            })
+            .collect();
+        let d = MatvecFused {
+            w: w.iter().map(|t| t.parts[0].buffer.all()).collect(),
+            x,
+            y,
+            norm_w,
+        }
+        .dispatch(&op)?;
+        self.dispatch(d)
+    }
+
+    /// `Y[n, rows] (+)= X[n, cols] W^T` over every part of `w` ([`MatmulKernel::Auto`]).
     pub fn matmul(
         &mut self,
         w: &Tensor,
@@ -202,13 +411,57 @@ impl Recorder {
         y: BufSlice<'_>,
         accumulate: bool,
     ) -> Result<()> {
+        self.matmul_with(w, x, n, y, accumulate, MatmulKernel::Auto)
+    }
+
+    /// [`Recorder::matmul`] on a chosen kernel.
+    pub fn matmul_with(
+        &mut self,
+        w: &Tensor,
+        x: BufSlice<'_>,
+        n: usize,
+        y: BufSlice<'_>,
+        accumulate: bool,
+        kernel: MatmulKernel,
+    ) -> Result<()> {
+        let dev = self.device().clone();
         for p in &w.parts {
-            let d = Matmul {
-                w: p.buffer.all(),
-                x,
-                y,
-            }
-            .dispatch(&w.shape(p, accumulate), n, w.rows)?;
+            let tile = match kernel {
+                MatmulKernel::Portable => None,
+                MatmulKernel::Auto if !dev.coopmat() || n < COOP_MIN_N => None,
+                MatmulKernel::Auto => {
+                    CoopTile::for_shape(p.rows, n, dev.info().subgroup_size, COOP_MIN_GROUPS)
+                }
+                MatmulKernel::Coop(_) if !dev.coopmat() => {
+                    return Err(Error::MissingFeature {
+                        device: dev.info().name.clone(),
+                        feature: "cooperative matrices (VK_KHR_cooperative_matrix, f16 16x16x16) \
+                                  enabled on the device"
+                            .into(),
+                    });
+                }
+                MatmulKernel::Coop(t) => Some(t),
+            };
+            let d = match tile {
+                None => Matmul {
+                    w: p.buffer.all(),
+                    x,
+                    y,
+                }
+                .dispatch(&w.shape(p, accumulate), n, w.rows)?,
+                Some(t) => MatmulCoop {
+                    w: p.buffer.all(),
+                    x,
+                    y,
+                }
+                .dispatch(
+                    &w.shape(p, accumulate),
+                    n,
+                    w.rows,
+                    dev.info().subgroup_size,
+                    t,
+                )?,
+            };
             self.dispatch(d)?;
         }
         Ok(())

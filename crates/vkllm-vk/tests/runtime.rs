@@ -611,3 +611,188 @@ fn sampler_replays_with_the_step_from_a_buffer() {
     assert!(distinct.len() > 1, "the draws should differ across steps");
     dev.check_validation().unwrap();
 }
+
+/// `cooperative_matrix: false` opens the device without the feature (the portable reference
+/// path); asking for the cooperative-matrix kernel there is a typed error naming the device, and
+/// `Auto` runs the portable kernel. On a device that has the feature, the default enables it.
+#[test]
+fn cooperative_matrices_follow_the_device_option() {
+    use vkllm_vk::MatmulKernel;
+    use vkllm_vk::kernels::matmul_coop::CoopTile;
+    let _serial = common::device();
+    let mut opts = common::options();
+    opts.cooperative_matrix = false;
+    let dev = common::open(&opts);
+    assert!(!dev.coopmat());
+    let (rows, cols, n) = (40usize, 64usize, 20usize);
+    let w: Vec<u16> = (0..rows * cols)
+        .map(|i| half::f16::from_f32(((i % 7) as f32 - 3.0) / 4.0).to_bits())
+        .collect();
+    let t = Tensor::from_bytes(
+        &dev,
+        "w",
+        WeightType::F16,
+        rows,
+        cols,
+        bytemuck::cast_slice(&w),
+    )
+    .unwrap();
+    let x: Vec<f32> = (0..n * cols)
+        .map(|i| ((i % 5) as f32 - 2.0) / 2.0)
+        .collect();
+    let xb = dev.buffer_from("x", &x).unwrap();
+    let y = dev
+        .create_buffer("y", 4 * (n * rows) as u64, MemoryKind::Device)
+        .unwrap();
+    let mut r = Recorder::new(&dev).unwrap();
+    match r.matmul_with(
+        &t,
+        xb.all(),
+        n,
+        y.all(),
+        false,
+        MatmulKernel::Coop(CoopTile::LARGE),
+    ) {
+        Err(e @ Error::MissingFeature { .. }) => {
+            assert!(e.to_string().contains(&dev.info().name), "{e}")
+        }
+        other => panic!("expected MissingFeature, got {other:?}"),
+    }
+    r.matmul(&t, xb.all(), n, y.all(), false).unwrap();
+    r.finish().unwrap().submit().unwrap();
+    // Every product is exact in f32 (quarters times halves) and every sum is a multiple of 1/8
+    // below 2^20: the portable kernel's result equals the exact one.
+    let got: Vec<f32> = dev.read_vec(&y, n * rows).unwrap();
+    for tk in 0..n {
+        for rr in 0..rows {
+            let want: f64 = (0..cols)
+                .map(|c| {
+                    let wv = ((rr * cols + c) % 7) as f64 - 3.0;
+                    let xv = ((tk * cols + c) % 5) as f64 - 2.0;
+                    wv / 4.0 * xv / 2.0
+                })
+                .sum();
+            assert_eq!(got[tk * rows + rr] as f64, want, "y[{tk}, {rr}]");
+        }
+    }
+    dev.check_validation().unwrap();
+    drop(dev);
+    let default_dev = common::open(&common::options());
+    assert_eq!(
+        default_dev.coopmat(),
+        default_dev.info().supports_coopmat_f16() && !vkllm_vk::coopmat_disabled_by_env()
+    );
+}
+
+/// The fused matvec over a row-split weight (one dispatch per part, norm and 3 columns) matches
+/// rmsnorm + matvec on the CPU; fusions it cannot do in one dispatch are typed errors.
+#[test]
+fn fused_matvec_splits_and_refusals() {
+    use vkllm_vk::MatvecPlan;
+    use vkllm_vk::kernels::matvec_fused::{Epilogue, GatedAct, NormPrologue};
+    let mut opts = common::options();
+    opts.max_buffer_bytes = Some(4096);
+    let _serial = common::device();
+    let dev = common::open(&opts);
+    let (rows, cols, n) = (77usize, 64usize, 3usize);
+    let w: Vec<f32> = (0..rows * cols)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+        .collect();
+    let wh: Vec<u16> = w
+        .iter()
+        .map(|&v| half::f16::from_f32(v).to_bits())
+        .collect();
+    let wr: Vec<f32> = wh
+        .iter()
+        .map(|&h| half::f16::from_bits(h).to_f32())
+        .collect();
+    let t = Tensor::from_bytes(
+        &dev,
+        "w",
+        WeightType::F16,
+        rows,
+        cols,
+        bytemuck::cast_slice(&wh),
+    )
+    .unwrap();
+    assert!(t.parts.len() > 1, "expected a split");
+    let x: Vec<f32> = (0..n * cols)
+        .map(|i| ((i * 11 % 29) as f32 - 14.0) / 7.0)
+        .collect();
+    let nw: Vec<f32> = (0..cols).map(|i| (i % 7) as f32 / 7.0 - 0.5).collect();
+    let xb = dev.buffer_from("x", &x).unwrap();
+    let nwb = dev.buffer_from("nw", &nw).unwrap();
+    let y = dev
+        .create_buffer("y", 4 * (n * rows) as u64, MemoryKind::Device)
+        .unwrap();
+    let norm = NormPrologue {
+        eps: 1e-6,
+        offset: 1.0,
+    };
+    let mut plan = MatvecPlan::new(n, rows, &[0]);
+    plan.norm = Some((nwb.all(), norm));
+    let mut r = Recorder::new(&dev).unwrap();
+    r.fill(y.all(), f32::NAN.to_bits()).unwrap();
+    r.matvec_fused(&[&t], xb.all(), y.all(), &plan).unwrap();
+    r.finish().unwrap().submit().unwrap();
+    let mut xn = vec![0.0; n * cols];
+    vkllm_cpu::rmsnorm(&x, &nw, 1e-6, 1.0, &mut xn);
+    let mut want = vec![0.0; n * rows];
+    vkllm_cpu::matmul(&wr, rows, cols, &xn, n, &mut want);
+    let got: Vec<f32> = dev.read_vec(&y, n * rows).unwrap();
+    let d = vkllm_cpu::compare::diff(&got, &want);
+    assert!(d.within(1e-4, 1e-7), "norm + matvec over parts: {d:?}");
+
+    let small = Tensor::new(&dev, "small", WeightType::F16, 8, cols).unwrap();
+    let q8 = Tensor::new(&dev, "q8", WeightType::Q8_0, 8, cols).unwrap();
+    let odd = Tensor::new(&dev, "odd", WeightType::F16, 8, 50).unwrap();
+    let gated = Epilogue::Gated {
+        act: GatedAct::Silu,
+    };
+    let mut r = Recorder::new(&dev).unwrap();
+    let offsets = [0, rows];
+    let mut two = MatvecPlan::new(1, 2 * rows, &offsets);
+    let refused = |r: &mut Recorder, w: &[&Tensor], plan: &MatvecPlan<'_>| match r.matvec_fused(
+        w,
+        xb.all(),
+        y.all(),
+        plan,
+    ) {
+        Err(Error::Unfusable { .. }) => {}
+        other => panic!("expected Unfusable, got {other:?}"),
+    };
+    refused(&mut r, &[&t, &t], &two);
+    two.epilogue = gated;
+    refused(&mut r, &[&t, &t], &two);
+    refused(&mut r, &[&small, &q8], &MatvecPlan::new(1, 16, &[0, 8]));
+    refused(&mut r, &[&odd], &MatvecPlan::new(3, 8, &[0]));
+    dev.check_validation().unwrap();
+}
+
+#[test]
+fn bench_matvec_reports_positive_rates() {
+    use vkllm_vk::bench::{MatvecBench, MatvecFusion, bench_matvec};
+    use vkllm_vk::kernels::matvec_fused::MatvecImpl;
+    let dev = common::device();
+    for (imp, fusion, n) in [
+        (MatvecImpl::Reference, MatvecFusion::Plain, 1),
+        (MatvecImpl::Fast, MatvecFusion::Plain, 3),
+        (MatvecImpl::Fast, MatvecFusion::Qkv, 1),
+        (MatvecImpl::Fast, MatvecFusion::GateUp, 2),
+    ] {
+        let b = MatvecBench {
+            dtype: WeightType::Q8_0,
+            rows: 256,
+            cols: 512,
+            n,
+            imp,
+            fusion,
+            tuning: None,
+            iters: 2,
+        };
+        let r = bench_matvec(&dev, &b).unwrap();
+        assert!(r.ns > 0.0 && r.gb_per_s > 0.0, "{r:?}");
+    }
+    assert!(vkllm_vk::bench::bench_copy(&dev, 1 << 20, 2).unwrap() > 0.0);
+    dev.check_validation().unwrap();
+}

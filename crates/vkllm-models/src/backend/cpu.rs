@@ -246,7 +246,7 @@ impl Backend for CpuBackend {
     ) -> Result<(), ModelError> {
         let pos = self.positions(positions, n);
         // Destination row of each token, or None for a skipped (idle) slot row.
-        let dst: Vec<Option<usize>> = match kv.rows {
+        let dst = match kv.rows {
             KvRows::Slot(s) => {
                 if let Some(&p) = pos.iter().find(|&&p| p >= kv.capacity) {
                     return Err(ModelError::ContextFull {
@@ -254,13 +254,9 @@ impl Backend for CpuBackend {
                         capacity: kv.capacity,
                     });
                 }
-                pos.iter().map(|&p| Some(s * kv.stride + p)).collect()
+                ops::kv::kv_rows(&pos, kv.capacity, kv.ring, kv.stride, s, false)
             }
-            KvRows::PerRow => pos
-                .iter()
-                .enumerate()
-                .map(|(i, &p)| (p < kv.capacity).then_some(i * kv.stride + p))
-                .collect(),
+            KvRows::PerRow => ops::kv::kv_rows(&pos, kv.capacity, kv.ring, kv.stride, 0, true),
         };
         for (src, cache) in [(k, kv.k), (v, kv.v)] {
             let mut c = self.take(cache);
@@ -303,12 +299,14 @@ impl Backend for CpuBackend {
                     });
                 }
                 let base = s * kv.stride * kv_w;
-                ops::attention(
+                let rows = n_kv.min(kv.ring) * kv_w;
+                ops::attention_ring(
                     &self.f32(q)[..n * q_w],
-                    &self.f32(kv.k)[base..base + n_kv * kv_w],
-                    &self.f32(kv.v)[base..base + n_kv * kv_w],
+                    &self.f32(kv.k)[base..base + rows],
+                    &self.f32(kv.v)[base..base + rows],
                     n,
                     n_kv,
+                    kv.ring,
                     &pos,
                     p,
                     &mut o[..n * q_w],
@@ -323,12 +321,14 @@ impl Backend for CpuBackend {
                     }
                     let base = i * kv.stride * kv_w;
                     let n_kv = ps + 1;
-                    ops::attention(
+                    let rows = n_kv.min(kv.ring) * kv_w;
+                    ops::attention_ring(
                         &self.f32(q)[i * q_w..(i + 1) * q_w],
-                        &self.f32(kv.k)[base..base + n_kv * kv_w],
-                        &self.f32(kv.v)[base..base + n_kv * kv_w],
+                        &self.f32(kv.k)[base..base + rows],
+                        &self.f32(kv.v)[base..base + rows],
                         1,
                         n_kv,
+                        kv.ring,
                         &[ps],
                         p,
                         out_row,

@@ -76,14 +76,17 @@ pub enum KvRows {
     PerRow,
 }
 
-/// One layer's K and V caches: `slots` regions of `stride` rows, the first `capacity` of each
-/// used, and which region(s) the op addresses.
+/// One layer's K and V caches: `slots` regions of `stride` rows, each keeping `min(capacity,
+/// ring)` rows with position `p` in row `p % ring` (`ring >= capacity`: the row is the position;
+/// a sliding-window layer keeps a ring of its window plus a prefill chunk), and which region(s)
+/// the op addresses. Positions run up to `capacity` either way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvView {
     pub k: Tensor,
     pub v: Tensor,
     pub capacity: usize,
     pub stride: usize,
+    pub ring: usize,
     pub slots: usize,
     pub dtype: KvDtype,
     pub rows: KvRows,
@@ -185,6 +188,20 @@ pub trait Backend {
     /// `out[n, rows] = x[n, cols] W^T (+ bias)`.
     fn linear(&mut self, w: &Linear, x: Tensor, n: usize, out: Tensor) -> Result<(), ModelError>;
 
+    /// `acc[n, rows] += x[n, cols] W^T (+ bias)`: a projection with the residual add fused in.
+    /// The default runs [`Backend::linear`] into `tmp` and then [`Backend::add_inplace`].
+    fn linear_add(
+        &mut self,
+        w: &Linear,
+        x: Tensor,
+        n: usize,
+        acc: Tensor,
+        tmp: Tensor,
+    ) -> Result<(), ModelError> {
+        self.linear(w, x, n, tmp)?;
+        self.add_inplace(acc, tmp, n * w.rows)
+    }
+
     /// Rotates, in place, the heads of `n` rows of `n_heads * head_dim`, row i at `positions[i]`.
     fn rope(
         &mut self,
@@ -196,9 +213,9 @@ pub trait Backend {
         rope: &Rope,
     ) -> Result<(), ModelError>;
 
-    /// Copies `n` rows of `width` from `k` and `v` into the cache rows `positions[i]` of the
-    /// region `kv.rows` names (for `PerRow`, row i goes to slot i; positions >= capacity write
-    /// nothing there, which is how idle slots are skipped).
+    /// Copies `n` rows of `width` from `k` and `v` into the cache rows `positions[i] % kv.ring`
+    /// of the region `kv.rows` names (for `PerRow`, row i goes to slot i; positions >= capacity
+    /// write nothing there, which is how idle slots are skipped).
     fn kv_store(
         &mut self,
         k: Tensor,
@@ -209,8 +226,17 @@ pub trait Backend {
         kv: &KvView,
     ) -> Result<(), ModelError>;
 
+    /// The attention inputs of `n` tokens, one step: `q_out = rope(norm(q))`, and
+    /// `rope(norm(k))` and `v` stored into the cache at `positions` (as [`Backend::kv_store`]).
+    /// The norm is the per-head RMSNorm (Qwen3, Gemma 3) when `a.norm` is given. The default
+    /// composes `rmsnorm`, `rope` and `kv_store` (using `a.k_tmp` for the normalised keys);
+    /// a backend may fuse them.
+    fn rope_kv(&mut self, a: &RopeKv<'_>, kv: &KvView) -> Result<(), ModelError> {
+        rope_kv_unfused(self, a, kv)
+    }
+
     /// Causal attention of `n` query rows at `positions` over the cache (keys 0..=position of
-    /// the region `kv.rows` names).
+    /// the region `kv.rows` names, within the window of `p`; key `j` in row `j % kv.ring`).
     fn attention(
         &mut self,
         q: Tensor,
@@ -361,4 +387,61 @@ pub trait Backend {
             op,
         }
     }
+}
+
+/// Arguments of [`Backend::rope_kv`].
+#[derive(Clone, Copy, Debug)]
+pub struct RopeKv<'a> {
+    /// `[n, n_heads * head_dim]`, read only.
+    pub q: Tensor,
+    /// `[n, n_kv_heads * head_dim]`; `k` may be overwritten (the unfused path rotates it in
+    /// place when there is no norm).
+    pub k: Tensor,
+    pub v: Tensor,
+    /// `[n, n_heads * head_dim]`: the rotated (normalised) queries.
+    pub q_out: Tensor,
+    /// Scratch `[n, n_kv_heads * head_dim]` for the unfused path's normalised keys.
+    pub k_tmp: Tensor,
+    pub n: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// `(q_norm, k_norm)` weights `[head_dim]` when q and k are normalised per head.
+    pub norm: Option<(Tensor, Tensor)>,
+    pub eps: f32,
+    pub norm_offset: f32,
+    pub positions: Tensor,
+    pub rope: &'a Rope,
+}
+
+/// [`Backend::rope_kv`] as the separate ops (the reference every fused version is tested
+/// against).
+pub fn rope_kv_unfused<B: Backend + ?Sized>(
+    b: &mut B,
+    a: &RopeKv<'_>,
+    kv: &KvView,
+) -> Result<(), ModelError> {
+    let hd = a.head_dim;
+    let k = match a.norm {
+        Some((qw, kw)) => {
+            b.rmsnorm(a.q, qw, a.n * a.n_heads, hd, a.eps, a.norm_offset, a.q_out)?;
+            b.rmsnorm(
+                a.k,
+                kw,
+                a.n * a.n_kv_heads,
+                hd,
+                a.eps,
+                a.norm_offset,
+                a.k_tmp,
+            )?;
+            a.k_tmp
+        }
+        None => {
+            b.copy(a.q, 0, a.q_out, 0, a.n * a.n_heads * hd)?;
+            a.k
+        }
+    };
+    b.rope(a.q_out, a.n, a.n_heads, hd, a.positions, a.rope)?;
+    b.rope(k, a.n, a.n_kv_heads, hd, a.positions, a.rope)?;
+    b.kv_store(k, a.v, a.n, a.n_kv_heads * hd, a.positions, kv)
 }

@@ -9,16 +9,19 @@
 use vkllm_cpu::{AttnParams, Rope, RopeStyle};
 use vkllm_kernels::WeightType;
 use vkllm_kernels::activation::{Activation as KAct, GatedActivation};
-use vkllm_kernels::attention::{AttnDecode, AttnPrefill, AttnShape};
+use vkllm_kernels::attention::{AttnDecode, AttnPrefill, AttnShape, GQA_MAX, MAX_CHUNKS};
 use vkllm_kernels::elementwise::{Add, Softcap};
 use vkllm_kernels::kv_append::{KvAppend, KvType};
 use vkllm_kernels::rmsnorm::{NormShape, RmsNorm};
 use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
 use vkllm_vk::{BufSlice, Buffer, Device, MemoryKind, Recorder, Tensor as VkTensor, Validation};
 
+mod fused;
+mod profile;
 mod recorded;
 mod slot_graph;
 mod slots;
+mod tables;
 
 pub use recorded::RecordedDecode;
 pub use slot_graph::SlotGraph;
@@ -27,7 +30,7 @@ pub use slots::{
     ProfiledDispatch, SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs,
 };
 
-use super::{Backend, KvDtype, KvRows, KvView, Linear, Tensor};
+use super::{Backend, KvDtype, KvRows, KvView, Linear, RopeKv, Tensor};
 use crate::error::ModelError;
 
 // The hybrid / MoE op bodies (a child module: it uses this backend's private helpers).
@@ -35,8 +38,10 @@ use crate::error::ModelError;
 mod hybrid;
 use crate::family::Activation;
 
-/// Keys per split-K workgroup of decode attention.
+/// Keys per split-K workgroup of decode attention (the reference split).
 const ATTN_CHUNK: usize = 256;
+/// Keys per workgroup of the grouped-query split.
+const ATTN_CHUNK_GQA: usize = 32;
 
 enum Slot {
     /// An activation / constant buffer of `len` 32-bit words; u32 tensors keep a host copy of
@@ -76,6 +81,10 @@ pub struct VulkanBackend {
     /// graph region each dispatch index starts.
     timestamps: u32,
     marks: Vec<(usize, &'static str)>,
+    /// Fused dispatches for fusable graph steps (`fused.rs`); false: the reference op sequence.
+    fused: bool,
+    /// While a forward is profiled (`profile.rs`): the timings of the recordings flushed so far.
+    profiled: Option<Vec<vkllm_vk::DispatchTiming>>,
 }
 
 impl VulkanBackend {
@@ -93,6 +102,8 @@ impl VulkanBackend {
             slot_decoders: Vec::new(),
             timestamps: 0,
             marks: Vec::new(),
+            fused: std::env::var_os("VKLLM_UNFUSED").is_none_or(|v| v.is_empty() || v == "0"),
+            profiled: None,
         }
     }
 
@@ -137,7 +148,16 @@ impl VulkanBackend {
             });
         }
         if let Some(r) = self.rec.take() {
-            r.finish()?.submit()?;
+            let rec = r.finish()?;
+            rec.submit()?;
+            if let Some(t) = self.profiled.as_mut() {
+                // Each recording's times start at 0: continue after the previous one.
+                let off = t.last().map_or(0.0, |d| d.start_ns + d.ns);
+                t.extend(rec.timings()?.into_iter().map(|mut d| {
+                    d.start_ns += off;
+                    d
+                }));
+            }
             if self.dev.validation() == Validation::On {
                 self.dev.check_validation()?;
             }
@@ -217,56 +237,6 @@ impl VulkanBackend {
         Ok(t)
     }
 
-    fn rope_table(&mut self, rope: &Rope, need: usize) -> Result<usize, ModelError> {
-        if let Some(i) = self
-            .ropes
-            .iter()
-            .position(|t| t.rope == *rope && t.max_pos >= need)
-        {
-            return Ok(i);
-        }
-        let max_pos = need.next_power_of_two().max(256);
-        let mut table = Vec::with_capacity(max_pos * rope.rotary_dim);
-        for p in 0..max_pos {
-            let (c, s) = rope.cos_sin(p);
-            for (c, s) in c.into_iter().zip(s) {
-                table.extend([c, s]);
-            }
-        }
-        let buf = self.dev.buffer_from("rope table", &table)?;
-        let (old, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.ropes)
-            .into_iter()
-            .partition(|t| t.rope == *rope);
-        self.ropes = keep;
-        self.retired.extend(old.into_iter().map(|t| t.buf));
-        self.ropes.push(RopeTable {
-            rope: *rope,
-            max_pos,
-            buf,
-        });
-        Ok(self.ropes.len() - 1)
-    }
-
-    fn attn_parts(&mut self, ml: u64, o: u64) -> Result<(), ModelError> {
-        let big_enough = self
-            .attn_parts
-            .as_ref()
-            .is_some_and(|(a, b)| a.size() >= ml && b.size() >= o);
-        if !big_enough {
-            // Pending work may still use the old partials: keep them until the next flush.
-            if let Some((a, b)) = self.attn_parts.take() {
-                self.retired.extend([a, b]);
-            }
-            self.attn_parts = Some((
-                self.dev
-                    .create_buffer("attn part_ml", ml, MemoryKind::Device)?,
-                self.dev
-                    .create_buffer("attn part_o", o, MemoryKind::Device)?,
-            ));
-        }
-        Ok(())
-    }
-
     /// The K and V buffers an op on `kv` binds, and the row stride between its queries: one
     /// slot's region for `Slot(s)` (stride 0), the whole cache for `PerRow` (stride = slot rows).
     fn kv_region(
@@ -286,28 +256,6 @@ impl VulkanBackend {
             }
             KvRows::PerRow => Ok((self.all(kv.k), self.all(kv.v), kv.stride)),
         }
-    }
-
-    fn bias_rows(&mut self, bias: Tensor, rows: usize, n: usize) -> Result<usize, ModelError> {
-        if let Some(i) = self
-            .tiled_bias
-            .iter()
-            .position(|(b, m, _)| *b == bias && *m >= n)
-        {
-            return Ok(i);
-        }
-        let mut one = vec![0u8; 4 * rows];
-        self.dev.download(self.buf(bias), 0, &mut one)?;
-        let m = n.next_power_of_two();
-        let tiled: Vec<u8> = one.iter().copied().cycle().take(one.len() * m).collect();
-        let buf = self.dev.buffer_from("tiled bias", &tiled)?;
-        let (old, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.tiled_bias)
-            .into_iter()
-            .partition(|(b, _, _)| *b == bias);
-        self.tiled_bias = keep;
-        self.retired.extend(old.into_iter().map(|(_, _, buf)| buf));
-        self.tiled_bias.push((bias, m, buf));
-        Ok(self.tiled_bias.len() - 1)
     }
 }
 
@@ -339,7 +287,8 @@ impl Backend for VulkanBackend {
 
     fn mark(&mut self, region: &'static str) {
         if self.timestamps > 0 {
-            let at = self.rec.as_ref().map_or(0, |r| r.dispatches());
+            let base = self.profiled.as_ref().map_or(0, Vec::len);
+            let at = base + self.rec.as_ref().map_or(0, |r| r.dispatches());
             self.marks.push((at, region));
         }
     }
@@ -563,9 +512,24 @@ impl Backend for VulkanBackend {
                 k_cache: kc,
                 v_cache: vc,
             }
-            .dispatch_slots(dtype, n, width, kv.capacity, stride)?;
+            .dispatch_ring(dtype, n, width, kv.capacity, stride, kv.ring)?;
             Ok(r.dispatch(d)?)
         })
+    }
+
+    fn rope_kv(&mut self, a: &RopeKv<'_>, kv: &KvView) -> Result<(), ModelError> {
+        self.rope_kv_op(a, kv)
+    }
+
+    fn linear_add(
+        &mut self,
+        w: &Linear,
+        x: Tensor,
+        n: usize,
+        acc: Tensor,
+        tmp: Tensor,
+    ) -> Result<(), ModelError> {
+        self.linear_add_op(w, x, n, acc, tmp)
     }
 
     fn attention(
@@ -603,10 +567,17 @@ impl Backend for VulkanBackend {
             window: p.window,
             kv: kv_type(kv.dtype),
             kv_stride: if per_row { kv.stride } else { 0 },
+            ring: Some(kv.ring),
         };
         let qw = n * p.n_heads * p.head_dim;
+        // The grouped-query split (one workgroup per kv head, small chunks) unless the
+        // reference ops are selected or the grouping is too wide for it.
+        let gqa = self.fused && p.n_heads / p.n_kv_heads.max(1) <= GQA_MAX;
+        let chunk = if gqa { ATTN_CHUNK_GQA } else { ATTN_CHUNK };
+        // Long caches: grow the chunk so the merge's partial count stays bounded.
+        let chunk = chunk.max(n_kv.div_ceil(MAX_CHUNKS).next_power_of_two());
         if decode {
-            let (ml, o) = AttnDecode::<BufSlice<'_>>::scratch_bytes(&shape, ATTN_CHUNK);
+            let (ml, o) = AttnDecode::<BufSlice<'_>>::scratch_bytes(&shape, chunk);
             self.attn_parts(ml, o)?;
         }
         let width = p.n_kv_heads * p.head_dim;
@@ -615,7 +586,7 @@ impl Backend for VulkanBackend {
             let (qs, ps, os) = (me.head(q, qw)?, me.head(positions, n)?, me.head(out, qw)?);
             if decode {
                 let (ml, o) = me.attn_parts.as_ref().expect("allocated above");
-                let ds = AttnDecode {
+                let a = AttnDecode {
                     q: qs,
                     k: ks,
                     v: vs,
@@ -623,8 +594,12 @@ impl Backend for VulkanBackend {
                     part_ml: ml.all(),
                     part_o: o.all(),
                     out: os,
-                }
-                .dispatch(&shape, ATTN_CHUNK)?;
+                };
+                let ds = if gqa {
+                    a.dispatch_gqa(&shape, chunk)?
+                } else {
+                    a.dispatch(&shape, chunk)?
+                };
                 r.dispatch_all(ds)?;
             } else {
                 r.dispatch(

@@ -56,6 +56,8 @@ impl HybridState {
             v,
             capacity: self.capacity,
             stride: self.stride,
+            // Every position keeps its row (no sliding-window rings in these families).
+            ring: self.capacity,
             slots: self.slots,
             dtype: KvDtype::F32,
             rows,

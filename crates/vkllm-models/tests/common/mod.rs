@@ -17,6 +17,10 @@ pub fn device() -> MutexGuard<'static, Device> {
                 _ => Validation::On,
             },
             pipeline_cache: PipelineCacheMode::Off,
+            // The model tiers compare f32 forwards at tight tolerances: prefill stays on the
+            // portable f32 matmuls (cooperative matrices round activations to f16; their kernel
+            // has its own parity case in vkllm-vk).
+            cooperative_matrix: false,
             ..Default::default()
         };
         let dev = Device::new(&opts)

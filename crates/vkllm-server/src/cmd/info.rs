@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
 use vkllm_models::gguf::GgufModel;
+use vkllm_models::{DEFAULT_CHUNK, KvCache, KvDtype};
 use vkllm_vk::{Instance, Validation, list_devices};
 
 use super::model;
@@ -55,6 +56,22 @@ fn print_devices() {
                     yes(d.cooperative_matrix),
                     yes(d.timestamps)
                 );
+                if !d.cooperative_matrix_shapes.is_empty() {
+                    let shapes: Vec<String> = d
+                        .cooperative_matrix_shapes
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect();
+                    println!(
+                        "     cooperative matrix shapes (MxNxK A*B+C->R): {}; prefill kernel {}",
+                        shapes.join(", "),
+                        if d.supports_coopmat_f16() {
+                            "matmul_coop"
+                        } else {
+                            "portable (no usable f16 16x16x16)"
+                        }
+                    );
+                }
                 let local: u64 = d
                     .heaps
                     .iter()
@@ -121,13 +138,29 @@ fn print_model(arg: &str) -> Result<()> {
     for (ty, (n, b)) in &by_type {
         println!("    {ty:>6}: {n:>4} tensors, {:.1} MiB", *b as f64 / MIB);
     }
-    // f32 keys and values for every layer and position (the KV type the engine uses today).
+    // f32 keys and values (the engine's default KV type), one sequence, the default prefill
+    // chunk: sliding-window layers keep only a ring of window + chunk positions.
+    let windows: Vec<Option<usize>> = c.layers.iter().map(|l| l.window).collect();
+    let kv = |ctx: usize| {
+        KvCache::bytes_for(&windows, c.kv_dim(), ctx, DEFAULT_CHUNK, 1, KvDtype::F32) as f64
+    };
     let kv_per_token = 2 * c.n_layers * c.kv_dim() * 4;
+    let n_full = windows.iter().filter(|w| w.is_none()).count();
     println!(
-        "  KV cache (f32): {:.1} KiB per token, {:.1} MiB at 2048 tokens, {:.1} MiB at the full context",
-        kv_per_token as f64 / 1024.0,
-        (kv_per_token * 2048) as f64 / MIB,
-        (kv_per_token * c.max_position) as f64 / MIB
+        "  KV cache (f32): {:.1} KiB per token (the {n_full} full-attention layers), {:.1} MiB at \
+         2048 tokens, {:.1} MiB at the full context{}",
+        (2 * n_full * c.kv_dim() * 4) as f64 / 1024.0,
+        kv(2048) / MIB,
+        kv(c.max_position) / MIB,
+        if windows.iter().any(Option::is_some) {
+            let all_full = (kv_per_token * c.max_position) as f64;
+            format!(
+                " (sliding layers as rings; {:.1} MiB if every layer kept the context)",
+                all_full / MIB
+            )
+        } else {
+            String::new()
+        }
     );
     Ok(())
 }

@@ -189,6 +189,7 @@ fn attn_data(cx: &Ctx<'_>, rng: &mut Rng, c: &AttnCase) -> Result<AttnData> {
             window: c.window,
             kv: c.kv,
             kv_stride: 0,
+            ring: None,
         },
     })
 }
@@ -251,15 +252,25 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
             case(2, 1000, 500, 6, 3, 256, None, Some(300), KvType::F16),
             128,
         ),
+        // Qwen2.5-0.5B's grouping (7 query heads per kv head) and the most the grouped split
+        // takes (8), small chunks.
+        (case(1, 333, 332, 14, 2, 64, None, None, KvType::F16), 16),
+        // Many chunks for the merge (188).
+        (case(1, 3000, 2999, 8, 1, 64, None, None, KvType::F16), 16),
+        (
+            case(2, 517, 400, 16, 2, 128, Some(30.0), None, KvType::F32),
+            64,
+        ),
     ];
     for (c, chunk) in cases {
         let d = attn_data(&cx, &mut rng, &c)?;
         let (ml, o) = AttnDecode::<crate::BufSlice<'_>>::scratch_bytes(&d.shape, chunk);
         let part_ml = dev.create_buffer("part_ml", ml, crate::MemoryKind::Device)?;
         let part_o = dev.create_buffer("part_o", o, crate::MemoryKind::Device)?;
-        cx.run(&[&d.out, &part_ml, &part_o], |r| {
-            r.dispatch_all(
-                AttnDecode {
+        // The reference split, then the grouped-query split (its partials, same merge).
+        for gqa in [false, true] {
+            cx.run(&[&d.out, &part_ml, &part_o], |r| {
+                let a = AttnDecode {
                     q: d.q.all(),
                     k: d.k.all(),
                     v: d.v.all(),
@@ -267,20 +278,28 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
                     part_ml: part_ml.all(),
                     part_o: part_o.all(),
                     out: d.out.all(),
-                }
-                .dispatch(&d.shape, chunk)?,
-            )
-        })?;
-        let (variant, shape) = describe(&c);
-        let got = cx.read(&d.out, d.want.len())?;
-        rows.push(row(
-            "attn_decode",
-            variant,
-            format!("{shape} chunk {chunk}"),
-            &got,
-            &d.want,
-            ATTN_TOL,
-        ));
+                };
+                r.dispatch_all(if gqa {
+                    a.dispatch_gqa(&d.shape, chunk)?
+                } else {
+                    a.dispatch(&d.shape, chunk)?
+                })
+            })?;
+            let (variant, shape) = describe(&c);
+            let got = cx.read(&d.out, d.want.len())?;
+            rows.push(row(
+                "attn_decode",
+                if gqa {
+                    format!("gqa {variant}")
+                } else {
+                    variant
+                },
+                format!("{shape} chunk {chunk}"),
+                &got,
+                &d.want,
+                ATTN_TOL,
+            ));
+        }
     }
     Ok(rows)
 }

@@ -133,6 +133,7 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             window,
             kv,
             kv_stride: cap,
+            ring: None,
         };
         let chunk = 64;
         let (ml, o) = AttnDecode::<crate::BufSlice<'_>>::scratch_bytes(&shape, chunk);
@@ -143,9 +144,9 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             cx.input("q_pos", &pos)?,
             cx.output("out", want.len())?,
         );
-        cx.run(&[&out, &part_ml, &part_o], |r| {
-            r.dispatch_all(
-                AttnDecode {
+        for gqa in [false, true] {
+            cx.run(&[&out, &part_ml, &part_o], |r| {
+                let a = AttnDecode {
                     q: qb.all(),
                     k: kb.all(),
                     v: vb.all(),
@@ -153,26 +154,31 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     part_ml: part_ml.all(),
                     part_o: part_o.all(),
                     out: out.all(),
-                }
-                .dispatch(&shape, chunk)?,
-            )
-        })?;
-        rows.push(row(
-            "attn_decode",
-            format!(
-                "slots {}{}",
-                kv.name(),
-                window.map_or(String::new(), |w| format!(" window {w}"))
-            ),
-            format!("{slots} slots x {cap} h {n_heads}/{n_kv_heads} d {hd}"),
-            &cx.read(&out, want.len())?,
-            &want,
-            // As the single-sequence decode case: convex combinations of |v| <= 1.
-            Tol {
-                max_abs: 2e-5,
-                nmse: 1e-7,
-            },
-        ));
+                };
+                r.dispatch_all(if gqa {
+                    a.dispatch_gqa(&shape, chunk)?
+                } else {
+                    a.dispatch(&shape, chunk)?
+                })
+            })?;
+            rows.push(row(
+                "attn_decode",
+                format!(
+                    "slots {}{}{}",
+                    if gqa { "gqa " } else { "" },
+                    kv.name(),
+                    window.map_or(String::new(), |w| format!(" window {w}"))
+                ),
+                format!("{slots} slots x {cap} h {n_heads}/{n_kv_heads} d {hd}"),
+                &cx.read(&out, want.len())?,
+                &want,
+                // As the single-sequence decode case: convex combinations of |v| <= 1.
+                Tol {
+                    max_abs: 2e-5,
+                    nmse: 1e-7,
+                },
+            ));
+        }
     }
     Ok(rows)
 }

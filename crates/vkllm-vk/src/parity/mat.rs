@@ -1,12 +1,14 @@
-//! Parity cases: matvec and tiled matmul for F32/F16/BF16 weights.
+//! Parity cases: matvec (the reference kernels and the fast one, plain) and tiled matmul for
+//! F32/F16/BF16 weights. The fused matvec variants are in `parity/matvec_fused.rs`.
 
 use vkllm_kernels::WeightType;
 use vkllm_kernels::matvec::MatShape;
+use vkllm_kernels::matvec_fused::{MatvecImpl, MatvecOp};
 
 use super::{Ctx, KernelParityRow, Rng, Tol, row, to_bf16, to_f16};
 use crate::device::Device;
 use crate::error::Result;
-use crate::tensor::Tensor;
+use crate::tensor::{MatmulKernel, Tensor};
 
 /// A dot product of f32 terms summed in another order differs by at most a small multiple of
 /// eps * sum |terms| (blocked/tree sums: O(log n) eps); 16 eps covers it with margin.
@@ -33,6 +35,14 @@ pub(crate) fn weight(dtype: WeightType, w: &[f32]) -> (Vec<u8>, Vec<f32>) {
     }
 }
 
+/// A parity-table label for a matvec kernel choice.
+pub(crate) fn impl_name(imp: MatvecImpl) -> &'static str {
+    match imp {
+        MatvecImpl::Reference => "ref",
+        MatvecImpl::Fast => "fast",
+    }
+}
+
 pub(crate) fn max_sum_abs(w: &[f32], rows: usize, cols: usize, x: &[f32], n: usize) -> f64 {
     let mut m = 0f64;
     for t in 0..n {
@@ -50,7 +60,7 @@ pub(crate) fn matvec(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
     let mut rows_out = Vec::new();
-    for (dtype, rows, cols, accumulate) in [
+    let cases = [
         (WeightType::F32, 333usize, 1000usize, false),
         (WeightType::F16, 333, 1000, false),
         (WeightType::Bf16, 333, 1000, false),
@@ -58,7 +68,14 @@ pub(crate) fn matvec(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
         (WeightType::F16, 517, 2050, true),
         (WeightType::Bf16, 3, 2002, false),
         (WeightType::F32, 77, 1026, true),
-    ] {
+        (WeightType::F16, 1, 8, true),
+        (WeightType::F32, 65, 4, false),
+    ];
+    let imps = [MatvecImpl::Reference, MatvecImpl::Fast];
+    for ((dtype, rows, cols, accumulate), imp) in cases
+        .into_iter()
+        .flat_map(|c| imps.into_iter().map(move |i| (c, i)))
+    {
         let w = rng.vec(rows * cols, -1.0, 1.0);
         let x = rng.vec(cols, -1.0, 1.0);
         let y0 = rng.vec(rows, -1.0, 1.0);
@@ -71,7 +88,9 @@ pub(crate) fn matvec(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
             cx.output("y", rows)?
         };
         let poison: Vec<&crate::Buffer> = if accumulate { vec![] } else { vec![&y] };
-        cx.run(&poison, |r| r.matvec(&t, xb.all(), y.all(), accumulate))?;
+        cx.run(&poison, |r| {
+            r.matvec_impl(imp, &t, xb.all(), y.all(), accumulate)
+        })?;
         let mut want = vec![0.0; rows];
         vkllm_cpu::matvec(&wr, rows, cols, &x, &mut want);
         if accumulate {
@@ -87,10 +106,10 @@ pub(crate) fn matvec(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
             row_offset: 0,
             accumulate,
         };
-        let path = if path.vectorizable() {
-            "vec4"
-        } else {
-            "scalar"
+        let path = match imp {
+            MatvecImpl::Fast if MatvecOp::plain(dtype, rows, cols).fast_supported() => "fast",
+            _ if path.vectorizable() => "vec4",
+            _ => "scalar",
         };
         rows_out.push(row(
             "matvec",
@@ -131,7 +150,10 @@ pub(crate) fn matmul(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
             cx.output("y", n * rows)?
         };
         let poison: Vec<&crate::Buffer> = if accumulate { vec![] } else { vec![&y] };
-        cx.run(&poison, |r| r.matmul(&t, xb.all(), n, y.all(), accumulate))?;
+        // The portable kernel (f32 throughout); matmul_coop has its own case (f16 inputs).
+        cx.run(&poison, |r| {
+            r.matmul_with(&t, xb.all(), n, y.all(), accumulate, MatmulKernel::Portable)
+        })?;
         let mut want = vec![0.0; n * rows];
         vkllm_cpu::matmul(&wr, rows, cols, &x, n, &mut want);
         if accumulate {

@@ -13,12 +13,16 @@
 
 mod attn;
 mod basic;
+mod coop;
 mod decode;
 mod hybrid;
 mod mat;
+mod matvec_fused;
 mod moe_quant;
 mod quant;
 mod recurrent;
+mod ring;
+mod rope_kv;
 mod sample;
 
 use vkllm_cpu::compare::{Diff, diff};
@@ -39,11 +43,43 @@ pub struct KernelParityRow {
     pub diff: Diff,
     pub tol_max_abs: f64,
     pub tol_nmse: f64,
+    /// False for a failed comparison and for a case that did not run (`not_applicable`).
     pub pass: bool,
+    /// Why the case could not run on this device (e.g. "device lacks VK_KHR_cooperative_matrix"):
+    /// such a row is neither passed nor failed, and is counted apart.
+    pub not_applicable: Option<String>,
+}
+
+impl KernelParityRow {
+    /// A row for a case this device cannot run (reported, never counted as passed).
+    pub fn not_applicable(
+        kernel: &'static str,
+        variant: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        KernelParityRow {
+            kernel,
+            variant: variant.into(),
+            shape: "-".into(),
+            diff: diff(&[], &[]),
+            tol_max_abs: 0.0,
+            tol_nmse: 0.0,
+            pass: false,
+            not_applicable: Some(reason.into()),
+        }
+    }
+
+    /// Out of tolerance (a row that ran and missed; not-applicable rows are not failures).
+    pub fn failed(&self) -> bool {
+        !self.pass && self.not_applicable.is_none()
+    }
 }
 
 impl std::fmt::Display for KernelParityRow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(reason) = &self.not_applicable {
+            return write!(f, "{:<18} {:<22} n/a: {reason}", self.kernel, self.variant);
+        }
         write!(
             f,
             "{:<18} {:<22} {:<34} max_abs {:.3e} (<= {:.1e}) nmse {:.3e} (<= {:.1e}) {}",
@@ -73,12 +109,19 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("kv_append", basic::kv_append),
     ("matvec", mat::matvec),
     ("matmul", mat::matmul),
+    ("matmul_coop", coop::matmul_coop),
+    ("matvec_fused_float", matvec_fused::matvec_fused_float),
+    ("matvec_fused_legacy", matvec_fused::matvec_fused_legacy),
+    ("matvec_fused_kquant", matvec_fused::matvec_fused_kquant),
     ("rope", attn::rope),
+    ("rope_kv_append", rope_kv::rope_kv_append_case),
     ("attention_decode", attn::attention_decode),
     ("attention_prefill", attn::attention_prefill),
     ("sample", sample::sample),
     ("kv_append_slots", decode::kv_append_slots),
     ("attention_slots", decode::attention_slots),
+    ("kv_append_ring", ring::kv_append_ring),
+    ("attention_ring", ring::attention_ring),
     ("logprobs", decode::logprobs),
     ("decode_advance", decode::decode_advance),
     ("quant_q8_0", quant::quant_q8_0),
@@ -184,6 +227,7 @@ pub(crate) fn row(
         diff: d,
         tol_max_abs: tol.max_abs,
         tol_nmse: tol.nmse,
+        not_applicable: None,
     }
 }
 

@@ -9,18 +9,19 @@
 
 use vkllm_cpu::quant::{QuantType, dequantize_row, matvec_quant, quantize_row};
 use vkllm_kernels::WeightType;
+use vkllm_kernels::matvec_fused::MatvecImpl;
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, row};
 use crate::device::Device;
 use crate::error::Result;
-use crate::parity::mat::{max_sum_abs, tol_dot};
-use crate::tensor::Tensor;
+use crate::parity::mat::{impl_name, max_sum_abs, tol_dot};
+use crate::tensor::{MatmulKernel, Tensor};
 
-fn cpu_err(e: vkllm_cpu::CpuError) -> crate::Error {
+pub(crate) fn cpu_err(e: vkllm_cpu::CpuError) -> crate::Error {
     crate::Error::Shape(e.to_string())
 }
 
-fn quant_type(dtype: WeightType) -> Result<QuantType> {
+pub(crate) fn quant_type(dtype: WeightType) -> Result<QuantType> {
     QuantType::from_ggml_id(dtype.ggml_id()).map_err(cpu_err)
 }
 
@@ -92,7 +93,7 @@ fn col_choices(dtype: WeightType) -> [usize; 4] {
     }
 }
 
-/// matvec (odd row counts, one accumulating), matmul (tokens and rows not multiples of the
+/// matvec (odd row counts, one accumulating; the reference and the fast kernel), matmul (tokens and rows not multiples of the
 /// 64 x 64 tile) and embedding for one quantized format.
 pub(crate) fn quant_case(
     dev: &Device,
@@ -105,11 +106,15 @@ pub(crate) fn quant_case(
     let [c0, c1, c2, c3] = col_choices(dtype);
     let qt = quant_type(dtype)?;
 
-    for (rows, cols, accumulate, from_q) in [
-        (333usize, c0, false, false),
-        (333, c0, false, true),
-        (5, c1, true, false),
-        (77, c2, false, true),
+    for (rows, cols, accumulate, from_q, imp) in [
+        (333usize, c0, false, false, MatvecImpl::Reference),
+        (333, c0, false, false, MatvecImpl::Fast),
+        (333, c0, false, true, MatvecImpl::Reference),
+        (333, c0, false, true, MatvecImpl::Fast),
+        (5, c1, true, false, MatvecImpl::Reference),
+        (5, c1, true, false, MatvecImpl::Fast),
+        (77, c2, false, true, MatvecImpl::Reference),
+        (77, c2, false, true, MatvecImpl::Fast),
     ] {
         let (bytes, how) = weights(&mut rng, dtype, rows, cols, from_q)?;
         let x = rng.vec(cols, -1.0, 1.0);
@@ -122,7 +127,9 @@ pub(crate) fn quant_case(
             cx.output("y", rows)?
         };
         let poison: Vec<&crate::Buffer> = if accumulate { vec![] } else { vec![&y] };
-        cx.run(&poison, |r| r.matvec(&t, xb.all(), y.all(), accumulate))?;
+        cx.run(&poison, |r| {
+            r.matvec_impl(imp, &t, xb.all(), y.all(), accumulate)
+        })?;
         let mut want = vec![0.0; rows];
         matvec_quant(qt, &bytes, rows, cols, &x, &mut want).map_err(cpu_err)?;
         if accumulate {
@@ -135,9 +142,10 @@ pub(crate) fn quant_case(
         out.push(row(
             "matvec_quant",
             format!(
-                "{} {how}{}",
+                "{} {how}{} {}",
                 dtype.name(),
-                if accumulate { " +=" } else { "" }
+                if accumulate { " +=" } else { "" },
+                impl_name(imp)
             ),
             format!("{rows} x {cols}"),
             &cx.read(&y, rows)?,
@@ -158,7 +166,10 @@ pub(crate) fn quant_case(
             cx.output("y", n * rows)?
         };
         let poison: Vec<&crate::Buffer> = if accumulate { vec![] } else { vec![&y] };
-        cx.run(&poison, |r| r.matmul(&t, xb.all(), n, y.all(), accumulate))?;
+        // The portable kernel (f32 throughout); matmul_coop has its own case (f16 inputs).
+        cx.run(&poison, |r| {
+            r.matmul_with(&t, xb.all(), n, y.all(), accumulate, MatmulKernel::Portable)
+        })?;
         // The reference: matvec_quant once per token.
         let mut want = vec![0.0; n * rows];
         for (xt, yt) in x.chunks_exact(cols).zip(want.chunks_exact_mut(rows)) {

@@ -103,6 +103,29 @@ pub(crate) fn sample(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
     dead.params.temperature = 0.7;
     dead.params.logit_bias.clear();
     cases.push(dead);
+    // Greedy rows the split argmax takes (no counts, no bias): the maximum tied across parts
+    // (the lower id must win), NaNs, and a row whose maximum is in the last, short part.
+    for k in 0..6 {
+        let mut g = make_case(&mut rng, v, 1);
+        g.counts.clear();
+        g.params.logit_bias.clear();
+        g.params.temperature = 0.0;
+        let m = g.logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) + 1.0;
+        let hi = rng.below(v as u64) as usize;
+        let lo = rng.below(hi.max(1) as u64) as usize;
+        match k {
+            0 => g.logits[v - 1] = m,
+            1 => g.logits[0] = m,
+            _ => {
+                g.logits[hi] = m;
+                g.logits[lo] = m;
+            }
+        }
+        if k == 3 {
+            g.logits[lo.saturating_sub(1)] = f32::NAN;
+        }
+        cases.push(g);
+    }
 
     // Every case is one row of a single dispatch (the batched decode shape), so row offsets into
     // logits, counts, bias and scratch are exercised too.
@@ -155,29 +178,47 @@ pub(crate) fn sample(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
         Sample::<crate::BufSlice<'_>>::scratch_bytes(v, rows) as usize / 4,
     )?;
     let out: Buffer = cx.output("out", rows)?;
-    let mut r = Recorder::new(dev)?;
-    r.fill(out.all(), f32::NAN.to_bits())?;
-    r.dispatch(
-        Sample {
+    let shape = SampleShape {
+        vocab: v,
+        rows,
+        max_bias,
+        counts: true,
+    };
+    // `split`: the two-pass greedy argmax (dispatch_split); else the one-workgroup reference.
+    let run = |split: bool| -> Result<Vec<u32>> {
+        let mut r = Recorder::new(dev)?;
+        r.fill(out.all(), f32::NAN.to_bits())?;
+        r.fill(scratch.all(), f32::NAN.to_bits())?;
+        let s = Sample {
             logits: lb.all(),
             counts: cb.all(),
             bias: bb.all(),
             cfg: gb.all(),
             scratch: scratch.all(),
             out: out.all(),
+        };
+        if split {
+            for d in s.dispatch_split(&shape)? {
+                r.dispatch(d)?;
+            }
+        } else {
+            r.dispatch(s.dispatch(&shape)?)?;
         }
-        .dispatch(&SampleShape {
-            vocab: v,
-            rows,
-            max_bias,
-            counts: true,
-        })?,
-    )?;
-    r.finish()?.submit()?;
-    if dev.validation() == crate::Validation::On {
-        dev.check_validation()?;
+        r.finish()?.submit()?;
+        if dev.validation() == crate::Validation::On {
+            dev.check_validation()?;
+        }
+        dev.read_vec(&out, rows)
+    };
+    let mut rows_out = Vec::new();
+    for split in [false, true] {
+        let g = run(split)?;
+        rows_out.push(compare(&cases, &g, v, split));
     }
-    let g: Vec<u32> = dev.read_vec(&out, rows)?;
+    Ok(rows_out)
+}
+
+fn compare(cases: &[Case], g: &[u32], v: usize, split: bool) -> KernelParityRow {
     let mut got = Vec::new();
     let mut want = Vec::new();
     let mut mismatches = Vec::new();
@@ -192,12 +233,16 @@ pub(crate) fn sample(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
     for m in &mismatches {
         eprintln!("sample mismatch: {m}");
     }
-    Ok(vec![row(
+    row(
         "sample",
-        format!("{} settings/seeds", cases.len()),
+        format!(
+            "{} settings/seeds{}",
+            cases.len(),
+            if split { " split argmax" } else { "" }
+        ),
         format!("vocab {v}"),
         &got,
         &want,
         EXACT,
-    )])
+    )
 }

@@ -327,22 +327,28 @@ impl VulkanBackend {
                 self.mark("sample");
                 self.record(|me, r| {
                     let (lg, ids, pos) = (me.all(logits), me.all(d.ids), me.all(d.pos));
-                    r.dispatch(
-                        Sample {
-                            logits: lg,
-                            counts: d.counts.all(),
-                            bias: d.bias.all(),
-                            cfg: d.cfg.all(),
-                            scratch: d.scratch.all(),
-                            out: d.sampled.all(),
+                    let sample = Sample {
+                        logits: lg,
+                        counts: d.counts.all(),
+                        bias: d.bias.all(),
+                        cfg: d.cfg.all(),
+                        scratch: d.scratch.all(),
+                        out: d.sampled.all(),
+                    };
+                    let shape = SampleShape {
+                        vocab: d.vocab,
+                        rows,
+                        max_bias: d.cfg_.max_bias,
+                        counts: d.cfg_.counts,
+                    };
+                    if me.fused {
+                        // Greedy rows: the argmax split over many workgroups first.
+                        for k in sample.dispatch_split(&shape)? {
+                            r.dispatch(k)?;
                         }
-                        .dispatch(&SampleShape {
-                            vocab: d.vocab,
-                            rows,
-                            max_bias: d.cfg_.max_bias,
-                            counts: d.cfg_.counts,
-                        })?,
-                    )?;
+                    } else {
+                        r.dispatch(sample.dispatch(&shape)?)?;
+                    }
                     r.dispatch(
                         Logprobs {
                             logits: lg,

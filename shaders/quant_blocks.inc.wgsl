@@ -1,23 +1,34 @@
-// Shared WGSL snippet (not a kernel: the `.wgsli` files are prepended to the kernels that name
-// them on a first line `// include: <file>`, by vkllm-kernels' sources.rs and build.rs).
+// Shared by the kernels that read llama.cpp-quantized weights (mat_quant.wgsl, matvec_fused.wgsl):
+// the block decoders. Not a kernel on its own: build.rs and sources.rs append it to each file
+// that names it in a `// #include quant_blocks.inc.wgsl` line.
 //
-// llama.cpp block decoding over a weight buffer `w: array<u32>` that the including kernel
-// declares, with the overrides QTYPE (ggml type id), BLOCK (elements per block) and TS (bytes
-// per block): `dequant16(block byte offset, unit)` returns 16 consecutive elements of a block
-// exactly as vkllm-cpu's `dequantize_row` computes them. Same helpers as mat_quant.wgsl (which
-// keeps its own copy); see its header for the layout notes.
+// The including file provides `fn wd(i: u32) -> u32` (word i of the weight being read) and
+// `fn load16(off: u32) -> vec4<u32>` (its 16 bytes from any even byte offset `off`, as 4
+// little-endian words). QTYPE is ggml's type id, BLOCK the
+// elements per block (32 or 256), TS the bytes per block (set from Rust's `WeightType`).
+//
+// A block may start at any even byte offset (Q8_0 is 34 bytes, Q4_1 20, Q5_0 22, Q6_K 210):
+// every read goes through `byte_at`, `u16_at`, `u32_at` or `load16`, which assemble unaligned
+// fields from the words they straddle.
+// `dequant16` returns 16 consecutive elements exactly as vkllm-cpu's `dequantize_row` computes
+// them (same f32 operations in the same order; every scale product is exact in f32, so FMA
+// contraction cannot change them).
+
+override QTYPE: u32 = 8;
+override BLOCK: u32 = 32;
+override TS: u32 = 34;
 
 // ggml's kvalues_iq4nl (IQ4_NL, IQ4_XS).
 var<private> KV: array<f32, 16> = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0,
     -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
 
 fn byte_at(off: u32) -> u32 {
-    return (w[off >> 2u] >> ((off & 3u) * 8u)) & 0xffu;
+    return (wd(off >> 2u) >> ((off & 3u) * 8u)) & 0xffu;
 }
 
 // A little-endian u16 at an even byte offset (never straddles a word).
 fn u16_at(off: u32) -> u32 {
-    return (w[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu;
+    return (wd(off >> 2u) >> ((off & 2u) * 8u)) & 0xffffu;
 }
 
 // An f16 at an even byte offset, widened with integer operations rather than unpack2x16float:
@@ -41,22 +52,9 @@ fn u32_at(off: u32) -> u32 {
     let i = off >> 2u;
     let sh = (off & 3u) * 8u;
     if (sh == 0u) {
-        return w[i];
+        return wd(i);
     }
-    return (w[i] >> sh) | (w[i + 1u] << (32u - sh));
-}
-
-// 16 bytes from any byte offset, as 4 little-endian words (reads a fifth word only when the
-// bytes straddle it, so never past the data).
-fn load16(off: u32) -> vec4<u32> {
-    let i = off >> 2u;
-    let sh = (off & 3u) * 8u;
-    let a = vec4<u32>(w[i], w[i + 1u], w[i + 2u], w[i + 3u]);
-    if (sh == 0u) {
-        return a;
-    }
-    let b = vec4<u32>(a.y, a.z, a.w, w[i + 4u]);
-    return (a >> vec4<u32>(sh)) | (b << vec4<u32>(32u - sh));
+    return (wd(i) >> sh) | (wd(i + 1u) << (32u - sh));
 }
 
 fn byte_of(v: vec4<u32>, i: u32) -> u32 {
@@ -197,9 +195,4 @@ fn dequant16(blk: u32, q: u32) -> array<f32, 16> {
         }
     }
     return o;
-}
-
-// Byte offset of unit u (16 elements) of a row starting at byte `row`.
-fn unit_block(row: u32, u: u32) -> u32 {
-    return row + (u / (BLOCK / 16u)) * TS;
 }

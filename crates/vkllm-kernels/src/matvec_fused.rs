@@ -1,0 +1,379 @@
+//! `shaders/matvec_fused.wgsl`: the decode matvec in its fast layout (a team of lanes per row,
+//! 16-byte loads, any subgroup size) with its fusions: `n` activation columns, an RMSNorm
+//! prologue, up to three weight parts in one dispatch, and store / accumulate / gated-activation
+//! epilogues. Every weight type (float and quantized) goes through this one kernel.
+//!
+//! The reference kernels ([`crate::matvec::Matvec`], one column, plain store/accumulate) stay
+//! selectable through [`MatvecImpl::Reference`].
+
+use crate::mat_quant::format_overrides;
+use crate::matvec::{MatShape, check_weight};
+use crate::sources::MATVEC_FUSED as SRC;
+use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
+use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides, WeightType};
+
+pub static MATVEC_FUSED: KernelSpec = KernelSpec {
+    name: "matvec_fused",
+    file: "matvec_fused.wgsl",
+    entry: "main",
+    source: SRC,
+    bindings: &[rd("w0"), rd("x"), rw("y"), rd("w1"), rd("w2"), rd("norm_w")],
+    push_size: 52,
+    exact_fp: false,
+};
+
+/// Most activation columns (tokens) one dispatch takes.
+pub const MAX_COLUMNS: usize = 8;
+/// Most weight parts one dispatch takes.
+pub const MAX_PARTS: usize = 3;
+
+/// Which matvec kernel runs a plain `y (+)= W x`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MatvecImpl {
+    /// `matvec.wgsl` / `mat_quant.wgsl`'s `matvec`: one workgroup per R rows, one column, no
+    /// fusions. Kept as the reference the fast kernel is checked against.
+    Reference,
+    /// `matvec_fused.wgsl` (when [`MatvecOp::fast_supported`]; else the reference runs).
+    #[default]
+    Fast,
+}
+
+/// The activation of a gated epilogue, as vkllm-cpu's `silu` / `gelu_tanh`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GatedAct {
+    Silu,
+    GeluTanh,
+}
+
+/// What the kernel does with each finished dot product.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Epilogue {
+    /// `y = result`.
+    #[default]
+    Store,
+    /// `y += result` (a fused residual add).
+    Accumulate,
+    /// Two parts of equal rows, gate and up: `y[off_0 + r] = act(gate_r . x) * (up_r . x)`.
+    Gated { act: GatedAct },
+}
+
+/// RMSNorm of each activation column before the product:
+/// `x' = x * inv_rms(x) * (offset + norm_w)`, `inv_rms = 1 / sqrt(mean(x^2) + eps)`
+/// (vkllm-cpu's `rmsnorm`; `offset` 0 for Llama/Qwen, 1 for Gemma's `1 + w`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NormPrologue {
+    pub eps: f32,
+    pub offset: f32,
+}
+
+/// One weight part: `rows` rows written at `y[t * y_stride + y_offset + r]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatvecPart {
+    pub rows: usize,
+    pub y_offset: usize,
+}
+
+/// Launch shape of the fast kernel. `lanes` invocations own `rows_per_team` rows; a workgroup of
+/// `wg` invocations holds `wg / lanes` teams. Powers of two; `1 <= rows_per_team <= 4`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatvecTuning {
+    pub wg: u32,
+    pub lanes: u32,
+    pub rows_per_team: u32,
+}
+
+/// One fused matvec: `y[t] = epilogue(W_i . prologue(x[t]))` for each part `i` and column `t`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MatvecOp {
+    /// Weight type of every part (mixed types are not one dispatch: the caller splits).
+    pub dtype: WeightType,
+    pub cols: usize,
+    /// 1 to [`MAX_PARTS`] parts (exactly 2, gate then up, for [`Epilogue::Gated`]).
+    pub parts: Vec<MatvecPart>,
+    /// Activation columns, 1 to [`MAX_COLUMNS`]: x is `[n_cols, cols]`, y is `[n_cols, y_stride]`.
+    pub n_cols: usize,
+    pub y_stride: usize,
+    pub norm: Option<NormPrologue>,
+    pub epilogue: Epilogue,
+    /// `None`: [`MatvecOp::default_tuning`].
+    pub tuning: Option<MatvecTuning>,
+}
+
+impl MatvecOp {
+    /// `y[0..rows] = W x`: one part, one column, no fusion.
+    pub fn plain(dtype: WeightType, rows: usize, cols: usize) -> Self {
+        MatvecOp {
+            dtype,
+            cols,
+            parts: vec![MatvecPart { rows, y_offset: 0 }],
+            n_cols: 1,
+            y_stride: rows,
+            norm: None,
+            epilogue: Epilogue::Store,
+            tuning: None,
+        }
+    }
+
+    /// Elements per unit of work: a 16-byte float word, or 16 quantized elements.
+    pub fn unit_elems(&self) -> usize {
+        match self.dtype {
+            WeightType::F32 => 4,
+            WeightType::F16 | WeightType::Bf16 => 8,
+            _ => 16,
+        }
+    }
+
+    /// The fast kernel reads whole 16-byte words of each float row: cols a multiple of 4 (f32)
+    /// or 8 (f16/bf16); quantized rows are whole blocks. Otherwise only the reference runs
+    /// (plain ops) or the op is refused (fused ones).
+    pub fn fast_supported(&self) -> bool {
+        self.cols > 0 && self.cols.is_multiple_of(self.unit_elems())
+    }
+
+    fn slots(&self, rows_per_team: u32) -> u32 {
+        match self.epilogue {
+            Epilogue::Gated { .. } => 2 * rows_per_team,
+            _ => rows_per_team,
+        }
+    }
+
+    /// Rows the grid covers (gated: the gate's rows; the up part rides along).
+    fn grid_rows(&self) -> impl Iterator<Item = usize> + '_ {
+        let n = match self.epilogue {
+            Epilogue::Gated { .. } => 1,
+            _ => self.parts.len(),
+        };
+        self.parts.iter().take(n).map(|p| p.rows)
+    }
+
+    /// The launch shape used when `tuning` is `None`: 128-invocation workgroups (enough of them
+    /// to spread over every SM for 1024-row matrices); 32 lanes per row (a warp on NVIDIA: the
+    /// 16-byte loads of a row are one 512-byte coalesced stretch), fewer for rows shorter than
+    /// 32 units so no lane idles; 2 rows per team for large matrices (more loads in flight,
+    /// x reused twice), 1 otherwise (more teams for small ones).
+    pub fn default_tuning(&self) -> MatvecTuning {
+        let units = (self.cols / self.unit_elems()).max(1);
+        let lanes = units.next_power_of_two().clamp(4, 32) as u32;
+        let rows: usize = self.grid_rows().sum();
+        let r = if rows >= 16384 && self.slots(2) as usize * self.n_cols <= 16 {
+            2
+        } else {
+            1
+        };
+        MatvecTuning {
+            wg: 128,
+            lanes,
+            rows_per_team: r,
+        }
+    }
+
+    /// Bytes of weights one dispatch reads (every part once).
+    pub fn weight_bytes(&self) -> u64 {
+        self.parts
+            .iter()
+            .map(|p| self.dtype.storage_bytes((p.rows * self.cols) as u64))
+            .sum()
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct MatvecFusedParams {
+    pub cols: u32,
+    pub y_stride: u32,
+    pub rows: [u32; 3],
+    pub y_offset: [u32; 3],
+    pub wg1: u32,
+    pub wg2: u32,
+    pub wg_end: u32,
+    pub eps: f32,
+    pub norm_offset: f32,
+}
+
+/// The buffers of [`MATVEC_FUSED`]: one weight per part (same order as [`MatvecOp::parts`],
+/// each padded to a whole number of 16-byte words), `x` `[n_cols, cols]`, `y`
+/// `[n_cols, y_stride]`, and `norm_w` `[cols]` iff the op has a norm.
+pub struct MatvecFused<B> {
+    pub w: Vec<B>,
+    pub x: B,
+    pub y: B,
+    pub norm_w: Option<B>,
+}
+
+impl<B: KernelBuffer> MatvecFused<B> {
+    pub fn dispatch(self, op: &MatvecOp) -> Result<Dispatch<B>, Error> {
+        let k = &MATVEC_FUSED;
+        let n_parts = op.parts.len();
+        if n_parts == 0 || n_parts > MAX_PARTS || self.w.len() != n_parts {
+            return Err(shape_err(
+                k,
+                format!(
+                    "{n_parts} parts and {} weights (1..={MAX_PARTS}, one per part)",
+                    self.w.len()
+                ),
+            ));
+        }
+        if op.n_cols == 0 || op.n_cols > MAX_COLUMNS {
+            return Err(shape_err(
+                k,
+                format!("{} columns (1..={MAX_COLUMNS})", op.n_cols),
+            ));
+        }
+        if !op.fast_supported() {
+            return Err(shape_err(
+                k,
+                format!(
+                    "{} rows of {} elements: need a multiple of {}",
+                    op.dtype.name(),
+                    op.cols,
+                    op.unit_elems()
+                ),
+            ));
+        }
+        if let Epilogue::Gated { .. } = op.epilogue
+            && (n_parts != 2 || op.parts[0].rows != op.parts[1].rows)
+        {
+            return Err(shape_err(
+                k,
+                "a gated epilogue needs two parts (gate, up) of equal rows",
+            ));
+        }
+        let t = op.tuning.unwrap_or_else(|| op.default_tuning());
+        let slots = op.slots(t.rows_per_team);
+        if !t.wg.is_power_of_two()
+            || !(32..=1024).contains(&t.wg)
+            || !t.lanes.is_power_of_two()
+            || t.lanes > t.wg
+            || !(1..=4).contains(&t.rows_per_team)
+            || slots > 4
+            || slots as usize * op.n_cols > 16
+            || (t.wg / 4) as usize * slots as usize * op.n_cols > 1024
+        {
+            return Err(shape_err(
+                k,
+                format!("tuning {t:?} with {slots} slots x {} columns", op.n_cols),
+            ));
+        }
+        for (i, (part, w)) in op.parts.iter().zip(&self.w).enumerate() {
+            let s = MatShape {
+                dtype: op.dtype,
+                rows: part.rows,
+                cols: op.cols,
+                row_offset: 0,
+                accumulate: false,
+            };
+            check_weight(k, w, &s)?;
+            // Weights are read as whole 16-byte words.
+            need(
+                k,
+                "w",
+                w,
+                op.dtype
+                    .storage_bytes((part.rows * op.cols) as u64)
+                    .div_ceil(16)
+                    * 16,
+            )?;
+            let written = !matches!(op.epilogue, Epilogue::Gated { .. }) || i == 0;
+            if written && part.y_offset + part.rows > op.y_stride {
+                return Err(shape_err(
+                    k,
+                    format!(
+                        "part {i}: rows {}..{} beyond y_stride {}",
+                        part.y_offset,
+                        part.y_offset + part.rows,
+                        op.y_stride
+                    ),
+                ));
+            }
+        }
+        let ends = op
+            .grid_rows()
+            .zip(&op.parts)
+            .map(|(_, p)| p.y_offset + p.rows)
+            .max()
+            .unwrap_or(0);
+        need(k, "x", &self.x, 4 * (op.n_cols * op.cols) as u64)?;
+        need(
+            k,
+            "y",
+            &self.y,
+            4 * ((op.n_cols - 1) * op.y_stride + ends) as u64,
+        )?;
+        match (&op.norm, &self.norm_w) {
+            (Some(_), Some(nw)) => need(k, "norm_w", nw, 4 * op.cols as u64)?,
+            (None, None) => {}
+            _ => {
+                return Err(shape_err(
+                    k,
+                    "norm_w must be given exactly when the op has a norm prologue",
+                ));
+            }
+        }
+        let rows_per_wg = (t.wg / t.lanes * t.rows_per_team) as usize;
+        let mut wg_start = [0u32; 3];
+        let mut total = 0u64;
+        for (i, rows) in op.grid_rows().enumerate() {
+            wg_start[i] = u32::try_from(total).map_err(|_| shape_err(k, "too many rows"))?;
+            total += rows.div_ceil(rows_per_wg) as u64;
+        }
+        let grid = grid_for(k, total)?;
+        let mut rows = [0u32; 3];
+        let mut y_offset = [0u32; 3];
+        for (i, part) in op.parts.iter().enumerate() {
+            rows[i] = to_u32(k, "rows", part.rows)?;
+            y_offset[i] = to_u32(k, "y_offset", part.y_offset)?;
+        }
+        let norm = op.norm.unwrap_or(NormPrologue {
+            eps: 0.0,
+            offset: 0.0,
+        });
+        let p = MatvecFusedParams {
+            cols: to_u32(k, "cols", op.cols)?,
+            y_stride: to_u32(k, "y_stride", op.y_stride)?,
+            rows,
+            y_offset,
+            wg1: if n_parts > 1 { wg_start[1] } else { u32::MAX },
+            wg2: if n_parts > 2 { wg_start[2] } else { u32::MAX },
+            wg_end: total as u32,
+            eps: norm.eps,
+            norm_offset: norm.offset,
+        };
+        let base = if op.dtype.is_quantized() {
+            format_overrides(op.dtype)
+        } else {
+            Overrides::new()
+                .set("QTYPE", 0.0)
+                .set("DTYPE", op.dtype.code())
+        };
+        let epi = match op.epilogue {
+            Epilogue::Store => 0.0,
+            Epilogue::Accumulate => 1.0,
+            Epilogue::Gated {
+                act: GatedAct::Silu,
+            } => 2.0,
+            Epilogue::Gated {
+                act: GatedAct::GeluTanh,
+            } => 3.0,
+        };
+        let overrides = base
+            .set("WG", t.wg as f64)
+            .set("LPR", t.lanes as f64)
+            .set("R", t.rows_per_team as f64)
+            .set("NC", op.n_cols as f64)
+            .set("UE", op.unit_elems() as f64)
+            .set("NPARTS", n_parts as f64)
+            .set("NORM", op.norm.is_some() as u32 as f64)
+            .set("EPI", epi);
+        let w0 = self.w[0];
+        let w1 = self.w.get(1).copied().unwrap_or(w0);
+        let w2 = self.w.get(2).copied().unwrap_or(w0);
+        let nw = self.norm_w.unwrap_or(self.x);
+        Ok(Dispatch::new(
+            k,
+            overrides,
+            vec![w0, self.x, self.y, w1, w2, nw],
+            &p,
+            grid,
+        ))
+    }
+}

@@ -1,0 +1,213 @@
+//! `shaders/rope_kv_append.wgsl`: the fused attention input step (optional per-head q/k RMSNorm,
+//! RoPE on q and k, KV-cache append of k and v) in one dispatch.
+
+use crate::kv_append::KvType;
+use crate::rope::RopeLayout;
+use crate::sources::ROPE_KV_APPEND as SRC;
+use crate::spec::{need, rd, rw, shape_err, to_u32};
+use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
+
+/// Largest head dimension the kernel stages in workgroup memory.
+pub const MAX_HEAD_DIM: usize = 512;
+
+pub static ROPE_KV_APPEND: KernelSpec = KernelSpec {
+    name: "rope_kv_append",
+    file: "rope_kv_append.wgsl",
+    entry: "main",
+    source: SRC,
+    bindings: &[
+        rd("q"),
+        rd("k"),
+        rd("v"),
+        rd("q_norm"),
+        rd("k_norm"),
+        rd("pos"),
+        rd("table"),
+        rw("q_out"),
+        rw("k_cache"),
+        rw("v_cache"),
+    ],
+    push_size: 52,
+    exact_fp: false,
+};
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct RopeKvAppendParams {
+    pub n_tok: u32,
+    pub n_heads: u32,
+    pub n_kv_heads: u32,
+    pub head_dim: u32,
+    pub rotary_dim: u32,
+    pub style: u32,
+    pub max_pos: u32,
+    pub norm: u32,
+    pub eps: f32,
+    pub norm_offset: f32,
+    pub max_tok: u32,
+    pub row_stride: u32,
+    pub ring: u32,
+}
+
+/// The per-head RMSNorm applied to q and k before RoPE (`(x * r) * (offset + w)`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HeadNorm {
+    pub eps: f32,
+    /// 0 (Qwen3) or 1 (Gemma's `1 + w`).
+    pub offset: f32,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct RopeKvAppendShape {
+    pub n_tok: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Rotated dims (<= head_dim, even, > 0).
+    pub rotary_dim: usize,
+    pub layout: RopeLayout,
+    /// Positions covered by the (cos, sin) table.
+    pub max_pos: usize,
+    /// `Some` when q and k are normalised per head first (`q_norm`, `k_norm` are read).
+    pub norm: Option<HeadNorm>,
+    pub kv: KvType,
+    /// Rows of the cache region a position may address (positions >= it write nothing).
+    pub max_tok: usize,
+    /// Rows between consecutive tokens' regions (0: one sequence; >= the rows of a region:
+    /// slot-major).
+    pub row_stride: usize,
+    /// Rows a region keeps: position p goes to row p % ring (>= max_tok: the row is the
+    /// position; a sliding-window layer's ring otherwise).
+    pub ring: usize,
+}
+
+/// `q_out = rope(norm(q))`; `k_cache[row(t)] = rope(norm(k))`, `v_cache[row(t)] = v`.
+pub struct RopeKvAppend<B> {
+    pub q: B,
+    pub k: B,
+    pub v: B,
+    /// `[head_dim]` (bind any buffer when `norm` is `None`).
+    pub q_norm: B,
+    pub k_norm: B,
+    pub pos: B,
+    pub table: B,
+    pub q_out: B,
+    pub k_cache: B,
+    pub v_cache: B,
+}
+
+impl<B: KernelBuffer> RopeKvAppend<B> {
+    pub fn dispatch(self, s: &RopeKvAppendShape) -> Result<Dispatch<B>, Error> {
+        let k = &ROPE_KV_APPEND;
+        let hd = s.head_dim;
+        if s.rotary_dim == 0 || !s.rotary_dim.is_multiple_of(2) || s.rotary_dim > hd {
+            return Err(shape_err(
+                k,
+                format!(
+                    "rotary_dim {} must be even, > 0 and <= head_dim {hd}",
+                    s.rotary_dim
+                ),
+            ));
+        }
+        if hd == 0 || !hd.is_multiple_of(2) || hd > MAX_HEAD_DIM {
+            return Err(shape_err(
+                k,
+                format!("head_dim {hd} must be even and <= {MAX_HEAD_DIM}"),
+            ));
+        }
+        if s.n_tok == 0 || s.n_heads == 0 || s.n_kv_heads == 0 {
+            return Err(shape_err(k, "empty batch or no heads"));
+        }
+        if s.ring == 0 {
+            return Err(shape_err(k, "ring of 0 rows"));
+        }
+        let region = s.ring.min(s.max_tok);
+        if s.row_stride == 0 && s.ring < s.max_tok && s.n_tok > s.ring {
+            return Err(shape_err(
+                k,
+                format!(
+                    "{} tokens overwrite each other in a ring of {} rows",
+                    s.n_tok, s.ring
+                ),
+            ));
+        }
+        if s.row_stride != 0 && s.row_stride < region {
+            return Err(shape_err(
+                k,
+                format!(
+                    "row_stride {} overlaps regions of {region} rows",
+                    s.row_stride
+                ),
+            ));
+        }
+        let q_len = 4 * (s.n_tok * s.n_heads * hd) as u64;
+        let kv_dim = s.n_kv_heads * hd;
+        let kv_len = 4 * (s.n_tok * kv_dim) as u64;
+        need(k, "q", &self.q, q_len)?;
+        need(k, "k", &self.k, kv_len)?;
+        need(k, "v", &self.v, kv_len)?;
+        if s.norm.is_some() {
+            need(k, "q_norm", &self.q_norm, 4 * hd as u64)?;
+            need(k, "k_norm", &self.k_norm, 4 * hd as u64)?;
+        }
+        need(k, "pos", &self.pos, 4 * s.n_tok as u64)?;
+        need(
+            k,
+            "table",
+            &self.table,
+            8 * (s.max_pos * s.rotary_dim / 2) as u64,
+        )?;
+        need(k, "q_out", &self.q_out, q_len)?;
+        let rows = s.n_tok.saturating_sub(1) * s.row_stride + region;
+        let cache = s.kv.bytes((rows * kv_dim) as u64);
+        need(k, "k_cache", &self.k_cache, cache)?;
+        need(k, "v_cache", &self.v_cache, cache)?;
+        let (norm, eps, norm_offset) = match s.norm {
+            Some(n) => (1, n.eps, n.offset),
+            None => (0, 0.0, 0.0),
+        };
+        let p = RopeKvAppendParams {
+            n_tok: to_u32(k, "n_tok", s.n_tok)?,
+            n_heads: to_u32(k, "n_heads", s.n_heads)?,
+            n_kv_heads: to_u32(k, "n_kv_heads", s.n_kv_heads)?,
+            head_dim: to_u32(k, "head_dim", hd)?,
+            rotary_dim: to_u32(k, "rotary_dim", s.rotary_dim)?,
+            style: match s.layout {
+                RopeLayout::Interleaved => 0,
+                RopeLayout::NeoX => 1,
+            },
+            max_pos: to_u32(k, "max_pos", s.max_pos)?,
+            norm,
+            eps,
+            norm_offset,
+            max_tok: to_u32(k, "max_tok", s.max_tok)?,
+            row_stride: to_u32(k, "row_stride", s.row_stride)?,
+            ring: to_u32(k, "ring", s.ring)?,
+        };
+        let heads = to_u32(k, "heads", s.n_heads + s.n_kv_heads)?;
+        if s.n_tok > 65535 || heads > 65535 {
+            return Err(shape_err(
+                k,
+                "more than 65535 tokens or heads in one dispatch",
+            ));
+        }
+        Ok(Dispatch::new(
+            k,
+            Overrides::new().set("KV_DTYPE", s.kv.code()),
+            vec![
+                self.q,
+                self.k,
+                self.v,
+                self.q_norm,
+                self.k_norm,
+                self.pos,
+                self.table,
+                self.q_out,
+                self.k_cache,
+                self.v_cache,
+            ],
+            &p,
+            [heads, s.n_tok as u32, 1],
+        ))
+    }
+}

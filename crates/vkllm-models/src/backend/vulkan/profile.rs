@@ -1,0 +1,45 @@
+//! Per-dispatch GPU timing of a whole forward (a prefill chunk), by graph region: the prefill
+//! counterpart of `slot_profile` (which times one recorded decode step).
+
+use super::VulkanBackend;
+use super::slots::ProfiledDispatch;
+use crate::error::ModelError;
+use crate::forward::{KvCache, Logits, Model};
+
+impl VulkanBackend {
+    /// Runs `model` over `ids` at positions `0..ids.len()` in slot 0 of `kv` with GPU
+    /// timestamps on every dispatch and returns them with the graph region each belongs to
+    /// (times continue across the submits the forward needs). Nothing is cached between calls:
+    /// a first call also pays pipeline creation on the host, not in these GPU times.
+    pub fn forward_profile(
+        &mut self,
+        model: &Model,
+        kv: &KvCache,
+        ids: &[u32],
+    ) -> Result<Vec<ProfiledDispatch>, ModelError> {
+        self.flush()?;
+        self.timestamps = 16384;
+        self.marks.clear();
+        self.profiled = Some(Vec::new());
+        let res = model
+            .forward_slot(self, kv, 0, ids, 0, Logits::Last)
+            .and_then(|_| self.flush());
+        self.timestamps = 0;
+        let t = self.profiled.take().unwrap_or_default();
+        let marks = std::mem::take(&mut self.marks);
+        res?;
+        Ok(t.iter()
+            .enumerate()
+            .map(|(i, x)| ProfiledDispatch {
+                region: marks
+                    .iter()
+                    .rev()
+                    .find(|m| m.0 <= i)
+                    .map_or("other", |m| m.1),
+                kernel: x.label,
+                start_ns: x.start_ns,
+                ns: x.ns,
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,88 @@
+//! Device-side tables and scratch the Vulkan backend builds on the host or grows on demand: RoPE
+//! (cos, sin) tables, split-K attention partials and tiled biases.
+
+use vkllm_cpu::Rope;
+use vkllm_vk::MemoryKind;
+
+use super::{RopeTable, VulkanBackend};
+use crate::backend::Tensor;
+use crate::error::ModelError;
+
+impl VulkanBackend {
+    pub(super) fn rope_table(&mut self, rope: &Rope, need: usize) -> Result<usize, ModelError> {
+        if let Some(i) = self
+            .ropes
+            .iter()
+            .position(|t| t.rope == *rope && t.max_pos >= need)
+        {
+            return Ok(i);
+        }
+        let max_pos = need.next_power_of_two().max(256);
+        let mut table = Vec::with_capacity(max_pos * rope.rotary_dim);
+        for p in 0..max_pos {
+            let (c, s) = rope.cos_sin(p);
+            for (c, s) in c.into_iter().zip(s) {
+                table.extend([c, s]);
+            }
+        }
+        let buf = self.dev.buffer_from("rope table", &table)?;
+        let (old, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.ropes)
+            .into_iter()
+            .partition(|t| t.rope == *rope);
+        self.ropes = keep;
+        self.retired.extend(old.into_iter().map(|t| t.buf));
+        self.ropes.push(RopeTable {
+            rope: *rope,
+            max_pos,
+            buf,
+        });
+        Ok(self.ropes.len() - 1)
+    }
+
+    pub(super) fn attn_parts(&mut self, ml: u64, o: u64) -> Result<(), ModelError> {
+        let big_enough = self
+            .attn_parts
+            .as_ref()
+            .is_some_and(|(a, b)| a.size() >= ml && b.size() >= o);
+        if !big_enough {
+            // Pending work may still use the old partials: keep them until the next flush.
+            if let Some((a, b)) = self.attn_parts.take() {
+                self.retired.extend([a, b]);
+            }
+            self.attn_parts = Some((
+                self.dev
+                    .create_buffer("attn part_ml", ml, MemoryKind::Device)?,
+                self.dev
+                    .create_buffer("attn part_o", o, MemoryKind::Device)?,
+            ));
+        }
+        Ok(())
+    }
+
+    pub(super) fn bias_rows(
+        &mut self,
+        bias: Tensor,
+        rows: usize,
+        n: usize,
+    ) -> Result<usize, ModelError> {
+        if let Some(i) = self
+            .tiled_bias
+            .iter()
+            .position(|(b, m, _)| *b == bias && *m >= n)
+        {
+            return Ok(i);
+        }
+        let mut one = vec![0u8; 4 * rows];
+        self.dev.download(self.buf(bias), 0, &mut one)?;
+        let m = n.next_power_of_two();
+        let tiled: Vec<u8> = one.iter().copied().cycle().take(one.len() * m).collect();
+        let buf = self.dev.buffer_from("tiled bias", &tiled)?;
+        let (old, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.tiled_bias)
+            .into_iter()
+            .partition(|(b, _, _)| *b == bias);
+        self.tiled_bias = keep;
+        self.retired.extend(old.into_iter().map(|(_, _, buf)| buf));
+        self.tiled_bias.push((bias, m, buf));
+        Ok(self.tiled_bias.len() - 1)
+    }
+}

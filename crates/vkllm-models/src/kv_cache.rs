@@ -1,0 +1,264 @@
+//! The KV cache: per layer and slot, the keys and values of a sequence's positions. Sliding-window
+//! layers keep only a ring of their window plus a prefill chunk (position `p` in row `p % ring`),
+//! so their memory does not grow with the context; full-attention layers keep every position.
+
+use crate::backend::{Backend, KvDtype, KvRows, KvView, Tensor};
+use crate::error::ModelError;
+
+/// The KV caches of `slots` sequences, positions `0..capacity` each. Per layer and slot, a
+/// full-attention layer keeps every position's keys and values; a sliding-window layer keeps a
+/// ring of `ring` rows (its window plus a prefill chunk, so a chunk never overwrites keys its own
+/// earlier queries still see), position `p` in row `p % ring`. Slot-major: slot `s` of layer `l`
+/// owns rows `s * stride .. s * stride + min(capacity, ring)` of that layer's tensors.
+#[derive(Clone, Debug)]
+pub struct KvCache {
+    pub capacity: usize,
+    pub slots: usize,
+    pub dtype: KvDtype,
+    pub layers: Vec<KvLayer>,
+}
+
+/// One layer of a [`KvCache`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvLayer {
+    pub k: Tensor,
+    pub v: Tensor,
+    /// Rows a slot keeps: position `p` is row `p % ring` (`ring >= capacity`: every position).
+    pub ring: usize,
+    /// Rows between slots: the slot's rows rounded up to a multiple of [`KV_ROW_ALIGN`], so every
+    /// slot's region starts at a bindable buffer offset.
+    pub stride: usize,
+    /// The layer's sliding window, if any.
+    pub window: Option<usize>,
+}
+
+/// Slot regions of a KV cache start at multiples of this many rows.
+pub const KV_ROW_ALIGN: usize = 128;
+
+fn align_rows(rows: usize) -> usize {
+    rows.div_ceil(KV_ROW_ALIGN) * KV_ROW_ALIGN
+}
+
+impl KvLayer {
+    /// The rows a layer with `window` keeps per slot for `capacity` positions and prefill
+    /// chunks of up to `chunk` tokens: `window + chunk` rounded up to [`KV_ROW_ALIGN`] when that
+    /// is less than `capacity` (the ring wraps), else `capacity` (no wrap).
+    pub fn ring_for(window: Option<usize>, capacity: usize, chunk: usize) -> usize {
+        match window {
+            Some(w) if align_rows(w + chunk.max(1)) < capacity => align_rows(w + chunk.max(1)),
+            _ => capacity,
+        }
+    }
+
+    /// Whether positions wrap around the ring (a sliding layer shorter than the context).
+    pub fn wraps(&self, capacity: usize) -> bool {
+        self.ring < capacity
+    }
+}
+
+impl KvCache {
+    /// Allocates the caches of a model whose layers have `windows`, `kv_dim` wide, for `slots`
+    /// sequences of `capacity` positions and prefill chunks of up to `chunk` tokens; fails with
+    /// [`ModelError::OutOfMemory`] when the device would be left without room for the
+    /// activations and the driver (1/16 of it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn alloc<B: Backend>(
+        b: &mut B,
+        windows: &[Option<usize>],
+        kv_dim: usize,
+        capacity: usize,
+        chunk: usize,
+        slots: usize,
+        dtype: KvDtype,
+    ) -> Result<KvCache, ModelError> {
+        if capacity == 0 || slots == 0 {
+            return Err(ModelError::Config {
+                field: "kv cache".into(),
+                msg: format!("capacity {capacity} and slots {slots} must be > 0"),
+            });
+        }
+        let need = KvCache::bytes_for(windows, kv_dim, capacity, chunk, slots, dtype);
+        if let Some((free, total)) = b.memory_free()
+            && need > free.saturating_sub(total / 16)
+        {
+            let sliding = windows.iter().filter(|w| w.is_some()).count();
+            return Err(ModelError::OutOfMemory {
+                what: format!(
+                    "KV cache ({slots} x {capacity} positions, {}, {} layers, {sliding} of them \
+                     sliding-window rings)",
+                    dtype.name(),
+                    windows.len()
+                ),
+                need,
+                available: free.saturating_sub(total / 16),
+                total,
+            });
+        }
+        let layers = windows
+            .iter()
+            .map(|&window| {
+                let ring = KvLayer::ring_for(window, capacity, chunk);
+                let stride = align_rows(ring);
+                Ok(KvLayer {
+                    k: b.alloc_kv(slots * stride * kv_dim, dtype)?,
+                    v: b.alloc_kv(slots * stride * kv_dim, dtype)?,
+                    ring,
+                    stride,
+                    window,
+                })
+            })
+            .collect::<Result<_, ModelError>>()?;
+        Ok(KvCache {
+            capacity,
+            slots,
+            dtype,
+            layers,
+        })
+    }
+
+    /// Layer `l`'s caches, addressing `rows`.
+    pub fn view(&self, l: usize, rows: KvRows) -> KvView {
+        let layer = self.layers[l];
+        KvView {
+            k: layer.k,
+            v: layer.v,
+            capacity: self.capacity,
+            stride: layer.stride,
+            ring: layer.ring,
+            slots: self.slots,
+            dtype: self.dtype,
+            rows,
+        }
+    }
+
+    /// Bytes of keys and values for a model whose layers have `windows` (one per layer), each
+    /// `kv_dim` wide, for `slots` sequences of `capacity` positions and prefill chunks of up to
+    /// `chunk` tokens: sliding-window layers count only their ring ([`KvLayer::ring_for`]).
+    pub fn bytes_for(
+        windows: &[Option<usize>],
+        kv_dim: usize,
+        capacity: usize,
+        chunk: usize,
+        slots: usize,
+        dtype: KvDtype,
+    ) -> u64 {
+        windows
+            .iter()
+            .map(|&w| {
+                let stride = align_rows(KvLayer::ring_for(w, capacity, chunk));
+                2 * (slots * stride * kv_dim * dtype.bytes_per_value()) as u64
+            })
+            .sum()
+    }
+
+    /// How many of the first `common` cached positions of a slot a new forward may keep, when
+    /// forwards wrote that slot's positions up to `written` (exclusive: the furthest any forward
+    /// reached since position 0 was last computed). All `common` when every sliding layer still
+    /// holds the keys a query at `common` sees (its `window - 1` predecessors), else 0: a
+    /// sliding layer's overwritten keys cannot be rebuilt from a later start, since every
+    /// position's keys depend on all earlier positions through the layers below, so the slot
+    /// is recomputed from position 0 (which also rewrites the full layers, identically).
+    pub fn reusable(&self, written: usize, common: usize) -> usize {
+        let kept = self.layers.iter().all(|l| match l.window {
+            Some(w) if common > 0 && l.wraps(self.capacity) => {
+                (common + 1).saturating_sub(w) >= written.saturating_sub(l.ring)
+            }
+            _ => true,
+        });
+        if kept { common } else { 0 }
+    }
+
+    /// Checks that forwards of up to `chunk` tokens fit every ring (a cache made for a smaller
+    /// chunk would let a chunk overwrite keys its own queries see).
+    pub(crate) fn check_chunk(&self, chunk: usize) -> Result<(), ModelError> {
+        for (i, l) in self.layers.iter().enumerate() {
+            if let Some(w) = l.window
+                && l.wraps(self.capacity)
+                && w + chunk > l.ring
+            {
+                return Err(ModelError::Config {
+                    field: "kv cache".into(),
+                    msg: format!(
+                        "layer {i}: a ring of {} rows cannot hold window {w} plus a {chunk}-token \
+                         chunk (make the cache with this model)",
+                        l.ring
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CpuBackend;
+
+    #[test]
+    fn ring_rows() {
+        // window + chunk rounded up to 128 rows while that is below the capacity.
+        assert_eq!(KvLayer::ring_for(Some(16), 1000, 48), 128);
+        assert_eq!(KvLayer::ring_for(Some(512), 32768, 128), 640);
+        assert_eq!(KvLayer::ring_for(Some(200), 1000, 100), 384);
+        // No wrap: the ring would not be smaller than the context.
+        assert_eq!(KvLayer::ring_for(Some(900), 1000, 100), 1000);
+        assert_eq!(KvLayer::ring_for(Some(16), 100, 48), 100);
+        assert_eq!(KvLayer::ring_for(None, 1000, 48), 1000);
+    }
+
+    #[test]
+    fn bytes_for_mixed_layers() {
+        // Two sliding layers (window 16, chunk 48: 128-row rings) and one full layer (1000
+        // positions: 1024 rows), kv_dim 8, 2 slots, f16: K and V of
+        // 2 x (2 * 128 * 8 * 2) + (2 * 1024 * 8 * 2) bytes = 2 x 8192 + 65536.
+        let w = [Some(16), None, Some(16)];
+        assert_eq!(
+            KvCache::bytes_for(&w, 8, 1000, 48, 2, KvDtype::F16),
+            2 * 8192 + 65536
+        );
+        // Without windows every layer holds the context.
+        assert_eq!(
+            KvCache::bytes_for(&[None; 3], 8, 1000, 48, 2, KvDtype::F16),
+            3 * 65536
+        );
+        // The allocation matches the accounting.
+        let mut b = CpuBackend::new();
+        let kv = KvCache::alloc(&mut b, &w, 8, 1000, 48, 2, KvDtype::F16).unwrap();
+        let rows: Vec<(usize, usize)> = kv.layers.iter().map(|l| (l.ring, l.stride)).collect();
+        assert_eq!(rows, [(128, 128), (1000, 1024), (128, 128)]);
+    }
+
+    #[test]
+    fn gemma3_270m_at_32k() {
+        // Gemma 3 270M: 18 layers, every 6th full (5, 11, 17), window 512, one KV head of 256,
+        // chunk 128, f32: a sliding layer keeps 640 rows, a full one 32768.
+        let w: Vec<Option<usize>> = (0..18)
+            .map(|i| if (i + 1) % 6 == 0 { None } else { Some(512) })
+            .collect();
+        let ring = KvCache::bytes_for(&w, 256, 32768, 128, 1, KvDtype::F32);
+        let full = KvCache::bytes_for(&[None; 18], 256, 32768, 128, 1, KvDtype::F32);
+        assert_eq!(full, 18 * 2 * 32768 * 256 * 4); // 1152 MiB
+        assert_eq!(ring, 15 * 2 * 640 * 256 * 4 + 3 * 2 * 32768 * 256 * 4); // 210.75 MiB
+    }
+
+    #[test]
+    fn reusable_prefix() {
+        let mut b = CpuBackend::new();
+        // Window 64, chunk 64: a 128-row ring in a 1000-position cache.
+        let kv = KvCache::alloc(&mut b, &[None, Some(64)], 4, 1000, 64, 1, KvDtype::F32).unwrap();
+        assert_eq!(kv.layers[1].ring, 128);
+        // Written up to 300: the ring holds positions 172..300. A query at `common` sees
+        // common - 63..=common, so common >= 235 keeps its prefix, below that recomputes.
+        assert_eq!(kv.reusable(300, 250), 250);
+        assert_eq!(kv.reusable(300, 235), 235);
+        assert_eq!(kv.reusable(300, 234), 0);
+        assert_eq!(kv.reusable(300, 100), 0);
+        // Nothing has wrapped yet: any prefix is kept.
+        assert_eq!(kv.reusable(128, 10), 10);
+        assert_eq!(kv.reusable(300, 0), 0);
+        // Full layers only: any prefix is kept.
+        let full = KvCache::alloc(&mut b, &[None, None], 4, 1000, 64, 1, KvDtype::F32).unwrap();
+        assert_eq!(full.reusable(900, 3), 3);
+    }
+}

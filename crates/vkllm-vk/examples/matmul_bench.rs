@@ -1,0 +1,127 @@
+//! Matvec/matmul micro-benchmark: prints a markdown table of GPU time (timestamp queries),
+//! GB/s of weights read and GFLOP/s.
+//!
+//! `cargo run --release -p vkllm-vk --example matmul_bench -- [--iters N] [--n TOKENS]
+//! [--types f16,q8_0,q4_K,...] [ROWSxCOLS ...]`
+//! Default shapes: 4096x4096 and 151936x1024 (the LM head of Qwen3-0.6B); default types F16,
+//! F32, BF16. `--types` takes ggml names (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K,
+//! q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs; case-insensitive) or `quant` for the real models'
+//! five (q8_0, q4_1, q5_0, q4_K, q6_K). GB/s counts the weight bytes as stored (the quantized
+//! blocks) plus x and y.
+//! With `--n` > 1 on a device with cooperative matrices, each shape runs the portable matmul and
+//! `matmul_coop` with each tiling of `--tiles SGMxSGNxWMxWN,...` (default: the 128x128, 64x128
+//! and 64x64 tilings the runtime picks from); `VKLLM_NO_COOPMAT=1` leaves only the portable kernel.
+//! The device comes from `VKLLM_DEVICE`; `VKLLM_VALIDATE=1` adds the validation layer.
+
+use vkllm_vk::kernels::WeightType;
+use vkllm_vk::kernels::matmul_coop::CoopTile;
+use vkllm_vk::{Device, MatmulKernel, bench};
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let mut iters = 20u32;
+    let mut n = 1usize;
+    let mut shapes = Vec::new();
+    let mut types = vec![WeightType::F16, WeightType::F32, WeightType::Bf16];
+    let mut tiles = vec![CoopTile::LARGE, CoopTile::SMALL, CoopTile::TINY];
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--iters" => iters = args.next().ok_or("--iters needs a value")?.parse()?,
+            "--n" => n = args.next().ok_or("--n needs a value")?.parse()?,
+            "--types" => types = parse_types(&args.next().ok_or("--types needs a value")?)?,
+            "--tiles" => tiles = parse_tiles(&args.next().ok_or("--tiles needs a value")?)?,
+            s => {
+                let (r, c) = s
+                    .split_once('x')
+                    .ok_or(format!("shape {s}: expected ROWSxCOLS"))?;
+                shapes.push((r.parse::<usize>()?, c.parse::<usize>()?));
+            }
+        }
+    }
+    if shapes.is_empty() {
+        shapes = vec![(4096, 4096), (151_936, 1024)];
+    }
+    let dev = Device::from_env()?;
+    println!("device: {}", dev.info().summary());
+    let coop_shapes: Vec<String> = dev
+        .info()
+        .cooperative_matrix_shapes
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    println!(
+        "cooperative matrices: {} (shapes: {})\n",
+        if dev.coopmat() { "on" } else { "off" },
+        if coop_shapes.is_empty() {
+            "none".to_string()
+        } else {
+            coop_shapes.join(", ")
+        }
+    );
+    println!("{}", bench::MARKDOWN_HEADER);
+    let mut kernels = vec![MatmulKernel::Portable];
+    if n > 1 && dev.coopmat() {
+        kernels.extend(tiles.iter().map(|&t| MatmulKernel::Coop(t)));
+    }
+    if n == 1 {
+        kernels.truncate(1);
+    }
+    for &(rows, cols) in &shapes {
+        for &dtype in &types {
+            for &k in &kernels {
+                let r = bench::bench_matmul_with(&dev, dtype, rows, cols, n, iters, k)?;
+                println!("{}", r.markdown_row());
+            }
+        }
+    }
+    dev.check_validation()?;
+    Ok(())
+}
+
+fn parse_tiles(list: &str) -> Result<Vec<CoopTile>, String> {
+    list.split(',')
+        .map(|t| {
+            let v: Vec<u32> = t
+                .split('x')
+                .map(|d| d.parse::<u32>().map_err(|e| format!("tile {t}: {e}")))
+                .collect::<Result<_, _>>()?;
+            match v[..] {
+                [sgm, sgn, wm, wn] => Ok(CoopTile { sgm, sgn, wm, wn }),
+                _ => Err(format!("tile {t}: expected SGMxSGNxWMxWN")),
+            }
+        })
+        .collect()
+}
+
+fn parse_types(list: &str) -> Result<Vec<WeightType>, String> {
+    let all = [WeightType::F32, WeightType::F16, WeightType::Bf16]
+        .into_iter()
+        .chain(WeightType::QUANTIZED);
+    let all: Vec<WeightType> = all.collect();
+    let mut out = Vec::new();
+    for name in list.split(',') {
+        if name.eq_ignore_ascii_case("quant") {
+            out.extend([
+                WeightType::Q8_0,
+                WeightType::Q4_1,
+                WeightType::Q5_0,
+                WeightType::Q4_K,
+                WeightType::Q6_K,
+            ]);
+            continue;
+        }
+        let t = all
+            .iter()
+            .find(|t| t.name().eq_ignore_ascii_case(name))
+            .ok_or(format!("unknown weight type {name}"))?;
+        out.push(*t);
+    }
+    Ok(out)
+}

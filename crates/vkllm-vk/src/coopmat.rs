@@ -1,0 +1,181 @@
+//! Cooperative matrices (VK_KHR_cooperative_matrix): the shapes a device offers, and the device
+//! features the cooperative-matrix kernels (`matmul_coop.wgsl`) need enabled.
+//!
+//! naga emits those kernels with the capabilities CooperativeMatrixKHR, VulkanMemoryModel (and
+//! the Vulkan memory model), Float16 and 16-bit storage, so the device must enable
+//! `cooperativeMatrix`, `vulkanMemoryModel`, `shaderFloat16`, `storageBuffer16BitAccess` and
+//! `uniformAndStorageBuffer16BitAccess`, and offer the 16 x 16 x 16 f16 x f16 + f32 -> f32 shape
+//! at subgroup scope to compute shaders.
+
+use ash::vk;
+
+/// Element type of a cooperative matrix (`VkComponentTypeKHR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CoopComponent {
+    F16,
+    F32,
+    F64,
+    Bf16,
+    S8,
+    S16,
+    S32,
+    S64,
+    U8,
+    U16,
+    U32,
+    U64,
+    /// A value this build does not name (newer extensions: fp8, ...).
+    Other(i32),
+}
+
+impl CoopComponent {
+    pub(crate) fn from_vk(c: vk::ComponentTypeKHR) -> Self {
+        match c.as_raw() {
+            0 => Self::F16,
+            1 => Self::F32,
+            2 => Self::F64,
+            3 => Self::S8,
+            4 => Self::S16,
+            5 => Self::S32,
+            6 => Self::S64,
+            7 => Self::U8,
+            8 => Self::U16,
+            9 => Self::U32,
+            10 => Self::U64,
+            // VK_COMPONENT_TYPE_BFLOAT16_KHR (VK_KHR_shader_bfloat16).
+            1_000_141_000 => Self::Bf16,
+            r => Self::Other(r),
+        }
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            Self::F16 => "f16".into(),
+            Self::F32 => "f32".into(),
+            Self::F64 => "f64".into(),
+            Self::Bf16 => "bf16".into(),
+            Self::S8 => "s8".into(),
+            Self::S16 => "s16".into(),
+            Self::S32 => "s32".into(),
+            Self::S64 => "s64".into(),
+            Self::U8 => "u8".into(),
+            Self::U16 => "u16".into(),
+            Self::U32 => "u32".into(),
+            Self::U64 => "u64".into(),
+            Self::Other(r) => format!("type#{r}"),
+        }
+    }
+}
+
+/// One entry of `vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR`: `C[M, N] = A[M, K] B[K, N] +
+/// C` with these element types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CoopMatShape {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub a: CoopComponent,
+    pub b: CoopComponent,
+    pub c: CoopComponent,
+    pub result: CoopComponent,
+    pub saturating: bool,
+    /// Subgroup scope (the only scope naga's WGSL emits); else workgroup, device or queue family.
+    pub subgroup_scope: bool,
+}
+
+impl CoopMatShape {
+    /// The shape `matmul_coop.wgsl` uses.
+    pub fn is_f16_16x16x16_f32(&self) -> bool {
+        (self.m, self.n, self.k) == (16, 16, 16)
+            && self.a == CoopComponent::F16
+            && self.b == CoopComponent::F16
+            && self.c == CoopComponent::F32
+            && self.result == CoopComponent::F32
+            && self.subgroup_scope
+    }
+}
+
+impl std::fmt::Display for CoopMatShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}x{}x{} {}*{}+{}->{}{}{}",
+            self.m,
+            self.n,
+            self.k,
+            self.a.name(),
+            self.b.name(),
+            self.c.name(),
+            self.result.name(),
+            if self.saturating { " sat" } else { "" },
+            if self.subgroup_scope {
+                ""
+            } else {
+                " (non-subgroup scope)"
+            }
+        )
+    }
+}
+
+/// The device's cooperative-matrix shapes for compute shaders (empty when the extension, its
+/// feature or compute-stage support is missing).
+///
+/// # Safety
+/// `pd` must belong to `inst`, and the device must expose `VK_KHR_cooperative_matrix`.
+pub(crate) unsafe fn query_shapes(
+    entry: &ash::Entry,
+    inst: &ash::Instance,
+    pd: vk::PhysicalDevice,
+) -> Vec<CoopMatShape> {
+    let ext = ash::khr::cooperative_matrix::Instance::new(entry, inst);
+    // SAFETY: the caller guarantees the extension is present on `pd`.
+    match unsafe { ext.get_physical_device_cooperative_matrix_properties(pd) } {
+        Ok(props) => props
+            .iter()
+            .map(|p| CoopMatShape {
+                m: p.m_size,
+                n: p.n_size,
+                k: p.k_size,
+                a: CoopComponent::from_vk(p.a_type),
+                b: CoopComponent::from_vk(p.b_type),
+                c: CoopComponent::from_vk(p.c_type),
+                result: CoopComponent::from_vk(p.result_type),
+                saturating: p.saturating_accumulation == vk::TRUE,
+                subgroup_scope: p.scope == vk::ScopeKHR::SUBGROUP,
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Env switch back to the portable matmul (and a device without the cooperative-matrix
+/// features): `VKLLM_NO_COOPMAT` set to anything but `0` or empty.
+pub fn disabled_by_env() -> bool {
+    matches!(std::env::var("VKLLM_NO_COOPMAT"), Ok(v) if !v.is_empty() && v != "0")
+}
+
+/// The feature structs enabled at device creation for the cooperative-matrix kernels.
+#[derive(Default)]
+pub(crate) struct CoopFeatures {
+    pub storage16: vk::PhysicalDevice16BitStorageFeatures<'static>,
+    pub f16: vk::PhysicalDeviceShaderFloat16Int8Features<'static>,
+    pub memory_model: vk::PhysicalDeviceVulkanMemoryModelFeatures<'static>,
+    pub coop: vk::PhysicalDeviceCooperativeMatrixFeaturesKHR<'static>,
+}
+
+impl CoopFeatures {
+    pub(crate) fn enabled() -> Self {
+        CoopFeatures {
+            storage16: vk::PhysicalDevice16BitStorageFeatures::default()
+                .storage_buffer16_bit_access(true)
+                .uniform_and_storage_buffer16_bit_access(true),
+            f16: vk::PhysicalDeviceShaderFloat16Int8Features::default().shader_float16(true),
+            memory_model: vk::PhysicalDeviceVulkanMemoryModelFeatures::default()
+                .vulkan_memory_model(true),
+            coop: vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default()
+                .cooperative_matrix(true),
+        }
+    }
+}
+
+pub(crate) const EXTENSION: &std::ffi::CStr = c"VK_KHR_cooperative_matrix";

@@ -1,0 +1,224 @@
+//! Parity cases: the cooperative-matrix matmul (`matmul_coop.wgsl`) for float and quantized
+//! weights, against an f64 product of the f16-rounded inputs.
+//!
+//! The kernel rounds X and W to f16 (W after dequantization) and multiplies on cooperative
+//! matrices with f32 accumulation: each product of two f16 values is exact in f32, so the only
+//! error is f32 summation in the hardware's order. The reference therefore takes the same
+//! f16-rounded inputs and sums in f64; the tolerance is 32 f32 epsilons of the largest sum of
+//! |terms| (tree or blocked sums of k terms stay within O(log k) eps of it; 32 leaves room
+//! for accumulators that are not strict IEEE f32 inside a 16 x 16 x 16 step) and an NMSE of 1e-6.
+//!
+//! On a device that does not run the kernel (no VK_KHR_cooperative_matrix with f16 16x16x16, or
+//! cooperative matrices switched off) the case reports one "n/a" row, never a pass.
+
+use vkllm_kernels::WeightType;
+use vkllm_kernels::matmul_coop::{CoopTile, MatmulCoop};
+use vkllm_kernels::matvec::MatShape;
+
+use super::quant::{dequantize, weights};
+use super::{Ctx, KernelParityRow, Rng, Tol, row, to_f16};
+use crate::device::Device;
+use crate::error::Result;
+use crate::parity::mat::weight;
+use crate::tensor::{MatmulKernel, Tensor};
+
+const KERNEL: &str = "matmul_coop";
+
+/// The rounding the kernel applies to every input.
+fn f16_round(v: &[f32]) -> Vec<f32> {
+    to_f16(v).1
+}
+
+fn tol(sum_abs: f64) -> Tol {
+    Tol {
+        max_abs: 32.0 * f32::EPSILON as f64 * sum_abs,
+        nmse: 1e-6,
+    }
+}
+
+/// `Y[t, r] = sum_c X[t, c] W[r, c]` in f64, and the largest sum of |terms|.
+fn reference(w: &[f32], rows: usize, cols: usize, x: &[f32], n: usize) -> (Vec<f32>, f64) {
+    let mut y = vec![0.0; n * rows];
+    let mut max_abs = 0f64;
+    for t in 0..n {
+        let xt = &x[t * cols..(t + 1) * cols];
+        for r in 0..rows {
+            let wr = &w[r * cols..(r + 1) * cols];
+            let (mut s, mut a) = (0f64, 0f64);
+            for (&wv, &xv) in wr.iter().zip(xt) {
+                let p = wv as f64 * xv as f64;
+                s += p;
+                a += p.abs();
+            }
+            y[t * rows + r] = s as f32;
+            max_abs = max_abs.max(a);
+        }
+    }
+    (y, max_abs)
+}
+
+/// Why this device does not run the kernel, if it does not.
+fn not_applicable(dev: &Device) -> Option<String> {
+    if dev.coopmat() {
+        return None;
+    }
+    let i = dev.info();
+    Some(if i.supports_coopmat_f16() {
+        "cooperative matrices switched off (VKLLM_NO_COOPMAT / DeviceOptions)".into()
+    } else if !i.cooperative_matrix {
+        "device lacks VK_KHR_cooperative_matrix".into()
+    } else {
+        "device lacks the f16 16x16x16 -> f32 cooperative-matrix shape or its features".into()
+    })
+}
+
+fn tile_name(t: CoopTile) -> String {
+    format!("{}x{}", t.bm(), t.bn())
+}
+
+/// Random weights of `dtype` as stored, and their f16-rounded values (what the kernel uses).
+fn coop_weight(
+    rng: &mut Rng,
+    dtype: WeightType,
+    rows: usize,
+    cols: usize,
+) -> Result<(Vec<u8>, Vec<f32>)> {
+    if dtype.is_quantized() {
+        let (bytes, _) = weights(rng, dtype, rows, cols, true)?;
+        let wr = dequantize(dtype, &bytes, rows * cols)?;
+        return Ok((bytes, f16_round(&wr)));
+    }
+    let w = rng.vec(rows * cols, -1.0, 1.0);
+    let (bytes, stored) = weight(dtype, &w);
+    Ok((bytes, f16_round(&stored)))
+}
+
+pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    if let Some(reason) = not_applicable(dev) {
+        return Ok(vec![KernelParityRow::not_applicable(
+            KERNEL,
+            "every weight type",
+            reason,
+        )]);
+    }
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::new();
+    let (large, small, tiny) = (CoopTile::LARGE, CoopTile::SMALL, CoopTile::TINY);
+    // (dtype, n, rows, cols, accumulate, tile): n and rows off the tile multiples; f16/bf16 cols
+    // both multiples of 8 (16-byte staging) and not (334, 2 mod 8; with cols % 4 != 0 X takes
+    // the element path too); f32 odd cols; quantized rows of odd block counts.
+    let cases = [
+        (WeightType::F16, 37usize, 100usize, 200usize, false, small),
+        (WeightType::F16, 16, 1000, 64, false, tiny),
+        (WeightType::F16, 70, 129, 334, true, large),
+        (WeightType::F16, 130, 257, 512, false, large),
+        (WeightType::F32, 37, 100, 333, false, tiny),
+        (WeightType::F32, 19, 65, 256, true, large),
+        (WeightType::Bf16, 37, 100, 200, false, large),
+        (WeightType::Bf16, 66, 33, 1026, false, small),
+        (WeightType::Q8_0, 70, 129, 32 * 37, true, large),
+        (WeightType::Q8_0, 17, 64, 32 * 5, false, small),
+        (WeightType::Q4_0, 37, 100, 32 * 13, false, large),
+        (WeightType::Q4_1, 37, 100, 32 * 13, false, small),
+        (WeightType::Q5_0, 37, 100, 32 * 13, false, large),
+        (WeightType::Q5_1, 37, 100, 32 * 13, false, tiny),
+        (WeightType::IQ4_NL, 37, 100, 32 * 13, false, large),
+        (WeightType::Q4_K, 37, 100, 768, false, large),
+        (WeightType::Q4_K, 65, 31, 256, true, tiny),
+        (WeightType::Q5_K, 37, 100, 768, false, small),
+        (WeightType::Q6_K, 37, 100, 768, false, large),
+        (WeightType::Q3_K, 37, 100, 768, false, small),
+        (WeightType::Q2_K, 37, 100, 768, false, large),
+        (WeightType::IQ4_XS, 37, 100, 768, false, small),
+    ];
+    for (dtype, n, rows, cols, accumulate, tile) in cases {
+        let (bytes, wr) = coop_weight(&mut rng, dtype, rows, cols)?;
+        let x = rng.vec(n * cols, -1.0, 1.0);
+        let y0 = rng.vec(n * rows, -1.0, 1.0);
+        let t = Tensor::from_bytes(dev, "w", dtype, rows, cols, &bytes)?;
+        let xb = cx.input("x", &x)?;
+        let y = if accumulate {
+            cx.input("y", &y0)?
+        } else {
+            cx.output("y", n * rows)?
+        };
+        let poison: Vec<&crate::Buffer> = if accumulate { vec![] } else { vec![&y] };
+        cx.run(&poison, |r| {
+            r.matmul_with(
+                &t,
+                xb.all(),
+                n,
+                y.all(),
+                accumulate,
+                MatmulKernel::Coop(tile),
+            )
+        })?;
+        let (mut want, sum_abs) = reference(&wr, rows, cols, &f16_round(&x), n);
+        if accumulate {
+            for (o, a) in want.iter_mut().zip(&y0) {
+                *o += a;
+            }
+        }
+        out.push(row(
+            KERNEL,
+            format!(
+                "{} {}{}",
+                dtype.name(),
+                tile_name(tile),
+                if accumulate { " +=" } else { "" }
+            ),
+            format!("n {n}, {rows} x {cols}"),
+            &cx.read(&y, n * rows)?,
+            &want,
+            tol(sum_abs + 1.0),
+        ));
+    }
+    out.push(row_split_part(dev, &mut rng)?);
+    Ok(out)
+}
+
+/// A row-split part: rows [7, 7 + 100) of a 131-wide output (the columns outside the part must
+/// keep their values: Y is filled with known values, not NaN, so an overwrite there fails).
+fn row_split_part(dev: &Device, rng: &mut Rng) -> Result<KernelParityRow> {
+    let cx = Ctx { dev };
+    let (n, rows, cols, offset, stride) = (45usize, 100usize, 96usize, 7usize, 131usize);
+    let (bytes, wr) = coop_weight(rng, WeightType::F16, rows, cols)?;
+    let x = rng.vec(n * cols, -1.0, 1.0);
+    let y0 = rng.vec(n * stride, -1.0, 1.0);
+    let w = cx.input("w", &bytes)?;
+    let xb = cx.input("x", &x)?;
+    let y = cx.input("y", &y0)?;
+    let tile = CoopTile::SMALL;
+    let shape = MatShape {
+        dtype: WeightType::F16,
+        rows,
+        cols,
+        row_offset: offset,
+        accumulate: false,
+    };
+    let d = MatmulCoop {
+        w: w.all(),
+        x: xb.all(),
+        y: y.all(),
+    }
+    .dispatch(&shape, n, stride, dev.info().subgroup_size, tile)?;
+    cx.run(&[], |r| r.dispatch(d))?;
+    let (part, sum_abs) = reference(&wr, rows, cols, &f16_round(&x), n);
+    let mut want = y0.clone();
+    for t in 0..n {
+        want[t * stride + offset..t * stride + offset + rows]
+            .copy_from_slice(&part[t * rows..(t + 1) * rows]);
+    }
+    Ok(row(
+        KERNEL,
+        format!("f16 {} part", tile_name(tile)),
+        format!(
+            "n {n}, rows {offset}..{} of {stride} x {cols}",
+            offset + rows
+        ),
+        &cx.read(&y, n * stride)?,
+        &want,
+        tol(sum_abs + 1.0),
+    ))
+}

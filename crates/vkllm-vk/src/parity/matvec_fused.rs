@@ -1,0 +1,392 @@
+//! Parity cases: the fused matvec (`matvec_fused.wgsl`) for every weight type, against a
+//! reference composed of vkllm-cpu ops: `rmsnorm` (norm prologue), then `matvec` on the
+//! weights as the device holds them (`matvec_quant` for the block formats) once per column,
+//! then `silu_mul` / `gelu_tanh_mul` (gated epilogue) or `+= y0` (accumulate).
+//!
+//! Outputs are NaN-poisoned (store, gated) or random (accumulate) before the dispatch; parts
+//! are written into one `y` with one-element gaps and a stride past the last part, and the
+//! gaps must come back untouched (bit for bit). Shapes: row counts that are not multiples of a
+//! workgroup's rows, n = 1, 3 and 8 columns, the smallest legal `cols` and odd multiples, and
+//! launch shapes that take each reduction path on any subgroup size (4 lanes per row: several
+//! teams in one subgroup on lavapipe's 8; 8: one each; 32: teams across subgroups).
+//!
+//! Tolerances (never loosened to pass):
+//! - a dot product: 16 eps * sum_c |W[r, c] x'[c]| (as `tol_dot`), x' the normalized input;
+//! - the norm prologue adds the relative error of the GPU's inv_rms (an f32 sum of squares in
+//!   per-lane runs, a subgroup tree and a sum over subgroups, then add, sqrt, divide), bounded by
+//!   `(terms per lane + log2 wg + wg / 4 + 8) * eps / 2 + 4 eps`, times max |y|;
+//! - the gated epilogue: with T the dot tolerance of gate and up rows,
+//!   `1.13 T max|up| + T max|act(gate)| + 1.13 T^2` (|act'| <= 1.13 for silu and gelu_tanh)
+//!   plus 1e-5 * max|out| for exp/tanh (as the activation kernel's case).
+
+use vkllm_cpu::quant::matvec_quant;
+use vkllm_kernels::WeightType;
+use vkllm_kernels::matvec_fused::{Epilogue, GatedAct, MatvecTuning, NormPrologue};
+
+use super::quant::{cpu_err, dequantize, quant_type, weights};
+use super::{Ctx, KernelParityRow, Rng, row};
+use crate::device::Device;
+use crate::error::Result;
+use crate::parity::mat::{max_sum_abs, tol_dot, weight};
+use crate::tensor::{MatvecPlan, Tensor};
+
+/// One weight as uploaded and as the reference sees it.
+struct W {
+    bytes: Vec<u8>,
+    /// f32 of the stored values (rounded floats; dequantized blocks).
+    vals: Vec<f32>,
+    rows: usize,
+}
+
+fn make_weight(rng: &mut Rng, dtype: WeightType, rows: usize, cols: usize) -> Result<W> {
+    if dtype.is_quantized() {
+        let (bytes, _) = weights(rng, dtype, rows, cols, false)?;
+        let vals = dequantize(dtype, &bytes, rows * cols)?;
+        Ok(W { bytes, vals, rows })
+    } else {
+        let (bytes, vals) = weight(dtype, &rng.vec(rows * cols, -1.0, 1.0));
+        Ok(W { bytes, vals, rows })
+    }
+}
+
+/// `W x[t]` for each of the `n` columns of `x` ([n, cols]) -> [n, rows].
+fn cpu_matvec(dtype: WeightType, w: &W, cols: usize, x: &[f32]) -> Result<Vec<f32>> {
+    let mut out = vec![0.0; x.len() / cols * w.rows];
+    for (xt, yt) in x.chunks_exact(cols).zip(out.chunks_exact_mut(w.rows)) {
+        if dtype.is_quantized() {
+            matvec_quant(quant_type(dtype)?, &w.bytes, w.rows, cols, xt, yt).map_err(cpu_err)?;
+        } else {
+            vkllm_cpu::matvec(&w.vals, w.rows, cols, xt, yt);
+        }
+    }
+    Ok(out)
+}
+
+/// Relative error bound of the GPU's inv_rms (see the module docs).
+fn inv_rms_rel(cols: usize, wg: u32) -> f64 {
+    let per_lane = cols.div_ceil(4 * wg as usize) * 4;
+    let eps = f32::EPSILON as f64;
+    (per_lane as f64 + (wg as f64).log2() + wg as f64 / 4.0 + 8.0) * eps / 2.0 + 4.0 * eps
+}
+
+fn max_abs(v: &[f32]) -> f64 {
+    v.iter().fold(0f64, |m, &a| m.max((a as f64).abs()))
+}
+
+/// One fused-matvec case.
+struct Case {
+    dtype: WeightType,
+    /// Rows of each part (1..=3; 2 equal ones for gated).
+    rows: &'static [usize],
+    cols: usize,
+    n: usize,
+    /// Norm prologue with this weight offset (0 or 1).
+    norm: Option<f32>,
+    epilogue: Epilogue,
+    tuning: Option<MatvecTuning>,
+}
+
+const fn tune(wg: u32, lanes: u32, rows_per_team: u32) -> Option<MatvecTuning> {
+    Some(MatvecTuning {
+        wg,
+        lanes,
+        rows_per_team,
+    })
+}
+
+fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
+    let (cols, n) = (c.cols, c.n);
+    let gated = matches!(c.epilogue, Epilogue::Gated { .. });
+    let ws: Vec<W> = c
+        .rows
+        .iter()
+        .map(|&r| make_weight(rng, c.dtype, r, cols))
+        .collect::<Result<_>>()?;
+    let tensors: Vec<Tensor> = ws
+        .iter()
+        .map(|w| Tensor::from_bytes(cx.dev, "w", c.dtype, w.rows, cols, &w.bytes))
+        .collect::<Result<_>>()?;
+    // Parts back to back with one-element gaps; the stride leaves two more.
+    let written: Vec<usize> = if gated {
+        vec![c.rows[0]]
+    } else {
+        c.rows.to_vec()
+    };
+    let mut offsets = Vec::new();
+    let mut at = 1;
+    for &r in &written {
+        offsets.push(at);
+        at += r + 1;
+    }
+    let y_stride = at + 1;
+    if gated {
+        offsets.push(0); // the up part writes nothing
+    }
+    let x = rng.vec(n * cols, -1.0, 1.0);
+    let nw = rng.vec(cols, -1.0, 1.0);
+    let eps = 1e-5f32;
+    let y0 = rng.vec(n * y_stride, -1.0, 1.0);
+
+    // The reference: rmsnorm, matvec per part, then the epilogue.
+    let xin = match c.norm {
+        Some(off) => {
+            let mut o = vec![0.0; x.len()];
+            vkllm_cpu::rmsnorm(&x, &nw, eps, off, &mut o);
+            o
+        }
+        None => x.clone(),
+    };
+    let dots: Vec<Vec<f32>> = ws
+        .iter()
+        .map(|w| cpu_matvec(c.dtype, w, cols, &xin))
+        .collect::<Result<_>>()?;
+    let t = c.tuning.unwrap_or(MatvecTuning {
+        wg: 128,
+        lanes: 32,
+        rows_per_team: 1,
+    });
+    let mut dot_tol = 0f64;
+    let mut max_dot = 0f64;
+    for (w, d) in ws.iter().zip(&dots) {
+        let sum_abs = max_sum_abs(&w.vals, w.rows, cols, &xin, n);
+        let norm_term = if c.norm.is_some() {
+            inv_rms_rel(cols, t.wg) * max_abs(d)
+        } else {
+            0.0
+        };
+        dot_tol = dot_tol.max(tol_dot(sum_abs).max_abs + norm_term);
+        max_dot = max_dot.max(max_abs(d));
+    }
+    let mut want = vec![f32::NAN; n * y_stride];
+    let mut tol = tol_dot(0.0);
+    tol.max_abs = dot_tol;
+    match c.epilogue {
+        Epilogue::Gated { act } => {
+            let m = c.rows[0];
+            let mut out = vec![0.0; n * m];
+            let f = match act {
+                GatedAct::Silu => vkllm_cpu::silu,
+                GatedAct::GeluTanh => vkllm_cpu::gelu_tanh,
+            };
+            match act {
+                GatedAct::Silu => vkllm_cpu::silu_mul(&dots[0], &dots[1], &mut out),
+                GatedAct::GeluTanh => vkllm_cpu::gelu_tanh_mul(&dots[0], &dots[1], &mut out),
+            }
+            for tk in 0..n {
+                want[tk * y_stride + offsets[0]..][..m].copy_from_slice(&out[tk * m..][..m]);
+            }
+            let acts: Vec<f32> = dots[0].iter().map(|&g| f(g)).collect();
+            tol.max_abs = 1.13 * dot_tol * max_abs(&dots[1])
+                + dot_tol * max_abs(&acts)
+                + 1.13 * dot_tol * dot_tol
+                + 1e-5 * max_abs(&out);
+        }
+        _ => {
+            let acc = c.epilogue == Epilogue::Accumulate;
+            for ((d, &off), &r) in dots.iter().zip(&offsets).zip(c.rows) {
+                for tk in 0..n {
+                    for i in 0..r {
+                        let o = tk * y_stride + off + i;
+                        want[o] = d[tk * r + i] + if acc { y0[o] } else { 0.0 };
+                    }
+                }
+            }
+            if acc {
+                // y0 (|y0| < 1) is added in f32: one more rounding of a value <= max|dot| + 1.
+                tol.max_abs += f32::EPSILON as f64 * (max_dot + 1.0);
+            }
+        }
+    }
+
+    let xb = cx.input("x", &x)?;
+    let nwb = cx.input("norm_w", &nw)?;
+    let accumulate = c.epilogue == Epilogue::Accumulate;
+    let y = if accumulate {
+        cx.input("y", &y0)?
+    } else {
+        cx.output("y", n * y_stride)?
+    };
+    let poison: Vec<&crate::Buffer> = if accumulate { vec![] } else { vec![&y] };
+    let refs: Vec<&Tensor> = tensors.iter().collect();
+    let plan = MatvecPlan {
+        n_cols: n,
+        y_stride,
+        y_offsets: &offsets,
+        norm: c
+            .norm
+            .map(|offset| (nwb.all(), NormPrologue { eps, offset })),
+        epilogue: c.epilogue,
+        tuning: c.tuning,
+    };
+    cx.run(&poison, |r| r.matvec_fused(&refs, xb.all(), y.all(), &plan))?;
+    let got = cx.read(&y, n * y_stride)?;
+
+    // Written elements are compared; every other one must be untouched.
+    let mut g = Vec::new();
+    let mut e = Vec::new();
+    let mut gaps_ok = true;
+    for (o, (&gv, &wv)) in got.iter().zip(&want).enumerate() {
+        if wv.is_nan() {
+            let before = if accumulate { y0[o] } else { f32::NAN };
+            gaps_ok &= gv.to_bits() == before.to_bits();
+        } else {
+            g.push(gv);
+            e.push(wv);
+        }
+    }
+    let variant = format!(
+        "{} {}{}{}{}",
+        c.dtype.name(),
+        match c.epilogue {
+            Epilogue::Store => "store",
+            Epilogue::Accumulate => "+=",
+            Epilogue::Gated {
+                act: GatedAct::Silu,
+            } => "silu",
+            Epilogue::Gated {
+                act: GatedAct::GeluTanh,
+            } => "gelu",
+        },
+        match c.norm {
+            Some(o) => format!(" norm+{o}"),
+            None => String::new(),
+        },
+        match c.tuning {
+            Some(t) => format!(" {}x{}x{}", t.wg, t.lanes, t.rows_per_team),
+            None => String::new(),
+        },
+        if gaps_ok { "" } else { " GAPS WRITTEN" }
+    );
+    let mut r = row(
+        "matvec_fused",
+        variant,
+        format!("n {n}, {:?} x {cols}", c.rows),
+        &g,
+        &e,
+        tol,
+    );
+    r.pass &= gaps_ok;
+    Ok(r)
+}
+
+/// The variants for one weight type: columns from `cols` = [odd multiple, smallest legal,
+/// other odd multiples].
+fn cases_for(dtype: WeightType, cols: [usize; 4]) -> Vec<Case> {
+    let [c0, c1, c2, c3] = cols;
+    let silu = Epilogue::Gated {
+        act: GatedAct::Silu,
+    };
+    let gelu = Epilogue::Gated {
+        act: GatedAct::GeluTanh,
+    };
+    let case = |rows, cols, n, norm, epilogue, tuning| Case {
+        dtype,
+        rows,
+        cols,
+        n,
+        norm,
+        epilogue,
+        tuning,
+    };
+    vec![
+        case(&[333], c0, 3, None, Epilogue::Store, None),
+        case(&[77], c1, 8, None, Epilogue::Accumulate, None),
+        case(&[1], c2, 1, Some(0.0), Epilogue::Store, tune(32, 4, 3)),
+        case(
+            &[29],
+            c3,
+            3,
+            Some(1.0),
+            Epilogue::Accumulate,
+            tune(256, 8, 2),
+        ),
+        case(&[133, 37, 21], c0, 3, Some(0.0), Epilogue::Store, None),
+        case(
+            &[45, 7, 7],
+            c1,
+            1,
+            None,
+            Epilogue::Accumulate,
+            tune(64, 4, 2),
+        ),
+        case(&[61, 61], c2, 1, None, silu, None),
+        case(&[29, 29], c0, 8, Some(1.0), gelu, tune(128, 8, 1)),
+        case(&[13, 13], c1, 3, Some(0.0), silu, tune(32, 4, 2)),
+    ]
+}
+
+fn float_cols(dtype: WeightType) -> [usize; 4] {
+    let ue = if dtype == WeightType::F32 { 4 } else { 8 };
+    [ue * 125, ue, ue * 37, ue * 129]
+}
+
+fn quant_cols(dtype: WeightType) -> [usize; 4] {
+    let b = dtype.block_size();
+    if b == 32 {
+        [32 * 37, 32, 32 * 73, 32 * 129]
+    } else {
+        [256 * 3, 256, 256 * 9, 256 * 17]
+    }
+}
+
+fn run_types(dev: &Device, seed: u64, types: &[WeightType]) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::new();
+    for (ti, &dtype) in types.iter().enumerate() {
+        let cols = if dtype.is_quantized() {
+            quant_cols(dtype)
+        } else {
+            float_cols(dtype)
+        };
+        for (ci, c) in cases_for(dtype, cols).into_iter().enumerate() {
+            // Float types run every case; quantized ones (slow on lavapipe) all untuned cases
+            // plus one of the four tuned-launch ones in rotation, so each tuned case still
+            // runs for a legacy and a K-quant type in every test.
+            let tuned = [2, 3, 5, 8];
+            if dtype.is_quantized() && tuned.contains(&ci) && tuned[ti % 4] != ci {
+                continue;
+            }
+            out.push(run_case(&cx, &mut rng, &c)?);
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn matvec_fused_float(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    run_types(
+        dev,
+        seed,
+        &[WeightType::F32, WeightType::F16, WeightType::Bf16],
+    )
+}
+
+pub(crate) fn matvec_fused_legacy(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    run_types(
+        dev,
+        seed,
+        &[
+            WeightType::Q8_0,
+            WeightType::Q4_0,
+            WeightType::Q4_1,
+            WeightType::Q5_0,
+            WeightType::Q5_1,
+            WeightType::IQ4_NL,
+        ],
+    )
+}
+
+pub(crate) fn matvec_fused_kquant(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    run_types(
+        dev,
+        seed,
+        &[
+            WeightType::Q4_K,
+            WeightType::Q5_K,
+            WeightType::Q6_K,
+            WeightType::Q2_K,
+            WeightType::Q3_K,
+            WeightType::IQ4_XS,
+        ],
+    )
+}

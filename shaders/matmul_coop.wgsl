@@ -1,0 +1,350 @@
+enable f16;
+enable wgpu_cooperative_matrix;
+
+// Prefill matrix-matrix product on cooperative matrices (VK_KHR_cooperative_matrix, subgroup
+// scope, f16 x f16 -> f32 in 16 x 16 x 16 steps): Y[n, rows] (+)= X[n, cols] W^T, the same
+// contract as `matmul.wgsl` and `mat_quant.wgsl`'s `matmul` (push constants n, rows, cols,
+// row_offset, y_stride, accumulate; this dispatch writes Y columns [row_offset, row_offset +
+// rows) of rows y_stride long).
+//
+// #include mat_quant.wgsl
+// This file is compiled with `mat_quant.wgsl` (and its include) appended (`sources.rs`; build.rs honours the
+// line above): it reuses that file's bindings (`w`, `x`, `y`), push constants (`p`) and block
+// decoding (`dequant16`, `unit_block`, QTYPE/BLOCK/TS), so every llama.cpp format `mat_quant`
+// reads is read here too, by the same code. Names below are prefixed `cm_`/`CM_` to stay clear
+// of that file's. (One entry point may not use two views of one binding, so loads are 4 word
+// loads at 16-byte aligned indices, written so a driver can merge them, not a vec4 view.)
+//
+// Tiling: a workgroup of CM_SGM x CM_SGN subgroups (SG invocations each: SG is the device's
+// subgroup size, set from Rust) computes a BM x BN tile of Y (BM = CM_SGM * WM * 16 tokens,
+// BN = CM_SGN * WN * 16 rows, each <= 128); each subgroup owns WM x WN (2 or 4 each)
+// accumulator tiles (f32). K is walked in steps of 32 through two shared-memory stages: while
+// the subgroups multiply the slices of one stage (2 x WM A tiles by 2 x WN B tiles), the next
+// X[BM, 32] (f32 -> f16) and W[BN, 32] (any weight type -> f16: f16 copied, bf16/f32 rounded,
+// quantized blocks dequantized by `dequant16`) go into the other, zero-filled past n, rows and
+// cols; one barrier per step. Float data for the next step is loaded into registers before the
+// multiplications and stored after them, so the loads' latency overlaps the math (at most 4
+// 16-byte slots per invocation each for X and W: Rust checks the tiling against the workgroup).
+// Staged rows are 40 halves (10 vec4<f16>, 80 bytes): 16-byte aligned for the cooperative loads,
+// and 8 consecutive rows start in different banks.
+// Epilogue: each accumulator tile goes through a per-subgroup 16 x 16 f32 scratch in shared
+// memory and is written (bounds-checked, added to Y when accumulating) by the subgroup's
+// invocations, so no alignment of y_stride or row_offset is needed.
+//
+// Shared memory: 2 stages x 2 x 128 x 80 bytes + 8 x 1 KiB scratch = 48 KiB, whatever the tiling.
+// Precision: inputs are rounded to f16 (products exact in f32, sums in f32): X and W must be
+// within f16 range (|v| < 65504); the Rust side documents the tolerance.
+// DTYPE: 0 f32 weights, 1 f16, 2 bf16, 3 quantized (QTYPE/BLOCK/TS of mat_quant.wgsl).
+// XVEC: 1 when cols % 4 == 0 (X rows are whole 16-byte words); WVEC: 1 when weight rows are
+// (f32: cols % 4 == 0; f16/bf16: cols % 8 == 0). Otherwise every element is bounds-checked.
+
+override SG: u32 = 32;
+override CM_SGM: u32 = 2;
+override CM_SGN: u32 = 4;
+override WM: u32 = 4;
+override WN: u32 = 2;
+override DTYPE: u32 = 1;
+override XVEC: u32 = 1;
+override WVEC: u32 = 1;
+override CM_WG: u32 = 256;
+
+const CM_BK: u32 = 32u;
+// vec4<f16> per staged row, and per stage.
+const CM_LDV: u32 = 10u;
+const CM_STAGE: u32 = 1280u;
+
+var<workgroup> cm_a: array<vec4<f16>, 2560>; // [stage][BM][CM_LDV]
+var<workgroup> cm_b: array<vec4<f16>, 2560>; // [stage][BN][CM_LDV]
+var<workgroup> cm_c: array<f32, 2048>; // [subgroup][16 x 16]
+
+fn cm_bf16(word: u32, hi: bool) -> f32 {
+    return bitcast<f32>(select(word << 16u, word & 0xffff0000u, hi));
+}
+
+// Slot i of the X slice at k0: row i / 8, elements 4 (i % 8) .. + 4 (zero past n and cols).
+fn cm_load_x(i: u32, m0: u32, k0: u32) -> vec4<f32> {
+    let m = m0 + i / 8u;
+    let k = k0 + 4u * (i % 8u);
+    var v = vec4<f32>(0.0);
+    if (m < p.n) {
+        if (XVEC == 1u) {
+            if (k < p.cols) {
+                let e = 4u * (m * (p.cols / 4u) + k / 4u);
+                v = vec4<f32>(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
+            }
+        } else {
+            let e = m * p.cols + k;
+            for (var j = 0u; j < 4u; j++) {
+                if (k + j < p.cols) {
+                    v[j] = x[e + j];
+                }
+            }
+        }
+    }
+    return v;
+}
+
+fn cm_put_x(stage: u32, i: u32, v: vec4<f32>) {
+    cm_a[stage * CM_STAGE + (i / 8u) * CM_LDV + i % 8u] = vec4<f16>(v);
+}
+
+// Elements per 16-byte slot of W (float types).
+fn cm_w_per_slot() -> u32 {
+    return select(8u, 4u, DTYPE == 0u);
+}
+
+// Slot i of the W slice at k0 (float types) as raw words: f32 rows i / 8, elements 4 (i % 8)
+// .. + 4; 16-bit rows i / 4, elements 8 (i % 4) .. + 8 (zero past rows and cols).
+fn cm_load_w(i: u32, r0: u32, k0: u32) -> vec4<u32> {
+    let per = cm_w_per_slot();
+    let spr = CM_BK / per;
+    let r = r0 + i / spr;
+    let k = k0 + per * (i % spr);
+    var v = vec4<u32>(0u);
+    if (r < p.rows) {
+        if (WVEC == 1u) {
+            if (k < p.cols) {
+                let e = 4u * (r * (p.cols / per) + k / per);
+                v = vec4<u32>(w[e], w[e + 1u], w[e + 2u], w[e + 3u]);
+            }
+        } else {
+            // f32: one element per word; 16-bit: two (cols is even, so a pair is all in or out).
+            let epw = select(2u, 1u, DTYPE == 0u);
+            let e = (r * p.cols + k) / epw;
+            for (var j = 0u; j < 4u; j++) {
+                if (k + epw * j < p.cols) {
+                    v[j] = w[e + j];
+                }
+            }
+        }
+    }
+    return v;
+}
+
+fn cm_put_w(stage: u32, i: u32, v: vec4<u32>) {
+    let base = stage * CM_STAGE;
+    if (DTYPE == 0u) {
+        cm_b[base + (i / 8u) * CM_LDV + i % 8u] = vec4<f16>(bitcast<vec4<f32>>(v));
+        return;
+    }
+    var lo: vec4<f32>;
+    var hi: vec4<f32>;
+    if (DTYPE == 1u) {
+        lo = vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y));
+        hi = vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w));
+    } else {
+        lo = vec4<f32>(cm_bf16(v.x, false), cm_bf16(v.x, true), cm_bf16(v.y, false),
+                       cm_bf16(v.y, true));
+        hi = vec4<f32>(cm_bf16(v.z, false), cm_bf16(v.z, true), cm_bf16(v.w, false),
+                       cm_bf16(v.w, true));
+    }
+    let o = base + (i / 4u) * CM_LDV + 2u * (i % 4u);
+    cm_b[o] = vec4<f16>(lo);
+    cm_b[o + 1u] = vec4<f16>(hi);
+}
+
+// Quantized W slice at k0 into `stage`: one 16-element unit (row u / 2, half u % 2) per
+// invocation and round.
+fn cm_put_wq(stage: u32, lid: u32, r0: u32, k0: u32, bn: u32) {
+    let rb = (p.cols / BLOCK) * TS;
+    for (var i = lid; i < bn * 2u; i += CM_WG) {
+        let r = r0 + i / 2u;
+        let u = k0 / 16u + i % 2u;
+        var v: array<f32, 16>;
+        if (r < p.rows) {
+            v = dequant16(unit_block(r * rb, u), u % (BLOCK / 16u));
+        }
+        let o = stage * CM_STAGE + (i / 2u) * CM_LDV + 4u * (i % 2u);
+        for (var q = 0u; q < 4u; q++) {
+            cm_b[o + q] = vec4<f16>(vec4<f32>(v[4u * q], v[4u * q + 1u], v[4u * q + 2u],
+                                              v[4u * q + 3u]));
+        }
+    }
+}
+
+// Writes accumulator tile (i, j) of this subgroup (tokens m0 + 16 i.., rows r0 + 16 j..) to Y
+// through the subgroup's scratch tile. Called in uniform control flow (it has barriers).
+fn cm_out(c: coop_mat16x16<f32, C>, sg_id: u32, lane: u32, m0: u32, r0: u32) {
+    let scratch = sg_id * 256u;
+    coopStoreT(c, &cm_c[scratch], 16u);
+    workgroupBarrier();
+    for (var e = lane; e < 256u; e += SG) {
+        let m = m0 + e / 16u;
+        let r = r0 + e % 16u;
+        if (m < p.n && r < p.rows) {
+            let o = m * p.y_stride + p.row_offset + r;
+            var v = cm_c[scratch + e];
+            if (p.accumulate != 0u) {
+                v += y[o];
+            }
+            y[o] = v;
+        }
+    }
+    workgroupBarrier();
+}
+
+// The accumulators are named variables, not an array (an array indexed in loops may be kept in
+// memory by a driver): up to 4 x 4 per subgroup, the unused ones (WM or WN = 2) dead code after
+// specialisation.
+@compute @workgroup_size(CM_WG)
+fn matmul_coop(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32,
+               @builtin(subgroup_id) sg_id: u32,
+               @builtin(subgroup_invocation_id) lane: u32) {
+    let bm = CM_SGM * WM * 16u;
+    let bn = CM_SGN * WN * 16u;
+    let r0 = wid.x * bn;
+    let m0 = wid.y * bm;
+    // This subgroup's tiles: tokens [sm, sm + 16 WM), rows [sn, sn + 16 WN) of the block.
+    let sm = (sg_id / CM_SGN) * WM * 16u;
+    let sn = (sg_id % CM_SGN) * WN * 16u;
+    var c00: coop_mat16x16<f32, C>;
+    var c01: coop_mat16x16<f32, C>;
+    var c02: coop_mat16x16<f32, C>;
+    var c03: coop_mat16x16<f32, C>;
+    var c10: coop_mat16x16<f32, C>;
+    var c11: coop_mat16x16<f32, C>;
+    var c12: coop_mat16x16<f32, C>;
+    var c13: coop_mat16x16<f32, C>;
+    var c20: coop_mat16x16<f32, C>;
+    var c21: coop_mat16x16<f32, C>;
+    var c22: coop_mat16x16<f32, C>;
+    var c23: coop_mat16x16<f32, C>;
+    var c30: coop_mat16x16<f32, C>;
+    var c31: coop_mat16x16<f32, C>;
+    var c32: coop_mat16x16<f32, C>;
+    var c33: coop_mat16x16<f32, C>;
+    // Slots per invocation of the X and (float) W slices: 1..4 (Rust checks).
+    let nx = bm * 8u / CM_WG;
+    let nw = bn * (CM_BK / cm_w_per_slot()) / CM_WG;
+    let fw = DTYPE != 3u;
+    var x0: vec4<f32>;
+    var x1: vec4<f32>;
+    var x2: vec4<f32>;
+    var x3: vec4<f32>;
+    var w0: vec4<u32>;
+    var w1: vec4<u32>;
+    var w2: vec4<u32>;
+    var w3: vec4<u32>;
+    // Slice 0 into stage 0.
+    cm_put_x(0u, lid, cm_load_x(lid, m0, 0u));
+    if (nx > 1u) { cm_put_x(0u, lid + CM_WG, cm_load_x(lid + CM_WG, m0, 0u)); }
+    if (nx > 2u) { cm_put_x(0u, lid + 2u * CM_WG, cm_load_x(lid + 2u * CM_WG, m0, 0u)); }
+    if (nx > 3u) { cm_put_x(0u, lid + 3u * CM_WG, cm_load_x(lid + 3u * CM_WG, m0, 0u)); }
+    if (fw) {
+        cm_put_w(0u, lid, cm_load_w(lid, r0, 0u));
+        if (nw > 1u) { cm_put_w(0u, lid + CM_WG, cm_load_w(lid + CM_WG, r0, 0u)); }
+        if (nw > 2u) { cm_put_w(0u, lid + 2u * CM_WG, cm_load_w(lid + 2u * CM_WG, r0, 0u)); }
+        if (nw > 3u) { cm_put_w(0u, lid + 3u * CM_WG, cm_load_w(lid + 3u * CM_WG, r0, 0u)); }
+    } else {
+        cm_put_wq(0u, lid, r0, 0u, bn);
+    }
+    workgroupBarrier();
+    // Step k0 multiplies slice k0 (stage (k0 / 32) % 2) and stages slice k0 + 32 in the other:
+    // the loads are issued before the multiplications, the stores after them. (The
+    // cooperative operations stay outside any branch: naga requires them in uniform control
+    // flow and takes every `var` as non-uniform.)
+    for (var k0 = 0u; k0 < p.cols; k0 += CM_BK) {
+        let kn = k0 + CM_BK;
+        let next = kn < p.cols;
+        if (next) {
+            x0 = cm_load_x(lid, m0, kn);
+            if (nx > 1u) { x1 = cm_load_x(lid + CM_WG, m0, kn); }
+            if (nx > 2u) { x2 = cm_load_x(lid + 2u * CM_WG, m0, kn); }
+            if (nx > 3u) { x3 = cm_load_x(lid + 3u * CM_WG, m0, kn); }
+            if (fw) {
+                w0 = cm_load_w(lid, r0, kn);
+                if (nw > 1u) { w1 = cm_load_w(lid + CM_WG, r0, kn); }
+                if (nw > 2u) { w2 = cm_load_w(lid + 2u * CM_WG, r0, kn); }
+                if (nw > 3u) { w3 = cm_load_w(lid + 3u * CM_WG, r0, kn); }
+            }
+        }
+        {
+            let cur = ((k0 / CM_BK) & 1u) * CM_STAGE;
+            for (var kk = 0u; kk < CM_BK / 4u; kk += 4u) {
+                let pa = cur + sm * CM_LDV + kk;
+                let pb = cur + sn * CM_LDV + kk;
+                let a0 = coopLoadT<coop_mat16x16<f16, A>>(&cm_a[pa], CM_LDV);
+                let a1 = coopLoadT<coop_mat16x16<f16, A>>(&cm_a[pa + 16u * CM_LDV], CM_LDV);
+                let b0 = coopLoad<coop_mat16x16<f16, B>>(&cm_b[pb], CM_LDV);
+                let b1 = coopLoad<coop_mat16x16<f16, B>>(&cm_b[pb + 16u * CM_LDV], CM_LDV);
+                var a2: coop_mat16x16<f16, A>;
+                var a3: coop_mat16x16<f16, A>;
+                var b2: coop_mat16x16<f16, B>;
+                var b3: coop_mat16x16<f16, B>;
+                if (WM > 2u) {
+                    a2 = coopLoadT<coop_mat16x16<f16, A>>(&cm_a[pa + 32u * CM_LDV], CM_LDV);
+                    a3 = coopLoadT<coop_mat16x16<f16, A>>(&cm_a[pa + 48u * CM_LDV], CM_LDV);
+                }
+                if (WN > 2u) {
+                    b2 = coopLoad<coop_mat16x16<f16, B>>(&cm_b[pb + 32u * CM_LDV], CM_LDV);
+                    b3 = coopLoad<coop_mat16x16<f16, B>>(&cm_b[pb + 48u * CM_LDV], CM_LDV);
+                }
+                c00 = coopMultiplyAdd(a0, b0, c00);
+                c01 = coopMultiplyAdd(a0, b1, c01);
+                c10 = coopMultiplyAdd(a1, b0, c10);
+                c11 = coopMultiplyAdd(a1, b1, c11);
+                if (WN > 2u) {
+                    c02 = coopMultiplyAdd(a0, b2, c02);
+                    c03 = coopMultiplyAdd(a0, b3, c03);
+                    c12 = coopMultiplyAdd(a1, b2, c12);
+                    c13 = coopMultiplyAdd(a1, b3, c13);
+                }
+                if (WM > 2u) {
+                    c20 = coopMultiplyAdd(a2, b0, c20);
+                    c21 = coopMultiplyAdd(a2, b1, c21);
+                    c30 = coopMultiplyAdd(a3, b0, c30);
+                    c31 = coopMultiplyAdd(a3, b1, c31);
+                    if (WN > 2u) {
+                        c22 = coopMultiplyAdd(a2, b2, c22);
+                        c23 = coopMultiplyAdd(a2, b3, c23);
+                        c32 = coopMultiplyAdd(a3, b2, c32);
+                        c33 = coopMultiplyAdd(a3, b3, c33);
+                    }
+                }
+            }
+        }
+        if (next) {
+            // Slice kn goes to the stage step k0 - 32 multiplied from: every subgroup passed
+            // the barrier that ended that step.
+            let st = (kn / CM_BK) & 1u;
+            cm_put_x(st, lid, x0);
+            if (nx > 1u) { cm_put_x(st, lid + CM_WG, x1); }
+            if (nx > 2u) { cm_put_x(st, lid + 2u * CM_WG, x2); }
+            if (nx > 3u) { cm_put_x(st, lid + 3u * CM_WG, x3); }
+            if (fw) {
+                cm_put_w(st, lid, w0);
+                if (nw > 1u) { cm_put_w(st, lid + CM_WG, w1); }
+                if (nw > 2u) { cm_put_w(st, lid + 2u * CM_WG, w2); }
+                if (nw > 3u) { cm_put_w(st, lid + 3u * CM_WG, w3); }
+            } else {
+                cm_put_wq(st, lid, r0, kn, bn);
+            }
+        }
+        workgroupBarrier();
+    }
+    let mb = m0 + sm;
+    let rb = r0 + sn;
+    cm_out(c00, sg_id, lane, mb, rb);
+    cm_out(c01, sg_id, lane, mb, rb + 16u);
+    cm_out(c10, sg_id, lane, mb + 16u, rb);
+    cm_out(c11, sg_id, lane, mb + 16u, rb + 16u);
+    if (WN > 2u) {
+        cm_out(c02, sg_id, lane, mb, rb + 32u);
+        cm_out(c03, sg_id, lane, mb, rb + 48u);
+        cm_out(c12, sg_id, lane, mb + 16u, rb + 32u);
+        cm_out(c13, sg_id, lane, mb + 16u, rb + 48u);
+    }
+    if (WM > 2u) {
+        cm_out(c20, sg_id, lane, mb + 32u, rb);
+        cm_out(c21, sg_id, lane, mb + 32u, rb + 16u);
+        cm_out(c30, sg_id, lane, mb + 48u, rb);
+        cm_out(c31, sg_id, lane, mb + 48u, rb + 16u);
+        if (WN > 2u) {
+            cm_out(c22, sg_id, lane, mb + 32u, rb + 32u);
+            cm_out(c23, sg_id, lane, mb + 32u, rb + 48u);
+            cm_out(c32, sg_id, lane, mb + 48u, rb + 32u);
+            cm_out(c33, sg_id, lane, mb + 48u, rb + 48u);
+        }
+    }
+}
