@@ -3,12 +3,21 @@
 //   out[t, c] = act(sum_j w[c, j] * xe[t + j, c]),  xe = state ++ x (rows),
 //   then state = the last K - 1 rows of xe.
 //
-// Shapes: x, out: [n, C] f32; w: [C, K] f32; state: [K - 1, C] f32 (read and rewritten).
+// The state holds several sequences, slot-major: slot s owns rows s (K - 1) .. (s + 1) (K - 1).
+// Two modes (push constant `per_row`):
+// - sequence (0): the n rows are consecutive tokens of the sequence in slot `slot` (prefill,
+//   single-sequence decode);
+// - per row (1): row t is one token of the sequence in slot t (the batched decode step); a row
+//   whose position pos[t] >= capacity is an idle slot: its state is not touched and its output
+//   row is written as zeros.
+//
+// Shapes: x, out: [n, C] f32; w: [C, K] f32; state: [slots, K - 1, C] f32 (read and rewritten);
+// pos: [n] u32 (read in per-row mode only).
 // Workgroup: WG invocations (default 64), one channel each; a channel is sequential in t (the
-// state carries over) and channels are independent, so each invocation walks the n tokens in
+// state carries over) and channels are independent, so each invocation walks its tokens in
 // order. Reads and writes of x / out / state are coalesced across the channels of a workgroup.
-// The state is rewritten row by row in increasing order: row r takes xe[n + r], which is either
-// an input row or an old state row with index n + r > r, not yet overwritten.
+// The state is rewritten row by row in increasing order: row r takes xe[len + r], which is
+// either an input row or an old state row with index len + r > r, not yet overwritten.
 // Shared memory: none.
 
 override WG: u32 = 64;
@@ -18,6 +27,10 @@ struct Params {
     channels: u32,
     kernel: u32,
     apply_silu: u32,
+    per_row: u32,
+    slot: u32,
+    capacity: u32,
+    pad: u32,
 }
 var<immediate> p: Params;
 
@@ -25,13 +38,34 @@ var<immediate> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 @group(0) @binding(2) var<storage, read_write> state: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<storage, read> pos: array<u32>;
 
-fn xe(r: u32, c: u32) -> f32 {
+// Row r of state ++ x for the sequence whose state starts at `base` and whose first input row
+// is t0.
+fn xe(r: u32, c: u32, base: u32, t0: u32) -> f32 {
     let hist = p.kernel - 1u;
     if (r < hist) {
-        return state[r * p.channels + c];
+        return state[base + r * p.channels + c];
     }
-    return x[(r - hist) * p.channels + c];
+    return x[(t0 + r - hist) * p.channels + c];
+}
+
+// Tokens t0 .. t0 + len of one sequence (state at `base`), channel c.
+fn run(c: u32, t0: u32, len: u32, base: u32) {
+    for (var t = 0u; t < len; t++) {
+        var acc = 0.0;
+        for (var j = 0u; j < p.kernel; j++) {
+            acc += w[c * p.kernel + j] * xe(t + j, c, base, t0);
+        }
+        if (p.apply_silu != 0u) {
+            // exp(-acc) is inf for acc < -88: acc / inf = -0, the right limit.
+            acc = acc / (1.0 + exp(-acc));
+        }
+        out[(t0 + t) * p.channels + c] = acc;
+    }
+    for (var r = 0u; r + 1u < p.kernel; r++) {
+        state[base + r * p.channels + c] = xe(len + r, c, base, t0);
+    }
 }
 
 @compute @workgroup_size(WG)
@@ -41,18 +75,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (c >= p.channels) {
         return;
     }
-    for (var t = 0u; t < p.n; t++) {
-        var acc = 0.0;
-        for (var j = 0u; j < p.kernel; j++) {
-            acc += w[c * p.kernel + j] * xe(t + j, c);
-        }
-        if (p.apply_silu != 0u) {
-            // exp(-acc) is inf for acc < -88: acc / inf = -0, the right limit.
-            acc = acc / (1.0 + exp(-acc));
-        }
-        out[t * p.channels + c] = acc;
+    let slot_len = (p.kernel - 1u) * p.channels;
+    if (p.per_row == 0u) {
+        run(c, 0u, p.n, p.slot * slot_len);
+        return;
     }
-    for (var r = 0u; r + 1u < p.kernel; r++) {
-        state[r * p.channels + c] = xe(p.n + r, c);
+    for (var t = 0u; t < p.n; t++) {
+        if (pos[t] >= p.capacity) {
+            out[t * p.channels + c] = 0.0;
+        } else {
+            run(c, t, 1u, t * slot_len);
+        }
     }
 }

@@ -6,10 +6,19 @@
 //   q = l2norm(q) / sqrt(DK),  k = l2norm(k)           (eps 1e-6)
 //   S = exp(g) S;  delta = beta (v - S^T k);  S += k delta^T;  out = S^T q
 //
+// The state holds several sequences, slot-major: slot s owns [HV, DK, DV] values from
+// s HV DK DV. Two modes (push constant `per_row`):
+// - sequence (0): the n rows are consecutive tokens of the sequence in slot `slot` (prefill,
+//   single-sequence decode);
+// - per row (1): row t is one token of the sequence in slot t (the batched decode step); a row
+//   whose position pos[t] >= capacity is an idle slot: its state is not touched and its output
+//   row is written as zeros.
+//
 // Shapes: qkv: [n, 2 HK DK + HV DV] f32 rows [q (HK DK) | k (HK DK) | v (HV DV)] (the conv
-// output); a, b: [n, HV]; a_log, dt_bias: [HV]; state: [HV, DK, DV] (read and updated);
-// out: [n, HV DV].
-// Workgroup: WG invocations (default 64) per (head, block of WG columns of S); invocation j owns
+// output); a, b: [n, HV]; a_log, dt_bias: [HV]; state: [slots, HV, DK, DV] (read and updated);
+// out: [n, HV DV]; pos: [n] u32 (read in per-row mode only).
+// Workgroup: WG invocations (default 64) per (row in per-row mode, head, block of WG columns
+// of S); invocation j owns
 // column j: per token it reads the column once to form S^T k, then writes the updated column and
 // forms S^T q on the way (the state stays in the buffer, 2 reads + 1 write of DK values per token;
 // columns are coalesced across the workgroup). q and k of the token are normalised cooperatively
@@ -27,7 +36,11 @@ struct Params {
     dv: u32,
     col_blocks: u32,
     tiled: u32,
-    pad: u32,
+    per_row: u32,
+    slot: u32,
+    capacity: u32,
+    pad0: u32,
+    pad1: u32,
 }
 var<immediate> p: Params;
 
@@ -38,11 +51,13 @@ var<immediate> p: Params;
 @group(0) @binding(4) var<storage, read> dt_bias: array<f32>;
 @group(0) @binding(5) var<storage, read_write> state: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
+@group(0) @binding(7) var<storage, read> pos: array<u32>;
 
 var<workgroup> qs: array<f32, 256>;
 var<workgroup> ks: array<f32, 256>;
 var<workgroup> red_q: array<f32, 64>;
 var<workgroup> red_k: array<f32, 64>;
+var<workgroup> idle_wg: u32;
 
 fn softplus(x: f32) -> f32 {
     if (x > 20.0) {
@@ -55,14 +70,38 @@ fn softplus(x: f32) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg_id: u32,
         @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(num_subgroups) n_sg: u32) {
-    let blk = wid.y * nwg.x + wid.x;
+    var blk = wid.y * nwg.x + wid.x;
+    var t0 = 0u;
+    var t1 = p.n;
+    var slot = p.slot;
+    if (p.per_row != 0u) {
+        let per_row_blocks = p.hv * p.col_blocks;
+        t0 = blk / per_row_blocks;
+        t1 = t0 + 1u;
+        slot = t0;
+        blk = blk % per_row_blocks;
+        // Uniform per workgroup: the whole workgroup leaves together.
+        if (t0 >= p.n) {
+            return;
+        }
+    }
     let h = blk / p.col_blocks;
-    // Uniform per workgroup: the whole workgroup leaves together.
     if (h >= p.hv) {
         return;
     }
     let j = (blk % p.col_blocks) * WG + lid;
     let owns_col = j < p.dv;
+    if (p.per_row != 0u) {
+        if (lid == 0u) {
+            idle_wg = select(0u, 1u, pos[t0] >= p.capacity);
+        }
+        if (workgroupUniformLoad(&idle_wg) != 0u) {
+            if (owns_col) {
+                out[t0 * p.hv * p.dv + h * p.dv + j] = 0.0;
+            }
+            return;
+        }
+    }
     var kh = h / (p.hv / p.hk);
     if (p.tiled != 0u) {
         kh = h % p.hk;
@@ -70,8 +109,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let width = 2u * p.hk * p.dk + p.hv * p.dv;
     let scale = 1.0 / sqrt(f32(p.dk));
     let decay_a = exp(a_log[h]);
-    let sbase = h * p.dk * p.dv + j;
-    for (var t = 0u; t < p.n; t++) {
+    let sbase = (slot * p.hv + h) * p.dk * p.dv + j;
+    for (var t = t0; t < t1; t++) {
         let row = t * width;
         var sq = 0.0;
         var sk = 0.0;

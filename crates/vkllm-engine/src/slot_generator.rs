@@ -3,7 +3,13 @@
 //! device; see `vkllm_models::backend::vulkan::slots`). Prompts are prefilled into their slot
 //! one at a time between submits; the first token is sampled on the host by the same sampler.
 //! Gives the same tokens as [`crate::SimpleGenerator`] (tested in vkllm-models' gpu_slots).
+//!
+//! Dense models keep a slot-major KV cache; hybrid (Gated DeltaNet) and MoE models a
+//! [`HybridState`] (KV + recurrent states per slot). A recurrent state cannot be rewound, so a
+//! hybrid slot reuses its history only when the new prompt extends all of it; otherwise the
+//! slot is reset and the prompt prefilled from position 0.
 
+use vkllm_models::hybrid::{HybridModel, HybridState};
 use vkllm_models::{
     KvCache, KvDtype, Logits, Model, SlotDecoderConfig, SlotDecoderId, SlotStart, VulkanBackend,
 };
@@ -24,11 +30,18 @@ struct Slot {
     last_used: u64,
 }
 
+/// The model and its per-slot state.
+enum Net {
+    Dense { model: Model, kv: KvCache },
+    Hybrid { model: HybridModel, st: HybridState },
+}
+
 /// `slots` sequences of `ctx` positions on one Vulkan device, decoded together.
 pub struct SlotGenerator {
     b: VulkanBackend,
-    model: Model,
-    kv: KvCache,
+    net: Net,
+    ctx: usize,
+    vocab: usize,
     dec: SlotDecoderId,
     slots: Vec<Slot>,
     steps_per_submit: usize,
@@ -47,17 +60,42 @@ impl SlotGenerator {
     ) -> Result<Self, EngineError> {
         let slots = slots.max(1);
         let kv = model.new_kv_slots(&mut b, ctx.max(2), slots, kv)?;
-        let cfg = SlotDecoderConfig {
-            max_bias: 300,
-            max_top: MAX_TOP_LOGPROBS,
-            counts: true,
-            max_steps: steps_per_submit.max(1),
+        let dec = b.slot_decoder(&model, &kv, decoder_config(steps_per_submit))?;
+        let net = Net::Dense { model, kv };
+        Ok(Self::with(b, net, dec, slots, steps_per_submit))
+    }
+
+    /// [`SlotGenerator::new`] for a hybrid (Gated DeltaNet) or MoE model (f32 KV).
+    pub fn new_hybrid(
+        mut b: VulkanBackend,
+        model: HybridModel,
+        slots: usize,
+        ctx: usize,
+        steps_per_submit: usize,
+    ) -> Result<Self, EngineError> {
+        let slots = slots.max(1);
+        let st = model.new_state_slots(&mut b, ctx.max(2), slots)?;
+        let dec = b.hybrid_slot_decoder(&model, &st, decoder_config(steps_per_submit))?;
+        let net = Net::Hybrid { model, st };
+        Ok(Self::with(b, net, dec, slots, steps_per_submit))
+    }
+
+    fn with(
+        b: VulkanBackend,
+        net: Net,
+        dec: SlotDecoderId,
+        slots: usize,
+        steps_per_submit: usize,
+    ) -> Self {
+        let (ctx, vocab) = match &net {
+            Net::Dense { model, kv } => (kv.capacity, model.cfg.vocab_size),
+            Net::Hybrid { model, st } => (st.capacity, model.cfg.vocab_size),
         };
-        let dec = b.slot_decoder(&model, &kv, cfg)?;
-        Ok(SlotGenerator {
+        SlotGenerator {
             b,
-            model,
-            kv,
+            net,
+            ctx,
+            vocab,
             dec,
             slots: (0..slots)
                 .map(|_| Slot {
@@ -69,7 +107,21 @@ impl SlotGenerator {
                 .collect(),
             steps_per_submit: steps_per_submit.max(1),
             clock: 0,
-        })
+        }
+    }
+
+    /// The tokens `slot`'s state holds, from position 0 (its prefix for reuse).
+    pub fn history(&self, slot: SlotId) -> &[u32] {
+        self.slots.get(slot).map_or(&[], |s| s.history.as_slice())
+    }
+}
+
+fn decoder_config(steps_per_submit: usize) -> SlotDecoderConfig {
+    SlotDecoderConfig {
+        max_bias: 300,
+        max_top: MAX_TOP_LOGPROBS,
+        counts: true,
+        max_steps: steps_per_submit.max(1),
     }
 }
 
@@ -83,11 +135,11 @@ impl Generator for SlotGenerator {
     }
 
     fn context(&self) -> usize {
-        self.kv.capacity
+        self.ctx
     }
 
     fn vocab(&self) -> usize {
-        self.model.cfg.vocab_size
+        self.vocab
     }
 
     fn start(&mut self, prompt: &[u32], p: &SlotParams) -> Result<(SlotId, TokenOut), EngineError> {
@@ -95,7 +147,7 @@ impl Generator for SlotGenerator {
         if prompt.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
-        let ctx = self.kv.capacity;
+        let ctx = self.ctx;
         if prompt.len() >= ctx {
             return Err(EngineError::PromptTooLong {
                 prompt: prompt.len(),
@@ -104,8 +156,19 @@ impl Generator for SlotGenerator {
         }
         // A free slot: the longest reusable cached prefix, then the least recently used.
         let reusable = |sl: &Slot| {
-            let common = common_prefix(&sl.history, prompt).min(prompt.len() - 1);
-            self.kv.reusable(sl.written, common)
+            let common = common_prefix(&sl.history, prompt);
+            match &self.net {
+                Net::Dense { kv, .. } => kv.reusable(sl.written, common.min(prompt.len() - 1)),
+                // The recurrent state holds exactly `history`: reusable only when the prompt
+                // extends all of it.
+                Net::Hybrid { .. } => {
+                    if common == sl.history.len() && common < prompt.len() {
+                        common
+                    } else {
+                        0
+                    }
+                }
+            }
         };
         let slot = (0..self.slots.len())
             .filter(|&s| self.slots[s].next.is_none())
@@ -122,14 +185,20 @@ impl Generator for SlotGenerator {
             sl.written = 0;
         }
         sl.written = sl.written.max(prompt.len());
-        let logits = self.model.forward_slot(
-            &mut self.b,
-            &self.kv,
-            slot,
-            &prompt[reuse..],
-            reuse,
-            Logits::Last,
-        )?;
+        let rest = &prompt[reuse..];
+        let logits = match &self.net {
+            Net::Dense { model, kv } => {
+                model.forward_slot(&mut self.b, kv, slot, rest, reuse, Logits::Last)?
+            }
+            Net::Hybrid { model, st } => {
+                if reuse == 0 {
+                    model.reset_slot(&mut self.b, st, slot)?;
+                } else {
+                    st.next[slot].set(reuse);
+                }
+                model.forward_slot(&mut self.b, st, slot, rest, reuse, Logits::Last)?
+            }
+        };
         let first = pick(&logits, p, &[], 0);
         let vocab = self.vocab();
         let mut counts = vec![0u32; vocab];

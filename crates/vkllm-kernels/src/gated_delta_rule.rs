@@ -1,6 +1,8 @@
-//! `shaders/gated_delta_rule.wgsl`: the gated delta rule (recurrent form, gates included).
+//! `shaders/gated_delta_rule.wgsl`: the gated delta rule (recurrent form, gates included), and
+//! `shaders/gated_delta_rule_chunked.wgsl`: its chunked form for prefill.
 
 use crate::sources::GATED_DELTA_RULE as SRC;
+use crate::sources::GATED_DELTA_RULE_CHUNKED as SRC_CHUNKED;
 use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
 
@@ -21,8 +23,9 @@ pub static GATED_DELTA_RULE: KernelSpec = KernelSpec {
         rd("dt_bias"),
         rw("state"),
         rw("out"),
+        rd("pos"),
     ],
-    push_size: 32,
+    push_size: 48,
     exact_fp: false,
 };
 
@@ -36,7 +39,39 @@ pub struct DeltaParams {
     pub dv: u32,
     pub col_blocks: u32,
     pub tiled: u32,
-    pub pad: u32,
+    pub per_row: u32,
+    pub slot: u32,
+    pub capacity: u32,
+    pub pad: [u32; 2],
+}
+
+/// Which sequences of a slot-major recurrent state (`[slots, per-slot state]`) a call
+/// addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateRows {
+    /// Every row is a token of the sequence in slot `slot`, in order.
+    Sequence { slot: usize },
+    /// Row `t` is one token of the sequence in slot `t`; a row whose `pos[t] >= capacity` is
+    /// idle (state untouched, output row zero).
+    PerRow { capacity: usize },
+}
+
+impl StateRows {
+    /// The slots the state buffer must hold for `n` rows.
+    pub fn slots_needed(self, n: usize) -> usize {
+        match self {
+            StateRows::Sequence { slot } => slot + 1,
+            StateRows::PerRow { .. } => n,
+        }
+    }
+
+    /// `(per_row, slot, capacity)` push-constant words.
+    pub(crate) fn words(self, k: &'static KernelSpec) -> Result<(u32, u32, u32), Error> {
+        Ok(match self {
+            StateRows::Sequence { slot } => (0, to_u32(k, "slot", slot)?, 0),
+            StateRows::PerRow { capacity } => (1, 0, to_u32(k, "capacity", capacity)?),
+        })
+    }
 }
 
 /// Head counts and sizes (as `vkllm_cpu::DeltaShape`) and the token count.
@@ -49,10 +84,12 @@ pub struct DeltaShape {
     pub v_dim: usize,
     /// Value heads in tiled order (key head `h % n_k_heads`), see `vkllm_cpu::DeltaShape`.
     pub tiled_v_heads: bool,
+    pub rows: StateRows,
 }
 
 /// `n` tokens of the gated delta rule: `qkv` rows `[q | k | v]`, gate inputs `a`, `b`, the
-/// layer's `a_log` and `dt_bias`; `state` updated in place, `out` `[n, v_heads * v_dim]`.
+/// layer's `a_log` and `dt_bias`; `state` (`[slots, v_heads, k_dim, v_dim]`) updated in place,
+/// `out` `[n, v_heads * v_dim]`; `pos` (`[n]` u32) marks idle rows in per-row mode.
 pub struct GatedDeltaRule<B> {
     pub qkv: B,
     pub a: B,
@@ -61,6 +98,7 @@ pub struct GatedDeltaRule<B> {
     pub dt_bias: B,
     pub state: B,
     pub out: B,
+    pub pos: B,
 }
 
 impl<B: KernelBuffer> GatedDeltaRule<B> {
@@ -86,7 +124,16 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
         need(k, "b", &self.b, 4 * s.n as u64 * hv)?;
         need(k, "a_log", &self.a_log, 4 * hv)?;
         need(k, "dt_bias", &self.dt_bias, 4 * hv)?;
-        need(k, "state", &self.state, 4 * hv * (s.k_dim * s.v_dim) as u64)?;
+        let slots = s.rows.slots_needed(s.n) as u64;
+        need(
+            k,
+            "state",
+            &self.state,
+            4 * slots * hv * (s.k_dim * s.v_dim) as u64,
+        )?;
+        if matches!(s.rows, StateRows::PerRow { .. }) {
+            need(k, "pos", &self.pos, 4 * s.n as u64)?;
+        }
         need(
             k,
             "out",
@@ -94,6 +141,7 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
             4 * (s.n * s.n_v_heads * s.v_dim) as u64,
         )?;
         let col_blocks = s.v_dim.div_ceil(WG as usize);
+        let (per_row, slot, capacity) = s.rows.words(k)?;
         let p = DeltaParams {
             n: to_u32(k, "n", s.n)?,
             hk: to_u32(k, "n_k_heads", s.n_k_heads)?,
@@ -102,7 +150,14 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
             dv: to_u32(k, "v_dim", s.v_dim)?,
             col_blocks: to_u32(k, "col_blocks", col_blocks)?,
             tiled: s.tiled_v_heads as u32,
-            pad: 0,
+            per_row,
+            slot,
+            capacity,
+            pad: [0; 2],
+        };
+        let groups = match s.rows {
+            StateRows::Sequence { .. } => s.n_v_heads * col_blocks,
+            StateRows::PerRow { .. } => s.n * s.n_v_heads * col_blocks,
         };
         Ok(Dispatch::new(
             k,
@@ -115,7 +170,85 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
                 self.dt_bias,
                 self.state,
                 self.out,
+                self.pos,
             ],
+            &p,
+            grid_for(k, groups as u64)?,
+        ))
+    }
+}
+
+/// Largest key head size of the chunked form (its shared q/k tiles).
+pub const CHUNKED_MAX_K_DIM: usize = 128;
+
+pub static GATED_DELTA_RULE_CHUNKED: KernelSpec = KernelSpec {
+    name: "gated_delta_rule_chunked",
+    file: "gated_delta_rule_chunked.wgsl",
+    entry: "main",
+    source: SRC_CHUNKED,
+    bindings: &[
+        rd("qkv"),
+        rd("a"),
+        rd("b"),
+        rd("a_log"),
+        rd("dt_bias"),
+        rw("state"),
+        rw("out"),
+    ],
+    push_size: 32,
+    exact_fp: false,
+};
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct DeltaChunkedParams {
+    pub n: u32,
+    pub hk: u32,
+    pub hv: u32,
+    pub dk: u32,
+    pub dv: u32,
+    pub col_blocks: u32,
+    pub tiled: u32,
+    pub slot: u32,
+}
+
+impl<B: KernelBuffer> GatedDeltaRule<B> {
+    /// The same computation in the chunked form (16 tokens at a time, see the shader's
+    /// header): for the tokens of one sequence (`StateRows::Sequence`), `k_dim <=
+    /// CHUNKED_MAX_K_DIM`. `pos` is not read.
+    pub fn dispatch_chunked(self, s: &DeltaShape) -> Result<Dispatch<B>, Error> {
+        let k = &GATED_DELTA_RULE_CHUNKED;
+        let StateRows::Sequence { slot } = s.rows else {
+            return Err(shape_err(
+                k,
+                "the chunked form runs one sequence (Sequence rows)",
+            ));
+        };
+        if s.k_dim > CHUNKED_MAX_K_DIM {
+            return Err(shape_err(
+                k,
+                format!("k_dim {} > {CHUNKED_MAX_K_DIM}", s.k_dim),
+            ));
+        }
+        // The shape and buffer checks of the recurrent form (same bindings, same sizes).
+        let d = self.dispatch(s)?;
+        let col_blocks = s.v_dim.div_ceil(WG as usize);
+        let p = DeltaChunkedParams {
+            n: to_u32(k, "n", s.n)?,
+            hk: to_u32(k, "n_k_heads", s.n_k_heads)?,
+            hv: to_u32(k, "n_v_heads", s.n_v_heads)?,
+            dk: to_u32(k, "k_dim", s.k_dim)?,
+            dv: to_u32(k, "v_dim", s.v_dim)?,
+            col_blocks: to_u32(k, "col_blocks", col_blocks)?,
+            tiled: s.tiled_v_heads as u32,
+            slot: to_u32(k, "slot", slot)?,
+        };
+        let mut bufs = d.buffers;
+        bufs.truncate(7);
+        Ok(Dispatch::new(
+            k,
+            Overrides::new().set("WG", WG as f64),
+            bufs,
             &p,
             grid_for(k, (s.n_v_heads * col_blocks) as u64)?,
         ))

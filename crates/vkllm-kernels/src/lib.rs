@@ -39,6 +39,7 @@ pub mod matmul_coop;
 pub mod matvec;
 pub mod matvec_fused;
 pub mod moe_experts;
+pub mod moe_experts_quant;
 pub mod moe_route;
 pub mod rmsnorm;
 pub mod rope;
@@ -88,10 +89,13 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &decode_advance::DECODE_ADVANCE,
         &causal_conv1d::CAUSAL_CONV1D,
         &gated_delta_rule::GATED_DELTA_RULE,
+        &gated_delta_rule::GATED_DELTA_RULE_CHUNKED,
         &gated_rmsnorm::GATED_RMSNORM,
         &sigmoid_mul::SIGMOID_MUL,
         &moe_route::MOE_ROUTE,
         &moe_experts::MOE_GATE_UP,
         &moe_experts::MOE_DOWN,
+        &moe_experts_quant::MOE_GATE_UP_QUANT,
+        &moe_experts_quant::MOE_DOWN_QUANT,
     ]
 }

@@ -11,6 +11,8 @@ pub(crate) const DECODE_ADVANCE: &str = include_str!("../shaders/decode_advance.
 pub(crate) const ELEMENTWISE: &str = include_str!("../shaders/elementwise.wgsl");
 pub(crate) const EMBEDDING: &str = include_str!("../shaders/embedding.wgsl");
 pub(crate) const GATED_DELTA_RULE: &str = include_str!("../shaders/gated_delta_rule.wgsl");
+pub(crate) const GATED_DELTA_RULE_CHUNKED: &str =
+    include_str!("../shaders/gated_delta_rule_chunked.wgsl");
 pub(crate) const GATED_RMSNORM: &str = include_str!("../shaders/gated_rmsnorm.wgsl");
 pub(crate) const KV_APPEND: &str = include_str!("../shaders/kv_append.wgsl");
 pub(crate) const LOGPROBS: &str = include_str!("../shaders/logprobs.wgsl");
@@ -32,6 +34,10 @@ pub(crate) const MATVEC_FUSED: &str = concat!(
     include_str!("../shaders/quant_blocks.inc.wgsl")
 );
 pub(crate) const MOE_EXPERTS: &str = include_str!("../shaders/moe_experts.wgsl");
+pub(crate) const MOE_EXPERTS_QUANT: &str = concat!(
+    include_str!("../shaders/moe_experts_quant.wgsl"),
+    include_str!("../shaders/quant_blocks.inc.wgsl")
+);
 pub(crate) const MOE_ROUTE: &str = include_str!("../shaders/moe_route.wgsl");
 pub(crate) const RMSNORM: &str = include_str!("../shaders/rmsnorm.wgsl");
 pub(crate) const ROPE: &str = include_str!("../shaders/rope.wgsl");
@@ -51,6 +57,7 @@ mod tests {
             ("mat_quant.wgsl", super::MAT_QUANT),
             ("matvec_fused.wgsl", super::MATVEC_FUSED),
             ("matmul_coop.wgsl", super::MATMUL_COOP),
+            ("moe_experts_quant.wgsl", super::MOE_EXPERTS_QUANT),
         ] {
             let want = assemble(&dir, file);
             assert_ne!(

@@ -5,7 +5,7 @@
 
 use vkllm_cpu::AttnParams;
 
-use crate::backend::{Backend, KvDtype, KvRows, KvView, Linear, Tensor};
+use crate::backend::{Backend, KvView, Linear, Tensor};
 use crate::config::{LayerConfig, ModelConfig};
 use crate::error::ModelError;
 use crate::family::Activation;
@@ -38,30 +38,6 @@ pub(crate) struct AttnScratch {
     pub g: Tensor,
 }
 
-/// Where a layer's keys and values go.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct KvSlot {
-    pub k: Tensor,
-    pub v: Tensor,
-    pub capacity: usize,
-}
-
-impl KvSlot {
-    /// The one-sequence f32 cache as the backend ops address it.
-    fn view(&self) -> KvView {
-        KvView {
-            k: self.k,
-            v: self.v,
-            capacity: self.capacity,
-            stride: self.capacity,
-            ring: self.capacity,
-            slots: 1,
-            dtype: KvDtype::F32,
-            rows: KvRows::Slot(0),
-        }
-    }
-}
-
 /// Attention of the `n` normed rows `h` at `pos`, through the output projection into `out`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention<B: Backend>(
@@ -73,7 +49,7 @@ pub(crate) fn attention<B: Backend>(
     h: Tensor,
     n: usize,
     pos: Tensor,
-    kv: KvSlot,
+    kv: &KvView,
     out: Tensor,
 ) -> Result<(), ModelError> {
     let hd = c.head_dim;
@@ -98,7 +74,7 @@ pub(crate) fn attention<B: Backend>(
     };
     b.rope(q, n, c.n_heads, hd, pos, &lc.rope)?;
     b.rope(k, n, c.n_kv_heads, hd, pos, &lc.rope)?;
-    b.kv_store(k, s.v, n, c.kv_dim(), pos, &kv.view())?;
+    b.kv_store(k, s.v, n, c.kv_dim(), pos, kv)?;
     let p = AttnParams {
         n_heads: c.n_heads,
         n_kv_heads: c.n_kv_heads,
@@ -107,7 +83,7 @@ pub(crate) fn attention<B: Backend>(
         softcap: c.attn_softcap,
         window: lc.window,
     };
-    b.attention(q, &kv.view(), n, pos, &p, s.att)?;
+    b.attention(q, kv, n, pos, &p, s.att)?;
     if let Some(gate) = w.gate {
         b.linear(gate, h, n, s.g)?;
         b.sigmoid_mul(s.att, s.g, n, c.q_dim(), false)?;

@@ -2,7 +2,8 @@
 //! `convert_hf_to_gguf.py` writes them (names from gguf-py's tensor map; `Qwen3NextModel` /
 //! `_LinearAttentionVReorderBase` / `Qwen2MoeModel` transforms), from the transformers fixtures'
 //! weights: loaded back through `GgufModel`, the model must give the logits of the safetensors
-//! checkpoint it came from.
+//! checkpoint it came from. A file with Q8_0 stacked experts also runs on the Vulkan device
+//! (lavapipe in CI) with the experts kept in their blocks.
 //!
 //! The converter here is written from llama.cpp's rules, independently of the loader:
 //! `1 + w` norms (except the gated DeltaNet norm), `ssm_a = -exp(A_log)`, `ssm_dt.bias`, the conv
@@ -11,12 +12,17 @@
 
 use std::collections::BTreeMap;
 
+mod common;
+
+use vkllm_cpu::quant::{QuantType, quantize_rows};
 use vkllm_gguf::writer::GgufWriter;
 use vkllm_gguf::{GgmlType, GgufFile};
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::gguf::GgufModel;
 use vkllm_models::hybrid::HybridModel;
-use vkllm_models::{CpuBackend, Family, Logits, ModelConfig};
+use vkllm_models::hybrid::weights::FfnWeights;
+use vkllm_models::parity::GPU_VS_CPU_MAX_ABS;
+use vkllm_models::{CpuBackend, Family, Logits, ModelConfig, VulkanBackend};
 
 /// One tensor in Hugging Face layout (outermost dimension first).
 #[derive(Clone)]
@@ -243,6 +249,15 @@ fn arch(f: Family) -> &'static str {
 }
 
 fn write_gguf(cfg: &ModelConfig, tensors: &BTreeMap<String, T>) -> Vec<u8> {
+    write_gguf_with(cfg, tensors, |_| false)
+}
+
+/// [`write_gguf`] storing the tensors `q8` selects as Q8_0 (rows quantized by vkllm-cpu).
+fn write_gguf_with(
+    cfg: &ModelConfig,
+    tensors: &BTreeMap<String, T>,
+    q8: impl Fn(&str) -> bool,
+) -> Vec<u8> {
     let a = arch(cfg.family);
     let mut w = GgufWriter::new();
     let k = |s: &str| format!("{a}.{s}");
@@ -289,6 +304,13 @@ fn write_gguf(cfg: &ModelConfig, tensors: &BTreeMap<String, T>) -> Vec<u8> {
     }
     for (name, t) in tensors {
         let dims: Vec<u64> = t.shape.iter().rev().map(|&d| d as u64).collect();
+        if q8(name) {
+            let cols = *t.shape.last().expect("dims");
+            let bytes = quantize_rows(QuantType::Q8_0, &t.data, cols).expect("q8_0");
+            w.add_tensor(name.clone(), GgmlType::Q8_0, &dims, bytes)
+                .expect("tensor");
+            continue;
+        }
         let bytes: Vec<u8> = bytemuck_bytes(&t.data);
         w.add_tensor(name.clone(), GgmlType::F32, &dims, bytes)
             .expect("tensor");
@@ -412,4 +434,47 @@ fn gguf_names_follow_llama_cpp() {
             assert!(names.contains(&m), "{hf} -> {m}");
         }
     }
+}
+
+/// A file whose stacked experts (`ffn_{gate,up,down}_exps`, `[experts, rows, cols]`) are Q8_0:
+/// on the GPU the experts stay Q8_0 (the expert kernels read the file's blocks), and the logits
+/// equal the CPU's (which dequantizes the same blocks) within the GPU-vs-CPU tolerance.
+#[test]
+fn q8_0_gguf_experts_stay_quantized_on_the_gpu() {
+    let dev = common::device();
+    let fx = Fixture::load("qwen3_moe").expect("fixture");
+    let cfg = &fx.config;
+    let tensors = convert(cfg, &hf_tensors(&fx));
+    let gguf = write_gguf_with(cfg, &tensors, |n| n.ends_with("_exps.weight"));
+    let model = GgufModel::from_file(GgufFile::from_bytes(gguf).expect("parse")).expect("model");
+    let ids = fx.prompt("short").expect("prompt").ids;
+    let mut cpu = CpuBackend::new();
+    let cm = HybridModel::load(model.config.clone(), &model, &mut cpu, 64).expect("cpu");
+    let st = cm.new_state(&mut cpu, ids.len()).expect("state");
+    let want = cm
+        .forward(&mut cpu, &st, &ids, 0, Logits::All)
+        .expect("cpu forward");
+    let mut gpu = VulkanBackend::new(dev.clone());
+    let gm = HybridModel::load(model.config.clone(), &model, &mut gpu, 64).expect("gpu");
+    let mut experts = 0;
+    for l in &gm.weights.layers {
+        if let FfnWeights::Moe(m) = &l.ffn {
+            for t in [m.experts.gate, m.experts.up, m.experts.down] {
+                let dt = gpu.matrix_dtype(t);
+                assert_eq!(
+                    dt,
+                    Some(vkllm_kernels::WeightType::Q8_0),
+                    "experts as stored"
+                );
+                experts += 1;
+            }
+        }
+    }
+    assert!(experts > 0);
+    let st = gm.new_state(&mut gpu, ids.len()).expect("state");
+    let got = gm
+        .forward(&mut gpu, &st, &ids, 0, Logits::All)
+        .expect("gpu forward");
+    let d = vkllm_cpu::compare::diff(&got, &want);
+    assert!(d.max_abs <= GPU_VS_CPU_MAX_ABS, "max abs {}", d.max_abs);
 }

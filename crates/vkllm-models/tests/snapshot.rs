@@ -23,7 +23,7 @@ fn decode<B: Backend>(
     let mut tok = first;
     let mut out = Vec::new();
     for _ in 0..steps {
-        let pos = st.next.get();
+        let pos = st.next[0].get();
         let l = m.forward(b, st, &[tok], pos, Logits::Last).expect("step");
         tok = argmax(&l);
         out.push(l);
@@ -55,7 +55,7 @@ fn check<B: Backend>(b: &mut B, family: &str) {
 
     // The state moves on with other tokens...
     decode(b, &m, &st, 5, 9);
-    assert_ne!(st.next.get(), snap.pos);
+    assert_ne!(st.next[0].get(), snap.pos);
     // ...is restored, and continues exactly as the uninterrupted run.
     m.restore(b, &snap, &st).expect("restore");
     let resumed = decode(b, &m, &st, next, after);

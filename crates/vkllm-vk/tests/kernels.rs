@@ -98,8 +98,10 @@ parity_tests!(
     quant_iq4_xs,
     causal_conv1d,
     gated_delta_rule,
+    gated_delta_rule_chunked,
     gated_rmsnorm,
     sigmoid_mul,
     moe_route,
     moe_experts,
+    moe_experts_quant,
 );

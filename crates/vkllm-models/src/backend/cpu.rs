@@ -6,7 +6,7 @@
 use vkllm_cpu as ops;
 use vkllm_cpu::{AttnParams, DeltaShape, Rope};
 
-use super::{Backend, Experts, KvDtype, KvRows, KvView, Linear, Tensor};
+use super::{Backend, Experts, KvDtype, KvRows, KvView, Linear, StateView, Tensor};
 use crate::error::ModelError;
 use crate::family::Activation;
 
@@ -71,6 +71,20 @@ impl CpuBackend {
 
     fn positions(&self, t: Tensor, n: usize) -> Vec<usize> {
         self.u32(t)[..n].iter().map(|&p| p as usize).collect()
+    }
+
+    /// The runs of rows an `n`-row recurrent op processes: `(first row, rows, slot)`, one run
+    /// of all rows for `Slot(s)`, one row per slot for `PerRow` (slot `None`: idle).
+    fn state_runs(&self, st: &StateView, n: usize) -> Vec<(usize, usize, Option<usize>)> {
+        match st.rows {
+            KvRows::Slot(s) => vec![(0, n, Some(s))],
+            KvRows::PerRow => self
+                .positions(st.positions, n)
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| (i, 1, (p < st.capacity).then_some(i)))
+                .collect(),
+        }
     }
 }
 
@@ -385,20 +399,29 @@ impl Backend for CpuBackend {
         channels: usize,
         kernel: usize,
         weight: Tensor,
-        state: Tensor,
+        st: &StateView,
         out: Tensor,
     ) -> Result<(), ModelError> {
+        st.check(n);
+        let len = (kernel - 1) * channels;
         let mut o = self.take(out);
-        let mut st = self.take(state);
-        ops::causal_conv1d(
-            &self.f32(x)[..n * channels],
-            channels,
-            &self.f32(weight)[..channels * kernel],
-            &mut st[..(kernel - 1) * channels],
-            true,
-            &mut o[..n * channels],
-        );
-        self.put(state, st);
+        let mut s = self.take(st.state);
+        let (xs, w) = (self.f32(x), &self.f32(weight)[..channels * kernel]);
+        for (r0, rows, slot) in self.state_runs(st, n) {
+            let span = r0 * channels..(r0 + rows) * channels;
+            match slot {
+                Some(slot) => ops::causal_conv1d(
+                    &xs[span.clone()],
+                    channels,
+                    w,
+                    &mut s[slot * len..(slot + 1) * len],
+                    true,
+                    &mut o[span],
+                ),
+                None => o[span].fill(0.0),
+            }
+        }
+        self.put(st.state, s);
         self.put(out, o);
         Ok(())
     }
@@ -412,11 +435,13 @@ impl Backend for CpuBackend {
         b: Tensor,
         a_log: Tensor,
         dt_bias: Tensor,
-        state: Tensor,
+        st: &StateView,
         out: Tensor,
     ) -> Result<(), ModelError> {
+        st.check(n);
         let (qw, vw, hv) = (shape.qk_width(), shape.v_width(), shape.n_v_heads);
         let width = 2 * qw + vw;
+        let len = shape.state_len();
         let rows = &self.f32(qkv)[..n * width];
         let mut q = Vec::with_capacity(n * qw);
         let mut k = Vec::with_capacity(n * qw);
@@ -436,15 +461,30 @@ impl Backend for CpuBackend {
             &mut g,
             &mut beta,
         );
-        let mut st = self.take(state);
+        let runs = self.state_runs(st, n);
+        let mut s = self.take(st.state);
         let mut o = self.take(out);
-        let (s, y) = (&mut st[..shape.state_len()], &mut o[..n * vw]);
-        if n == 1 {
-            ops::gated_delta_rule(shape, &q, &k, &v, &g, &beta, s, y);
-        } else {
-            ops::gated_delta_rule_chunked(shape, DELTA_CHUNK, &q, &k, &v, &g, &beta, s, y);
+        for (r0, m, slot) in runs {
+            let y = &mut o[r0 * vw..(r0 + m) * vw];
+            let Some(slot) = slot else {
+                y.fill(0.0);
+                continue;
+            };
+            let sl = &mut s[slot * len..(slot + 1) * len];
+            let (qk, vv, gb) = (
+                r0 * qw..(r0 + m) * qw,
+                r0 * vw..(r0 + m) * vw,
+                r0 * hv..(r0 + m) * hv,
+            );
+            let (q, k, v) = (&q[qk.clone()], &k[qk], &v[vv]);
+            let (g, beta) = (&g[gb.clone()], &beta[gb]);
+            if m == 1 {
+                ops::gated_delta_rule(shape, q, k, v, g, beta, sl, y);
+            } else {
+                ops::gated_delta_rule_chunked(shape, DELTA_CHUNK, q, k, v, g, beta, sl, y);
+            }
         }
-        self.put(state, st);
+        self.put(st.state, s);
         self.put(out, o);
         Ok(())
     }

@@ -7,7 +7,10 @@
 //! once and replay it with new positions written into a small buffer.
 
 pub mod cpu;
+mod recurrent;
 pub mod vulkan;
+
+pub use recurrent::StateView;
 
 use vkllm_cpu::{AttnParams, DeltaShape, Rope};
 
@@ -290,8 +293,9 @@ pub trait Backend {
     // models leaves them to these defaults, which say so.
 
     /// Depthwise causal convolution with SiLU of `n` rows of `channels` (`x`, `[n, channels]`)
-    /// with `weight` (`[channels, kernel]`), continuing from and rolling `state`
-    /// (`[kernel - 1, channels]`): `vkllm_cpu::causal_conv1d`.
+    /// with `weight` (`[channels, kernel]`), continuing from and rolling the state
+    /// (`[kernel - 1, channels]` per slot) of the slot(s) `state` addresses:
+    /// `vkllm_cpu::causal_conv1d` per sequence.
     #[allow(clippy::too_many_arguments)]
     fn causal_conv1d(
         &mut self,
@@ -300,7 +304,7 @@ pub trait Backend {
         _channels: usize,
         _kernel: usize,
         _weight: Tensor,
-        _state: Tensor,
+        _state: &StateView,
         _out: Tensor,
     ) -> Result<(), ModelError> {
         Err(self.unsupported("causal_conv1d"))
@@ -309,8 +313,9 @@ pub trait Backend {
     /// The gated delta rule over `n` tokens: `qkv` holds rows `[q | k | v]` (widths
     /// `qk_width`, `qk_width`, `v_width`), `a` and `b` the gate projections (`[n, n_v_heads]`),
     /// from which `g = -exp(a_log) * softplus(a + dt_bias)` and `beta = sigmoid(b)`;
-    /// `state` (`[n_v_heads, k_dim, v_dim]`) is read and updated, `out` is `[n, v_width]`:
-    /// `vkllm_cpu::delta_gates` then `vkllm_cpu::gated_delta_rule` (or its chunked form).
+    /// the state (`[n_v_heads, k_dim, v_dim]` per slot) of the slot(s) `state` addresses is
+    /// read and updated, `out` is `[n, v_width]`: `vkllm_cpu::delta_gates` then
+    /// `vkllm_cpu::gated_delta_rule` (or its chunked form) per sequence.
     #[allow(clippy::too_many_arguments)]
     fn gated_delta_rule(
         &mut self,
@@ -321,7 +326,7 @@ pub trait Backend {
         _b: Tensor,
         _a_log: Tensor,
         _dt_bias: Tensor,
-        _state: Tensor,
+        _state: &StateView,
         _out: Tensor,
     ) -> Result<(), ModelError> {
         Err(self.unsupported("gated_delta_rule"))

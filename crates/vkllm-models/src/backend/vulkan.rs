@@ -19,10 +19,12 @@ use vkllm_vk::{BufSlice, Buffer, Device, MemoryKind, Recorder, Tensor as VkTenso
 mod fused;
 mod profile;
 mod recorded;
+mod slot_graph;
 mod slots;
 mod tables;
 
 pub use recorded::RecordedDecode;
+pub use slot_graph::SlotGraph;
 
 pub use slots::{
     ProfiledDispatch, SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs,
@@ -703,7 +705,7 @@ impl Backend for VulkanBackend {
         channels: usize,
         kernel: usize,
         weight: Tensor,
-        state: Tensor,
+        state: &crate::backend::StateView,
         out: Tensor,
     ) -> Result<(), ModelError> {
         self.hy_causal_conv1d(x, n, channels, kernel, weight, state, out)
@@ -718,7 +720,7 @@ impl Backend for VulkanBackend {
         b: Tensor,
         a_log: Tensor,
         dt_bias: Tensor,
-        state: Tensor,
+        state: &crate::backend::StateView,
         out: Tensor,
     ) -> Result<(), ModelError> {
         self.hy_gated_delta_rule(qkv, n, shape, a, b, a_log, dt_bias, state, out)

@@ -2,22 +2,36 @@
 //! (two for the experts) recorded like the dense ops: no host round trip, so a MoE layer's expert
 //! ids stay on the device between the router and the experts.
 //!
-//! Limits: the routed experts must be f32 single-part matrices (the loader dequantizes experts
-//! to f32); key heads up to `gated_delta_rule::MAX_K_DIM` (256) and top-k up to 32.
+//! Limits: the routed experts must be single-part matrices, all three f32 or all three in block
+//! formats (`moe_experts_quant`: each its own format); key heads up to
+//! `gated_delta_rule::MAX_K_DIM` (256) and top-k up to 32.
 
 use vkllm_cpu::DeltaShape;
 use vkllm_kernels::WeightType;
 use vkllm_kernels::causal_conv1d::{CausalConv1d, ConvShape};
-use vkllm_kernels::gated_delta_rule::{DeltaShape as DeltaShapeK, GatedDeltaRule};
+use vkllm_kernels::gated_delta_rule::{
+    CHUNKED_MAX_K_DIM, DeltaShape as DeltaShapeK, GatedDeltaRule, StateRows,
+};
 use vkllm_kernels::gated_rmsnorm::GatedRmsNorm;
 use vkllm_kernels::moe_experts::{MoeExperts, MoeShape};
+use vkllm_kernels::moe_experts_quant::{MoeExpertsQuant, MoeQuantShape};
 use vkllm_kernels::moe_route::MoeRoute;
 use vkllm_kernels::sigmoid_mul::SigmoidMul;
 
 use super::VulkanBackend;
-use crate::backend::{Backend, Experts, Tensor};
+use crate::backend::{Backend, Experts, KvRows, StateView, Tensor};
 use crate::error::ModelError;
 use crate::family::Activation;
+
+/// The kernels' name for the slot(s) a state view addresses.
+fn state_rows(st: &StateView) -> StateRows {
+    match st.rows {
+        KvRows::Slot(slot) => StateRows::Sequence { slot },
+        KvRows::PerRow => StateRows::PerRow {
+            capacity: st.capacity,
+        },
+    }
+}
 
 impl VulkanBackend {
     #[allow(clippy::too_many_arguments)]
@@ -28,21 +42,25 @@ impl VulkanBackend {
         channels: usize,
         kernel: usize,
         weight: Tensor,
-        state: Tensor,
+        st: &StateView,
         out: Tensor,
     ) -> Result<(), ModelError> {
+        st.check(n);
+        let rows = state_rows(st);
         self.record(|me, r| {
             let d = CausalConv1d {
                 x: me.head(x, n * channels)?,
                 w: me.head(weight, channels * kernel)?,
-                state: me.all(state),
+                state: me.all(st.state),
                 out: me.head(out, n * channels)?,
+                pos: me.all(st.positions),
             }
             .dispatch(&ConvShape {
                 n,
                 channels,
                 kernel,
                 silu: true,
+                rows,
             })?;
             Ok(r.dispatch(d)?)
         })
@@ -58,28 +76,43 @@ impl VulkanBackend {
         b: Tensor,
         a_log: Tensor,
         dt_bias: Tensor,
-        state: Tensor,
+        st: &StateView,
         out: Tensor,
     ) -> Result<(), ModelError> {
+        st.check(n);
+        let rows = state_rows(st);
         let hv = s.n_v_heads;
+        // Prompts of one sequence take the chunked form unless VKLLM_DELTA_RECURRENT=1 asks
+        // for the reference recurrence (both are parity-tested against vkllm-cpu).
+        let chunked = n > 1
+            && matches!(rows, StateRows::Sequence { .. })
+            && s.k_dim <= CHUNKED_MAX_K_DIM
+            && std::env::var("VKLLM_DELTA_RECURRENT").map_or(true, |v| v != "1");
         self.record(|me, r| {
-            let d = GatedDeltaRule {
+            let k = GatedDeltaRule {
                 qkv: me.head(qkv, n * (2 * s.qk_width() + s.v_width()))?,
                 a: me.head(a, n * hv)?,
                 b: me.head(b, n * hv)?,
                 a_log: me.head(a_log, hv)?,
                 dt_bias: me.head(dt_bias, hv)?,
-                state: me.head(state, s.state_len())?,
+                state: me.all(st.state),
                 out: me.head(out, n * s.v_width())?,
-            }
-            .dispatch(&DeltaShapeK {
+                pos: me.all(st.positions),
+            };
+            let shape = DeltaShapeK {
                 n,
                 n_k_heads: s.n_k_heads,
                 n_v_heads: hv,
                 k_dim: s.k_dim,
                 v_dim: s.v_dim,
                 tiled_v_heads: s.tiled_v_heads,
-            })?;
+                rows,
+            };
+            let d = if chunked {
+                k.dispatch_chunked(&shape)?
+            } else {
+                k.dispatch(&shape)?
+            };
             Ok(r.dispatch(d)?)
         })
     }
@@ -164,11 +197,16 @@ impl VulkanBackend {
         if act != Activation::Silu {
             return Err(self.unsupported("moe_experts with a non-SiLU activation"));
         }
-        for t in [ex.gate, ex.up, ex.down] {
-            let m = self.matrix(t);
-            if m.dtype != WeightType::F32 || m.parts.len() != 1 {
-                return Err(self.unsupported("moe_experts over quantized or split expert weights"));
-            }
+        let mats = [ex.gate, ex.up, ex.down].map(|t| self.matrix(t));
+        if mats.iter().any(|m| m.parts.len() != 1) {
+            return Err(self.unsupported("moe_experts over expert weights split in parts"));
+        }
+        let dtypes = mats.map(|m| m.dtype);
+        if dtypes.iter().all(|d| d.is_quantized()) {
+            return self.hy_moe_experts_quant(x, n, ex, top_k, ids, weights, scratch, out);
+        }
+        if dtypes.iter().any(|&d| d != WeightType::F32) {
+            return Err(self.unsupported("moe_experts over mixed float/block expert weights"));
         }
         let (h, ff) = (ex.hidden, ex.ff);
         self.record(|me, r| {
@@ -195,5 +233,60 @@ impl VulkanBackend {
             }
             Ok(())
         })
+    }
+
+    /// The experts over block-format weights: three dispatches reading only the selected
+    /// experts' blocks.
+    #[allow(clippy::too_many_arguments)]
+    fn hy_moe_experts_quant(
+        &mut self,
+        x: Tensor,
+        n: usize,
+        ex: &Experts,
+        top_k: usize,
+        ids: Tensor,
+        weights: Tensor,
+        scratch: Tensor,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        let (h, ff) = (ex.hidden, ex.ff);
+        self.record(|me, r| {
+            let w = |t: Tensor| me.matrix(t).parts[0].buffer.all();
+            let ds = MoeExpertsQuant {
+                x: me.head(x, n * h)?,
+                ids: me.head(ids, n * top_k)?,
+                weights: me.head(weights, n * top_k)?,
+                gate: w(ex.gate),
+                up: w(ex.up),
+                down: w(ex.down),
+                act: me.head(scratch, n * top_k * ff)?,
+                out: me.head(out, n * h)?,
+            }
+            .dispatch(&MoeQuantShape {
+                n,
+                top_k,
+                hidden: h,
+                ff,
+                n_experts: ex.n_experts,
+                gate: me.matrix(ex.gate).dtype,
+                up: me.matrix(ex.up).dtype,
+                down: me.matrix(ex.down).dtype,
+            })?;
+            for d in ds {
+                r.dispatch(d)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl VulkanBackend {
+    /// The storage format of a weight matrix (`None` for an activation buffer): tells a test or
+    /// a report whether a weight is kept in its block format.
+    pub fn matrix_dtype(&self, t: Tensor) -> Option<WeightType> {
+        match &self.slots.get(t.index())? {
+            super::Slot::Matrix(m) => Some(m.dtype),
+            super::Slot::Buf { .. } => None,
+        }
     }
 }

@@ -11,34 +11,84 @@
 
 use std::cell::Cell;
 
-use crate::backend::{Backend, Tensor};
-use crate::blocks::{self, AttnRefs, AttnScratch, KvSlot};
+use crate::backend::{Backend, KvDtype, KvRows, KvView, StateView, Tensor};
+use crate::blocks::{self, AttnRefs, AttnScratch};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::forward::Logits;
+use crate::forward::{KV_ROW_ALIGN, Logits};
 use crate::hybrid::config::Mixer;
 use crate::hybrid::weights::{FfnWeights, HybridWeights, MixerWeights};
 use crate::weights::TensorSource;
 
-/// One layer's per-sequence state.
+/// One layer's state for every slot, slot-major (slot `s` owns the `s`-th region).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LayerState {
-    /// Keys and values, `[capacity, kv_dim]` each.
+    /// Keys and values, `[slots * stride, kv_dim]` each (f32; slot `s` owns rows
+    /// `s * stride .. s * stride + capacity`, like [`crate::KvCache`]).
     Attention { k: Tensor, v: Tensor },
-    /// The convolution history `[kernel - 1, conv_dim]` and the delta-rule state
-    /// `[v_heads, k_dim, v_dim]`.
+    /// The convolution history `[slots, kernel - 1, conv_dim]` and the delta-rule state
+    /// `[slots, v_heads, k_dim, v_dim]`.
     DeltaNet { conv: Tensor, delta: Tensor },
 }
 
-/// The state of one sequence: KV caches of the attention layers and recurrent states of the
-/// DeltaNet layers. The recurrent state depends on every token so far in order, so tokens must
-/// be fed in order (`next` is the position the next forward must start at); going back needs a
-/// snapshot (`crate::hybrid::snapshot`).
+/// The state of `slots` sequences: KV caches of the attention layers and recurrent states of
+/// the DeltaNet layers, each slot-major. The recurrent state depends on every token so far in
+/// order, so a slot's tokens must be fed in order (`next[slot]` is the position its next
+/// forward must start at); going back needs a snapshot (`crate::hybrid::snapshot`) or a reset
+/// ([`HybridModel::reset_slot`]).
 #[derive(Clone, Debug)]
 pub struct HybridState {
     pub capacity: usize,
+    /// Rows between the slots' KV regions (`capacity` rounded up to [`KV_ROW_ALIGN`]).
+    pub stride: usize,
+    pub slots: usize,
     pub layers: Vec<LayerState>,
-    pub next: Cell<usize>,
+    pub next: Vec<Cell<usize>>,
+    /// Zeros, as long as the longest per-slot recurrent state (for resets).
+    zeros: Tensor,
+}
+
+impl HybridState {
+    /// The view of attention layer `(k, v)` caches that ops addressing `rows` use.
+    pub fn kv_view(&self, k: Tensor, v: Tensor, rows: KvRows) -> KvView {
+        KvView {
+            k,
+            v,
+            capacity: self.capacity,
+            stride: self.stride,
+            // Every position keeps its row (no sliding-window rings in these families).
+            ring: self.capacity,
+            slots: self.slots,
+            dtype: KvDtype::F32,
+            rows,
+        }
+    }
+
+    /// The view of a DeltaNet layer's `state` tensor (`len` values per slot) for ops
+    /// addressing `rows` at `positions`.
+    pub fn state_view(
+        &self,
+        state: Tensor,
+        len: usize,
+        rows: KvRows,
+        positions: Tensor,
+    ) -> StateView {
+        StateView {
+            state,
+            len,
+            slots: self.slots,
+            rows,
+            positions,
+            capacity: self.capacity,
+        }
+    }
+}
+
+/// The token ids and positions a graph reads, and which state rows they address.
+struct StepInputs {
+    ids: Tensor,
+    pos: Tensor,
+    rows: KvRows,
 }
 
 /// Activations of one chunk: allocated once, reused by every forward.
@@ -143,35 +193,109 @@ impl HybridModel {
         })
     }
 
-    /// A fresh sequence state: KV caches for `capacity` positions, zero recurrent states.
+    /// A fresh state for one sequence: KV caches for `capacity` positions, zero recurrent
+    /// states.
     pub fn new_state<B: Backend>(
         &self,
         b: &mut B,
         capacity: usize,
     ) -> Result<HybridState, ModelError> {
+        self.new_state_slots(b, capacity, 1)
+    }
+
+    /// Per-slot lengths of a DeltaNet layer's conv history and delta state (0, 0 without a
+    /// hybrid config).
+    pub(crate) fn recurrent_lens(&self) -> (usize, usize) {
+        match &self.cfg.hybrid {
+            Some(hy) => ((hy.conv_kernel - 1) * hy.conv_dim(), hy.delta.state_len()),
+            None => (0, 0),
+        }
+    }
+
+    /// A fresh state for `slots` sequences of `capacity` positions each.
+    pub fn new_state_slots<B: Backend>(
+        &self,
+        b: &mut B,
+        capacity: usize,
+        slots: usize,
+    ) -> Result<HybridState, ModelError> {
+        if capacity == 0 || slots == 0 {
+            return Err(ModelError::Config {
+                field: "hybrid state".into(),
+                msg: format!("capacity {capacity} and slots {slots} must be > 0"),
+            });
+        }
         let c = &self.cfg;
         let w = c.kv_dim();
+        let stride = capacity.div_ceil(KV_ROW_ALIGN) * KV_ROW_ALIGN;
+        let (conv_len, delta_len) = self.recurrent_lens();
+        let delta_layers = c.hybrid.as_ref().map_or(0, |hy| {
+            hy.mixers.iter().filter(|&&m| m == Mixer::DeltaNet).count()
+        });
+        let need = 4
+            * (slots
+                * ((c.n_layers - delta_layers) * 2 * stride * w
+                    + delta_layers * (conv_len + delta_len))) as u64;
+        // Leave room for the activations of a chunk and the driver (1/16 of the device), as
+        // the dense KV cache does.
+        if let Some((free, total)) = b.memory_free()
+            && need > free.saturating_sub(total / 16)
+        {
+            return Err(ModelError::OutOfMemory {
+                what: format!(
+                    "hybrid state ({slots} x {capacity} positions, {} layers)",
+                    c.n_layers
+                ),
+                need,
+                available: free.saturating_sub(total / 16),
+                total,
+            });
+        }
         let layers = (0..c.n_layers)
             .map(|i| match &c.hybrid {
                 Some(hy) if hy.mixers[i] == Mixer::DeltaNet => Ok(LayerState::DeltaNet {
-                    conv: b.alloc_f32(((hy.conv_kernel - 1) * hy.conv_dim()).max(1))?,
-                    delta: b.alloc_f32(hy.delta.state_len())?,
+                    conv: b.alloc_f32((slots * conv_len).max(1))?,
+                    delta: b.alloc_f32((slots * delta_len).max(1))?,
                 }),
                 _ => Ok(LayerState::Attention {
-                    k: b.alloc_f32(capacity * w)?,
-                    v: b.alloc_f32(capacity * w)?,
+                    k: b.alloc_f32(slots * stride * w)?,
+                    v: b.alloc_f32(slots * stride * w)?,
                 }),
             })
             .collect::<Result<_, ModelError>>()?;
         Ok(HybridState {
             capacity,
+            stride,
+            slots,
             layers,
-            next: Cell::new(0),
+            next: (0..slots).map(|_| Cell::new(0)).collect(),
+            zeros: b.alloc_f32(conv_len.max(delta_len).max(1))?,
         })
     }
 
-    /// Runs `ids` at positions `start..start + ids.len()` (`start` must be `st.next`), updating
-    /// the state, and returns the requested logits (`[vocab]` for `Last`, `[n, vocab]` for `All`).
+    /// Zeroes `slot`'s recurrent states so it starts a new sequence at position 0 (its KV rows
+    /// need no reset: attention reads only positions already written).
+    pub fn reset_slot<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &HybridState,
+        slot: usize,
+    ) -> Result<(), ModelError> {
+        check_slot(st, slot)?;
+        let (conv_len, delta_len) = self.recurrent_lens();
+        for l in &st.layers {
+            if let LayerState::DeltaNet { conv, delta } = *l {
+                b.copy(st.zeros, 0, conv, slot * conv_len, conv_len)?;
+                b.copy(st.zeros, 0, delta, slot * delta_len, delta_len)?;
+            }
+        }
+        st.next[slot].set(0);
+        Ok(())
+    }
+
+    /// Runs `ids` at positions `start..start + ids.len()` (`start` must be `st.next[0]`) in
+    /// slot 0, updating the state, and returns the requested logits (`[vocab]` for `Last`,
+    /// `[n, vocab]` for `All`).
     pub fn forward<B: Backend>(
         &self,
         b: &mut B,
@@ -180,12 +304,28 @@ impl HybridModel {
         start: usize,
         want: Logits,
     ) -> Result<Vec<f32>, ModelError> {
+        self.forward_slot(b, st, 0, ids, start, want)
+    }
+
+    /// [`HybridModel::forward`] for the sequence in slot `slot` (`start` must be
+    /// `st.next[slot]`).
+    pub fn forward_slot<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &HybridState,
+        slot: usize,
+        ids: &[u32],
+        start: usize,
+        want: Logits,
+    ) -> Result<Vec<f32>, ModelError> {
+        check_slot(st, slot)?;
         if ids.is_empty() {
             return Err(ModelError::EmptyInput);
         }
-        if start != st.next.get() {
+        let next = &st.next[slot];
+        if start != next.get() {
             return Err(ModelError::StateOrder {
-                expected: st.next.get(),
+                expected: next.get(),
                 start,
             });
         }
@@ -209,8 +349,13 @@ impl HybridModel {
                 Logits::Last if is_last => Some(Logits::Last),
                 Logits::Last => None,
             };
-            let rows = self.graph(b, st, chunk.len(), want)?;
-            st.next.set(pos0 + chunk.len());
+            let inputs = StepInputs {
+                ids: self.s.ids,
+                pos: self.s.pos,
+                rows: KvRows::Slot(slot),
+            };
+            let rows = self.graph(b, st, &inputs, chunk.len(), want)?;
+            next.set(pos0 + chunk.len());
             if let Some(rows) = rows {
                 let mut l = vec![0f32; rows * vocab];
                 b.read_f32(self.s.logits, 0, &mut l)?;
@@ -220,17 +365,56 @@ impl HybridModel {
         Ok(out)
     }
 
-    /// The forward of `n` tokens whose ids and positions are in the scratch inputs.
+    /// The tensor a forward leaves its logits in (`[rows, vocab]`).
+    pub fn logits_tensor(&self) -> Tensor {
+        self.s.logits
+    }
+
+    /// Issues one batched decode step over the first `rows` slots of `st`: row `i` is slot `i`,
+    /// its token id in `ids[i]` and position in `pos[i]` (a position >= the capacity marks an
+    /// idle slot: its KV rows and recurrent state are not touched and its logits row is
+    /// meaningless). The `[rows, vocab]` logits land in `logits_tensor()`. A capturing backend
+    /// records this once and replays it every step; `st.next` is not advanced (the caller
+    /// tracks positions).
+    pub fn decode_slots_graph<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &HybridState,
+        ids: Tensor,
+        pos: Tensor,
+        rows: usize,
+    ) -> Result<(), ModelError> {
+        if rows == 0 || rows > st.slots || rows > self.chunk {
+            return Err(ModelError::Config {
+                field: "slots".into(),
+                msg: format!(
+                    "{rows} decode rows for a {}-slot state and a {}-token chunk",
+                    st.slots, self.chunk
+                ),
+            });
+        }
+        let inputs = StepInputs {
+            ids,
+            pos,
+            rows: KvRows::PerRow,
+        };
+        self.graph(b, st, &inputs, rows, Some(Logits::All))
+            .map(|_| ())
+    }
+
+    /// The forward of `n` tokens whose ids and positions are in `inp`.
     fn graph<B: Backend>(
         &self,
         b: &mut B,
         st: &HybridState,
+        inp: &StepInputs,
         n: usize,
         want: Option<Logits>,
     ) -> Result<Option<usize>, ModelError> {
         let (c, s, w) = (&self.cfg, &self.s, &self.weights);
         let h = c.hidden_size;
-        b.embedding(w.embed, c.vocab_size, h, s.ids, n, c.embed_scale, s.x)?;
+        let (conv_len, delta_len) = self.recurrent_lens();
+        b.embedding(w.embed, c.vocab_size, h, inp.ids, n, c.embed_scale, s.x)?;
         for (i, lw) in w.layers.iter().enumerate() {
             b.rmsnorm(s.x, lw.attn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
             match (&lw.mixer, st.layers[i]) {
@@ -244,13 +428,9 @@ impl HybridModel {
                         k_norm: Some(aw.k_norm),
                         gate: aw.gate.as_ref(),
                     };
-                    let slot = KvSlot {
-                        k,
-                        v,
-                        capacity: st.capacity,
-                    };
+                    let kv = st.kv_view(k, v, inp.rows);
                     let lc = &c.layers[i];
-                    blocks::attention(b, c, lc, &refs, &s.att, s.h, n, s.pos, slot, s.o)?;
+                    blocks::attention(b, c, lc, &refs, &s.att, s.h, n, inp.pos, &kv, s.o)?;
                 }
                 (MixerWeights::DeltaNet(dw), LayerState::DeltaNet { conv, delta }) => {
                     let hy = c
@@ -263,9 +443,11 @@ impl HybridModel {
                     b.linear(&dw.b, s.h, n, s.b)?;
                     b.linear(&dw.a, s.h, n, s.a)?;
                     let cd = hy.conv_dim();
-                    b.causal_conv1d(s.qkv, n, cd, hy.conv_kernel, dw.conv, conv, s.qkv_conv)?;
+                    let conv = st.state_view(conv, conv_len, inp.rows, inp.pos);
+                    let delta = st.state_view(delta, delta_len, inp.rows, inp.pos);
+                    b.causal_conv1d(s.qkv, n, cd, hy.conv_kernel, dw.conv, &conv, s.qkv_conv)?;
                     b.gated_delta_rule(
-                        s.qkv_conv, n, &d, s.a, s.b, dw.a_log, dw.dt_bias, delta, s.core,
+                        s.qkv_conv, n, &d, s.a, s.b, dw.a_log, dw.dt_bias, &delta, s.core,
                     )?;
                     let rows = n * d.n_v_heads;
                     b.gated_rmsnorm(s.core, s.z, dw.norm, rows, d.v_dim, c.rms_eps, s.normed)?;
@@ -307,4 +489,14 @@ impl HybridModel {
         let rows = blocks::logits(b, c, w.final_norm, &w.lm_head, s.x, n, tmp, want, s.logits)?;
         Ok(Some(rows))
     }
+}
+
+fn check_slot(st: &HybridState, slot: usize) -> Result<(), ModelError> {
+    if slot >= st.slots {
+        return Err(ModelError::Config {
+            field: "slot".into(),
+            msg: format!("slot {slot} of a {}-slot state", st.slots),
+        });
+    }
+    Ok(())
 }

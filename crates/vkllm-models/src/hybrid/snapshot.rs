@@ -1,7 +1,8 @@
 //! Snapshots of a sequence's state at a token boundary: the KV rows written so far and the
 //! recurrent states (conv history + delta-rule matrix), copied on the device into tensors of
 //! their own ([`Snapshot`]) or onto the host ([`HostSnapshot`]), and restored into any state of
-//! the same model (another slot, or the same one after it moved on). Restoring gives back the
+//! the same model (another slot of the same state or another state, or the same slot after it
+//! moved on). Restoring gives back the
 //! exact bits, so a continuation from a restored state equals the uninterrupted one: the base of
 //! a prefix cache and of speculative decoding.
 //!
@@ -30,42 +31,54 @@ pub struct HostSnapshot {
     pub layers: Vec<[Vec<f32>; 2]>,
 }
 
+/// One copied part of a slot's state: the tensor, the offset of the slot's values, how many.
+type Part = (Tensor, usize, usize);
+
 impl HybridModel {
-    /// The tensors of `st` a snapshot at `pos` copies, with their lengths.
-    fn parts(&self, st: &HybridState, pos: usize) -> Vec<[(Tensor, usize); 2]> {
-        let c = &self.cfg;
+    /// The parts of `slot` of `st` a snapshot at `pos` copies.
+    fn parts(&self, st: &HybridState, slot: usize, pos: usize) -> Vec<[Part; 2]> {
+        let w = self.cfg.kv_dim();
+        let (conv_len, delta_len) = self.recurrent_lens();
         st.layers
             .iter()
             .map(|l| match *l {
-                LayerState::Attention { k, v } => [(k, pos * c.kv_dim()), (v, pos * c.kv_dim())],
-                LayerState::DeltaNet { conv, delta } => {
-                    let hy = c
-                        .hybrid
-                        .as_ref()
-                        .expect("DeltaNet state comes from a hybrid config");
-                    [
-                        (conv, (hy.conv_kernel - 1) * hy.conv_dim()),
-                        (delta, hy.delta.state_len()),
-                    ]
+                LayerState::Attention { k, v } => {
+                    let off = slot * st.stride * w;
+                    [(k, off, pos * w), (v, off, pos * w)]
                 }
+                LayerState::DeltaNet { conv, delta } => [
+                    (conv, slot * conv_len, conv_len),
+                    (delta, slot * delta_len, delta_len),
+                ],
             })
             .collect()
     }
 
-    /// Copies `st` (at its current position) into new tensors on the backend.
+    /// Copies slot 0 of `st` (at its current position) into new tensors on the backend.
     pub fn snapshot<B: Backend>(
         &self,
         b: &mut B,
         st: &HybridState,
     ) -> Result<Snapshot, ModelError> {
-        let pos = st.next.get();
+        self.snapshot_slot(b, st, 0)
+    }
+
+    /// Copies `slot` of `st` (at its position `st.next[slot]`) into new tensors.
+    pub fn snapshot_slot<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &HybridState,
+        slot: usize,
+    ) -> Result<Snapshot, ModelError> {
+        self.check_slot_of(st, slot)?;
+        let pos = st.next[slot].get();
         let mut layers = Vec::with_capacity(st.layers.len());
-        for part in self.parts(st, pos) {
+        for part in self.parts(st, slot, pos) {
             let mut copy = [(Tensor::from_index(0), 0); 2];
-            for (dst, (src, len)) in copy.iter_mut().zip(part) {
+            for (dst, (src, off, len)) in copy.iter_mut().zip(part) {
                 let t = b.alloc_f32(len.max(1))?;
                 if len > 0 {
-                    b.copy(src, 0, t, 0, len)?;
+                    b.copy(src, off, t, 0, len)?;
                 }
                 *dst = (t, len);
             }
@@ -74,18 +87,31 @@ impl HybridModel {
         Ok(Snapshot { pos, layers })
     }
 
-    /// Makes `st` hold `snap`'s contents and continue from `snap.pos`. `st` may be the state
-    /// the snapshot came from or any other state of this model with room for `snap.pos` tokens.
+    /// Makes slot 0 of `st` hold `snap`'s contents and continue from `snap.pos`.
     pub fn restore<B: Backend>(
         &self,
         b: &mut B,
         snap: &Snapshot,
         st: &HybridState,
     ) -> Result<(), ModelError> {
+        self.restore_slot(b, snap, st, 0)
+    }
+
+    /// Makes `slot` of `st` hold `snap`'s contents and continue from `snap.pos`. `st` may be
+    /// the state the snapshot came from or any other state of this model with room for
+    /// `snap.pos` tokens, and `slot` any of its slots.
+    pub fn restore_slot<B: Backend>(
+        &self,
+        b: &mut B,
+        snap: &Snapshot,
+        st: &HybridState,
+        slot: usize,
+    ) -> Result<(), ModelError> {
+        self.check_slot_of(st, slot)?;
         self.check_fits(snap.pos, snap.layers.len(), st)?;
-        let parts = self.parts(st, snap.pos);
+        let parts = self.parts(st, slot, snap.pos);
         for (i, (part, copy)) in parts.iter().zip(&snap.layers).enumerate() {
-            for (&(_, want), &(_, len)) in part.iter().zip(copy) {
+            for (&(_, _, want), &(_, len)) in part.iter().zip(copy) {
                 if want != len {
                     return Err(ModelError::Config {
                         field: "snapshot".into(),
@@ -95,13 +121,23 @@ impl HybridModel {
             }
         }
         for (part, copy) in parts.into_iter().zip(&snap.layers) {
-            for ((dst, _), &(src, len)) in part.into_iter().zip(copy) {
+            for ((dst, off, _), &(src, len)) in part.into_iter().zip(copy) {
                 if len > 0 {
-                    b.copy(src, 0, dst, 0, len)?;
+                    b.copy(src, 0, dst, off, len)?;
                 }
             }
         }
-        st.next.set(snap.pos);
+        st.next[slot].set(snap.pos);
+        Ok(())
+    }
+
+    fn check_slot_of(&self, st: &HybridState, slot: usize) -> Result<(), ModelError> {
+        if slot >= st.slots {
+            return Err(ModelError::Config {
+                field: "slot".into(),
+                msg: format!("slot {slot} of a {}-slot state", st.slots),
+            });
+        }
         Ok(())
     }
 

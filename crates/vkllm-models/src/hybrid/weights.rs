@@ -8,12 +8,15 @@
 //!   `in_proj_qkv` (all q, all k, all v), `in_proj_z`, `in_proj_b`, `in_proj_a` (each of the two
 //!   independently: llama.cpp's GGUF splits the first and keeps the second);
 //! - routed experts (`mlp.experts.{e}.{gate,up,down}_proj`) are stacked into one matrix per
-//!   projection ([`Experts`], f32: quantized experts are dequantized at load); a source may offer
-//!   them already stacked as `mlp.experts.{gate,up,down}_proj.weight` of shape
-//!   `[experts, rows, cols]` (GGUF).
+//!   projection ([`Experts`]); a source may offer them already stacked as
+//!   `mlp.experts.{gate,up,down}_proj.weight` of shape `[experts, rows, cols]` (GGUF). Block
+//!   formats (Q8_0, Q4_K, ...) stay as stored when the backend computes with them (the Vulkan
+//!   expert kernels dequantize the selected experts' blocks in registers), else f32.
 //!
 //! Multimodal Qwen3.5 checkpoints keep the language model under `model.language_model.`;
 //! [`TextModelNames`] finds tensors there too.
+
+use vkllm_cpu::quant::QuantType;
 
 use crate::backend::{Backend, Experts, Linear, Tensor};
 use crate::config::ModelConfig;
@@ -191,9 +194,87 @@ impl<B: Backend> Loader<'_, B> {
         Ok(linear(self.matrix(name, rows, cols)?, rows, cols))
     }
 
+    /// The stacked gate, up and down projections of `n` experts: kept in their stored block
+    /// format when the source offers all three that way and the backend computes with it (the
+    /// quantized expert kernels read only the selected experts' blocks), else f32.
+    fn experts(
+        &mut self,
+        p: &str,
+        n: usize,
+        ff: usize,
+        h: usize,
+    ) -> Result<(Tensor, Tensor, Tensor), ModelError> {
+        let shapes = [
+            ("gate_proj", ff, h),
+            ("up_proj", ff, h),
+            ("down_proj", h, ff),
+        ];
+        let mut raws = Vec::with_capacity(3);
+        for (kind, rows, cols) in shapes {
+            match self.stacked_raw(p, kind, n, rows, cols)? {
+                Some(r) => raws.push((r, rows, cols)),
+                None => break,
+            }
+        }
+        if raws.len() == 3 {
+            let mut up = Vec::with_capacity(3);
+            for (r, rows, cols) in &raws {
+                match self.b.upload_matrix_raw(r.0, &r.1, n * rows, *cols)? {
+                    Some(t) => up.push(t),
+                    // The backend declined the format (it does all or none in practice; a
+                    // declined one after accepted ones only leaves those unused).
+                    None => break,
+                }
+            }
+            if let [g, u, d] = up[..] {
+                return Ok((g, u, d));
+            }
+        }
+        Ok((
+            self.stacked(p, "gate_proj", n, ff, h)?,
+            self.stacked(p, "up_proj", n, ff, h)?,
+            self.stacked(p, "down_proj", n, h, ff)?,
+        ))
+    }
+
+    /// The stored blocks of the experts' `kind` projection, stacked (`n * rows` rows of
+    /// `cols`), when the source has them in one block format (not a float type): one
+    /// `[experts, rows, cols]` tensor or every per-expert tensor.
+    fn stacked_raw(
+        &mut self,
+        p: &str,
+        kind: &str,
+        n: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Option<(QuantType, Vec<u8>)>, ModelError> {
+        let block = |t: QuantType| !matches!(t, QuantType::F32 | QuantType::F16 | QuantType::BF16);
+        let whole = format!("{p}.mlp.experts.{kind}.weight");
+        if let Some(r) = self.src.tensor_raw(&whole)? {
+            let ok = r.shape == [n, rows, cols] && block(r.ty);
+            return Ok(ok.then(|| (r.ty, r.bytes.into_owned())));
+        }
+        let mut ty = None;
+        let mut bytes = Vec::new();
+        for e in 0..n {
+            let Some(r) = self
+                .src
+                .tensor_raw(&format!("{p}.mlp.experts.{e}.{kind}.weight"))?
+            else {
+                return Ok(None);
+            };
+            if r.shape != [rows, cols] || !block(r.ty) || ty.is_some_and(|t| t != r.ty) {
+                return Ok(None);
+            }
+            ty = Some(r.ty);
+            bytes.extend_from_slice(&r.bytes);
+        }
+        Ok(ty.map(|t| (t, bytes)))
+    }
+
     /// Experts' `kind` projection (`gate_proj`, `up_proj`, `down_proj`) of `[rows, cols]` each,
-    /// stacked: from one `[experts, rows, cols]` tensor when the source has it, else from the
-    /// per-expert tensors. Always f32 (dequantized at load): the expert kernels read f32 rows.
+    /// stacked in f32 (dequantized at load): from one `[experts, rows, cols]` tensor when the
+    /// source has it, else from the per-expert tensors.
     fn stacked(
         &mut self,
         p: &str,
@@ -364,10 +445,11 @@ impl HybridWeights {
                 Some(m) if m.sparse[i] => {
                     let mp = format!("{p}.mlp");
                     let ff = m.expert_ff;
+                    let (gate, up, down) = ld.experts(&p, m.n_experts, ff, h)?;
                     let experts = Experts {
-                        gate: ld.stacked(&p, "gate_proj", m.n_experts, ff, h)?,
-                        up: ld.stacked(&p, "up_proj", m.n_experts, ff, h)?,
-                        down: ld.stacked(&p, "down_proj", m.n_experts, h, ff)?,
+                        gate,
+                        up,
+                        down,
                         n_experts: m.n_experts,
                         hidden: h,
                         ff,

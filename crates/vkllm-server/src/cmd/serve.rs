@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use vkllm_engine::{InferenceRunner, RunnerConfig, SimpleGenerator, SlotGenerator};
 use vkllm_models::gguf::GgufModel;
+use vkllm_models::hybrid::HybridModel;
 use vkllm_models::{Backend, CpuBackend, DEFAULT_CHUNK, KvDtype, Model, VulkanBackend};
 use vkllm_tokenizer::{Tokenizer, cache};
 use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
@@ -123,10 +124,25 @@ fn start_slot_runner(
     tokenizer: Arc<Tokenizer>,
     args: &Args,
 ) -> Result<InferenceRunner> {
-    let model = Model::load(gguf.config.clone(), &gguf, &mut b, DEFAULT_CHUNK)?;
-    drop(gguf);
-    let ctx = args.ctx.min(model.cfg.max_position).max(2);
-    let generator = SlotGenerator::new(b, model, args.slots.max(1), ctx, args.kv_type, 4)?;
+    let slots = args.slots.max(1);
+    let generator = if gguf.config.family.is_hybrid_or_moe() {
+        // Hybrid (Gated DeltaNet) and MoE models: f32 KV next to the recurrent state.
+        if args.kv_type != KvDtype::F32 {
+            eprintln!(
+                "vkllm: --kv-type {} ignored: hybrid/MoE models keep an f32 KV cache",
+                args.kv_type.name()
+            );
+        }
+        let model = HybridModel::load(gguf.config.clone(), &gguf, &mut b, DEFAULT_CHUNK)?;
+        drop(gguf);
+        let ctx = args.ctx.min(model.cfg.max_position).max(2);
+        SlotGenerator::new_hybrid(b, model, slots, ctx, 4)?
+    } else {
+        let model = Model::load(gguf.config.clone(), &gguf, &mut b, DEFAULT_CHUNK)?;
+        drop(gguf);
+        let ctx = args.ctx.min(model.cfg.max_position).max(2);
+        SlotGenerator::new(b, model, slots, ctx, args.kv_type, 4)?
+    };
     Ok(InferenceRunner::threaded(
         Box::new(generator),
         tokenizer,

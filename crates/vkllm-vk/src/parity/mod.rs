@@ -18,7 +18,9 @@ mod decode;
 mod hybrid;
 mod mat;
 mod matvec_fused;
+mod moe_quant;
 mod quant;
+mod recurrent;
 mod ring;
 mod rope_kv;
 mod sample;
@@ -134,12 +136,17 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("quant_q3_k", quant::quant_q3_k),
     ("quant_q2_k", quant::quant_q2_k),
     ("quant_iq4_xs", quant::quant_iq4_xs),
-    ("causal_conv1d", hybrid::causal_conv1d),
-    ("gated_delta_rule", hybrid::gated_delta_rule),
+    ("causal_conv1d", recurrent::causal_conv1d),
+    ("gated_delta_rule", recurrent::gated_delta_rule),
+    (
+        "gated_delta_rule_chunked",
+        recurrent::gated_delta_rule_chunked,
+    ),
     ("gated_rmsnorm", hybrid::gated_rmsnorm),
     ("sigmoid_mul", hybrid::sigmoid_mul),
     ("moe_route", hybrid::moe_route),
     ("moe_experts", hybrid::moe_experts),
+    ("moe_experts_quant", moe_quant::moe_experts_quant),
 ];
 
 /// Runs every case (each with a seed derived from `seed`) and returns all rows.

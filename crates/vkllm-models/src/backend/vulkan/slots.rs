@@ -16,10 +16,12 @@ use vkllm_kernels::logprobs::{Logprobs, LogprobsShape, MAX_TOP};
 use vkllm_kernels::sample::{Sample, SampleRow, SampleSettings, SampleShape};
 use vkllm_vk::{Buffer, MemoryKind, Recording, Validation};
 
+use super::slot_graph::SlotGraph;
 use super::{Slot, VulkanBackend};
 use crate::backend::{Backend, Tensor};
 use crate::error::ModelError;
 use crate::forward::{KvCache, Model};
+use crate::hybrid::{HybridModel, HybridState};
 
 /// Sizes fixed when a slot decoder is recorded.
 #[derive(Clone, Copy, Debug)]
@@ -203,6 +205,28 @@ impl VulkanBackend {
         kv: &KvCache,
         c: SlotDecoderConfig,
     ) -> Result<SlotDecoderId, ModelError> {
+        self.slot_decoder_for(&(model, kv), c)
+    }
+
+    /// Records a hybrid (Gated DeltaNet / MoE) model's batched decode over every slot of `st`,
+    /// as [`VulkanBackend::slot_decoder`]. A slot's recurrent state must hold its sequence
+    /// when it starts: prefill it with `HybridModel::forward_slot` into that slot (after
+    /// `HybridModel::reset_slot` for a new sequence) or restore a snapshot into it.
+    pub fn hybrid_slot_decoder(
+        &mut self,
+        model: &HybridModel,
+        st: &HybridState,
+        c: SlotDecoderConfig,
+    ) -> Result<SlotDecoderId, ModelError> {
+        self.slot_decoder_for(&(model, st), c)
+    }
+
+    /// [`VulkanBackend::slot_decoder`] for any [`SlotGraph`].
+    pub fn slot_decoder_for(
+        &mut self,
+        g: &dyn SlotGraph,
+        c: SlotDecoderConfig,
+    ) -> Result<SlotDecoderId, ModelError> {
         if c.max_top > MAX_TOP {
             return Err(cfg_err(
                 "max_top",
@@ -213,7 +237,7 @@ impl VulkanBackend {
             return Err(cfg_err("max_steps", "must be at least 1".into()));
         }
         self.flush()?;
-        let (slots, vocab) = (kv.slots, model.cfg.vocab_size);
+        let (slots, vocab) = (g.slots(), g.vocab());
         let (ids, _) = self.host_tensor("slot ids", slots)?;
         let (pos, _) = self.host_tensor("slot positions", slots)?;
         self.slot_words(pos, &vec![IDLE; slots])?;
@@ -255,7 +279,7 @@ impl VulkanBackend {
             recs: Vec::new(),
             live: vec![false; slots],
             slots,
-            capacity: kv.capacity,
+            capacity: g.capacity(),
             vocab,
             cfg_: c,
             ids,
@@ -272,7 +296,7 @@ impl VulkanBackend {
         };
         for rows in powers_up_to(slots) {
             for k in powers_up_to(c.max_steps) {
-                let rec = self.record_slot_steps(model, kv, &d, rows, k)?;
+                let rec = self.record_slot_steps(g, &d, rows, k)?;
                 d.recs.push(((rows, k), rec));
             }
         }
@@ -286,17 +310,16 @@ impl VulkanBackend {
 
     fn record_slot_steps(
         &mut self,
-        model: &Model,
-        kv: &KvCache,
+        g: &dyn SlotGraph,
         d: &SlotDecoder,
         rows: usize,
         steps: usize,
     ) -> Result<Recording, ModelError> {
-        self.capture_ctx = Some(kv.capacity);
+        self.capture_ctx = Some(g.capacity());
         let res = (|| {
             for _ in 0..steps {
-                model.decode_slots_graph(self, kv, d.ids, d.pos, rows)?;
-                let logits = model.logits_tensor();
+                g.decode_rows(self, d.ids, d.pos, rows)?;
+                let logits = g.logits();
                 let lp = LogprobsShape {
                     rows,
                     ..d.lp_shape()
@@ -380,6 +403,17 @@ impl VulkanBackend {
         kv: &KvCache,
         reps: usize,
     ) -> Result<Vec<ProfiledDispatch>, ModelError> {
+        self.slot_profile_for(d, &(model, kv), reps)
+    }
+
+    /// [`VulkanBackend::slot_profile`] for any [`SlotGraph`] (e.g. `(&HybridModel,
+    /// &HybridState)`).
+    pub fn slot_profile_for(
+        &mut self,
+        d: SlotDecoderId,
+        g: &dyn SlotGraph,
+        reps: usize,
+    ) -> Result<Vec<ProfiledDispatch>, ModelError> {
         self.flush()?;
         self.timestamps = 16384;
         self.marks.clear();
@@ -387,7 +421,7 @@ impl VulkanBackend {
             .take()
             .expect("slot decoders are only taken while recording");
         let rows = dec.rows_needed();
-        let rec = self.record_slot_steps(model, kv, &dec, rows, 1);
+        let rec = self.record_slot_steps(g, &dec, rows, 1);
         self.slot_decoders[d.0] = Some(dec);
         self.timestamps = 0;
         let marks = std::mem::take(&mut self.marks);

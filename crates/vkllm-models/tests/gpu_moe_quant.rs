@@ -1,0 +1,68 @@
+//! MoE experts kept in their block format on the GPU: a Qwen3-MoE model whose weights are
+//! quantized to Q8_0 at load (`QuantizingSource`) runs on the Vulkan backend with the stacked
+//! expert matrices still Q8_0 (the expert kernels dequantize only the selected experts' blocks)
+//! and gives the CPU's logits (which computes with the same blocks dequantized to f32) within
+//! the GPU-vs-CPU tolerance, and the same greedy tokens. Under the validation layer.
+
+mod common;
+
+use common::device;
+use vkllm_kernels::WeightType;
+use vkllm_models::backend::Backend;
+use vkllm_models::fixtures::Fixture;
+use vkllm_models::hybrid::HybridModel;
+use vkllm_models::hybrid::weights::FfnWeights;
+use vkllm_models::parity::{GPU_VS_CPU_MAX_ABS, argmax};
+use vkllm_models::{
+    CpuBackend, DEFAULT_CHUNK, Logits, QuantScheme, QuantizingSource, VulkanBackend,
+};
+
+fn run<B: Backend>(b: &mut B, m: &HybridModel, ids: &[u32], n_gen: usize) -> (Vec<f32>, Vec<u32>) {
+    let st = m.new_state(b, ids.len() + n_gen).expect("state");
+    let logits = m.forward(b, &st, ids, 0, Logits::All).expect("prefill");
+    let vocab = m.cfg.vocab_size;
+    let mut toks = vec![argmax(&logits[logits.len() - vocab..])];
+    while toks.len() < n_gen {
+        let pos = ids.len() + toks.len() - 1;
+        let last = *toks.last().expect("non-empty");
+        toks.push(argmax(
+            &m.forward(b, &st, &[last], pos, Logits::Last).expect("step"),
+        ));
+    }
+    (logits, toks)
+}
+
+#[test]
+fn q8_0_experts_match_cpu() {
+    let dev = device();
+    let fx = Fixture::load("qwen3_moe").expect("fixture");
+    let src = QuantizingSource::new(&fx.weights, &fx.config, QuantScheme::Q8_0);
+    let ids = fx.prompt("short").expect("prompt").ids;
+    let mut cpu = CpuBackend::new();
+    let cm = HybridModel::load(fx.config.clone(), &src, &mut cpu, DEFAULT_CHUNK).expect("cpu");
+    let (want, want_toks) = run(&mut cpu, &cm, &ids, 12);
+    let mut gpu = VulkanBackend::new(dev.clone());
+    let gm = HybridModel::load(fx.config.clone(), &src, &mut gpu, DEFAULT_CHUNK).expect("gpu");
+    let mut checked = 0;
+    for l in &gm.weights.layers {
+        if let FfnWeights::Moe(m) = &l.ffn {
+            for t in [m.experts.gate, m.experts.up, m.experts.down] {
+                assert_eq!(
+                    gpu.matrix_dtype(t),
+                    Some(WeightType::Q8_0),
+                    "expert storage"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 0, "the fixture has MoE layers");
+    let (got, got_toks) = run(&mut gpu, &gm, &ids, 12);
+    let d = vkllm_cpu::compare::diff(&got, &want);
+    assert!(
+        d.max_abs <= GPU_VS_CPU_MAX_ABS,
+        "logits max abs {} > {GPU_VS_CPU_MAX_ABS}",
+        d.max_abs
+    );
+    assert_eq!(got_toks, want_toks, "greedy tokens");
+}

@@ -1,0 +1,111 @@
+//! Parity case of the MoE experts over quantized expert weights (`moe_experts_quant.wgsl`):
+//! the stacked expert matrices as llama.cpp blocks (random blocks or `quantize_row` output, see
+//! `quant`), against `vkllm_cpu::moe_experts` on the same blocks dequantized by
+//! `vkllm_cpu::quant::dequantize_row`. Outputs NaN-poisoned; Q8_0 rows of 3 blocks, Q4_K rows
+//! of 2 super-blocks, a mixed Q4_K gate/up + Q6_K down file layout, and one decode row.
+
+use vkllm_kernels::WeightType;
+use vkllm_kernels::moe_experts_quant::{MoeExpertsQuant, MoeQuantShape};
+
+use super::quant::{dequantize, weights};
+use super::{Ctx, KernelParityRow, Rng, Tol, row};
+use crate::device::Device;
+use crate::error::Result;
+
+fn max_abs(x: &[f32]) -> f64 {
+    x.iter().fold(0.0f64, |m, v| m.max(f64::from(v.abs())))
+}
+
+pub(crate) fn moe_experts_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let mut rows = Vec::new();
+    let (q8, q4k, q6k) = (WeightType::Q8_0, WeightType::Q4_K, WeightType::Q6_K);
+    // (tokens, experts, top-k, hidden, ff, gate/up type, down type)
+    for (n, e, k, h, ff, gu, dn) in [
+        (5usize, 7usize, 3usize, 96usize, 64usize, q8, q8),
+        (3, 6, 2, 512, 256, q4k, q4k),
+        (1, 5, 2, 256, 256, q4k, q6k),
+    ] {
+        let x = rng.vec(n * h, -1.0, 1.0);
+        let (gate_b, _) = weights(&mut rng, gu, e * ff, h, true)?;
+        let (up_b, _) = weights(&mut rng, gu, e * ff, h, false)?;
+        let (down_b, _) = weights(&mut rng, dn, e * h, ff, true)?;
+        let gate = dequantize(gu, &gate_b, e * ff * h)?;
+        let up = dequantize(gu, &up_b, e * ff * h)?;
+        let down = dequantize(dn, &down_b, e * h * ff)?;
+        let mut ids = Vec::with_capacity(n * k);
+        for _ in 0..n {
+            let mut picked: Vec<u32> = Vec::new();
+            while picked.len() < k {
+                let c = rng.below(e as u64) as u32;
+                if !picked.contains(&c) {
+                    picked.push(c);
+                }
+            }
+            ids.extend(picked);
+        }
+        let w = rng.vec(n * k, 0.05, 1.0);
+        let bufs = (
+            cx.input("x", &x)?,
+            cx.input("ids", &ids)?,
+            cx.input("w", &w)?,
+            cx.input("gate", &pad4(&gate_b))?,
+            cx.input("up", &pad4(&up_b))?,
+            cx.input("down", &pad4(&down_b))?,
+        );
+        let (act, out) = (cx.output("act", n * k * ff)?, cx.output("out", n * h)?);
+        let s = MoeQuantShape {
+            n,
+            top_k: k,
+            hidden: h,
+            ff,
+            n_experts: e,
+            gate: gu,
+            up: gu,
+            down: dn,
+        };
+        cx.run(&[&act, &out], |r| {
+            let ds = MoeExpertsQuant {
+                x: bufs.0.all(),
+                ids: bufs.1.all(),
+                weights: bufs.2.all(),
+                gate: bufs.3.all(),
+                up: bufs.4.all(),
+                down: bufs.5.all(),
+                act: act.all(),
+                out: out.all(),
+            }
+            .dispatch(&s)?;
+            for d in ds {
+                r.dispatch(d)?;
+            }
+            Ok(())
+        })?;
+        let mut want = vec![0.0; n * h];
+        let cs = vkllm_cpu::MoeShape {
+            n_experts: e,
+            hidden: h,
+            ff,
+            top_k: k,
+        };
+        vkllm_cpu::moe_experts(&cs, &x, &gate, &up, &down, &ids, &w, &mut want);
+        let got = cx.read(&out, n * h)?;
+        let shape = format!("n {n} experts {e} top {k} H {h} F {ff}");
+        let variant = format!("{} gate/up, {} down", gu.name(), dn.name());
+        // Two chained f32 dot products of up to 512 terms (GPU order vs the reference's).
+        let tol = Tol {
+            max_abs: 1e-5 * max_abs(&want).max(1.0),
+            nmse: 1e-10,
+        };
+        rows.push(row("moe_experts_quant", variant, shape, &got, &want, tol));
+    }
+    Ok(rows)
+}
+
+/// The bytes padded to whole 32-bit words (the kernel reads the weights as u32).
+fn pad4(b: &[u8]) -> Vec<u8> {
+    let mut v = b.to_vec();
+    v.resize(b.len().div_ceil(4) * 4, 0);
+    v
+}

@@ -1,0 +1,407 @@
+//! Parity cases of the recurrent kernels of a Gated DeltaNet layer (causal conv1d, gated delta
+//! rule) over a slot-major state of several sequences.
+//!
+//! Each shape runs three calls on one state of `SLOTS` sequences: a prefill of several tokens
+//! into slot 1, one decode token into slot 1 (sequence mode), then a batched decode step in
+//! per-row mode (row t = slot t) where slot 1 is idle. The reference is the single-sequence CPU
+//! op on each slot's part of the state; the whole state is compared after every call, so a
+//! write into another slot (or into the idle one) fails, and the idle row's output must be zero.
+//! Outputs are NaN-poisoned before each dispatch; sizes are odd and not multiples of the
+//! workgroup sizes; value heads of 70 span two 64-column blocks.
+
+use vkllm_cpu::DeltaShape;
+use vkllm_kernels::causal_conv1d::{CausalConv1d, ConvShape};
+use vkllm_kernels::gated_delta_rule::{DeltaShape as DeltaShapeK, GatedDeltaRule, StateRows};
+
+use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, row};
+use crate::device::Device;
+use crate::error::Result;
+
+/// Sequences in the state of every case.
+const SLOTS: usize = 3;
+/// The capacity per-row calls are told; slot 1's position is past it (idle).
+const CAPACITY: usize = 40;
+
+fn max_abs(x: &[f32]) -> f64 {
+    x.iter().fold(0.0f64, |m, v| m.max(f64::from(v.abs())))
+}
+
+/// The three calls of a case: label, state rows, token count.
+fn calls(n: usize) -> [(&'static str, StateRows, usize); 3] {
+    [
+        ("prefill slot 1", StateRows::Sequence { slot: 1 }, n),
+        ("decode slot 1", StateRows::Sequence { slot: 1 }, 1),
+        (
+            "per-row, slot 1 idle",
+            StateRows::PerRow { capacity: CAPACITY },
+            SLOTS,
+        ),
+    ]
+}
+
+/// Positions of a per-row call: slots 0 and 2 live, slot 1 idle.
+fn positions() -> Vec<u32> {
+    vec![7, CAPACITY as u32 + 3, 21]
+}
+
+/// For each row of a call, the slot whose state it uses (None: idle).
+fn row_slots(rows: StateRows, t: usize) -> Vec<Option<usize>> {
+    match rows {
+        StateRows::Sequence { slot } => vec![Some(slot); t],
+        StateRows::PerRow { capacity } => positions()
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| ((p as usize) < capacity).then_some(i))
+            .collect(),
+    }
+}
+
+pub(crate) fn causal_conv1d(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let mut out_rows = Vec::new();
+    let pos = cx.input("pos", &positions())?;
+    for (c, k, n) in [(131usize, 4usize, 7usize), (70, 2, 3)] {
+        let len = (k - 1) * c;
+        let w = rng.vec(c * k, -0.7, 0.7);
+        let st0 = rng.vec(SLOTS * len, -2.0, 2.0);
+        let (wb, sb) = (cx.input("w", &w)?, cx.input("state", &st0)?);
+        let mut cpu_state = st0.clone();
+        for (label, rows, t) in calls(n) {
+            let x = rng.vec(t * c, -2.0, 2.0);
+            let xb = cx.input("x", &x)?;
+            let out = cx.output("out", t * c)?;
+            let s = ConvShape {
+                n: t,
+                channels: c,
+                kernel: k,
+                silu: true,
+                rows,
+            };
+            cx.run(&[&out], |r| {
+                r.dispatch(
+                    CausalConv1d {
+                        x: xb.all(),
+                        w: wb.all(),
+                        state: sb.all(),
+                        out: out.all(),
+                        pos: pos.all(),
+                    }
+                    .dispatch(&s)?,
+                )
+            })?;
+            let mut want = vec![0.0; t * c];
+            let slots = row_slots(rows, t);
+            if let StateRows::Sequence { slot } = rows {
+                let st = &mut cpu_state[slot * len..(slot + 1) * len];
+                vkllm_cpu::causal_conv1d(&x, c, &w, st, true, &mut want);
+            } else {
+                for (i, s) in slots.iter().enumerate() {
+                    let Some(s) = *s else { continue };
+                    let st = &mut cpu_state[s * len..(s + 1) * len];
+                    let o = &mut want[i * c..(i + 1) * c];
+                    vkllm_cpu::causal_conv1d(&x[i * c..(i + 1) * c], c, &w, st, true, o);
+                }
+            }
+            let got = cx.read(&out, t * c)?;
+            let shape = format!("n {t} C {c} K {k} slots {SLOTS}");
+            let tol = Tol {
+                max_abs: 4e-6 * max_abs(&want).max(1.0),
+                nmse: 1e-10,
+            };
+            out_rows.push(row("causal_conv1d", label, &shape, &got, &want, tol));
+            let st = cx.read(&sb, SLOTS * len)?;
+            let variant = format!("{label} state");
+            out_rows.push(row(
+                "causal_conv1d",
+                variant,
+                &shape,
+                &st,
+                &cpu_state,
+                EXACT,
+            ));
+        }
+    }
+    Ok(out_rows)
+}
+
+/// The CPU gated delta rule of `t` rows of `qkv` on one slot's state.
+#[allow(clippy::too_many_arguments)]
+fn delta_ref(
+    d: &DeltaShape,
+    qkv: &[f32],
+    a: &[f32],
+    b: &[f32],
+    a_log: &[f32],
+    dt_bias: &[f32],
+    state: &mut [f32],
+    out: &mut [f32],
+) {
+    let (qw, hv) = (d.qk_width(), d.n_v_heads);
+    let width = 2 * qw + d.v_width();
+    let t = qkv.len() / width;
+    let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
+    for r in qkv.chunks_exact(width) {
+        q.extend_from_slice(&r[..qw]);
+        k.extend_from_slice(&r[qw..2 * qw]);
+        v.extend_from_slice(&r[2 * qw..]);
+    }
+    let (mut g, mut beta) = (vec![0.0; t * hv], vec![0.0; t * hv]);
+    vkllm_cpu::delta_gates(a, b, a_log, dt_bias, &mut g, &mut beta);
+    vkllm_cpu::gated_delta_rule(d, &q, &k, &v, &g, &beta, state, out);
+}
+
+fn delta_shapes() -> [(DeltaShape, usize); 3] {
+    [
+        (
+            DeltaShape {
+                n_k_heads: 2,
+                n_v_heads: 6,
+                k_dim: 20,
+                v_dim: 70,
+                tiled_v_heads: false,
+            },
+            9,
+        ),
+        (
+            DeltaShape {
+                n_k_heads: 2,
+                n_v_heads: 4,
+                k_dim: 128,
+                v_dim: 128,
+                tiled_v_heads: false,
+            },
+            3,
+        ),
+        (
+            DeltaShape {
+                n_k_heads: 3,
+                n_v_heads: 6,
+                k_dim: 16,
+                v_dim: 33,
+                tiled_v_heads: true,
+            },
+            4,
+        ),
+    ]
+}
+
+pub(crate) fn gated_delta_rule(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let mut rows_out = Vec::new();
+    let pos = cx.input("pos", &positions())?;
+    for (d, n) in delta_shapes() {
+        let (qw, vw, hv, len) = (d.qk_width(), d.v_width(), d.n_v_heads, d.state_len());
+        let width = 2 * qw + vw;
+        let a_log: Vec<f32> = (0..hv).map(|_| rng.f32(0.01, 4.0).ln()).collect();
+        let dt_bias = rng.vec(hv, -1.0, 1.0);
+        let st0 = rng.vec(SLOTS * len, -0.5, 0.5);
+        let (lb, db, sb) = (
+            cx.input("a_log", &a_log)?,
+            cx.input("dt_bias", &dt_bias)?,
+            cx.input("state", &st0)?,
+        );
+        let mut cpu_state = st0.clone();
+        for (label, rows, t) in calls(n) {
+            let qkv = rng.vec(t * width, -1.5, 1.5);
+            let (a, b) = (rng.vec(t * hv, -3.0, 3.0), rng.vec(t * hv, -3.0, 3.0));
+            let (qb, ab, bb) = (
+                cx.input("qkv", &qkv)?,
+                cx.input("a", &a)?,
+                cx.input("b", &b)?,
+            );
+            let out = cx.output("out", t * vw)?;
+            let before = cx.read(&sb, SLOTS * len)?;
+            cx.run(&[&out], |r| {
+                r.dispatch(
+                    GatedDeltaRule {
+                        qkv: qb.all(),
+                        a: ab.all(),
+                        b: bb.all(),
+                        a_log: lb.all(),
+                        dt_bias: db.all(),
+                        state: sb.all(),
+                        out: out.all(),
+                        pos: pos.all(),
+                    }
+                    .dispatch(&DeltaShapeK {
+                        n: t,
+                        n_k_heads: d.n_k_heads,
+                        n_v_heads: hv,
+                        k_dim: d.k_dim,
+                        v_dim: d.v_dim,
+                        tiled_v_heads: d.tiled_v_heads,
+                        rows,
+                    })?,
+                )
+            })?;
+            let mut want = vec![0.0; t * vw];
+            let gates = (&a_log[..], &dt_bias[..]);
+            if let StateRows::Sequence { slot } = rows {
+                let st = &mut cpu_state[slot * len..(slot + 1) * len];
+                delta_ref(&d, &qkv, &a, &b, gates.0, gates.1, st, &mut want);
+            } else {
+                for (i, s) in row_slots(rows, t).iter().enumerate() {
+                    let Some(s) = *s else { continue };
+                    let st = &mut cpu_state[s * len..(s + 1) * len];
+                    delta_ref(
+                        &d,
+                        &qkv[i * width..(i + 1) * width],
+                        &a[i * hv..(i + 1) * hv],
+                        &b[i * hv..(i + 1) * hv],
+                        gates.0,
+                        gates.1,
+                        st,
+                        &mut want[i * vw..(i + 1) * vw],
+                    );
+                }
+            }
+            let got = cx.read(&out, t * vw)?;
+            let shape = format!(
+                "n {t} heads {}/{hv}{} dk {} dv {}",
+                d.n_k_heads,
+                if d.tiled_v_heads { " tiled" } else { "" },
+                d.k_dim,
+                d.v_dim
+            );
+            // f32 recurrences against the f64 reference: a few ulps per token of history.
+            let tol = Tol {
+                max_abs: 1e-6 * max_abs(&want).max(1.0),
+                nmse: 1e-9,
+            };
+            rows_out.push(row("gated_delta_rule", label, &shape, &got, &want, tol));
+            let st = cx.read(&sb, SLOTS * len)?;
+            // Untouched slots must keep their exact bits (the device's own, from before the call).
+            let touched: Vec<usize> = match rows {
+                StateRows::Sequence { slot } => vec![slot],
+                StateRows::PerRow { .. } => row_slots(rows, t).into_iter().flatten().collect(),
+            };
+            let (mut live_got, mut live_want, mut kept_got, mut kept_want) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for s in 0..SLOTS {
+                let r = s * len..(s + 1) * len;
+                if touched.contains(&s) {
+                    live_got.extend_from_slice(&st[r.clone()]);
+                    live_want.extend_from_slice(&cpu_state[r]);
+                } else {
+                    kept_got.extend_from_slice(&st[r.clone()]);
+                    kept_want.extend_from_slice(&before[r]);
+                }
+            }
+            let tol = Tol {
+                max_abs: 2e-6 * max_abs(&live_want).max(1.0),
+                nmse: 1e-9,
+            };
+            let v = format!("{label} state");
+            rows_out.push(row(
+                "gated_delta_rule",
+                v,
+                &shape,
+                &live_got,
+                &live_want,
+                tol,
+            ));
+            let v = format!("{label} other slots");
+            rows_out.push(row(
+                "gated_delta_rule",
+                v,
+                &shape,
+                &kept_got,
+                &kept_want,
+                EXACT,
+            ));
+        }
+    }
+    Ok(rows_out)
+}
+
+/// The chunked form (prefill) against the CPU recurrence: prompts of several 16-token chunks
+/// (the last one partial) into slot 1 of the state, then a second prompt continuing from the
+/// state the first left.
+pub(crate) fn gated_delta_rule_chunked(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let mut rows_out = Vec::new();
+    let pos = cx.input("pos", &positions())?;
+    let shapes = delta_shapes();
+    for (d, n) in [(shapes[0].0, 37usize), (shapes[1].0, 20), (shapes[2].0, 16)] {
+        let (qw, vw, hv, len) = (d.qk_width(), d.v_width(), d.n_v_heads, d.state_len());
+        let width = 2 * qw + vw;
+        let a_log: Vec<f32> = (0..hv).map(|_| rng.f32(0.01, 4.0).ln()).collect();
+        let dt_bias = rng.vec(hv, -1.0, 1.0);
+        let st0 = rng.vec(SLOTS * len, -0.5, 0.5);
+        let (lb, db, sb) = (
+            cx.input("a_log", &a_log)?,
+            cx.input("dt_bias", &dt_bias)?,
+            cx.input("state", &st0)?,
+        );
+        let mut cpu_state = st0.clone();
+        for (label, t) in [("prompt", n), ("continued", 5)] {
+            let qkv = rng.vec(t * width, -1.5, 1.5);
+            let (a, b) = (rng.vec(t * hv, -3.0, 3.0), rng.vec(t * hv, -3.0, 3.0));
+            let (qb, ab, bb) = (
+                cx.input("qkv", &qkv)?,
+                cx.input("a", &a)?,
+                cx.input("b", &b)?,
+            );
+            let out = cx.output("out", t * vw)?;
+            let before = cx.read(&sb, SLOTS * len)?;
+            cx.run(&[&out], |r| {
+                r.dispatch(
+                    GatedDeltaRule {
+                        qkv: qb.all(),
+                        a: ab.all(),
+                        b: bb.all(),
+                        a_log: lb.all(),
+                        dt_bias: db.all(),
+                        state: sb.all(),
+                        out: out.all(),
+                        pos: pos.all(),
+                    }
+                    .dispatch_chunked(&DeltaShapeK {
+                        n: t,
+                        n_k_heads: d.n_k_heads,
+                        n_v_heads: hv,
+                        k_dim: d.k_dim,
+                        v_dim: d.v_dim,
+                        tiled_v_heads: d.tiled_v_heads,
+                        rows: StateRows::Sequence { slot: 1 },
+                    })?,
+                )
+            })?;
+            let mut want = vec![0.0; t * vw];
+            let st = &mut cpu_state[len..2 * len];
+            delta_ref(&d, &qkv, &a, &b, &a_log, &dt_bias, st, &mut want);
+            let got = cx.read(&out, t * vw)?;
+            let shape = format!(
+                "n {t} heads {}/{hv}{} dk {} dv {}",
+                d.n_k_heads,
+                if d.tiled_v_heads { " tiled" } else { "" },
+                d.k_dim,
+                d.v_dim
+            );
+            // f32 chunks (forward substitution over 16 tokens) against the f64 recurrence: the
+            // recurrent kernel's tolerances.
+            let tol = Tol {
+                max_abs: 1e-6 * max_abs(&want).max(1.0),
+                nmse: 1e-9,
+            };
+            let v = format!("chunked {label}");
+            rows_out.push(row("gated_delta_rule", v, &shape, &got, &want, tol));
+            let st = cx.read(&sb, SLOTS * len)?;
+            let tol = Tol {
+                max_abs: 2e-6 * max_abs(&cpu_state[len..2 * len]).max(1.0),
+                nmse: 1e-9,
+            };
+            let v = format!("chunked {label} state");
+            let (g, w) = (&st[len..2 * len], &cpu_state[len..2 * len]);
+            rows_out.push(row("gated_delta_rule", v, &shape, g, w, tol));
+            let kept: Vec<f32> = [&st[..len], &st[2 * len..]].concat();
+            let kept_want: Vec<f32> = [&before[..len], &before[2 * len..]].concat();
+            let v = format!("chunked {label} other slots");
+            rows_out.push(row("gated_delta_rule", v, &shape, &kept, &kept_want, EXACT));
+        }
+    }
+    Ok(rows_out)
+}

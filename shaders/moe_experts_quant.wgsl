@@ -1,0 +1,147 @@
+// The routed experts of a MoE block over llama.cpp-quantized expert weights (the stacked GGUF
+// blocks, dequantized in registers), reading only the selected experts' rows (grouped: one
+// dispatch per stage for every token and every selected expert, expert ids read on the device):
+//   gate_up (stage 0, w = gate): act[t, s, r] = gate[e] . x[t]
+//   gate_up (stage 1, w = up):   act[t, s, r] = silu(act[t, s, r]) * (up[e] . x[t])
+//   down_sum (w = down):         out[t, c]    = sum_s weights[t, s] * (down[e] . act[t, s])
+// with e = ids[t, s]. Gate, up and down are separate dispatches because each binds its own
+// weight buffer as `w` with its own format (QTYPE/BLOCK/TS overrides): files mix formats (Q4_K
+// gate/up with Q6_K down).
+//
+// Shapes: w: expert e's rows e R .. (e + 1) R of a [E R, C] block matrix (gate/up: R = F,
+// C = H; down: R = H, C = F), C a multiple of BLOCK; x: [n, H] f32; ids, weights: [n, K];
+// act: [n, K, F] f32; out: [n, H] f32.
+// Workgroup: WG invocations (64) per output row (one (t, s, r) or one (t, c)); invocation i
+// takes the 16-element units i, i + WG, ... of the row (consecutive invocations read
+// consecutive blocks), reduced with subgroupAdd then across subgroups through shared memory
+// (any subgroup size >= 4). `down_sum` sums the K experts of a token in a fixed order (no
+// atomics: bit-reproducible). Expert ids are clamped to E - 1 so a bad id cannot read outside
+// the weights. Shared memory: 64 f32.
+// The block decoding (QTYPE/BLOCK/TS overrides, `dequant16`) is quant_blocks.inc.wgsl:
+// #include quant_blocks.inc.wgsl
+
+override WG: u32 = 64;
+
+struct Params {
+    n: u32,
+    top_k: u32,
+    hidden: u32,
+    ff: u32,
+    n_experts: u32,
+    stage: u32,
+    pad0: u32,
+    pad1: u32,
+}
+var<immediate> p: Params;
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> ids: array<u32>;
+@group(0) @binding(3) var<storage, read> weights: array<f32>;
+@group(0) @binding(4) var<storage, read_write> act: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;
+
+var<workgroup> red: array<f32, 64>;
+
+// What quant_blocks.inc.wgsl reads the weight through.
+fn wd(i: u32) -> u32 {
+    return w[i];
+}
+
+fn load16(off: u32) -> vec4<u32> {
+    let i = off >> 2u;
+    let sh = (off & 3u) * 8u;
+    let a = vec4<u32>(w[i], w[i + 1u], w[i + 2u], w[i + 3u]);
+    if (sh == 0u) {
+        return a;
+    }
+    let b = vec4<u32>(a.y, a.z, a.w, w[i + 4u]);
+    return (a >> vec4<u32>(sh)) | (b << vec4<u32>(32u - sh));
+}
+
+fn expert(slot: u32) -> u32 {
+    return min(ids[slot], p.n_experts - 1u);
+}
+
+// Invocation `lid`'s share of row `row` (of `cols` elements) of `w` dotted with the f32 vector
+// at `v` of `x` (from_act false) or `act` (true).
+fn partial_dot(row: u32, cols: u32, v: u32, from_act: bool, lid: u32) -> f32 {
+    let rb = (cols / BLOCK) * TS;
+    let upb = BLOCK / 16u;
+    var acc = 0.0;
+    for (var u = lid; u < cols / 16u; u += WG) {
+        let wv = dequant16(row * rb + (u / upb) * TS, u % upb);
+        var s = 0.0;
+        for (var i = 0u; i < 16u; i++) {
+            var xv: f32;
+            if (from_act) {
+                xv = act[v + 16u * u + i];
+            } else {
+                xv = x[v + 16u * u + i];
+            }
+            s += wv[i] * xv;
+        }
+        acc += s;
+    }
+    return acc;
+}
+
+// The workgroup's sum of `v` (every invocation gets it).
+fn wg_sum(v: f32, lid: u32, sg_id: u32, sg_lane: u32, n_sg: u32) -> f32 {
+    let s = subgroupAdd(v);
+    if (sg_lane == 0u) {
+        red[sg_id] = s;
+    }
+    workgroupBarrier();
+    var total = 0.0;
+    for (var k = 0u; k < n_sg; k++) {
+        total += red[k];
+    }
+    // red is rewritten by the next call.
+    workgroupBarrier();
+    return total;
+}
+
+@compute @workgroup_size(WG)
+fn gate_up(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg_id: u32,
+           @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(num_subgroups) n_sg: u32) {
+    let idx = wid.y * nwg.x + wid.x;
+    if (idx >= p.n * p.top_k * p.ff) {
+        return;
+    }
+    let slot = idx / p.ff;
+    let r = idx % p.ff;
+    let t = slot / p.top_k;
+    let d = partial_dot(expert(slot) * p.ff + r, p.hidden, t * p.hidden, false, lid);
+    let total = wg_sum(d, lid, sg_id, sg_lane, n_sg);
+    if (lid == 0u) {
+        if (p.stage == 0u) {
+            act[idx] = total;
+        } else {
+            let g = act[idx];
+            act[idx] = (g / (1.0 + exp(-g))) * total;
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn down_sum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg_id: u32,
+            @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(num_subgroups) n_sg: u32) {
+    let idx = wid.y * nwg.x + wid.x;
+    if (idx >= p.n * p.hidden) {
+        return;
+    }
+    let t = idx / p.hidden;
+    let c = idx % p.hidden;
+    var total = 0.0;
+    for (var s = 0u; s < p.top_k; s++) {
+        let slot = t * p.top_k + s;
+        let d = partial_dot(expert(slot) * p.hidden + c, p.ff, slot * p.ff, true, lid);
+        total += weights[slot] * wg_sum(d, lid, sg_id, sg_lane, n_sg);
+    }
+    if (lid == 0u) {
+        out[idx] = total;
+    }
+}
