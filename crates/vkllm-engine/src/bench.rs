@@ -381,8 +381,8 @@ pub fn run(
             let t = b.slot_profile(dec, model, &kv, 5)?;
             b.slot_stop(dec, 0)?;
             (report_profile, busy, span) = by_region(&t);
-            // One prefill chunk of the pp prompt (the first chunk when it is longer).
-            let pre = ids(prompt.min(model.chunk_size()), vocab, 11);
+            // One prefill chunk of the largest pp prompt (its first chunk when it is longer).
+            let pre = ids(max_pp.max(prompt).min(model.chunk_size()), vocab, 11);
             let t = b.forward_profile(model, &kv, &pre)?;
             prefill = by_region(&t);
         }
