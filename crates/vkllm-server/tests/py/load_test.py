@@ -43,7 +43,7 @@ def pct(xs, p):
 def start_server(args):
     cmd = [args.bin, "serve", "--model", args.model, "--device", args.device, "--port", "0",
            "--slots", str(args.slots), "--queue", str(max(args.clients, 1)), "--ctx", str(args.ctx),
-           "--quiet"]
+           "--quiet"] + args.server_arg
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         sys.stderr.write(line)
@@ -66,6 +66,8 @@ def main():
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--duration", type=float, default=120)
     ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--server-arg", action="append", default=[],
+                    help="extra argument for `vkllm serve` (repeatable), e.g. --simple-generator")
     args = ap.parse_args()
 
     proc = None
