@@ -241,9 +241,10 @@ fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
 // split_gqa: the decode split pass organised for bandwidth (the `split` above is the reference).
 // One workgroup per (key chunk c, kv head, query i) scores the chunk's keys for all G = n_heads /
 // n_kv_heads query heads sharing that kv head (each K row is read once for the group), with
-// subgroups across keys and lanes across the row (coalesced loads, subgroupAdd dot products),
+// 8-lane clusters across keys and lanes across the row (shuffle-xor dot products),
 // then accumulates V with invocations across head dims (coalesced). The partials have the
-// layout `split` writes, so `merge` is shared. G <= GQA_MAX, head_dim <= 256, CHUNK <= 256.
+// layout `split` writes, so `merge` is shared. G <= GQA_MAX, head_dim <= 256, CHUNK <= 256;
+// subgroups of at least 8 lanes (power-of-two sizes) with shuffle support (the caller checks).
 // Loops that contain subgroup operations run the same trip count in every subgroup; loops over
 // the group's heads have the constant bound GQA_MAX (guarded by g < G) so the per-head
 // accumulators stay in registers (a dynamically indexed private array would live in memory).
@@ -293,14 +294,22 @@ fn split_gqa(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     }
     workgroupBarrier();
 
-    // Scores: subgroup s takes keys j0 + s, j0 + s + n_sg, ...; lane l the row words l, l + sg_size, ...
+    // Scores: clusters of 8 lanes, one key each (flat invocation f = sg_id * sg_size + lane;
+    // cluster f / 8 takes keys jj = f / 8, f / 8 + n_cl, ...; lane f % 8 the row words f % 8,
+    // f % 8 + 8, ...), so a 128-invocation workgroup scores 16 keys at once; a cluster's partial
+    // dots are summed with subgroupShuffleXor 4, 2, 1 (subgroup sizes are multiples of 8, so a
+    // cluster never straddles subgroups).
     var words = hd;
     if (KV_DTYPE == 1u) {
         words = hd / 2u;
     }
-    let trips = (CHUNK + n_sg - 1u) / n_sg;
+    let flat = sg_id * sg_size + sg_lane;
+    let cl = flat / 8u;
+    let cl_lane = flat % 8u;
+    let n_cl = (n_sg * sg_size) / 8u;
+    let trips = (CHUNK + n_cl - 1u) / n_cl;
     for (var t = 0u; t < trips; t++) {
-        let jj = sg_id + t * n_sg;
+        let jj = cl + t * n_cl;
         let j = j0 + jj;
         let live = jj < CHUNK && j < j1;
         var acc: array<f32, 8>;
@@ -309,7 +318,7 @@ fn split_gqa(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         }
         if (live) {
             let kb = (row0 + j % p.ring) * kv_dim + kvh * hd;
-            for (var w = sg_lane; w < words; w += sg_size) {
+            for (var w = cl_lane; w < words; w += 8u) {
                 if (KV_DTYPE == 0u) {
                     let kx = bitcast<f32>(k[kb + w]);
                     for (var g = 0u; g < GQA_MAX; g++) {
@@ -329,8 +338,11 @@ fn split_gqa(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         }
         for (var g = 0u; g < GQA_MAX; g++) {
             if (g < g_n) {
-                let dot_g = subgroupAdd(acc[g]);
-                if (sg_lane == 0u && jj < CHUNK) {
+                var dot_g = acc[g];
+                dot_g += subgroupShuffleXor(dot_g, 4u);
+                dot_g += subgroupShuffleXor(dot_g, 2u);
+                dot_g += subgroupShuffleXor(dot_g, 1u);
+                if (cl_lane == 0u && jj < CHUNK) {
                     var s = neg_inf;
                     if (live) {
                         s = dot_g * p.scale;

@@ -590,7 +590,14 @@ impl Backend for VulkanBackend {
         let qw = n * p.n_heads * p.head_dim;
         // The grouped-query split (one workgroup per kv head, small chunks) unless the
         // reference ops are selected or the grouping is too wide for it.
-        let gqa = self.fused && p.n_heads / p.n_kv_heads.max(1) <= GQA_MAX;
+        // (It sums 8-lane clusters with shuffles: subgroups of at least 8 lanes.)
+        let info = self.dev.info();
+        let min_sg = if info.min_subgroup_size > 0 {
+            info.min_subgroup_size
+        } else {
+            info.subgroup_size
+        };
+        let gqa = self.fused && p.n_heads / p.n_kv_heads.max(1) <= GQA_MAX && min_sg >= 8;
         let chunk = if gqa { attn_chunk_gqa() } else { ATTN_CHUNK };
         // Long caches: grow the chunk so the merge's partial count stays bounded.
         let chunk = chunk.max(n_kv.div_ceil(MAX_CHUNKS).next_power_of_two());
