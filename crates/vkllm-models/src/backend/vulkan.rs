@@ -448,12 +448,7 @@ impl Backend for VulkanBackend {
                 r.copy(me.tiled_bias[i].2.slice(0, 4 * (n * w.rows) as u64)?, y)?;
             }
             let (m, xs) = (me.matrix(w.weight), me.head(x, n * w.cols)?);
-            if n == 1 {
-                r.matvec(m, xs, y, bias.is_some())?;
-            } else if !(me.fused && fused::multi_column(r, m, xs, n, y, bias.is_some())?) {
-                r.matmul(m, xs, n, y, bias.is_some())?;
-            }
-            Ok(())
+            fused::product(me.fused, r, m, xs, n, y, bias.is_some())
         })
     }
 

@@ -142,13 +142,15 @@ impl VulkanBackend {
         }
         self.record(|me, r| {
             let y = me.head(acc, n * w.rows)?;
-            let (m, xs) = (me.matrix(w.weight), me.head(x, n * w.cols)?);
-            if n == 1 {
-                r.matvec(m, xs, y, true)?;
-            } else if !multi_column(r, m, xs, n, y, true)? {
-                r.matmul(m, xs, n, y, true)?;
-            }
-            Ok(())
+            product(
+                me.fused,
+                r,
+                me.matrix(w.weight),
+                me.head(x, n * w.cols)?,
+                n,
+                y,
+                true,
+            )
         })
     }
 
@@ -270,4 +272,23 @@ pub(super) fn multi_column(
         Err(vkllm_vk::Error::Unfusable { .. }) => Ok(false),
         Err(e) => Err(e.into()),
     }
+}
+
+/// `y (+)= W x` for `n` tokens with the kernel that suits `n`: the matvec for one token, the
+/// multi-column fused matvec for 2..=8 when fused ops are on, else the tiled matmul.
+pub(super) fn product(
+    fused: bool,
+    r: &mut vkllm_vk::Recorder,
+    m: &vkllm_vk::Tensor,
+    x: vkllm_vk::BufSlice<'_>,
+    n: usize,
+    y: vkllm_vk::BufSlice<'_>,
+    accumulate: bool,
+) -> Result<(), ModelError> {
+    if n == 1 {
+        r.matvec(m, x, y, accumulate)?;
+    } else if !(fused && multi_column(r, m, x, n, y, accumulate)?) {
+        r.matmul(m, x, n, y, accumulate)?;
+    }
+    Ok(())
 }

@@ -28,18 +28,36 @@ impl VulkanBackend {
         let t = self.profiled.take().unwrap_or_default();
         let marks = std::mem::take(&mut self.marks);
         res?;
-        Ok(t.iter()
-            .enumerate()
-            .map(|(i, x)| ProfiledDispatch {
-                region: marks
-                    .iter()
-                    .rev()
-                    .find(|m| m.0 <= i)
-                    .map_or("other", |m| m.1),
+        Ok(with_regions(&marks, &t))
+    }
+}
+
+/// Each timed dispatch with the graph region it belongs to: the last `Backend::mark` at or
+/// before its index (dispatches before any mark are "other"); a decode step's logprobs and
+/// advance kernels, recorded after the "sample" mark, get their own regions.
+pub(super) fn with_regions(
+    marks: &[(usize, &'static str)],
+    t: &[vkllm_vk::DispatchTiming],
+) -> Vec<ProfiledDispatch> {
+    t.iter()
+        .enumerate()
+        .map(|(i, x)| {
+            let region = marks
+                .iter()
+                .rev()
+                .find(|m| m.0 <= i)
+                .map_or("other", |m| m.1);
+            let region = match (region, x.label) {
+                ("sample", "logprobs") => "logprobs",
+                ("sample", "decode_advance") => "advance",
+                (r, _) => r,
+            };
+            ProfiledDispatch {
+                region,
                 kernel: x.label,
                 start_ns: x.start_ns,
                 ns: x.ns,
-            })
-            .collect())
-    }
+            }
+        })
+        .collect()
 }

@@ -432,28 +432,7 @@ impl VulkanBackend {
                 .write_host(0, bytemuck::bytes_of(&0u32))?;
             rec.submit()?;
         }
-        let t = rec.timings()?;
-        Ok(t.iter()
-            .enumerate()
-            .map(|(i, x)| {
-                let region = marks
-                    .iter()
-                    .rev()
-                    .find(|m| m.0 <= i)
-                    .map_or("other", |m| m.1);
-                let region = match (region, x.label) {
-                    ("sample", "logprobs") => "logprobs",
-                    ("sample", "decode_advance") => "advance",
-                    (r, _) => r,
-                };
-                ProfiledDispatch {
-                    region,
-                    kernel: x.label,
-                    start_ns: x.start_ns,
-                    ns: x.ns,
-                }
-            })
-            .collect())
+        Ok(super::profile::with_regions(&marks, &rec.timings()?))
     }
 
     fn decoder_mut(&mut self, d: SlotDecoderId) -> &mut SlotDecoder {
