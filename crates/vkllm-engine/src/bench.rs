@@ -7,8 +7,11 @@
 use std::time::Instant;
 
 use vkllm_cpu::sampler::SamplingParams;
+use vkllm_models::hybrid::weights::{FfnWeights, MixerWeights, MlpWeights};
+use vkllm_models::hybrid::{HybridModel, HybridState};
 use vkllm_models::{
-    KvDtype, Logits, Model, ModelError, SlotDecoderConfig, SlotStart, VulkanBackend,
+    KvCache, KvDtype, Logits, Model, ModelError, ProfiledDispatch, SlotDecoderConfig, SlotGraph,
+    SlotStart, VulkanBackend,
 };
 use vkllm_vk::kernels::elementwise::Copy;
 use vkllm_vk::{MemoryKind, Recorder};
@@ -220,20 +223,168 @@ pub fn decode_weight_bytes(b: &VulkanBackend, model: &Model) -> u64 {
     bytes
 }
 
+/// [`decode_weight_bytes`] of a hybrid / MoE model: every matrix of the mixers and MLPs, the
+/// router, shared expert and `top_k` of the experts of MoE layers (at their average size; f32
+/// experts, kept as plain buffers, are not counted), and the output matrix.
+pub fn hybrid_decode_weight_bytes(b: &VulkanBackend, model: &HybridModel) -> u64 {
+    let w = &model.weights;
+    let m = |l: &vkllm_models::Linear| b.matrix_bytes(l.weight);
+    let mlp = |x: &MlpWeights| m(&x.gate) + m(&x.up) + m(&x.down);
+    let mut bytes = m(&w.lm_head);
+    for l in &w.layers {
+        bytes += match &l.mixer {
+            MixerWeights::Attention(a) => {
+                m(&a.q) + a.gate.as_ref().map_or(0, m) + m(&a.k) + m(&a.v) + m(&a.o)
+            }
+            MixerWeights::DeltaNet(d) => m(&d.qkv) + m(&d.z) + m(&d.b) + m(&d.a) + m(&d.out),
+        };
+        bytes += match &l.ffn {
+            FfnWeights::Dense(x) => mlp(x),
+            FfnWeights::Moe(moe) => {
+                let shared = moe.shared.as_ref().map_or(0, |s| mlp(&s.mlp) + m(&s.gate));
+                let cfg = model.cfg.moe.as_ref();
+                let (k, n) = cfg.map_or((1, 1), |c| (c.top_k, c.n_experts.max(1)));
+                let e = &moe.experts;
+                let all = b.matrix_bytes(e.gate) + b.matrix_bytes(e.up) + b.matrix_bytes(e.down);
+                m(&moe.router) + shared + all * k as u64 / n as u64
+            }
+        };
+    }
+    bytes
+}
+
+/// A model with its state, as the benchmark drives it.
+trait Net {
+    fn vocab(&self) -> usize;
+    fn chunk(&self) -> usize;
+    /// Prefills `ids` from position 0 in `slot` (starting the slot's sequence over); the last
+    /// row's logits.
+    fn prefill(
+        &self,
+        b: &mut VulkanBackend,
+        slot: usize,
+        ids: &[u32],
+    ) -> Result<Vec<f32>, ModelError>;
+    fn graph(&self) -> &dyn SlotGraph;
+    /// GPU timestamps of one prefill chunk, where the model has that profile.
+    fn prefill_profile(
+        &self,
+        b: &mut VulkanBackend,
+        ids: &[u32],
+    ) -> Result<Vec<ProfiledDispatch>, ModelError>;
+}
+
+struct DenseNet<'a> {
+    g: (&'a Model, &'a KvCache),
+}
+
+impl Net for DenseNet<'_> {
+    fn vocab(&self) -> usize {
+        self.g.0.cfg.vocab_size
+    }
+    fn chunk(&self) -> usize {
+        self.g.0.chunk_size()
+    }
+    fn prefill(
+        &self,
+        b: &mut VulkanBackend,
+        slot: usize,
+        ids: &[u32],
+    ) -> Result<Vec<f32>, ModelError> {
+        self.g
+            .0
+            .forward_slot(b, self.g.1, slot, ids, 0, Logits::Last)
+    }
+    fn graph(&self) -> &dyn SlotGraph {
+        &self.g
+    }
+    fn prefill_profile(
+        &self,
+        b: &mut VulkanBackend,
+        ids: &[u32],
+    ) -> Result<Vec<ProfiledDispatch>, ModelError> {
+        b.forward_profile(self.g.0, self.g.1, ids)
+    }
+}
+
+struct HybridNet<'a> {
+    g: (&'a HybridModel, &'a HybridState),
+}
+
+impl Net for HybridNet<'_> {
+    fn vocab(&self) -> usize {
+        self.g.0.cfg.vocab_size
+    }
+    fn chunk(&self) -> usize {
+        self.g.0.chunk_size()
+    }
+    fn prefill(
+        &self,
+        b: &mut VulkanBackend,
+        slot: usize,
+        ids: &[u32],
+    ) -> Result<Vec<f32>, ModelError> {
+        let (model, st) = self.g;
+        model.reset_slot(b, st, slot)?;
+        model.forward_slot(b, st, slot, ids, 0, Logits::Last)
+    }
+    fn graph(&self) -> &dyn SlotGraph {
+        &self.g
+    }
+    fn prefill_profile(
+        &self,
+        _b: &mut VulkanBackend,
+        _ids: &[u32],
+    ) -> Result<Vec<ProfiledDispatch>, ModelError> {
+        Ok(Vec::new())
+    }
+}
+
+/// Positions each sequence needs, and the sequences.
+fn state_size(o: &BenchOptions) -> (usize, usize) {
+    let max_pp = o.pp.iter().copied().max().unwrap_or(0);
+    let slots = o.batches.iter().copied().max().unwrap_or(1).max(1);
+    ((max_pp + o.tg + 1).max(PROMPT + o.tg + 1), slots)
+}
+
+/// Prompt of the decode tests.
+const PROMPT: usize = 16;
+
 /// Runs the benchmark of `model` (loaded on `b`).
 pub fn run(
     b: &mut VulkanBackend,
     model: &Model,
     o: &BenchOptions,
 ) -> Result<BenchReport, ModelError> {
-    let vocab = model.cfg.vocab_size;
-    let reps = o.reps.max(1);
-    let max_pp = o.pp.iter().copied().max().unwrap_or(0);
-    let slots = o.batches.iter().copied().max().unwrap_or(1).max(1);
-    let prompt = 16usize;
-    let ctx = (max_pp + o.tg + 1).max(prompt + o.tg + 1);
+    let (ctx, slots) = state_size(o);
     let kv = model.new_kv_slots(b, ctx, slots, o.kv)?;
     let weight_bytes = decode_weight_bytes(b, model);
+    run_net(b, &DenseNet { g: (model, &kv) }, weight_bytes, o)
+}
+
+/// [`run`] for a hybrid (Gated DeltaNet) or MoE model: f32 KV next to the recurrent state; no
+/// prefill profile.
+pub fn run_hybrid(
+    b: &mut VulkanBackend,
+    model: &HybridModel,
+    o: &BenchOptions,
+) -> Result<BenchReport, ModelError> {
+    let (ctx, slots) = state_size(o);
+    let st = model.new_state_slots(b, ctx, slots)?;
+    let weight_bytes = hybrid_decode_weight_bytes(b, model);
+    run_net(b, &HybridNet { g: (model, &st) }, weight_bytes, o)
+}
+
+fn run_net(
+    b: &mut VulkanBackend,
+    net: &dyn Net,
+    weight_bytes: u64,
+    o: &BenchOptions,
+) -> Result<BenchReport, ModelError> {
+    let vocab = net.vocab();
+    let reps = o.reps.max(1);
+    let max_pp = o.pp.iter().copied().max().unwrap_or(0);
+    let prompt = PROMPT;
     let mut rows = Vec::new();
 
     for &n in &o.pp {
@@ -241,7 +392,7 @@ pub fn run(
         let mut times = Vec::new();
         for rep in 0..=reps {
             let t0 = Instant::now();
-            model.forward_slot(b, &kv, 0, &p, 0, Logits::Last)?;
+            net.prefill(b, 0, &p)?;
             if rep > 0 {
                 times.push(t0.elapsed().as_secs_f64());
             }
@@ -268,7 +419,7 @@ pub fn run(
             counts: false,
             max_steps: o.steps_per_submit.max(1),
         };
-        let dec = b.slot_decoder(model, &kv, cfg)?;
+        let dec = b.slot_decoder_for(net.graph(), cfg)?;
         let greedy = SamplingParams::default();
         // Decode `tg` tokens in each of `batch` slots after a `prompt`-token prefill; returns
         // the decode time only.
@@ -278,7 +429,7 @@ pub fn run(
                 let mut ttft = 0.0;
                 for s in 0..batch {
                     let p = ids(pp, vocab, 1000 + s as u64);
-                    let logits = model.forward_slot(b, &kv, s, &p, 0, Logits::Last)?;
+                    let logits = net.prefill(b, s, &p)?;
                     if s == 0 {
                         ttft = t_start.elapsed().as_secs_f64();
                     }
@@ -363,7 +514,7 @@ pub fn run(
         if o.profile {
             let greedy = SamplingParams::default();
             let p = ids(prompt, vocab, 7);
-            let logits = model.forward_slot(b, &kv, 0, &p, 0, Logits::Last)?;
+            let logits = net.prefill(b, 0, &p)?;
             let first = vkllm_cpu::sampler::sample(&logits, &greedy, &[], 0, 0);
             b.slot_start(
                 dec,
@@ -378,12 +529,12 @@ pub fn run(
                     logprobs: None,
                 },
             )?;
-            let t = b.slot_profile(dec, model, &kv, 5)?;
+            let t = b.slot_profile_for(dec, net.graph(), 5)?;
             b.slot_stop(dec, 0)?;
             (report_profile, busy, span) = by_region(&t);
             // One prefill chunk of the largest pp prompt (its first chunk when it is longer).
-            let pre = ids(max_pp.max(prompt).min(model.chunk_size()), vocab, 11);
-            let t = b.forward_profile(model, &kv, &pre)?;
+            let pre = ids(max_pp.max(prompt).min(net.chunk()), vocab, 11);
+            let t = net.prefill_profile(b, &pre)?;
             prefill = by_region(&t);
         }
         return Ok(BenchReport {

@@ -28,8 +28,8 @@ pub mod weights;
 
 pub use backend::cpu::CpuBackend;
 pub use backend::vulkan::{
-    ProfiledDispatch, SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs,
-    VulkanBackend,
+    ProfiledDispatch, SlotDecoderConfig, SlotDecoderId, SlotGraph, SlotStart, SlotSteps,
+    TokenLogprobs, VulkanBackend,
 };
 pub use backend::{
     Backend, KvDtype, KvRows, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor,

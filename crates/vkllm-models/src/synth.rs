@@ -24,7 +24,7 @@ use vkllm_gguf::{GgmlType, MetaArray, MetaValue};
 use crate::error::ModelError;
 use crate::quantize::QuantScheme;
 use crate::quantize::mix::{self, MixModel, TensorDesc};
-pub use shapes::{Llama3Rope, SHAPES, SynthShape};
+pub use shapes::{HybridShape, Llama3Rope, SHAPES, SynthShape};
 use vocab::VocabKind;
 
 /// The shape called `name`.
@@ -47,6 +47,8 @@ pub enum Init {
     OnePlusNormal(f32),
     /// Llama 3's per-frequency RoPE factors for RoPE base `theta` (one row of head_dim / 2).
     RopeFreqs(Llama3Rope, f32),
+    /// Uniform in `[lo, hi)` (Gated DeltaNet's `ssm_a = -exp(A_log)`, which must be negative).
+    Uniform(f32, f32),
 }
 
 /// One tensor of the file.
@@ -99,6 +101,14 @@ impl SynthPlan {
         }
     }
 
+    /// Parameters (elements of every tensor).
+    pub fn n_params(&self) -> u64 {
+        self.tensors
+            .iter()
+            .map(|t| t.dims.iter().product::<u64>())
+            .sum()
+    }
+
     /// Bytes of tensor data.
     pub fn tensor_bytes(&self) -> u64 {
         self.tensors.iter().map(PlannedTensor::n_bytes).sum()
@@ -146,8 +156,7 @@ impl SynthPlan {
 /// Tensor names, dims and types, in `llama-quantize`'s output order (tensors outside the
 /// blocks first, then block by block, names sorted within each).
 fn plan_tensors(s: &SynthShape, scheme: QuantScheme) -> Vec<PlannedTensor> {
-    let (h, ff, hd) = (s.hidden as u64, s.ff as u64, s.head_dim as u64);
-    let (q, kv, vocab) = (s.q_dim() as u64, s.kv_dim() as u64, s.vocab as u64);
+    let (h, hd, vocab) = (s.hidden as u64, s.head_dim as u64, s.vocab as u64);
     let normal = Init::Normal(STD);
     let norm = Init::OnePlusNormal(STD);
     let mut globals: Vec<(String, Vec<u64>, Init)> = vec![
@@ -162,31 +171,6 @@ fn plan_tensors(s: &SynthShape, scheme: QuantScheme) -> Vec<PlannedTensor> {
         globals.push(("rope_freqs.weight".into(), vec![hd / 2], init));
     }
     globals.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut layer: Vec<(&str, Vec<u64>, Init)> = vec![
-        ("attn_norm.weight", vec![h], norm),
-        ("attn_q.weight", vec![h, q], normal),
-        ("attn_k.weight", vec![h, kv], normal),
-        ("attn_v.weight", vec![h, kv], normal),
-        ("attn_output.weight", vec![q, h], normal),
-        ("ffn_norm.weight", vec![h], norm),
-        ("ffn_gate.weight", vec![h, ff], normal),
-        ("ffn_up.weight", vec![h, ff], normal),
-        ("ffn_down.weight", vec![ff, h], normal),
-    ];
-    if s.arch == "qwen2" {
-        layer.push(("attn_q.bias", vec![q], normal));
-        layer.push(("attn_k.bias", vec![kv], normal));
-        layer.push(("attn_v.bias", vec![kv], normal));
-    }
-    if matches!(s.arch, "qwen3" | "gemma3") {
-        layer.push(("attn_q_norm.weight", vec![hd], norm));
-        layer.push(("attn_k_norm.weight", vec![hd], norm));
-    }
-    if s.arch == "gemma3" {
-        layer.push(("post_attention_norm.weight", vec![h], norm));
-        layer.push(("post_ffw_norm.weight", vec![h], norm));
-    }
-    layer.sort_by(|a, b| a.0.cmp(b.0));
     let m = MixModel {
         n_layers: s.layers,
         tied: s.tied,
@@ -211,11 +195,83 @@ fn plan_tensors(s: &SynthShape, scheme: QuantScheme) -> Vec<PlannedTensor> {
         .map(|(n, d, i)| typed(n, d, i, 0))
         .collect();
     for l in 0..s.layers {
-        for (n, d, i) in &layer {
-            out.push(typed(format!("blk.{l}.{n}"), d.clone(), *i, l));
+        for (n, d, i) in layer_tensors(s, l) {
+            out.push(typed(format!("blk.{l}.{n}"), d, i, l));
         }
     }
     out
+}
+
+/// The tensors of block `l` (names without the `blk.N.` prefix), sorted by name.
+fn layer_tensors(s: &SynthShape, l: usize) -> Vec<(&'static str, Vec<u64>, Init)> {
+    let (h, ff, hd) = (s.hidden as u64, s.ff as u64, s.head_dim as u64);
+    let (q, kv) = (s.q_dim() as u64, s.kv_dim() as u64);
+    let normal = Init::Normal(STD);
+    let norm = Init::OnePlusNormal(STD);
+    let mut layer: Vec<(&str, Vec<u64>, Init)> = vec![
+        ("attn_norm.weight", vec![h], norm),
+        ("ffn_gate.weight", vec![h, ff], normal),
+        ("ffn_up.weight", vec![h, ff], normal),
+        ("ffn_down.weight", vec![ff, h], normal),
+    ];
+    match s.hybrid {
+        Some(hy) if !hy.is_full(l) => {
+            // Gated DeltaNet: llama.cpp's qwen35 names (see gguf_hybrid.rs).
+            let (conv, vw, hv) = (hy.conv_dim() as u64, hy.v_width() as u64, hy.v_heads as u64);
+            layer.extend([
+                ("post_attention_norm.weight", vec![h], norm),
+                ("attn_qkv.weight", vec![h, conv], normal),
+                ("attn_gate.weight", vec![h, vw], normal),
+                ("ssm_beta.weight", vec![h, hv], normal),
+                ("ssm_alpha.weight", vec![h, hv], normal),
+                ("ssm_a", vec![hv], Init::Uniform(-8.0, -0.5)),
+                ("ssm_dt.bias", vec![hv], norm),
+                (
+                    "ssm_conv1d.weight",
+                    vec![hy.conv_kernel as u64, conv],
+                    normal,
+                ),
+                ("ssm_norm.weight", vec![hy.v_dim as u64], norm),
+                ("ssm_out.weight", vec![vw, h], normal),
+            ]);
+        }
+        Some(_) => {
+            // Gated full attention: the query and its gate in one projection.
+            layer.extend([
+                ("post_attention_norm.weight", vec![h], norm),
+                ("attn_q.weight", vec![h, 2 * q], normal),
+                ("attn_k.weight", vec![h, kv], normal),
+                ("attn_v.weight", vec![h, kv], normal),
+                ("attn_output.weight", vec![q, h], normal),
+                ("attn_q_norm.weight", vec![hd], norm),
+                ("attn_k_norm.weight", vec![hd], norm),
+            ]);
+        }
+        None => {
+            layer.extend([
+                ("attn_q.weight", vec![h, q], normal),
+                ("attn_k.weight", vec![h, kv], normal),
+                ("attn_v.weight", vec![h, kv], normal),
+                ("attn_output.weight", vec![q, h], normal),
+                ("ffn_norm.weight", vec![h], norm),
+            ]);
+            if s.arch == "qwen2" {
+                layer.push(("attn_q.bias", vec![q], normal));
+                layer.push(("attn_k.bias", vec![kv], normal));
+                layer.push(("attn_v.bias", vec![kv], normal));
+            }
+            if matches!(s.arch, "qwen3" | "gemma3") {
+                layer.push(("attn_q_norm.weight", vec![hd], norm));
+                layer.push(("attn_k_norm.weight", vec![hd], norm));
+            }
+            if s.arch == "gemma3" {
+                layer.push(("post_attention_norm.weight", vec![h], norm));
+                layer.push(("post_ffw_norm.weight", vec![h], norm));
+            }
+        }
+    }
+    layer.sort_by(|a, b| a.0.cmp(b.0));
+    layer
 }
 
 fn s(v: &str) -> MetaValue {
@@ -260,6 +316,22 @@ fn plan_metadata(sh: &SynthShape, scheme: QuantScheme) -> Vec<(String, MetaValue
     if a == "llama" {
         arch.push(("vocab_size", u(sh.vocab)));
         arch.push(("rope.dimension_count", u(sh.head_dim)));
+    }
+    if let Some(hy) = sh.hybrid {
+        let sections = hy.mrope_sections.to_vec();
+        arch.extend([
+            ("rope.dimension_count", u(hy.rotary_dim)),
+            (
+                "rope.dimension_sections",
+                MetaValue::Array(MetaArray::U32(sections)),
+            ),
+            ("ssm.conv_kernel", u(hy.conv_kernel)),
+            ("ssm.state_size", u(hy.k_dim)),
+            ("ssm.group_count", u(hy.k_heads)),
+            ("ssm.time_step_rank", u(hy.v_heads)),
+            ("ssm.inner_size", u(hy.v_width())),
+            ("full_attention_interval", u(hy.interval)),
+        ]);
     }
     for (k, v) in arch {
         m.push((format!("{a}.{k}"), v));
@@ -394,6 +466,12 @@ fn fill_row(init: Init, seed: u64, tensor: u64, row: u64, out: &mut [f32]) {
         Init::RopeFreqs(r, theta) => {
             let f = llama3_rope_factors(&r, theta, out.len() * 2);
             out.copy_from_slice(&f);
+        }
+        Init::Uniform(lo, hi) => {
+            let mut rng = Xoshiro::new(seed ^ splitmix(tensor << 40 ^ row));
+            for x in out.iter_mut() {
+                *x = lo + (hi - lo) * rng.unit();
+            }
         }
     }
 }

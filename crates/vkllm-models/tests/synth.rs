@@ -11,8 +11,10 @@ use vkllm_cpu::RopeScaling;
 use vkllm_gguf::GgufFile;
 use vkllm_models::fixtures::cache_dir;
 use vkllm_models::gguf::GgufModel;
+use vkllm_models::hybrid::HybridModel;
+use vkllm_models::hybrid::config::Mixer;
 use vkllm_models::synth::{self, SynthPlan};
-use vkllm_models::{CpuBackend, Logits, Model, QuantScheme};
+use vkllm_models::{CpuBackend, Family, Logits, Model, QuantScheme};
 
 fn tmp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("vkllm-synth-test-{}-{name}", std::process::id()))
@@ -36,6 +38,7 @@ fn tiny_shapes_load_and_run_in_every_synth_quant() {
         "tiny-qwen2",
         "tiny-smollm2",
         "tiny-gemma3",
+        "tiny-qwen3.5",
     ] {
         for q in [
             QuantScheme::F16,
@@ -66,10 +69,16 @@ fn tiny_shapes_load_and_run_in_every_synth_quant() {
                 );
             }
             let mut b = CpuBackend::new();
-            let model = Model::load(g.config.clone(), &g, &mut b, 16).unwrap();
-            let kv = model.new_kv(&mut b, 32).unwrap();
             let ids: Vec<u32> = (0..20).map(|i| (i * 37 + 5) % 1000).collect();
-            let logits = model.forward(&mut b, &kv, &ids, 0, Logits::All).unwrap();
+            let logits = if g.config.family.is_hybrid() {
+                let model = HybridModel::load(g.config.clone(), &g, &mut b, 16).unwrap();
+                let st = model.new_state(&mut b, 32).unwrap();
+                model.forward(&mut b, &st, &ids, 0, Logits::All).unwrap()
+            } else {
+                let model = Model::load(g.config.clone(), &g, &mut b, 16).unwrap();
+                let kv = model.new_kv(&mut b, 32).unwrap();
+                model.forward(&mut b, &kv, &ids, 0, Logits::All).unwrap()
+            };
             assert_eq!(logits.len(), ids.len() * 1024);
             assert!(
                 logits.iter().all(|x| x.is_finite()),
@@ -219,4 +228,85 @@ fn unknown_shape_is_a_typed_error() {
         }
         other => panic!("{:?}", other.map(|s| s.name)),
     }
+}
+
+#[test]
+fn tiny_qwen35_reads_back_as_a_tiled_hybrid() {
+    let path = write("tiny-qwen3.5", QuantScheme::Q8_0, 2);
+    let g = GgufModel::open(&path).unwrap();
+    let c = &g.config;
+    assert_eq!(c.family, Family::Qwen35);
+    let hy = c.hybrid.as_ref().expect("hybrid config");
+    let full: Vec<usize> = (0..c.n_layers)
+        .filter(|&i| hy.mixers[i] == Mixer::Attention)
+        .collect();
+    assert_eq!(full, vec![3], "every fourth layer is full attention");
+    assert_eq!((hy.delta.n_k_heads, hy.delta.n_v_heads), (2, 4));
+    assert_eq!((hy.delta.k_dim, hy.delta.v_dim), (64, 64));
+    assert!(
+        hy.delta.tiled_v_heads,
+        "fewer key than value heads: tiled order"
+    );
+    assert_eq!(hy.conv_kernel, 4);
+    assert_eq!(
+        c.layers[3].rope.rotary_dim, 16,
+        "a quarter of the 64-wide heads"
+    );
+    std::fs::remove_file(&path).ok();
+}
+
+/// Qwen3.5-0.8B's `config.json` (`text_config`), restated from the published file.
+#[test]
+fn qwen35_0_8b_plan_has_the_published_shapes() {
+    let plan = SynthPlan::new(synth::shape("qwen3.5-0.8b").unwrap(), QuantScheme::Q8_0, 0);
+    let meta: BTreeMap<&str, &vkllm_gguf::MetaValue> =
+        plan.metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let u = |k: &str| match meta.get(k) {
+        Some(vkllm_gguf::MetaValue::U32(x)) => *x as usize,
+        other => panic!("{k}: {other:?}"),
+    };
+    assert_eq!(u("qwen35.block_count"), 24);
+    assert_eq!(u("qwen35.embedding_length"), 1024);
+    assert_eq!(u("qwen35.feed_forward_length"), 3584);
+    assert_eq!(u("qwen35.attention.head_count"), 8);
+    assert_eq!(u("qwen35.attention.head_count_kv"), 2);
+    assert_eq!(u("qwen35.attention.key_length"), 256);
+    assert_eq!(
+        u("qwen35.rope.dimension_count"),
+        64,
+        "partial_rotary_factor 0.25"
+    );
+    assert_eq!(u("qwen35.ssm.group_count"), 16, "linear_num_key_heads");
+    assert_eq!(u("qwen35.ssm.time_step_rank"), 16, "linear_num_value_heads");
+    assert_eq!(u("qwen35.ssm.state_size"), 128, "linear_key_head_dim");
+    assert_eq!(u("qwen35.ssm.inner_size"), 16 * 128);
+    assert_eq!(u("qwen35.ssm.conv_kernel"), 4);
+    assert_eq!(u("qwen35.full_attention_interval"), 4);
+    assert_eq!(u("qwen35.context_length"), 262144);
+    let dims: BTreeMap<&str, &[u64]> = plan
+        .tensors
+        .iter()
+        .map(|t| (t.name.as_str(), &t.dims[..]))
+        .collect();
+    assert_eq!(dims["token_embd.weight"], &[1024, 248320]);
+    assert!(!dims.contains_key("output.weight"), "tied embeddings");
+    // Layer 0 is a Gated DeltaNet layer: q, k (16 x 128 each) and v (16 x 128) packed.
+    assert_eq!(dims["blk.0.attn_qkv.weight"], &[1024, 6144]);
+    assert_eq!(dims["blk.0.attn_gate.weight"], &[1024, 2048]);
+    assert_eq!(dims["blk.0.ssm_conv1d.weight"], &[4, 6144]);
+    assert_eq!(dims["blk.0.ssm_out.weight"], &[2048, 1024]);
+    assert_eq!(dims["blk.0.ssm_a"], &[16]);
+    // Layer 3 is gated full attention: query and gate together (2 x 8 x 256).
+    assert_eq!(dims["blk.3.attn_q.weight"], &[1024, 4096]);
+    assert_eq!(dims["blk.3.attn_k.weight"], &[1024, 512]);
+    assert_eq!(dims["blk.3.attn_output.weight"], &[2048, 1024]);
+    assert!(!dims.contains_key("blk.3.attn_qkv.weight"));
+    assert_eq!(dims["blk.23.attn_q_norm.weight"], &[256]);
+    // ~0.75B text parameters (the published 0.8B counts the vision tower and MTP head).
+    let p = plan.n_params();
+    assert!((700_000_000..800_000_000).contains(&p), "{p}");
+    // The conv kernel and 1-D tensors stay F32 in quantized files.
+    let ty = |n: &str| plan.tensors.iter().find(|t| t.name == n).unwrap().ty;
+    assert_eq!(ty("blk.0.ssm_conv1d.weight"), vkllm_cpu::QuantType::F32);
+    assert_eq!(ty("blk.0.attn_qkv.weight"), vkllm_cpu::QuantType::Q8_0);
 }

@@ -74,5 +74,5 @@ fn unknown_names_are_reported() {
         "{err}"
     );
     let help = String::from_utf8_lossy(&vkllm(&["synth", "--help"]).stdout).to_string();
-    assert!(help.contains("Qwen3.5 shapes come later"), "{help}");
+    assert!(help.contains("qwen3.5-0.8b"), "{help}");
 }

@@ -193,6 +193,11 @@ impl HybridModel {
         })
     }
 
+    /// Tokens per prefill chunk.
+    pub fn chunk_size(&self) -> usize {
+        self.chunk
+    }
+
     /// A fresh state for one sequence: KV caches for `capacity` positions, zero recurrent
     /// states.
     pub fn new_state<B: Backend>(
@@ -414,8 +419,10 @@ impl HybridModel {
         let (c, s, w) = (&self.cfg, &self.s, &self.weights);
         let h = c.hidden_size;
         let (conv_len, delta_len) = self.recurrent_lens();
+        b.mark("embed");
         b.embedding(w.embed, c.vocab_size, h, inp.ids, n, c.embed_scale, s.x)?;
         for (i, lw) in w.layers.iter().enumerate() {
+            b.mark("norm");
             b.rmsnorm(s.x, lw.attn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
             match (&lw.mixer, st.layers[i]) {
                 (MixerWeights::Attention(aw), LayerState::Attention { k, v }) => {
@@ -430,6 +437,7 @@ impl HybridModel {
                     };
                     let kv = st.kv_view(k, v, inp.rows);
                     let lc = &c.layers[i];
+                    b.mark("attention");
                     blocks::attention(b, c, lc, &refs, &s.att, s.h, n, inp.pos, &kv, s.o)?;
                 }
                 (MixerWeights::DeltaNet(dw), LayerState::DeltaNet { conv, delta }) => {
@@ -438,6 +446,7 @@ impl HybridModel {
                         .as_ref()
                         .expect("DeltaNet weights come from a hybrid config");
                     let d = hy.delta;
+                    b.mark("delta_in_proj");
                     b.linear(&dw.qkv, s.h, n, s.qkv)?;
                     b.linear(&dw.z, s.h, n, s.z)?;
                     b.linear(&dw.b, s.h, n, s.b)?;
@@ -445,19 +454,25 @@ impl HybridModel {
                     let cd = hy.conv_dim();
                     let conv = st.state_view(conv, conv_len, inp.rows, inp.pos);
                     let delta = st.state_view(delta, delta_len, inp.rows, inp.pos);
+                    b.mark("delta_conv");
                     b.causal_conv1d(s.qkv, n, cd, hy.conv_kernel, dw.conv, &conv, s.qkv_conv)?;
+                    b.mark("delta_rule");
                     b.gated_delta_rule(
                         s.qkv_conv, n, &d, s.a, s.b, dw.a_log, dw.dt_bias, &delta, s.core,
                     )?;
                     let rows = n * d.n_v_heads;
                     b.gated_rmsnorm(s.core, s.z, dw.norm, rows, d.v_dim, c.rms_eps, s.normed)?;
+                    b.mark("delta_out");
                     b.linear(&dw.out, s.normed, n, s.o)?;
                 }
                 _ => panic!("layer {i}: weights and state disagree on the mixer"),
             }
+            b.mark("residual");
             blocks::residual_add(b, s.x, s.o, None, s.h, n, c)?;
 
+            b.mark("norm");
             b.rmsnorm(s.x, lw.ffn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
+            b.mark("mlp");
             let tmp = (s.gate, s.up, s.act);
             match &lw.ffn {
                 FfnWeights::Dense(m) => {
@@ -480,11 +495,13 @@ impl HybridModel {
                     }
                 }
             }
+            b.mark("residual");
             blocks::residual_add(b, s.x, s.o, None, s.h, n, c)?;
         }
         let Some(want) = want else {
             return Ok(None);
         };
+        b.mark("lm_head");
         let tmp = (s.last, s.h);
         let rows = blocks::logits(b, c, w.final_norm, &w.lm_head, s.x, n, tmp, want, s.logits)?;
         Ok(Some(rows))

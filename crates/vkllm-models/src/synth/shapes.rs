@@ -13,6 +13,46 @@ pub struct Llama3Rope {
     pub original_max_position: usize,
 }
 
+/// The Gated DeltaNet side of a hybrid shape (Qwen3.5: `general.architecture` `qwen35`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HybridShape {
+    /// `linear_num_key_heads` (`ssm.group_count`).
+    pub k_heads: usize,
+    /// `linear_num_value_heads` (`ssm.time_step_rank`).
+    pub v_heads: usize,
+    /// `linear_key_head_dim` (`ssm.state_size`).
+    pub k_dim: usize,
+    /// `linear_value_head_dim`.
+    pub v_dim: usize,
+    /// `linear_conv_kernel_dim` (`ssm.conv_kernel`).
+    pub conv_kernel: usize,
+    /// Every `interval`-th layer is full attention (`full_attention_interval`).
+    pub interval: usize,
+    /// Rotated dimensions of each head (`rope.dimension_count`: partial_rotary_factor *
+    /// head_dim).
+    pub rotary_dim: usize,
+    /// `rope.dimension_sections` (interleaved M-RoPE; text positions make it plain RoPE).
+    pub mrope_sections: [u32; 4],
+}
+
+impl HybridShape {
+    /// Channels of the packed q/k/v projection and of the conv (`2 * k_heads * k_dim +
+    /// v_heads * v_dim`).
+    pub fn conv_dim(&self) -> usize {
+        2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
+    }
+
+    /// `ssm.inner_size`.
+    pub fn v_width(&self) -> usize {
+        self.v_heads * self.v_dim
+    }
+
+    /// Whether layer `i` is a full-attention layer.
+    pub fn is_full(&self, i: usize) -> bool {
+        (i + 1).is_multiple_of(self.interval.max(1))
+    }
+}
+
 /// One model shape.
 #[derive(Clone, Copy, Debug)]
 pub struct SynthShape {
@@ -38,6 +78,9 @@ pub struct SynthShape {
     pub rope_llama3: Option<Llama3Rope>,
     /// Gemma 3's sliding window.
     pub sliding_window: Option<u32>,
+    /// Qwen3.5's Gated DeltaNet layers (the full-attention layers are gated: `attn_q` projects
+    /// the query and its gate together).
+    pub hybrid: Option<HybridShape>,
     pub vocab_kind: VocabKind,
     /// `tokenizer.ggml.{bos,eos,unknown,padding}_token_id` by token text.
     pub bos: Option<&'static str>,
@@ -62,24 +105,6 @@ impl SynthShape {
 
     pub fn kv_dim(&self) -> usize {
         self.kv_heads * self.head_dim
-    }
-
-    /// Parameters (elements of every tensor).
-    pub fn n_params(&self) -> u64 {
-        let (h, ff) = (self.hidden as u64, self.ff as u64);
-        let (q, kv) = (self.q_dim() as u64, self.kv_dim() as u64);
-        let mut per_layer = h * q + 2 * h * kv + q * h + 3 * h * ff + 2 * h;
-        if self.arch == "qwen2" {
-            per_layer += q + 2 * kv;
-        }
-        if matches!(self.arch, "qwen3" | "gemma3") {
-            per_layer += 2 * self.head_dim as u64;
-        }
-        if self.arch == "gemma3" {
-            per_layer += 2 * h;
-        }
-        let embed = self.vocab as u64 * h;
-        embed * if self.tied { 1 } else { 2 } + h + per_layer * self.layers as u64
     }
 }
 
@@ -160,6 +185,7 @@ const QWEN3_0_6B: SynthShape = SynthShape {
     explicit_head_dim: true,
     rope_llama3: None,
     sliding_window: None,
+    hybrid: None,
     vocab_kind: VocabKind::Bpe {
         pre: "qwen2",
         specials: QWEN_SPECIALS,
@@ -204,6 +230,7 @@ const LLAMA_3_2_1B: SynthShape = SynthShape {
         original_max_position: 8192,
     }),
     sliding_window: None,
+    hybrid: None,
     vocab_kind: VocabKind::Bpe {
         pre: "llama-bpe",
         specials: LLAMA3_SPECIALS,
@@ -260,6 +287,7 @@ const QWEN2_5_0_5B: SynthShape = SynthShape {
     explicit_head_dim: false,
     rope_llama3: None,
     sliding_window: None,
+    hybrid: None,
     vocab_kind: VocabKind::Bpe {
         pre: "qwen2",
         specials: QWEN_SPECIALS,
@@ -299,6 +327,7 @@ const SMOLLM2_135M: SynthShape = SynthShape {
     explicit_head_dim: false,
     rope_llama3: None,
     sliding_window: None,
+    hybrid: None,
     vocab_kind: VocabKind::Bpe {
         pre: "smollm",
         specials: SMOLLM_SPECIALS,
@@ -340,6 +369,7 @@ const GEMMA3_270M: SynthShape = SynthShape {
     explicit_head_dim: true,
     rope_llama3: None,
     sliding_window: Some(512),
+    hybrid: None,
     vocab_kind: VocabKind::Spm,
     bos: Some("<bos>"),
     eos: "<eos>",
@@ -355,6 +385,61 @@ const GEMMA3_270M: SynthShape = SynthShape {
         ("general.license", "gemma"),
     ],
     general_arrays: &[("general.tags", &["text-generation"])],
+};
+
+/// Qwen3.5-0.8B's text model (config.json `text_config`): 24 layers, three Gated DeltaNet
+/// layers to one gated full-attention layer, 16 key and 16 value heads of 128 in the DeltaNet,
+/// 8 query / 2 KV heads of 256 with a quarter of each head rotated. The MTP head
+/// (`mtp_num_hidden_layers` 1) is not written: converters without MTP support drop it, and
+/// decode speed does not use it. The vocabulary is synthetic (248320 entries, the chat
+/// specials after the 248044 normal tokens, as `<|endoftext|>` = 248044 in the real one).
+const QWEN3_5_0_8B: SynthShape = SynthShape {
+    name: "qwen3.5-0.8b",
+    arch: "qwen35",
+    vocab: 248320,
+    hidden: 1024,
+    ff: 3584,
+    layers: 24,
+    heads: 8,
+    kv_heads: 2,
+    head_dim: 256,
+    context: 262144,
+    rope_theta: 10_000_000.0,
+    rms_eps: 1e-6,
+    tied: true,
+    explicit_head_dim: true,
+    rope_llama3: None,
+    sliding_window: None,
+    hybrid: Some(HybridShape {
+        k_heads: 16,
+        v_heads: 16,
+        k_dim: 128,
+        v_dim: 128,
+        conv_kernel: 4,
+        interval: 4,
+        rotary_dim: 64,
+        mrope_sections: [11, 11, 10, 0],
+    }),
+    vocab_kind: VocabKind::Bpe {
+        pre: "qwen35",
+        specials: QWEN_SPECIALS,
+        special_base: SpecialBase::End,
+        n_pad: 248320 - 248044 - 14,
+    },
+    bos: None,
+    eos: "<|im_end|>",
+    unk: None,
+    pad: Some("<|endoftext|>"),
+    add_bos: false,
+    add_space_prefix: None,
+    chat_template: Some(CHATML),
+    general: &[
+        ("general.name", "Qwen3.5 0.8B"),
+        ("general.basename", "Qwen3.5"),
+        ("general.size_label", "0.8B"),
+        ("general.license", "apache-2.0"),
+    ],
+    general_arrays: &[],
 };
 
 /// Tiny versions of each architecture, for tests: same tensor names and metadata keys, sizes
@@ -373,6 +458,18 @@ const fn tiny(base: SynthShape, name: &'static str, vocab: usize) -> SynthShape 
     if let Some(w) = s.sliding_window {
         s.sliding_window = Some(if w > 64 { 64 } else { w });
     }
+    if let Some(mut h) = s.hybrid {
+        // Two key heads shared by four value heads (the tiled order), heads of 64.
+        h.k_heads = 2;
+        h.v_heads = 4;
+        h.k_dim = 64;
+        h.v_dim = 64;
+        h.rotary_dim = 16;
+        h.mrope_sections = [3, 3, 2, 0];
+        s.hybrid = Some(h);
+        s.heads = 4;
+        s.kv_heads = 2;
+    }
     s
 }
 
@@ -383,9 +480,11 @@ pub const SHAPES: &[SynthShape] = &[
     QWEN2_5_0_5B,
     SMOLLM2_135M,
     GEMMA3_270M,
+    QWEN3_5_0_8B,
     tiny(QWEN3_0_6B, "tiny-qwen3", 1024),
     tiny(LLAMA_3_2_1B, "tiny-llama", 1024),
     tiny(QWEN2_5_0_5B, "tiny-qwen2", 1024),
     tiny(SMOLLM2_135M, "tiny-smollm2", 1024),
     tiny(GEMMA3_270M, "tiny-gemma3", 1024),
+    tiny(QWEN3_5_0_8B, "tiny-qwen3.5", 1024),
 ];

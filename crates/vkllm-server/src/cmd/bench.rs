@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result, bail};
 use vkllm_engine::bench::{self, BenchOptions};
 use vkllm_models::gguf::GgufModel;
+use vkllm_models::hybrid::HybridModel;
 use vkllm_models::{DEFAULT_CHUNK, KvDtype, Model, VulkanBackend};
 use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
 
@@ -101,8 +102,7 @@ pub fn run(args: Args) -> Result<()> {
     let chunk = args
         .chunk
         .max(args.batch.iter().copied().max().unwrap_or(1));
-    let model = Model::load(gguf.config.clone(), &gguf, &mut b, chunk)?;
-    drop(gguf);
+    let cfg = gguf.config.clone();
     let opts = BenchOptions {
         pp: args.pp.clone(),
         tg: args.tg,
@@ -112,8 +112,24 @@ pub fn run(args: Args) -> Result<()> {
         kv,
         profile: args.profile,
     };
-    let report = bench::run(&mut b, &model, &opts)?;
-    let c = &model.cfg;
+    let report = if cfg.family.is_hybrid_or_moe() {
+        // Hybrid (Gated DeltaNet) and MoE models keep an f32 KV cache next to the recurrent
+        // state, as `vkllm serve` does.
+        if kv != KvDtype::F32 {
+            bail!(
+                "--kv-type {}: hybrid/MoE models keep an f32 KV cache",
+                kv.name()
+            );
+        }
+        let model = HybridModel::load(cfg.clone(), &gguf, &mut b, chunk)?;
+        drop(gguf);
+        bench::run_hybrid(&mut b, &model, &opts)?
+    } else {
+        let model = Model::load(cfg.clone(), &gguf, &mut b, chunk)?;
+        drop(gguf);
+        bench::run(&mut b, &model, &opts)?
+    };
+    let c = &cfg;
     let meta = serde_json::json!({
         "gpu": info.name,
         "driver": info.driver,

@@ -11,9 +11,10 @@ use vkllm_models::synth::{self, SynthPlan};
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Shapes: qwen3-0.6b, llama-3.2-1b, qwen2.5-0.5b, smollm2-135m, \
-gemma3-270m (and tiny-qwen3, tiny-llama, tiny-qwen2, tiny-smollm2, tiny-gemma3 for tests). \
-Qwen3.5 shapes come later, with the hybrid (Gated DeltaNet) architecture.\n\n\
+    after_help = "Shapes: qwen3-0.6b, llama-3.2-1b, qwen2.5-0.5b, smollm2-135m, qwen3.5-0.8b, \
+gemma3-270m (and tiny-qwen3, tiny-llama, tiny-qwen2, tiny-smollm2, tiny-gemma3, tiny-qwen3.5 \
+for tests). qwen3.5-0.8b is the hybrid (Gated DeltaNet + gated attention) text model, written \
+without its MTP head.\n\n\
 Weights are N(0, 0.02) (norm weights 1 + N(0, 0.02)); the vocabulary is synthetic (the real \
 token count, made-up tokens). The same seed always gives the same file."
 )]
@@ -44,7 +45,7 @@ pub fn run(args: Args) -> Result<()> {
     eprintln!(
         "vkllm synth: {} ({} parameters, {} layers) in {quant}: {} tensors, {:.1} MiB of weights -> {}",
         shape.name,
-        shape.n_params(),
+        plan.n_params(),
         shape.layers,
         plan.tensors.len(),
         total as f64 / (1u64 << 20) as f64,
