@@ -113,7 +113,7 @@ pub struct AttnShape {
 }
 
 impl AttnShape {
-    fn check(&self, k: &'static KernelSpec) -> Result<(), Error> {
+    pub(crate) fn check(&self, k: &'static KernelSpec) -> Result<(), Error> {
         if self.n_q == 0 || self.n_kv == 0 || self.n_heads == 0 || self.n_kv_heads == 0 {
             return Err(shape_err(k, "empty attention"));
         }
@@ -173,7 +173,7 @@ impl AttnShape {
     }
 
     /// The ring length the kernels use (`n_kv` when there is no ring: row = position).
-    fn ring_rows(&self) -> usize {
+    pub(crate) fn ring_rows(&self) -> usize {
         self.ring.unwrap_or(self.n_kv)
     }
 
@@ -187,7 +187,7 @@ impl AttnShape {
         self.window.map_or(self.n_kv, |w| w.min(self.n_kv))
     }
 
-    fn check_buffers<B: KernelBuffer>(
+    pub(crate) fn check_buffers<B: KernelBuffer>(
         &self,
         k: &'static KernelSpec,
         q: &B,

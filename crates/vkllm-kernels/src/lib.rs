@@ -25,6 +25,7 @@ mod spec;
 pub mod activation;
 pub mod argmax;
 pub mod attention;
+pub mod attention_prefill_coop;
 pub mod causal_conv1d;
 pub mod decode_advance;
 pub mod elementwise;
@@ -74,6 +75,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &attention::ATTN_SPLIT_GQA,
         &attention::ATTN_MERGE,
         &attention::ATTN_PREFILL,
+        &attention_prefill_coop::ATTN_PREFILL_COOP,
         &activation::SILU_MUL,
         &activation::GELU_TANH_MUL,
         &softmax::SOFTMAX,

@@ -57,6 +57,11 @@ pub struct Model {
 /// Default prefill chunk: prompts longer than this run as several forwards.
 pub const DEFAULT_CHUNK: usize = 128;
 
+/// Most logits rows one forward produces: `Logits::All` over a longer prompt runs in pieces of
+/// this many tokens (the logits buffer is `min(chunk, LOGITS_ROWS) x vocab`, so large chunks do
+/// not cost `chunk x vocab` floats: 311 MB for a 151936-token vocabulary at 512).
+pub const LOGITS_ROWS: usize = 128;
+
 impl Model {
     /// Loads the weights and allocates scratch for chunks of up to `chunk` tokens.
     pub fn load<B: Backend>(
@@ -85,7 +90,7 @@ impl Model {
             up: b.alloc_f32(chunk * ff)?,
             act: b.alloc_f32(chunk * ff)?,
             last: b.alloc_f32(h)?,
-            logits: b.alloc_f32(chunk * cfg.vocab_size)?,
+            logits: b.alloc_f32(chunk.min(LOGITS_ROWS) * cfg.vocab_size)?,
         };
         Ok(Model {
             cfg,
@@ -93,6 +98,11 @@ impl Model {
             chunk,
             s,
         })
+    }
+
+    /// Rows of the logits buffer: `min(chunk, LOGITS_ROWS)`.
+    pub fn logits_rows(&self) -> usize {
+        self.chunk.min(LOGITS_ROWS)
     }
 
     /// A KV cache for one sequence of `capacity` positions (f32).
@@ -167,8 +177,13 @@ impl Model {
         } else {
             vocab
         });
-        for (ci, chunk) in ids.chunks(self.chunk).enumerate() {
-            let pos0 = start + ci * self.chunk;
+        // Every row's logits: pieces that fit the logits buffer.
+        let step = match want {
+            Logits::All => self.logits_rows(),
+            Logits::Last => self.chunk,
+        };
+        for (ci, chunk) in ids.chunks(step).enumerate() {
+            let pos0 = start + ci * step;
             let is_last = pos0 + chunk.len() == end;
             let logits = match want {
                 Logits::All => Logits::All,
@@ -251,12 +266,14 @@ impl Model {
         pos: Tensor,
         rows: usize,
     ) -> Result<(), ModelError> {
-        if rows == 0 || rows > kv.slots || rows > self.chunk {
+        if rows == 0 || rows > kv.slots || rows > self.logits_rows() {
             return Err(ModelError::Config {
                 field: "slots".into(),
                 msg: format!(
-                    "{rows} decode rows for a {}-slot cache and a {}-token chunk",
-                    kv.slots, self.chunk
+                    "{rows} decode rows for a {}-slot cache and {} logits rows (the chunk, at \
+                     most {LOGITS_ROWS})",
+                    kv.slots,
+                    self.logits_rows()
                 ),
             });
         }

@@ -39,7 +39,7 @@ pub use checkpoint::{Checkpoint, load_checkpoint};
 pub use config::{LayerConfig, ModelConfig};
 pub use error::ModelError;
 pub use family::{Activation, Family};
-pub use forward::{DEFAULT_CHUNK, KV_ROW_ALIGN, KvCache, KvLayer, Logits, Model};
+pub use forward::{DEFAULT_CHUNK, KV_ROW_ALIGN, KvCache, KvLayer, LOGITS_ROWS, Logits, Model};
 pub use progress::LoadProgress;
 pub use quantize::{QuantScheme, QuantizingSource};
 pub use weights::{HostTensor, RawTensor, TensorSource, Weights};

@@ -124,6 +124,12 @@ pub trait Backend {
     /// per-region profiles. Backends that do not profile ignore it.
     fn mark(&mut self, _region: &'static str) {}
 
+    /// The prefill chunk this backend runs best with (what the binaries load models with;
+    /// tests use [`crate::DEFAULT_CHUNK`]).
+    fn prefill_chunk(&self) -> usize {
+        crate::DEFAULT_CHUNK
+    }
+
     /// A zero-initialised f32 tensor.
     fn alloc_f32(&mut self, len: usize) -> Result<Tensor, ModelError>;
     /// A zero-initialised u32 tensor (token ids, positions).

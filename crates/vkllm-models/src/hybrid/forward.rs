@@ -15,7 +15,7 @@ use crate::backend::{Backend, KvDtype, KvRows, KvView, StateView, Tensor};
 use crate::blocks::{self, AttnRefs, AttnScratch};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::forward::{KV_ROW_ALIGN, Logits};
+use crate::forward::{KV_ROW_ALIGN, LOGITS_ROWS, Logits};
 use crate::hybrid::config::Mixer;
 use crate::hybrid::weights::{FfnWeights, HybridWeights, MixerWeights};
 use crate::weights::TensorSource;
@@ -183,7 +183,7 @@ impl HybridModel {
             shared: b.alloc_f32(n * c.hidden_size)?,
             shared_gate: b.alloc_f32(n)?,
             last: b.alloc_f32(c.hidden_size)?,
-            logits: b.alloc_f32(n * c.vocab_size)?,
+            logits: b.alloc_f32(n.min(LOGITS_ROWS) * c.vocab_size)?,
         };
         Ok(HybridModel {
             cfg,
@@ -343,8 +343,13 @@ impl HybridModel {
         }
         let vocab = self.cfg.vocab_size;
         let mut out = Vec::new();
-        for (ci, chunk) in ids.chunks(self.chunk).enumerate() {
-            let pos0 = start + ci * self.chunk;
+        // Every row's logits: pieces that fit the logits buffer.
+        let step = match want {
+            Logits::All => self.chunk.min(LOGITS_ROWS),
+            Logits::Last => self.chunk,
+        };
+        for (ci, chunk) in ids.chunks(step).enumerate() {
+            let pos0 = start + ci * step;
             let is_last = pos0 + chunk.len() == end;
             let positions: Vec<u32> = (pos0..pos0 + chunk.len()).map(|p| p as u32).collect();
             b.write_u32(self.s.ids, chunk)?;
@@ -389,12 +394,14 @@ impl HybridModel {
         pos: Tensor,
         rows: usize,
     ) -> Result<(), ModelError> {
-        if rows == 0 || rows > st.slots || rows > self.chunk {
+        if rows == 0 || rows > st.slots || rows > self.chunk.min(LOGITS_ROWS) {
             return Err(ModelError::Config {
                 field: "slots".into(),
                 msg: format!(
-                    "{rows} decode rows for a {}-slot state and a {}-token chunk",
-                    st.slots, self.chunk
+                    "{rows} decode rows for a {}-slot state and {} logits rows (the chunk, at \
+                     most {LOGITS_ROWS})",
+                    st.slots,
+                    self.chunk.min(LOGITS_ROWS)
                 ),
             });
         }

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use vkllm_engine::bench::{self, BenchOptions};
 use vkllm_models::gguf::GgufModel;
 use vkllm_models::hybrid::HybridModel;
-use vkllm_models::{DEFAULT_CHUNK, KvDtype, Model, VulkanBackend};
+use vkllm_models::{Backend, KvDtype, Model, VulkanBackend};
 use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
 
 use super::model;
@@ -43,8 +43,9 @@ pub struct Args {
     #[arg(long, default_value = "f32")]
     kv_type: String,
 
-    /// Prefill chunk (tokens per forward).
-    #[arg(long, default_value_t = DEFAULT_CHUNK)]
+    /// Prefill chunk (tokens per forward); 0: the device's choice (512 with cooperative
+    /// matrices, else 128).
+    #[arg(long, default_value_t = 0)]
     chunk: usize,
 
     /// Also profile one decode step per graph region (GPU timestamps).
@@ -99,9 +100,12 @@ pub fn run(args: Args) -> Result<()> {
     let info = dev.info().clone();
     eprintln!("vkllm bench: {} on {}", path.display(), info.summary());
     let mut b = VulkanBackend::new(dev);
-    let chunk = args
-        .chunk
-        .max(args.batch.iter().copied().max().unwrap_or(1));
+    let chunk = if args.chunk == 0 {
+        b.prefill_chunk()
+    } else {
+        args.chunk
+    };
+    let chunk = chunk.max(args.batch.iter().copied().max().unwrap_or(1));
     let cfg = gguf.config.clone();
     let opts = BenchOptions {
         pp: args.pp.clone(),

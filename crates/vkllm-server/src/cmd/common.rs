@@ -10,8 +10,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use vkllm_cpu::sampler::SamplingParams;
 use vkllm_engine::{EngineError, GenerateParams, Session, Usage};
 use vkllm_models::{
-    Backend, Checkpoint, CpuBackend, DEFAULT_CHUNK, KvDtype, LoadProgress, Model, QuantScheme,
-    QuantizingSource, VulkanBackend,
+    Backend, Checkpoint, CpuBackend, KvDtype, LoadProgress, Model, QuantScheme, QuantizingSource,
+    VulkanBackend,
 };
 use vkllm_tokenizer::Tokenizer;
 use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
@@ -214,11 +214,12 @@ fn session<B: Backend>(
         bar.set_length(p.total as u64);
         bar.set_position(p.done as u64);
     };
+    let chunk = b.prefill_chunk();
     let model = match args.quant {
-        None => Model::load_with_progress(cfg, ck.source(), &mut b, DEFAULT_CHUNK, &mut progress),
+        None => Model::load_with_progress(cfg, ck.source(), &mut b, chunk, &mut progress),
         Some(q) => {
             let src = QuantizingSource::new(ck.source(), &cfg, q).tied(ck.tied());
-            Model::load_with_progress(cfg, &src, &mut b, DEFAULT_CHUNK, &mut progress)
+            Model::load_with_progress(cfg, &src, &mut b, chunk, &mut progress)
         }
     };
     bar.finish_and_clear();

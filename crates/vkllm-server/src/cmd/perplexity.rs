@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use vkllm_models::perplexity::perplexity;
-use vkllm_models::{Backend, Checkpoint, CpuBackend, DEFAULT_CHUNK, QuantScheme, VulkanBackend};
+use vkllm_models::{Backend, Checkpoint, CpuBackend, QuantScheme, VulkanBackend};
 use vkllm_tokenizer::{EncodeOptions, Tokenizer};
 use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
 
@@ -96,7 +96,8 @@ fn score<B: Backend>(
     args: &Args,
 ) -> Result<()> {
     let t0 = Instant::now();
-    let model = ck.load(quant, &mut b, DEFAULT_CHUNK)?;
+    let chunk = b.prefill_chunk();
+    let model = ck.load(quant, &mut b, chunk)?;
     let ctx = args.ctx.min(model.cfg.max_position);
     eprintln!(
         "loaded in {:.1} s; {} tokens, {} chunks of {ctx}",

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use vkllm_engine::{InferenceRunner, RunnerConfig, SimpleGenerator, SlotGenerator};
 use vkllm_models::gguf::GgufModel;
 use vkllm_models::hybrid::HybridModel;
-use vkllm_models::{Backend, CpuBackend, DEFAULT_CHUNK, KvDtype, Model, VulkanBackend};
+use vkllm_models::{Backend, CpuBackend, KvDtype, Model, VulkanBackend};
 use vkllm_tokenizer::{Tokenizer, cache};
 use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
 
@@ -103,7 +103,8 @@ fn start_runner<B: Backend + Send + 'static>(
     tokenizer: Arc<Tokenizer>,
     args: &Args,
 ) -> Result<InferenceRunner> {
-    let model = Model::load(gguf.config.clone(), &gguf, &mut b, DEFAULT_CHUNK)?;
+    let chunk = b.prefill_chunk();
+    let model = Model::load(gguf.config.clone(), &gguf, &mut b, chunk)?;
     drop(gguf);
     let ctx = args.ctx.min(model.cfg.max_position).max(2);
     let generator = SimpleGenerator::new(b, model, args.slots.max(1), ctx)?;
@@ -133,12 +134,14 @@ fn start_slot_runner(
                 args.kv_type.name()
             );
         }
-        let model = HybridModel::load(gguf.config.clone(), &gguf, &mut b, DEFAULT_CHUNK)?;
+        let chunk = b.prefill_chunk();
+        let model = HybridModel::load(gguf.config.clone(), &gguf, &mut b, chunk)?;
         drop(gguf);
         let ctx = args.ctx.min(model.cfg.max_position).max(2);
         SlotGenerator::new_hybrid(b, model, slots, ctx, 4)?
     } else {
-        let model = Model::load(gguf.config.clone(), &gguf, &mut b, DEFAULT_CHUNK)?;
+        let chunk = b.prefill_chunk();
+        let model = Model::load(gguf.config.clone(), &gguf, &mut b, chunk)?;
         drop(gguf);
         let ctx = args.ctx.min(model.cfg.max_position).max(2);
         SlotGenerator::new(b, model, slots, ctx, args.kv_type, 4)?

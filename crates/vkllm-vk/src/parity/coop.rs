@@ -58,7 +58,7 @@ fn reference(w: &[f32], rows: usize, cols: usize, x: &[f32], n: usize) -> (Vec<f
 }
 
 /// Why this device does not run the kernel, if it does not.
-fn not_applicable(dev: &Device) -> Option<String> {
+pub(crate) fn not_applicable(dev: &Device) -> Option<String> {
     if dev.coopmat() {
         return None;
     }

@@ -1,5 +1,6 @@
 //! Device-side tables and scratch the Vulkan backend builds on the host or grows on demand: RoPE
-//! (cos, sin) tables, split-K attention partials and tiled biases.
+//! (cos, sin) tables, split-K attention partials and tiled biases; and the host-side choice of
+//! the cooperative-matrix prefill attention.
 
 use vkllm_cpu::Rope;
 use vkllm_vk::MemoryKind;
@@ -8,7 +9,34 @@ use super::{RopeTable, VulkanBackend};
 use crate::backend::Tensor;
 use crate::error::ModelError;
 
+/// `VKLLM_ATTN_PREFILL=portable` keeps prefill attention on the portable tiled kernel (the
+/// reference) on devices with cooperative matrices.
+fn attn_prefill_portable() -> bool {
+    static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *P.get_or_init(|| std::env::var("VKLLM_ATTN_PREFILL").is_ok_and(|v| v == "portable"))
+}
+
 impl VulkanBackend {
+    /// The first position of a prefill batch when the cooperative-matrix attention can run it:
+    /// the device runs cooperative matrices, the head dim and subgroup size fit the kernel, the
+    /// positions (host copy) are consecutive, and no step is being captured.
+    pub(super) fn coop_prefill_pos0(
+        &self,
+        positions: Tensor,
+        n: usize,
+        head_dim: usize,
+    ) -> Option<usize> {
+        use vkllm_kernels::attention_prefill_coop::CoopAttnTile;
+        if !self.dev.coopmat() || self.capture_ctx.is_some() || attn_prefill_portable() {
+            return None;
+        }
+        CoopAttnTile::for_shape(head_dim, self.dev.info().subgroup_size)?;
+        let pos = self.host_u32(positions, n);
+        let p0 = *pos.first()?;
+        let consecutive = pos.iter().enumerate().all(|(i, &p)| p == p0 + i as u32);
+        consecutive.then_some(p0 as usize)
+    }
+
     pub(super) fn rope_table(&mut self, rope: &Rope, need: usize) -> Result<usize, ModelError> {
         if let Some(i) = self
             .ropes
