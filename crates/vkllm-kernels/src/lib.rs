@@ -73,6 +73,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &attention::ATTN_SPLIT,
         &attention::ATTN_SPLIT_GQA,
         &attention::ATTN_MERGE,
+        &attention::ATTN_DECODE_FUSED,
         &attention::ATTN_PREFILL,
         &activation::SILU_MUL,
         &activation::GELU_TANH_MUL,

@@ -77,6 +77,7 @@ parity_tests!(
     rope_kv_append,
     attention_decode,
     attention_prefill,
+    attention_fused,
     sample,
     kv_append_slots,
     attention_slots,

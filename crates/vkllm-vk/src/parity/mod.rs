@@ -12,6 +12,7 @@
 //! arithmetic, not the storage format.
 
 mod attn;
+mod attn_fused;
 mod basic;
 mod coop;
 mod decode;
@@ -117,6 +118,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("rope_kv_append", rope_kv::rope_kv_append_case),
     ("attention_decode", attn::attention_decode),
     ("attention_prefill", attn::attention_prefill),
+    ("attention_fused", attn_fused::attention_fused),
     ("sample", sample::sample),
     ("kv_append_slots", decode::kv_append_slots),
     ("attention_slots", decode::attention_slots),
