@@ -39,23 +39,25 @@ fn wg_max(x: f32, sg_id: u32, sg_lane: u32, n_sg: u32) -> f32 {
 }
 
 // The keys query i sees, [lo, hi] (inclusive; empty when lo > hi): causal (j <= q_pos[i]), the
-// sliding window (j > q_pos[i] - window when window > 0), clipped to the cache.
+// sliding window (j > q_pos[i] - window when window > 0), clipped to the cache. Written so that
+// q_pos = 0xffffffff (an idle slot) does not wrap: with a window it sees nothing.
 fn visible_keys(i: u32) -> vec2<u32> {
     let qp = q_pos[i];
     let hi = min(qp, p.n_kv - 1u);
     var lo = 0u;
-    if (p.window > 0u && qp + 1u > p.window) {
-        lo = qp + 1u - p.window;
+    if (p.window > 0u && qp >= p.window) {
+        lo = qp - p.window + 1u;
     }
     return vec2<u32>(lo, hi);
 }
 
-// Chunks of CHUNK keys the visible range [lo, hi] splits into (chunk c starts at lo + c * CHUNK).
+// Chunks of CHUNK keys the visible range [lo, hi] splits into (chunk c starts at lo + c * CHUNK),
+// at most the grid's n_chunks (more only for a position past the cache, whose output is not used).
 fn live_chunks(lo: u32, hi: u32) -> u32 {
     if (lo > hi) {
         return 0u;
     }
-    return (hi - lo) / CHUNK + 1u;
+    return min((hi - lo) / CHUNK + 1u, p.n_chunks);
 }
 
 // Grouped-query chunk scoring. One workgroup scores keys [j0, j1) of kv head kvh for all G =

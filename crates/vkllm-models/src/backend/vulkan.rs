@@ -9,7 +9,9 @@
 use vkllm_cpu::{AttnParams, Rope, RopeStyle};
 use vkllm_kernels::WeightType;
 use vkllm_kernels::activation::{Activation as KAct, GatedActivation};
-use vkllm_kernels::attention::{AttnDecode, AttnPrefill, AttnShape, GQA_MAX, MAX_CHUNKS};
+use vkllm_kernels::attention::{
+    AttnDecode, AttnDecodeFused, AttnPrefill, AttnShape, GQA_MAX, MAX_CHUNKS,
+};
 use vkllm_kernels::elementwise::{Add, Softcap};
 use vkllm_kernels::kv_append::{KvAppend, KvType};
 use vkllm_kernels::rmsnorm::{NormShape, RmsNorm};
@@ -53,6 +55,26 @@ fn attn_chunk_gqa() -> usize {
     })
 }
 
+/// How decode attention is dispatched where the grouped-query split applies (`VKLLM_ATTN`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AttnMode {
+    /// One dispatch: the grouped split whose last workgroup per group merges (the default).
+    Fused,
+    /// `split`: the grouped split, then the merge (two dispatches).
+    Split,
+    /// `reference`: the reference split (one workgroup per query head), then the merge.
+    Reference,
+}
+
+fn attn_mode() -> AttnMode {
+    static MODE: std::sync::OnceLock<AttnMode> = std::sync::OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var("VKLLM_ATTN").as_deref() {
+        Ok("split") => AttnMode::Split,
+        Ok("reference") => AttnMode::Reference,
+        _ => AttnMode::Fused,
+    })
+}
+
 enum Slot {
     /// An activation / constant buffer of `len` 32-bit words; u32 tensors keep a host copy of
     /// what was last written (positions, ids) so shapes that depend on them are known.
@@ -75,6 +97,9 @@ pub struct VulkanBackend {
     ropes: Vec<RopeTable>,
     /// Split-K attention partials (`part_ml`, `part_o`), grown on demand.
     attn_parts: Option<(Buffer, Buffer)>,
+    /// The one-dispatch attention's per-(query, kv head) counters: zeroed when created, left
+    /// zero by every dispatch; grown on demand.
+    attn_counters: Option<Buffer>,
     /// Each biased weight's bias tiled `n` times, so a bias add is one copy per linear.
     tiled_bias: Vec<(Tensor, usize, Buffer)>,
     /// Keep quantized weights in their blocks (the fast path) instead of f32.
@@ -105,6 +130,7 @@ impl VulkanBackend {
             rec: None,
             ropes: Vec::new(),
             attn_parts: None,
+            attn_counters: None,
             tiled_bias: Vec::new(),
             quantized: true,
             capture_ctx: None,
@@ -592,13 +618,22 @@ impl Backend for VulkanBackend {
         } else {
             info.subgroup_size
         };
-        let gqa = self.fused && p.n_heads / p.n_kv_heads.max(1) <= GQA_MAX && min_sg >= 8;
+        let mode = attn_mode();
+        let gqa = self.fused
+            && mode != AttnMode::Reference
+            && p.n_heads / p.n_kv_heads.max(1) <= GQA_MAX
+            && min_sg >= 8;
+        // Split and merge in one dispatch unless `VKLLM_ATTN=split` asks for two.
+        let one_pass = gqa && mode == AttnMode::Fused;
         let chunk = if gqa { attn_chunk_gqa() } else { ATTN_CHUNK };
         // Long caches: grow the chunk so the merge's partial count stays bounded.
         let chunk = chunk.max(n_kv.div_ceil(MAX_CHUNKS).next_power_of_two());
         if decode {
             let (ml, o) = AttnDecode::<BufSlice<'_>>::scratch_bytes(&shape, chunk);
             self.attn_parts(ml, o)?;
+            if one_pass {
+                self.attn_counters(AttnDecodeFused::<BufSlice<'_>>::counter_bytes(&shape))?;
+            }
         }
         let width = p.n_kv_heads * p.head_dim;
         self.record(|me, r| {
@@ -606,6 +641,21 @@ impl Backend for VulkanBackend {
             let (qs, ps, os) = (me.head(q, qw)?, me.head(positions, n)?, me.head(out, qw)?);
             if decode {
                 let (ml, o) = me.attn_parts.as_ref().expect("allocated above");
+                if one_pass {
+                    let counters = me.attn_counters.as_ref().expect("allocated above");
+                    let a = AttnDecodeFused {
+                        q: qs,
+                        k: ks,
+                        v: vs,
+                        q_pos: ps,
+                        part_ml: ml.all(),
+                        part_o: o.all(),
+                        out: os,
+                        counters: counters.all(),
+                    };
+                    r.dispatch(a.dispatch(&shape, chunk)?)?;
+                    return Ok(());
+                }
                 let a = AttnDecode {
                     q: qs,
                     k: ks,

@@ -5,12 +5,13 @@
 //! each query's position decides how many chunks are live: contexts of 1 key, one key short of a
 //! chunk, exactly a chunk (single pass, no partials), a chunk and one, many chunks; slots with
 //! their own caches (stride larger than the rows), queries sharing one cache, ring caches with
-//! windows that wrap, odd head counts and every grouping up to 8. Each case dispatches twice in
-//! one recording (the output re-poisoned in between) and once more in a second submission, so a
-//! counter the kernel failed to reset shows up as an unwritten (NaN) output; the counters are
-//! then checked to be zero.
+//! windows that wrap, idle slots (position u32::MAX) in windowed layers, odd head counts and
+//! groupings up to 8. Each case dispatches twice in one recording (the output re-poisoned in
+//! between) and once more in a second submission, so a counter the kernel failed to reset shows
+//! up as an unwritten (NaN) output; the counters are then checked to be zero.
 
 use vkllm_cpu::AttnParams;
+use vkllm_cpu::decode::IDLE as IDLE_POS;
 use vkllm_kernels::attention::{AttnDecode, AttnDecodeFused, AttnShape};
 use vkllm_kernels::kv_append::KvType;
 
@@ -44,6 +45,10 @@ struct Case {
     chunk: usize,
     label: &'static str,
 }
+
+/// An idle slot's position (`vkllm_cpu::decode::IDLE`): in a windowed layer it sees no key (the
+/// CPU op's rule: a zero output), and it must not leave a counter behind.
+const IDLE: usize = IDLE_POS as usize;
 
 const CASES: &[Case] = &[
     Case {
@@ -132,7 +137,7 @@ const CASES: &[Case] = &[
         label: "slots",
     },
     Case {
-        pos: &[5, 39, 150],
+        pos: &[5, IDLE, 39, 150],
         shared: false,
         n_pos: 200,
         ring: Some(40),
@@ -160,7 +165,7 @@ const CASES: &[Case] = &[
         label: "shared queries",
     },
     Case {
-        pos: &[100, 255],
+        pos: &[100, IDLE, 255],
         shared: false,
         n_pos: 256,
         ring: None,
@@ -233,6 +238,11 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
     };
     let mut want = vec![0.0; n_q * qw];
     for (i, &pos) in c.pos.iter().enumerate() {
+        if pos == IDLE {
+            // Sees no key (windowed cases only): stays zero.
+            assert!(c.window.is_some(), "idle slots only in windowed cases");
+            continue;
+        }
         // The keys written so far are positions 0..=pos, in rows (j % ring) of this query's cache.
         let base = if c.shared { 0 } else { i * stride * width };
         let rows = (pos + 1).min(ring) * width;
@@ -262,6 +272,17 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
         ring: c.ring,
     };
     let pos32: Vec<u32> = c.pos.iter().map(|&p| p as u32).collect();
+    let shown: Vec<String> = c
+        .pos
+        .iter()
+        .map(|&p| {
+            if p == IDLE {
+                "idle".into()
+            } else {
+                p.to_string()
+            }
+        })
+        .collect();
     let (qb, pb, out) = (
         cx.input("q", &q)?,
         cx.input("q_pos", &pos32)?,
@@ -311,8 +332,8 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
         variant += &format!(" window {w}");
     }
     let shape_s = format!(
-        "q@{:?} kv {}{} h {}/{} d {} chunk {}",
-        c.pos,
+        "q@[{}] kv {}{} h {}/{} d {} chunk {}",
+        shown.join(","),
         c.n_pos,
         c.ring.map_or(String::new(), |r| format!(" ring {r}")),
         c.n_heads,
