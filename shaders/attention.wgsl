@@ -24,6 +24,8 @@
 // keeps the GPU busy when there are few heads and long contexts; the merge is cheap (n_chunks
 // partials per head).
 // Shared memory: q (256 f32) + scores (CHUNK f32, default 256) + 32 f32 = 2.1 KiB.
+//
+// #include attention_gqa.inc.wgsl
 
 override WG: u32 = 128;
 override CHUNK: u32 = 256;
@@ -54,8 +56,6 @@ var<immediate> p: Params;
 
 var<workgroup> qs: array<f32, 256>;
 var<workgroup> sc: array<f32, CHUNK>;
-var<workgroup> red: array<f32, 32>;
-var<workgroup> wg_skip: u32;
 
 fn load_k(e: u32) -> f32 {
     if (KV_DTYPE == 0u) {
@@ -71,34 +71,6 @@ fn load_v(e: u32) -> f32 {
     }
     let pair = unpack2x16float(v[e >> 1u]);
     return select(pair.x, pair.y, (e & 1u) == 1u);
-}
-
-fn wg_sum(x: f32, sg_id: u32, sg_lane: u32, n_sg: u32) -> f32 {
-    let s = subgroupAdd(x);
-    if (sg_lane == 0u) {
-        red[sg_id] = s;
-    }
-    workgroupBarrier();
-    var total = 0.0;
-    for (var i = 0u; i < n_sg; i++) {
-        total += red[i];
-    }
-    workgroupBarrier();
-    return total;
-}
-
-fn wg_max(x: f32, sg_id: u32, sg_lane: u32, n_sg: u32) -> f32 {
-    let s = subgroupMax(x);
-    if (sg_lane == 0u) {
-        red[sg_id] = s;
-    }
-    workgroupBarrier();
-    var m = red[0];
-    for (var i = 1u; i < n_sg; i++) {
-        m = max(m, red[i]);
-    }
-    workgroupBarrier();
-    return m;
 }
 
 @compute @workgroup_size(WG)
@@ -240,21 +212,10 @@ fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
 
 // split_gqa: the decode split pass organised for bandwidth (the `split` above is the reference).
 // One workgroup per (key chunk c, kv head, query i) scores the chunk's keys for all G = n_heads /
-// n_kv_heads query heads sharing that kv head (each K row is read once for the group), with
-// 8-lane clusters across keys and lanes across the row (shuffle-xor dot products),
-// then accumulates V with invocations across head dims (coalesced). The partials have the
-// layout `split` writes, so `merge` is shared. G <= GQA_MAX, head_dim <= 256, CHUNK <= 256;
-// subgroups of at least 8 lanes (power-of-two sizes) with shuffle support (the caller checks).
-// Loops that contain subgroup operations run the same trip count in every subgroup; loops over
-// the group's heads have the constant bound GQA_MAX (guarded by g < G) so the per-head
-// accumulators stay in registers (a dynamically indexed private array would live in memory).
-// Shared memory: 4096 (queries, then output partials) + 2048 (scores) + 16 f32: 24.1 KiB.
-const GQA_MAX: u32 = 8u;
-// The group's queries while scoring, then the output partials (red_o) once scores are done.
-var<workgroup> qg: array<f32, 4096>;
-var<workgroup> sg_sc: array<f32, 2048>;
-var<workgroup> ml_g: array<f32, 16>;
-
+// n_kv_heads query heads sharing that kv head (`gqa_chunk` in attention_gqa.inc.wgsl: each K row
+// is read once for the group; 8-lane clusters across keys, invocations across head dims for V).
+// The partials have the layout `split` writes, so `merge` is shared. G <= GQA_MAX, head_dim <=
+// 256, CHUNK <= 256; subgroups of at least 8 lanes (the caller checks).
 @compute @workgroup_size(WG)
 fn split_gqa(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
              @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
@@ -264,184 +225,25 @@ fn split_gqa(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     let i = wid.z;
     let hd = p.head_dim;
     let g_n = p.n_heads / p.n_kv_heads;
-    let kv_dim = p.n_kv_heads * hd;
-    let row0 = i * p.kv_stride;
-    let qp = q_pos[i];
-    let hi = min(qp, p.n_kv - 1u);
-    var lo = 0u;
-    if (p.window > 0u && qp + 1u > p.window) {
-        lo = qp + 1u - p.window;
-    }
+    let vis = visible_keys(i);
     // Chunks start at the first visible key (as in `split`); key j lives in row j % ring.
-    let j0 = lo + c * CHUNK;
-    let j1 = min(j0 + CHUNK, hi + 1u);
-    let neg_inf = bitcast<f32>(0xff800000u);
+    let j0 = vis.x + c * CHUNK;
+    let j1 = min(j0 + CHUNK, vis.y + 1u);
     if (lid == 0u) {
-        wg_skip = select(0u, 1u, j0 > hi);
+        wg_skip = select(0u, 1u, j0 > vis.y);
     }
     if (workgroupUniformLoad(&wg_skip) != 0u) {
         if (lid < g_n) {
             let part0 = (i * p.n_heads + kvh * g_n + lid) * p.n_chunks + c;
-            part_ml[2u * part0] = neg_inf;
+            part_ml[2u * part0] = bitcast<f32>(0xff800000u);
             part_ml[2u * part0 + 1u] = 0.0;
         }
         return;
     }
-    // Stage the group's queries.
-    let qbase = (i * p.n_heads + kvh * g_n) * hd;
+    gqa_chunk(i, kvh, j0, j1, lid, sg_id, sg_lane, sg_size, n_sg);
     for (var e = lid; e < g_n * hd; e += WG) {
-        qg[e] = q[qbase + e];
-    }
-    workgroupBarrier();
-
-    // Scores: clusters of 8 lanes, one key each (flat invocation f = sg_id * sg_size + lane;
-    // cluster f / 8 takes keys jj = f / 8, f / 8 + n_cl, ...; lane f % 8 the row words f % 8,
-    // f % 8 + 8, ...), so a 128-invocation workgroup scores 16 keys at once; a cluster's partial
-    // dots are summed with subgroupShuffleXor 4, 2, 1 (subgroup sizes are multiples of 8, so a
-    // cluster never straddles subgroups).
-    var words = hd;
-    if (KV_DTYPE == 1u) {
-        words = hd / 2u;
-    }
-    let flat = sg_id * sg_size + sg_lane;
-    let cl = flat / 8u;
-    let cl_lane = flat % 8u;
-    let n_cl = (n_sg * sg_size) / 8u;
-    let trips = (CHUNK + n_cl - 1u) / n_cl;
-    for (var t = 0u; t < trips; t++) {
-        let jj = cl + t * n_cl;
-        let j = j0 + jj;
-        let live = jj < CHUNK && j < j1;
-        var acc: array<f32, 8>;
-        for (var g = 0u; g < GQA_MAX; g++) {
-            acc[g] = 0.0;
-        }
-        if (live) {
-            let kb = (row0 + j % p.ring) * kv_dim + kvh * hd;
-            for (var w = cl_lane; w < words; w += 8u) {
-                if (KV_DTYPE == 0u) {
-                    let kx = bitcast<f32>(k[kb + w]);
-                    for (var g = 0u; g < GQA_MAX; g++) {
-                        if (g < g_n) {
-                            acc[g] += qg[g * hd + w] * kx;
-                        }
-                    }
-                } else {
-                    let kx = unpack2x16float(k[(kb >> 1u) + w]);
-                    for (var g = 0u; g < GQA_MAX; g++) {
-                        if (g < g_n) {
-                            acc[g] += qg[g * hd + 2u * w] * kx.x + qg[g * hd + 2u * w + 1u] * kx.y;
-                        }
-                    }
-                }
-            }
-        }
-        for (var g = 0u; g < GQA_MAX; g++) {
-            if (g < g_n) {
-                var dot_g = acc[g];
-                dot_g += subgroupShuffleXor(dot_g, 4u);
-                dot_g += subgroupShuffleXor(dot_g, 2u);
-                dot_g += subgroupShuffleXor(dot_g, 1u);
-                if (cl_lane == 0u && jj < CHUNK) {
-                    var s = neg_inf;
-                    if (live) {
-                        s = dot_g * p.scale;
-                        if (p.softcap > 0.0) {
-                            s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
-                        }
-                    }
-                    sg_sc[g * CHUNK + jj] = s;
-                }
-            }
-        }
-    }
-    workgroupBarrier();
-
-    // Softmax pieces per head: subgroup s takes heads s, s + n_sg, ...; lanes across keys.
-    let htrips = (g_n + n_sg - 1u) / n_sg;
-    for (var t = 0u; t < htrips; t++) {
-        let g = sg_id + t * n_sg;
-        let gl = min(g, g_n - 1u);
-        var m = neg_inf;
-        for (var jj = sg_lane; jj < CHUNK; jj += sg_size) {
-            m = max(m, sg_sc[gl * CHUNK + jj]);
-        }
-        m = subgroupMax(m);
-        var l = 0.0;
-        for (var jj = sg_lane; jj < CHUNK; jj += sg_size) {
-            var e = 0.0;
-            if (m != neg_inf) {
-                e = exp(sg_sc[gl * CHUNK + jj] - m);
-            }
-            if (g < g_n) {
-                sg_sc[gl * CHUNK + jj] = e;
-            }
-            l += e;
-        }
-        l = subgroupAdd(l);
-        if (sg_lane == 0u && g < g_n) {
-            ml_g[2u * g] = m;
-            ml_g[2u * g + 1u] = l;
-        }
-    }
-    workgroupBarrier();
-
-    // Output partials: invocation t takes 4 consecutive head dims (quad t % n_dq) of the keys
-    // jj = kg, kg + kg_n, ... (kg = t / n_dq), for all heads of the group; the kg_n partial sums
-    // per (head, dim) are then added through shared memory (qg, free after scoring;
-    // kg_n * g_n * hd <= 4096).
-    let n = j1 - j0;
-    let n_dq = (hd + 3u) / 4u;
-    let kg_n = max(1u, WG / n_dq);
-    let kg = lid / n_dq;
-    let d0 = 4u * (lid % n_dq);
-    var o: array<f32, 32>;
-    for (var u = 0u; u < 32u; u++) {
-        o[u] = 0.0;
-    }
-    if (kg < kg_n) {
-        for (var jj = kg; jj < n; jj += kg_n) {
-            let j = j0 + jj;
-            let vb = (row0 + j % p.ring) * kv_dim + kvh * hd + d0;
-            var vx: array<f32, 4>;
-            for (var u = 0u; u < 4u; u++) {
-                vx[u] = 0.0;
-                if (d0 + u < hd) {
-                    if (KV_DTYPE == 0u) {
-                        vx[u] = bitcast<f32>(v[vb + u]);
-                    } else {
-                        let pair = unpack2x16float(v[(vb + u) >> 1u]);
-                        vx[u] = select(pair.x, pair.y, ((vb + u) & 1u) == 1u);
-                    }
-                }
-            }
-            for (var g = 0u; g < GQA_MAX; g++) {
-                if (g < g_n) {
-                    let e = sg_sc[g * CHUNK + jj];
-                    for (var u = 0u; u < 4u; u++) {
-                        o[4u * g + u] += e * vx[u];
-                    }
-                }
-            }
-        }
-        for (var g = 0u; g < GQA_MAX; g++) {
-            for (var u = 0u; u < 4u; u++) {
-                if (g < g_n && d0 + u < hd) {
-                    qg[(kg * g_n + g) * hd + d0 + u] = o[4u * g + u];
-                }
-            }
-        }
-    }
-    workgroupBarrier();
-    for (var e = lid; e < g_n * hd; e += WG) {
-        let g = e / hd;
-        let d = e % hd;
-        var t = 0.0;
-        for (var k2 = 0u; k2 < kg_n; k2++) {
-            t += qg[(k2 * g_n + g) * hd + d];
-        }
-        let part = (i * p.n_heads + kvh * g_n + g) * p.n_chunks + c;
-        part_o[part * hd + d] = t;
+        let part = (i * p.n_heads + kvh * g_n + e / hd) * p.n_chunks + c;
+        part_o[part * hd + e % hd] = gqa_out(e);
     }
     if (lid < g_n) {
         let part = (i * p.n_heads + kvh * g_n + lid) * p.n_chunks + c;

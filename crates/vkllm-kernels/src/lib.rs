@@ -74,6 +74,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &attention::ATTN_SPLIT,
         &attention::ATTN_SPLIT_GQA,
         &attention::ATTN_MERGE,
+        &attention::ATTN_DECODE_FUSED,
         &attention::ATTN_PREFILL,
         &attention_prefill_coop::ATTN_PREFILL_COOP,
         &activation::SILU_MUL,

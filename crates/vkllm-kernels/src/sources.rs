@@ -4,7 +4,14 @@
 
 pub(crate) const ACTIVATION: &str = include_str!("../shaders/activation.wgsl");
 pub(crate) const ARGMAX: &str = include_str!("../shaders/argmax.wgsl");
-pub(crate) const ATTENTION: &str = include_str!("../shaders/attention.wgsl");
+pub(crate) const ATTENTION: &str = concat!(
+    include_str!("../shaders/attention.wgsl"),
+    include_str!("../shaders/attention_gqa.inc.wgsl")
+);
+pub(crate) const ATTENTION_FUSED: &str = concat!(
+    include_str!("../shaders/attention_fused.wgsl"),
+    include_str!("../shaders/attention_gqa.inc.wgsl")
+);
 pub(crate) const CAUSAL_CONV1D: &str = include_str!("../shaders/causal_conv1d.wgsl");
 pub(crate) const ATTENTION_PREFILL: &str = include_str!("../shaders/attention_prefill.wgsl");
 pub(crate) const ATTENTION_PREFILL_COOP: &str =
@@ -56,6 +63,8 @@ mod tests {
     fn includes_match_build_assembly() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("shaders");
         for (file, src) in [
+            ("attention.wgsl", super::ATTENTION),
+            ("attention_fused.wgsl", super::ATTENTION_FUSED),
             ("mat_quant.wgsl", super::MAT_QUANT),
             ("matvec_fused.wgsl", super::MATVEC_FUSED),
             ("matmul_coop.wgsl", super::MATMUL_COOP),

@@ -78,6 +78,7 @@ parity_tests!(
     attention_decode,
     attention_prefill,
     attention_prefill_coop,
+    attention_fused,
     sample,
     kv_append_slots,
     attention_slots,

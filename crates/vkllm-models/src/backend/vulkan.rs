@@ -9,14 +9,13 @@
 use vkllm_cpu::{AttnParams, Rope, RopeStyle};
 use vkllm_kernels::WeightType;
 use vkllm_kernels::activation::{Activation as KAct, GatedActivation};
-use vkllm_kernels::attention::{AttnDecode, AttnPrefill, AttnShape, GQA_MAX, MAX_CHUNKS};
-use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
 use vkllm_kernels::elementwise::{Add, Softcap};
 use vkllm_kernels::kv_append::{KvAppend, KvType};
 use vkllm_kernels::rmsnorm::{NormShape, RmsNorm};
 use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
 use vkllm_vk::{BufSlice, Buffer, Device, MemoryKind, Recorder, Tensor as VkTensor, Validation};
 
+mod attention;
 mod fused;
 mod profile;
 mod recorded;
@@ -38,21 +37,6 @@ use crate::error::ModelError;
 #[path = "vulkan_hybrid.rs"]
 mod hybrid;
 use crate::family::Activation;
-
-/// Keys per split-K workgroup of decode attention (the reference split).
-const ATTN_CHUNK: usize = 256;
-/// Keys per workgroup of the grouped-query split (`VKLLM_ATTN_CHUNK`, a power of two in
-/// 16..=256, overrides it for tuning).
-fn attn_chunk_gqa() -> usize {
-    static CHUNK: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CHUNK.get_or_init(|| {
-        std::env::var("VKLLM_ATTN_CHUNK")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|c| (16..=256).contains(c) && c.is_power_of_two())
-            .unwrap_or(16)
-    })
-}
 
 enum Slot {
     /// An activation / constant buffer of `len` 32-bit words; u32 tensors keep a host copy of
@@ -76,6 +60,9 @@ pub struct VulkanBackend {
     ropes: Vec<RopeTable>,
     /// Split-K attention partials (`part_ml`, `part_o`), grown on demand.
     attn_parts: Option<(Buffer, Buffer)>,
+    /// The one-dispatch attention's per-(query, kv head) counters: zeroed when created, left
+    /// zero by every dispatch; grown on demand.
+    attn_counters: Option<Buffer>,
     /// Each biased weight's bias tiled `n` times, so a bias add is one copy per linear.
     tiled_bias: Vec<(Tensor, usize, Buffer)>,
     /// Keep quantized weights in their blocks (the fast path) instead of f32.
@@ -106,6 +93,7 @@ impl VulkanBackend {
             rec: None,
             ropes: Vec::new(),
             attn_parts: None,
+            attn_counters: None,
             tiled_bias: Vec::new(),
             quantized: true,
             capture_ctx: None,
@@ -566,100 +554,7 @@ impl Backend for VulkanBackend {
         p: &AttnParams,
         out: Tensor,
     ) -> Result<(), ModelError> {
-        let per_row = kv.rows == KvRows::PerRow;
-        // Keys visible to the batch: the whole slot while a step is captured or per row (masked
-        // by the positions on the device), else up to the largest position.
-        let n_kv = if per_row {
-            kv.capacity
-        } else {
-            self.positions_end(positions, n)
-        };
-        if n_kv > kv.capacity {
-            return Err(ModelError::ContextFull {
-                pos: n_kv - 1,
-                capacity: kv.capacity,
-            });
-        }
-        let decode = n == 1 || per_row;
-        let shape = AttnShape {
-            n_q: n,
-            n_heads: p.n_heads,
-            n_kv_heads: p.n_kv_heads,
-            head_dim: p.head_dim,
-            n_kv,
-            scale: p.scale,
-            softcap: p.softcap,
-            window: p.window,
-            kv: kv_type(kv.dtype),
-            kv_stride: if per_row { kv.stride } else { 0 },
-            ring: Some(kv.ring),
-        };
-        let qw = n * p.n_heads * p.head_dim;
-        // The grouped-query split (one workgroup per kv head, small chunks) unless the
-        // reference ops are selected or the grouping is too wide for it.
-        // (It sums 8-lane clusters with shuffles: subgroups of at least 8 lanes.)
-        let info = self.dev.info();
-        let min_sg = if info.min_subgroup_size > 0 {
-            info.min_subgroup_size
-        } else {
-            info.subgroup_size
-        };
-        let gqa = self.fused && p.n_heads / p.n_kv_heads.max(1) <= GQA_MAX && min_sg >= 8;
-        let chunk = if gqa { attn_chunk_gqa() } else { ATTN_CHUNK };
-        // Long caches: grow the chunk so the merge's partial count stays bounded.
-        let chunk = chunk.max(n_kv.div_ceil(MAX_CHUNKS).next_power_of_two());
-        if decode {
-            let (ml, o) = AttnDecode::<BufSlice<'_>>::scratch_bytes(&shape, chunk);
-            self.attn_parts(ml, o)?;
-        }
-        let width = p.n_kv_heads * p.head_dim;
-        let coop_pos0 = if decode {
-            None
-        } else {
-            self.coop_prefill_pos0(positions, n, p.head_dim)
-        };
-        self.record(|me, r| {
-            let (ks, vs, _) = me.kv_region(kv, width)?;
-            let (qs, ps, os) = (me.head(q, qw)?, me.head(positions, n)?, me.head(out, qw)?);
-            if decode {
-                let (ml, o) = me.attn_parts.as_ref().expect("allocated above");
-                let a = AttnDecode {
-                    q: qs,
-                    k: ks,
-                    v: vs,
-                    q_pos: ps,
-                    part_ml: ml.all(),
-                    part_o: o.all(),
-                    out: os,
-                };
-                let ds = if gqa {
-                    a.dispatch_gqa(&shape, chunk)?
-                } else {
-                    a.dispatch(&shape, chunk)?
-                };
-                r.dispatch_all(ds)?;
-            } else if let Some(pos0) = coop_pos0 {
-                let sg = me.dev.info().subgroup_size;
-                let a = AttnPrefillCoop {
-                    q: qs,
-                    k: ks,
-                    v: vs,
-                    q_pos: ps,
-                    out: os,
-                };
-                r.dispatch(a.dispatch(&shape, pos0, sg)?)?;
-            } else {
-                let a = AttnPrefill {
-                    q: qs,
-                    k: ks,
-                    v: vs,
-                    q_pos: ps,
-                    out: os,
-                };
-                r.dispatch(a.dispatch(&shape)?)?;
-            }
-            Ok(())
-        })
+        self.attention_op(q, kv, n, positions, p, out)
     }
 
     fn gated_act(

@@ -1,6 +1,6 @@
 //! Device-side tables and scratch the Vulkan backend builds on the host or grows on demand: RoPE
-//! (cos, sin) tables, split-K attention partials and tiled biases; and the host-side choice of
-//! the cooperative-matrix prefill attention.
+//! (cos, sin) tables, split-K attention partials and counters, and tiled biases; and the host-side
+//! choice of the cooperative-matrix prefill attention.
 
 use vkllm_cpu::Rope;
 use vkllm_vk::MemoryKind;
@@ -84,6 +84,25 @@ impl VulkanBackend {
                     .create_buffer("attn part_o", o, MemoryKind::Device)?,
             ));
         }
+        Ok(())
+    }
+
+    /// At least `bytes` of zeroed attention counters (a new buffer is zeroed on creation; the
+    /// kernel leaves the counters zero after each dispatch, so a kept one stays zeroed).
+    pub(super) fn attn_counters(&mut self, bytes: u64) -> Result<(), ModelError> {
+        if self
+            .attn_counters
+            .as_ref()
+            .is_some_and(|c| c.size() >= bytes)
+        {
+            return Ok(());
+        }
+        // Pending work may still use the old counters: keep them until the next flush.
+        if let Some(c) = self.attn_counters.take() {
+            self.retired.push(c);
+        }
+        let zeros = vec![0u32; bytes.div_ceil(4) as usize];
+        self.attn_counters = Some(self.dev.buffer_from("attn counters", &zeros)?);
         Ok(())
     }
 
