@@ -11,7 +11,7 @@
 
 use std::cell::Cell;
 
-use crate::backend::{Backend, KvDtype, KvRows, KvView, StateView, Tensor};
+use crate::backend::{Backend, KvDtype, KvRows, KvView, NormMlp, StateView, Tensor};
 use crate::blocks::{self, AttnRefs, AttnScratch};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
@@ -469,23 +469,44 @@ impl HybridModel {
                     )?;
                     let rows = n * d.n_v_heads;
                     b.gated_rmsnorm(s.core, s.z, dw.norm, rows, d.v_dim, c.rms_eps, s.normed)?;
+                    // out_proj with the residual add in its epilogue.
                     b.mark("delta_out");
-                    b.linear(&dw.out, s.normed, n, s.o)?;
+                    b.linear_add(&dw.out, s.normed, n, s.x, s.o)?;
                 }
                 _ => panic!("layer {i}: weights and state disagree on the mixer"),
             }
-            b.mark("residual");
-            blocks::residual_add(b, s.x, s.o, None, s.h, n, c)?;
+            if matches!(lw.mixer, MixerWeights::Attention(_)) {
+                b.mark("residual");
+                blocks::residual_add(b, s.x, s.o, None, s.h, n, c)?;
+            }
 
-            b.mark("norm");
-            b.rmsnorm(s.x, lw.ffn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
-            b.mark("mlp");
             let tmp = (s.gate, s.up, s.act);
             match &lw.ffn {
                 FfnWeights::Dense(m) => {
-                    blocks::mlp(b, c.activation, &m.gate, &m.up, &m.down, s.h, n, tmp, s.o)?
+                    // RMSNorm + gate/up + activation (one fused dispatch where the backend has
+                    // it), then down with the residual add in its epilogue.
+                    b.mark("mlp");
+                    b.norm_gated_mlp(&NormMlp {
+                        x: s.x,
+                        norm: lw.ffn_norm,
+                        eps: c.rms_eps,
+                        norm_offset: c.norm_offset,
+                        n,
+                        h: s.h,
+                        gate: &m.gate,
+                        up: &m.up,
+                        act: c.activation,
+                        gate_out: s.gate,
+                        up_out: s.up,
+                        out: s.act,
+                    })?;
+                    b.linear_add(&m.down, s.act, n, s.x, s.o)?;
+                    continue;
                 }
                 FfnWeights::Moe(m) => {
+                    b.mark("norm");
+                    b.rmsnorm(s.x, lw.ffn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
+                    b.mark("mlp");
                     let mc = c.moe.as_ref().expect("MoE weights come from a MoE config");
                     b.linear(&m.router, s.h, n, s.router)?;
                     let (ids, ew) = (s.expert_ids, s.expert_w);
