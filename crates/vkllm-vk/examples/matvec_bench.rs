@@ -11,7 +11,9 @@
 //! - `--types` takes ggml names (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K,
 //!   q4_K, q5_K, q6_K, iq4_nl, iq4_xs; case-insensitive) or `quant` for the real models' five.
 //! - `--impl`: the fast kernel (`matvec_fused.wgsl`, default), the reference (`matvec.wgsl` /
-//!   `mat_quant.wgsl`; plain, one column only) or both.
+//!   `mat_quant.wgsl`; plain, one column only), both, `int8` (`matvec_q8a.wgsl`: int8 dot
+//!   products over quantized activations, where the type and device allow; the fast kernel
+//!   elsewhere) or `fast,int8`.
 //! - `--fusion`: `plain` (y = W x), `norm` (RMSNorm prologue), `qkv` (three parts 2:1:1 of ROWS
 //!   into one output, with the norm), `gate_up` (gate and up of ROWS rows each + silu, with the
 //!   norm). Comma-separated for several.
@@ -58,7 +60,14 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                     "fast" => vec![MatvecImpl::Fast],
                     "ref" | "reference" => vec![MatvecImpl::Reference],
                     "both" => vec![MatvecImpl::Reference, MatvecImpl::Fast],
-                    s => return Err(format!("--impl {s}: expected fast, ref or both").into()),
+                    "int8" => vec![MatvecImpl::Int8],
+                    "fast,int8" => vec![MatvecImpl::Fast, MatvecImpl::Int8],
+                    s => {
+                        return Err(format!(
+                            "--impl {s}: expected fast, ref, both, int8 or fast,int8"
+                        )
+                        .into());
+                    }
                 }
             }
             "--fusion" => fusions = parse_fusions(&value()?)?,
@@ -100,6 +109,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     let dev = Device::from_env()?;
     println!("device: {}", dev.info().summary());
+    if imps.contains(&MatvecImpl::Int8) && !dev.int8_dot() {
+        println!("(no integer dot products on this device: int8 rows run the fast kernel)");
+    }
     let copy_bytes = (1u64 << 30).min(dev.max_buffer_bytes() / 16 * 16);
     let roof = bench::bench_copy(&dev, copy_bytes, iters)?;
     println!(
