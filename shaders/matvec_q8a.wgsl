@@ -37,6 +37,9 @@ override EPI: u32 = 0;
 // ggml type id (8 Q8_0, 2 Q4_0, 12 Q4_K, 14 Q6_K) and bytes per block.
 override QTYPE: u32 = 8;
 override TS: u32 = 34;
+// Row groups per workgroup: the workgroup owns NIT * (WG / LPR) * R consecutive rows and walks
+// them one group of (WG / LPR) * R at a time, so one quantization of x serves them all.
+override NIT: u32 = 1;
 
 struct Params {
     cols: u32,
@@ -69,9 +72,8 @@ var<workgroup> xd: array<f32, 512>;
 var<workgroup> xs: array<i32, 512>;
 var<workgroup> red: array<f32, 1024>;
 
-// The part the next weight read goes to, and the index of its last 4-byte word (Q8_0 reads).
+// The part the next weight read goes to.
 var<private> cur: u32;
-var<private> lastw: u32;
 
 fn wq(i: u32) -> vec4<u32> {
     if (NPARTS == 1u || cur == 0u) {
@@ -87,18 +89,56 @@ fn wd(i: u32) -> u32 {
     return wq(i >> 2u)[i & 3u];
 }
 
-// The 8 words (32 bytes) at an even byte offset `off`: 9 aligned words, shifted by 16 bits when
-// `off` is 2 mod 4. The ninth is needed only then; its index is clamped to `last` (the last word
-// of the weight) so an aligned run at the very end reads nothing past it.
-fn words8(off: u32, last: u32) -> array<u32, 8> {
-    let i = off >> 2u;
+// The 9 consecutive 4-byte words from word off / 4 (`window9`; 5 for `window5`): the aligned
+// 16-byte words holding them (3; 2), shifted into place by (off / 4) % 4 words in two select
+// stages. Callers read only 16-byte words that hold bytes of the block they decode, so nothing
+// past the weight: a Q8_0 block's 34 bytes reach into the ninth word, a Q4_0 block's 18 into
+// the fifth, and Q6_K's 32-byte runs are followed by more of their block.
+fn window9(off: u32) -> array<u32, 9> {
+    let v = off >> 4u;
+    let a = wq(v);
+    let b = wq(v + 1u);
+    let c = wq(v + 2u);
+    var w = array<u32, 12>(a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w);
+    let s2 = (off & 8u) != 0u;
+    let s1 = (off & 4u) != 0u;
+    var t: array<u32, 10>;
+    for (var k = 0u; k < 10u; k++) {
+        t[k] = select(w[k], w[k + 2u], s2);
+    }
+    var o: array<u32, 9>;
+    for (var k = 0u; k < 9u; k++) {
+        o[k] = select(t[k], t[k + 1u], s1);
+    }
+    return o;
+}
+
+fn window5(off: u32) -> array<u32, 5> {
+    let v = off >> 4u;
+    let a = wq(v);
+    let b = wq(v + 1u);
+    var w = array<u32, 8>(a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
+    let s2 = (off & 8u) != 0u;
+    let s1 = (off & 4u) != 0u;
+    var t: array<u32, 6>;
+    for (var k = 0u; k < 6u; k++) {
+        t[k] = select(w[k], w[k + 2u], s2);
+    }
+    var o: array<u32, 5>;
+    for (var k = 0u; k < 5u; k++) {
+        o[k] = select(t[k], t[k + 1u], s1);
+    }
+    return o;
+}
+
+// The 8 words (32 bytes) at an even byte offset `off`: its window, shifted by 16 bits when `off`
+// is 2 mod 4.
+fn words8(off: u32) -> array<u32, 8> {
+    let w = window9(off);
     let odd = (off & 2u) != 0u;
     var o: array<u32, 8>;
-    var a = wd(i);
     for (var j = 0u; j < 8u; j++) {
-        let b = wd(min(i + j + 1u, last));
-        o[j] = select(a, (a >> 16u) | (b << 16u), odd);
-        a = b;
+        o[j] = select(w[j], (w[j] >> 16u) | (w[j + 1u] << 16u), odd);
     }
     return o;
 }
@@ -142,22 +182,22 @@ fn unit_of(row: u32, u: u32) -> Unit {
     r.sm = 0.0;
     r.zb = 0;
     if (QTYPE == 8u) {
-        // Q8_0: f16 d, 32 i8.
+        // Q8_0: f16 d, 32 i8 (its 34 bytes are the 9 words from blk / 4: qs word j is word
+        // j + 1 when blk = 2 mod 4, else the halves of words j and j + 1).
         let blk = row * (p.cols / 32u) * 34u + u * 34u;
-        let h = wd(blk >> 2u) >> ((blk & 2u) * 8u);
-        r.sa = f16v(h & 0xffffu);
-        r.q = words8(blk + 2u, lastw);
+        let w = window9(blk);
+        let odd = (blk & 2u) != 0u;
+        r.sa = f16v(select(w[0], w[0] >> 16u, odd) & 0xffffu);
+        for (var j = 0u; j < 8u; j++) {
+            r.q[j] = select((w[j] >> 16u) | (w[j + 1u] << 16u), w[j + 1u], odd);
+        }
     } else if (QTYPE == 2u) {
         // Q4_0: f16 d, 16 bytes: element j low nibble of byte j, j + 16 its high nibble.
         let blk = row * (p.cols / 32u) * 18u + u * 18u;
         // Its 18 bytes lie in the 5 words from blk / 4; qs word j is word j + 1 (blk = 2 mod 4)
         // or the halves of words j and j + 1 (blk = 0 mod 4).
-        let i = blk >> 2u;
+        let w = window5(blk);
         let odd = (blk & 2u) != 0u;
-        var w: array<u32, 5>;
-        for (var j = 0u; j < 5u; j++) {
-            w[j] = wd(i + j);
-        }
         r.sa = f16v(select(w[0], w[0] >> 16u, odd) & 0xffffu);
         for (var j = 0u; j < 4u; j++) {
             let qs = select((w[j] >> 16u) | (w[j + 1u] << 16u), w[j + 1u], odd);
@@ -199,8 +239,8 @@ fn unit_of(row: u32, u: u32) -> Unit {
         let h = k8 / 4u;
         let k = k8 % 4u;
         let blk = row * (p.cols / 256u) * 210u + (u / 8u) * 210u;
-        let ql = words8(blk + 64u * h + 32u * (k % 2u), 0xffffffffu);
-        let qh = words8(blk + 128u + 32u * h, 0xffffffffu);
+        let ql = words8(blk + 64u * h + 32u * (k % 2u));
+        let qh = words8(blk + 128u + 32u * h);
         let so = blk + 192u + 8u * h + 2u * k;
         let sw = wd(so >> 2u) >> ((so & 2u) * 8u);
         let d = f16v((wd((blk + 208u) >> 2u) >> (((blk + 208u) & 2u) * 8u)) & 0xffffu);
@@ -263,7 +303,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         rows = p.rows1;
         yoff = p.off1;
     }
-    let row0 = (g - first_wg) * (WG / LPR) * R + team * R;
     let c4 = p.cols / 4u;
     let uc = p.cols / 32u;
     let n_units = NC * uc;
@@ -331,106 +370,115 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     workgroupBarrier();
 
-    var acc: array<f32, 16>;
-    for (var k = 0u; k < 16u; k++) {
-        acc[k] = 0.0;
-    }
-    lastw = (rows * uc * TS + 3u) / 4u - 1u;
-    for (var u = tl; u < uc; u += LPR) {
-        var un: array<Unit, 4>;
-        for (var k = 0u; k < slots(); k++) {
-            cur = part;
-            if (gated()) {
-                cur = k / R;
-            }
-            un[k] = unit_of(min(row0 + k % R, rows - 1u), u);
+    for (var it = 0u; it < NIT; it++) {
+        let base = ((g - first_wg) * NIT + it) * (WG / LPR) * R;
+        // Uniform: past the part's end for the whole workgroup.
+        if (base >= rows) {
+            break;
         }
-        for (var t = 0u; t < NC; t++) {
-            let U = t * uc + u;
-            var xw: array<u32, 8>;
-            for (var j = 0u; j < 8u; j++) {
-                xw[j] = xq[j * n_units + U];
-            }
-            let sum = xs[U];
-            let dx = xd[U];
+        let row0 = base + team * R;
+        var acc: array<f32, 16>;
+        for (var k = 0u; k < 16u; k++) {
+            acc[k] = 0.0;
+        }
+        for (var u = tl; u < uc; u += LPR) {
+            var un: array<Unit, 4>;
             for (var k = 0u; k < slots(); k++) {
-                var lo = 0;
-                var hi = 0;
-                for (var j = 0u; j < 4u; j++) {
-                    lo = lo + dot4I8Packed(un[k].q[j], xw[j]);
-                    hi = hi + dot4I8Packed(un[k].q[j + 4u], xw[j + 4u]);
+                cur = part;
+                if (gated()) {
+                    cur = k / R;
                 }
-                var c: f32;
-                if (QTYPE == 14u) {
-                    c = un[k].sa * f32(lo) + un[k].sb * f32(hi);
-                } else {
-                    c = un[k].sa * f32(lo + hi + un[k].zb * sum) - un[k].sm * f32(sum);
+                un[k] = unit_of(min(row0 + k % R, rows - 1u), u);
+            }
+            for (var t = 0u; t < NC; t++) {
+                let U = t * uc + u;
+                var xw: array<u32, 8>;
+                for (var j = 0u; j < 8u; j++) {
+                    xw[j] = xq[j * n_units + U];
                 }
-                acc[k * NC + t] += c * dx;
+                let sum = xs[U];
+                let dx = xd[U];
+                for (var k = 0u; k < slots(); k++) {
+                    var lo = 0;
+                    var hi = 0;
+                    for (var j = 0u; j < 4u; j++) {
+                        lo = lo + dot4I8Packed(un[k].q[j], xw[j]);
+                        hi = hi + dot4I8Packed(un[k].q[j + 4u], xw[j + 4u]);
+                    }
+                    var c: f32;
+                    if (QTYPE == 14u) {
+                        c = un[k].sa * f32(lo) + un[k].sb * f32(hi);
+                    } else {
+                        c = un[k].sa * f32(lo + hi + un[k].zb * sum) - un[k].sm * f32(sum);
+                    }
+                    acc[k * NC + t] += c * dx;
+                }
             }
         }
-    }
 
-    // Team sums and the epilogue, as matvec_fused.
-    let sn = slots() * NC;
-    if (sg_size <= LPR) {
-        for (var k = 0u; k < sn; k++) {
-            acc[k] = subgroupAdd(acc[k]);
-        }
-    } else {
-        let cl = sg_lane / LPR;
-        for (var k = 0u; k < sn; k++) {
-            var mine = 0.0;
-            for (var j = 0u; j < sg_size / LPR; j++) {
-                let s = subgroupAdd(select(0.0, acc[k], cl == j));
-                if (cl == j) {
-                    mine = s;
+        // Team sums and the epilogue, as matvec_fused.
+        let sn = slots() * NC;
+        if (sg_size <= LPR) {
+            for (var k = 0u; k < sn; k++) {
+                acc[k] = subgroupAdd(acc[k]);
+            }
+        } else {
+            let cl = sg_lane / LPR;
+            for (var k = 0u; k < sn; k++) {
+                var mine = 0.0;
+                for (var j = 0u; j < sg_size / LPR; j++) {
+                    let s = subgroupAdd(select(0.0, acc[k], cl == j));
+                    if (cl == j) {
+                        mine = s;
+                    }
                 }
+                acc[k] = mine;
             }
-            acc[k] = mine;
         }
-    }
-    if (sg_size < LPR && sg_lane == 0u) {
-        for (var k = 0u; k < sn; k++) {
-            red[sg_id * sn + k] = acc[k];
-        }
-    }
-    workgroupBarrier();
-    if (sg_size < LPR) {
-        let per = LPR / sg_size;
-        for (var k = 0u; k < sn; k++) {
-            var s = 0.0;
-            for (var i = 0u; i < per; i++) {
-                s += red[(team * per + i) * sn + k];
+        if (sg_size < LPR && sg_lane == 0u) {
+            for (var k = 0u; k < sn; k++) {
+                red[sg_id * sn + k] = acc[k];
             }
-            acc[k] = s;
         }
-    }
+        workgroupBarrier();
+        if (sg_size < LPR) {
+            let per = LPR / sg_size;
+            for (var k = 0u; k < sn; k++) {
+                var s = 0.0;
+                for (var i = 0u; i < per; i++) {
+                    s += red[(team * per + i) * sn + k];
+                }
+                acc[k] = s;
+            }
+        }
 
-    for (var r = 0u; r < R; r++) {
-        let row = row0 + r;
-        for (var t = 0u; t < NC; t++) {
-            if (row >= rows || (r * NC + t) % LPR != tl) {
-                continue;
-            }
-            var scale = 1.0;
-            if (NORM != 0u) {
-                scale = inv[t];
-            }
-            var val = acc[r * NC + t] * scale;
-            if (EPI == 2u || EPI == 3u) {
-                let up = acc[(R + r) * NC + t] * scale;
-                if (EPI == 2u) {
-                    val = silu(val) * up;
-                } else {
-                    val = gelu_tanh(val) * up;
+        for (var r = 0u; r < R; r++) {
+            let row = row0 + r;
+            for (var t = 0u; t < NC; t++) {
+                if (row >= rows || (r * NC + t) % LPR != tl) {
+                    continue;
                 }
+                var scale = 1.0;
+                if (NORM != 0u) {
+                    scale = inv[t];
+                }
+                var val = acc[r * NC + t] * scale;
+                if (EPI == 2u || EPI == 3u) {
+                    let up = acc[(R + r) * NC + t] * scale;
+                    if (EPI == 2u) {
+                        val = silu(val) * up;
+                    } else {
+                        val = gelu_tanh(val) * up;
+                    }
+                }
+                let o = t * p.y_stride + yoff + row;
+                if (EPI == 1u) {
+                    val += y[o];
+                }
+                y[o] = val;
             }
-            let o = t * p.y_stride + yoff + row;
-            if (EPI == 1u) {
-                val += y[o];
-            }
-            y[o] = val;
         }
+        // `red` is written again by the next group.
+        workgroupBarrier();
     }
 }

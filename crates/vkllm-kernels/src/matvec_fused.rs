@@ -344,7 +344,12 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 ));
             }
         }
-        let rows_per_wg = (t.wg / t.lanes * t.rows_per_team) as usize;
+        let nit = if q8a {
+            crate::matvec_q8a::groups_per_workgroup(op, t)
+        } else {
+            1
+        };
+        let rows_per_wg = (t.wg / t.lanes * t.rows_per_team * nit) as usize;
         let mut wg_start = [0u32; 3];
         let mut total = 0u64;
         for (i, rows) in op.grid_rows().enumerate() {
@@ -394,6 +399,7 @@ impl<B: KernelBuffer> MatvecFused<B> {
             Overrides::new()
                 .set("QTYPE", op.dtype.ggml_id() as f64)
                 .set("TS", op.dtype.bytes() as f64)
+                .set("NIT", nit as f64)
         } else {
             base.set("UE", op.unit_elems() as f64)
         };

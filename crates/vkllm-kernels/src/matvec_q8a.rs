@@ -11,6 +11,8 @@
 //! [`MatvecFused::dispatch_q8a`]: crate::matvec_fused::MatvecFused::dispatch_q8a
 //! [`MatvecImpl::Int8`]: crate::matvec_fused::MatvecImpl::Int8
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use crate::matvec_fused::{MatvecOp, MatvecTuning};
 use crate::sources::MATVEC_Q8A as SRC;
 use crate::spec::{rd, rw};
@@ -73,4 +75,25 @@ pub fn default_tuning(op: &MatvecOp) -> MatvecTuning {
         lanes,
         rows_per_team: r,
     }
+}
+
+/// Workgroups [`groups_per_workgroup`] aims for: enough to keep every SM of a large GPU busy
+/// (132 SMs x 8 resident workgroups on the H200) while each quantization of x serves as many
+/// rows as that allows. Read at each dispatch; the bench may change it.
+pub static TARGET_WORKGROUPS: AtomicU32 = AtomicU32::new(1024);
+
+/// Row groups (of `wg / lanes * rows_per_team` rows) each workgroup walks (the kernel's `NIT`):
+/// the quantization of x in every workgroup is amortized over them. 1 to 16, so the grid keeps
+/// about [`TARGET_WORKGROUPS`] workgroups.
+pub fn groups_per_workgroup(op: &MatvecOp, t: MatvecTuning) -> u32 {
+    let per_group = (t.wg / t.lanes.max(1) * t.rows_per_team).max(1) as usize;
+    let gated = matches!(op.epilogue, crate::matvec_fused::Epilogue::Gated { .. });
+    let groups: usize = op
+        .parts
+        .iter()
+        .take(if gated { 1 } else { op.parts.len() })
+        .map(|p| p.rows.div_ceil(per_group))
+        .sum();
+    let target = TARGET_WORKGROUPS.load(Ordering::Relaxed).max(1) as usize;
+    (groups / target).clamp(1, 16) as u32
 }

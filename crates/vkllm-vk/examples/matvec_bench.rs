@@ -19,6 +19,8 @@
 //!   norm). Comma-separated for several.
 //! - `--n`: activation columns (1..=8) for the fast kernel; `--matmul` times the tiled matmul
 //!   with `--n` tokens instead (the prefill kernel).
+//! - `--q8a-wgs N`: the workgroups the int8 kernel's grid aims for (each walks more row groups
+//!   when the matrix has more; default 1024).
 //! - `--tuning 128x32x1`: workgroup size x lanes per row x rows per team (default: the
 //!   kernel's choice per shape); `--sweep` runs each fast row over workgroups 64/128/256 x
 //!   lanes 8/16/32 x 1/2/4 rows per team (the last column names the tuning).
@@ -73,6 +75,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             "--fusion" => fusions = parse_fusions(&value()?)?,
             "--tuning" => tunings = vec![Some(parse_tuning(&value()?)?)],
             "--sweep" => sweep = true,
+            "--q8a-wgs" => {
+                let n: u32 = value()?.parse()?;
+                vkllm_vk::kernels::matvec_q8a::TARGET_WORKGROUPS
+                    .store(n, std::sync::atomic::Ordering::Relaxed);
+            }
             "--matmul" => matmul = true,
             s => {
                 let (r, c) = s

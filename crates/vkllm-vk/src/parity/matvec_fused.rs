@@ -500,5 +500,17 @@ pub(crate) fn matvec_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
             "device lacks integer dot products (Vulkan 1.3) or has subgroups under 4 lanes",
         )]);
     }
-    run_types(dev, seed, &vkllm_kernels::matvec_q8a::TYPES, true)
+    use std::sync::atomic::Ordering;
+    use vkllm_kernels::matvec_q8a::TARGET_WORKGROUPS;
+    let mut rows = run_types(dev, seed, &vkllm_kernels::matvec_q8a::TYPES, true)?;
+    // Again with every workgroup walking as many row groups as it may (up to 16: the loop over
+    // groups and its uniform early exit), then the default back. Only this case uses the kernel.
+    let target = TARGET_WORKGROUPS.swap(1, Ordering::Relaxed);
+    let walked = run_types(dev, seed ^ 1, &vkllm_kernels::matvec_q8a::TYPES, true);
+    TARGET_WORKGROUPS.store(target, Ordering::Relaxed);
+    for mut r in walked? {
+        r.variant.push_str(" walk");
+        rows.push(r);
+    }
+    Ok(rows)
 }
