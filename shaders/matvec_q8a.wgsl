@@ -16,12 +16,14 @@
 // Layout: every workgroup first quantizes all NC columns of x into shared memory (each
 // invocation one 8-element chunk; the 4 chunks of a unit combine amax and sum with
 // subgroupShuffleXor, so subgroups of >= 4 lanes), then teams of LPR invocations own R rows as in
-// matvec_fused, but a lane's unit of work is a whole 32-element unit: lane l takes units
-// l, l + LPR, ... of its rows, reads the weight bytes of that unit with 4-byte loads (Q8_0, Q4_0
-// and Q6_K blocks are 2-byte aligned: 9 words, shifted by 16 bits when the block starts mid-word;
-// Q4_K's 144-byte blocks are 16-byte aligned: 16-byte loads) and takes 8 int8 words of x per
-// column from shared memory (stored word-major, `xq[j * units + unit]`, so consecutive lanes
-// read consecutive words: no bank conflicts).
+// matvec_fused, but a lane's unit of work is a whole 32-element unit (Q4_K: a sub-block pair
+// sharing its qs bytes): lane l takes units l, l + LPR, ... of its rows and reads their bytes as
+// aligned 16-byte words only (Q8_0, Q4_0 and Q6_K blocks are 2-byte aligned: the 2 or 3 words
+// holding the bytes, shifted into place with selects; 4-byte loads, one cache line per lane,
+// measured 2x slower; Q4_K's 144-byte blocks are 16-byte aligned), and takes 8 int8 words of x
+// per column from shared memory (stored word-major, `xq[j * units + unit]`, so consecutive
+// lanes read consecutive words: no bank conflicts). NIT row groups per workgroup share one
+// quantization of x.
 // Shapes: x [NC, cols] f32 with NC * cols <= 16384 (the shared copy); cols a multiple of the
 // block (32 or 256). Shared memory: 16 KiB of int8 x, 4 KiB of unit scales and sums, 4 KiB of
 // reduction space (24 KiB). Memory bound: every weight byte is read once per dispatch.
@@ -205,32 +207,6 @@ fn unit_of(row: u32, u: u32) -> Unit {
             r.q[j + 4u] = (qs >> 4u) & 0x0f0f0f0fu;
         }
         r.zb = -8;
-    } else if (QTYPE == 12u) {
-        // Q4_K: d, dmin, scales[12], qs[128]; sub-block s = u % 8: nibble s % 2 of
-        // qs[32 (s / 2) + l].
-        let s = u % 8u;
-        let blk = row * (p.cols / 256u) * 9u + (u / 8u) * 9u;
-        let hd = wq(blk);
-        var sc: u32;
-        var mn: u32;
-        // scales bytes are bytes 4..15 of the header.
-        if (s < 4u) {
-            sc = byte_of(hd, 4u + s) & 63u;
-            mn = byte_of(hd, 8u + s) & 63u;
-        } else {
-            let a = byte_of(hd, 8u + s);
-            sc = (a & 15u) | ((byte_of(hd, s) >> 6u) << 4u);
-            mn = (a >> 4u) | ((byte_of(hd, 4u + s) >> 6u) << 4u);
-        }
-        r.sa = f16v(hd.x & 0xffffu) * f32(sc);
-        r.sm = f16v(hd.x >> 16u) * f32(mn);
-        let q0 = wq(blk + 1u + 2u * (s / 2u));
-        let q1 = wq(blk + 2u + 2u * (s / 2u));
-        let sh = vec4<u32>(4u * (s % 2u));
-        let m = vec4<u32>(0x0f0f0f0fu);
-        let a = (q0 >> sh) & m;
-        let b = (q1 >> sh) & m;
-        r.q = array<u32, 8>(a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
     } else if (QTYPE == 14u) {
         // Q6_K: ql[128], qh[64], scales[16] (i8), d; unit u % 8 = 4 h + k covers elements
         // 128 h + 32 k + l: low nibble k / 2 of ql[64 h + 32 (k % 2) + l], high pair
@@ -256,6 +232,56 @@ fn unit_of(row: u32, u: u32) -> Unit {
         return r;
     }
     r.sb = r.sa;
+    return r;
+}
+
+// Q4_K sub-block s (0..8) of the super-block with header `hd` (d, dmin, scales[12]) and the 32
+// qs bytes q0, q1 it shares with sub-block s ^ 1 (its codes: nibble s % 2 of each byte).
+fn q4k_unit(hd: vec4<u32>, q0: vec4<u32>, q1: vec4<u32>, s: u32) -> Unit {
+    var r: Unit;
+    var sc: u32;
+    var mn: u32;
+    // The 12 scale bytes are bytes 4..15 of the header (vkllm-cpu's scale_min_k4).
+    if (s < 4u) {
+        sc = byte_of(hd, 4u + s) & 63u;
+        mn = byte_of(hd, 8u + s) & 63u;
+    } else {
+        let a = byte_of(hd, 8u + s);
+        sc = (a & 15u) | ((byte_of(hd, s) >> 6u) << 4u);
+        mn = (a >> 4u) | ((byte_of(hd, 4u + s) >> 6u) << 4u);
+    }
+    r.sa = f16v(hd.x & 0xffffu) * f32(sc);
+    r.sb = r.sa;
+    r.sm = f16v(hd.x >> 16u) * f32(mn);
+    r.zb = 0;
+    let sh = vec4<u32>(4u * (s % 2u));
+    let m = vec4<u32>(0x0f0f0f0fu);
+    let a = (q0 >> sh) & m;
+    let b = (q1 >> sh) & m;
+    r.q = array<u32, 8>(a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
+    return r;
+}
+
+// Units per lane step: Q4_K lanes take sub-block pairs (2j, 2j + 1), which share their 32 qs
+// bytes (one header and two 16-byte loads per 64 elements); the others single units.
+fn upl() -> u32 {
+    return select(1u, 2u, QTYPE == 12u);
+}
+
+// Step `pu` of row `row`: units pu * upl() ..; the second is unset when upl() is 1.
+fn units_of(row: u32, pu: u32) -> array<Unit, 2> {
+    var r: array<Unit, 2>;
+    if (QTYPE == 12u) {
+        let j = pu % 4u;
+        let blk = row * (p.cols / 256u) * 9u + (pu / 4u) * 9u;
+        let hd = wq(blk);
+        let q0 = wq(blk + 1u + 2u * j);
+        let q1 = wq(blk + 2u + 2u * j);
+        r[0] = q4k_unit(hd, q0, q1, 2u * j);
+        r[1] = q4k_unit(hd, q0, q1, 2u * j + 1u);
+    } else {
+        r[0] = unit_of(row, pu);
+    }
     return r;
 }
 
@@ -381,37 +407,42 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var k = 0u; k < 16u; k++) {
             acc[k] = 0.0;
         }
-        for (var u = tl; u < uc; u += LPR) {
-            var un: array<Unit, 4>;
+        for (var pu = tl; pu < uc / upl(); pu += LPR) {
+            var un: array<Unit, 8>;
             for (var k = 0u; k < slots(); k++) {
                 cur = part;
                 if (gated()) {
                     cur = k / R;
                 }
-                un[k] = unit_of(min(row0 + k % R, rows - 1u), u);
+                let pr = units_of(min(row0 + k % R, rows - 1u), pu);
+                un[2u * k] = pr[0];
+                un[2u * k + 1u] = pr[1];
             }
             for (var t = 0u; t < NC; t++) {
-                let U = t * uc + u;
-                var xw: array<u32, 8>;
-                for (var j = 0u; j < 8u; j++) {
-                    xw[j] = xq[j * n_units + U];
-                }
-                let sum = xs[U];
-                let dx = xd[U];
-                for (var k = 0u; k < slots(); k++) {
-                    var lo = 0;
-                    var hi = 0;
-                    for (var j = 0u; j < 4u; j++) {
-                        lo = lo + dot4I8Packed(un[k].q[j], xw[j]);
-                        hi = hi + dot4I8Packed(un[k].q[j + 4u], xw[j + 4u]);
+                for (var h = 0u; h < upl(); h++) {
+                    let U = t * uc + pu * upl() + h;
+                    var xw: array<u32, 8>;
+                    for (var j = 0u; j < 8u; j++) {
+                        xw[j] = xq[j * n_units + U];
                     }
-                    var c: f32;
-                    if (QTYPE == 14u) {
-                        c = un[k].sa * f32(lo) + un[k].sb * f32(hi);
-                    } else {
-                        c = un[k].sa * f32(lo + hi + un[k].zb * sum) - un[k].sm * f32(sum);
+                    let sum = xs[U];
+                    let dx = xd[U];
+                    for (var k = 0u; k < slots(); k++) {
+                        let w = un[2u * k + h];
+                        var lo = 0;
+                        var hi = 0;
+                        for (var j = 0u; j < 4u; j++) {
+                            lo = lo + dot4I8Packed(w.q[j], xw[j]);
+                            hi = hi + dot4I8Packed(w.q[j + 4u], xw[j + 4u]);
+                        }
+                        var c: f32;
+                        if (QTYPE == 14u) {
+                            c = w.sa * f32(lo) + w.sb * f32(hi);
+                        } else {
+                            c = w.sa * f32(lo + hi + w.zb * sum) - w.sm * f32(sum);
+                        }
+                        acc[k * NC + t] += c * dx;
                     }
-                    acc[k * NC + t] += c * dx;
                 }
             }
         }
