@@ -164,10 +164,6 @@ fn pack_i8(q: vec4<i32>) -> u32 {
     return b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
 }
 
-fn byte_of(v: vec4<u32>, i: u32) -> u32 {
-    return (v[i >> 2u] >> ((i & 3u) * 8u)) & 0xffu;
-}
-
 // One weight unit (32 elements) as int8 codes and scales:
 //   product = sa * f32(isum_lo + zb * sum) + sb * f32(isum_hi) - sm * f32(sum)
 // with isum_lo over words 0..3 and isum_hi over words 4..7 (sa = sb except for Q6_K).
@@ -235,29 +231,28 @@ fn unit_of(row: u32, u: u32) -> Unit {
     return r;
 }
 
-// Q4_K sub-block s (0..8) of the super-block with header `hd` (d, dmin, scales[12]) and the 32
-// qs bytes q0, q1 it shares with sub-block s ^ 1 (its codes: nibble s % 2 of each byte).
-fn q4k_unit(hd: vec4<u32>, q0: vec4<u32>, q1: vec4<u32>, s: u32) -> Unit {
+// Q4_K sub-block s (0..8) of the super-block with header `hd` (f16 d, dmin as f32 `d`, `dmin`;
+// scales[12] in hd.y, hd.z, hd.w) and the 32 qs bytes q0, q1 it shares with sub-block s ^ 1 (its
+// codes: nibble s % 2 of each byte). The 6-bit scale and min as vkllm-cpu's scale_min_k4, from
+// whole words (no dynamic byte indexing, no branch): for s < 4 bytes s of scales[0..4] and
+// scales[4..8]; else the nibbles of scales[s + 4] and the top bits of scales[s - 4], scales[s].
+fn q4k_unit(d: f32, dmin: f32, hd: vec4<u32>, q0: vec4<u32>, q1: vec4<u32>, s: u32) -> Unit {
     var r: Unit;
-    var sc: u32;
-    var mn: u32;
-    // The 12 scale bytes are bytes 4..15 of the header (vkllm-cpu's scale_min_k4).
-    if (s < 4u) {
-        sc = byte_of(hd, 4u + s) & 63u;
-        mn = byte_of(hd, 8u + s) & 63u;
-    } else {
-        let a = byte_of(hd, 8u + s);
-        sc = (a & 15u) | ((byte_of(hd, s) >> 6u) << 4u);
-        mn = (a >> 4u) | ((byte_of(hd, 4u + s) >> 6u) << 4u);
-    }
-    r.sa = f16v(hd.x & 0xffffu) * f32(sc);
+    let sh = 8u * (s % 4u);
+    let y = hd.y >> sh;
+    let z = hd.z >> sh;
+    let w = hd.w >> sh;
+    let hi = s >= 4u;
+    let sc = select(y & 63u, (w & 15u) | ((y >> 2u) & 48u), hi);
+    let mn = select(z & 63u, ((w >> 4u) & 15u) | ((z >> 2u) & 48u), hi);
+    r.sa = d * f32(sc);
     r.sb = r.sa;
-    r.sm = f16v(hd.x >> 16u) * f32(mn);
+    r.sm = dmin * f32(mn);
     r.zb = 0;
-    let sh = vec4<u32>(4u * (s % 2u));
+    let shv = vec4<u32>(4u * (s % 2u));
     let m = vec4<u32>(0x0f0f0f0fu);
-    let a = (q0 >> sh) & m;
-    let b = (q1 >> sh) & m;
+    let a = (q0 >> shv) & m;
+    let b = (q1 >> shv) & m;
     r.q = array<u32, 8>(a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
     return r;
 }
@@ -277,8 +272,10 @@ fn units_of(row: u32, pu: u32) -> array<Unit, 2> {
         let hd = wq(blk);
         let q0 = wq(blk + 1u + 2u * j);
         let q1 = wq(blk + 2u + 2u * j);
-        r[0] = q4k_unit(hd, q0, q1, 2u * j);
-        r[1] = q4k_unit(hd, q0, q1, 2u * j + 1u);
+        let d = f16v(hd.x & 0xffffu);
+        let dmin = f16v(hd.x >> 16u);
+        r[0] = q4k_unit(d, dmin, hd, q0, q1, 2u * j);
+        r[1] = q4k_unit(d, dmin, hd, q0, q1, 2u * j + 1u);
     } else {
         r[0] = unit_of(row, pu);
     }

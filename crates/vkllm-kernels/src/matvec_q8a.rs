@@ -32,6 +32,10 @@ pub static MATVEC_Q8A: KernelSpec = KernelSpec {
 /// the quantized x (16 KiB of int8, one scale and sum per 32).
 pub const MAX_ELEMS: usize = 16384;
 
+/// Shared memory the kernel declares (int8 x, unit scales and sums, reduction space): devices
+/// with less (Vulkan guarantees 16 KiB) run the fast kernel.
+pub const SHARED_BYTES: usize = MAX_ELEMS + 2 * 4 * (MAX_ELEMS / 32) + 4 * 1024;
+
 /// The weight types the kernel decodes.
 pub const TYPES: [WeightType; 4] = [
     WeightType::Q8_0,

@@ -428,14 +428,16 @@ impl Recorder {
     }
 
     /// Whether [`Recorder::matvec_fused_with`] takes `matvec_q8a.wgsl` for `op`: `imp` is
-    /// [`MatvecImpl::Int8`], the device enabled integer dot products ([`Device::int8_dot`]) and
-    /// has subgroups of at least 4 lanes, and the kernel takes the op
+    /// [`MatvecImpl::Int8`], the device enabled integer dot products ([`Device::int8_dot`]), has
+    /// subgroups of at least 4 lanes and the kernel's shared memory, and the kernel takes the op
     /// ([`vkllm_kernels::matvec_q8a::supported`]).
     pub fn q8a_runs(&self, imp: MatvecImpl, op: &MatvecOp) -> bool {
         let dev = self.device();
         imp == MatvecImpl::Int8
             && dev.int8_dot()
             && dev.info().min_subgroup_size >= 4
+            && dev.info().limits.max_shared_memory as usize
+                >= vkllm_kernels::matvec_q8a::SHARED_BYTES
             && vkllm_kernels::matvec_q8a::supported(op)
     }
 

@@ -493,11 +493,15 @@ pub(crate) fn matvec_fused_kquant(dev: &Device, seed: u64) -> Result<Vec<KernelP
 /// every case of [`cases_for`], against [`q8a_reference`]. Not applicable on devices without
 /// integer dot products or with subgroups of fewer than 4 lanes.
 pub(crate) fn matvec_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
-    if !dev.int8_dot() || dev.info().min_subgroup_size < 4 {
+    if !dev.int8_dot()
+        || dev.info().min_subgroup_size < 4
+        || (dev.info().limits.max_shared_memory as usize) < vkllm_kernels::matvec_q8a::SHARED_BYTES
+    {
         return Ok(vec![KernelParityRow::not_applicable(
             "matvec_q8a",
             "all",
-            "device lacks integer dot products (Vulkan 1.3) or has subgroups under 4 lanes",
+            "device lacks integer dot products (Vulkan 1.3), subgroups of 4+ lanes or 24 KiB of \
+             shared memory",
         )]);
     }
     use std::sync::atomic::Ordering;
