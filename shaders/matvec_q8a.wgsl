@@ -16,8 +16,8 @@
 // Layout: every workgroup first quantizes all NC columns of x into shared memory (each
 // invocation one 8-element chunk; the 4 chunks of a unit combine amax and sum with
 // subgroupShuffleXor, so subgroups of >= 4 lanes), then teams of LPR invocations own R rows as in
-// matvec_fused, but a lane's unit of work is a whole 32-element unit (Q4_K: a sub-block pair
-// sharing its qs bytes): lane l takes units l, l + LPR, ... of its rows and reads their bytes as
+// matvec_fused, but a lane's unit of work is a whole 32-element unit (Q4_K, Q6_K: a pair of
+// them sharing their bytes): lane l takes units l, l + LPR, ... of its rows and reads their bytes as
 // aligned 16-byte words only (Q8_0, Q4_0 and Q6_K blocks are 2-byte aligned: the 2 or 3 words
 // holding the bytes, shifted into place with selects; 4-byte loads, one cache line per lane,
 // measured 2x slower; Q4_K's 144-byte blocks are 16-byte aligned), and takes 8 int8 words of x
@@ -203,29 +203,6 @@ fn unit_of(row: u32, u: u32) -> Unit {
             r.q[j + 4u] = (qs >> 4u) & 0x0f0f0f0fu;
         }
         r.zb = -8;
-    } else if (QTYPE == 14u) {
-        // Q6_K: ql[128], qh[64], scales[16] (i8), d; unit u % 8 = 4 h + k covers elements
-        // 128 h + 32 k + l: low nibble k / 2 of ql[64 h + 32 (k % 2) + l], high pair
-        // qh[32 h + l] >> 2k; scale scales[8 h + 2 k + l / 16].
-        let k8 = u % 8u;
-        let h = k8 / 4u;
-        let k = k8 % 4u;
-        let blk = row * (p.cols / 256u) * 210u + (u / 8u) * 210u;
-        let ql = words8(blk + 64u * h + 32u * (k % 2u));
-        let qh = words8(blk + 128u + 32u * h);
-        let so = blk + 192u + 8u * h + 2u * k;
-        let sw = wd(so >> 2u) >> ((so & 2u) * 8u);
-        let d = f16v((wd((blk + 208u) >> 2u) >> (((blk + 208u) & 2u) * 8u)) & 0xffffu);
-        r.sa = d * f32(extractBits(bitcast<i32>(sw), 0u, 8u));
-        r.sb = d * f32(extractBits(bitcast<i32>(sw), 8u, 8u));
-        for (var j = 0u; j < 8u; j++) {
-            let v = ((ql[j] >> (4u * (k / 2u))) & 0x0f0f0f0fu)
-                | (((qh[j] >> (2u * k)) & 0x03030303u) << 4u);
-            // 6-bit code c -> int8 c - 32: flip bit 5, then copy it into bits 6 and 7.
-            let t = v ^ 0x20202020u;
-            r.q[j] = t | ((t & 0x20202020u) * 6u);
-        }
-        return r;
     }
     r.sb = r.sa;
     return r;
@@ -258,12 +235,51 @@ fn q4k_unit(d: f32, dmin: f32, hd: vec4<u32>, q0: vec4<u32>, q1: vec4<u32>, s: u
 }
 
 // Units per lane step: Q4_K lanes take sub-block pairs (2j, 2j + 1), which share their 32 qs
-// bytes (one header and two 16-byte loads per 64 elements); the others single units.
+// bytes (one header and two 16-byte loads per 64 elements), Q6_K pairs (k, k + 2) sharing ql and
+// qh bytes; the others single units.
 fn upl() -> u32 {
-    return select(1u, 2u, QTYPE == 12u);
+    return select(1u, 2u, QTYPE == 12u || QTYPE == 14u);
 }
 
-// Step `pu` of row `row`: units pu * upl() ..; the second is unset when upl() is 1.
+// The row's unit (32 elements of x) that part `hh` of step `pu` multiplies.
+fn xunit(pu: u32, hh: u32) -> u32 {
+    if (QTYPE == 12u) {
+        return 2u * pu + hh;
+    }
+    if (QTYPE == 14u) {
+        let pp = pu % 4u;
+        return (pu / 4u) * 8u + (pp / 2u) * 4u + pp % 2u + 2u * hh;
+    }
+    return pu;
+}
+
+// Q6_K units (h, k) and (h, k + 2) of a super-block share their 32 ql bytes (low and high
+// nibbles) and 32 qh bytes (bit pairs 2k and 2k + 4): ql[64 h + 32 k + l], qh[32 h + l]; the
+// scales are scales[8 h + 2 kk + l / 16] (i8) for unit kk, times d.
+fn q6k_pair(blk: u32, h: u32, k: u32) -> array<Unit, 2> {
+    var r: array<Unit, 2>;
+    let ql = words8(blk + 64u * h + 32u * k);
+    let qh = words8(blk + 128u + 32u * h);
+    let d = f16v((wd((blk + 208u) >> 2u) >> (((blk + 208u) & 2u) * 8u)) & 0xffffu);
+    for (var i = 0u; i < 2u; i++) {
+        let so = blk + 192u + 8u * h + 2u * k + 4u * i;
+        let sw = wd(so >> 2u) >> ((so & 2u) * 8u);
+        r[i].sa = d * f32(extractBits(bitcast<i32>(sw), 0u, 8u));
+        r[i].sb = d * f32(extractBits(bitcast<i32>(sw), 8u, 8u));
+        r[i].sm = 0.0;
+        r[i].zb = 0;
+        for (var j = 0u; j < 8u; j++) {
+            let v = ((ql[j] >> (4u * i)) & 0x0f0f0f0fu)
+                | (((qh[j] >> (2u * k + 4u * i)) & 0x03030303u) << 4u);
+            // 6-bit code c -> int8 c - 32: flip bit 5, then copy it into bits 6 and 7.
+            let t = v ^ 0x20202020u;
+            r[i].q[j] = t | ((t & 0x20202020u) * 6u);
+        }
+    }
+    return r;
+}
+
+// Step `pu` of row `row`: units xunit(pu, 0), xunit(pu, 1); the second is unset when upl() is 1.
 fn units_of(row: u32, pu: u32) -> array<Unit, 2> {
     var r: array<Unit, 2>;
     if (QTYPE == 12u) {
@@ -276,6 +292,9 @@ fn units_of(row: u32, pu: u32) -> array<Unit, 2> {
         let dmin = f16v(hd.x >> 16u);
         r[0] = q4k_unit(d, dmin, hd, q0, q1, 2u * j);
         r[1] = q4k_unit(d, dmin, hd, q0, q1, 2u * j + 1u);
+    } else if (QTYPE == 14u) {
+        let pp = pu % 4u;
+        r = q6k_pair(row * (p.cols / 256u) * 210u + (pu / 4u) * 210u, pp / 2u, pp % 2u);
     } else {
         r[0] = unit_of(row, pu);
     }
@@ -417,7 +436,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
             for (var t = 0u; t < NC; t++) {
                 for (var h = 0u; h < upl(); h++) {
-                    let U = t * uc + pu * upl() + h;
+                    let U = t * uc + xunit(pu, h);
                     var xw: array<u32, 8>;
                     for (var j = 0u; j < 8u; j++) {
                         xw[j] = xq[j * n_units + U];

@@ -56,12 +56,16 @@ pub fn supported(op: &MatvecOp) -> bool {
 }
 
 /// The launch shape used when the op names none: 32 lanes per row (fewer when a row has fewer
-/// than 32 steps of 32 elements, 64 for Q4_K, so no lane idles), 2 rows per team for large matrices (x words
+/// than 32 steps of 32 elements, 64 for Q4_K and Q6_K, so no lane idles), 2 rows per team for large matrices (x words
 /// reused twice), and 256-invocation workgroups (the shared quantization of x is shared by more
 /// rows).
 pub fn default_tuning(op: &MatvecOp) -> MatvecTuning {
-    // Q4_K lanes take 64-element steps (sub-block pairs).
-    let step = if op.dtype == WeightType::Q4_K { 64 } else { 32 };
+    // Q4_K and Q6_K lanes take 64-element steps (unit pairs).
+    let step = if matches!(op.dtype, WeightType::Q4_K | WeightType::Q6_K) {
+        64
+    } else {
+        32
+    };
     let units = (op.cols / step).max(1);
     let lanes = units.next_power_of_two().clamp(4, 32) as u32;
     let gated = matches!(op.epilogue, crate::matvec_fused::Epilogue::Gated { .. });
