@@ -39,6 +39,7 @@ pub mod matmul;
 pub mod matmul_coop;
 pub mod matvec;
 pub mod matvec_fused;
+pub mod matvec_q8a;
 pub mod moe_experts;
 pub mod moe_experts_quant;
 pub mod moe_route;
@@ -64,6 +65,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &matvec::MATVEC,
         &matvec::MATVEC_VEC,
         &matvec_fused::MATVEC_FUSED,
+        &matvec_q8a::MATVEC_Q8A,
         &matmul::MATMUL,
         &matmul_coop::MATMUL_COOP,
         &mat_quant::MATVEC_QUANT,

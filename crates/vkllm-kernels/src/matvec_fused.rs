@@ -36,6 +36,10 @@ pub enum MatvecImpl {
     /// `matvec_fused.wgsl` (when [`MatvecOp::fast_supported`]; else the reference runs).
     #[default]
     Fast,
+    /// `matvec_q8a.wgsl`: activations quantized to int8 per 32 and int8 dot products (when
+    /// [`crate::matvec_q8a::supported`] and the device has int8 dot products; else as `Fast`).
+    /// Not exact: see [`crate::matvec_q8a`].
+    Int8,
 }
 
 /// The activation of a gated epilogue, as vkllm-cpu's `silu` / `gelu_tanh`.
@@ -202,7 +206,21 @@ pub struct MatvecFused<B> {
 
 impl<B: KernelBuffer> MatvecFused<B> {
     pub fn dispatch(self, op: &MatvecOp) -> Result<Dispatch<B>, Error> {
-        let k = &MATVEC_FUSED;
+        self.dispatch_on(op, false)
+    }
+
+    /// The same op on `matvec_q8a.wgsl` ([`crate::matvec_q8a`]): same buffers, checks and
+    /// parameters; only the weight types and sizes of [`crate::matvec_q8a::supported`].
+    pub fn dispatch_q8a(self, op: &MatvecOp) -> Result<Dispatch<B>, Error> {
+        self.dispatch_on(op, true)
+    }
+
+    fn dispatch_on(self, op: &MatvecOp, q8a: bool) -> Result<Dispatch<B>, Error> {
+        let k = if q8a {
+            &crate::matvec_q8a::MATVEC_Q8A
+        } else {
+            &MATVEC_FUSED
+        };
         let n_parts = op.parts.len();
         if n_parts == 0 || n_parts > MAX_PARTS || self.w.len() != n_parts {
             return Err(shape_err(
@@ -217,6 +235,17 @@ impl<B: KernelBuffer> MatvecFused<B> {
             return Err(shape_err(
                 k,
                 format!("{} columns (1..={MAX_COLUMNS})", op.n_cols),
+            ));
+        }
+        if q8a && !crate::matvec_q8a::supported(op) {
+            return Err(shape_err(
+                k,
+                format!(
+                    "{} x {} columns of {}: not a matvec_q8a op",
+                    op.n_cols,
+                    op.cols,
+                    op.dtype.name()
+                ),
             ));
         }
         if !op.fast_supported() {
@@ -238,7 +267,13 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 "a gated epilogue needs two parts (gate, up) of equal rows",
             ));
         }
-        let t = op.tuning.unwrap_or_else(|| op.default_tuning());
+        let t = op.tuning.unwrap_or_else(|| {
+            if q8a {
+                crate::matvec_q8a::default_tuning(op)
+            } else {
+                op.default_tuning()
+            }
+        });
         let slots = op.slots(t.rows_per_team);
         if !t.wg.is_power_of_two()
             || !(32..=1024).contains(&t.wg)
@@ -309,7 +344,12 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 ));
             }
         }
-        let rows_per_wg = (t.wg / t.lanes * t.rows_per_team) as usize;
+        let nit = if q8a {
+            crate::matvec_q8a::groups_per_workgroup(op, t)
+        } else {
+            1
+        };
+        let rows_per_wg = (t.wg / t.lanes * t.rows_per_team * nit) as usize;
         let mut wg_start = [0u32; 3];
         let mut total = 0u64;
         for (i, rows) in op.grid_rows().enumerate() {
@@ -355,12 +395,19 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 act: GatedAct::GeluTanh,
             } => 3.0,
         };
+        let base = if q8a {
+            Overrides::new()
+                .set("QTYPE", op.dtype.ggml_id() as f64)
+                .set("TS", op.dtype.bytes() as f64)
+                .set("NIT", nit as f64)
+        } else {
+            base.set("UE", op.unit_elems() as f64)
+        };
         let overrides = base
             .set("WG", t.wg as f64)
             .set("LPR", t.lanes as f64)
             .set("R", t.rows_per_team as f64)
             .set("NC", op.n_cols as f64)
-            .set("UE", op.unit_elems() as f64)
             .set("NPARTS", n_parts as f64)
             .set("NORM", op.norm.is_some() as u32 as f64)
             .set("EPI", epi);

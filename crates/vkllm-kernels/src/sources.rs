@@ -42,6 +42,7 @@ pub(crate) const MATVEC_FUSED: &str = concat!(
     include_str!("../shaders/matvec_fused.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl")
 );
+pub(crate) const MATVEC_Q8A: &str = include_str!("../shaders/matvec_q8a.wgsl");
 pub(crate) const MOE_EXPERTS: &str = include_str!("../shaders/moe_experts.wgsl");
 pub(crate) const MOE_EXPERTS_QUANT: &str = concat!(
     include_str!("../shaders/moe_experts_quant.wgsl"),

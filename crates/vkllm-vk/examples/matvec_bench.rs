@@ -11,12 +11,16 @@
 //! - `--types` takes ggml names (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K,
 //!   q4_K, q5_K, q6_K, iq4_nl, iq4_xs; case-insensitive) or `quant` for the real models' five.
 //! - `--impl`: the fast kernel (`matvec_fused.wgsl`, default), the reference (`matvec.wgsl` /
-//!   `mat_quant.wgsl`; plain, one column only) or both.
+//!   `mat_quant.wgsl`; plain, one column only), both, `int8` (`matvec_q8a.wgsl`: int8 dot
+//!   products over quantized activations, where the type and device allow; the fast kernel
+//!   elsewhere) or `fast,int8`.
 //! - `--fusion`: `plain` (y = W x), `norm` (RMSNorm prologue), `qkv` (three parts 2:1:1 of ROWS
 //!   into one output, with the norm), `gate_up` (gate and up of ROWS rows each + silu, with the
 //!   norm). Comma-separated for several.
 //! - `--n`: activation columns (1..=8) for the fast kernel; `--matmul` times the tiled matmul
 //!   with `--n` tokens instead (the prefill kernel).
+//! - `--q8a-wgs N`: the workgroups the int8 kernel's grid aims for (each walks more row groups
+//!   when the matrix has more; default 1024).
 //! - `--tuning 128x32x1`: workgroup size x lanes per row x rows per team (default: the
 //!   kernel's choice per shape); `--sweep` runs each fast row over workgroups 64/128/256 x
 //!   lanes 8/16/32 x 1/2/4 rows per team (the last column names the tuning).
@@ -58,12 +62,24 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                     "fast" => vec![MatvecImpl::Fast],
                     "ref" | "reference" => vec![MatvecImpl::Reference],
                     "both" => vec![MatvecImpl::Reference, MatvecImpl::Fast],
-                    s => return Err(format!("--impl {s}: expected fast, ref or both").into()),
+                    "int8" => vec![MatvecImpl::Int8],
+                    "fast,int8" => vec![MatvecImpl::Fast, MatvecImpl::Int8],
+                    s => {
+                        return Err(format!(
+                            "--impl {s}: expected fast, ref, both, int8 or fast,int8"
+                        )
+                        .into());
+                    }
                 }
             }
             "--fusion" => fusions = parse_fusions(&value()?)?,
             "--tuning" => tunings = vec![Some(parse_tuning(&value()?)?)],
             "--sweep" => sweep = true,
+            "--q8a-wgs" => {
+                let n: u32 = value()?.parse()?;
+                vkllm_vk::kernels::matvec_q8a::TARGET_WORKGROUPS
+                    .store(n, std::sync::atomic::Ordering::Relaxed);
+            }
             "--matmul" => matmul = true,
             s => {
                 let (r, c) = s
@@ -100,6 +116,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     let dev = Device::from_env()?;
     println!("device: {}", dev.info().summary());
+    if imps.contains(&MatvecImpl::Int8) && !dev.int8_dot() {
+        println!("(no integer dot products on this device: int8 rows run the fast kernel)");
+    }
     let copy_bytes = (1u64 << 30).min(dev.max_buffer_bytes() / 16 * 16);
     let roof = bench::bench_copy(&dev, copy_bytes, iters)?;
     println!(

@@ -243,7 +243,7 @@ pub fn bench_matvec(dev: &Device, b: &MatvecBench) -> Result<BenchResult> {
         if b.imp == MatvecImpl::Reference {
             r.matvec_impl(MatvecImpl::Reference, &ws[0], x.all(), y.all(), false)?;
         } else {
-            r.matvec_fused(&refs, x.all(), y.all(), &plan)?;
+            r.matvec_fused_with(b.imp, &refs, x.all(), y.all(), &plan)?;
         }
     }
     let rec = r.finish()?;
@@ -268,14 +268,21 @@ pub fn bench_matvec(dev: &Device, b: &MatvecBench) -> Result<BenchResult> {
     let bytes = weights as f64 + 4.0 * (n * (cols + out_rows)) as f64 + norm_bytes as f64;
     let flops = 2.0 * (part_rows.iter().sum::<usize>() * cols * n) as f64;
     Ok(BenchResult {
-        op: match (b.imp, b.fusion) {
-            (MatvecImpl::Reference, _) => "matvec-ref",
-            (_, MatvecFusion::Plain) => "matvec",
-            (_, MatvecFusion::Norm) => "norm+matvec",
-            (_, MatvecFusion::Qkv) => "norm+qkv",
-            (_, MatvecFusion::GateUp) => "norm+gate_up+silu",
-        }
-        .to_string(),
+        op: format!(
+            "{}{}",
+            match (b.imp, b.fusion) {
+                (MatvecImpl::Reference, _) => "matvec-ref",
+                (_, MatvecFusion::Plain) => "matvec",
+                (_, MatvecFusion::Norm) => "norm+matvec",
+                (_, MatvecFusion::Qkv) => "norm+qkv",
+                (_, MatvecFusion::GateUp) => "norm+gate_up+silu",
+            },
+            if b.imp == MatvecImpl::Int8 {
+                " int8"
+            } else {
+                ""
+            }
+        ),
         dtype: b.dtype,
         rows: b.rows,
         cols,

@@ -71,6 +71,8 @@ pub(crate) struct Shared {
     pub(crate) max_part_bytes: u64,
     /// The cooperative-matrix features were enabled at creation (`matmul_coop` may run).
     pub(crate) coopmat: bool,
+    /// Integer dot products were enabled at creation (`matvec_q8a` may run).
+    pub(crate) int8_dot: bool,
 }
 
 impl Drop for Shared {
@@ -130,13 +132,22 @@ impl Device {
                 .push_next(&mut f.memory_model)
                 .push_next(&mut f.coop);
         }
+        // Integer dot products (core in Vulkan 1.3): dot4I8Packed in matvec_q8a.wgsl.
+        let use_dot = info.int8_dot_product && info.api_version >= (1, 3, 0);
+        let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default()
+            .shader_integer_dot_product(true);
+        if use_dot {
+            dinfo = dinfo.push_next(&mut dot);
+        }
         // SAFETY: `pd` belongs to `instance`; create info pointers outlive the call; the
         // features and extension enabled were reported supported by `info`.
         let raw = unsafe { instance.raw.create_device(pd, &dinfo, None) }
             .map_err(vk_err("vkCreateDevice"))?;
         // SAFETY: the queue family/index were requested above.
         let queue = unsafe { raw.get_device_queue(family, 0) };
-        Self::assemble(instance, pd, raw, true, queue, family, info, opts, use_coop)
+        Self::assemble(
+            instance, pd, raw, true, queue, family, info, opts, use_coop, use_dot,
+        )
     }
 
     /// Whether prefill matmuls may run on cooperative matrices (`matmul_coop.wgsl`): the device
@@ -144,6 +155,13 @@ impl Device {
     /// Devices attached with [`Device::from_raw`] never do (the host chose their features).
     pub fn coopmat(&self) -> bool {
         self.shared.coopmat
+    }
+
+    /// Whether `matvec_q8a` (int8 dot products over quantized activations) may run: the device
+    /// offers integer dot products (Vulkan 1.3) and they were enabled at creation. Devices
+    /// attached with [`Device::from_raw`] never do.
+    pub fn int8_dot(&self) -> bool {
+        self.shared.int8_dot
     }
 
     /// Opens the device chosen by `VKLLM_DEVICE` / `VKLLM_VALIDATE` with default options.
@@ -179,6 +197,7 @@ impl Device {
             info,
             opts,
             false,
+            false,
         )
     }
 
@@ -193,6 +212,7 @@ impl Device {
         info: DeviceInfo,
         opts: &DeviceOptions,
         coopmat: bool,
+        int8_dot: bool,
     ) -> Result<Self> {
         let destroy = |raw: &ash::Device| {
             if owned {
@@ -240,6 +260,7 @@ impl Device {
                 fence_timeout: opts.fence_timeout,
                 max_part_bytes: max_part,
                 coopmat,
+                int8_dot,
             }),
         })
     }

@@ -200,12 +200,14 @@ pub const COOP_MIN_N: usize = 16;
 /// 1024 rows 64 x 64 (128 groups: 31 us against 47 us with 128 x 128).
 pub const COOP_MIN_GROUPS: usize = 96;
 
-/// The matvec kernel [`Recorder::matvec`] uses: [`MatvecImpl::Reference`] when the environment
-/// sets `VKLLM_MATVEC=reference` (read once), else [`MatvecImpl::Fast`].
+/// The matvec kernel [`Recorder::matvec`] and [`Recorder::matvec_fused`] use, from the
+/// environment (read once): `VKLLM_MATVEC=reference` [`MatvecImpl::Reference`], `int8`
+/// [`MatvecImpl::Int8`] (quantized activations; not exact), else [`MatvecImpl::Fast`].
 pub fn default_matvec_impl() -> MatvecImpl {
     static IMPL: std::sync::OnceLock<MatvecImpl> = std::sync::OnceLock::new();
     *IMPL.get_or_init(|| match std::env::var("VKLLM_MATVEC") {
         Ok(v) if v.eq_ignore_ascii_case("reference") => MatvecImpl::Reference,
+        Ok(v) if v.eq_ignore_ascii_case("int8") => MatvecImpl::Int8,
         _ => MatvecImpl::Fast,
     })
 }
@@ -275,12 +277,12 @@ impl Recorder {
         y: BufSlice<'_>,
         accumulate: bool,
     ) -> Result<()> {
-        if imp == MatvecImpl::Fast {
+        if imp != MatvecImpl::Reference {
             let mut plan = MatvecPlan::new(1, w.rows, &[0]);
             if accumulate {
                 plan.epilogue = Epilogue::Accumulate;
             }
-            return self.matvec_fused(&[w], x, y, &plan);
+            return self.matvec_fused_with(imp, &[w], x, y, &plan);
         }
         for p in &w.parts {
             let d = Matvec {
@@ -303,6 +305,21 @@ impl Recorder {
     /// accumulate, no norm), and is [`Error::Unfusable`] otherwise.
     pub fn matvec_fused(
         &mut self,
+        w: &[&Tensor],
+        x: BufSlice<'_>,
+        y: BufSlice<'_>,
+        plan: &MatvecPlan<'_>,
+    ) -> Result<()> {
+        self.matvec_fused_with(default_matvec_impl(), w, x, y, plan)
+    }
+
+    /// [`Recorder::matvec_fused`] on a chosen kernel: [`MatvecImpl::Int8`] runs
+    /// `matvec_q8a.wgsl` where [`Recorder::q8a_runs`] says so and the fast kernel elsewhere;
+    /// [`MatvecImpl::Reference`] is taken as [`MatvecImpl::Fast`] (the reference kernels have
+    /// no fusions: [`Recorder::matvec_impl`] runs them).
+    pub fn matvec_fused_with(
+        &mut self,
+        imp: MatvecImpl,
         w: &[&Tensor],
         x: BufSlice<'_>,
         y: BufSlice<'_>,
@@ -370,13 +387,17 @@ impl Recorder {
                     rows: p.rows,
                     y_offset: plan.y_offsets[0] + p.row_start,
                 }];
-                let d = MatvecFused {
+                let m = MatvecFused {
                     w: vec![p.buffer.all()],
                     x,
                     y,
                     norm_w,
-                }
-                .dispatch(&op)?;
+                };
+                let d = if self.q8a_runs(imp, &op) {
+                    m.dispatch_q8a(&op)?
+                } else {
+                    m.dispatch(&op)?
+                };
                 self.dispatch(d)?;
             }
             return Ok(());
@@ -392,14 +413,32 @@ impl Recorder {
                 y_offset,
             })
             .collect();
-        let d = MatvecFused {
+        let m = MatvecFused {
             w: w.iter().map(|t| t.parts[0].buffer.all()).collect(),
             x,
             y,
             norm_w,
-        }
-        .dispatch(&op)?;
+        };
+        let d = if self.q8a_runs(imp, &op) {
+            m.dispatch_q8a(&op)?
+        } else {
+            m.dispatch(&op)?
+        };
         self.dispatch(d)
+    }
+
+    /// Whether [`Recorder::matvec_fused_with`] takes `matvec_q8a.wgsl` for `op`: `imp` is
+    /// [`MatvecImpl::Int8`], the device enabled integer dot products ([`Device::int8_dot`]), has
+    /// subgroups of at least 4 lanes and the kernel's shared memory, and the kernel takes the op
+    /// ([`vkllm_kernels::matvec_q8a::supported`]).
+    pub fn q8a_runs(&self, imp: MatvecImpl, op: &MatvecOp) -> bool {
+        let dev = self.device();
+        imp == MatvecImpl::Int8
+            && dev.int8_dot()
+            && dev.info().min_subgroup_size >= 4
+            && dev.info().limits.max_shared_memory as usize
+                >= vkllm_kernels::matvec_q8a::SHARED_BYTES
+            && vkllm_kernels::matvec_q8a::supported(op)
     }
 
     /// `Y[n, rows] (+)= X[n, cols] W^T` over every part of `w` ([`MatmulKernel::Auto`]).

@@ -73,6 +73,7 @@ parity_tests!(
     matvec_fused_float,
     matvec_fused_legacy,
     matvec_fused_kquant,
+    matvec_q8a,
     rope,
     rope_kv_append,
     attention_decode,

@@ -40,6 +40,7 @@ pub(crate) fn impl_name(imp: MatvecImpl) -> &'static str {
     match imp {
         MatvecImpl::Reference => "ref",
         MatvecImpl::Fast => "fast",
+        MatvecImpl::Int8 => "int8",
     }
 }
 

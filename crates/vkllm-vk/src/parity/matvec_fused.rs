@@ -19,9 +19,9 @@
 //!   `1.13 T max|up| + T max|act(gate)| + 1.13 T^2` (|act'| <= 1.13 for silu and gelu_tanh)
 //!   plus 1e-5 * max|out| for exp/tanh (as the activation kernel's case).
 
-use vkllm_cpu::quant::matvec_quant;
+use vkllm_cpu::quant::{matvec_q8act, matvec_quant, quantize_act_q8, unit_offsets};
 use vkllm_kernels::WeightType;
-use vkllm_kernels::matvec_fused::{Epilogue, GatedAct, MatvecTuning, NormPrologue};
+use vkllm_kernels::matvec_fused::{Epilogue, GatedAct, MatvecImpl, MatvecTuning, NormPrologue};
 
 use super::quant::{cpu_err, dequantize, quant_type, weights};
 use super::{Ctx, KernelParityRow, Rng, row};
@@ -84,6 +84,8 @@ struct Case {
     norm: Option<f32>,
     epilogue: Epilogue,
     tuning: Option<MatvecTuning>,
+    /// Run `matvec_q8a.wgsl` ([`MatvecImpl::Int8`]) against the quantized-activation oracle.
+    int8: bool,
 }
 
 const fn tune(wg: u32, lanes: u32, rows_per_team: u32) -> Option<MatvecTuning> {
@@ -136,27 +138,32 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
         }
         None => x.clone(),
     };
-    let dots: Vec<Vec<f32>> = ws
-        .iter()
-        .map(|w| cpu_matvec(c.dtype, w, cols, &xin))
-        .collect::<Result<_>>()?;
     let t = c.tuning.unwrap_or(MatvecTuning {
         wg: 128,
         lanes: 32,
         rows_per_team: 1,
     });
-    let mut dot_tol = 0f64;
-    let mut max_dot = 0f64;
-    for (w, d) in ws.iter().zip(&dots) {
-        let sum_abs = max_sum_abs(&w.vals, w.rows, cols, &xin, n);
-        let norm_term = if c.norm.is_some() {
-            inv_rms_rel(cols, t.wg) * max_abs(d)
-        } else {
-            0.0
-        };
-        dot_tol = dot_tol.max(tol_dot(sum_abs).max_abs + norm_term);
-        max_dot = max_dot.max(max_abs(d));
-    }
+    let (dots, dot_tol, max_dot) = if c.int8 {
+        q8a_reference(c, &ws, &x, &nw, eps, t)?
+    } else {
+        let dots: Vec<Vec<f32>> = ws
+            .iter()
+            .map(|w| cpu_matvec(c.dtype, w, cols, &xin))
+            .collect::<Result<_>>()?;
+        let mut dot_tol = 0f64;
+        let mut max_dot = 0f64;
+        for (w, d) in ws.iter().zip(&dots) {
+            let sum_abs = max_sum_abs(&w.vals, w.rows, cols, &xin, n);
+            let norm_term = if c.norm.is_some() {
+                inv_rms_rel(cols, t.wg) * max_abs(d)
+            } else {
+                0.0
+            };
+            dot_tol = dot_tol.max(tol_dot(sum_abs).max_abs + norm_term);
+            max_dot = max_dot.max(max_abs(d));
+        }
+        (dots, dot_tol, max_dot)
+    };
     let mut want = vec![f32::NAN; n * y_stride];
     let mut tol = tol_dot(0.0);
     tol.max_abs = dot_tol;
@@ -218,7 +225,14 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
         epilogue: c.epilogue,
         tuning: c.tuning,
     };
-    cx.run(&poison, |r| r.matvec_fused(&refs, xb.all(), y.all(), &plan))?;
+    let imp = if c.int8 {
+        MatvecImpl::Int8
+    } else {
+        MatvecImpl::Fast
+    };
+    cx.run(&poison, |r| {
+        r.matvec_fused_with(imp, &refs, xb.all(), y.all(), &plan)
+    })?;
     let got = cx.read(&y, n * y_stride)?;
 
     // Written elements are compared; every other one must be untouched.
@@ -258,7 +272,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
         if gaps_ok { "" } else { " GAPS WRITTEN" }
     );
     let mut r = row(
-        "matvec_fused",
+        if c.int8 { "matvec_q8a" } else { "matvec_fused" },
         variant,
         format!("n {n}, {:?} x {cols}", c.rows),
         &g,
@@ -269,9 +283,84 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
     Ok(r)
 }
 
+/// The int8 path's reference and tolerance: each column `v = x` (or `x * (offset + norm_w)`)
+/// quantized per 32 (vkllm-cpu's `quantize_act_q8`), `matvec_q8act` per part, times inv_rms
+/// (f64) with a norm. Tolerance per output: `16 eps * sum_u d_u sum_i (|w_i| + off_u) |q_i|`
+/// (the GPU's f32 scaling of exact integer sums, Q4_K's scale and min terms apart: `off_u` its
+/// `dmin * min`), plus `d_u |w_i|` for each code within `TIE_MARGIN` of a rounding tie (the
+/// GPU's `127 / amax` may round it the other way), times inv_rms; plus the inv_rms error term
+/// and 2 eps |y| for the final scaling. Returns (per-part `[n, rows]` results, tolerance,
+/// max |result|).
+fn q8a_reference(
+    c: &Case,
+    ws: &[W],
+    x: &[f32],
+    nw: &[f32],
+    eps: f32,
+    t: MatvecTuning,
+) -> Result<(Vec<Vec<f32>>, f64, f64)> {
+    let qt = quant_type(c.dtype)?;
+    let (cols, n) = (c.cols, c.n);
+    let mut acts = Vec::new();
+    let mut invs = Vec::new();
+    for xt in x.chunks_exact(cols) {
+        let (v, inv) = match c.norm {
+            Some(off) => {
+                let ss: f64 = xt.iter().map(|&a| (a as f64) * (a as f64)).sum();
+                let inv = 1.0 / (ss / cols as f64 + eps as f64).sqrt();
+                let v: Vec<f32> = xt.iter().zip(nw).map(|(&a, &g)| a * (off + g)).collect();
+                (v, inv as f32)
+            }
+            None => (xt.to_vec(), 1.0),
+        };
+        acts.push(quantize_act_q8(&v));
+        invs.push(inv);
+    }
+    let row_bytes = qt.row_bytes(cols).map_err(cpu_err)?;
+    let feps = f32::EPSILON as f64;
+    let mut dots = Vec::new();
+    let mut tol = 0f64;
+    let mut max_dot = 0f64;
+    for w in ws {
+        let mut d = vec![0f32; n * w.rows];
+        for ((a, &inv), yt) in acts.iter().zip(&invs).zip(d.chunks_exact_mut(w.rows)) {
+            matvec_q8act(qt, &w.bytes, w.rows, cols, a, yt).map_err(cpu_err)?;
+            for v in yt.iter_mut() {
+                *v *= inv;
+            }
+        }
+        for r in 0..w.rows {
+            let offs =
+                unit_offsets(qt, &w.bytes[r * row_bytes..][..row_bytes], cols).map_err(cpu_err)?;
+            let wr = &w.vals[r * cols..][..cols];
+            for (ti, (a, &inv)) in acts.iter().zip(&invs).enumerate() {
+                let (mut s, mut ties) = (0f64, 0f64);
+                for (i, &wi) in wr.iter().enumerate() {
+                    let du = a.d[i / 32] as f64;
+                    let wi = (wi as f64).abs();
+                    s += du * (wi + offs[i / 32] as f64) * (a.q[i] as f64).abs();
+                    if a.near_tie[i] {
+                        ties += du * wi;
+                    }
+                }
+                let y = (d[ti * w.rows + r] as f64).abs();
+                let norm_term = if c.norm.is_some() {
+                    inv_rms_rel(cols, t.wg) * y
+                } else {
+                    0.0
+                };
+                tol = tol.max((16.0 * feps * s + ties) * inv as f64 + norm_term + 2.0 * feps * y);
+            }
+        }
+        max_dot = max_dot.max(max_abs(&d));
+        dots.push(d);
+    }
+    Ok((dots, tol, max_dot))
+}
+
 /// The variants for one weight type: columns from `cols` = [odd multiple, smallest legal,
 /// other odd multiples].
-fn cases_for(dtype: WeightType, cols: [usize; 4]) -> Vec<Case> {
+fn cases_for(dtype: WeightType, cols: [usize; 4], int8: bool) -> Vec<Case> {
     let [c0, c1, c2, c3] = cols;
     let silu = Epilogue::Gated {
         act: GatedAct::Silu,
@@ -287,6 +376,7 @@ fn cases_for(dtype: WeightType, cols: [usize; 4]) -> Vec<Case> {
         norm,
         epilogue,
         tuning,
+        int8,
     };
     vec![
         case(&[333], c0, 3, None, Epilogue::Store, None),
@@ -329,7 +419,12 @@ fn quant_cols(dtype: WeightType) -> [usize; 4] {
     }
 }
 
-fn run_types(dev: &Device, seed: u64, types: &[WeightType]) -> Result<Vec<KernelParityRow>> {
+fn run_types(
+    dev: &Device,
+    seed: u64,
+    types: &[WeightType],
+    int8: bool,
+) -> Result<Vec<KernelParityRow>> {
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
     let mut out = Vec::new();
@@ -339,12 +434,12 @@ fn run_types(dev: &Device, seed: u64, types: &[WeightType]) -> Result<Vec<Kernel
         } else {
             float_cols(dtype)
         };
-        for (ci, c) in cases_for(dtype, cols).into_iter().enumerate() {
+        for (ci, c) in cases_for(dtype, cols, int8).into_iter().enumerate() {
             // Float types run every case; quantized ones (slow on lavapipe) all untuned cases
             // plus one of the four tuned-launch ones in rotation, so each tuned case still
             // runs for a legacy and a K-quant type in every test.
             let tuned = [2, 3, 5, 8];
-            if dtype.is_quantized() && tuned.contains(&ci) && tuned[ti % 4] != ci {
+            if !int8 && dtype.is_quantized() && tuned.contains(&ci) && tuned[ti % 4] != ci {
                 continue;
             }
             out.push(run_case(&cx, &mut rng, &c)?);
@@ -358,6 +453,7 @@ pub(crate) fn matvec_fused_float(dev: &Device, seed: u64) -> Result<Vec<KernelPa
         dev,
         seed,
         &[WeightType::F32, WeightType::F16, WeightType::Bf16],
+        false,
     )
 }
 
@@ -373,6 +469,7 @@ pub(crate) fn matvec_fused_legacy(dev: &Device, seed: u64) -> Result<Vec<KernelP
             WeightType::Q5_1,
             WeightType::IQ4_NL,
         ],
+        false,
     )
 }
 
@@ -388,5 +485,36 @@ pub(crate) fn matvec_fused_kquant(dev: &Device, seed: u64) -> Result<Vec<KernelP
             WeightType::Q3_K,
             WeightType::IQ4_XS,
         ],
+        false,
     )
+}
+
+/// `matvec_q8a.wgsl` (int8 dot products over quantized activations) for each type it takes,
+/// every case of [`cases_for`], against [`q8a_reference`]. Not applicable on devices without
+/// integer dot products or with subgroups of fewer than 4 lanes.
+pub(crate) fn matvec_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    if !dev.int8_dot()
+        || dev.info().min_subgroup_size < 4
+        || (dev.info().limits.max_shared_memory as usize) < vkllm_kernels::matvec_q8a::SHARED_BYTES
+    {
+        return Ok(vec![KernelParityRow::not_applicable(
+            "matvec_q8a",
+            "all",
+            "device lacks integer dot products (Vulkan 1.3), subgroups of 4+ lanes or 24 KiB of \
+             shared memory",
+        )]);
+    }
+    use std::sync::atomic::Ordering;
+    use vkllm_kernels::matvec_q8a::TARGET_WORKGROUPS;
+    let mut rows = run_types(dev, seed, &vkllm_kernels::matvec_q8a::TYPES, true)?;
+    // Again with every workgroup walking as many row groups as it may (up to 16: the loop over
+    // groups and its uniform early exit), then the default back. Only this case uses the kernel.
+    let target = TARGET_WORKGROUPS.swap(1, Ordering::Relaxed);
+    let walked = run_types(dev, seed ^ 1, &vkllm_kernels::matvec_q8a::TYPES, true);
+    TARGET_WORKGROUPS.store(target, Ordering::Relaxed);
+    for mut r in walked? {
+        r.variant.push_str(" walk");
+        rows.push(r);
+    }
+    Ok(rows)
 }

@@ -115,6 +115,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("matvec_fused_float", matvec_fused::matvec_fused_float),
     ("matvec_fused_legacy", matvec_fused::matvec_fused_legacy),
     ("matvec_fused_kquant", matvec_fused::matvec_fused_kquant),
+    ("matvec_q8a", matvec_fused::matvec_q8a),
     ("rope", attn::rope),
     ("rope_kv_append", rope_kv::rope_kv_append_case),
     ("attention_decode", attn::attention_decode),

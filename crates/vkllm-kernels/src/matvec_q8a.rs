@@ -1,0 +1,109 @@
+//! `shaders/matvec_q8a.wgsl`: the decode matvec on int8 dot products. The op, buffers and
+//! parameters are [`crate::matvec_fused`]'s ([`MatvecOp`], [`MatvecFused::dispatch_q8a`]); the
+//! kernel quantizes each activation column to int8 per 32 elements (a scale `amax / 127` and
+//! round-half-even codes, as vkllm-cpu's `quantize_act_q8`) in shared memory and takes the weight
+//! codes four at a time with `dot4I8Packed`.
+//!
+//! Not exact: the activations lose precision (relative error up to ~1/254 of each 32-element
+//! block's largest magnitude), so the result is vkllm-cpu's `matvec_q8act` (the product with the
+//! quantized activations), not `matvec_quant`. Selected by [`MatvecImpl::Int8`] only.
+//!
+//! [`MatvecFused::dispatch_q8a`]: crate::matvec_fused::MatvecFused::dispatch_q8a
+//! [`MatvecImpl::Int8`]: crate::matvec_fused::MatvecImpl::Int8
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::matvec_fused::{MatvecOp, MatvecTuning};
+use crate::sources::MATVEC_Q8A as SRC;
+use crate::spec::{rd, rw};
+use crate::{KernelSpec, WeightType};
+
+pub static MATVEC_Q8A: KernelSpec = KernelSpec {
+    name: "matvec_q8a",
+    file: "matvec_q8a.wgsl",
+    entry: "main",
+    source: SRC,
+    bindings: &[rd("w0"), rd("x"), rw("y"), rd("w1"), rd("w2"), rd("norm_w")],
+    push_size: 52,
+    exact_fp: false,
+};
+
+/// Most activation elements (columns x tokens) one dispatch takes: the kernel's shared copy of
+/// the quantized x (16 KiB of int8, one scale and sum per 32).
+pub const MAX_ELEMS: usize = 16384;
+
+/// Shared memory the kernel declares (int8 x, unit scales and sums, reduction space): devices
+/// with less (Vulkan guarantees 16 KiB) run the fast kernel.
+pub const SHARED_BYTES: usize = MAX_ELEMS + 2 * 4 * (MAX_ELEMS / 32) + 4 * 1024;
+
+/// The weight types the kernel decodes.
+pub const TYPES: [WeightType; 4] = [
+    WeightType::Q8_0,
+    WeightType::Q4_0,
+    WeightType::Q4_K,
+    WeightType::Q6_K,
+];
+
+/// Whether `op` runs on `matvec_q8a.wgsl`: one of [`TYPES`], whole blocks, 1..=8 columns with
+/// `n_cols * cols <= MAX_ELEMS`. (The device must also offer int8 dot products and subgroups of
+/// at least 4 lanes: the caller checks.)
+pub fn supported(op: &MatvecOp) -> bool {
+    TYPES.contains(&op.dtype)
+        && op.cols > 0
+        && op.cols.is_multiple_of(op.dtype.block_size())
+        && (1..=crate::matvec_fused::MAX_COLUMNS).contains(&op.n_cols)
+        && op.n_cols * op.cols <= MAX_ELEMS
+}
+
+/// The launch shape used when the op names none: 32 lanes per row (fewer when a row has fewer
+/// than 32 steps of 32 elements, 64 for Q4_K and Q6_K, so no lane idles), 2 rows per team for large matrices (x words
+/// reused twice), and 256-invocation workgroups (the shared quantization of x is shared by more
+/// rows).
+pub fn default_tuning(op: &MatvecOp) -> MatvecTuning {
+    // Q4_K and Q6_K lanes take 64-element steps (unit pairs).
+    let step = if matches!(op.dtype, WeightType::Q4_K | WeightType::Q6_K) {
+        64
+    } else {
+        32
+    };
+    let units = (op.cols / step).max(1);
+    let lanes = units.next_power_of_two().clamp(4, 32) as u32;
+    let gated = matches!(op.epilogue, crate::matvec_fused::Epilogue::Gated { .. });
+    let rows: usize = if gated {
+        op.parts.first().map_or(0, |p| p.rows)
+    } else {
+        op.parts.iter().map(|p| p.rows).sum()
+    };
+    let slots2 = if gated { 4 } else { 2 };
+    let r = if rows >= 16384 && slots2 * op.n_cols <= 16 {
+        2
+    } else {
+        1
+    };
+    MatvecTuning {
+        wg: 256,
+        lanes,
+        rows_per_team: r,
+    }
+}
+
+/// Workgroups [`groups_per_workgroup`] aims for: enough to keep every SM of a large GPU busy
+/// (132 SMs x 8 resident workgroups on the H200) while each quantization of x serves as many
+/// rows as that allows. Read at each dispatch; the bench may change it.
+pub static TARGET_WORKGROUPS: AtomicU32 = AtomicU32::new(1024);
+
+/// Row groups (of `wg / lanes * rows_per_team` rows) each workgroup walks (the kernel's `NIT`):
+/// the quantization of x in every workgroup is amortized over them. 1 to 16, so the grid keeps
+/// about [`TARGET_WORKGROUPS`] workgroups.
+pub fn groups_per_workgroup(op: &MatvecOp, t: MatvecTuning) -> u32 {
+    let per_group = (t.wg / t.lanes.max(1) * t.rows_per_team).max(1) as usize;
+    let gated = matches!(op.epilogue, crate::matvec_fused::Epilogue::Gated { .. });
+    let groups: usize = op
+        .parts
+        .iter()
+        .take(if gated { 1 } else { op.parts.len() })
+        .map(|p| p.rows.div_ceil(per_group))
+        .sum();
+    let target = TARGET_WORKGROUPS.load(Ordering::Relaxed).max(1) as usize;
+    (groups / target).clamp(1, 16) as u32
+}

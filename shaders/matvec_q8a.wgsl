@@ -1,0 +1,531 @@
+// Decode matvec on int8 dot products: y = epilogue(W . q8(prologue(x))) for Q8_0, Q4_0, Q4_K and
+// Q6_K weights, `n` activation columns at once. The same op, parts, prologue and epilogues as
+// matvec_fused.wgsl (see there), with one difference: the activations are quantized first.
+//
+// Activation quantization (vkllm-cpu's `quantize_act_q8`, the oracle): each run of 32 elements
+// of a column, a "unit", v_i = x_i (NORM 0) or x_i * (offset + norm_w_i) (NORM 1: inv_rms, a
+// per-column scalar, multiplies the finished dot product as in matvec_fused), becomes
+//   amax = max |v_i|, d = amax * (1 / 127), q_i = round_half_even(v_i * (127 / amax)) (0 when
+//   amax = 0), clamped to [-127, 127]; sum = sum_i q_i.
+// The product of a weight unit w (32 dequantized weights) with it is d * sum_i w_i q_i, computed
+// from the weight's integer codes with dot4I8Packed (4 int8 products per instruction; exact i32
+// sums) and one f32 scale per sub-block:
+//   Q8_0: dw * isum;  Q4_0: dw * (isum - 8 * sum);  Q4_K: (d * sc) * isum - (dmin * m) * sum;
+//   Q6_K: d * (sc_lo * isum_lo + sc_hi * isum_hi) (two 16-element scales; codes made signed).
+//
+// Layout: every workgroup first quantizes all NC columns of x into shared memory (each
+// invocation one 8-element chunk; the 4 chunks of a unit combine amax and sum with
+// subgroupShuffleXor, so subgroups of >= 4 lanes), then teams of LPR invocations own R rows as in
+// matvec_fused, but a lane's unit of work is a whole 32-element unit (Q4_K, Q6_K: a pair of
+// them sharing their bytes): lane l takes units l, l + LPR, ... of its rows and reads their bytes as
+// aligned 16-byte words only (Q8_0, Q4_0 and Q6_K blocks are 2-byte aligned: the 2 or 3 words
+// holding the bytes, shifted into place with selects; 4-byte loads, one cache line per lane,
+// measured 2x slower; Q4_K's 144-byte blocks are 16-byte aligned), and takes 8 int8 words of x
+// per column from shared memory (stored word-major, `xq[j * units + unit]`, so consecutive
+// lanes read consecutive words: no bank conflicts). NIT row groups per workgroup share one
+// quantization of x.
+// Shapes: x [NC, cols] f32 with NC * cols <= 16384 (the shared copy); cols a multiple of the
+// block (32 or 256). Shared memory: 16 KiB of int8 x, 4 KiB of unit scales and sums, 4 KiB of
+// reduction space (24 KiB). Memory bound: every weight byte is read once per dispatch.
+
+override WG: u32 = 128;
+override LPR: u32 = 32;
+override R: u32 = 1;
+override NC: u32 = 1;
+override NPARTS: u32 = 1;
+override NORM: u32 = 0;
+// 0 store, 1 accumulate, 2 gated silu, 3 gated gelu_tanh.
+override EPI: u32 = 0;
+// ggml type id (8 Q8_0, 2 Q4_0, 12 Q4_K, 14 Q6_K) and bytes per block.
+override QTYPE: u32 = 8;
+override TS: u32 = 34;
+// Row groups per workgroup: the workgroup owns NIT * (WG / LPR) * R consecutive rows and walks
+// them one group of (WG / LPR) * R at a time, so one quantization of x serves them all.
+override NIT: u32 = 1;
+
+struct Params {
+    cols: u32,
+    y_stride: u32,
+    rows0: u32,
+    rows1: u32,
+    rows2: u32,
+    off0: u32,
+    off1: u32,
+    off2: u32,
+    wg1: u32,
+    wg2: u32,
+    wg_end: u32,
+    eps: f32,
+    norm_offset: f32,
+}
+var<immediate> p: Params;
+
+@group(0) @binding(0) var<storage, read> w0q: array<vec4<u32>>;
+@group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<storage, read> w1q: array<vec4<u32>>;
+@group(0) @binding(4) var<storage, read> w2q: array<vec4<u32>>;
+@group(0) @binding(5) var<storage, read> nw4: array<vec4<f32>>;
+
+// Quantized x: word j (elements 4j..4j+3) of unit U (column t, unit u: U = t * cols / 32 + u)
+// at xq[j * n_units + U]; its scale and code sum at xd[U], xs[U].
+var<workgroup> xq: array<u32, 4096>;
+var<workgroup> xd: array<f32, 512>;
+var<workgroup> xs: array<i32, 512>;
+var<workgroup> red: array<f32, 1024>;
+
+// The part the next weight read goes to.
+var<private> cur: u32;
+
+fn wq(i: u32) -> vec4<u32> {
+    if (NPARTS == 1u || cur == 0u) {
+        return w0q[i];
+    }
+    if (cur == 1u) {
+        return w1q[i];
+    }
+    return w2q[i];
+}
+
+fn wd(i: u32) -> u32 {
+    return wq(i >> 2u)[i & 3u];
+}
+
+// The 9 consecutive 4-byte words from word off / 4 (`window9`; 5 for `window5`): the aligned
+// 16-byte words holding them (3; 2), shifted into place by (off / 4) % 4 words in two select
+// stages. Callers read only 16-byte words that hold bytes of the block they decode, so nothing
+// past the weight: a Q8_0 block's 34 bytes reach into the ninth word, a Q4_0 block's 18 into
+// the fifth, and Q6_K's 32-byte runs are followed by more of their block.
+fn window9(off: u32) -> array<u32, 9> {
+    let v = off >> 4u;
+    let a = wq(v);
+    let b = wq(v + 1u);
+    let c = wq(v + 2u);
+    var w = array<u32, 12>(a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w);
+    let s2 = (off & 8u) != 0u;
+    let s1 = (off & 4u) != 0u;
+    var t: array<u32, 10>;
+    for (var k = 0u; k < 10u; k++) {
+        t[k] = select(w[k], w[k + 2u], s2);
+    }
+    var o: array<u32, 9>;
+    for (var k = 0u; k < 9u; k++) {
+        o[k] = select(t[k], t[k + 1u], s1);
+    }
+    return o;
+}
+
+fn window5(off: u32) -> array<u32, 5> {
+    let v = off >> 4u;
+    let a = wq(v);
+    let b = wq(v + 1u);
+    var w = array<u32, 8>(a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
+    let s2 = (off & 8u) != 0u;
+    let s1 = (off & 4u) != 0u;
+    var t: array<u32, 6>;
+    for (var k = 0u; k < 6u; k++) {
+        t[k] = select(w[k], w[k + 2u], s2);
+    }
+    var o: array<u32, 5>;
+    for (var k = 0u; k < 5u; k++) {
+        o[k] = select(t[k], t[k + 1u], s1);
+    }
+    return o;
+}
+
+// The 8 words (32 bytes) at an even byte offset `off`: its window, shifted by 16 bits when `off`
+// is 2 mod 4.
+fn words8(off: u32) -> array<u32, 8> {
+    let w = window9(off);
+    let odd = (off & 2u) != 0u;
+    var o: array<u32, 8>;
+    for (var j = 0u; j < 8u; j++) {
+        o[j] = select(w[j], (w[j] >> 16u) | (w[j + 1u] << 16u), odd);
+    }
+    return o;
+}
+
+// f16 bits (low 16 of h) to f32 with integer operations: exact for subnormals too (Vulkan may
+// flush 16-bit denormals in unpack2x16float; K-quant super-block scales are often subnormal).
+fn f16v(h: u32) -> f32 {
+    let e = (h >> 10u) & 31u;
+    let m = h & 1023u;
+    if (e == 0u) {
+        let v = f32(m) * 5.9604644775390625e-8;
+        return select(v, -v, (h & 0x8000u) != 0u);
+    }
+    let eb = select(e + 112u, 255u, e == 31u);
+    return bitcast<f32>(((h & 0x8000u) << 16u) | (eb << 23u) | (m << 13u));
+}
+
+// Four codes in [-127, 127] as packed int8 (pack4xI8 would need naga's Int8 capability).
+fn pack_i8(q: vec4<i32>) -> u32 {
+    let b = bitcast<vec4<u32>>(q) & vec4<u32>(0xffu);
+    return b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
+}
+
+// One weight unit (32 elements) as int8 codes and scales:
+//   product = sa * f32(isum_lo + zb * sum) + sb * f32(isum_hi) - sm * f32(sum)
+// with isum_lo over words 0..3 and isum_hi over words 4..7 (sa = sb except for Q6_K).
+struct Unit {
+    q: array<u32, 8>,
+    sa: f32,
+    sb: f32,
+    sm: f32,
+    zb: i32,
+}
+
+fn unit_of(row: u32, u: u32) -> Unit {
+    var r: Unit;
+    r.sm = 0.0;
+    r.zb = 0;
+    if (QTYPE == 8u) {
+        // Q8_0: f16 d, 32 i8 (its 34 bytes are the 9 words from blk / 4: qs word j is word
+        // j + 1 when blk = 2 mod 4, else the halves of words j and j + 1).
+        let blk = row * (p.cols / 32u) * 34u + u * 34u;
+        let w = window9(blk);
+        let odd = (blk & 2u) != 0u;
+        r.sa = f16v(select(w[0], w[0] >> 16u, odd) & 0xffffu);
+        for (var j = 0u; j < 8u; j++) {
+            r.q[j] = select((w[j] >> 16u) | (w[j + 1u] << 16u), w[j + 1u], odd);
+        }
+    } else if (QTYPE == 2u) {
+        // Q4_0: f16 d, 16 bytes: element j low nibble of byte j, j + 16 its high nibble.
+        let blk = row * (p.cols / 32u) * 18u + u * 18u;
+        // Its 18 bytes lie in the 5 words from blk / 4; qs word j is word j + 1 (blk = 2 mod 4)
+        // or the halves of words j and j + 1 (blk = 0 mod 4).
+        let w = window5(blk);
+        let odd = (blk & 2u) != 0u;
+        r.sa = f16v(select(w[0], w[0] >> 16u, odd) & 0xffffu);
+        for (var j = 0u; j < 4u; j++) {
+            let qs = select((w[j] >> 16u) | (w[j + 1u] << 16u), w[j + 1u], odd);
+            r.q[j] = qs & 0x0f0f0f0fu;
+            r.q[j + 4u] = (qs >> 4u) & 0x0f0f0f0fu;
+        }
+        r.zb = -8;
+    }
+    r.sb = r.sa;
+    return r;
+}
+
+// Q4_K sub-block s (0..8) of the super-block with header `hd` (f16 d, dmin as f32 `d`, `dmin`;
+// scales[12] in hd.y, hd.z, hd.w) and the 32 qs bytes q0, q1 it shares with sub-block s ^ 1 (its
+// codes: nibble s % 2 of each byte). The 6-bit scale and min as vkllm-cpu's scale_min_k4, from
+// whole words (no dynamic byte indexing, no branch): for s < 4 bytes s of scales[0..4] and
+// scales[4..8]; else the nibbles of scales[s + 4] and the top bits of scales[s - 4], scales[s].
+fn q4k_unit(d: f32, dmin: f32, hd: vec4<u32>, q0: vec4<u32>, q1: vec4<u32>, s: u32) -> Unit {
+    var r: Unit;
+    let sh = 8u * (s % 4u);
+    let y = hd.y >> sh;
+    let z = hd.z >> sh;
+    let w = hd.w >> sh;
+    let hi = s >= 4u;
+    let sc = select(y & 63u, (w & 15u) | ((y >> 2u) & 48u), hi);
+    let mn = select(z & 63u, ((w >> 4u) & 15u) | ((z >> 2u) & 48u), hi);
+    r.sa = d * f32(sc);
+    r.sb = r.sa;
+    r.sm = dmin * f32(mn);
+    r.zb = 0;
+    let shv = vec4<u32>(4u * (s % 2u));
+    let m = vec4<u32>(0x0f0f0f0fu);
+    let a = (q0 >> shv) & m;
+    let b = (q1 >> shv) & m;
+    r.q = array<u32, 8>(a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
+    return r;
+}
+
+// Units per lane step: Q4_K lanes take sub-block pairs (2j, 2j + 1), which share their 32 qs
+// bytes (one header and two 16-byte loads per 64 elements), Q6_K pairs (k, k + 2) sharing ql and
+// qh bytes; the others single units.
+fn upl() -> u32 {
+    return select(1u, 2u, QTYPE == 12u || QTYPE == 14u);
+}
+
+// The row's unit (32 elements of x) that part `hh` of step `pu` multiplies.
+fn xunit(pu: u32, hh: u32) -> u32 {
+    if (QTYPE == 12u) {
+        return 2u * pu + hh;
+    }
+    if (QTYPE == 14u) {
+        let pp = pu % 4u;
+        return (pu / 4u) * 8u + (pp / 2u) * 4u + pp % 2u + 2u * hh;
+    }
+    return pu;
+}
+
+// Q6_K units (h, k) and (h, k + 2) of a super-block share their 32 ql bytes (low and high
+// nibbles) and 32 qh bytes (bit pairs 2k and 2k + 4): ql[64 h + 32 k + l], qh[32 h + l]; the
+// scales are scales[8 h + 2 kk + l / 16] (i8) for unit kk, times d.
+fn q6k_pair(blk: u32, h: u32, k: u32) -> array<Unit, 2> {
+    var r: array<Unit, 2>;
+    let ql = words8(blk + 64u * h + 32u * k);
+    let qh = words8(blk + 128u + 32u * h);
+    let d = f16v((wd((blk + 208u) >> 2u) >> (((blk + 208u) & 2u) * 8u)) & 0xffffu);
+    for (var i = 0u; i < 2u; i++) {
+        let so = blk + 192u + 8u * h + 2u * k + 4u * i;
+        let sw = wd(so >> 2u) >> ((so & 2u) * 8u);
+        r[i].sa = d * f32(extractBits(bitcast<i32>(sw), 0u, 8u));
+        r[i].sb = d * f32(extractBits(bitcast<i32>(sw), 8u, 8u));
+        r[i].sm = 0.0;
+        r[i].zb = 0;
+        for (var j = 0u; j < 8u; j++) {
+            let v = ((ql[j] >> (4u * i)) & 0x0f0f0f0fu)
+                | (((qh[j] >> (2u * k + 4u * i)) & 0x03030303u) << 4u);
+            // 6-bit code c -> int8 c - 32: flip bit 5, then copy it into bits 6 and 7.
+            let t = v ^ 0x20202020u;
+            r[i].q[j] = t | ((t & 0x20202020u) * 6u);
+        }
+    }
+    return r;
+}
+
+// Step `pu` of row `row`: units xunit(pu, 0), xunit(pu, 1); the second is unset when upl() is 1.
+fn units_of(row: u32, pu: u32) -> array<Unit, 2> {
+    var r: array<Unit, 2>;
+    if (QTYPE == 12u) {
+        let j = pu % 4u;
+        let blk = row * (p.cols / 256u) * 9u + (pu / 4u) * 9u;
+        let hd = wq(blk);
+        let q0 = wq(blk + 1u + 2u * j);
+        let q1 = wq(blk + 2u + 2u * j);
+        let d = f16v(hd.x & 0xffffu);
+        let dmin = f16v(hd.x >> 16u);
+        r[0] = q4k_unit(d, dmin, hd, q0, q1, 2u * j);
+        r[1] = q4k_unit(d, dmin, hd, q0, q1, 2u * j + 1u);
+    } else if (QTYPE == 14u) {
+        let pp = pu % 4u;
+        r = q6k_pair(row * (p.cols / 256u) * 210u + (pu / 4u) * 210u, pp / 2u, pp % 2u);
+    } else {
+        r[0] = unit_of(row, pu);
+    }
+    return r;
+}
+
+fn gated() -> bool {
+    return EPI >= 2u;
+}
+
+fn slots() -> u32 {
+    return select(R, 2u * R, gated());
+}
+
+fn silu(g: f32) -> f32 {
+    return g / (1.0 + exp(-g));
+}
+
+fn gelu_tanh(g: f32) -> f32 {
+    let inner = 0.7978845608028654 * (g + 0.044715 * g * g * g);
+    return 0.5 * g * (1.0 + tanh(clamp(inner, -15.0, 15.0)));
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
+        @builtin(subgroup_size) sg_size: u32, @builtin(num_subgroups) n_sg: u32) {
+    let g = wid.y * nwg.x + wid.x;
+    if (g >= p.wg_end) {
+        return;
+    }
+    let v = sg_id * sg_size + sg_lane;
+    let team = v / LPR;
+    let tl = v % LPR;
+
+    var part = 0u;
+    var first_wg = 0u;
+    var rows = p.rows0;
+    var yoff = p.off0;
+    if (NPARTS > 2u && !gated() && g >= p.wg2) {
+        part = 2u;
+        first_wg = p.wg2;
+        rows = p.rows2;
+        yoff = p.off2;
+    } else if (NPARTS > 1u && !gated() && g >= p.wg1) {
+        part = 1u;
+        first_wg = p.wg1;
+        rows = p.rows1;
+        yoff = p.off1;
+    }
+    let c4 = p.cols / 4u;
+    let uc = p.cols / 32u;
+    let n_units = NC * uc;
+
+    // Norm prologue: inv_rms of each column (as matvec_fused).
+    var inv: array<f32, 8>;
+    if (NORM != 0u) {
+        var ss: array<f32, 8>;
+        for (var t = 0u; t < NC; t++) {
+            ss[t] = 0.0;
+        }
+        for (var i = v; i < c4; i += WG) {
+            for (var t = 0u; t < NC; t++) {
+                let a = x4[t * c4 + i];
+                ss[t] += dot(a, a);
+            }
+        }
+        for (var t = 0u; t < NC; t++) {
+            let s = subgroupAdd(ss[t]);
+            if (sg_lane == 0u) {
+                red[sg_id * NC + t] = s;
+            }
+        }
+        workgroupBarrier();
+        for (var t = 0u; t < NC; t++) {
+            var total = 0.0;
+            for (var i = 0u; i < n_sg; i++) {
+                total += red[i * NC + t];
+            }
+            inv[t] = 1.0 / sqrt(total / f32(p.cols) + p.eps);
+        }
+        workgroupBarrier();
+    }
+
+    // Quantize x: chunk ch (8 elements: unit ch / 4, words 2 (ch % 4), 2 (ch % 4) + 1). The
+    // chunk count is a multiple of 4 and of no concern to WG (a multiple of 32): the 4 lanes of a
+    // unit run the loop alike.
+    for (var ch = v; ch < 4u * n_units; ch += WG) {
+        let un = ch / 4u;
+        let e4 = 2u * ch;
+        var a = x4[e4];
+        var b = x4[e4 + 1u];
+        if (NORM != 0u) {
+            let c = e4 % c4;
+            a *= p.norm_offset + nw4[c];
+            b *= p.norm_offset + nw4[c + 1u];
+        }
+        let m4 = max(abs(a), abs(b));
+        var amax = max(max(m4.x, m4.y), max(m4.z, m4.w));
+        amax = max(amax, subgroupShuffleXor(amax, 1u));
+        amax = max(amax, subgroupShuffleXor(amax, 2u));
+        let id = select(0.0, 127.0 / amax, amax > 0.0);
+        let qa = vec4<i32>(clamp(round(a * id), vec4<f32>(-127.0), vec4<f32>(127.0)));
+        let qb = vec4<i32>(clamp(round(b * id), vec4<f32>(-127.0), vec4<f32>(127.0)));
+        var s = qa.x + qa.y + qa.z + qa.w + qb.x + qb.y + qb.z + qb.w;
+        s += subgroupShuffleXor(s, 1u);
+        s += subgroupShuffleXor(s, 2u);
+        let j = 2u * (ch % 4u);
+        xq[j * n_units + un] = pack_i8(qa);
+        xq[(j + 1u) * n_units + un] = pack_i8(qb);
+        if (ch % 4u == 0u) {
+            xd[un] = amax * (1.0 / 127.0);
+            xs[un] = s;
+        }
+    }
+    workgroupBarrier();
+
+    for (var it = 0u; it < NIT; it++) {
+        let base = ((g - first_wg) * NIT + it) * (WG / LPR) * R;
+        // Uniform: past the part's end for the whole workgroup.
+        if (base >= rows) {
+            break;
+        }
+        let row0 = base + team * R;
+        var acc: array<f32, 16>;
+        for (var k = 0u; k < 16u; k++) {
+            acc[k] = 0.0;
+        }
+        for (var pu = tl; pu < uc / upl(); pu += LPR) {
+            var un: array<Unit, 8>;
+            for (var k = 0u; k < slots(); k++) {
+                cur = part;
+                if (gated()) {
+                    cur = k / R;
+                }
+                let pr = units_of(min(row0 + k % R, rows - 1u), pu);
+                un[2u * k] = pr[0];
+                un[2u * k + 1u] = pr[1];
+            }
+            for (var t = 0u; t < NC; t++) {
+                for (var h = 0u; h < upl(); h++) {
+                    let U = t * uc + xunit(pu, h);
+                    var xw: array<u32, 8>;
+                    for (var j = 0u; j < 8u; j++) {
+                        xw[j] = xq[j * n_units + U];
+                    }
+                    let sum = xs[U];
+                    let dx = xd[U];
+                    for (var k = 0u; k < slots(); k++) {
+                        let w = un[2u * k + h];
+                        var lo = 0;
+                        var hi = 0;
+                        for (var j = 0u; j < 4u; j++) {
+                            lo = lo + dot4I8Packed(w.q[j], xw[j]);
+                            hi = hi + dot4I8Packed(w.q[j + 4u], xw[j + 4u]);
+                        }
+                        var c: f32;
+                        if (QTYPE == 14u) {
+                            c = w.sa * f32(lo) + w.sb * f32(hi);
+                        } else {
+                            c = w.sa * f32(lo + hi + w.zb * sum) - w.sm * f32(sum);
+                        }
+                        acc[k * NC + t] += c * dx;
+                    }
+                }
+            }
+        }
+
+        // Team sums and the epilogue, as matvec_fused.
+        let sn = slots() * NC;
+        if (sg_size <= LPR) {
+            for (var k = 0u; k < sn; k++) {
+                acc[k] = subgroupAdd(acc[k]);
+            }
+        } else {
+            let cl = sg_lane / LPR;
+            for (var k = 0u; k < sn; k++) {
+                var mine = 0.0;
+                for (var j = 0u; j < sg_size / LPR; j++) {
+                    let s = subgroupAdd(select(0.0, acc[k], cl == j));
+                    if (cl == j) {
+                        mine = s;
+                    }
+                }
+                acc[k] = mine;
+            }
+        }
+        if (sg_size < LPR && sg_lane == 0u) {
+            for (var k = 0u; k < sn; k++) {
+                red[sg_id * sn + k] = acc[k];
+            }
+        }
+        workgroupBarrier();
+        if (sg_size < LPR) {
+            let per = LPR / sg_size;
+            for (var k = 0u; k < sn; k++) {
+                var s = 0.0;
+                for (var i = 0u; i < per; i++) {
+                    s += red[(team * per + i) * sn + k];
+                }
+                acc[k] = s;
+            }
+        }
+
+        for (var r = 0u; r < R; r++) {
+            let row = row0 + r;
+            for (var t = 0u; t < NC; t++) {
+                if (row >= rows || (r * NC + t) % LPR != tl) {
+                    continue;
+                }
+                var scale = 1.0;
+                if (NORM != 0u) {
+                    scale = inv[t];
+                }
+                var val = acc[r * NC + t] * scale;
+                if (EPI == 2u || EPI == 3u) {
+                    let up = acc[(R + r) * NC + t] * scale;
+                    if (EPI == 2u) {
+                        val = silu(val) * up;
+                    } else {
+                        val = gelu_tanh(val) * up;
+                    }
+                }
+                let o = t * p.y_stride + yoff + row;
+                if (EPI == 1u) {
+                    val += y[o];
+                }
+                y[o] = val;
+            }
+        }
+        // `red` is written again by the next group.
+        workgroupBarrier();
+    }
+}
