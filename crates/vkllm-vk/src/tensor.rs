@@ -216,12 +216,13 @@ pub fn env_matvec_impl() -> Option<MatvecImpl> {
     })
 }
 
-/// The kernel [`Recorder::matvec`] uses: [`env_matvec_impl`], else [`MatvecImpl::Fast`].
+/// [`env_matvec_impl`], else [`MatvecImpl::Fast`] (the exact kernel).
 pub fn default_matvec_impl() -> MatvecImpl {
     env_matvec_impl().unwrap_or(MatvecImpl::Fast)
 }
 
-/// The kernel [`Recorder::matvec_fused`] (the decode graph's matvecs) uses on `dev`:
+/// The kernel [`Recorder::matvec`] and [`Recorder::matvec_fused`] (the decode graph's matvecs)
+/// use on `dev`:
 /// [`env_matvec_impl`], else [`MatvecImpl::Int8`] on GPUs (int8 dot products over activations
 /// quantized per 32 for Q8_0/Q4_0/Q4_K/Q6_K weights, the fast kernel for the other types; on
 /// the H200 decode of Llama-3.2-1B Q4_0 578 -> 956 tok/s) and [`MatvecImpl::Fast`] on CPU
@@ -279,7 +280,7 @@ fn unfusable(w: &[&Tensor], reason: impl Into<String>) -> Error {
 
 impl Recorder {
     /// `y (+)= W x` over every part of `w` (one dispatch per part), with
-    /// [`default_matvec_impl`].
+    /// [`fused_matvec_impl`] (the device's default, or `VKLLM_MATVEC`).
     pub fn matvec(
         &mut self,
         w: &Tensor,
@@ -287,7 +288,8 @@ impl Recorder {
         y: BufSlice<'_>,
         accumulate: bool,
     ) -> Result<()> {
-        self.matvec_impl(default_matvec_impl(), w, x, y, accumulate)
+        let imp = fused_matvec_impl(self.device());
+        self.matvec_impl(imp, w, x, y, accumulate)
     }
 
     /// [`Recorder::matvec`] with the kernel chosen by `imp` (the fast kernel falls back to the
