@@ -38,6 +38,7 @@ pub mod matmul;
 pub mod matmul_coop;
 pub mod matvec;
 pub mod matvec_fused;
+pub mod matvec_rows;
 pub mod moe_experts;
 pub mod moe_experts_quant;
 pub mod moe_route;
@@ -63,6 +64,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &matvec::MATVEC,
         &matvec::MATVEC_VEC,
         &matvec_fused::MATVEC_FUSED,
+        &matvec_rows::MATVEC_ROWS,
         &matmul::MATMUL,
         &matmul_coop::MATMUL_COOP,
         &mat_quant::MATVEC_QUANT,

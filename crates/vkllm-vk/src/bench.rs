@@ -238,6 +238,10 @@ pub fn bench_matvec(dev: &Device, b: &MatvecBench) -> Result<BenchResult> {
             Epilogue::Store
         },
         tuning: b.tuning,
+        // A launch shape is the team kernel's; else the device's layout.
+        layout: b
+            .tuning
+            .map(|_| vkllm_kernels::matvec_rows::MatvecLayout::Teams),
     };
     for _ in 0..iters {
         if b.imp == MatvecImpl::Reference {

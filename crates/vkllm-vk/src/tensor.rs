@@ -11,6 +11,7 @@ use vkllm_kernels::matvec::{MatShape, Matvec};
 use vkllm_kernels::matvec_fused::{
     Epilogue, MatvecFused, MatvecImpl, MatvecOp, MatvecPart, MatvecTuning, NormPrologue,
 };
+use vkllm_kernels::matvec_rows::MatvecLayout;
 
 use crate::Error;
 use crate::buffer::{BufSlice, Buffer, MemoryKind};
@@ -225,6 +226,8 @@ pub struct MatvecPlan<'a> {
     pub epilogue: Epilogue,
     /// Launch shape; `None` for the kernel's default.
     pub tuning: Option<MatvecTuning>,
+    /// Thread layout; `None` for [`default_matvec_layout`] of the device.
+    pub layout: Option<MatvecLayout>,
 }
 
 impl<'a> MatvecPlan<'a> {
@@ -237,7 +240,29 @@ impl<'a> MatvecPlan<'a> {
             norm: None,
             epilogue: Epilogue::Store,
             tuning: None,
+            layout: None,
         }
+    }
+}
+
+/// The matvec layout for `dev`: `VKLLM_MATVEC_LAYOUT=teams|rows` when set (read once), else
+/// [`MatvecLayout::Rows`] on CPU implementations (lavapipe: one invocation per row suits SIMD
+/// lanes on CPU threads) and [`MatvecLayout::Teams`] on every GPU. Rows needs subgroups of at
+/// least 8 lanes (teams otherwise, even when asked for).
+pub fn default_matvec_layout(dev: &crate::Device) -> MatvecLayout {
+    static ENV: std::sync::OnceLock<Option<MatvecLayout>> = std::sync::OnceLock::new();
+    let forced = *ENV.get_or_init(|| match std::env::var("VKLLM_MATVEC_LAYOUT") {
+        Ok(v) if v.eq_ignore_ascii_case("rows") => Some(MatvecLayout::Rows),
+        Ok(v) if v.eq_ignore_ascii_case("teams") => Some(MatvecLayout::Teams),
+        _ => None,
+    });
+    // The rows kernel broadcasts x across 8 lanes of a subgroup.
+    let rows_ok = dev.info().subgroup_size >= 8;
+    match forced {
+        Some(MatvecLayout::Rows) if rows_ok => MatvecLayout::Rows,
+        Some(_) => MatvecLayout::Teams,
+        None if rows_ok && dev.info().kind == crate::DeviceKind::Cpu => MatvecLayout::Rows,
+        None => MatvecLayout::Teams,
     }
 }
 
@@ -335,6 +360,14 @@ impl Recorder {
             tuning: plan.tuning,
         };
         let norm_w = plan.norm.map(|(b, _)| b);
+        let layout = match plan.layout {
+            // The rows kernel needs 8-lane subgroups (see `default_matvec_layout`).
+            Some(MatvecLayout::Rows) if self.device().info().subgroup_size < 8 => {
+                MatvecLayout::Teams
+            }
+            Some(l) => l,
+            None => default_matvec_layout(self.device()),
+        };
         if !op.fast_supported() {
             let plain = w.len() == 1
                 && plan.n_cols == 1
@@ -375,8 +408,11 @@ impl Recorder {
                     x,
                     y,
                     norm_w,
-                }
-                .dispatch(&op)?;
+                };
+                let d = match layout {
+                    MatvecLayout::Teams => d.dispatch(&op)?,
+                    MatvecLayout::Rows => d.dispatch_rows(&op)?,
+                };
                 self.dispatch(d)?;
             }
             return Ok(());
@@ -397,8 +433,11 @@ impl Recorder {
             x,
             y,
             norm_w,
-        }
-        .dispatch(&op)?;
+        };
+        let d = match layout {
+            MatvecLayout::Teams => d.dispatch(&op)?,
+            MatvecLayout::Rows => d.dispatch_rows(&op)?,
+        };
         self.dispatch(d)
     }
 

@@ -22,6 +22,7 @@
 use vkllm_cpu::quant::matvec_quant;
 use vkllm_kernels::WeightType;
 use vkllm_kernels::matvec_fused::{Epilogue, GatedAct, MatvecTuning, NormPrologue};
+use vkllm_kernels::matvec_rows::MatvecLayout;
 
 use super::quant::{cpu_err, dequantize, quant_type, weights};
 use super::{Ctx, KernelParityRow, Rng, row};
@@ -84,6 +85,8 @@ struct Case {
     norm: Option<f32>,
     epilogue: Epilogue,
     tuning: Option<MatvecTuning>,
+    /// Teams (`matvec_fused.wgsl`, with `tuning`) or rows (`matvec_rows.wgsl`).
+    layout: MatvecLayout,
 }
 
 const fn tune(wg: u32, lanes: u32, rows_per_team: u32) -> Option<MatvecTuning> {
@@ -145,12 +148,19 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
         lanes: 32,
         rows_per_team: 1,
     });
+    // The rows kernel sums each column's squares over one subgroup (lanes take every
+    // subgroup-size-th vec4, then a subgroup sum): bounded as a team kernel of that many lanes.
+    let norm_wg = if c.layout == MatvecLayout::Rows {
+        cx.dev.info().subgroup_size
+    } else {
+        t.wg
+    };
     let mut dot_tol = 0f64;
     let mut max_dot = 0f64;
     for (w, d) in ws.iter().zip(&dots) {
         let sum_abs = max_sum_abs(&w.vals, w.rows, cols, &xin, n);
         let norm_term = if c.norm.is_some() {
-            inv_rms_rel(cols, t.wg) * max_abs(d)
+            inv_rms_rel(cols, norm_wg) * max_abs(d)
         } else {
             0.0
         };
@@ -217,6 +227,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
             .map(|offset| (nwb.all(), NormPrologue { eps, offset })),
         epilogue: c.epilogue,
         tuning: c.tuning,
+        layout: Some(c.layout),
     };
     cx.run(&poison, |r| r.matvec_fused(&refs, xb.all(), y.all(), &plan))?;
     let got = cx.read(&y, n * y_stride)?;
@@ -258,7 +269,10 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
         if gaps_ok { "" } else { " GAPS WRITTEN" }
     );
     let mut r = row(
-        "matvec_fused",
+        match c.layout {
+            MatvecLayout::Teams => "matvec_fused",
+            MatvecLayout::Rows => "matvec_rows",
+        },
         variant,
         format!("n {n}, {:?} x {cols}", c.rows),
         &g,
@@ -287,6 +301,7 @@ fn cases_for(dtype: WeightType, cols: [usize; 4]) -> Vec<Case> {
         norm,
         epilogue,
         tuning,
+        layout: MatvecLayout::Teams,
     };
     vec![
         case(&[333], c0, 3, None, Epilogue::Store, None),
@@ -347,6 +362,19 @@ fn run_types(dev: &Device, seed: u64, types: &[WeightType]) -> Result<Vec<Kernel
             if dtype.is_quantized() && tuned.contains(&ci) && tuned[ti % 4] != ci {
                 continue;
             }
+            out.push(run_case(&cx, &mut rng, &c)?);
+        }
+        // Every case again on the rows kernel (one launch shape: `ROWS_WG` rows a workgroup;
+        // it needs subgroups of 8 or more lanes).
+        if dev.info().subgroup_size < 8 {
+            continue;
+        }
+        for c in cases_for(dtype, cols) {
+            let c = Case {
+                tuning: None,
+                layout: MatvecLayout::Rows,
+                ..c
+            };
             out.push(run_case(&cx, &mut rng, &c)?);
         }
     }
