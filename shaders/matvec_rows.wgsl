@@ -22,16 +22,20 @@
 // 16 elements through quant_blocks.inc.wgsl's `dequant16` for the other block formats; 4 (f32)
 // or 8 (f16, bf16) elements of a float row (4 words). A unit is decoded once per slot and used
 // for every column. Slots: one row, or (gated epilogue) the gate row and the up row.
-// Workgroup: WG invocations = WG consecutive rows of one part (rows past the part's end read its
+// Workgroup: WG invocations x R = WG * R consecutive rows of one part (rows past the part's end read its
 // last row and store nothing, so every lane stays active for the broadcasts). The norm
 // prologue's sum of squares: lanes take every sg_size-th vec4 of x, then a subgroup sum.
-// Registers: 2 slots x NC <= 16 sums, one unit (8 vec4). Shared memory: none.
+// Rows per invocation R (1, 2 or 4: slots = R, or 2R gated; slots x NC <= 16 sums): each x
+// vec4 loaded and broadcast once serves R rows. Registers: the sums, one unit (8 vec4) per slot.
+// Shared memory: none.
 // On GPUs this layout is slow (a warp's 32 rows are 32 strided streams): they keep
 // matvec_fused.wgsl.
 
 // #include quant_blocks.inc.wgsl
 
 override WG: u32 = 32;
+// Rows per invocation (consecutive rows; gated: R gate rows and the same R up rows).
+override R: u32 = 1;
 override NC: u32 = 1;
 // Elements per unit: 32 (Q4_0/Q4_1/Q8_0), 16 (other block formats), 4 (f32), 8 (f16/bf16).
 override UE: u32 = 32;
@@ -246,9 +250,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         rows = p.rows1;
         yoff = p.off1;
     }
-    let my_row = (g - first_wg) * WG + lid;
-    // Every lane stays active to the end (the broadcasts need the whole subgroup).
-    let row = min(my_row, rows - 1u);
+    let my_row = ((g - first_wg) * WG + lid) * R;
     let c4 = p.cols / 4u;
 
     // Norm prologue: inv_rms of each column (lanes take every sg_size-th vec4, then a
@@ -270,31 +272,36 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var k = 0u; k < 16u; k++) {
         acc[k] = 0.0;
     }
-    let nslots = select(1u, 2u, gated());
+    let nslots = select(R, 2u * R, gated());
     let uv = UE / 4u;
     let units = p.cols / UE;
     // Lane l loads vec4 l % uv of each unit of x; the others come by broadcast.
     let my_vec = sg_lane % uv;
+    let last = rows - 1u;
     for (var u = 0u; u < units; u++) {
-        var gw: array<vec4<f32>, 8>;
+        // The lane's own vec4 of the norm weights: applied to x before the broadcast.
+        var g = vec4<f32>(1.0);
         if (NORM != 0u) {
-            gw = spread(p.norm_offset + nw4[u * uv + my_vec]);
+            g = p.norm_offset + nw4[u * uv + my_vec];
         }
-        var v: array<array<vec4<f32>, 8>, 2>;
-        for (var k = 0u; k < nslots; k++) {
-            cur = part;
-            if (gated()) {
-                cur = k;
-            }
-            v[k] = unit_vals(row, u);
-            if (NORM != 0u) {
-                for (var j = 0u; j < uv; j++) {
-                    v[k][j] *= gw[j];
-                }
+        // The unit of each row (gated: then of each up row), decoded once for every column. The
+        // part is set before each decode loop and not changed inside it, so `wd` resolves to
+        // one binding when the loops unroll (a part chosen per lane would load from all three).
+        // Every lane stays active to the end (the broadcasts need the whole subgroup): rows
+        // past the end read the last row.
+        var v: array<array<vec4<f32>, 8>, 4>;
+        cur = part;
+        for (var k = 0u; k < R; k++) {
+            v[k] = unit_vals(min(my_row + k, last), u);
+        }
+        if (gated()) {
+            cur = 1u;
+            for (var k = 0u; k < R; k++) {
+                v[R + k] = unit_vals(min(my_row + k, last), u);
             }
         }
         for (var t = 0u; t < NC; t++) {
-            let xs = spread(x4[t * c4 + u * uv + my_vec]);
+            let xs = spread(x4[t * c4 + u * uv + my_vec] * g);
             for (var k = 0u; k < nslots; k++) {
                 var s = 0.0;
                 for (var j = 0u; j < uv; j++) {
@@ -305,27 +312,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
 
-    if (my_row >= rows) {
-        return;
-    }
-    for (var t = 0u; t < NC; t++) {
-        var scale = 1.0;
-        if (NORM != 0u) {
-            scale = inv[t];
-        }
-        var val = acc[t] * scale;
-        if (gated()) {
-            let up = acc[NC + t] * scale;
-            if (EPI == 2u) {
-                val = silu(val) * up;
-            } else {
-                val = gelu_tanh(val) * up;
+    for (var r = 0u; r < R; r++) {
+        let row = my_row + r;
+        for (var t = 0u; t < NC; t++) {
+            if (row >= rows) {
+                continue;
             }
+            var scale = 1.0;
+            if (NORM != 0u) {
+                scale = inv[t];
+            }
+            var val = acc[r * NC + t] * scale;
+            if (gated()) {
+                let up = acc[(R + r) * NC + t] * scale;
+                if (EPI == 2u) {
+                    val = silu(val) * up;
+                } else {
+                    val = gelu_tanh(val) * up;
+                }
+            }
+            let o = t * p.y_stride + yoff + row;
+            if (EPI == 1u) {
+                val += y[o];
+            }
+            y[o] = val;
         }
-        let o = t * p.y_stride + yoff + my_row;
-        if (EPI == 1u) {
-            val += y[o];
-        }
-        y[o] = val;
     }
 }

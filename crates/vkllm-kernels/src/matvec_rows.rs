@@ -22,9 +22,32 @@ pub static MATVEC_ROWS: KernelSpec = KernelSpec {
     exact_fp: false,
 };
 
-/// Invocations (rows) per workgroup of [`MATVEC_ROWS`]: 32 rows keep 18 workgroups for a
-/// 576-row matrix, enough to balance a few CPU threads.
+/// Most invocations per workgroup of [`MATVEC_ROWS`].
 pub const ROWS_WG: u32 = 32;
+
+/// Invocations per workgroup of [`MATVEC_ROWS`] for `op`: 32, or 16 / 8 so a small matrix still
+/// makes at least 8 workgroups where it can (a 192-row K/V projection is 12 workgroups of
+/// 8 x 2 rows instead of 3 of 32 x 2, which 2 CPU threads would split 2:1).
+pub fn rows_workgroup(op: &MatvecOp) -> u32 {
+    let rows = op.parts.first().map_or(0, |p| p.rows);
+    let per_lane = rows_per_invocation(op) as usize;
+    let mut wg = ROWS_WG;
+    while wg > 8 && rows.div_ceil(wg as usize * per_lane) < 8 {
+        wg /= 2;
+    }
+    wg
+}
+
+/// Rows per invocation of [`MATVEC_ROWS`] for `op`: 2 (each x vec4 loaded and broadcast once
+/// for two rows) for store / accumulate epilogues of up to 8 columns; 1 for gated ones (their
+/// gate and up units already make two slots; four spill on llvmpipe).
+pub fn rows_per_invocation(op: &MatvecOp) -> u32 {
+    match op.epilogue {
+        crate::matvec_fused::Epilogue::Gated { .. } => 1,
+        _ if 2 * op.n_cols <= 16 => 2,
+        _ => 1,
+    }
+}
 
 /// The thread layout a [`MatvecOp`] runs in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -46,14 +69,18 @@ fn rows_unit(op: &MatvecOp) -> usize {
 
 impl<B: KernelBuffer> MatvecFused<B> {
     /// [`MatvecFused::dispatch`] of the same op on [`MATVEC_ROWS`] (`op.tuning` is ignored). The
-    /// shape checks, push constants and grid are the fast kernel's with one row per invocation
-    /// and [`ROWS_WG`] rows per workgroup.
+    /// shape checks, push constants and grid are the fast kernel's, for [`rows_workgroup`]
+    /// invocations of [`rows_per_invocation`] rows per workgroup.
     pub fn dispatch_rows(self, op: &MatvecOp) -> Result<Dispatch<B>, Error> {
+        let r = rows_per_invocation(op);
+        let wg = rows_workgroup(op);
         let mut teams = op.clone();
+        // The fast kernel's grid for workgroups of `wg * r` rows (its workgroups are >= 32
+        // invocations: 32 with teams of 32 / wg lanes make as many rows).
         teams.tuning = Some(MatvecTuning {
             wg: ROWS_WG,
-            lanes: 1,
-            rows_per_team: 1,
+            lanes: ROWS_WG / wg,
+            rows_per_team: r,
         });
         let d = self.dispatch(&teams)?;
         let base = if op.dtype.is_quantized() {
@@ -64,7 +91,8 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 .set("DTYPE", op.dtype.code())
         };
         let mut overrides = base
-            .set("WG", ROWS_WG as f64)
+            .set("WG", wg as f64)
+            .set("R", r as f64)
             .set("UE", rows_unit(op) as f64);
         for name in ["NC", "NPARTS", "NORM", "EPI"] {
             // Set by the fast kernel's dispatch for every op.
@@ -91,5 +119,40 @@ mod tests {
         assert_eq!(rows_unit(&op(WeightType::Q4_K)), 16);
         assert_eq!(rows_unit(&op(WeightType::F16)), 8);
         assert_eq!(rows_unit(&op(WeightType::F32)), 4);
+    }
+
+    #[test]
+    fn two_rows_per_invocation_unless_gated() {
+        let mut op = MatvecOp::plain(WeightType::Q4_1, 64, 64);
+        op.n_cols = 8;
+        assert_eq!(rows_per_invocation(&op), 2);
+        op.n_cols = 1;
+        assert_eq!(rows_per_invocation(&op), 2);
+        op.epilogue = crate::matvec_fused::Epilogue::Gated {
+            act: crate::matvec_fused::GatedAct::Silu,
+        };
+        assert_eq!(rows_per_invocation(&op), 1);
+    }
+
+    #[test]
+    fn small_matrices_get_smaller_workgroups() {
+        // 2 rows per lane: 576 rows are 9 workgroups of 64; 320 rows 10 of 32; 192 rows 12 of
+        // 16; 40 rows stay 3 of 16 (8 invocations is the least).
+        assert_eq!(
+            rows_workgroup(&MatvecOp::plain(WeightType::Q4_1, 576, 64)),
+            32
+        );
+        assert_eq!(
+            rows_workgroup(&MatvecOp::plain(WeightType::Q4_1, 320, 64)),
+            16
+        );
+        assert_eq!(
+            rows_workgroup(&MatvecOp::plain(WeightType::Q4_1, 192, 64)),
+            8
+        );
+        assert_eq!(
+            rows_workgroup(&MatvecOp::plain(WeightType::Q4_1, 40, 64)),
+            8
+        );
     }
 }

@@ -428,6 +428,22 @@ impl Recorder {
                 y_offset,
             })
             .collect();
+        if layout == MatvecLayout::Rows && !gated {
+            // One dispatch per part: llvmpipe runs a branch between bindings as masked code
+            // that loads from every one of them.
+            for (t, part) in w.iter().zip(op.parts.clone()) {
+                op.parts = vec![part];
+                let d = MatvecFused {
+                    w: vec![t.parts[0].buffer.all()],
+                    x,
+                    y,
+                    norm_w,
+                }
+                .dispatch_rows(&op)?;
+                self.dispatch(d)?;
+            }
+            return Ok(());
+        }
         let d = MatvecFused {
             w: w.iter().map(|t| t.parts[0].buffer.all()).collect(),
             x,

@@ -364,8 +364,8 @@ fn run_types(dev: &Device, seed: u64, types: &[WeightType]) -> Result<Vec<Kernel
             }
             out.push(run_case(&cx, &mut rng, &c)?);
         }
-        // Every case again on the rows kernel (one launch shape: `ROWS_WG` rows a workgroup;
-        // it needs subgroups of 8 or more lanes).
+        // Every case again on the rows kernel (workgroups of 8 to 32 invocations by the row
+        // count; it needs subgroups of 8 or more lanes).
         if dev.info().subgroup_size < 8 {
             continue;
         }
