@@ -40,6 +40,7 @@ pub mod matmul_coop;
 pub mod matvec;
 pub mod matvec_fused;
 pub mod matvec_q8a;
+pub mod matvec_rows;
 pub mod moe_experts;
 pub mod moe_experts_quant;
 pub mod moe_route;
@@ -66,6 +67,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &matvec::MATVEC_VEC,
         &matvec_fused::MATVEC_FUSED,
         &matvec_q8a::MATVEC_Q8A,
+        &matvec_rows::MATVEC_ROWS,
         &matmul::MATMUL,
         &matmul_coop::MATMUL_COOP,
         &mat_quant::MATVEC_QUANT,

@@ -43,6 +43,11 @@ pub(crate) const MATVEC_FUSED: &str = concat!(
     include_str!("../shaders/quant_blocks.inc.wgsl")
 );
 pub(crate) const MATVEC_Q8A: &str = include_str!("../shaders/matvec_q8a.wgsl");
+/// `matvec_rows.wgsl`: the fused matvec's op, one invocation per row (CPU Vulkan devices).
+pub(crate) const MATVEC_ROWS: &str = concat!(
+    include_str!("../shaders/matvec_rows.wgsl"),
+    include_str!("../shaders/quant_blocks.inc.wgsl")
+);
 pub(crate) const MOE_EXPERTS: &str = include_str!("../shaders/moe_experts.wgsl");
 pub(crate) const MOE_EXPERTS_QUANT: &str = concat!(
     include_str!("../shaders/moe_experts_quant.wgsl"),
@@ -68,6 +73,7 @@ mod tests {
             ("attention_fused.wgsl", super::ATTENTION_FUSED),
             ("mat_quant.wgsl", super::MAT_QUANT),
             ("matvec_fused.wgsl", super::MATVEC_FUSED),
+            ("matvec_rows.wgsl", super::MATVEC_ROWS),
             ("matmul_coop.wgsl", super::MATMUL_COOP),
             ("moe_experts_quant.wgsl", super::MOE_EXPERTS_QUANT),
         ] {

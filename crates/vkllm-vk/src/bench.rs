@@ -198,8 +198,18 @@ pub fn bench_matvec(dev: &Device, b: &MatvecBench) -> Result<BenchResult> {
     let x = dev.create_buffer("bench-x", 4 * (n * cols) as u64, MemoryKind::Device)?;
     let nw = dev.create_buffer("bench-norm-w", 4 * cols as u64, MemoryKind::Device)?;
     let y = dev.create_buffer("bench-y", 4 * (n * out_rows) as u64, MemoryKind::Device)?;
+    // A launch shape is the team kernel's; else the device's layout.
+    let layout = match b.tuning {
+        Some(_) => vkllm_kernels::matvec_rows::MatvecLayout::Teams,
+        None => crate::tensor::default_matvec_layout(dev),
+    };
     let dispatches: u32 = if ws.len() == 1 {
         ws[0].parts.len() as u32
+    } else if layout == vkllm_kernels::matvec_rows::MatvecLayout::Rows
+        && b.fusion != MatvecFusion::GateUp
+    {
+        // The rows kernel runs one dispatch per part.
+        ws.len() as u32
     } else {
         1
     };
@@ -238,6 +248,7 @@ pub fn bench_matvec(dev: &Device, b: &MatvecBench) -> Result<BenchResult> {
             Epilogue::Store
         },
         tuning: b.tuning,
+        layout: Some(layout),
     };
     for _ in 0..iters {
         if b.imp == MatvecImpl::Reference {

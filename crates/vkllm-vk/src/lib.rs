@@ -40,6 +40,6 @@ pub use pipeline::{Pipeline, PipelineCacheMode};
 pub use recorder::{DispatchTiming, Recorder, Recording, RecordingCache};
 pub use tensor::{
     COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, MatvecPlan, Tensor, TensorPart, default_matvec_impl,
-    weight_type,
+    default_matvec_layout, weight_type,
 };
 pub use vkllm_kernels as kernels;

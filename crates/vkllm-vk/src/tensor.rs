@@ -11,6 +11,7 @@ use vkllm_kernels::matvec::{MatShape, Matvec};
 use vkllm_kernels::matvec_fused::{
     Epilogue, MatvecFused, MatvecImpl, MatvecOp, MatvecPart, MatvecTuning, NormPrologue,
 };
+use vkllm_kernels::matvec_rows::MatvecLayout;
 
 use crate::Error;
 use crate::buffer::{BufSlice, Buffer, MemoryKind};
@@ -251,6 +252,8 @@ pub struct MatvecPlan<'a> {
     pub epilogue: Epilogue,
     /// Launch shape; `None` for the kernel's default.
     pub tuning: Option<MatvecTuning>,
+    /// Thread layout; `None` for [`default_matvec_layout`] of the device.
+    pub layout: Option<MatvecLayout>,
 }
 
 impl<'a> MatvecPlan<'a> {
@@ -263,7 +266,29 @@ impl<'a> MatvecPlan<'a> {
             norm: None,
             epilogue: Epilogue::Store,
             tuning: None,
+            layout: None,
         }
+    }
+}
+
+/// The matvec layout for `dev`: `VKLLM_MATVEC_LAYOUT=teams|rows` when set (read once), else
+/// [`MatvecLayout::Rows`] on CPU implementations (lavapipe: one invocation per row suits SIMD
+/// lanes on CPU threads) and [`MatvecLayout::Teams`] on every GPU. Rows needs subgroups of at
+/// least 8 lanes (teams otherwise, even when asked for).
+pub fn default_matvec_layout(dev: &crate::Device) -> MatvecLayout {
+    static ENV: std::sync::OnceLock<Option<MatvecLayout>> = std::sync::OnceLock::new();
+    let forced = *ENV.get_or_init(|| match std::env::var("VKLLM_MATVEC_LAYOUT") {
+        Ok(v) if v.eq_ignore_ascii_case("rows") => Some(MatvecLayout::Rows),
+        Ok(v) if v.eq_ignore_ascii_case("teams") => Some(MatvecLayout::Teams),
+        _ => None,
+    });
+    // The rows kernel broadcasts x across 8 lanes of a subgroup.
+    let rows_ok = dev.info().subgroup_size >= 8;
+    match forced {
+        Some(MatvecLayout::Rows) if rows_ok => MatvecLayout::Rows,
+        Some(_) => MatvecLayout::Teams,
+        None if rows_ok && dev.info().kind == crate::DeviceKind::Cpu => MatvecLayout::Rows,
+        None => MatvecLayout::Teams,
     }
 }
 
@@ -378,6 +403,14 @@ impl Recorder {
             tuning: plan.tuning,
         };
         let norm_w = plan.norm.map(|(b, _)| b);
+        let layout = match plan.layout {
+            // The rows kernel needs 8-lane subgroups (see `default_matvec_layout`).
+            Some(MatvecLayout::Rows) if self.device().info().subgroup_size < 8 => {
+                MatvecLayout::Teams
+            }
+            Some(l) => l,
+            None => default_matvec_layout(self.device()),
+        };
         if !op.fast_supported() {
             let plain = w.len() == 1
                 && plan.n_cols == 1
@@ -422,7 +455,10 @@ impl Recorder {
                 let d = if self.q8a_runs(imp, &op) {
                     m.dispatch_q8a(&op)?
                 } else {
-                    m.dispatch(&op)?
+                    match layout {
+                        MatvecLayout::Teams => m.dispatch(&op)?,
+                        MatvecLayout::Rows => m.dispatch_rows(&op)?,
+                    }
                 };
                 self.dispatch(d)?;
             }
@@ -439,6 +475,22 @@ impl Recorder {
                 y_offset,
             })
             .collect();
+        if layout == MatvecLayout::Rows && !gated && !self.q8a_runs(imp, &op) {
+            // One dispatch per part: llvmpipe runs a branch between bindings as masked code
+            // that loads from every one of them.
+            for (t, part) in w.iter().zip(op.parts.clone()) {
+                op.parts = vec![part];
+                let d = MatvecFused {
+                    w: vec![t.parts[0].buffer.all()],
+                    x,
+                    y,
+                    norm_w,
+                }
+                .dispatch_rows(&op)?;
+                self.dispatch(d)?;
+            }
+            return Ok(());
+        }
         let m = MatvecFused {
             w: w.iter().map(|t| t.parts[0].buffer.all()).collect(),
             x,
@@ -448,7 +500,10 @@ impl Recorder {
         let d = if self.q8a_runs(imp, &op) {
             m.dispatch_q8a(&op)?
         } else {
-            m.dispatch(&op)?
+            match layout {
+                MatvecLayout::Teams => m.dispatch(&op)?,
+                MatvecLayout::Rows => m.dispatch_rows(&op)?,
+            }
         };
         self.dispatch(d)
     }

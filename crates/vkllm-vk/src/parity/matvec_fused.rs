@@ -22,6 +22,7 @@
 use vkllm_cpu::quant::{matvec_q8act, matvec_quant, quantize_act_q8, unit_offsets};
 use vkllm_kernels::WeightType;
 use vkllm_kernels::matvec_fused::{Epilogue, GatedAct, MatvecImpl, MatvecTuning, NormPrologue};
+use vkllm_kernels::matvec_rows::MatvecLayout;
 
 use super::quant::{cpu_err, dequantize, quant_type, weights};
 use super::{Ctx, KernelParityRow, Rng, row};
@@ -86,6 +87,8 @@ struct Case {
     tuning: Option<MatvecTuning>,
     /// Run `matvec_q8a.wgsl` ([`MatvecImpl::Int8`]) against the quantized-activation oracle.
     int8: bool,
+    /// Teams (`matvec_fused.wgsl`, with `tuning`) or rows (`matvec_rows.wgsl`).
+    layout: MatvecLayout,
 }
 
 const fn tune(wg: u32, lanes: u32, rows_per_team: u32) -> Option<MatvecTuning> {
@@ -143,6 +146,13 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
         lanes: 32,
         rows_per_team: 1,
     });
+    // The rows kernel sums each column's squares over one subgroup (lanes take every
+    // subgroup-size-th vec4, then a subgroup sum): bounded as a team kernel of that many lanes.
+    let norm_wg = if c.layout == MatvecLayout::Rows {
+        cx.dev.info().subgroup_size
+    } else {
+        t.wg
+    };
     let (dots, dot_tol, max_dot) = if c.int8 {
         q8a_reference(c, &ws, &x, &nw, eps, t)?
     } else {
@@ -155,7 +165,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
         for (w, d) in ws.iter().zip(&dots) {
             let sum_abs = max_sum_abs(&w.vals, w.rows, cols, &xin, n);
             let norm_term = if c.norm.is_some() {
-                inv_rms_rel(cols, t.wg) * max_abs(d)
+                inv_rms_rel(cols, norm_wg) * max_abs(d)
             } else {
                 0.0
             };
@@ -224,6 +234,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
             .map(|offset| (nwb.all(), NormPrologue { eps, offset })),
         epilogue: c.epilogue,
         tuning: c.tuning,
+        layout: Some(c.layout),
     };
     let imp = if c.int8 {
         MatvecImpl::Int8
@@ -272,7 +283,11 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
         if gaps_ok { "" } else { " GAPS WRITTEN" }
     );
     let mut r = row(
-        if c.int8 { "matvec_q8a" } else { "matvec_fused" },
+        match (c.int8, c.layout) {
+            (true, _) => "matvec_q8a",
+            (false, MatvecLayout::Teams) => "matvec_fused",
+            (false, MatvecLayout::Rows) => "matvec_rows",
+        },
         variant,
         format!("n {n}, {:?} x {cols}", c.rows),
         &g,
@@ -377,6 +392,7 @@ fn cases_for(dtype: WeightType, cols: [usize; 4], int8: bool) -> Vec<Case> {
         epilogue,
         tuning,
         int8,
+        layout: MatvecLayout::Teams,
     };
     vec![
         case(&[333], c0, 3, None, Epilogue::Store, None),
@@ -442,6 +458,19 @@ fn run_types(
             if !int8 && dtype.is_quantized() && tuned.contains(&ci) && tuned[ti % 4] != ci {
                 continue;
             }
+            out.push(run_case(&cx, &mut rng, &c)?);
+        }
+        // Every case again on the rows kernel (workgroups of 8 to 32 invocations by the row
+        // count; it needs subgroups of 8 or more lanes); the int8 runs have their own kernel.
+        if int8 || dev.info().subgroup_size < 8 {
+            continue;
+        }
+        for c in cases_for(dtype, cols, false) {
+            let c = Case {
+                tuning: None,
+                layout: MatvecLayout::Rows,
+                ..c
+            };
             out.push(run_case(&cx, &mut rng, &c)?);
         }
     }

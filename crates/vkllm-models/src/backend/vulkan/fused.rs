@@ -9,7 +9,8 @@ use vkllm_kernels::rope_kv_append::{HeadNorm, MAX_HEAD_DIM, RopeKvAppend, RopeKv
 
 use super::{VulkanBackend, kv_type};
 use vkllm_vk::MatvecPlan;
-use vkllm_vk::kernels::matvec_fused::{Epilogue, GatedAct, MAX_COLUMNS, NormPrologue};
+use vkllm_vk::kernels::matvec_fused::{Epilogue, GatedAct, MAX_COLUMNS, MatvecOp, NormPrologue};
+use vkllm_vk::kernels::matvec_rows::MatvecLayout;
 
 use crate::backend::{
     Backend, KvRows, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor, norm_gated_mlp_unfused,
@@ -275,7 +276,9 @@ pub(super) fn multi_column(
 }
 
 /// `y (+)= W x` for `n` tokens with the kernel that suits `n`: the matvec for one token, the
-/// multi-column fused matvec for 2..=8 when fused ops are on, else the tiled matmul.
+/// multi-column fused matvec for 2..=8 when fused ops are on, else the tiled matmul (on devices
+/// whose matvec runs the rows layout, CPU implementations such as lavapipe, the multi-column
+/// matvec 8 tokens at a time instead: see [`in_column_chunks`]).
 pub(super) fn product(
     fused: bool,
     r: &mut vkllm_vk::Recorder,
@@ -287,8 +290,53 @@ pub(super) fn product(
 ) -> Result<(), ModelError> {
     if n == 1 {
         r.matvec(m, x, y, accumulate)?;
-    } else if !(fused && multi_column(r, m, x, n, y, accumulate)?) {
+    } else if !(fused
+        && (multi_column(r, m, x, n, y, accumulate)?
+            || in_column_chunks(r, m, x, n, y, accumulate)?))
+    {
         r.matmul(m, x, n, y, accumulate)?;
     }
     Ok(())
+}
+
+/// `n` tokens as multi-column matvecs of up to [`MAX_COLUMNS`] tokens each, when the device's
+/// matvec layout is [`MatvecLayout::Rows`] and the weight takes the fused kernel (false: nothing
+/// recorded). On lavapipe the rows kernel decodes each weight block once for 8 tokens with no
+/// shared memory or barriers, where the tiled matmul's 64 x 64 tiles and barriers cost several
+/// times more for a short prompt.
+fn in_column_chunks(
+    r: &mut vkllm_vk::Recorder,
+    m: &vkllm_vk::Tensor,
+    x: vkllm_vk::BufSlice<'_>,
+    n: usize,
+    y: vkllm_vk::BufSlice<'_>,
+    accumulate: bool,
+) -> Result<bool, ModelError> {
+    if n <= MAX_COLUMNS
+        || vkllm_vk::default_matvec_layout(r.device()) != MatvecLayout::Rows
+        || !MatvecOp::plain(m.dtype, m.rows, m.cols).fast_supported()
+    {
+        return Ok(false);
+    }
+    let (xb, yb) = (4 * m.cols as u64, 4 * m.rows as u64);
+    for t0 in (0..n).step_by(MAX_COLUMNS) {
+        let c = MAX_COLUMNS.min(n - t0);
+        let t0 = t0 as u64;
+        let xs = x.buffer.slice(x.offset + t0 * xb, c as u64 * xb)?;
+        let ys = y.buffer.slice(y.offset + t0 * yb, c as u64 * yb)?;
+        if c == 1 {
+            r.matvec(m, xs, ys, accumulate)?;
+        } else if !multi_column(r, m, xs, c, ys, accumulate)? {
+            return Err(ModelError::Config {
+                field: "linear".into(),
+                msg: format!(
+                    "{} [{}, {}]: the multi-column matvec refused a chunk it takes",
+                    m.dtype.name(),
+                    m.rows,
+                    m.cols
+                ),
+            });
+        }
+    }
+    Ok(true)
 }
