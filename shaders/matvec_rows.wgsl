@@ -24,7 +24,7 @@
 // for every column. Slots: one row, or (gated epilogue) the gate row and the up row.
 // Workgroup: WG invocations x R = WG * R consecutive rows of one part (rows past the part's end read its
 // last row and store nothing, so every lane stays active for the broadcasts). The norm
-// prologue's sum of squares: lanes take every sg_size-th vec4 of x, then a subgroup sum.
+// prologue's sum of squares: lanes take every min(sg_size, WG)-th vec4 of x, then a subgroup sum.
 // Rows per invocation R (1, 2 or 4: slots = R, or 2R gated; slots x NC <= 16 sums): each x
 // vec4 loaded and broadcast once serves R rows. Registers: the sums, one unit (8 vec4) per slot.
 // Shared memory: none.
@@ -253,13 +253,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let my_row = ((g - first_wg) * WG + lid) * R;
     let c4 = p.cols / 4u;
 
-    // Norm prologue: inv_rms of each column (lanes take every sg_size-th vec4, then a
-    // subgroup sum).
+    // Norm prologue: inv_rms of each column (lanes take every `lanes`-th vec4, then a
+    // subgroup sum). A workgroup smaller than the device's subgroup (8 invocations on a GPU
+    // with 32-lane subgroups) is one partial subgroup of WG lanes.
     var inv: array<f32, 8>;
+    let lanes = min(sg_size, WG);
     if (NORM != 0u) {
         for (var t = 0u; t < NC; t++) {
             var s = vec4<f32>(0.0);
-            for (var i = sg_lane; i < c4; i += sg_size) {
+            for (var i = sg_lane; i < c4; i += lanes) {
                 let a = x4[t * c4 + i];
                 s += a * a;
             }

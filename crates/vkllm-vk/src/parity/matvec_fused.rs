@@ -147,9 +147,10 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
         rows_per_team: 1,
     });
     // The rows kernel sums each column's squares over one subgroup (lanes take every
-    // subgroup-size-th vec4, then a subgroup sum): bounded as a team kernel of that many lanes.
+    // min(subgroup size, workgroup)-th vec4, then a subgroup sum; workgroups have 8 to 32
+    // invocations): bounded as a team kernel of the fewest lanes it may have.
     let norm_wg = if c.layout == MatvecLayout::Rows {
-        cx.dev.info().subgroup_size
+        cx.dev.info().subgroup_size.min(8)
     } else {
         t.wg
     };
