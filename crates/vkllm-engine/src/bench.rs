@@ -255,7 +255,6 @@ pub fn hybrid_decode_weight_bytes(b: &VulkanBackend, model: &HybridModel) -> u64
 
 /// A model with its state, as the benchmark drives it.
 trait Net {
-    fn vocab(&self) -> usize;
     fn chunk(&self) -> usize;
     /// Prefills `ids` from position 0 in `slot` (starting the slot's sequence over); the last
     /// row's logits.
@@ -279,9 +278,6 @@ struct DenseNet<'a> {
 }
 
 impl Net for DenseNet<'_> {
-    fn vocab(&self) -> usize {
-        self.g.0.cfg.vocab_size
-    }
     fn chunk(&self) -> usize {
         self.g.0.chunk_size()
     }
@@ -312,9 +308,6 @@ struct HybridNet<'a> {
 }
 
 impl Net for HybridNet<'_> {
-    fn vocab(&self) -> usize {
-        self.g.0.cfg.vocab_size
-    }
     fn chunk(&self) -> usize {
         self.g.0.chunk_size()
     }
@@ -381,7 +374,7 @@ fn run_net(
     weight_bytes: u64,
     o: &BenchOptions,
 ) -> Result<BenchReport, ModelError> {
-    let vocab = net.vocab();
+    let vocab = net.graph().vocab();
     let reps = o.reps.max(1);
     let max_pp = o.pp.iter().copied().max().unwrap_or(0);
     let prompt = PROMPT;

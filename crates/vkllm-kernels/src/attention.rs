@@ -193,6 +193,23 @@ impl AttnShape {
         Ok(())
     }
 
+    /// The push constants of the prefill kernels (`k` names the kernel in errors).
+    pub(crate) fn prefill_params(
+        &self,
+        k: &'static KernelSpec,
+    ) -> Result<AttnPrefillParams, Error> {
+        Ok(AttnPrefillParams {
+            n_q: to_u32(k, "n_q", self.n_q)?,
+            n_heads: to_u32(k, "n_heads", self.n_heads)?,
+            n_kv_heads: to_u32(k, "n_kv_heads", self.n_kv_heads)?,
+            n_kv: to_u32(k, "n_kv", self.n_kv)?,
+            scale: self.scale,
+            softcap: self.softcap.unwrap_or(0.0),
+            window: to_u32(k, "window", self.window.unwrap_or(0))?,
+            ring: to_u32(k, "ring", self.ring_rows())?,
+        })
+    }
+
     /// The ring length the kernels use (`n_kv` when there is no ring: row = position).
     pub(crate) fn ring_rows(&self) -> usize {
         self.ring.unwrap_or(self.n_kv)
@@ -500,16 +517,7 @@ impl<B: KernelBuffer> AttnPrefill<B> {
             return Err(shape_err(k, "grid out of range"));
         }
         let bk = if s.head_dim > 128 { 8 } else { 16 };
-        let p = AttnPrefillParams {
-            n_q: to_u32(k, "n_q", s.n_q)?,
-            n_heads: to_u32(k, "n_heads", s.n_heads)?,
-            n_kv_heads: to_u32(k, "n_kv_heads", s.n_kv_heads)?,
-            n_kv: to_u32(k, "n_kv", s.n_kv)?,
-            scale: s.scale,
-            softcap: s.softcap.unwrap_or(0.0),
-            window: to_u32(k, "window", s.window.unwrap_or(0))?,
-            ring: to_u32(k, "ring", s.ring_rows())?,
-        };
+        let p = s.prefill_params(k)?;
         Ok(Dispatch::new(
             k,
             Overrides::new()

@@ -4,7 +4,7 @@
 //! positions `pos0..pos0 + n_q`. The runtime picks it only when the device enables the
 //! cooperative-matrix feature with that shape; the portable kernel stays the reference.
 
-use crate::attention::AttnShape;
+use crate::attention::{AttnPrefillParams, AttnShape};
 use crate::sources::ATTENTION_PREFILL_COOP as SRC;
 use crate::spec::{MAX_GROUPS_X, rd, rw, shape_err, to_u32};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
@@ -19,17 +19,11 @@ pub static ATTN_PREFILL_COOP: KernelSpec = KernelSpec {
     exact_fp: false,
 };
 
+/// The portable prefill kernel's push constants, then the first query's position.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct AttnPrefillCoopParams {
-    pub n_q: u32,
-    pub n_heads: u32,
-    pub n_kv_heads: u32,
-    pub n_kv: u32,
-    pub scale: f32,
-    pub softcap: f32,
-    pub window: u32,
-    pub ring: u32,
+    pub base: AttnPrefillParams,
     pub pos0: u32,
 }
 
@@ -133,14 +127,7 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             return Err(shape_err(k, "grid out of range"));
         }
         let p = AttnPrefillCoopParams {
-            n_q: to_u32(k, "n_q", s.n_q)?,
-            n_heads: to_u32(k, "n_heads", s.n_heads)?,
-            n_kv_heads: to_u32(k, "n_kv_heads", s.n_kv_heads)?,
-            n_kv: to_u32(k, "n_kv", s.n_kv)?,
-            scale: s.scale,
-            softcap: s.softcap.unwrap_or(0.0),
-            window: to_u32(k, "window", s.window.unwrap_or(0))?,
-            ring: to_u32(k, "ring", s.ring_rows())?,
+            base: s.prefill_params(k)?,
             pos0: to_u32(k, "pos0", pos0)?,
         };
         Ok(Dispatch::new(
