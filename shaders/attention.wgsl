@@ -54,6 +54,17 @@ var<immediate> p: Params;
 @group(0) @binding(5) var<storage, read_write> part_o: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 
+// The grouped split's queries: a plain copy of query i's group.
+fn gqa_stage(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: u32,
+             sg_size: u32, n_sg: u32) {
+    let g_n = p.n_heads / p.n_kv_heads;
+    let qbase = (i * p.n_heads + kvh * g_n) * p.head_dim;
+    for (var e = lid; e < g_n * p.head_dim; e += WG) {
+        qg[e] = q[qbase + e];
+    }
+    workgroupBarrier();
+}
+
 var<workgroup> qs: array<f32, 256>;
 var<workgroup> sc: array<f32, CHUNK>;
 

@@ -25,12 +25,28 @@
 // leaves them zero.
 //
 // Shapes as attention.wgsl; counters [n_q * n_kv_heads] u32. Merge scratch: the last workgroup
-// stages one weight per chunk in sg_sc (n_chunks <= 2048) and the head-dim partial sums in qg.
-// Same shared memory as split_gqa (24.1 KiB).
+// stages one weight per (head, chunk) in sg_sc (G * n_chunks <= 2048) and the head-dim partial
+// sums in qg; it merges all G heads of the group at once (subgroups across heads for the
+// weights, invocations across (head, 4-dim quad, chunk subset) for the sums).
+// Shared memory: split_gqa's (24.1 KiB) + 9 f32.
+//
+// ROPE = 1: the attention input step is folded in (rope_kv_append.wgsl's arithmetic, operation
+// for operation). `q` is then the packed projection output [n_q, q_tok_stride] (query heads at
+// word 0, the key heads at k_off, the value heads at v_off of each token's row), and every
+// workgroup stages its group's query heads itself: the optional per-head RMSNorm
+// (r = 1 / sqrt(sum(x^2) / head_dim + eps), (x * r) * (norm_offset + q_norm)) and RoPE from
+// `table` ([max_pos, rotary_dim / 2] (cos, sin); pairs (2i, 2i + 1) for style 0, (i, i +
+// rotary_dim / 2) for style 1). The workgroup whose chunk holds the query's own position (the
+// last visible key) also normalises and rotates kv head kvh's key, and writes it and the value to
+// the cache row i * kv_stride + pos % ring (k and v are decorated Coherent: a storageBarrier
+// makes the row visible to the workgroup's own reads that follow). No other workgroup reads that
+// row (it holds the query's own key; in a ring, the key it replaces is outside every window).
+// A position >= max_pos or >= max_tok (an idle slot) stages NaN queries and writes no cache row.
 
 override WG: u32 = 128;
 override CHUNK: u32 = 16;
 override KV_DTYPE: u32 = 0;
+override ROPE: u32 = 0;
 
 struct Params {
     n_q: u32,
@@ -44,21 +60,147 @@ struct Params {
     window: u32,
     kv_stride: u32,
     ring: u32,
+    // ROPE = 1 only (zero otherwise).
+    rotary_dim: u32,
+    style: u32,
+    max_pos: u32,
+    norm: u32,
+    eps: f32,
+    norm_offset: f32,
+    max_tok: u32,
+    q_tok_stride: u32,
+    k_off: u32,
+    v_off: u32,
 }
 var<immediate> p: Params;
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k: array<u32>;
-@group(0) @binding(2) var<storage, read> v: array<u32>;
+@coherent @group(0) @binding(1) var<storage, read_write> k: array<u32>;
+@coherent @group(0) @binding(2) var<storage, read_write> v: array<u32>;
 @group(0) @binding(3) var<storage, read> q_pos: array<u32>;
 @coherent @group(0) @binding(4) var<storage, read_write> part_ml: array<f32>;
 @coherent @group(0) @binding(5) var<storage, read_write> part_o: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 @group(0) @binding(7) var<storage, read_write> counters: array<atomic<u32>>;
+@group(0) @binding(8) var<storage, read> q_norm: array<f32>;
+@group(0) @binding(9) var<storage, read> k_norm: array<f32>;
+@group(0) @binding(10) var<storage, read> table: array<vec2<f32>>;
 
 // #include attention_gqa.inc.wgsl
 
 var<workgroup> wg_last: u32;
+// ROPE = 1: 1 / rms of the staged heads (the group's query heads, then the key head).
+var<workgroup> rn: array<f32, 9>;
+var<workgroup> wg_own: u32;
+
+// Query i's group into qg (and, ROPE = 1, its key head into qg[g_n * hd ..] and the cache).
+fn gqa_stage(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: u32,
+             sg_size: u32, n_sg: u32) {
+    let hd = p.head_dim;
+    let g_n = p.n_heads / p.n_kv_heads;
+    if (ROPE == 0u) {
+        let qbase = (i * p.n_heads + kvh * g_n) * hd;
+        for (var e = lid; e < g_n * hd; e += WG) {
+            qg[e] = q[qbase + e];
+        }
+        workgroupBarrier();
+        return;
+    }
+    let ps = q_pos[i];
+    let ok = ps < p.max_pos && ps < p.max_tok;
+    // This workgroup appends the query's own key (through shared memory, so the branches and
+    // loop bounds that depend on it are uniform).
+    if (lid == 0u) {
+        wg_own = select(0u, 1u, ok && ps >= j0 && ps < j1);
+    }
+    let own = workgroupUniformLoad(&wg_own) == 1u;
+    let tok = i * p.q_tok_stride;
+    let nan = bitcast<f32>(0x7fc00000u);
+    for (var e = lid; e < g_n * hd; e += WG) {
+        qg[e] = select(nan, q[tok + kvh * g_n * hd + e], ok);
+    }
+    var nh = g_n;
+    if (own) {
+        nh = g_n + 1u;
+        for (var e = lid; e < hd; e += WG) {
+            qg[g_n * hd + e] = q[tok + p.k_off + kvh * hd + e];
+        }
+    }
+    workgroupBarrier();
+    if (p.norm != 0u) {
+        // Subgroup s takes heads s, s + n_sg, ... (the same trip count in every subgroup).
+        let htrips = (nh + n_sg - 1u) / n_sg;
+        for (var t = 0u; t < htrips; t++) {
+            let h = sg_id + t * n_sg;
+            let hl = min(h, nh - 1u);
+            var ss = 0.0;
+            for (var e = sg_lane; e < hd; e += sg_size) {
+                let x = qg[hl * hd + e];
+                ss += x * x;
+            }
+            ss = subgroupAdd(ss);
+            if (sg_lane == 0u && h < nh) {
+                rn[h] = 1.0 / sqrt(ss / f32(hd) + p.eps);
+            }
+        }
+        workgroupBarrier();
+        for (var e = lid; e < nh * hd; e += WG) {
+            let h = e / hd;
+            var w = 0.0;
+            if (h < g_n) {
+                w = q_norm[e % hd];
+            } else {
+                w = k_norm[e % hd];
+            }
+            qg[e] = (qg[e] * rn[h]) * (p.norm_offset + w);
+        }
+        workgroupBarrier();
+    }
+    if (ok) {
+        // RoPE, one (a, b) pair per invocation and round, in place.
+        let half = p.rotary_dim / 2u;
+        for (var t = lid; t < nh * half; t += WG) {
+            let h = t / half;
+            let r = t % half;
+            var a = 2u * r;
+            var b = a + 1u;
+            if (p.style == 1u) {
+                a = r;
+                b = r + half;
+            }
+            let cs = table[ps * half + r];
+            let x0 = qg[h * hd + a];
+            let x1 = qg[h * hd + b];
+            qg[h * hd + a] = x0 * cs.x - x1 * cs.y;
+            qg[h * hd + b] = x1 * cs.x + x0 * cs.y;
+        }
+    }
+    workgroupBarrier();
+    if (own) {
+        let kv_dim = p.n_kv_heads * hd;
+        let c0 = (i * p.kv_stride + ps % p.ring) * kv_dim + kvh * hd;
+        let vsrc = tok + p.v_off + kvh * hd;
+        for (var j = lid; j < hd / 2u; j += WG) {
+            let e = 2u * j;
+            let k0 = qg[g_n * hd + e];
+            let k1 = qg[g_n * hd + e + 1u];
+            let v0 = q[vsrc + e];
+            let v1 = q[vsrc + e + 1u];
+            if (KV_DTYPE == 0u) {
+                k[c0 + e] = bitcast<u32>(k0);
+                k[c0 + e + 1u] = bitcast<u32>(k1);
+                v[c0 + e] = bitcast<u32>(v0);
+                v[c0 + e + 1u] = bitcast<u32>(v1);
+            } else {
+                k[(c0 + e) / 2u] = pack2x16float(vec2<f32>(k0, k1));
+                v[(c0 + e) / 2u] = pack2x16float(vec2<f32>(v0, v1));
+            }
+        }
+        // The row is read back below by this workgroup's scoring.
+        storageBarrier();
+    }
+    workgroupBarrier();
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
@@ -127,37 +269,52 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     storageBarrier();
 
-    // Merge the group's n_live chunks, one head at a time: chunk weights w_c = e^(m_c - M) in
-    // sg_sc with L = sum_c l_c w_c, then invocations across (4-dim quad, chunk subset) sum
-    // w_c o_c, added across subsets through qg.
+    // Merge the group's n_live chunks for all G heads at once. Weights w[g, c] = e^(m_c - M_g)
+    // in sg_sc[g * n_live + c], L_g = sum_c l_c w[g, c] in ml_g[2g + 1] (subgroups across heads).
     let neg_inf = bitcast<f32>(0xff800000u);
-    let n_dq = (hd + 3u) / 4u;
-    let kg_n = gqa_kg_n(hd);
-    let kg = lid / n_dq;
-    let d0 = 4u * (lid % n_dq);
-    for (var g = 0u; g < g_n; g++) {
-        let base = (i * p.n_heads + kvh * g_n + g) * p.n_chunks;
+    let htrips = (g_n + n_sg - 1u) / n_sg;
+    for (var t = 0u; t < htrips; t++) {
+        let g = sg_id + t * n_sg;
+        let gl = min(g, g_n - 1u);
+        let base = (i * p.n_heads + kvh * g_n + gl) * p.n_chunks;
         var mx = neg_inf;
-        for (var cc = lid; cc < n_live; cc += WG) {
+        for (var cc = sg_lane; cc < n_live; cc += sg_size) {
             mx = max(mx, part_ml[2u * (base + cc)]);
         }
-        let big_m = wg_max(mx, sg_id, sg_lane, n_sg);
+        mx = subgroupMax(mx);
         var ls = 0.0;
-        for (var cc = lid; cc < n_live; cc += WG) {
+        for (var cc = sg_lane; cc < n_live; cc += sg_size) {
             let mc = part_ml[2u * (base + cc)];
             var w = 0.0;
             if (mc != neg_inf) {
-                w = exp(mc - big_m);
+                w = exp(mc - mx);
                 ls += part_ml[2u * (base + cc) + 1u] * w;
             }
-            sg_sc[cc] = w;
+            if (g < g_n) {
+                sg_sc[g * n_live + cc] = w;
+            }
         }
-        // wg_sum's barriers also publish sg_sc.
-        let big_l = wg_sum(ls, sg_id, sg_lane, n_sg);
-        if (kg < kg_n) {
+        ls = subgroupAdd(ls);
+        if (sg_lane == 0u && g < g_n) {
+            ml_g[2u * g + 1u] = ls;
+        }
+    }
+    workgroupBarrier();
+    // Sums: invocation lid takes quad lid % nq of the group's (head, 4-dim quad)s over chunks
+    // kg, kg + kg_n, ... (kg = lid / nq); with more quads than invocations, quads lid, lid + WG,
+    // ... over every chunk. Partial sums in qg as gqa_chunk leaves them, so gqa_out adds them.
+    let n_dq = (hd + 3u) / 4u;
+    let nq = g_n * n_dq;
+    let kg_n = max(1u, WG / nq);
+    let kg = lid / nq;
+    if (kg < kg_n) {
+        for (var qi = lid % nq; qi < nq; qi += WG) {
+            let g = qi / n_dq;
+            let d0 = 4u * (qi % n_dq);
+            let base = (i * p.n_heads + kvh * g_n + g) * p.n_chunks;
             var o = vec4<f32>(0.0);
             for (var cc = kg; cc < n_live; cc += kg_n) {
-                let w = sg_sc[cc];
+                let w = sg_sc[g * n_live + cc];
                 if (w > 0.0) {
                     let ob = (base + cc) * hd + d0;
                     for (var u = 0u; u < 4u; u++) {
@@ -169,23 +326,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
             for (var u = 0u; u < 4u; u++) {
                 if (d0 + u < hd) {
-                    qg[kg * hd + d0 + u] = o[u];
+                    qg[(kg * g_n + g) * hd + d0 + u] = o[u];
                 }
             }
         }
-        workgroupBarrier();
-        for (var d = lid; d < hd; d += WG) {
-            var t = 0.0;
-            for (var k2 = 0u; k2 < kg_n; k2++) {
-                t += qg[k2 * hd + d];
-            }
-            var r = 0.0;
-            if (big_l > 0.0) {
-                r = t / big_l;
-            }
-            out[obase + g * hd + d] = r;
+    }
+    workgroupBarrier();
+    for (var e = lid; e < g_n * hd; e += WG) {
+        var t = 0.0;
+        for (var k2 = 0u; k2 < kg_n; k2++) {
+            t += qg[(k2 * g_n + e / hd) * hd + e % hd];
         }
-        // qg and sg_sc are rewritten for the next head.
-        workgroupBarrier();
+        let big_l = ml_g[2u * (e / hd) + 1u];
+        var r = 0.0;
+        if (big_l > 0.0) {
+            r = t / big_l;
+        }
+        out[obase + e] = r;
     }
 }

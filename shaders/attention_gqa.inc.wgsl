@@ -4,8 +4,11 @@
 // `// #include attention_gqa.inc.wgsl` line.
 //
 // The including file provides `p` (its Params: n_heads, n_kv_heads, head_dim, n_kv, scale,
-// softcap, window, kv_stride, ring), the bindings `q` (f32), `k`, `v` (u32 words), `q_pos`, and
-// the override constants WG, CHUNK and KV_DTYPE (0: f32 words, 1: f16 pairs).
+// softcap, window, kv_stride, ring), the bindings `q` (f32), `k`, `v` (u32 words), `q_pos`, the
+// override constants WG, CHUNK and KV_DTYPE (0: f32 words, 1: f16 pairs), and
+// `gqa_stage(i, kvh, j0, j1, lid, sg_id, sg_lane, sg_size, n_sg)`, which leaves query i's heads
+// kvh * G .. (kvh + 1) * G in qg[0 .. G * head_dim] and ends with a workgroup barrier (called in
+// uniform control flow by every invocation, before keys [j0, j1) are scored).
 
 var<workgroup> red: array<f32, 32>;
 var<workgroup> wg_skip: u32;
@@ -92,12 +95,9 @@ fn gqa_chunk(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: 
     let kv_dim = p.n_kv_heads * hd;
     let row0 = i * p.kv_stride;
     let neg_inf = bitcast<f32>(0xff800000u);
-    // Stage the group's queries.
-    let qbase = (i * p.n_heads + kvh * g_n) * hd;
-    for (var e = lid; e < g_n * hd; e += WG) {
-        qg[e] = q[qbase + e];
-    }
-    workgroupBarrier();
+    // The group's queries into qg[0 .. g_n * hd] (the including file's hook; it may also append
+    // the current token's key and value to the cache). Ends with a workgroup barrier.
+    gqa_stage(i, kvh, j0, j1, lid, sg_id, sg_lane, sg_size, n_sg);
 
     // Scores: clusters of 8 lanes, one key each (flat invocation f = sg_id * sg_size + lane;
     // cluster f / 8 takes keys jj = f / 8, f / 8 + n_cl, ...; lane f % 8 the row words f % 8,

@@ -2,12 +2,14 @@
 //! (prefill: tiled, online softmax).
 
 use crate::kv_append::KvType;
-use crate::sources::{ATTENTION, ATTENTION_FUSED, ATTENTION_PREFILL};
+use crate::sources::{ATTENTION, ATTENTION_PREFILL};
 use crate::spec::{MAX_GROUPS_X, need, rd, rw, shape_err, to_u32, wr};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
 
 /// Workgroup size of the decode kernels.
-const WG: u32 = 128;
+pub(crate) const WG: u32 = 128;
+
+pub use crate::attention_fused::{ATTN_DECODE_FUSED, AttnDecodeFused, AttnDecodeRope, AttnRope};
 /// Query tile of the prefill kernel.
 pub const PREFILL_BQ: usize = 16;
 
@@ -70,27 +72,6 @@ pub static ATTN_MERGE: KernelSpec = KernelSpec {
         rd("part_ml"),
         rd("part_o"),
         rw("out"),
-    ],
-    push_size: 44,
-    exact_fp: false,
-};
-
-/// Split and merge in one dispatch: the grouped-query split whose last workgroup per (kv head,
-/// query) merges (see [`AttnDecodeFused`]).
-pub static ATTN_DECODE_FUSED: KernelSpec = KernelSpec {
-    name: "attn_decode_fused",
-    file: "attention_fused.wgsl",
-    entry: "main",
-    source: ATTENTION_FUSED,
-    bindings: &[
-        rd("q"),
-        rd("k"),
-        rd("v"),
-        rd("q_pos"),
-        rw("part_ml"),
-        rw("part_o"),
-        wr("out"),
-        rw("counters"),
     ],
     push_size: 44,
     exact_fp: false,
@@ -373,7 +354,7 @@ impl<B: KernelBuffer> AttnDecode<B> {
 
 /// The grouped split's limits: `chunk` a power of two in 16..=256, at most [`GQA_MAX`] query
 /// heads per kv head.
-fn check_gqa(k: &'static KernelSpec, s: &AttnShape, chunk: usize) -> Result<(), Error> {
+pub(crate) fn check_gqa(k: &'static KernelSpec, s: &AttnShape, chunk: usize) -> Result<(), Error> {
     if !(16..=256).contains(&chunk) || !chunk.is_power_of_two() {
         return Err(shape_err(
             k,
@@ -394,7 +375,7 @@ fn check_gqa(k: &'static KernelSpec, s: &AttnShape, chunk: usize) -> Result<(), 
 
 /// Checks the partial buffers and the grid of a decode split into chunks of `chunk` keys (`s`
 /// already checked) and returns its parameters.
-fn decode_params<B: KernelBuffer>(
+pub(crate) fn decode_params<B: KernelBuffer>(
     k: &'static KernelSpec,
     s: &AttnShape,
     chunk: usize,
@@ -428,62 +409,6 @@ fn decode_params<B: KernelBuffer>(
         kv_stride: to_u32(k, "kv_stride", s.kv_stride)?,
         ring: to_u32(k, "ring", s.ring_rows())?,
     })
-}
-
-/// Decode attention in one dispatch (`shaders/attention_fused.wgsl`): the grouped split of
-/// [`AttnDecode::dispatch_gqa`] whose last workgroup to finish per (kv head, query) merges the
-/// group's partials, counted in `counters` (one u32 per (query, kv head), see
-/// [`AttnDecodeFused::counter_bytes`]). The caller zeroes `counters` once before the first
-/// dispatch; every completed dispatch leaves them zero again, so one zeroed buffer serves any
-/// number of dispatches recorded in sequence (not concurrently). When a query's visible keys fit
-/// one chunk, its output is written without partials. Same limits as the grouped split.
-pub struct AttnDecodeFused<B> {
-    pub q: B,
-    pub k: B,
-    pub v: B,
-    pub q_pos: B,
-    pub part_ml: B,
-    pub part_o: B,
-    pub out: B,
-    pub counters: B,
-}
-
-impl<B: KernelBuffer> AttnDecodeFused<B> {
-    /// Bytes of `counters` for `s`.
-    pub fn counter_bytes(s: &AttnShape) -> u64 {
-        4 * (s.n_q * s.n_kv_heads) as u64
-    }
-
-    /// `chunk`: keys per workgroup, a power of two in 16..=256; partials sized by
-    /// [`AttnDecode::scratch_bytes`] for the same chunk.
-    pub fn dispatch(self, s: &AttnShape, chunk: usize) -> Result<Dispatch<B>, Error> {
-        let k = &ATTN_DECODE_FUSED;
-        s.check(k)?;
-        check_gqa(k, s, chunk)?;
-        s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
-        need(k, "counters", &self.counters, Self::counter_bytes(s))?;
-        let p = decode_params(k, s, chunk, &self.part_ml, &self.part_o)?;
-        let groups = [p.n_chunks, p.n_kv_heads, p.n_q];
-        Ok(Dispatch::new(
-            k,
-            Overrides::new()
-                .set("WG", WG as f64)
-                .set("CHUNK", chunk as f64)
-                .set("KV_DTYPE", s.kv.code()),
-            vec![
-                self.q,
-                self.k,
-                self.v,
-                self.q_pos,
-                self.part_ml,
-                self.part_o,
-                self.out,
-                self.counters,
-            ],
-            &p,
-            groups,
-        ))
-    }
 }
 
 /// Tiled causal attention for prefill.

@@ -25,6 +25,7 @@ mod spec;
 pub mod activation;
 pub mod argmax;
 pub mod attention;
+pub mod attention_fused;
 pub mod attention_prefill_coop;
 pub mod causal_conv1d;
 pub mod decode_advance;

@@ -107,7 +107,9 @@ fn fused_spirv_orders_partials_at_device_scope() {
         }
         i += count;
     }
-    assert_eq!(coherent.len(), 2, "part_ml and part_o are Coherent");
+    // part_ml and part_o (the merge reads other workgroups' partials), k and v (the folded input
+    // step appends the current key and reads it back after a storage barrier).
+    assert_eq!(coherent.len(), 4, "part_ml, part_o, k and v are Coherent");
     assert_eq!(atomic_adds, 1);
     let (device, workgroup) = (1u32, 2u32);
     let acq_rel_uniform = 0x8 | 0x40;

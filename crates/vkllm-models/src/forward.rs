@@ -321,28 +321,23 @@ impl Model {
                 v_out: s.v,
                 packed: s.qkv,
             })?;
-            b.mark("rope_kv");
-            b.rope_kv(
-                &RopeKv {
-                    q: s.q,
-                    k: s.k,
-                    v: s.v,
-                    q_out: s.qn,
-                    k_tmp: s.kn,
-                    n,
-                    n_heads: c.n_heads,
-                    n_kv_heads: c.n_kv_heads,
-                    head_dim: hd,
-                    norm: lw.q_norm.zip(lw.k_norm),
-                    eps: c.rms_eps,
-                    norm_offset: c.norm_offset,
-                    positions: inp.pos,
-                    rope: &lc.rope,
-                    packed: packed.then_some(s.qkv),
-                },
-                &view,
-            )?;
-            let q = s.qn;
+            let rk = RopeKv {
+                q: s.q,
+                k: s.k,
+                v: s.v,
+                q_out: s.qn,
+                k_tmp: s.kn,
+                n,
+                n_heads: c.n_heads,
+                n_kv_heads: c.n_kv_heads,
+                head_dim: hd,
+                norm: lw.q_norm.zip(lw.k_norm),
+                eps: c.rms_eps,
+                norm_offset: c.norm_offset,
+                positions: inp.pos,
+                rope: &lc.rope,
+                packed: packed.then_some(s.qkv),
+            };
             let p = AttnParams {
                 n_heads: c.n_heads,
                 n_kv_heads: c.n_kv_heads,
@@ -351,8 +346,9 @@ impl Model {
                 softcap: c.attn_softcap,
                 window: lc.window,
             };
-            b.mark("attention");
-            b.attention(q, &view, n, inp.pos, &p, s.att)?;
+            // The input step (q/k norm, RoPE, KV append) and attention (a backend may run them
+            // as one dispatch; it marks the profile regions).
+            b.rope_attention(&rk, &view, &p, s.att)?;
             b.mark("o_proj");
             if lw.post_attn_norm.is_none() {
                 b.linear_add(&lw.o, s.att, n, s.x, s.o)?;

@@ -80,6 +80,7 @@ parity_tests!(
     attention_prefill,
     attention_prefill_coop,
     attention_fused,
+    attention_rope,
     sample,
     kv_append_slots,
     attention_slots,

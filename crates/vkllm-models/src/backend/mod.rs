@@ -257,6 +257,22 @@ pub trait Backend {
         rope_kv_unfused(self, a, kv)
     }
 
+    /// The attention block after the projections: [`Backend::rope_kv`], then
+    /// [`Backend::attention`] of its queries (`a.q_out`) into `out`. The default composes the
+    /// two; a backend may fold the input step into the attention dispatch.
+    fn rope_attention(
+        &mut self,
+        a: &RopeKv<'_>,
+        kv: &KvView,
+        p: &AttnParams,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        self.mark("rope_kv");
+        self.rope_kv(a, kv)?;
+        self.mark("attention");
+        self.attention(a.q_out, kv, a.n, a.positions, p, out)
+    }
+
     /// Causal attention of `n` query rows at `positions` over the cache (keys 0..=position of
     /// the region `kv.rows` names, within the window of `p`; key `j` in row `j % kv.ring`).
     fn attention(

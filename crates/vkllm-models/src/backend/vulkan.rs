@@ -526,6 +526,16 @@ impl Backend for VulkanBackend {
         self.rope_kv_op(a, kv)
     }
 
+    fn rope_attention(
+        &mut self,
+        a: &RopeKv<'_>,
+        kv: &KvView,
+        p: &AttnParams,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        self.rope_attention_op(a, kv, p, out)
+    }
+
     fn norm_qkv(&mut self, a: &NormQkv<'_>) -> Result<bool, ModelError> {
         self.norm_qkv_op(a)
     }

@@ -39,9 +39,10 @@ pub struct Args {
     #[arg(long, default_value_t = 8)]
     steps: usize,
 
-    /// KV cache type: f32 or f16.
-    #[arg(long, default_value = "f32")]
-    kv_type: String,
+    /// KV cache type: f32 or f16. Default: f16 for dense models (llama-bench's default cache
+    /// type, so figures compare with the anchors), f32 for hybrid/MoE models (their only type).
+    #[arg(long)]
+    kv_type: Option<String>,
 
     /// Prefill chunk (tokens per forward); 0: the device's choice (512 with cooperative
     /// matrices, else 128).
@@ -76,8 +77,13 @@ fn commit() -> String {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let kv = KvDtype::parse(&args.kv_type)
-        .with_context(|| format!("--kv-type {}: expected f32 or f16", args.kv_type))?;
+    let kv_arg = args.kv_type.as_deref();
+    let kv = match kv_arg {
+        Some(t) => {
+            KvDtype::parse(t).with_context(|| format!("--kv-type {t}: expected f32 or f16"))?
+        }
+        None => KvDtype::F16,
+    };
     if args.batch.contains(&0) || args.pp.contains(&0) {
         bail!("--batch and --pp values must be > 0");
     }
@@ -107,6 +113,14 @@ pub fn run(args: Args) -> Result<()> {
     };
     let chunk = chunk.max(args.batch.iter().copied().max().unwrap_or(1));
     let cfg = gguf.config.clone();
+    let hybrid = cfg.family.is_hybrid_or_moe();
+    // Hybrid (Gated DeltaNet) and MoE models keep an f32 KV cache next to the recurrent state,
+    // as `vkllm serve` does.
+    let kv = if hybrid && kv_arg.is_none() {
+        KvDtype::F32
+    } else {
+        kv
+    };
     let opts = BenchOptions {
         pp: args.pp.clone(),
         tg: args.tg,
@@ -116,9 +130,7 @@ pub fn run(args: Args) -> Result<()> {
         kv,
         profile: args.profile,
     };
-    let report = if cfg.family.is_hybrid_or_moe() {
-        // Hybrid (Gated DeltaNet) and MoE models keep an f32 KV cache next to the recurrent
-        // state, as `vkllm serve` does.
+    let report = if hybrid {
         if kv != KvDtype::F32 {
             bail!(
                 "--kv-type {}: hybrid/MoE models keep an f32 KV cache",

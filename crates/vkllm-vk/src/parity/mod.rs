@@ -14,6 +14,7 @@
 mod attn;
 mod attn_coop;
 mod attn_fused;
+mod attn_rope;
 mod basic;
 mod coop;
 mod decode;
@@ -122,6 +123,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("attention_prefill", attn::attention_prefill),
     ("attention_prefill_coop", attn_coop::attention_prefill_coop),
     ("attention_fused", attn_fused::attention_fused),
+    ("attention_rope", attn_rope::attention_rope),
     ("sample", sample::sample),
     ("kv_append_slots", decode::kv_append_slots),
     ("attention_slots", decode::attention_slots),

@@ -1,16 +1,20 @@
-//! Attention on the Vulkan backend: which kernel runs a batch (decode: the fused grouped split,
-//! the two-dispatch grouped split or the reference split + merge, `VKLLM_ATTN`; prefill: the
-//! cooperative-matrix kernel where it applies, else the portable tiled one), and its dispatch.
+//! Attention on the Vulkan backend: which kernel runs a batch (decode: the grouped split with the
+//! input step folded in, the one-dispatch grouped split, the two-dispatch grouped split or the
+//! reference split + merge, `VKLLM_ATTN`; prefill: the cooperative-matrix kernel where it
+//! applies, else the portable tiled one), and its dispatch.
 
-use vkllm_cpu::AttnParams;
+use vkllm_cpu::{AttnParams, RopeStyle};
 use vkllm_kernels::attention::{
-    AttnDecode, AttnDecodeFused, AttnPrefill, AttnShape, GQA_MAX, MAX_CHUNKS,
+    AttnDecode, AttnDecodeFused, AttnDecodeRope, AttnPrefill, AttnRope, AttnShape, GQA_MAX,
+    MAX_CHUNKS,
 };
 use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
+use vkllm_kernels::rope::RopeLayout;
+use vkllm_kernels::rope_kv_append::HeadNorm;
 use vkllm_vk::BufSlice;
 
 use super::{VulkanBackend, kv_type};
-use crate::backend::{KvRows, KvView, Tensor};
+use crate::backend::{Backend, KvRows, KvView, RopeKv, Tensor};
 use crate::error::ModelError;
 
 /// Keys per split-K workgroup of decode attention (the reference split).
@@ -29,14 +33,19 @@ fn attn_chunk_gqa() -> usize {
 }
 
 /// How decode attention is dispatched where the grouped-query split applies (`VKLLM_ATTN`).
-/// The default is the two-dispatch split: on the H200 it measured faster than the fused form
-/// (Qwen3-0.6B Q8_0 tg128: 557 against 548 tok/s; the fused form's last workgroup merges the
-/// group's heads one after another where the merge kernel runs them in parallel).
+/// The default folds the attention input step (q/k norm, RoPE, KV append) into one dispatch
+/// with split and merge where the projections are packed; otherwise (and for `split`) the
+/// two-dispatch split, which measured faster on the H200 than the one-dispatch form whose merge
+/// walked the group's heads one after another (Qwen3-0.6B Q8_0 tg128: 557 against 548 tok/s).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum AttnMode {
-    /// `fused`: one dispatch, the grouped split whose last workgroup per group merges.
+    /// `rope` (the default): `rope_kv_append` + split + merge as one dispatch per layer where it
+    /// applies, else as `Split`.
+    Rope,
+    /// `fused`: one dispatch, the grouped split whose last workgroup per group merges (the
+    /// input step its own dispatch).
     Fused,
-    /// The grouped split, then the merge (two dispatches; the default).
+    /// `split`: the grouped split, then the merge (two dispatches).
     Split,
     /// `reference`: the reference split (one workgroup per query head), then the merge.
     Reference,
@@ -46,21 +55,35 @@ fn attn_mode() -> AttnMode {
     static MODE: std::sync::OnceLock<AttnMode> = std::sync::OnceLock::new();
     *MODE.get_or_init(|| match std::env::var("VKLLM_ATTN").as_deref() {
         Ok("fused") => AttnMode::Fused,
+        Ok("split") => AttnMode::Split,
         Ok("reference") => AttnMode::Reference,
-        _ => AttnMode::Split,
+        _ => AttnMode::Rope,
     })
 }
 
+/// What [`VulkanBackend::attn_plan`] decided for one attention call.
+struct AttnPlan {
+    shape: AttnShape,
+    /// One query per sequence (a decode step): the split kernels; else prefill.
+    decode: bool,
+    /// The grouped-query split applies.
+    gqa: bool,
+    /// Keys per split workgroup.
+    chunk: usize,
+}
+
 impl VulkanBackend {
-    pub(super) fn attention_op(
+    /// The attention problem of `n` queries at `positions` over `kv` and the kernels it takes.
+    /// `one_pass`: the one-dispatch form (its merge stages one weight per (head, chunk), so the
+    /// chunk grows with the group).
+    fn attn_plan(
         &mut self,
-        q: Tensor,
         kv: &KvView,
         n: usize,
         positions: Tensor,
         p: &AttnParams,
-        out: Tensor,
-    ) -> Result<(), ModelError> {
+        one_pass: bool,
+    ) -> Result<AttnPlan, ModelError> {
         let per_row = kv.rows == KvRows::PerRow;
         // Keys visible to the batch: the whole slot while a step is captured or per row (masked
         // by the positions on the device), else up to the largest position.
@@ -89,26 +112,15 @@ impl VulkanBackend {
             kv_stride: if per_row { kv.stride } else { 0 },
             ring: Some(kv.ring),
         };
-        let qw = n * p.n_heads * p.head_dim;
-        // The grouped-query split (one workgroup per kv head, small chunks) unless the
-        // reference ops are selected or the grouping is too wide for it.
-        // (It sums 8-lane clusters with shuffles: subgroups of at least 8 lanes.)
-        let info = self.dev.info();
-        let min_sg = if info.min_subgroup_size > 0 {
-            info.min_subgroup_size
-        } else {
-            info.subgroup_size
-        };
-        let mode = attn_mode();
-        let gqa = self.fused
-            && mode != AttnMode::Reference
-            && p.n_heads / p.n_kv_heads.max(1) <= GQA_MAX
-            && min_sg >= 8;
-        // Split and merge in one dispatch unless `VKLLM_ATTN=split` asks for two.
-        let one_pass = gqa && mode == AttnMode::Fused;
+        let gqa = self.gqa_applies(p);
         let chunk = if gqa { attn_chunk_gqa() } else { ATTN_CHUNK };
         // Long caches: grow the chunk so the merge's partial count stays bounded.
-        let chunk = chunk.max(n_kv.div_ceil(MAX_CHUNKS).next_power_of_two());
+        let group = if one_pass {
+            p.n_heads / p.n_kv_heads.max(1)
+        } else {
+            1
+        };
+        let chunk = chunk.max((n_kv * group).div_ceil(MAX_CHUNKS).next_power_of_two());
         if decode {
             let (ml, o) = AttnDecode::<BufSlice<'_>>::scratch_bytes(&shape, chunk);
             self.attn_parts(ml, o)?;
@@ -116,6 +128,48 @@ impl VulkanBackend {
                 self.attn_counters(AttnDecodeFused::<BufSlice<'_>>::counter_bytes(&shape))?;
             }
         }
+        Ok(AttnPlan {
+            shape,
+            decode,
+            gqa,
+            chunk,
+        })
+    }
+
+    /// The grouped-query split (one workgroup per kv head, small chunks) applies: fused ops,
+    /// not `VKLLM_ATTN=reference`, at most [`GQA_MAX`] query heads per kv head, and subgroups of
+    /// at least 8 lanes (it sums 8-lane clusters with shuffles).
+    fn gqa_applies(&self, p: &AttnParams) -> bool {
+        let info = self.dev.info();
+        let min_sg = if info.min_subgroup_size > 0 {
+            info.min_subgroup_size
+        } else {
+            info.subgroup_size
+        };
+        self.fused
+            && attn_mode() != AttnMode::Reference
+            && p.n_heads / p.n_kv_heads.max(1) <= GQA_MAX
+            && min_sg >= 8
+    }
+
+    pub(super) fn attention_op(
+        &mut self,
+        q: Tensor,
+        kv: &KvView,
+        n: usize,
+        positions: Tensor,
+        p: &AttnParams,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        // Split and merge in one dispatch when `VKLLM_ATTN=fused` asks for it.
+        let one_pass = attn_mode() == AttnMode::Fused && self.gqa_applies(p);
+        let AttnPlan {
+            shape,
+            decode,
+            gqa,
+            chunk,
+        } = self.attn_plan(kv, n, positions, p, one_pass)?;
+        let qw = n * p.n_heads * p.head_dim;
         let width = p.n_kv_heads * p.head_dim;
         let coop_pos0 = if decode {
             None
@@ -126,9 +180,9 @@ impl VulkanBackend {
             let (ks, vs, _) = me.kv_region(kv, width)?;
             let (qs, ps, os) = (me.head(q, qw)?, me.head(positions, n)?, me.head(out, qw)?);
             if decode {
-                let (ml, o) = me.attn_parts.as_ref().expect("allocated above");
+                let (ml, o) = me.attn_parts.as_ref().expect("allocated by attn_plan");
                 if one_pass {
-                    let counters = me.attn_counters.as_ref().expect("allocated above");
+                    let counters = me.attn_counters.as_ref().expect("allocated by attn_plan");
                     let a = AttnDecodeFused {
                         q: qs,
                         k: ks,
@@ -178,6 +232,89 @@ impl VulkanBackend {
                 r.dispatch(a.dispatch(&shape)?)?;
             }
             Ok(())
+        })
+    }
+
+    /// `Backend::rope_attention`: with `VKLLM_ATTN=rope` (the default), a decode step whose
+    /// projections are packed runs the input step, split and merge as one dispatch
+    /// (`AttnDecodeRope`); otherwise `rope_kv` then `attention`.
+    pub(super) fn rope_attention_op(
+        &mut self,
+        a: &RopeKv<'_>,
+        kv: &KvView,
+        p: &AttnParams,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        let n = a.n;
+        let decode = n == 1 || kv.rows == KvRows::PerRow;
+        let fold = match a.packed {
+            Some(t) if attn_mode() == AttnMode::Rope && decode && self.gqa_applies(p) => Some(t),
+            _ => None,
+        };
+        let Some(packed) = fold else {
+            self.mark("rope_kv");
+            self.rope_kv(a, kv)?;
+            self.mark("attention");
+            return self.attention_op(a.q_out, kv, n, a.positions, p, out);
+        };
+        // rope_kv_append's check: a position past the slot (outside a recorded step).
+        if self.capture_ctx.is_none()
+            && let KvRows::Slot(_) = kv.rows
+            && let Some(&pos) = self
+                .host_u32(a.positions, n)
+                .iter()
+                .find(|&&pos| pos as usize >= kv.capacity)
+        {
+            return Err(ModelError::ContextFull {
+                pos: pos as usize,
+                capacity: kv.capacity,
+            });
+        }
+        let need = self.positions_end(a.positions, n).max(1);
+        let ti = self.rope_table(a.rope, need)?;
+        let plan = self.attn_plan(kv, n, a.positions, p, true)?;
+        self.mark("attention");
+        let (hd, qd) = (a.head_dim, a.n_heads * a.head_dim);
+        let width = a.n_kv_heads * hd;
+        let r = AttnRope {
+            rotary_dim: a.rope.rotary_dim,
+            layout: match a.rope.style {
+                RopeStyle::Interleaved => RopeLayout::Interleaved,
+                RopeStyle::NeoX => RopeLayout::NeoX,
+            },
+            max_pos: self.ropes[ti].max_pos,
+            norm: a.norm.map(|_| HeadNorm {
+                eps: a.eps,
+                offset: a.norm_offset,
+            }),
+            max_tok: kv.capacity,
+            tok_stride: qd + 2 * width,
+            k_off: qd,
+            v_off: qd + width,
+        };
+        self.record(|me, rec| {
+            let (ks, vs, _) = me.kv_region(kv, width)?;
+            let (qn, kn) = match a.norm {
+                Some((qw, kw)) => (me.head(qw, hd)?, me.head(kw, hd)?),
+                None => (me.head(packed, 1)?, me.head(packed, 1)?),
+            };
+            let (ml, o) = me.attn_parts.as_ref().expect("allocated by attn_plan");
+            let counters = me.attn_counters.as_ref().expect("allocated by attn_plan");
+            let d = AttnDecodeRope {
+                qkv: me.head(packed, (n - 1) * r.tok_stride + qd + 2 * width)?,
+                q_norm: qn,
+                k_norm: kn,
+                table: me.ropes[ti].buf.all(),
+                k: ks,
+                v: vs,
+                q_pos: me.head(a.positions, n)?,
+                part_ml: ml.all(),
+                part_o: o.all(),
+                out: me.head(out, n * qd)?,
+                counters: counters.all(),
+            }
+            .dispatch(&plan.shape, plan.chunk, &r)?;
+            Ok(rec.dispatch(d)?)
         })
     }
 }
