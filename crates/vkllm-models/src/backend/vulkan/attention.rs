@@ -33,19 +33,21 @@ fn attn_chunk_gqa() -> usize {
 }
 
 /// How decode attention is dispatched where the grouped-query split applies (`VKLLM_ATTN`).
-/// The default folds the attention input step (q/k norm, RoPE, KV append) into one dispatch
-/// with split and merge where the projections are packed; otherwise (and for `split`) the
-/// two-dispatch split, which measured faster on the H200 than the one-dispatch form whose merge
-/// walked the group's heads one after another (Qwen3-0.6B Q8_0 tg128: 557 against 548 tok/s).
+/// The default is the two-dispatch split after its own input-step dispatch: on the H200 it
+/// measured fastest (tg128, f16 KV: Qwen3-0.6B Q8_0 757 tok/s against 731 with the input step
+/// folded into one dispatch per layer and 701 with the one-dispatch split + merge; Llama-3.2-1B
+/// Q4_0 973 / 967 / 942): fewer dispatches, but each folded workgroup's chain of dependent
+/// steps (staging, norm, rotation, append, then the last workgroup's merge) is longer than the
+/// launches it saves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum AttnMode {
-    /// `rope` (the default): `rope_kv_append` + split + merge as one dispatch per layer where it
-    /// applies, else as `Split`.
+    /// `rope`: `rope_kv_append` + split + merge as one dispatch per layer where the projections
+    /// are packed, else as `Split`.
     Rope,
     /// `fused`: one dispatch, the grouped split whose last workgroup per group merges (the
     /// input step its own dispatch).
     Fused,
-    /// `split`: the grouped split, then the merge (two dispatches).
+    /// `split` (the default): the grouped split, then the merge (two dispatches).
     Split,
     /// `reference`: the reference split (one workgroup per query head), then the merge.
     Reference,
@@ -54,10 +56,10 @@ enum AttnMode {
 fn attn_mode() -> AttnMode {
     static MODE: std::sync::OnceLock<AttnMode> = std::sync::OnceLock::new();
     *MODE.get_or_init(|| match std::env::var("VKLLM_ATTN").as_deref() {
+        Ok("rope") => AttnMode::Rope,
         Ok("fused") => AttnMode::Fused,
-        Ok("split") => AttnMode::Split,
         Ok("reference") => AttnMode::Reference,
-        _ => AttnMode::Rope,
+        _ => AttnMode::Split,
     })
 }
 
@@ -235,7 +237,7 @@ impl VulkanBackend {
         })
     }
 
-    /// `Backend::rope_attention`: with `VKLLM_ATTN=rope` (the default), a decode step whose
+    /// `Backend::rope_attention`: with `VKLLM_ATTN=rope`, a decode step whose
     /// projections are packed runs the input step, split and merge as one dispatch
     /// (`AttnDecodeRope`); otherwise `rope_kv` then `attention`.
     pub(super) fn rope_attention_op(
