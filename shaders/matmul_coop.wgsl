@@ -18,20 +18,34 @@ enable wgpu_cooperative_matrix;
 // Tiling: a workgroup of CM_SGM x CM_SGN subgroups (SG invocations each: SG is the device's
 // subgroup size, set from Rust) computes a BM x BN tile of Y (BM = CM_SGM * WM * 16 tokens,
 // BN = CM_SGN * WN * 16 rows, each <= 128); each subgroup owns WM x WN (2 or 4 each)
-// accumulator tiles (f32). K is walked in steps of 32 through two shared-memory stages: while
-// the subgroups multiply the slices of one stage (2 x WM A tiles by 2 x WN B tiles), the next
-// X[BM, 32] (f32 -> f16) and W[BN, 32] (any weight type -> f16: f16 copied, bf16/f32 rounded,
-// quantized blocks dequantized by `dequant16`) go into the other, zero-filled past n, rows and
-// cols; one barrier per step. Float data for the next step is loaded into registers before the
-// multiplications and stored after them, so the loads' latency overlaps the math (at most 4
-// 16-byte slots per invocation each for X and W: Rust checks the tiling against the workgroup).
-// Staged rows are 40 halves (10 vec4<f16>, 80 bytes): 16-byte aligned for the cooperative loads,
-// and 8 consecutive rows start in different banks.
+// accumulator tiles (f32). K is walked in steps of CM_BK (32 or 64) through two shared-memory
+// stages: while the subgroups multiply the slices of one stage (CM_BK / 16 x WM A tiles by
+// CM_BK / 16 x WN B tiles), the next X[BM, CM_BK] (f32 -> f16) and W[BN, CM_BK] (any weight
+// type -> f16: f16 copied, bf16/f32 rounded, quantized blocks dequantized by `dequant16`) go
+// into the other, zero-filled past n, rows and cols; one barrier per step. Float data for the
+// next step is loaded into registers before the multiplications and stored after them, so the
+// loads' latency overlaps the math (at most 8 16-byte slots per invocation each for X and W:
+// Rust checks the tiling against the workgroup; quantized data too, dequantized, with
+// QPRE > 0). Staged rows are CM_LDV = CM_BK / 4 + 2 vec4<f16> (CM_BK + 8 halves): 16-byte
+// aligned for the cooperative loads, and 8 consecutive rows start in different banks.
+// Split-K (SPLIT > 1): workgroup z of the grid walks only its share of K (whole CM_BK steps,
+// ceil(steps / SPLIT) each; a share past cols is empty and contributes zeros), stores its f32
+// partial tile to `cm_part` and counts itself in on the tile's counter; the last of the SPLIT
+// workgroups of a tile resets the counter to 0 and writes Y from the SPLIT partials summed in
+// split order (deterministic whatever order the workgroups ran in). Ordering as
+// attention_fused.wgsl (the CUB "last block" pattern): partial stores; storageBarrier() (release
+// for every invocation's stores); invocation 0's atomicAdd; storageBarrier() (acquire) in the
+// last workgroup, then its reads; `cm_part` is Coherent. The counters must be zero before the
+// first dispatch (the caller zeroes them once); a dispatch that completes leaves them zero.
+// cm_part: [tile][split][subgroup][WM * WN][256] f32 (tile = wid.y * groups_x + wid.x);
+// cm_ctr: one u32 per tile. With SPLIT = 1 both are bound but never touched.
 // Epilogue: each accumulator tile goes through a per-subgroup 16 x 16 f32 scratch in shared
 // memory and is written (bounds-checked, added to Y when accumulating) by the subgroup's
 // invocations, so no alignment of y_stride or row_offset is needed.
 //
-// Shared memory: 2 stages x 2 x 128 x 80 bytes + 8 x 1 KiB scratch = 48 KiB, whatever the tiling.
+// Shared memory: 2 stages x 2 x 128 x 80 bytes + 8 x 1 KiB scratch = 48 KiB, whatever the
+// tiling; K step 64 (rows of 144 bytes) fits tilings of up to 64 x 64 in the same arrays with
+// two stages, up to 128 x 128 with one (CM_STAGES; `CoopConfig::fits`).
 // Precision: inputs are rounded to f16 (products exact in f32, sums in f32): X and W must be
 // within f16 range (|v| < 65504); the Rust side documents the tolerance.
 // DTYPE: 0 f32 weights, 1 f16, 2 bf16, 3 quantized (QTYPE/BLOCK/TS of mat_quant.wgsl).
@@ -47,12 +61,25 @@ override DTYPE: u32 = 1;
 override XVEC: u32 = 1;
 override WVEC: u32 = 1;
 override CM_WG: u32 = 256;
+override CM_BK: u32 = 32;
+override SPLIT: u32 = 1;
+// Shared-memory stages: 2 (double buffering, one barrier per step) or 1 (the next slice is
+// stored after a second barrier: half the shared memory, so K step 64 fits 128-row tiles).
+override CM_STAGES: u32 = 2;
+// Quantized W: units per invocation and slice dequantized into registers before the
+// multiplications and stored after them, like the float slots (1 or 2: Rust sets it when the
+// slice's units divide evenly), or 0: dequantized and stored after the multiplications.
+override QPRE: u32 = 0;
+// vec4<f16> per staged row (CM_BK / 4 + 2) and per stage of A and of B (Rust: 128 x CM_LDV
+// at K step 32, the layout of the original kernel; BM x CM_LDV and BN x CM_LDV otherwise).
+override CM_LDV: u32 = 10;
+override CM_SA: u32 = 1280;
+override CM_SB: u32 = 1280;
 
-const CM_BK: u32 = 32u;
-// vec4<f16> per staged row, and per stage.
-const CM_LDV: u32 = 10u;
-const CM_STAGE: u32 = 1280u;
+@coherent @group(0) @binding(3) var<storage, read_write> cm_part: array<f32>;
+@group(0) @binding(4) var<storage, read_write> cm_ctr: array<atomic<u32>>;
 
+// (Fixed lengths: naga 30's process_overrides fails on override-sized arrays in this module.)
 var<workgroup> cm_a: array<vec4<f16>, 2560>; // [stage][BM][CM_LDV]
 var<workgroup> cm_b: array<vec4<f16>, 2560>; // [stage][BN][CM_LDV]
 var<workgroup> cm_c: array<f32, 2048>; // [subgroup][16 x 16]
@@ -61,10 +88,16 @@ fn cm_bf16(word: u32, hi: bool) -> f32 {
     return bitcast<f32>(select(word << 16u, word & 0xffff0000u, hi));
 }
 
-// Slot i of the X slice at k0: row i / 8, elements 4 (i % 8) .. + 4 (zero past n and cols).
+// 16-byte slots per staged row of X (and of f32 W).
+fn cm_xs() -> u32 {
+    return CM_BK / 4u;
+}
+
+// Slot i of the X slice at k0: row i / cm_xs(), elements 4 (i % cm_xs()) .. + 4 (zero past n
+// and cols).
 fn cm_load_x(i: u32, m0: u32, k0: u32) -> vec4<f32> {
-    let m = m0 + i / 8u;
-    let k = k0 + 4u * (i % 8u);
+    let m = m0 + i / cm_xs();
+    let k = k0 + 4u * (i % cm_xs());
     var v = vec4<f32>(0.0);
     if (m < p.n) {
         if (XVEC == 1u) {
@@ -85,7 +118,7 @@ fn cm_load_x(i: u32, m0: u32, k0: u32) -> vec4<f32> {
 }
 
 fn cm_put_x(stage: u32, i: u32, v: vec4<f32>) {
-    cm_a[stage * CM_STAGE + (i / 8u) * CM_LDV + i % 8u] = vec4<f16>(v);
+    cm_a[stage * CM_SA + (i / cm_xs()) * CM_LDV + i % cm_xs()] = vec4<f16>(v);
 }
 
 // Elements per 16-byte slot of W (float types).
@@ -93,8 +126,9 @@ fn cm_w_per_slot() -> u32 {
     return select(8u, 4u, DTYPE == 0u);
 }
 
-// Slot i of the W slice at k0 (float types) as raw words: f32 rows i / 8, elements 4 (i % 8)
-// .. + 4; 16-bit rows i / 4, elements 8 (i % 4) .. + 8 (zero past rows and cols).
+// Slot i of the W slice at k0 (float types) as raw words: f32 rows i / (CM_BK / 4), elements
+// 4 (i % (CM_BK / 4)) .. + 4; 16-bit rows i / (CM_BK / 8), elements 8 (i % (CM_BK / 8)) .. + 8
+// (zero past rows and cols).
 fn cm_load_w(i: u32, r0: u32, k0: u32) -> vec4<u32> {
     let per = cm_w_per_slot();
     let spr = CM_BK / per;
@@ -122,9 +156,9 @@ fn cm_load_w(i: u32, r0: u32, k0: u32) -> vec4<u32> {
 }
 
 fn cm_put_w(stage: u32, i: u32, v: vec4<u32>) {
-    let base = stage * CM_STAGE;
+    let base = stage * CM_SB;
     if (DTYPE == 0u) {
-        cm_b[base + (i / 8u) * CM_LDV + i % 8u] = vec4<f16>(bitcast<vec4<f32>>(v));
+        cm_b[base + (i / cm_xs()) * CM_LDV + i % cm_xs()] = vec4<f16>(bitcast<vec4<f32>>(v));
         return;
     }
     var lo: vec4<f32>;
@@ -138,27 +172,55 @@ fn cm_put_w(stage: u32, i: u32, v: vec4<u32>) {
         hi = vec4<f32>(cm_bf16(v.z, false), cm_bf16(v.z, true), cm_bf16(v.w, false),
                        cm_bf16(v.w, true));
     }
-    let o = base + (i / 4u) * CM_LDV + 2u * (i % 4u);
+    let spr = CM_BK / 8u;
+    let o = base + (i / spr) * CM_LDV + 2u * (i % spr);
     cm_b[o] = vec4<f16>(lo);
     cm_b[o + 1u] = vec4<f16>(hi);
 }
 
-// Quantized W slice at k0 into `stage`: one 16-element unit (row u / 2, half u % 2) per
-// invocation and round.
+// Quantized W slice at k0 into `stage`: one 16-element unit (row u / (CM_BK / 16), unit
+// u % (CM_BK / 16) of the slice) per invocation and round; units past rows or cols are zero.
 fn cm_put_wq(stage: u32, lid: u32, r0: u32, k0: u32, bn: u32) {
     let rb = (p.cols / BLOCK) * TS;
-    for (var i = lid; i < bn * 2u; i += CM_WG) {
-        let r = r0 + i / 2u;
-        let u = k0 / 16u + i % 2u;
+    let upr = CM_BK / 16u;
+    for (var i = lid; i < bn * upr; i += CM_WG) {
+        let r = r0 + i / upr;
+        let u = k0 / 16u + i % upr;
         var v: array<f32, 16>;
-        if (r < p.rows) {
+        if (r < p.rows && 16u * u < p.cols) {
             v = dequant16(unit_block(r * rb, u), u % (BLOCK / 16u));
         }
-        let o = stage * CM_STAGE + (i / 2u) * CM_LDV + 4u * (i % 2u);
+        let o = stage * CM_SB + (i / upr) * CM_LDV + 4u * (i % upr);
         for (var q = 0u; q < 4u; q++) {
             cm_b[o + q] = vec4<f16>(vec4<f32>(v[4u * q], v[4u * q + 1u], v[4u * q + 2u],
                                               v[4u * q + 3u]));
         }
+    }
+}
+
+// Unit j of the quantized W slice at k0 (row j / (CM_BK / 16), unit j % (CM_BK / 16) of the
+// slice) dequantized to f16 (zero past rows or cols), for `cm_put_wqh`.
+fn cm_load_wq(j: u32, r0: u32, k0: u32) -> array<vec4<f16>, 4> {
+    let rb = (p.cols / BLOCK) * TS;
+    let upr = CM_BK / 16u;
+    let r = r0 + j / upr;
+    let u = k0 / 16u + j % upr;
+    var v: array<f32, 16>;
+    if (r < p.rows && 16u * u < p.cols) {
+        v = dequant16(unit_block(r * rb, u), u % (BLOCK / 16u));
+    }
+    var h: array<vec4<f16>, 4>;
+    for (var q = 0u; q < 4u; q++) {
+        h[q] = vec4<f16>(vec4<f32>(v[4u * q], v[4u * q + 1u], v[4u * q + 2u], v[4u * q + 3u]));
+    }
+    return h;
+}
+
+fn cm_put_wqh(stage: u32, j: u32, h: array<vec4<f16>, 4>) {
+    let upr = CM_BK / 16u;
+    let o = stage * CM_SB + (j / upr) * CM_LDV + 4u * (j % upr);
+    for (var q = 0u; q < 4u; q++) {
+        cm_b[o + q] = h[q];
     }
 }
 
@@ -183,11 +245,37 @@ fn cm_out(c: coop_mat16x16<f32, C>, sg_id: u32, lane: u32, m0: u32, r0: u32) {
     workgroupBarrier();
 }
 
+// Split-K: the first of this subgroup's WM * WN partial tiles of split s of `tile`, in cm_part.
+fn cm_part_base(tile: u32, s: u32, sg_id: u32) -> u32 {
+    return ((tile * SPLIT + s) * CM_SGM * CM_SGN + sg_id) * WM * WN * 256u;
+}
+
+// Split-K, last workgroup of a tile: accumulator tile t (= i * WN + j) of this subgroup
+// (tokens m0.., rows r0..) is the sum of the SPLIT partials, in split order.
+fn cm_reduce(tile: u32, sg_id: u32, lane: u32, t: u32, m0: u32, r0: u32) {
+    for (var e = lane; e < 256u; e += SG) {
+        let m = m0 + e / 16u;
+        let r = r0 + e % 16u;
+        if (m < p.n && r < p.rows) {
+            var v = 0.0;
+            for (var s = 0u; s < SPLIT; s++) {
+                v += cm_part[cm_part_base(tile, s, sg_id) + t * 256u + e];
+            }
+            let o = m * p.y_stride + p.row_offset + r;
+            if (p.accumulate != 0u) {
+                v += y[o];
+            }
+            y[o] = v;
+        }
+    }
+}
+
 // The accumulators are named variables, not an array (an array indexed in loops may be kept in
 // memory by a driver): up to 4 x 4 per subgroup, the unused ones (WM or WN = 2) dead code after
-// specialisation.
+// specialisation. The prefetch registers likewise (up to 8 slots each of X and W).
 @compute @workgroup_size(CM_WG)
 fn matmul_coop(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32,
                @builtin(subgroup_id) sg_id: u32,
                @builtin(subgroup_invocation_id) lane: u32) {
@@ -198,6 +286,11 @@ fn matmul_coop(@builtin(workgroup_id) wid: vec3<u32>,
     // This subgroup's tiles: tokens [sm, sm + 16 WM), rows [sn, sn + 16 WN) of the block.
     let sm = (sg_id / CM_SGN) * WM * 16u;
     let sn = (sg_id % CM_SGN) * WN * 16u;
+    // This workgroup's share of K: [kb, ke), whole CM_BK steps (all of K without split-K).
+    let steps = (p.cols + CM_BK - 1u) / CM_BK;
+    let share = (steps + SPLIT - 1u) / SPLIT;
+    let kb = min(wid.z * share, steps) * CM_BK;
+    let ke = min(kb + share * CM_BK, p.cols);
     var c00: coop_mat16x16<f32, C>;
     var c01: coop_mat16x16<f32, C>;
     var c02: coop_mat16x16<f32, C>;
@@ -214,56 +307,90 @@ fn matmul_coop(@builtin(workgroup_id) wid: vec3<u32>,
     var c31: coop_mat16x16<f32, C>;
     var c32: coop_mat16x16<f32, C>;
     var c33: coop_mat16x16<f32, C>;
-    // Slots per invocation of the X and (float) W slices: 1..4 (Rust checks).
-    let nx = bm * 8u / CM_WG;
+    // Slots per invocation of the X and (float) W slices: 1..8 (Rust checks).
+    let nx = bm * cm_xs() / CM_WG;
     let nw = bn * (CM_BK / cm_w_per_slot()) / CM_WG;
     let fw = DTYPE != 3u;
+    let g = CM_WG;
     var x0: vec4<f32>;
     var x1: vec4<f32>;
     var x2: vec4<f32>;
     var x3: vec4<f32>;
+    var x4: vec4<f32>;
+    var x5: vec4<f32>;
+    var x6: vec4<f32>;
+    var x7: vec4<f32>;
     var w0: vec4<u32>;
     var w1: vec4<u32>;
     var w2: vec4<u32>;
     var w3: vec4<u32>;
-    // Slice 0 into stage 0.
-    cm_put_x(0u, lid, cm_load_x(lid, m0, 0u));
-    if (nx > 1u) { cm_put_x(0u, lid + CM_WG, cm_load_x(lid + CM_WG, m0, 0u)); }
-    if (nx > 2u) { cm_put_x(0u, lid + 2u * CM_WG, cm_load_x(lid + 2u * CM_WG, m0, 0u)); }
-    if (nx > 3u) { cm_put_x(0u, lid + 3u * CM_WG, cm_load_x(lid + 3u * CM_WG, m0, 0u)); }
+    var w4: vec4<u32>;
+    var w5: vec4<u32>;
+    var w6: vec4<u32>;
+    var w7: vec4<u32>;
+    var q0: array<vec4<f16>, 4>;
+    var q1: array<vec4<f16>, 4>;
+    // Slice kb into stage 0 (an empty share stages zeros, never multiplied).
+    cm_put_x(0u, lid, cm_load_x(lid, m0, kb));
+    if (nx > 1u) { cm_put_x(0u, lid + g, cm_load_x(lid + g, m0, kb)); }
+    if (nx > 2u) { cm_put_x(0u, lid + 2u * g, cm_load_x(lid + 2u * g, m0, kb)); }
+    if (nx > 3u) { cm_put_x(0u, lid + 3u * g, cm_load_x(lid + 3u * g, m0, kb)); }
+    if (nx > 4u) { cm_put_x(0u, lid + 4u * g, cm_load_x(lid + 4u * g, m0, kb)); }
+    if (nx > 5u) { cm_put_x(0u, lid + 5u * g, cm_load_x(lid + 5u * g, m0, kb)); }
+    if (nx > 6u) { cm_put_x(0u, lid + 6u * g, cm_load_x(lid + 6u * g, m0, kb)); }
+    if (nx > 7u) { cm_put_x(0u, lid + 7u * g, cm_load_x(lid + 7u * g, m0, kb)); }
     if (fw) {
-        cm_put_w(0u, lid, cm_load_w(lid, r0, 0u));
-        if (nw > 1u) { cm_put_w(0u, lid + CM_WG, cm_load_w(lid + CM_WG, r0, 0u)); }
-        if (nw > 2u) { cm_put_w(0u, lid + 2u * CM_WG, cm_load_w(lid + 2u * CM_WG, r0, 0u)); }
-        if (nw > 3u) { cm_put_w(0u, lid + 3u * CM_WG, cm_load_w(lid + 3u * CM_WG, r0, 0u)); }
+        cm_put_w(0u, lid, cm_load_w(lid, r0, kb));
+        if (nw > 1u) { cm_put_w(0u, lid + g, cm_load_w(lid + g, r0, kb)); }
+        if (nw > 2u) { cm_put_w(0u, lid + 2u * g, cm_load_w(lid + 2u * g, r0, kb)); }
+        if (nw > 3u) { cm_put_w(0u, lid + 3u * g, cm_load_w(lid + 3u * g, r0, kb)); }
+        if (nw > 4u) { cm_put_w(0u, lid + 4u * g, cm_load_w(lid + 4u * g, r0, kb)); }
+        if (nw > 5u) { cm_put_w(0u, lid + 5u * g, cm_load_w(lid + 5u * g, r0, kb)); }
+        if (nw > 6u) { cm_put_w(0u, lid + 6u * g, cm_load_w(lid + 6u * g, r0, kb)); }
+        if (nw > 7u) { cm_put_w(0u, lid + 7u * g, cm_load_w(lid + 7u * g, r0, kb)); }
+    } else if (QPRE > 0u) {
+        cm_put_wqh(0u, lid, cm_load_wq(lid, r0, kb));
+        if (QPRE > 1u) { cm_put_wqh(0u, lid + g, cm_load_wq(lid + g, r0, kb)); }
     } else {
-        cm_put_wq(0u, lid, r0, 0u, bn);
+        cm_put_wq(0u, lid, r0, kb, bn);
     }
     workgroupBarrier();
-    // Step k0 multiplies slice k0 (stage (k0 / 32) % 2) and stages slice k0 + 32 in the other:
-    // the loads are issued before the multiplications, the stores after them. (The
+    // Step i (k0 = kb + i CM_BK) multiplies stage i % 2 and stages slice k0 + CM_BK in the
+    // other: the loads are issued before the multiplications, the stores after them. (The
     // cooperative operations stay outside any branch: naga requires them in uniform control
     // flow and takes every `var` as non-uniform.)
-    for (var k0 = 0u; k0 < p.cols; k0 += CM_BK) {
+    var it = 0u;
+    for (var k0 = kb; k0 < ke; k0 += CM_BK) {
         let kn = k0 + CM_BK;
-        let next = kn < p.cols;
+        let next = kn < ke;
         if (next) {
             x0 = cm_load_x(lid, m0, kn);
-            if (nx > 1u) { x1 = cm_load_x(lid + CM_WG, m0, kn); }
-            if (nx > 2u) { x2 = cm_load_x(lid + 2u * CM_WG, m0, kn); }
-            if (nx > 3u) { x3 = cm_load_x(lid + 3u * CM_WG, m0, kn); }
+            if (nx > 1u) { x1 = cm_load_x(lid + g, m0, kn); }
+            if (nx > 2u) { x2 = cm_load_x(lid + 2u * g, m0, kn); }
+            if (nx > 3u) { x3 = cm_load_x(lid + 3u * g, m0, kn); }
+            if (nx > 4u) { x4 = cm_load_x(lid + 4u * g, m0, kn); }
+            if (nx > 5u) { x5 = cm_load_x(lid + 5u * g, m0, kn); }
+            if (nx > 6u) { x6 = cm_load_x(lid + 6u * g, m0, kn); }
+            if (nx > 7u) { x7 = cm_load_x(lid + 7u * g, m0, kn); }
             if (fw) {
                 w0 = cm_load_w(lid, r0, kn);
-                if (nw > 1u) { w1 = cm_load_w(lid + CM_WG, r0, kn); }
-                if (nw > 2u) { w2 = cm_load_w(lid + 2u * CM_WG, r0, kn); }
-                if (nw > 3u) { w3 = cm_load_w(lid + 3u * CM_WG, r0, kn); }
+                if (nw > 1u) { w1 = cm_load_w(lid + g, r0, kn); }
+                if (nw > 2u) { w2 = cm_load_w(lid + 2u * g, r0, kn); }
+                if (nw > 3u) { w3 = cm_load_w(lid + 3u * g, r0, kn); }
+                if (nw > 4u) { w4 = cm_load_w(lid + 4u * g, r0, kn); }
+                if (nw > 5u) { w5 = cm_load_w(lid + 5u * g, r0, kn); }
+                if (nw > 6u) { w6 = cm_load_w(lid + 6u * g, r0, kn); }
+                if (nw > 7u) { w7 = cm_load_w(lid + 7u * g, r0, kn); }
+            } else if (QPRE > 0u) {
+                q0 = cm_load_wq(lid, r0, kn);
+                if (QPRE > 1u) { q1 = cm_load_wq(lid + g, r0, kn); }
             }
         }
         {
-            let cur = ((k0 / CM_BK) & 1u) * CM_STAGE;
+            let cur = it & (CM_STAGES - 1u);
             for (var kk = 0u; kk < CM_BK / 4u; kk += 4u) {
-                let pa = cur + sm * CM_LDV + kk;
-                let pb = cur + sn * CM_LDV + kk;
+                let pa = cur * CM_SA + sm * CM_LDV + kk;
+                let pb = cur * CM_SB + sn * CM_LDV + kk;
                 let a0 = coopLoadT<coop_mat16x16<f16, A>>(&cm_a[pa], CM_LDV);
                 let a1 = coopLoadT<coop_mat16x16<f16, A>>(&cm_a[pa + 16u * CM_LDV], CM_LDV);
                 let b0 = coopLoad<coop_mat16x16<f16, B>>(&cm_b[pb], CM_LDV);
@@ -304,27 +431,88 @@ fn matmul_coop(@builtin(workgroup_id) wid: vec3<u32>,
                 }
             }
         }
+        if (CM_STAGES == 1u) {
+            // One stage: every subgroup is done with it before it is overwritten.
+            workgroupBarrier();
+        }
         if (next) {
-            // Slice kn goes to the stage step k0 - 32 multiplied from: every subgroup passed
-            // the barrier that ended that step.
-            let st = (kn / CM_BK) & 1u;
+            // Slice kn goes to the stage step i - 1 multiplied from: every subgroup passed
+            // the barrier that ended that step (one stage: the barrier above).
+            let st = (it + 1u) & (CM_STAGES - 1u);
             cm_put_x(st, lid, x0);
-            if (nx > 1u) { cm_put_x(st, lid + CM_WG, x1); }
-            if (nx > 2u) { cm_put_x(st, lid + 2u * CM_WG, x2); }
-            if (nx > 3u) { cm_put_x(st, lid + 3u * CM_WG, x3); }
+            if (nx > 1u) { cm_put_x(st, lid + g, x1); }
+            if (nx > 2u) { cm_put_x(st, lid + 2u * g, x2); }
+            if (nx > 3u) { cm_put_x(st, lid + 3u * g, x3); }
+            if (nx > 4u) { cm_put_x(st, lid + 4u * g, x4); }
+            if (nx > 5u) { cm_put_x(st, lid + 5u * g, x5); }
+            if (nx > 6u) { cm_put_x(st, lid + 6u * g, x6); }
+            if (nx > 7u) { cm_put_x(st, lid + 7u * g, x7); }
             if (fw) {
                 cm_put_w(st, lid, w0);
-                if (nw > 1u) { cm_put_w(st, lid + CM_WG, w1); }
-                if (nw > 2u) { cm_put_w(st, lid + 2u * CM_WG, w2); }
-                if (nw > 3u) { cm_put_w(st, lid + 3u * CM_WG, w3); }
+                if (nw > 1u) { cm_put_w(st, lid + g, w1); }
+                if (nw > 2u) { cm_put_w(st, lid + 2u * g, w2); }
+                if (nw > 3u) { cm_put_w(st, lid + 3u * g, w3); }
+                if (nw > 4u) { cm_put_w(st, lid + 4u * g, w4); }
+                if (nw > 5u) { cm_put_w(st, lid + 5u * g, w5); }
+                if (nw > 6u) { cm_put_w(st, lid + 6u * g, w6); }
+                if (nw > 7u) { cm_put_w(st, lid + 7u * g, w7); }
+            } else if (QPRE > 0u) {
+                cm_put_wqh(st, lid, q0);
+                if (QPRE > 1u) { cm_put_wqh(st, lid + g, q1); }
             } else {
                 cm_put_wq(st, lid, r0, kn, bn);
             }
         }
+        it += 1u;
         workgroupBarrier();
     }
     let mb = m0 + sm;
     let rb = r0 + sn;
+    if (SPLIT > 1u) {
+        // Store this split's partials, release them, count in; the last workgroup sums.
+        let tile = wid.y * nwg.x + wid.x;
+        let pb = cm_part_base(tile, wid.z, sg_id);
+        coopStoreT(c00, &cm_part[pb], 16u);
+        coopStoreT(c01, &cm_part[pb + 256u], 16u);
+        coopStoreT(c10, &cm_part[pb + WN * 256u], 16u);
+        coopStoreT(c11, &cm_part[pb + (WN + 1u) * 256u], 16u);
+        if (WN > 2u) {
+            coopStoreT(c02, &cm_part[pb + 2u * 256u], 16u);
+            coopStoreT(c03, &cm_part[pb + 3u * 256u], 16u);
+            coopStoreT(c12, &cm_part[pb + (WN + 2u) * 256u], 16u);
+            coopStoreT(c13, &cm_part[pb + (WN + 3u) * 256u], 16u);
+        }
+        if (WM > 2u) {
+            coopStoreT(c20, &cm_part[pb + 2u * WN * 256u], 16u);
+            coopStoreT(c21, &cm_part[pb + (2u * WN + 1u) * 256u], 16u);
+            coopStoreT(c30, &cm_part[pb + 3u * WN * 256u], 16u);
+            coopStoreT(c31, &cm_part[pb + (3u * WN + 1u) * 256u], 16u);
+            if (WN > 2u) {
+                coopStoreT(c22, &cm_part[pb + (2u * WN + 2u) * 256u], 16u);
+                coopStoreT(c23, &cm_part[pb + (2u * WN + 3u) * 256u], 16u);
+                coopStoreT(c32, &cm_part[pb + (3u * WN + 2u) * 256u], 16u);
+                coopStoreT(c33, &cm_part[pb + (3u * WN + 3u) * 256u], 16u);
+            }
+        }
+        storageBarrier();
+        if (lid == 0u) {
+            let before = atomicAdd(&cm_ctr[tile], 1u);
+            // cm_c is free here (the split epilogue does not use it): its first word flags
+            // the last workgroup.
+            cm_c[0] = select(0.0, 1.0, before == SPLIT - 1u);
+        }
+        storageBarrier();
+        if (workgroupUniformLoad(&cm_c[0]) == 0.0) {
+            return;
+        }
+        if (lid == 0u) {
+            atomicStore(&cm_ctr[tile], 0u);
+        }
+        for (var t = 0u; t < WM * WN; t++) {
+            cm_reduce(tile, sg_id, lane, t, mb + 16u * (t / WN), rb + 16u * (t % WN));
+        }
+        return;
+    }
     cm_out(c00, sg_id, lane, mb, rb);
     cm_out(c01, sg_id, lane, mb, rb + 16u);
     cm_out(c10, sg_id, lane, mb + 16u, rb);

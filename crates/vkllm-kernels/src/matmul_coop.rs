@@ -3,6 +3,12 @@
 //! weight type (F32/BF16 rounded to f16 and quantized blocks dequantized to f16 in shared
 //! memory). Same contract as [`crate::matmul::Matmul`]; the runtime picks it only on devices
 //! that enable the cooperative-matrix feature with that shape.
+//!
+//! A launch is a [`CoopConfig`]: the [`CoopTile`], the K step (32, or 64 for tiles whose two
+//! stages still fit) and the split-K factor. With split-K the workgroups of one output tile
+//! each walk a share of K and the last one sums their partials (in a fixed order) from a
+//! caller-owned scratch ([`SplitScratch`]): more workgroups for grids that would leave
+//! multiprocessors idle.
 
 use crate::matmul::MatmulParams;
 use crate::matvec::{MatShape, check_weight};
@@ -15,7 +21,7 @@ pub static MATMUL_COOP: KernelSpec = KernelSpec {
     file: "matmul_coop.wgsl",
     entry: "matmul_coop",
     source: SRC,
-    bindings: &[rd("w"), rd("x"), rw("y")],
+    bindings: &[rd("w"), rd("x"), rw("y"), rw("part"), rw("counters")],
     push_size: 24,
     exact_fp: false,
 };
@@ -117,8 +123,107 @@ impl CoopTile {
 }
 
 /// Shared memory the shader declares (bytes): two stages of two 128 x 40 f16 slices and 8
-/// subgroup scratch tiles of 16 x 16 f32, whatever the tiling (48 KiB).
+/// subgroup scratch tiles of 16 x 16 f32, whatever the configuration (48 KiB).
 pub const SHARED_BYTES: u32 = 2 * 2 * 128 * 40 * 2 + 8 * 256 * 4;
+
+/// vec4<f16> in each of the shader's two staging arrays.
+const ARRAY_VEC4: usize = 2560;
+
+/// Largest split-K factor.
+pub const MAX_SPLIT: u32 = 16;
+
+/// One launch configuration: a tiling, the K step of one shared-memory stage and the split-K
+/// factor (1: no split).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CoopConfig {
+    pub tile: CoopTile,
+    /// 32 or 64.
+    pub bk: u32,
+    /// 1..=[`MAX_SPLIT`] workgroups per output tile, each over a share of K.
+    pub split: u32,
+    /// Shared-memory stages: 2 (double buffering) or 1 (a second barrier per step; half the
+    /// shared memory, so K step 64 fits tiles of up to 128 x 128).
+    pub stages: u32,
+    /// Quantized weights: dequantize the next slice into registers before the multiplications
+    /// (as float slices are loaded), where each invocation has 1 or 2 units of it; false: after
+    /// them (the original order). Ignored for float weights and the original launch.
+    pub prefetch_quant: bool,
+}
+
+impl CoopConfig {
+    /// `tile` with K steps of 32 and no split (the kernel's original launch).
+    pub const fn plain(tile: CoopTile) -> Self {
+        CoopConfig {
+            tile,
+            bk: 32,
+            split: 1,
+            stages: 2,
+            prefetch_quant: false,
+        }
+    }
+
+    /// vec4<f16> per staged row (`bk` halves + 8 of padding).
+    fn ldv(&self) -> u32 {
+        self.bk / 4 + 2
+    }
+
+    /// Whether the shader runs this configuration with subgroups of `subgroup_size`: the
+    /// tiling's own limits ([`CoopTile::fits`], but 1 to 8 16-byte prefetch slots per
+    /// invocation of each slice at this K step), `bk` 32 or 64, `split` 1..=[`MAX_SPLIT`] and
+    /// `stages` 1 or 2, each slice's stages within the shader's fixed arrays (2 x 128 rows of
+    /// 40 halves: K step 64 takes at most 64 x 64 tiles with two stages).
+    pub fn fits(&self, subgroup_size: u32) -> bool {
+        let t = &self.tile;
+        let wg = t.subgroups() as usize * subgroup_size as usize;
+        let per_row = self.bk as usize / 4;
+        let slots_ok = |slots: usize| slots.is_multiple_of(wg) && (1..=8).contains(&(slots / wg));
+        matches!(self.bk, 32 | 64)
+            && (1..=MAX_SPLIT).contains(&self.split)
+            && matches!(t.wm, 2 | 4)
+            && matches!(t.wn, 2 | 4)
+            && t.sgm > 0
+            && t.sgn > 0
+            && t.bm() <= 128
+            && t.bn() <= 128
+            && t.subgroups() <= 8
+            && subgroup_size.is_power_of_two()
+            && (4..=128).contains(&subgroup_size)
+            && wg <= 1024
+            && slots_ok(t.bm() * per_row)
+            && slots_ok(t.bn() * per_row)
+            && slots_ok(t.bn() * per_row / 2)
+            && matches!(self.stages, 1 | 2)
+            && self.stages as usize * t.bm() * self.ldv() as usize <= ARRAY_VEC4
+            && self.stages as usize * t.bn() * self.ldv() as usize <= ARRAY_VEC4
+    }
+
+    /// K steps of each split's share of `cols` (the last share may be shorter or empty).
+    pub fn share_steps(&self, cols: usize) -> usize {
+        cols.div_ceil(self.bk as usize)
+            .div_ceil(self.split as usize)
+    }
+
+    /// Scratch a split launch over `rows` x `n` outputs needs: (partial bytes, counter bytes);
+    /// (0, 0) without split.
+    pub fn scratch_bytes(&self, rows: usize, n: usize) -> (u64, u64) {
+        if self.split <= 1 {
+            return (0, 0);
+        }
+        let tiles = self.tile.groups(rows, n) as u64;
+        let per_tile = (self.tile.bm() * self.tile.bn()) as u64 * 4;
+        (tiles * self.split as u64 * per_tile, tiles * 4)
+    }
+}
+
+/// Split-K scratch: `part` holds the partial tiles ([`CoopConfig::scratch_bytes`]; any
+/// contents), `counters` one u32 per output tile, zero before the first split dispatch that
+/// uses them (each dispatch leaves them zero). Dispatches that share them must be ordered
+/// (the runtime's recorder does: both are written).
+#[derive(Clone, Copy, Debug)]
+pub struct SplitScratch<B> {
+    pub part: B,
+    pub counters: B,
+}
 
 /// `Y[t, row_offset + r] (+)= sum_c X[t, c] W[r, c]` for `t < n` on cooperative matrices.
 pub struct MatmulCoop<B> {
@@ -129,7 +234,7 @@ pub struct MatmulCoop<B> {
 
 impl<B: KernelBuffer> MatmulCoop<B> {
     /// `n` tokens, `y_stride` the full output width; `subgroup_size` is the device's (the
-    /// workgroup is `tile.subgroups()` subgroups of it).
+    /// workgroup is `tile.subgroups()` subgroups of it). K steps of 32, no split.
     pub fn dispatch(
         self,
         s: &MatShape,
@@ -138,12 +243,40 @@ impl<B: KernelBuffer> MatmulCoop<B> {
         subgroup_size: u32,
         tile: CoopTile,
     ) -> Result<Dispatch<B>, Error> {
-        let k = &MATMUL_COOP;
-        check_weight(k, &self.w, s)?;
         if !tile.fits(subgroup_size) {
             return Err(shape_err(
-                k,
+                &MATMUL_COOP,
                 format!("tiling {tile:?} with subgroups of {subgroup_size}"),
+            ));
+        }
+        self.dispatch_with(
+            s,
+            n,
+            y_stride,
+            subgroup_size,
+            &CoopConfig::plain(tile),
+            None,
+        )
+    }
+
+    /// [`MatmulCoop::dispatch`] with a launch configuration; `scratch` is required when
+    /// `cfg.split > 1` (and ignored otherwise).
+    pub fn dispatch_with(
+        self,
+        s: &MatShape,
+        n: usize,
+        y_stride: usize,
+        subgroup_size: u32,
+        cfg: &CoopConfig,
+        scratch: Option<SplitScratch<B>>,
+    ) -> Result<Dispatch<B>, Error> {
+        let k = &MATMUL_COOP;
+        let tile = cfg.tile;
+        check_weight(k, &self.w, s)?;
+        if !cfg.fits(subgroup_size) {
+            return Err(shape_err(
+                k,
+                format!("configuration {cfg:?} with subgroups of {subgroup_size}"),
             ));
         }
         let wg = tile.subgroups() * subgroup_size;
@@ -159,6 +292,18 @@ impl<B: KernelBuffer> MatmulCoop<B> {
         if n == 0 || gx > MAX_GROUPS_X as usize || gy > MAX_GROUPS_X as usize {
             return Err(shape_err(k, format!("grid {gx} x {gy} out of range")));
         }
+        let (part, counters) = if cfg.split > 1 {
+            let Some(sc) = scratch else {
+                return Err(shape_err(k, "split-K without scratch buffers"));
+            };
+            let (pb, cb) = cfg.scratch_bytes(s.rows, n);
+            need(k, "part", &sc.part, pb)?;
+            need(k, "counters", &sc.counters, cb)?;
+            to_u32(k, "partial elements", (pb / 4) as usize)?;
+            (sc.part, sc.counters)
+        } else {
+            (self.y, self.y)
+        };
         let p = MatmulParams {
             n: to_u32(k, "n", n)?,
             rows: to_u32(k, "rows", s.rows)?,
@@ -188,12 +333,30 @@ impl<B: KernelBuffer> MatmulCoop<B> {
             .set("CM_SGN", tile.sgn as f64)
             .set("WM", tile.wm as f64)
             .set("WN", tile.wn as f64);
+        if *cfg != CoopConfig::plain(tile) {
+            // (The original launch keeps the WGSL defaults: its pipeline is the same as before.)
+            let ldv = cfg.ldv();
+            // Quantized units of a W slice per invocation, when prefetched (1 or 2, even).
+            let units = tile.bn() * cfg.bk as usize / 16;
+            let qpre = match units.is_multiple_of(wg as usize) {
+                true if cfg.prefetch_quant && units / wg as usize <= 2 => units / wg as usize,
+                _ => 0,
+            };
+            o = o
+                .set("QPRE", qpre as f64)
+                .set("CM_BK", cfg.bk as f64)
+                .set("SPLIT", cfg.split as f64)
+                .set("CM_STAGES", cfg.stages as f64)
+                .set("CM_LDV", ldv as f64)
+                .set("CM_SA", (tile.bm() as u32 * ldv) as f64)
+                .set("CM_SB", (tile.bn() as u32 * ldv) as f64);
+        }
         Ok(Dispatch::new(
             k,
             o,
-            vec![self.w, self.x, self.y],
+            vec![self.w, self.x, self.y, part, counters],
             &p,
-            [gx as u32, gy as u32, 1],
+            [gx as u32, gy as u32, cfg.split],
         ))
     }
 }

@@ -102,6 +102,112 @@ fn coop_matmul_variants_emit_spirv() {
     }
 }
 
+/// Split-K, K step 64, one stage and quantized prefetch specialise for every weight type; the
+/// grid's z is the split and the scratch must cover every tile's partials and counter.
+#[test]
+fn coop_matmul_split_variants_emit_spirv() {
+    use vkllm_kernels::matmul_coop::{CoopConfig, CoopTile, MATMUL_COOP, MatmulCoop, SplitScratch};
+    let types = [WeightType::F32, WeightType::F16, WeightType::Bf16]
+        .into_iter()
+        .chain(WeightType::QUANTIZED);
+    for (i, dt) in types.enumerate() {
+        let (tile, bk, stages) = match i % 3 {
+            0 => (CoopTile::TINY, 64, 2),
+            1 => (CoopTile::SMALL, 64, 1),
+            _ => (CoopTile::LARGE, 32, 2),
+        };
+        let cfg = CoopConfig {
+            tile,
+            bk,
+            split: 3,
+            stages,
+            prefetch_quant: i % 2 == 0,
+        };
+        assert!(cfg.fits(32), "{cfg:?}");
+        let s = MatShape {
+            dtype: dt,
+            rows: 300,
+            cols: 512,
+            row_offset: 0,
+            accumulate: true,
+        };
+        // 300 rows x 40 tokens: ceil(300 / bn) x 1 tiles of bm x bn f32, 3 splits each.
+        let tiles = 300usize.div_ceil(tile.bn());
+        let part = (tiles * 3 * tile.bm() * tile.bn() * 4) as u64;
+        assert_eq!(cfg.scratch_bytes(300, 40), (part, 4 * tiles as u64));
+        let mk = |part_len: u64, scratch: bool| {
+            MatmulCoop {
+                w: Fake(dt.storage_bytes(300 * 512)),
+                x: Fake(4 * 40 * 512),
+                y: Fake(4 * 40 * 300),
+            }
+            .dispatch_with(
+                &s,
+                40,
+                300,
+                32,
+                &cfg,
+                scratch.then_some(SplitScratch {
+                    part: Fake(part_len),
+                    counters: Fake(4 * tiles as u64),
+                }),
+            )
+        };
+        assert!(matches!(
+            mk(part - 4, true),
+            Err(Error::BufferTooSmall {
+                binding: "part",
+                ..
+            })
+        ));
+        assert!(matches!(mk(part, false), Err(Error::Shape { .. })));
+        let d = mk(part, true).unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+        assert_eq!(d.groups, [tiles as u32, 1, 3]);
+        compile_spirv(&MATMUL_COOP, &d.overrides, SpirvOptions::default())
+            .unwrap_or_else(|e| panic!("{} {cfg:?}: {e}", dt.name()));
+    }
+    // Two stages of K step 64 fit only 64 x 64 tiles in the shader's arrays (2 x 64 rows of
+    // 72 halves); one stage fits 128 rows.
+    let with = |tile, bk, stages| CoopConfig {
+        tile,
+        bk,
+        split: 1,
+        stages,
+        prefetch_quant: false,
+    };
+    assert!(with(CoopTile::TINY, 64, 2).fits(32));
+    assert!(!with(CoopTile::SMALL, 64, 2).fits(32));
+    assert!(with(CoopTile::SMALL, 64, 1).fits(32));
+    assert!(with(CoopTile::LARGE, 64, 1).fits(32));
+    assert!(!with(CoopTile::LARGE, 48, 1).fits(32));
+    assert!(!with(CoopTile::LARGE, 32, 3).fits(32));
+    assert!(
+        !CoopConfig {
+            split: 17,
+            ..with(CoopTile::TINY, 32, 2)
+        }
+        .fits(32)
+    );
+    // 1024 columns at K step 64: 16 steps, 4 per share of a 4-way split; 1000 columns: 16
+    // steps (the last partial), 6 per share of 3 (the last has 4).
+    assert_eq!(
+        CoopConfig {
+            split: 4,
+            ..with(CoopTile::TINY, 64, 2)
+        }
+        .share_steps(1024),
+        4
+    );
+    assert_eq!(
+        CoopConfig {
+            split: 3,
+            ..with(CoopTile::TINY, 64, 2)
+        }
+        .share_steps(1000),
+        6
+    );
+}
+
 #[test]
 fn coop_matmul_rejects_bad_tilings() {
     use vkllm_kernels::matmul_coop::{CoopTile, MatmulCoop};

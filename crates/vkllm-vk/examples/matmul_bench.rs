@@ -11,10 +11,14 @@
 //! With `--n` > 1 on a device with cooperative matrices, each shape runs the portable matmul and
 //! `matmul_coop` with each tiling of `--tiles SGMxSGNxWMxWN,...` (default: the 128x128, 64x128
 //! and 64x64 tilings the runtime picks from); `VKLLM_NO_COOPMAT=1` leaves only the portable kernel.
+//! `--configs TILE:BK:SPLIT[:STAGES],...` adds launches with a K step and split-K factor (TILE: `tiny`,
+//! `small`, `large` or SGMxSGNxWMxWN; SPLIT `auto`: the runtime's split for the shape) and
+//! `--auto` the runtime's own choice ([`MatmulKernel::Auto`]); `--no-portable` and `--tiles ''`
+//! leave out the portable kernel and the plain tilings.
 //! The device comes from `VKLLM_DEVICE`; `VKLLM_VALIDATE=1` adds the validation layer.
 
 use vkllm_vk::kernels::WeightType;
-use vkllm_vk::kernels::matmul_coop::CoopTile;
+use vkllm_vk::kernels::matmul_coop::{CoopConfig, CoopTile};
 use vkllm_vk::{Device, MatmulKernel, bench};
 
 fn main() {
@@ -30,6 +34,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut shapes = Vec::new();
     let mut types = vec![WeightType::F16, WeightType::F32, WeightType::Bf16];
     let mut tiles = vec![CoopTile::LARGE, CoopTile::SMALL, CoopTile::TINY];
+    let mut configs: Vec<ConfigArg> = Vec::new();
+    let (mut auto, mut portable) = (false, true);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -37,6 +43,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             "--n" => n = args.next().ok_or("--n needs a value")?.parse()?,
             "--types" => types = parse_types(&args.next().ok_or("--types needs a value")?)?,
             "--tiles" => tiles = parse_tiles(&args.next().ok_or("--tiles needs a value")?)?,
+            "--configs" => configs = parse_configs(&args.next().ok_or("--configs needs a value")?)?,
+            "--auto" => auto = true,
+            "--no-portable" => portable = false,
             s => {
                 let (r, c) = s
                     .split_once('x')
@@ -72,8 +81,41 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     if n == 1 {
         kernels.truncate(1);
+    } else if !portable {
+        kernels.remove(0);
     }
+    if n > 1 && auto {
+        kernels.push(MatmulKernel::Auto);
+    }
+    let sg = dev.info().subgroup_size;
     for &(rows, cols) in &shapes {
+        let mut kernels = kernels.clone();
+        if n > 1 && dev.coopmat() {
+            for &(tile, bk, split, stages) in &configs {
+                let c = CoopConfig {
+                    tile,
+                    bk,
+                    split: 1,
+                    stages,
+                    prefetch_quant: false,
+                };
+                let c = match split {
+                    Some(s) => CoopConfig { split: s, ..c },
+                    None => vkllm_vk::coop_with_split(
+                        c,
+                        rows,
+                        n,
+                        cols,
+                        vkllm_vk::coop_split_target(types[0]),
+                    ),
+                };
+                if c.fits(sg) {
+                    kernels.push(MatmulKernel::CoopWith(c));
+                } else {
+                    println!("| {c:?} does not fit subgroups of {sg} |");
+                }
+            }
+        }
         for &dtype in &types {
             for &k in &kernels {
                 let r = bench::bench_matmul_with(&dev, dtype, rows, cols, n, iters, k)?;
@@ -85,8 +127,40 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// A `--configs` entry: tiling, K step, split (`None`: the runtime's for the shape), stages.
+type ConfigArg = (CoopTile, u32, Option<u32>, u32);
+
+fn parse_configs(list: &str) -> Result<Vec<ConfigArg>, String> {
+    list.split(',')
+        .map(|c| {
+            let v: Vec<&str> = c.split(':').collect();
+            let (tile, bk, split, stages) = match v[..] {
+                [t, b, s] => (t, b, s, "2"),
+                [t, b, s, st] => (t, b, s, st),
+                _ => return Err(format!("config {c}: expected TILE:BK:SPLIT[:STAGES]")),
+            };
+            let stages = stages
+                .parse::<u32>()
+                .map_err(|e| format!("config {c}: {e}"))?;
+            let tile = match tile {
+                "tiny" => CoopTile::TINY,
+                "small" => CoopTile::SMALL,
+                "large" => CoopTile::LARGE,
+                t => parse_tiles(t)?[0],
+            };
+            let bk = bk.parse::<u32>().map_err(|e| format!("config {c}: {e}"))?;
+            let split = match split {
+                "auto" => None,
+                s => Some(s.parse::<u32>().map_err(|e| format!("config {c}: {e}"))?),
+            };
+            Ok((tile, bk, split, stages))
+        })
+        .collect()
+}
+
 fn parse_tiles(list: &str) -> Result<Vec<CoopTile>, String> {
     list.split(',')
+        .filter(|t| !t.is_empty())
         .map(|t| {
             let v: Vec<u32> = t
                 .split('x')

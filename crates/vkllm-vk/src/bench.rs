@@ -118,6 +118,18 @@ pub fn bench_matmul_with(
                 t.wm,
                 t.wn
             ),
+            MatmulKernel::CoopWith(c) => format!(
+                "matmul coop {}x{} ({}x{} sg, {}x{} tiles) bk {} split {} stages {}",
+                c.tile.bm(),
+                c.tile.bn(),
+                c.tile.sgm,
+                c.tile.sgn,
+                c.tile.wm,
+                c.tile.wn,
+                c.bk,
+                c.split,
+                c.stages
+            ),
         },
         dtype,
         rows,

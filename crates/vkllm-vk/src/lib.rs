@@ -18,6 +18,7 @@
 //! - [`bench`]: matvec/matmul bandwidth and throughput by timestamps.
 
 mod buffer;
+mod coop_split;
 mod coopmat;
 mod device;
 mod error;
@@ -31,6 +32,11 @@ pub mod bench;
 pub mod parity;
 
 pub use buffer::{BufSlice, Buffer, MemoryKind};
+pub use coop_split::{
+    DEFAULT_BK as COOP_DEFAULT_BK, SPLIT_TARGET_FLOAT, SPLIT_TARGET_QUANT,
+    auto_config as coop_auto_config, split_target as coop_split_target,
+    with_split as coop_with_split,
+};
 pub use coopmat::{CoopComponent, CoopMatShape, disabled_by_env as coopmat_disabled_by_env};
 pub use device::{Device, DeviceOptions};
 pub use error::{Error, Result};

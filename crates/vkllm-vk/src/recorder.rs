@@ -86,6 +86,8 @@ pub struct Recorder {
     labels: Vec<&'static str>,
     max_timestamps: u32,
     skip_barriers: bool,
+    /// Split-K scratch of `matmul_coop` (coop_split.rs).
+    pub(crate) split: crate::coop_split::SplitSlots,
 }
 
 impl Recorder {
@@ -167,6 +169,7 @@ impl Recorder {
                 labels: Vec::new(),
                 max_timestamps: max_dispatches,
                 skip_barriers: false,
+                split: Default::default(),
             })
         }
     }

@@ -6,7 +6,7 @@
 use vkllm_kernels::WeightType;
 use vkllm_kernels::embedding::{Embedding, EmbeddingShape};
 use vkllm_kernels::matmul::Matmul;
-use vkllm_kernels::matmul_coop::{CoopTile, MatmulCoop};
+use vkllm_kernels::matmul_coop::{CoopConfig, CoopTile, MatmulCoop};
 use vkllm_kernels::matvec::{MatShape, Matvec};
 use vkllm_kernels::matvec_fused::{
     Epilogue, MatvecFused, MatvecImpl, MatvecOp, MatvecPart, MatvecTuning, NormPrologue,
@@ -183,12 +183,17 @@ impl Tensor {
 pub enum MatmulKernel {
     /// Cooperative matrices when the device enabled them ([`Device::coopmat`]), `n >=
     /// COOP_MIN_N` and a tiling runs with the device's subgroup size, with the tiling
-    /// [`CoopTile::for_shape`] picks; else the portable kernels.
+    /// [`CoopTile::for_shape`] picks and split-K where the grid is small
+    /// ([`crate::coop_auto_config`]; `VKLLM_MATMUL_SPLITK=0` keeps the original launch); else
+    /// the portable kernels.
     Auto,
     /// The portable tiled kernels (`matmul.wgsl`, `mat_quant.wgsl`): the reference path.
     Portable,
     /// `matmul_coop.wgsl` with this tiling (an error on devices without cooperative matrices).
     Coop(CoopTile),
+    /// `matmul_coop.wgsl` with this launch (K step, split-K; an error on devices without
+    /// cooperative matrices or where it does not fit).
+    CoopWith(CoopConfig),
 }
 
 /// Fewest tokens for which [`MatmulKernel::Auto`] takes the cooperative-matrix kernel (its
@@ -546,13 +551,14 @@ impl Recorder {
     ) -> Result<()> {
         let dev = self.device().clone();
         for p in &w.parts {
-            let tile = match kernel {
+            let sg = dev.info().subgroup_size;
+            let cfg = match kernel {
                 MatmulKernel::Portable => None,
                 MatmulKernel::Auto if !dev.coopmat() || n < COOP_MIN_N => None,
                 MatmulKernel::Auto => {
-                    CoopTile::for_shape(p.rows, n, dev.info().subgroup_size, COOP_MIN_GROUPS)
+                    crate::coop_split::auto_config(w.dtype, p.rows, n, w.cols, sg, COOP_MIN_GROUPS)
                 }
-                MatmulKernel::Coop(_) if !dev.coopmat() => {
+                MatmulKernel::Coop(_) | MatmulKernel::CoopWith(_) if !dev.coopmat() => {
                     return Err(Error::MissingFeature {
                         device: dev.info().name.clone(),
                         feature: "cooperative matrices (VK_KHR_cooperative_matrix, f16 16x16x16) \
@@ -560,27 +566,36 @@ impl Recorder {
                             .into(),
                     });
                 }
-                MatmulKernel::Coop(t) => Some(t),
+                MatmulKernel::Coop(t) => Some(CoopConfig::plain(t)),
+                MatmulKernel::CoopWith(c) => Some(c),
             };
-            let d = match tile {
+            let shape = w.shape(p, accumulate);
+            let d = match cfg {
                 None => Matmul {
                     w: p.buffer.all(),
                     x,
                     y,
                 }
-                .dispatch(&w.shape(p, accumulate), n, w.rows)?,
-                Some(t) => MatmulCoop {
+                .dispatch(&shape, n, w.rows)?,
+                Some(c) if c.split > 1 => {
+                    let (pb, cb) = c.scratch_bytes(p.rows, n);
+                    let (buf, ctr) = self.split_slot(pb, cb)?;
+                    let scratch = crate::coop_split::scratch_slices(&buf, ctr)?;
+                    let d = MatmulCoop {
+                        w: p.buffer.all(),
+                        x,
+                        y,
+                    }
+                    .dispatch_with(&shape, n, w.rows, sg, &c, Some(scratch))?;
+                    self.dispatch(d)?;
+                    continue;
+                }
+                Some(c) => MatmulCoop {
                     w: p.buffer.all(),
                     x,
                     y,
                 }
-                .dispatch(
-                    &w.shape(p, accumulate),
-                    n,
-                    w.rows,
-                    dev.info().subgroup_size,
-                    t,
-                )?,
+                .dispatch_with(&shape, n, w.rows, sg, &c, None)?,
             };
             self.dispatch(d)?;
         }

@@ -12,7 +12,7 @@
 //! cooperative matrices switched off) the case reports one "n/a" row, never a pass.
 
 use vkllm_kernels::WeightType;
-use vkllm_kernels::matmul_coop::{CoopTile, MatmulCoop};
+use vkllm_kernels::matmul_coop::{CoopConfig, CoopTile, MatmulCoop};
 use vkllm_kernels::matvec::MatShape;
 
 use super::quant::{dequantize, weights};
@@ -76,6 +76,20 @@ fn tile_name(t: CoopTile) -> String {
     format!("{}x{}", t.bm(), t.bn())
 }
 
+fn config_name(c: &CoopConfig) -> String {
+    if *c == CoopConfig::plain(c.tile) {
+        return tile_name(c.tile);
+    }
+    format!(
+        "{} bk{} split{}{}{}",
+        tile_name(c.tile),
+        c.bk,
+        c.split,
+        if c.stages == 1 { " 1-stage" } else { "" },
+        if c.prefetch_quant { " qpre" } else { "" }
+    )
+}
+
 /// Random weights of `dtype` as stored, and their f16-rounded values (what the kernel uses).
 fn coop_weight(
     rng: &mut Rng,
@@ -108,7 +122,7 @@ pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
     // (dtype, n, rows, cols, accumulate, tile): n and rows off the tile multiples; f16/bf16 cols
     // both multiples of 8 (16-byte staging) and not (334, 2 mod 8; with cols % 4 != 0 X takes
     // the element path too); f32 odd cols; quantized rows of odd block counts.
-    let cases = [
+    let plain = [
         (WeightType::F16, 37usize, 100usize, 200usize, false, small),
         (WeightType::F16, 16, 1000, 64, false, tiny),
         (WeightType::F16, 70, 129, 334, true, large),
@@ -132,7 +146,47 @@ pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
         (WeightType::Q2_K, 37, 100, 768, false, large),
         (WeightType::IQ4_XS, 37, 100, 768, false, small),
     ];
-    for (dtype, n, rows, cols, accumulate, tile) in cases {
+    // Split-K and K step 64 (CoopConfig): odd n, rows and cols (shares that end mid-K, an
+    // empty last share: 7 steps in 5 parts of 2), both accumulate modes, float and quantized.
+    // Quantized rows of odd split factors dequantize before the multiplications.
+    let cfg = |tile, bk, split: u32| CoopConfig {
+        tile,
+        bk,
+        split,
+        stages: if bk == 64 && tile != tiny { 1 } else { 2 },
+        prefetch_quant: split % 2 == 1,
+    };
+    let split = [
+        (
+            WeightType::F16,
+            37usize,
+            100usize,
+            200usize,
+            false,
+            cfg(tiny, 32, 3),
+        ),
+        (WeightType::F16, 70, 129, 334, true, cfg(tiny, 64, 2)),
+        (WeightType::F16, 130, 257, 224, false, cfg(tiny, 32, 5)),
+        (WeightType::F16, 45, 300, 1024, true, cfg(large, 32, 4)),
+        (WeightType::F16, 64, 64, 512, false, cfg(tiny, 64, 1)),
+        (WeightType::F32, 37, 100, 333, true, cfg(small, 32, 3)),
+        (WeightType::Bf16, 19, 65, 1026, false, cfg(tiny, 64, 4)),
+        (WeightType::Q8_0, 70, 129, 32 * 37, true, cfg(tiny, 64, 3)),
+        (WeightType::Q4_0, 37, 100, 32 * 13, false, cfg(tiny, 32, 4)),
+        (WeightType::Q4_K, 65, 31, 768, true, cfg(tiny, 64, 2)),
+        (WeightType::Q6_K, 37, 100, 768, false, cfg(large, 32, 3)),
+        (WeightType::Q5_K, 17, 100, 512, false, cfg(tiny, 64, 1)),
+        (WeightType::F16, 130, 257, 1000, false, cfg(large, 64, 1)),
+        (WeightType::F16, 45, 300, 1024, true, cfg(small, 64, 2)),
+        (WeightType::F32, 37, 100, 333, false, cfg(large, 64, 2)),
+        (WeightType::Q4_K, 70, 129, 1280, true, cfg(large, 64, 2)),
+        (WeightType::Q6_K, 37, 100, 768, false, cfg(small, 64, 1)),
+    ];
+    let cases = plain
+        .into_iter()
+        .map(|(d, n, r, c, a, t)| (d, n, r, c, a, CoopConfig::plain(t)))
+        .chain(split);
+    for (dtype, n, rows, cols, accumulate, c) in cases {
         let (bytes, wr) = coop_weight(&mut rng, dtype, rows, cols)?;
         let x = rng.vec(n * cols, -1.0, 1.0);
         let y0 = rng.vec(n * rows, -1.0, 1.0);
@@ -151,7 +205,11 @@ pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
                 n,
                 y.all(),
                 accumulate,
-                MatmulKernel::Coop(tile),
+                if c == CoopConfig::plain(c.tile) {
+                    MatmulKernel::Coop(c.tile)
+                } else {
+                    MatmulKernel::CoopWith(c)
+                },
             )
         })?;
         let (mut want, sum_abs) = reference(&wr, rows, cols, &f16_round(&x), n);
@@ -165,7 +223,7 @@ pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
             format!(
                 "{} {}{}",
                 dtype.name(),
-                tile_name(tile),
+                config_name(&c),
                 if accumulate { " +=" } else { "" }
             ),
             format!("n {n}, {rows} x {cols}"),
@@ -175,7 +233,48 @@ pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
         ));
     }
     out.push(row_split_part(dev, &mut rng)?);
+    out.push(split_reuse(dev, &mut rng)?);
     Ok(out)
+}
+
+/// Split-K scratch reuse: one recording of SLOTS + 1 split products accumulating into Y (the
+/// last reuses the first's scratch slot, whose counters the first must have left at zero),
+/// submitted twice (a replay starts from the counters the first run left): Y = Y0 + 8 X W^T.
+fn split_reuse(dev: &Device, rng: &mut Rng) -> Result<KernelParityRow> {
+    let cx = Ctx { dev };
+    let (n, rows, cols) = (77usize, 150usize, 320usize);
+    let c = CoopConfig {
+        tile: CoopTile::TINY,
+        bk: 32,
+        split: 3,
+        stages: 2,
+        prefetch_quant: false,
+    };
+    let (bytes, wr) = coop_weight(rng, WeightType::Q8_0, rows, cols)?;
+    let x = rng.vec(n * cols, -1.0, 1.0);
+    let y0 = rng.vec(n * rows, -1.0, 1.0);
+    let t = Tensor::from_bytes(dev, "w", WeightType::Q8_0, rows, cols, &bytes)?;
+    let xb = cx.input("x", &x)?;
+    let y = cx.input("y", &y0)?;
+    let mut r = crate::Recorder::new(dev)?;
+    let calls = crate::coop_split::SLOTS + 1;
+    for _ in 0..calls {
+        r.matmul_with(&t, xb.all(), n, y.all(), true, MatmulKernel::CoopWith(c))?;
+    }
+    let rec = r.finish()?;
+    rec.submit()?;
+    rec.submit()?;
+    let (p, sum_abs) = reference(&wr, rows, cols, &f16_round(&x), n);
+    let k = (2 * calls) as f32;
+    let want: Vec<f32> = y0.iter().zip(&p).map(|(a, b)| a + k * b).collect();
+    Ok(row(
+        KERNEL,
+        format!("q8_0 {} += x{} replayed", config_name(&c), 2 * calls),
+        format!("n {n}, {rows} x {cols}"),
+        &cx.read(&y, n * rows)?,
+        &want,
+        tol(k as f64 * sum_abs + 1.0),
+    ))
 }
 
 /// A row-split part: rows [7, 7 + 100) of a 131-wide output (the columns outside the part must
