@@ -1,6 +1,7 @@
 //! Attention on the Vulkan backend: which kernel runs a batch (decode: the fused grouped split,
 //! the two-dispatch grouped split or the reference split + merge, `VKLLM_ATTN`; prefill: the
-//! cooperative-matrix kernel where it applies, else the portable tiled one), and its dispatch.
+//! cooperative-matrix kernel where it applies (the second form unless `VKLLM_ATTN_PREFILL=coop1`),
+//! else the portable tiled one), and its dispatch.
 
 use vkllm_cpu::AttnParams;
 use vkllm_kernels::attention::{
@@ -166,7 +167,10 @@ impl VulkanBackend {
                     q_pos: ps,
                     out: os,
                 };
-                r.dispatch(a.dispatch(&shape, pos0, sg)?)?;
+                match me.coop2_tile(&shape) {
+                    Some(t) => r.dispatch(a.dispatch_v2(&shape, pos0, sg, t)?)?,
+                    None => r.dispatch(a.dispatch(&shape, pos0, sg)?)?,
+                }
             } else {
                 let a = AttnPrefill {
                     q: qs,
