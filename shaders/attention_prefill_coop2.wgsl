@@ -32,6 +32,10 @@ enable wgpu_cooperative_matrix;
 // bits, 1: f16 pairs), the key at position j in row j % ring; out [n_q, n_heads, HD] f32.
 // HD: a multiple of 16 in 32..=128. BK: 32 keys per step.
 // Shared memory (HD 128, NSG 4): Q 17 KiB, K/V 8.5 KiB, scores 9 KiB, P 5 KiB: 40 KiB.
+// Every workgroup variable's size is a multiple of 16 bytes: cooperative loads need 16-byte
+// aligned addresses and the driver places the variables in an order of its choosing (a 4-byte
+// flag placed first broke every load on the H200). Rust applies `vmm.rs`'s pass to this kernel
+// (workgroup accesses NonPrivatePointer, barriers MakeAvailable | MakeVisible).
 // Precision: q, k, v and the probabilities are rounded to f16 (products exact, sums f32).
 
 override HD: u32 = 128;
@@ -42,10 +46,6 @@ override KV_DTYPE: u32 = 0;
 // 16-byte K (and V) slots per invocation and step: ceil(32 * HD / (4 or 8) / WG).
 override SPT: u32 = 8;
 override RESCALE_T: f32 = 8.0;
-// Debugging switches: 1 never rescales (the flag's barrier stays); 1 exchanges row maxima and
-// sums through shared memory instead of subgroup shuffles.
-override DBG_NORESCALE: u32 = 0u;
-override DBG_SHFL_SMEM: u32 = 0u;
 // Row strides: staged Q, K/V rows and P rows in vec4<f16> units, score rows in floats.
 override QLD: u32 = HD / 4u + 2u;
 override PLD: u32 = 8u + 2u;
@@ -298,7 +298,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             }
         }
         for (var x = 16u; x < SG; x *= 2u) {
-            mt = max(mt, shfl(lid, mt, x));
+            mt = max(mt, subgroupShuffleXor(mt, x));
         }
         let raise = mt > m_run + RESCALE_T;
         var m_new = m_run;
@@ -319,7 +319,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             ps[pbase + row * PLD + part * (kpl / 4u) + u4] = vec4<f16>(pv4);
         }
         for (var x = 16u; x < SG; x *= 2u) {
-            sum += shfl(lid, sum, x);
+            sum += subgroupShuffleXor(sum, x);
         }
         l_run = l_run * a + sum;
         m_run = m_new;
@@ -328,7 +328,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
         // Probabilities visible (the load is a barrier); rescale where any row needs it.
         let flag = workgroupUniformLoad(&resc[0]);
-        if (select(flag, 0u, DBG_NORESCALE != 0u) != 0u) {
+        if (flag != 0u) {
             coopStoreT(o0, &sc[sbase], SLD);
             workgroupBarrier();
             scale_rows(sbase, sb, lane);
@@ -453,17 +453,4 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     if (HD > 112u) {
         emit(o7, 7u, sbase, sb, lane, q0, kvh, g, bq);
     }
-}
-
-var<workgroup> dbg_sh: array<f32, 256>;
-fn shfl(lid: u32, v: f32, x: u32) -> f32 {
-    if (DBG_SHFL_SMEM == 0u) {
-        return subgroupShuffleXor(v, x);
-    }
-    workgroupBarrier();
-    dbg_sh[lid] = v;
-    workgroupBarrier();
-    let r = dbg_sh[lid ^ x];
-    workgroupBarrier();
-    return r;
 }

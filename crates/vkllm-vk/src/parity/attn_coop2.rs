@@ -31,7 +31,6 @@ const TOL: Tol = Tol {
 };
 
 /// One case: the attention shape and the kernel's configuration.
-#[derive(Clone)]
 struct Case {
     n_q: usize,
     n_kv: usize,
@@ -138,18 +137,7 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
     let sg = dev.info().subgroup_size;
     let mut rng = Rng::new(seed);
     let mut rows = Vec::new();
-    let dbg = std::env::var_os("VKLLM_COOP2_DBG").is_some();
-    let mut list = Vec::new();
     for c in cases() {
-        if !dbg {
-            list.push((c, 0u32, 0u32, 0u32));
-        } else if c.qk == 2.0 && c.rescale_t.is_none() && c.hd <= 64 {
-            for (a, b, e) in [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 1, 1)] {
-                list.push((c.clone(), a, b, e));
-            }
-        }
-    }
-    for (c, dbg_a, dbg_b, dbg_e) in list {
         let (n_q, n_kv, pos0, hd, kv) = (c.n_q, c.n_kv, c.pos0, c.hd, c.kv);
         let (n_heads, n_kv_heads) = c.heads;
         let rows_kv = c.ring.unwrap_or(n_kv).min(n_kv);
@@ -214,18 +202,7 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
                     q_pos: pb.all(),
                     out: out.all(),
                 }
-                .dispatch_v2(&shape, pos0, sg, t)
-                .map(|mut d| {
-                    d.overrides = d
-                        .overrides
-                        .clone()
-                        .set("DBG_NORESCALE", dbg_a as f64)
-                        .set("DBG_SHFL_SMEM", dbg_b as f64);
-                    if dbg_e == 1 {
-                        d.overrides = d.overrides.clone().set("SLD", 32.0);
-                    }
-                    d
-                })?,
+                .dispatch_v2(&shape, pos0, sg, t)?,
             )
         })?;
         if let Some(s) = c.softcap {
@@ -243,35 +220,8 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
         if c.qk != 2.0 {
             variant += &format!(" |qk| {}", c.qk);
         }
-        if dbg {
-            variant += &format!(" dbg {dbg_a}{dbg_b}{dbg_e}");
-        }
         let label = format!("q {n_q}@{pos0} kv {n_kv} h {n_heads}/{n_kv_heads} d {hd}");
         let got = cx.read(&out, qn)?;
-        if std::env::var_os("VKLLM_PARITY_DETAIL").is_some() {
-            // Per query (rows) and head (columns): '.' within tolerance, 'n' NaN, 'z' zero,
-            // 'x' wrong.
-            let mut grid = String::new();
-            for i in 0..n_q.min(40) {
-                for h in 0..n_heads.min(16) {
-                    let o = (i * n_heads + h) * hd;
-                    let (g, w) = (&got[o..o + hd], &want[o..o + hd]);
-                    let ch = if g.iter().any(|x| x.is_nan()) {
-                        'n'
-                    } else if g.iter().all(|&x| x == 0.0) {
-                        'z'
-                    } else if g.iter().zip(w).all(|(a, b)| (a - b).abs() <= 1e-3) {
-                        '.'
-                    } else {
-                        'x'
-                    };
-                    grid.push(ch);
-                }
-                grid.push(' ');
-            }
-            eprintln!("{variant} {grid}");
-            eprintln!("  got {:?}\n  want {:?}", &got[..4], &want[..4]);
-        }
         rows.push(row(KERNEL, variant, label, &got, &want, TOL));
     }
     Ok(rows)
