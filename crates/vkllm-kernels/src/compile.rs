@@ -77,6 +77,19 @@ pub fn compile_spirv(
                 message: e.to_string(),
             }
         })?;
+    // Kernels whose workgroup-memory traffic relies on barriers under the Vulkan memory model
+    // (see `vmm.rs`); the other cooperative-matrix kernels keep naga's output as measured.
+    let words = if COHERENT_WORKGROUP.contains(&kernel.name)
+        && std::env::var("VKLLM_WG_COHERENT").map_or(true, |v| v != "0")
+        && crate::vmm::uses_vulkan_memory_model(&words)
+    {
+        crate::vmm::workgroup_coherent(&words).ok_or(Error::Spirv {
+            kernel: kernel.name,
+            message: "malformed SPIR-V from naga (workgroup coherence pass)".into(),
+        })?
+    } else {
+        words
+    };
     if kernel.exact_fp {
         no_contraction(&words).ok_or(Error::Spirv {
             kernel: kernel.name,
@@ -86,6 +99,9 @@ pub fn compile_spirv(
         Ok(words)
     }
 }
+
+/// Kernels that get `vmm::workgroup_coherent`.
+const COHERENT_WORKGROUP: &[&str] = &["attn_prefill_coop2"];
 
 const OP_DECORATE: u32 = 71;
 const OP_FADD: u32 = 129;

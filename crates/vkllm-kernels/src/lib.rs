@@ -21,12 +21,14 @@ mod compile;
 mod error;
 mod sources;
 mod spec;
+mod vmm;
 
 pub mod activation;
 pub mod argmax;
 pub mod attention;
 pub mod attention_fused;
 pub mod attention_prefill_coop;
+pub mod attention_prefill_coop2;
 pub mod causal_conv1d;
 pub mod decode_advance;
 pub mod elementwise;
@@ -82,6 +84,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &attention::ATTN_DECODE_FUSED,
         &attention::ATTN_PREFILL,
         &attention_prefill_coop::ATTN_PREFILL_COOP,
+        &attention_prefill_coop2::ATTN_PREFILL_COOP2,
         &activation::SILU_MUL,
         &activation::GELU_TANH_MUL,
         &softmax::SOFTMAX,

@@ -16,6 +16,8 @@ pub(crate) const CAUSAL_CONV1D: &str = include_str!("../shaders/causal_conv1d.wg
 pub(crate) const ATTENTION_PREFILL: &str = include_str!("../shaders/attention_prefill.wgsl");
 pub(crate) const ATTENTION_PREFILL_COOP: &str =
     include_str!("../shaders/attention_prefill_coop.wgsl");
+pub(crate) const ATTENTION_PREFILL_COOP2: &str =
+    include_str!("../shaders/attention_prefill_coop2.wgsl");
 pub(crate) const DECODE_ADVANCE: &str = include_str!("../shaders/decode_advance.wgsl");
 pub(crate) const ELEMENTWISE: &str = include_str!("../shaders/elementwise.wgsl");
 pub(crate) const EMBEDDING: &str = include_str!("../shaders/embedding.wgsl");

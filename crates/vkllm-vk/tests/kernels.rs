@@ -79,6 +79,7 @@ parity_tests!(
     attention_decode,
     attention_prefill,
     attention_prefill_coop,
+    attention_prefill_coop2,
     attention_fused,
     attention_rope,
     sample,

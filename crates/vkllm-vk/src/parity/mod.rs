@@ -13,6 +13,7 @@
 
 mod attn;
 mod attn_coop;
+mod attn_coop2;
 mod attn_fused;
 mod attn_rope;
 mod basic;
@@ -122,6 +123,10 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("attention_decode", attn::attention_decode),
     ("attention_prefill", attn::attention_prefill),
     ("attention_prefill_coop", attn_coop::attention_prefill_coop),
+    (
+        "attention_prefill_coop2",
+        attn_coop2::attention_prefill_coop2,
+    ),
     ("attention_fused", attn_fused::attention_fused),
     ("attention_rope", attn_rope::attention_rope),
     ("sample", sample::sample),

@@ -1,7 +1,8 @@
-//! Attention on the Vulkan backend: which kernel runs a batch (decode: the grouped split with the
-//! input step folded in, the one-dispatch grouped split, the two-dispatch grouped split or the
-//! reference split + merge, `VKLLM_ATTN`; prefill: the cooperative-matrix kernel where it
-//! applies, else the portable tiled one), and its dispatch.
+//! Attention on the Vulkan backend: which kernel runs a batch (decode: the two-dispatch grouped
+//! split, the one-dispatch grouped split, the grouped split with the input step folded in or the
+//! reference split + merge, `VKLLM_ATTN`; prefill: the cooperative-matrix kernel where it applies
+//! (the second form unless `VKLLM_ATTN_PREFILL=coop1`), else the portable tiled one), and its
+//! dispatch.
 
 use vkllm_cpu::{AttnParams, RopeStyle};
 use vkllm_kernels::attention::{
@@ -222,7 +223,10 @@ impl VulkanBackend {
                     q_pos: ps,
                     out: os,
                 };
-                r.dispatch(a.dispatch(&shape, pos0, sg)?)?;
+                match me.coop2_tile(&shape) {
+                    Some(t) => r.dispatch(a.dispatch_v2(&shape, pos0, sg, t)?)?,
+                    None => r.dispatch(a.dispatch(&shape, pos0, sg)?)?,
+                }
             } else {
                 let a = AttnPrefill {
                     q: qs,

@@ -16,6 +16,26 @@ fn attn_prefill_portable() -> bool {
     *P.get_or_init(|| std::env::var("VKLLM_ATTN_PREFILL").is_ok_and(|v| v == "portable"))
 }
 
+/// `VKLLM_ATTN_PREFILL=coop1` keeps the first cooperative-matrix prefill kernel
+/// (`attention_prefill_coop.wgsl`) where the second one would run.
+fn attn_prefill_coop1() -> bool {
+    static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *P.get_or_init(|| std::env::var("VKLLM_ATTN_PREFILL").is_ok_and(|v| v == "coop1"))
+}
+
+/// `VKLLM_ATTN_COOP_NSG` (1..=4): subgroups per workgroup of the second kernel (tuning; the
+/// default is 4).
+fn attn_coop_nsg() -> u32 {
+    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("VKLLM_ATTN_COOP_NSG")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|n| (1..=4).contains(n))
+            .unwrap_or(4)
+    })
+}
+
 impl VulkanBackend {
     /// The first position of a prefill batch when the cooperative-matrix attention can run it:
     /// the device runs cooperative matrices, the head dim and subgroup size fit the kernel, the
@@ -35,6 +55,22 @@ impl VulkanBackend {
         let p0 = *pos.first()?;
         let consecutive = pos.iter().enumerate().all(|(i, &p)| p == p0 + i as u32);
         consecutive.then_some(p0 as usize)
+    }
+
+    /// The second cooperative-matrix prefill kernel's configuration for `shape`, unless
+    /// `VKLLM_ATTN_PREFILL=coop1` asks for the first one or the shape is outside it.
+    pub(super) fn coop2_tile(
+        &self,
+        shape: &vkllm_kernels::attention::AttnShape,
+    ) -> Option<vkllm_kernels::attention_prefill_coop2::CoopAttn2Tile> {
+        use vkllm_kernels::attention_prefill_coop2::CoopAttn2Tile;
+        if attn_prefill_coop1() {
+            return None;
+        }
+        let group = shape.n_heads / shape.n_kv_heads.max(1);
+        let sg = self.dev.info().subgroup_size;
+        CoopAttn2Tile::with_nsg(attn_coop_nsg(), shape.head_dim, group, sg, shape.kv)
+            .or_else(|| CoopAttn2Tile::for_shape(shape.head_dim, group, sg, shape.kv))
     }
 
     pub(super) fn rope_table(&mut self, rope: &Rope, need: usize) -> Result<usize, ModelError> {

@@ -1,0 +1,217 @@
+//! `shaders/attention_prefill_coop2.wgsl`: the second cooperative-matrix prefill attention
+//! (same contract as [`crate::attention_prefill_coop`]), organised for latency: one workgroup
+//! per (query tile, kv head) covering all heads of the GQA group, K/V loaded with 16-byte word
+//! groups one step ahead, the softmax on all lanes, the output accumulator kept in cooperative
+//! matrices with lazy rescaling, the per-key mask only on steps that need it.
+
+use crate::attention::AttnShape;
+use crate::attention_prefill_coop::{AttnPrefillCoop, AttnPrefillCoopParams, MAX_SHARED};
+use crate::kv_append::KvType;
+use crate::sources::ATTENTION_PREFILL_COOP2 as SRC;
+use crate::spec::{MAX_GROUPS_X, rd, rw, shape_err, to_u32};
+use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
+
+pub static ATTN_PREFILL_COOP2: KernelSpec = KernelSpec {
+    name: "attn_prefill_coop2",
+    file: "attention_prefill_coop2.wgsl",
+    entry: "main",
+    source: SRC,
+    bindings: &[rd("q"), rd("k"), rd("v"), rd("q_pos"), rw("out")],
+    push_size: 36,
+    exact_fp: false,
+};
+
+/// Keys per step (fixed in the shader).
+const BK: usize = 32;
+/// The shader's K/V register slots per invocation.
+const MAX_SPT: usize = 16;
+
+/// The default lazy-rescale threshold: a row's running max is kept until a step's max exceeds
+/// it by more than this (natural-log units), so probabilities stay below e^8 ~ 2981, well
+/// inside f16.
+pub const RESCALE_T: f32 = 8.0;
+
+/// The second kernel's configuration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CoopAttn2Tile {
+    /// Subgroups per workgroup (16 rows each; rows are (query, head) pairs), 1..=4.
+    pub nsg: u32,
+    /// Lazy-rescale threshold (>= 0; 0 rescales whenever a row's max grows).
+    pub rescale_t: f32,
+}
+
+impl CoopAttn2Tile {
+    /// The default configuration (4 subgroups, threshold [`RESCALE_T`]) for `head_dim`, GQA
+    /// `group` (query heads per kv head), subgroups of `subgroup_size` and KV type `kv`, if the
+    /// shader runs it: head_dim a multiple of 16 in 32..=128, group 1..=16, subgroups of
+    /// 16..=64 lanes (power of two).
+    pub fn for_shape(
+        head_dim: usize,
+        group: usize,
+        subgroup_size: u32,
+        kv: KvType,
+    ) -> Option<CoopAttn2Tile> {
+        Self::with_nsg(4, head_dim, group, subgroup_size, kv)
+    }
+
+    /// [`Self::for_shape`] with `nsg` subgroups per workgroup (1..=4).
+    pub fn with_nsg(
+        nsg: u32,
+        head_dim: usize,
+        group: usize,
+        subgroup_size: u32,
+        kv: KvType,
+    ) -> Option<CoopAttn2Tile> {
+        if !head_dim.is_multiple_of(16) || !(32..=128).contains(&head_dim) {
+            return None;
+        }
+        if !subgroup_size.is_power_of_two() || !(16..=64).contains(&subgroup_size) {
+            return None;
+        }
+        if !(1..=16).contains(&group) || !(1..=4).contains(&nsg) {
+            return None;
+        }
+        let t = CoopAttn2Tile {
+            nsg,
+            rescale_t: RESCALE_T,
+        };
+        let ok = t.slots(head_dim, subgroup_size, kv) <= MAX_SPT
+            && shared_bytes(head_dim, t) <= MAX_SHARED;
+        ok.then_some(t)
+    }
+
+    /// Queries per workgroup for GQA `group`.
+    pub fn bq(&self, group: usize) -> usize {
+        16 * self.nsg as usize / group
+    }
+
+    /// 16-byte K (and V) slots each invocation loads per step.
+    fn slots(&self, head_dim: usize, subgroup_size: u32, kv: KvType) -> usize {
+        let per = match kv {
+            KvType::F32 => 4,
+            KvType::F16 => 8,
+        };
+        (BK * head_dim / per).div_ceil(self.nsg as usize * subgroup_size as usize)
+    }
+}
+
+/// Shared memory one workgroup of the shader declares, bytes.
+pub fn shared_bytes(head_dim: usize, t: CoopAttn2Tile) -> usize {
+    let (hd, rows) = (head_dim, 16 * t.nsg as usize);
+    let row = (hd / 4 + 2) * 8;
+    let q = rows * row;
+    let kv = BK * row;
+    let scores = rows * (BK / 4 + 1) * 16;
+    let p = rows * (BK / 4 + 2) * 8;
+    q + kv + scores + p + 2 * rows * 4 + 16
+}
+
+impl<B: KernelBuffer> AttnPrefillCoop<B> {
+    /// The second kernel: one dispatch for `s` (one cache: `kv_stride` 0) whose queries sit at
+    /// positions `pos0..pos0 + n_q` (q_pos must hold exactly those), on subgroups of
+    /// `subgroup_size`, with configuration `t` (from [`CoopAttn2Tile::for_shape`]).
+    pub fn dispatch_v2(
+        self,
+        s: &AttnShape,
+        pos0: usize,
+        subgroup_size: u32,
+        t: CoopAttn2Tile,
+    ) -> Result<Dispatch<B>, Error> {
+        let k = &ATTN_PREFILL_COOP2;
+        s.check(k)?;
+        if s.kv_stride != 0 {
+            return Err(shape_err(
+                k,
+                "prefill reads one cache (kv_stride must be 0)",
+            ));
+        }
+        let group = s.n_heads / s.n_kv_heads;
+        if CoopAttn2Tile::with_nsg(t.nsg, s.head_dim, group, subgroup_size, s.kv).is_none() {
+            return Err(shape_err(
+                k,
+                format!(
+                    "head_dim {} with GQA group {group}, {} subgroups of {subgroup_size}: needs \
+                     a multiple of 16 in 32..=128, a group of 1..=16, 1..=4 subgroups of \
+                     16..=64 lanes",
+                    s.head_dim, t.nsg
+                ),
+            ));
+        }
+        if !(t.rescale_t >= 0.0 && t.rescale_t <= 10.0) {
+            return Err(shape_err(
+                k,
+                format!("rescale threshold {} outside 0..=10", t.rescale_t),
+            ));
+        }
+        if pos0 + s.n_q > s.n_kv {
+            return Err(shape_err(
+                k,
+                format!(
+                    "queries at {pos0}..{} see keys past n_kv {}",
+                    pos0 + s.n_q,
+                    s.n_kv
+                ),
+            ));
+        }
+        s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
+        let tiles = s.n_q.div_ceil(t.bq(group));
+        if tiles > MAX_GROUPS_X as usize || s.n_kv_heads > MAX_GROUPS_X as usize {
+            return Err(shape_err(k, "grid out of range"));
+        }
+        let p = AttnPrefillCoopParams {
+            base: s.prefill_params(k)?,
+            pos0: to_u32(k, "pos0", pos0)?,
+        };
+        let spt = t.slots(s.head_dim, subgroup_size, s.kv);
+        Ok(Dispatch::new(
+            k,
+            Overrides::new()
+                .set("HD", s.head_dim as f64)
+                .set("NSG", t.nsg as f64)
+                .set("SG", subgroup_size as f64)
+                .set("WG", (t.nsg * subgroup_size) as f64)
+                .set("KV_DTYPE", s.kv.code())
+                .set("SPT", spt as f64)
+                .set("RESCALE_T", t.rescale_t as f64),
+            vec![self.q, self.k, self.v, self.q_pos, self.out],
+            &p,
+            [tiles as u32, s.n_kv_heads as u32, 1],
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configurations_fit_shared_memory_and_registers() {
+        for hd in (32..=128).step_by(16) {
+            for sg in [16, 32, 64] {
+                for kv in [KvType::F32, KvType::F16] {
+                    for group in [1, 2, 3, 4, 8, 16] {
+                        let t = CoopAttn2Tile::for_shape(hd, group, sg, kv).expect("supported");
+                        assert!(shared_bytes(hd, t) <= MAX_SHARED, "{hd} {sg}");
+                        assert!(t.slots(hd, sg, kv) <= MAX_SPT);
+                        assert!(t.bq(group) >= 1);
+                    }
+                }
+            }
+        }
+        // HD 128, 4 subgroups: Q 64 x 272, K/V 32 x 272, scores 64 x 144, P 64 x 80 bytes,
+        // row factors and sums 2 x 64 x 4, the rescale flag padded to 16.
+        let t = CoopAttn2Tile::for_shape(128, 2, 32, KvType::F32).unwrap();
+        assert_eq!(shared_bytes(128, t), 17408 + 8704 + 9216 + 5120 + 512 + 16);
+        // f32 K at HD 128: 32 keys x 32 slots over 128 invocations.
+        assert_eq!(t.slots(128, 32, KvType::F32), 8);
+        assert_eq!(t.slots(128, 32, KvType::F16), 4);
+        assert_eq!(t.bq(2), 32);
+        assert_eq!(t.bq(3), 21);
+        // One subgroup of 16 lanes would need 64 f32 slots per invocation.
+        assert_eq!(CoopAttn2Tile::with_nsg(1, 128, 1, 16, KvType::F32), None);
+        assert_eq!(CoopAttn2Tile::for_shape(256, 2, 32, KvType::F16), None);
+        assert_eq!(CoopAttn2Tile::for_shape(72, 2, 32, KvType::F16), None);
+        assert_eq!(CoopAttn2Tile::for_shape(128, 17, 32, KvType::F16), None);
+        assert_eq!(CoopAttn2Tile::with_nsg(5, 128, 2, 32, KvType::F16), None);
+    }
+}

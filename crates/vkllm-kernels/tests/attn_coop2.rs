@@ -1,0 +1,118 @@
+//! The second cooperative-matrix prefill attention specialises for every head dim, KV type,
+//! subgroup size, workgroup size and GQA group it accepts, and rejects what it does not run.
+
+use vkllm_kernels::attention::AttnShape;
+use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
+use vkllm_kernels::attention_prefill_coop2::{ATTN_PREFILL_COOP2, CoopAttn2Tile};
+use vkllm_kernels::kv_append::KvType;
+use vkllm_kernels::{KernelBuffer, SpirvOptions, compile_spirv};
+
+#[derive(Clone, Copy)]
+struct Fake(u64);
+impl KernelBuffer for Fake {
+    fn byte_len(&self) -> u64 {
+        self.0
+    }
+}
+
+fn shape(n_q: usize, heads: usize, kv_heads: usize, hd: usize, kv: KvType) -> AttnShape {
+    AttnShape {
+        n_q,
+        n_heads: heads,
+        n_kv_heads: kv_heads,
+        head_dim: hd,
+        n_kv: n_q + 7,
+        scale: 0.125,
+        softcap: None,
+        window: None,
+        kv,
+        kv_stride: 0,
+        ring: None,
+    }
+}
+
+fn op() -> AttnPrefillCoop<Fake> {
+    let big = Fake(1 << 30);
+    AttnPrefillCoop {
+        q: big,
+        k: big,
+        v: big,
+        q_pos: big,
+        out: big,
+    }
+}
+
+#[test]
+fn variants_emit_spirv() {
+    let mut n = 0;
+    for hd in [32, 64, 96, 128] {
+        for kv in [KvType::F32, KvType::F16] {
+            for sg in [16, 32, 64] {
+                for nsg in [2, 4] {
+                    for (heads, kv_heads) in [(16, 8), (32, 8), (6, 2)] {
+                        let group = heads / kv_heads;
+                        let Some(t) = CoopAttn2Tile::with_nsg(nsg, hd, group, sg, kv) else {
+                            continue;
+                        };
+                        let s = shape(100, heads, kv_heads, hd, kv);
+                        let d = op().dispatch_v2(&s, 7, sg, t).expect("valid shape");
+                        // Tiles of 16 * nsg / group queries, one workgroup per kv head.
+                        let bq = 16 * nsg as usize / group;
+                        assert_eq!(d.groups, [100usize.div_ceil(bq) as u32, kv_heads as u32, 1]);
+                        let words = compile_spirv(
+                            &ATTN_PREFILL_COOP2,
+                            &d.overrides,
+                            SpirvOptions::default(),
+                        )
+                        .unwrap_or_else(|e| panic!("hd {hd} sg {sg} nsg {nsg}: {e}"));
+                        assert_eq!(words[0], 0x0723_0203);
+                        if let Ok(dir) = std::env::var("VKLLM_DUMP_SPIRV") {
+                            let bytes: Vec<u8> =
+                                words.iter().flat_map(|w| w.to_le_bytes()).collect();
+                            let name =
+                                format!("{dir}/coop2_{hd}_{}_{sg}_{nsg}_{group}.spv", kv.name());
+                            std::fs::write(name, bytes).expect("dump");
+                        }
+                        n += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(n >= 100, "only {n} variants");
+}
+
+#[test]
+fn rejects_what_it_cannot_run() {
+    let t = CoopAttn2Tile::for_shape(128, 2, 32, KvType::F16).expect("qwen3 shape");
+    // Queries past the cache.
+    let s = shape(100, 16, 8, 128, KvType::F16);
+    assert!(op().dispatch_v2(&s, 8, 32, t).is_err());
+    // Per-slot caches are decode only.
+    let mut s2 = shape(10, 16, 8, 128, KvType::F16);
+    s2.kv_stride = 64;
+    assert!(op().dispatch_v2(&s2, 0, 32, t).is_err());
+    // Head dim 256.
+    let s3 = shape(10, 16, 8, 256, KvType::F16);
+    assert!(op().dispatch_v2(&s3, 0, 32, t).is_err());
+    // A GQA group of 32.
+    let s4 = shape(10, 32, 1, 128, KvType::F16);
+    assert!(op().dispatch_v2(&s4, 0, 32, t).is_err());
+    // A negative threshold.
+    let bad = CoopAttn2Tile {
+        rescale_t: -1.0,
+        ..t
+    };
+    assert!(
+        op().dispatch_v2(&shape(10, 16, 8, 128, KvType::F16), 0, 32, bad)
+            .is_err()
+    );
+    // Small buffers.
+    let mut small = op();
+    small.out = Fake(4);
+    assert!(
+        small
+            .dispatch_v2(&shape(10, 16, 8, 128, KvType::F16), 0, 32, t)
+            .is_err()
+    );
+}

@@ -1,0 +1,228 @@
+//! Parity cases: the second cooperative-matrix prefill attention
+//! (`attention_prefill_coop2.wgsl`) against the CPU attention of the f16-rounded q, k and v.
+//!
+//! The error budget is the first kernel's (`attn_coop`): q, k, v and the probabilities are
+//! rounded to f16, sums stay f32; with lazy rescaling the probabilities are exp(s - m) for a
+//! running max m up to RESCALE_T below the true one, so they are up to e^8 and keep the same
+//! relative f16 rounding (2^-11). Outputs are weighted means of |v| <= 1: 1e-3 absolute bounds
+//! the error with margin, the NMSE bound (1e-5) catches systematic errors. Outputs are
+//! NaN-poisoned before each run. Rows cover odd query counts (partial tiles), chunks starting
+//! mid-cache, GQA groups of 1, 2, 3 and 4, head dims 32..128, softcap, windows, a ring that
+//! wraps, both KV types, 2 and 4 subgroups per workgroup, and the rescale path (threshold 0,
+//! and wide score ranges that move the max by more than the default threshold).
+//! On a device that does not run the kernel the case reports one "n/a" row, never a pass.
+
+use vkllm_cpu::AttnParams;
+use vkllm_kernels::attention::AttnShape;
+use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
+use vkllm_kernels::attention_prefill_coop2::CoopAttn2Tile;
+use vkllm_kernels::kv_append::KvType;
+
+use super::coop::not_applicable;
+use super::{Ctx, KernelParityRow, Rng, Tol, pack16, row, to_f16};
+use crate::device::Device;
+use crate::error::Result;
+
+const KERNEL: &str = "attn_prefill_coop2";
+
+const TOL: Tol = Tol {
+    max_abs: 1e-3,
+    nmse: 1e-5,
+};
+
+/// One case: the attention shape and the kernel's configuration.
+struct Case {
+    n_q: usize,
+    n_kv: usize,
+    pos0: usize,
+    heads: (usize, usize),
+    hd: usize,
+    softcap: Option<f32>,
+    window: Option<usize>,
+    ring: Option<usize>,
+    kv: KvType,
+    nsg: u32,
+    /// None: the default threshold.
+    rescale_t: Option<f32>,
+    /// q and k drawn from [-qk, qk].
+    qk: f32,
+    /// Score scale; None: 1 / sqrt(hd). 0 gives uniform weights over the visible keys.
+    scale: Option<f32>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn case(
+    n_q: usize,
+    n_kv: usize,
+    pos0: usize,
+    heads: (usize, usize),
+    hd: usize,
+    kv: KvType,
+    nsg: u32,
+    rescale_t: Option<f32>,
+) -> Case {
+    Case {
+        n_q,
+        n_kv,
+        pos0,
+        heads,
+        hd,
+        softcap: None,
+        window: None,
+        ring: None,
+        kv,
+        nsg,
+        rescale_t,
+        qk: 2.0,
+        scale: None,
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let (f32_, f16_) = (KvType::F32, KvType::F16);
+    vec![
+        // Uniform weights (scale 0): the mean of the visible values.
+        Case {
+            scale: Some(0.0),
+            ..case(37, 37, 0, (4, 2), 64, f32_, 4, None)
+        },
+        Case {
+            scale: Some(0.0),
+            ..case(45, 90, 45, (8, 8), 64, f16_, 2, None)
+        },
+        case(37, 37, 0, (4, 2), 64, f32_, 4, None),
+        Case {
+            softcap: Some(30.0),
+            window: Some(8),
+            ..case(37, 50, 13, (4, 2), 64, f16_, 4, None)
+        },
+        case(100, 161, 61, (16, 8), 128, f32_, 4, None),
+        case(100, 161, 61, (16, 8), 128, f16_, 2, Some(0.0)),
+        case(129, 129, 0, (8, 2), 128, f16_, 4, None),
+        case(77, 77, 0, (32, 8), 64, f16_, 4, Some(0.0)),
+        case(45, 90, 45, (8, 8), 64, f32_, 2, None),
+        Case {
+            window: Some(20),
+            ..case(70, 70, 0, (6, 2), 96, f32_, 4, None)
+        },
+        case(33, 33, 0, (3, 3), 32, f32_, 4, Some(0.0)),
+        // Positions 200..264 in a ring of 96 rows with a window of 32.
+        Case {
+            window: Some(32),
+            ring: Some(96),
+            ..case(64, 264, 200, (4, 1), 64, f16_, 4, None)
+        },
+        // Wide score ranges: the running max moves by more than the default threshold.
+        Case {
+            qk: 8.0,
+            ..case(150, 150, 0, (16, 8), 128, f16_, 4, None)
+        },
+        Case {
+            qk: 8.0,
+            window: Some(40),
+            ..case(90, 120, 30, (8, 4), 80, f32_, 4, None)
+        },
+    ]
+}
+
+pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    if let Some(reason) = not_applicable(dev) {
+        return Ok(vec![KernelParityRow::not_applicable(
+            KERNEL,
+            "f32/f16 kv",
+            reason,
+        )]);
+    }
+    let cx = Ctx { dev };
+    let sg = dev.info().subgroup_size;
+    let mut rng = Rng::new(seed);
+    let mut rows = Vec::new();
+    for c in cases() {
+        let (n_q, n_kv, pos0, hd, kv) = (c.n_q, c.n_kv, c.pos0, c.hd, c.kv);
+        let (n_heads, n_kv_heads) = c.heads;
+        let rows_kv = c.ring.unwrap_or(n_kv).min(n_kv);
+        let qn = n_q * n_heads * hd;
+        let kvn = rows_kv * n_kv_heads * hd;
+        let (_, q) = to_f16(&rng.vec(qn, -c.qk, c.qk));
+        let (kh, k) = to_f16(&rng.vec(kvn, -c.qk, c.qk));
+        let (vh, v) = to_f16(&rng.vec(kvn, -1.0, 1.0));
+        let (kb, vb) = match kv {
+            KvType::F32 => (cx.input("k", &k)?, cx.input("v", &v)?),
+            KvType::F16 => (cx.input("k", &pack16(&kh))?, cx.input("v", &pack16(&vh))?),
+        };
+        let positions: Vec<usize> = (pos0..pos0 + n_q).collect();
+        let pos32: Vec<u32> = positions.iter().map(|&p| p as u32).collect();
+        let scale = c.scale.unwrap_or(1.0 / (hd as f32).sqrt());
+        let p = AttnParams {
+            n_heads,
+            n_kv_heads,
+            head_dim: hd,
+            scale,
+            softcap: c.softcap,
+            window: c.window,
+        };
+        let mut want = vec![0.0; qn];
+        let r = c.ring.unwrap_or(n_kv);
+        vkllm_cpu::attention_ring(&q, &k, &v, n_q, n_kv, r, &positions, &p, &mut want);
+        let shape = AttnShape {
+            n_q,
+            n_heads,
+            n_kv_heads,
+            head_dim: hd,
+            n_kv,
+            scale,
+            softcap: c.softcap,
+            window: c.window,
+            kv,
+            kv_stride: 0,
+            ring: c.ring,
+        };
+        let group = n_heads / n_kv_heads;
+        let mut variant = format!("{} nsg {}", kv.name(), c.nsg);
+        let Some(mut t) = CoopAttn2Tile::with_nsg(c.nsg, hd, group, sg, kv) else {
+            rows.push(KernelParityRow::not_applicable(
+                KERNEL,
+                variant,
+                format!("{} subgroups of {sg} lanes at head dim {hd}", c.nsg),
+            ));
+            continue;
+        };
+        if let Some(th) = c.rescale_t {
+            t.rescale_t = th;
+            variant += &format!(" rescale_t {th}");
+        }
+        let (qb, pb) = (cx.input("q", &q)?, cx.input("q_pos", &pos32)?);
+        let out = cx.output("out", qn)?;
+        cx.run(&[&out], |rec| {
+            rec.dispatch(
+                AttnPrefillCoop {
+                    q: qb.all(),
+                    k: kb.all(),
+                    v: vb.all(),
+                    q_pos: pb.all(),
+                    out: out.all(),
+                }
+                .dispatch_v2(&shape, pos0, sg, t)?,
+            )
+        })?;
+        if let Some(s) = c.softcap {
+            variant += &format!(" softcap {s}");
+        }
+        if let Some(w) = c.window {
+            variant += &format!(" window {w}");
+        }
+        if let Some(r) = c.ring {
+            variant += &format!(" ring {r}");
+        }
+        if c.scale.is_some() {
+            variant += &format!(" scale {scale}");
+        }
+        if c.qk != 2.0 {
+            variant += &format!(" |qk| {}", c.qk);
+        }
+        let label = format!("q {n_q}@{pos0} kv {n_kv} h {n_heads}/{n_kv_heads} d {hd}");
+        let got = cx.read(&out, qn)?;
+        rows.push(row(KERNEL, variant, label, &got, &want, TOL));
+    }
+    Ok(rows)
+}

@@ -1,0 +1,456 @@
+enable f16;
+enable wgpu_cooperative_matrix;
+
+// Attention for prefill on cooperative matrices, second form (VK_KHR_cooperative_matrix,
+// subgroup scope, f16 x f16 -> f32 in 16 x 16 x 16 steps): the contract of
+// `attention_prefill_coop.wgsl` (causal, GQA, optional window and softcap, ring caches, f32 or
+// f16 KV, queries at consecutive positions pos0 + i), organised for latency:
+//
+// - One workgroup per (query tile, kv head): its 16 * NSG rows are (query, head) pairs of one
+//   GQA group, query-major (row r: query q0 + r / G, head kvh * G + r % G, G = n_heads /
+//   n_kv_heads), so each K/V tile is staged once for all the group's heads. BQ = floor(16 * NSG /
+//   G) queries per tile; rows past BQ * G are padding. Heavy tiles (late queries) start first.
+// - K/V are read with 16-byte word groups into registers ahead of use (software pipelining)
+//   and staged in one shared buffer: K of step i is staged while V of step i sits in
+//   registers; after the scores, V of step i is staged and V of step i + 1 loaded; after P V,
+//   K of step i + 1 (loaded at the top of step i) is staged.
+// - Scores S[16, BK] per subgroup on cooperative matrices (two independent accumulators), then
+//   the softmax by all lanes: SG / 16 lanes per row, BK / (SG / 16) keys each, combined with
+//   subgroup shuffles. Only steps that touch the diagonal, a window edge or the range's end
+//   apply the per-key mask.
+// - The output accumulator stays in cooperative matrices (HD / 16 tiles of 16 x 16 f32 per
+//   subgroup). Rescaling is lazy: a row keeps its running max m until a step's max exceeds it by
+//   more than RESCALE_T (probabilities exp(s - m) stay below e^RESCALE_T, within f16 range);
+//   only then (workgroup-uniform, rare after the first keys) the accumulators go through shared
+//   memory to be scaled row by row. RESCALE_T 0 rescales whenever a max grows (tests).
+// - The epilogue writes each output tile through shared memory, divided by the row sums.
+// Barriers per step: K visible; scores visible and K consumed; P and V visible (with the rescale
+// decision, workgroupUniformLoad); V consumed. Cooperative operations run in uniform control
+// flow (loop bounds and branches depend on overrides, push constants and uniform loads only).
+//
+// Shapes: q [n_q, n_heads, HD] f32; k, v [rows, n_kv_heads, HD] as u32 words (KV_DTYPE 0: f32
+// bits, 1: f16 pairs), the key at position j in row j % ring; out [n_q, n_heads, HD] f32.
+// HD: a multiple of 16 in 32..=128. BK: 32 keys per step.
+// Shared memory (HD 128, NSG 4): Q 17 KiB, K/V 8.5 KiB, scores 9 KiB, P 5 KiB: 40 KiB.
+// Every workgroup variable's size is a multiple of 16 bytes: cooperative loads need 16-byte
+// aligned addresses and the driver places the variables in an order of its choosing (a 4-byte
+// flag placed first broke every load on the H200). Rust applies `vmm.rs`'s pass to this kernel
+// (workgroup accesses NonPrivatePointer, barriers MakeAvailable | MakeVisible).
+// Precision: q, k, v and the probabilities are rounded to f16 (products exact, sums f32).
+
+override HD: u32 = 128;
+override NSG: u32 = 4;
+override SG: u32 = 32;
+override WG: u32 = 128;
+override KV_DTYPE: u32 = 0;
+// 16-byte K (and V) slots per invocation and step: ceil(32 * HD / (4 or 8) / WG).
+override SPT: u32 = 8;
+override RESCALE_T: f32 = 8.0;
+// Row strides: staged Q, K/V rows and P rows in vec4<f16> units, score rows in floats.
+override QLD: u32 = HD / 4u + 2u;
+override PLD: u32 = 8u + 2u;
+override SLD: u32 = 32u + 4u;
+// 16-byte slots per staged K/V row: f32 4 elements, f16 8.
+override SPR: u32 = HD / (8u - 4u * (1u - KV_DTYPE));
+
+const BK: u32 = 32u;
+const FLOOR: f32 = -1e30;
+const MASKED: f32 = -3e38;
+
+struct Params {
+    n_q: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    n_kv: u32,
+    scale: f32,
+    softcap: f32,
+    window: u32,
+    ring: u32,
+    pos0: u32,
+}
+var<immediate> p: Params;
+
+@group(0) @binding(0) var<storage, read> q: array<f32>;
+@group(0) @binding(1) var<storage, read> k: array<u32>;
+@group(0) @binding(2) var<storage, read> v: array<u32>;
+@group(0) @binding(3) var<storage, read> q_pos: array<u32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+
+// Staged rows: HD + 8 halves (16-byte aligned rows, consecutive rows in different banks).
+var<workgroup> qs: array<vec4<f16>, NSG * 16u * (HD / 4u + 2u)>;
+// The K tile, then the V tile of the same keys (one buffer: K is consumed before V is stored).
+var<workgroup> kvs: array<vec4<f16>, BK * (HD / 4u + 2u)>;
+// Per subgroup: scores [16, BK] f32 (row stride BK + 4), reused as a 16 x 16 tile scratch.
+var<workgroup> sc: array<f32, NSG * 16u * (BK + 4u)>;
+// Per subgroup: probabilities [16, BK] f16 (row stride BK + 8).
+var<workgroup> ps: array<vec4<f16>, NSG * 16u * (BK / 4u + 2u)>;
+var<workgroup> row_a: array<f32, NSG * 16u>;
+var<workgroup> row_l: array<f32, NSG * 16u>;
+// The rescale flag (element 0), padded to 16 bytes: cooperative loads need 16-byte aligned
+// addresses, and a driver may place this variable before the staged buffers.
+var<workgroup> resc: array<atomic<u32>, 4>;
+
+
+// First visible key of a query at position qp.
+fn first_key(qp: u32) -> u32 {
+    if (p.window > 0u && qp + 1u > p.window) {
+        return qp + 1u - p.window;
+    }
+    return 0u;
+}
+
+// Slot s (row s / SPR, slot s % SPR) of the K or V tile at key kb, as raw words; zero past
+// key hi.
+fn load_slot(is_v: bool, kb: u32, hi: u32, kvh: u32, s: u32) -> vec4<u32> {
+    let jj = s / SPR;
+    let c = s % SPR;
+    let j = kb + jj;
+    var w = vec4<u32>(0u);
+    if (jj < BK && j <= hi) {
+        let row = (j % p.ring) * p.n_kv_heads + kvh;
+        var e = 0u;
+        if (KV_DTYPE == 0u) {
+            e = row * HD + 4u * c;
+        } else {
+            e = row * (HD / 2u) + 4u * c;
+        }
+        if (is_v) {
+            w = vec4<u32>(v[e], v[e + 1u], v[e + 2u], v[e + 3u]);
+        } else {
+            w = vec4<u32>(k[e], k[e + 1u], k[e + 2u], k[e + 3u]);
+        }
+    }
+    return w;
+}
+
+fn store_slot(s: u32, w: vec4<u32>) {
+    let jj = s / SPR;
+    let c = s % SPR;
+    if (jj >= BK) {
+        return;
+    }
+    if (KV_DTYPE == 0u) {
+        kvs[jj * QLD + c] = vec4<f16>(bitcast<vec4<f32>>(w));
+        return;
+    }
+    let o = jj * QLD + 2u * c;
+    kvs[o] = vec4<f16>(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)));
+    kvs[o + 1u] = vec4<f16>(vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)));
+}
+
+// Multiplies row r of the subgroup's 16 x 16 scratch tile by row_a[sb + r].
+fn scale_rows(sbase: u32, sb: u32, lane: u32) {
+    for (var e = lane; e < 256u; e += SG) {
+        let r = e / 16u;
+        let i = sbase + r * SLD + e % 16u;
+        sc[i] = sc[i] * row_a[sb + r];
+    }
+}
+
+// Writes the subgroup's output tile for columns 16 d.., divided by the row sums.
+fn emit(o: coop_mat16x16<f32, C>, d: u32, sbase: u32, sb: u32, lane: u32, q0: u32, kvh: u32,
+        g: u32, bq: u32) {
+    coopStoreT(o, &sc[sbase], SLD);
+    workgroupBarrier();
+    for (var e = lane; e < 256u; e += SG) {
+        let r = e / 16u;
+        let c = e % 16u;
+        let t = sb + r;
+        let qi = q0 + t / g;
+        if (t < bq * g && qi < p.n_q) {
+            let l = row_l[t];
+            var x = 0.0;
+            if (l > 0.0) {
+                x = sc[sbase + r * SLD + c] / l;
+            }
+            out[(qi * p.n_heads + kvh * g + t % g) * HD + 16u * d + c] = x;
+        }
+    }
+    workgroupBarrier();
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32,
+        @builtin(subgroup_id) sg_id: u32,
+        @builtin(subgroup_invocation_id) lane: u32) {
+    let g = p.n_heads / p.n_kv_heads;
+    let bq = (NSG * 16u) / g;
+    // Heavy tiles first.
+    let tile = nwg.x - 1u - wid.x;
+    let q0 = tile * bq;
+    let kvh = wid.y;
+    let q_last = min(q0 + bq, p.n_q) - 1u;
+    let lo = first_key(p.pos0 + q0);
+    let hi = min(p.pos0 + q_last, p.n_kv - 1u);
+    // Keys every row sees without a mask: [first_key(last query), first query].
+    let full_lo = first_key(p.pos0 + q_last);
+    let full_hi = p.pos0 + q0;
+
+    // The first K/V tile into registers, Q staged meanwhile.
+    var kr: array<vec4<u32>, 16>;
+    var vr: array<vec4<u32>, 16>;
+    for (var i = 0u; i < SPT; i++) {
+        kr[i] = load_slot(false, lo, hi, kvh, lid + i * WG);
+        vr[i] = load_slot(true, lo, hi, kvh, lid + i * WG);
+    }
+    for (var i = lid; i < NSG * 16u * (HD / 4u); i += WG) {
+        let t = i / (HD / 4u);
+        let c = i % (HD / 4u);
+        let qi = q0 + t / g;
+        var x = vec4<f32>(0.0);
+        if (t < bq * g && qi < p.n_q) {
+            let e = (qi * p.n_heads + kvh * g + t % g) * HD + 4u * c;
+            x = vec4<f32>(q[e], q[e + 1u], q[e + 2u], q[e + 3u]);
+        }
+        qs[t * QLD + c] = vec4<f16>(x);
+    }
+    for (var i = 0u; i < SPT; i++) {
+        store_slot(lid + i * WG, kr[i]);
+    }
+
+    // This subgroup's rows and scratch; this lane's row and share of the keys.
+    let sb = sg_id * 16u;
+    let sbase = sb * SLD;
+    let pbase = sb * PLD;
+    let lpr = SG / 16u;
+    let kpl = BK / lpr;
+    let row = lane % 16u;
+    let part = lane / 16u;
+    let t = sb + row;
+    let qi = q0 + t / g;
+    let valid = t < bq * g && qi < p.n_q;
+    var qp = 0u;
+    if (valid) {
+        qp = q_pos[qi];
+    }
+    let kf = first_key(qp);
+    var m_run = FLOOR;
+    var l_run = 0.0;
+
+    var zero: coop_mat16x16<f32, C>;
+    var o0 = zero;
+    var o1 = zero;
+    var o2 = zero;
+    var o3 = zero;
+    var o4 = zero;
+    var o5 = zero;
+    var o6 = zero;
+    var o7 = zero;
+    var sv: array<f32, 32>;
+
+    for (var kb = lo; kb <= hi; kb += BK) {
+        workgroupBarrier();
+        // The rescale flag of this step (read after two more barriers, set after one).
+        if (lid == 0u) {
+            atomicStore(&resc[0], 0u);
+        }
+        // K of this step is staged, V in registers: the next K into registers.
+        let nxt = kb + BK;
+        let more = nxt <= hi;
+        if (more) {
+            for (var i = 0u; i < SPT; i++) {
+                kr[i] = load_slot(false, nxt, hi, kvh, lid + i * WG);
+            }
+        }
+        // S[16, 32] = Q K^T.
+        var s0 = zero;
+        var s1 = zero;
+        for (var d = 0u; d < HD / 16u; d++) {
+            let a = coopLoadT<coop_mat16x16<f16, A>>(&qs[sb * QLD + 4u * d], QLD);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&kvs[4u * d], QLD);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 4u * d], QLD);
+            s0 = coopMultiplyAdd(a, b0, s0);
+            s1 = coopMultiplyAdd(a, b1, s1);
+        }
+        coopStoreT(s0, &sc[sbase], SLD);
+        coopStoreT(s1, &sc[sbase + 16u], SLD);
+        workgroupBarrier();
+        // K consumed: stage this step's V, load the next V.
+        for (var i = 0u; i < SPT; i++) {
+            store_slot(lid + i * WG, vr[i]);
+        }
+        if (more) {
+            for (var i = 0u; i < SPT; i++) {
+                vr[i] = load_slot(true, nxt, hi, kvh, lid + i * WG);
+            }
+        }
+
+        // Online softmax: this lane's kpl keys of its row.
+        let full = kb >= full_lo && kb + BK - 1u <= full_hi && kb + BK - 1u <= hi;
+        let k0 = kb + part * kpl;
+        var mt = MASKED;
+        for (var u4 = 0u; u4 < kpl / 4u; u4++) {
+            let sx = sbase + row * SLD + part * kpl + 4u * u4;
+            let x = vec4<f32>(sc[sx], sc[sx + 1u], sc[sx + 2u], sc[sx + 3u]) * p.scale;
+            for (var c = 0u; c < 4u; c++) {
+                var s = x[c];
+                if (p.softcap > 0.0) {
+                    s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
+                }
+                let j = k0 + 4u * u4 + c;
+                if (!full && !(valid && j >= kf && j <= qp)) {
+                    s = MASKED;
+                }
+                sv[4u * u4 + c] = s;
+                mt = max(mt, s);
+            }
+        }
+        for (var x = 16u; x < SG; x *= 2u) {
+            mt = max(mt, subgroupShuffleXor(mt, x));
+        }
+        let raise = mt > m_run + RESCALE_T;
+        var m_new = m_run;
+        if (raise) {
+            m_new = mt;
+        }
+        let a = exp(m_run - m_new);
+        if (raise && m_run > 0.5 * FLOOR) {
+            atomicStore(&resc[0], 1u);
+        }
+        var sum = 0.0;
+        for (var u4 = 0u; u4 < kpl / 4u; u4++) {
+            var pv4 = vec4<f32>(0.0);
+            for (var c = 0u; c < 4u; c++) {
+                pv4[c] = exp(sv[4u * u4 + c] - m_new);
+            }
+            sum += pv4.x + pv4.y + pv4.z + pv4.w;
+            ps[pbase + row * PLD + part * (kpl / 4u) + u4] = vec4<f16>(pv4);
+        }
+        for (var x = 16u; x < SG; x *= 2u) {
+            sum += subgroupShuffleXor(sum, x);
+        }
+        l_run = l_run * a + sum;
+        m_run = m_new;
+        if (part == 0u) {
+            row_a[t] = a;
+        }
+        // Probabilities visible (the load is a barrier); rescale where any row needs it.
+        let flag = workgroupUniformLoad(&resc[0]);
+        if (flag != 0u) {
+            coopStoreT(o0, &sc[sbase], SLD);
+            workgroupBarrier();
+            scale_rows(sbase, sb, lane);
+            workgroupBarrier();
+            o0 = coopLoadT<coop_mat16x16<f32, C>>(&sc[sbase], SLD);
+            workgroupBarrier();
+            coopStoreT(o1, &sc[sbase], SLD);
+            workgroupBarrier();
+            scale_rows(sbase, sb, lane);
+            workgroupBarrier();
+            o1 = coopLoadT<coop_mat16x16<f32, C>>(&sc[sbase], SLD);
+            workgroupBarrier();
+            if (HD > 32u) {
+                coopStoreT(o2, &sc[sbase], SLD);
+                workgroupBarrier();
+                scale_rows(sbase, sb, lane);
+                workgroupBarrier();
+                o2 = coopLoadT<coop_mat16x16<f32, C>>(&sc[sbase], SLD);
+                workgroupBarrier();
+            }
+            if (HD > 48u) {
+                coopStoreT(o3, &sc[sbase], SLD);
+                workgroupBarrier();
+                scale_rows(sbase, sb, lane);
+                workgroupBarrier();
+                o3 = coopLoadT<coop_mat16x16<f32, C>>(&sc[sbase], SLD);
+                workgroupBarrier();
+            }
+            if (HD > 64u) {
+                coopStoreT(o4, &sc[sbase], SLD);
+                workgroupBarrier();
+                scale_rows(sbase, sb, lane);
+                workgroupBarrier();
+                o4 = coopLoadT<coop_mat16x16<f32, C>>(&sc[sbase], SLD);
+                workgroupBarrier();
+            }
+            if (HD > 80u) {
+                coopStoreT(o5, &sc[sbase], SLD);
+                workgroupBarrier();
+                scale_rows(sbase, sb, lane);
+                workgroupBarrier();
+                o5 = coopLoadT<coop_mat16x16<f32, C>>(&sc[sbase], SLD);
+                workgroupBarrier();
+            }
+            if (HD > 96u) {
+                coopStoreT(o6, &sc[sbase], SLD);
+                workgroupBarrier();
+                scale_rows(sbase, sb, lane);
+                workgroupBarrier();
+                o6 = coopLoadT<coop_mat16x16<f32, C>>(&sc[sbase], SLD);
+                workgroupBarrier();
+            }
+            if (HD > 112u) {
+                coopStoreT(o7, &sc[sbase], SLD);
+                workgroupBarrier();
+                scale_rows(sbase, sb, lane);
+                workgroupBarrier();
+                o7 = coopLoadT<coop_mat16x16<f32, C>>(&sc[sbase], SLD);
+                workgroupBarrier();
+            }
+        }
+        // O += P V.
+        let p0 = coopLoadT<coop_mat16x16<f16, A>>(&ps[pbase], PLD);
+        let p1 = coopLoadT<coop_mat16x16<f16, A>>(&ps[pbase + 4u], PLD);
+        o0 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[0u], QLD), o0);
+        o0 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 0u], QLD), o0);
+        o1 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[4u], QLD), o1);
+        o1 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 4u], QLD), o1);
+        if (HD > 32u) {
+            o2 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[8u], QLD), o2);
+            o2 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 8u], QLD), o2);
+        }
+        if (HD > 48u) {
+            o3 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[12u], QLD), o3);
+            o3 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 12u], QLD), o3);
+        }
+        if (HD > 64u) {
+            o4 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u], QLD), o4);
+            o4 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 16u], QLD), o4);
+        }
+        if (HD > 80u) {
+            o5 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[20u], QLD), o5);
+            o5 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 20u], QLD), o5);
+        }
+        if (HD > 96u) {
+            o6 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[24u], QLD), o6);
+            o6 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 24u], QLD), o6);
+        }
+        if (HD > 112u) {
+            o7 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[28u], QLD), o7);
+            o7 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 28u], QLD), o7);
+        }
+        // V consumed: stage the next K.
+        workgroupBarrier();
+        if (more) {
+            for (var i = 0u; i < SPT; i++) {
+                store_slot(lid + i * WG, kr[i]);
+            }
+        }
+    }
+
+    if (part == 0u) {
+        row_l[t] = l_run;
+    }
+    emit(o0, 0u, sbase, sb, lane, q0, kvh, g, bq);
+    emit(o1, 1u, sbase, sb, lane, q0, kvh, g, bq);
+    if (HD > 32u) {
+        emit(o2, 2u, sbase, sb, lane, q0, kvh, g, bq);
+    }
+    if (HD > 48u) {
+        emit(o3, 3u, sbase, sb, lane, q0, kvh, g, bq);
+    }
+    if (HD > 64u) {
+        emit(o4, 4u, sbase, sb, lane, q0, kvh, g, bq);
+    }
+    if (HD > 80u) {
+        emit(o5, 5u, sbase, sb, lane, q0, kvh, g, bq);
+    }
+    if (HD > 96u) {
+        emit(o6, 6u, sbase, sb, lane, q0, kvh, g, bq);
+    }
+    if (HD > 112u) {
+        emit(o7, 7u, sbase, sb, lane, q0, kvh, g, bq);
+    }
+}
