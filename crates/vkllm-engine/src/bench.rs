@@ -340,6 +340,13 @@ fn state_size(o: &BenchOptions) -> (usize, usize) {
     ((max_pp + o.tg + 1).max(PROMPT + o.tg + 1), slots)
 }
 
+/// Positions of the decode tests' own state: the `tgN` tests run in a cache sized for their
+/// prompt and N tokens (as llama-bench sizes each test's context), not for the longest `pp`
+/// (a recorded decode step's attention grid covers the whole slot).
+fn decode_ctx(o: &BenchOptions) -> usize {
+    PROMPT + o.tg + 1
+}
+
 /// Prompt of the decode tests.
 const PROMPT: usize = 16;
 
@@ -351,8 +358,13 @@ pub fn run(
 ) -> Result<BenchReport, ModelError> {
     let (ctx, slots) = state_size(o);
     let kv = model.new_kv_slots(b, ctx, slots, o.kv)?;
+    let kv_tg = model.new_kv_slots(b, decode_ctx(o), slots, o.kv)?;
     let weight_bytes = decode_weight_bytes(b, model);
-    run_net(b, &DenseNet { g: (model, &kv) }, weight_bytes, o)
+    let nets = [
+        DenseNet { g: (model, &kv) },
+        DenseNet { g: (model, &kv_tg) },
+    ];
+    run_net(b, &nets[0], &nets[1], weight_bytes, o)
 }
 
 /// [`run`] for a hybrid (Gated DeltaNet) or MoE model: f32 KV next to the recurrent state; no
@@ -364,13 +376,21 @@ pub fn run_hybrid(
 ) -> Result<BenchReport, ModelError> {
     let (ctx, slots) = state_size(o);
     let st = model.new_state_slots(b, ctx, slots)?;
+    let st_tg = model.new_state_slots(b, decode_ctx(o), slots)?;
     let weight_bytes = hybrid_decode_weight_bytes(b, model);
-    run_net(b, &HybridNet { g: (model, &st) }, weight_bytes, o)
+    let nets = [
+        HybridNet { g: (model, &st) },
+        HybridNet { g: (model, &st_tg) },
+    ];
+    run_net(b, &nets[0], &nets[1], weight_bytes, o)
 }
 
+/// The tests: `net` runs the prefill tests and `ppN+tgN`, `net_tg` (the same model with state
+/// for [`decode_ctx`] positions) the `tgN` tests and the decode profile.
 fn run_net(
     b: &mut VulkanBackend,
     net: &dyn Net,
+    net_tg: &dyn Net,
     weight_bytes: u64,
     o: &BenchOptions,
 ) -> Result<BenchReport, ModelError> {
@@ -412,51 +432,55 @@ fn run_net(
             counts: false,
             max_steps: o.steps_per_submit.max(1),
         };
-        let dec = b.slot_decoder_for(net.graph(), cfg)?;
+        let dec = b.slot_decoder_for(net_tg.graph(), cfg)?;
         let greedy = SamplingParams::default();
-        // Decode `tg` tokens in each of `batch` slots after a `prompt`-token prefill; returns
-        // the decode time only.
-        let decode =
-            |b: &mut VulkanBackend, batch: usize, pp: usize| -> Result<(f64, f64), ModelError> {
-                let t_start = Instant::now();
-                let mut ttft = 0.0;
-                for s in 0..batch {
-                    let p = ids(pp, vocab, 1000 + s as u64);
-                    let logits = net.prefill(b, s, &p)?;
-                    if s == 0 {
-                        ttft = t_start.elapsed().as_secs_f64();
-                    }
-                    let first = vkllm_cpu::sampler::sample(&logits, &greedy, &[], s as u64, 0);
-                    b.slot_start(
-                        dec,
-                        s,
-                        &SlotStart {
-                            token: first,
-                            pos: pp,
-                            sampling: &greedy,
-                            seq_id: s as u64,
-                            step: 1,
-                            counts: None,
-                            logprobs: None,
-                        },
-                    )?;
+        // Decode `tg` tokens in each of `batch` slots of `net` (decoder `dec`) after a
+        // `pp`-token prefill; returns the decode time and the time to the first token.
+        let decode = |b: &mut VulkanBackend,
+                      net: &dyn Net,
+                      dec,
+                      batch: usize,
+                      pp: usize|
+         -> Result<(f64, f64), ModelError> {
+            let t_start = Instant::now();
+            let mut ttft = 0.0;
+            for s in 0..batch {
+                let p = ids(pp, vocab, 1000 + s as u64);
+                let logits = net.prefill(b, s, &p)?;
+                if s == 0 {
+                    ttft = t_start.elapsed().as_secs_f64();
                 }
-                let t0 = Instant::now();
-                let mut done = 1;
-                while done < o.tg {
-                    let got = b.slots_run(dec, (o.tg - done).min(cfg.max_steps))?;
-                    done += got.steps;
-                }
-                let t = t0.elapsed().as_secs_f64();
-                for s in 0..batch {
-                    b.slot_stop(dec, s)?;
-                }
-                Ok((t, ttft))
-            };
+                let first = vkllm_cpu::sampler::sample(&logits, &greedy, &[], s as u64, 0);
+                b.slot_start(
+                    dec,
+                    s,
+                    &SlotStart {
+                        token: first,
+                        pos: pp,
+                        sampling: &greedy,
+                        seq_id: s as u64,
+                        step: 1,
+                        counts: None,
+                        logprobs: None,
+                    },
+                )?;
+            }
+            let t0 = Instant::now();
+            let mut done = 1;
+            while done < o.tg {
+                let got = b.slots_run(dec, (o.tg - done).min(cfg.max_steps))?;
+                done += got.steps;
+            }
+            let t = t0.elapsed().as_secs_f64();
+            for s in 0..batch {
+                b.slot_stop(dec, s)?;
+            }
+            Ok((t, ttft))
+        };
         for &batch in &o.batches {
             let mut times = Vec::new();
             for rep in 0..=reps {
-                let (t, _) = decode(b, batch, prompt)?;
+                let (t, _) = decode(b, net_tg, dec, batch, prompt)?;
                 if rep > 0 {
                     times.push(t);
                 }
@@ -477,11 +501,12 @@ fn run_net(
             });
         }
         if let Some(&pp) = o.pp.first() {
+            let dec_pp = b.slot_decoder_for(net.graph(), cfg)?;
             let mut times = Vec::new();
             let mut ttfts = Vec::new();
             for rep in 0..=reps {
                 let t0 = Instant::now();
-                let (_, ttft) = decode(b, 1, pp)?;
+                let (_, ttft) = decode(b, net, dec_pp, 1, pp)?;
                 if rep > 0 {
                     times.push(t0.elapsed().as_secs_f64());
                     ttfts.push(ttft);
@@ -507,7 +532,7 @@ fn run_net(
         if o.profile {
             let greedy = SamplingParams::default();
             let p = ids(prompt, vocab, 7);
-            let logits = net.prefill(b, 0, &p)?;
+            let logits = net_tg.prefill(b, 0, &p)?;
             let first = vkllm_cpu::sampler::sample(&logits, &greedy, &[], 0, 0);
             b.slot_start(
                 dec,
@@ -522,7 +547,7 @@ fn run_net(
                     logprobs: None,
                 },
             )?;
-            let t = b.slot_profile_for(dec, net.graph(), 5)?;
+            let t = b.slot_profile_for(dec, net_tg.graph(), 5)?;
             b.slot_stop(dec, 0)?;
             (report_profile, busy, span) = by_region(&t);
             // One prefill chunk of the largest pp prompt (its first chunk when it is longer).
