@@ -343,12 +343,12 @@ fn state_size(o: &BenchOptions) -> (usize, usize) {
 /// Positions of the decode tests' own state: the `tgN` tests run in a cache sized for their
 /// prompt and N tokens (as llama-bench sizes each test's context), not for the longest `pp`
 /// (a recorded decode step's attention grid covers the whole slot).
-fn decode_ctx(o: &BenchOptions) -> usize {
+pub fn decode_ctx(o: &BenchOptions) -> usize {
     PROMPT + o.tg + 1
 }
 
 /// Prompt of the decode tests.
-const PROMPT: usize = 16;
+pub const PROMPT: usize = 16;
 
 /// Runs the benchmark of `model` (loaded on `b`).
 pub fn run(

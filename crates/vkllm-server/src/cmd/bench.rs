@@ -157,7 +157,9 @@ pub fn run(args: Args) -> Result<()> {
         "hidden": c.hidden_size,
         "weight_types_bytes": types,
         "kv_type": kv.name(),
-        "context": opts.pp.iter().copied().max().unwrap_or(0) + opts.tg + 1,
+        "context": (opts.pp.iter().copied().max().unwrap_or(0) + opts.tg + 1)
+            .max(bench::decode_ctx(&opts)),
+        "decode_context": bench::decode_ctx(&opts),
         "batches": opts.batches,
         "steps_per_submit": opts.steps_per_submit,
         "prefill_chunk": chunk,
