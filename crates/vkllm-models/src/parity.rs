@@ -142,9 +142,20 @@ pub fn cpu_vs_transformers(fx: &Fixture, prompt: &str) -> Result<ParityRow, Mode
 /// position within `GPU_VS_CPU_MAX_ABS`, greedy tokens identical to the CPU's and to the
 /// transformers goldens.
 pub fn gpu_vs_cpu(dev: &Device, fx: &Fixture, prompt: &str) -> Result<ParityRow, ModelError> {
+    gpu_vs_cpu_with(dev, fx, prompt, |b| b)
+}
+
+/// [`gpu_vs_cpu`] with the Vulkan backend configured by `setup` (e.g. a non-default kernel
+/// choice such as [`VulkanBackend::with_folded_attention`]).
+pub fn gpu_vs_cpu_with(
+    dev: &Device,
+    fx: &Fixture,
+    prompt: &str,
+    setup: impl FnOnce(VulkanBackend) -> VulkanBackend,
+) -> Result<ParityRow, ModelError> {
     let golden = fx.prompt(prompt)?;
     let (cpu_logits, cpu_tokens) = run_prompt(&mut CpuBackend::new(), fx, &golden)?;
-    let mut gpu = VulkanBackend::new(dev.clone());
+    let mut gpu = setup(VulkanBackend::new(dev.clone()));
     let (gpu_logits, gpu_tokens) = run_prompt(&mut gpu, fx, &golden)?;
     let d = diff(&gpu_logits, &cpu_logits);
     let m = matched(&gpu_tokens, &cpu_tokens).min(matched(&gpu_tokens, &golden.greedy));

@@ -8,14 +8,21 @@ mod common;
 
 use common::device;
 use vkllm_models::fixtures::Fixture;
-use vkllm_models::parity::{self, gpu_vs_cpu};
+use vkllm_models::parity::{self, gpu_vs_cpu_with};
 
 fn check(family: &str) {
+    check_with(family, false);
+}
+
+/// `folded`: decode attention with the input step folded in (`VKLLM_ATTN=rope`'s kernel).
+fn check_with(family: &str, folded: bool) {
     let dev = device();
     let fx = Fixture::load(family).unwrap_or_else(|e| panic!("fixture {family}: {e}"));
     for prompt in ["short", "long"] {
-        let row =
-            gpu_vs_cpu(&dev, &fx, prompt).unwrap_or_else(|e| panic!("{family} {prompt}: {e}"));
+        let row = gpu_vs_cpu_with(&dev, &fx, prompt, |b| {
+            if folded { b.with_folded_attention() } else { b }
+        })
+        .unwrap_or_else(|e| panic!("{family} {prompt}: {e}"));
         eprint!("{}", parity::render_table(std::slice::from_ref(&row)));
         let (matched, total) = row.greedy.expect("model rows carry greedy counts");
         assert!(
@@ -35,6 +42,24 @@ fn check(family: &str) {
 #[test]
 fn llama() {
     check("llama");
+}
+
+// The folded decode attention (not the default) on the families it changes most: per-head
+// q/k norms (qwen3), norms with 1 + w, sliding windows and softcap-free GQA (gemma3), plain
+// GQA (llama).
+#[test]
+fn folded_attention_qwen3() {
+    check_with("qwen3", true);
+}
+
+#[test]
+fn folded_attention_gemma3() {
+    check_with("gemma3", true);
+}
+
+#[test]
+fn folded_attention_llama() {
+    check_with("llama", true);
 }
 
 #[test]

@@ -81,6 +81,8 @@ pub struct VulkanBackend {
     marks: Vec<(usize, &'static str)>,
     /// Fused dispatches for fusable graph steps (`fused.rs`); false: the reference op sequence.
     fused: bool,
+    /// Decode attention with the input step folded in (`attention.rs`, `VKLLM_ATTN=rope`).
+    fold_attention: bool,
     /// While a forward is profiled (`profile.rs`): the timings of the recordings flushed so far.
     profiled: Option<Vec<vkllm_vk::DispatchTiming>>,
 }
@@ -102,6 +104,7 @@ impl VulkanBackend {
             timestamps: 0,
             marks: Vec::new(),
             fused: std::env::var_os("VKLLM_UNFUSED").is_none_or(|v| v.is_empty() || v == "0"),
+            fold_attention: attention::env_fold_attention(),
             profiled: None,
         }
     }

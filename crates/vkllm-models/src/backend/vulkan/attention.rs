@@ -64,6 +64,11 @@ fn attn_mode() -> AttnMode {
     })
 }
 
+/// `VKLLM_ATTN=rope`: [`VulkanBackend`]s fold the attention input step into decode attention.
+pub(super) fn env_fold_attention() -> bool {
+    attn_mode() == AttnMode::Rope
+}
+
 /// What [`VulkanBackend::attn_plan`] decided for one attention call.
 struct AttnPlan {
     shape: AttnShape,
@@ -76,6 +81,14 @@ struct AttnPlan {
 }
 
 impl VulkanBackend {
+    /// Decode steps run the attention input step (q/k norm, RoPE, KV append), split and merge
+    /// as one dispatch per layer where the projections are packed (as `VKLLM_ATTN=rope`; measured
+    /// slower than the default on the H200, see docs/benchmarks.md).
+    pub fn with_folded_attention(mut self) -> Self {
+        self.fold_attention = true;
+        self
+    }
+
     /// The attention problem of `n` queries at `positions` over `kv` and the kernels it takes.
     /// `one_pass`: the one-dispatch form (its merge stages one weight per (head, chunk), so the
     /// chunk grows with the group).
@@ -241,7 +254,8 @@ impl VulkanBackend {
         })
     }
 
-    /// `Backend::rope_attention`: with `VKLLM_ATTN=rope`, a decode step whose
+    /// `Backend::rope_attention`: with [`VulkanBackend::with_folded_attention`] (or
+    /// `VKLLM_ATTN=rope`), a decode step whose
     /// projections are packed runs the input step, split and merge as one dispatch
     /// (`AttnDecodeRope`); otherwise `rope_kv` then `attention`.
     pub(super) fn rope_attention_op(
@@ -254,7 +268,7 @@ impl VulkanBackend {
         let n = a.n;
         let decode = n == 1 || kv.rows == KvRows::PerRow;
         let fold = match a.packed {
-            Some(t) if attn_mode() == AttnMode::Rope && decode && self.gqa_applies(p) => Some(t),
+            Some(t) if self.fold_attention && decode && self.gqa_applies(p) => Some(t),
             _ => None,
         };
         let Some(packed) = fold else {
