@@ -180,30 +180,98 @@ const CASES: &[Case] = &[
     },
 ];
 
-/// The device copy of `x` as `kv` stores it, and the values the CPU should see.
-fn store(cx: &Ctx<'_>, label: &str, x: &[f32], kv: KvType) -> Result<(Buffer, Vec<f32>)> {
-    Ok(match kv {
-        KvType::F32 => (cx.input(label, x)?, x.to_vec()),
+/// `x` as a `kv` cache stores it (words), and the f32 values that are (what the CPU should see).
+pub(super) fn stored(x: &[f32], kv: KvType) -> (Vec<u32>, Vec<f32>) {
+    match kv {
+        KvType::F32 => (bytemuck::cast_slice(x).to_vec(), x.to_vec()),
         KvType::F16 => {
             let (h, back) = to_f16(x);
-            (cx.input(label, &pack16(&h))?, back)
+            (pack16(&h), back)
         }
-    })
+    }
 }
 
-pub(crate) fn attention_fused(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+/// The device copy of `x` as `kv` stores it, and the values the CPU should see.
+fn store(cx: &Ctx<'_>, label: &str, x: &[f32], kv: KvType) -> Result<(Buffer, Vec<f32>)> {
+    let (words, back) = stored(x, kv);
+    Ok((cx.input(label, &words)?, back))
+}
+
+/// The "not applicable" row of a grouped-split kernel on a device whose subgroups may be
+/// narrower than 8 lanes (its 8-lane clusters), else `None`.
+pub(super) fn grouped_split_na(dev: &Device, kernel: &'static str) -> Option<KernelParityRow> {
     let info = dev.info();
     let min_sg = if info.min_subgroup_size > 0 {
         info.min_subgroup_size
     } else {
         info.subgroup_size
     };
-    if min_sg < 8 {
-        return Ok(vec![KernelParityRow::not_applicable(
-            "attn_decode_fused",
+    (min_sg < 8).then(|| {
+        KernelParityRow::not_applicable(
+            kernel,
             "all",
             format!("subgroups of {min_sg} lanes (the grouped split needs >= 8)"),
-        )]);
+        )
+    })
+}
+
+/// The decode reference for queries at `pos` (one per query; `IDLE` ones stay zero, windowed
+/// cases only): query i (`q[i]`, `p.n_heads * head_dim` values) attends to keys 0..=pos[i],
+/// in rows j % ring of its cache (`stride` rows after the previous query's; 0: one shared
+/// cache) of `k`, `v` (`[rows, n_kv_heads * head_dim]`).
+pub(super) fn slots_reference(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    pos: &[usize],
+    stride: usize,
+    ring: usize,
+    p: &AttnParams,
+) -> Vec<f32> {
+    let (qw, width) = (p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim);
+    let mut want = vec![0.0; pos.len() * qw];
+    for (i, &pos) in pos.iter().enumerate() {
+        if pos == IDLE {
+            // Sees no key (windowed cases only): stays zero.
+            assert!(p.window.is_some(), "idle slots only in windowed cases");
+            continue;
+        }
+        // The keys written so far are positions 0..=pos, in rows (j % ring) of this query's cache.
+        let base = i * stride * width;
+        let rows = (pos + 1).min(ring) * width;
+        vkllm_cpu::attention_ring(
+            &q[i * qw..(i + 1) * qw],
+            &k[base..base + rows],
+            &v[base..base + rows],
+            1,
+            pos + 1,
+            ring,
+            &[pos],
+            p,
+            &mut want[i * qw..(i + 1) * qw],
+        );
+    }
+    want
+}
+
+/// Query positions as a table shows them (`idle` for an idle slot).
+pub(super) fn show_positions(pos: &[usize]) -> String {
+    let shown: Vec<String> = pos
+        .iter()
+        .map(|&p| {
+            if p == IDLE {
+                "idle".into()
+            } else {
+                p.to_string()
+            }
+        })
+        .collect();
+    shown.join(",")
+}
+
+pub(crate) fn attention_fused(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    if let Some(na) = grouped_split_na(dev, "attn_decode_fused") {
+        return Ok(vec![na]);
     }
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
@@ -236,28 +304,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
         softcap: c.softcap,
         window: c.window,
     };
-    let mut want = vec![0.0; n_q * qw];
-    for (i, &pos) in c.pos.iter().enumerate() {
-        if pos == IDLE {
-            // Sees no key (windowed cases only): stays zero.
-            assert!(c.window.is_some(), "idle slots only in windowed cases");
-            continue;
-        }
-        // The keys written so far are positions 0..=pos, in rows (j % ring) of this query's cache.
-        let base = if c.shared { 0 } else { i * stride * width };
-        let rows = (pos + 1).min(ring) * width;
-        vkllm_cpu::attention_ring(
-            &q[i * qw..(i + 1) * qw],
-            &kr[base..base + rows],
-            &vr[base..base + rows],
-            1,
-            pos + 1,
-            ring,
-            &[pos],
-            &p,
-            &mut want[i * qw..(i + 1) * qw],
-        );
-    }
+    let want = slots_reference(&q, &kr, &vr, c.pos, stride, ring, &p);
     let shape = AttnShape {
         n_q,
         n_heads: c.n_heads,
@@ -272,17 +319,6 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
         ring: c.ring,
     };
     let pos32: Vec<u32> = c.pos.iter().map(|&p| p as u32).collect();
-    let shown: Vec<String> = c
-        .pos
-        .iter()
-        .map(|&p| {
-            if p == IDLE {
-                "idle".into()
-            } else {
-                p.to_string()
-            }
-        })
-        .collect();
     let (qb, pb, out) = (
         cx.input("q", &q)?,
         cx.input("q_pos", &pos32)?,
@@ -333,7 +369,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
     }
     let shape_s = format!(
         "q@[{}] kv {}{} h {}/{} d {} chunk {}",
-        shown.join(","),
+        show_positions(c.pos),
         c.n_pos,
         c.ring.map_or(String::new(), |r| format!(" ring {r}")),
         c.n_heads,

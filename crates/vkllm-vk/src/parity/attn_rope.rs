@@ -18,7 +18,8 @@ use vkllm_kernels::kv_append::KvType;
 use vkllm_kernels::rope::RopeLayout;
 use vkllm_kernels::rope_kv_append::HeadNorm;
 
-use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, pack16, row, to_f16};
+use super::attn_fused::{grouped_split_na, show_positions, slots_reference, stored};
+use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, row};
 use crate::device::Device;
 use crate::error::Result;
 
@@ -136,18 +137,8 @@ const CASES: &[Case] = &[
 ];
 
 pub(crate) fn attention_rope(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
-    let info = dev.info();
-    let min_sg = if info.min_subgroup_size > 0 {
-        info.min_subgroup_size
-    } else {
-        info.subgroup_size
-    };
-    if min_sg < 8 {
-        return Ok(vec![KernelParityRow::not_applicable(
-            KERNEL,
-            "all",
-            format!("subgroups of {min_sg} lanes (the grouped split needs >= 8)"),
-        )]);
+    if let Some(na) = grouped_split_na(dev, KERNEL) {
+        return Ok(vec![na]);
     }
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
@@ -156,17 +147,6 @@ pub(crate) fn attention_rope(dev: &Device, seed: u64) -> Result<Vec<KernelParity
         rows.extend(run_case(&cx, &mut rng, c)?);
     }
     Ok(rows)
-}
-
-/// `x` as the cache stores it (words), and the f32 values that are.
-fn stored(x: &[f32], kv: KvType) -> (Vec<u32>, Vec<f32>) {
-    match kv {
-        KvType::F32 => (bytemuck::cast_slice(x).to_vec(), x.to_vec()),
-        KvType::F16 => {
-            let (h, back) = to_f16(x);
-            (pack16(&h), back)
-        }
-    }
 }
 
 fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow>> {
@@ -239,26 +219,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
         softcap: c.softcap,
         window: c.window,
     };
-    let mut want = vec![0.0; n_q * qd];
-    for (i, &pos) in c.pos.iter().enumerate() {
-        if pos == IDLE {
-            assert!(c.window.is_some(), "idle slots only in windowed cases");
-            continue;
-        }
-        let base = i * stride * kd;
-        let rows = (pos + 1).min(ring) * kd;
-        vkllm_cpu::attention_ring(
-            &q_rot[i * qd..(i + 1) * qd],
-            &k_ref[base..base + rows],
-            &v_ref[base..base + rows],
-            1,
-            pos + 1,
-            ring,
-            &[pos],
-            &p,
-            &mut want[i * qd..(i + 1) * qd],
-        );
-    }
+    let want = slots_reference(&q_rot, &k_ref, &v_ref, c.pos, stride, ring, &p);
 
     let shape = AttnShape {
         n_q,
@@ -369,21 +330,10 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
             },
         ),
     };
-    let shown: Vec<String> = c
-        .pos
-        .iter()
-        .map(|&p| {
-            if p == IDLE {
-                "idle".into()
-            } else {
-                p.to_string()
-            }
-        })
-        .collect();
     let variant = format!("{} {}", c.label, c.kv.name());
     let shape_s = format!(
         "q@[{}] kv {}{} h {}/{} d {} rot {} chunk {}",
-        shown.join(","),
+        show_positions(c.pos),
         c.n_pos,
         c.ring.map_or(String::new(), |r| format!(" ring {r}")),
         c.n_heads,

@@ -4,16 +4,16 @@
 //! (the second form unless `VKLLM_ATTN_PREFILL=coop1`), else the portable tiled one), and its
 //! dispatch.
 
-use vkllm_cpu::{AttnParams, RopeStyle};
+use vkllm_cpu::AttnParams;
 use vkllm_kernels::attention::{
     AttnDecode, AttnDecodeFused, AttnDecodeRope, AttnPrefill, AttnRope, AttnShape, GQA_MAX,
     MAX_CHUNKS,
 };
 use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
-use vkllm_kernels::rope::RopeLayout;
 use vkllm_kernels::rope_kv_append::HeadNorm;
 use vkllm_vk::BufSlice;
 
+use super::fused::rope_layout;
 use super::{VulkanBackend, kv_type};
 use crate::backend::{Backend, KvRows, KvView, RopeKv, Tensor};
 use crate::error::ModelError;
@@ -277,31 +277,14 @@ impl VulkanBackend {
             self.mark("attention");
             return self.attention_op(a.q_out, kv, n, a.positions, p, out);
         };
-        // rope_kv_append's check: a position past the slot (outside a recorded step).
-        if self.capture_ctx.is_none()
-            && let KvRows::Slot(_) = kv.rows
-            && let Some(&pos) = self
-                .host_u32(a.positions, n)
-                .iter()
-                .find(|&&pos| pos as usize >= kv.capacity)
-        {
-            return Err(ModelError::ContextFull {
-                pos: pos as usize,
-                capacity: kv.capacity,
-            });
-        }
-        let need = self.positions_end(a.positions, n).max(1);
-        let ti = self.rope_table(a.rope, need)?;
+        let ti = self.rope_kv_prepare(a, kv)?;
         let plan = self.attn_plan(kv, n, a.positions, p, true)?;
         self.mark("attention");
         let (hd, qd) = (a.head_dim, a.n_heads * a.head_dim);
         let width = a.n_kv_heads * hd;
         let r = AttnRope {
             rotary_dim: a.rope.rotary_dim,
-            layout: match a.rope.style {
-                RopeStyle::Interleaved => RopeLayout::Interleaved,
-                RopeStyle::NeoX => RopeLayout::NeoX,
-            },
+            layout: rope_layout(a.rope.style),
             max_pos: self.ropes[ti].max_pos,
             norm: a.norm.map(|_| HeadNorm {
                 eps: a.eps,

@@ -19,7 +19,39 @@ use crate::backend::{
 use crate::error::ModelError;
 use crate::family::Activation;
 
+/// The kernels' name for a RoPE pairing.
+pub(super) fn rope_layout(style: RopeStyle) -> RopeLayout {
+    match style {
+        RopeStyle::Interleaved => RopeLayout::Interleaved,
+        RopeStyle::NeoX => RopeLayout::NeoX,
+    }
+}
+
 impl VulkanBackend {
+    /// What every fused form of the attention input step checks and needs first: a position
+    /// past the slot is `ContextFull` (outside a recorded step, whose positions live on the
+    /// device), and the RoPE table covering the positions (its index in `ropes`).
+    pub(super) fn rope_kv_prepare(
+        &mut self,
+        a: &RopeKv<'_>,
+        kv: &KvView,
+    ) -> Result<usize, ModelError> {
+        if self.capture_ctx.is_none()
+            && let KvRows::Slot(_) = kv.rows
+            && let Some(&p) = self
+                .host_u32(a.positions, a.n)
+                .iter()
+                .find(|&&p| p as usize >= kv.capacity)
+        {
+            return Err(ModelError::ContextFull {
+                pos: p as usize,
+                capacity: kv.capacity,
+            });
+        }
+        let need = self.positions_end(a.positions, a.n).max(1);
+        self.rope_table(a.rope, need)
+    }
+
     /// Runs the graph's fusable steps as their separate reference ops from now on.
     pub fn with_unfused_ops(mut self) -> Self {
         self.fused = false;
@@ -43,20 +75,7 @@ impl VulkanBackend {
             return rope_kv_unfused(self, a, kv);
         }
         let n = a.n;
-        if self.capture_ctx.is_none()
-            && let KvRows::Slot(_) = kv.rows
-            && let Some(&p) = self
-                .host_u32(a.positions, n)
-                .iter()
-                .find(|&&p| p as usize >= kv.capacity)
-        {
-            return Err(ModelError::ContextFull {
-                pos: p as usize,
-                capacity: kv.capacity,
-            });
-        }
-        let need = self.positions_end(a.positions, n).max(1);
-        let ti = self.rope_table(a.rope, need)?;
+        let ti = self.rope_kv_prepare(a, kv)?;
         let width = a.n_kv_heads * a.head_dim;
         let (qd, hd) = (a.n_heads * a.head_dim, a.head_dim);
         let shape = RopeKvAppendShape {
@@ -65,10 +84,7 @@ impl VulkanBackend {
             n_kv_heads: a.n_kv_heads,
             head_dim: hd,
             rotary_dim: a.rope.rotary_dim,
-            layout: match a.rope.style {
-                RopeStyle::Interleaved => RopeLayout::Interleaved,
-                RopeStyle::NeoX => RopeLayout::NeoX,
-            },
+            layout: rope_layout(a.rope.style),
             max_pos: self.ropes[ti].max_pos,
             norm: a.norm.map(|_| HeadNorm {
                 eps: a.eps,
