@@ -163,9 +163,13 @@ struct Slot {
     part: u64,
 }
 
-/// A recorder's split-K scratch slots.
+/// Split-K scratch slots. A recorder starts with empty ones; a caller that records many
+/// command buffers (a forward submitted in parts) moves them from one recorder to the next
+/// ([`Recorder::take_split_scratch`], [`Recorder::set_split_scratch`]) instead of allocating
+/// new ones each time. A slot's counters are zeroed when it is created and every split
+/// dispatch leaves them zero, so a slot is valid in any recording submitted after that.
 #[derive(Default)]
-pub(crate) struct SplitSlots {
+pub struct SplitSlots {
     slots: [Option<Slot>; SLOTS],
     next: usize,
 }
@@ -197,13 +201,31 @@ impl Recorder {
         let buf =
             self.device()
                 .create_buffer("matmul split-K scratch", c + p, MemoryKind::Device)?;
-        self.fill(buf.slice(0, c)?, 0)?;
+        // Zeroed by a submit of its own (not in this recording), so the slot can move on to
+        // other recorders whatever becomes of this one.
+        self.device().one_shot(|d, cb| {
+            // SAFETY: cb is recording; `buf` is at least `c` bytes.
+            unsafe { d.cmd_fill_buffer(cb, buf.raw(), 0, c, 0) }
+        })?;
         self.split.slots[i] = Some(Slot {
             buf: buf.clone(),
             ctr: c,
             part: p,
         });
         Ok((buf, c))
+    }
+}
+
+impl Recorder {
+    /// Hands this recorder's split-K scratch to the caller (it records with fresh slots if it
+    /// needs any more).
+    pub fn take_split_scratch(&mut self) -> SplitSlots {
+        std::mem::take(&mut self.split)
+    }
+
+    /// Records with `slots` (from an earlier recorder, see [`SplitSlots`]) as split-K scratch.
+    pub fn set_split_scratch(&mut self, slots: SplitSlots) {
+        self.split = slots;
     }
 }
 

@@ -12,6 +12,10 @@ use crate::Error;
 use crate::coopmat::{self, CoopFeatures};
 use crate::error::{Result, vk_err};
 use crate::info::{DeviceChoice, DeviceInfo, physical_devices, query, select};
+
+/// Default [`Device::fence_spin`] on GPUs: a submit polls its fence for up to this long before
+/// it sleeps in the driver (prefill chunks and multi-step decode submits finish well within it).
+pub const FENCE_SPIN: Duration = Duration::from_millis(50);
 use crate::instance::{Instance, Validation, ValidationMessage};
 use crate::pipeline::{Pipeline, PipelineCache, PipelineCacheMode};
 
@@ -331,7 +335,30 @@ impl Device {
 
     /// Submits `cb` and waits on `fence` (reset first) for at most the fence timeout; with
     /// validation on, a validation message recorded by then turns into [`Error::Validation`].
+    /// How long a submit polls its fence before it blocks in the driver: `VKLLM_FENCE_SPIN_US`
+    /// (microseconds, read once; 0 = always block), else [`FENCE_SPIN`] on GPUs and 0 on CPU
+    /// devices (lavapipe runs the work on this machine's cores, which polling would compete for).
+    pub fn fence_spin(&self) -> Duration {
+        static US: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+        let env = *US.get_or_init(|| {
+            std::env::var("VKLLM_FENCE_SPIN_US")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+        });
+        match env {
+            Some(us) => Duration::from_micros(us),
+            None if self.info().kind == crate::info::DeviceKind::Cpu => Duration::ZERO,
+            None => FENCE_SPIN,
+        }
+    }
+
     pub(crate) fn submit_and_wait(&self, cb: vk::CommandBuffer, fence: vk::Fence) -> Result<()> {
+        self.submit(cb, fence)?;
+        self.wait_fence(fence)
+    }
+
+    /// Submits `cb` to signal `fence` (reset first) and returns without waiting.
+    pub(crate) fn submit(&self, cb: vk::CommandBuffer, fence: vk::Fence) -> Result<()> {
         let raw = &self.shared.raw;
         let cbs = [cb];
         let submit = [vk::SubmitInfo::default().command_buffers(&cbs)];
@@ -350,7 +377,27 @@ impl Device {
                     .map_err(vk_err("vkQueueSubmit"))?;
             }
         }
+        Ok(())
+    }
+
+    /// Waits for `fence` (polling first, see [`Device::fence_spin`]), bounded by the device's
+    /// fence timeout.
+    pub(crate) fn wait_fence(&self, fence: vk::Fence) -> Result<()> {
+        let raw = &self.shared.raw;
         let ns = self.shared.fence_timeout.as_nanos().min(u64::MAX as u128) as u64;
+        // Poll first (see `fence_spin`): the work is usually done long before a sleeping wait
+        // would wake up again.
+        let spin = self.fence_spin();
+        if !spin.is_zero() {
+            let t0 = std::time::Instant::now();
+            // SAFETY: valid fence.
+            while !unsafe { raw.get_fence_status(fence) }.map_err(vk_err("vkGetFenceStatus"))? {
+                if t0.elapsed() >= spin {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
         // SAFETY: valid fence.
         match unsafe { raw.wait_for_fences(&[fence], true, ns) } {
             // With validation on (VKLLM_VALIDATE=1), any message fails the submission.

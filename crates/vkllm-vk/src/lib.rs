@@ -33,7 +33,7 @@ pub mod parity;
 
 pub use buffer::{BufSlice, Buffer, MemoryKind};
 pub use coop_split::{
-    DEFAULT_BK as COOP_DEFAULT_BK, SPLIT_TARGET_FLOAT, SPLIT_TARGET_QUANT,
+    DEFAULT_BK as COOP_DEFAULT_BK, SPLIT_TARGET_FLOAT, SPLIT_TARGET_QUANT, SplitSlots,
     auto_config as coop_auto_config, split_target as coop_split_target,
     with_split as coop_with_split,
 };

@@ -230,10 +230,11 @@ impl Recorder {
         }
     }
 
-    fn check_binding(&self, what: &str, s: &BufSlice<'_>) -> Result<()> {
+    fn check_binding(&self, what: impl Fn() -> String, s: &BufSlice<'_>) -> Result<()> {
         if !Arc::ptr_eq(&s.buffer.inner.shared, &self.obj.dev.shared) {
             return Err(Error::Shape(format!(
-                "{what}: buffer belongs to another device"
+                "{}: buffer belongs to another device",
+                what()
             )));
         }
         let l = &self.obj.dev.info().limits;
@@ -242,17 +243,17 @@ impl Recorder {
             .is_multiple_of(l.min_storage_buffer_offset_alignment)
         {
             return Err(Error::Misaligned {
-                what: what.to_string(),
+                what: what(),
                 offset: s.offset,
                 align: l.min_storage_buffer_offset_alignment,
             });
         }
         if s.len == 0 {
-            return Err(Error::Shape(format!("{what}: empty buffer range")));
+            return Err(Error::Shape(format!("{}: empty buffer range", what())));
         }
         if s.len > l.max_storage_buffer_range {
             return Err(Error::BufferRange {
-                what: what.to_string(),
+                what: what(),
                 len: s.len,
                 max: l.max_storage_buffer_range,
             });
@@ -324,7 +325,8 @@ impl Recorder {
         let mut reads = Vec::new();
         let mut writes = Vec::new();
         for (b, spec) in d.buffers.iter().zip(k.bindings) {
-            self.check_binding(&format!("kernel {} binding `{}`", k.name, spec.name), b)?;
+            // The label is only formatted for an error (this runs for every binding recorded).
+            self.check_binding(|| format!("kernel {} binding `{}`", k.name, spec.name), b)?;
             let r = self.range(b);
             if spec.access.reads() {
                 reads.push(r);
@@ -521,6 +523,18 @@ impl Recording {
     /// Submits and waits for completion (bounded by the device's fence timeout).
     pub fn submit(&self) -> Result<()> {
         self.obj.dev.submit_and_wait(self.obj.cb, self.obj.fence)
+    }
+
+    /// Submits without waiting; [`Recording::wait`] (or dropping the recording) waits. Work
+    /// submitted after it on the queue starts after it (every recording begins with a full
+    /// barrier). Do not submit it again before it has been waited for.
+    pub fn submit_nowait(&self) -> Result<()> {
+        self.obj.dev.submit(self.obj.cb, self.obj.fence)
+    }
+
+    /// Waits for the last submit (bounded by the device's fence timeout).
+    pub fn wait(&self) -> Result<()> {
+        self.obj.dev.wait_fence(self.obj.fence)
     }
 
     pub fn dispatches(&self) -> usize {

@@ -132,8 +132,14 @@ pub trait Backend {
 
     /// A zero-initialised f32 tensor.
     fn alloc_f32(&mut self, len: usize) -> Result<Tensor, ModelError>;
-    /// A zero-initialised u32 tensor (token ids, positions).
+    /// A zero-initialised u32 tensor the host writes (token ids, positions).
     fn alloc_u32(&mut self, len: usize) -> Result<Tensor, ModelError>;
+    /// A zero-initialised u32 tensor only kernels write and read (routed expert ids): a GPU
+    /// backend keeps it in device memory, where [`Backend::alloc_u32`] may pick host-visible
+    /// memory.
+    fn alloc_u32_scratch(&mut self, len: usize) -> Result<Tensor, ModelError> {
+        self.alloc_u32(len)
+    }
     /// Device memory (free, total) in bytes where the backend knows it; `None` on the host.
     fn memory_free(&self) -> Option<(u64, u64)> {
         None

@@ -13,7 +13,7 @@ use vkllm_kernels::elementwise::{Add, Softcap};
 use vkllm_kernels::kv_append::{KvAppend, KvType};
 use vkllm_kernels::rmsnorm::{NormShape, RmsNorm};
 use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
-use vkllm_vk::{BufSlice, Buffer, Device, MemoryKind, Recorder, Tensor as VkTensor, Validation};
+use vkllm_vk::{BufSlice, Buffer, Device, MemoryKind, Recorder, Tensor as VkTensor};
 
 mod attention;
 mod fused;
@@ -21,6 +21,7 @@ mod profile;
 mod recorded;
 mod slot_graph;
 mod slots;
+mod submit;
 mod tables;
 
 pub use recorded::RecordedDecode;
@@ -85,6 +86,23 @@ pub struct VulkanBackend {
     fold_attention: bool,
     /// While a forward is profiled (`profile.rs`): the timings of the recordings flushed so far.
     profiled: Option<Vec<vkllm_vk::DispatchTiming>>,
+    /// Step inputs in host-visible memory and reads copied in the same submit as the work
+    /// before them (one submit per forward); false (`VKLLM_ONE_SUBMIT=0`): inputs in device
+    /// memory written by a copy each, reads by a copy of their own (three extra round trips).
+    one_submit: bool,
+    /// Host-visible target of `read_f32`'s copies (`readback_buffer`).
+    readback: Option<Buffer>,
+    /// Submit a forward in growing parts while it is recorded (`record`); false
+    /// (`VKLLM_SPLIT_SUBMIT=0`): one submit at the end.
+    split_submits: bool,
+    /// Parts submitted since the last `flush`, not yet waited for.
+    in_flight: Vec<vkllm_vk::Recording>,
+    /// Dispatches at which the open recording is submitted as the next part.
+    next_part: usize,
+    /// `matmul_coop`'s split-K scratch, handed from each recorder to the next.
+    split_scratch: vkllm_vk::SplitSlots,
+    /// Parts submitted early so far (`record`), for tests.
+    parts_submitted: u64,
 }
 
 impl VulkanBackend {
@@ -106,6 +124,13 @@ impl VulkanBackend {
             fused: std::env::var_os("VKLLM_UNFUSED").is_none_or(|v| v.is_empty() || v == "0"),
             fold_attention: attention::env_fold_attention(),
             profiled: None,
+            one_submit: std::env::var("VKLLM_ONE_SUBMIT").map_or(true, |v| v != "0"),
+            readback: None,
+            split_submits: std::env::var("VKLLM_SPLIT_SUBMIT").map_or(true, |v| v != "0"),
+            in_flight: Vec::new(),
+            next_part: submit::FIRST_PART,
+            split_scratch: Default::default(),
+            parts_submitted: 0,
         }
     }
 
@@ -139,33 +164,6 @@ impl VulkanBackend {
 
     pub fn device(&self) -> &Device {
         &self.dev
-    }
-
-    /// Submits everything recorded so far and waits for it.
-    pub fn flush(&mut self) -> Result<(), ModelError> {
-        if self.capture_ctx.is_some() {
-            return Err(ModelError::Config {
-                field: "decode capture".into(),
-                msg: "an op needed a host round trip while a decode step was being recorded".into(),
-            });
-        }
-        if let Some(r) = self.rec.take() {
-            let rec = r.finish()?;
-            rec.submit()?;
-            if let Some(t) = self.profiled.as_mut() {
-                // Each recording's times start at 0: continue after the previous one.
-                let off = t.last().map_or(0.0, |d| d.start_ns + d.ns);
-                t.extend(rec.timings()?.into_iter().map(|mut d| {
-                    d.start_ns += off;
-                    d
-                }));
-            }
-            if self.dev.validation() == Validation::On {
-                self.dev.check_validation()?;
-            }
-        }
-        self.retired.clear();
-        Ok(())
     }
 
     fn push(&mut self, s: Slot) -> Tensor {
@@ -214,20 +212,6 @@ impl VulkanBackend {
             Slot::Buf { host: Some(h), .. } => &h[..n],
             _ => panic!("tensor {t:?} has no host copy of its u32 values"),
         }
-    }
-
-    /// Runs `f` with the open recorder (one is started when none is open).
-    fn record(
-        &mut self,
-        f: impl FnOnce(&Self, &mut Recorder) -> Result<(), ModelError>,
-    ) -> Result<(), ModelError> {
-        let mut r = match self.rec.take() {
-            Some(r) => r,
-            None => Recorder::with_timestamps(&self.dev, self.timestamps)?,
-        };
-        let res = f(self, &mut r);
-        self.rec = Some(r);
-        res
     }
 
     fn alloc(&mut self, len: usize, host: Option<Vec<u32>>) -> Result<Tensor, ModelError> {
@@ -311,7 +295,23 @@ impl Backend for VulkanBackend {
     }
 
     fn alloc_u32(&mut self, len: usize) -> Result<Tensor, ModelError> {
-        self.alloc(len, Some(vec![0; len]))
+        if !self.one_submit {
+            return self.alloc(len, Some(vec![0; len]));
+        }
+        // Host-visible: a forward's ids and positions are written straight into mapped memory,
+        // with no copy submitted and waited for.
+        let buf = self
+            .dev
+            .create_buffer("step input", 4 * len.max(1) as u64, MemoryKind::Host)?;
+        buf.write_host(0, &vec![0; 4 * len.max(1)])?;
+        Ok(self.push(Slot::Buf {
+            buf,
+            host: Some(vec![0; len]),
+        }))
+    }
+
+    fn alloc_u32_scratch(&mut self, len: usize) -> Result<Tensor, ModelError> {
+        self.alloc(len, None)
     }
 
     fn alloc_kv(&mut self, len: usize, dtype: KvDtype) -> Result<Tensor, ModelError> {
@@ -373,6 +373,9 @@ impl Backend for VulkanBackend {
     }
 
     fn read_f32(&mut self, t: Tensor, offset: usize, out: &mut [f32]) -> Result<(), ModelError> {
+        if self.read_in_submit(t, offset, out)? {
+            return Ok(());
+        }
         self.flush()?;
         self.dev.download(
             self.buf(t),

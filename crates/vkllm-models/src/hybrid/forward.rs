@@ -177,7 +177,7 @@ impl HybridModel {
             up: b.alloc_f32((n * ff).max(1))?,
             act: b.alloc_f32((n * ff).max(1))?,
             router: b.alloc_f32((n * ne).max(1))?,
-            expert_ids: b.alloc_u32((n * k).max(1))?,
+            expert_ids: b.alloc_u32_scratch((n * k).max(1))?,
             expert_w: b.alloc_f32((n * k).max(1))?,
             expert_act: b.alloc_f32((n * k * eff).max(1))?,
             shared: b.alloc_f32(n * c.hidden_size)?,
