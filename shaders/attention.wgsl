@@ -177,6 +177,7 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
 // invocations across head dims sum w_c o_c / L over the chunks with w_c > 0 (an empty chunk,
 // m_c = -inf, has w_c = 0 and its o_c is never read). n_chunks <= MAX_CHUNKS.
 const MAX_CHUNKS: u32 = 2048u;
+const MERGE_B: u32 = 8u;
 var<workgroup> mw: array<f32, MAX_CHUNKS>;
 
 @compute @workgroup_size(WG)
@@ -207,10 +208,23 @@ fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     let big_l = wg_sum(ls, sg_id, sg_lane, n_sg);
     for (var d = lid; d < hd; d += WG) {
         var o = 0.0;
-        for (var c = 0u; c < p.n_chunks; c++) {
-            let w = mw[c];
-            if (w > 0.0) {
-                o += part_o[(base + c) * hd + d] * w;
+        // Chunks in batches of MERGE_B: the batch's partials are loaded before any is used
+        // (a constant trip count keeps the loads in flight together; an empty chunk's stale
+        // value is loaded but never used); sums in chunk order.
+        for (var c0 = 0u; c0 < p.n_chunks; c0 += MERGE_B) {
+            var po: array<f32, MERGE_B>;
+            for (var u = 0u; u < MERGE_B; u++) {
+                let c = min(c0 + u, p.n_chunks - 1u);
+                po[u] = part_o[(base + c) * hd + d];
+            }
+            for (var u = 0u; u < MERGE_B; u++) {
+                let c = c0 + u;
+                if (c < p.n_chunks) {
+                    let w = mw[c];
+                    if (w > 0.0) {
+                        o += po[u] * w;
+                    }
+                }
             }
         }
         var r = 0.0;

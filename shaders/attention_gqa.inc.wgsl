@@ -73,6 +73,10 @@ fn live_chunks(lo: u32, hi: u32) -> u32 {
 // accumulators stay in registers (a dynamically indexed private array would live in memory).
 // Shared memory: 4096 (queries, then output partials) + 2048 (scores) + 16 f32: 24.1 KiB.
 const GQA_MAX: u32 = 8u;
+// Words of a K row each lane loads before using them, and keys whose V words each invocation
+// loads before using them (constant batches, so the loads are in flight together).
+const GQA_LB: u32 = 8u;
+const GQA_VB: u32 = 4u;
 // The group's queries while scoring, then the output partials once scores are done.
 var<workgroup> qg: array<f32, 4096>;
 var<workgroup> sg_sc: array<f32, 2048>;
@@ -123,19 +127,40 @@ fn gqa_chunk(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: 
         }
         if (live) {
             let kb = (row0 + j % p.ring) * kv_dim + kvh * hd;
-            for (var w = cl_lane; w < words; w += 8u) {
-                if (KV_DTYPE == 0u) {
-                    let kx = bitcast<f32>(k[kb + w]);
-                    for (var g = 0u; g < GQA_MAX; g++) {
-                        if (g < g_n) {
-                            acc[g] += qg[g * hd + w] * kx;
-                        }
+            var kw0 = kb;
+            if (KV_DTYPE == 1u) {
+                kw0 = kb >> 1u;
+            }
+            // The lane's words w = cl_lane, cl_lane + 8, ... in batches of GQA_LB, all loaded
+            // before any is used (constant trip counts: the loads are issued back to back
+            // instead of one memory latency each); the sums keep the order w ascending.
+            for (var wb = cl_lane; wb < words; wb += 8u * GQA_LB) {
+                var kr: array<u32, GQA_LB>;
+                for (var u = 0u; u < GQA_LB; u++) {
+                    let w = wb + 8u * u;
+                    kr[u] = 0u;
+                    if (w < words) {
+                        kr[u] = k[kw0 + w];
                     }
-                } else {
-                    let kx = unpack2x16float(k[(kb >> 1u) + w]);
-                    for (var g = 0u; g < GQA_MAX; g++) {
-                        if (g < g_n) {
-                            acc[g] += qg[g * hd + 2u * w] * kx.x + qg[g * hd + 2u * w + 1u] * kx.y;
+                }
+                for (var u = 0u; u < GQA_LB; u++) {
+                    let w = wb + 8u * u;
+                    if (w < words) {
+                        if (KV_DTYPE == 0u) {
+                            let kx = bitcast<f32>(kr[u]);
+                            for (var g = 0u; g < GQA_MAX; g++) {
+                                if (g < g_n) {
+                                    acc[g] += qg[g * hd + w] * kx;
+                                }
+                            }
+                        } else {
+                            let kx = unpack2x16float(kr[u]);
+                            for (var g = 0u; g < GQA_MAX; g++) {
+                                if (g < g_n) {
+                                    acc[g] += qg[g * hd + 2u * w] * kx.x
+                                        + qg[g * hd + 2u * w + 1u] * kx.y;
+                                }
+                            }
                         }
                     }
                 }
@@ -204,26 +229,49 @@ fn gqa_chunk(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: 
         o[u] = 0.0;
     }
     if (kg < kg_n) {
-        for (var jj = kg; jj < n; jj += kg_n) {
-            let j = j0 + jj;
-            let vb = (row0 + j % p.ring) * kv_dim + kvh * hd + d0;
-            var vx: array<f32, 4>;
-            for (var u = 0u; u < 4u; u++) {
-                vx[u] = 0.0;
-                if (d0 + u < hd) {
-                    if (KV_DTYPE == 0u) {
-                        vx[u] = bitcast<f32>(v[vb + u]);
-                    } else {
-                        let pair = unpack2x16float(v[(vb + u) >> 1u]);
-                        vx[u] = select(pair.x, pair.y, ((vb + u) & 1u) == 1u);
+        // Keys jj = kg, kg + kg_n, ... in batches of GQA_VB: the batch's V words are all loaded
+        // before any is used (as the K words above); sums in the order jj ascending.
+        for (var jb = kg; jb < n; jb += GQA_VB * kg_n) {
+            var vr: array<vec4<u32>, GQA_VB>;
+            for (var b = 0u; b < GQA_VB; b++) {
+                let jj = jb + b * kg_n;
+                vr[b] = vec4<u32>(0u);
+                if (jj < n) {
+                    let vb = (row0 + (j0 + jj) % p.ring) * kv_dim + kvh * hd + d0;
+                    for (var u = 0u; u < 4u; u++) {
+                        if (d0 + u < hd) {
+                            if (KV_DTYPE == 0u) {
+                                vr[b][u] = v[vb + u];
+                            } else {
+                                vr[b][u] = v[(vb + u) >> 1u];
+                            }
+                        }
                     }
                 }
             }
-            for (var g = 0u; g < GQA_MAX; g++) {
-                if (g < g_n) {
-                    let e = sg_sc[g * CHUNK + jj];
+            for (var b = 0u; b < GQA_VB; b++) {
+                let jj = jb + b * kg_n;
+                if (jj < n) {
+                    let vb = (row0 + (j0 + jj) % p.ring) * kv_dim + kvh * hd + d0;
+                    var vx: array<f32, 4>;
                     for (var u = 0u; u < 4u; u++) {
-                        o[4u * g + u] += e * vx[u];
+                        vx[u] = 0.0;
+                        if (d0 + u < hd) {
+                            if (KV_DTYPE == 0u) {
+                                vx[u] = bitcast<f32>(vr[b][u]);
+                            } else {
+                                let pair = unpack2x16float(vr[b][u]);
+                                vx[u] = select(pair.x, pair.y, ((vb + u) & 1u) == 1u);
+                            }
+                        }
+                    }
+                    for (var g = 0u; g < GQA_MAX; g++) {
+                        if (g < g_n) {
+                            let e = sg_sc[g * CHUNK + jj];
+                            for (var u = 0u; u < 4u; u++) {
+                                o[4u * g + u] += e * vx[u];
+                            }
+                        }
                     }
                 }
             }
