@@ -289,7 +289,7 @@ impl<B: KernelBuffer> AttnDecode<B> {
 
     /// The grouped split: one workgroup per kv head scores its keys for all `n_heads /
     /// n_kv_heads <= GQA_MAX` query heads (each K row read once), subgroups across keys and lanes
-    /// across the row; `chunk` a power of two in 16..=256 (64 suits decode). Same partials and
+    /// across the row; `chunk` a power of two in 8..=256 (64 suits decode). Same partials and
     /// merge as [`AttnDecode::dispatch`]; head_dim <= 256.
     pub fn dispatch_gqa(self, s: &AttnShape, chunk: usize) -> Result<[Dispatch<B>; 2], Error> {
         let k = &ATTN_SPLIT_GQA;
@@ -304,10 +304,16 @@ impl<B: KernelBuffer> AttnDecode<B> {
         chunk: usize,
     ) -> Result<[Dispatch<B>; 2], Error> {
         s.check(k)?;
-        if !(16..=1024).contains(&chunk) || !chunk.is_power_of_two() {
+        // (The grouped split's own check, `check_gqa`, admits chunks from 8.)
+        let min = if std::ptr::eq(k, &ATTN_SPLIT_GQA) {
+            8
+        } else {
+            16
+        };
+        if !(min..=1024).contains(&chunk) || !chunk.is_power_of_two() {
             return Err(shape_err(
                 k,
-                format!("chunk {chunk} must be a power of two in 16..=1024"),
+                format!("chunk {chunk} must be a power of two in {min}..=1024"),
             ));
         }
         s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
@@ -352,13 +358,13 @@ impl<B: KernelBuffer> AttnDecode<B> {
     }
 }
 
-/// The grouped split's limits: `chunk` a power of two in 16..=256, at most [`GQA_MAX`] query
+/// The grouped split's limits: `chunk` a power of two in 8..=256, at most [`GQA_MAX`] query
 /// heads per kv head.
 pub(crate) fn check_gqa(k: &'static KernelSpec, s: &AttnShape, chunk: usize) -> Result<(), Error> {
-    if !(16..=256).contains(&chunk) || !chunk.is_power_of_two() {
+    if !(8..=256).contains(&chunk) || !chunk.is_power_of_two() {
         return Err(shape_err(
             k,
-            format!("chunk {chunk} must be a power of two in 16..=256"),
+            format!("chunk {chunk} must be a power of two in 8..=256"),
         ));
     }
     if s.n_kv_heads == 0 || s.n_heads / s.n_kv_heads.max(1) > GQA_MAX {

@@ -128,7 +128,7 @@ impl<B: KernelBuffer> AttnDecodeFused<B> {
         counter_bytes(s)
     }
 
-    /// `chunk`: keys per workgroup, a power of two in 16..=256; partials sized by
+    /// `chunk`: keys per workgroup, a power of two in 8..=256; partials sized by
     /// [`crate::attention::AttnDecode::scratch_bytes`] for the same chunk.
     pub fn dispatch(self, s: &AttnShape, chunk: usize) -> Result<Dispatch<B>, Error> {
         let k = &ATTN_DECODE_FUSED;

@@ -99,6 +99,8 @@ pub struct VulkanBackend {
     in_flight: Vec<vkllm_vk::Recording>,
     /// Dispatches at which the open recording is submitted as the next part.
     next_part: usize,
+    /// The first part's dispatches (`with_submits`).
+    first_part: usize,
     /// `matmul_coop`'s split-K scratch, handed from each recorder to the next.
     split_scratch: vkllm_vk::SplitSlots,
     /// Parts submitted early so far (`record`), for tests.
@@ -129,6 +131,7 @@ impl VulkanBackend {
             split_submits: std::env::var("VKLLM_SPLIT_SUBMIT").map_or(true, |v| v != "0"),
             in_flight: Vec::new(),
             next_part: submit::FIRST_PART,
+            first_part: submit::FIRST_PART,
             split_scratch: Default::default(),
             parts_submitted: 0,
         }

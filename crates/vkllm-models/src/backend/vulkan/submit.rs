@@ -21,12 +21,16 @@ impl VulkanBackend {
     /// Chooses how forwards reach the GPU (both on by default; `VKLLM_ONE_SUBMIT=0` and
     /// `VKLLM_SPLIT_SUBMIT=0` turn them off at creation). `one_submit`: step inputs in
     /// host-visible memory and reads copied in the same submit as the work before them;
-    /// `split`: a forward is submitted in growing parts while it is recorded. Off: inputs
-    /// uploaded and logits downloaded by copies of their own, one submit after recording.
-    /// Set it before any tensor is allocated (it picks where step inputs live).
-    pub fn with_submits(mut self, one_submit: bool, split: bool) -> Self {
+    /// `first_part`: a forward is submitted in growing parts while it is recorded, the first
+    /// of this many dispatches (default 32), each next one twice as large up to 256 (or the
+    /// first); `None`: one submit after recording. Off: inputs uploaded and logits
+    /// downloaded by copies of their own, one submit after recording. Set it before any
+    /// tensor is allocated (it picks where step inputs live).
+    pub fn with_submits(mut self, one_submit: bool, first_part: Option<usize>) -> Self {
         self.one_submit = one_submit;
-        self.split_submits = split;
+        self.split_submits = first_part.is_some();
+        self.first_part = first_part.unwrap_or(FIRST_PART).max(1);
+        self.next_part = self.first_part;
         self
     }
 
@@ -65,7 +69,7 @@ impl VulkanBackend {
         for part in self.in_flight.drain(..) {
             part.wait()?;
         }
-        self.next_part = FIRST_PART;
+        self.next_part = self.first_part;
         self.retired.clear();
         Ok(())
     }
@@ -98,7 +102,7 @@ impl VulkanBackend {
             part.submit_nowait()?;
             self.in_flight.push(part);
             self.parts_submitted += 1;
-            self.next_part = (2 * self.next_part).min(MAX_PART);
+            self.next_part = (2 * self.next_part).min(MAX_PART.max(self.first_part));
             return Ok(());
         }
         self.rec = Some(r);
