@@ -349,45 +349,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let uc = p.cols / 32u;
     let n_units = NC * uc;
 
-    // Norm prologue: inv_rms of each column (as matvec_fused).
-    var inv: array<f32, 8>;
-    if (NORM != 0u) {
-        var ss: array<f32, 8>;
-        for (var t = 0u; t < NC; t++) {
-            ss[t] = 0.0;
-        }
-        for (var i = v; i < c4; i += WG) {
-            for (var t = 0u; t < NC; t++) {
-                let a = x4[t * c4 + i];
-                ss[t] += dot(a, a);
-            }
-        }
-        for (var t = 0u; t < NC; t++) {
-            let s = subgroupAdd(ss[t]);
-            if (sg_lane == 0u) {
-                red[sg_id * NC + t] = s;
-            }
-        }
-        workgroupBarrier();
-        for (var t = 0u; t < NC; t++) {
-            var total = 0.0;
-            for (var i = 0u; i < n_sg; i++) {
-                total += red[i * NC + t];
-            }
-            inv[t] = 1.0 / sqrt(total / f32(p.cols) + p.eps);
-        }
-        workgroupBarrier();
-    }
-
+    // Norm prologue and quantization in one pass over x (x is read once: the sum of squares
+    // of each column is taken from the chunks being quantized, whose weighting by the norm
+    // does not depend on it; inv_rms multiplies the finished dot products, as in matvec_fused).
     // Quantize x: chunk ch (8 elements: unit ch / 4, words 2 (ch % 4), 2 (ch % 4) + 1). The
     // chunk count is a multiple of 4 and of no concern to WG (a multiple of 32): the 4 lanes of a
     // unit run the loop alike.
+    var inv: array<f32, 8>;
+    var ss: array<f32, 8>;
+    for (var t = 0u; t < NC; t++) {
+        ss[t] = 0.0;
+    }
     for (var ch = v; ch < 4u * n_units; ch += WG) {
         let un = ch / 4u;
         let e4 = 2u * ch;
         var a = x4[e4];
         var b = x4[e4 + 1u];
         if (NORM != 0u) {
+            let col = un / uc;
+            let sq = dot(a, a) + dot(b, b);
+            for (var t = 0u; t < NC; t++) {
+                ss[t] += select(0.0, sq, t == col);
+            }
             let c = e4 % c4;
             a *= p.norm_offset + nw4[c];
             b *= p.norm_offset + nw4[c + 1u];
@@ -410,7 +393,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             xs[un] = s;
         }
     }
+    if (NORM != 0u) {
+        for (var t = 0u; t < NC; t++) {
+            let s = subgroupAdd(ss[t]);
+            if (sg_lane == 0u) {
+                red[sg_id * NC + t] = s;
+            }
+        }
+    }
     workgroupBarrier();
+    if (NORM != 0u) {
+        for (var t = 0u; t < NC; t++) {
+            var total = 0.0;
+            for (var i = 0u; i < n_sg; i++) {
+                total += red[i * NC + t];
+            }
+            inv[t] = 1.0 / sqrt(total / f32(p.cols) + p.eps);
+        }
+        // `red` is written again by the team sums below.
+        workgroupBarrier();
+    }
 
     for (var it = 0u; it < NIT; it++) {
         let base = ((g - first_wg) * NIT + it) * (WG / LPR) * R;
