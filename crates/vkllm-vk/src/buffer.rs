@@ -16,6 +16,18 @@ pub enum MemoryKind {
     Device,
     /// Host-visible, mapped (staging, small step parameters written by the host).
     Host,
+    /// Host-visible and mapped, in device-local memory where the device offers such (a
+    /// resizable BAR): written by the host, read by kernels at device-memory speed (step inputs
+    /// every workgroup reads). Host reads of it may be slow (uncached); falls back to host
+    /// memory where no such type exists.
+    Upload,
+}
+
+impl MemoryKind {
+    /// Mapped for the host (`write_host` / `read_host` apply).
+    pub fn mapped(self) -> bool {
+        matches!(self, MemoryKind::Host | MemoryKind::Upload)
+    }
 }
 
 pub(crate) struct BufferInner {
@@ -161,7 +173,7 @@ impl Buffer {
     }
 
     fn check_host(&self, offset: u64, len: u64) -> Result<()> {
-        if self.inner.kind != MemoryKind::Host || self.inner.mapped.is_null() {
+        if !self.inner.kind.mapped() || self.inner.mapped.is_null() {
             return Err(Error::Shape(format!(
                 "buffer {} is not host-visible",
                 self.inner.label
@@ -198,6 +210,12 @@ impl Device {
                     | vk_mem::AllocationCreateFlags::HOST_ACCESS_RANDOM,
                 ..Default::default()
             },
+            MemoryKind::Upload => vk_mem::AllocationCreateInfo {
+                usage: vk_mem::MemoryUsage::AutoPreferDevice,
+                flags: vk_mem::AllocationCreateFlags::MAPPED
+                    | vk_mem::AllocationCreateFlags::HOST_ACCESS_SEQUENTIAL_WRITE,
+                ..Default::default()
+            },
         };
         let sh = &self.shared;
         // SAFETY: valid allocator and create infos.
@@ -211,7 +229,7 @@ impl Device {
                 }
                 r => vk_err("vmaCreateBuffer")(r),
             })?;
-        let mapped = if kind == MemoryKind::Host {
+        let mapped = if kind.mapped() {
             sh.allocator.get_allocation_info(&alloc).mapped_data as *mut u8
         } else {
             std::ptr::null_mut()
@@ -243,7 +261,7 @@ impl Device {
         if data.is_empty() {
             return Ok(());
         }
-        if dst.kind() == MemoryKind::Host {
+        if dst.kind().mapped() {
             return dst.write_host(offset, data);
         }
         let chunk = (64u64 << 20).min(self.max_buffer_bytes()) as usize;
@@ -274,7 +292,7 @@ impl Device {
         if out.is_empty() {
             return Ok(());
         }
-        if src.kind() == MemoryKind::Host {
+        if src.kind().mapped() {
             return src.read_host(offset, out);
         }
         let chunk = (64u64 << 20).min(self.max_buffer_bytes()) as usize;

@@ -302,10 +302,11 @@ impl Backend for VulkanBackend {
             return self.alloc(len, Some(vec![0; len]));
         }
         // Host-visible: a forward's ids and positions are written straight into mapped memory,
-        // with no copy submitted and waited for.
-        let buf = self
-            .dev
-            .create_buffer("step input", 4 * len.max(1) as u64, MemoryKind::Host)?;
+        // with no copy submitted and waited for; device-local where the device allows, since
+        // many workgroups read them (a prefill chunk's positions: every head of every token).
+        let buf =
+            self.dev
+                .create_buffer("step input", 4 * len.max(1) as u64, MemoryKind::Upload)?;
         buf.write_host(0, &vec![0; 4 * len.max(1)])?;
         Ok(self.push(Slot::Buf {
             buf,

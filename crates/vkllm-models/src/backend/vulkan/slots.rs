@@ -180,10 +180,12 @@ fn cfg_err(field: &str, msg: String) -> ModelError {
 }
 
 impl VulkanBackend {
+    /// A tensor the host writes and kernels read (and the device-side advance writes): mapped,
+    /// device-local where the device allows (never read back by the host).
     fn host_tensor(&mut self, label: &str, words: usize) -> Result<(Tensor, usize), ModelError> {
         let buf = self
             .dev
-            .create_buffer(label, 4 * words.max(1) as u64, MemoryKind::Host)?;
+            .create_buffer(label, 4 * words.max(1) as u64, MemoryKind::Upload)?;
         buf.write_host(0, &vec![0u8; 4 * words.max(1)])?;
         let t = self.push(Slot::Buf { buf, host: None });
         Ok((t, t.index()))
