@@ -92,15 +92,13 @@ pub struct VulkanBackend {
     one_submit: bool,
     /// Host-visible target of `read_f32`'s copies (`readback_buffer`).
     readback: Option<Buffer>,
-    /// Submit a forward in growing parts while it is recorded (`record`); false
-    /// (`VKLLM_SPLIT_SUBMIT=0`): one submit at the end.
-    split_submits: bool,
     /// Parts submitted since the last `flush`, not yet waited for.
     in_flight: Vec<vkllm_vk::Recording>,
     /// Dispatches at which the open recording is submitted as the next part.
     next_part: usize,
-    /// The first part's dispatches (`with_submits`).
-    first_part: usize,
+    /// Submit a forward in growing parts while it is recorded (`record`), the first of this
+    /// many dispatches (`with_submits`); None (`VKLLM_SPLIT_SUBMIT=0`): one submit at the end.
+    first_part: Option<usize>,
     /// `matmul_coop`'s split-K scratch, handed from each recorder to the next.
     split_scratch: vkllm_vk::SplitSlots,
     /// Parts submitted early so far (`record`), for tests.
@@ -128,10 +126,11 @@ impl VulkanBackend {
             profiled: None,
             one_submit: std::env::var("VKLLM_ONE_SUBMIT").map_or(true, |v| v != "0"),
             readback: None,
-            split_submits: std::env::var("VKLLM_SPLIT_SUBMIT").map_or(true, |v| v != "0"),
             in_flight: Vec::new(),
             next_part: submit::FIRST_PART,
-            first_part: submit::FIRST_PART,
+            first_part: std::env::var("VKLLM_SPLIT_SUBMIT")
+                .map_or(true, |v| v != "0")
+                .then_some(submit::FIRST_PART),
             split_scratch: Default::default(),
             parts_submitted: 0,
         }

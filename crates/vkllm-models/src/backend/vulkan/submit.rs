@@ -28,9 +28,8 @@ impl VulkanBackend {
     /// tensor is allocated (it picks where step inputs live).
     pub fn with_submits(mut self, one_submit: bool, first_part: Option<usize>) -> Self {
         self.one_submit = one_submit;
-        self.split_submits = first_part.is_some();
-        self.first_part = first_part.unwrap_or(FIRST_PART).max(1);
-        self.next_part = self.first_part;
+        self.first_part = first_part.map(|n| n.max(1));
+        self.next_part = self.first_part.unwrap_or(FIRST_PART);
         self
     }
 
@@ -69,7 +68,7 @@ impl VulkanBackend {
         for part in self.in_flight.drain(..) {
             part.wait()?;
         }
-        self.next_part = self.first_part;
+        self.next_part = self.first_part.unwrap_or(FIRST_PART);
         self.retired.clear();
         Ok(())
     }
@@ -89,7 +88,7 @@ impl VulkanBackend {
         };
         let res = f(self, &mut r);
         if res.is_ok()
-            && self.split_submits
+            && let Some(first) = self.first_part
             && self.timestamps == 0
             && self.capture_ctx.is_none()
             && r.dispatches() >= self.next_part
@@ -102,7 +101,7 @@ impl VulkanBackend {
             part.submit_nowait()?;
             self.in_flight.push(part);
             self.parts_submitted += 1;
-            self.next_part = (2 * self.next_part).min(MAX_PART.max(self.first_part));
+            self.next_part = (2 * self.next_part).min(MAX_PART.max(first));
             return Ok(());
         }
         self.rec = Some(r);
