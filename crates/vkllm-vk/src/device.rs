@@ -77,6 +77,8 @@ pub(crate) struct Shared {
     pub(crate) coopmat: bool,
     /// Integer dot products were enabled at creation (`matvec_q8a` may run).
     pub(crate) int8_dot: bool,
+    /// Pipeline statistics are reported (`pipeline_stats`).
+    pub(crate) stats: Option<ash::khr::pipeline_executable_properties::Device>,
 }
 
 impl Drop for Shared {
@@ -125,12 +127,27 @@ impl Device {
             .queue_family_index(family)
             .queue_priorities(&prio)];
         let use_coop = opts.cooperative_matrix && info.supports_coopmat_f16();
+        let use_stats = crate::pipeline_stats::requested_by_env()
+            && info.has_extension(&crate::pipeline_stats::EXTENSION.to_string_lossy());
         let mut f = CoopFeatures::enabled();
-        let exts = [coopmat::EXTENSION.as_ptr()];
-        let mut dinfo = vk::DeviceCreateInfo::default().queue_create_infos(&queues);
+        let mut exts = Vec::new();
+        if use_coop {
+            exts.push(coopmat::EXTENSION.as_ptr());
+        }
+        if use_stats {
+            exts.push(crate::pipeline_stats::EXTENSION.as_ptr());
+        }
+        let mut stats_feature =
+            vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
+                .pipeline_executable_info(true);
+        let mut dinfo = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queues)
+            .enabled_extension_names(&exts);
+        if use_stats {
+            dinfo = dinfo.push_next(&mut stats_feature);
+        }
         if use_coop {
             dinfo = dinfo
-                .enabled_extension_names(&exts)
                 .push_next(&mut f.storage16)
                 .push_next(&mut f.f16)
                 .push_next(&mut f.memory_model)
@@ -149,8 +166,10 @@ impl Device {
             .map_err(vk_err("vkCreateDevice"))?;
         // SAFETY: the queue family/index were requested above.
         let queue = unsafe { raw.get_device_queue(family, 0) };
+        let stats = use_stats
+            .then(|| ash::khr::pipeline_executable_properties::Device::new(&instance.raw, &raw));
         Self::assemble(
-            instance, pd, raw, true, queue, family, info, opts, use_coop, use_dot,
+            instance, pd, raw, true, queue, family, info, opts, use_coop, use_dot, stats,
         )
     }
 
@@ -202,6 +221,7 @@ impl Device {
             opts,
             false,
             false,
+            None,
         )
     }
 
@@ -217,6 +237,7 @@ impl Device {
         opts: &DeviceOptions,
         coopmat: bool,
         int8_dot: bool,
+        stats: Option<ash::khr::pipeline_executable_properties::Device>,
     ) -> Result<Self> {
         let destroy = |raw: &ash::Device| {
             if owned {
@@ -265,6 +286,7 @@ impl Device {
                 max_part_bytes: max_part,
                 coopmat,
                 int8_dot,
+                stats,
             }),
         })
     }

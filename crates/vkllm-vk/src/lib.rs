@@ -25,6 +25,7 @@ mod error;
 mod info;
 mod instance;
 mod pipeline;
+mod pipeline_stats;
 mod recorder;
 mod tensor;
 

@@ -134,6 +134,9 @@ impl Device {
         }
         let spirv = vkllm_kernels::compile_spirv(kernel, overrides, SpirvOptions::default())?;
         let p = Arc::new(self.create_pipeline(kernel, &spirv)?);
+        if let Some(ext) = &self.shared.stats {
+            crate::pipeline_stats::report(ext, p.raw, kernel.name, overrides);
+        }
         let mut map = self.shared.pipelines.lock().map_err(poisoned)?;
         if let Some(existing) = map.get(&key) {
             // Another thread won the race: keep theirs.
@@ -197,7 +200,12 @@ impl Device {
                 .stage(vk::ShaderStageFlags::COMPUTE)
                 .module(module)
                 .name(&entry);
+            let flags = match self.shared.stats {
+                Some(_) => vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR,
+                None => vk::PipelineCreateFlags::empty(),
+            };
             let ci = [vk::ComputePipelineCreateInfo::default()
+                .flags(flags)
                 .stage(stage)
                 .layout(layout)];
             let res = dev.create_compute_pipelines(self.shared.cache.raw, &ci, None);
