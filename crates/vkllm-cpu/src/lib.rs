@@ -29,6 +29,7 @@ mod rope;
 mod rope_kv_append;
 mod softmax;
 pub mod threads;
+mod to_f16;
 
 pub mod compare;
 pub mod decode;
@@ -61,3 +62,4 @@ pub use rope::{Rope, RopeScaling, RopeStyle};
 pub use rope_kv_append::{RopeKvAppendSpec, rope_kv_append};
 pub use sampler::{SamplingParams, log_softmax, sample, top_logprobs};
 pub use softmax::softmax;
+pub use to_f16::{f16_neighbours, to_f16};

@@ -53,6 +53,7 @@ pub mod rope_kv_append;
 pub mod sample;
 pub mod sigmoid_mul;
 pub mod softmax;
+pub mod to_f16;
 
 pub use compile::{SpirvOptions, compile_spirv};
 pub use error::Error;
@@ -92,6 +93,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &elementwise::SCALE,
         &elementwise::COPY,
         &elementwise::SOFTCAP,
+        &to_f16::TO_F16,
         &kv_append::KV_APPEND,
         &argmax::ARGMAX,
         &sample::SAMPLE,

@@ -87,6 +87,16 @@ impl CoopTile {
             && slots_ok(self.bn() * 4)
     }
 
+    /// 128 x 128 per workgroup, 4 subgroups of 4 x 4 tiles (twice the multiplications per
+    /// loaded fragment of [`CoopTile::LARGE`]): its slices fit the prefetch registers only with
+    /// f16 X and 16-bit or quantized weights at K step 64 ([`CoopConfig::fits_for`]).
+    pub const WIDE: CoopTile = CoopTile {
+        sgm: 2,
+        sgn: 2,
+        wm: 4,
+        wn: 4,
+    };
+
     /// 64 x 64 per workgroup, 4 subgroups of 2 x 2 tiles: for small weights (1024-row
     /// projections of 0.5B models), where even 64 x 128 leaves SMs idle.
     pub const TINY: CoopTile = CoopTile {
@@ -148,6 +158,9 @@ pub struct CoopConfig {
     /// (as float slices are loaded), where each invocation has 1 or 2 units of it; false: after
     /// them (the original order). Ignored for float weights and the original launch.
     pub prefetch_quant: bool,
+    /// X holds f16, two per u32 word (`to_f16`), instead of f32: half the bytes and prefetch
+    /// registers per slice. Needs `cols % 8 == 0`.
+    pub x_f16: bool,
 }
 
 impl CoopConfig {
@@ -159,6 +172,7 @@ impl CoopConfig {
             split: 1,
             stages: 2,
             prefetch_quant: false,
+            x_f16: false,
         }
     }
 
@@ -167,15 +181,29 @@ impl CoopConfig {
         self.bk / 4 + 2
     }
 
-    /// Whether the shader runs this configuration with subgroups of `subgroup_size`: the
-    /// tiling's own limits ([`CoopTile::fits`], but 1 to 8 16-byte prefetch slots per
-    /// invocation of each slice at this K step), `bk` 32 or 64, `split` 1..=[`MAX_SPLIT`] and
-    /// `stages` 1 or 2, each slice's stages within the shader's fixed arrays (2 x 128 rows of
-    /// 40 halves: K step 64 takes at most 64 x 64 tiles with two stages).
+    /// Whether the shader runs this configuration with subgroups of `subgroup_size`, for every
+    /// weight type: [`CoopConfig::fits_for`] with f32 and with 16-bit weights.
     pub fn fits(&self, subgroup_size: u32) -> bool {
+        self.fits_for(subgroup_size, WeightType::F32)
+            && self.fits_for(subgroup_size, WeightType::F16)
+    }
+
+    /// Whether the shader runs this configuration with subgroups of `subgroup_size` on `dtype`
+    /// weights: the tiling's own limits ([`CoopTile::fits`], but 1 to 8 16-byte prefetch slots
+    /// per invocation of the X slice (f32 or f16) and of a float W slice at this K step), `bk`
+    /// 32 or 64, `split` 1..=[`MAX_SPLIT`] and `stages` 1 or 2, each slice's stages within the
+    /// shader's fixed arrays (2 x 128 rows of 40 halves: K step 64 takes at most 64 x 64 tiles
+    /// with two stages).
+    pub fn fits_for(&self, subgroup_size: u32, dtype: WeightType) -> bool {
         let t = &self.tile;
         let wg = t.subgroups() as usize * subgroup_size as usize;
         let per_row = self.bk as usize / 4;
+        let x_row = if self.x_f16 { per_row / 2 } else { per_row };
+        let w_row = match dtype {
+            WeightType::F32 => Some(per_row),
+            WeightType::F16 | WeightType::Bf16 => Some(per_row / 2),
+            _ => None,
+        };
         let slots_ok = |slots: usize| slots.is_multiple_of(wg) && (1..=8).contains(&(slots / wg));
         matches!(self.bk, 32 | 64)
             && (1..=MAX_SPLIT).contains(&self.split)
@@ -189,9 +217,8 @@ impl CoopConfig {
             && subgroup_size.is_power_of_two()
             && (4..=128).contains(&subgroup_size)
             && wg <= 1024
-            && slots_ok(t.bm() * per_row)
-            && slots_ok(t.bn() * per_row)
-            && slots_ok(t.bn() * per_row / 2)
+            && slots_ok(t.bm() * x_row)
+            && w_row.is_none_or(|r| slots_ok(t.bn() * r))
             && matches!(self.stages, 1 | 2)
             && self.stages as usize * t.bm() * self.ldv() as usize <= ARRAY_VEC4
             && self.stages as usize * t.bn() * self.ldv() as usize <= ARRAY_VEC4
@@ -273,7 +300,7 @@ impl<B: KernelBuffer> MatmulCoop<B> {
         let k = &MATMUL_COOP;
         let tile = cfg.tile;
         check_weight(k, &self.w, s)?;
-        if !cfg.fits(subgroup_size) {
+        if !cfg.fits_for(subgroup_size, s.dtype) {
             return Err(shape_err(
                 k,
                 format!("configuration {cfg:?} with subgroups of {subgroup_size}"),
@@ -285,7 +312,14 @@ impl<B: KernelBuffer> MatmulCoop<B> {
         }
         to_u32(k, "n * cols", n * s.cols)?;
         to_u32(k, "n * y_stride", n * y_stride)?;
-        need(k, "x", &self.x, 4 * (n * s.cols) as u64)?;
+        if cfg.x_f16 && !s.cols.is_multiple_of(8) {
+            return Err(shape_err(
+                k,
+                format!("f16 X needs cols % 8 == 0, not {}", s.cols),
+            ));
+        }
+        let x_bytes = if cfg.x_f16 { 2 } else { 4 } * (n * s.cols) as u64;
+        need(k, "x", &self.x, x_bytes)?;
         need(k, "y", &self.y, 4 * (n * y_stride) as u64)?;
         let gx = s.rows.div_ceil(tile.bn());
         let gy = n.div_ceil(tile.bm());
@@ -349,7 +383,8 @@ impl<B: KernelBuffer> MatmulCoop<B> {
                 .set("CM_STAGES", cfg.stages as f64)
                 .set("CM_LDV", ldv as f64)
                 .set("CM_SA", (tile.bm() as u32 * ldv) as f64)
-                .set("CM_SB", (tile.bn() as u32 * ldv) as f64);
+                .set("CM_SB", (tile.bn() as u32 * ldv) as f64)
+                .set("XH", cfg.x_f16 as u32 as f64);
         }
         Ok(Dispatch::new(
             k,

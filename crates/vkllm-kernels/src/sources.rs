@@ -20,6 +20,7 @@ pub(crate) const ATTENTION_PREFILL_COOP2: &str =
     include_str!("../shaders/attention_prefill_coop2.wgsl");
 pub(crate) const DECODE_ADVANCE: &str = include_str!("../shaders/decode_advance.wgsl");
 pub(crate) const ELEMENTWISE: &str = include_str!("../shaders/elementwise.wgsl");
+pub(crate) const TO_F16: &str = include_str!("../shaders/to_f16.wgsl");
 pub(crate) const EMBEDDING: &str = include_str!("../shaders/embedding.wgsl");
 pub(crate) const GATED_DELTA_RULE: &str = include_str!("../shaders/gated_delta_rule.wgsl");
 pub(crate) const GATED_DELTA_RULE_CHUNKED: &str =

@@ -122,6 +122,7 @@ fn coop_matmul_split_variants_emit_spirv() {
             split: 3,
             stages,
             prefetch_quant: i % 2 == 0,
+            x_f16: i % 4 == 1,
         };
         assert!(cfg.fits(32), "{cfg:?}");
         let s = MatShape {
@@ -174,8 +175,24 @@ fn coop_matmul_split_variants_emit_spirv() {
         split: 1,
         stages,
         prefetch_quant: false,
+        x_f16: false,
     };
     assert!(with(CoopTile::TINY, 64, 2).fits(32));
+    // f16 X halves the X slots: 4 subgroups of 4 x 4 tiles at K step 64 read 8 slots of X per
+    // invocation (16 as f32, too many), and 8 of 16-bit W (16 of f32 W, too many).
+    let wide = CoopTile {
+        sgm: 2,
+        sgn: 2,
+        wm: 4,
+        wn: 4,
+    };
+    let wide_h = CoopConfig {
+        x_f16: true,
+        ..with(wide, 64, 1)
+    };
+    assert!(!with(wide, 64, 1).fits_for(32, WeightType::F16));
+    assert!(wide_h.fits_for(32, WeightType::F16) && wide_h.fits_for(32, WeightType::Q4_K));
+    assert!(!wide_h.fits_for(32, WeightType::F32) && !wide_h.fits(32));
     assert!(!with(CoopTile::SMALL, 64, 2).fits(32));
     assert!(with(CoopTile::SMALL, 64, 1).fits(32));
     assert!(with(CoopTile::LARGE, 64, 1).fits(32));

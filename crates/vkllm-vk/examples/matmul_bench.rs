@@ -14,7 +14,9 @@
 //! `--configs TILE:BK:SPLIT[:STAGES],...` adds launches with a K step and split-K factor (TILE: `tiny`,
 //! `small`, `large` or SGMxSGNxWMxWN; SPLIT `auto`: the runtime's split for the shape) and
 //! `--auto` the runtime's own choice ([`MatmulKernel::Auto`]); `--no-portable` and `--tiles ''`
-//! leave out the portable kernel and the plain tilings.
+//! leave out the portable kernel and the plain tilings. `--configs` launches read X as f16
+//! unless `VKLLM_COOP_XF16=0` (as `--auto`'s do); the one `to_f16` conversion per shape is not
+//! in the time.
 //! The device comes from `VKLLM_DEVICE`; `VKLLM_VALIDATE=1` adds the validation layer.
 
 use vkllm_vk::kernels::WeightType;
@@ -98,6 +100,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                     split: 1,
                     stages,
                     prefetch_quant: false,
+                    x_f16: vkllm_vk::coop_x_f16_enabled() && cols % 8 == 0,
                 };
                 let c = match split {
                     Some(s) => CoopConfig { split: s, ..c },
@@ -109,7 +112,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                         vkllm_vk::coop_split_target(types[0]),
                     ),
                 };
-                if c.fits(sg) {
+                if c.fits_for(sg, types[0]) {
                     kernels.push(MatmulKernel::CoopWith(c));
                 } else {
                     println!("| {c:?} does not fit subgroups of {sg} |");

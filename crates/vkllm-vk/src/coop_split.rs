@@ -70,8 +70,16 @@ fn env_qpre() -> bool {
     *Q.get_or_init(|| std::env::var("VKLLM_COOP_QPRE").is_ok_and(|v| v == "1"))
 }
 
-/// `VKLLM_COOP_TILE=tiny|small|large` (read once): [`auto_config`] uses this tiling (when it
-/// fits the device) unless split-K is off.
+/// `VKLLM_COOP_XF16=0` (read once): [`auto_config`]'s launches read X as f32; default: as f16
+/// converted once per source ([`Recorder::half_x`], `to_f16`) where `cols % 8 == 0`. Measured
+/// on the H200 (n = 512, f16 weights): 8192 x 2048 152 -> 119 us with 128 x 128 tiles.
+pub fn x_f16_enabled() -> bool {
+    static X: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *X.get_or_init(|| std::env::var("VKLLM_COOP_XF16").map_or(true, |v| v != "0"))
+}
+
+/// `VKLLM_COOP_TILE=tiny|small|large|wide` (read once): [`auto_config`] uses this tiling
+/// (where a launch of it fits) unless split-K is off.
 fn env_tile() -> Option<CoopTile> {
     static T: std::sync::OnceLock<Option<CoopTile>> = std::sync::OnceLock::new();
     *T.get_or_init(|| {
@@ -83,19 +91,33 @@ fn env_tile() -> Option<CoopTile> {
             "tiny" => Some(CoopTile::TINY),
             "small" => Some(CoopTile::SMALL),
             "large" => Some(CoopTile::LARGE),
+            "wide" => Some(CoopTile::WIDE),
             _ => None,
         }
     })
 }
 
+/// Float weights with at least this many columns split a 128 x 128 grid that is too small
+/// rather than take 64 x 128 tiles (H200, n = 512, f16, 2048 x 8192: 128 x 128 split in 2
+/// 134.7 us, 64 x 128 unsplit 157.0 us).
+pub const LONG_K: usize = 4096;
+
 /// The launch [`MatmulKernel::Auto`](crate::MatmulKernel::Auto) takes for `rows` x `n` outputs
 /// over `cols` of `dtype` weights with subgroups of `subgroup_size` (`None`: no tiling runs
-/// there).
-/// With [`split_target`] 0: the original launch, [`CoopTile::for_shape`]'s tiling with
-/// `min_groups` at K step 32. Otherwise: that tiling, but 64 x 128 where it picks 64 x 64
-/// (with the longer K step the larger tile wins on the H200), at K step [`env_bk`] (two
-/// shared-memory stages where they fit, else one), K split in the fewest parts (each at least
-/// 2 K steps) that give [`split_target`] workgroups. `VKLLM_COOP_TILE` forces the tiling.
+/// there). With [`split_target`] 0: the original launch, [`CoopTile::for_shape`]'s tiling with
+/// `min_groups` at K step 32. Otherwise each launch is at K step [`env_bk`] (two
+/// shared-memory stages where they fit, else one) with X read as f16 where
+/// [`x_f16_enabled`] and `cols % 8 == 0`, and the tiling is the first that applies of:
+/// 1. `VKLLM_COOP_TILE`'s, split by [`with_split`];
+/// 2. [`CoopTile::WIDE`] where it fits and makes at least `2 min_groups` workgroups;
+/// 3. float weights: [`CoopTile::LARGE`] unsplit where it makes `min_groups` workgroups; split
+///    in the fewest parts reaching `min_groups` where `cols >= LONG_K`; [`CoopTile::TINY`]
+///    unsplit where it makes `min_groups..2 min_groups` workgroups over at most 1024 columns;
+/// 4. [`CoopTile::SMALL`] split by [`with_split`] (quantized weights always end here).
+///
+/// Measured on the H200 (n = 512, f16 X; docs/benchmarks.md "session 7"): splitting a grid
+/// that already fills the GPU costs more than it gives once each workgroup runs faster (Qwen3
+/// 3072 x 1024: 128 x 128 in 2 parts 54.8 us, unsplit 33.7; Q8_0 64 x 128 68.9 -> 44.6).
 pub fn auto_config(
     dtype: WeightType,
     rows: usize,
@@ -104,38 +126,66 @@ pub fn auto_config(
     subgroup_size: u32,
     min_groups: usize,
 ) -> Option<CoopConfig> {
-    let tile = CoopTile::for_shape(rows, n, subgroup_size, min_groups)?;
+    let fallback = CoopTile::for_shape(rows, n, subgroup_size, min_groups)?;
     let target = split_target(dtype);
     if target == 0 {
-        return Some(CoopConfig::plain(tile));
+        return Some(CoopConfig::plain(fallback));
     }
-    let fits = |t: &CoopTile| t.fits(subgroup_size);
-    let tile = match env_tile().filter(fits) {
-        Some(t) => t,
-        None if tile == CoopTile::TINY && fits(&CoopTile::SMALL) => CoopTile::SMALL,
-        None => tile,
+    let x_f16 = x_f16_enabled() && cols.is_multiple_of(8);
+    // `tile` at K step env_bk(), f16 X if enabled, two stages where they fit; None if no such
+    // launch fits.
+    let launch = |tile: CoopTile| {
+        let halves: &[bool] = if x_f16 { &[true, false] } else { &[false] };
+        halves.iter().find_map(|&x_f16| {
+            [2, 1].into_iter().find_map(|stages| {
+                let c = CoopConfig {
+                    bk: env_bk(),
+                    stages,
+                    prefetch_quant: env_qpre(),
+                    x_f16,
+                    ..CoopConfig::plain(tile)
+                };
+                c.fits_for(subgroup_size, dtype).then_some(c)
+            })
+        })
     };
-    let mut cfg = CoopConfig {
-        prefetch_quant: env_qpre(),
-        ..CoopConfig::plain(tile)
-    };
-    // Two stages where they fit, else one.
-    for stages in [2, 1] {
-        let c = CoopConfig {
-            bk: env_bk(),
-            stages,
-            ..cfg
-        };
-        if c.fits(subgroup_size) {
-            cfg = c;
-            break;
+    if let Some(c) = env_tile().and_then(launch) {
+        return Some(with_split(c, rows, n, cols, target));
+    }
+    let groups = |t: CoopTile| t.groups(rows, n);
+    if let Some(c) = launch(CoopTile::WIDE)
+        && groups(CoopTile::WIDE) >= 2 * min_groups
+    {
+        return Some(c);
+    }
+    if !dtype.is_quantized() {
+        if let Some(c) = launch(CoopTile::LARGE) {
+            let g = groups(CoopTile::LARGE).max(1);
+            if g >= min_groups {
+                return Some(c);
+            }
+            if cols >= LONG_K {
+                let split = min_groups.div_ceil(g).min(cols.div_ceil(c.bk as usize) / 2);
+                return Some(CoopConfig {
+                    split: split.clamp(1, MAX_SPLIT as usize) as u32,
+                    ..c
+                });
+            }
+        }
+        if let Some(c) = launch(CoopTile::TINY)
+            && (min_groups..2 * min_groups).contains(&groups(CoopTile::TINY))
+            && cols <= 1024
+        {
+            return Some(c);
         }
     }
-    Some(with_split(cfg, rows, n, cols, target))
+    let c = launch(CoopTile::SMALL).or_else(|| launch(fallback))?;
+    Some(with_split(c, rows, n, cols, target))
 }
 
-/// `cfg` split in the fewest parts (1..=[`MAX_SPLIT`], each share at least 2 K steps) that
-/// give `target` workgroups for `rows` x `n` outputs over `cols`.
+/// `cfg` split in as many parts as fit in `target` workgroups for `rows` x `n` outputs over
+/// `cols` (`target / groups`, rounded down: a grid that already fills most of the target is
+/// not split), at most [`MAX_SPLIT`] and with each share at least 2 K steps.
 pub fn with_split(
     cfg: CoopConfig,
     rows: usize,
@@ -145,8 +195,7 @@ pub fn with_split(
 ) -> CoopConfig {
     let groups = cfg.tile.groups(rows, n).max(1);
     let steps = cols.div_ceil(cfg.bk as usize);
-    let split = target
-        .div_ceil(groups)
+    let split = (target / groups)
         .min(steps / 2)
         .clamp(1, MAX_SPLIT as usize);
     CoopConfig {
@@ -168,10 +217,17 @@ struct Slot {
 /// ([`Recorder::take_split_scratch`], [`Recorder::set_split_scratch`]) instead of allocating
 /// new ones each time. A slot's counters are zeroed when it is created and every split
 /// dispatch leaves them zero, so a slot is valid in any recording submitted after that.
+///
+/// They also carry the f16 copy of a matmul's X ([`Recorder::half_x`]) and what it is a copy
+/// of; that record is dropped when the slots move on (the next recorder converts again).
 #[derive(Default)]
 pub struct SplitSlots {
     slots: [Option<Slot>; SLOTS],
     next: usize,
+    half: Option<Buffer>,
+    /// The f32 source `half` holds, as (buffer, byte offset, elements); `None` after any
+    /// recorded write overlapping it.
+    pub(crate) half_src: Option<(ash::vk::Buffer, u64, usize)>,
 }
 
 /// Counter bytes rounded so the partials start at a 256-byte offset (every storage-buffer
@@ -220,7 +276,41 @@ impl Recorder {
     /// Hands this recorder's split-K scratch to the caller (it records with fresh slots if it
     /// needs any more).
     pub fn take_split_scratch(&mut self) -> SplitSlots {
-        std::mem::take(&mut self.split)
+        let mut s = std::mem::take(&mut self.split);
+        s.half_src = None;
+        s
+    }
+
+    /// `elems` f32 of `x` as f16 words (`to_f16`) in this recorder's scratch: converted here,
+    /// unless the scratch already holds exactly them and nothing recorded since wrote to `x`
+    /// (q, k and v of a layer share one conversion).
+    pub(crate) fn half_x(&mut self, x: BufSlice<'_>, elems: usize) -> Result<Buffer> {
+        let src = (x.buffer.raw(), x.offset, elems);
+        let bytes = vkllm_kernels::to_f16::packed_bytes(elems);
+        let buf = match &self.split.half {
+            Some(b) if b.size() >= bytes => {
+                if self.split.half_src == Some(src) {
+                    return Ok(b.clone());
+                }
+                b.clone()
+            }
+            _ => {
+                let b = self
+                    .device()
+                    .create_buffer("matmul f16 X", bytes, MemoryKind::Device)?;
+                self.split.half = Some(b.clone());
+                b
+            }
+        };
+        self.dispatch(
+            vkllm_kernels::to_f16::ToF16 {
+                a: x,
+                out: buf.slice(0, bytes)?,
+            }
+            .dispatch(elems)?,
+        )?;
+        self.split.half_src = Some(src);
+        Ok(buf)
     }
 
     /// Records with `slots` (from an earlier recorder, see [`SplitSlots`]) as split-K scratch.
@@ -248,8 +338,9 @@ mod tests {
         }
     }
 
-    /// The split is the fewest parts reaching the target, capped by 2 K steps per share and
-    /// MAX_SPLIT (hand-computed grids of the Qwen3-0.6B projections at 512 tokens).
+    /// The split is the most parts that fit in the target (at least 1), capped by 2 K steps
+    /// per share and MAX_SPLIT (hand-computed grids of the Qwen3-0.6B projections at 512
+    /// tokens).
     #[test]
     fn split_reaches_the_target() {
         let small = cfg(CoopTile::SMALL, 64);
@@ -258,9 +349,10 @@ mod tests {
         assert_eq!(with_split(small, 1024, 512, 3072, 256).split, 4);
         // 2048 rows: 128 groups, already at 128.
         assert_eq!(with_split(small, 2048, 512, 1024, 128).split, 1);
-        // 3072 rows of 128 x 128: 24 x 4 = 96 groups; 256 -> 3.
+        // 3072 rows of 128 x 128: 24 x 4 = 96 groups; 256 -> 2 (rounded down), 128 -> 1.
         let large = cfg(CoopTile::LARGE, 64);
-        assert_eq!(with_split(large, 3072, 512, 1024, 256).split, 3);
+        assert_eq!(with_split(large, 3072, 512, 1024, 256).split, 2);
+        assert_eq!(with_split(large, 3072, 512, 1024, 128).split, 1);
         // 64 tokens, 1024 rows: 8 groups; 256 -> 32, capped at 16.
         assert_eq!(with_split(small, 1024, 64, 4096, 256).split, MAX_SPLIT);
         // 192 columns at K step 64: 3 steps, at most 1 share of 2 steps.
@@ -269,6 +361,39 @@ mod tests {
         assert_eq!(with_split(small, 1024, 64, 256, 256).split, 2);
         // Target 0 or 1: no split.
         assert_eq!(with_split(small, 1024, 64, 4096, 1).split, 1);
+    }
+
+    /// The launches `auto_config` picks for the anchor models' projections at 512 tokens
+    /// (subgroups of 32, 96 workgroups wanted; the default environment: no VKLLM_COOP_* or
+    /// VKLLM_MATMUL_SPLITK set), each from the rules it documents.
+    #[test]
+    fn auto_config_follows_its_rules() {
+        let pick = |dt, rows, cols| {
+            let c = auto_config(dt, rows, 512, cols, 32, 96).expect("a launch");
+            (c.tile, c.split, c.x_f16, c.bk)
+        };
+        let (f16, q8, f32) = (WeightType::F16, WeightType::Q8_0, WeightType::F32);
+        // 8192 rows: 64 x 4 = 256 workgroups of 128 x 128 >= 192: the wide tiling.
+        assert_eq!(pick(f16, 8192, 2048), (CoopTile::WIDE, 1, true, 64));
+        assert_eq!(pick(q8, 8192, 2048), (CoopTile::WIDE, 1, true, 64));
+        // f32 weights do not fit the wide tiling's registers: 128 x 128, 256 >= 96.
+        assert_eq!(pick(f32, 8192, 2048).0, CoopTile::LARGE);
+        // 3072 rows: 96 workgroups of 128 x 128, unsplit.
+        assert_eq!(pick(f16, 3072, 1024), (CoopTile::LARGE, 1, true, 64));
+        // 2048 x 8192: 64 of 128 x 128, long K: split in 2.
+        assert_eq!(pick(f16, 2048, 8192), (CoopTile::LARGE, 2, true, 64));
+        // 1024 x 1024: 128 of 64 x 64 in 96..192, K 1024.
+        assert_eq!(pick(f16, 1024, 1024).0, CoopTile::TINY);
+        // 1024 x 3072: 64 of 64 x 128, split 128 / 64 = 2.
+        assert_eq!(pick(f16, 1024, 3072), (CoopTile::SMALL, 2, true, 64));
+        // 2048 x 2048: 128 of 64 x 128 fill the float target: unsplit.
+        assert_eq!(pick(f16, 2048, 2048), (CoopTile::SMALL, 1, true, 64));
+        // Quantized: 64 x 128, split 256 / groups rounded down.
+        assert_eq!(pick(q8, 3072, 1024), (CoopTile::SMALL, 1, true, 64));
+        assert_eq!(pick(q8, 2048, 2048), (CoopTile::SMALL, 2, true, 64));
+        assert_eq!(pick(q8, 512, 2048), (CoopTile::SMALL, 8, true, 64));
+        // cols % 8 != 0: X stays f32.
+        assert!(!pick(f16, 1000, 1004).2);
     }
 
     #[test]

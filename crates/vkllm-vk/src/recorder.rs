@@ -220,6 +220,16 @@ impl Recorder {
         }
         self.pending_reads.extend_from_slice(reads);
         self.pending_writes.extend_from_slice(writes);
+        if let Some((buf, off, elems)) = self.split.half_src {
+            let src = Range {
+                buf,
+                start: off,
+                end: off + 4 * elems as u64,
+            };
+            if writes.iter().any(|w| w.overlaps(&src)) {
+                self.split.half_src = None;
+            }
+        }
     }
 
     fn range(&self, s: &BufSlice<'_>) -> Range {

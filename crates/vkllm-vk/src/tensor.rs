@@ -570,6 +570,15 @@ impl Recorder {
                 MatmulKernel::CoopWith(c) => Some(c),
             };
             let shape = w.shape(p, accumulate);
+            // f16 X: converted once per source (the parts and q/k/v share it).
+            let half = match cfg {
+                Some(c) if c.x_f16 => Some(self.half_x(x, n * w.cols)?),
+                _ => None,
+            };
+            let x = match &half {
+                Some(h) => h.all(),
+                None => x,
+            };
             let d = match cfg {
                 None => Matmul {
                     w: p.buffer.all(),

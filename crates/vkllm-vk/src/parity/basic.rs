@@ -231,6 +231,8 @@ pub(crate) fn elementwise(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
         EXACT,
     ));
 
+    rows.push(to_f16_row(&cx, &a)?);
+
     let cap = 30.0;
     cx.run(&[&out], |r| {
         r.dispatch(
@@ -257,6 +259,49 @@ pub(crate) fn elementwise(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
         tol,
     ));
     Ok(rows)
+}
+
+/// `to_f16` over `a` (odd length): each half must be one of the two f16 values around its input
+/// (the rounding direction is the implementation's; `vkllm_cpu::f16_neighbours`), and the
+/// padding half of the last word 0. Compared exactly: an element that is neither neighbour is
+/// compared against the lower one.
+fn to_f16_row(cx: &Ctx<'_>, a: &[f32]) -> Result<KernelParityRow> {
+    let n = a.len();
+    let ab = cx.input("a", a)?;
+    let words = n.div_ceil(2);
+    let out = cx.output("out", words)?;
+    cx.run(&[&out], |r| {
+        r.dispatch(
+            vkllm_kernels::to_f16::ToF16 {
+                a: ab.all(),
+                out: out.all(),
+            }
+            .dispatch(n)?,
+        )
+    })?;
+    let w = cx.dev.read_vec::<u32>(&out, words)?;
+    let halves: Vec<f32> = w
+        .iter()
+        .flat_map(|&v| [v as u16, (v >> 16) as u16])
+        .map(|b| half::f16::from_bits(b).to_f32())
+        .collect();
+    let mut want: Vec<f32> = a
+        .iter()
+        .zip(&halves)
+        .map(|(&v, &g)| {
+            let (lo, hi) = vkllm_cpu::f16_neighbours(v);
+            if g == hi.to_f32() { g } else { lo.to_f32() }
+        })
+        .collect();
+    want.resize(halves.len(), 0.0);
+    Ok(row(
+        "to_f16",
+        "f32 -> f16",
+        format!("n {n}"),
+        &halves,
+        &want,
+        EXACT,
+    ))
 }
 
 pub(crate) fn activation(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {

@@ -73,7 +73,12 @@ pub(crate) fn not_applicable(dev: &Device) -> Option<String> {
 }
 
 fn tile_name(t: CoopTile) -> String {
-    format!("{}x{}", t.bm(), t.bn())
+    format!(
+        "{}x{}{}",
+        t.bm(),
+        t.bn(),
+        if t == CoopTile::WIDE { " wide" } else { "" }
+    )
 }
 
 fn config_name(c: &CoopConfig) -> String {
@@ -86,8 +91,8 @@ fn config_name(c: &CoopConfig) -> String {
         c.bk,
         c.split,
         if c.stages == 1 { " 1-stage" } else { "" },
-        if c.prefetch_quant { " qpre" } else { "" }
-    )
+        if c.prefetch_quant { " qpre" } else { "" },
+    ) + if c.x_f16 { " x16" } else { "" }
 }
 
 /// Random weights of `dtype` as stored, and their f16-rounded values (what the kernel uses).
@@ -155,7 +160,47 @@ pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
         split,
         stages: if bk == 64 && tile != tiny { 1 } else { 2 },
         prefetch_quant: split % 2 == 1,
+        x_f16: false,
     };
+    // X as f16 (`to_f16` into the recorder's scratch, XH = 1): every weight kind, each tiling,
+    // both K steps, with and without split (cols % 8 == 0, which f16 X needs).
+    let x16 = |tile, bk, split| CoopConfig {
+        x_f16: true,
+        ..cfg(tile, bk, split)
+    };
+    let half = [
+        (
+            WeightType::F16,
+            37usize,
+            100usize,
+            200usize,
+            false,
+            x16(small, 64, 1),
+        ),
+        (WeightType::F16, 130, 257, 512, true, x16(large, 64, 1)),
+        (WeightType::F16, 70, 129, 1000, false, x16(large, 32, 3)),
+        (WeightType::F32, 19, 65, 256, false, x16(tiny, 32, 1)),
+        (WeightType::Bf16, 66, 33, 1024, true, x16(small, 32, 2)),
+        (WeightType::Q8_0, 70, 129, 32 * 37, false, x16(large, 64, 1)),
+        (WeightType::Q4_K, 65, 31, 768, true, x16(tiny, 64, 2)),
+        (WeightType::Q6_K, 37, 100, 768, false, x16(small, 64, 3)),
+        (
+            WeightType::F16,
+            200,
+            300,
+            512,
+            false,
+            x16(CoopTile::WIDE, 64, 1),
+        ),
+        (
+            WeightType::Q4_K,
+            130,
+            257,
+            768,
+            true,
+            x16(CoopTile::WIDE, 64, 2),
+        ),
+    ];
     let split = [
         (
             WeightType::F16,
@@ -185,7 +230,8 @@ pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
     let cases = plain
         .into_iter()
         .map(|(d, n, r, c, a, t)| (d, n, r, c, a, CoopConfig::plain(t)))
-        .chain(split);
+        .chain(split)
+        .chain(half);
     for (dtype, n, rows, cols, accumulate, c) in cases {
         let (bytes, wr) = coop_weight(&mut rng, dtype, rows, cols)?;
         let x = rng.vec(n * cols, -1.0, 1.0);
@@ -234,7 +280,61 @@ pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
     }
     out.push(row_split_part(dev, &mut rng)?);
     out.push(split_reuse(dev, &mut rng)?);
+    out.push(half_x_reuse(dev, &mut rng)?);
     Ok(out)
+}
+
+/// The f16 copy of X is shared, and redone after X changes: one recording of Y1 = X W1^T,
+/// Y2 = X W2^T (one conversion for both), a copy of X' over X, Y3 = X' W1^T (a new conversion).
+/// The last compared element is the recording's dispatch count, which must be 5 (two
+/// conversions, three products): 6 would mean no sharing, 4 a stale copy.
+fn half_x_reuse(dev: &Device, rng: &mut Rng) -> Result<KernelParityRow> {
+    let cx = Ctx { dev };
+    let (n, rows, cols) = (53usize, 90usize, 320usize);
+    let (b1, w1) = coop_weight(rng, WeightType::F16, rows, cols)?;
+    let (b2, w2) = coop_weight(rng, WeightType::Q8_0, rows, cols)?;
+    let t1 = Tensor::from_bytes(dev, "w1", WeightType::F16, rows, cols, &b1)?;
+    let t2 = Tensor::from_bytes(dev, "w2", WeightType::Q8_0, rows, cols, &b2)?;
+    let x = rng.vec(n * cols, -1.0, 1.0);
+    let x2 = rng.vec(n * cols, -1.0, 1.0);
+    let (xb, x2b) = (cx.input("x", &x)?, cx.input("x2", &x2)?);
+    let ys: Vec<crate::Buffer> = (0..3)
+        .map(|_| cx.output("y", n * rows))
+        .collect::<Result<_>>()?;
+    let c = CoopConfig {
+        x_f16: true,
+        ..CoopConfig::plain(CoopTile::TINY)
+    };
+    let k = MatmulKernel::CoopWith(c);
+    let mut dispatches = 0;
+    cx.run(&ys.iter().collect::<Vec<_>>(), |r| {
+        let before = r.dispatches();
+        r.matmul_with(&t1, xb.all(), n, ys[0].all(), false, k)?;
+        r.matmul_with(&t2, xb.all(), n, ys[1].all(), false, k)?;
+        r.copy(x2b.all(), xb.all())?;
+        r.matmul_with(&t1, xb.all(), n, ys[2].all(), false, k)?;
+        dispatches = r.dispatches() - before;
+        Ok(())
+    })?;
+    let mut got = Vec::new();
+    let mut want = Vec::new();
+    let mut sum_max = 0.0f64;
+    for (y, (w, xs)) in ys.iter().zip([(&w1, &x), (&w2, &x), (&w1, &x2)]) {
+        let (r, sum_abs) = reference(w, rows, cols, &f16_round(xs), n);
+        sum_max = sum_max.max(sum_abs);
+        got.extend(cx.read(y, n * rows)?);
+        want.extend(r);
+    }
+    got.push(dispatches as f32);
+    want.push(5.0);
+    Ok(row(
+        KERNEL,
+        "f16 X shared by two products, redone after X is written",
+        format!("n {n}, {rows} x {cols}, f16 and q8_0"),
+        &got,
+        &want,
+        tol(sum_max + 1.0),
+    ))
 }
 
 /// Split-K scratch reuse: one recording of SLOTS + 1 split products accumulating into Y (the
@@ -249,6 +349,7 @@ fn split_reuse(dev: &Device, rng: &mut Rng) -> Result<KernelParityRow> {
         split: 3,
         stages: 2,
         prefetch_quant: false,
+        x_f16: false,
     };
     let (bytes, wr) = coop_weight(rng, WeightType::Q8_0, rows, cols)?;
     let x = rng.vec(n * cols, -1.0, 1.0);
