@@ -1,6 +1,6 @@
 //! `vkllm bench`: prefill and decode speed of a model on a Vulkan device, measured through the
 //! same paths generation uses (chunked prefill; the recorded multi-step slot decoder with GPU
-//! sampling), with warm-up (the first run compiles pipelines and is never timed), repetitions,
+//! sampling), with warm-up (the first runs compile pipelines and wake the GPU: never timed), repetitions,
 //! median and spread, the device's copy bandwidth for reference, and an optional per-region
 //! profile of one decode step from GPU timestamps.
 
@@ -25,7 +25,7 @@ pub struct BenchOptions {
     pub tg: usize,
     /// Concurrent sequences for the decode tests.
     pub batches: Vec<usize>,
-    /// Timed repetitions of each test (after one untimed warm-up).
+    /// Timed repetitions of each test (after an untimed warm-up of at least [`WARM_UP`]).
     pub reps: usize,
     /// Decode steps per submit.
     pub steps_per_submit: usize,
@@ -387,6 +387,23 @@ pub fn run_hybrid(
 
 /// The tests: `net` runs the prefill tests and `ppN+tgN`, `net_tg` (the same model with state
 /// for [`decode_ctx`] positions) the `tgN` tests and the decode profile.
+/// Least wall time of a test's untimed warm-up: the first run compiles pipelines, and a GPU
+/// left idle meanwhile (while the host compiles) may run the next few milliseconds at low
+/// clocks. One warm-up run was not enough on the H200: a Llama-3.2-1B F16 pp512 right after
+/// the pipelines of its shapes were compiled ran 3.5x slow in every timed rep (10.3k against
+/// 36.0k tok/s on the next run of the same binary).
+pub const WARM_UP: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// Runs `f` once, then again until [`WARM_UP`] has passed since the start.
+fn warm_up(mut f: impl FnMut() -> Result<(), ModelError>) -> Result<(), ModelError> {
+    let t0 = Instant::now();
+    f()?;
+    while t0.elapsed() < WARM_UP {
+        f()?;
+    }
+    Ok(())
+}
+
 fn run_net(
     b: &mut VulkanBackend,
     net: &dyn Net,
@@ -402,13 +419,12 @@ fn run_net(
 
     for &n in &o.pp {
         let p = ids(n, vocab, n as u64);
+        warm_up(|| net.prefill(b, 0, &p).map(drop))?;
         let mut times = Vec::new();
-        for rep in 0..=reps {
+        for _ in 0..reps {
             let t0 = Instant::now();
             net.prefill(b, 0, &p)?;
-            if rep > 0 {
-                times.push(t0.elapsed().as_secs_f64());
-            }
+            times.push(t0.elapsed().as_secs_f64());
         }
         let (med, min, max) = median_spread(times);
         rows.push(BenchRow {
@@ -478,12 +494,10 @@ fn run_net(
             Ok((t, ttft))
         };
         for &batch in &o.batches {
+            warm_up(|| decode(b, net_tg, dec, batch, prompt).map(drop))?;
             let mut times = Vec::new();
-            for rep in 0..=reps {
-                let (t, _) = decode(b, net_tg, dec, batch, prompt)?;
-                if rep > 0 {
-                    times.push(t);
-                }
+            for _ in 0..reps {
+                times.push(decode(b, net_tg, dec, batch, prompt)?.0);
             }
             let (med, min, max) = median_spread(times);
             let steps = (o.tg - 1) as f64;
@@ -504,13 +518,12 @@ fn run_net(
             let dec_pp = b.slot_decoder_for(net.graph(), cfg)?;
             let mut times = Vec::new();
             let mut ttfts = Vec::new();
-            for rep in 0..=reps {
+            warm_up(|| decode(b, net, dec_pp, 1, pp).map(drop))?;
+            for _ in 0..reps {
                 let t0 = Instant::now();
                 let (_, ttft) = decode(b, net, dec_pp, 1, pp)?;
-                if rep > 0 {
-                    times.push(t0.elapsed().as_secs_f64());
-                    ttfts.push(ttft);
-                }
+                times.push(t0.elapsed().as_secs_f64());
+                ttfts.push(ttft);
             }
             let (med, min, max) = median_spread(times);
             rows.push(BenchRow {

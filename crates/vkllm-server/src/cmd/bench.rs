@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long, default_value = "1", value_delimiter = ',')]
     batch: Vec<usize>,
 
-    /// Timed repetitions per test (after one untimed warm-up).
+    /// Timed repetitions per test (after an untimed warm-up of at least 0.3 s).
     #[arg(long, default_value_t = 3)]
     reps: usize,
 
@@ -167,7 +167,7 @@ pub fn run(args: Args) -> Result<()> {
         "sampling": "greedy (GPU sampler)",
     });
     println!(
-        "{} | {} | driver {} | vkllm {} | kv {} | {} steps/submit | reps {} (+1 warm-up)\n",
+        "{} | {} | driver {} | vkllm {} | kv {} | {} steps/submit | reps {} (after >= 0.3 s of warm-up)\n",
         path.file_name().map_or("?".into(), |f| f.to_string_lossy()),
         info.name,
         info.driver,
