@@ -9,6 +9,11 @@
 // (<= 8192) so one pass over a row by 256 invocations is enough; the row is read twice (the
 // second read hits cache).
 // Shared memory: 64 f32 (256 B).
+// HALF (main only): 1 also writes the output rows as f16 pairs to out16 ([rows, n / 2] u32, n
+// even), for a cooperative-matrix matmul that reads its X as f16 (`to_f16.wgsl`'s layout and
+// rounding, saving that dispatch): after a storage barrier, invocation j packs the pair
+// (2j, 2j + 1) from `out`, so the f32 path is unchanged.
+override HALF: u32 = 0;
 
 override WG: u32 = 256;
 
@@ -25,6 +30,7 @@ var<immediate> p: Params;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<storage, read_write> residual: array<f32>;
 
+@group(0) @binding(4) var<storage, read_write> out16: array<u32>;
 var<workgroup> red: array<f32, 64>;
 
 fn wg_sum(v: f32, sg_id: u32, sg_lane: u32, n_sg: u32) -> f32 {
@@ -59,6 +65,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let r = 1.0 / sqrt(total / f32(p.n) + p.eps);
     for (var i = lid; i < p.n; i += WG) {
         out[base + i] = (x[base + i] * r) * (p.weight_offset + weight[i]);
+    }
+    if (HALF == 1u) {
+        storageBarrier();
+        for (var j = lid; 2u * j < p.n; j += WG) {
+            let e = base + 2u * j;
+            out16[base / 2u + j] = pack2x16float(vec2<f32>(out[e], out[e + 1u]));
+        }
     }
 }
 

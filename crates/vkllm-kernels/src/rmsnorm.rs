@@ -11,7 +11,8 @@ pub static RMSNORM: KernelSpec = KernelSpec {
     file: "rmsnorm.wgsl",
     entry: "main",
     source: SRC,
-    bindings: &[rd("x"), rd("weight"), rw("out")],
+    // Binding 3 is add_rmsnorm's residual (unused here: `out` fills it); 4 the f16 copy.
+    bindings: &[rd("x"), rd("weight"), rw("out"), rw("unused"), rw("out16")],
     push_size: 16,
     exact_fp: false,
 };
@@ -65,15 +66,42 @@ pub struct RmsNorm<B> {
 
 impl<B: KernelBuffer> RmsNorm<B> {
     pub fn dispatch(self, s: &NormShape) -> Result<Dispatch<B>, Error> {
+        self.build(s, None)
+    }
+
+    /// [`RmsNorm::dispatch`] that also writes the output as f16 pairs to `out16` (`rows * n / 2`
+    /// u32 words, the layout of `to_f16`; `n` even).
+    pub fn dispatch_with_half(self, s: &NormShape, out16: B) -> Result<Dispatch<B>, Error> {
+        self.build(s, Some(out16))
+    }
+
+    fn build(self, s: &NormShape, out16: Option<B>) -> Result<Dispatch<B>, Error> {
         let k = &RMSNORM;
         let bytes = 4 * (s.rows * s.n) as u64;
         need(k, "x", &self.x, bytes)?;
         need(k, "weight", &self.weight, 4 * s.n as u64)?;
         need(k, "out", &self.out, bytes)?;
+        let mut o = Overrides::new().set("WG", WG as f64);
+        if let Some(h) = &out16 {
+            if !s.n.is_multiple_of(2) {
+                return Err(crate::spec::shape_err(
+                    k,
+                    format!("f16 copy of odd rows ({})", s.n),
+                ));
+            }
+            need(k, "out16", h, bytes / 2)?;
+            o = o.set("HALF", 1.0);
+        }
         Ok(Dispatch::new(
             k,
-            Overrides::new().set("WG", WG as f64),
-            vec![self.x, self.weight, self.out],
+            o,
+            vec![
+                self.x,
+                self.weight,
+                self.out,
+                self.out,
+                out16.unwrap_or(self.out),
+            ],
             &s.params(k)?,
             grid_for(k, s.rows as u64)?,
         ))

@@ -285,23 +285,13 @@ impl Recorder {
     /// unless the scratch already holds exactly them and nothing recorded since wrote to `x`
     /// (q, k and v of a layer share one conversion).
     pub(crate) fn half_x(&mut self, x: BufSlice<'_>, elems: usize) -> Result<Buffer> {
-        let src = (x.buffer.raw(), x.offset, elems);
+        if self.split.half_src == Some((x.buffer.raw(), x.offset, elems))
+            && let Some(b) = &self.split.half
+        {
+            return Ok(b.clone());
+        }
+        let buf = self.half_scratch(elems)?;
         let bytes = vkllm_kernels::to_f16::packed_bytes(elems);
-        let buf = match &self.split.half {
-            Some(b) if b.size() >= bytes => {
-                if self.split.half_src == Some(src) {
-                    return Ok(b.clone());
-                }
-                b.clone()
-            }
-            _ => {
-                let b = self
-                    .device()
-                    .create_buffer("matmul f16 X", bytes, MemoryKind::Device)?;
-                self.split.half = Some(b.clone());
-                b
-            }
-        };
         self.dispatch(
             vkllm_kernels::to_f16::ToF16 {
                 a: x,
@@ -309,8 +299,47 @@ impl Recorder {
             }
             .dispatch(elems)?,
         )?;
-        self.split.half_src = Some(src);
+        self.half_written(x, elems);
         Ok(buf)
+    }
+
+    /// The f16 scratch, grown to hold at least `elems` halves (what it held is forgotten).
+    fn half_scratch(&mut self, elems: usize) -> Result<Buffer> {
+        self.split.half_src = None;
+        let bytes = vkllm_kernels::to_f16::packed_bytes(elems);
+        match &self.split.half {
+            Some(b) if b.size() >= bytes => Ok(b.clone()),
+            _ => {
+                let b = self
+                    .device()
+                    .create_buffer("matmul f16 X", bytes, MemoryKind::Device)?;
+                self.split.half = Some(b.clone());
+                Ok(b)
+            }
+        }
+    }
+
+    /// Notes that the f16 scratch now holds `x`'s first `elems` values (call right after
+    /// recording the dispatch that wrote it: a later recorded write to `x` drops the note).
+    fn half_written(&mut self, x: BufSlice<'_>, elems: usize) {
+        self.split.half_src = Some((x.buffer.raw(), x.offset, elems));
+    }
+
+    /// `rmsnorm` that also leaves its output as f16 in the scratch the next cooperative-matrix
+    /// matmul reading that output as X would convert it into ([`Recorder::half_x`]), saving
+    /// that `to_f16` dispatch. `shape.n` must be even.
+    pub fn rmsnorm_with_half(
+        &mut self,
+        norm: vkllm_kernels::rmsnorm::RmsNorm<BufSlice<'_>>,
+        shape: &vkllm_kernels::rmsnorm::NormShape,
+    ) -> Result<()> {
+        let elems = shape.rows * shape.n;
+        let h = self.half_scratch(elems)?;
+        let out = norm.out;
+        let bytes = vkllm_kernels::to_f16::packed_bytes(elems);
+        self.dispatch(norm.dispatch_with_half(shape, h.slice(0, bytes)?)?)?;
+        self.half_written(out, elems);
+        Ok(())
     }
 
     /// Records with `slots` (from an earlier recorder, see [`SplitSlots`]) as split-K scratch.

@@ -430,19 +430,28 @@ impl Backend for VulkanBackend {
         out: Tensor,
     ) -> Result<(), ModelError> {
         assert_ne!(x, out, "rmsnorm: out aliases x");
+        // Rows that a cooperative-matrix matmul will read as f16 X also get their f16 copy here
+        // (one `to_f16` dispatch fewer per norm; `VKLLM_COOP_XF16=0` turns both off).
+        let half = self.dev.coopmat()
+            && vkllm_vk::coop_x_f16_enabled()
+            && rows >= vkllm_vk::COOP_MIN_N
+            && dim.is_multiple_of(8);
         self.record(|me, r| {
-            let d = RmsNorm {
+            let norm = RmsNorm {
                 x: me.head(x, rows * dim)?,
                 weight: me.head(weight, dim)?,
                 out: me.head(out, rows * dim)?,
-            }
-            .dispatch(&NormShape {
+            };
+            let shape = NormShape {
                 rows,
                 n: dim,
                 eps,
                 weight_offset: offset,
-            })?;
-            Ok(r.dispatch(d)?)
+            };
+            if half {
+                return Ok(r.rmsnorm_with_half(norm, &shape)?);
+            }
+            Ok(r.dispatch(norm.dispatch(&shape)?)?)
         })
     }
 

@@ -108,6 +108,7 @@ pub(crate) fn rmsnorm(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
             tol_f32(max_abs(&want)),
         ));
     }
+    rows.extend(rmsnorm_half(&cx, &mut rng)?);
     // Fused residual add: two outputs (the new residual, exact; the norm).
     let (nr, n) = (3usize, 777usize);
     let x = rng.vec(nr * n, -2.0, 2.0);
@@ -158,6 +159,77 @@ pub(crate) fn rmsnorm(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
         tol_f32(max_abs(&want)),
     ));
     Ok(rows)
+}
+
+/// `rmsnorm` with its f16 copy (HALF): the f32 rows as the CPU's (and identical to the plain
+/// dispatch's), and each packed half one of the two f16 values around the f32 output (as
+/// `to_f16_row` checks); 9 rows of 1030 (odd rows, even length).
+fn rmsnorm_half(cx: &Ctx<'_>, rng: &mut Rng) -> Result<Vec<KernelParityRow>> {
+    let (nr, n) = (9usize, 1030usize);
+    let x = rng.vec(nr * n, -3.0, 3.0);
+    let w = rng.vec(n, -1.0, 1.0);
+    let (xb, wb) = (cx.input("x", &x)?, cx.input("w", &w)?);
+    let (out, plain) = (cx.output("out", nr * n)?, cx.output("plain", nr * n)?);
+    let out16 = cx.output("out16", nr * n / 2)?;
+    let s = NormShape {
+        rows: nr,
+        n,
+        eps: 1e-6,
+        weight_offset: 0.0,
+    };
+    cx.run(&[&out, &plain, &out16], |r| {
+        let norm = |o| RmsNorm {
+            x: xb.all(),
+            weight: wb.all(),
+            out: o,
+        };
+        r.dispatch(norm(plain.all()).dispatch(&s)?)?;
+        r.dispatch(norm(out.all()).dispatch_with_half(&s, out16.all())?)
+    })?;
+    let got = cx.read(&out, nr * n)?;
+    let mut want = vec![0.0; nr * n];
+    vkllm_cpu::rmsnorm(&x, &w, 1e-6, 0.0, &mut want);
+    let words = cx.dev.read_vec::<u32>(&out16, nr * n / 2)?;
+    let halves: Vec<f32> = words
+        .iter()
+        .flat_map(|&v| [v as u16, (v >> 16) as u16])
+        .map(|b| half::f16::from_bits(b).to_f32())
+        .collect();
+    let want_h: Vec<f32> = got
+        .iter()
+        .zip(&halves)
+        .map(|(&v, &g)| {
+            let (lo, hi) = vkllm_cpu::f16_neighbours(v);
+            if g == hi.to_f32() { g } else { lo.to_f32() }
+        })
+        .collect();
+    let shape = format!("{nr} x {n}");
+    Ok(vec![
+        row(
+            "rmsnorm",
+            "with f16 copy: f32 rows",
+            shape.clone(),
+            &got,
+            &want,
+            tol_f32(max_abs(&want)),
+        ),
+        row(
+            "rmsnorm",
+            "with f16 copy: f32 rows = plain dispatch",
+            shape.clone(),
+            &got,
+            &cx.read(&plain, nr * n)?,
+            EXACT,
+        ),
+        row(
+            "rmsnorm",
+            "with f16 copy: halves",
+            shape,
+            &halves,
+            &want_h,
+            EXACT,
+        ),
+    ])
 }
 
 pub(crate) fn elementwise(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
