@@ -11,7 +11,7 @@ pub static SILU_MUL: KernelSpec = KernelSpec {
     file: "activation.wgsl",
     entry: "silu_mul",
     source: ACTIVATION,
-    bindings: &[rd("gate"), rd("up"), rw("out")],
+    bindings: &[rd("gate"), rd("up"), rw("out"), rw("out16")],
     push_size: 4,
     exact_fp: false,
 };
@@ -20,7 +20,7 @@ pub static GELU_TANH_MUL: KernelSpec = KernelSpec {
     file: "activation.wgsl",
     entry: "gelu_tanh_mul",
     source: ACTIVATION,
-    bindings: &[rd("gate"), rd("up"), rw("out")],
+    bindings: &[rd("gate"), rd("up"), rw("out"), rw("out16")],
     push_size: 4,
     exact_fp: false,
 };
@@ -47,6 +47,21 @@ pub struct GatedActivation<B> {
 
 impl<B: KernelBuffer> GatedActivation<B> {
     pub fn dispatch(self, act: Activation, n: usize) -> Result<Dispatch<B>, Error> {
+        self.build(act, n, None)
+    }
+
+    /// [`GatedActivation::dispatch`] that also writes `out` as f16 pairs to `out16` (`n / 2`
+    /// u32 words, the layout of `to_f16`; `n` even).
+    pub fn dispatch_with_half(
+        self,
+        act: Activation,
+        n: usize,
+        out16: B,
+    ) -> Result<Dispatch<B>, Error> {
+        self.build(act, n, Some(out16))
+    }
+
+    fn build(self, act: Activation, n: usize, out16: Option<B>) -> Result<Dispatch<B>, Error> {
         let k = match act {
             Activation::Silu => &SILU_MUL,
             Activation::GeluTanh => &GELU_TANH_MUL,
@@ -58,11 +73,24 @@ impl<B: KernelBuffer> GatedActivation<B> {
         let p = GatedParams {
             n: to_u32(k, "n", n)?,
         };
-        let groups = grid_for(k, (n as u64).div_ceil(WG as u64))?;
+        let mut o = Overrides::new().set("WG", WG as f64);
+        let mut per = 1;
+        if let Some(h) = &out16 {
+            if !n.is_multiple_of(2) {
+                return Err(crate::spec::shape_err(
+                    k,
+                    format!("f16 copy of {n} elements"),
+                ));
+            }
+            need(k, "out16", h, bytes / 2)?;
+            o = o.set("HALF", 1.0);
+            per = 2;
+        }
+        let groups = grid_for(k, (n as u64).div_ceil(per * WG as u64))?;
         Ok(Dispatch::new(
             k,
-            Overrides::new().set("WG", WG as f64),
-            vec![self.gate, self.up, self.out],
+            o,
+            vec![self.gate, self.up, self.out, out16.unwrap_or(self.out)],
             &p,
             groups,
         ))

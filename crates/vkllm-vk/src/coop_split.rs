@@ -325,6 +325,23 @@ impl Recorder {
         self.split.half_src = Some((x.buffer.raw(), x.offset, elems));
     }
 
+    /// The gated activation that also leaves its output as f16 in the scratch the next
+    /// cooperative-matrix matmul reading it as X would convert it into (as
+    /// [`Recorder::rmsnorm_with_half`]). `n` must be even.
+    pub fn gated_with_half(
+        &mut self,
+        g: vkllm_kernels::activation::GatedActivation<BufSlice<'_>>,
+        act: vkllm_kernels::activation::Activation,
+        n: usize,
+    ) -> Result<()> {
+        let h = self.half_scratch(n)?;
+        let out = g.out;
+        let bytes = vkllm_kernels::to_f16::packed_bytes(n);
+        self.dispatch(g.dispatch_with_half(act, n, h.slice(0, bytes)?)?)?;
+        self.half_written(out, n);
+        Ok(())
+    }
+
     /// `rmsnorm` that also leaves its output as f16 in the scratch the next cooperative-matrix
     /// matmul reading that output as X would convert it into ([`Recorder::half_x`]), saving
     /// that `to_f16` dispatch. `shape.n` must be even.

@@ -598,14 +598,23 @@ impl Backend for VulkanBackend {
             Activation::Silu => KAct::Silu,
             Activation::GeluTanh => KAct::GeluTanh,
         };
+        // The f16 copy for a coop matmul reading `out` as X (the down projection of a prefill
+        // chunk). The token count is not known here: any length of at least COOP_MIN_N rows of
+        // 8 gets it (a decode-sized one that no coop matmul reads only costs the extra writes).
+        let half = self.dev.coopmat()
+            && vkllm_vk::coop_x_f16_enabled()
+            && len.is_multiple_of(8)
+            && len >= 8 * vkllm_vk::COOP_MIN_N;
         self.record(|me, r| {
-            let d = GatedActivation {
+            let g = GatedActivation {
                 gate: me.head(gate, len)?,
                 up: me.head(up, len)?,
                 out: me.head(out, len)?,
+            };
+            if half {
+                return Ok(r.gated_with_half(g, act, len)?);
             }
-            .dispatch(act, len)?;
-            Ok(r.dispatch(d)?)
+            Ok(r.dispatch(g.dispatch(act, len)?)?)
         })
     }
 

@@ -162,8 +162,8 @@ pub(crate) fn rmsnorm(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
 }
 
 /// `rmsnorm` with its f16 copy (HALF): the f32 rows as the CPU's (and identical to the plain
-/// dispatch's), and each packed half one of the two f16 values around the f32 output (as
-/// `to_f16_row` checks); 9 rows of 1030 (odd rows, even length).
+/// dispatch's), and the packed halves as [`halves_row`] checks them against the f32 output;
+/// 9 rows of 1030 (odd rows, even length).
 fn rmsnorm_half(cx: &Ctx<'_>, rng: &mut Rng) -> Result<Vec<KernelParityRow>> {
     let (nr, n) = (9usize, 1030usize);
     let x = rng.vec(nr * n, -3.0, 3.0);
@@ -190,19 +190,6 @@ fn rmsnorm_half(cx: &Ctx<'_>, rng: &mut Rng) -> Result<Vec<KernelParityRow>> {
     let mut want = vec![0.0; nr * n];
     vkllm_cpu::rmsnorm(&x, &w, 1e-6, 0.0, &mut want);
     let words = cx.dev.read_vec::<u32>(&out16, nr * n / 2)?;
-    let halves: Vec<f32> = words
-        .iter()
-        .flat_map(|&v| [v as u16, (v >> 16) as u16])
-        .map(|b| half::f16::from_bits(b).to_f32())
-        .collect();
-    let want_h: Vec<f32> = got
-        .iter()
-        .zip(&halves)
-        .map(|(&v, &g)| {
-            let (lo, hi) = vkllm_cpu::f16_neighbours(v);
-            if g == hi.to_f32() { g } else { lo.to_f32() }
-        })
-        .collect();
     let shape = format!("{nr} x {n}");
     Ok(vec![
         row(
@@ -221,14 +208,7 @@ fn rmsnorm_half(cx: &Ctx<'_>, rng: &mut Rng) -> Result<Vec<KernelParityRow>> {
             &cx.read(&plain, nr * n)?,
             EXACT,
         ),
-        row(
-            "rmsnorm",
-            "with f16 copy: halves",
-            shape,
-            &halves,
-            &want_h,
-            EXACT,
-        ),
+        halves_row("rmsnorm", "with f16 copy: halves", shape, &words, &got),
     ])
 }
 
@@ -333,10 +313,36 @@ pub(crate) fn elementwise(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
     Ok(rows)
 }
 
-/// `to_f16` over `a` (odd length): each half must be one of the two f16 values around its input
-/// (the rounding direction is the implementation's; `vkllm_cpu::f16_neighbours`), and the
-/// padding half of the last word 0. Compared exactly: an element that is neither neighbour is
-/// compared against the lower one.
+/// A row checking packed halves (`to_f16`'s layout: two per word, low first) against the f32
+/// values they were rounded from: each must be one of the two f16 values around its value
+/// (`vkllm_cpu::f16_neighbours`; the rounding direction is the device's), compared exactly; one
+/// that is neither is compared against the lower, a failure. Halves past `values` must be 0.
+fn halves_row(
+    kernel: &'static str,
+    variant: &str,
+    shape: String,
+    words: &[u32],
+    values: &[f32],
+) -> KernelParityRow {
+    let halves: Vec<f32> = words
+        .iter()
+        .flat_map(|&v| [v as u16, (v >> 16) as u16])
+        .map(|b| half::f16::from_bits(b).to_f32())
+        .collect();
+    let mut want: Vec<f32> = values
+        .iter()
+        .zip(&halves)
+        .map(|(&v, &g)| {
+            let (lo, hi) = vkllm_cpu::f16_neighbours(v);
+            if g == hi.to_f32() { g } else { lo.to_f32() }
+        })
+        .collect();
+    want.resize(halves.len(), 0.0);
+    row(kernel, variant, shape, &halves, &want, EXACT)
+}
+
+/// `to_f16` over `a` (odd length): the halves as [`halves_row`] checks them, with the padding
+/// half of the last word.
 fn to_f16_row(cx: &Ctx<'_>, a: &[f32]) -> Result<KernelParityRow> {
     let n = a.len();
     let ab = cx.input("a", a)?;
@@ -352,28 +358,7 @@ fn to_f16_row(cx: &Ctx<'_>, a: &[f32]) -> Result<KernelParityRow> {
         )
     })?;
     let w = cx.dev.read_vec::<u32>(&out, words)?;
-    let halves: Vec<f32> = w
-        .iter()
-        .flat_map(|&v| [v as u16, (v >> 16) as u16])
-        .map(|b| half::f16::from_bits(b).to_f32())
-        .collect();
-    let mut want: Vec<f32> = a
-        .iter()
-        .zip(&halves)
-        .map(|(&v, &g)| {
-            let (lo, hi) = vkllm_cpu::f16_neighbours(v);
-            if g == hi.to_f32() { g } else { lo.to_f32() }
-        })
-        .collect();
-    want.resize(halves.len(), 0.0);
-    Ok(row(
-        "to_f16",
-        "f32 -> f16",
-        format!("n {n}"),
-        &halves,
-        &want,
-        EXACT,
-    ))
+    Ok(halves_row("to_f16", "f32 -> f16", format!("n {n}"), &w, a))
 }
 
 pub(crate) fn activation(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
@@ -420,6 +405,37 @@ pub(crate) fn activation(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
             &cx.read(&out, n)?,
             &want,
             tol,
+        ));
+        // With the f16 copy (HALF; even length): the f32 output as above, the halves as
+        // `halves_row` checks them against it.
+        let n2 = n - 1;
+        let out16 = cx.output("out16", n2 / 2)?;
+        cx.run(&[&out, &out16], |r| {
+            r.dispatch(
+                GatedActivation {
+                    gate: gb.all(),
+                    up: ub.all(),
+                    out: out.all(),
+                }
+                .dispatch_with_half(act, n2, out16.all())?,
+            )
+        })?;
+        let got = cx.read(&out, n2)?;
+        rows.push(row(
+            name,
+            "with f16 copy: f32",
+            format!("n {n2}"),
+            &got,
+            &want[..n2],
+            tol,
+        ));
+        let words = cx.dev.read_vec::<u32>(&out16, n2 / 2)?;
+        rows.push(halves_row(
+            name,
+            "with f16 copy: halves",
+            format!("n {n2}"),
+            &words,
+            &got,
         ));
     }
     Ok(rows)
