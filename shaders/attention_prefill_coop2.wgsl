@@ -37,6 +37,9 @@ enable wgpu_cooperative_matrix;
 // flag placed first broke every load on the H200). Rust applies `vmm.rs`'s pass to this kernel
 // (workgroup accesses NonPrivatePointer, barriers MakeAvailable | MakeVisible).
 // Precision: q, k, v and the probabilities are rounded to f16 (products exact, sums f32).
+// HALF: 1 also writes the output as f16 pairs to out16 (to_f16.wgsl's layout over `out`), for
+// the o projection's cooperative-matrix matmul: the epilogue then walks element pairs (2c,
+// 2c + 1) of each tile row, each element by the same expression as without it.
 
 override HD: u32 = 128;
 override NSG: u32 = 4;
@@ -46,6 +49,7 @@ override KV_DTYPE: u32 = 0;
 // 16-byte K (and V) slots per invocation and step: ceil(32 * HD / (4 or 8) / WG).
 override SPT: u32 = 8;
 override RESCALE_T: f32 = 8.0;
+override HALF: u32 = 0;
 // Row strides: staged Q, K/V rows and P rows in vec4<f16> units, score rows in floats.
 override QLD: u32 = HD / 4u + 2u;
 override PLD: u32 = 8u + 2u;
@@ -75,6 +79,7 @@ var<immediate> p: Params;
 @group(0) @binding(2) var<storage, read> v: array<u32>;
 @group(0) @binding(3) var<storage, read> q_pos: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out16: array<u32>;
 
 // Staged rows: HD + 8 halves (16-byte aligned rows, consecutive rows in different banks).
 var<workgroup> qs: array<vec4<f16>, NSG * 16u * (HD / 4u + 2u)>;
@@ -152,6 +157,27 @@ fn emit(o: coop_mat16x16<f32, C>, d: u32, sbase: u32, sb: u32, lane: u32, q0: u3
         g: u32, bq: u32) {
     coopStoreT(o, &sc[sbase], SLD);
     workgroupBarrier();
+    if (HALF == 1u) {
+        for (var e = lane; e < 128u; e += SG) {
+            let r = e / 8u;
+            let c = 2u * (e % 8u);
+            let t = sb + r;
+            let qi = q0 + t / g;
+            if (t < bq * g && qi < p.n_q) {
+                let l = row_l[t];
+                var x = vec2<f32>(0.0);
+                if (l > 0.0) {
+                    x = vec2<f32>(sc[sbase + r * SLD + c] / l, sc[sbase + r * SLD + c + 1u] / l);
+                }
+                let o = (qi * p.n_heads + kvh * g + t % g) * HD + 16u * d + c;
+                out[o] = x.x;
+                out[o + 1u] = x.y;
+                out16[o / 2u] = pack2x16float(x);
+            }
+        }
+        workgroupBarrier();
+        return;
+    }
     for (var e = lane; e < 256u; e += SG) {
         let r = e / 16u;
         let c = e % 16u;

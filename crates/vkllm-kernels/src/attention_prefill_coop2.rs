@@ -16,7 +16,14 @@ pub static ATTN_PREFILL_COOP2: KernelSpec = KernelSpec {
     file: "attention_prefill_coop2.wgsl",
     entry: "main",
     source: SRC,
-    bindings: &[rd("q"), rd("k"), rd("v"), rd("q_pos"), rw("out")],
+    bindings: &[
+        rd("q"),
+        rd("k"),
+        rd("v"),
+        rd("q_pos"),
+        rw("out"),
+        rw("out16"),
+    ],
     push_size: 36,
     exact_fp: false,
 };
@@ -117,6 +124,30 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
         subgroup_size: u32,
         t: CoopAttn2Tile,
     ) -> Result<Dispatch<B>, Error> {
+        self.build_v2(s, pos0, subgroup_size, t, None)
+    }
+
+    /// [`AttnPrefillCoop::dispatch_v2`] that also writes the output as f16 pairs to `out16`
+    /// (`n_q * n_heads * head_dim / 2` u32 words, the layout of `to_f16`).
+    pub fn dispatch_v2_with_half(
+        self,
+        s: &AttnShape,
+        pos0: usize,
+        subgroup_size: u32,
+        t: CoopAttn2Tile,
+        out16: B,
+    ) -> Result<Dispatch<B>, Error> {
+        self.build_v2(s, pos0, subgroup_size, t, Some(out16))
+    }
+
+    fn build_v2(
+        self,
+        s: &AttnShape,
+        pos0: usize,
+        subgroup_size: u32,
+        t: CoopAttn2Tile,
+        out16: Option<B>,
+    ) -> Result<Dispatch<B>, Error> {
         let k = &ATTN_PREFILL_COOP2;
         s.check(k)?;
         if s.kv_stride != 0 {
@@ -163,17 +194,29 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             pos0: to_u32(k, "pos0", pos0)?,
         };
         let spt = t.slots(s.head_dim, subgroup_size, s.kv);
+        let mut o = Overrides::new()
+            .set("HD", s.head_dim as f64)
+            .set("NSG", t.nsg as f64)
+            .set("SG", subgroup_size as f64)
+            .set("WG", (t.nsg * subgroup_size) as f64)
+            .set("KV_DTYPE", s.kv.code())
+            .set("SPT", spt as f64)
+            .set("RESCALE_T", t.rescale_t as f64);
+        if let Some(h) = &out16 {
+            crate::spec::need(k, "out16", h, 2 * (s.n_q * s.n_heads * s.head_dim) as u64)?;
+            o = o.set("HALF", 1.0);
+        }
         Ok(Dispatch::new(
             k,
-            Overrides::new()
-                .set("HD", s.head_dim as f64)
-                .set("NSG", t.nsg as f64)
-                .set("SG", subgroup_size as f64)
-                .set("WG", (t.nsg * subgroup_size) as f64)
-                .set("KV_DTYPE", s.kv.code())
-                .set("SPT", spt as f64)
-                .set("RESCALE_T", t.rescale_t as f64),
-            vec![self.q, self.k, self.v, self.q_pos, self.out],
+            o,
+            vec![
+                self.q,
+                self.k,
+                self.v,
+                self.q_pos,
+                self.out,
+                out16.unwrap_or(self.out),
+            ],
             &p,
             [tiles as u32, s.n_kv_heads as u32, 1],
         ))

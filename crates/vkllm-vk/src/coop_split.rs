@@ -325,38 +325,19 @@ impl Recorder {
         self.split.half_src = Some((x.buffer.raw(), x.offset, elems));
     }
 
-    /// The gated activation that also leaves its output as f16 in the scratch the next
-    /// cooperative-matrix matmul reading it as X would convert it into (as
-    /// [`Recorder::rmsnorm_with_half`]). `n` must be even.
-    pub fn gated_with_half(
-        &mut self,
-        g: vkllm_kernels::activation::GatedActivation<BufSlice<'_>>,
-        act: vkllm_kernels::activation::Activation,
-        n: usize,
-    ) -> Result<()> {
-        let h = self.half_scratch(n)?;
-        let out = g.out;
-        let bytes = vkllm_kernels::to_f16::packed_bytes(n);
-        self.dispatch(g.dispatch_with_half(act, n, h.slice(0, bytes)?)?)?;
-        self.half_written(out, n);
-        Ok(())
+    /// A producer's f16 copy of its output, step 1 of 2: the scratch that the next
+    /// cooperative-matrix matmul reading that output as X would convert it into
+    /// ([`Recorder::half_x`]), with room for `elems` halves. Bind `packed_bytes(elems)` of it
+    /// as the producer's f16 output (rmsnorm, the gated activations and `attn_prefill_coop2`
+    /// have one), record the producer, then call [`Recorder::half_copy_written`].
+    pub fn half_copy_target(&mut self, elems: usize) -> Result<Buffer> {
+        self.half_scratch(elems)
     }
 
-    /// `rmsnorm` that also leaves its output as f16 in the scratch the next cooperative-matrix
-    /// matmul reading that output as X would convert it into ([`Recorder::half_x`]), saving
-    /// that `to_f16` dispatch. `shape.n` must be even.
-    pub fn rmsnorm_with_half(
-        &mut self,
-        norm: vkllm_kernels::rmsnorm::RmsNorm<BufSlice<'_>>,
-        shape: &vkllm_kernels::rmsnorm::NormShape,
-    ) -> Result<()> {
-        let elems = shape.rows * shape.n;
-        let h = self.half_scratch(elems)?;
-        let out = norm.out;
-        let bytes = vkllm_kernels::to_f16::packed_bytes(elems);
-        self.dispatch(norm.dispatch_with_half(shape, h.slice(0, bytes)?)?)?;
+    /// Step 2: the producer just recorded wrote `out`'s first `elems` values to the scratch
+    /// as f16, so a matmul reading them skips its `to_f16` (until something writes `out`).
+    pub fn half_copy_written(&mut self, out: BufSlice<'_>, elems: usize) {
         self.half_written(out, elems);
-        Ok(())
     }
 
     /// Records with `slots` (from an earlier recorder, see [`SplitSlots`]) as split-K scratch.

@@ -13,6 +13,7 @@ use vkllm_kernels::elementwise::{Add, Softcap};
 use vkllm_kernels::kv_append::{KvAppend, KvType};
 use vkllm_kernels::rmsnorm::{NormShape, RmsNorm};
 use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
+use vkllm_kernels::to_f16::packed_bytes;
 use vkllm_vk::{BufSlice, Buffer, Device, MemoryKind, Recorder, Tensor as VkTensor};
 
 mod attention;
@@ -437,10 +438,11 @@ impl Backend for VulkanBackend {
             && rows >= vkllm_vk::COOP_MIN_N
             && dim.is_multiple_of(8);
         self.record(|me, r| {
+            let norm_out = me.head(out, rows * dim)?;
             let norm = RmsNorm {
                 x: me.head(x, rows * dim)?,
                 weight: me.head(weight, dim)?,
-                out: me.head(out, rows * dim)?,
+                out: norm_out,
             };
             let shape = NormShape {
                 rows,
@@ -449,7 +451,11 @@ impl Backend for VulkanBackend {
                 weight_offset: offset,
             };
             if half {
-                return Ok(r.rmsnorm_with_half(norm, &shape)?);
+                let h = r.half_copy_target(rows * dim)?;
+                let o16 = h.slice(0, packed_bytes(rows * dim))?;
+                r.dispatch(norm.dispatch_with_half(&shape, o16)?)?;
+                r.half_copy_written(norm_out, rows * dim);
+                return Ok(());
             }
             Ok(r.dispatch(norm.dispatch(&shape)?)?)
         })
@@ -612,7 +618,11 @@ impl Backend for VulkanBackend {
                 out: me.head(out, len)?,
             };
             if half {
-                return Ok(r.gated_with_half(g, act, len)?);
+                let h = r.half_copy_target(len)?;
+                let out = g.out;
+                r.dispatch(g.dispatch_with_half(act, len, h.slice(0, packed_bytes(len))?)?)?;
+                r.half_copy_written(out, len);
+                return Ok(());
             }
             Ok(r.dispatch(g.dispatch(act, len)?)?)
         })

@@ -137,7 +137,10 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
     let sg = dev.info().subgroup_size;
     let mut rng = Rng::new(seed);
     let mut rows = Vec::new();
-    for c in cases() {
+    // Every other case also writes the f16 copy of the output (HALF): same f32 rows, and
+    // `halves_row`'s check of the copy against them.
+    for (i, c) in cases().into_iter().enumerate() {
+        let half = i % 2 == 1;
         let (n_q, n_kv, pos0, hd, kv) = (c.n_q, c.n_kv, c.pos0, c.hd, c.kv);
         let (n_heads, n_kv_heads) = c.heads;
         let rows_kv = c.ring.unwrap_or(n_kv).min(n_kv);
@@ -193,17 +196,19 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
         }
         let (qb, pb) = (cx.input("q", &q)?, cx.input("q_pos", &pos32)?);
         let out = cx.output("out", qn)?;
-        cx.run(&[&out], |rec| {
-            rec.dispatch(
-                AttnPrefillCoop {
-                    q: qb.all(),
-                    k: kb.all(),
-                    v: vb.all(),
-                    q_pos: pb.all(),
-                    out: out.all(),
-                }
-                .dispatch_v2(&shape, pos0, sg, t)?,
-            )
+        let out16 = cx.output("out16", qn.div_ceil(2))?;
+        cx.run(&[&out, &out16], |rec| {
+            let a = AttnPrefillCoop {
+                q: qb.all(),
+                k: kb.all(),
+                v: vb.all(),
+                q_pos: pb.all(),
+                out: out.all(),
+            };
+            rec.dispatch(match half {
+                true => a.dispatch_v2_with_half(&shape, pos0, sg, t, out16.all())?,
+                false => a.dispatch_v2(&shape, pos0, sg, t)?,
+            })
         })?;
         if let Some(s) = c.softcap {
             variant += &format!(" softcap {s}");
@@ -222,6 +227,18 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
         }
         let label = format!("q {n_q}@{pos0} kv {n_kv} h {n_heads}/{n_kv_heads} d {hd}");
         let got = cx.read(&out, qn)?;
+        if half {
+            let words = cx.dev.read_vec::<u32>(&out16, qn / 2)?;
+            let v16 = format!("{variant} with f16 copy: halves");
+            rows.push(super::basic::halves_row(
+                KERNEL,
+                &v16,
+                label.clone(),
+                &words,
+                &got,
+            ));
+            variant += " with f16 copy";
+        }
         rows.push(row(KERNEL, variant, label, &got, &want, TOL));
     }
     Ok(rows)

@@ -317,7 +317,7 @@ pub(crate) fn elementwise(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
 /// values they were rounded from: each must be one of the two f16 values around its value
 /// (`vkllm_cpu::f16_neighbours`; the rounding direction is the device's), compared exactly; one
 /// that is neither is compared against the lower, a failure. Halves past `values` must be 0.
-fn halves_row(
+pub(crate) fn halves_row(
     kernel: &'static str,
     variant: &str,
     shape: String,

@@ -11,6 +11,7 @@ use vkllm_kernels::attention::{
 };
 use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
 use vkllm_kernels::rope_kv_append::HeadNorm;
+use vkllm_kernels::to_f16::packed_bytes;
 use vkllm_vk::BufSlice;
 
 use super::fused::rope_layout;
@@ -254,7 +255,17 @@ impl VulkanBackend {
                     q_pos: ps,
                     out: os,
                 };
+                // The f16 copy of the output for the o projection's coop matmul (its X).
+                let half = vkllm_vk::coop_x_f16_enabled()
+                    && n >= vkllm_vk::COOP_MIN_N
+                    && (p.n_heads * p.head_dim).is_multiple_of(8);
                 match me.coop2_tile(&shape) {
+                    Some(t) if half => {
+                        let h = r.half_copy_target(qw)?;
+                        let o16 = h.slice(0, packed_bytes(qw))?;
+                        r.dispatch(a.dispatch_v2_with_half(&shape, pos0, sg, t, o16)?)?;
+                        r.half_copy_written(os, qw);
+                    }
                     Some(t) => r.dispatch(a.dispatch_v2(&shape, pos0, sg, t)?)?,
                     None => r.dispatch(a.dispatch(&shape, pos0, sg)?)?,
                 }
