@@ -31,7 +31,8 @@ pub struct Args {
     #[arg(long, default_value = "1", value_delimiter = ',')]
     batch: Vec<usize>,
 
-    /// Timed repetitions per test (after an untimed warm-up of at least 0.3 s).
+    /// Timed repetitions per test (after an untimed warm-up of at least 0.3 s; 3 s before the
+    /// first test).
     #[arg(long, default_value_t = 3)]
     reps: usize,
 
@@ -167,7 +168,7 @@ pub fn run(args: Args) -> Result<()> {
         "sampling": "greedy (GPU sampler)",
     });
     println!(
-        "{} | {} | driver {} | vkllm {} | kv {} | {} steps/submit | reps {} (after >= 0.3 s of warm-up)\n",
+        "{} | {} | driver {} | vkllm {} | kv {} | {} steps/submit | reps {} (after >= 0.3 s of warm-up, 3 s before the first test)\n",
         path.file_name().map_or("?".into(), |f| f.to_string_lossy()),
         info.name,
         info.driver,
