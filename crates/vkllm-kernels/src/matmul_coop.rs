@@ -97,6 +97,15 @@ impl CoopTile {
         wn: 4,
     };
 
+    /// 128 x 64 per workgroup (128 tokens, 64 rows), 4 x 2 subgroups of 2 x 2 tiles: for
+    /// quantized weights, whose 64 rows of blocks a workgroup then dequantizes per slice.
+    pub const TALL: CoopTile = CoopTile {
+        sgm: 4,
+        sgn: 2,
+        wm: 2,
+        wn: 2,
+    };
+
     /// 64 x 64 per workgroup, 4 subgroups of 2 x 2 tiles: for small weights (1024-row
     /// projections of 0.5B models), where even 64 x 128 leaves SMs idle.
     pub const TINY: CoopTile = CoopTile {

@@ -78,7 +78,7 @@ pub fn x_f16_enabled() -> bool {
     *X.get_or_init(|| std::env::var("VKLLM_COOP_XF16").map_or(true, |v| v != "0"))
 }
 
-/// `VKLLM_COOP_TILE=tiny|small|large|wide` (read once): [`auto_config`] uses this tiling
+/// `VKLLM_COOP_TILE=tiny|small|large|wide|tall` (read once): [`auto_config`] uses this tiling
 /// (where a launch of it fits) unless split-K is off.
 fn env_tile() -> Option<CoopTile> {
     static T: std::sync::OnceLock<Option<CoopTile>> = std::sync::OnceLock::new();
@@ -92,6 +92,7 @@ fn env_tile() -> Option<CoopTile> {
             "small" => Some(CoopTile::SMALL),
             "large" => Some(CoopTile::LARGE),
             "wide" => Some(CoopTile::WIDE),
+            "tall" => Some(CoopTile::TALL),
             _ => None,
         }
     })
@@ -109,11 +110,17 @@ pub const LONG_K: usize = 4096;
 /// shared-memory stages where they fit, else one) with X read as f16 where
 /// [`x_f16_enabled`] and `cols % 8 == 0`, and the tiling is the first that applies of:
 /// 1. `VKLLM_COOP_TILE`'s, split by [`with_split`];
-/// 2. [`CoopTile::WIDE`] where it fits and makes at least `2 min_groups` workgroups;
-/// 3. float weights: [`CoopTile::LARGE`] unsplit where it makes `min_groups` workgroups; split
+/// 2. quantized weights: [`CoopTile::TALL`] unsplit where it makes at least `min_groups`
+///    workgroups over at most 1024 columns, and for Q8_0 also `2 min_groups` over at most 2048
+///    (H200, against the rules below: 3072 x 1024 Q8_0 45.4 -> 40.9 us, Q4_0 48.9 -> 42.1,
+///    Q4_K 50.7 -> 43.4; 2048 x 1024 Q8_0 36.0 -> 33.1, Q4_0 37.1 -> 33.6, Q4_K 38.3 -> 34.6;
+///    8192 x 2048 Q8_0 160.4 -> 152.7, but Q4_0 143.1 -> 155.7 and Q4_K 150.1 -> 161.0; it lost
+///    at 2048 x 2048 and on every grid smaller than 96 of its workgroups);
+/// 3. [`CoopTile::WIDE`] where it fits and makes at least `2 min_groups` workgroups;
+/// 4. float weights: [`CoopTile::LARGE`] unsplit where it makes `min_groups` workgroups; split
 ///    in the fewest parts reaching `min_groups` where `cols >= LONG_K`; [`CoopTile::TINY`]
 ///    unsplit where it makes `min_groups..2 min_groups` workgroups over at most 1024 columns;
-/// 4. [`CoopTile::SMALL`] split by [`with_split`] (quantized weights always end here).
+/// 5. [`CoopTile::SMALL`] split by [`with_split`] (every other quantized grid ends here).
 ///
 /// Measured on the H200 (n = 512, f16 X; docs/benchmarks.md "session 7"): splitting a grid
 /// that already fills the GPU costs more than it gives once each workgroup runs faster (Qwen3
@@ -153,6 +160,14 @@ pub fn auto_config(
         return Some(with_split(c, rows, n, cols, target));
     }
     let groups = |t: CoopTile| t.groups(rows, n);
+    let tall = groups(CoopTile::TALL);
+    let tall_fits = match dtype {
+        WeightType::Q8_0 => cols <= 2048 && tall >= 2 * min_groups,
+        _ => false,
+    } || (dtype.is_quantized() && cols <= 1024 && tall >= min_groups);
+    if tall_fits && let Some(c) = launch(CoopTile::TALL) {
+        return Some(c);
+    }
     if let Some(c) = launch(CoopTile::WIDE)
         && groups(CoopTile::WIDE) >= 2 * min_groups
     {
@@ -400,9 +415,12 @@ mod tests {
             (c.tile, c.split, c.x_f16, c.bk)
         };
         let (f16, q8, f32) = (WeightType::F16, WeightType::Q8_0, WeightType::F32);
-        // 8192 rows: 64 x 4 = 256 workgroups of 128 x 128 >= 192: the wide tiling.
+        // 8192 rows: 64 x 4 = 256 workgroups of 128 x 128 >= 192: the wide tiling; Q8_0:
+        // 128 x 4 = 512 of 128 x 64 >= 192 over 2048 columns (other quantized types: wide).
         assert_eq!(pick(f16, 8192, 2048), (CoopTile::WIDE, 1, true, 64));
-        assert_eq!(pick(q8, 8192, 2048), (CoopTile::WIDE, 1, true, 64));
+        assert_eq!(pick(q8, 8192, 2048), (CoopTile::TALL, 1, true, 64));
+        assert_eq!(pick(WeightType::Q4_K, 8192, 2048).0, CoopTile::WIDE);
+        assert_eq!(pick(WeightType::Q4_0, 3072, 1024).0, CoopTile::TALL);
         // f32 weights do not fit the wide tiling's registers: 128 x 128, 256 >= 96.
         assert_eq!(pick(f32, 8192, 2048).0, CoopTile::LARGE);
         // 3072 rows: 96 workgroups of 128 x 128, unsplit.
@@ -415,8 +433,11 @@ mod tests {
         assert_eq!(pick(f16, 1024, 3072), (CoopTile::SMALL, 2, true, 64));
         // 2048 x 2048: 128 of 64 x 128 fill the float target: unsplit.
         assert_eq!(pick(f16, 2048, 2048), (CoopTile::SMALL, 1, true, 64));
-        // Quantized: 64 x 128, split 256 / groups rounded down.
-        assert_eq!(pick(q8, 3072, 1024), (CoopTile::SMALL, 1, true, 64));
+        // Quantized 128 x 64: 192 workgroups at 3072 rows; 128 over 1024 columns at 2048.
+        assert_eq!(pick(q8, 3072, 1024), (CoopTile::TALL, 1, true, 64));
+        assert_eq!(pick(q8, 2048, 1024), (CoopTile::TALL, 1, true, 64));
+        // Otherwise 64 x 128, split 256 / groups rounded down (128 x 64 would make 128 here,
+        // over 2048 columns).
         assert_eq!(pick(q8, 2048, 2048), (CoopTile::SMALL, 2, true, 64));
         assert_eq!(pick(q8, 512, 2048), (CoopTile::SMALL, 8, true, 64));
         // cols % 8 != 0: X stays f32.

@@ -73,12 +73,12 @@ pub(crate) fn not_applicable(dev: &Device) -> Option<String> {
 }
 
 fn tile_name(t: CoopTile) -> String {
-    format!(
-        "{}x{}{}",
-        t.bm(),
-        t.bn(),
-        if t == CoopTile::WIDE { " wide" } else { "" }
-    )
+    let kind = match t {
+        CoopTile::WIDE => " wide",
+        CoopTile::TALL => " tall",
+        _ => "",
+    };
+    format!("{}x{}{kind}", t.bm(), t.bn())
 }
 
 fn config_name(c: &CoopConfig) -> String {
@@ -199,6 +199,22 @@ pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
             768,
             true,
             x16(CoopTile::WIDE, 64, 2),
+        ),
+        (
+            WeightType::Q8_0,
+            200,
+            129,
+            32 * 37,
+            false,
+            x16(CoopTile::TALL, 64, 1),
+        ),
+        (
+            WeightType::Q4_0,
+            37,
+            100,
+            32 * 13,
+            true,
+            x16(CoopTile::TALL, 64, 2),
         ),
     ];
     let split = [
