@@ -78,6 +78,18 @@ pub fn x_f16_enabled() -> bool {
     *X.get_or_init(|| std::env::var("VKLLM_COOP_XF16").map_or(true, |v| v != "0"))
 }
 
+/// Whether a product of `rows` tokens over `cols` columns run by [`MatmulKernel::Auto`](crate::MatmulKernel::Auto)
+/// on `dev` reads its X as f16, so a producer of that X should leave the f16 copy
+/// ([`Recorder::half_copy_target`]): cooperative matrices on, [`x_f16_enabled`], split-K not
+/// turned off (the original launch reads f32), `rows >= COOP_MIN_N` and `cols % 8 == 0`.
+pub fn half_x_wanted(dev: &crate::Device, rows: usize, cols: usize) -> bool {
+    dev.coopmat()
+        && x_f16_enabled()
+        && split_target(WeightType::F16) != 0
+        && rows >= crate::COOP_MIN_N
+        && cols.is_multiple_of(8)
+}
+
 /// `VKLLM_COOP_TILE=tiny|small|large|wide|tall` (read once): [`auto_config`] uses this tiling
 /// (where a launch of it fits) unless split-K is off.
 fn env_tile() -> Option<CoopTile> {

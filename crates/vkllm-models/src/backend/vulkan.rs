@@ -433,10 +433,7 @@ impl Backend for VulkanBackend {
         assert_ne!(x, out, "rmsnorm: out aliases x");
         // Rows that a cooperative-matrix matmul will read as f16 X also get their f16 copy here
         // (one `to_f16` dispatch fewer per norm; `VKLLM_COOP_XF16=0` turns both off).
-        let half = self.dev.coopmat()
-            && vkllm_vk::coop_x_f16_enabled()
-            && rows >= vkllm_vk::COOP_MIN_N
-            && dim.is_multiple_of(8);
+        let half = vkllm_vk::coop_half_x_wanted(&self.dev, rows, dim);
         self.record(|me, r| {
             let norm_out = me.head(out, rows * dim)?;
             let norm = RmsNorm {
@@ -607,10 +604,7 @@ impl Backend for VulkanBackend {
         // The f16 copy for a coop matmul reading `out` as X (the down projection of a prefill
         // chunk). The token count is not known here: any length of at least COOP_MIN_N rows of
         // 8 gets it (a decode-sized one that no coop matmul reads only costs the extra writes).
-        let half = self.dev.coopmat()
-            && vkllm_vk::coop_x_f16_enabled()
-            && len.is_multiple_of(8)
-            && len >= 8 * vkllm_vk::COOP_MIN_N;
+        let half = len.is_multiple_of(8) && vkllm_vk::coop_half_x_wanted(&self.dev, len / 8, 8);
         self.record(|me, r| {
             let g = GatedActivation {
                 gate: me.head(gate, len)?,

@@ -256,9 +256,7 @@ impl VulkanBackend {
                     out: os,
                 };
                 // The f16 copy of the output for the o projection's coop matmul (its X).
-                let half = vkllm_vk::coop_x_f16_enabled()
-                    && n >= vkllm_vk::COOP_MIN_N
-                    && (p.n_heads * p.head_dim).is_multiple_of(8);
+                let half = vkllm_vk::coop_half_x_wanted(&me.dev, n, p.n_heads * p.head_dim);
                 match me.coop2_tile(&shape) {
                     Some(t) if half => {
                         let h = r.half_copy_target(qw)?;
