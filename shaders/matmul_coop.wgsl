@@ -7,13 +7,16 @@ enable wgpu_cooperative_matrix;
 // row_offset, y_stride, accumulate; this dispatch writes Y columns [row_offset, row_offset +
 // rows) of rows y_stride long).
 //
-// #include mat_quant.wgsl
-// This file is compiled with `mat_quant.wgsl` (and its include) appended (`sources.rs`; build.rs honours the
-// line above): it reuses that file's bindings (`w`, `x`, `y`), push constants (`p`) and block
-// decoding (`dequant16`, `unit_block`, QTYPE/BLOCK/TS), so every llama.cpp format `mat_quant`
-// reads is read here too, by the same code. Names below are prefixed `cm_`/`CM_` to stay clear
-// of that file's. (One entry point may not use two views of one binding, so loads are 4 word
-// loads at 16-byte aligned indices, written so a driver can merge them, not a vec4 view.)
+// #include quant_blocks.inc.wgsl
+// Quantized blocks are decoded by `dequant16` of quant_blocks.inc.wgsl (the code every
+// quantized kernel shares; QTYPE/BLOCK/TS), through this file's `wd` / `load16`.
+// Segments (SEGS = 2 or 3): one launch multiplies the same X by up to three weights of one type
+// and width (q/k/v of a layer): W segment s is binding `w` / `w1` / `w2` with its own rows, Y
+// (`y` / `y1` / `y2`), row_offset and y_stride (push constants); the grid's x runs over the
+// segments' workgroup columns one after the other (ceil(rows_s / BN) each), so every workgroup
+// reads one weight (a uniform branch per load). SEGS = 1: `w` and `y` only (the others are
+// bound but never read). (Loads are 4 word loads at 16-byte aligned indices, written so a
+// driver can merge them.)
 //
 // Tiling: a workgroup of CM_SGM x CM_SGN subgroups (SG invocations each: SG is the device's
 // subgroup size, set from Rust) computes a BM x BN tile of Y (BM = CM_SGM * WM * 16 tokens,
@@ -48,7 +51,7 @@ enable wgpu_cooperative_matrix;
 // two stages, up to 128 x 128 with one (CM_STAGES; `CoopConfig::fits`).
 // Precision: inputs are rounded to f16 (products exact in f32, sums in f32): X and W must be
 // within f16 range (|v| < 65504); the Rust side documents the tolerance.
-// DTYPE: 0 f32 weights, 1 f16, 2 bf16, 3 quantized (QTYPE/BLOCK/TS of mat_quant.wgsl).
+// DTYPE: 0 f32 weights, 1 f16, 2 bf16, 3 quantized (QTYPE/BLOCK/TS of quant_blocks.inc.wgsl).
 // XVEC: 1 when cols % 4 == 0 (X rows are whole 16-byte words); WVEC: 1 when weight rows are
 // (f32: cols % 4 == 0; f16/bf16: cols % 8 == 0). Otherwise every element is bounds-checked.
 // XH: 1 when X holds f16, two per word (`to_f16.wgsl`; Rust requires cols % 8 == 0, so rows are
@@ -82,8 +85,91 @@ override CM_SA: u32 = 1280;
 override CM_SB: u32 = 1280;
 override XH: u32 = 0;
 
+override SEGS: u32 = 1;
+
+struct Params {
+    n: u32,
+    rows: u32,
+    cols: u32,
+    row_offset: u32,
+    y_stride: u32,
+    accumulate: u32,
+    // Segments 1 and 2 (SEGS > 1): rows, row_offset and y_stride of each.
+    rows1: u32,
+    row_offset1: u32,
+    y_stride1: u32,
+    rows2: u32,
+    row_offset2: u32,
+    y_stride2: u32,
+}
+var<immediate> p: Params;
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @coherent @group(0) @binding(3) var<storage, read_write> cm_part: array<f32>;
 @group(0) @binding(4) var<storage, read_write> cm_ctr: array<atomic<u32>>;
+@group(0) @binding(5) var<storage, read> w1: array<u32>;
+@group(0) @binding(6) var<storage, read> w2: array<u32>;
+@group(0) @binding(7) var<storage, read_write> y1: array<f32>;
+@group(0) @binding(8) var<storage, read_write> y2: array<f32>;
+
+// This workgroup's segment (uniform: set once from the workgroup id) and its rows, row_offset
+// and y_stride.
+var<private> cm_seg: u32;
+var<private> cm_rows: u32;
+var<private> cm_roff: u32;
+var<private> cm_ys: u32;
+
+// Word i of this workgroup's weight: the interface of quant_blocks.inc.wgsl.
+fn wd(i: u32) -> u32 {
+    if (SEGS == 1u || cm_seg == 0u) {
+        return w[i];
+    }
+    if (cm_seg == 1u) {
+        return w1[i];
+    }
+    return w2[i];
+}
+
+// 16 bytes from any byte offset as 4 little-endian words (a fifth word read only when the bytes
+// straddle it, so never past the data): the interface of quant_blocks.inc.wgsl.
+fn load16(off: u32) -> vec4<u32> {
+    let i = off >> 2u;
+    let sh = (off & 3u) * 8u;
+    let a = vec4<u32>(wd(i), wd(i + 1u), wd(i + 2u), wd(i + 3u));
+    if (sh == 0u) {
+        return a;
+    }
+    let b = vec4<u32>(a.y, a.z, a.w, wd(i + 4u));
+    return (a >> vec4<u32>(sh)) | (b << vec4<u32>(32u - sh));
+}
+
+// Byte offset of unit u (16 elements) of a row starting at byte `row`.
+fn unit_block(row: u32, u: u32) -> u32 {
+    return row + (u / (BLOCK / 16u)) * TS;
+}
+
+// Element o of this workgroup's Y.
+fn cm_y(o: u32) -> f32 {
+    if (SEGS == 1u || cm_seg == 0u) {
+        return y[o];
+    }
+    if (cm_seg == 1u) {
+        return y1[o];
+    }
+    return y2[o];
+}
+
+fn cm_y_set(o: u32, v: f32) {
+    if (SEGS == 1u || cm_seg == 0u) {
+        y[o] = v;
+    } else if (cm_seg == 1u) {
+        y1[o] = v;
+    } else {
+        y2[o] = v;
+    }
+}
 
 // (Fixed lengths: naga 30's process_overrides fails on override-sized arrays in this module.)
 var<workgroup> cm_a: array<vec4<f16>, 2560>; // [stage][BM][CM_LDV]
@@ -161,11 +247,11 @@ fn cm_load_w(i: u32, r0: u32, k0: u32) -> vec4<u32> {
     let r = r0 + i / spr;
     let k = k0 + per * (i % spr);
     var v = vec4<u32>(0u);
-    if (r < p.rows) {
+    if (r < cm_rows) {
         if (WVEC == 1u) {
             if (k < p.cols) {
                 let e = 4u * (r * (p.cols / per) + k / per);
-                v = vec4<u32>(w[e], w[e + 1u], w[e + 2u], w[e + 3u]);
+                v = vec4<u32>(wd(e), wd(e + 1u), wd(e + 2u), wd(e + 3u));
             }
         } else {
             // f32: one element per word; 16-bit: two (cols is even, so a pair is all in or out).
@@ -173,7 +259,7 @@ fn cm_load_w(i: u32, r0: u32, k0: u32) -> vec4<u32> {
             let e = (r * p.cols + k) / epw;
             for (var j = 0u; j < 4u; j++) {
                 if (k + epw * j < p.cols) {
-                    v[j] = w[e + j];
+                    v[j] = wd(e + j);
                 }
             }
         }
@@ -213,7 +299,7 @@ fn cm_put_wq(stage: u32, lid: u32, r0: u32, k0: u32, bn: u32) {
         let r = r0 + i / upr;
         let u = k0 / 16u + i % upr;
         var v: array<f32, 16>;
-        if (r < p.rows && 16u * u < p.cols) {
+        if (r < cm_rows && 16u * u < p.cols) {
             v = dequant16(unit_block(r * rb, u), u % (BLOCK / 16u));
         }
         let o = stage * CM_SB + (i / upr) * CM_LDV + 4u * (i % upr);
@@ -232,7 +318,7 @@ fn cm_load_wq(j: u32, r0: u32, k0: u32) -> array<vec4<f16>, 4> {
     let r = r0 + j / upr;
     let u = k0 / 16u + j % upr;
     var v: array<f32, 16>;
-    if (r < p.rows && 16u * u < p.cols) {
+    if (r < cm_rows && 16u * u < p.cols) {
         v = dequant16(unit_block(r * rb, u), u % (BLOCK / 16u));
     }
     var h: array<vec4<f16>, 4>;
@@ -259,13 +345,13 @@ fn cm_out(c: coop_mat16x16<f32, C>, sg_id: u32, lane: u32, m0: u32, r0: u32) {
     for (var e = lane; e < 256u; e += SG) {
         let m = m0 + e / 16u;
         let r = r0 + e % 16u;
-        if (m < p.n && r < p.rows) {
-            let o = m * p.y_stride + p.row_offset + r;
+        if (m < p.n && r < cm_rows) {
+            let o = m * cm_ys + cm_roff + r;
             var v = cm_c[scratch + e];
             if (p.accumulate != 0u) {
-                v += y[o];
+                v += cm_y(o);
             }
-            y[o] = v;
+            cm_y_set(o, v);
         }
     }
     workgroupBarrier();
@@ -282,16 +368,16 @@ fn cm_reduce(tile: u32, sg_id: u32, lane: u32, t: u32, m0: u32, r0: u32) {
     for (var e = lane; e < 256u; e += SG) {
         let m = m0 + e / 16u;
         let r = r0 + e % 16u;
-        if (m < p.n && r < p.rows) {
+        if (m < p.n && r < cm_rows) {
             var v = 0.0;
             for (var s = 0u; s < SPLIT; s++) {
                 v += cm_part[cm_part_base(tile, s, sg_id) + t * 256u + e];
             }
-            let o = m * p.y_stride + p.row_offset + r;
+            let o = m * cm_ys + cm_roff + r;
             if (p.accumulate != 0u) {
-                v += y[o];
+                v += cm_y(o);
             }
-            y[o] = v;
+            cm_y_set(o, v);
         }
     }
 }
@@ -307,7 +393,29 @@ fn matmul_coop(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(subgroup_invocation_id) lane: u32) {
     let bm = CM_SGM * WM * 16u;
     let bn = CM_SGN * WN * 16u;
-    let r0 = wid.x * bn;
+    // The segment of this workgroup column: its rows start at column gx of it.
+    cm_seg = 0u;
+    cm_rows = p.rows;
+    cm_roff = p.row_offset;
+    cm_ys = p.y_stride;
+    var gx = wid.x;
+    let g0 = (p.rows + bn - 1u) / bn;
+    if (SEGS > 1u && gx >= g0) {
+        gx -= g0;
+        cm_seg = 1u;
+        cm_rows = p.rows1;
+        cm_roff = p.row_offset1;
+        cm_ys = p.y_stride1;
+        let g1 = (p.rows1 + bn - 1u) / bn;
+        if (SEGS > 2u && gx >= g1) {
+            gx -= g1;
+            cm_seg = 2u;
+            cm_rows = p.rows2;
+            cm_roff = p.row_offset2;
+            cm_ys = p.y_stride2;
+        }
+    }
+    let r0 = gx * bn;
     let m0 = wid.y * bm;
     // This subgroup's tiles: tokens [sm, sm + 16 WM), rows [sn, sn + 16 WN) of the block.
     let sm = (sg_id / CM_SGN) * WM * 16u;

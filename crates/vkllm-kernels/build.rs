@@ -4,8 +4,7 @@
 //! `*.inc.wgsl` files are fragments, not kernels: a kernel file names each file it uses in a
 //! `// #include NAME` line, and its source is the file followed by those files, each assembled
 //! the same way (recursively; `src/sources.rs` embeds the same text with `concat!`). A kernel may
-//! also include another kernel file to share its declarations (matmul_coop.wgsl takes
-//! mat_quant.wgsl's block decoding that way).
+//! also include another kernel file to share its declarations.
 
 use std::path::Path;
 

@@ -21,8 +21,18 @@ pub static MATMUL_COOP: KernelSpec = KernelSpec {
     file: "matmul_coop.wgsl",
     entry: "matmul_coop",
     source: SRC,
-    bindings: &[rd("w"), rd("x"), rw("y"), rw("part"), rw("counters")],
-    push_size: 24,
+    bindings: &[
+        rd("w"),
+        rd("x"),
+        rw("y"),
+        rw("part"),
+        rw("counters"),
+        rd("w1"),
+        rd("w2"),
+        rw("y1"),
+        rw("y2"),
+    ],
+    push_size: 48,
     exact_fp: false,
 };
 
@@ -242,10 +252,16 @@ impl CoopConfig {
     /// Scratch a split launch over `rows` x `n` outputs needs: (partial bytes, counter bytes);
     /// (0, 0) without split.
     pub fn scratch_bytes(&self, rows: usize, n: usize) -> (u64, u64) {
+        self.scratch_bytes_segments(&[rows], n)
+    }
+
+    /// [`CoopConfig::scratch_bytes`] of a launch over segments of these row counts
+    /// ([`MatmulCoopGroup`]: each segment's rows are tiled on their own).
+    pub fn scratch_bytes_segments(&self, rows: &[usize], n: usize) -> (u64, u64) {
         if self.split <= 1 {
             return (0, 0);
         }
-        let tiles = self.tile.groups(rows, n) as u64;
+        let tiles: u64 = rows.iter().map(|&r| self.tile.groups(r, n) as u64).sum();
         let per_tile = (self.tile.bm() * self.tile.bn()) as u64 * 4;
         (tiles * self.split as u64 * per_tile, tiles * 4)
     }
@@ -306,31 +322,113 @@ impl<B: KernelBuffer> MatmulCoop<B> {
         cfg: &CoopConfig,
         scratch: Option<SplitScratch<B>>,
     ) -> Result<Dispatch<B>, Error> {
+        MatmulCoopGroup {
+            x: self.x,
+            segments: vec![CoopSegment {
+                w: self.w,
+                y: self.y,
+                shape: *s,
+                y_stride,
+            }],
+        }
+        .dispatch_with(n, subgroup_size, cfg, scratch)
+    }
+}
+
+/// One weight of a [`MatmulCoopGroup`]: `y[t, row_offset + r] (+)= sum_c X[t, c] w[r, c]`,
+/// `y` rows `y_stride` long (`shape.accumulate` must agree across the group).
+#[derive(Clone, Copy, Debug)]
+pub struct CoopSegment<B> {
+    pub w: B,
+    pub y: B,
+    pub shape: MatShape,
+    pub y_stride: usize,
+}
+
+/// Up to [`MAX_SEGMENTS`] products of the same `X` with weights of one type and width in one
+/// launch (q/k/v of a layer): the grid's workgroup columns cover the segments one after the
+/// other, so a small weight's workgroups run beside the others' instead of after them.
+pub struct MatmulCoopGroup<B> {
+    pub x: B,
+    pub segments: Vec<CoopSegment<B>>,
+}
+
+/// Most weights in one [`MatmulCoopGroup`] launch.
+pub const MAX_SEGMENTS: usize = 3;
+
+/// `matmul_coop`'s push constants: [`MatmulParams`] of segment 0, then rows, row_offset and
+/// y_stride of segments 1 and 2.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+struct CoopParams {
+    first: MatmulParams,
+    more: [[u32; 3]; 2],
+}
+
+impl<B: KernelBuffer> MatmulCoopGroup<B> {
+    /// One launch over every segment (see [`MatmulCoop::dispatch_with`]); more than one segment
+    /// needs a configuration other than [`CoopConfig::plain`].
+    pub fn dispatch_with(
+        self,
+        n: usize,
+        subgroup_size: u32,
+        cfg: &CoopConfig,
+        scratch: Option<SplitScratch<B>>,
+    ) -> Result<Dispatch<B>, Error> {
         let k = &MATMUL_COOP;
         let tile = cfg.tile;
-        check_weight(k, &self.w, s)?;
-        if !cfg.fits_for(subgroup_size, s.dtype) {
+        let segs = &self.segments;
+        let Some(first) = segs.first().copied() else {
+            return Err(shape_err(k, "no segments"));
+        };
+        if segs.len() > MAX_SEGMENTS {
+            return Err(shape_err(k, format!("{} segments", segs.len())));
+        }
+        if segs.len() > 1 && *cfg == CoopConfig::plain(tile) {
+            return Err(shape_err(k, "segments need a configured launch"));
+        }
+        let s0 = first.shape;
+        if !cfg.fits_for(subgroup_size, s0.dtype) {
             return Err(shape_err(
                 k,
                 format!("configuration {cfg:?} with subgroups of {subgroup_size}"),
             ));
         }
         let wg = tile.subgroups() * subgroup_size;
-        if s.row_offset + s.rows > y_stride {
-            return Err(shape_err(k, "part rows beyond y_stride"));
-        }
-        to_u32(k, "n * cols", n * s.cols)?;
-        to_u32(k, "n * y_stride", n * y_stride)?;
-        if cfg.x_f16 && !s.cols.is_multiple_of(8) {
+        let x_bytes = if cfg.x_f16 { 2 } else { 4 } * (n * s0.cols) as u64;
+        to_u32(k, "n * cols", n * s0.cols)?;
+        if cfg.x_f16 && !s0.cols.is_multiple_of(8) {
             return Err(shape_err(
                 k,
-                format!("f16 X needs cols % 8 == 0, not {}", s.cols),
+                format!("f16 X needs cols % 8 == 0, not {}", s0.cols),
             ));
         }
-        let x_bytes = if cfg.x_f16 { 2 } else { 4 } * (n * s.cols) as u64;
         need(k, "x", &self.x, x_bytes)?;
-        need(k, "y", &self.y, 4 * (n * y_stride) as u64)?;
-        let gx = s.rows.div_ceil(tile.bn());
+        let mut gx = 0usize;
+        let mut rows = Vec::with_capacity(segs.len());
+        let mut seg_params = [[0u32; 3]; MAX_SEGMENTS];
+        for (i, sg) in segs.iter().enumerate() {
+            let s = &sg.shape;
+            if s.dtype != s0.dtype || s.cols != s0.cols || s.accumulate != s0.accumulate {
+                return Err(shape_err(
+                    k,
+                    "segments differ in weight type, columns or accumulation",
+                ));
+            }
+            check_weight(k, &sg.w, s)?;
+            if s.row_offset + s.rows > sg.y_stride {
+                return Err(shape_err(k, "part rows beyond y_stride"));
+            }
+            to_u32(k, "n * y_stride", n * sg.y_stride)?;
+            need(k, "y", &sg.y, 4 * (n * sg.y_stride) as u64)?;
+            gx += s.rows.div_ceil(tile.bn());
+            rows.push(s.rows);
+            seg_params[i] = [
+                to_u32(k, "rows", s.rows)?,
+                to_u32(k, "row_offset", s.row_offset)?,
+                to_u32(k, "y_stride", sg.y_stride)?,
+            ];
+        }
         let gy = n.div_ceil(tile.bm());
         if n == 0 || gx > MAX_GROUPS_X as usize || gy > MAX_GROUPS_X as usize {
             return Err(shape_err(k, format!("grid {gx} x {gy} out of range")));
@@ -339,37 +437,40 @@ impl<B: KernelBuffer> MatmulCoop<B> {
             let Some(sc) = scratch else {
                 return Err(shape_err(k, "split-K without scratch buffers"));
             };
-            let (pb, cb) = cfg.scratch_bytes(s.rows, n);
+            let (pb, cb) = cfg.scratch_bytes_segments(&rows, n);
             need(k, "part", &sc.part, pb)?;
             need(k, "counters", &sc.counters, cb)?;
             to_u32(k, "partial elements", (pb / 4) as usize)?;
             (sc.part, sc.counters)
         } else {
-            (self.y, self.y)
+            (first.y, first.y)
         };
-        let p = MatmulParams {
-            n: to_u32(k, "n", n)?,
-            rows: to_u32(k, "rows", s.rows)?,
-            cols: to_u32(k, "cols", s.cols)?,
-            row_offset: to_u32(k, "row_offset", s.row_offset)?,
-            y_stride: to_u32(k, "y_stride", y_stride)?,
-            accumulate: s.accumulate as u32,
+        let p = CoopParams {
+            first: MatmulParams {
+                n: to_u32(k, "n", n)?,
+                rows: seg_params[0][0],
+                cols: to_u32(k, "cols", s0.cols)?,
+                row_offset: seg_params[0][1],
+                y_stride: seg_params[0][2],
+                accumulate: s0.accumulate as u32,
+            },
+            more: [seg_params[1], seg_params[2]],
         };
-        let (dtype, wvec) = match s.dtype {
-            WeightType::F32 => (0.0, s.cols.is_multiple_of(4)),
-            WeightType::F16 => (1.0, s.cols.is_multiple_of(8)),
-            WeightType::Bf16 => (2.0, s.cols.is_multiple_of(8)),
+        let (dtype, wvec) = match s0.dtype {
+            WeightType::F32 => (0.0, s0.cols.is_multiple_of(4)),
+            WeightType::F16 => (1.0, s0.cols.is_multiple_of(8)),
+            WeightType::Bf16 => (2.0, s0.cols.is_multiple_of(8)),
             _ => (3.0, false),
         };
-        let mut o = if s.dtype.is_quantized() {
-            crate::mat_quant::format_overrides(s.dtype)
+        let mut o = if s0.dtype.is_quantized() {
+            crate::mat_quant::format_overrides(s0.dtype)
         } else {
             Overrides::new()
         };
         o = o
             .set("DTYPE", dtype)
             .set("WVEC", wvec as u32 as f64)
-            .set("XVEC", s.cols.is_multiple_of(4) as u32 as f64)
+            .set("XVEC", s0.cols.is_multiple_of(4) as u32 as f64)
             .set("SG", subgroup_size as f64)
             .set("CM_WG", wg as f64)
             .set("CM_SGM", tile.sgm as f64)
@@ -394,11 +495,26 @@ impl<B: KernelBuffer> MatmulCoop<B> {
                 .set("CM_SA", (tile.bm() as u32 * ldv) as f64)
                 .set("CM_SB", (tile.bn() as u32 * ldv) as f64)
                 .set("XH", cfg.x_f16 as u32 as f64);
+            if segs.len() > 1 {
+                o = o.set("SEGS", segs.len() as f64);
+            }
         }
+        // Unused segment bindings repeat segment 0's buffers.
+        let seg = |i: usize| segs.get(i).copied().unwrap_or(first);
         Ok(Dispatch::new(
             k,
             o,
-            vec![self.w, self.x, self.y, part, counters],
+            vec![
+                first.w,
+                self.x,
+                first.y,
+                part,
+                counters,
+                seg(1).w,
+                seg(2).w,
+                seg(1).y,
+                seg(2).y,
+            ],
             &p,
             [gx as u32, gy as u32, cfg.split],
         ))

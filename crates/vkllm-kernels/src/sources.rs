@@ -33,11 +33,8 @@ pub(crate) const MAT_QUANT: &str = concat!(
     include_str!("../shaders/quant_blocks.inc.wgsl")
 );
 pub(crate) const MATMUL: &str = include_str!("../shaders/matmul.wgsl");
-/// `matmul_coop.wgsl` shares `mat_quant.wgsl`'s bindings and block decoding (its
-/// `// #append mat_quant.wgsl` line, which build.rs also honours).
 pub(crate) const MATMUL_COOP: &str = concat!(
     include_str!("../shaders/matmul_coop.wgsl"),
-    include_str!("../shaders/mat_quant.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl")
 );
 pub(crate) const MATVEC: &str = include_str!("../shaders/matvec.wgsl");

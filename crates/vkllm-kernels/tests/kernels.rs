@@ -226,6 +226,82 @@ fn coop_matmul_split_variants_emit_spirv() {
 }
 
 #[test]
+fn coop_matmul_groups_check_their_segments() {
+    use vkllm_kernels::matmul_coop::{
+        CoopConfig, CoopSegment, CoopTile, MATMUL_COOP, MatmulCoopGroup, SplitScratch,
+    };
+    let cfg = CoopConfig {
+        tile: CoopTile::SMALL,
+        bk: 64,
+        split: 2,
+        stages: 1,
+        prefetch_quant: false,
+        x_f16: true,
+    };
+    let seg = |dtype: WeightType, rows: usize, cols: usize| CoopSegment {
+        w: Fake(dtype.storage_bytes((rows * cols) as u64)),
+        y: Fake(4 * 40 * rows as u64),
+        shape: MatShape {
+            dtype,
+            rows,
+            cols,
+            row_offset: 0,
+            accumulate: false,
+        },
+        y_stride: rows,
+    };
+    let group = |segments: Vec<CoopSegment<Fake>>, cfg: &CoopConfig| {
+        let rows: Vec<usize> = segments.iter().map(|s| s.shape.rows).collect();
+        let (pb, cb) = cfg.scratch_bytes_segments(&rows, 40);
+        MatmulCoopGroup {
+            x: Fake(2 * 40 * 512),
+            segments,
+        }
+        .dispatch_with(
+            40,
+            32,
+            cfg,
+            Some(SplitScratch {
+                part: Fake(pb),
+                counters: Fake(cb),
+            }),
+        )
+    };
+    // Workgroup columns: ceil(rows / 128) per segment, summed (3 + 1 + 1); split scratch for
+    // each segment's own tiles.
+    for dt in [WeightType::F16, WeightType::Q8_0, WeightType::Q4_K] {
+        let d = group(
+            vec![seg(dt, 300, 512), seg(dt, 100, 512), seg(dt, 7, 512)],
+            &cfg,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+        assert_eq!(d.groups, [5, 1, 2]);
+        compile_spirv(&MATMUL_COOP, &d.overrides, SpirvOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+    }
+    assert_eq!(
+        cfg.scratch_bytes_segments(&[300, 100, 7], 40),
+        (5 * 2 * 64 * 128 * 4, 5 * 4)
+    );
+    let f16 = |rows| seg(WeightType::F16, rows, 512);
+    // Mixed types or widths, too many segments, none, or a group on the original launch.
+    let bad = [
+        (vec![f16(64), seg(WeightType::Q8_0, 64, 512)], cfg),
+        (vec![f16(64), seg(WeightType::F16, 64, 256)], cfg),
+        (vec![f16(64), f16(64), f16(64), f16(64)], cfg),
+        (vec![], cfg),
+        (vec![f16(64), f16(64)], CoopConfig::plain(CoopTile::SMALL)),
+    ];
+    for (segments, c) in bad {
+        let n = segments.len();
+        assert!(
+            matches!(group(segments, &c), Err(Error::Shape { .. })),
+            "{n} segments, {c:?}"
+        );
+    }
+}
+
+#[test]
 fn coop_matmul_rejects_bad_tilings() {
     use vkllm_kernels::matmul_coop::{CoopTile, MatmulCoop};
     let s = MatShape {

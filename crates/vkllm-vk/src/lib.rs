@@ -24,6 +24,7 @@ mod device;
 mod error;
 mod info;
 mod instance;
+mod matmul_group;
 mod pipeline;
 mod pipeline_stats;
 mod recorder;
@@ -44,6 +45,10 @@ pub use device::{Device, DeviceOptions};
 pub use error::{Error, Result};
 pub use info::{DeviceChoice, DeviceInfo, DeviceKind, Heap, Limits, list_devices, select};
 pub use instance::{Instance, VALIDATION_ALLOW_LIST, Validation, ValidationMessage};
+pub use matmul_group::{
+    group_config as coop_group_config, group_enabled as coop_group_enabled,
+    group_step as coop_group_step,
+};
 pub use pipeline::{Pipeline, PipelineCacheMode};
 pub use recorder::{DispatchTiming, Recorder, Recording, RecordingCache};
 pub use tensor::{

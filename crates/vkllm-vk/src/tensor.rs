@@ -167,7 +167,7 @@ impl Tensor {
         self.cols / self.dtype.block_size() * self.dtype.bytes() as usize
     }
 
-    fn shape(&self, p: &TensorPart, accumulate: bool) -> MatShape {
+    pub(crate) fn shape(&self, p: &TensorPart, accumulate: bool) -> MatShape {
         MatShape {
             dtype: self.dtype,
             rows: p.rows,

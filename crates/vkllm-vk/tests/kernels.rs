@@ -70,6 +70,7 @@ parity_tests!(
     matvec,
     matmul,
     matmul_coop,
+    matmul_coop_group,
     matvec_fused_float,
     matvec_fused_legacy,
     matvec_fused_kquant,

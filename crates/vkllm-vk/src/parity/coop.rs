@@ -25,11 +25,11 @@ use crate::tensor::{MatmulKernel, Tensor};
 const KERNEL: &str = "matmul_coop";
 
 /// The rounding the kernel applies to every input.
-fn f16_round(v: &[f32]) -> Vec<f32> {
+pub(crate) fn f16_round(v: &[f32]) -> Vec<f32> {
     to_f16(v).1
 }
 
-fn tol(sum_abs: f64) -> Tol {
+pub(crate) fn tol(sum_abs: f64) -> Tol {
     Tol {
         max_abs: 32.0 * f32::EPSILON as f64 * sum_abs,
         nmse: 1e-6,
@@ -37,7 +37,13 @@ fn tol(sum_abs: f64) -> Tol {
 }
 
 /// `Y[t, r] = sum_c X[t, c] W[r, c]` in f64, and the largest sum of |terms|.
-fn reference(w: &[f32], rows: usize, cols: usize, x: &[f32], n: usize) -> (Vec<f32>, f64) {
+pub(crate) fn reference(
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+) -> (Vec<f32>, f64) {
     let mut y = vec![0.0; n * rows];
     let mut max_abs = 0f64;
     for t in 0..n {
@@ -81,7 +87,7 @@ fn tile_name(t: CoopTile) -> String {
     format!("{}x{}{kind}", t.bm(), t.bn())
 }
 
-fn config_name(c: &CoopConfig) -> String {
+pub(crate) fn config_name(c: &CoopConfig) -> String {
     if *c == CoopConfig::plain(c.tile) {
         return tile_name(c.tile);
     }
@@ -96,7 +102,7 @@ fn config_name(c: &CoopConfig) -> String {
 }
 
 /// Random weights of `dtype` as stored, and their f16-rounded values (what the kernel uses).
-fn coop_weight(
+pub(crate) fn coop_weight(
     rng: &mut Rng,
     dtype: WeightType,
     rows: usize,

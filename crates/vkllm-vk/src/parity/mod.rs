@@ -18,6 +18,7 @@ mod attn_fused;
 mod attn_rope;
 mod basic;
 mod coop;
+mod coop_group;
 mod decode;
 mod hybrid;
 mod mat;
@@ -114,6 +115,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("matvec", mat::matvec),
     ("matmul", mat::matmul),
     ("matmul_coop", coop::matmul_coop),
+    ("matmul_coop_group", coop_group::matmul_coop_group),
     ("matvec_fused_float", matvec_fused::matvec_fused_float),
     ("matvec_fused_legacy", matvec_fused::matvec_fused_legacy),
     ("matvec_fused_kquant", matvec_fused::matvec_fused_kquant),

@@ -176,6 +176,12 @@ impl VulkanBackend {
     /// separate ops.
     pub(super) fn norm_qkv_op(&mut self, a: &NormQkv<'_>) -> Result<bool, ModelError> {
         let plain = a.q.bias.is_none() && a.k.bias.is_none() && a.v.bias.is_none();
+        if self.fused && self.groups_products(a.n) && vkllm_vk::coop_group_step("qkv") {
+            self.rmsnorm(a.x, a.norm, a.n, a.q.cols, a.eps, a.norm_offset, a.h)?;
+            let ws = [(a.q, a.q_out), (a.k, a.k_out), (a.v, a.v_out)];
+            self.linear_group(&ws, a.h, a.n)?;
+            return Ok(false);
+        }
         if !self.fused || a.n > MAX_COLUMNS || !plain || a.head_dim > MAX_HEAD_DIM {
             norm_qkv_unfused(self, a)?;
             return Ok(false);
@@ -202,6 +208,12 @@ impl VulkanBackend {
     /// `Backend::norm_gated_mlp`: RMSNorm + gate + up + activation as one fused matvec (1..=8
     /// tokens, no biases), else the separate ops.
     pub(super) fn norm_gated_mlp_op(&mut self, a: &NormMlp<'_>) -> Result<(), ModelError> {
+        if self.fused && self.groups_products(a.n) && vkllm_vk::coop_group_step("mlp") {
+            self.rmsnorm(a.x, a.norm, a.n, a.gate.cols, a.eps, a.norm_offset, a.h)?;
+            let ws = [(a.gate, a.gate_out), (a.up, a.up_out)];
+            self.linear_group(&ws, a.h, a.n)?;
+            return self.gated_act(a.act, a.gate_out, a.up_out, a.n * a.gate.rows, a.out);
+        }
         if !self.fused || a.n > MAX_COLUMNS || a.gate.bias.is_some() || a.up.bias.is_some() {
             return norm_gated_mlp_unfused(self, a);
         }
@@ -224,6 +236,55 @@ impl VulkanBackend {
             norm_gated_mlp_unfused(self, a)?;
         }
         Ok(())
+    }
+
+    /// Whether products of `n` tokens of one input go through [`VulkanBackend::linear_group`]:
+    /// prefill-sized `n` (past the fused matvec's columns, at least
+    /// [`vkllm_vk::COOP_MIN_N`]) on a device with cooperative matrices, where `matmul_coop` can
+    /// run several weights in one launch.
+    fn groups_products(&self, n: usize) -> bool {
+        n >= vkllm_vk::COOP_MIN_N.max(MAX_COLUMNS + 1) && self.dev.coopmat()
+    }
+
+    /// [`Backend::linear`] of each `(weight, output)` over the same `x`, the products recorded
+    /// together ([`vkllm_vk::Recorder::matmul_group`]: one launch for weights of one type and
+    /// width where that is faster). Biases are copied into the outputs first and accumulated
+    /// onto, as `linear` does; a mix of weights with and without bias runs as separate
+    /// `linear`s.
+    pub(super) fn linear_group(
+        &mut self,
+        ws: &[(&Linear, Tensor)],
+        x: Tensor,
+        n: usize,
+    ) -> Result<(), ModelError> {
+        let with_bias = ws.iter().filter(|(w, _)| w.bias.is_some()).count();
+        if with_bias != 0 && with_bias != ws.len() {
+            for &(w, out) in ws {
+                self.linear(w, x, n, out)?;
+            }
+            return Ok(());
+        }
+        let mut bias = Vec::with_capacity(ws.len());
+        for (w, _) in ws {
+            if let Some(b) = w.bias {
+                bias.push(self.bias_rows(b, w.rows, n)?);
+            }
+        }
+        self.record(|me, r| {
+            let mut ys = Vec::with_capacity(ws.len());
+            for (i, &(w, out)) in ws.iter().enumerate() {
+                let y = me.head(out, n * w.rows)?;
+                if let Some(&b) = bias.get(i) {
+                    r.copy(me.tiled_bias[b].2.slice(0, 4 * (n * w.rows) as u64)?, y)?;
+                }
+                ys.push(y);
+            }
+            let mats: Vec<&vkllm_vk::Tensor> =
+                ws.iter().map(|(w, _)| me.matrix(w.weight)).collect();
+            let xs = me.head(x, n * ws[0].0.cols)?;
+            r.matmul_group(&mats, xs, n, &ys, with_bias != 0)?;
+            Ok(())
+        })
     }
 
     /// Records one `matvec_fused` with an RMSNorm prologue; `Ok(false)` (nothing recorded) when

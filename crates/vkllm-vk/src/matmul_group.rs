@@ -1,0 +1,186 @@
+//! Several products of one X in one `matmul_coop` launch ([`Recorder::matmul_group`]): q/k/v of
+//! a prefill layer, whose small weights alone leave most of a large GPU idle (H200, n = 512,
+//! `--auto` launches, us: Qwen3-0.6B q + k + v 24.3 + 20.4 + 20.4 f16, 32.9 + 27.4 + 27.4 Q8_0,
+//! against one 4096-row product 34.0 and 41.2; Llama-3.2-1B 40.9 + 26.1 + 26.1 f16 against
+//! 56.9; Llama's 8192-row gate + up 105.2 x 2 against 203.6 f16 and 151.9 x 2 against 311.2
+//! Q8_0, so weights whose own grids fill the GPU stay apart).
+
+use vkllm_kernels::matmul_coop::{CoopConfig, CoopSegment, MAX_SEGMENTS, MatmulCoopGroup};
+
+use crate::buffer::BufSlice;
+use crate::error::{Error, Result};
+use crate::recorder::Recorder;
+use crate::tensor::{COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, Tensor};
+
+/// `VKLLM_COOP_GROUP=0` (read once): [`Recorder::matmul_group`] records one product per weight
+/// (the reference path); default: grouped launches where [`group_config`] gives one.
+pub fn group_enabled() -> bool {
+    group_env().as_deref() != Some("0")
+}
+
+/// Whether the graph step `step` (`"qkv"` or `"mlp"`) groups its products
+/// (`VKLLM_COOP_GROUP`: unset: `qkv` only; `1`: both; `0`: neither; a step's name: that step).
+/// Measured on the H200 (pp512, reps 3, one process per setting; none -> qkv -> mlp -> both):
+/// Qwen3-0.6B F16 48362 -> 48553 / 45519 / 47462, Q8_0 43668 -> 46431 / 44665 / 45524;
+/// Llama-3.2-1B Q4_0 35131 -> 34742 / 35023 / 34548, Q8_0 35520 -> 35697 / 35830 / 35411
+/// (Llama's 8192-row gate and up fill the GPU alone and stay apart; run-to-run spread ~2%).
+/// Grouped gate + up lose where the two products would otherwise overlap on the GPU.
+pub fn group_step(step: &str) -> bool {
+    match group_env().as_deref() {
+        None => step == "qkv",
+        Some("1") => true,
+        Some(v) => v == step,
+    }
+}
+
+fn group_env() -> Option<String> {
+    static G: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    G.get_or_init(|| std::env::var("VKLLM_COOP_GROUP").ok())
+        .clone()
+}
+
+/// The launch of one grouped product of `rows` (each weight's rows) x `n` tokens over `cols`
+/// columns of `dtype` weights with `kernel`, or `None` where the weights run apart: fewer than
+/// 2 or more than [`MAX_SEGMENTS`] weights, no cooperative launch that groups (the portable
+/// kernels, the original launch, fewer than [`COOP_MIN_N`] tokens), or under
+/// [`MatmulKernel::Auto`] grouping off ([`group_enabled`]) or every weight's own launch making
+/// at least `2 COOP_MIN_GROUPS` workgroups (it fills the GPU already; see the module's
+/// figures). The grouped launch is [`crate::coop_auto_config`]'s for the summed rows.
+pub fn group_config(
+    dev: &crate::Device,
+    dtype: vkllm_kernels::WeightType,
+    rows: &[usize],
+    n: usize,
+    cols: usize,
+    kernel: MatmulKernel,
+) -> Option<CoopConfig> {
+    if !(2..=MAX_SEGMENTS).contains(&rows.len()) || !dev.coopmat() {
+        return None;
+    }
+    let sg = dev.info().subgroup_size;
+    let cfg = match kernel {
+        MatmulKernel::CoopWith(c) => c,
+        MatmulKernel::Auto if n >= COOP_MIN_N && group_enabled() => {
+            let apart = rows.iter().map(|&r| {
+                crate::coop_auto_config(dtype, r, n, cols, sg, COOP_MIN_GROUPS)
+                    .map_or(0, |c| c.tile.groups(r, n))
+            });
+            if apart.clone().all(|g| g >= 2 * COOP_MIN_GROUPS) {
+                return None;
+            }
+            let total = rows.iter().sum();
+            crate::coop_auto_config(dtype, total, n, cols, sg, COOP_MIN_GROUPS)?
+        }
+        _ => return None,
+    };
+    (cfg != CoopConfig::plain(cfg.tile)).then_some(cfg)
+}
+
+impl Recorder {
+    /// `ys[i][t, r] (+)= sum_c x[t, c] ws[i][r, c]` for `t < n`: [`Recorder::matmul`] of each
+    /// weight, the weights of one type and width (each in one part) as one launch where
+    /// [`group_config`] gives one, the others one product each.
+    pub fn matmul_group(
+        &mut self,
+        ws: &[&Tensor],
+        x: BufSlice<'_>,
+        n: usize,
+        ys: &[BufSlice<'_>],
+        accumulate: bool,
+    ) -> Result<()> {
+        self.matmul_group_with(ws, x, n, ys, accumulate, MatmulKernel::Auto)
+    }
+
+    /// [`Recorder::matmul_group`] on a chosen kernel ([`MatmulKernel::CoopWith`] groups with
+    /// that launch; [`MatmulKernel::Portable`] and [`MatmulKernel::Coop`] run apart).
+    pub fn matmul_group_with(
+        &mut self,
+        ws: &[&Tensor],
+        x: BufSlice<'_>,
+        n: usize,
+        ys: &[BufSlice<'_>],
+        accumulate: bool,
+        kernel: MatmulKernel,
+    ) -> Result<()> {
+        if ws.len() != ys.len() {
+            return Err(Error::Shape(format!(
+                "matmul_group: {} weights, {} outputs",
+                ws.len(),
+                ys.len()
+            )));
+        }
+        // Weights of one type and width (each in one part) go together, in order of their first.
+        let mut left: Vec<usize> = (0..ws.len()).collect();
+        while let Some(&i) = left.first() {
+            let (w0, one) = (ws[i], ws[i].parts.len() == 1);
+            let (now, rest): (Vec<usize>, Vec<usize>) = left.iter().partition(|&&j| {
+                j == i
+                    || (one
+                        && ws[j].dtype == w0.dtype
+                        && ws[j].cols == w0.cols
+                        && ws[j].parts.len() == 1)
+            });
+            left = rest;
+            let gw: Vec<&Tensor> = now.iter().map(|&j| ws[j]).collect();
+            let gy: Vec<BufSlice<'_>> = now.iter().map(|&j| ys[j]).collect();
+            self.matmul_group_once(&gw, x, n, &gy, accumulate, kernel)?;
+        }
+        Ok(())
+    }
+
+    /// One grouped launch of weights of one type and width, or one product each.
+    fn matmul_group_once(
+        &mut self,
+        ws: &[&Tensor],
+        x: BufSlice<'_>,
+        n: usize,
+        ys: &[BufSlice<'_>],
+        accumulate: bool,
+        kernel: MatmulKernel,
+    ) -> Result<()> {
+        let f = ws[0];
+        let rows: Vec<usize> = ws.iter().map(|w| w.rows).collect();
+        let cfg = match f.parts.len() {
+            1 => group_config(self.device(), f.dtype, &rows, n, f.cols, kernel),
+            _ => None,
+        };
+        let Some(c) = cfg else {
+            for (w, &y) in ws.iter().zip(ys) {
+                self.matmul_with(w, x, n, y, accumulate, kernel)?;
+            }
+            return Ok(());
+        };
+        let half = match c.x_f16 {
+            true => Some(self.half_x(x, n * f.cols)?),
+            false => None,
+        };
+        let x = match &half {
+            Some(h) => h.all(),
+            None => x,
+        };
+        let segments = ws
+            .iter()
+            .zip(ys)
+            .map(|(w, &y)| CoopSegment {
+                w: w.parts[0].buffer.all(),
+                y,
+                shape: w.shape(&w.parts[0], accumulate),
+                y_stride: w.rows,
+            })
+            .collect::<Vec<_>>();
+        let scratch = if c.split > 1 {
+            let (pb, cb) = c.scratch_bytes_segments(&rows, n);
+            let (buf, ctr) = self.split_slot(pb, cb)?;
+            Some((buf, ctr))
+        } else {
+            None
+        };
+        let scratch = match &scratch {
+            Some((buf, ctr)) => Some(crate::coop_split::scratch_slices(buf, *ctr)?),
+            None => None,
+        };
+        let sg = self.device().info().subgroup_size;
+        let d = MatmulCoopGroup { x, segments }.dispatch_with(n, sg, &c, scratch)?;
+        self.dispatch(d)
+    }
+}

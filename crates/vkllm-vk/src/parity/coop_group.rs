@@ -1,0 +1,177 @@
+//! Parity cases: grouped `matmul_coop` launches ([`Recorder::matmul_group`](crate::Recorder)):
+//! several weights over one X in one dispatch, each segment checked against the f64 product of
+//! the f16-rounded inputs with `coop.rs`'s tolerance. Each row's last compared element is the
+//! recording's dispatch count (X conversions + launches), so a group that silently ran as
+//! separate products fails too.
+//!
+//! On a device that does not run the kernel the case reports one "n/a" row, never a pass.
+
+use vkllm_kernels::WeightType;
+use vkllm_kernels::matmul_coop::{CoopConfig, CoopTile};
+
+use super::coop::{config_name, coop_weight, f16_round, not_applicable, reference, tol};
+use super::{Ctx, KernelParityRow, Rng, row};
+use crate::device::Device;
+use crate::error::Result;
+use crate::tensor::{MatmulKernel, Tensor};
+
+const KERNEL: &str = "matmul_coop_group";
+
+/// One case: weight types with their rows (one group per type run of them), n, cols,
+/// accumulate, the launch, and the dispatches it must record.
+struct Case {
+    weights: &'static [(WeightType, usize)],
+    n: usize,
+    cols: usize,
+    accumulate: bool,
+    cfg: CoopConfig,
+    dispatches: usize,
+}
+
+pub(crate) fn matmul_coop_group(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    if let Some(reason) = not_applicable(dev) {
+        return Ok(vec![KernelParityRow::not_applicable(
+            KERNEL,
+            "every grouping",
+            reason,
+        )]);
+    }
+    let mut rng = Rng::new(seed);
+    let launch = |tile, bk, split, x_f16| CoopConfig {
+        tile,
+        bk,
+        split,
+        stages: if bk == 64 && tile != CoopTile::TINY {
+            1
+        } else {
+            2
+        },
+        prefetch_quant: false,
+        x_f16,
+    };
+    use WeightType::{F16, Q4_K, Q6_K, Q8_0};
+    // Segment rows off the tile multiples (a segment's last workgroup column is partial), f32
+    // and f16 X, with and without split-K (the partial tiles of all segments in one scratch),
+    // three and two segments, and a mixed-type set (the Q4_K pair grouped, Q6_K apart).
+    let cases = [
+        Case {
+            weights: &[(F16, 200), (F16, 37), (F16, 64)],
+            n: 77,
+            cols: 320,
+            accumulate: false,
+            cfg: launch(CoopTile::LARGE, 64, 1, true),
+            dispatches: 2,
+        },
+        Case {
+            weights: &[(F16, 100), (F16, 129), (F16, 31)],
+            n: 45,
+            cols: 1000,
+            accumulate: true,
+            cfg: launch(CoopTile::TINY, 32, 3, false),
+            dispatches: 1,
+        },
+        Case {
+            weights: &[(Q8_0, 129), (Q8_0, 64)],
+            n: 130,
+            cols: 32 * 37,
+            accumulate: true,
+            cfg: launch(CoopTile::TALL, 64, 2, true),
+            dispatches: 2,
+        },
+        Case {
+            weights: &[(Q4_K, 100), (Q4_K, 50), (Q6_K, 50)],
+            n: 66,
+            cols: 768,
+            accumulate: false,
+            cfg: launch(CoopTile::WIDE, 64, 1, true),
+            dispatches: 3,
+        },
+    ];
+    let mut out = Vec::new();
+    for c in &cases {
+        out.push(group_case(dev, &mut rng, c)?);
+    }
+    Ok(out)
+}
+
+fn group_case(dev: &Device, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
+    let cx = Ctx { dev };
+    let (n, cols) = (c.n, c.cols);
+    let mut tensors = Vec::new();
+    let mut refs = Vec::new();
+    let mut ys = Vec::new();
+    let mut y0s = Vec::new();
+    for (i, &(dtype, rows)) in c.weights.iter().enumerate() {
+        let (bytes, wr) = coop_weight(rng, dtype, rows, cols)?;
+        tensors.push(Tensor::from_bytes(
+            dev,
+            &format!("w{i}"),
+            dtype,
+            rows,
+            cols,
+            &bytes,
+        )?);
+        refs.push(wr);
+        let y0 = rng.vec(n * rows, -1.0, 1.0);
+        ys.push(match c.accumulate {
+            true => cx.input("y", &y0)?,
+            false => cx.output("y", n * rows)?,
+        });
+        y0s.push(y0);
+    }
+    let x = rng.vec(n * cols, -1.0, 1.0);
+    let xb = cx.input("x", &x)?;
+    let poison: Vec<&crate::Buffer> = match c.accumulate {
+        true => Vec::new(),
+        false => ys.iter().collect(),
+    };
+    let mut dispatches = 0;
+    cx.run(&poison, |r| {
+        let ws: Vec<&Tensor> = tensors.iter().collect();
+        let yv: Vec<_> = ys.iter().map(|y| y.all()).collect();
+        let before = r.dispatches();
+        r.matmul_group_with(
+            &ws,
+            xb.all(),
+            n,
+            &yv,
+            c.accumulate,
+            MatmulKernel::CoopWith(c.cfg),
+        )?;
+        dispatches = r.dispatches() - before;
+        Ok(())
+    })?;
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    let mut sum_max = 0f64;
+    let xr = f16_round(&x);
+    for (i, &(_, rows)) in c.weights.iter().enumerate() {
+        let (mut p, sum_abs) = reference(&refs[i], rows, cols, &xr, n);
+        if c.accumulate {
+            for (o, a) in p.iter_mut().zip(&y0s[i]) {
+                *o += a;
+            }
+        }
+        sum_max = sum_max.max(sum_abs);
+        got.extend(cx.read(&ys[i], n * rows)?);
+        want.extend(p);
+    }
+    got.push(dispatches as f32);
+    want.push(c.dispatches as f32);
+    let names: Vec<String> = c
+        .weights
+        .iter()
+        .map(|(d, r)| format!("{} {r}", d.name()))
+        .collect();
+    Ok(row(
+        KERNEL,
+        format!(
+            "{}{}",
+            config_name(&c.cfg),
+            if c.accumulate { " +=" } else { "" }
+        ),
+        format!("n {n}, cols {cols}, rows {}", names.join(" + ")),
+        &got,
+        &want,
+        tol(sum_max + 1.0),
+    ))
+}
