@@ -1,0 +1,336 @@
+//! The cooperative-matrix matmul's launches (`matmul_coop.wgsl`): every variant specialises and
+//! emits SPIR-V, and the typed binding rejects tilings, configurations and segments it cannot run.
+
+use vkllm_kernels::matvec::MatShape;
+use vkllm_kernels::{Error, SpirvOptions, WeightType, compile_spirv};
+
+use super::Fake;
+
+/// Every weight type and both tilings of the cooperative-matrix matmul specialise (naga emits
+/// CooperativeMatrixKHR, Float16 and the Vulkan memory model for them).
+#[test]
+fn coop_matmul_variants_emit_spirv() {
+    use vkllm_kernels::matmul_coop::{CoopTile, MATMUL_COOP, MatmulCoop};
+    let types = [WeightType::F32, WeightType::F16, WeightType::Bf16]
+        .into_iter()
+        .chain(WeightType::QUANTIZED);
+    for (i, dt) in types.enumerate() {
+        let tile = if i % 2 == 0 {
+            CoopTile::LARGE
+        } else {
+            CoopTile::SMALL
+        };
+        let s = MatShape {
+            dtype: dt,
+            rows: 300,
+            cols: 512,
+            row_offset: 0,
+            accumulate: false,
+        };
+        let w = Fake(dt.storage_bytes(300 * 512));
+        let d = MatmulCoop {
+            w,
+            x: Fake(4 * 40 * 512),
+            y: Fake(4 * 40 * 300),
+        }
+        .dispatch(&s, 40, 300, 32, tile)
+        .unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+        assert_eq!(d.groups, [300u32.div_ceil(tile.bn() as u32), 1, 1]);
+        let words = compile_spirv(&MATMUL_COOP, &d.overrides, SpirvOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+        // OpCapability CooperativeMatrixKHR (6022) and OpMemoryModel Logical Vulkan (3).
+        let has = |op: u32, operands: &[u32]| {
+            let mut i = 5;
+            while i < words.len() {
+                let n = (words[i] >> 16) as usize;
+                if words[i] & 0xffff == op && words[i + 1..].starts_with(operands) {
+                    return true;
+                }
+                i += n.max(1);
+            }
+            false
+        };
+        assert!(has(17, &[6022]), "{}: no CooperativeMatrixKHR", dt.name());
+        assert!(
+            has(14, &[0, 3]),
+            "{}: not the Vulkan memory model",
+            dt.name()
+        );
+    }
+}
+
+/// Split-K, K step 64, one stage and quantized prefetch specialise for every weight type; the
+/// grid's z is the split and the scratch must cover every tile's partials and counter.
+#[test]
+fn coop_matmul_split_variants_emit_spirv() {
+    use vkllm_kernels::matmul_coop::{CoopConfig, CoopTile, MATMUL_COOP, MatmulCoop, SplitScratch};
+    let types = [WeightType::F32, WeightType::F16, WeightType::Bf16]
+        .into_iter()
+        .chain(WeightType::QUANTIZED);
+    for (i, dt) in types.enumerate() {
+        let (tile, bk, stages) = match i % 3 {
+            0 => (CoopTile::TINY, 64, 2),
+            1 => (CoopTile::SMALL, 64, 1),
+            _ => (CoopTile::LARGE, 32, 2),
+        };
+        let cfg = CoopConfig {
+            tile,
+            bk,
+            split: 3,
+            stages,
+            prefetch_quant: i % 2 == 0,
+            x_f16: i % 4 == 1,
+        };
+        assert!(cfg.fits(32), "{cfg:?}");
+        let s = MatShape {
+            dtype: dt,
+            rows: 300,
+            cols: 512,
+            row_offset: 0,
+            accumulate: true,
+        };
+        // 300 rows x 40 tokens: ceil(300 / bn) x 1 tiles of bm x bn f32, 3 splits each.
+        let tiles = 300usize.div_ceil(tile.bn());
+        let part = (tiles * 3 * tile.bm() * tile.bn() * 4) as u64;
+        assert_eq!(cfg.scratch_bytes(300, 40), (part, 4 * tiles as u64));
+        let mk = |part_len: u64, scratch: bool| {
+            MatmulCoop {
+                w: Fake(dt.storage_bytes(300 * 512)),
+                x: Fake(4 * 40 * 512),
+                y: Fake(4 * 40 * 300),
+            }
+            .dispatch_with(
+                &s,
+                40,
+                300,
+                32,
+                &cfg,
+                scratch.then_some(SplitScratch {
+                    part: Fake(part_len),
+                    counters: Fake(4 * tiles as u64),
+                }),
+            )
+        };
+        assert!(matches!(
+            mk(part - 4, true),
+            Err(Error::BufferTooSmall {
+                binding: "part",
+                ..
+            })
+        ));
+        assert!(matches!(mk(part, false), Err(Error::Shape { .. })));
+        let d = mk(part, true).unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+        assert_eq!(d.groups, [tiles as u32, 1, 3]);
+        compile_spirv(&MATMUL_COOP, &d.overrides, SpirvOptions::default())
+            .unwrap_or_else(|e| panic!("{} {cfg:?}: {e}", dt.name()));
+    }
+    // Two stages of K step 64 fit only 64 x 64 tiles in the shader's arrays (2 x 64 rows of
+    // 72 halves); one stage fits 128 rows.
+    let with = |tile, bk, stages| CoopConfig {
+        tile,
+        bk,
+        split: 1,
+        stages,
+        prefetch_quant: false,
+        x_f16: false,
+    };
+    assert!(with(CoopTile::TINY, 64, 2).fits(32));
+    // f16 X halves the X slots: 4 subgroups of 4 x 4 tiles at K step 64 read 8 slots of X per
+    // invocation (16 as f32, too many), and 8 of 16-bit W (16 of f32 W, too many).
+    let wide = CoopTile {
+        sgm: 2,
+        sgn: 2,
+        wm: 4,
+        wn: 4,
+    };
+    let wide_h = CoopConfig {
+        x_f16: true,
+        ..with(wide, 64, 1)
+    };
+    assert!(!with(wide, 64, 1).fits_for(32, WeightType::F16));
+    assert!(wide_h.fits_for(32, WeightType::F16) && wide_h.fits_for(32, WeightType::Q4_K));
+    assert!(!wide_h.fits_for(32, WeightType::F32) && !wide_h.fits(32));
+    assert!(!with(CoopTile::SMALL, 64, 2).fits(32));
+    assert!(with(CoopTile::SMALL, 64, 1).fits(32));
+    assert!(with(CoopTile::LARGE, 64, 1).fits(32));
+    assert!(!with(CoopTile::LARGE, 48, 1).fits(32));
+    assert!(!with(CoopTile::LARGE, 32, 3).fits(32));
+    assert!(
+        !CoopConfig {
+            split: 17,
+            ..with(CoopTile::TINY, 32, 2)
+        }
+        .fits(32)
+    );
+    // 1024 columns at K step 64: 16 steps, 4 per share of a 4-way split; 1000 columns: 16
+    // steps (the last partial), 6 per share of 3 (the last has 4).
+    assert_eq!(
+        CoopConfig {
+            split: 4,
+            ..with(CoopTile::TINY, 64, 2)
+        }
+        .share_steps(1024),
+        4
+    );
+    assert_eq!(
+        CoopConfig {
+            split: 3,
+            ..with(CoopTile::TINY, 64, 2)
+        }
+        .share_steps(1000),
+        6
+    );
+}
+
+#[test]
+fn coop_matmul_groups_check_their_segments() {
+    use vkllm_kernels::matmul_coop::{
+        CoopConfig, CoopSegment, CoopTile, MATMUL_COOP, MatmulCoopGroup, SplitScratch,
+    };
+    let cfg = CoopConfig {
+        tile: CoopTile::SMALL,
+        bk: 64,
+        split: 2,
+        stages: 1,
+        prefetch_quant: false,
+        x_f16: true,
+    };
+    let seg = |dtype: WeightType, rows: usize, cols: usize| CoopSegment {
+        w: Fake(dtype.storage_bytes((rows * cols) as u64)),
+        y: Fake(4 * 40 * rows as u64),
+        shape: MatShape {
+            dtype,
+            rows,
+            cols,
+            row_offset: 0,
+            accumulate: false,
+        },
+        y_stride: rows,
+    };
+    let group = |segments: Vec<CoopSegment<Fake>>, cfg: &CoopConfig| {
+        let rows: Vec<usize> = segments.iter().map(|s| s.shape.rows).collect();
+        let (pb, cb) = cfg.scratch_bytes_segments(&rows, 40);
+        MatmulCoopGroup {
+            x: Fake(2 * 40 * 512),
+            segments,
+        }
+        .dispatch_with(
+            40,
+            32,
+            cfg,
+            Some(SplitScratch {
+                part: Fake(pb),
+                counters: Fake(cb),
+            }),
+        )
+    };
+    // Workgroup columns: ceil(rows / 128) per segment, summed (3 + 1 + 1); split scratch for
+    // each segment's own tiles.
+    for dt in [WeightType::F16, WeightType::Q8_0, WeightType::Q4_K] {
+        let d = group(
+            vec![seg(dt, 300, 512), seg(dt, 100, 512), seg(dt, 7, 512)],
+            &cfg,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+        assert_eq!(d.groups, [5, 1, 2]);
+        compile_spirv(&MATMUL_COOP, &d.overrides, SpirvOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+    }
+    assert_eq!(
+        cfg.scratch_bytes_segments(&[300, 100, 7], 40),
+        (5 * 2 * 64 * 128 * 4, 5 * 4)
+    );
+    let f16 = |rows| seg(WeightType::F16, rows, 512);
+    // Mixed types or widths, too many segments, none, or a group on the original launch.
+    let bad = [
+        (vec![f16(64), seg(WeightType::Q8_0, 64, 512)], cfg),
+        (vec![f16(64), seg(WeightType::F16, 64, 256)], cfg),
+        (vec![f16(64), f16(64), f16(64), f16(64)], cfg),
+        (vec![], cfg),
+        (vec![f16(64), f16(64)], CoopConfig::plain(CoopTile::SMALL)),
+    ];
+    for (segments, c) in bad {
+        let n = segments.len();
+        assert!(
+            matches!(group(segments, &c), Err(Error::Shape { .. })),
+            "{n} segments, {c:?}"
+        );
+    }
+}
+
+#[test]
+fn coop_matmul_rejects_bad_tilings() {
+    use vkllm_kernels::matmul_coop::{CoopTile, MatmulCoop};
+    let s = MatShape {
+        dtype: WeightType::F16,
+        rows: 64,
+        cols: 64,
+        row_offset: 0,
+        accumulate: false,
+    };
+    let mk = || MatmulCoop {
+        w: Fake(64 * 64 * 2),
+        x: Fake(4 * 64 * 64),
+        y: Fake(4 * 64 * 64),
+    };
+    let too_big = CoopTile {
+        sgm: 4,
+        sgn: 4,
+        wm: 4,
+        wn: 4,
+    };
+    // 4 subgroups of 32 would need 8 X slots per invocation for 128 tokens.
+    let few_threads = CoopTile {
+        sgm: 2,
+        sgn: 2,
+        wm: 4,
+        wn: 4,
+    };
+    assert!(!few_threads.fits(32) && few_threads.fits(64));
+    assert!(matches!(
+        mk().dispatch(&s, 64, 64, 32, few_threads),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        mk().dispatch(&s, 64, 64, 32, too_big),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        mk().dispatch(&s, 64, 64, 24, CoopTile::SMALL),
+        Err(Error::Shape { .. })
+    ));
+    // x too small for n tokens.
+    assert!(matches!(
+        mk().dispatch(&s, 65, 64, 32, CoopTile::SMALL),
+        Err(Error::BufferTooSmall { binding: "x", .. })
+    ));
+    // 4096 rows x 512 tokens: 32 x 4 workgroups of 128 x 128.
+    assert_eq!(
+        CoopTile::for_shape(4096, 512, 32, 128),
+        Some(CoopTile::LARGE)
+    );
+    // 2048 x 512: 64 large, 128 of 64 x 128.
+    assert_eq!(
+        CoopTile::for_shape(2048, 512, 32, 128),
+        Some(CoopTile::SMALL)
+    );
+    // 1024 x 512: 64 of 64 x 128, 128 of 64 x 64; 1024 x 100: smallest.
+    assert_eq!(
+        CoopTile::for_shape(1024, 512, 32, 128),
+        Some(CoopTile::TINY)
+    );
+    assert_eq!(
+        CoopTile::for_shape(1024, 100, 32, 128),
+        Some(CoopTile::TINY)
+    );
+    // Subgroups of 64: 512-invocation workgroups, 2 X slots each for the large tiling.
+    assert_eq!(
+        CoopTile::for_shape(4096, 512, 64, 128),
+        Some(CoopTile::LARGE)
+    );
+    // Subgroups of 8: no tiling has a whole number of slots per invocation <= 4.
+    assert_eq!(CoopTile::for_shape(4096, 512, 8, 128), None);
+    assert!(CoopTile::LARGE.fits(32) && CoopTile::SMALL.fits(32) && CoopTile::TINY.fits(32));
+    assert_eq!((CoopTile::LARGE.bm(), CoopTile::LARGE.bn()), (128, 128));
+    assert_eq!((CoopTile::SMALL.bm(), CoopTile::SMALL.bn()), (64, 128));
+}
