@@ -26,6 +26,7 @@
 // y_stride = vocab.
 
 // #include quant_blocks.inc.wgsl
+// #include quant_words.inc.wgsl
 
 override WG: u32 = 256;
 override R: u32 = 2;
@@ -53,21 +54,6 @@ fn wd(i: u32) -> u32 {
     return w[i];
 }
 
-fn load16(off: u32) -> vec4<u32> {
-    let i = off >> 2u;
-    let sh = (off & 3u) * 8u;
-    let a = vec4<u32>(w[i], w[i + 1u], w[i + 2u], w[i + 3u]);
-    if (sh == 0u) {
-        return a;
-    }
-    let b = vec4<u32>(a.y, a.z, a.w, w[i + 4u]);
-    return (a >> vec4<u32>(sh)) | (b << vec4<u32>(32u - sh));
-}
-
-// Byte offset of unit u (16 elements) of a row starting at byte `row`.
-fn unit_block(row: u32, u: u32) -> u32 {
-    return row + (u / (BLOCK / 16u)) * TS;
-}
 
 var<workgroup> red: array<f32, 256>;
 

@@ -8,8 +8,10 @@ enable wgpu_cooperative_matrix;
 // rows) of rows y_stride long).
 //
 // #include quant_blocks.inc.wgsl
+// #include quant_words.inc.wgsl
 // Quantized blocks are decoded by `dequant16` of quant_blocks.inc.wgsl (the code every
-// quantized kernel shares; QTYPE/BLOCK/TS), through this file's `wd` / `load16`.
+// quantized kernel shares; QTYPE/BLOCK/TS), through this file's `wd` (quant_words.inc.wgsl's
+// `load16` and `unit_block`).
 // Segments (SEGS = 2 or 3): one launch multiplies the same X by up to three weights of one type
 // and width (q/k/v of a layer): W segment s is binding `w` / `w1` / `w2` with its own rows, Y
 // (`y` / `y1` / `y2`), row_offset and y_stride (push constants); the grid's x runs over the
@@ -130,24 +132,6 @@ fn wd(i: u32) -> u32 {
         return w1[i];
     }
     return w2[i];
-}
-
-// 16 bytes from any byte offset as 4 little-endian words (a fifth word read only when the bytes
-// straddle it, so never past the data): the interface of quant_blocks.inc.wgsl.
-fn load16(off: u32) -> vec4<u32> {
-    let i = off >> 2u;
-    let sh = (off & 3u) * 8u;
-    let a = vec4<u32>(wd(i), wd(i + 1u), wd(i + 2u), wd(i + 3u));
-    if (sh == 0u) {
-        return a;
-    }
-    let b = vec4<u32>(a.y, a.z, a.w, wd(i + 4u));
-    return (a >> vec4<u32>(sh)) | (b << vec4<u32>(32u - sh));
-}
-
-// Byte offset of unit u (16 elements) of a row starting at byte `row`.
-fn unit_block(row: u32, u: u32) -> u32 {
-    return row + (u / (BLOCK / 16u)) * TS;
 }
 
 // Element o of this workgroup's Y.

@@ -32,6 +32,7 @@
 // matvec_fused.wgsl.
 
 // #include quant_blocks.inc.wgsl
+// #include quant_words.inc.wgsl
 
 override WG: u32 = 32;
 // Rows per invocation (consecutive rows; gated: R gate rows and the same R up rows).
@@ -82,18 +83,6 @@ fn wd(i: u32) -> u32 {
         return w1[i];
     }
     return w2[i];
-}
-
-// 16 bytes from any even byte offset (a fifth word only when they straddle it).
-fn load16(off: u32) -> vec4<u32> {
-    let i = off >> 2u;
-    let a = vec4<u32>(wd(i), wd(i + 1u), wd(i + 2u), wd(i + 3u));
-    let sh = (off & 3u) * 8u;
-    if (sh == 0u) {
-        return a;
-    }
-    let b = vec4<u32>(a.y, a.z, a.w, wd(i + 4u));
-    return (a >> vec4<u32>(sh)) | (b << vec4<u32>(32u - sh));
 }
 
 fn gated() -> bool {

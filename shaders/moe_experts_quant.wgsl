@@ -19,6 +19,7 @@
 // the weights. Shared memory: 64 f32.
 // The block decoding (QTYPE/BLOCK/TS overrides, `dequant16`) is quant_blocks.inc.wgsl:
 // #include quant_blocks.inc.wgsl
+// #include quant_words.inc.wgsl
 
 override WG: u32 = 64;
 
@@ -46,17 +47,6 @@ var<workgroup> red: array<f32, 64>;
 // What quant_blocks.inc.wgsl reads the weight through.
 fn wd(i: u32) -> u32 {
     return w[i];
-}
-
-fn load16(off: u32) -> vec4<u32> {
-    let i = off >> 2u;
-    let sh = (off & 3u) * 8u;
-    let a = vec4<u32>(w[i], w[i + 1u], w[i + 2u], w[i + 3u]);
-    if (sh == 0u) {
-        return a;
-    }
-    let b = vec4<u32>(a.y, a.z, a.w, w[i + 4u]);
-    return (a >> vec4<u32>(sh)) | (b << vec4<u32>(32u - sh));
 }
 
 fn expert(slot: u32) -> u32 {

@@ -4,7 +4,7 @@
 //
 // The including file provides `fn wd(i: u32) -> u32` (word i of the weight being read) and
 // `fn load16(off: u32) -> vec4<u32>` (its 16 bytes from any even byte offset `off`, as 4
-// little-endian words). QTYPE is ggml's type id, BLOCK the
+// little-endian words: quant_words.inc.wgsl's, built on `wd`, or the kernel's own). QTYPE is ggml's type id, BLOCK the
 // elements per block (32 or 256), TS the bytes per block (set from Rust's `WeightType`).
 //
 // A block may start at any even byte offset (Q8_0 is 34 bytes, Q4_1 20, Q5_0 22, Q6_K 210):

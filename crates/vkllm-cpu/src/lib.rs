@@ -13,6 +13,7 @@
 mod activation;
 mod attention;
 mod causal_conv1d;
+mod dequant_f16;
 mod dot;
 mod elementwise;
 mod embedding;
@@ -43,6 +44,7 @@ mod testutil;
 pub use activation::{gelu_tanh, gelu_tanh_mul, sigmoid, sigmoid_mul, silu, silu_mul};
 pub use attention::{AttnParams, attention, attention_ring};
 pub use causal_conv1d::causal_conv1d;
+pub use dequant_f16::dequant_f16;
 pub use dot::dot;
 pub use elementwise::{add, add_inplace, scale, softcap, softcap_one};
 pub use embedding::embedding;

@@ -31,6 +31,7 @@ pub mod attention_prefill_coop;
 pub mod attention_prefill_coop2;
 pub mod causal_conv1d;
 pub mod decode_advance;
+pub mod dequant_f16;
 pub mod elementwise;
 pub mod embedding;
 pub mod gated_delta_rule;
@@ -94,6 +95,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &elementwise::COPY,
         &elementwise::SOFTCAP,
         &to_f16::TO_F16,
+        &dequant_f16::DEQUANT_F16,
         &kv_append::KV_APPEND,
         &argmax::ARGMAX,
         &sample::SAMPLE,

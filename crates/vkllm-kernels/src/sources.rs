@@ -19,6 +19,11 @@ pub(crate) const ATTENTION_PREFILL_COOP: &str =
 pub(crate) const ATTENTION_PREFILL_COOP2: &str =
     include_str!("../shaders/attention_prefill_coop2.wgsl");
 pub(crate) const DECODE_ADVANCE: &str = include_str!("../shaders/decode_advance.wgsl");
+pub(crate) const DEQUANT_F16: &str = concat!(
+    include_str!("../shaders/dequant_f16.wgsl"),
+    include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/quant_words.inc.wgsl")
+);
 pub(crate) const ELEMENTWISE: &str = include_str!("../shaders/elementwise.wgsl");
 pub(crate) const TO_F16: &str = include_str!("../shaders/to_f16.wgsl");
 pub(crate) const EMBEDDING: &str = include_str!("../shaders/embedding.wgsl");
@@ -30,12 +35,14 @@ pub(crate) const KV_APPEND: &str = include_str!("../shaders/kv_append.wgsl");
 pub(crate) const LOGPROBS: &str = include_str!("../shaders/logprobs.wgsl");
 pub(crate) const MAT_QUANT: &str = concat!(
     include_str!("../shaders/mat_quant.wgsl"),
-    include_str!("../shaders/quant_blocks.inc.wgsl")
+    include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/quant_words.inc.wgsl")
 );
 pub(crate) const MATMUL: &str = include_str!("../shaders/matmul.wgsl");
 pub(crate) const MATMUL_COOP: &str = concat!(
     include_str!("../shaders/matmul_coop.wgsl"),
-    include_str!("../shaders/quant_blocks.inc.wgsl")
+    include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/quant_words.inc.wgsl")
 );
 pub(crate) const MATVEC: &str = include_str!("../shaders/matvec.wgsl");
 pub(crate) const MATVEC_FUSED: &str = concat!(
@@ -46,12 +53,14 @@ pub(crate) const MATVEC_Q8A: &str = include_str!("../shaders/matvec_q8a.wgsl");
 /// `matvec_rows.wgsl`: the fused matvec's op, one invocation per row (CPU Vulkan devices).
 pub(crate) const MATVEC_ROWS: &str = concat!(
     include_str!("../shaders/matvec_rows.wgsl"),
-    include_str!("../shaders/quant_blocks.inc.wgsl")
+    include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/quant_words.inc.wgsl")
 );
 pub(crate) const MOE_EXPERTS: &str = include_str!("../shaders/moe_experts.wgsl");
 pub(crate) const MOE_EXPERTS_QUANT: &str = concat!(
     include_str!("../shaders/moe_experts_quant.wgsl"),
-    include_str!("../shaders/quant_blocks.inc.wgsl")
+    include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/quant_words.inc.wgsl")
 );
 pub(crate) const MOE_ROUTE: &str = include_str!("../shaders/moe_route.wgsl");
 pub(crate) const RMSNORM: &str = include_str!("../shaders/rmsnorm.wgsl");
@@ -71,6 +80,7 @@ mod tests {
         for (file, src) in [
             ("attention.wgsl", super::ATTENTION),
             ("attention_fused.wgsl", super::ATTENTION_FUSED),
+            ("dequant_f16.wgsl", super::DEQUANT_F16),
             ("mat_quant.wgsl", super::MAT_QUANT),
             ("matvec_fused.wgsl", super::MATVEC_FUSED),
             ("matvec_rows.wgsl", super::MATVEC_ROWS),

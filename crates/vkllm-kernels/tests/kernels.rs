@@ -474,3 +474,40 @@ fn fused_matvec_variants_emit_spirv() {
         }
     }
 }
+
+#[test]
+fn dequant_f16_checks_its_shapes() {
+    use vkllm_kernels::dequant_f16::{DEQUANT_F16, DequantF16, f16_bytes};
+    let mk = |dtype: WeightType, rows: usize, cols: usize, w: u64, out: u64| {
+        DequantF16 {
+            w: Fake(w),
+            out: Fake(out),
+        }
+        .dispatch(dtype, rows, cols)
+    };
+    for dt in WeightType::QUANTIZED {
+        let cols = 3 * dt.block_size();
+        let w = dt.row_bytes(cols as u64).unwrap() * 7;
+        let d = mk(dt, 7, cols, w, f16_bytes(7, cols)).unwrap_or_else(|e| panic!("{e}"));
+        // One invocation per 16 elements, 256 per workgroup.
+        assert_eq!(d.groups, [(7 * cols / 16).div_ceil(256) as u32, 1, 1]);
+        compile_spirv(&DEQUANT_F16, &d.overrides, SpirvOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+        assert!(matches!(
+            mk(dt, 7, cols, w - 1, f16_bytes(7, cols)),
+            Err(Error::BufferTooSmall { binding: "w", .. })
+        ));
+        assert!(matches!(
+            mk(dt, 7, cols, w, f16_bytes(7, cols) - 4),
+            Err(Error::BufferTooSmall { binding: "out", .. })
+        ));
+        assert!(matches!(
+            mk(dt, 7, cols + 16, w * 2, f16_bytes(7, cols + 16)),
+            Err(Error::Shape { .. })
+        ));
+    }
+    assert!(matches!(
+        mk(WeightType::F16, 4, 64, 512, 512),
+        Err(Error::Shape { .. })
+    ));
+}

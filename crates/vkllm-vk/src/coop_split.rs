@@ -255,6 +255,8 @@ pub struct SplitSlots {
     /// The f32 source `half` holds, as (buffer, byte offset, elements); `None` after any
     /// recorded write overlapping it.
     pub(crate) half_src: Option<(ash::vk::Buffer, u64, usize)>,
+    /// f16 copies of quantized weights (coop_dequant.rs), used in turn.
+    pub(crate) deq: crate::coop_dequant::DequantSlots,
 }
 
 /// Counter bytes rounded so the partials start at a 256-byte offset (every storage-buffer

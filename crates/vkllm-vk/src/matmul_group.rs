@@ -5,6 +5,8 @@
 //! 56.9; Llama's 8192-row gate + up 105.2 x 2 against 203.6 f16 and 151.9 x 2 against 311.2
 //! Q8_0, so weights whose own grids fill the GPU stay apart).
 
+use vkllm_kernels::WeightType;
+use vkllm_kernels::dequant_f16::f16_bytes;
 use vkllm_kernels::matmul_coop::{CoopConfig, CoopSegment, MAX_SEGMENTS, MatmulCoopGroup};
 
 use crate::buffer::BufSlice;
@@ -140,8 +142,14 @@ impl Recorder {
     ) -> Result<()> {
         let f = ws[0];
         let rows: Vec<usize> = ws.iter().map(|w| w.rows).collect();
+        // Quantized weights multiplied as f16 copies (coop_dequant.rs) group as f16 weights.
+        let copied = self.device().coopmat() && self.dequant_applies(f);
+        let dtype = match copied {
+            true => WeightType::F16,
+            false => f.dtype,
+        };
         let cfg = match f.parts.len() {
-            1 => group_config(self.device(), f.dtype, &rows, n, f.cols, kernel),
+            1 => group_config(self.device(), dtype, &rows, n, f.cols, kernel),
             _ => None,
         };
         let Some(c) = cfg else {
@@ -158,16 +166,28 @@ impl Recorder {
             Some(h) => h.all(),
             None => x,
         };
-        let segments = ws
-            .iter()
-            .zip(ys)
-            .map(|(w, &y)| CoopSegment {
-                w: w.parts[0].buffer.all(),
+        let copies = match copied {
+            true => ws
+                .iter()
+                .map(|w| self.f16_weight(w))
+                .collect::<Result<Vec<_>>>()?,
+            false => Vec::new(),
+        };
+        let mut segments = Vec::with_capacity(ws.len());
+        for (i, (w, &y)) in ws.iter().zip(ys).enumerate() {
+            let mut shape = w.shape(&w.parts[0], accumulate);
+            shape.dtype = dtype;
+            let wbuf = match copies.get(i) {
+                Some(b) => b.slice(0, f16_bytes(w.rows, w.cols))?,
+                None => w.parts[0].buffer.all(),
+            };
+            segments.push(CoopSegment {
+                w: wbuf,
                 y,
-                shape: w.shape(&w.parts[0], accumulate),
+                shape,
                 y_stride: w.rows,
-            })
-            .collect::<Vec<_>>();
+            });
+        }
         let scratch = if c.split > 1 {
             let (pb, cb) = c.scratch_bytes_segments(&rows, n);
             let (buf, ctr) = self.split_slot(pb, cb)?;

@@ -569,7 +569,35 @@ impl Recorder {
                 MatmulKernel::Coop(t) => Some(CoopConfig::plain(t)),
                 MatmulKernel::CoopWith(c) => Some(c),
             };
-            let shape = w.shape(p, accumulate);
+            let mut shape = w.shape(p, accumulate);
+            // A quantized weight may be multiplied as its f16 copy (coop_dequant.rs), with the
+            // launch an f16 weight of that shape takes.
+            let copy = match cfg {
+                Some(_) if self.dequant_applies(w) => Some(self.f16_weight(w)?),
+                _ => None,
+            };
+            let cfg = match (&copy, kernel) {
+                (Some(_), MatmulKernel::Auto) => {
+                    shape.dtype = WeightType::F16;
+                    crate::coop_split::auto_config(
+                        WeightType::F16,
+                        p.rows,
+                        n,
+                        w.cols,
+                        sg,
+                        COOP_MIN_GROUPS,
+                    )
+                }
+                (Some(_), _) => {
+                    shape.dtype = WeightType::F16;
+                    cfg
+                }
+                (None, _) => cfg,
+            };
+            let wbuf = match &copy {
+                Some(b) => b.slice(0, vkllm_kernels::dequant_f16::f16_bytes(w.rows, w.cols))?,
+                None => p.buffer.all(),
+            };
             // f16 X: converted once per source (the parts and q/k/v share it).
             let half = match cfg {
                 Some(c) if c.x_f16 => Some(self.half_x(x, n * w.cols)?),
@@ -590,21 +618,20 @@ impl Recorder {
                     let (pb, cb) = c.scratch_bytes(p.rows, n);
                     let (buf, ctr) = self.split_slot(pb, cb)?;
                     let scratch = crate::coop_split::scratch_slices(&buf, ctr)?;
-                    let d = MatmulCoop {
-                        w: p.buffer.all(),
-                        x,
-                        y,
-                    }
-                    .dispatch_with(&shape, n, w.rows, sg, &c, Some(scratch))?;
+                    let d = MatmulCoop { w: wbuf, x, y }.dispatch_with(
+                        &shape,
+                        n,
+                        w.rows,
+                        sg,
+                        &c,
+                        Some(scratch),
+                    )?;
                     self.dispatch(d)?;
                     continue;
                 }
-                Some(c) => MatmulCoop {
-                    w: p.buffer.all(),
-                    x,
-                    y,
+                Some(c) => {
+                    MatmulCoop { w: wbuf, x, y }.dispatch_with(&shape, n, w.rows, sg, &c, None)?
                 }
-                .dispatch_with(&shape, n, w.rows, sg, &c, None)?,
             };
             self.dispatch(d)?;
         }

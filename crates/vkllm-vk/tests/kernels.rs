@@ -90,6 +90,7 @@ parity_tests!(
     attention_ring,
     logprobs,
     decode_advance,
+    dequant_f16,
     quant_q8_0,
     quant_q4_0,
     quant_q4_1,

@@ -89,12 +89,70 @@ pub(crate) fn matmul_coop_group(dev: &Device, seed: u64) -> Result<Vec<KernelPar
     ];
     let mut out = Vec::new();
     for c in &cases {
-        out.push(group_case(dev, &mut rng, c)?);
+        out.push(group_case(dev, &mut rng, c, false)?);
     }
+    // Quantized weights multiplied as f16 copies (`dequant_f16` first, coop_dequant.rs): a
+    // group (one copy per weight, then one launch) and a single product on the automatic launch.
+    let copied = [
+        Case {
+            weights: &[(Q8_0, 129), (Q8_0, 64), (Q8_0, 33)],
+            n: 77,
+            cols: 32 * 16,
+            accumulate: false,
+            cfg: launch(CoopTile::LARGE, 64, 1, true),
+            dispatches: 5,
+        },
+        Case {
+            weights: &[(Q4_K, 100), (Q4_K, 50)],
+            n: 45,
+            cols: 768,
+            accumulate: true,
+            cfg: launch(CoopTile::TINY, 32, 3, true),
+            dispatches: 4,
+        },
+    ];
+    for c in &copied {
+        out.push(group_case(dev, &mut rng, c, true)?);
+    }
+    out.push(copied_auto(dev, &mut rng)?);
     Ok(out)
 }
 
-fn group_case(dev: &Device, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
+/// One Q6_K product on [`MatmulKernel::Auto`] through its f16 copy: the copy, X's conversion
+/// (unless `VKLLM_COOP_XF16=0`) and one launch, the dispatch count compared with the values.
+fn copied_auto(dev: &Device, rng: &mut Rng) -> Result<KernelParityRow> {
+    let cx = Ctx { dev };
+    let (n, rows, cols) = (70usize, 129usize, 512usize);
+    let (bytes, wr) = coop_weight(rng, WeightType::Q6_K, rows, cols)?;
+    let t = Tensor::from_bytes(dev, "w", WeightType::Q6_K, rows, cols, &bytes)?;
+    let x = rng.vec(n * cols, -1.0, 1.0);
+    let xb = cx.input("x", &x)?;
+    let y = cx.output("y", n * rows)?;
+    let mut dispatches = 0;
+    cx.run(&[&y], |r| {
+        r.set_dequant_weights(true);
+        let before = r.dispatches();
+        r.matmul_with(&t, xb.all(), n, y.all(), false, MatmulKernel::Auto)?;
+        dispatches = r.dispatches() - before;
+        Ok(())
+    })?;
+    let (want, sum_abs) = reference(&wr, rows, cols, &f16_round(&x), n);
+    let mut got = cx.read(&y, n * rows)?;
+    let mut want = want;
+    got.push(dispatches as f32);
+    want.push(2.0 + crate::coop_split::x_f16_enabled() as u32 as f32);
+    Ok(row(
+        KERNEL,
+        "q6_K as f16 copy, automatic launch",
+        format!("n {n}, {rows} x {cols}"),
+        &got,
+        &want,
+        tol(sum_abs + 1.0),
+    ))
+}
+
+/// `c` recorded with quantized weights multiplied as f16 copies (`copied`) or as they are.
+fn group_case(dev: &Device, rng: &mut Rng, c: &Case, copied: bool) -> Result<KernelParityRow> {
     let cx = Ctx { dev };
     let (n, cols) = (c.n, c.cols);
     let mut tensors = Vec::new();
@@ -129,6 +187,7 @@ fn group_case(dev: &Device, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> 
     cx.run(&poison, |r| {
         let ws: Vec<&Tensor> = tensors.iter().collect();
         let yv: Vec<_> = ys.iter().map(|y| y.all()).collect();
+        r.set_dequant_weights(copied);
         let before = r.dispatches();
         r.matmul_group_with(
             &ws,
@@ -165,9 +224,10 @@ fn group_case(dev: &Device, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> 
     Ok(row(
         KERNEL,
         format!(
-            "{}{}",
+            "{}{}{}",
             config_name(&c.cfg),
-            if c.accumulate { " +=" } else { "" }
+            if c.accumulate { " +=" } else { "" },
+            if copied { " f16 copies" } else { "" }
         ),
         format!("n {n}, cols {cols}, rows {}", names.join(" + ")),
         &got,

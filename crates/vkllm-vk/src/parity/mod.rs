@@ -20,6 +20,7 @@ mod basic;
 mod coop;
 mod coop_group;
 mod decode;
+mod dequant;
 mod hybrid;
 mod mat;
 mod matvec_fused;
@@ -138,6 +139,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("attention_ring", ring::attention_ring),
     ("logprobs", decode::logprobs),
     ("decode_advance", decode::decode_advance),
+    ("dequant_f16", dequant::dequant_f16),
     ("quant_q8_0", quant::quant_q8_0),
     ("quant_q4_0", quant::quant_q4_0),
     ("quant_q4_1", quant::quant_q4_1),
