@@ -15,13 +15,17 @@
 // x1 * c + x0 * s with pairs (2i, 2i + 1) (STYLE 0) or (i, i + rotary_dim / 2) (STYLE 1), dims
 // >= rotary_dim untouched. A position >= max_tok or >= max_pos (an idle slot) writes NaN to the
 // token's q_out rows and nothing to the cache.
-// Workgroup: WG = 64 invocations per (head, token), grid (n_heads + n_kv_heads, n_tok): heads
-// below n_heads are query heads, the others key/value heads. The (normalised) head vector is
-// staged in workgroup memory; the sum of squares is reduced with subgroupAdd, then across
-// subgroups (any subgroup size >= 4). Each invocation then writes element pairs (2j, 2j + 1).
-// Shared memory: MAX_HD f32 + 16 f32 (2 KiB + 64 B). head_dim <= MAX_HD, even.
+// Workgroup: WG = 64 invocations per (head, TPW tokens), grid (n_heads + n_kv_heads,
+// ceil(n_tok / TPW)): heads below n_heads are query heads, the others key/value heads. The
+// (normalised) head vectors are staged in workgroup memory; each sum of squares is reduced with
+// subgroupAdd, then across subgroups (any subgroup size >= 4). Each invocation then writes
+// element pairs (2j, 2j + 1).
+// Shared memory: TPW x MAX_HD f32 + 64 f32 (2 KiB per token + 256 B). head_dim <= MAX_HD, even.
 
 override KV_DTYPE: u32 = 0;
+// Tokens per workgroup (1..=4): their heads are staged together, so one workgroup has every
+// token's loads in flight before the first reduction (prefill); 1 for decode.
+override TPW: u32 = 1;
 const WG: u32 = 64u;
 const MAX_HD: u32 = 512u;
 
@@ -57,13 +61,13 @@ var<immediate> p: Params;
 @group(0) @binding(8) var<storage, read_write> k_cache: array<u32>;
 @group(0) @binding(9) var<storage, read_write> v_cache: array<u32>;
 
-var<workgroup> hv: array<f32, MAX_HD>;
-var<workgroup> red: array<f32, 16>;
+var<workgroup> hv: array<f32, MAX_HD * TPW>; // [token of the group (TPW)][MAX_HD]
+var<workgroup> red: array<f32, 64>; // [token of the group][subgroup]
 
-// Element e of the rotated head (hv holds the normalised, unrotated head).
-fn rotated(e: u32, ps: u32) -> f32 {
+// Element e of the rotated head staged at hv[base..] (the normalised, unrotated head).
+fn rotated(base: u32, e: u32, ps: u32) -> f32 {
     if (e >= p.rotary_dim) {
-        return hv[e];
+        return hv[base + e];
     }
     let half = p.rotary_dim / 2u;
     var i = 0u;
@@ -79,12 +83,20 @@ fn rotated(e: u32, ps: u32) -> f32 {
         b = a + 1u;
     }
     let cs = table[ps * half + i];
-    let x0 = hv[a];
-    let x1 = hv[b];
+    let x0 = hv[base + a];
+    let x1 = hv[base + b];
     if (e == a) {
         return x0 * cs.x - x1 * cs.y;
     }
     return x1 * cs.x + x0 * cs.y;
+}
+
+// Word offset of token t's row of this head in q (query heads) or k and v.
+fn src_of(head: u32, t: u32) -> u32 {
+    if (head < p.n_heads) {
+        return t * p.q_tok_stride + head * p.head_dim;
+    }
+    return t * p.kv_tok_stride + (head - p.n_heads) * p.head_dim;
 }
 
 @compute @workgroup_size(64)
@@ -92,88 +104,99 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
         @builtin(num_subgroups) n_sg: u32) {
     let head = wid.x;
-    let t = wid.y;
+    let t0 = wid.y * TPW;
     let hd = p.head_dim;
     let is_q = head < p.n_heads;
-    var src = 0u;
-    if (is_q) {
-        src = t * p.q_tok_stride + head * hd;
-    } else {
-        src = t * p.kv_tok_stride + (head - p.n_heads) * hd;
-    }
-    let dst = (t * p.n_heads + head) * hd;
-    // Stage the head and its sum of squares.
-    var ss = 0.0;
-    for (var e = lid; e < hd; e += WG) {
-        var x = 0.0;
-        if (is_q) {
-            x = q[src + e];
-        } else {
-            x = k[src + e];
+    // Stage the group's heads and their sums of squares (every token's loads issued before
+    // any reduction waits on them).
+    var ss = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    for (var j = 0u; j < TPW; j++) {
+        let t = t0 + j;
+        if (t < p.n_tok) {
+            let src = src_of(head, t);
+            for (var e = lid; e < hd; e += WG) {
+                var x = 0.0;
+                if (is_q) {
+                    x = q[src + e];
+                } else {
+                    x = k[src + e];
+                }
+                hv[j * MAX_HD + e] = x;
+                ss[j] += x * x;
+            }
         }
-        hv[e] = x;
-        ss += x * x;
     }
     if (p.norm != 0u) {
-        let s = subgroupAdd(ss);
-        if (sg_lane == 0u) {
-            red[sg_id] = s;
+        for (var j = 0u; j < TPW; j++) {
+            let s = subgroupAdd(ss[j]);
+            if (sg_lane == 0u) {
+                red[j * 16u + sg_id] = s;
+            }
         }
         workgroupBarrier();
-        var total = 0.0;
-        for (var i = 0u; i < n_sg; i++) {
-            total += red[i];
-        }
-        let r = 1.0 / sqrt(total / f32(hd) + p.eps);
-        for (var e = lid; e < hd; e += WG) {
-            var w = 0.0;
-            if (is_q) {
-                w = q_norm[e];
-            } else {
-                w = k_norm[e];
+        for (var j = 0u; j < TPW; j++) {
+            var total = 0.0;
+            for (var i = 0u; i < n_sg; i++) {
+                total += red[j * 16u + i];
             }
-            hv[e] = (hv[e] * r) * (p.norm_offset + w);
+            let r = 1.0 / sqrt(total / f32(hd) + p.eps);
+            for (var e = lid; e < hd; e += WG) {
+                var w = 0.0;
+                if (is_q) {
+                    w = q_norm[e];
+                } else {
+                    w = k_norm[e];
+                }
+                hv[j * MAX_HD + e] = (hv[j * MAX_HD + e] * r) * (p.norm_offset + w);
+            }
         }
     }
     workgroupBarrier();
 
-    let ps = pos[t];
     let pairs = hd / 2u;
-    if (is_q) {
-        for (var j = lid; j < pairs; j += WG) {
-            let e = 2u * j;
-            var o0 = bitcast<f32>(0x7fc00000u);
-            var o1 = o0;
-            if (ps < p.max_pos && ps < p.max_tok) {
-                o0 = rotated(e, ps);
-                o1 = rotated(e + 1u, ps);
-            }
-            q_out[dst + e] = o0;
-            q_out[dst + e + 1u] = o1;
+    for (var j = 0u; j < TPW; j++) {
+        let t = t0 + j;
+        if (t >= p.n_tok) {
+            break;
         }
-        return;
-    }
-    if (ps >= p.max_tok || ps >= p.max_pos) {
-        return;
-    }
-    let kvh = head - p.n_heads;
-    let kv_dim = p.n_kv_heads * hd;
-    let row = t * p.row_stride + ps % p.ring;
-    for (var j = lid; j < pairs; j += WG) {
-        let e = 2u * j;
-        let k0 = rotated(e, ps);
-        let k1 = rotated(e + 1u, ps);
-        let v0 = v[src + e];
-        let v1 = v[src + e + 1u];
-        let c = row * kv_dim + kvh * hd + e;
-        if (KV_DTYPE == 0u) {
-            k_cache[c] = bitcast<u32>(k0);
-            k_cache[c + 1u] = bitcast<u32>(k1);
-            v_cache[c] = bitcast<u32>(v0);
-            v_cache[c + 1u] = bitcast<u32>(v1);
-        } else {
-            k_cache[c / 2u] = pack2x16float(vec2<f32>(k0, k1));
-            v_cache[c / 2u] = pack2x16float(vec2<f32>(v0, v1));
+        let base = j * MAX_HD;
+        let ps = pos[t];
+        let live = ps < p.max_pos && ps < p.max_tok;
+        if (is_q) {
+            let dst = (t * p.n_heads + head) * hd;
+            for (var i = lid; i < pairs; i += WG) {
+                let e = 2u * i;
+                var o0 = bitcast<f32>(0x7fc00000u);
+                var o1 = o0;
+                if (live) {
+                    o0 = rotated(base, e, ps);
+                    o1 = rotated(base, e + 1u, ps);
+                }
+                q_out[dst + e] = o0;
+                q_out[dst + e + 1u] = o1;
+            }
+        } else if (live) {
+            let src = src_of(head, t);
+            let kvh = head - p.n_heads;
+            let kv_dim = p.n_kv_heads * hd;
+            let row = t * p.row_stride + ps % p.ring;
+            for (var i = lid; i < pairs; i += WG) {
+                let e = 2u * i;
+                let k0 = rotated(base, e, ps);
+                let k1 = rotated(base, e + 1u, ps);
+                let v0 = v[src + e];
+                let v1 = v[src + e + 1u];
+                let c = row * kv_dim + kvh * hd + e;
+                if (KV_DTYPE == 0u) {
+                    k_cache[c] = bitcast<u32>(k0);
+                    k_cache[c + 1u] = bitcast<u32>(k1);
+                    v_cache[c] = bitcast<u32>(v0);
+                    v_cache[c + 1u] = bitcast<u32>(v1);
+                } else {
+                    k_cache[c / 2u] = pack2x16float(vec2<f32>(k0, k1));
+                    v_cache[c / 2u] = pack2x16float(vec2<f32>(v0, v1));
+                }
+            }
         }
     }
 }

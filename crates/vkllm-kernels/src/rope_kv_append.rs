@@ -85,7 +85,14 @@ pub struct RopeKvAppendShape {
     /// contiguous tensors (n_heads / n_kv_heads times head_dim); the packed width when q, k and v
     /// are slices of one `[n_tok, q + k + v]` tensor.
     pub tok_strides: Option<(usize, usize)>,
+    /// Tokens per workgroup, 1..=[`MAX_TOKENS_PER_GROUP`]: their heads are staged together so
+    /// each workgroup has all their loads in flight at once (for prefill-sized batches); 1 is
+    /// the original one (head, token) per workgroup.
+    pub tokens_per_group: usize,
 }
+
+/// Most tokens one workgroup takes ([`RopeKvAppendShape::tokens_per_group`]).
+pub const MAX_TOKENS_PER_GROUP: usize = 4;
 
 /// `q_out = rope(norm(q))`; `k_cache[row(t)] = rope(norm(k))`, `v_cache[row(t)] = v`.
 pub struct RopeKvAppend<B> {
@@ -123,6 +130,13 @@ impl<B: KernelBuffer> RopeKvAppend<B> {
         }
         if s.n_tok == 0 || s.n_heads == 0 || s.n_kv_heads == 0 {
             return Err(shape_err(k, "empty batch or no heads"));
+        }
+        let tpw = s.tokens_per_group;
+        if !(1..=MAX_TOKENS_PER_GROUP).contains(&tpw) {
+            return Err(shape_err(
+                k,
+                format!("{tpw} tokens per workgroup (1..={MAX_TOKENS_PER_GROUP})"),
+            ));
         }
         if s.ring == 0 {
             return Err(shape_err(k, "ring of 0 rows"));
@@ -203,9 +217,14 @@ impl<B: KernelBuffer> RopeKvAppend<B> {
                 "more than 65535 tokens or heads in one dispatch",
             ));
         }
+        let mut o = Overrides::new().set("KV_DTYPE", s.kv.code());
+        if tpw > 1 {
+            // (One token per workgroup keeps the WGSL default: the same pipeline as before.)
+            o = o.set("TPW", tpw as f64);
+        }
         Ok(Dispatch::new(
             k,
-            Overrides::new().set("KV_DTYPE", s.kv.code()),
+            o,
             vec![
                 self.q,
                 self.k,
@@ -219,7 +238,7 @@ impl<B: KernelBuffer> RopeKvAppend<B> {
                 self.v_cache,
             ],
             &p,
-            [heads, s.n_tok as u32, 1],
+            [heads, s.n_tok.div_ceil(tpw) as u32, 1],
         ))
     }
 }

@@ -511,3 +511,54 @@ fn dequant_f16_checks_its_shapes() {
         Err(Error::Shape { .. })
     ));
 }
+
+#[test]
+fn rope_kv_append_groups_tokens() {
+    use vkllm_kernels::kv_append::KvType;
+    use vkllm_kernels::rope::RopeLayout;
+    use vkllm_kernels::rope_kv_append::{
+        MAX_TOKENS_PER_GROUP, ROPE_KV_APPEND, RopeKvAppend, RopeKvAppendShape,
+    };
+    let shape = |tpw: usize| RopeKvAppendShape {
+        n_tok: 13,
+        n_heads: 4,
+        n_kv_heads: 2,
+        head_dim: 64,
+        rotary_dim: 64,
+        layout: RopeLayout::NeoX,
+        max_pos: 32,
+        norm: None,
+        kv: KvType::F32,
+        max_tok: 32,
+        row_stride: 0,
+        ring: 32,
+        tok_strides: None,
+        tokens_per_group: tpw,
+    };
+    let big = Fake(1 << 20);
+    let mk = |tpw| {
+        RopeKvAppend {
+            q: big,
+            k: big,
+            v: big,
+            q_norm: big,
+            k_norm: big,
+            pos: big,
+            table: big,
+            q_out: big,
+            k_cache: big,
+            v_cache: big,
+        }
+        .dispatch(&shape(tpw))
+    };
+    // 13 tokens: ceil(13 / tpw) workgroup rows of the 6 heads.
+    for tpw in 1..=MAX_TOKENS_PER_GROUP {
+        let d = mk(tpw).unwrap_or_else(|e| panic!("{tpw}: {e}"));
+        assert_eq!(d.groups, [6, 13usize.div_ceil(tpw) as u32, 1]);
+        compile_spirv(&ROPE_KV_APPEND, &d.overrides, SpirvOptions::default())
+            .unwrap_or_else(|e| panic!("{tpw}: {e}"));
+    }
+    for tpw in [0, MAX_TOKENS_PER_GROUP + 1] {
+        assert!(matches!(mk(tpw), Err(Error::Shape { .. })), "{tpw}");
+    }
+}

@@ -94,7 +94,13 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
         },
     ];
     let mut rows = Vec::new();
-    for c in cases {
+    // Every case with one token per workgroup and with 2, 3 or 4 (the cases' token counts leave
+    // a partial last group; the slot cases put an idle token inside a group).
+    let runs = cases
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| [(c, 1), (c, 2 + i % 3)]);
+    for (c, tpw) in runs {
         let rope = Rope {
             theta: 10_000.0,
             rotary_dim: c.rotary_dim,
@@ -185,6 +191,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             row_stride,
             ring: c.ring,
             tok_strides: c.packed.then_some((width, width)),
+            tokens_per_group: tpw,
         };
         let f = 4u64;
         let (q_in, k_in, v_in) = if c.packed {
@@ -281,7 +288,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             }
         }
         let shape_s = format!(
-            "{} tok {}+{} heads x {hd}, {}, ring {}{}",
+            "{} tok {}+{} heads x {hd}, {}, ring {}{}, {tpw} tok/group",
             c.n_tok,
             c.n_heads,
             c.n_kv_heads,

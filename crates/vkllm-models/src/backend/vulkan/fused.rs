@@ -19,6 +19,21 @@ use crate::backend::{
 use crate::error::ModelError;
 use crate::family::Activation;
 
+/// Tokens per workgroup of the fused input step for `n` tokens: `VKLLM_ROPE_KV_TPW=2|3|4`
+/// (read once) for prefill-sized batches (more than [`MAX_COLUMNS`] tokens); default 1, one
+/// (head, token) per workgroup as before (the staged variant is not yet measured on a GPU).
+fn rope_kv_tokens_per_group(n: usize) -> usize {
+    static T: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let t = *T.get_or_init(|| {
+        std::env::var("VKLLM_ROPE_KV_TPW")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|t| (1..=vkllm_kernels::rope_kv_append::MAX_TOKENS_PER_GROUP).contains(t))
+            .unwrap_or(1)
+    });
+    if n > MAX_COLUMNS { t } else { 1 }
+}
+
 /// The kernels' name for a RoPE pairing.
 pub(super) fn rope_layout(style: RopeStyle) -> RopeLayout {
     match style {
@@ -95,6 +110,7 @@ impl VulkanBackend {
             row_stride: 0,
             ring: kv.ring,
             tok_strides: None,
+            tokens_per_group: rope_kv_tokens_per_group(n),
         };
         self.record(|me, r| {
             let (kc, vc, stride) = me.kv_region(kv, width)?;
