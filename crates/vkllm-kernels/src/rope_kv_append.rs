@@ -219,7 +219,8 @@ impl<B: KernelBuffer> RopeKvAppend<B> {
         }
         let mut o = Overrides::new().set("KV_DTYPE", s.kv.code());
         if tpw > 1 {
-            // (One token per workgroup keeps the WGSL default: the same pipeline as before.)
+            // (One token per workgroup keeps the WGSL default: the same overrides, so the same
+            // pipeline-cache key, as before.)
             o = o.set("TPW", tpw as f64);
         }
         Ok(Dispatch::new(
