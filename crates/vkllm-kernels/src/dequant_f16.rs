@@ -7,6 +7,15 @@ use crate::{Dispatch, Error, KernelBuffer, KernelSpec, WeightType};
 
 const WG: u32 = 256;
 
+/// Words of `dq_in` in the shader: one workgroup's blocks (`WG` units of 16 elements) plus a
+/// word either side for byte offsets that are not word-aligned.
+const DQ_IN: u64 = 1096;
+
+/// Words of a weight one workgroup stages: its `WG / (BLOCK / 16)` blocks, + 2.
+fn staged_words(dtype: WeightType) -> u64 {
+    (WG as u64 * 16 / dtype.block_size() as u64) * dtype.bytes() / 4 + 2
+}
+
 pub static DEQUANT_F16: KernelSpec = KernelSpec {
     name: "dequant_f16",
     file: "dequant_f16.wgsl",
@@ -49,6 +58,12 @@ impl<B: KernelBuffer> DequantF16<B> {
                 format!("{cols} columns are not whole {} blocks", dtype.name()),
             ));
         };
+        if staged_words(dtype) > DQ_IN {
+            return Err(shape_err(
+                k,
+                format!("{} blocks do not fit the workgroup's staging", dtype.name()),
+            ));
+        }
         need(k, "w", &self.w, row_bytes * rows as u64)?;
         need(k, "out", &self.out, f16_bytes(rows, cols))?;
         let units = to_u32(k, "rows * cols / 16", rows * cols / 16)?;
