@@ -2,14 +2,20 @@
 //! rows as f16 into a scratch buffer, then `matmul_coop` multiplies them as an f16 weight
 //! (its fastest path) instead of decoding blocks in every workgroup of every K step.
 //!
-//! Off by default (`VKLLM_COOP_DEQUANT=1`, or [`Recorder::set_dequant_weights`]): not yet
-//! measured end to end. The expected trade, from the per-shape figures (H200, n = 512,
-//! `matmul_bench --auto`, us): Llama-3.2-1B 8192 x 2048 Q8_0 151.9 against f16 105.2 and
-//! 2048 x 8192 184.9 against 136.8, for a copy that writes 2 bytes per weight (32 MiB for
-//! 8192 x 2048, some 10 us at the device's copy bandwidth); Qwen3-0.6B's small shapes gain
-//! less (3072 x 1024 Q8_0 40.0 against f16 33.7). The copies live in [`DEQUANT_SLOTS`] scratch
-//! buffers used in turn (so q/k/v or gate/up still overlap), each as large as the largest
-//! weight copied through it.
+//! When ([`DequantPolicy`], `VKLLM_COOP_DEQUANT`): by default ([`DequantPolicy::AUTO`]) for
+//! weights of at least 4M elements (a q/k/v group only when each of its weights is) in products
+//! over at least 512 tokens (a whole prefill chunk). The copy costs the same whatever the token
+//! count while the saving grows with it, and a small weight's copy is mostly launch overhead.
+//! Measured on the H200 (`vkllm bench`, one chunk; `dequant_f16` at ~1.8 TB/s), off -> every
+//! product copied: pp512 Llama-3.2-1B Q8_0 36097 -> 38383 tok/s, Q4_0 34925 -> 38955, Q4_K_M
+//! 32460 -> 37889, but Qwen3-0.6B's smaller weights lose or tie (Q8_0 46187 -> 43690, Q4_0
+//! 45941 -> 45716, Q4_K_M 41617 -> 41522), and Llama Q8_0 at pp256 loses (25821 -> 21679; pp128
+//! 17410 -> 14924). By size (Llama pp512, weights of at least 4M / 5M / 8M elements copied, the
+//! q/k/v group by its total): Q8_0 38317 / 37233 / 38615, Q4_0 37834 / 37306 / 37696, Q4_K_M
+//! 37994 / 36569 / 36445: copying o (4M) gains, the q/k/v group (k, v 1M each) loses up to
+//! ~1400 tok/s or ties.
+//! The copies live in [`DEQUANT_SLOTS`] scratch buffers used in turn (so q/k/v or gate/up
+//! still overlap), each as large as the largest weight copied through it.
 
 use vkllm_kernels::dequant_f16::{DequantF16, f16_bytes};
 
@@ -21,12 +27,71 @@ use crate::tensor::Tensor;
 /// Scratch buffers for f16 weight copies per recorder.
 pub const DEQUANT_SLOTS: usize = 3;
 
-/// `VKLLM_COOP_DEQUANT=1` (read once): cooperative-matrix prefill products of quantized weights
-/// multiply an f16 copy ([`Recorder::dequant_weights`]'s default); otherwise they decode the
-/// blocks themselves (the reference path).
-pub fn dequant_enabled() -> bool {
-    static D: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *D.get_or_init(|| std::env::var("VKLLM_COOP_DEQUANT").is_ok_and(|v| v == "1"))
+/// Which cooperative-matrix prefill products of quantized weights multiply an f16 copy; the
+/// others decode the blocks themselves (the reference path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DequantPolicy {
+    /// None (the reference path).
+    Off,
+    /// Every one.
+    All,
+    /// Weights of at least `min_elements` elements (a group: each of its weights) in products
+    /// over at least `min_tokens` tokens.
+    Auto {
+        min_elements: usize,
+        min_tokens: usize,
+    },
+}
+
+impl DequantPolicy {
+    /// The default.
+    pub const AUTO: DequantPolicy = DequantPolicy::Auto {
+        min_elements: 4 << 20,
+        min_tokens: 512,
+    };
+
+    /// Whether a product of a weight of `elements` elements over `n` tokens goes through a copy.
+    pub fn applies(self, elements: usize, n: usize) -> bool {
+        match self {
+            DequantPolicy::Off => false,
+            DequantPolicy::All => true,
+            DequantPolicy::Auto {
+                min_elements,
+                min_tokens,
+            } => elements >= min_elements && n >= min_tokens,
+        }
+    }
+
+    /// From `VKLLM_COOP_DEQUANT` (`0`: off, `1`: all, unset: auto) and, for auto,
+    /// `VKLLM_COOP_DEQUANT_MIN` (weight elements) and `VKLLM_COOP_DEQUANT_TOKENS`; a value that
+    /// does not parse keeps the default.
+    pub fn from_env() -> DequantPolicy {
+        let var = |k: &str| std::env::var(k).ok();
+        let num = |k: &str, d: usize| var(k).and_then(|v| v.parse().ok()).unwrap_or(d);
+        match var("VKLLM_COOP_DEQUANT").as_deref() {
+            Some("0") => DequantPolicy::Off,
+            Some("1") => DequantPolicy::All,
+            _ => {
+                let DequantPolicy::Auto {
+                    min_elements,
+                    min_tokens,
+                } = DequantPolicy::AUTO
+                else {
+                    unreachable!("AUTO is Auto")
+                };
+                DequantPolicy::Auto {
+                    min_elements: num("VKLLM_COOP_DEQUANT_MIN", min_elements),
+                    min_tokens: num("VKLLM_COOP_DEQUANT_TOKENS", min_tokens),
+                }
+            }
+        }
+    }
+}
+
+/// [`DequantPolicy::from_env`], read once: [`Recorder::dequant_policy`]'s default.
+pub fn dequant_policy_env() -> DequantPolicy {
+    static D: std::sync::OnceLock<DequantPolicy> = std::sync::OnceLock::new();
+    *D.get_or_init(DequantPolicy::from_env)
 }
 
 /// The scratch of f16 weight copies (part of the split-K scratch a recorder hands on).
@@ -34,30 +99,32 @@ pub fn dequant_enabled() -> bool {
 pub struct DequantSlots {
     bufs: [Option<Buffer>; DEQUANT_SLOTS],
     next: usize,
-    /// Set by [`Recorder::set_dequant_weights`]; `None`: [`dequant_enabled`].
-    on: Option<bool>,
+    /// Set by [`Recorder::set_dequant_policy`]; `None`: [`dequant_policy_env`].
+    policy: Option<DequantPolicy>,
 }
 
 impl Recorder {
-    /// Cooperative-matrix products of quantized weights recorded from now on multiply an f16
-    /// copy (`true`) or decode blocks themselves (`false`).
-    pub fn set_dequant_weights(&mut self, on: bool) {
-        self.split.deq.on = Some(on);
+    /// Which cooperative-matrix products of quantized weights recorded from now on multiply an
+    /// f16 copy.
+    pub fn set_dequant_policy(&mut self, policy: DequantPolicy) {
+        self.split.deq.policy = Some(policy);
     }
 
-    /// Whether cooperative-matrix products of quantized weights multiply an f16 copy.
-    pub fn dequant_weights(&self) -> bool {
-        self.split.deq.on.unwrap_or_else(dequant_enabled)
+    /// [`Recorder::set_dequant_policy`], or the environment's ([`dequant_policy_env`]).
+    pub fn dequant_policy(&self) -> DequantPolicy {
+        self.split.deq.policy.unwrap_or_else(dequant_policy_env)
     }
 
-    /// Whether a cooperative-matrix product of `w` goes through an f16 copy: on
-    /// ([`Recorder::dequant_weights`]), a quantized weight in one part whose rows are whole
-    /// 16-byte words as f16 (`cols % 8 == 0`, the f16 path's vector loads).
-    pub(crate) fn dequant_applies(&self, w: &Tensor) -> bool {
-        self.dequant_weights()
-            && w.dtype.is_quantized()
+    /// Whether a cooperative-matrix product of `w` over `n` tokens goes through an f16 copy:
+    /// [`Recorder::dequant_policy`] for `elements` weight elements (`w`'s, or its group's
+    /// smallest weight's), a
+    /// quantized weight in one part whose rows are whole 16-byte words as f16 (`cols % 8 == 0`,
+    /// the f16 path's vector loads).
+    pub(crate) fn dequant_applies(&self, w: &Tensor, elements: usize, n: usize) -> bool {
+        w.dtype.is_quantized()
             && w.parts.len() == 1
             && w.cols.is_multiple_of(8)
+            && self.dequant_policy().applies(elements, n)
     }
 
     /// Records `w`'s f16 copy into the next scratch slot (grown to fit) and returns the slot;
@@ -83,5 +150,31 @@ impl Recorder {
         .dispatch(w.dtype, w.rows, w.cols)?;
         self.dispatch(d)?;
         Ok(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DequantPolicy;
+
+    #[test]
+    fn policy_thresholds() {
+        let p = DequantPolicy::Auto {
+            min_elements: 1000,
+            min_tokens: 64,
+        };
+        assert!(p.applies(1000, 64));
+        assert!(!p.applies(999, 512));
+        assert!(!p.applies(1 << 30, 63));
+        assert!(DequantPolicy::All.applies(1, 1));
+        assert!(!DequantPolicy::Off.applies(usize::MAX, usize::MAX));
+        // The default copies Llama-3.2-1B's 2048 x 2048 o and 8192 x 2048 MLP weights in a
+        // 512-token chunk, not its 512 x 2048 k and v nor Qwen3-0.6B's 3072 x 1024 MLP weights,
+        // and nothing in a shorter chunk.
+        assert!(DequantPolicy::AUTO.applies(2048 * 2048, 512));
+        assert!(DequantPolicy::AUTO.applies(8192 * 2048, 512));
+        assert!(!DequantPolicy::AUTO.applies(512 * 2048, 512));
+        assert!(!DequantPolicy::AUTO.applies(3072 * 1024, 512));
+        assert!(!DequantPolicy::AUTO.applies(8192 * 2048, 256));
     }
 }

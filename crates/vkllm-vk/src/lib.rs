@@ -35,7 +35,7 @@ pub mod bench;
 pub mod parity;
 
 pub use buffer::{BufSlice, Buffer, MemoryKind};
-pub use coop_dequant::{DEQUANT_SLOTS, dequant_enabled as coop_dequant_enabled};
+pub use coop_dequant::{DEQUANT_SLOTS, DequantPolicy, dequant_policy_env};
 pub use coop_split::{
     DEFAULT_BK as COOP_DEFAULT_BK, SPLIT_TARGET_FLOAT, SPLIT_TARGET_QUANT, SplitSlots,
     auto_config as coop_auto_config, half_x_wanted as coop_half_x_wanted,

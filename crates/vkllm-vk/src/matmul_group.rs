@@ -143,7 +143,8 @@ impl Recorder {
         let f = ws[0];
         let rows: Vec<usize> = ws.iter().map(|w| w.rows).collect();
         // Quantized weights multiplied as f16 copies (coop_dequant.rs) group as f16 weights.
-        let copied = self.device().coopmat() && self.dequant_applies(f);
+        let elements = ws.iter().map(|w| w.rows * w.cols).min().unwrap_or(0);
+        let copied = self.device().coopmat() && self.dequant_applies(f, elements, n);
         let dtype = match copied {
             true => WeightType::F16,
             false => f.dtype,

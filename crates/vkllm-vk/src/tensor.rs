@@ -573,7 +573,7 @@ impl Recorder {
             // A quantized weight may be multiplied as its f16 copy (coop_dequant.rs), with the
             // launch an f16 weight of that shape takes.
             let copy = match cfg {
-                Some(_) if self.dequant_applies(w) => Some(self.f16_weight(w)?),
+                Some(_) if self.dequant_applies(w, w.rows * w.cols, n) => Some(self.f16_weight(w)?),
                 _ => None,
             };
             let cfg = match (&copy, kernel) {

@@ -11,6 +11,7 @@ use vkllm_kernels::matmul_coop::{CoopConfig, CoopTile};
 
 use super::coop::{config_name, coop_weight, f16_round, not_applicable, reference, tol};
 use super::{Ctx, KernelParityRow, Rng, row};
+use crate::coop_dequant::DequantPolicy;
 use crate::device::Device;
 use crate::error::Result;
 use crate::tensor::{MatmulKernel, Tensor};
@@ -119,7 +120,8 @@ pub(crate) fn matmul_coop_group(dev: &Device, seed: u64) -> Result<Vec<KernelPar
 }
 
 /// One Q6_K product on [`MatmulKernel::Auto`] through its f16 copy: the copy, X's conversion
-/// (unless `VKLLM_COOP_XF16=0`) and one launch, the dispatch count compared with the values.
+/// (unless `VKLLM_COOP_XF16=0`) and one launch, the dispatch count compared with the values. The
+/// policy is [`DequantPolicy::Auto`] with this product exactly at both thresholds.
 fn copied_auto(dev: &Device, rng: &mut Rng) -> Result<KernelParityRow> {
     let cx = Ctx { dev };
     let (n, rows, cols) = (70usize, 129usize, 512usize);
@@ -130,7 +132,10 @@ fn copied_auto(dev: &Device, rng: &mut Rng) -> Result<KernelParityRow> {
     let y = cx.output("y", n * rows)?;
     let mut dispatches = 0;
     cx.run(&[&y], |r| {
-        r.set_dequant_weights(true);
+        r.set_dequant_policy(DequantPolicy::Auto {
+            min_elements: rows * cols,
+            min_tokens: n,
+        });
         let before = r.dispatches();
         r.matmul_with(&t, xb.all(), n, y.all(), false, MatmulKernel::Auto)?;
         dispatches = r.dispatches() - before;
@@ -187,7 +192,10 @@ fn group_case(dev: &Device, rng: &mut Rng, c: &Case, copied: bool) -> Result<Ker
     cx.run(&poison, |r| {
         let ws: Vec<&Tensor> = tensors.iter().collect();
         let yv: Vec<_> = ys.iter().map(|y| y.all()).collect();
-        r.set_dequant_weights(copied);
+        r.set_dequant_policy(match copied {
+            true => DequantPolicy::All,
+            false => DequantPolicy::Off,
+        });
         let before = r.dispatches();
         r.matmul_group_with(
             &ws,
