@@ -24,6 +24,20 @@ enable wgpu_cooperative_matrix;
 //   only then (workgroup-uniform, rare after the first keys) the accumulators go through shared
 //   memory to be scaled row by row. RESCALE_T 0 rescales whenever a max grows (tests).
 // - The epilogue writes each output tile through shared memory, divided by the row sums.
+// - KV split (SPLIT > 1): a tile whose key range takes at least `split_min` steps is walked by
+//   SPLIT workgroups, part s taking steps [s * per, (s + 1) * per) (per = ceil(steps / SPLIT);
+//   whole steps, so only the range's end is partial, as before). Each writes its unnormalised
+//   output rows with their running max and sum to `kv_part` ([tile][s][row][HD + 2] f32, tile =
+//   kvh * tiles + query tile) and counts itself in on the tile's counter; the last of them
+//   resets the counter to 0 and writes `out` from the SPLIT parts merged in part order
+//   (deterministic whatever order they ran in). Ordering as matmul_coop.wgsl's split-K (the
+//   CUB "last block" pattern): partial stores; storageBarrier(); invocation 0's atomicAdd;
+//   storageBarrier() in the last workgroup, then its reads; `kv_part` is Coherent. Workgroups x
+//   run over (query tile, part) pairs, heavy tiles first; a tile below `split_min` runs whole in
+//   its part 0 and its other parts return at once. Why: causal tiles hold 1..n_q / BQ steps, and
+//   with one workgroup per SM the chunk waited on the heaviest (Qwen3-0.6B pp512: 128
+//   workgroups, 1 to 16 steps). The counters must be zero before the first dispatch; a dispatch
+//   that completes leaves them zero. SPLIT = 1: `kv_part` and `kv_ctr` are bound but never touched.
 // Barriers per step: K visible; scores visible and K consumed; P and V visible (with the rescale
 // decision, workgroupUniformLoad); V consumed. Cooperative operations run in uniform control
 // flow (loop bounds and branches depend on overrides, push constants and uniform loads only).
@@ -50,6 +64,7 @@ override KV_DTYPE: u32 = 0;
 override SPT: u32 = 8;
 override RESCALE_T: f32 = 8.0;
 override HALF: u32 = 0;
+override SPLIT: u32 = 1;
 // Row strides: staged Q, K/V rows and P rows in vec4<f16> units, score rows in floats.
 override QLD: u32 = HD / 4u + 2u;
 override PLD: u32 = 8u + 2u;
@@ -71,6 +86,8 @@ struct Params {
     window: u32,
     ring: u32,
     pos0: u32,
+    // Fewest steps of a tile that is split (SPLIT > 1).
+    split_min: u32,
 }
 var<immediate> p: Params;
 
@@ -80,6 +97,8 @@ var<immediate> p: Params;
 @group(0) @binding(3) var<storage, read> q_pos: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out16: array<u32>;
+@coherent @group(0) @binding(6) var<storage, read_write> kv_part: array<f32>;
+@group(0) @binding(7) var<storage, read_write> kv_ctr: array<atomic<u32>>;
 
 // Staged rows: HD + 8 halves (16-byte aligned rows, consecutive rows in different banks).
 var<workgroup> qs: array<vec4<f16>, NSG * 16u * (HD / 4u + 2u)>;
@@ -91,7 +110,7 @@ var<workgroup> sc: array<f32, NSG * 16u * (BK + 4u)>;
 var<workgroup> ps: array<vec4<f16>, NSG * 16u * (BK / 4u + 2u)>;
 var<workgroup> row_a: array<f32, NSG * 16u>;
 var<workgroup> row_l: array<f32, NSG * 16u>;
-// The rescale flag (element 0), padded to 16 bytes: cooperative loads need 16-byte aligned
+// The rescale flag (element 0) and the last-part flag (element 1), padded to 16 bytes: cooperative loads need 16-byte aligned
 // addresses, and a driver may place this variable before the staged buffers.
 var<workgroup> resc: array<atomic<u32>, 4>;
 
@@ -195,6 +214,55 @@ fn emit(o: coop_mat16x16<f32, C>, d: u32, sbase: u32, sb: u32, lane: u32, q0: u3
     workgroupBarrier();
 }
 
+// Writes the subgroup's unnormalised output tile for columns 16 d.. to this part's rows of
+// `kv_part` (rows pb + sb ..).
+fn emit_part(o: coop_mat16x16<f32, C>, d: u32, sbase: u32, sb: u32, lane: u32, pb: u32) {
+    coopStoreT(o, &sc[sbase], SLD);
+    workgroupBarrier();
+    for (var e = lane; e < 256u; e += SG) {
+        let r = e / 16u;
+        let c = e % 16u;
+        kv_part[(pb + sb + r) * (HD + 2u) + 16u * d + c] = sc[sbase + r * SLD + c];
+    }
+    workgroupBarrier();
+}
+
+// The last part of a split tile: `out` (and out16) from the SPLIT parts at rows pb.. of `kv_part`,
+// merged in part order: m = max of the parts' maxima, then sum and output weighted by
+// exp(m_s - m), divided by the sum (0 where it is 0, as unsplit).
+fn merge_parts(pb: u32, q0: u32, kvh: u32, g: u32, bq: u32, lid: u32) {
+    for (var e = lid; e < NSG * 16u * (HD / 2u); e += WG) {
+        let t = e / (HD / 2u);
+        let c = 2u * (e % (HD / 2u));
+        let qi = q0 + t / g;
+        if (t < bq * g && qi < p.n_q) {
+            var m = FLOOR;
+            for (var s = 0u; s < SPLIT; s++) {
+                m = max(m, kv_part[(pb + s * NSG * 16u + t) * (HD + 2u) + HD]);
+            }
+            var l = 0.0;
+            var x = vec2<f32>(0.0);
+            for (var s = 0u; s < SPLIT; s++) {
+                let r = (pb + s * NSG * 16u + t) * (HD + 2u);
+                let w = exp(kv_part[r + HD] - m);
+                l += kv_part[r + HD + 1u] * w;
+                x += vec2<f32>(kv_part[r + c], kv_part[r + c + 1u]) * w;
+            }
+            if (l > 0.0) {
+                x = x / l;
+            } else {
+                x = vec2<f32>(0.0);
+            }
+            let o = (qi * p.n_heads + kvh * g + t % g) * HD + c;
+            out[o] = x.x;
+            out[o + 1u] = x.y;
+            if (HALF == 1u) {
+                out16[o / 2u] = pack2x16float(x);
+            }
+        }
+    }
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nwg: vec3<u32>,
@@ -203,13 +271,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         @builtin(subgroup_invocation_id) lane: u32) {
     let g = p.n_heads / p.n_kv_heads;
     let bq = (NSG * 16u) / g;
-    // Heavy tiles first.
-    let tile = nwg.x - 1u - wid.x;
+    // Heavy tiles first; x runs over (tile, part).
+    let tiles = nwg.x / SPLIT;
+    let tile = tiles - 1u - wid.x / SPLIT;
+    let sp = wid.x % SPLIT;
     let q0 = tile * bq;
     let kvh = wid.y;
     let q_last = min(q0 + bq, p.n_q) - 1u;
-    let lo = first_key(p.pos0 + q0);
-    let hi = min(p.pos0 + q_last, p.n_kv - 1u);
+    let t_lo = first_key(p.pos0 + q0);
+    let t_hi = min(p.pos0 + q_last, p.n_kv - 1u);
+    // This part's keys [lo, hi] (empty when lo > hi).
+    let steps = (t_hi - t_lo) / BK + 1u;
+    let split = SPLIT > 1u && steps >= p.split_min;
+    // An unsplit tile's other parts walk no keys and write nothing (no early return: naga's
+    // uniformity analysis would then reject the cooperative operations below).
+    let idle = !split && sp > 0u;
+    var lo = t_lo;
+    var hi = t_hi;
+    if (idle) {
+        lo = 1u;
+        hi = 0u;
+    }
+    if (split) {
+        let per = (steps + SPLIT - 1u) / SPLIT;
+        lo = t_lo + sp * per * BK;
+        hi = min(lo + per * BK - 1u, t_hi);
+    }
     // Keys every row sees without a mask: [first_key(last query), first query].
     let full_lo = first_key(p.pos0 + q_last);
     let full_hi = p.pos0 + q0;
@@ -456,6 +543,56 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
     }
 
+    if (split) {
+        // This part's rows: unnormalised output, running max and sum.
+        let pb = ((kvh * tiles + tile) * SPLIT + sp) * NSG * 16u;
+        if (part == 0u) {
+            kv_part[(pb + t) * (HD + 2u) + HD] = m_run;
+            kv_part[(pb + t) * (HD + 2u) + HD + 1u] = l_run;
+        }
+        emit_part(o0, 0u, sbase, sb, lane, pb);
+        emit_part(o1, 1u, sbase, sb, lane, pb);
+        if (HD > 32u) {
+            emit_part(o2, 2u, sbase, sb, lane, pb);
+        }
+        if (HD > 48u) {
+            emit_part(o3, 3u, sbase, sb, lane, pb);
+        }
+        if (HD > 64u) {
+            emit_part(o4, 4u, sbase, sb, lane, pb);
+        }
+        if (HD > 80u) {
+            emit_part(o5, 5u, sbase, sb, lane, pb);
+        }
+        if (HD > 96u) {
+            emit_part(o6, 6u, sbase, sb, lane, pb);
+        }
+        if (HD > 112u) {
+            emit_part(o7, 7u, sbase, sb, lane, pb);
+        }
+        storageBarrier();
+        let c = kvh * tiles + tile;
+        if (lid == 0u) {
+            let before = atomicAdd(&kv_ctr[c], 1u);
+            atomicStore(&resc[1], select(0u, 1u, before == SPLIT - 1u));
+        }
+        storageBarrier();
+        if (workgroupUniformLoad(&resc[1]) != 0u) {
+            if (lid == 0u) {
+                atomicStore(&kv_ctr[c], 0u);
+            }
+            merge_parts(c * SPLIT * NSG * 16u, q0, kvh, g, bq, lid);
+        }
+    } else if (!idle) {
+        finish(o0, o1, o2, o3, o4, o5, o6, o7, t, l_run, part, sbase, sb, lane, q0, kvh, g, bq);
+    }
+}
+
+// The unsplit epilogue: each output tile divided by the row sums.
+fn finish(o0: coop_mat16x16<f32, C>, o1: coop_mat16x16<f32, C>, o2: coop_mat16x16<f32, C>,
+          o3: coop_mat16x16<f32, C>, o4: coop_mat16x16<f32, C>, o5: coop_mat16x16<f32, C>,
+          o6: coop_mat16x16<f32, C>, o7: coop_mat16x16<f32, C>, t: u32, l_run: f32, part: u32,
+          sbase: u32, sb: u32, lane: u32, q0: u32, kvh: u32, g: u32, bq: u32) {
     if (part == 0u) {
         row_l[t] = l_run;
     }

@@ -2,7 +2,8 @@
 //! (same contract as [`crate::attention_prefill_coop`]), organised for latency: one workgroup
 //! per (query tile, kv head) covering all heads of the GQA group, K/V loaded with 16-byte word
 //! groups one step ahead, the softmax on all lanes, the output accumulator kept in cooperative
-//! matrices with lazy rescaling, the per-key mask only on steps that need it.
+//! matrices with lazy rescaling, the per-key mask only on steps that need it; optionally the
+//! key range of heavy (late) query tiles split over several workgroups and merged by the last.
 
 use crate::attention::AttnShape;
 use crate::attention_prefill_coop::{AttnPrefillCoop, AttnPrefillCoopParams, MAX_SHARED};
@@ -23,8 +24,10 @@ pub static ATTN_PREFILL_COOP2: KernelSpec = KernelSpec {
         rd("q_pos"),
         rw("out"),
         rw("out16"),
+        rw("kv_part"),
+        rw("kv_ctr"),
     ],
-    push_size: 36,
+    push_size: 40,
     exact_fp: false,
 };
 
@@ -32,6 +35,25 @@ pub static ATTN_PREFILL_COOP2: KernelSpec = KernelSpec {
 const BK: usize = 32;
 /// The shader's K/V register slots per invocation.
 const MAX_SPT: usize = 16;
+
+/// Most workgroups one tile's keys are split over.
+pub const MAX_SPLIT: u32 = 4;
+
+/// The shader's push constants: the first kernel's, then the fewest steps of a split tile.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    base: AttnPrefillCoopParams,
+    split_min: u32,
+}
+
+/// Scratch of a split launch ([`CoopAttn2Tile::split`] > 1): `part` holds
+/// [`CoopAttn2Tile::part_bytes`], `ctr` [`CoopAttn2Tile::counter_bytes`] of u32 counters that
+/// are zero before the dispatch (it leaves them zero).
+pub struct CoopAttn2Scratch<B> {
+    pub part: B,
+    pub ctr: B,
+}
 
 /// The default lazy-rescale threshold: a row's running max is kept until a step's max exceeds
 /// it by more than this (natural-log units), so probabilities stay below e^8 ~ 2981, well
@@ -45,6 +67,10 @@ pub struct CoopAttn2Tile {
     pub nsg: u32,
     /// Lazy-rescale threshold (>= 0; 0 rescales whenever a row's max grows).
     pub rescale_t: f32,
+    /// Workgroups a split tile's keys are walked by (1 ..= [`MAX_SPLIT`]; 1: no split).
+    pub split: u32,
+    /// Fewest 32-key steps of a tile that is split (>= 1).
+    pub split_min: u32,
 }
 
 impl CoopAttn2Tile {
@@ -81,10 +107,47 @@ impl CoopAttn2Tile {
         let t = CoopAttn2Tile {
             nsg,
             rescale_t: RESCALE_T,
+            split: 1,
+            split_min: 1,
         };
         let ok = t.slots(head_dim, subgroup_size, kv) <= MAX_SPT
             && shared_bytes(head_dim, t) <= MAX_SHARED;
         ok.then_some(t)
+    }
+
+    /// This configuration with tiles split `split` ways where they take more than
+    /// `ceil(steps / split)` steps, `steps` being the heaviest tile's of `n_q` queries at
+    /// `pos0..` (so no part is longer than that), or unsplit where no tile can be split.
+    pub fn with_split(self, split: u32, n_q: usize, pos0: usize) -> CoopAttn2Tile {
+        let steps = (pos0 + n_q).div_ceil(BK) as u32;
+        let split = split.clamp(1, MAX_SPLIT);
+        let min = steps.div_ceil(split) + 1;
+        match split > 1 && steps >= min {
+            true => CoopAttn2Tile {
+                split,
+                split_min: min,
+                ..self
+            },
+            false => CoopAttn2Tile {
+                split: 1,
+                split_min: 1,
+                ..self
+            },
+        }
+    }
+
+    /// Bytes of `part` a split launch of `s` needs: per (kv head, query tile, part) the
+    /// workgroup's 16 NSG rows of head_dim + 2 f32.
+    pub fn part_bytes(&self, s: &AttnShape) -> u64 {
+        let tiles = s.n_q.div_ceil(self.bq(s.n_heads / s.n_kv_heads.max(1)));
+        let rows = (s.n_kv_heads * tiles) as u64 * self.split as u64 * 16 * self.nsg as u64;
+        rows * (s.head_dim as u64 + 2) * 4
+    }
+
+    /// Bytes of `ctr` a split launch of `s` needs: one u32 per (kv head, query tile).
+    pub fn counter_bytes(&self, s: &AttnShape) -> u64 {
+        let tiles = s.n_q.div_ceil(self.bq(s.n_heads / s.n_kv_heads.max(1)));
+        4 * (s.n_kv_heads * tiles) as u64
     }
 
     /// Queries per workgroup for GQA `group`.
@@ -124,7 +187,7 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
         subgroup_size: u32,
         t: CoopAttn2Tile,
     ) -> Result<Dispatch<B>, Error> {
-        self.build_v2(s, pos0, subgroup_size, t, None)
+        self.dispatch_v2_full(s, pos0, subgroup_size, t, None, None)
     }
 
     /// [`AttnPrefillCoop::dispatch_v2`] that also writes the output as f16 pairs to `out16`
@@ -137,16 +200,19 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
         t: CoopAttn2Tile,
         out16: B,
     ) -> Result<Dispatch<B>, Error> {
-        self.build_v2(s, pos0, subgroup_size, t, Some(out16))
+        self.dispatch_v2_full(s, pos0, subgroup_size, t, Some(out16), None)
     }
 
-    fn build_v2(
+    /// [`AttnPrefillCoop::dispatch_v2`] with the optional f16 output copy and, for a split
+    /// configuration (`t.split > 1`, required then), its scratch.
+    pub fn dispatch_v2_full(
         self,
         s: &AttnShape,
         pos0: usize,
         subgroup_size: u32,
         t: CoopAttn2Tile,
         out16: Option<B>,
+        scratch: Option<CoopAttn2Scratch<B>>,
     ) -> Result<Dispatch<B>, Error> {
         let k = &ATTN_PREFILL_COOP2;
         s.check(k)?;
@@ -184,14 +250,41 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
                 ),
             ));
         }
+        if !(1..=MAX_SPLIT).contains(&t.split) || t.split_min == 0 {
+            return Err(shape_err(
+                k,
+                format!(
+                    "split {} (1..={MAX_SPLIT}) from {} steps (>= 1)",
+                    t.split, t.split_min
+                ),
+            ));
+        }
         s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
         let tiles = s.n_q.div_ceil(t.bq(group));
-        if tiles > MAX_GROUPS_X as usize || s.n_kv_heads > MAX_GROUPS_X as usize {
+        let groups_x = tiles * t.split as usize;
+        if groups_x > MAX_GROUPS_X as usize || s.n_kv_heads > MAX_GROUPS_X as usize {
             return Err(shape_err(k, "grid out of range"));
         }
-        let p = AttnPrefillCoopParams {
-            base: s.prefill_params(k)?,
-            pos0: to_u32(k, "pos0", pos0)?,
+        let (part, ctr) = match (scratch, t.split) {
+            (_, 1) => (self.out, self.out),
+            (Some(sc), _) => {
+                crate::spec::need(k, "kv_part", &sc.part, t.part_bytes(s))?;
+                crate::spec::need(k, "kv_ctr", &sc.ctr, t.counter_bytes(s))?;
+                (sc.part, sc.ctr)
+            }
+            (None, _) => {
+                return Err(shape_err(
+                    k,
+                    format!("split {} needs its scratch (part, ctr)", t.split),
+                ));
+            }
+        };
+        let p = Params {
+            base: AttnPrefillCoopParams {
+                base: s.prefill_params(k)?,
+                pos0: to_u32(k, "pos0", pos0)?,
+            },
+            split_min: t.split_min,
         };
         let spt = t.slots(s.head_dim, subgroup_size, s.kv);
         let mut o = Overrides::new()
@@ -201,7 +294,8 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("WG", (t.nsg * subgroup_size) as f64)
             .set("KV_DTYPE", s.kv.code())
             .set("SPT", spt as f64)
-            .set("RESCALE_T", t.rescale_t as f64);
+            .set("RESCALE_T", t.rescale_t as f64)
+            .set("SPLIT", t.split as f64);
         if let Some(h) = &out16 {
             crate::spec::need(k, "out16", h, 2 * (s.n_q * s.n_heads * s.head_dim) as u64)?;
             o = o.set("HALF", 1.0);
@@ -216,9 +310,11 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
                 self.q_pos,
                 self.out,
                 out16.unwrap_or(self.out),
+                part,
+                ctr,
             ],
             &p,
-            [tiles as u32, s.n_kv_heads as u32, 1],
+            [groups_x as u32, s.n_kv_heads as u32, 1],
         ))
     }
 }

@@ -116,3 +116,54 @@ fn rejects_what_it_cannot_run() {
             .is_err()
     );
 }
+
+#[test]
+fn split_launches() {
+    use vkllm_kernels::attention_prefill_coop2::CoopAttn2Scratch;
+    let s = shape(512, 16, 8, 128, KvType::F16);
+    let t = CoopAttn2Tile::for_shape(128, 2, 32, KvType::F16).expect("supported");
+    // 512 queries from position 0: the heaviest tile walks 16 steps, so tiles of 9 or more
+    // are split in 2 (no part longer than 8 steps); a one-step chunk cannot be split.
+    let t2 = t.with_split(2, 512, 0);
+    assert_eq!((t2.split, t2.split_min), (2, 9));
+    assert_eq!(t.with_split(2, 20, 0).split, 1);
+    assert_eq!(t.with_split(1, 512, 0).split, 1);
+    let sc = |part: u64, ctr: u64| {
+        Some(CoopAttn2Scratch {
+            part: Fake(part),
+            ctr: Fake(ctr),
+        })
+    };
+    let (pb, cb) = (t2.part_bytes(&s), t2.counter_bytes(&s));
+    // 16 tiles x 8 kv heads, 2 parts of 64 rows of 130 floats each.
+    assert_eq!(pb, 16 * 8 * 2 * 64 * 130 * 4);
+    assert_eq!(cb, 16 * 8 * 4);
+    let d = op()
+        .dispatch_v2_full(&s, 0, 32, t2, None, sc(pb, cb))
+        .expect("valid split");
+    assert_eq!(d.groups, [32, 8, 1]);
+    compile_spirv(&ATTN_PREFILL_COOP2, &d.overrides, SpirvOptions::default())
+        .unwrap_or_else(|e| panic!("split: {e}"));
+    // Missing or short scratch, and splits outside 1..=4, are errors.
+    assert!(op().dispatch_v2_full(&s, 0, 32, t2, None, None).is_err());
+    assert!(
+        op().dispatch_v2_full(&s, 0, 32, t2, None, sc(pb - 4, cb))
+            .is_err()
+    );
+    assert!(
+        op().dispatch_v2_full(&s, 0, 32, t2, None, sc(pb, cb - 4))
+            .is_err()
+    );
+    for bad in [(0, 1), (5, 1), (2, 0)] {
+        let b = CoopAttn2Tile {
+            split: bad.0,
+            split_min: bad.1,
+            ..t
+        };
+        assert!(
+            op().dispatch_v2_full(&s, 0, 32, b, None, sc(1 << 30, 1 << 20))
+                .is_err(),
+            "{bad:?}"
+        );
+    }
+}

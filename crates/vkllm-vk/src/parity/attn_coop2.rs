@@ -8,14 +8,16 @@
 //! the error with margin, the NMSE bound (1e-5) catches systematic errors. Outputs are
 //! NaN-poisoned before each run. Rows cover odd query counts (partial tiles), chunks starting
 //! mid-cache, GQA groups of 1, 2, 3 and 4, head dims 32..128, softcap, windows, a ring that
-//! wraps, both KV types, 2 and 4 subgroups per workgroup, and the rescale path (threshold 0,
-//! and wide score ranges that move the max by more than the default threshold).
+//! wraps, both KV types, 2 and 4 subgroups per workgroup, the rescale path (threshold 0,
+//! and wide score ranges that move the max by more than the default threshold), and split
+//! launches (2, 3 and 4 parts; every tile split, with parts past a short tile's keys empty, or
+//! only the heavy tiles as `with_split` picks), whose counters must be back at zero after.
 //! On a device that does not run the kernel the case reports one "n/a" row, never a pass.
 
 use vkllm_cpu::AttnParams;
 use vkllm_kernels::attention::AttnShape;
 use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
-use vkllm_kernels::attention_prefill_coop2::CoopAttn2Tile;
+use vkllm_kernels::attention_prefill_coop2::{CoopAttn2Scratch, CoopAttn2Tile};
 use vkllm_kernels::kv_append::KvType;
 
 use super::coop::not_applicable;
@@ -48,6 +50,9 @@ struct Case {
     qk: f32,
     /// Score scale; None: 1 / sqrt(hd). 0 gives uniform weights over the visible keys.
     scale: Option<f32>,
+    /// Key split: (parts, fewest steps of a split tile), or (parts, 0) for
+    /// `CoopAttn2Tile::with_split`'s choice; None: unsplit.
+    split: Option<(u32, u32)>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -75,6 +80,7 @@ fn case(
         rescale_t,
         qk: 2.0,
         scale: None,
+        split: None,
     }
 }
 
@@ -120,6 +126,36 @@ fn cases() -> Vec<Case> {
         Case {
             qk: 8.0,
             window: Some(40),
+            ..case(90, 120, 30, (8, 4), 80, f32_, 4, None)
+        },
+        // Split launches.
+        Case {
+            split: Some((2, 1)),
+            ..case(100, 161, 61, (16, 8), 128, f16_, 4, None)
+        },
+        Case {
+            split: Some((2, 1)),
+            ..case(129, 129, 0, (8, 2), 128, f16_, 4, None)
+        },
+        Case {
+            split: Some((3, 1)),
+            ..case(77, 77, 0, (32, 8), 64, f32_, 2, Some(0.0))
+        },
+        Case {
+            qk: 8.0,
+            split: Some((2, 0)),
+            ..case(300, 300, 0, (16, 8), 128, f16_, 4, None)
+        },
+        Case {
+            window: Some(32),
+            ring: Some(96),
+            split: Some((4, 2)),
+            ..case(64, 264, 200, (4, 1), 64, f16_, 4, None)
+        },
+        Case {
+            softcap: Some(30.0),
+            window: Some(40),
+            split: Some((3, 2)),
             ..case(90, 120, 30, (8, 4), 80, f32_, 4, None)
         },
     ]
@@ -194,10 +230,24 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
             t.rescale_t = th;
             variant += &format!(" rescale_t {th}");
         }
+        match c.split {
+            Some((n, 0)) => t = t.with_split(n, n_q, pos0),
+            Some((n, min)) => {
+                t.split = n;
+                t.split_min = min;
+            }
+            None => {}
+        }
+        if t.split > 1 {
+            variant += &format!(" split {} from {} steps", t.split, t.split_min);
+        }
         let (qb, pb) = (cx.input("q", &q)?, cx.input("q_pos", &pos32)?);
         let out = cx.output("out", qn)?;
         let out16 = cx.output("out16", qn.div_ceil(2))?;
-        cx.run(&[&out, &out16], |rec| {
+        let part = cx.output("part", (t.part_bytes(&shape) / 4) as usize)?;
+        let n_ctr = (t.counter_bytes(&shape) / 4) as usize;
+        let ctr = cx.input("ctr", &vec![0u32; n_ctr])?;
+        cx.run(&[&out, &out16, &part], |rec| {
             let a = AttnPrefillCoop {
                 q: qb.all(),
                 k: kb.all(),
@@ -205,9 +255,13 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
                 q_pos: pb.all(),
                 out: out.all(),
             };
+            let scratch = (t.split > 1).then(|| CoopAttn2Scratch {
+                part: part.all(),
+                ctr: ctr.all(),
+            });
             rec.dispatch(match half {
-                true => a.dispatch_v2_with_half(&shape, pos0, sg, t, out16.all())?,
-                false => a.dispatch_v2(&shape, pos0, sg, t)?,
+                true => a.dispatch_v2_full(&shape, pos0, sg, t, Some(out16.all()), scratch)?,
+                false => a.dispatch_v2_full(&shape, pos0, sg, t, None, scratch)?,
             })
         })?;
         if let Some(s) = c.softcap {
@@ -226,7 +280,7 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
             variant += &format!(" |qk| {}", c.qk);
         }
         let label = format!("q {n_q}@{pos0} kv {n_kv} h {n_heads}/{n_kv_heads} d {hd}");
-        let got = cx.read(&out, qn)?;
+        let mut got = cx.read(&out, qn)?;
         if half {
             let words = cx.dev.read_vec::<u32>(&out16, qn / 2)?;
             let v16 = format!("{variant} with f16 copy: halves");
@@ -238,6 +292,12 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
                 &got,
             ));
             variant += " with f16 copy";
+        }
+        // A split launch leaves its counters at zero (checked with the values).
+        if t.split > 1 {
+            let left = cx.dev.read_vec::<u32>(&ctr, n_ctr)?;
+            got.extend(left.iter().map(|&c| c as f32));
+            want.extend(std::iter::repeat_n(0.0, n_ctr));
         }
         rows.push(row(KERNEL, variant, label, &got, &want, TOL));
     }

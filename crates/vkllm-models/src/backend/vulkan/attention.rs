@@ -10,11 +10,13 @@ use vkllm_kernels::attention::{
     MAX_CHUNKS,
 };
 use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
+use vkllm_kernels::attention_prefill_coop2::CoopAttn2Scratch;
 use vkllm_kernels::rope_kv_append::HeadNorm;
 use vkllm_kernels::to_f16::packed_bytes;
 use vkllm_vk::BufSlice;
 
 use super::fused::rope_layout;
+use super::tables::attn_coop_split;
 use super::{VulkanBackend, kv_type};
 use crate::backend::{Backend, KvRows, KvView, RopeKv, Tensor};
 use crate::error::ModelError;
@@ -211,6 +213,17 @@ impl VulkanBackend {
         } else {
             self.coop_prefill_pos0(positions, n, p.head_dim)
         };
+        // The second coop kernel, its heavy tiles' keys split where VKLLM_ATTN_COOP_SPLIT asks.
+        let coop2 = match coop_pos0 {
+            Some(pos0) => self
+                .coop2_tile(&shape)
+                .map(|t| t.with_split(attn_coop_split(), n, pos0)),
+            None => None,
+        };
+        if let Some(t) = coop2.filter(|t| t.split > 1) {
+            self.attn_parts(4, t.part_bytes(&shape))?;
+            self.attn_counters(t.counter_bytes(&shape))?;
+        }
         self.record(|me, r| {
             let (ks, vs, _) = me.kv_region(kv, width)?;
             let (qs, ps, os) = (me.head(q, qw)?, me.head(positions, n)?, me.head(out, qw)?);
@@ -257,15 +270,28 @@ impl VulkanBackend {
                 };
                 // The f16 copy of the output for the o projection's coop matmul (its X).
                 let half = vkllm_vk::coop_half_x_wanted(&me.dev, n, p.n_heads * p.head_dim);
-                match me.coop2_tile(&shape) {
-                    Some(t) if half => {
-                        let h = r.half_copy_target(qw)?;
-                        let o16 = h.slice(0, packed_bytes(qw))?;
-                        r.dispatch(a.dispatch_v2_with_half(&shape, pos0, sg, t, o16)?)?;
-                        r.half_copy_written(os, qw);
-                    }
-                    Some(t) => r.dispatch(a.dispatch_v2(&shape, pos0, sg, t)?)?,
-                    None => r.dispatch(a.dispatch(&shape, pos0, sg)?)?,
+                let Some(t) = coop2 else {
+                    r.dispatch(a.dispatch(&shape, pos0, sg)?)?;
+                    return Ok(());
+                };
+                let scratch = match t.split {
+                    1 => None,
+                    _ => Some(CoopAttn2Scratch {
+                        part: me.attn_parts.as_ref().expect("sized above").1.all(),
+                        ctr: me.attn_counters.as_ref().expect("sized above").all(),
+                    }),
+                };
+                let h = match half {
+                    true => Some(r.half_copy_target(qw)?),
+                    false => None,
+                };
+                let o16 = match &h {
+                    Some(h) => Some(h.slice(0, packed_bytes(qw))?),
+                    None => None,
+                };
+                r.dispatch(a.dispatch_v2_full(&shape, pos0, sg, t, o16, scratch)?)?;
+                if half {
+                    r.half_copy_written(os, qw);
                 }
             } else {
                 let a = AttnPrefill {

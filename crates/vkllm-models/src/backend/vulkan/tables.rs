@@ -36,6 +36,19 @@ fn attn_coop_nsg() -> u32 {
     })
 }
 
+/// `VKLLM_ATTN_COOP_SPLIT` (1..=4): workgroups the second kernel splits a heavy query tile's
+/// keys over (1: no split, the reference launch); default 2.
+pub(super) fn attn_coop_split() -> u32 {
+    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("VKLLM_ATTN_COOP_SPLIT")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|n| (1..=4).contains(n))
+            .unwrap_or(2)
+    })
+}
+
 impl VulkanBackend {
     /// The first position of a prefill batch when the cooperative-matrix attention can run it:
     /// the device runs cooperative matrices, the head dim and subgroup size fit the kernel, the
