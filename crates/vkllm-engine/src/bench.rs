@@ -460,6 +460,7 @@ fn run_net(
         let cfg = SlotDecoderConfig {
             max_bias: 1,
             max_top: 0,
+            logprobs: false,
             counts: false,
             max_steps: o.steps_per_submit.max(1),
         };

@@ -120,6 +120,7 @@ fn decoder_config(steps_per_submit: usize) -> SlotDecoderConfig {
     SlotDecoderConfig {
         max_bias: 300,
         max_top: MAX_TOP_LOGPROBS,
+        logprobs: true,
         counts: true,
         max_steps: steps_per_submit.max(1),
     }

@@ -443,3 +443,71 @@ fn slot_retires_at_capacity() {
     let (want, _) = reference(&mut b, &model, &Req { n: 6, ..r }, ctx, KvDtype::F32);
     assert_eq!(got[0].0, want);
 }
+
+/// A decoder recorded without logprobs gives the reference's greedy tokens, refuses a slot that
+/// asks for logprobs, and records no logprobs dispatch.
+#[test]
+fn decoder_without_logprobs() {
+    let dev = device();
+    let fx = Fixture::load("llama").expect("fixture");
+    let mut b = VulkanBackend::new(dev.clone());
+    let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+    let prompt = prompts(&fx)[0].clone();
+    let ctx = prompt.len() + 24;
+    let r = Req {
+        prompt,
+        params: SamplingParams::default(),
+        n: 17,
+        seq_id: 0,
+        logprobs: None,
+    };
+    let kv = model
+        .new_kv_slots(&mut b, ctx, 2, KvDtype::F32)
+        .expect("kv");
+    let cfg = SlotDecoderConfig {
+        logprobs: false,
+        ..SlotDecoderConfig::default()
+    };
+    let dec = b
+        .slot_decoder(&model, &kv, cfg)
+        .expect("record slot decoder");
+    let logits = model
+        .forward_slot(&mut b, &kv, 0, &r.prompt, 0, Logits::Last)
+        .expect("prefill");
+    let first = sample(&logits, &r.params, &[], r.seq_id, 0);
+    let start = |logprobs| SlotStart {
+        token: first,
+        pos: r.prompt.len(),
+        sampling: &r.params,
+        seq_id: r.seq_id,
+        step: 1,
+        counts: None,
+        logprobs,
+    };
+    let err = b
+        .slot_start(dec, 1, &start(Some(0)))
+        .expect_err("logprobs asked of a decoder without them");
+    assert!(err.to_string().contains("logprobs"), "{err}");
+    b.slot_start(dec, 0, &start(None)).expect("slot start");
+    let mut toks = vec![first];
+    while toks.len() < r.n {
+        let got = b.slots_run(dec, 8).expect("slots run");
+        for k in 0..got.steps {
+            assert!(got.logprobs[k * got.slots].is_none());
+            if toks.len() < r.n {
+                toks.push(got.id(k, 0));
+            }
+        }
+    }
+    let (want, _) = reference(&mut b, &model, &r, ctx, KvDtype::F32);
+    assert_eq!(toks, want);
+    // The recorded step has no logprobs dispatch (and still its sampling and advance).
+    let kernels: Vec<&str> = b
+        .slot_profile(dec, &model, &kv, 1)
+        .expect("profile")
+        .iter()
+        .map(|d| d.kernel)
+        .collect();
+    assert!(kernels.contains(&"decode_advance"), "{kernels:?}");
+    assert!(!kernels.contains(&"logprobs"), "{kernels:?}");
+}

@@ -28,8 +28,11 @@ use crate::hybrid::{HybridModel, HybridState};
 pub struct SlotDecoderConfig {
     /// Most logit-bias entries per slot.
     pub max_bias: usize,
-    /// Most top logprobs per token (<= 20); 0 disables logprobs.
+    /// Most top logprobs per token (<= 20); 0: only the chosen token's logprob.
     pub max_top: usize,
+    /// Record the logprobs dispatch. `false`: no slot may ask for logprobs, and each step has one
+    /// dispatch fewer (the benchmark's decode, like llama-bench's, computes none).
+    pub logprobs: bool,
     /// Keep per-slot token counts on the device (repetition/presence/frequency penalties).
     pub counts: bool,
     /// Most steps per submit (recordings are made for every power of two up to this).
@@ -41,6 +44,7 @@ impl Default for SlotDecoderConfig {
         SlotDecoderConfig {
             max_bias: 64,
             max_top: MAX_TOP,
+            logprobs: true,
             counts: true,
             max_steps: 8,
         }
@@ -351,16 +355,18 @@ impl VulkanBackend {
                     } else {
                         r.dispatch(sample.dispatch(&shape)?)?;
                     }
-                    r.dispatch(
-                        Logprobs {
-                            logits: lg,
-                            chosen: d.sampled.all(),
-                            want: d.want.all(),
-                            ctl: d.ctl.all(),
-                            out: d.lp_ring.all(),
-                        }
-                        .dispatch(&lp)?,
-                    )?;
+                    if d.cfg_.logprobs {
+                        r.dispatch(
+                            Logprobs {
+                                logits: lg,
+                                chosen: d.sampled.all(),
+                                want: d.want.all(),
+                                ctl: d.ctl.all(),
+                                out: d.lp_ring.all(),
+                            }
+                            .dispatch(&lp)?,
+                        )?;
+                    }
                     r.dispatch(
                         DecodeAdvance {
                             sampled: d.sampled.all(),
@@ -491,6 +497,12 @@ impl VulkanBackend {
             return Err(cfg_err(
                 "penalties",
                 "this decoder keeps no token counts".into(),
+            ));
+        }
+        if s.logprobs.is_some() && !dec.cfg_.logprobs {
+            return Err(cfg_err(
+                "logprobs",
+                "this decoder was recorded without logprobs".into(),
             ));
         }
         if let Some(n) = s.logprobs
