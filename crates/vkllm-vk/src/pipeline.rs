@@ -148,6 +148,11 @@ impl Device {
         Ok(p)
     }
 
+    /// Pipelines this device has created so far (one per kernel and overrides).
+    pub fn pipelines_created(&self) -> usize {
+        self.shared.pipelines.lock().map_or(0, |m| m.len())
+    }
+
     fn create_pipeline(&self, kernel: &'static KernelSpec, spirv: &[u32]) -> Result<Pipeline> {
         let dev = &self.shared.raw;
         let bindings: Vec<_> = (0..kernel.bindings.len() as u32)
