@@ -511,3 +511,63 @@ fn decoder_without_logprobs() {
     assert!(kernels.contains(&"decode_advance"), "{kernels:?}");
     assert!(!kernels.contains(&"logprobs"), "{kernels:?}");
 }
+
+/// A decoder that allows logprobs runs the logprobs dispatch only while a slot asks for them:
+/// the recorded step has it after such a slot starts and not before or after it stops, and the
+/// slot gets its logprobs while the other does not.
+#[test]
+fn logprobs_dispatch_only_when_asked() {
+    let dev = device();
+    let fx = Fixture::load("llama").expect("fixture");
+    let mut b = VulkanBackend::new(dev.clone());
+    let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+    let ps = prompts(&fx);
+    let ctx = ps.iter().map(Vec::len).max().unwrap_or(0) + 40;
+    let kv = model
+        .new_kv_slots(&mut b, ctx, 2, KvDtype::F32)
+        .expect("kv");
+    let dec = b
+        .slot_decoder(&model, &kv, SlotDecoderConfig::default())
+        .expect("record slot decoder");
+    let params = SamplingParams::default();
+    let start = |b: &mut VulkanBackend, slot: usize, logprobs| {
+        let logits = model
+            .forward_slot(b, &kv, slot, &ps[slot], 0, Logits::Last)
+            .expect("prefill");
+        let first = sample(&logits, &params, &[], 0, 0);
+        b.slot_start(
+            dec,
+            slot,
+            &SlotStart {
+                token: first,
+                pos: ps[slot].len(),
+                sampling: &params,
+                seq_id: 0,
+                step: 1,
+                counts: None,
+                logprobs,
+            },
+        )
+        .expect("slot start");
+    };
+    let has_lp = |b: &mut VulkanBackend| {
+        b.slot_profile(dec, &model, &kv, 1)
+            .expect("profile")
+            .iter()
+            .any(|d| d.kernel == "logprobs")
+    };
+    start(&mut b, 0, None);
+    assert!(!has_lp(&mut b), "no slot asks for logprobs");
+    start(&mut b, 1, Some(2));
+    assert!(has_lp(&mut b), "slot 1 asks for logprobs");
+    let got = b.slots_run(dec, 4).expect("slots run");
+    for k in 0..got.steps {
+        assert!(got.logprobs[k * got.slots].is_none());
+        let lp = got.logprobs[k * got.slots + 1]
+            .as_ref()
+            .expect("slot 1's logprobs");
+        assert!(lp.logprob <= 0.0 && lp.top.len() == 2, "{lp:?}");
+    }
+    b.slot_stop(dec, 1).expect("slot stop");
+    assert!(!has_lp(&mut b), "slot 1 stopped");
+}

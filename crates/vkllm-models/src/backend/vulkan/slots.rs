@@ -30,8 +30,10 @@ pub struct SlotDecoderConfig {
     pub max_bias: usize,
     /// Most top logprobs per token (<= 20); 0: only the chosen token's logprob.
     pub max_top: usize,
-    /// Record the logprobs dispatch. `false`: no slot may ask for logprobs, and each step has one
-    /// dispatch fewer (the benchmark's decode, like llama-bench's, computes none).
+    /// Logprobs may be asked for: every shape is also recorded with the logprobs dispatch, and a
+    /// submit runs that recording only while a slot it covers asks for logprobs (otherwise the
+    /// one without: a dispatch fewer per step). `false`: no slot may ask (the benchmark's
+    /// decode, like llama-bench's, computes none).
     pub logprobs: bool,
     /// Keep per-slot token counts on the device (repetition/presence/frequency penalties).
     pub counts: bool,
@@ -108,12 +110,14 @@ impl SlotSteps {
 }
 
 pub(super) struct SlotDecoder {
-    /// Recordings by (rows, steps): rows are the leading slots a recording covers (so a lone
-    /// sequence in slot 0 runs matrix-vector products, not a 16-row batch). Recordings first:
-    /// they must be dropped before the buffers they use.
-    recs: Vec<((usize, usize), Recording)>,
+    /// Recordings by (rows, steps, with logprobs): rows are the leading slots a recording covers
+    /// (so a lone sequence in slot 0 runs matrix-vector products, not a 16-row batch).
+    /// Recordings first: they must be dropped before the buffers they use.
+    recs: Vec<((usize, usize, bool), Recording)>,
     /// Slots started and not stopped (the device may retire one at capacity earlier).
     live: Vec<bool>,
+    /// Live slots that asked for logprobs.
+    wants_lp: Vec<bool>,
     slots: usize,
     capacity: usize,
     vocab: usize,
@@ -135,6 +139,21 @@ impl SlotDecoder {
     /// The leading slots a step must cover: up to the last live one.
     fn rows_needed(&self) -> usize {
         self.live.iter().rposition(|&l| l).map_or(1, |i| i + 1)
+    }
+
+    /// Whether a step over the leading `rows` slots needs the logprobs dispatch.
+    fn lp_needed(&self, rows: usize) -> bool {
+        self.wants_lp[..rows.min(self.slots)].iter().any(|&w| w)
+    }
+
+    /// The recording of `rows` x `k` steps, with the logprobs dispatch when `lp`.
+    fn rec(&self, rows: usize, k: usize, lp: bool) -> &Recording {
+        &self
+            .recs
+            .iter()
+            .find(|r| r.0 == (rows, k, lp))
+            .expect("pick returns a recorded shape, recorded with and without logprobs")
+            .1
     }
 
     /// The smallest recorded row count >= `rows`, and the largest recorded step count <=
@@ -284,6 +303,7 @@ impl VulkanBackend {
         let mut d = SlotDecoder {
             recs: Vec::new(),
             live: vec![false; slots],
+            wants_lp: vec![false; slots],
             slots,
             capacity: g.capacity(),
             vocab,
@@ -300,10 +320,16 @@ impl VulkanBackend {
             scratch,
             sampled,
         };
+        let lps: &[bool] = match c.logprobs {
+            true => &[false, true],
+            false => &[false],
+        };
         for rows in powers_up_to(slots) {
             for k in powers_up_to(c.max_steps) {
-                let rec = self.record_slot_steps(g, &d, rows, k)?;
-                d.recs.push(((rows, k), rec));
+                for &lp in lps {
+                    let rec = self.record_slot_steps(g, &d, rows, k, lp)?;
+                    d.recs.push(((rows, k, lp), rec));
+                }
             }
         }
         self.slot_decoders.push(Some(d));
@@ -320,6 +346,7 @@ impl VulkanBackend {
         d: &SlotDecoder,
         rows: usize,
         steps: usize,
+        with_lp: bool,
     ) -> Result<Recording, ModelError> {
         self.capture_ctx = Some(g.capacity());
         let res = (|| {
@@ -355,7 +382,7 @@ impl VulkanBackend {
                     } else {
                         r.dispatch(sample.dispatch(&shape)?)?;
                     }
-                    if d.cfg_.logprobs {
+                    if with_lp {
                         r.dispatch(
                             Logprobs {
                                 logits: lg,
@@ -429,7 +456,8 @@ impl VulkanBackend {
             .take()
             .expect("slot decoders are only taken while recording");
         let rows = dec.rows_needed();
-        let rec = self.record_slot_steps(g, &dec, rows, 1);
+        let lp = dec.lp_needed(rows);
+        let rec = self.record_slot_steps(g, &dec, rows, 1, lp);
         self.slot_decoders[d.0] = Some(dec);
         self.timestamps = 0;
         let marks = std::mem::take(&mut self.marks);
@@ -548,6 +576,7 @@ impl VulkanBackend {
         self.buf(dec.pos)
             .write_host(4 * slot as u64, bytemuck::bytes_of(&(s.pos as u32)))?;
         self.decoder_mut(d).live[slot] = true;
+        self.decoder_mut(d).wants_lp[slot] = s.logprobs.is_some();
         let dec = self.decoder(d);
         if dec.cfg_.counts && penalties {
             let zeros;
@@ -590,6 +619,7 @@ impl VulkanBackend {
         self.buf(dec.pos)
             .write_host(4 * slot as u64, bytemuck::bytes_of(&IDLE))?;
         self.decoder_mut(d).live[slot] = false;
+        self.decoder_mut(d).wants_lp[slot] = false;
         Ok(())
     }
 
@@ -608,13 +638,8 @@ impl VulkanBackend {
         let dec = self.decoder(d);
         let (rows, k) = dec.pick(dec.rows_needed(), steps);
         dec.ctl.write_host(0, bytemuck::bytes_of(&0u32))?;
-        let rec = &dec
-            .recs
-            .iter()
-            .find(|r| r.0 == (rows, k))
-            .expect("pick returns a recorded shape")
-            .1;
-        rec.submit()?;
+        let lp = dec.lp_needed(rows);
+        dec.rec(rows, k, lp).submit()?;
         if self.dev.validation() == Validation::On {
             self.dev.check_validation()?;
         }
@@ -630,7 +655,7 @@ impl VulkanBackend {
         dec.want.read_host(0, bytemuck::cast_slice_mut(&mut want))?;
         let n = k * dec.slots;
         let mut logprobs = vec![None; n];
-        if want[..rows].iter().any(|&w| w != u32::MAX) {
+        if lp && want[..rows].iter().any(|&w| w != u32::MAX) {
             let words = dec.lp_shape().record_words();
             let mut recs = vec![0u32; k * rows * words];
             dec.lp_ring
