@@ -23,30 +23,27 @@ fn attn_prefill_coop1() -> bool {
     *P.get_or_init(|| std::env::var("VKLLM_ATTN_PREFILL").is_ok_and(|v| v == "coop1"))
 }
 
+/// The environment variable `name` as an integer in 1..=4, or `default` when unset or not one.
+fn env_1_to_4(name: &str, default: u32) -> u32 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| (1..=4).contains(n))
+        .unwrap_or(default)
+}
+
 /// `VKLLM_ATTN_COOP_NSG` (1..=4): subgroups per workgroup of the second kernel (tuning; the
 /// default is 4).
 fn attn_coop_nsg() -> u32 {
     static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("VKLLM_ATTN_COOP_NSG")
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-            .filter(|n| (1..=4).contains(n))
-            .unwrap_or(4)
-    })
+    *N.get_or_init(|| env_1_to_4("VKLLM_ATTN_COOP_NSG", 4))
 }
 
 /// `VKLLM_ATTN_COOP_SPLIT` (1..=4): workgroups the second kernel splits a heavy query tile's
 /// keys over (1: no split, the reference launch); default 2.
 pub(super) fn attn_coop_split() -> u32 {
     static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("VKLLM_ATTN_COOP_SPLIT")
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-            .filter(|n| (1..=4).contains(n))
-            .unwrap_or(2)
-    })
+    *N.get_or_init(|| env_1_to_4("VKLLM_ATTN_COOP_SPLIT", 2))
 }
 
 impl VulkanBackend {
