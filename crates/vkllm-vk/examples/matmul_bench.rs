@@ -16,7 +16,10 @@
 //! `--auto` the runtime's own choice ([`MatmulKernel::Auto`]); `--no-portable` and `--tiles ''`
 //! leave out the portable kernel and the plain tilings. `--configs` launches read X as f16
 //! unless `VKLLM_COOP_XF16=0` (as `--auto`'s do); the one `to_f16` conversion per shape is not
-//! in the time.
+//! in the time. With quantized weights and n >= 512 the runtime's launch (`--auto`) may first
+//! copy a large weight to f16 (coop_dequant.rs): the copy is in the time
+//! (`VKLLM_COOP_DEQUANT=0` leaves it out). `--dequant` adds a `dequant_f16` row (that copy alone,
+//! GB/s of blocks read and halves written) for each quantized type and shape.
 //! The device comes from `VKLLM_DEVICE`; `VKLLM_VALIDATE=1` adds the validation layer.
 
 use vkllm_vk::kernels::WeightType;
@@ -37,7 +40,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut types = vec![WeightType::F16, WeightType::F32, WeightType::Bf16];
     let mut tiles = vec![CoopTile::LARGE, CoopTile::SMALL, CoopTile::TINY];
     let mut configs: Vec<ConfigArg> = Vec::new();
-    let (mut auto, mut portable) = (false, true);
+    let (mut auto, mut portable, mut dequant) = (false, true, false);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -48,6 +51,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             "--configs" => configs = parse_configs(&args.next().ok_or("--configs needs a value")?)?,
             "--auto" => auto = true,
             "--no-portable" => portable = false,
+            "--dequant" => dequant = true,
             s => {
                 let (r, c) = s
                     .split_once('x')
@@ -120,6 +124,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         for &dtype in &types {
+            if dequant && dtype.is_quantized() {
+                let r = bench::bench_dequant(&dev, dtype, rows, cols, iters)?;
+                println!("{}", r.markdown_row());
+            }
             for &k in &kernels {
                 let r = bench::bench_matmul_with(&dev, dtype, rows, cols, n, iters, k)?;
                 println!("{}", r.markdown_row());

@@ -77,7 +77,8 @@ pub fn bench_matmul_with(
     let x = dev.create_buffer("bench-x", 4 * (n * cols) as u64, MemoryKind::Device)?;
     let y = dev.create_buffer("bench-y", 4 * (n * rows) as u64, MemoryKind::Device)?;
     let iters = iters.max(1);
-    let mut r = Recorder::with_timestamps(dev, iters * parts + 1)?;
+    // Per call: a dispatch per part, or an f16 weight copy and the product; and to_f16 once.
+    let mut r = Recorder::with_timestamps(dev, iters * (parts + 1) + 1)?;
     // 0x3c003c00 is (1.0, 1.0) in f16, 1.0/2^7-ish in f32/bf16: finite everywhere (in quantized
     // blocks every f16 scale field reads 1.0 or a tiny subnormal).
     for p in &w.parts {
@@ -94,13 +95,16 @@ pub fn bench_matmul_with(
     let rec = r.finish()?;
     let mut per_call = Vec::new();
     for t in warm_then_time(&rec)? {
-        // The f16 copy of X (`to_f16`, recorded once: every call shares it) is not timed.
+        // The f16 copy of X (`to_f16`, recorded once: every call shares it) is not timed; every
+        // call records the same dispatches (one per part, or a weight's f16 copy and the
+        // product: coop_dequant.rs).
         let mm: Vec<f64> = t
             .iter()
             .filter(|d| d.label != vkllm_kernels::to_f16::TO_F16.name)
             .map(|d| d.ns)
             .collect();
-        per_call.extend(mm.chunks(parts as usize).map(|c| c.iter().sum::<f64>()));
+        let per = (mm.len() / iters as usize).max(1);
+        per_call.extend(mm.chunks(per).map(|c| c.iter().sum::<f64>()));
     }
     per_call.sort_by(|a, b| a.total_cmp(b));
     let ns = per_call[per_call.len() / 2].max(1.0);
@@ -339,6 +343,57 @@ pub fn bench_matvec(dev: &Device, b: &MatvecBench) -> Result<BenchResult> {
         ns,
         gb_per_s: bytes / ns,
         gflop_per_s: flops / ns,
+    })
+}
+
+/// Times `iters` back-to-back `dequant_f16` calls (a quantized `rows` x `cols` weight written
+/// as f16, the copy prefill products may multiply: coop_dequant.rs) and reports the median;
+/// GB/s counts the blocks read and the halves written.
+pub fn bench_dequant(
+    dev: &Device,
+    dtype: WeightType,
+    rows: usize,
+    cols: usize,
+    iters: u32,
+) -> Result<BenchResult> {
+    use vkllm_kernels::dequant_f16::{DequantF16, f16_bytes};
+    let w = Tensor::new(dev, "bench-w", dtype, rows, cols)?;
+    let Some(p) = w.parts.first().filter(|_| w.parts.len() == 1) else {
+        return Err(crate::Error::Recording(
+            "dequant_f16 bench: the weight is larger than one storage binding",
+        ));
+    };
+    let out = dev.create_buffer("bench-f16", f16_bytes(rows, cols), MemoryKind::Device)?;
+    let iters = iters.max(1);
+    let mut r = Recorder::with_timestamps(dev, iters)?;
+    r.fill(p.buffer.all(), 0x3c00_3c00)?;
+    for _ in 0..iters {
+        r.dispatch(
+            DequantF16 {
+                w: p.buffer.all(),
+                out: out.all(),
+            }
+            .dispatch(dtype, rows, cols)?,
+        )?;
+    }
+    let rec = r.finish()?;
+    let mut t: Vec<f64> = warm_then_time(&rec)?
+        .iter()
+        .flatten()
+        .map(|d| d.ns)
+        .collect();
+    t.sort_by(|a, b| a.total_cmp(b));
+    let ns = t[t.len() / 2].max(1.0);
+    let bytes = dtype.storage_bytes((rows * cols) as u64) + f16_bytes(rows, cols);
+    Ok(BenchResult {
+        op: "dequant_f16".into(),
+        dtype,
+        rows,
+        cols,
+        n: 0,
+        ns,
+        gb_per_s: bytes as f64 / ns,
+        gflop_per_s: 0.0,
     })
 }
 

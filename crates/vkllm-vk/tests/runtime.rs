@@ -478,6 +478,12 @@ fn bench_reports_positive_rates() {
         "{r:?}"
     );
     assert!(r.markdown_row().starts_with("| matvec | f16 | 256x512"));
+    let d = vkllm_vk::bench::bench_dequant(&dev, WeightType::Q8_0, 64, 256, 2).unwrap();
+    assert!(d.ns > 0.0 && d.gb_per_s > 0.0, "{d:?}");
+    assert!(
+        d.markdown_row()
+            .starts_with("| dequant_f16 | q8_0 | 64x256")
+    );
     dev.check_validation().unwrap();
 }
 
