@@ -376,14 +376,7 @@ pub fn bench_dequant(
             .dispatch(dtype, rows, cols)?,
         )?;
     }
-    let rec = r.finish()?;
-    let mut t: Vec<f64> = warm_then_time(&rec)?
-        .iter()
-        .flatten()
-        .map(|d| d.ns)
-        .collect();
-    t.sort_by(|a, b| a.total_cmp(b));
-    let ns = t[t.len() / 2].max(1.0);
+    let ns = median_dispatch_ns(&r.finish()?)?;
     let bytes = dtype.storage_bytes((rows * cols) as u64) + f16_bytes(rows, cols);
     Ok(BenchResult {
         op: "dequant_f16".into(),
@@ -415,12 +408,16 @@ pub fn bench_copy(dev: &Device, bytes: u64, iters: u32) -> Result<f64> {
             .dispatch(n)?,
         )?;
     }
-    let rec = r.finish()?;
-    let mut t: Vec<f64> = warm_then_time(&rec)?
+    Ok(8.0 * n as f64 / median_dispatch_ns(&r.finish()?)?)
+}
+
+/// The median GPU time of `rec`'s dispatches over [`warm_then_time`]'s submits (ns, >= 1).
+fn median_dispatch_ns(rec: &Recording) -> Result<f64> {
+    let mut t: Vec<f64> = warm_then_time(rec)?
         .iter()
         .flatten()
         .map(|d| d.ns)
         .collect();
     t.sort_by(|a, b| a.total_cmp(b));
-    Ok(8.0 * n as f64 / t[t.len() / 2].max(1.0))
+    Ok(t[t.len() / 2].max(1.0))
 }
