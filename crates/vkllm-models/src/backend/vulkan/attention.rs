@@ -274,12 +274,18 @@ impl VulkanBackend {
                     r.dispatch(a.dispatch(&shape, pos0, sg)?)?;
                     return Ok(());
                 };
-                let scratch = match t.split {
-                    1 => None,
-                    _ => Some(CoopAttn2Scratch {
-                        part: me.attn_parts.as_ref().expect("sized above").1.all(),
-                        ctr: me.attn_counters.as_ref().expect("sized above").all(),
+                let scratch = match (t.split, &me.attn_parts, &me.attn_counters) {
+                    (1, _, _) => None,
+                    (_, Some((_, part)), Some(ctr)) => Some(CoopAttn2Scratch {
+                        part: part.all(),
+                        ctr: ctr.all(),
                     }),
+                    _ => {
+                        return Err(vkllm_vk::Error::Recording(
+                            "prefill attention split without its scratch",
+                        )
+                        .into());
+                    }
                 };
                 let h = match half {
                     true => Some(r.half_copy_target(qw)?),

@@ -147,13 +147,14 @@ impl SlotDecoder {
     }
 
     /// The recording of `rows` x `k` steps, with the logprobs dispatch when `lp`.
-    fn rec(&self, rows: usize, k: usize, lp: bool) -> &Recording {
-        &self
-            .recs
+    fn rec(&self, rows: usize, k: usize, lp: bool) -> Result<&Recording, ModelError> {
+        self.recs
             .iter()
             .find(|r| r.0 == (rows, k, lp))
-            .expect("pick returns a recorded shape, recorded with and without logprobs")
-            .1
+            .map(|r| &r.1)
+            .ok_or(ModelError::Vulkan(vkllm_vk::Error::Recording(
+                "no slot recording of that shape",
+            )))
     }
 
     /// The smallest recorded row count >= `rows`, and the largest recorded step count <=
@@ -639,7 +640,7 @@ impl VulkanBackend {
         let (rows, k) = dec.pick(dec.rows_needed(), steps);
         dec.ctl.write_host(0, bytemuck::bytes_of(&0u32))?;
         let lp = dec.lp_needed(rows);
-        dec.rec(rows, k, lp).submit()?;
+        dec.rec(rows, k, lp)?.submit()?;
         if self.dev.validation() == Validation::On {
             self.dev.check_validation()?;
         }
