@@ -79,6 +79,8 @@ pub(crate) struct Shared {
     pub(crate) int8_dot: bool,
     /// Pipeline statistics are reported (`pipeline_stats`).
     pub(crate) stats: Option<ash::khr::pipeline_executable_properties::Device>,
+    /// Objects of finished recordings kept for the next recorder (`recycle`).
+    pub(crate) spares: crate::recycle::Spares,
 }
 
 impl Drop for Shared {
@@ -87,6 +89,7 @@ impl Drop for Shared {
         // this struct, so none is alive any more.
         unsafe {
             let _ = self.raw.device_wait_idle();
+            self.spares.clear(&self.raw);
             if let Ok(mut p) = self.pipelines.lock() {
                 for (_, pl) in p.drain() {
                     pl.destroy(&self.raw);
@@ -287,12 +290,19 @@ impl Device {
                 coopmat,
                 int8_dot,
                 stats,
+                spares: Default::default(),
             }),
         })
     }
 
     pub fn info(&self) -> &DeviceInfo {
         &self.shared.info
+    }
+
+    /// Command pools (with their fence and descriptor pools) of dropped recordings kept for
+    /// the next recorders (at most [`crate::MAX_SPARES`]; see `recycle.rs`).
+    pub fn spare_recordings(&self) -> usize {
+        self.shared.spares.len()
     }
 
     /// Largest byte size of one buffer / tensor part (storage-buffer range, allocation size and

@@ -29,6 +29,7 @@ mod matmul_group;
 mod pipeline;
 mod pipeline_stats;
 mod recorder;
+mod recycle;
 mod tensor;
 
 pub mod bench;
@@ -53,6 +54,7 @@ pub use matmul_group::{
 };
 pub use pipeline::{Pipeline, PipelineCacheMode};
 pub use recorder::{DispatchTiming, Recorder, Recording, RecordingCache};
+pub use recycle::{MAX_SPARES, enabled as recycling_enabled};
 pub use tensor::{
     COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, MatvecPlan, Tensor, TensorPart, default_matvec_impl,
     default_matvec_layout, weight_type,

@@ -13,6 +13,7 @@ use crate::buffer::{BufSlice, BufferInner, full_barrier, host_barrier};
 use crate::device::Device;
 use crate::error::{Result, vk_err};
 use crate::pipeline::Pipeline;
+use crate::recycle::Spare;
 
 const SETS_PER_POOL: u32 = 64;
 /// Most storage buffers one kernel binds (Vulkan devices of interest allow >= 16 per stage).
@@ -59,19 +60,29 @@ impl Drop for Objects {
         // SAFETY: the command buffer is never pending when a Recording drops (every submit
         // waits; after a timeout we wait for idle first).
         unsafe {
-            let _ = d.wait_for_fences(
-                &[self.fence],
-                true,
-                self.dev.shared.fence_timeout.as_nanos() as u64,
-            );
-            d.destroy_fence(self.fence, None);
-            for p in self.desc_pools.drain(..) {
-                d.destroy_descriptor_pool(p, None);
-            }
+            let done = d
+                .wait_for_fences(
+                    &[self.fence],
+                    true,
+                    self.dev.shared.fence_timeout.as_nanos() as u64,
+                )
+                .is_ok();
             if self.query_pool != vk::QueryPool::null() {
                 d.destroy_query_pool(self.query_pool, None);
             }
-            d.destroy_command_pool(self.pool, None);
+            let spare = Spare {
+                pool: self.pool,
+                cb: self.cb,
+                fence: self.fence,
+                desc_pools: std::mem::take(&mut self.desc_pools),
+            };
+            // A finished command buffer's pool, fence and descriptor pools go to the device's
+            // spares (or are destroyed there); after a failed wait they are only destroyed.
+            if done {
+                self.dev.shared.spares.put(d, spare);
+            } else {
+                spare.destroy(d);
+            }
         }
     }
 }
@@ -80,6 +91,9 @@ impl Drop for Objects {
 pub struct Recorder {
     obj: Objects,
     sets_left: u32,
+    /// The next of `obj.desc_pools` to allocate sets from once `sets_left` is 0 (a spare's
+    /// pools are reused before new ones are created).
+    next_pool: usize,
     pending_reads: Vec<Range>,
     pending_writes: Vec<Range>,
     barriers: u32,
@@ -106,42 +120,23 @@ impl Recorder {
             });
         }
         // SAFETY: objects are owned by `Objects`, destroyed on drop (also on early returns, as
-        // `obj` is built before anything can fail after the pool).
+        // `obj` is built before anything can fail after the pool); a spare's are reset and
+        // unused.
         unsafe {
-            let pool = d
-                .create_command_pool(
-                    &vk::CommandPoolCreateInfo::default()
-                        .queue_family_index(dev.shared.queue_family),
-                    None,
-                )
-                .map_err(vk_err("vkCreateCommandPool"))?;
-            let fence = match d.create_fence(
-                &vk::FenceCreateInfo::default().flags(vk::FenceCreateFlags::SIGNALED),
-                None,
-            ) {
-                Ok(f) => f,
-                Err(r) => {
-                    d.destroy_command_pool(pool, None);
-                    return Err(vk_err("vkCreateFence")(r));
-                }
+            let (pool, cb, fence, desc_pools) = match dev.shared.spares.take() {
+                Some(s) => (s.pool, s.cb, s.fence, s.desc_pools),
+                None => Self::create_objects(dev)?,
             };
             let mut obj = Objects {
                 dev: dev.clone(),
                 pool,
-                cb: vk::CommandBuffer::null(),
-                desc_pools: Vec::new(),
+                cb,
+                desc_pools,
                 query_pool: vk::QueryPool::null(),
                 fence,
                 buffers: Vec::new(),
                 pipelines: Vec::new(),
             };
-            obj.cb = d
-                .allocate_command_buffers(
-                    &vk::CommandBufferAllocateInfo::default()
-                        .command_pool(pool)
-                        .command_buffer_count(1),
-                )
-                .map_err(vk_err("vkAllocateCommandBuffers"))?[0];
             if max_dispatches > 0 {
                 obj.query_pool = d
                     .create_query_pool(
@@ -163,6 +158,7 @@ impl Recorder {
             Ok(Recorder {
                 obj,
                 sets_left: 0,
+                next_pool: 0,
                 pending_reads: Vec::new(),
                 pending_writes: Vec::new(),
                 barriers: 0,
@@ -171,6 +167,53 @@ impl Recorder {
                 skip_barriers: false,
                 split: Default::default(),
             })
+        }
+    }
+
+    /// A new command pool with one command buffer, and a signalled fence.
+    ///
+    /// # Safety
+    /// `dev` is valid; the caller owns (destroys) what is returned.
+    unsafe fn create_objects(
+        dev: &Device,
+    ) -> Result<(
+        vk::CommandPool,
+        vk::CommandBuffer,
+        vk::Fence,
+        Vec<vk::DescriptorPool>,
+    )> {
+        let d = &dev.shared.raw;
+        // SAFETY: valid device; everything created is destroyed on the error paths.
+        unsafe {
+            let pool = d
+                .create_command_pool(
+                    &vk::CommandPoolCreateInfo::default()
+                        .queue_family_index(dev.shared.queue_family),
+                    None,
+                )
+                .map_err(vk_err("vkCreateCommandPool"))?;
+            let fence = match d.create_fence(
+                &vk::FenceCreateInfo::default().flags(vk::FenceCreateFlags::SIGNALED),
+                None,
+            ) {
+                Ok(f) => f,
+                Err(r) => {
+                    d.destroy_command_pool(pool, None);
+                    return Err(vk_err("vkCreateFence")(r));
+                }
+            };
+            match d.allocate_command_buffers(
+                &vk::CommandBufferAllocateInfo::default()
+                    .command_pool(pool)
+                    .command_buffer_count(1),
+            ) {
+                Ok(cbs) => Ok((pool, cbs[0], fence, Vec::new())),
+                Err(r) => {
+                    d.destroy_fence(fence, None);
+                    d.destroy_command_pool(pool, None);
+                    Err(vk_err("vkAllocateCommandBuffers")(r))
+                }
+            }
         }
     }
 
@@ -273,6 +316,10 @@ impl Recorder {
 
     fn descriptor_set(&mut self, layout: vk::DescriptorSetLayout) -> Result<vk::DescriptorSet> {
         let d = &self.obj.dev.shared.raw;
+        if self.sets_left == 0 && self.next_pool < self.obj.desc_pools.len() {
+            self.next_pool += 1;
+            self.sets_left = SETS_PER_POOL;
+        }
         if self.sets_left == 0 {
             let sizes = [vk::DescriptorPoolSize {
                 ty: vk::DescriptorType::STORAGE_BUFFER,
@@ -289,13 +336,14 @@ impl Recorder {
             }
             .map_err(vk_err("vkCreateDescriptorPool"))?;
             self.obj.desc_pools.push(pool);
+            self.next_pool = self.obj.desc_pools.len();
             self.sets_left = SETS_PER_POOL;
         }
         let layouts = [layout];
         let pool = *self
             .obj
             .desc_pools
-            .last()
+            .get(self.next_pool.wrapping_sub(1))
             .ok_or(Error::Recording("no descriptor pool"))?;
         // SAFETY: pool has room (at most 8 bindings per kernel x 64 sets).
         let set = unsafe {
