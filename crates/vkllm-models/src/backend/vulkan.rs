@@ -129,9 +129,7 @@ impl VulkanBackend {
             readback: None,
             in_flight: Vec::new(),
             next_part: submit::FIRST_PART,
-            first_part: std::env::var("VKLLM_SPLIT_SUBMIT")
-                .map_or(true, |v| v != "0")
-                .then_some(submit::FIRST_PART),
+            first_part: submit::env_first_part(),
             split_scratch: Default::default(),
             parts_submitted: 0,
         }

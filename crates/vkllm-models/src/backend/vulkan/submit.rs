@@ -9,9 +9,25 @@ use crate::backend::Tensor;
 use crate::error::ModelError;
 
 /// Dispatches of the first part of a forward submitted while the rest is recorded; each
-/// further part doubles, up to [`MAX_PART`] (see `VulkanBackend::record`).
-pub(super) const FIRST_PART: usize = 32;
+/// further part doubles, up to [`MAX_PART`] (see `VulkanBackend::record`). H200 pp512 tok/s
+/// (two runs each, with recordings' objects recycled), first part 32 -> 16: Llama-3.2-1B Q4_K_M
+/// 42619 / 42776 -> 42966 / 42901, Qwen3-0.6B Q8_0 54911 / 54841 -> 55193 / 55220, Llama Q4_0
+/// 43843 / 43967 -> 43903 / 43677; 8 no better than 16.
+pub(super) const FIRST_PART: usize = 16;
 const MAX_PART: usize = 256;
+
+/// `VKLLM_SPLIT_SUBMIT`: `0` one submit per forward; a number > 1 the first part's dispatches;
+/// unset (or anything else) [`FIRST_PART`].
+pub(super) fn env_first_part() -> Option<usize> {
+    match std::env::var("VKLLM_SPLIT_SUBMIT")
+        .ok()
+        .map(|v| v.parse::<usize>())
+    {
+        Some(Ok(0)) => None,
+        Some(Ok(n)) if n > 1 => Some(n),
+        _ => Some(FIRST_PART),
+    }
+}
 
 /// The largest read `read_f32` copies within the recorded work (larger ones, e.g. every row's
 /// logits of a long chunk, go through the device's chunked staging download).
@@ -22,7 +38,7 @@ impl VulkanBackend {
     /// `VKLLM_SPLIT_SUBMIT=0` turn them off at creation). `one_submit`: step inputs in
     /// host-visible memory and reads copied in the same submit as the work before them;
     /// `first_part`: a forward is submitted in growing parts while it is recorded, the first
-    /// of this many dispatches (default 32), each next one twice as large up to 256 (or the
+    /// of this many dispatches (default 16), each next one twice as large up to 256 (or the
     /// first); `None`: one submit after recording. Off: inputs uploaded and logits
     /// downloaded by copies of their own, one submit after recording. Set it before any
     /// tensor is allocated (it picks where step inputs live).
@@ -93,8 +109,8 @@ impl VulkanBackend {
             && self.capture_ctx.is_none()
             && r.dispatches() >= self.next_part
         {
-            // Start the GPU on what is recorded while the rest is recorded: parts of 32, 64,
-            // 128... dispatches are submitted without waiting; `flush` submits the last part
+            // Start the GPU on what is recorded while the rest is recorded: parts of 16, 32,
+            // 64... dispatches are submitted without waiting; `flush` submits the last part
             // and waits.
             self.split_scratch = r.take_split_scratch();
             let part = r.finish()?;
