@@ -3,7 +3,7 @@
 //! (its fastest path) instead of decoding blocks in every workgroup of every K step.
 //!
 //! When ([`DequantPolicy`], `VKLLM_COOP_DEQUANT`): by default ([`DequantPolicy::AUTO`]) for
-//! weights of at least 4M elements (a q/k/v group only when each of its weights is) in products
+//! weights of at least 1M elements (a q/k/v group only when each of its weights is) in products
 //! over at least 512 tokens (a whole prefill chunk). The copy costs the same whatever the token
 //! count while the saving grows with it, and a small weight's copy is mostly launch overhead.
 //! Measured on the H200 (`vkllm bench`, one chunk; `dequant_f16` at ~1.8 TB/s), off -> every
@@ -13,7 +13,13 @@
 //! 17410 -> 14924). By size (Llama pp512, weights of at least 4M / 5M / 8M elements copied, the
 //! q/k/v group by its total): Q8_0 38317 / 37233 / 38615, Q4_0 37834 / 37306 / 37696, Q4_K_M
 //! 37994 / 36569 / 36445: copying o (4M) gains, the q/k/v group (k, v 1M each) loses up to
-//! ~1400 tok/s or ties.
+//! ~1400 tok/s or ties. Session 10, once recordings reuse their command and descriptor pools
+//! (the host no longer hides part of the GPU time), 4M -> 1M elements (every weight of both
+//! models, q/k/v groups included), pp512, two runs each in one machine start: Llama Q4_K_M
+//! 42675 / 42158 -> 44172 / 43751, Q8_0 44839 / 44445 -> 45291 / 44957, Q4_0 43302 / 43155 ->
+//! 44788 / 44891; Qwen3 Q4_K_M 50107 / 50039 -> 52668 / 52788, Q8_0 54807 / 54321 -> 54977 /
+//! 55629, Q4_0 55080 / 55424 -> 55065 / 55649. Copying only weights of 16M elements lost
+//! (Llama Q4_K_M 41503, Q8_0 43248).
 //! The copies live in [`DEQUANT_SLOTS`] scratch buffers used in turn (so q/k/v or gate/up
 //! still overlap), each as large as the largest weight copied through it.
 
@@ -46,7 +52,7 @@ pub enum DequantPolicy {
 impl DequantPolicy {
     /// The default.
     pub const AUTO: DequantPolicy = DequantPolicy::Auto {
-        min_elements: 4 << 20,
+        min_elements: 1 << 20,
         min_tokens: 512,
     };
 
@@ -168,13 +174,16 @@ mod tests {
         assert!(!p.applies(1 << 30, 63));
         assert!(DequantPolicy::All.applies(1, 1));
         assert!(!DequantPolicy::Off.applies(usize::MAX, usize::MAX));
-        // The default copies Llama-3.2-1B's 2048 x 2048 o and 8192 x 2048 MLP weights in a
-        // 512-token chunk, not its 512 x 2048 k and v nor Qwen3-0.6B's 3072 x 1024 MLP weights,
-        // and nothing in a shorter chunk.
+        // The default copies every weight of Llama-3.2-1B (its 512 x 2048 k and v included) and
+        // of Qwen3-0.6B (1024 x 1024 k and v, 3072 x 1024 MLP) in a 512-token chunk, not
+        // Qwen2.5-0.5B's 896 x 896 q nor its 128 x 896 k, and nothing in a shorter chunk.
         assert!(DequantPolicy::AUTO.applies(2048 * 2048, 512));
         assert!(DequantPolicy::AUTO.applies(8192 * 2048, 512));
-        assert!(!DequantPolicy::AUTO.applies(512 * 2048, 512));
-        assert!(!DequantPolicy::AUTO.applies(3072 * 1024, 512));
+        assert!(DequantPolicy::AUTO.applies(512 * 2048, 512));
+        assert!(DequantPolicy::AUTO.applies(1024 * 1024, 512));
+        assert!(DequantPolicy::AUTO.applies(3072 * 1024, 512));
+        assert!(!DequantPolicy::AUTO.applies(896 * 896, 512));
+        assert!(!DequantPolicy::AUTO.applies(128 * 896, 512));
         assert!(!DequantPolicy::AUTO.applies(8192 * 2048, 256));
     }
 }
