@@ -123,17 +123,17 @@ impl Recorder {
         // `obj` is built before anything can fail after the pool); a spare's are reset and
         // unused.
         unsafe {
-            let (pool, cb, fence, desc_pools) = match dev.shared.spares.take() {
-                Some(s) => (s.pool, s.cb, s.fence, s.desc_pools),
+            let s = match dev.shared.spares.take() {
+                Some(s) => s,
                 None => Self::create_objects(dev)?,
             };
             let mut obj = Objects {
                 dev: dev.clone(),
-                pool,
-                cb,
-                desc_pools,
+                pool: s.pool,
+                cb: s.cb,
+                desc_pools: s.desc_pools,
                 query_pool: vk::QueryPool::null(),
-                fence,
+                fence: s.fence,
                 buffers: Vec::new(),
                 pipelines: Vec::new(),
             };
@@ -170,18 +170,11 @@ impl Recorder {
         }
     }
 
-    /// A new command pool with one command buffer, and a signalled fence.
+    /// A new command pool with one command buffer, a signalled fence and no descriptor pools.
     ///
     /// # Safety
     /// `dev` is valid; the caller owns (destroys) what is returned.
-    unsafe fn create_objects(
-        dev: &Device,
-    ) -> Result<(
-        vk::CommandPool,
-        vk::CommandBuffer,
-        vk::Fence,
-        Vec<vk::DescriptorPool>,
-    )> {
+    unsafe fn create_objects(dev: &Device) -> Result<Spare> {
         let d = &dev.shared.raw;
         // SAFETY: valid device; everything created is destroyed on the error paths.
         unsafe {
@@ -207,7 +200,12 @@ impl Recorder {
                     .command_pool(pool)
                     .command_buffer_count(1),
             ) {
-                Ok(cbs) => Ok((pool, cbs[0], fence, Vec::new())),
+                Ok(cbs) => Ok(Spare {
+                    pool,
+                    cb: cbs[0],
+                    fence,
+                    desc_pools: Vec::new(),
+                }),
                 Err(r) => {
                     d.destroy_fence(fence, None);
                     d.destroy_command_pool(pool, None);
