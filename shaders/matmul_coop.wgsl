@@ -366,23 +366,14 @@ fn cm_reduce(tile: u32, sg_id: u32, lane: u32, t: u32, m0: u32, r0: u32) {
     }
 }
 
-// The accumulators are named variables, not an array (an array indexed in loops may be kept in
-// memory by a driver): up to 4 x 4 per subgroup, the unused ones (WM or WN = 2) dead code after
-// specialisation. The prefetch registers likewise (up to 8 slots each of X and W).
-@compute @workgroup_size(CM_WG)
-fn matmul_coop(@builtin(workgroup_id) wid: vec3<u32>,
-               @builtin(num_workgroups) nwg: vec3<u32>,
-               @builtin(local_invocation_index) lid: u32,
-               @builtin(subgroup_id) sg_id: u32,
-               @builtin(subgroup_invocation_id) lane: u32) {
-    let bm = CM_SGM * WM * 16u;
-    let bn = CM_SGN * WN * 16u;
-    // The segment of this workgroup column: its rows start at column gx of it.
+// Selects the segment of workgroup column `wx` (tiles `bn` rows wide): sets cm_seg, cm_rows,
+// cm_roff and cm_ys, and returns the column within the segment (its rows start at gx * bn).
+fn cm_segment(wx: u32, bn: u32) -> u32 {
     cm_seg = 0u;
     cm_rows = p.rows;
     cm_roff = p.row_offset;
     cm_ys = p.y_stride;
-    var gx = wid.x;
+    var gx = wx;
     let g0 = (p.rows + bn - 1u) / bn;
     if (SEGS > 1u && gx >= g0) {
         gx -= g0;
@@ -399,193 +390,19 @@ fn matmul_coop(@builtin(workgroup_id) wid: vec3<u32>,
             cm_ys = p.y_stride2;
         }
     }
-    let r0 = gx * bn;
-    let m0 = wid.y * bm;
-    // This subgroup's tiles: tokens [sm, sm + 16 WM), rows [sn, sn + 16 WN) of the block.
-    let sm = (sg_id / CM_SGN) * WM * 16u;
-    let sn = (sg_id % CM_SGN) * WN * 16u;
-    // This workgroup's share of K: [kb, ke), whole CM_BK steps (all of K without split-K).
-    let steps = (p.cols + CM_BK - 1u) / CM_BK;
-    let share = (steps + SPLIT - 1u) / SPLIT;
-    let kb = min(wid.z * share, steps) * CM_BK;
-    let ke = min(kb + share * CM_BK, p.cols);
-    var c00: coop_mat16x16<f32, C>;
-    var c01: coop_mat16x16<f32, C>;
-    var c02: coop_mat16x16<f32, C>;
-    var c03: coop_mat16x16<f32, C>;
-    var c10: coop_mat16x16<f32, C>;
-    var c11: coop_mat16x16<f32, C>;
-    var c12: coop_mat16x16<f32, C>;
-    var c13: coop_mat16x16<f32, C>;
-    var c20: coop_mat16x16<f32, C>;
-    var c21: coop_mat16x16<f32, C>;
-    var c22: coop_mat16x16<f32, C>;
-    var c23: coop_mat16x16<f32, C>;
-    var c30: coop_mat16x16<f32, C>;
-    var c31: coop_mat16x16<f32, C>;
-    var c32: coop_mat16x16<f32, C>;
-    var c33: coop_mat16x16<f32, C>;
-    // Slots per invocation of the X and (float) W slices: 1..8 (Rust checks).
-    let nx = bm * cm_xr() / CM_WG;
-    let nw = bn * (CM_BK / cm_w_per_slot()) / CM_WG;
-    let fw = DTYPE != 3u;
-    let g = CM_WG;
-    var x0: vec4<f32>;
-    var x1: vec4<f32>;
-    var x2: vec4<f32>;
-    var x3: vec4<f32>;
-    var x4: vec4<f32>;
-    var x5: vec4<f32>;
-    var x6: vec4<f32>;
-    var x7: vec4<f32>;
-    var w0: vec4<u32>;
-    var w1: vec4<u32>;
-    var w2: vec4<u32>;
-    var w3: vec4<u32>;
-    var w4: vec4<u32>;
-    var w5: vec4<u32>;
-    var w6: vec4<u32>;
-    var w7: vec4<u32>;
-    var q0: array<vec4<f16>, 4>;
-    var q1: array<vec4<f16>, 4>;
-    // Slice kb into stage 0 (an empty share stages zeros, never multiplied).
-    cm_put_x(0u, lid, cm_load_x(lid, m0, kb));
-    if (nx > 1u) { cm_put_x(0u, lid + g, cm_load_x(lid + g, m0, kb)); }
-    if (nx > 2u) { cm_put_x(0u, lid + 2u * g, cm_load_x(lid + 2u * g, m0, kb)); }
-    if (nx > 3u) { cm_put_x(0u, lid + 3u * g, cm_load_x(lid + 3u * g, m0, kb)); }
-    if (nx > 4u) { cm_put_x(0u, lid + 4u * g, cm_load_x(lid + 4u * g, m0, kb)); }
-    if (nx > 5u) { cm_put_x(0u, lid + 5u * g, cm_load_x(lid + 5u * g, m0, kb)); }
-    if (nx > 6u) { cm_put_x(0u, lid + 6u * g, cm_load_x(lid + 6u * g, m0, kb)); }
-    if (nx > 7u) { cm_put_x(0u, lid + 7u * g, cm_load_x(lid + 7u * g, m0, kb)); }
-    if (fw) {
-        cm_put_w(0u, lid, cm_load_w(lid, r0, kb));
-        if (nw > 1u) { cm_put_w(0u, lid + g, cm_load_w(lid + g, r0, kb)); }
-        if (nw > 2u) { cm_put_w(0u, lid + 2u * g, cm_load_w(lid + 2u * g, r0, kb)); }
-        if (nw > 3u) { cm_put_w(0u, lid + 3u * g, cm_load_w(lid + 3u * g, r0, kb)); }
-        if (nw > 4u) { cm_put_w(0u, lid + 4u * g, cm_load_w(lid + 4u * g, r0, kb)); }
-        if (nw > 5u) { cm_put_w(0u, lid + 5u * g, cm_load_w(lid + 5u * g, r0, kb)); }
-        if (nw > 6u) { cm_put_w(0u, lid + 6u * g, cm_load_w(lid + 6u * g, r0, kb)); }
-        if (nw > 7u) { cm_put_w(0u, lid + 7u * g, cm_load_w(lid + 7u * g, r0, kb)); }
-    } else if (QPRE > 0u) {
-        cm_put_wqh(0u, lid, cm_load_wq(lid, r0, kb));
-        if (QPRE > 1u) { cm_put_wqh(0u, lid + g, cm_load_wq(lid + g, r0, kb)); }
-    } else {
-        cm_put_wq(0u, lid, r0, kb, bn);
-    }
-    workgroupBarrier();
-    // Step i (k0 = kb + i CM_BK) multiplies stage i % 2 and stages slice k0 + CM_BK in the
-    // other: the loads are issued before the multiplications, the stores after them. (The
-    // cooperative operations stay outside any branch: naga requires them in uniform control
-    // flow and takes every `var` as non-uniform.)
-    var it = 0u;
-    for (var k0 = kb; k0 < ke; k0 += CM_BK) {
-        let kn = k0 + CM_BK;
-        let next = kn < ke;
-        if (next) {
-            x0 = cm_load_x(lid, m0, kn);
-            if (nx > 1u) { x1 = cm_load_x(lid + g, m0, kn); }
-            if (nx > 2u) { x2 = cm_load_x(lid + 2u * g, m0, kn); }
-            if (nx > 3u) { x3 = cm_load_x(lid + 3u * g, m0, kn); }
-            if (nx > 4u) { x4 = cm_load_x(lid + 4u * g, m0, kn); }
-            if (nx > 5u) { x5 = cm_load_x(lid + 5u * g, m0, kn); }
-            if (nx > 6u) { x6 = cm_load_x(lid + 6u * g, m0, kn); }
-            if (nx > 7u) { x7 = cm_load_x(lid + 7u * g, m0, kn); }
-            if (fw) {
-                w0 = cm_load_w(lid, r0, kn);
-                if (nw > 1u) { w1 = cm_load_w(lid + g, r0, kn); }
-                if (nw > 2u) { w2 = cm_load_w(lid + 2u * g, r0, kn); }
-                if (nw > 3u) { w3 = cm_load_w(lid + 3u * g, r0, kn); }
-                if (nw > 4u) { w4 = cm_load_w(lid + 4u * g, r0, kn); }
-                if (nw > 5u) { w5 = cm_load_w(lid + 5u * g, r0, kn); }
-                if (nw > 6u) { w6 = cm_load_w(lid + 6u * g, r0, kn); }
-                if (nw > 7u) { w7 = cm_load_w(lid + 7u * g, r0, kn); }
-            } else if (QPRE > 0u) {
-                q0 = cm_load_wq(lid, r0, kn);
-                if (QPRE > 1u) { q1 = cm_load_wq(lid + g, r0, kn); }
-            }
-        }
-        {
-            let cur = it & (CM_STAGES - 1u);
-            for (var kk = 0u; kk < CM_BK / 4u; kk += 4u) {
-                let pa = cur * CM_SA + sm * CM_LDV + kk;
-                let pb = cur * CM_SB + sn * CM_LDV + kk;
-                let a0 = coopLoadT<coop_mat16x16<f16, A>>(&cm_a[pa], CM_LDV);
-                let a1 = coopLoadT<coop_mat16x16<f16, A>>(&cm_a[pa + 16u * CM_LDV], CM_LDV);
-                let b0 = coopLoad<coop_mat16x16<f16, B>>(&cm_b[pb], CM_LDV);
-                let b1 = coopLoad<coop_mat16x16<f16, B>>(&cm_b[pb + 16u * CM_LDV], CM_LDV);
-                var a2: coop_mat16x16<f16, A>;
-                var a3: coop_mat16x16<f16, A>;
-                var b2: coop_mat16x16<f16, B>;
-                var b3: coop_mat16x16<f16, B>;
-                if (WM > 2u) {
-                    a2 = coopLoadT<coop_mat16x16<f16, A>>(&cm_a[pa + 32u * CM_LDV], CM_LDV);
-                    a3 = coopLoadT<coop_mat16x16<f16, A>>(&cm_a[pa + 48u * CM_LDV], CM_LDV);
-                }
-                if (WN > 2u) {
-                    b2 = coopLoad<coop_mat16x16<f16, B>>(&cm_b[pb + 32u * CM_LDV], CM_LDV);
-                    b3 = coopLoad<coop_mat16x16<f16, B>>(&cm_b[pb + 48u * CM_LDV], CM_LDV);
-                }
-                c00 = coopMultiplyAdd(a0, b0, c00);
-                c01 = coopMultiplyAdd(a0, b1, c01);
-                c10 = coopMultiplyAdd(a1, b0, c10);
-                c11 = coopMultiplyAdd(a1, b1, c11);
-                if (WN > 2u) {
-                    c02 = coopMultiplyAdd(a0, b2, c02);
-                    c03 = coopMultiplyAdd(a0, b3, c03);
-                    c12 = coopMultiplyAdd(a1, b2, c12);
-                    c13 = coopMultiplyAdd(a1, b3, c13);
-                }
-                if (WM > 2u) {
-                    c20 = coopMultiplyAdd(a2, b0, c20);
-                    c21 = coopMultiplyAdd(a2, b1, c21);
-                    c30 = coopMultiplyAdd(a3, b0, c30);
-                    c31 = coopMultiplyAdd(a3, b1, c31);
-                    if (WN > 2u) {
-                        c22 = coopMultiplyAdd(a2, b2, c22);
-                        c23 = coopMultiplyAdd(a2, b3, c23);
-                        c32 = coopMultiplyAdd(a3, b2, c32);
-                        c33 = coopMultiplyAdd(a3, b3, c33);
-                    }
-                }
-            }
-        }
-        if (CM_STAGES == 1u) {
-            // One stage: every subgroup is done with it before it is overwritten.
-            workgroupBarrier();
-        }
-        if (next) {
-            // Slice kn goes to the stage step i - 1 multiplied from: every subgroup passed
-            // the barrier that ended that step (one stage: the barrier above).
-            let st = (it + 1u) & (CM_STAGES - 1u);
-            cm_put_x(st, lid, x0);
-            if (nx > 1u) { cm_put_x(st, lid + g, x1); }
-            if (nx > 2u) { cm_put_x(st, lid + 2u * g, x2); }
-            if (nx > 3u) { cm_put_x(st, lid + 3u * g, x3); }
-            if (nx > 4u) { cm_put_x(st, lid + 4u * g, x4); }
-            if (nx > 5u) { cm_put_x(st, lid + 5u * g, x5); }
-            if (nx > 6u) { cm_put_x(st, lid + 6u * g, x6); }
-            if (nx > 7u) { cm_put_x(st, lid + 7u * g, x7); }
-            if (fw) {
-                cm_put_w(st, lid, w0);
-                if (nw > 1u) { cm_put_w(st, lid + g, w1); }
-                if (nw > 2u) { cm_put_w(st, lid + 2u * g, w2); }
-                if (nw > 3u) { cm_put_w(st, lid + 3u * g, w3); }
-                if (nw > 4u) { cm_put_w(st, lid + 4u * g, w4); }
-                if (nw > 5u) { cm_put_w(st, lid + 5u * g, w5); }
-                if (nw > 6u) { cm_put_w(st, lid + 6u * g, w6); }
-                if (nw > 7u) { cm_put_w(st, lid + 7u * g, w7); }
-            } else if (QPRE > 0u) {
-                cm_put_wqh(st, lid, q0);
-                if (QPRE > 1u) { cm_put_wqh(st, lid + g, q1); }
-            } else {
-                cm_put_wq(st, lid, r0, kn, bn);
-            }
-        }
-        it += 1u;
-        workgroupBarrier();
-    }
-    let mb = m0 + sm;
-    let rb = r0 + sn;
+    return gx;
+}
+
+// The epilogue, in uniform control flow: this subgroup's accumulators (its tiles start at token
+// mb, row rb) go to Y, or with split-K to its partials, and the last workgroup of a tile sums
+// them.
+fn cm_finish(c00: coop_mat16x16<f32, C>, c01: coop_mat16x16<f32, C>, c02: coop_mat16x16<f32, C>,
+             c03: coop_mat16x16<f32, C>, c10: coop_mat16x16<f32, C>, c11: coop_mat16x16<f32, C>,
+             c12: coop_mat16x16<f32, C>, c13: coop_mat16x16<f32, C>, c20: coop_mat16x16<f32, C>,
+             c21: coop_mat16x16<f32, C>, c22: coop_mat16x16<f32, C>, c23: coop_mat16x16<f32, C>,
+             c30: coop_mat16x16<f32, C>, c31: coop_mat16x16<f32, C>, c32: coop_mat16x16<f32, C>,
+             c33: coop_mat16x16<f32, C>, wid: vec3<u32>, nwg: vec3<u32>, lid: u32, sg_id: u32,
+             lane: u32, mb: u32, rb: u32) {
     if (SPLIT > 1u) {
         // Store this split's partials, release them, count in; the last workgroup sums.
         let tile = wid.y * nwg.x + wid.x;
@@ -653,4 +470,210 @@ fn matmul_coop(@builtin(workgroup_id) wid: vec3<u32>,
             cm_out(c33, sg_id, lane, mb + 48u, rb + 48u);
         }
     }
+}
+
+// The prefetch registers of an invocation (named, not an array: an array indexed in loops
+// may be kept in memory by a driver): up to 8 slots each of X and float W, or 2 dequantized units
+// of quantized W (QPRE).
+var<private> cm_x0: vec4<f32>;
+var<private> cm_x1: vec4<f32>;
+var<private> cm_x2: vec4<f32>;
+var<private> cm_x3: vec4<f32>;
+var<private> cm_x4: vec4<f32>;
+var<private> cm_x5: vec4<f32>;
+var<private> cm_x6: vec4<f32>;
+var<private> cm_x7: vec4<f32>;
+var<private> cm_w0: vec4<u32>;
+var<private> cm_w1: vec4<u32>;
+var<private> cm_w2: vec4<u32>;
+var<private> cm_w3: vec4<u32>;
+var<private> cm_w4: vec4<u32>;
+var<private> cm_w5: vec4<u32>;
+var<private> cm_w6: vec4<u32>;
+var<private> cm_w7: vec4<u32>;
+var<private> cm_q0: array<vec4<f16>, 4>;
+var<private> cm_q1: array<vec4<f16>, 4>;
+
+// Slots per invocation of the X slice: 1..8 (Rust checks the tiling against the workgroup).
+fn cm_nx() -> u32 {
+    return CM_SGM * WM * 16u * cm_xr() / CM_WG;
+}
+
+// Slots per invocation of a float W slice: 1..8.
+fn cm_nw() -> u32 {
+    return CM_SGN * WN * 16u * (CM_BK / cm_w_per_slot()) / CM_WG;
+}
+
+// Loads invocation sl's slots (sl, sl + CM_WG, ..) of the slices at k0 into the prefetch
+// registers (quantized W: its QPRE units, dequantized).
+fn cm_fetch(sl: u32, m0: u32, r0: u32, k0: u32) {
+    let g = CM_WG;
+    let nx = cm_nx();
+    let nw = cm_nw();
+    cm_x0 = cm_load_x(sl, m0, k0);
+    if (nx > 1u) { cm_x1 = cm_load_x(sl + g, m0, k0); }
+    if (nx > 2u) { cm_x2 = cm_load_x(sl + 2u * g, m0, k0); }
+    if (nx > 3u) { cm_x3 = cm_load_x(sl + 3u * g, m0, k0); }
+    if (nx > 4u) { cm_x4 = cm_load_x(sl + 4u * g, m0, k0); }
+    if (nx > 5u) { cm_x5 = cm_load_x(sl + 5u * g, m0, k0); }
+    if (nx > 6u) { cm_x6 = cm_load_x(sl + 6u * g, m0, k0); }
+    if (nx > 7u) { cm_x7 = cm_load_x(sl + 7u * g, m0, k0); }
+    if (DTYPE != 3u) {
+        cm_w0 = cm_load_w(sl, r0, k0);
+        if (nw > 1u) { cm_w1 = cm_load_w(sl + g, r0, k0); }
+        if (nw > 2u) { cm_w2 = cm_load_w(sl + 2u * g, r0, k0); }
+        if (nw > 3u) { cm_w3 = cm_load_w(sl + 3u * g, r0, k0); }
+        if (nw > 4u) { cm_w4 = cm_load_w(sl + 4u * g, r0, k0); }
+        if (nw > 5u) { cm_w5 = cm_load_w(sl + 5u * g, r0, k0); }
+        if (nw > 6u) { cm_w6 = cm_load_w(sl + 6u * g, r0, k0); }
+        if (nw > 7u) { cm_w7 = cm_load_w(sl + 7u * g, r0, k0); }
+    } else if (QPRE > 0u) {
+        cm_q0 = cm_load_wq(sl, r0, k0);
+        if (QPRE > 1u) { cm_q1 = cm_load_wq(sl + g, r0, k0); }
+    }
+}
+
+// Stores invocation sl's prefetch registers (the slices at k0) into `stage`; quantized W
+// without QPRE is dequantized and stored here.
+fn cm_stash(stage: u32, sl: u32, r0: u32, k0: u32) {
+    let g = CM_WG;
+    let nx = cm_nx();
+    let nw = cm_nw();
+    cm_put_x(stage, sl, cm_x0);
+    if (nx > 1u) { cm_put_x(stage, sl + g, cm_x1); }
+    if (nx > 2u) { cm_put_x(stage, sl + 2u * g, cm_x2); }
+    if (nx > 3u) { cm_put_x(stage, sl + 3u * g, cm_x3); }
+    if (nx > 4u) { cm_put_x(stage, sl + 4u * g, cm_x4); }
+    if (nx > 5u) { cm_put_x(stage, sl + 5u * g, cm_x5); }
+    if (nx > 6u) { cm_put_x(stage, sl + 6u * g, cm_x6); }
+    if (nx > 7u) { cm_put_x(stage, sl + 7u * g, cm_x7); }
+    if (DTYPE != 3u) {
+        cm_put_w(stage, sl, cm_w0);
+        if (nw > 1u) { cm_put_w(stage, sl + g, cm_w1); }
+        if (nw > 2u) { cm_put_w(stage, sl + 2u * g, cm_w2); }
+        if (nw > 3u) { cm_put_w(stage, sl + 3u * g, cm_w3); }
+        if (nw > 4u) { cm_put_w(stage, sl + 4u * g, cm_w4); }
+        if (nw > 5u) { cm_put_w(stage, sl + 5u * g, cm_w5); }
+        if (nw > 6u) { cm_put_w(stage, sl + 6u * g, cm_w6); }
+        if (nw > 7u) { cm_put_w(stage, sl + 7u * g, cm_w7); }
+    } else if (QPRE > 0u) {
+        cm_put_wqh(stage, sl, cm_q0);
+        if (QPRE > 1u) { cm_put_wqh(stage, sl + g, cm_q1); }
+    } else {
+        cm_put_wq(stage, sl, r0, k0, CM_SGN * WN * 16u);
+    }
+}
+
+// The accumulators are named variables, not an array (an array indexed in loops may be kept in
+// memory by a driver): up to 4 x 4 per subgroup, the unused ones (WM or WN = 2) dead code after
+// specialisation.
+@compute @workgroup_size(CM_WG)
+fn matmul_coop(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32,
+               @builtin(subgroup_id) sg_id: u32,
+               @builtin(subgroup_invocation_id) lane: u32) {
+    let bm = CM_SGM * WM * 16u;
+    let bn = CM_SGN * WN * 16u;
+    let gx = cm_segment(wid.x, bn);
+    let r0 = gx * bn;
+    let m0 = wid.y * bm;
+    // This subgroup's tiles: tokens [sm, sm + 16 WM), rows [sn, sn + 16 WN) of the block.
+    let sm = (sg_id / CM_SGN) * WM * 16u;
+    let sn = (sg_id % CM_SGN) * WN * 16u;
+    // This workgroup's share of K: [kb, ke), whole CM_BK steps (all of K without split-K).
+    let steps = (p.cols + CM_BK - 1u) / CM_BK;
+    let share = (steps + SPLIT - 1u) / SPLIT;
+    let kb = min(wid.z * share, steps) * CM_BK;
+    let ke = min(kb + share * CM_BK, p.cols);
+    var c00: coop_mat16x16<f32, C>;
+    var c01: coop_mat16x16<f32, C>;
+    var c02: coop_mat16x16<f32, C>;
+    var c03: coop_mat16x16<f32, C>;
+    var c10: coop_mat16x16<f32, C>;
+    var c11: coop_mat16x16<f32, C>;
+    var c12: coop_mat16x16<f32, C>;
+    var c13: coop_mat16x16<f32, C>;
+    var c20: coop_mat16x16<f32, C>;
+    var c21: coop_mat16x16<f32, C>;
+    var c22: coop_mat16x16<f32, C>;
+    var c23: coop_mat16x16<f32, C>;
+    var c30: coop_mat16x16<f32, C>;
+    var c31: coop_mat16x16<f32, C>;
+    var c32: coop_mat16x16<f32, C>;
+    var c33: coop_mat16x16<f32, C>;
+    // Slice kb into stage 0 (an empty share stages zeros, never multiplied).
+    cm_fetch(lid, m0, r0, kb);
+    cm_stash(0u, lid, r0, kb);
+    workgroupBarrier();
+    // Step i (k0 = kb + i CM_BK) multiplies stage i % 2 and stages slice k0 + CM_BK in the
+    // other: the loads are issued before the multiplications, the stores after them. (The
+    // cooperative operations stay outside any branch: naga requires them in uniform control
+    // flow and takes every `var` as non-uniform.)
+    var it = 0u;
+    for (var k0 = kb; k0 < ke; k0 += CM_BK) {
+        let kn = k0 + CM_BK;
+        let next = kn < ke;
+        if (next) {
+            cm_fetch(lid, m0, r0, kn);
+        }
+        {
+            let cur = it & (CM_STAGES - 1u);
+            for (var kk = 0u; kk < CM_BK / 4u; kk += 4u) {
+                let pa = cur * CM_SA + sm * CM_LDV + kk;
+                let pb = cur * CM_SB + sn * CM_LDV + kk;
+                let a0 = coopLoadT<coop_mat16x16<f16, A>>(&cm_a[pa], CM_LDV);
+                let a1 = coopLoadT<coop_mat16x16<f16, A>>(&cm_a[pa + 16u * CM_LDV], CM_LDV);
+                let b0 = coopLoad<coop_mat16x16<f16, B>>(&cm_b[pb], CM_LDV);
+                let b1 = coopLoad<coop_mat16x16<f16, B>>(&cm_b[pb + 16u * CM_LDV], CM_LDV);
+                var a2: coop_mat16x16<f16, A>;
+                var a3: coop_mat16x16<f16, A>;
+                var b2: coop_mat16x16<f16, B>;
+                var b3: coop_mat16x16<f16, B>;
+                if (WM > 2u) {
+                    a2 = coopLoadT<coop_mat16x16<f16, A>>(&cm_a[pa + 32u * CM_LDV], CM_LDV);
+                    a3 = coopLoadT<coop_mat16x16<f16, A>>(&cm_a[pa + 48u * CM_LDV], CM_LDV);
+                }
+                if (WN > 2u) {
+                    b2 = coopLoad<coop_mat16x16<f16, B>>(&cm_b[pb + 32u * CM_LDV], CM_LDV);
+                    b3 = coopLoad<coop_mat16x16<f16, B>>(&cm_b[pb + 48u * CM_LDV], CM_LDV);
+                }
+                c00 = coopMultiplyAdd(a0, b0, c00);
+                c01 = coopMultiplyAdd(a0, b1, c01);
+                c10 = coopMultiplyAdd(a1, b0, c10);
+                c11 = coopMultiplyAdd(a1, b1, c11);
+                if (WN > 2u) {
+                    c02 = coopMultiplyAdd(a0, b2, c02);
+                    c03 = coopMultiplyAdd(a0, b3, c03);
+                    c12 = coopMultiplyAdd(a1, b2, c12);
+                    c13 = coopMultiplyAdd(a1, b3, c13);
+                }
+                if (WM > 2u) {
+                    c20 = coopMultiplyAdd(a2, b0, c20);
+                    c21 = coopMultiplyAdd(a2, b1, c21);
+                    c30 = coopMultiplyAdd(a3, b0, c30);
+                    c31 = coopMultiplyAdd(a3, b1, c31);
+                    if (WN > 2u) {
+                        c22 = coopMultiplyAdd(a2, b2, c22);
+                        c23 = coopMultiplyAdd(a2, b3, c23);
+                        c32 = coopMultiplyAdd(a3, b2, c32);
+                        c33 = coopMultiplyAdd(a3, b3, c33);
+                    }
+                }
+            }
+        }
+        if (CM_STAGES == 1u) {
+            // One stage: every subgroup is done with it before it is overwritten.
+            workgroupBarrier();
+        }
+        if (next) {
+            // Slice kn goes to the stage step i - 1 multiplied from: every subgroup passed
+            // the barrier that ended that step (one stage: the barrier above).
+            cm_stash((it + 1u) & (CM_STAGES - 1u), lid, r0, kn);
+        }
+        it += 1u;
+        workgroupBarrier();
+    }
+    cm_finish(c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32,
+              c33, wid, nwg, lid, sg_id, lane, m0 + sm, r0 + sn);
 }

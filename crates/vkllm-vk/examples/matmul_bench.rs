@@ -157,6 +157,8 @@ fn parse_configs(list: &str) -> Result<Vec<ConfigArg>, String> {
                 "tiny" => CoopTile::TINY,
                 "small" => CoopTile::SMALL,
                 "large" => CoopTile::LARGE,
+                "wide" => CoopTile::WIDE,
+                "tall" => CoopTile::TALL,
                 t => parse_tiles(t)?[0],
             };
             let bk = bk.parse::<u32>().map_err(|e| format!("config {c}: {e}"))?;
