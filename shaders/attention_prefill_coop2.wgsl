@@ -65,6 +65,12 @@ override SPT: u32 = 8;
 override RESCALE_T: f32 = 8.0;
 override HALF: u32 = 0;
 override SPLIT: u32 = 1;
+// Timing diagnostics (Rust's CoopAttn2Tile::skip; 0 computes attention): parts of every step
+// left out, a mask of 1 (probabilities without exp), 2 (no K/V loads), 4 (no Q K^T), 8 (no
+// P V). The P V block sits in its branch on purpose: measured on the H200 (NVIDIA 580.159),
+// that block structure alone takes Llama-3.2-1B's prefill attention (head_dim 64) from 1010 to
+// 621 us per 512-token chunk; Qwen3-0.6B's (head_dim 128) is unchanged.
+override SKIP: u32 = 0;
 // Row strides: staged Q, K/V rows and P rows in vec4<f16> units, score rows in floats.
 override QLD: u32 = HD / 4u + 2u;
 override PLD: u32 = 8u + 2u;
@@ -130,7 +136,7 @@ fn load_slot(is_v: bool, kb: u32, hi: u32, kvh: u32, s: u32) -> vec4<u32> {
     let c = s % SPR;
     let j = kb + jj;
     var w = vec4<u32>(0u);
-    if (jj < BK && j <= hi) {
+    if ((SKIP & 2u) == 0u && jj < BK && j <= hi) {
         let row = (j % p.ring) * p.n_kv_heads + kvh;
         var e = 0u;
         if (KV_DTYPE == 0u) {
@@ -374,8 +380,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             let a = coopLoadT<coop_mat16x16<f16, A>>(&qs[sb * QLD + 4u * d], QLD);
             let b0 = coopLoad<coop_mat16x16<f16, B>>(&kvs[4u * d], QLD);
             let b1 = coopLoad<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 4u * d], QLD);
-            s0 = coopMultiplyAdd(a, b0, s0);
-            s1 = coopMultiplyAdd(a, b1, s1);
+            if ((SKIP & 4u) == 0u) {
+                s0 = coopMultiplyAdd(a, b0, s0);
+                s1 = coopMultiplyAdd(a, b1, s1);
+            }
         }
         coopStoreT(s0, &sc[sbase], SLD);
         coopStoreT(s1, &sc[sbase + 16u], SLD);
@@ -426,7 +434,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         for (var u4 = 0u; u4 < kpl / 4u; u4++) {
             var pv4 = vec4<f32>(0.0);
             for (var c = 0u; c < 4u; c++) {
-                pv4[c] = exp(sv[4u * u4 + c] - m_new);
+                if ((SKIP & 1u) == 0u) {
+                    pv4[c] = exp(sv[4u * u4 + c] - m_new);
+                } else {
+                    pv4[c] = sv[4u * u4 + c];
+                }
             }
             sum += pv4.x + pv4.y + pv4.z + pv4.w;
             ps[pbase + row * PLD + part * (kpl / 4u) + u4] = vec4<f16>(pv4);
@@ -506,33 +518,35 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         // O += P V.
         let p0 = coopLoadT<coop_mat16x16<f16, A>>(&ps[pbase], PLD);
         let p1 = coopLoadT<coop_mat16x16<f16, A>>(&ps[pbase + 4u], PLD);
-        o0 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[0u], QLD), o0);
-        o0 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 0u], QLD), o0);
-        o1 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[4u], QLD), o1);
-        o1 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 4u], QLD), o1);
-        if (HD > 32u) {
-            o2 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[8u], QLD), o2);
-            o2 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 8u], QLD), o2);
-        }
-        if (HD > 48u) {
-            o3 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[12u], QLD), o3);
-            o3 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 12u], QLD), o3);
-        }
-        if (HD > 64u) {
-            o4 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u], QLD), o4);
-            o4 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 16u], QLD), o4);
-        }
-        if (HD > 80u) {
-            o5 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[20u], QLD), o5);
-            o5 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 20u], QLD), o5);
-        }
-        if (HD > 96u) {
-            o6 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[24u], QLD), o6);
-            o6 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 24u], QLD), o6);
-        }
-        if (HD > 112u) {
-            o7 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[28u], QLD), o7);
-            o7 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 28u], QLD), o7);
+        if ((SKIP & 8u) == 0u) {
+            o0 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[0u], QLD), o0);
+            o0 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 0u], QLD), o0);
+            o1 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[4u], QLD), o1);
+            o1 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 4u], QLD), o1);
+            if (HD > 32u) {
+                o2 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[8u], QLD), o2);
+                o2 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 8u], QLD), o2);
+            }
+            if (HD > 48u) {
+                o3 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[12u], QLD), o3);
+                o3 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 12u], QLD), o3);
+            }
+            if (HD > 64u) {
+                o4 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u], QLD), o4);
+                o4 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 16u], QLD), o4);
+            }
+            if (HD > 80u) {
+                o5 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[20u], QLD), o5);
+                o5 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 20u], QLD), o5);
+            }
+            if (HD > 96u) {
+                o6 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[24u], QLD), o6);
+                o6 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 24u], QLD), o6);
+            }
+            if (HD > 112u) {
+                o7 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[28u], QLD), o7);
+                o7 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 28u], QLD), o7);
+            }
         }
         // V consumed: stage the next K.
         workgroupBarrier();

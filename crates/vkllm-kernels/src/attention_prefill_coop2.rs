@@ -71,7 +71,19 @@ pub struct CoopAttn2Tile {
     pub split: u32,
     /// Fewest 32-key steps of a tile that is split (>= 1).
     pub split_min: u32,
+    /// Timing diagnostics: parts of every step left out, a mask of [`SKIP_EXP`], [`SKIP_KV_LOADS`],
+    /// [`SKIP_QK`] and [`SKIP_PV`] (the output is then wrong). 0 computes attention.
+    pub skip: u32,
 }
+
+/// [`CoopAttn2Tile::skip`]: probabilities without `exp` (the scores themselves).
+pub const SKIP_EXP: u32 = 1;
+/// [`CoopAttn2Tile::skip`]: no K/V loads from the cache (zeros are staged).
+pub const SKIP_KV_LOADS: u32 = 2;
+/// [`CoopAttn2Tile::skip`]: no Q K^T products (zero scores).
+pub const SKIP_QK: u32 = 4;
+/// [`CoopAttn2Tile::skip`]: no P V products.
+pub const SKIP_PV: u32 = 8;
 
 impl CoopAttn2Tile {
     /// The default configuration (4 subgroups, threshold [`RESCALE_T`]) for `head_dim`, GQA
@@ -109,6 +121,7 @@ impl CoopAttn2Tile {
             rescale_t: RESCALE_T,
             split: 1,
             split_min: 1,
+            skip: 0,
         };
         let ok = t.slots(head_dim, subgroup_size, kv) <= MAX_SPT
             && shared_bytes(head_dim, t) <= MAX_SHARED;
@@ -234,6 +247,9 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
                 ),
             ));
         }
+        if t.skip > SKIP_EXP | SKIP_KV_LOADS | SKIP_QK | SKIP_PV {
+            return Err(shape_err(k, format!("skip mask {} outside 0..=15", t.skip)));
+        }
         if !(t.rescale_t >= 0.0 && t.rescale_t <= 10.0) {
             return Err(shape_err(
                 k,
@@ -295,7 +311,8 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("KV_DTYPE", s.kv.code())
             .set("SPT", spt as f64)
             .set("RESCALE_T", t.rescale_t as f64)
-            .set("SPLIT", t.split as f64);
+            .set("SPLIT", t.split as f64)
+            .set("SKIP", t.skip as f64);
         if let Some(h) = &out16 {
             crate::spec::need(k, "out16", h, 2 * (s.n_q * s.n_heads * s.head_dim) as u64)?;
             o = o.set("HALF", 1.0);

@@ -107,6 +107,12 @@ fn rejects_what_it_cannot_run() {
         op().dispatch_v2(&shape(10, 16, 8, 128, KvType::F16), 0, 32, bad)
             .is_err()
     );
+    // An unknown skip bit.
+    let bad = CoopAttn2Tile { skip: 16, ..t };
+    assert!(
+        op().dispatch_v2(&shape(10, 16, 8, 128, KvType::F16), 0, 32, bad)
+            .is_err()
+    );
     // Small buffers.
     let mut small = op();
     small.out = Fake(4);

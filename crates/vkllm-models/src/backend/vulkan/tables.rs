@@ -46,6 +46,20 @@ pub(super) fn attn_coop_split() -> u32 {
     *N.get_or_init(|| env_1_to_4("VKLLM_ATTN_COOP_SPLIT", 2))
 }
 
+/// `VKLLM_ATTN_SKIP` (0..=15, timing diagnostics): the parts of each step the second kernel
+/// leaves out ([`CoopAttn2Tile::skip`](vkllm_kernels::attention_prefill_coop2::CoopAttn2Tile::skip));
+/// any other value: 0. Attention output is wrong unless 0.
+fn attn_skip() -> u32 {
+    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("VKLLM_ATTN_SKIP")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|n| *n <= 15)
+            .unwrap_or(0)
+    })
+}
+
 impl VulkanBackend {
     /// The first position of a prefill batch when the cooperative-matrix attention can run it:
     /// the device runs cooperative matrices, the head dim and subgroup size fit the kernel, the
@@ -81,6 +95,10 @@ impl VulkanBackend {
         let sg = self.dev.info().subgroup_size;
         CoopAttn2Tile::with_nsg(attn_coop_nsg(), shape.head_dim, group, sg, shape.kv)
             .or_else(|| CoopAttn2Tile::for_shape(shape.head_dim, group, sg, shape.kv))
+            .map(|t| CoopAttn2Tile {
+                skip: attn_skip(),
+                ..t
+            })
     }
 
     pub(super) fn rope_table(&mut self, rope: &Rope, need: usize) -> Result<usize, ModelError> {
