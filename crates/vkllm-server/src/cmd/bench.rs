@@ -147,6 +147,7 @@ pub fn run(args: Args) -> Result<()> {
         bench::run(&mut b, &model, &opts)?
     };
     let c = &cfg;
+    let settings = vkllm_settings(std::env::vars());
     let meta = serde_json::json!({
         "gpu": info.name,
         "driver": info.driver,
@@ -166,6 +167,7 @@ pub fn run(args: Args) -> Result<()> {
         "prefill_chunk": chunk,
         "reps": opts.reps,
         "sampling": "greedy (GPU sampler)",
+        "env": settings,
     });
     println!(
         "{} | {} | driver {} | vkllm {} | kv {} | {} steps/submit | reps {} (after >= 0.3 s of warm-up, 3 s before the first test)\n",
@@ -177,10 +179,47 @@ pub fn run(args: Args) -> Result<()> {
         opts.steps_per_submit,
         opts.reps
     );
+    if !settings.is_empty() {
+        let list: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("settings: {}\n", list.join(" "));
+    }
+    if settings
+        .get("VKLLM_ATTN_SKIP")
+        .is_some_and(|v| v.trim() != "0")
+    {
+        println!("VKLLM_ATTN_SKIP is set: timing diagnostics, attention output is wrong\n");
+    }
     println!("{}", report.markdown());
     if let Some(p) = &args.json {
         let text = serde_json::to_string_pretty(&report.json(meta))?;
         std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
+}
+
+/// The `VKLLM_*` variables among `vars` (the tuning and reference-path switches a result was
+/// measured with), by name.
+fn vkllm_settings(vars: impl Iterator<Item = (String, String)>) -> BTreeMap<String, String> {
+    vars.filter(|(k, _)| k.starts_with("VKLLM_") && k != "VKLLM_MODEL")
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::vkllm_settings;
+
+    #[test]
+    fn settings_keep_only_vkllm_switches_in_name_order() {
+        let vars = [
+            ("PATH", "/bin"),
+            ("VKLLM_RECYCLE", "0"),
+            ("VKLLM_MODEL", "m.gguf"),
+            ("VKLLM_ATTN_SKIP", "15"),
+            ("XVKLLM_X", "1"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let s = vkllm_settings(vars.into_iter());
+        let got: Vec<(&str, &str)> = s.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(got, [("VKLLM_ATTN_SKIP", "15"), ("VKLLM_RECYCLE", "0")]);
+    }
 }
