@@ -23,12 +23,12 @@ fn attn_prefill_coop1() -> bool {
     *P.get_or_init(|| std::env::var("VKLLM_ATTN_PREFILL").is_ok_and(|v| v == "coop1"))
 }
 
-/// The environment variable `name` as an integer in 1..=4, or `default` when unset or not one.
-fn env_1_to_4(name: &str, default: u32) -> u32 {
+/// The environment variable `name` as an integer in `range`, or `default` when unset or not one.
+fn env_in(name: &str, range: std::ops::RangeInclusive<u32>, default: u32) -> u32 {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
-        .filter(|n| (1..=4).contains(n))
+        .filter(|n| range.contains(n))
         .unwrap_or(default)
 }
 
@@ -36,14 +36,14 @@ fn env_1_to_4(name: &str, default: u32) -> u32 {
 /// default is 4).
 fn attn_coop_nsg() -> u32 {
     static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *N.get_or_init(|| env_1_to_4("VKLLM_ATTN_COOP_NSG", 4))
+    *N.get_or_init(|| env_in("VKLLM_ATTN_COOP_NSG", 1..=4, 4))
 }
 
 /// `VKLLM_ATTN_COOP_SPLIT` (1..=4): workgroups the second kernel splits a heavy query tile's
 /// keys over (1: no split, the reference launch); default 2.
 pub(super) fn attn_coop_split() -> u32 {
     static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *N.get_or_init(|| env_1_to_4("VKLLM_ATTN_COOP_SPLIT", 2))
+    *N.get_or_init(|| env_in("VKLLM_ATTN_COOP_SPLIT", 1..=4, 2))
 }
 
 /// `VKLLM_ATTN_SKIP` (0..=15, timing diagnostics): the parts of each step the second kernel
@@ -51,13 +51,7 @@ pub(super) fn attn_coop_split() -> u32 {
 /// any other value: 0. Attention output is wrong unless 0.
 fn attn_skip() -> u32 {
     static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("VKLLM_ATTN_SKIP")
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-            .filter(|n| *n <= 15)
-            .unwrap_or(0)
-    })
+    *N.get_or_init(|| env_in("VKLLM_ATTN_SKIP", 0..=15, 0))
 }
 
 impl VulkanBackend {
