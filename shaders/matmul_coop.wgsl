@@ -1,5 +1,10 @@
 enable f16;
 enable wgpu_cooperative_matrix;
+// The direct epilogue (CM_DIRECT) loads and stores Y tiles with cooperative operations under a
+// condition on the segment's rows and strides: uniform over the workgroup (it follows from the
+// workgroup id and push constants), but held in private variables, which naga takes as
+// non-uniform; its uniformity check is off for this file.
+diagnostic(off, derivative_uniformity);
 
 // Prefill matrix-matrix product on cooperative matrices (VK_KHR_cooperative_matrix, subgroup
 // scope, f16 x f16 -> f32 in 16 x 16 x 16 steps): Y[n, rows] (+)= X[n, cols] W^T, the same
@@ -44,9 +49,9 @@ enable wgpu_cooperative_matrix;
 // first dispatch (the caller zeroes them once); a dispatch that completes leaves them zero.
 // cm_part: [tile][split][subgroup][WM * WN][256] f32 (tile = wid.y * groups_x + wid.x);
 // cm_ctr: one u32 per tile. With SPLIT = 1 both are bound but never touched.
-// Epilogue: each accumulator tile goes through a per-subgroup 16 x 16 f32 scratch in shared
-// memory and is written (bounds-checked, added to Y when accumulating) by the subgroup's
-// invocations, so no alignment of y_stride or row_offset is needed.
+// Epilogue (unless direct: CM_DIRECT): each accumulator tile goes through a per-subgroup 16 x 16
+// f32 scratch in shared memory and is written (bounds-checked, added to Y when accumulating) by
+// the subgroup's invocations, so no alignment of y_stride or row_offset is needed.
 //
 // Shared memory: 2 stages x 2 x 128 x 80 bytes + 8 x 1 KiB scratch = 48 KiB, whatever the
 // tiling; K step 64 (rows of 144 bytes) fits tilings of up to 64 x 64 in the same arrays with
@@ -88,6 +93,13 @@ override CM_SB: u32 = 1280;
 override XH: u32 = 0;
 
 override SEGS: u32 = 1;
+// Direct epilogue (1): a workgroup whose whole BM x BN tile lies inside Y with y_stride and
+// row_offset multiples of 4 (16-byte aligned rows) stores its accumulators with cooperative
+// stores straight into Y, and when accumulating starts them from a cooperative load of Y instead
+// of zero; with split-K the last workgroup of such a tile sums the partials with cooperative
+// loads (in split order, then Y) and stores them the same way. Other workgroups take the scratch
+// path (`cm_out`, `cm_reduce`). 0: scratch path only.
+override CM_DIRECT: u32 = 0;
 
 struct Params {
     n: u32,
@@ -366,6 +378,20 @@ fn cm_reduce(tile: u32, sg_id: u32, lane: u32, t: u32, m0: u32, r0: u32) {
     }
 }
 
+// cm_reduce with the direct epilogue: the SPLIT partials summed in split order with cooperative
+// loads (and Y added when accumulating), stored straight into Y.
+fn cm_reduce_direct(tile: u32, sg_id: u32, t: u32, m0: u32, r0: u32) {
+    var v = coopLoadT<coop_mat16x16<f32, C>>(&cm_part[cm_part_base(tile, 0u, sg_id) + t * 256u], 16u);
+    for (var s = 1u; s < SPLIT; s++) {
+        v = v + coopLoadT<coop_mat16x16<f32, C>>(&cm_part[cm_part_base(tile, s, sg_id) + t * 256u],
+                                                  16u);
+    }
+    if (p.accumulate != 0u) {
+        v = v + cm_load_y(m0, r0);
+    }
+    cm_store_y(v, m0, r0);
+}
+
 // Selects the segment of workgroup column `wx` (tiles `bn` rows wide): sets cm_seg, cm_rows,
 // cm_roff and cm_ys, and returns the column within the segment (its rows start at gx * bn).
 fn cm_segment(wx: u32, bn: u32) -> u32 {
@@ -391,6 +417,40 @@ fn cm_segment(wx: u32, bn: u32) -> u32 {
         }
     }
     return gx;
+}
+
+// Whether the workgroup with tiles at token m0, row r0 writes Y directly (CM_DIRECT): its whole
+// tile lies inside Y, whose rows are 16-byte aligned.
+fn cm_direct(m0: u32, r0: u32) -> bool {
+    return CM_DIRECT == 1u && m0 + CM_SGM * WM * 16u <= p.n
+        && r0 + CM_SGN * WN * 16u <= cm_rows && cm_ys % 4u == 0u && cm_roff % 4u == 0u;
+}
+
+// The 16 x 16 tile of this workgroup's Y at token m, row r (direct epilogue).
+fn cm_load_y(m: u32, r: u32) -> coop_mat16x16<f32, C> {
+    // (The stride as a `let`: naga's SPIR-V writer needs it emitted before the operation.)
+    let ys = cm_ys + 0u;
+    let o = m * ys + cm_roff + r;
+    if (SEGS == 1u || cm_seg == 0u) {
+        return coopLoadT<coop_mat16x16<f32, C>>(&y[o], ys);
+    }
+    if (cm_seg == 1u) {
+        return coopLoadT<coop_mat16x16<f32, C>>(&y1[o], ys);
+    }
+    return coopLoadT<coop_mat16x16<f32, C>>(&y2[o], ys);
+}
+
+// Stores accumulator tile c at token m, row r of this workgroup's Y (direct epilogue).
+fn cm_store_y(c: coop_mat16x16<f32, C>, m: u32, r: u32) {
+    let ys = cm_ys + 0u;
+    let o = m * ys + cm_roff + r;
+    if (SEGS == 1u || cm_seg == 0u) {
+        coopStoreT(c, &y[o], ys);
+    } else if (cm_seg == 1u) {
+        coopStoreT(c, &y1[o], ys);
+    } else {
+        coopStoreT(c, &y2[o], ys);
+    }
 }
 
 // The epilogue, in uniform control flow: this subgroup's accumulators (its tiles start at token
@@ -443,8 +503,39 @@ fn cm_finish(c00: coop_mat16x16<f32, C>, c01: coop_mat16x16<f32, C>, c02: coop_m
         if (lid == 0u) {
             atomicStore(&cm_ctr[tile], 0u);
         }
+        if (cm_direct(mb - mb % (CM_SGM * WM * 16u), rb - rb % (CM_SGN * WN * 16u))) {
+            for (var t = 0u; t < WM * WN; t++) {
+                cm_reduce_direct(tile, sg_id, t, mb + 16u * (t / WN), rb + 16u * (t % WN));
+            }
+            return;
+        }
         for (var t = 0u; t < WM * WN; t++) {
             cm_reduce(tile, sg_id, lane, t, mb + 16u * (t / WN), rb + 16u * (t % WN));
+        }
+        return;
+    }
+    if (SPLIT == 1u && cm_direct(mb - mb % (CM_SGM * WM * 16u), rb - rb % (CM_SGN * WN * 16u))) {
+        cm_store_y(c00, mb, rb);
+        cm_store_y(c01, mb, rb + 16u);
+        cm_store_y(c10, mb + 16u, rb);
+        cm_store_y(c11, mb + 16u, rb + 16u);
+        if (WN > 2u) {
+            cm_store_y(c02, mb, rb + 32u);
+            cm_store_y(c03, mb, rb + 48u);
+            cm_store_y(c12, mb + 16u, rb + 32u);
+            cm_store_y(c13, mb + 16u, rb + 48u);
+        }
+        if (WM > 2u) {
+            cm_store_y(c20, mb + 32u, rb);
+            cm_store_y(c21, mb + 32u, rb + 16u);
+            cm_store_y(c30, mb + 48u, rb);
+            cm_store_y(c31, mb + 48u, rb + 16u);
+            if (WN > 2u) {
+                cm_store_y(c22, mb + 32u, rb + 32u);
+                cm_store_y(c23, mb + 32u, rb + 48u);
+                cm_store_y(c32, mb + 48u, rb + 32u);
+                cm_store_y(c33, mb + 48u, rb + 48u);
+            }
         }
         return;
     }
@@ -602,6 +693,33 @@ fn matmul_coop(@builtin(workgroup_id) wid: vec3<u32>,
     var c31: coop_mat16x16<f32, C>;
     var c32: coop_mat16x16<f32, C>;
     var c33: coop_mat16x16<f32, C>;
+    if (SPLIT == 1u && p.accumulate != 0u && cm_direct(m0, r0)) {
+        // Y += X W^T: the accumulators start from Y (the direct epilogue stores them whole).
+        let mb = m0 + sm;
+        let rb = r0 + sn;
+        c00 = cm_load_y(mb, rb);
+        c01 = cm_load_y(mb, rb + 16u);
+        c10 = cm_load_y(mb + 16u, rb);
+        c11 = cm_load_y(mb + 16u, rb + 16u);
+        if (WN > 2u) {
+            c02 = cm_load_y(mb, rb + 32u);
+            c03 = cm_load_y(mb, rb + 48u);
+            c12 = cm_load_y(mb + 16u, rb + 32u);
+            c13 = cm_load_y(mb + 16u, rb + 48u);
+        }
+        if (WM > 2u) {
+            c20 = cm_load_y(mb + 32u, rb);
+            c21 = cm_load_y(mb + 32u, rb + 16u);
+            c30 = cm_load_y(mb + 48u, rb);
+            c31 = cm_load_y(mb + 48u, rb + 16u);
+            if (WN > 2u) {
+                c22 = cm_load_y(mb + 32u, rb + 32u);
+                c23 = cm_load_y(mb + 32u, rb + 48u);
+                c32 = cm_load_y(mb + 48u, rb + 32u);
+                c33 = cm_load_y(mb + 48u, rb + 48u);
+            }
+        }
+    }
     // Slice kb into stage 0 (an empty share stages zeros, never multiplied).
     cm_fetch(lid, m0, r0, kb);
     cm_stash(0u, lid, r0, kb);

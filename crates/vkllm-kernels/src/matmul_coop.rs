@@ -180,6 +180,12 @@ pub struct CoopConfig {
     /// X holds f16, two per u32 word (`to_f16`), instead of f32: half the bytes and prefetch
     /// registers per slice. Needs `cols % 8 == 0`.
     pub x_f16: bool,
+    /// Direct epilogue: workgroups whose whole tile lies inside Y, with y_stride and row_offset
+    /// multiples of 4, store their accumulators straight into Y with cooperative stores (and
+    /// start from a cooperative load of Y when accumulating) instead of going through shared
+    /// memory tile by tile; with split-K, the last workgroup of such a tile sums the partials
+    /// with cooperative loads and stores the sum the same way.
+    pub direct: bool,
 }
 
 impl CoopConfig {
@@ -192,6 +198,7 @@ impl CoopConfig {
             stages: 2,
             prefetch_quant: false,
             x_f16: false,
+            direct: false,
         }
     }
 
@@ -494,7 +501,8 @@ impl<B: KernelBuffer> MatmulCoopGroup<B> {
                 .set("CM_LDV", ldv as f64)
                 .set("CM_SA", (tile.bm() as u32 * ldv) as f64)
                 .set("CM_SB", (tile.bn() as u32 * ldv) as f64)
-                .set("XH", cfg.x_f16 as u32 as f64);
+                .set("XH", cfg.x_f16 as u32 as f64)
+                .set("CM_DIRECT", cfg.direct as u32 as f64);
             if segs.len() > 1 {
                 o = o.set("SEGS", segs.len() as f64);
             }

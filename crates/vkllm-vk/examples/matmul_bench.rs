@@ -19,7 +19,8 @@
 //! in the time. With quantized weights and n >= 512 the runtime's launch (`--auto`) may first
 //! copy a large weight to f16 (coop_dequant.rs): the copy is in the time
 //! (`VKLLM_COOP_DEQUANT=0` leaves it out). `--dequant` adds a `dequant_f16` row (that copy alone,
-//! GB/s of blocks read and halves written) for each quantized type and shape.
+//! GB/s of blocks read and halves written) for each quantized type and shape. `--accumulate`
+//! times `Y += X W^T` (the residual projections' form) instead of `Y = X W^T`.
 //! The device comes from `VKLLM_DEVICE`; `VKLLM_VALIDATE=1` adds the validation layer.
 
 use vkllm_vk::kernels::WeightType;
@@ -40,7 +41,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut types = vec![WeightType::F16, WeightType::F32, WeightType::Bf16];
     let mut tiles = vec![CoopTile::LARGE, CoopTile::SMALL, CoopTile::TINY];
     let mut configs: Vec<ConfigArg> = Vec::new();
-    let (mut auto, mut portable, mut dequant) = (false, true, false);
+    let (mut auto, mut portable, mut dequant, mut acc) = (false, true, false, false);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -52,6 +53,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             "--auto" => auto = true,
             "--no-portable" => portable = false,
             "--dequant" => dequant = true,
+            "--accumulate" => acc = true,
             s => {
                 let (r, c) = s
                     .split_once('x')
@@ -105,6 +107,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                     stages,
                     prefetch_quant: false,
                     x_f16: vkllm_vk::coop_x_f16_enabled() && cols % 8 == 0,
+                    direct: false,
                 };
                 let c = match split {
                     Some(s) => CoopConfig { split: s, ..c },
@@ -116,6 +119,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                         vkllm_vk::coop_split_target(types[0]),
                     ),
                 };
+                // The runtime's choice (tensor.rs): direct where accumulating or split.
+                let direct = vkllm_vk::coop_direct_enabled() && (acc || c.split > 1);
+                let c = CoopConfig { direct, ..c };
                 if c.fits_for(sg, types[0]) {
                     kernels.push(MatmulKernel::CoopWith(c));
                 } else {
@@ -129,7 +135,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 println!("{}", r.markdown_row());
             }
             for &k in &kernels {
-                let r = bench::bench_matmul_with(&dev, dtype, rows, cols, n, iters, k)?;
+                let r = bench::bench_matmul_with(&dev, dtype, rows, cols, n, iters, k, acc)?;
                 println!("{}", r.markdown_row());
             }
         }

@@ -59,10 +59,12 @@ pub fn bench_matmul(
     n: usize,
     iters: u32,
 ) -> Result<BenchResult> {
-    bench_matmul_with(dev, dtype, rows, cols, n, iters, MatmulKernel::Auto)
+    bench_matmul_with(dev, dtype, rows, cols, n, iters, MatmulKernel::Auto, false)
 }
 
-/// [`bench_matmul`] on a chosen matmul kernel (ignored for n = 1).
+/// [`bench_matmul`] on a chosen matmul kernel (ignored for n = 1), with `accumulate`: each
+/// product adds into Y (`Y += X W^T`, as the residual projections do) instead of overwriting it.
+#[allow(clippy::too_many_arguments)]
 pub fn bench_matmul_with(
     dev: &Device,
     dtype: WeightType,
@@ -71,6 +73,7 @@ pub fn bench_matmul_with(
     n: usize,
     iters: u32,
     kernel: MatmulKernel,
+    accumulate: bool,
 ) -> Result<BenchResult> {
     let w = Tensor::new(dev, "bench-w", dtype, rows, cols)?;
     let parts = w.parts.len() as u32;
@@ -85,11 +88,14 @@ pub fn bench_matmul_with(
         r.fill(p.buffer.all(), 0x3c00_3c00)?;
     }
     r.fill(x.all(), 0x3c00_3c00)?;
+    if accumulate {
+        r.fill(y.all(), 0)?;
+    }
     for _ in 0..iters {
         if n == 1 {
-            r.matvec(&w, x.all(), y.all(), false)?;
+            r.matvec(&w, x.all(), y.all(), accumulate)?;
         } else {
-            r.matmul_with(&w, x.all(), n, y.all(), false, kernel)?;
+            r.matmul_with(&w, x.all(), n, y.all(), accumulate, kernel)?;
         }
     }
     let rec = r.finish()?;

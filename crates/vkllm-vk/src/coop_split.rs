@@ -70,6 +70,19 @@ fn env_qpre() -> bool {
     *Q.get_or_init(|| std::env::var("VKLLM_COOP_QPRE").is_ok_and(|v| v == "1"))
 }
 
+/// `VKLLM_COOP_DIRECT=0` (read once): accumulating auto launches (`Y += X W^T`) write Y through
+/// shared memory tile by tile everywhere (the reference); default: they take the direct epilogue
+/// ([`CoopConfig::direct`]) where a workgroup's tile lies inside Y. Plain (overwriting) launches
+/// never take it. Measured on the H200 (f16, n = 512, one machine start, two rounds):
+/// - accumulating, Llama-1B o_proj (2048 x 2048, unsplit): 901 / 904 -> 717 / 719 us over 16
+///   layers, pp512 +3 to +5% on the Llama F16 and Q8_0 rows;
+/// - plain: mixed, so left off: 2048 x 2048 40.2 -> 42.5 us, Qwen3 gate/up group (2 x 3072 x
+///   1024) 2307 / 2301 -> 2402 / 2380 us over 28 layers, Llama q/k/v group 1272 -> 1224 us.
+pub fn env_direct() -> bool {
+    static D: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *D.get_or_init(|| std::env::var("VKLLM_COOP_DIRECT").map_or(true, |v| v != "0"))
+}
+
 /// `VKLLM_COOP_XF16=0` (read once): [`auto_config`]'s launches read X as f32; default: as f16
 /// converted once per source ([`Recorder::half_x`], `to_f16`) where `cols % 8 == 0`. Measured
 /// on the H200 (n = 512, f16 weights): 8192 x 2048 152 -> 119 us with 128 x 128 tiles.

@@ -594,6 +594,15 @@ impl Recorder {
                 }
                 (None, _) => cfg,
             };
+            // Accumulating and split-K auto launches store Y directly where they can
+            // (coop_split::env_direct).
+            let cfg = match (cfg, kernel) {
+                (Some(c), MatmulKernel::Auto) if accumulate || c.split > 1 => Some(CoopConfig {
+                    direct: crate::coop_split::env_direct(),
+                    ..c
+                }),
+                (c, _) => c,
+            };
             let wbuf = match &copy {
                 Some(b) => b.slice(0, vkllm_kernels::dequant_f16::f16_bytes(w.rows, w.cols))?,
                 None => p.buffer.all(),

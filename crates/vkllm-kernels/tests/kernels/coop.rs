@@ -59,8 +59,8 @@ fn coop_matmul_variants_emit_spirv() {
     }
 }
 
-/// Split-K, K step 64, one stage and quantized prefetch specialise for every weight type; the
-/// grid's z is the split and the scratch must cover every tile's partials and counter.
+/// Split-K, K step 64, one stage, quantized prefetch and the direct epilogue specialise for every
+/// weight type; the grid's z is the split and the scratch must cover every tile's partials and counter.
 #[test]
 fn coop_matmul_split_variants_emit_spirv() {
     use vkllm_kernels::matmul_coop::{CoopConfig, CoopTile, MATMUL_COOP, MatmulCoop, SplitScratch};
@@ -80,6 +80,8 @@ fn coop_matmul_split_variants_emit_spirv() {
             stages,
             prefetch_quant: i % 2 == 0,
             x_f16: i % 4 == 1,
+            // The split epilogue's cooperative sum of the partials (direct) on every other type.
+            direct: i % 2 == 1,
         };
         assert!(cfg.fits(32), "{cfg:?}");
         let s = MatShape {
@@ -133,6 +135,7 @@ fn coop_matmul_split_variants_emit_spirv() {
         stages,
         prefetch_quant: false,
         x_f16: false,
+        direct: false,
     };
     assert!(with(CoopTile::TINY, 64, 2).fits(32));
     // f16 X halves the X slots: 4 subgroups of 4 x 4 tiles at K step 64 read 8 slots of X per
@@ -194,6 +197,7 @@ fn coop_matmul_groups_check_their_segments() {
         stages: 1,
         prefetch_quant: false,
         x_f16: true,
+        direct: false,
     };
     let seg = |dtype: WeightType, rows: usize, cols: usize| CoopSegment {
         w: Fake(dtype.storage_bytes((rows * cols) as u64)),
@@ -235,6 +239,20 @@ fn coop_matmul_groups_check_their_segments() {
         assert_eq!(d.groups, [5, 1, 2]);
         compile_spirv(&MATMUL_COOP, &d.overrides, SpirvOptions::default())
             .unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+        // The direct epilogue (unsplit): its per-segment cooperative loads and stores of Y.
+        let direct = CoopConfig {
+            split: 1,
+            direct: true,
+            ..cfg
+        };
+        let d = group(
+            vec![seg(dt, 300, 512), seg(dt, 100, 512), seg(dt, 7, 512)],
+            &direct,
+        )
+        .unwrap_or_else(|e| panic!("{} direct: {e}", dt.name()));
+        assert_eq!(d.overrides.get("CM_DIRECT"), Some(1.0));
+        compile_spirv(&MATMUL_COOP, &d.overrides, SpirvOptions::default())
+            .unwrap_or_else(|e| panic!("{} direct: {e}", dt.name()));
     }
     assert_eq!(
         cfg.scratch_bytes_segments(&[300, 100, 7], 40),

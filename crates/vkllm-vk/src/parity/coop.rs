@@ -99,6 +99,7 @@ pub(crate) fn config_name(c: &CoopConfig) -> String {
         if c.stages == 1 { " 1-stage" } else { "" },
         if c.prefetch_quant { " qpre" } else { "" },
     ) + if c.x_f16 { " x16" } else { "" }
+        + if c.direct { " direct" } else { "" }
 }
 
 /// Random weights of `dtype` as stored, and their f16-rounded values (what the kernel uses).
@@ -167,6 +168,7 @@ pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
         stages: if bk == 64 && tile != tiny { 1 } else { 2 },
         prefetch_quant: split % 2 == 1,
         x_f16: false,
+        direct: false,
     };
     // X as f16 (`to_f16` into the recorder's scratch, XH = 1): every weight kind, each tiling,
     // both K steps, with and without split (cols % 8 == 0, which f16 X needs).
@@ -249,11 +251,71 @@ pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
         (WeightType::Q4_K, 70, 129, 1280, true, cfg(large, 64, 2)),
         (WeightType::Q6_K, 37, 100, 768, false, cfg(small, 64, 1)),
     ];
+    // The direct epilogue: interior workgroups store (and when accumulating, start from) Y with
+    // cooperative operations, edge workgroups take the scratch path; rows a multiple of 4 (Y's
+    // stride here), n and rows past the tile multiples, both accumulate modes, f16 and f32 X,
+    // split-K in 2 and 3 (the last workgroup's cooperative sum of the partials).
+    let direct = |tile, bk, split, x_f16| CoopConfig {
+        x_f16,
+        direct: true,
+        ..cfg(tile, bk, split)
+    };
+    let direct_rows = [
+        (
+            WeightType::F16,
+            200usize,
+            300usize,
+            512usize,
+            true,
+            direct(CoopTile::WIDE, 64, 1, true),
+        ),
+        (
+            WeightType::F16,
+            130,
+            260,
+            512,
+            false,
+            direct(large, 64, 1, true),
+        ),
+        (
+            WeightType::Bf16,
+            70,
+            132,
+            256,
+            true,
+            direct(tiny, 32, 1, false),
+        ),
+        (
+            WeightType::Q8_0,
+            200,
+            132,
+            32 * 37,
+            true,
+            direct(CoopTile::TALL, 64, 1, true),
+        ),
+        (
+            WeightType::F16,
+            130,
+            260,
+            512,
+            true,
+            direct(large, 32, 2, true),
+        ),
+        (
+            WeightType::F16,
+            300,
+            260,
+            1024,
+            false,
+            direct(large, 64, 3, true),
+        ),
+    ];
     let cases = plain
         .into_iter()
         .map(|(d, n, r, c, a, t)| (d, n, r, c, a, CoopConfig::plain(t)))
         .chain(split)
-        .chain(half);
+        .chain(half)
+        .chain(direct_rows);
     for (dtype, n, rows, cols, accumulate, c) in cases {
         let (bytes, wr) = coop_weight(&mut rng, dtype, rows, cols)?;
         let x = rng.vec(n * cols, -1.0, 1.0);
@@ -372,6 +434,7 @@ fn split_reuse(dev: &Device, rng: &mut Rng) -> Result<KernelParityRow> {
         stages: 2,
         prefetch_quant: false,
         x_f16: false,
+        direct: false,
     };
     let (bytes, wr) = coop_weight(rng, WeightType::Q8_0, rows, cols)?;
     let x = rng.vec(n * cols, -1.0, 1.0);

@@ -49,6 +49,7 @@ pub(crate) fn matmul_coop_group(dev: &Device, seed: u64) -> Result<Vec<KernelPar
         },
         prefetch_quant: false,
         x_f16,
+        direct: false,
     };
     use WeightType::{F16, Q4_K, Q6_K, Q8_0};
     // Segment rows off the tile multiples (a segment's last workgroup column is partial), f32
@@ -86,6 +87,20 @@ pub(crate) fn matmul_coop_group(dev: &Device, seed: u64) -> Result<Vec<KernelPar
             accumulate: false,
             cfg: launch(CoopTile::WIDE, 64, 1, true),
             dispatches: 3,
+        },
+        // The direct epilogue per segment (rows multiples of 4: each segment's own Y has a
+        // 16-byte aligned stride): interior workgroups of all three segments load and store
+        // through their own Y binding, edge ones go through shared memory.
+        Case {
+            weights: &[(F16, 256), (F16, 64), (F16, 68)],
+            n: 140,
+            cols: 512,
+            accumulate: true,
+            cfg: CoopConfig {
+                direct: true,
+                ..launch(CoopTile::TINY, 32, 1, true)
+            },
+            dispatches: 2,
         },
     ];
     let mut out = Vec::new();
