@@ -70,17 +70,29 @@ fn env_qpre() -> bool {
     *Q.get_or_init(|| std::env::var("VKLLM_COOP_QPRE").is_ok_and(|v| v == "1"))
 }
 
-/// `VKLLM_COOP_DIRECT=0` (read once): accumulating auto launches (`Y += X W^T`) write Y through
-/// shared memory tile by tile everywhere (the reference); default: they take the direct epilogue
-/// ([`CoopConfig::direct`]) where a workgroup's tile lies inside Y. Plain (overwriting) launches
-/// never take it. Measured on the H200 (f16, n = 512, one machine start, two rounds):
-/// - accumulating, Llama-1B o_proj (2048 x 2048, unsplit): 901 / 904 -> 717 / 719 us over 16
-///   layers, pp512 +3 to +5% on the Llama F16 and Q8_0 rows;
-/// - plain: mixed, so left off: 2048 x 2048 40.2 -> 42.5 us, Qwen3 gate/up group (2 x 3072 x
-///   1024) 2307 / 2301 -> 2402 / 2380 us over 28 layers, Llama q/k/v group 1272 -> 1224 us.
+/// `VKLLM_COOP_DIRECT=0` (read once): accumulating and split-K auto launches write Y through
+/// shared memory tile by tile and sum split-K partials element by element (the reference);
+/// default: they take the direct epilogue ([`CoopConfig::direct`]) where a workgroup's tile
+/// lies inside Y. Unsplit overwriting launches never take it (measured mixed on the H200: 2048
+/// x 2048 40.2 -> 42.5 us, Qwen3 gate/up group +4%, Llama q/k/v group -4%). Measured on the
+/// H200 (f16, n = 512, us, reference -> direct): 2048 x 8192 split 2 134.3 -> 120.9
+/// (accumulating 162.7 -> 124.7), 1024 x 2048 split 2 33.4 -> 25.5, 2048 x 2048 accumulating
+/// 45.5 -> 43.5; pp512 Llama-3.2-1B F16 54178 -> 58802, Qwen3-0.6B F16 60508 -> 68661.
 pub fn env_direct() -> bool {
     static D: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *D.get_or_init(|| std::env::var("VKLLM_COOP_DIRECT").map_or(true, |v| v != "0"))
+}
+
+/// `VKLLM_COOP_FLOAT_SPLIT=0` (read once): [`auto_config`]'s session-11 rules for float weights
+/// whose 128 x 128 grid is short of `min_groups` (split to `min_groups` at K >= [`LONG_K`], else
+/// 64 x 64 or 64 x 128 tiles); default: 128 x 128 split to the float target, and at
+/// K >= [`LONG_K`] the wide tiling split to twice the target, both in powers of two. Measured on
+/// the H200 with the direct epilogue (f16, n = 512, accumulating, us, old -> new): 2048 x 2048
+/// 43.4 -> 37.7, 2048 x 8192 125.0 -> 111.0, 1024 x 3072 34.5 -> 31.4, 1024 x 2048 26.8 ->
+/// 26.5.
+fn float_split_enabled() -> bool {
+    static F: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *F.get_or_init(|| std::env::var("VKLLM_COOP_FLOAT_SPLIT").map_or(true, |v| v != "0"))
 }
 
 /// `VKLLM_COOP_XF16=0` (read once): [`auto_config`]'s launches read X as f32; default: as f16
@@ -142,9 +154,12 @@ pub const LONG_K: usize = 4096;
 ///    8192 x 2048 Q8_0 160.4 -> 152.7, but Q4_0 143.1 -> 155.7 and Q4_K 150.1 -> 161.0; it lost
 ///    at 2048 x 2048 and on every grid smaller than 96 of its workgroups);
 /// 3. [`CoopTile::WIDE`] where it fits and makes at least `2 min_groups` workgroups;
-/// 4. float weights: [`CoopTile::LARGE`] unsplit where it makes `min_groups` workgroups; split
-///    in the fewest parts reaching `min_groups` where `cols >= LONG_K`; [`CoopTile::TINY`]
-///    unsplit where it makes `min_groups..2 min_groups` workgroups over at most 1024 columns;
+/// 4. float weights: [`CoopTile::LARGE`] unsplit where it makes `min_groups` workgroups;
+///    [`CoopTile::TINY`] unsplit where it makes `min_groups..2 min_groups` workgroups over at
+///    most 1024 columns; else where `cols >= LONG_K` [`CoopTile::WIDE`] split to `2 target`
+///    workgroups, otherwise [`CoopTile::LARGE`] split to `target`, both by [`pow2_split`]
+///    ([`float_split_enabled`]; with it off: LARGE split in the fewest parts reaching
+///    `min_groups` where `cols >= LONG_K`, TINY as above);
 /// 5. [`CoopTile::SMALL`] split by [`with_split`] (every other quantized grid ends here).
 ///
 /// Measured on the H200 (n = 512, f16 X; docs/benchmarks.md "session 7"): splitting a grid
@@ -198,13 +213,23 @@ pub fn auto_config(
     {
         return Some(c);
     }
+    let tiny_fits = (min_groups..2 * min_groups).contains(&groups(CoopTile::TINY)) && cols <= 1024;
     if !dtype.is_quantized() {
         if let Some(c) = launch(CoopTile::LARGE) {
             let g = groups(CoopTile::LARGE).max(1);
             if g >= min_groups {
                 return Some(c);
             }
-            if cols >= LONG_K {
+            if float_split_enabled() {
+                if cols >= LONG_K
+                    && let Some(w) = launch(CoopTile::WIDE)
+                {
+                    return Some(pow2_split(w, rows, n, cols, 2 * target));
+                }
+                if !tiny_fits {
+                    return Some(pow2_split(c, rows, n, cols, target));
+                }
+            } else if cols >= LONG_K {
                 let split = min_groups.div_ceil(g).min(cols.div_ceil(c.bk as usize) / 2);
                 return Some(CoopConfig {
                     split: split.clamp(1, MAX_SPLIT as usize) as u32,
@@ -213,14 +238,23 @@ pub fn auto_config(
             }
         }
         if let Some(c) = launch(CoopTile::TINY)
-            && (min_groups..2 * min_groups).contains(&groups(CoopTile::TINY))
-            && cols <= 1024
+            && tiny_fits
         {
             return Some(c);
         }
     }
     let c = launch(CoopTile::SMALL).or_else(|| launch(fallback))?;
     Some(with_split(c, rows, n, cols, target))
+}
+
+/// [`with_split`] rounded down to a power of two (the split in 3 measured slowest on every
+/// shape tried on the H200: 2048 x 2048 128 x 128 split 2 / 3: 37.7 / 49.4 us).
+fn pow2_split(cfg: CoopConfig, rows: usize, n: usize, cols: usize, target: usize) -> CoopConfig {
+    let c = with_split(cfg, rows, n, cols, target);
+    CoopConfig {
+        split: 1 << c.split.ilog2(),
+        ..c
+    }
 }
 
 /// `cfg` split in as many parts as fit in `target` workgroups for `rows` x `n` outputs over
@@ -452,14 +486,15 @@ mod tests {
         assert_eq!(pick(f32, 8192, 2048).0, CoopTile::LARGE);
         // 3072 rows: 96 workgroups of 128 x 128, unsplit.
         assert_eq!(pick(f16, 3072, 1024), (CoopTile::LARGE, 1, true, 64));
-        // 2048 x 8192: 64 of 128 x 128, long K: split in 2.
-        assert_eq!(pick(f16, 2048, 8192), (CoopTile::LARGE, 2, true, 64));
+        // 2048 x 8192: 64 of 128 x 128, long K: the wide tiling (64 groups) split to 256 -> 4.
+        assert_eq!(pick(f16, 2048, 8192), (CoopTile::WIDE, 4, true, 64));
         // 1024 x 1024: 128 of 64 x 64 in 96..192, K 1024.
         assert_eq!(pick(f16, 1024, 1024).0, CoopTile::TINY);
-        // 1024 x 3072: 64 of 64 x 128, split 128 / 64 = 2.
-        assert_eq!(pick(f16, 1024, 3072), (CoopTile::SMALL, 2, true, 64));
-        // 2048 x 2048: 128 of 64 x 128 fill the float target: unsplit.
-        assert_eq!(pick(f16, 2048, 2048), (CoopTile::SMALL, 1, true, 64));
+        // 1024 x 3072: 32 of 128 x 128, split 128 / 32 = 4.
+        assert_eq!(pick(f16, 1024, 3072), (CoopTile::LARGE, 4, true, 64));
+        // 2048 x 2048: 64 of 128 x 128, split 2; 1536 x 2048: 48, 128 / 48 = 2 (not 3).
+        assert_eq!(pick(f16, 2048, 2048), (CoopTile::LARGE, 2, true, 64));
+        assert_eq!(pick(f16, 1536, 2048), (CoopTile::LARGE, 2, true, 64));
         // Quantized 128 x 64: 192 workgroups at 3072 rows; 128 over 1024 columns at 2048.
         assert_eq!(pick(q8, 3072, 1024), (CoopTile::TALL, 1, true, 64));
         assert_eq!(pick(q8, 2048, 1024), (CoopTile::TALL, 1, true, 64));
