@@ -36,8 +36,9 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     reps: usize,
 
-    /// Decode steps per submit (the recorded multi-step decode).
-    #[arg(long, default_value_t = 8)]
+    /// Decode steps per submit (the recorded multi-step decode; `vkllm serve` takes 4 for
+    /// streaming latency).
+    #[arg(long, default_value_t = 16)]
     steps: usize,
 
     /// KV cache type: f32 or f16. Default: f16 for dense models (llama-bench's default cache
