@@ -260,55 +260,15 @@ pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
         direct: true,
         ..cfg(tile, bk, split)
     };
-    let direct_rows = [
-        (
-            WeightType::F16,
-            200usize,
-            300usize,
-            512usize,
-            true,
-            direct(CoopTile::WIDE, 64, 1, true),
-        ),
-        (
-            WeightType::F16,
-            130,
-            260,
-            512,
-            false,
-            direct(large, 64, 1, true),
-        ),
-        (
-            WeightType::Bf16,
-            70,
-            132,
-            256,
-            true,
-            direct(tiny, 32, 1, false),
-        ),
-        (
-            WeightType::Q8_0,
-            200,
-            132,
-            32 * 37,
-            true,
-            direct(CoopTile::TALL, 64, 1, true),
-        ),
-        (
-            WeightType::F16,
-            130,
-            260,
-            512,
-            true,
-            direct(large, 32, 2, true),
-        ),
-        (
-            WeightType::F16,
-            300,
-            260,
-            1024,
-            false,
-            direct(large, 64, 3, true),
-        ),
+    let (f16, bf16, q8) = (WeightType::F16, WeightType::Bf16, WeightType::Q8_0);
+    let (wide, tall) = (CoopTile::WIDE, CoopTile::TALL);
+    let direct_rows: [(WeightType, usize, usize, usize, bool, CoopConfig); 6] = [
+        (f16, 200, 300, 512, true, direct(wide, 64, 1, true)),
+        (f16, 130, 260, 512, false, direct(large, 64, 1, true)),
+        (bf16, 70, 132, 256, true, direct(tiny, 32, 1, false)),
+        (q8, 200, 132, 32 * 37, true, direct(tall, 64, 1, true)),
+        (f16, 130, 260, 512, true, direct(large, 32, 2, true)),
+        (f16, 300, 260, 1024, false, direct(large, 64, 3, true)),
     ];
     let cases = plain
         .into_iter()
