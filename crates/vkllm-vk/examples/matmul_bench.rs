@@ -119,8 +119,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                         vkllm_vk::coop_split_target(types[0]),
                     ),
                 };
-                // The runtime's choice (tensor.rs): direct where accumulating or split.
-                let direct = vkllm_vk::coop_direct_enabled() && (acc || c.split > 1);
+                // The runtime's choice of epilogue.
+                let direct = vkllm_vk::coop_direct_wanted(acc, c.split);
                 let c = CoopConfig { direct, ..c };
                 if c.fits_for(sg, types[0]) {
                     kernels.push(MatmulKernel::CoopWith(c));

@@ -83,6 +83,12 @@ pub fn env_direct() -> bool {
     *D.get_or_init(|| std::env::var("VKLLM_COOP_DIRECT").map_or(true, |v| v != "0"))
 }
 
+/// Whether an automatic launch takes the direct epilogue: [`env_direct`] and the launch
+/// accumulates or splits K (the rule measured above).
+pub fn direct_wanted(accumulate: bool, split: u32) -> bool {
+    env_direct() && (accumulate || split > 1)
+}
+
 /// `VKLLM_COOP_FLOAT_SPLIT=0` (read once): [`auto_config`]'s session-11 rules for float weights
 /// whose 128 x 128 grid is short of `min_groups` (split to `min_groups` at K >= [`LONG_K`], else
 /// 64 x 64 or 64 x 128 tiles); default: 128 x 128 split to the float target, and at

@@ -39,7 +39,7 @@ pub use buffer::{BufSlice, Buffer, MemoryKind};
 pub use coop_dequant::{DEQUANT_SLOTS, DequantPolicy, dequant_policy_env};
 pub use coop_split::{
     DEFAULT_BK as COOP_DEFAULT_BK, SPLIT_TARGET_FLOAT, SPLIT_TARGET_QUANT, SplitSlots,
-    auto_config as coop_auto_config, env_direct as coop_direct_enabled,
+    auto_config as coop_auto_config, direct_wanted as coop_direct_wanted,
     half_x_wanted as coop_half_x_wanted, split_target as coop_split_target,
     with_split as coop_with_split, x_f16_enabled as coop_x_f16_enabled,
 };

@@ -594,11 +594,10 @@ impl Recorder {
                 }
                 (None, _) => cfg,
             };
-            // Accumulating and split-K auto launches store Y directly where they can
-            // (coop_split::env_direct).
+            // Accumulating and split-K auto launches store Y directly where they can.
             let cfg = match (cfg, kernel) {
-                (Some(c), MatmulKernel::Auto) if accumulate || c.split > 1 => Some(CoopConfig {
-                    direct: crate::coop_split::env_direct(),
+                (Some(c), MatmulKernel::Auto) => Some(CoopConfig {
+                    direct: crate::coop_split::direct_wanted(accumulate, c.split),
                     ..c
                 }),
                 (c, _) => c,
