@@ -14,6 +14,7 @@ diagnostic(off, derivative_uniformity);
 //
 // #include quant_blocks.inc.wgsl
 // #include quant_words.inc.wgsl
+// #include matmul_coop_out.inc.wgsl
 // Quantized blocks are decoded by `dequant16` of quant_blocks.inc.wgsl (the code every
 // quantized kernel shares; QTYPE/BLOCK/TS), through this file's `wd` (quant_words.inc.wgsl's
 // `load16` and `unit_block`).
@@ -100,6 +101,14 @@ override SEGS: u32 = 1;
 // loads (in split order, then Y) and stores them the same way. Other workgroups take the scratch
 // path (`cm_out`, `cm_reduce`). 0: scratch path only.
 override CM_DIRECT: u32 = 0;
+// Gated epilogue (GLU: 1 SiLU, 2 GELU with the tanh approximation; SEGS = 2, SPLIT = 1, float
+// weights): y = act(X W^T) * (X W1^T) for the gate `w` and up `w1`, p.rows rows each. A
+// workgroup's BN staged rows interleave them in groups of 16 (gate rows g..g + 16, the same up
+// rows, the next 16 gate rows, ..), so each subgroup's accumulator tiles (i, 2j) and (i, 2j + 1)
+// hold the gate and up values of the same outputs (`cm_glu_out`). GLU_HALF = 1 also writes the
+// output as f16 pairs to `yh` (to_f16.wgsl's layout; y_stride = rows, even, row_offset 0).
+override GLU: u32 = 0;
+override GLU_HALF: u32 = 0;
 
 struct Params {
     n: u32,
@@ -127,6 +136,7 @@ var<immediate> p: Params;
 @group(0) @binding(6) var<storage, read> w2: array<u32>;
 @group(0) @binding(7) var<storage, read_write> y1: array<f32>;
 @group(0) @binding(8) var<storage, read_write> y2: array<f32>;
+@group(0) @binding(9) var<storage, read_write> yh: array<u32>;
 
 // This workgroup's segment (uniform: set once from the workgroup id) and its rows, row_offset
 // and y_stride.
@@ -229,6 +239,26 @@ fn cm_put_x(stage: u32, i: u32, v: vec4<f32>) {
     cm_a[stage * CM_SA + (i / cm_xs()) * CM_LDV + i % cm_xs()] = vec4<f16>(v);
 }
 
+// Staged row lr of the W slice of a workgroup whose rows start at r0: its weight row and which
+// weight it is in (GLU: gate 0 or up 1, in alternating groups of 16; else this segment's).
+fn cm_wrow(r0: u32, lr: u32) -> vec2<u32> {
+    if (GLU != 0u) {
+        return vec2<u32>(r0 / 2u + (lr / 32u) * 16u + lr % 16u, (lr / 16u) % 2u);
+    }
+    return vec2<u32>(r0 + lr, cm_seg);
+}
+
+// Word i of float weight `seg` (GLU) or of this workgroup's weight (`wd`).
+fn cm_wd(seg: u32, i: u32) -> u32 {
+    if (GLU != 0u) {
+        if (seg == 0u) {
+            return w[i];
+        }
+        return w1[i];
+    }
+    return wd(i);
+}
+
 // Elements per 16-byte slot of W (float types).
 fn cm_w_per_slot() -> u32 {
     return select(8u, 4u, DTYPE == 0u);
@@ -240,14 +270,16 @@ fn cm_w_per_slot() -> u32 {
 fn cm_load_w(i: u32, r0: u32, k0: u32) -> vec4<u32> {
     let per = cm_w_per_slot();
     let spr = CM_BK / per;
-    let r = r0 + i / spr;
+    let wr = cm_wrow(r0, i / spr);
+    let r = wr.x;
     let k = k0 + per * (i % spr);
     var v = vec4<u32>(0u);
     if (r < cm_rows) {
         if (WVEC == 1u) {
             if (k < p.cols) {
                 let e = 4u * (r * (p.cols / per) + k / per);
-                v = vec4<u32>(wd(e), wd(e + 1u), wd(e + 2u), wd(e + 3u));
+                v = vec4<u32>(cm_wd(wr.y, e), cm_wd(wr.y, e + 1u), cm_wd(wr.y, e + 2u),
+                              cm_wd(wr.y, e + 3u));
             }
         } else {
             // f32: one element per word; 16-bit: two (cols is even, so a pair is all in or out).
@@ -255,7 +287,7 @@ fn cm_load_w(i: u32, r0: u32, k0: u32) -> vec4<u32> {
             let e = (r * p.cols + k) / epw;
             for (var j = 0u; j < 4u; j++) {
                 if (k + epw * j < p.cols) {
-                    v[j] = wd(e + j);
+                    v[j] = cm_wd(wr.y, e + j);
                 }
             }
         }
@@ -332,66 +364,6 @@ fn cm_put_wqh(stage: u32, j: u32, h: array<vec4<f16>, 4>) {
     }
 }
 
-// Writes accumulator tile (i, j) of this subgroup (tokens m0 + 16 i.., rows r0 + 16 j..) to Y
-// through the subgroup's scratch tile. Called in uniform control flow (it has barriers).
-fn cm_out(c: coop_mat16x16<f32, C>, sg_id: u32, lane: u32, m0: u32, r0: u32) {
-    let scratch = sg_id * 256u;
-    coopStoreT(c, &cm_c[scratch], 16u);
-    workgroupBarrier();
-    for (var e = lane; e < 256u; e += SG) {
-        let m = m0 + e / 16u;
-        let r = r0 + e % 16u;
-        if (m < p.n && r < cm_rows) {
-            let o = m * cm_ys + cm_roff + r;
-            var v = cm_c[scratch + e];
-            if (p.accumulate != 0u) {
-                v += cm_y(o);
-            }
-            cm_y_set(o, v);
-        }
-    }
-    workgroupBarrier();
-}
-
-// Split-K: the first of this subgroup's WM * WN partial tiles of split s of `tile`, in cm_part.
-fn cm_part_base(tile: u32, s: u32, sg_id: u32) -> u32 {
-    return ((tile * SPLIT + s) * CM_SGM * CM_SGN + sg_id) * WM * WN * 256u;
-}
-
-// Split-K, last workgroup of a tile: accumulator tile t (= i * WN + j) of this subgroup
-// (tokens m0.., rows r0..) is the sum of the SPLIT partials, in split order.
-fn cm_reduce(tile: u32, sg_id: u32, lane: u32, t: u32, m0: u32, r0: u32) {
-    for (var e = lane; e < 256u; e += SG) {
-        let m = m0 + e / 16u;
-        let r = r0 + e % 16u;
-        if (m < p.n && r < cm_rows) {
-            var v = 0.0;
-            for (var s = 0u; s < SPLIT; s++) {
-                v += cm_part[cm_part_base(tile, s, sg_id) + t * 256u + e];
-            }
-            let o = m * cm_ys + cm_roff + r;
-            if (p.accumulate != 0u) {
-                v += cm_y(o);
-            }
-            cm_y_set(o, v);
-        }
-    }
-}
-
-// cm_reduce with the direct epilogue: the SPLIT partials summed in split order with cooperative
-// loads (and Y added when accumulating), stored straight into Y.
-fn cm_reduce_direct(tile: u32, sg_id: u32, t: u32, m0: u32, r0: u32) {
-    var v = coopLoadT<coop_mat16x16<f32, C>>(&cm_part[cm_part_base(tile, 0u, sg_id) + t * 256u], 16u);
-    for (var s = 1u; s < SPLIT; s++) {
-        v = v + coopLoadT<coop_mat16x16<f32, C>>(&cm_part[cm_part_base(tile, s, sg_id) + t * 256u],
-                                                  16u);
-    }
-    if (p.accumulate != 0u) {
-        v = v + cm_load_y(m0, r0);
-    }
-    cm_store_y(v, m0, r0);
-}
-
 // Selects the segment of workgroup column `wx` (tiles `bn` rows wide): sets cm_seg, cm_rows,
 // cm_roff and cm_ys, and returns the column within the segment (its rows start at gx * bn).
 fn cm_segment(wx: u32, bn: u32) -> u32 {
@@ -401,7 +373,7 @@ fn cm_segment(wx: u32, bn: u32) -> u32 {
     cm_ys = p.y_stride;
     var gx = wx;
     let g0 = (p.rows + bn - 1u) / bn;
-    if (SEGS > 1u && gx >= g0) {
+    if (SEGS > 1u && GLU == 0u && gx >= g0) {
         gx -= g0;
         cm_seg = 1u;
         cm_rows = p.rows1;
@@ -419,40 +391,6 @@ fn cm_segment(wx: u32, bn: u32) -> u32 {
     return gx;
 }
 
-// Whether the workgroup with tiles at token m0, row r0 writes Y directly (CM_DIRECT): its whole
-// tile lies inside Y, whose rows are 16-byte aligned.
-fn cm_direct(m0: u32, r0: u32) -> bool {
-    return CM_DIRECT == 1u && m0 + CM_SGM * WM * 16u <= p.n
-        && r0 + CM_SGN * WN * 16u <= cm_rows && cm_ys % 4u == 0u && cm_roff % 4u == 0u;
-}
-
-// The 16 x 16 tile of this workgroup's Y at token m, row r (direct epilogue).
-fn cm_load_y(m: u32, r: u32) -> coop_mat16x16<f32, C> {
-    // (The stride as a `let`: naga's SPIR-V writer needs it emitted before the operation.)
-    let ys = cm_ys + 0u;
-    let o = m * ys + cm_roff + r;
-    if (SEGS == 1u || cm_seg == 0u) {
-        return coopLoadT<coop_mat16x16<f32, C>>(&y[o], ys);
-    }
-    if (cm_seg == 1u) {
-        return coopLoadT<coop_mat16x16<f32, C>>(&y1[o], ys);
-    }
-    return coopLoadT<coop_mat16x16<f32, C>>(&y2[o], ys);
-}
-
-// Stores accumulator tile c at token m, row r of this workgroup's Y (direct epilogue).
-fn cm_store_y(c: coop_mat16x16<f32, C>, m: u32, r: u32) {
-    let ys = cm_ys + 0u;
-    let o = m * ys + cm_roff + r;
-    if (SEGS == 1u || cm_seg == 0u) {
-        coopStoreT(c, &y[o], ys);
-    } else if (cm_seg == 1u) {
-        coopStoreT(c, &y1[o], ys);
-    } else {
-        coopStoreT(c, &y2[o], ys);
-    }
-}
-
 // The epilogue, in uniform control flow: this subgroup's accumulators (its tiles start at token
 // mb, row rb) go to Y, or with split-K to its partials, and the last workgroup of a tile sums
 // them.
@@ -463,6 +401,11 @@ fn cm_finish(c00: coop_mat16x16<f32, C>, c01: coop_mat16x16<f32, C>, c02: coop_m
              c30: coop_mat16x16<f32, C>, c31: coop_mat16x16<f32, C>, c32: coop_mat16x16<f32, C>,
              c33: coop_mat16x16<f32, C>, wid: vec3<u32>, nwg: vec3<u32>, lid: u32, sg_id: u32,
              lane: u32, mb: u32, rb: u32) {
+    if (GLU != 0u) {
+        cm_glu_finish(c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32,
+                      c33, sg_id, lane, mb, rb);
+        return;
+    }
     if (SPLIT > 1u) {
         // Store this split's partials, release them, count in; the last workgroup sums.
         let tile = wid.y * nwg.x + wid.x;

@@ -31,6 +31,7 @@ pub static MATMUL_COOP: KernelSpec = KernelSpec {
         rd("w2"),
         rw("y1"),
         rw("y2"),
+        rw("yh"),
     ],
     push_size: 48,
     exact_fp: false,
@@ -337,6 +338,7 @@ impl<B: KernelBuffer> MatmulCoop<B> {
                 shape: *s,
                 y_stride,
             }],
+            glu: None,
         }
         .dispatch_with(n, subgroup_size, cfg, scratch)
     }
@@ -358,6 +360,18 @@ pub struct CoopSegment<B> {
 pub struct MatmulCoopGroup<B> {
     pub x: B,
     pub segments: Vec<CoopSegment<B>>,
+    /// The gated launch (GLU): two segments, gate and up, of one float type and the same rows;
+    /// segment 0's `y` gets `act(X gate^T) * (X up^T)` and segment 1's `y` is not written.
+    pub glu: Option<CoopGlu<B>>,
+}
+
+/// The gated epilogue of a [`MatmulCoopGroup`]: the activation of the gate, and optionally a
+/// buffer for the output as f16 pairs (`to_f16`'s layout; then rows must be even, y_stride
+/// equal to rows and row_offset 0).
+#[derive(Clone, Copy, Debug)]
+pub struct CoopGlu<B> {
+    pub act: crate::activation::Activation,
+    pub half: Option<B>,
 }
 
 /// Most weights in one [`MatmulCoopGroup`] launch.
@@ -411,6 +425,12 @@ impl<B: KernelBuffer> MatmulCoopGroup<B> {
             ));
         }
         need(k, "x", &self.x, x_bytes)?;
+        if let Some(g) = &self.glu {
+            glu_check(k, segs, cfg, subgroup_size, g.half.is_some())?;
+            if let Some(h) = &g.half {
+                need(k, "yh", h, 2 * (n * s0.rows) as u64)?;
+            }
+        }
         let mut gx = 0usize;
         let mut rows = Vec::with_capacity(segs.len());
         let mut seg_params = [[0u32; 3]; MAX_SEGMENTS];
@@ -435,6 +455,10 @@ impl<B: KernelBuffer> MatmulCoopGroup<B> {
                 to_u32(k, "row_offset", s.row_offset)?,
                 to_u32(k, "y_stride", sg.y_stride)?,
             ];
+        }
+        if self.glu.is_some() {
+            // One grid column per BN interleaved gate and up rows.
+            gx = (2 * s0.rows).div_ceil(tile.bn());
         }
         let gy = n.div_ceil(tile.bm());
         if n == 0 || gx > MAX_GROUPS_X as usize || gy > MAX_GROUPS_X as usize {
@@ -506,6 +530,15 @@ impl<B: KernelBuffer> MatmulCoopGroup<B> {
             if segs.len() > 1 {
                 o = o.set("SEGS", segs.len() as f64);
             }
+            if let Some(g) = &self.glu {
+                let act = match g.act {
+                    crate::activation::Activation::Silu => 1.0,
+                    crate::activation::Activation::GeluTanh => 2.0,
+                };
+                o = o
+                    .set("GLU", act)
+                    .set("GLU_HALF", g.half.is_some() as u32 as f64);
+            }
         }
         // Unused segment bindings repeat segment 0's buffers.
         let seg = |i: usize| segs.get(i).copied().unwrap_or(first);
@@ -522,9 +555,46 @@ impl<B: KernelBuffer> MatmulCoopGroup<B> {
                 seg(2).w,
                 seg(1).y,
                 seg(2).y,
+                self.glu.and_then(|g| g.half).unwrap_or(first.y),
             ],
             &p,
             [gx as u32, gy as u32, cfg.split],
         ))
     }
+}
+
+/// A gated launch's requirements (see [`MatmulCoopGroup::glu`]).
+fn glu_check<B: KernelBuffer>(
+    k: &'static KernelSpec,
+    segs: &[CoopSegment<B>],
+    cfg: &CoopConfig,
+    subgroup_size: u32,
+    half: bool,
+) -> Result<(), Error> {
+    let [g, u] = segs else {
+        return Err(shape_err(
+            k,
+            "a gated launch needs two segments, gate and up",
+        ));
+    };
+    if g.shape.rows != u.shape.rows || g.shape.dtype.is_quantized() {
+        return Err(shape_err(
+            k,
+            "a gated launch needs float gate and up weights of the same rows",
+        ));
+    }
+    if cfg.split != 1 || cfg.direct || g.shape.accumulate || subgroup_size < 8 {
+        return Err(shape_err(
+            k,
+            "a gated launch needs no split-K, no direct epilogue, no accumulation and \
+             subgroups of at least 8",
+        ));
+    }
+    if half && (g.shape.rows % 2 != 0 || g.y_stride != g.shape.rows || g.shape.row_offset != 0) {
+        return Err(shape_err(
+            k,
+            "a gated launch's f16 copy needs even rows, y_stride = rows and row_offset 0",
+        ));
+    }
+    Ok(())
 }

@@ -42,7 +42,8 @@ pub(crate) const MATMUL: &str = include_str!("../shaders/matmul.wgsl");
 pub(crate) const MATMUL_COOP: &str = concat!(
     include_str!("../shaders/matmul_coop.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
-    include_str!("../shaders/quant_words.inc.wgsl")
+    include_str!("../shaders/quant_words.inc.wgsl"),
+    include_str!("../shaders/matmul_coop_out.inc.wgsl")
 );
 pub(crate) const MATVEC: &str = include_str!("../shaders/matvec.wgsl");
 pub(crate) const MATVEC_FUSED: &str = concat!(

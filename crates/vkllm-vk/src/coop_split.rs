@@ -304,10 +304,12 @@ struct Slot {
 pub struct SplitSlots {
     slots: [Option<Slot>; SLOTS],
     next: usize,
-    half: Option<Buffer>,
-    /// The f32 source `half` holds, as (buffer, byte offset, elements); `None` after any
-    /// recorded write overlapping it.
-    pub(crate) half_src: Option<(ash::vk::Buffer, u64, usize)>,
+    /// Two f16 scratch buffers: 0 for X conversions and producers' copies, 1 for a copy
+    /// written by a launch that reads its own X from 0 (the gated launch).
+    half: [Option<Buffer>; 2],
+    /// The f32 source each of `half` holds, as (buffer, byte offset, elements); `None` after
+    /// any recorded write overlapping it.
+    pub(crate) half_src: [Option<(ash::vk::Buffer, u64, usize)>; 2],
     /// f16 copies of quantized weights (coop_dequant.rs), used in turn.
     pub(crate) deq: crate::coop_dequant::DequantSlots,
 }
@@ -359,7 +361,7 @@ impl Recorder {
     /// needs any more).
     pub fn take_split_scratch(&mut self) -> SplitSlots {
         let mut s = std::mem::take(&mut self.split);
-        s.half_src = None;
+        s.half_src = [None; 2];
         s
     }
 
@@ -367,12 +369,15 @@ impl Recorder {
     /// unless the scratch already holds exactly them and nothing recorded since wrote to `x`
     /// (q, k and v of a layer share one conversion).
     pub(crate) fn half_x(&mut self, x: BufSlice<'_>, elems: usize) -> Result<Buffer> {
-        if self.split.half_src == Some((x.buffer.raw(), x.offset, elems))
-            && let Some(b) = &self.split.half
-        {
-            return Ok(b.clone());
+        let key = Some((x.buffer.raw(), x.offset, elems));
+        for i in 0..2 {
+            if self.split.half_src[i] == key
+                && let Some(b) = &self.split.half[i]
+            {
+                return Ok(b.clone());
+            }
         }
-        let buf = self.half_scratch(elems)?;
+        let buf = self.half_scratch(0, elems)?;
         let bytes = vkllm_kernels::to_f16::packed_bytes(elems);
         self.dispatch(
             vkllm_kernels::to_f16::ToF16 {
@@ -381,30 +386,30 @@ impl Recorder {
             }
             .dispatch(elems)?,
         )?;
-        self.half_written(x, elems);
+        self.half_written(0, x, elems);
         Ok(buf)
     }
 
-    /// The f16 scratch, grown to hold at least `elems` halves (what it held is forgotten).
-    fn half_scratch(&mut self, elems: usize) -> Result<Buffer> {
-        self.split.half_src = None;
+    /// f16 scratch `i`, grown to hold at least `elems` halves (what it held is forgotten).
+    fn half_scratch(&mut self, i: usize, elems: usize) -> Result<Buffer> {
+        self.split.half_src[i] = None;
         let bytes = vkllm_kernels::to_f16::packed_bytes(elems);
-        match &self.split.half {
+        match &self.split.half[i] {
             Some(b) if b.size() >= bytes => Ok(b.clone()),
             _ => {
                 let b = self
                     .device()
                     .create_buffer("matmul f16 X", bytes, MemoryKind::Device)?;
-                self.split.half = Some(b.clone());
+                self.split.half[i] = Some(b.clone());
                 Ok(b)
             }
         }
     }
 
-    /// Notes that the f16 scratch now holds `x`'s first `elems` values (call right after
+    /// Notes that f16 scratch `i` now holds `x`'s first `elems` values (call right after
     /// recording the dispatch that wrote it: a later recorded write to `x` drops the note).
-    fn half_written(&mut self, x: BufSlice<'_>, elems: usize) {
-        self.split.half_src = Some((x.buffer.raw(), x.offset, elems));
+    fn half_written(&mut self, i: usize, x: BufSlice<'_>, elems: usize) {
+        self.split.half_src[i] = Some((x.buffer.raw(), x.offset, elems));
     }
 
     /// A producer's f16 copy of its output, step 1 of 2: the scratch that the next
@@ -413,13 +418,32 @@ impl Recorder {
     /// as the producer's f16 output (rmsnorm, the gated activations and `attn_prefill_coop2`
     /// have one), record the producer, then call [`Recorder::half_copy_written`].
     pub fn half_copy_target(&mut self, elems: usize) -> Result<Buffer> {
-        self.half_scratch(elems)
+        self.half_scratch(0, elems)
     }
 
     /// Step 2: the producer just recorded wrote `out`'s first `elems` values to the scratch
     /// as f16, so a matmul reading them skips its `to_f16` (until something writes `out`).
     pub fn half_copy_written(&mut self, out: BufSlice<'_>, elems: usize) {
-        self.half_written(out, elems);
+        self.half_written(0, out, elems);
+    }
+
+    /// [`Recorder::half_copy_target`] into f16 scratch `i` (0 or 1): a producer that reads its
+    /// own input as f16 from one scratch writes its copy to the other (the gated launch).
+    /// Step 2 is [`Recorder::half_copy_written_in`].
+    pub(crate) fn half_copy_target_in(&mut self, i: usize, elems: usize) -> Result<Buffer> {
+        self.half_scratch(i, elems)
+    }
+
+    /// Step 2 of [`Recorder::half_copy_target_in`].
+    pub(crate) fn half_copy_written_in(&mut self, i: usize, out: BufSlice<'_>, elems: usize) {
+        self.half_written(i, out, elems);
+    }
+
+    /// Whether f16 scratch `i` is `b`.
+    pub(crate) fn half_slot_is(&self, i: usize, b: &Buffer) -> bool {
+        self.split.half[i]
+            .as_ref()
+            .is_some_and(|h| h.raw() == b.raw())
     }
 
     /// Records with `slots` (from an earlier recorder, see [`SplitSlots`]) as split-K scratch.

@@ -25,6 +25,7 @@ mod device;
 mod error;
 mod info;
 mod instance;
+mod matmul_glu;
 mod matmul_group;
 mod pipeline;
 mod pipeline_stats;
@@ -48,6 +49,7 @@ pub use device::{Device, DeviceOptions};
 pub use error::{Error, Result};
 pub use info::{DeviceChoice, DeviceInfo, DeviceKind, Heap, Limits, list_devices, select};
 pub use instance::{Instance, VALIDATION_ALLOW_LIST, Validation, ValidationMessage};
+pub use matmul_glu::{glu_config as coop_glu_config, glu_enabled as coop_glu_enabled};
 pub use matmul_group::{
     group_config as coop_group_config, group_enabled as coop_group_enabled,
     group_step as coop_group_step,

@@ -201,7 +201,12 @@ impl Recorder {
             None => None,
         };
         let sg = self.device().info().subgroup_size;
-        let d = MatmulCoopGroup { x, segments }.dispatch_with(n, sg, &c, scratch)?;
+        let d = MatmulCoopGroup {
+            x,
+            segments,
+            glu: None,
+        }
+        .dispatch_with(n, sg, &c, scratch)?;
         self.dispatch(d)
     }
 }

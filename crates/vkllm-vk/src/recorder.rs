@@ -261,14 +261,16 @@ impl Recorder {
         }
         self.pending_reads.extend_from_slice(reads);
         self.pending_writes.extend_from_slice(writes);
-        if let Some((buf, off, elems)) = self.split.half_src {
-            let src = Range {
-                buf,
-                start: off,
-                end: off + 4 * elems as u64,
-            };
-            if writes.iter().any(|w| w.overlaps(&src)) {
-                self.split.half_src = None;
+        for i in 0..2 {
+            if let Some((buf, off, elems)) = self.split.half_src[i] {
+                let src = Range {
+                    buf,
+                    start: off,
+                    end: off + 4 * elems as u64,
+                };
+                if writes.iter().any(|w| w.overlaps(&src)) {
+                    self.split.half_src[i] = None;
+                }
             }
         }
     }

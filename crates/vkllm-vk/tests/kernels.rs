@@ -71,6 +71,7 @@ parity_tests!(
     matmul,
     matmul_coop,
     matmul_coop_group,
+    matmul_coop_glu,
     matvec_fused_float,
     matvec_fused_legacy,
     matvec_fused_kquant,

@@ -217,6 +217,7 @@ fn coop_matmul_groups_check_their_segments() {
         MatmulCoopGroup {
             x: Fake(2 * 40 * 512),
             segments,
+            glu: None,
         }
         .dispatch_with(
             40,
@@ -351,4 +352,106 @@ fn coop_matmul_rejects_bad_tilings() {
     assert!(CoopTile::LARGE.fits(32) && CoopTile::SMALL.fits(32) && CoopTile::TINY.fits(32));
     assert_eq!((CoopTile::LARGE.bm(), CoopTile::LARGE.bn()), (128, 128));
     assert_eq!((CoopTile::SMALL.bm(), CoopTile::SMALL.bn()), (64, 128));
+}
+
+/// The gated launch (GLU): gate and up interleaved in one grid of ceil(2 rows / BN) columns,
+/// both activations and the f16 copy specialise, and the binding refuses what the epilogue
+/// cannot do.
+#[test]
+fn coop_matmul_glu_launches_check_their_inputs() {
+    use vkllm_kernels::activation::Activation;
+    use vkllm_kernels::matmul_coop::{
+        CoopConfig, CoopGlu, CoopSegment, CoopTile, MATMUL_COOP, MatmulCoopGroup,
+    };
+    let cfg = |tile| CoopConfig {
+        tile,
+        bk: 64,
+        split: 1,
+        stages: 1,
+        prefetch_quant: false,
+        x_f16: true,
+        direct: false,
+    };
+    let seg = |dtype: WeightType, rows: usize| CoopSegment {
+        w: Fake(dtype.storage_bytes((rows * 512) as u64)),
+        y: Fake(4 * 40 * rows as u64),
+        shape: MatShape {
+            dtype,
+            rows,
+            cols: 512,
+            row_offset: 0,
+            accumulate: false,
+        },
+        y_stride: rows,
+    };
+    let launch = |segments, c: &CoopConfig, act, half: Option<Fake>| {
+        MatmulCoopGroup {
+            x: Fake(2 * 40 * 512),
+            segments,
+            glu: Some(CoopGlu { act, half }),
+        }
+        .dispatch_with(40, 32, c, None)
+    };
+    let f16 = WeightType::F16;
+    for (tile, act, half) in [
+        (CoopTile::WIDE, Activation::Silu, true),
+        (CoopTile::LARGE, Activation::GeluTanh, false),
+        (CoopTile::SMALL, Activation::Silu, false),
+    ] {
+        let h = half.then_some(Fake(2 * 40 * 300));
+        let d = launch(vec![seg(f16, 300), seg(f16, 300)], &cfg(tile), act, h)
+            .unwrap_or_else(|e| panic!("{tile:?}: {e}"));
+        // 600 interleaved rows over BN = 128.
+        assert_eq!(d.groups, [5, 1, 1], "{tile:?}");
+        let glu = if act == Activation::Silu { 1.0 } else { 2.0 };
+        assert_eq!(d.overrides.get("GLU"), Some(glu));
+        assert_eq!(d.overrides.get("GLU_HALF"), Some(half as u32 as f64));
+        compile_spirv(&MATMUL_COOP, &d.overrides, SpirvOptions::default())
+            .unwrap_or_else(|e| panic!("{tile:?}: {e}"));
+    }
+    // BF16 and F32 weights too.
+    for dt in [WeightType::Bf16, WeightType::F32] {
+        let d = launch(
+            vec![seg(dt, 64), seg(dt, 64)],
+            &cfg(CoopTile::SMALL),
+            Activation::Silu,
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+        compile_spirv(&MATMUL_COOP, &d.overrides, SpirvOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", dt.name()));
+    }
+    let large = cfg(CoopTile::LARGE);
+    let split = CoopConfig { split: 2, ..large };
+    let direct = CoopConfig {
+        direct: true,
+        ..large
+    };
+    let mut acc = seg(f16, 64);
+    acc.shape.accumulate = true;
+    let mut offset = seg(f16, 64);
+    offset.shape.row_offset = 2;
+    offset.y_stride = 66;
+    let q8 = WeightType::Q8_0;
+    let bad: Vec<(Vec<CoopSegment<Fake>>, CoopConfig, bool)> = vec![
+        (vec![seg(f16, 64)], large, false),
+        (vec![seg(f16, 64), seg(f16, 64), seg(f16, 64)], large, false),
+        (vec![seg(f16, 64), seg(f16, 32)], large, false),
+        (vec![seg(q8, 64), seg(q8, 64)], large, false),
+        (vec![seg(f16, 64), seg(f16, 64)], split, false),
+        (vec![seg(f16, 64), seg(f16, 64)], direct, false),
+        (vec![acc, acc], large, false),
+        (vec![seg(f16, 63), seg(f16, 63)], large, true),
+        (vec![offset, offset], large, true),
+    ];
+    for (i, (segments, c, half)) in bad.into_iter().enumerate() {
+        let h = half.then_some(Fake(2 * 40 * 66));
+        assert!(
+            matches!(
+                launch(segments, &c, Activation::Silu, h),
+                Err(Error::Shape { .. })
+            ),
+            "case {i}"
+        );
+    }
 }

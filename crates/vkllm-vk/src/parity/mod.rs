@@ -18,6 +18,7 @@ mod attn_fused;
 mod attn_rope;
 mod basic;
 mod coop;
+mod coop_glu;
 mod coop_group;
 mod decode;
 mod dequant;
@@ -117,6 +118,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("matmul", mat::matmul),
     ("matmul_coop", coop::matmul_coop),
     ("matmul_coop_group", coop_group::matmul_coop_group),
+    ("matmul_coop_glu", coop_glu::matmul_coop_glu),
     ("matvec_fused_float", matvec_fused::matvec_fused_float),
     ("matvec_fused_legacy", matvec_fused::matvec_fused_legacy),
     ("matvec_fused_kquant", matvec_fused::matvec_fused_kquant),

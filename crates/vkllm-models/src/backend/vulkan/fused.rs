@@ -18,6 +18,7 @@ use crate::backend::{
 };
 use crate::error::ModelError;
 use crate::family::Activation;
+use vkllm_kernels::activation::Activation as KAct;
 
 /// Tokens per workgroup of the fused input step for `n` tokens: `VKLLM_ROPE_KV_TPW=2|3|4`
 /// (read once) for prefill-sized batches (more than [`MAX_COLUMNS`] tokens); default 1, one
@@ -226,6 +227,21 @@ impl VulkanBackend {
     /// `Backend::norm_gated_mlp`: RMSNorm + gate + up + activation as one fused matvec (1..=8
     /// tokens, no biases), else the separate ops.
     pub(super) fn norm_gated_mlp_op(&mut self, a: &NormMlp<'_>) -> Result<(), ModelError> {
+        if self.fused && self.groups_products(a.n) && a.gate.bias.is_none() && a.up.bias.is_none() {
+            // Prefill: the gated product in one launch where it applies
+            // (`vkllm_vk::coop_glu_enabled`), else the products and the activation.
+            self.rmsnorm(a.x, a.norm, a.n, a.gate.cols, a.eps, a.norm_offset, a.h)?;
+            if self.gated_product(a)? {
+                return Ok(());
+            }
+            if vkllm_vk::coop_group_step("mlp") {
+                self.linear_group(&[(a.gate, a.gate_out), (a.up, a.up_out)], a.h, a.n)?;
+            } else {
+                self.linear(a.gate, a.h, a.n, a.gate_out)?;
+                self.linear(a.up, a.h, a.n, a.up_out)?;
+            }
+            return self.gated_act(a.act, a.gate_out, a.up_out, a.n * a.gate.rows, a.out);
+        }
         if self.fused && self.groups_products(a.n) && vkllm_vk::coop_group_step("mlp") {
             self.rmsnorm(a.x, a.norm, a.n, a.gate.cols, a.eps, a.norm_offset, a.h)?;
             let ws = [(a.gate, a.gate_out), (a.up, a.up_out)];
@@ -254,6 +270,25 @@ impl VulkanBackend {
             norm_gated_mlp_unfused(self, a)?;
         }
         Ok(())
+    }
+
+    /// `a.out = act(a.h gate^T) * (a.h up^T)` as one gated launch
+    /// ([`vkllm_vk::Recorder::matmul_glu`]); `Ok(false)`, with nothing recorded, where none
+    /// applies.
+    fn gated_product(&mut self, a: &NormMlp<'_>) -> Result<bool, ModelError> {
+        let act = match a.act {
+            Activation::Silu => KAct::Silu,
+            Activation::GeluTanh => KAct::GeluTanh,
+        };
+        let mut done = false;
+        self.record(|me, r| {
+            let (g, u) = (me.matrix(a.gate.weight), me.matrix(a.up.weight));
+            let x = me.head(a.h, a.n * a.gate.cols)?;
+            let out = me.head(a.out, a.n * a.gate.rows)?;
+            done = r.matmul_glu(g, u, x, a.n, out, act)?;
+            Ok(())
+        })?;
+        Ok(done)
     }
 
     /// Whether products of `n` tokens of one input go through [`VulkanBackend::linear_group`]:
