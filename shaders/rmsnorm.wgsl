@@ -11,8 +11,8 @@
 // Shared memory: 64 f32 (256 B).
 // HALF (main only): 1 also writes the output rows as f16 pairs to out16 ([rows, n / 2] u32, n
 // even), for a cooperative-matrix matmul that reads its X as f16 (`to_f16.wgsl`'s layout and
-// rounding, saving that dispatch): after a storage barrier, invocation j packs the pair
-// (2j, 2j + 1) from `out`, so the f32 path is unchanged.
+// rounding, saving that dispatch): invocation j normalises the pair (2j, 2j + 1) and writes
+// both f32 values and their f16 pair (the same arithmetic as the f32-only path).
 override HALF: u32 = 0;
 
 override WG: u32 = 256;
@@ -63,15 +63,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let total = wg_sum(ss, sg_id, sg_lane, n_sg);
     let r = 1.0 / sqrt(total / f32(p.n) + p.eps);
-    for (var i = lid; i < p.n; i += WG) {
-        out[base + i] = (x[base + i] * r) * (p.weight_offset + weight[i]);
-    }
     if (HALF == 1u) {
-        storageBarrier();
+        // Pairs (2j, 2j + 1): the f32 rows and their f16 copy from the same registers (no
+        // storage barrier and no read-back of `out`). Invocation j reads only the elements it
+        // writes, and every read of the sums above is behind wg_sum's barrier, so `out` may be
+        // `x` here too.
         for (var j = lid; 2u * j < p.n; j += WG) {
             let e = base + 2u * j;
-            out16[base / 2u + j] = pack2x16float(vec2<f32>(out[e], out[e + 1u]));
+            let y0 = (x[e] * r) * (p.weight_offset + weight[2u * j]);
+            let y1 = (x[e + 1u] * r) * (p.weight_offset + weight[2u * j + 1u]);
+            out[e] = y0;
+            out[e + 1u] = y1;
+            out16[base / 2u + j] = pack2x16float(vec2<f32>(y0, y1));
         }
+        return;
+    }
+    for (var i = lid; i < p.n; i += WG) {
+        out[base + i] = (x[base + i] * r) * (p.weight_offset + weight[i]);
     }
 }
 
