@@ -200,3 +200,150 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
 }
+
+// ---- `pairs`: the same step with one invocation per element pair (prefill-sized batches) ----
+// Invocation g of the dispatch takes pair i = g % (head_dim / 2) of (token, head) unit
+// u = g / (head_dim / 2), u = t * (n_heads + n_kv_heads) + head. The pair is (2i, 2i + 1)
+// (STYLE 0), or (i, i + rotary_dim / 2) for i < rotary_dim / 2 and then (rotary_dim + 2m,
+// rotary_dim + 2m + 1) for the unrotated rest (STYLE 1): every element once, each rotated pair
+// in one invocation, so nothing is staged unless a reduction or a packing needs it.
+// Workgroup: PWG invocations = whole units (a multiple of head_dim / 2, <= 256), the grid 2-D
+// over ceil(units * head_dim / 2 / PWG) workgroups (y * num_workgroups.x + x).
+// Per-head norm: each unit's sum of squares by a tree over its invocations' partials in
+// workgroup memory (ceil(log2(head_dim / 2)) barriers; any subgroup size and head_dim).
+// A key head with f16 pairs and STYLE 1 stages its rotated k and its v in workgroup memory so
+// each invocation then packs the adjacent words (2i, 2i + 1) of its unit.
+// Shared memory: 3 x 512 f32 (6 KiB).
+override PWG: u32 = 256u;
+
+var<workgroup> pred: array<f32, 256>;
+var<workgroup> pk: array<f32, 512>;
+var<workgroup> pv: array<f32, 512>;
+
+@compute @workgroup_size(PWG)
+fn pairs(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) lid: u32) {
+    let hd = p.head_dim;
+    let hp = hd / 2u;
+    let heads = p.n_heads + p.n_kv_heads;
+    let g = (wid.y * nwg.x + wid.x) * PWG + lid;
+    let i = g % hp;
+    let unit = g / hp;
+    let t = unit / heads;
+    let head = unit % heads;
+    let in_range = t < p.n_tok;
+    let is_q = head < p.n_heads;
+    let half = p.rotary_dim / 2u;
+    var a = 2u * i;
+    if (p.style == 1u) {
+        if (i < half) {
+            a = i;
+        } else {
+            a = p.rotary_dim + 2u * (i - half);
+        }
+    }
+    var b = a + 1u;
+    if (p.style == 1u && i < half) {
+        b = i + half;
+    }
+    let rot = a < p.rotary_dim;
+    var x0 = 0.0;
+    var x1 = 0.0;
+    var src = 0u;
+    if (in_range) {
+        src = src_of(head, t);
+        if (is_q) {
+            x0 = q[src + a];
+            x1 = q[src + b];
+        } else {
+            x0 = k[src + a];
+            x1 = k[src + b];
+        }
+    }
+    if (p.norm != 0u) {
+        // Tree over the unit's hp partials (uniform trip count: every invocation reaches each
+        // barrier). After the step of stride s, invocations i < s hold the sums of i, i + s, ...
+        let h0 = lid - i;
+        pred[lid] = x0 * x0 + x1 * x1;
+        workgroupBarrier();
+        var n = hp;
+        while (n > 1u) {
+            let s = (n + 1u) / 2u;
+            if (i + s < n) {
+                pred[lid] += pred[lid + s];
+            }
+            workgroupBarrier();
+            n = s;
+        }
+        let r = 1.0 / sqrt(pred[h0] / f32(hd) + p.eps);
+        var wa = 0.0;
+        var wb = 0.0;
+        if (is_q) {
+            wa = q_norm[a];
+            wb = q_norm[b];
+        } else {
+            wa = k_norm[a];
+            wb = k_norm[b];
+        }
+        x0 = (x0 * r) * (p.norm_offset + wa);
+        x1 = (x1 * r) * (p.norm_offset + wb);
+    }
+    var ps = 0u;
+    var live = false;
+    if (in_range) {
+        ps = pos[t];
+        live = ps < p.max_pos && ps < p.max_tok;
+    }
+    var o0 = x0;
+    var o1 = x1;
+    if (rot && live) {
+        let cs = table[ps * half + i];
+        o0 = x0 * cs.x - x1 * cs.y;
+        o1 = x1 * cs.x + x0 * cs.y;
+    }
+    let kvh = head - p.n_heads;
+    let c = (t * p.row_stride + ps % p.ring) * p.n_kv_heads * hd + kvh * hd;
+    if (KV_DTYPE == 1u && p.style == 1u) {
+        // Stage the unit's rotated k and its v (element order), then pack words (2i, 2i + 1).
+        let e0 = 2u * (lid - i);
+        var v0 = 0.0;
+        var v1 = 0.0;
+        if (in_range && !is_q && live) {
+            v0 = v[src + a];
+            v1 = v[src + b];
+        }
+        pk[e0 + a] = o0;
+        pk[e0 + b] = o1;
+        pv[e0 + a] = v0;
+        pv[e0 + b] = v1;
+        workgroupBarrier();
+        if (in_range && !is_q && live) {
+            let w = e0 + 2u * i;
+            k_cache[c / 2u + i] = pack2x16float(vec2<f32>(pk[w], pk[w + 1u]));
+            v_cache[c / 2u + i] = pack2x16float(vec2<f32>(pv[w], pv[w + 1u]));
+        }
+    } else if (in_range && !is_q && live) {
+        let v0 = v[src + a];
+        let v1 = v[src + b];
+        if (KV_DTYPE == 0u) {
+            k_cache[c + a] = bitcast<u32>(o0);
+            k_cache[c + b] = bitcast<u32>(o1);
+            v_cache[c + a] = bitcast<u32>(v0);
+            v_cache[c + b] = bitcast<u32>(v1);
+        } else {
+            k_cache[(c + a) / 2u] = pack2x16float(vec2<f32>(o0, o1));
+            v_cache[(c + a) / 2u] = pack2x16float(vec2<f32>(v0, v1));
+        }
+    }
+    if (in_range && is_q) {
+        let dst = (t * p.n_heads + head) * hd;
+        var y0 = o0;
+        var y1 = o1;
+        if (!live) {
+            y0 = bitcast<f32>(0x7fc00000u);
+            y1 = y0;
+        }
+        q_out[dst + a] = y0;
+        q_out[dst + b] = y1;
+    }
+}

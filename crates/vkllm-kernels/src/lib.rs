@@ -80,6 +80,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &mat_quant::EMBEDDING_QUANT,
         &rope::ROPE,
         &rope_kv_append::ROPE_KV_APPEND,
+        &rope_kv_append::ROPE_KV_APPEND_PAIRS,
         &attention::ATTN_SPLIT,
         &attention::ATTN_SPLIT_GQA,
         &attention::ATTN_MERGE,

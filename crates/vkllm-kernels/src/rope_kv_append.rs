@@ -4,7 +4,7 @@
 use crate::kv_append::KvType;
 use crate::rope::RopeLayout;
 use crate::sources::ROPE_KV_APPEND as SRC;
-use crate::spec::{need, rd, rw, shape_err, to_u32};
+use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
 
 /// Largest head dimension the kernel stages in workgroup memory.
@@ -30,6 +30,25 @@ pub static ROPE_KV_APPEND: KernelSpec = KernelSpec {
     push_size: 60,
     exact_fp: false,
 };
+
+/// The same step, one invocation per element pair (`pairs` entry point; [`RopeKvGrid::Pairs`]).
+pub static ROPE_KV_APPEND_PAIRS: KernelSpec = KernelSpec {
+    name: "rope_kv_append_pairs",
+    entry: "pairs",
+    ..ROPE_KV_APPEND
+};
+
+/// How a [`RopeKvAppend`] dispatch lays its work out (the results are the same).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeKvGrid {
+    /// One 64-invocation workgroup per (head, `tokens` tokens), 1..=[`MAX_TOKENS_PER_GROUP`]:
+    /// the head vectors staged in workgroup memory (decode; `tokens` > 1 puts several tokens'
+    /// loads in flight at once).
+    PerHead { tokens: usize },
+    /// One invocation per element pair, whole heads per workgroup of up to 256 (prefill-sized
+    /// batches: no staging except for a per-head norm or f16 NeoX keys).
+    Pairs,
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
@@ -85,13 +104,11 @@ pub struct RopeKvAppendShape {
     /// contiguous tensors (n_heads / n_kv_heads times head_dim); the packed width when q, k and v
     /// are slices of one `[n_tok, q + k + v]` tensor.
     pub tok_strides: Option<(usize, usize)>,
-    /// Tokens per workgroup, 1..=[`MAX_TOKENS_PER_GROUP`]: their heads are staged together so
-    /// each workgroup has all their loads in flight at once (for prefill-sized batches); 1 is
-    /// the original one (head, token) per workgroup.
-    pub tokens_per_group: usize,
+    /// The dispatch's layout.
+    pub grid: RopeKvGrid,
 }
 
-/// Most tokens one workgroup takes ([`RopeKvAppendShape::tokens_per_group`]).
+/// Most tokens one workgroup takes ([`RopeKvGrid::PerHead`]).
 pub const MAX_TOKENS_PER_GROUP: usize = 4;
 
 /// `q_out = rope(norm(q))`; `k_cache[row(t)] = rope(norm(k))`, `v_cache[row(t)] = v`.
@@ -131,11 +148,12 @@ impl<B: KernelBuffer> RopeKvAppend<B> {
         if s.n_tok == 0 || s.n_heads == 0 || s.n_kv_heads == 0 {
             return Err(shape_err(k, "empty batch or no heads"));
         }
-        let tpw = s.tokens_per_group;
-        if !(1..=MAX_TOKENS_PER_GROUP).contains(&tpw) {
+        if let RopeKvGrid::PerHead { tokens } = s.grid
+            && !(1..=MAX_TOKENS_PER_GROUP).contains(&tokens)
+        {
             return Err(shape_err(
                 k,
-                format!("{tpw} tokens per workgroup (1..={MAX_TOKENS_PER_GROUP})"),
+                format!("{tokens} tokens per workgroup (1..={MAX_TOKENS_PER_GROUP})"),
             ));
         }
         if s.ring == 0 {
@@ -218,13 +236,28 @@ impl<B: KernelBuffer> RopeKvAppend<B> {
             ));
         }
         let mut o = Overrides::new().set("KV_DTYPE", s.kv.code());
-        if tpw > 1 {
-            // (One token per workgroup keeps the WGSL default: the same overrides, so the same
-            // pipeline-cache key, as before.)
-            o = o.set("TPW", tpw as f64);
-        }
+        let (spec, groups) = match s.grid {
+            RopeKvGrid::PerHead { tokens } => {
+                if tokens > 1 {
+                    // (One token per workgroup keeps the WGSL default: the same overrides, so
+                    // the same pipeline-cache key, as before.)
+                    o = o.set("TPW", tokens as f64);
+                }
+                (k, [heads, s.n_tok.div_ceil(tokens) as u32, 1])
+            }
+            RopeKvGrid::Pairs => {
+                // Whole heads per workgroup: the largest multiple of head_dim / 2 up to 256.
+                let hp = hd / 2;
+                let wg = (256 / hp) * hp;
+                o = o.set("PWG", wg as f64);
+                let spec = &ROPE_KV_APPEND_PAIRS;
+                // Invocation indices are u32 in the shader.
+                let pairs = to_u32(spec, "pairs", s.n_tok * (s.n_heads + s.n_kv_heads) * hp)?;
+                (spec, grid_for(spec, pairs.div_ceil(wg as u32) as u64)?)
+            }
+        };
         Ok(Dispatch::new(
-            k,
+            spec,
             o,
             vec![
                 self.q,
@@ -239,7 +272,7 @@ impl<B: KernelBuffer> RopeKvAppend<B> {
                 self.v_cache,
             ],
             &p,
-            [heads, s.n_tok.div_ceil(tpw) as u32, 1],
+            groups,
         ))
     }
 }

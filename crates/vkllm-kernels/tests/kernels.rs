@@ -517,26 +517,27 @@ fn rope_kv_append_groups_tokens() {
     use vkllm_kernels::kv_append::KvType;
     use vkllm_kernels::rope::RopeLayout;
     use vkllm_kernels::rope_kv_append::{
-        MAX_TOKENS_PER_GROUP, ROPE_KV_APPEND, RopeKvAppend, RopeKvAppendShape,
+        MAX_TOKENS_PER_GROUP, ROPE_KV_APPEND, ROPE_KV_APPEND_PAIRS, RopeKvAppend,
+        RopeKvAppendShape, RopeKvGrid,
     };
-    let shape = |tpw: usize| RopeKvAppendShape {
+    let shape = |grid: RopeKvGrid, head_dim: usize, kv: KvType| RopeKvAppendShape {
         n_tok: 13,
         n_heads: 4,
         n_kv_heads: 2,
-        head_dim: 64,
-        rotary_dim: 64,
+        head_dim,
+        rotary_dim: head_dim,
         layout: RopeLayout::NeoX,
         max_pos: 32,
         norm: None,
-        kv: KvType::F32,
+        kv,
         max_tok: 32,
         row_stride: 0,
         ring: 32,
         tok_strides: None,
-        tokens_per_group: tpw,
+        grid,
     };
     let big = Fake(1 << 20);
-    let mk = |tpw| {
+    let mk = |grid, head_dim, kv| {
         RopeKvAppend {
             q: big,
             k: big,
@@ -549,16 +550,32 @@ fn rope_kv_append_groups_tokens() {
             k_cache: big,
             v_cache: big,
         }
-        .dispatch(&shape(tpw))
+        .dispatch(&shape(grid, head_dim, kv))
     };
     // 13 tokens: ceil(13 / tpw) workgroup rows of the 6 heads.
     for tpw in 1..=MAX_TOKENS_PER_GROUP {
-        let d = mk(tpw).unwrap_or_else(|e| panic!("{tpw}: {e}"));
+        let d = mk(RopeKvGrid::PerHead { tokens: tpw }, 64, KvType::F32)
+            .unwrap_or_else(|e| panic!("{tpw}: {e}"));
         assert_eq!(d.groups, [6, 13usize.div_ceil(tpw) as u32, 1]);
         compile_spirv(&ROPE_KV_APPEND, &d.overrides, SpirvOptions::default())
             .unwrap_or_else(|e| panic!("{tpw}: {e}"));
     }
     for tpw in [0, MAX_TOKENS_PER_GROUP + 1] {
-        assert!(matches!(mk(tpw), Err(Error::Shape { .. })), "{tpw}");
+        let grid = RopeKvGrid::PerHead { tokens: tpw };
+        assert!(
+            matches!(mk(grid, 64, KvType::F32), Err(Error::Shape { .. })),
+            "{tpw}"
+        );
+    }
+    // Pairs: 13 tokens x 6 heads x head_dim / 2 invocations in workgroups of whole heads.
+    for (hd, wg) in [(64usize, 256usize), (80, 240), (66, 231), (512, 256)] {
+        for kv in [KvType::F32, KvType::F16] {
+            let d = mk(RopeKvGrid::Pairs, hd, kv).unwrap_or_else(|e| panic!("{hd}: {e}"));
+            assert_eq!(d.kernel.entry, "pairs");
+            let groups = (13 * 6 * hd / 2).div_ceil(wg) as u32;
+            assert_eq!(d.groups, [groups, 1, 1], "{hd}");
+            compile_spirv(&ROPE_KV_APPEND_PAIRS, &d.overrides, SpirvOptions::default())
+                .unwrap_or_else(|e| panic!("{hd}: {e}"));
+        }
     }
 }

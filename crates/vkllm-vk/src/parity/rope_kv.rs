@@ -6,7 +6,7 @@ use vkllm_cpu::decode::IDLE;
 use vkllm_cpu::{Rope, RopeKvAppendSpec, RopeScaling, RopeStyle, rope_kv_append};
 use vkllm_kernels::kv_append::KvType;
 use vkllm_kernels::rope::RopeLayout;
-use vkllm_kernels::rope_kv_append::{HeadNorm, RopeKvAppend, RopeKvAppendShape};
+use vkllm_kernels::rope_kv_append::{HeadNorm, RopeKvAppend, RopeKvAppendShape, RopeKvGrid};
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, pack16, row, to_f16};
 use crate::device::Device;
@@ -92,15 +92,48 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             ring: 10,
             packed: false,
         },
+        Case {
+            label: "neox partial f16 packed",
+            n_tok: 9,
+            n_heads: 8,
+            n_kv_heads: 2,
+            head_dim: 64,
+            rotary_dim: 32,
+            style: RopeStyle::NeoX,
+            norm_offset: None,
+            kv: KvType::F16,
+            slots: false,
+            ring: 37,
+            packed: true,
+        },
+        Case {
+            label: "llama interleaved f16 packed",
+            n_tok: 11,
+            n_heads: 8,
+            n_kv_heads: 2,
+            head_dim: 64,
+            rotary_dim: 64,
+            style: RopeStyle::Interleaved,
+            norm_offset: None,
+            kv: KvType::F16,
+            slots: true,
+            ring: 37,
+            packed: true,
+        },
     ];
     let mut rows = Vec::new();
-    // Every case with one token per workgroup and with 2, 3 or 4 (the cases' token counts leave
-    // a partial last group; the slot cases put an idle token inside a group).
-    let runs = cases
-        .iter()
-        .enumerate()
-        .flat_map(|(i, c)| [(c, 1), (c, 2 + i % 3)]);
-    for (c, tpw) in runs {
+    // Every case with one token per workgroup, with 2, 3 or 4 (the cases' token counts leave
+    // a partial last group; the slot cases put an idle token inside a group), and with one
+    // invocation per pair (head_dim / 2 of 64, 128, 40 and 33 per unit: whole units of 256,
+    // 240 and 231 invocations per workgroup, a partial last workgroup).
+    let runs = cases.iter().enumerate().flat_map(|(i, c)| {
+        [
+            (c, RopeKvGrid::PerHead { tokens: 1 }),
+            (c, RopeKvGrid::PerHead { tokens: 2 + i % 3 }),
+            (c, RopeKvGrid::Pairs),
+        ]
+    });
+    for (c, grid) in runs {
         let rope = Rope {
             theta: 10_000.0,
             rotary_dim: c.rotary_dim,
@@ -191,7 +224,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             row_stride,
             ring: c.ring,
             tok_strides: c.packed.then_some((width, width)),
-            tokens_per_group: tpw,
+            grid,
         };
         let f = 4u64;
         let (q_in, k_in, v_in) = if c.packed {
@@ -288,13 +321,17 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             }
         }
         let shape_s = format!(
-            "{} tok {}+{} heads x {hd}, {}, ring {}{}, {tpw} tok/group",
+            "{} tok {}+{} heads x {hd}, {}, ring {}{}, {}",
             c.n_tok,
             c.n_heads,
             c.n_kv_heads,
             c.kv.name(),
             c.ring,
-            if c.packed { ", packed qkv" } else { "" }
+            if c.packed { ", packed qkv" } else { "" },
+            match grid {
+                RopeKvGrid::PerHead { tokens } => format!("{tokens} tok/group"),
+                RopeKvGrid::Pairs => "pairs".to_string(),
+            }
         );
         rows.push(row(
             "rope_kv_append",

@@ -5,7 +5,9 @@
 
 use vkllm_cpu::RopeStyle;
 use vkllm_kernels::rope::RopeLayout;
-use vkllm_kernels::rope_kv_append::{HeadNorm, MAX_HEAD_DIM, RopeKvAppend, RopeKvAppendShape};
+use vkllm_kernels::rope_kv_append::{
+    HeadNorm, MAX_HEAD_DIM, RopeKvAppend, RopeKvAppendShape, RopeKvGrid,
+};
 
 use super::{VulkanBackend, kv_type};
 use vkllm_vk::MatvecPlan;
@@ -20,21 +22,25 @@ use crate::error::ModelError;
 use crate::family::Activation;
 use vkllm_kernels::activation::Activation as KAct;
 
-/// Tokens per workgroup of the fused input step for `n` tokens: `VKLLM_ROPE_KV_TPW=2|3|4`
-/// (read once) for prefill-sized batches (more than [`MAX_COLUMNS`] tokens); default 1, one
-/// (head, token) per workgroup. Measured on the H200 (512-token chunk, us for all layers,
-/// 1 / 2 / 4 tokens): Llama-3.2-1B 281 / 237 / 358 (pp512 within the spread), Qwen3-0.6B
-/// 385 / 421 / 529.
-fn rope_kv_tokens_per_group(n: usize) -> usize {
-    static T: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+/// Layout of the fused input step for `n` tokens. Prefill-sized batches (more than
+/// [`MAX_COLUMNS`] tokens) take one invocation per element pair ([`RopeKvGrid::Pairs`]) unless
+/// `VKLLM_ROPE_KV_TPW=1|2|3|4` (read once) asks for the per-head layout with that many tokens
+/// per workgroup (the reference; before the pair layout, measured on the H200 for a 512-token
+/// chunk, us for all layers, 1 / 2 / 4 tokens: Llama-3.2-1B 281 / 237 / 358, Qwen3-0.6B
+/// 385 / 421 / 529). Decode batches keep one (head, token) per workgroup.
+fn rope_kv_grid(n: usize) -> RopeKvGrid {
+    static T: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     let t = *T.get_or_init(|| {
         std::env::var("VKLLM_ROPE_KV_TPW")
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .filter(|t| (1..=vkllm_kernels::rope_kv_append::MAX_TOKENS_PER_GROUP).contains(t))
-            .unwrap_or(1)
     });
-    if n > MAX_COLUMNS { t } else { 1 }
+    match (n > MAX_COLUMNS, t) {
+        (false, _) => RopeKvGrid::PerHead { tokens: 1 },
+        (true, Some(tokens)) => RopeKvGrid::PerHead { tokens },
+        (true, None) => RopeKvGrid::Pairs,
+    }
 }
 
 /// The kernels' name for a RoPE pairing.
@@ -113,7 +119,7 @@ impl VulkanBackend {
             row_stride: 0,
             ring: kv.ring,
             tok_strides: None,
-            tokens_per_group: rope_kv_tokens_per_group(n),
+            grid: rope_kv_grid(n),
         };
         self.record(|me, r| {
             let (kc, vc, stride) = me.kv_region(kv, width)?;
