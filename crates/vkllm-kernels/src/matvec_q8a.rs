@@ -56,10 +56,18 @@ pub fn supported(op: &MatvecOp) -> bool {
 }
 
 /// The launch shape used when the op names none: 32 lanes per row (fewer when a row has fewer
-/// than 32 steps of 32 elements, 64 for Q4_K and Q6_K, so no lane idles), 2 rows per team for large matrices (x words
-/// reused twice), and 256-invocation workgroups (the shared quantization of x is shared by more
-/// rows).
+/// than 32 steps of 32 elements, 64 for Q4_K and Q6_K, so no lane idles), 2 rows per team for
+/// large matrices (x words reused twice), and 256-invocation workgroups (the shared quantization
+/// of x is shared by more rows). Large K-quant matrices ([`kquant_wide`]: LM heads) take 8 lanes
+/// and one row per team instead.
 pub fn default_tuning(op: &MatvecOp) -> MatvecTuning {
+    if kquant_wide(op) {
+        return MatvecTuning {
+            wg: 256,
+            lanes: 8,
+            rows_per_team: 1,
+        };
+    }
     // Q4_K and Q6_K lanes take 64-element steps (unit pairs).
     let step = if matches!(op.dtype, WeightType::Q4_K | WeightType::Q6_K) {
         64
@@ -69,13 +77,8 @@ pub fn default_tuning(op: &MatvecOp) -> MatvecTuning {
     let units = (op.cols / step).max(1);
     let lanes = units.next_power_of_two().clamp(4, 32) as u32;
     let gated = matches!(op.epilogue, crate::matvec_fused::Epilogue::Gated { .. });
-    let rows: usize = if gated {
-        op.parts.first().map_or(0, |p| p.rows)
-    } else {
-        op.parts.iter().map(|p| p.rows).sum()
-    };
     let slots2 = if gated { 4 } else { 2 };
-    let r = if rows >= 16384 && slots2 * op.n_cols <= 16 {
+    let r = if plain_rows(op) >= 16384 && slots2 * op.n_cols <= 16 {
         2
     } else {
         1
@@ -87,10 +90,41 @@ pub fn default_tuning(op: &MatvecOp) -> MatvecTuning {
     }
 }
 
-/// Workgroups [`groups_per_workgroup`] aims for: enough to keep every SM of a large GPU busy
-/// (132 SMs x 8 resident workgroups on the H200) while each quantization of x serves as many
-/// rows as that allows. Read at each dispatch; the bench may change it.
-pub static TARGET_WORKGROUPS: AtomicU32 = AtomicU32::new(1024);
+/// The rows of `op`'s output (a gated op's: its first part).
+fn plain_rows(op: &MatvecOp) -> usize {
+    if matches!(op.epilogue, crate::matvec_fused::Epilogue::Gated { .. }) {
+        op.parts.first().map_or(0, |p| p.rows)
+    } else {
+        op.parts.iter().map(|p| p.rows).sum()
+    }
+}
+
+/// Q6_K matrices of at least 16384 rows and 1024 columns, and Q4_K ones up to 4096 columns (the
+/// LM heads), ungated: their launch is 8 lanes x 1 row per team over about 4096 workgroups.
+/// H200 (`matvec_bench --impl int8`, us, the 32-lane / 2-row launch over 1024 workgroups ->
+/// this): Q6_K 151936x1024 99.6 -> 65.6, 128256x2048 143.5 -> 94.5, 32768x16384 228.4 -> 177.5;
+/// Q4_K 151936x1024 46.0 -> 41.5, 128256x2048 59.6 -> 55.7 (32768x16384: 95.6 -> 98.2, so
+/// wider Q4_K rows keep the default). Q8_0 and Q4_0 lose with it on every shape measured.
+/// `VKLLM_Q8A_WIDE=0` (read once) turns the rule off (the reference launch).
+pub fn kquant_wide(op: &MatvecOp) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*ON.get_or_init(|| std::env::var("VKLLM_Q8A_WIDE").map_or(true, |v| v != "0")) {
+        return false;
+    }
+    let gated = matches!(op.epilogue, crate::matvec_fused::Epilogue::Gated { .. });
+    let wide = match op.dtype {
+        WeightType::Q6_K => op.cols >= 1024,
+        WeightType::Q4_K => (1024..=4096).contains(&op.cols),
+        _ => false,
+    };
+    wide && !gated && plain_rows(op) >= 16384
+}
+
+/// Workgroups [`groups_per_workgroup`] aims for; 0 (the default) picks per op: 4096 for
+/// [`kquant_wide`] ops, else 1024 (enough to keep every SM of a large GPU busy, 132 SMs x 8
+/// resident workgroups on the H200, while each quantization of x serves as many rows as that
+/// allows). Read at each dispatch; the bench and the parity tests may set it.
+pub static TARGET_WORKGROUPS: AtomicU32 = AtomicU32::new(0);
 
 /// Row groups (of `wg / lanes * rows_per_team` rows) each workgroup walks (the kernel's `NIT`):
 /// the quantization of x in every workgroup is amortized over them. 1 to 16, so the grid keeps
@@ -104,6 +138,10 @@ pub fn groups_per_workgroup(op: &MatvecOp, t: MatvecTuning) -> u32 {
         .take(if gated { 1 } else { op.parts.len() })
         .map(|p| p.rows.div_ceil(per_group))
         .sum();
-    let target = TARGET_WORKGROUPS.load(Ordering::Relaxed).max(1) as usize;
+    let target = match TARGET_WORKGROUPS.load(Ordering::Relaxed) {
+        0 if kquant_wide(op) => 4096,
+        0 => 1024,
+        t => t as usize,
+    };
     (groups / target).clamp(1, 16) as u32
 }

@@ -20,9 +20,9 @@
 //! - `--n`: activation columns (1..=8) for the fast kernel; `--matmul` times the tiled matmul
 //!   with `--n` tokens instead (the prefill kernel).
 //! - `--q8a-wgs N`: the workgroups the int8 kernel's grid aims for (each walks more row groups
-//!   when the matrix has more; default 1024).
-//! - `--tuning 128x32x1`: workgroup size x lanes per row x rows per team (default: the
-//!   kernel's choice per shape); `--sweep` runs each fast row over workgroups 64/128/256 x
+//!   when the matrix has more; default: 4096 for large K-quant matrices, else 1024).
+//! - `--tuning 128x32x1[,256x16x1...]`: workgroup size x lanes per row x rows per team, one
+//!   row per tuning (default: the kernel's choice per shape); `--sweep` runs each fast row over workgroups 64/128/256 x
 //!   lanes 8/16/32 x 1/2/4 rows per team (the last column names the tuning).
 //!
 //! The copy roof is measured first (the `copy` kernel on 1 GiB, or the largest buffer). The device comes from
@@ -73,7 +73,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
             "--fusion" => fusions = parse_fusions(&value()?)?,
-            "--tuning" => tunings = vec![Some(parse_tuning(&value()?)?)],
+            "--tuning" => {
+                tunings = value()?
+                    .split(',')
+                    .map(|t| parse_tuning(t.trim()).map(Some))
+                    .collect::<Result<_, _>>()?
+            }
             "--sweep" => sweep = true,
             "--q8a-wgs" => {
                 let n: u32 = value()?.parse()?;

@@ -443,6 +443,11 @@ fn cases_for(dtype: WeightType, cols: [usize; 4], int8: bool) -> Vec<Case> {
         case(&[29, 29], c0, 8, Some(1.0), gelu, tune(128, 8, 1)),
         case(&[13, 13], c1, 3, Some(0.0), silu, tune(32, 4, 2)),
     ]
+    .into_iter()
+    // int8: a matrix past 16384 rows with the automatic launch (two rows per team, or for
+    // the K-quants the 8-lane launch over ~4096 workgroups, `matvec_q8a::kquant_wide`).
+    .chain(int8.then(|| case(&[16411], 1024, 1, None, Epilogue::Store, None)))
+    .collect()
 }
 
 fn float_cols(dtype: WeightType) -> [usize; 4] {
