@@ -42,6 +42,9 @@ override TS: u32 = 34;
 // Row groups per workgroup: the workgroup owns NIT * (WG / LPR) * R consecutive rows and walks
 // them one group of (WG / LPR) * R at a time, so one quantization of x serves them all.
 override NIT: u32 = 1;
+// 1: Q6_K with one row per team, ungated (the large-matrix launch): a lane step is half a
+// super-block, the four units that share their qh bytes (`q6k_quad`), instead of a unit pair.
+override QUAD: u32 = 0;
 
 struct Params {
     cols: u32,
@@ -279,6 +282,75 @@ fn q6k_pair(blk: u32, h: u32, k: u32) -> array<Unit, 2> {
     return r;
 }
 
+// The 16 consecutive words (64 bytes) at an even byte offset `off`: the aligned 16-byte words
+// holding them (5), shifted into place by (off / 4) % 4 words in two select stages, then by 16
+// bits when `off` is 2 mod 4 (as words8).
+fn words16(off: u32) -> array<u32, 16> {
+    let v = off >> 4u;
+    var w: array<u32, 20>;
+    for (var i = 0u; i < 5u; i++) {
+        let q = wq(v + i);
+        w[4u * i] = q.x;
+        w[4u * i + 1u] = q.y;
+        w[4u * i + 2u] = q.z;
+        w[4u * i + 3u] = q.w;
+    }
+    let s2 = (off & 8u) != 0u;
+    let s1 = (off & 4u) != 0u;
+    var t: array<u32, 18>;
+    for (var k = 0u; k < 18u; k++) {
+        t[k] = select(w[k], w[k + 2u], s2);
+    }
+    var u: array<u32, 17>;
+    for (var k = 0u; k < 17u; k++) {
+        u[k] = select(t[k], t[k + 1u], s1);
+    }
+    let odd = (off & 2u) != 0u;
+    var o: array<u32, 16>;
+    for (var j = 0u; j < 16u; j++) {
+        o[j] = select(u[j], (u[j] >> 16u) | (u[j + 1u] << 16u), odd);
+    }
+    return o;
+}
+
+// Q6_K half super-block h (QUAD): the units (h, k, i) = r[2k + i], i.e. q6k_pair(blk, h, k)'s
+// two units for k = 0 and 1, from one 64-byte ql run, one qh run and one header window (the 8
+// scale bytes 8h..8h + 8 and d) instead of two of each.
+fn q6k_quad(blk: u32, h: u32) -> array<Unit, 4> {
+    var r: array<Unit, 4>;
+    let ql = words16(blk + 64u * h);
+    let qh = words8(blk + 128u + 32u * h);
+    // Bytes 192..210 of the block: scales[16] and d, from the 5 words at (blk + 192) / 4.
+    let hw = window5(blk + 192u);
+    let odd = ((blk + 192u) & 2u) != 0u;
+    // Words of scale bytes 8h.., 8h + 4.. (3 words hold them: 0..2 for h = 0, 2..4 for h = 1).
+    let t0 = select(hw[0], hw[2], h == 1u);
+    let t1 = select(hw[1], hw[3], h == 1u);
+    let t2 = select(hw[2], hw[4], h == 1u);
+    var sw: array<u32, 2>;
+    sw[0] = select(t0, (t0 >> 16u) | (t1 << 16u), odd);
+    sw[1] = select(t1, (t1 >> 16u) | (t2 << 16u), odd);
+    let d = f16v(select(hw[4], hw[4] >> 16u, odd) & 0xffffu);
+    for (var k = 0u; k < 2u; k++) {
+        for (var i = 0u; i < 2u; i++) {
+            let sc = sw[i] >> (16u * k);
+            var u: Unit;
+            u.sa = d * f32(extractBits(bitcast<i32>(sc), 0u, 8u));
+            u.sb = d * f32(extractBits(bitcast<i32>(sc), 8u, 8u));
+            u.sm = 0.0;
+            u.zb = 0;
+            for (var j = 0u; j < 8u; j++) {
+                let v = ((ql[8u * k + j] >> (4u * i)) & 0x0f0f0f0fu)
+                    | (((qh[j] >> (2u * k + 4u * i)) & 0x03030303u) << 4u);
+                let c = v ^ 0x20202020u;
+                u.q[j] = c | ((c & 0x20202020u) * 6u);
+            }
+            r[2u * k + i] = u;
+        }
+    }
+    return r;
+}
+
 // Step `pu` of row `row`: units xunit(pu, 0), xunit(pu, 1); the second is unset when upl() is 1.
 fn units_of(row: u32, pu: u32) -> array<Unit, 2> {
     var r: array<Unit, 2>;
@@ -425,44 +497,72 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var k = 0u; k < 16u; k++) {
             acc[k] = 0.0;
         }
-        for (var pu = tl; pu < uc / upl(); pu += LPR) {
-            var un: array<Unit, 8>;
-            for (var k = 0u; k < slots(); k++) {
+        if (QUAD == 1u) {
+            // Q6_K, R = 1, ungated: step pu is half super-block pu % 2 of super-block pu / 2;
+            // its unit (h, k, i) multiplies x unit 8 (pu / 2) + 4 h + k + 2 i.
+            let blk0 = min(row0, rows - 1u) * (p.cols / 256u) * 210u;
+            for (var pu = tl; pu < uc / 4u; pu += LPR) {
                 cur = part;
-                if (gated()) {
-                    cur = k / R;
-                }
-                let pr = units_of(min(row0 + k % R, rows - 1u), pu);
-                un[2u * k] = pr[0];
-                un[2u * k + 1u] = pr[1];
-            }
-            for (var t = 0u; t < NC; t++) {
-                for (var h = 0u; h < upl(); h++) {
-                    let U = t * uc + xunit(pu, h);
-                    var xw: array<u32, 8>;
-                    for (var j = 0u; j < 8u; j++) {
-                        xw[j] = xq[j * n_units + U];
-                    }
-                    let sum = xs[U];
-                    let dx = xd[U];
-                    for (var k = 0u; k < slots(); k++) {
-                        let w = un[2u * k + h];
+                let un = q6k_quad(blk0 + (pu / 2u) * 210u, pu % 2u);
+                for (var t = 0u; t < NC; t++) {
+                    for (var hq = 0u; hq < 4u; hq++) {
+                        let U = t * uc + (pu / 2u) * 8u + (pu % 2u) * 4u + hq / 2u + 2u * (hq % 2u);
+                        var xw: array<u32, 8>;
+                        for (var j = 0u; j < 8u; j++) {
+                            xw[j] = xq[j * n_units + U];
+                        }
+                        let w = un[hq];
                         var lo = 0;
                         var hi = 0;
                         for (var j = 0u; j < 4u; j++) {
                             lo = lo + dot4I8Packed(w.q[j], xw[j]);
                             hi = hi + dot4I8Packed(w.q[j + 4u], xw[j + 4u]);
                         }
-                        var c: f32;
-                        if (QTYPE == 14u) {
-                            c = w.sa * f32(lo) + w.sb * f32(hi);
-                        } else {
-                            c = w.sa * f32(lo + hi + w.zb * sum) - w.sm * f32(sum);
-                        }
-                        acc[k * NC + t] += c * dx;
+                        acc[t] += (w.sa * f32(lo) + w.sb * f32(hi)) * xd[U];
                     }
                 }
             }
+        } else {
+            for (var pu = tl; pu < uc / upl(); pu += LPR) {
+                var un: array<Unit, 8>;
+                for (var k = 0u; k < slots(); k++) {
+                    cur = part;
+                    if (gated()) {
+                        cur = k / R;
+                    }
+                    let pr = units_of(min(row0 + k % R, rows - 1u), pu);
+                    un[2u * k] = pr[0];
+                    un[2u * k + 1u] = pr[1];
+                }
+                for (var t = 0u; t < NC; t++) {
+                    for (var h = 0u; h < upl(); h++) {
+                        let U = t * uc + xunit(pu, h);
+                        var xw: array<u32, 8>;
+                        for (var j = 0u; j < 8u; j++) {
+                            xw[j] = xq[j * n_units + U];
+                        }
+                        let sum = xs[U];
+                        let dx = xd[U];
+                        for (var k = 0u; k < slots(); k++) {
+                            let w = un[2u * k + h];
+                            var lo = 0;
+                            var hi = 0;
+                            for (var j = 0u; j < 4u; j++) {
+                                lo = lo + dot4I8Packed(w.q[j], xw[j]);
+                                hi = hi + dot4I8Packed(w.q[j + 4u], xw[j + 4u]);
+                            }
+                            var c: f32;
+                            if (QTYPE == 14u) {
+                                c = w.sa * f32(lo) + w.sb * f32(hi);
+                            } else {
+                                c = w.sa * f32(lo + hi + w.zb * sum) - w.sm * f32(sum);
+                            }
+                            acc[k * NC + t] += c * dx;
+                        }
+                    }
+                }
+            }
+
         }
 
         // Team sums and the epilogue, as matvec_fused.

@@ -396,10 +396,15 @@ impl<B: KernelBuffer> MatvecFused<B> {
             } => 3.0,
         };
         let base = if q8a {
-            Overrides::new()
+            let o = Overrides::new()
                 .set("QTYPE", op.dtype.ggml_id() as f64)
                 .set("TS", op.dtype.bytes() as f64)
-                .set("NIT", nit as f64)
+                .set("NIT", nit as f64);
+            if crate::matvec_q8a::quad(op, t) {
+                o.set("QUAD", 1.0)
+            } else {
+                o
+            }
         } else {
             base.set("UE", op.unit_elems() as f64)
         };

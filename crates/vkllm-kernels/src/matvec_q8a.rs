@@ -120,6 +120,23 @@ pub fn kquant_wide(op: &MatvecOp) -> bool {
     wide && !gated && plain_rows(op) >= 16384
 }
 
+/// Whether a launch takes Q6_K weights half a super-block per lane step (the kernel's `QUAD`:
+/// four units that share their qh bytes and header, from one 64-byte ql run, instead of a unit
+/// pair): Q6_K, one row per team, ungated, and at least 8 such steps per lane (cols / 128 >= 8
+/// lanes). H200, 8 lanes x 1 row (us, pairs -> half super-blocks): 32768x16384 (16 steps per
+/// lane) 177.6 -> 159.4, but 128256x2048 (2 steps) 94.5 -> 96.6 and 151936x1024 (1 step) 65.7
+/// -> 78.6 (a lane's one or two steps leave too few loads in flight), so the LM heads of the
+/// small models keep pairs. `VKLLM_Q8A_QUAD=0` (read once) keeps unit pairs (the reference).
+pub fn quad(op: &MatvecOp, t: MatvecTuning) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let gated = matches!(op.epilogue, crate::matvec_fused::Epilogue::Gated { .. });
+    op.dtype == WeightType::Q6_K
+        && t.rows_per_team == 1
+        && !gated
+        && op.cols / 128 >= 8 * t.lanes as usize
+        && *ON.get_or_init(|| std::env::var("VKLLM_Q8A_QUAD").map_or(true, |v| v != "0"))
+}
+
 /// Workgroups [`groups_per_workgroup`] aims for; 0 (the default) picks per op: 4096 for
 /// [`kquant_wide`] ops, else 1024 (enough to keep every SM of a large GPU busy, 132 SMs x 8
 /// resident workgroups on the H200, while each quantization of x serves as many rows as that

@@ -445,8 +445,14 @@ fn cases_for(dtype: WeightType, cols: [usize; 4], int8: bool) -> Vec<Case> {
     ]
     .into_iter()
     // int8: a matrix past 16384 rows with the automatic launch (two rows per team, or for
-    // the K-quants the 8-lane launch over ~4096 workgroups, `matvec_q8a::kquant_wide`).
+    // the K-quants the 8-lane launch over ~4096 workgroups, `matvec_q8a::kquant_wide`; Q6_K
+    // in unit pairs), and an explicit 4-lane, one-row launch with the norm and three columns
+    // whose lanes take 8 or 9 steps (Q6_K: in half super-blocks, `matvec_q8a::quad`).
     .chain(int8.then(|| case(&[16411], 1024, 1, None, Epilogue::Store, None)))
+    .chain(int8.then(|| {
+        let acc = Epilogue::Accumulate;
+        case(&[333], c3, 3, Some(1.0), acc, tune(256, 4, 1))
+    }))
     .collect()
 }
 
