@@ -282,33 +282,15 @@ fn q6k_pair(blk: u32, h: u32, k: u32) -> array<Unit, 2> {
     return r;
 }
 
-// The 16 consecutive words (64 bytes) at an even byte offset `off`: the aligned 16-byte words
-// holding them (5), shifted into place by (off / 4) % 4 words in two select stages, then by 16
-// bits when `off` is 2 mod 4 (as words8).
+// The 16 consecutive words (64 bytes) at an even byte offset `off`: two words8 runs (their
+// shared middle 16-byte word is the same load).
 fn words16(off: u32) -> array<u32, 16> {
-    let v = off >> 4u;
-    var w: array<u32, 20>;
-    for (var i = 0u; i < 5u; i++) {
-        let q = wq(v + i);
-        w[4u * i] = q.x;
-        w[4u * i + 1u] = q.y;
-        w[4u * i + 2u] = q.z;
-        w[4u * i + 3u] = q.w;
-    }
-    let s2 = (off & 8u) != 0u;
-    let s1 = (off & 4u) != 0u;
-    var t: array<u32, 18>;
-    for (var k = 0u; k < 18u; k++) {
-        t[k] = select(w[k], w[k + 2u], s2);
-    }
-    var u: array<u32, 17>;
-    for (var k = 0u; k < 17u; k++) {
-        u[k] = select(t[k], t[k + 1u], s1);
-    }
-    let odd = (off & 2u) != 0u;
+    let a = words8(off);
+    let b = words8(off + 32u);
     var o: array<u32, 16>;
-    for (var j = 0u; j < 16u; j++) {
-        o[j] = select(u[j], (u[j] >> 16u) | (u[j + 1u] << 16u), odd);
+    for (var j = 0u; j < 8u; j++) {
+        o[j] = a[j];
+        o[j + 8u] = b[j];
     }
     return o;
 }
