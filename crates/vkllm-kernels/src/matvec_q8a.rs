@@ -76,7 +76,7 @@ pub fn default_tuning(op: &MatvecOp) -> MatvecTuning {
     };
     let units = (op.cols / step).max(1);
     let lanes = units.next_power_of_two().clamp(4, 32) as u32;
-    let gated = matches!(op.epilogue, crate::matvec_fused::Epilogue::Gated { .. });
+    let gated = is_gated(op);
     let slots2 = if gated { 4 } else { 2 };
     let r = if plain_rows(op) >= 16384 && slots2 * op.n_cols <= 16 {
         2
@@ -90,9 +90,14 @@ pub fn default_tuning(op: &MatvecOp) -> MatvecTuning {
     }
 }
 
+/// Whether `op` ends in a gated activation (two parts, gate and up).
+fn is_gated(op: &MatvecOp) -> bool {
+    matches!(op.epilogue, crate::matvec_fused::Epilogue::Gated { .. })
+}
+
 /// The rows of `op`'s output (a gated op's: its first part).
 fn plain_rows(op: &MatvecOp) -> usize {
-    if matches!(op.epilogue, crate::matvec_fused::Epilogue::Gated { .. }) {
+    if is_gated(op) {
         op.parts.first().map_or(0, |p| p.rows)
     } else {
         op.parts.iter().map(|p| p.rows).sum()
@@ -111,7 +116,7 @@ pub fn kquant_wide(op: &MatvecOp) -> bool {
     if !*ON.get_or_init(|| std::env::var("VKLLM_Q8A_WIDE").map_or(true, |v| v != "0")) {
         return false;
     }
-    let gated = matches!(op.epilogue, crate::matvec_fused::Epilogue::Gated { .. });
+    let gated = is_gated(op);
     let wide = match op.dtype {
         WeightType::Q6_K => op.cols >= 1024,
         WeightType::Q4_K => (1024..=4096).contains(&op.cols),
@@ -129,7 +134,7 @@ pub fn kquant_wide(op: &MatvecOp) -> bool {
 /// small models keep pairs. `VKLLM_Q8A_QUAD=0` (read once) keeps unit pairs (the reference).
 pub fn quad(op: &MatvecOp, t: MatvecTuning) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let gated = matches!(op.epilogue, crate::matvec_fused::Epilogue::Gated { .. });
+    let gated = is_gated(op);
     op.dtype == WeightType::Q6_K
         && t.rows_per_team == 1
         && !gated
@@ -148,7 +153,7 @@ pub static TARGET_WORKGROUPS: AtomicU32 = AtomicU32::new(0);
 /// about [`TARGET_WORKGROUPS`] workgroups.
 pub fn groups_per_workgroup(op: &MatvecOp, t: MatvecTuning) -> u32 {
     let per_group = (t.wg / t.lanes.max(1) * t.rows_per_team).max(1) as usize;
-    let gated = matches!(op.epilogue, crate::matvec_fused::Epilogue::Gated { .. });
+    let gated = is_gated(op);
     let groups: usize = op
         .parts
         .iter()

@@ -230,31 +230,30 @@ impl VulkanBackend {
         Ok(done)
     }
 
-    /// `Backend::norm_gated_mlp`: RMSNorm + gate + up + activation as one fused matvec (1..=8
-    /// tokens, no biases), else the separate ops.
+    /// `Backend::norm_gated_mlp`: for prefill-sized batches the norm, then one gated launch
+    /// where it applies, else the products (grouped, or one by one when unbiased) and the
+    /// activation; for 1..=8 tokens with no biases one fused matvec; else the separate ops.
     pub(super) fn norm_gated_mlp_op(&mut self, a: &NormMlp<'_>) -> Result<(), ModelError> {
-        if self.fused && self.groups_products(a.n) && a.gate.bias.is_none() && a.up.bias.is_none() {
-            // Prefill: the gated product in one launch where it applies
-            // (`vkllm_vk::coop_glu_enabled`), else the products and the activation.
-            self.rmsnorm(a.x, a.norm, a.n, a.gate.cols, a.eps, a.norm_offset, a.h)?;
-            if self.gated_product(a)? {
-                return Ok(());
+        let unbiased = a.gate.bias.is_none() && a.up.bias.is_none();
+        if self.fused && self.groups_products(a.n) {
+            let grouped = vkllm_vk::coop_group_step("mlp");
+            if unbiased || grouped {
+                self.rmsnorm(a.x, a.norm, a.n, a.gate.cols, a.eps, a.norm_offset, a.h)?;
+                // (`vkllm_vk::coop_glu_enabled` and the weights decide whether it applies.)
+                if unbiased && self.gated_product(a)? {
+                    return Ok(());
+                }
+                if grouped {
+                    let ws = [(a.gate, a.gate_out), (a.up, a.up_out)];
+                    self.linear_group(&ws, a.h, a.n)?;
+                } else {
+                    self.linear(a.gate, a.h, a.n, a.gate_out)?;
+                    self.linear(a.up, a.h, a.n, a.up_out)?;
+                }
+                return self.gated_act(a.act, a.gate_out, a.up_out, a.n * a.gate.rows, a.out);
             }
-            if vkllm_vk::coop_group_step("mlp") {
-                self.linear_group(&[(a.gate, a.gate_out), (a.up, a.up_out)], a.h, a.n)?;
-            } else {
-                self.linear(a.gate, a.h, a.n, a.gate_out)?;
-                self.linear(a.up, a.h, a.n, a.up_out)?;
-            }
-            return self.gated_act(a.act, a.gate_out, a.up_out, a.n * a.gate.rows, a.out);
         }
-        if self.fused && self.groups_products(a.n) && vkllm_vk::coop_group_step("mlp") {
-            self.rmsnorm(a.x, a.norm, a.n, a.gate.cols, a.eps, a.norm_offset, a.h)?;
-            let ws = [(a.gate, a.gate_out), (a.up, a.up_out)];
-            self.linear_group(&ws, a.h, a.n)?;
-            return self.gated_act(a.act, a.gate_out, a.up_out, a.n * a.gate.rows, a.out);
-        }
-        if !self.fused || a.n > MAX_COLUMNS || a.gate.bias.is_some() || a.up.bias.is_some() {
+        if !self.fused || a.n > MAX_COLUMNS || !unbiased {
             return norm_gated_mlp_unfused(self, a);
         }
         let act = match a.act {
