@@ -1,39 +1,41 @@
-// Token sampling on the GPU: the exact algorithm of vkllm-cpu's sampler (sampler v1, see
-// vkllm_cpu::sampler), so that on identical logits the GPU picks the same token as the CPU.
+// Token sampling on the GPU: vkllm-cpu's sampler v2 (vkllm_cpu::sampler), so that on identical
+// logits the GPU picks the same token as the CPU.
 //
 // Compiled with SPIR-V NoContraction on every float add/sub/mul (KernelSpec::exact_fp): the
 // specification forbids fused multiply-adds; every constant is given by its f32 bit pattern.
 //
-// Rows: the kernel samples `n_rows` independent rows (decode slots), one workgroup each; row r's
-// settings are cfg[r] (a storage buffer, so a recorded decode step replays with settings and the
-// step counter the host or the previous step left there; cfg[r].live = 0 skips the row).
+// Four passes over `n_rows` rows (decode slots); row r's settings are cfg[r] (a storage buffer,
+// so a recorded decode step replays with the settings and step the host or the previous step
+// left there; cfg[r].live = 0 skips the row). Passes 1-3 split each row into `parts` chunks
+// (grid parts x rows), pass 4 takes one workgroup per row:
+//   prep:   penalties, bias, NaN -> -inf, temperature; the working logits x go to scratch; per
+//           part the maximum (l0 candidates) and, for rows with no filter, the Gumbel race.
+//   sieve:  l0 from the part maxima; min-p-only rows run the race over the min-p survivors;
+//           top-k / top-p rows count (and for top-p weigh) x into buckets of d = x - l0.
+//   gather: the bucket where top-k's count (or top-p's exact integer mass) is reached; top-k
+//           rows list every token up to it, top-p rows race the tokens before it and list it.
+//   finish: sorts the short list by (x descending, id ascending), applies top-k, top-p (exact
+//           integer prefix sums), min-p, races the survivors, and merges the part winners.
 // Shapes: logits [n_rows, V] f32; counts [n_rows, V] u32 (read only when use_counts = 1); bias
-// [n_rows, max_bias] pairs of (token id u32, bias f32 bits), the first cfg[r].n_bias used;
-// scratch [n_rows, 4 P] u32 with P = next_pow2(V) (working logits, candidate logits, candidate
-// ids, candidate weights); out [n_rows] u32, the chosen tokens.
-// Workgroup: ONE workgroup of 256 invocations does everything (the running sums of the
-// specification are sequential, so the whole choice lives in one workgroup):
-//   1. penalties (parallel), 2. logit bias in list order (invocation 0), NaN -> -inf and
-//   temperature (parallel) with a shared-memory argmax (greedy result / top candidate l0),
-//   3. compaction of the candidates whose weight exp_s(l - l0) is not 0 (l - l0 >= -86; the
-//   others form the tail of the sorted order and change no sum), 4. bitonic sort of the
-//   candidates by (logit descending, id ascending) in the scratch buffer, 5. weights (parallel),
-//   running sums, top-p, min-p and the Philox4x32-10 draw (invocation 0, sequential as specified).
-// Cost: dominated by the sort, O(m log^2 m) for m candidates, and the sequential sum over m; fine
-// for tests and low-entropy decoding, a multi-workgroup top-k prefilter is the next step for speed.
-// Shared memory: 256 x (f32 + u32) + 1 atomic = 2 KiB.
+// [n_rows, max_bias] pairs (id u32, bias f32 bits), the first cfg[r].n_bias used; scratch
+// [n_rows, V + 4 NP + 2 P] u32 with P = next_pow2(V); ctr [n_rows, 3 NB + 4] u32 (bucket
+// counts, low and high 12-bit weight sums, list length); out [n_rows] u32.
 
 const WG: u32 = 256u;
 const NONE: u32 = 0xffffffffu;
+// Buckets of d = x - l0, 1/32 nat wide (the last one holds everything below -32).
+const NB: u32 = 1024u;
+// Parts per row at most (the partials area of scratch).
+const NP: u32 = 128u;
+// Candidates sorted in workgroup memory; longer lists sort in scratch.
+const LCAP: u32 = 1024u;
 
 struct Params {
     v: u32,
     p2: u32,
     n_rows: u32,
     max_bias: u32,
-    // > 0: `argmax_partial` ran first and left n_part (logit bits, id) pairs at the start of each
-    // greedy row's scratch; the greedy fast path reduces those instead of the whole row.
-    n_part: u32,
+    parts: u32,
 }
 
 struct Row {
@@ -66,13 +68,18 @@ var<immediate> p: Params;
 @group(0) @binding(3) var<storage, read> cfg: array<Row>;
 @group(0) @binding(4) var<storage, read_write> scratch: array<u32>;
 @group(0) @binding(5) var<storage, read_write> out: array<u32>;
+@group(0) @binding(6) var<storage, read_write> ctr: array<atomic<u32>>;
 
 var<workgroup> best_v: array<f32, 256>;
 var<workgroup> best_i: array<u32, 256>;
-var<workgroup> n_cand: atomic<u32>;
+var<workgroup> scan_a: array<u32, 256>;
+var<workgroup> scan_b: array<u32, 256>;
+var<workgroup> sh_u: array<u32, 4>;
+var<workgroup> hist: array<atomic<u32>, 3072>;
+var<workgroup> sk: array<f32, 1024>;
+var<workgroup> si: array<u32, 1024>;
 
-// NaN / finiteness by bit tests: compilers may fold `x != x` to false (no NaN-preserving float
-// controls are requested), which would let a NaN through.
+// NaN / finiteness by bit tests: compilers may fold `x != x` to false.
 fn is_nan(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
 }
@@ -81,19 +88,32 @@ fn is_finite(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) < 0x7f800000u;
 }
 
+// Row-relative scratch words.
 var<private> s0: u32;
+var<private> c0: u32;
 
-// Scratch of the current row: word i of its 4 P words.
-fn f(i: u32) -> f32 {
-    return bitcast<f32>(scratch[s0 + i]);
+fn sget(i: u32) -> u32 {
+    return scratch[s0 + i];
 }
 
 fn sset(i: u32, x: u32) {
     scratch[s0 + i] = x;
 }
 
-fn sget(i: u32) -> u32 {
-    return scratch[s0 + i];
+fn xs(i: u32) -> f32 {
+    return bitcast<f32>(scratch[s0 + i]);
+}
+
+fn off_pm() -> u32 {
+    return p.v;
+}
+
+fn off_pg() -> u32 {
+    return p.v + 2u * NP;
+}
+
+fn off_list() -> u32 {
+    return p.v + 4u * NP;
 }
 
 fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
@@ -106,9 +126,42 @@ fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
     return v > bv || (v == bv && i < bi);
 }
 
-// Candidate order: logit descending (numeric: -0 == +0), then id ascending.
+// Candidate order: x descending (numeric: -0 == +0), then id ascending.
 fn before(al: f32, ai: u32, bl: f32, bi: u32) -> bool {
     return al > bl || (al == bl && ai < bi);
+}
+
+// Workgroup argmax of every invocation's (v, i); all invocations get the winner.
+fn wg_best(v: f32, i: u32, lid: u32) -> vec2<u32> {
+    workgroupBarrier();
+    best_v[lid] = v;
+    best_i[lid] = i;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
+        if (lid < stride && better(best_v[lid + stride], best_i[lid + stride], best_v[lid], best_i[lid])) {
+            best_v[lid] = best_v[lid + stride];
+            best_i[lid] = best_i[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    let r = vec2<u32>(bitcast<u32>(best_v[0]), best_i[0]);
+    workgroupBarrier();
+    return r;
+}
+
+// Argmax of n (value bits, id) pairs at scratch word `at` (all invocations get it).
+fn reduce_pairs(at: u32, n: u32, lid: u32) -> vec2<u32> {
+    var bv = 0.0;
+    var bi = NONE;
+    for (var i = lid; i < n; i += WG) {
+        let x = xs(at + 2u * i);
+        let xi = sget(at + 2u * i + 1u);
+        if (better(x, xi, bv, bi)) {
+            bv = x;
+            bi = xi;
+        }
+    }
+    return wg_best(bv, bi, lid);
 }
 
 fn exp_s(x_in: f32) -> f32 {
@@ -132,6 +185,43 @@ fn exp_s(x_in: f32) -> f32 {
     return q * scale;
 }
 
+// floor(exp_s(d) * 2^24): the top-p weight, in [0, 2^24].
+fn weight_q(d: f32) -> u32 {
+    return u32(floor(exp_s(d) * 16777216.0));
+}
+
+// log for positive normal x (the specification's log_s).
+fn log_s(x: f32) -> f32 {
+    let bits = bitcast<u32>(x);
+    var e = i32((bits >> 23u) & 0xffu) - 127;
+    var m = bitcast<f32>((bits & 0x007fffffu) | 0x3f800000u);
+    if (m > bitcast<f32>(0x3fb504f3u)) {
+        m = m * 0.5;
+        e = e + 1;
+    }
+    let f = m - 1.0;
+    var q = bitcast<f32>(0xbd800000u);
+    q = q * f + bitcast<f32>(0x3d888889u);
+    q = q * f + bitcast<f32>(0xbd924925u);
+    q = q * f + bitcast<f32>(0x3d9d89d9u);
+    q = q * f + bitcast<f32>(0xbdaaaaabu);
+    q = q * f + bitcast<f32>(0x3dba2e8cu);
+    q = q * f + bitcast<f32>(0xbdcccccdu);
+    q = q * f + bitcast<f32>(0x3de38e39u);
+    q = q * f + bitcast<f32>(0xbe000000u);
+    q = q * f + bitcast<f32>(0x3e124925u);
+    q = q * f + bitcast<f32>(0xbe2aaaabu);
+    q = q * f + bitcast<f32>(0x3e4ccccdu);
+    q = q * f + bitcast<f32>(0xbe800000u);
+    q = q * f + bitcast<f32>(0x3eaaaaabu);
+    q = q * f + bitcast<f32>(0xbf000000u);
+    q = q * f + 1.0;
+    q = q * f;
+    let ef = f32(e);
+    let r = q + ef * bitcast<f32>(0xb95e8083u);
+    return r + ef * bitcast<f32>(0x3f318000u);
+}
+
 // (high, low) words of the 64-bit product a * b.
 fn mulhilo(a: u32, b: u32) -> vec2<u32> {
     let a0 = a & 0xffffu;
@@ -147,8 +237,8 @@ fn mulhilo(a: u32, b: u32) -> vec2<u32> {
     return vec2<u32>(hi, a * b);
 }
 
-fn philox(ctr: vec4<u32>, key: vec2<u32>) -> vec4<u32> {
-    var c = ctr;
+fn philox(ctr_in: vec4<u32>, key: vec2<u32>) -> vec4<u32> {
+    var c = ctr_in;
     var k = key;
     for (var round = 0u; round < 10u; round++) {
         if (round > 0u) {
@@ -162,65 +252,82 @@ fn philox(ctr: vec4<u32>, key: vec2<u32>) -> vec4<u32> {
     return c;
 }
 
+// Token i's Gumbel variate for the row's (seed, seq, step).
+fn gumbel(c: Row, i: u32) -> f32 {
+    let w4 = philox(vec4<u32>(i >> 2u, c.step_lo, c.seq_lo, c.seq_hi ^ c.step_hi), vec2<u32>(c.seed_lo, c.seed_hi));
+    var w = w4.x;
+    switch (i & 3u) {
+        case 1u: { w = w4.y; }
+        case 2u: { w = w4.z; }
+        case 3u: { w = w4.w; }
+        default: {}
+    }
+    let u = f32((w >> 9u) * 2u + 1u) * bitcast<f32>(0x33800000u);
+    return -log_s(-log_s(u));
+}
+
+// f32 of the exact sum hi * 2^12 + lo (hi, lo < 2^32, sum < 2^48), rounded once.
+fn mass_f32(hi: u32, lo: u32) -> f32 {
+    let a = hi << 12u;
+    let l = a + lo;
+    let carry = select(0u, 1u, l < a);
+    let h = (hi >> 20u) + carry;
+    let top = (h << 8u) | (l >> 24u);
+    return f32(top) * 16777216.0 + f32(l & 0xffffffu);
+}
+
+fn bucket(d: f32) -> u32 {
+    let t = -d * 32.0;
+    if (!(t < f32(NB - 1u))) {
+        return NB - 1u;
+    }
+    return u32(floor(t));
+}
+
+fn top_k_on(c: Row) -> bool {
+    return c.top_k > 0u && c.top_k < p.v;
+}
+
+fn top_p_on(c: Row) -> bool {
+    return c.top_p < 1.0;
+}
+
+// The row's chunk of pass 1-3: [lo, hi) with lo a multiple of 4 (Philox words come in fours).
+fn chunk(g: u32) -> vec2<u32> {
+    let n = ((p.v + p.parts - 1u) / p.parts + 3u) & ~3u;
+    let lo = min(p.v, g * n);
+    return vec2<u32>(lo, min(p.v, lo + n));
+}
+
+// Pass 1.
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = wid.x;
+fn prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let g = wid.x;
+    let row = wid.y;
     let c = cfg[row];
     if (c.live == 0u) {
         return;
     }
     let v = p.v;
-    let big_p = p.p2;
-    let neg_inf = bitcast<f32>(0xff800000u);
-    s0 = row * 4u * big_p;
+    s0 = row * (v + 4u * NP + 2u * p.p2);
+    c0 = row * (3u * NB + 4u);
+    if (g == 0u) {
+        for (var i = lid; i < 3u * NB + 4u; i += WG) {
+            atomicStore(&ctr[c0 + i], 0u);
+        }
+    }
     let l_off = row * v;
     let b_off = row * p.max_bias * 2u;
     let n_bias = min(c.n_bias, p.max_bias);
-
-    // Greedy without penalties or bias (the common case): one argmax pass over the logits,
-    // the same choice as the full path below (NaN counts as -inf, ties go to the lower id).
-    if (c.greedy != 0u && c.use_counts == 0u && n_bias == 0u) {
-        var gv = 0.0;
-        var gi = NONE;
-        if (p.n_part > 0u) {
-            for (var i = lid; i < p.n_part; i += WG) {
-                let x = f(2u * i);
-                let xi = sget(2u * i + 1u);
-                if (better(x, xi, gv, gi)) {
-                    gv = x;
-                    gi = xi;
-                }
-            }
-        } else {
-            for (var i = lid; i < v; i += WG) {
-                var x = logits[l_off + i];
-                if (is_nan(x)) {
-                    x = neg_inf;
-                }
-                if (better(x, i, gv, gi)) {
-                    gv = x;
-                    gi = i;
-                }
-            }
-        }
-        best_v[lid] = gv;
-        best_i[lid] = gi;
-        workgroupBarrier();
-        for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
-            if (lid < stride && better(best_v[lid + stride], best_i[lid + stride], best_v[lid], best_i[lid])) {
-                best_v[lid] = best_v[lid + stride];
-                best_i[lid] = best_i[lid + stride];
-            }
-            workgroupBarrier();
-        }
-        if (lid == 0u) {
-            out[row] = best_i[0];
-        }
-        return;
-    }
-
-    // 1. penalties
-    for (var i = lid; i < v; i += WG) {
+    let sampled = c.greedy == 0u;
+    let race = sampled && !top_k_on(c) && !top_p_on(c) && !(c.min_p > 0.0);
+    let neg_inf = bitcast<f32>(0xff800000u);
+    let r = chunk(g);
+    var bv = 0.0;
+    var bi = NONE;
+    var gv = 0.0;
+    var gi = NONE;
+    for (var i = r.x + lid; i < r.y; i += WG) {
         var x = logits[l_off + i];
         if (c.use_counts != 0u) {
             let n = counts[l_off + i];
@@ -234,207 +341,429 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 x = x - c.frequency * f32(n);
             }
         }
-        sset(i, bitcast<u32>(x));
-    }
-    storageBarrier();
-    // 2. logit bias, in list order
-    if (lid == 0u) {
         for (var b = 0u; b < n_bias; b++) {
-            let id = bias[b_off + 2u * b];
-            if (id < v) {
-                sset(id, bitcast<u32>(f(id) + bitcast<f32>(bias[b_off + 2u * b + 1u])));
+            if (bias[b_off + 2u * b] == i) {
+                x = x + bitcast<f32>(bias[b_off + 2u * b + 1u]);
             }
         }
-    }
-    storageBarrier();
-    // NaN -> -inf, temperature, argmax
-    var bv = 0.0;
-    var bi = NONE;
-    for (var i = lid; i < v; i += WG) {
-        var x = f(i);
         if (is_nan(x)) {
             x = neg_inf;
         }
-        if (c.greedy == 0u) {
+        if (sampled) {
             x = x * c.inv_t;
+            sset(i, bitcast<u32>(x));
         }
-        sset(i, bitcast<u32>(x));
         if (better(x, i, bv, bi)) {
             bv = x;
             bi = i;
         }
-    }
-    best_v[lid] = bv;
-    best_i[lid] = bi;
-    if (lid == 0u) {
-        atomicStore(&n_cand, 0u);
-    }
-    storageBarrier();
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
-        if (lid < stride && better(best_v[lid + stride], best_i[lid + stride], best_v[lid], best_i[lid])) {
-            best_v[lid] = best_v[lid + stride];
-            best_i[lid] = best_i[lid + stride];
+        if (race) {
+            let s = x + gumbel(c, i);
+            if (better(s, i, gv, gi)) {
+                gv = s;
+                gi = i;
+            }
         }
-        workgroupBarrier();
     }
-    let l0 = best_v[0];
-    let i0 = best_i[0];
-    if (c.greedy != 0u || !is_finite(l0)) {
+    let m = wg_best(bv, bi, lid);
+    if (lid == 0u) {
+        sset(off_pm() + 2u * g, m.x);
+        sset(off_pm() + 2u * g + 1u, m.y);
+    }
+    if (race) {
+        let w = wg_best(gv, gi, lid);
         if (lid == 0u) {
-            out[row] = i0;
+            sset(off_pg() + 2u * g, w.x);
+            sset(off_pg() + 2u * g + 1u, w.y);
+        }
+    }
+}
+
+// Pass 2.
+@compute @workgroup_size(256)
+fn sieve(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let g = wid.x;
+    let row = wid.y;
+    let c = cfg[row];
+    let tk = top_k_on(c);
+    let tp = top_p_on(c);
+    let mp = c.min_p > 0.0;
+    if (c.live == 0u || c.greedy != 0u || !(tk || tp || mp)) {
+        return;
+    }
+    s0 = row * (p.v + 4u * NP + 2u * p.p2);
+    c0 = row * (3u * NB + 4u);
+    let top = reduce_pairs(off_pm(), p.parts, lid);
+    let l0 = bitcast<f32>(top.x);
+    if (!is_finite(l0)) {
+        return;
+    }
+    let r = chunk(g);
+    if (!tk && !tp) {
+        // min-p only: the race over the survivors.
+        var gv = 0.0;
+        var gi = NONE;
+        for (var i = r.x + lid; i < r.y; i += WG) {
+            let x = xs(i);
+            if (i == top.y || exp_s(x - l0) >= c.min_p) {
+                let s = x + gumbel(c, i);
+                if (better(s, i, gv, gi)) {
+                    gv = s;
+                    gi = i;
+                }
+            }
+        }
+        let w = wg_best(gv, gi, lid);
+        if (lid == 0u) {
+            sset(off_pg() + 2u * g, w.x);
+            sset(off_pg() + 2u * g + 1u, w.y);
         }
         return;
     }
-    // 3. candidates with a non-zero weight
-    for (var i = lid; i < v; i += WG) {
-        let x = f(i);
-        if (is_finite(x) && !(x - l0 < -86.0)) {
-            let k = atomicAdd(&n_cand, 1u);
-            sset(big_p + k, bitcast<u32>(x));
-            sset(2u * big_p + k, i);
+    let weigh = tp && !tk;
+    for (var i = lid; i < 3u * NB; i += WG) {
+        atomicStore(&hist[i], 0u);
+    }
+    workgroupBarrier();
+    for (var i = r.x + lid; i < r.y; i += WG) {
+        let d = xs(i) - l0;
+        let b = bucket(d);
+        atomicAdd(&hist[b], 1u);
+        if (weigh) {
+            let q = weight_q(d);
+            if (q != 0u) {
+                atomicAdd(&hist[NB + b], q & 0xfffu);
+                atomicAdd(&hist[2u * NB + b], q >> 12u);
+            }
         }
     }
-    let m = workgroupUniformLoad(&n_cand);
+    workgroupBarrier();
+    for (var i = lid; i < 3u * NB; i += WG) {
+        let n = atomicLoad(&hist[i]);
+        if (n != 0u) {
+            atomicAdd(&ctr[c0 + i], n);
+        }
+    }
+}
+
+// Inclusive workgroup scan of (a, b) pairs (u32 sums; exact, so the order is free).
+fn scan2(a: u32, b: u32, lid: u32) -> vec2<u32> {
+    workgroupBarrier();
+    scan_a[lid] = a;
+    scan_b[lid] = b;
+    workgroupBarrier();
+    for (var o = 1u; o < WG; o *= 2u) {
+        var ta = 0u;
+        var tb = 0u;
+        if (lid >= o) {
+            ta = scan_a[lid - o];
+            tb = scan_b[lid - o];
+        }
+        workgroupBarrier();
+        scan_a[lid] += ta;
+        scan_b[lid] += tb;
+        workgroupBarrier();
+    }
+    return vec2<u32>(scan_a[lid], scan_b[lid]);
+}
+
+// The boundary bucket of a top-k / top-p row from the global histogram: sh_u[0] = bucket,
+// sh_u[1], sh_u[2] = the weight of the buckets before it (high, low 12-bit sums), and the total
+// weight in sh_u[3] / returned (top-p only rows). All invocations call it.
+fn boundary(c: Row, tk: bool, lid: u32) {
+    // Each invocation owns 4 consecutive buckets.
+    var cn = 0u;
+    var wl = 0u;
+    var wh = 0u;
+    for (var j = 0u; j < 4u; j++) {
+        let b = 4u * lid + j;
+        cn += atomicLoad(&ctr[c0 + b]);
+        wl += atomicLoad(&ctr[c0 + NB + b]);
+        wh += atomicLoad(&ctr[c0 + 2u * NB + b]);
+    }
+    if (lid == 0u) {
+        sh_u[0] = 0u;
+        sh_u[1] = 0u;
+        sh_u[2] = 0u;
+    }
+    if (tk) {
+        let inc = scan2(cn, 0u, lid);
+        var run = inc.x - cn;
+        for (var j = 0u; j < 4u; j++) {
+            let b = 4u * lid + j;
+            let n = atomicLoad(&ctr[c0 + b]);
+            if (run < c.top_k && run + n >= c.top_k) {
+                sh_u[0] = b;
+            }
+            run += n;
+        }
+        workgroupBarrier();
+        return;
+    }
+    let inc = scan2(wl, wh, lid);
+    let tot_l = workgroupUniformLoad(&scan_a[WG - 1u]);
+    let tot_h = workgroupUniformLoad(&scan_b[WG - 1u]);
+    let thr = c.top_p * mass_f32(tot_h, tot_l);
+    var rl = inc.x - wl;
+    var rh = inc.y - wh;
+    for (var j = 0u; j < 4u; j++) {
+        let b = 4u * lid + j;
+        let nl = atomicLoad(&ctr[c0 + NB + b]);
+        let nh = atomicLoad(&ctr[c0 + 2u * NB + b]);
+        if (mass_f32(rh, rl) < thr && mass_f32(rh + nh, rl + nl) >= thr) {
+            sh_u[0] = b;
+            sh_u[1] = rh;
+            sh_u[2] = rl;
+        }
+        rl += nl;
+        rh += nh;
+    }
+    workgroupBarrier();
+}
+
+// Pass 3.
+@compute @workgroup_size(256)
+fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let g = wid.x;
+    let row = wid.y;
+    let c = cfg[row];
+    let tk = top_k_on(c);
+    let tp = top_p_on(c);
+    if (c.live == 0u || c.greedy != 0u || !(tk || tp)) {
+        return;
+    }
+    s0 = row * (p.v + 4u * NP + 2u * p.p2);
+    c0 = row * (3u * NB + 4u);
+    let top = reduce_pairs(off_pm(), p.parts, lid);
+    let l0 = bitcast<f32>(top.x);
+    if (!is_finite(l0)) {
+        return;
+    }
+    boundary(c, tk, lid);
+    let bb = workgroupUniformLoad(&sh_u[0]);
+    let r = chunk(g);
+    let n_at = c0 + 3u * NB;
+    var gv = 0.0;
+    var gi = NONE;
+    for (var i = r.x + lid; i < r.y; i += WG) {
+        let x = xs(i);
+        let b = bucket(x - l0);
+        if (b == bb || (tk && b < bb)) {
+            let k = atomicAdd(&ctr[n_at], 1u);
+            sset(off_list() + 2u * k, bitcast<u32>(x));
+            sset(off_list() + 2u * k + 1u, i);
+        } else if (b < bb) {
+            // top-p only: kept without sorting; min-p, then the race.
+            if (!(c.min_p > 0.0) || i == top.y || exp_s(x - l0) >= c.min_p) {
+                let s = x + gumbel(c, i);
+                if (better(s, i, gv, gi)) {
+                    gv = s;
+                    gi = i;
+                }
+            }
+        }
+    }
+    if (!tk) {
+        let w = wg_best(gv, gi, lid);
+        if (lid == 0u) {
+            sset(off_pg() + 2u * g, w.x);
+            sset(off_pg() + 2u * g + 1u, w.y);
+        }
+    }
+}
+
+var<private> in_sh: bool;
+
+fn lk(j: u32) -> f32 {
+    if (in_sh) {
+        return sk[j];
+    }
+    return xs(off_list() + 2u * j);
+}
+
+fn li(j: u32) -> u32 {
+    if (in_sh) {
+        return si[j];
+    }
+    return sget(off_list() + 2u * j + 1u);
+}
+
+fn lset(j: u32, x: f32, i: u32) {
+    if (in_sh) {
+        sk[j] = x;
+        si[j] = i;
+    } else {
+        sset(off_list() + 2u * j, bitcast<u32>(x));
+        sset(off_list() + 2u * j + 1u, i);
+    }
+}
+
+fn list_barrier() {
+    if (in_sh) {
+        workgroupBarrier();
+    } else {
+        storageBarrier();
+        workgroupBarrier();
+    }
+}
+
+// Pass 4.
+@compute @workgroup_size(256)
+fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.x;
+    let c = cfg[row];
+    if (c.live == 0u) {
+        return;
+    }
+    s0 = row * (p.v + 4u * NP + 2u * p.p2);
+    c0 = row * (3u * NB + 4u);
+    let top = reduce_pairs(off_pm(), p.parts, lid);
+    let l0 = bitcast<f32>(top.x);
+    let tk = top_k_on(c);
+    let tp = top_p_on(c);
+    if (c.greedy != 0u || !is_finite(l0)) {
+        if (lid == 0u) {
+            out[row] = top.y;
+        }
+        return;
+    }
+    var gv = 0.0;
+    var gi = NONE;
+    if (!tk) {
+        // The part winners of the race (prep, sieve or gather).
+        let w = reduce_pairs(off_pg(), p.parts, lid);
+        gv = bitcast<f32>(w.x);
+        gi = w.y;
+        if (!tp) {
+            if (lid == 0u) {
+                out[row] = gi;
+            }
+            return;
+        }
+    }
+    let neg_inf = bitcast<f32>(0xff800000u);
+    if (lid == 0u) {
+        sh_u[3] = atomicLoad(&ctr[c0 + 3u * NB]);
+    }
+    let n = workgroupUniformLoad(&sh_u[3]);
     var m2 = 1u;
-    while (m2 < m) {
+    while (m2 < n) {
         m2 *= 2u;
     }
-    for (var i = m + lid; i < m2; i += WG) {
-        sset(big_p + i, bitcast<u32>(neg_inf));
-        sset(2u * big_p + i, NONE);
+    in_sh = m2 <= LCAP;
+    if (in_sh) {
+        for (var j = lid; j < m2; j += WG) {
+            if (j < n) {
+                sk[j] = xs(off_list() + 2u * j);
+                si[j] = sget(off_list() + 2u * j + 1u);
+            } else {
+                sk[j] = neg_inf;
+                si[j] = NONE;
+            }
+        }
+    } else {
+        for (var j = n + lid; j < m2; j += WG) {
+            sset(off_list() + 2u * j, bitcast<u32>(neg_inf));
+            sset(off_list() + 2u * j + 1u, NONE);
+        }
     }
-    storageBarrier();
-    // 4. bitonic sort of [0, m2) by `before`
+    list_barrier();
+    // Bitonic sort of [0, m2) by `before`.
     for (var k = 2u; k <= m2; k *= 2u) {
         for (var j = k / 2u; j > 0u; j /= 2u) {
             for (var i = lid; i < m2; i += WG) {
                 let ixj = i ^ j;
                 if (ixj > i) {
-                    let al = f(big_p + i);
-                    let ai = sget(2u * big_p + i);
-                    let bl = f(big_p + ixj);
-                    let bj = sget(2u * big_p + ixj);
+                    let al = lk(i);
+                    let ai = li(i);
+                    let bl = lk(ixj);
+                    let bj = li(ixj);
                     var swap = before(bl, bj, al, ai);
                     if ((i & k) != 0u) {
                         swap = before(al, ai, bl, bj);
                     }
                     if (swap) {
-                        sset(big_p + i, bitcast<u32>(bl));
-                        sset(2u * big_p + i, bj);
-                        sset(big_p + ixj, bitcast<u32>(al));
-                        sset(2u * big_p + ixj, ai);
+                        lset(i, bl, bj);
+                        lset(ixj, al, ai);
                     }
                 }
             }
-            storageBarrier();
+            list_barrier();
         }
     }
-    // 5. top-k, weights
-    var n = m;
-    if (c.top_k > 0u && c.top_k < v) {
-        n = min(n, c.top_k);
+    // The candidates in order: top-k's set is the first nk; top-p's prefix sums (exact, as 12-bit
+    // halves) start at `base` (the buckets before the list's for top-p-only rows).
+    var nk = n;
+    var base_h = 0u;
+    var base_l = 0u;
+    var thr = 0.0;
+    if (tk) {
+        nk = min(n, c.top_k);
+        if (tp) {
+            var zl = 0u;
+            var zh = 0u;
+            for (var j = lid; j < nk; j += WG) {
+                let q = weight_q(lk(j) - l0);
+                zl += q & 0xfffu;
+                zh += q >> 12u;
+            }
+            _ = scan2(zl, zh, lid);
+            let tot_l = workgroupUniformLoad(&scan_a[WG - 1u]);
+            let tot_h = workgroupUniformLoad(&scan_b[WG - 1u]);
+            thr = c.top_p * mass_f32(tot_h, tot_l);
+        }
+    } else {
+        boundary(c, false, lid);
+        base_h = workgroupUniformLoad(&sh_u[1]);
+        base_l = workgroupUniformLoad(&sh_u[2]);
+        var zl = 0u;
+        var zh = 0u;
+        for (var b = lid; b < NB; b += WG) {
+            zl += atomicLoad(&ctr[c0 + NB + b]);
+            zh += atomicLoad(&ctr[c0 + 2u * NB + b]);
+        }
+        _ = scan2(zl, zh, lid);
+        let tot_l = workgroupUniformLoad(&scan_a[WG - 1u]);
+        let tot_h = workgroupUniformLoad(&scan_b[WG - 1u]);
+        thr = c.top_p * mass_f32(tot_h, tot_l);
     }
-    for (var i = lid; i < n; i += WG) {
-        sset(3u * big_p + i, bitcast<u32>(exp_s(f(big_p + i) - l0)));
-    }
-    storageBarrier();
-    if (lid != 0u) {
-        return;
-    }
-    // running sums (into the working-logit area, no longer needed), top-p, min-p, draw
-    var acc = 0.0;
-    for (var i = 0u; i < n; i++) {
-        acc = acc + f(3u * big_p + i);
-        sset(i, bitcast<u32>(acc));
-    }
-    if (c.top_p < 1.0) {
-        let thr = c.top_p * f(n - 1u);
-        for (var i = 0u; i < n; i++) {
-            if (f(i) >= thr) {
-                n = i + 1u;
-                break;
+    // Blocks of WG candidates: exclusive prefix = base + the scan within the block.
+    for (var blk = 0u; blk < nk; blk += WG) {
+        let j = blk + lid;
+        var q = 0u;
+        var x = neg_inf;
+        var id = NONE;
+        if (j < nk) {
+            x = lk(j);
+            id = li(j);
+            if (tp) {
+                q = weight_q(x - l0);
             }
         }
-    }
-    if (c.min_p > 0.0) {
-        for (var i = 1u; i < n; i++) {
-            if (f(3u * big_p + i) < c.min_p) {
-                n = i;
-                break;
+        let inc = scan2(q & 0xfffu, q >> 12u, lid);
+        let tot_l = workgroupUniformLoad(&scan_a[WG - 1u]);
+        let tot_h = workgroupUniformLoad(&scan_b[WG - 1u]);
+        let pl = base_l + inc.x - (q & 0xfffu);
+        let ph = base_h + inc.y - (q >> 12u);
+        var keep = j < nk;
+        if (keep && tp && id != top.y) {
+            keep = mass_f32(ph, pl) < thr;
+        }
+        if (keep && c.min_p > 0.0 && id != top.y) {
+            keep = exp_s(x - l0) >= c.min_p;
+        }
+        if (keep) {
+            let s = x + gumbel(c, id);
+            if (better(s, id, gv, gi)) {
+                gv = s;
+                gi = id;
             }
         }
+        base_l += tot_l;
+        base_h += tot_h;
     }
-    let kept = f(n - 1u);
-    let step = vec2<u32>(c.step_lo, c.step_hi);
-    let w = philox(vec4<u32>(c.seq_lo, c.seq_hi, step.x, step.y), vec2<u32>(c.seed_lo, c.seed_hi));
-    let u = f32(w.x >> 8u) * bitcast<f32>(0x33800000u);
-    let goal = u * kept;
-    var pick = NONE;
-    for (var i = 0u; i < n; i++) {
-        if (f(i) > goal) {
-            pick = i;
-            break;
-        }
-    }
-    if (pick == NONE) {
-        for (var i = 0u; i < n; i++) {
-            if (f(i) >= kept) {
-                pick = i;
-                break;
-            }
-        }
-    }
-    if (pick == NONE) {
-        pick = n - 1u;
-    }
-    out[row] = sget(2u * big_p + pick);
-}
-
-// Greedy rows without penalties or bias, first pass: workgroup (g, row) takes the argmax of
-// logits [g * chunk, (g + 1) * chunk) of its row (NaN as -inf, ties to the lower id, as the main
-// pass) and writes (logit bits, id) to scratch words 2 g, 2 g + 1 of the row; `main` then
-// reduces p.n_part pairs in one workgroup instead of V logits. The order is total, so the choice
-// is exactly the one-pass argmax's. Other rows return at once (their scratch is main's).
-@compute @workgroup_size(256)
-fn argmax_partial(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let g = wid.x;
-    let row = wid.y;
-    let c = cfg[row];
-    if (c.live == 0u || c.greedy == 0u || c.use_counts != 0u || min(c.n_bias, p.max_bias) != 0u) {
-        return;
-    }
-    let v = p.v;
-    let neg_inf = bitcast<f32>(0xff800000u);
-    s0 = row * 4u * p.p2;
-    let l_off = row * v;
-    let chunk = (v + p.n_part - 1u) / p.n_part;
-    let lo = g * chunk;
-    let hi = min(v, lo + chunk);
-    var gv = 0.0;
-    var gi = NONE;
-    for (var i = lo + lid; i < hi; i += WG) {
-        var x = logits[l_off + i];
-        if (is_nan(x)) {
-            x = neg_inf;
-        }
-        if (better(x, i, gv, gi)) {
-            gv = x;
-            gi = i;
-        }
-    }
-    best_v[lid] = gv;
-    best_i[lid] = gi;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
-        if (lid < stride && better(best_v[lid + stride], best_i[lid + stride], best_v[lid], best_i[lid])) {
-            best_v[lid] = best_v[lid + stride];
-            best_i[lid] = best_i[lid + stride];
-        }
-        workgroupBarrier();
-    }
+    let w = wg_best(gv, gi, lid);
     if (lid == 0u) {
-        sset(2u * g, bitcast<u32>(best_v[0]));
-        sset(2u * g + 1u, best_i[0]);
+        out[row] = w.y;
     }
 }

@@ -35,6 +35,66 @@ pub struct BenchOptions {
     pub kv: KvDtype,
     /// Also time one decode step per graph region.
     pub profile: bool,
+    /// Sampling settings of the decode tests, one row each (default: greedy and the CLI's
+    /// default sampling).
+    pub sampling: Vec<BenchSampling>,
+}
+
+/// A named sampling setting of the decode tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchSampling {
+    /// Temperature 0: the argmax.
+    Greedy,
+    /// `vkllm run`'s and `serve`'s defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05.
+    Default,
+    /// Temperature 1, no filter (the OpenAI API's default).
+    Pure,
+    /// Temperature 1, top-p 0.9, no top-k.
+    TopP,
+    /// Temperature 0.8, min-p 0.05 only.
+    MinP,
+}
+
+impl BenchSampling {
+    pub const ALL: [BenchSampling; 5] = [
+        BenchSampling::Greedy,
+        BenchSampling::Default,
+        BenchSampling::Pure,
+        BenchSampling::TopP,
+        BenchSampling::MinP,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchSampling::Greedy => "greedy",
+            BenchSampling::Default => "default",
+            BenchSampling::Pure => "pure",
+            BenchSampling::TopP => "top-p",
+            BenchSampling::MinP => "min-p",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<BenchSampling> {
+        Self::ALL.into_iter().find(|b| b.name() == s)
+    }
+
+    pub fn params(self) -> SamplingParams {
+        let t = |temperature, top_k, top_p, min_p| SamplingParams {
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            seed: 42,
+            ..SamplingParams::default()
+        };
+        match self {
+            BenchSampling::Greedy => SamplingParams::default(),
+            BenchSampling::Default => t(0.8, 40, 0.95, 0.05),
+            BenchSampling::Pure => t(1.0, 0, 1.0, 0.0),
+            BenchSampling::TopP => t(1.0, 0, 0.9, 0.0),
+            BenchSampling::MinP => t(0.8, 0, 1.0, 0.05),
+        }
+    }
 }
 
 impl Default for BenchOptions {
@@ -47,6 +107,7 @@ impl Default for BenchOptions {
             steps_per_submit: 16,
             kv: KvDtype::F32,
             profile: false,
+            sampling: vec![BenchSampling::Greedy, BenchSampling::Default],
         }
     }
 }
@@ -57,6 +118,8 @@ pub struct BenchRow {
     /// `pp512`, `tg128`, `pp512+tg128`.
     pub test: String,
     pub batch: usize,
+    /// The decode tests' sampling setting (`-` for prefill).
+    pub sampling: &'static str,
     /// Tokens processed per repetition (all sequences).
     pub tokens: usize,
     /// Seconds per repetition: median, min, max.
@@ -471,6 +534,7 @@ fn run_net(
         rows.push(BenchRow {
             test: format!("pp{n}"),
             batch: 1,
+            sampling: "-",
             tokens: n,
             median_s: med,
             min_s: min,
@@ -498,7 +562,8 @@ fn run_net(
                       net: &dyn Net,
                       dec,
                       batch: usize,
-                      pp: usize|
+                      pp: usize,
+                      sampling: &SamplingParams|
          -> Result<(f64, f64), ModelError> {
             let t_start = Instant::now();
             let mut ttft = 0.0;
@@ -508,14 +573,14 @@ fn run_net(
                 if s == 0 {
                     ttft = t_start.elapsed().as_secs_f64();
                 }
-                let first = vkllm_cpu::sampler::sample(&logits, &greedy, &[], s as u64, 0);
+                let first = vkllm_cpu::sampler::sample(&logits, sampling, &[], s as u64, 0);
                 b.slot_start(
                     dec,
                     s,
                     &SlotStart {
                         token: first,
                         pos: pp,
-                        sampling: &greedy,
+                        sampling,
                         seq_id: s as u64,
                         step: 1,
                         counts: None,
@@ -535,19 +600,25 @@ fn run_net(
             }
             Ok((t, ttft))
         };
-        for &batch in &o.batches {
+        for (mode, &batch) in o
+            .sampling
+            .iter()
+            .flat_map(|m| o.batches.iter().map(move |b| (*m, b)))
+        {
+            let sp = mode.params();
             warm_up(&dev, least(), || {
-                decode(b, net_tg, dec, batch, prompt).map(drop)
+                decode(b, net_tg, dec, batch, prompt, &sp).map(drop)
             })?;
             let mut times = Vec::new();
             for _ in 0..reps {
-                times.push(decode(b, net_tg, dec, batch, prompt)?.0);
+                times.push(decode(b, net_tg, dec, batch, prompt, &sp)?.0);
             }
             let (med, min, max) = median_spread(times);
             let steps = (o.tg - 1) as f64;
             rows.push(BenchRow {
                 test: format!("tg{}", o.tg),
                 batch,
+                sampling: mode.name(),
                 tokens: batch * (o.tg - 1),
                 median_s: med,
                 min_s: min,
@@ -562,10 +633,12 @@ fn run_net(
             let dec_pp = b.slot_decoder_for(net.graph(), cfg)?;
             let mut times = Vec::new();
             let mut ttfts = Vec::new();
-            warm_up(&dev, least(), || decode(b, net, dec_pp, 1, pp).map(drop))?;
+            warm_up(&dev, least(), || {
+                decode(b, net, dec_pp, 1, pp, &greedy).map(drop)
+            })?;
             for _ in 0..reps {
                 let t0 = Instant::now();
-                let (_, ttft) = decode(b, net, dec_pp, 1, pp)?;
+                let (_, ttft) = decode(b, net, dec_pp, 1, pp, &greedy)?;
                 times.push(t0.elapsed().as_secs_f64());
                 ttfts.push(ttft);
             }
@@ -573,6 +646,7 @@ fn run_net(
             rows.push(BenchRow {
                 test: format!("pp{pp}+tg{}", o.tg),
                 batch: 1,
+                sampling: "greedy",
                 tokens: pp + o.tg,
                 median_s: med,
                 min_s: min,
@@ -587,7 +661,11 @@ fn run_net(
         let (mut busy, mut span) = (0.0, 0.0);
         let mut prefill = (Vec::new(), 0.0, 0.0);
         if o.profile {
-            let greedy = SamplingParams::default();
+            // The decode step with the last sampling setting asked for (the sampler's regions).
+            let greedy = o
+                .sampling
+                .last()
+                .map_or_else(SamplingParams::default, |m| m.params());
             let p = ids(prompt, vocab, 7);
             let logits = net_tg.prefill(b, 0, &p)?;
             let first = vkllm_cpu::sampler::sample(&logits, &greedy, &[], 0, 0);
@@ -641,14 +719,15 @@ impl BenchReport {
     /// A markdown table of the tests, then the profile (when measured).
     pub fn markdown(&self) -> String {
         let mut s = String::from(
-            "| test | batch | tok/s | ms/step | eff. GB/s | TTFT ms | median s | min..max s |\n|---|---|---|---|---|---|---|---|\n",
+            "| test | batch | sampling | tok/s | ms/step | eff. GB/s | TTFT ms | median s | min..max s |\n|---|---|---|---|---|---|---|---|---|\n",
         );
         for r in &self.rows {
             let opt = |x: Option<f64>, p: usize| x.map_or("-".into(), |v| format!("{v:.p$}"));
             s += &format!(
-                "| {} | {} | {:.1} | {} | {} | {} | {:.4} | {:.4}..{:.4} |\n",
+                "| {} | {} | {} | {:.1} | {} | {} | {} | {:.4} | {:.4}..{:.4} |\n",
                 r.test,
                 r.batch,
+                r.sampling,
                 r.tok_s,
                 opt(r.ms_per_step, 3),
                 opt(r.eff_gb_s, 0),
@@ -689,7 +768,7 @@ impl BenchReport {
             .iter()
             .map(|r| {
                 serde_json::json!({
-                    "test": r.test, "batch": r.batch, "tokens": r.tokens,
+                    "test": r.test, "batch": r.batch, "sampling": r.sampling, "tokens": r.tokens,
                     "median_s": r.median_s, "min_s": r.min_s, "max_s": r.max_s,
                     "tok_s": r.tok_s, "ms_per_step": r.ms_per_step,
                     "eff_gb_s": r.eff_gb_s, "ttft_ms": r.ttft_ms,

@@ -1,47 +1,48 @@
-//! `shaders/sample.wgsl`: vkllm-cpu's sampler (penalties, bias, temperature, top-k, top-p,
-//! min-p, Philox draw) on the GPU, bit for bit.
+//! `shaders/sample.wgsl`: vkllm-cpu's sampler v2 (penalties, bias, temperature, top-k, top-p,
+//! min-p, the Gumbel race) on the GPU, bit for bit, in four passes (prep, sieve, gather,
+//! finish; the shader's header says what each does).
 
 use crate::sources::SAMPLE as SRC;
-use crate::spec::{need, rd, rw, shape_err, to_u32};
+use crate::spec::{BindingSpec, need, rd, rw, shape_err, to_u32};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
 
-pub static SAMPLE: KernelSpec = KernelSpec {
-    name: "sample",
-    file: "sample.wgsl",
-    entry: "main",
-    source: SRC,
-    bindings: &[
-        rd("logits"),
-        rd("counts"),
-        rd("bias"),
-        rd("cfg"),
-        rw("scratch"),
-        rw("out"),
-    ],
-    push_size: 20,
-    exact_fp: true,
-};
+const BINDINGS: &[BindingSpec] = &[
+    rd("logits"),
+    rd("counts"),
+    rd("bias"),
+    rd("cfg"),
+    rw("scratch"),
+    rw("out"),
+    rw("ctr"),
+];
 
-/// The first pass of the split greedy argmax (see [`Sample::dispatch_split`]).
-pub static SAMPLE_ARGMAX_PARTIAL: KernelSpec = KernelSpec {
-    name: "sample_argmax_partial",
-    file: "sample.wgsl",
-    entry: "argmax_partial",
-    source: SRC,
-    bindings: &[
-        rd("logits"),
-        rd("counts"),
-        rd("bias"),
-        rd("cfg"),
-        rw("scratch"),
-        rd("out"),
-    ],
-    push_size: 20,
-    exact_fp: true,
-};
+const fn pass(name: &'static str, entry: &'static str) -> KernelSpec {
+    KernelSpec {
+        name,
+        file: "sample.wgsl",
+        entry,
+        source: SRC,
+        bindings: BINDINGS,
+        push_size: 20,
+        exact_fp: true,
+    }
+}
 
-/// Workgroups per row of the split greedy argmax's first pass (at most).
-pub const ARGMAX_PARTS: usize = 128;
+/// Pass 1: working logits, part maxima, the race of unfiltered rows.
+pub static SAMPLE_PREP: KernelSpec = pass("sample_prep", "prep");
+/// Pass 2: l0; the min-p race or the bucket histogram.
+pub static SAMPLE_SIEVE: KernelSpec = pass("sample_sieve", "sieve");
+/// Pass 3: the boundary bucket; the candidate list (and top-p's race before it).
+pub static SAMPLE_GATHER: KernelSpec = pass("sample_gather", "gather");
+/// Pass 4: sort the list, the filters, the race, the chosen token.
+pub static SAMPLE_FINISH: KernelSpec = pass("sample_finish", "finish");
+
+/// Parts per row at most (the shader's `NP`).
+pub const MAX_PARTS: usize = 128;
+/// Histogram buckets per row (the shader's `NB`).
+const BUCKETS: usize = 1024;
+/// Vocabularies must be smaller than this (the shader's 12-bit weight halves sum in u32).
+pub const MAX_VOCAB: usize = 1 << 20;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
@@ -50,12 +51,10 @@ pub struct SamplePush {
     pub p2: u32,
     pub n_rows: u32,
     pub max_bias: u32,
-    /// Partial argmax pairs left in scratch by the first pass (0: one-pass greedy).
-    pub n_part: u32,
+    /// Parts each row is split into by passes 1-3.
+    pub parts: u32,
 }
 
-/// One row's settings as the kernel reads them from the `cfg` buffer (80 bytes). A recorded
-/// decode step advances `step_lo/step_hi` on the device between tokens.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SampleRow {
@@ -155,44 +154,43 @@ pub struct Sample<B> {
     /// [`Sample::scratch_bytes`] bytes.
     pub scratch: B,
     pub out: B,
+    /// [`Sample::ctr_bytes`] bytes (histograms and list lengths; pass 1 clears them).
+    pub ctr: B,
 }
 
 impl<B: KernelBuffer> Sample<B> {
     pub fn scratch_bytes(vocab: usize, rows: usize) -> u64 {
-        16 * (vocab.max(1).next_power_of_two() * rows.max(1)) as u64
+        let v = vocab.max(1);
+        4 * ((v + 4 * MAX_PARTS + 2 * v.next_power_of_two()) * rows.max(1)) as u64
     }
 
-    /// Greedy rows without penalties or bias split their argmax over many workgroups: a first
-    /// dispatch (`argmax_partial`, grid parts x rows) leaves per-part maxima in scratch and the
-    /// sampler reduces those. Same choices as [`Sample::dispatch`] (the one-workgroup reference),
-    /// which reads all V logits of a row in one workgroup (~190 us for V = 151936 on an H200).
-    pub fn dispatch_split(self, s: &SampleShape) -> Result<[Dispatch<B>; 2], Error> {
-        let parts = s.vocab.div_ceil(1024).clamp(1, ARGMAX_PARTS);
-        let mut main = Sample { ..self }.dispatch(s)?;
-        let mut push: SamplePush = bytemuck::pod_read_unaligned(&main.push);
-        push.n_part = parts as u32;
-        main.push = bytemuck::bytes_of(&push).to_vec();
-        let first = Dispatch::new(
-            &SAMPLE_ARGMAX_PARTIAL,
-            Overrides::new(),
-            vec![
-                self.logits,
-                self.counts,
-                self.bias,
-                self.cfg,
-                self.scratch,
-                self.out,
-            ],
-            &push,
-            [parts as u32, s.rows as u32, 1],
-        );
-        Ok([first, main])
+    pub fn ctr_bytes(rows: usize) -> u64 {
+        4 * ((3 * BUCKETS + 4) * rows.max(1)) as u64
     }
 
-    pub fn dispatch(self, s: &SampleShape) -> Result<Dispatch<B>, Error> {
-        let k = &SAMPLE;
+    /// The parts per row the automatic launch uses: one per 1024 tokens, at most [`MAX_PARTS`].
+    pub fn auto_parts(vocab: usize) -> usize {
+        vocab.div_ceil(1024).clamp(1, MAX_PARTS)
+    }
+
+    /// The four passes with [`Sample::auto_parts`] parts per row.
+    pub fn dispatch(self, s: &SampleShape) -> Result<[Dispatch<B>; 4], Error> {
+        let parts = Self::auto_parts(s.vocab);
+        self.dispatch_parts(s, parts)
+    }
+
+    /// The four passes with `parts` parts per row (`1..=MAX_PARTS`; every count gives the same
+    /// tokens, 1 is the simplest launch).
+    pub fn dispatch_parts(self, s: &SampleShape, parts: usize) -> Result<[Dispatch<B>; 4], Error> {
+        let k = &SAMPLE_PREP;
         if s.vocab == 0 || s.rows == 0 {
             return Err(shape_err(k, "empty vocabulary or no rows"));
+        }
+        if s.vocab >= MAX_VOCAB {
+            return Err(shape_err(k, "vocabulary of 2^20 tokens or more"));
+        }
+        if !(1..=MAX_PARTS).contains(&parts) {
+            return Err(shape_err(k, "parts outside 1..=128"));
         }
         need(k, "logits", &self.logits, 4 * (s.vocab * s.rows) as u64)?;
         if s.counts {
@@ -212,6 +210,7 @@ impl<B: KernelBuffer> Sample<B> {
             Self::scratch_bytes(s.vocab, s.rows),
         )?;
         need(k, "out", &self.out, 4 * s.rows as u64)?;
+        need(k, "ctr", &self.ctr, Self::ctr_bytes(s.rows))?;
         if s.rows > crate::spec::MAX_GROUPS_X as usize {
             return Err(shape_err(k, "too many rows"));
         }
@@ -220,21 +219,26 @@ impl<B: KernelBuffer> Sample<B> {
             p2: to_u32(k, "scratch", s.vocab.next_power_of_two())?,
             n_rows: to_u32(k, "rows", s.rows)?,
             max_bias: to_u32(k, "max_bias", s.max_bias)?,
-            n_part: 0,
+            parts: parts as u32,
         };
-        Ok(Dispatch::new(
-            k,
-            Overrides::new(),
-            vec![
-                self.logits,
-                self.counts,
-                self.bias,
-                self.cfg,
-                self.scratch,
-                self.out,
-            ],
-            &p,
-            [s.rows as u32, 1, 1],
-        ))
+        let bufs = vec![
+            self.logits,
+            self.counts,
+            self.bias,
+            self.cfg,
+            self.scratch,
+            self.out,
+            self.ctr,
+        ];
+        let rows = s.rows as u32;
+        let d = |k: &'static KernelSpec, grid: [u32; 3]| {
+            Dispatch::new(k, Overrides::new(), bufs.clone(), &p, grid)
+        };
+        Ok([
+            d(&SAMPLE_PREP, [parts as u32, rows, 1]),
+            d(&SAMPLE_SIEVE, [parts as u32, rows, 1]),
+            d(&SAMPLE_GATHER, [parts as u32, rows, 1]),
+            d(&SAMPLE_FINISH, [rows, 1, 1]),
+        ])
     }
 }

@@ -149,7 +149,12 @@ fn exact_fp_kernels_forbid_contraction() {
             .count()
     };
     let o = Overrides::new();
-    let s = compile_spirv(&vkllm_kernels::sample::SAMPLE, &o, SpirvOptions::default()).unwrap();
+    let s = compile_spirv(
+        &vkllm_kernels::sample::SAMPLE_FINISH,
+        &o,
+        SpirvOptions::default(),
+    )
+    .unwrap();
     // OpFAdd/OpFSub/OpFMul results of the sampler: at least the 7 Horner steps of exp_s.
     assert!(
         count(&s) >= 14,

@@ -547,6 +547,9 @@ fn sampler_replays_with_the_step_from_a_buffer() {
     let logits: Vec<f32> = (0..v).map(|i| ((i * 7919 % 1000) as f32) / 400.0).collect();
     let params = vkllm_cpu::SamplingParams {
         temperature: 1.0,
+        top_k: 40,
+        top_p: 0.95,
+        min_p: 0.05,
         seed: 1234,
         ..Default::default()
     };
@@ -558,13 +561,20 @@ fn sampler_replays_with_the_step_from_a_buffer() {
             MemoryKind::Device,
         )
         .unwrap();
+    let ctr = dev
+        .create_buffer(
+            "ctr",
+            Sample::<vkllm_vk::BufSlice<'_>>::ctr_bytes(1),
+            MemoryKind::Device,
+        )
+        .unwrap();
     let out = dev.create_buffer("out", 4, MemoryKind::Device).unwrap();
     let cfg = dev.create_buffer("cfg", 80, MemoryKind::Host).unwrap();
     let settings = SampleSettings {
         temperature: params.temperature,
-        top_k: 0,
-        top_p: 1.0,
-        min_p: 0.0,
+        top_k: params.top_k,
+        top_p: params.top_p,
+        min_p: params.min_p,
         repetition_penalty: 1.0,
         presence_penalty: 0.0,
         frequency_penalty: 0.0,
@@ -575,24 +585,25 @@ fn sampler_replays_with_the_step_from_a_buffer() {
         use_counts: false,
     };
     let mut r = Recorder::new(&dev).unwrap();
-    r.dispatch(
-        Sample {
-            logits: lb.all(),
-            counts: lb.all(),
-            bias: lb.all(),
-            cfg: cfg.all(),
-            scratch: scratch.all(),
-            out: out.all(),
-        }
-        .dispatch(&SampleShape {
-            vocab: v,
-            rows: 1,
-            max_bias: 0,
-            counts: false,
-        })
-        .unwrap(),
-    )
+    let passes = Sample {
+        logits: lb.all(),
+        counts: lb.all(),
+        bias: lb.all(),
+        cfg: cfg.all(),
+        scratch: scratch.all(),
+        out: out.all(),
+        ctr: ctr.all(),
+    }
+    .dispatch(&SampleShape {
+        vocab: v,
+        rows: 1,
+        max_bias: 0,
+        counts: false,
+    })
     .unwrap();
+    for d in passes {
+        r.dispatch(d).unwrap();
+    }
     let rec = r.finish().unwrap();
     let mut distinct = std::collections::HashSet::new();
     for s in [0u64, 1, 2, 3, 1 << 33] {

@@ -1,19 +1,20 @@
 //! Token sampling, specified exactly so that a GPU kernel reproduces it token for token.
 //!
-//! # Specification (sampler v1)
+//! # Specification (sampler v2)
+//!
+//! v2 replaced v1 (2026-12) so that no step needs a sequential pass over the vocabulary: the
+//! draw is a Gumbel race (a parallel argmax) instead of an inverse-CDF walk over sequential f32
+//! running sums, top-p sums are exact integers (any summation order gives the same value), and
+//! min-p is a per-token test. Penalties, bias, temperature, greedy and top-k are unchanged.
 //!
 //! **Arithmetic.** Every value is IEEE-754 binary32. Each `+`, `-`, `*` is one operation rounded
 //! to nearest-even; there is **no fused multiply-add** (a shader must forbid contraction, e.g.
 //! SPIR-V `NoContraction`) and **no division, `exp` or `log` from a math library** on the
 //! per-token path (Vulkan only guarantees `+ - *` to be correctly rounded). The reciprocals
 //! `inv_t = 1 / temperature` and `inv_rp = 1 / repetition_penalty` are computed once per request
-//! (f32 division on the host) and passed in. Comparisons are numeric (`-0 == +0`). `exp` is the
-//! polynomial [`exp_s`] below, built from `+ - *`, `floor` and exponent-bit assembly only.
-//!
-//! **Random number.** Philox4x32-10 ([`philox4x32_10`], checked against the Random123
-//! known-answer vectors) with key `[seed lo32, seed hi32]` and counter
-//! `[seq_id lo32, seq_id hi32, step lo32, step hi32]`; the first output word `w0` gives
-//! `u = (w0 >> 8) as f32 * 2^-24`, exactly representable, in `[0, 1)`.
+//! (f32 division on the host) and passed in. Comparisons are numeric (`-0 == +0`). `exp` and `log`
+//! are the polynomials [`exp_s`] and [`log_s`], built from `+ - *`, `floor` and exponent bits.
+//! Vocabularies have fewer than `2^24` entries ([`MAX_VOCAB`]).
 //!
 //! **Steps** on logits `l[0..V]`, token counts `c[0..V]` (an empty slice: no penalties):
 //! 1. *Penalties*, for each token with `c[i] > 0`, in this order:
@@ -22,21 +23,26 @@
 //! 2. *Logit bias*: for each `(id, b)` of `logit_bias` in list order, `l[id] = l[id] + b`
 //!    (ids `>= V` are skipped; [`SamplingParams::validate`] reports them). Then every NaN logit
 //!    becomes `-inf`.
-//! 3. *Greedy*: if `!(temperature > 0)`, return the argmax (largest `l`, ties to the lowest id;
-//!    all `-inf` gives id 0). Otherwise `l = l * inv_t`.
-//! 4. *Order and top-k*: candidates sorted by (`l` descending, id ascending); if
-//!    `0 < top_k < V` only the first `top_k` are kept. If the first logit `l0` is not finite
-//!    (`+inf`, or every candidate `-inf`) return the first candidate.
-//! 5. *Weights*: `e_k = exp_s(l_k - l0)` in sorted order (so `e_0 = 1` exactly) and running sums
-//!    `S_k = S_{k-1} + e_k` with `S_{-1} = 0`, strictly sequential in sorted order; `Z = S_last`.
-//! 6. *Top-p*, if `top_p < 1`: keep candidates `0..=k` for the smallest `k` with
-//!    `S_k >= top_p * Z` (one f32 multiply; `k = 0` qualifies whenever `top_p <= 0`).
-//! 7. *Min-p*, if `min_p > 0`: walking from candidate 1, stop at the first kept candidate with
-//!    `e_k < min_p` (that is `p_k < min_p * p_max`, since `e_0 = 1`) and drop it and all after it.
-//!    Candidate 0 is always kept.
-//! 8. *Draw*: `K = S_m` for the last kept candidate `m` (the same running sums, nothing is
-//!    recomputed), `target = u * K`; return the first kept candidate with `S_k > target`, or, when
-//!    rounding made `target == K`, the first with `S_k >= K`.
+//! 3. *Temperature*: if `temperature > 0`, `l = l * inv_t` (else the call is greedy).
+//! 4. *Top candidate*: `i0` = the largest `l` (ties to the lowest id; all `-inf` gives 0),
+//!    `l0 = l[i0]`. Greedy calls, and calls where `l0` is not finite, return `i0`.
+//! 5. *Order and top-k*: candidates sorted by (`l` descending, id ascending); if
+//!    `0 < top_k < V` only the first `top_k` are kept (the set T), else T is every token.
+//! 6. *Top-p*, if `top_p < 1`: each candidate `j` of T (in order) has the integer weight
+//!    `q_j = floor(exp_s(l_j - l0) * 2^24)` ([`weight_q`]); with `P_j` the exact sum of the weights
+//!    before `j` and `Z` the sum over T, candidate `j` is kept iff `j == 0` or
+//!    `f32(P_j) < top_p * f32(Z)` (`f32(n)`: `n` rounded to nearest-even, exact arithmetic
+//!    otherwise; the sums are below `2^48`). The kept candidates are a prefix of T.
+//! 7. *Min-p*, if `min_p > 0`: a kept token `i` stays iff `i == i0` or
+//!    `exp_s(l_i - l0) >= min_p` (that is `p_i >= min_p * p_max`).
+//! 8. *Draw*: the kept token with the largest `l_i + g_i` (ties to the lowest id), where
+//!    `g_i` = [`gumbel`]`(seed, seq_id, step, i)` = `-log_s(-log_s(u_i))` and `u_i` =
+//!    [`token_uniform`]: word `i & 3` of Philox4x32-10 ([`philox4x32_10`], checked against the
+//!    Random123 known-answer vectors) with counter `[i >> 2, step lo32, seq_id lo32,
+//!    seq_id hi32 ^ step hi32]` and key `[seed lo32, seed hi32]`, mapped to
+//!    `(2 (w >> 9) + 1) * 2^-24` in `(0, 1)`. The maximum of `l_i + g_i` over a set is a draw from
+//!    the softmax of `l` restricted to that set (the Gumbel-max trick); every token's variate is
+//!    independent of the others, so a GPU takes the argmax in any order.
 //!
 //! `exp_s(x)`, for `x <= 0` (including `-inf`): `0` if `x < -86`; else
 //! `k = floor(x * LOG2E + 0.5)` (integer in `[-124, 0]`),
@@ -46,16 +52,15 @@
 //! with `2^k` assembled from exponent bits `(k + 127) << 23`. Relative error below 3e-7; never
 //! subnormal; `exp_s(0) == 1`.
 //!
-//! Rounding choices, collected: penalties and temperature use host reciprocals (no device
-//! division); one exp per candidate relative to the top logit (no max search: the sorted first
-//! is the max); sums are sequential f32 in sorted order (a parallel GPU reduction would round
-//! differently, so a kernel must sum the same way to match bit for bit); top-p compares unnormalised
-//! sums (`S_k >= top_p * Z` instead of `S_k / Z >= top_p`); min-p compares against the max weight
-//! 1; the draw scales `u` by the kept sum instead of renormalising every weight.
+//! `log_s(x)`, for positive normal `x`: `e` = the unbiased exponent of `x`, `m` = `x`'s
+//! significand in `[1, 2)`; if `m > f32(sqrt 2)`, `m = m * 0.5` and `e = e + 1`; `f = m - 1`;
+//! `p = (...((D16*f + D15)*f + D14)*f ... + D2)*f + 1)*f` with `D_n = f32((-1)^(n+1)/n)`; result
+//! `(p + e * LN2_LO) + e * LN2_HI` (`e` as f32). Relative error below 1e-6.
 //!
 //! [`log_softmax`] and [`top_logprobs`] give log-probabilities for API output; they are plain f64
 //! reference math, not part of the token choice.
 
+mod gumbel;
 mod logprobs;
 mod philox;
 #[allow(clippy::module_inception)]
@@ -63,6 +68,7 @@ mod sampler;
 #[cfg(test)]
 mod tests;
 
+pub use gumbel::{gumbel, log_s, token_uniform};
 pub use logprobs::{log_softmax, top_logprobs};
 pub use philox::{PHILOX_M0, PHILOX_M1, PHILOX_W0, PHILOX_W1, philox_draw, philox4x32_10, uniform};
-pub use sampler::{SamplingParams, exp_s, sample};
+pub use sampler::{MAX_VOCAB, SamplingParams, exp_s, sample, weight_q};

@@ -1,6 +1,6 @@
 //! [`sample`]: the token choice of the module-level specification, step by step.
 
-use super::philox::uniform;
+use super::gumbel::gumbel;
 use crate::CpuError;
 use std::cmp::Ordering;
 
@@ -96,6 +96,9 @@ impl SamplingParams {
     }
 }
 
+/// Vocabularies must be smaller than this (the top-p sums are exact below `2^48`).
+pub const MAX_VOCAB: usize = 1 << 24;
+
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 const LN2_HI: f32 = 0.693_359_4; // 0.693359375 exactly (0x3f318000)
 const LN2_LO: f32 = -2.121_944_4e-4;
@@ -137,13 +140,20 @@ fn order(a: &(f32, u32), b: &(f32, u32)) -> Ordering {
     }
 }
 
+/// The specification's top-p weight of a candidate `d = l - l0` below the top logit:
+/// `floor(exp_s(d) * 2^24)`, an integer in `[0, 2^24]`.
+#[inline]
+pub fn weight_q(d: f32) -> u32 {
+    (exp_s(d) * 16_777_216.0) as u32
+}
+
 /// Chooses the next token of sequence `seq_id` at decode step `step`, following the module-level
 /// specification exactly.
 ///
 /// `token_counts` is either empty (no penalties) or one count per vocabulary entry.
 ///
 /// # Panics
-/// If `logits` is empty, has more than `u32::MAX` entries, or `token_counts` is neither empty nor
+/// If `logits` is empty, has `2^24` or more entries, or `token_counts` is neither empty nor
 /// `logits.len()` long (programming errors).
 pub fn sample(
     logits: &[f32],
@@ -154,7 +164,7 @@ pub fn sample(
 ) -> u32 {
     let v = logits.len();
     assert!(v > 0, "sample: empty logits");
-    assert!(u32::try_from(v).is_ok(), "sample: vocabulary over u32");
+    assert!(v < MAX_VOCAB, "sample: vocabulary of 2^24 or more");
     assert!(
         token_counts.is_empty() || token_counts.len() == v,
         "sample: token_counts must be empty or one per logit"
@@ -184,71 +194,65 @@ pub fn sample(
             *x = f32::NEG_INFINITY;
         }
     }
-    // 3. greedy or temperature (a NaN temperature is greedy, hence the negated comparison)
+    // 3. temperature (a NaN temperature is greedy, hence the negated comparison)
     #[allow(clippy::neg_cmp_op_on_partial_ord)]
     let greedy = !(params.temperature > 0.0);
-    if greedy {
-        let mut best = 0usize;
-        for (i, &x) in l.iter().enumerate() {
-            if x > l[best] {
-                best = i;
+    if !greedy {
+        let inv_t = 1.0 / params.temperature;
+        for x in &mut l {
+            *x *= inv_t;
+        }
+    }
+    // 4. the top candidate (greedy's answer)
+    let mut i0 = 0usize;
+    for (i, &x) in l.iter().enumerate() {
+        if x > l[i0] {
+            i0 = i;
+        }
+    }
+    let l0 = l[i0];
+    if greedy || !l0.is_finite() {
+        return i0 as u32;
+    }
+    // 5-6. top-k and top-p on the sorted candidates (skipped when both are off)
+    let top_k = params.top_k > 0 && params.top_k < v;
+    let top_p = params.top_p < 1.0;
+    let mut kept: Vec<u32> = if top_k || top_p {
+        let mut cand: Vec<(f32, u32)> = l.iter().enumerate().map(|(i, &x)| (x, i as u32)).collect();
+        if top_k {
+            cand.select_nth_unstable_by(params.top_k - 1, order);
+            cand.truncate(params.top_k);
+        }
+        cand.sort_unstable_by(order);
+        if top_p {
+            let z: u64 = cand.iter().map(|&(x, _)| u64::from(weight_q(x - l0))).sum();
+            let thr = params.top_p * z as f32;
+            let mut before = 0u64;
+            let mut n = 0;
+            for &(x, _) in &cand {
+                if n > 0 && before as f32 >= thr {
+                    break;
+                }
+                before += u64::from(weight_q(x - l0));
+                n += 1;
             }
+            cand.truncate(n);
         }
-        return best as u32;
-    }
-    let inv_t = 1.0 / params.temperature;
-    // 4. order, top-k
-    let mut cand: Vec<(f32, u32)> = l
-        .iter()
-        .enumerate()
-        .map(|(i, &x)| (x * inv_t, i as u32))
-        .collect();
-    let keep = if params.top_k > 0 && params.top_k < v {
-        params.top_k
+        cand.into_iter().map(|(_, i)| i).collect()
     } else {
-        v
+        (0..v as u32).collect()
     };
-    if keep < v {
-        cand.select_nth_unstable_by(keep - 1, order);
-        cand.truncate(keep);
+    // 7. min-p
+    if params.min_p > 0.0 {
+        kept.retain(|&i| i as usize == i0 || exp_s(l[i as usize] - l0) >= params.min_p);
     }
-    cand.sort_unstable_by(order);
-    let l0 = cand[0].0;
-    if !l0.is_finite() {
-        return cand[0].1;
-    }
-    // 5. weights and running sums
-    let mut e = Vec::with_capacity(cand.len());
-    let mut s = Vec::with_capacity(cand.len());
-    let mut acc = 0.0f32;
-    for &(x, _) in &cand {
-        let w = exp_s(x - l0);
-        acc += w;
-        e.push(w);
-        s.push(acc);
-    }
-    let mut n = cand.len();
-    // 6. top-p
-    if params.top_p < 1.0 {
-        let thr = params.top_p * s[n - 1];
-        if let Some(k) = s.iter().position(|&sk| sk >= thr) {
-            n = k + 1;
+    // 8. the draw: the largest l + gumbel over the kept tokens, ties to the lowest id
+    let mut best = (f32::NEG_INFINITY, u32::MAX);
+    for i in kept {
+        let s = l[i as usize] + gumbel(params.seed, seq_id, step, i);
+        if s > best.0 || (s == best.0 && i < best.1) || best.1 == u32::MAX {
+            best = (s, i);
         }
     }
-    // 7. min-p
-    if params.min_p > 0.0
-        && let Some(k) = e[1..n].iter().position(|&ek| ek < params.min_p)
-    {
-        n = k + 1;
-    }
-    // 8. draw
-    let kept = s[n - 1];
-    let u = uniform(params.seed, seq_id, step);
-    let target = u * kept;
-    let pick = s[..n]
-        .iter()
-        .position(|&sk| sk > target)
-        .or_else(|| s[..n].iter().position(|&sk| sk >= kept))
-        .unwrap_or(n - 1);
-    cand[pick].1
+    best.1
 }

@@ -94,9 +94,16 @@ fn seeds_and_counters_are_reproducible() {
         ..temp(1.0)
     };
     assert_eq!(sample(&l, &p, &[], 0, 7), draw(1, 0)[7]);
-    // Uniform logits: the token is floor(u * 1000) up to f32 rounding of the running sums.
-    let u = uniform(1, 0, 7);
-    assert!((i64::from(draw(1, 0)[7]) - (f64::from(u) * 1000.0) as i64).abs() <= 1);
+    // Uniform logits and no filters: the draw is the Gumbel race alone, the token with the
+    // largest variate.
+    let race = (0..1000u32)
+        .max_by(|&a, &b| {
+            gumbel(1, 0, 7, a)
+                .total_cmp(&gumbel(1, 0, 7, b))
+                .then(b.cmp(&a))
+        })
+        .unwrap();
+    assert_eq!(draw(1, 0)[7], race);
 }
 
 #[test]
@@ -399,4 +406,35 @@ fn validate_reports_bad_parameters() {
         .validate(10),
         Err(CpuError::LogitBiasOutOfRange { id: 10, vocab: 10 })
     );
+}
+
+#[test]
+fn top_p_sums_are_exact_integers() {
+    // 3000 equal tokens: each weight is 2^24, so top_p 0.5 keeps exactly 1500 (prefix sums are
+    // exact; sequential f32 sums would drift). Only ids 0..1500 can be drawn.
+    let l = vec![0.25f32; 3000];
+    let p = SamplingParams {
+        top_p: 0.5,
+        seed: 9,
+        ..temp(1.0)
+    };
+    let mut hi = 0;
+    for step in 0..4000 {
+        hi = hi.max(sample(&l, &p, &[], 0, step));
+    }
+    assert!((1400..1500).contains(&hi), "largest id drawn {hi}");
+    assert_eq!(weight_q(0.0), 1 << 24);
+    assert_eq!(weight_q(-90.0), 0);
+}
+
+#[test]
+fn min_p_is_a_per_token_test() {
+    // p = [0.5, 0.3, 0.2]; min_p 0.5 keeps p >= 0.25: ids 0 and 1 (5/8 and 3/8).
+    let l = logits_of(&[0.5, 0.3, 0.2]);
+    let m = SamplingParams {
+        min_p: 0.5,
+        ..temp(1.0)
+    };
+    let f = freqs(&l, &m, 20_000);
+    assert!((f[0] - 0.625).abs() < 0.015 && f[2] == 0.0, "{f:?}");
 }

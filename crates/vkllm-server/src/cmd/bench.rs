@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail};
-use vkllm_engine::bench::{self, BenchOptions};
+use vkllm_engine::bench::{self, BenchOptions, BenchSampling};
 use vkllm_models::gguf::GgufModel;
 use vkllm_models::hybrid::HybridModel;
 use vkllm_models::{Backend, KvDtype, Model, VulkanBackend};
@@ -51,9 +51,16 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     chunk: usize,
 
-    /// Also profile one decode step per graph region (GPU timestamps).
+    /// Also profile one decode step per graph region (GPU timestamps; with the last
+    /// `--sampling` setting).
     #[arg(long)]
     profile: bool,
+
+    /// Sampling settings of the decode tests, comma separated, one row each: greedy, default
+    /// (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, as `run` and `serve`), pure
+    /// (temperature 1, no filter), top-p (temperature 1, top-p 0.9), min-p (0.8, min-p 0.05).
+    #[arg(long, default_value = "greedy,default", value_delimiter = ',', value_parser = parse_sampling)]
+    sampling: Vec<BenchSampling>,
 
     /// Write the results (with metadata) as JSON to this file.
     #[arg(long)]
@@ -62,6 +69,11 @@ pub struct Args {
     /// Vulkan device index or name substring.
     #[arg(long, env = "VKLLM_DEVICE")]
     device: Option<String>,
+}
+
+fn parse_sampling(s: &str) -> Result<BenchSampling, String> {
+    BenchSampling::parse(s)
+        .ok_or_else(|| format!("`{s}`: expected greedy, default, pure, top-p or min-p"))
 }
 
 /// The commit this binary was built from, when known.
@@ -131,6 +143,7 @@ pub fn run(args: Args) -> Result<()> {
         steps_per_submit: args.steps,
         kv,
         profile: args.profile,
+        sampling: args.sampling.clone(),
     };
     let report = if hybrid {
         if kv != KvDtype::F32 {
@@ -167,7 +180,11 @@ pub fn run(args: Args) -> Result<()> {
         "steps_per_submit": opts.steps_per_submit,
         "prefill_chunk": chunk,
         "reps": opts.reps,
-        "sampling": "greedy (GPU sampler)",
+        "sampling": opts.sampling.iter().map(|m| {
+            let p = m.params();
+            serde_json::json!({"name": m.name(), "temperature": p.temperature,
+                "top_k": p.top_k, "top_p": p.top_p, "min_p": p.min_p})
+        }).collect::<Vec<_>>(),
         "env": settings,
     });
     println!(

@@ -1,4 +1,6 @@
-//! Parity case: the GPU sampler picks the CPU sampler's token, over many seeds and settings.
+//! Parity case: the GPU sampler (v2, four passes) picks the CPU sampler's token, for every
+//! filter combination, odd vocabularies, rows where everything ties, and 1, 7 and the automatic
+//! number of parts per row.
 
 use vkllm_cpu::SamplingParams;
 use vkllm_kernels::sample::{Sample, SampleSettings, SampleShape};
@@ -17,11 +19,15 @@ struct Case {
     step: u64,
 }
 
+const TOP_K: [usize; 5] = [0, 1, 40, 2000, usize::MAX];
+const TOP_P: [f32; 4] = [1.0, 0.95, 0.5, 0.0];
+const MIN_P: [f32; 3] = [0.0, 0.05, 0.3];
+
+/// Case `i` of a vocabulary of `v`: filter combination `i % 60` (top-k x top-p x min-p), a
+/// logit spread from peaked to flat, penalties on even cases, bias on some.
 fn make_case(rng: &mut Rng, v: usize, i: usize) -> Case {
-    // Logit spread: peaked (few candidates) to flat (every token a candidate).
-    let spread = [30.0f32, 8.0, 2.0, 0.5][i % 4];
+    let spread = [30.0f32, 8.0, 2.0, 0.5][(i / 3) % 4];
     let mut logits = rng.vec(v, -spread, spread);
-    // Exact ties with the maximum, NaNs, banned tokens.
     let m = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
     for _ in 0..2 {
         let j = rng.below(v as u64) as usize;
@@ -49,12 +55,12 @@ fn make_case(rng: &mut Rng, v: usize, i: usize) -> Case {
         Vec::new()
     };
     let pick = |rng: &mut Rng, xs: &[f32]| xs[rng.below(xs.len() as u64) as usize];
-    let temperature = pick(rng, &[0.0, 0.25, 0.8, 1.0, 1.0, 2.5]);
-    let top_k = [0usize, 1, 50, v + 5][rng.below(4) as usize];
-    let top_p = pick(rng, &[1.0, 1.0, 0.95, 0.5, 0.0]);
-    let min_p = pick(rng, &[0.0, 0.0, 0.05, 0.3]);
+    let combo = i % (TOP_K.len() * TOP_P.len() * MIN_P.len());
+    let top_k = TOP_K[combo % TOP_K.len()].min(v + 5);
+    let top_p = TOP_P[(combo / TOP_K.len()) % TOP_P.len()];
+    let min_p = MIN_P[combo / (TOP_K.len() * TOP_P.len())];
     let mut logit_bias = Vec::new();
-    if i % 3 == 1 {
+    if i % 7 == 1 {
         let a = rng.below(v as u64) as u32;
         logit_bias = vec![
             (a, 3.5),
@@ -66,7 +72,7 @@ fn make_case(rng: &mut Rng, v: usize, i: usize) -> Case {
         logits,
         counts,
         params: SamplingParams {
-            temperature,
+            temperature: pick(rng, &[0.25, 0.8, 1.0, 2.5]),
             top_k,
             top_p,
             min_p,
@@ -77,22 +83,27 @@ fn make_case(rng: &mut Rng, v: usize, i: usize) -> Case {
             seed: rng.next_u64(),
         },
         seq_id: rng.below(1 << 40),
-        step: rng.below(100_000),
+        step: rng.below(100_000) | (rng.below(2) << 32),
     }
 }
 
-pub(crate) fn sample(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
-    let cx = Ctx { dev };
-    let mut rng = Rng::new(seed);
-    let v = 5003;
-    let n_cases = 64;
-    let mut cases: Vec<Case> = (0..n_cases).map(|i| make_case(&mut rng, v, i)).collect();
-    // Edge cases: a +inf logit wins outright; all -inf/NaN gives token 0.
-    let mut inf = make_case(&mut rng, v, 1);
-    inf.logits[77] = f32::INFINITY;
-    inf.params.temperature = 1.0;
+/// The cases of one vocabulary size: every filter combination, greedy rows, and the edges.
+fn cases(rng: &mut Rng, v: usize) -> Vec<Case> {
+    let mut cases: Vec<Case> = (0..60).map(|i| make_case(rng, v, i)).collect();
+    for i in 0..4 {
+        let mut g = make_case(rng, v, 1 + 2 * i);
+        g.params.temperature = 0.0;
+        if i < 2 {
+            g.counts.clear();
+            g.params.logit_bias.clear();
+        }
+        cases.push(g);
+    }
+    // A +inf logit wins outright; all -inf/NaN gives token 0.
+    let mut inf = make_case(rng, v, 1);
+    inf.logits[v / 2] = f32::INFINITY;
     cases.push(inf);
-    let mut dead = make_case(&mut rng, v, 1);
+    let mut dead = make_case(rng, v, 3);
     dead.logits.iter_mut().enumerate().for_each(|(i, x)| {
         *x = if i % 2 == 0 {
             f32::NEG_INFINITY
@@ -100,35 +111,67 @@ pub(crate) fn sample(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
             f32::NAN
         }
     });
-    dead.params.temperature = 0.7;
     dead.params.logit_bias.clear();
     cases.push(dead);
-    // Greedy rows the split argmax takes (no counts, no bias): the maximum tied across parts
-    // (the lower id must win), NaNs, and a row whose maximum is in the last, short part.
-    for k in 0..6 {
-        let mut g = make_case(&mut rng, v, 1);
-        g.counts.clear();
-        g.params.logit_bias.clear();
-        g.params.temperature = 0.0;
-        let m = g.logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) + 1.0;
-        let hi = rng.below(v as u64) as usize;
-        let lo = rng.below(hi.max(1) as u64) as usize;
-        match k {
-            0 => g.logits[v - 1] = m,
-            1 => g.logits[0] = m,
-            _ => {
-                g.logits[hi] = m;
-                g.logits[lo] = m;
-            }
-        }
-        if k == 3 {
-            g.logits[lo.saturating_sub(1)] = f32::NAN;
-        }
-        cases.push(g);
+    // Everything ties: one bucket, one sort of the whole vocabulary; every filter.
+    for (j, &(top_k, top_p, min_p)) in [
+        (0, 1.0, 0.0),
+        (0, 0.5, 0.0),
+        (40, 0.9, 0.05),
+        (0, 0.9, 0.5),
+        (v / 2 + 1, 1.0, 0.0),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut t = make_case(rng, v, 1);
+        t.counts.clear();
+        t.params.logit_bias.clear();
+        t.logits = vec![1.5; v];
+        t.logits[(7 * j) % v] = f32::NEG_INFINITY;
+        t.params.temperature = 0.7;
+        t.params.top_k = top_k;
+        t.params.top_p = top_p;
+        t.params.min_p = min_p;
+        cases.push(t);
     }
+    // Cuts that land exactly on a tie: 128 equal tokens (the rest banned), top-p 1/64 keeps
+    // exactly the first two (P_j < top_p * Z, equality drops), top-k 3 the three lowest ids.
+    if v >= 128 {
+        for j in 0..8 {
+            let mut t = make_case(rng, v, 1);
+            t.counts.clear();
+            t.params.logit_bias.clear();
+            t.logits = vec![f32::NEG_INFINITY; v];
+            for k in 0..128 {
+                t.logits[(k * 37 + j) % v] = -2.25;
+            }
+            t.params.temperature = 1.0;
+            t.params.top_k = if j < 6 { 0 } else { 3 };
+            t.params.top_p = if j < 6 { 1.0 / 64.0 } else { 1.0 };
+            t.params.min_p = 0.0;
+            cases.push(t);
+        }
+    }
+    cases
+}
 
-    // Every case is one row of a single dispatch (the batched decode shape), so row offsets into
-    // logits, counts, bias and scratch are exercised too.
+pub(crate) fn sample(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let mut rng = Rng::new(seed);
+    let mut rows = Vec::new();
+    for v in [5003usize, 1, 130] {
+        let cs = cases(&mut rng, v);
+        for parts in [Some(1), Some(7), None] {
+            rows.push(run(dev, &cs, v, parts)?);
+        }
+    }
+    Ok(rows)
+}
+
+/// Every case as one row of a single dispatch (the batched decode shape), so row offsets into
+/// logits, counts, bias, scratch and counters are exercised too.
+fn run(dev: &Device, cases: &[Case], v: usize, parts: Option<usize>) -> Result<KernelParityRow> {
+    let cx = Ctx { dev };
     let rows = cases.len();
     let max_bias = cases
         .iter()
@@ -177,6 +220,10 @@ pub(crate) fn sample(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
         "scratch",
         Sample::<crate::BufSlice<'_>>::scratch_bytes(v, rows) as usize / 4,
     )?;
+    let ctr = cx.output(
+        "ctr",
+        Sample::<crate::BufSlice<'_>>::ctr_bytes(rows) as usize / 4,
+    )?;
     let out: Buffer = cx.output("out", rows)?;
     let shape = SampleShape {
         vocab: v,
@@ -184,65 +231,51 @@ pub(crate) fn sample(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
         max_bias,
         counts: true,
     };
-    // `split`: the two-pass greedy argmax (dispatch_split); else the one-workgroup reference.
-    let run = |split: bool| -> Result<Vec<u32>> {
-        let mut r = Recorder::new(dev)?;
-        r.fill(out.all(), f32::NAN.to_bits())?;
-        r.fill(scratch.all(), f32::NAN.to_bits())?;
-        let s = Sample {
-            logits: lb.all(),
-            counts: cb.all(),
-            bias: bb.all(),
-            cfg: gb.all(),
-            scratch: scratch.all(),
-            out: out.all(),
-        };
-        if split {
-            for d in s.dispatch_split(&shape)? {
-                r.dispatch(d)?;
-            }
-        } else {
-            r.dispatch(s.dispatch(&shape)?)?;
-        }
-        r.finish()?.submit()?;
-        if dev.validation() == crate::Validation::On {
-            dev.check_validation()?;
-        }
-        dev.read_vec(&out, rows)
+    let mut r = Recorder::new(dev)?;
+    r.fill(out.all(), f32::NAN.to_bits())?;
+    r.fill(scratch.all(), f32::NAN.to_bits())?;
+    r.fill(ctr.all(), 0x5a5a_5a5a)?;
+    let s = Sample {
+        logits: lb.all(),
+        counts: cb.all(),
+        bias: bb.all(),
+        cfg: gb.all(),
+        scratch: scratch.all(),
+        out: out.all(),
+        ctr: ctr.all(),
     };
-    let mut rows_out = Vec::new();
-    for split in [false, true] {
-        let g = run(split)?;
-        rows_out.push(compare(&cases, &g, v, split));
+    let passes = match parts {
+        Some(n) => s.dispatch_parts(&shape, n)?,
+        None => s.dispatch(&shape)?,
+    };
+    for d in passes {
+        r.dispatch(d)?;
     }
-    Ok(rows_out)
-}
-
-fn compare(cases: &[Case], g: &[u32], v: usize, split: bool) -> KernelParityRow {
+    r.finish()?.submit()?;
+    if dev.validation() == crate::Validation::On {
+        dev.check_validation()?;
+    }
+    let g = dev.read_vec::<u32>(&out, rows)?;
     let mut got = Vec::new();
     let mut want = Vec::new();
-    let mut mismatches = Vec::new();
     for (i, c) in cases.iter().enumerate() {
         let w = vkllm_cpu::sample(&c.logits, &c.params, &c.counts, c.seq_id, c.step);
         if g[i] != w {
-            mismatches.push(format!("case {i}: gpu {} cpu {w} ({:?})", g[i], c.params));
+            eprintln!(
+                "sample mismatch, vocab {v} parts {parts:?}: case {i}: gpu {} cpu {w} ({:?})",
+                g[i], c.params
+            );
         }
         got.push(g[i] as f32);
         want.push(w as f32);
     }
-    for m in &mismatches {
-        eprintln!("sample mismatch: {m}");
-    }
-    row(
+    let parts = parts.map_or("auto".to_string(), |n| n.to_string());
+    Ok(row(
         "sample",
-        format!(
-            "{} settings/seeds{}",
-            cases.len(),
-            if split { " split argmax" } else { "" }
-        ),
+        format!("{} settings/seeds, {parts} parts", cases.len()),
         format!("vocab {v}"),
         &got,
         &want,
         EXACT,
-    )
+    ))
 }

@@ -132,6 +132,7 @@ pub(super) struct SlotDecoder {
     lp_ring: Buffer,
     counts: Buffer,
     scratch: Buffer,
+    sample_ctr: Buffer,
     sampled: Buffer,
 }
 
@@ -296,6 +297,11 @@ impl VulkanBackend {
             Sample::<vkllm_vk::BufSlice<'_>>::scratch_bytes(vocab, slots),
             MemoryKind::Device,
         )?;
+        let sample_ctr = self.dev.create_buffer(
+            "slot sampler counters",
+            Sample::<vkllm_vk::BufSlice<'_>>::ctr_bytes(slots),
+            MemoryKind::Device,
+        )?;
         let sampled =
             self.dev
                 .create_buffer("slot sampled ids", 4 * slots as u64, MemoryKind::Device)?;
@@ -319,6 +325,7 @@ impl VulkanBackend {
             lp_ring,
             counts,
             scratch,
+            sample_ctr,
             sampled,
         };
         let lps: &[bool] = match c.logprobs {
@@ -368,6 +375,7 @@ impl VulkanBackend {
                         cfg: d.cfg.all(),
                         scratch: d.scratch.all(),
                         out: d.sampled.all(),
+                        ctr: d.sample_ctr.all(),
                     };
                     let shape = SampleShape {
                         vocab: d.vocab,
@@ -375,13 +383,8 @@ impl VulkanBackend {
                         max_bias: d.cfg_.max_bias,
                         counts: d.cfg_.counts,
                     };
-                    if me.fused {
-                        // Greedy rows: the argmax split over many workgroups first.
-                        for k in sample.dispatch_split(&shape)? {
-                            r.dispatch(k)?;
-                        }
-                    } else {
-                        r.dispatch(sample.dispatch(&shape)?)?;
+                    for k in sample.dispatch(&shape)? {
+                        r.dispatch(k)?;
                     }
                     if with_lp {
                         r.dispatch(
