@@ -607,6 +607,50 @@ fn list_barrier() {
     }
 }
 
+// Sub-bucket of a token of top-p's boundary bucket `bb`: 1024 slices of the bucket (the same
+// t as `bucket`, so the order still follows the candidate order).
+fn sub_bucket(d: f32, bb: u32) -> u32 {
+    let u = (-d * 32.0 - f32(bb)) * 1024.0;
+    if (!(u < f32(NB - 1u))) {
+        return NB - 1u;
+    }
+    return u32(floor(u));
+}
+
+// `boundary` for the sub-buckets in `hist`, from the mass (bh, bl) before the bucket: sh_u[0] =
+// the sub-bucket where the mass reaches thr (0 if none), sh_u[1], sh_u[2] = the mass before it.
+fn sub_cross(bh: u32, bl: u32, thr: f32, lid: u32) {
+    var wl = 0u;
+    var wh = 0u;
+    for (var j = 0u; j < 4u; j++) {
+        wl += atomicLoad(&hist[NB + 4u * lid + j]);
+        wh += atomicLoad(&hist[2u * NB + 4u * lid + j]);
+    }
+    if (lid == 0u) {
+        sh_u[0] = 0u;
+        sh_u[1] = bh;
+        sh_u[2] = bl;
+    }
+    let inc = scan2(wl, wh, lid);
+    var rl = bl + inc.x - wl;
+    var rh = bh + inc.y - wh;
+    for (var j = 0u; j < 4u; j++) {
+        let b = 4u * lid + j;
+        let nl = atomicLoad(&hist[NB + b]);
+        let nh = atomicLoad(&hist[2u * NB + b]);
+        if (mass_f32(rh, rl) < thr && mass_f32(rh + nh, rl + nl) >= thr) {
+            sh_u[0] = b;
+            sh_u[1] = rh;
+            sh_u[2] = rl;
+        }
+        rl += nl;
+        rh += nh;
+    }
+    workgroupBarrier();
+}
+
+var<workgroup> n_sub: atomic<u32>;
+
 // Pass 4.
 @compute @workgroup_size(256)
 fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -642,16 +686,93 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
         }
     }
     let neg_inf = bitcast<f32>(0xff800000u);
+    let mp = c.min_p > 0.0;
     if (lid == 0u) {
         sh_u[3] = atomicLoad(&ctr[c0 + 3u * NB]);
     }
     let n = workgroupUniformLoad(&sh_u[3]);
+    // Top-p's prefix sums (exact, as 12-bit halves) start at `base`: for top-p-only rows the
+    // mass of the buckets (and sub-buckets) before the sorted entries.
+    var base_h = 0u;
+    var base_l = 0u;
+    var thr = 0.0;
+    var n_sort = n;
+    // The sorted entries are one sub-bucket of the list, gathered into sk/si.
+    var sub = false;
+    if (!tk) {
+        boundary(c, false, lid);
+        let bb = workgroupUniformLoad(&sh_u[0]);
+        base_h = workgroupUniformLoad(&sh_u[1]);
+        base_l = workgroupUniformLoad(&sh_u[2]);
+        var zl = 0u;
+        var zh = 0u;
+        for (var b = lid; b < NB; b += WG) {
+            zl += atomicLoad(&ctr[c0 + NB + b]);
+            zh += atomicLoad(&ctr[c0 + 2u * NB + b]);
+        }
+        _ = scan2(zl, zh, lid);
+        let tot_l = workgroupUniformLoad(&scan_a[WG - 1u]);
+        let tot_h = workgroupUniformLoad(&scan_b[WG - 1u]);
+        thr = c.top_p * mass_f32(tot_h, tot_l);
+        // The list is the boundary bucket: split it into sub-buckets the same way, race the
+        // ones before the crossing, sort only the crossing one (when it fits sk/si).
+        for (var i = lid; i < 3u * NB; i += WG) {
+            atomicStore(&hist[i], 0u);
+        }
+        if (lid == 0u) {
+            atomicStore(&n_sub, 0u);
+        }
+        workgroupBarrier();
+        for (var j = lid; j < n; j += WG) {
+            let d = xs(off_list() + 2u * j) - l0;
+            let sb = sub_bucket(d, bb);
+            let q = weight_q(d);
+            atomicAdd(&hist[sb], 1u);
+            atomicAdd(&hist[NB + sb], q & 0xfffu);
+            atomicAdd(&hist[2u * NB + sb], q >> 12u);
+        }
+        workgroupBarrier();
+        sub_cross(base_h, base_l, thr, lid);
+        let ss = workgroupUniformLoad(&sh_u[0]);
+        if (lid == 0u) {
+            sh_u[3] = atomicLoad(&hist[ss]);
+        }
+        let cnt = workgroupUniformLoad(&sh_u[3]);
+        if (cnt <= LCAP) {
+            sub = true;
+            n_sort = cnt;
+            base_h = workgroupUniformLoad(&sh_u[1]);
+            base_l = workgroupUniformLoad(&sh_u[2]);
+            for (var j = lid; j < n; j += WG) {
+                let x = xs(off_list() + 2u * j);
+                let id = sget(off_list() + 2u * j + 1u);
+                let sb = sub_bucket(x - l0, bb);
+                if (sb == ss) {
+                    let k = atomicAdd(&n_sub, 1u);
+                    sk[k] = x;
+                    si[k] = id;
+                } else if (sb < ss && (!mp || id == top.y || exp_s(x - l0) >= c.min_p)) {
+                    let s = x + gumbel(c, id);
+                    if (better(s, id, gv, gi)) {
+                        gv = s;
+                        gi = id;
+                    }
+                }
+            }
+            workgroupBarrier();
+        }
+    }
     var m2 = 1u;
-    while (m2 < n) {
+    while (m2 < n_sort) {
         m2 *= 2u;
     }
-    in_sh = m2 <= LCAP;
-    if (in_sh) {
+    in_sh = sub || m2 <= LCAP;
+    if (sub) {
+        for (var j = n_sort + lid; j < m2; j += WG) {
+            sk[j] = neg_inf;
+            si[j] = NONE;
+        }
+    } else if (in_sh) {
         for (var j = lid; j < m2; j += WG) {
             if (j < n) {
                 sk[j] = xs(off_list() + 2u * j);
@@ -691,12 +812,8 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
             list_barrier();
         }
     }
-    // The candidates in order: top-k's set is the first nk; top-p's prefix sums (exact, as 12-bit
-    // halves) start at `base` (the buckets before the list's for top-p-only rows).
-    var nk = n;
-    var base_h = 0u;
-    var base_l = 0u;
-    var thr = 0.0;
+    // Top-k's set is the first nk entries; with top-p too, Z is their mass.
+    var nk = n_sort;
     if (tk) {
         nk = min(n, c.top_k);
         if (tp) {
@@ -712,22 +829,8 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
             let tot_h = workgroupUniformLoad(&scan_b[WG - 1u]);
             thr = c.top_p * mass_f32(tot_h, tot_l);
         }
-    } else {
-        boundary(c, false, lid);
-        base_h = workgroupUniformLoad(&sh_u[1]);
-        base_l = workgroupUniformLoad(&sh_u[2]);
-        var zl = 0u;
-        var zh = 0u;
-        for (var b = lid; b < NB; b += WG) {
-            zl += atomicLoad(&ctr[c0 + NB + b]);
-            zh += atomicLoad(&ctr[c0 + 2u * NB + b]);
-        }
-        _ = scan2(zl, zh, lid);
-        let tot_l = workgroupUniformLoad(&scan_a[WG - 1u]);
-        let tot_h = workgroupUniformLoad(&scan_b[WG - 1u]);
-        thr = c.top_p * mass_f32(tot_h, tot_l);
     }
-    // Blocks of WG candidates: exclusive prefix = base + the scan within the block.
+    // Blocks of WG entries: exclusive prefix = base + the scan within the block.
     for (var blk = 0u; blk < nk; blk += WG) {
         let j = blk + lid;
         var q = 0u;
@@ -749,7 +852,7 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
         if (keep && tp && id != top.y) {
             keep = mass_f32(ph, pl) < thr;
         }
-        if (keep && c.min_p > 0.0 && id != top.y) {
+        if (keep && mp && id != top.y) {
             keep = exp_s(x - l0) >= c.min_p;
         }
         if (keep) {

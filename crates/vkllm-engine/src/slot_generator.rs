@@ -155,7 +155,9 @@ impl Generator for SlotGenerator {
                 ctx,
             });
         }
-        // A free slot: the longest reusable cached prefix, then the least recently used.
+        // A free slot: the longest reusable cached prefix, then the lowest index. A decode step
+        // runs every row up to the highest live slot, so a lone request in slot 15 would pay
+        // for 16 rows (H200, Llama-3.2-1B: 179 tok/s there against ~1000 in slot 0).
         let reusable = |sl: &Slot| {
             let common = common_prefix(&sl.history, prompt);
             match &self.net {
@@ -173,10 +175,7 @@ impl Generator for SlotGenerator {
         };
         let slot = (0..self.slots.len())
             .filter(|&s| self.slots[s].next.is_none())
-            .max_by_key(|&s| {
-                let sl = &self.slots[s];
-                (reusable(sl), u64::MAX - sl.last_used)
-            })
+            .max_by_key(|&s| (reusable(&self.slots[s]), std::cmp::Reverse(s)))
             .ok_or(EngineError::NoFreeSlot {
                 slots: self.slots.len(),
             })?;

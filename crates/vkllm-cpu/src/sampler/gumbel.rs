@@ -114,6 +114,13 @@ mod tests {
         assert_ne!(token_uniform(7, 3, 11, 5), token_uniform(7, 4, 11, 5));
         assert_ne!(token_uniform(7, 3, 11, 5), token_uniform(8, 3, 11, 5));
         assert!(gumbel(1, 2, 3, 4).is_finite());
+        // The extreme uniforms give the variate's bounds, which the sampler's skip relies on.
+        let g = |u: f32| -log_s(-log_s(u));
+        let (lo, hi) = (g(1.0 / 16_777_216.0), g(1.0 - 1.0 / 16_777_216.0));
+        assert!(
+            lo > -2.9 && lo < -2.8 && hi > 16.6 && hi < 16.7,
+            "{lo} {hi}"
+        );
     }
 
     #[test]

@@ -96,6 +96,10 @@ impl SamplingParams {
     }
 }
 
+/// Bounds of every [`gumbel`] variate (it lies in about `[-2.82, 16.64]`).
+const G_MIN: f32 = -2.9;
+const G_MAX: f32 = 16.7;
+
 /// Vocabularies must be smaller than this (the top-p sums are exact below `2^48`).
 pub const MAX_VOCAB: usize = 1 << 24;
 
@@ -246,9 +250,14 @@ pub fn sample(
     if params.min_p > 0.0 {
         kept.retain(|&i| i as usize == i0 || exp_s(l[i as usize] - l0) >= params.min_p);
     }
-    // 8. the draw: the largest l + gumbel over the kept tokens, ties to the lowest id
+    // 8. the draw: the largest l + gumbel over the kept tokens, ties to the lowest id. A token
+    // with l + G_MAX < l0 + G_MIN cannot beat i0 (always kept): its variate is not computed.
+    let floor = l0 + G_MIN;
     let mut best = (f32::NEG_INFINITY, u32::MAX);
     for i in kept {
+        if l[i as usize] + G_MAX < floor {
+            continue;
+        }
         let s = l[i as usize] + gumbel(params.seed, seq_id, step, i);
         if s > best.0 || (s == best.0 && i < best.1) || best.1 == u32::MAX {
             best = (s, i);

@@ -135,6 +135,19 @@ fn cases(rng: &mut Rng, v: usize) -> Vec<Case> {
         t.params.min_p = min_p;
         cases.push(t);
     }
+    // Every token within 1/32 nat of the top: one bucket, so top-p splits it into sub-buckets
+    // and races the ones before the crossing (and min-p cuts inside it).
+    for j in 0..4 {
+        let mut t = make_case(rng, v, 1);
+        t.counts.clear();
+        t.params.logit_bias.clear();
+        t.logits = rng.vec(v, 1.5, 1.52);
+        t.params.temperature = 1.0;
+        t.params.top_k = 0;
+        t.params.top_p = [0.5, 0.9, 0.3, 0.7][j];
+        t.params.min_p = [0.0, 0.0, 0.99, 0.985][j];
+        cases.push(t);
+    }
     // Cuts that land exactly on a tie: 128 equal tokens (the rest banned), top-p 1/64 keeps
     // exactly the first two (P_j < top_p * Z, equality drops), top-k 3 the three lowest ids.
     if v >= 128 {
