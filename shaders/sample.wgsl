@@ -131,22 +131,51 @@ fn before(al: f32, ai: u32, bl: f32, bi: u32) -> bool {
     return al > bl || (al == bl && ai < bi);
 }
 
-// Workgroup argmax of every invocation's (v, i); all invocations get the winner.
+// Subgroup layout of the invocation (set by `enter`).
+var<private> sg_lane: u32;
+var<private> sg_size: u32;
+var<private> sg_id: u32;
+var<private> n_sg: u32;
+
+// Records the subgroup layout and returns the invocation's rank sg_id * sg_size + sg_lane, used
+// as its index everywhere (so subgroup scans follow index order; 256 is a multiple of every
+// subgroup size, so subgroups are full and the ranks cover 0..255).
+fn enter(lane: u32, size: u32, id: u32, n: u32) -> u32 {
+    sg_lane = lane;
+    sg_size = size;
+    sg_id = id;
+    n_sg = n;
+    return id * size + lane;
+}
+
+// Workgroup argmax of every invocation's (v, i); all invocations get the winner. A butterfly
+// of shuffles within each subgroup, then every invocation reduces the subgroup winners.
 fn wg_best(v: f32, i: u32, lid: u32) -> vec2<u32> {
-    workgroupBarrier();
-    best_v[lid] = v;
-    best_i[lid] = i;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride /= 2u) {
-        if (lid < stride && better(best_v[lid + stride], best_i[lid + stride], best_v[lid], best_i[lid])) {
-            best_v[lid] = best_v[lid + stride];
-            best_i[lid] = best_i[lid + stride];
+    var bv = v;
+    var bi = i;
+    for (var o = 1u; o < sg_size; o *= 2u) {
+        let ov = subgroupShuffleXor(bv, o);
+        let oi = subgroupShuffleXor(bi, o);
+        if (better(ov, oi, bv, bi)) {
+            bv = ov;
+            bi = oi;
         }
-        workgroupBarrier();
     }
-    let r = vec2<u32>(bitcast<u32>(best_v[0]), best_i[0]);
     workgroupBarrier();
-    return r;
+    if (sg_lane == 0u) {
+        best_v[sg_id] = bv;
+        best_i[sg_id] = bi;
+    }
+    workgroupBarrier();
+    var rv = best_v[0];
+    var ri = best_i[0];
+    for (var k = 1u; k < n_sg; k++) {
+        if (better(best_v[k], best_i[k], rv, ri)) {
+            rv = best_v[k];
+            ri = best_i[k];
+        }
+    }
+    return vec2<u32>(bitcast<u32>(rv), ri);
 }
 
 // Argmax of n (value bits, id) pairs at scratch word `at` (all invocations get it).
@@ -301,7 +330,10 @@ fn chunk(g: u32) -> vec2<u32> {
 
 // Pass 1.
 @compute @workgroup_size(256)
-fn prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32,
+        @builtin(subgroup_size) size: u32, @builtin(subgroup_id) sgi: u32,
+        @builtin(num_subgroups) nsg: u32) {
+    let lid = enter(lane, size, sgi, nsg);
     let g = wid.x;
     let row = wid.y;
     let c = cfg[row];
@@ -381,7 +413,10 @@ fn prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 
 // Pass 2.
 @compute @workgroup_size(256)
-fn sieve(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn sieve(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32,
+        @builtin(subgroup_size) size: u32, @builtin(subgroup_id) sgi: u32,
+        @builtin(num_subgroups) nsg: u32) {
+    let lid = enter(lane, size, sgi, nsg);
     let g = wid.x;
     let row = wid.y;
     let c = cfg[row];
@@ -421,7 +456,8 @@ fn sieve(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
         return;
     }
     let weigh = tp && !tk;
-    for (var i = lid; i < 3u * NB; i += WG) {
+    let n_hist = select(NB, 3u * NB, weigh);
+    for (var i = lid; i < n_hist; i += WG) {
         atomicStore(&hist[i], 0u);
     }
     workgroupBarrier();
@@ -438,7 +474,7 @@ fn sieve(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
         }
     }
     workgroupBarrier();
-    for (var i = lid; i < 3u * NB; i += WG) {
+    for (var i = lid; i < n_hist; i += WG) {
         let n = atomicLoad(&hist[i]);
         if (n != 0u) {
             atomicAdd(&ctr[c0 + i], n);
@@ -446,84 +482,92 @@ fn sieve(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     }
 }
 
-// Inclusive workgroup scan of (a, b) pairs (u32 sums; exact, so the order is free).
+// Inclusive workgroup scan of (a, b) pairs in rank order (u32 sums: exact, so the order of
+// the additions is free); the totals are left in scan_a[WG - 1], scan_b[WG - 1].
 fn scan2(a: u32, b: u32, lid: u32) -> vec2<u32> {
+    let ia = subgroupInclusiveAdd(a);
+    let ib = subgroupInclusiveAdd(b);
     workgroupBarrier();
-    scan_a[lid] = a;
-    scan_b[lid] = b;
-    workgroupBarrier();
-    for (var o = 1u; o < WG; o *= 2u) {
-        var ta = 0u;
-        var tb = 0u;
-        if (lid >= o) {
-            ta = scan_a[lid - o];
-            tb = scan_b[lid - o];
-        }
-        workgroupBarrier();
-        scan_a[lid] += ta;
-        scan_b[lid] += tb;
-        workgroupBarrier();
+    if (sg_lane == sg_size - 1u) {
+        scan_a[sg_id] = ia;
+        scan_b[sg_id] = ib;
     }
-    return vec2<u32>(scan_a[lid], scan_b[lid]);
+    workgroupBarrier();
+    var pa = 0u;
+    var pb = 0u;
+    for (var k = 0u; k < sg_id; k++) {
+        pa += scan_a[k];
+        pb += scan_b[k];
+    }
+    // The last invocation's own prefix is the total (rank WG - 1 reads only ranks < n_sg - 1).
+    if (lid == WG - 1u) {
+        scan_a[WG - 1u] = pa + ia;
+        scan_b[WG - 1u] = pb + ib;
+    }
+    return vec2<u32>(pa + ia, pb + ib);
 }
 
-// The boundary bucket of a top-k / top-p row from the global histogram: sh_u[0] = bucket,
-// sh_u[1], sh_u[2] = the weight of the buckets before it (high, low 12-bit sums), and the total
-// weight in sh_u[3] / returned (top-p only rows). All invocations call it.
+// The boundary bucket of a top-k / top-p row from the global histogram: sh_u[0] = bucket;
+// top-p only rows: sh_u[1], sh_u[2] = the weight of the buckets before it (high, low 12-bit
+// sums). All invocations call it.
 fn boundary(c: Row, tk: bool, lid: u32) {
-    // Each invocation owns 4 consecutive buckets.
-    var cn = 0u;
-    var wl = 0u;
-    var wh = 0u;
+    // Each invocation owns 4 consecutive buckets: counts (top-k) or weight halves (top-p).
+    var a: array<u32, 4>;
+    var h: array<u32, 4>;
+    var sa = 0u;
+    var sh = 0u;
     for (var j = 0u; j < 4u; j++) {
         let b = 4u * lid + j;
-        cn += atomicLoad(&ctr[c0 + b]);
-        wl += atomicLoad(&ctr[c0 + NB + b]);
-        wh += atomicLoad(&ctr[c0 + 2u * NB + b]);
+        if (tk) {
+            a[j] = atomicLoad(&ctr[c0 + b]);
+            h[j] = 0u;
+        } else {
+            a[j] = atomicLoad(&ctr[c0 + NB + b]);
+            h[j] = atomicLoad(&ctr[c0 + 2u * NB + b]);
+        }
+        sa += a[j];
+        sh += h[j];
     }
     if (lid == 0u) {
         sh_u[0] = 0u;
         sh_u[1] = 0u;
         sh_u[2] = 0u;
     }
+    let inc = scan2(sa, sh, lid);
     if (tk) {
-        let inc = scan2(cn, 0u, lid);
-        var run = inc.x - cn;
+        var run = inc.x - sa;
         for (var j = 0u; j < 4u; j++) {
-            let b = 4u * lid + j;
-            let n = atomicLoad(&ctr[c0 + b]);
-            if (run < c.top_k && run + n >= c.top_k) {
-                sh_u[0] = b;
+            if (run < c.top_k && run + a[j] >= c.top_k) {
+                sh_u[0] = 4u * lid + j;
             }
-            run += n;
+            run += a[j];
         }
         workgroupBarrier();
         return;
     }
-    let inc = scan2(wl, wh, lid);
     let tot_l = workgroupUniformLoad(&scan_a[WG - 1u]);
     let tot_h = workgroupUniformLoad(&scan_b[WG - 1u]);
     let thr = c.top_p * mass_f32(tot_h, tot_l);
-    var rl = inc.x - wl;
-    var rh = inc.y - wh;
+    var rl = inc.x - sa;
+    var rh = inc.y - sh;
     for (var j = 0u; j < 4u; j++) {
-        let b = 4u * lid + j;
-        let nl = atomicLoad(&ctr[c0 + NB + b]);
-        let nh = atomicLoad(&ctr[c0 + 2u * NB + b]);
-        if (mass_f32(rh, rl) < thr && mass_f32(rh + nh, rl + nl) >= thr) {
-            sh_u[0] = b;
+        if (mass_f32(rh, rl) < thr && mass_f32(rh + h[j], rl + a[j]) >= thr) {
+            sh_u[0] = 4u * lid + j;
             sh_u[1] = rh;
             sh_u[2] = rl;
         }
-        rl += nl;
-        rh += nh;
+        rl += a[j];
+        rh += h[j];
     }
     workgroupBarrier();
 }
 
 // Pass 3.
 @compute @workgroup_size(256)
-fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32,
+        @builtin(subgroup_size) size: u32, @builtin(subgroup_id) sgi: u32,
+        @builtin(num_subgroups) nsg: u32) {
+    let lid = enter(lane, size, sgi, nsg);
     let g = wid.x;
     let row = wid.y;
     let c = cfg[row];
@@ -653,7 +697,10 @@ var<workgroup> n_sub: atomic<u32>;
 
 // Pass 4.
 @compute @workgroup_size(256)
-fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) lane: u32,
+        @builtin(subgroup_size) size: u32, @builtin(subgroup_id) sgi: u32,
+        @builtin(num_subgroups) nsg: u32) {
+    let lid = enter(lane, size, sgi, nsg);
     let row = wid.x;
     let c = cfg[row];
     if (c.live == 0u) {
@@ -814,9 +861,12 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
     }
     // Top-k's set is the first nk entries; with top-p too, Z is their mass.
     var nk = n_sort;
+    // Top-k + top-p with k <= WG: Z is the one block's total, taken in the loop below.
+    var z_later = false;
     if (tk) {
         nk = min(n, c.top_k);
-        if (tp) {
+        z_later = tp && nk <= WG;
+        if (tp && !z_later) {
             var zl = 0u;
             var zh = 0u;
             for (var j = lid; j < nk; j += WG) {
@@ -846,6 +896,9 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
         let inc = scan2(q & 0xfffu, q >> 12u, lid);
         let tot_l = workgroupUniformLoad(&scan_a[WG - 1u]);
         let tot_h = workgroupUniformLoad(&scan_b[WG - 1u]);
+        if (z_later) {
+            thr = c.top_p * mass_f32(tot_h, tot_l);
+        }
         let pl = base_l + inc.x - (q & 0xfffu);
         let ph = base_h + inc.y - (q >> 12u);
         var keep = j < nk;

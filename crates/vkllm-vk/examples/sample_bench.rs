@@ -1,0 +1,157 @@
+//! Sampler micro-benchmark: the four passes of `sample.wgsl` (prep, sieve, gather, finish) on
+//! one vocabulary, per sampling setting and batch, by timestamp queries. Prints a markdown table
+//! of the median GPU time of one call: the sum of the four dispatches and the span from the
+//! first start to the last end (gaps between dependent dispatches included).
+//!
+//! `cargo run --release -p vkllm-vk --example sample_bench -- [--vocab N] [--rows 1,4,16]
+//! [--iters N] [--sigma S]`
+//!
+//! Logits are N(0, sigma^2) (default sigma 2: a real model's spread at temperature 1 is 1.5-3;
+//! random-weight synth models sit near 1), the same for every row. Settings: greedy, default
+//! (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05), pure (temperature 1, no filter), top-p
+//! (temperature 1, top-p 0.9), min-p (0.8, min-p 0.05). The device comes from `VKLLM_DEVICE`.
+
+use vkllm_vk::kernels::sample::{Sample, SampleRow, SampleSettings, SampleShape};
+use vkllm_vk::{BufSlice, Device, MemoryKind, Recorder};
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn settings(t: f32, k: usize, p: f32, m: f32, seq: u64) -> SampleRow {
+    SampleSettings {
+        temperature: t,
+        top_k: k,
+        top_p: p,
+        min_p: m,
+        repetition_penalty: 1.0,
+        presence_penalty: 0.0,
+        frequency_penalty: 0.0,
+        seed: 7,
+        seq_id: seq,
+        step: 3,
+        n_bias: 0,
+        use_counts: false,
+    }
+    .row()
+}
+
+/// N(0, sigma^2) by Box-Muller over a 64-bit LCG.
+fn normal_logits(n: usize, sigma: f32) -> Vec<f32> {
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let mut u = || {
+        s = s
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((s >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    (0..n)
+        .map(|_| {
+            let r = (-2.0 * u().ln()).sqrt() * (2.0 * std::f64::consts::PI * u()).cos();
+            (r * f64::from(sigma)) as f32
+        })
+        .collect()
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let mut vocab = 151_936usize;
+    let mut rows_list = vec![1usize, 4, 16];
+    let mut iters = 50u32;
+    let mut sigma = 2.0f32;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().ok_or(format!("{a} needs a value"));
+        match a.as_str() {
+            "--vocab" => vocab = value()?.parse()?,
+            "--rows" => {
+                rows_list = value()?
+                    .split(',')
+                    .map(|r| r.trim().parse())
+                    .collect::<Result<_, _>>()?
+            }
+            "--iters" => iters = value()?.parse()?,
+            "--sigma" => sigma = value()?.parse()?,
+            s => return Err(format!("unknown argument {s}").into()),
+        }
+    }
+    let dev = Device::from_env()?;
+    println!("device: {}", dev.info().summary());
+    println!("vocab {vocab}, logits N(0, {sigma}^2), {iters} calls per recording\n");
+    println!("| setting | rows | sum of passes (us) | span (us) | span per row (us) |");
+    println!("| --- | --- | --- | --- | --- |");
+    let modes: [(&str, f32, usize, f32, f32); 5] = [
+        ("greedy", 0.0, 0, 1.0, 0.0),
+        ("default", 0.8, 40, 0.95, 0.05),
+        ("pure", 1.0, 0, 1.0, 0.0),
+        ("top-p", 1.0, 0, 0.9, 0.0),
+        ("min-p", 0.8, 0, 1.0, 0.05),
+    ];
+    let one = normal_logits(vocab, sigma);
+    for &rows in &rows_list {
+        let logits: Vec<f32> = (0..rows).flat_map(|_| one.iter().copied()).collect();
+        let lb = dev.buffer_from("logits", &logits)?;
+        let scratch = dev.create_buffer(
+            "scratch",
+            Sample::<BufSlice<'_>>::scratch_bytes(vocab, rows),
+            MemoryKind::Device,
+        )?;
+        let ctr = dev.create_buffer(
+            "ctr",
+            Sample::<BufSlice<'_>>::ctr_bytes(rows),
+            MemoryKind::Device,
+        )?;
+        let out = dev.create_buffer("out", 4 * rows as u64, MemoryKind::Device)?;
+        for &(name, t, k, p, m) in &modes {
+            let cfg: Vec<SampleRow> = (0..rows).map(|r| settings(t, k, p, m, r as u64)).collect();
+            let cb = dev.buffer_from("cfg", &cfg)?;
+            let mut r = Recorder::with_timestamps(&dev, 4 * iters)?;
+            for _ in 0..iters {
+                let passes = Sample {
+                    logits: lb.all(),
+                    counts: lb.all(),
+                    bias: lb.all(),
+                    cfg: cb.all(),
+                    scratch: scratch.all(),
+                    out: out.all(),
+                    ctr: ctr.all(),
+                }
+                .dispatch(&SampleShape {
+                    vocab,
+                    rows,
+                    max_bias: 0,
+                    counts: false,
+                })?;
+                for d in passes {
+                    r.dispatch(d)?;
+                }
+            }
+            let rec = r.finish()?;
+            for _ in 0..5 {
+                rec.submit()?;
+            }
+            let (mut sums, mut spans) = (Vec::new(), Vec::new());
+            for _ in 0..3 {
+                rec.submit()?;
+                let t = rec.timings()?;
+                for c in t.chunks(4) {
+                    sums.push(c.iter().map(|d| d.ns).sum::<f64>());
+                    spans.push(c[3].start_ns + c[3].ns - c[0].start_ns);
+                }
+            }
+            let med = |v: &mut Vec<f64>| {
+                v.sort_by(|a, b| a.total_cmp(b));
+                v[v.len() / 2] / 1e3
+            };
+            let (s, sp) = (med(&mut sums), med(&mut spans));
+            println!(
+                "| {name} | {rows} | {s:.1} | {sp:.1} | {:.1} |",
+                sp / rows as f64
+            );
+        }
+    }
+    dev.check_validation()?;
+    Ok(())
+}
