@@ -178,6 +178,27 @@ fn wg_best(v: f32, i: u32, lid: u32) -> vec2<u32> {
     return vec2<u32>(bitcast<u32>(rv), ri);
 }
 
+// The workgroup's winner of every invocation's (v, i) into part pair g at scratch word `at`.
+fn put_part(at: u32, g: u32, v: f32, i: u32, lid: u32) {
+    let w = wg_best(v, i, lid);
+    if (lid == 0u) {
+        sset(at + 2u * g, w.x);
+        sset(at + 2u * g + 1u, w.y);
+    }
+}
+
+// The invocation's best (x + gumbel, id) of the race so far (`race` adds a token).
+var<private> race_v: f32;
+var<private> race_i: u32 = 0xffffffffu;
+
+fn race(c: Row, x: f32, i: u32) {
+    let s = x + gumbel(c, i);
+    if (better(s, i, race_v, race_i)) {
+        race_v = s;
+        race_i = i;
+    }
+}
+
 // Argmax of n (value bits, id) pairs at scratch word `at` (all invocations get it).
 fn reduce_pairs(at: u32, n: u32, lid: u32) -> vec2<u32> {
     var bv = 0.0;
@@ -352,13 +373,11 @@ fn prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let b_off = row * p.max_bias * 2u;
     let n_bias = min(c.n_bias, p.max_bias);
     let sampled = c.greedy == 0u;
-    let race = sampled && !top_k_on(c) && !top_p_on(c) && !(c.min_p > 0.0);
+    let racing = sampled && !top_k_on(c) && !top_p_on(c) && !(c.min_p > 0.0);
     let neg_inf = bitcast<f32>(0xff800000u);
     let r = chunk(g);
     var bv = 0.0;
     var bi = NONE;
-    var gv = 0.0;
-    var gi = NONE;
     for (var i = r.x + lid; i < r.y; i += WG) {
         var x = logits[l_off + i];
         if (c.use_counts != 0u) {
@@ -389,25 +408,13 @@ fn prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
             bv = x;
             bi = i;
         }
-        if (race) {
-            let s = x + gumbel(c, i);
-            if (better(s, i, gv, gi)) {
-                gv = s;
-                gi = i;
-            }
+        if (racing) {
+            race(c, x, i);
         }
     }
-    let m = wg_best(bv, bi, lid);
-    if (lid == 0u) {
-        sset(off_pm() + 2u * g, m.x);
-        sset(off_pm() + 2u * g + 1u, m.y);
-    }
-    if (race) {
-        let w = wg_best(gv, gi, lid);
-        if (lid == 0u) {
-            sset(off_pg() + 2u * g, w.x);
-            sset(off_pg() + 2u * g + 1u, w.y);
-        }
+    put_part(off_pm(), g, bv, bi, lid);
+    if (racing) {
+        put_part(off_pg(), g, race_v, race_i, lid);
     }
 }
 
@@ -436,23 +443,13 @@ fn sieve(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id)
     let r = chunk(g);
     if (!tk && !tp) {
         // min-p only: the race over the survivors.
-        var gv = 0.0;
-        var gi = NONE;
         for (var i = r.x + lid; i < r.y; i += WG) {
             let x = xs(i);
             if (i == top.y || exp_s(x - l0) >= c.min_p) {
-                let s = x + gumbel(c, i);
-                if (better(s, i, gv, gi)) {
-                    gv = s;
-                    gi = i;
-                }
+                race(c, x, i);
             }
         }
-        let w = wg_best(gv, gi, lid);
-        if (lid == 0u) {
-            sset(off_pg() + 2u * g, w.x);
-            sset(off_pg() + 2u * g + 1u, w.y);
-        }
+        put_part(off_pg(), g, race_v, race_i, lid);
         return;
     }
     let weigh = tp && !tk;
@@ -587,8 +584,6 @@ fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id
     let bb = workgroupUniformLoad(&sh_u[0]);
     let r = chunk(g);
     let n_at = c0 + 3u * NB;
-    var gv = 0.0;
-    var gi = NONE;
     for (var i = r.x + lid; i < r.y; i += WG) {
         let x = xs(i);
         let b = bucket(x - l0);
@@ -599,20 +594,12 @@ fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id
         } else if (b < bb) {
             // top-p only: kept without sorting; min-p, then the race.
             if (!(c.min_p > 0.0) || i == top.y || exp_s(x - l0) >= c.min_p) {
-                let s = x + gumbel(c, i);
-                if (better(s, i, gv, gi)) {
-                    gv = s;
-                    gi = i;
-                }
+                race(c, x, i);
             }
         }
     }
     if (!tk) {
-        let w = wg_best(gv, gi, lid);
-        if (lid == 0u) {
-            sset(off_pg() + 2u * g, w.x);
-            sset(off_pg() + 2u * g + 1u, w.y);
-        }
+        put_part(off_pg(), g, race_v, race_i, lid);
     }
 }
 
@@ -718,16 +705,14 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id
         }
         return;
     }
-    var gv = 0.0;
-    var gi = NONE;
     if (!tk) {
         // The part winners of the race (prep, sieve or gather).
         let w = reduce_pairs(off_pg(), p.parts, lid);
-        gv = bitcast<f32>(w.x);
-        gi = w.y;
+        race_v = bitcast<f32>(w.x);
+        race_i = w.y;
         if (!tp) {
             if (lid == 0u) {
-                out[row] = gi;
+                out[row] = race_i;
             }
             return;
         }
@@ -799,11 +784,7 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id
                     sk[k] = x;
                     si[k] = id;
                 } else if (sb < ss && (!mp || id == top.y || exp_s(x - l0) >= c.min_p)) {
-                    let s = x + gumbel(c, id);
-                    if (better(s, id, gv, gi)) {
-                        gv = s;
-                        gi = id;
-                    }
+                    race(c, x, id);
                 }
             }
             workgroupBarrier();
@@ -909,16 +890,12 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id
             keep = exp_s(x - l0) >= c.min_p;
         }
         if (keep) {
-            let s = x + gumbel(c, id);
-            if (better(s, id, gv, gi)) {
-                gv = s;
-                gi = id;
-            }
+            race(c, x, id);
         }
         base_l += tot_l;
         base_h += tot_h;
     }
-    let w = wg_best(gv, gi, lid);
+    let w = wg_best(race_v, race_i, lid);
     if (lid == 0u) {
         out[row] = w.y;
     }

@@ -473,10 +473,36 @@ const fn tiny(base: SynthShape, name: &'static str, vocab: usize) -> SynthShape 
     s
 }
 
+/// Llama-3.1-8B: the 1B's vocabulary and tokenizer at 8B size, with an untied LM head.
+const LLAMA_3_1_8B: SynthShape = {
+    let mut s = LLAMA_3_2_1B;
+    s.name = "llama-3.1-8b";
+    s.hidden = 4096;
+    s.ff = 14336;
+    s.layers = 32;
+    s.head_dim = 128;
+    s.tied = false;
+    s.rope_llama3 = Some(Llama3Rope {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position: 8192,
+    });
+    s.general = &[
+        ("general.name", "Llama 3.1 8B Instruct"),
+        ("general.finetune", "Instruct"),
+        ("general.basename", "Llama-3.1"),
+        ("general.size_label", "8B"),
+        ("general.license", "llama3.1"),
+    ];
+    s
+};
+
 /// Every shape `--shape` accepts.
 pub const SHAPES: &[SynthShape] = &[
     QWEN3_0_6B,
     LLAMA_3_2_1B,
+    LLAMA_3_1_8B,
     QWEN2_5_0_5B,
     SMOLLM2_135M,
     GEMMA3_270M,

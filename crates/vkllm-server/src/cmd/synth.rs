@@ -11,7 +11,7 @@ use vkllm_models::synth::{self, SynthPlan};
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Shapes: qwen3-0.6b, llama-3.2-1b, qwen2.5-0.5b, smollm2-135m, qwen3.5-0.8b, \
+    after_help = "Shapes: qwen3-0.6b, llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, smollm2-135m, qwen3.5-0.8b, \
 gemma3-270m (and tiny-qwen3, tiny-llama, tiny-qwen2, tiny-smollm2, tiny-gemma3, tiny-qwen3.5 \
 for tests). qwen3.5-0.8b is the hybrid (Gated DeltaNet + gated attention) text model, written \
 without its MTP head.\n\n\
