@@ -161,18 +161,19 @@ fn hybrid_slot_generator_matches_reference() {
         (other.clone(), greedy.clone(), 6, 8),
     ];
     let got = drive(&mut g, &first);
-    // Request 0's slot holds prompt + its first 6 tokens: a prompt extending all of that
-    // continues the slot's recurrent state.
+    // Request 2 joined after request 0 ended, in a used slot (its state reset): that slot now
+    // holds `other` + request 2's first 5 tokens, and a prompt extending all of that continues
+    // the slot's recurrent state.
     let ids = |v: &[TokenOut]| v.iter().map(|t| t.id).collect::<Vec<u32>>();
-    let mut longer = prompt.clone();
-    longer.extend(ids(&got[0]));
+    let mut longer = other.clone();
+    longer.extend(ids(&got[2]));
     longer.push(3);
     assert!(
         (0..3).any(|s| {
             let h = g.history(s);
-            h.len() == prompt.len() + 6 && longer.starts_with(h)
+            h.len() == other.len() + 5 && longer.starts_with(h)
         }),
-        "no slot holds request 0's history"
+        "no slot holds request 2's history"
     );
     let second = vec![(longer.clone(), greedy.clone(), 8, 0)];
     let got2 = drive(&mut g, &second);

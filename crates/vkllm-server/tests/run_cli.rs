@@ -1,7 +1,8 @@
 //! `vkllm run --raw --temperature 0` reproduces the transformers goldens of the real models
-//! (fixtures/real/): the streamed stdout equals the decoded golden tokens, on the CPU reference
-//! backend and on the Vulkan device (lavapipe in CI). Needs scripts/fetch-models.sh to have run;
-//! a missing model fails the test with that message.
+//! (fixtures/real/): the prompt is encoded as transformers' `tokenizer(text)` encodes it (BOS
+//! where the model's config asks for one: Gemma), and the streamed stdout equals the decoded
+//! golden tokens, on the CPU reference backend and on the Vulkan device (lavapipe in CI). Needs
+//! scripts/fetch-models.sh to have run; a missing model fails the test with that message.
 
 use std::process::Command;
 
@@ -15,9 +16,24 @@ fn fixtures() -> std::path::PathBuf {
 }
 
 fn check(device: &str, n_tokens: usize, extra: &[&str]) {
-    let text = std::fs::read_to_string(fixtures().join("real/smollm2-135m.json")).expect("golden");
+    check_model("smollm2", "smollm2-135m", 0, device, n_tokens, extra);
+}
+
+/// Golden case `case` of `fixtures/real/{golden}.json` through `vkllm run --raw --stats --model
+/// {name}`: the prompt's token count (stderr) is the golden's, the text its first tokens'.
+fn check_model(
+    name: &str,
+    golden: &str,
+    case: usize,
+    device: &str,
+    n_tokens: usize,
+    extra: &[&str],
+) {
+    let text =
+        std::fs::read_to_string(fixtures().join(format!("real/{golden}.json"))).expect("golden");
     let doc: serde_json::Value = serde_json::from_str(&text).expect("golden JSON");
-    let case = &doc["cases"][0];
+    let case = &doc["cases"][case];
+    let ids = case["ids"].as_array().expect("prompt ids").len();
     let prompt = case["prompt"].as_str().expect("prompt");
     let greedy: Vec<u32> = case["greedy"]
         .as_array()
@@ -40,8 +56,9 @@ fn check(device: &str, n_tokens: usize, extra: &[&str]) {
         .args([
             "run",
             "--model",
-            "smollm2",
+            name,
             "--raw",
+            "--stats",
             "--temperature",
             "0",
             "--device",
@@ -61,13 +78,33 @@ fn check(device: &str, n_tokens: usize, extra: &[&str]) {
             .nth(1)
             .expect("model path in the banner"),
     );
+    let prompt_tokens = stderr
+        .split_once("| prompt ")
+        .and_then(|(_, r)| r.split_whitespace().next())
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or_else(|| panic!("no prompt token count in: {stderr}"));
+    assert_eq!(
+        prompt_tokens, ids,
+        "{name}: prompt tokens against transformers' ids"
+    );
     let tok = Tokenizer::from_path(&model).expect("tokenizer");
     let want = tok.decode(&greedy[..n_tokens], true).expect("decode");
     assert_eq!(
         stdout.strip_suffix('\n').unwrap_or(&stdout),
         want,
-        "device {device}"
+        "{name}, device {device}"
     );
+}
+
+/// Gemma's tokenizer adds BOS to plain text: without it the model answers " France. The The".
+#[test]
+fn raw_prompt_gets_gemmas_bos() {
+    check_model("gemma3", "gemma3-270m", 0, "cpu", 5, &[]);
+}
+
+#[test]
+fn raw_prompt_on_qwen_has_no_bos() {
+    check_model("qwen25coder", "qwen2.5-coder-0.5b", 1, "cpu", 5, &[]);
 }
 
 #[test]

@@ -42,6 +42,13 @@ impl EncodeOptions {
         }
     }
 
+    /// For plain-text prompts (`vkllm run --raw`, `/v1/completions`): transformers'
+    /// `tokenizer(text)`, BOS/EOS as the model's tokenizer config asks (Gemma's BOS), specials
+    /// parsed. The same as `Default`.
+    pub fn text() -> Self {
+        EncodeOptions::default()
+    }
+
     /// For untrusted text: no BOS/EOS, special tokens spelled out as plain text.
     pub fn plain() -> Self {
         EncodeOptions {

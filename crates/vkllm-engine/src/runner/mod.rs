@@ -39,8 +39,8 @@ pub type Sink = Box<dyn FnMut(Event) -> bool + Send>;
 pub enum Prompt {
     /// Token ids, used as they are.
     Tokens(Vec<u32>),
-    /// Text, encoded as `vkllm run --raw` encodes it (`EncodeOptions::prompt()`: special
-    /// tokens written in the text are matched, nothing is added around it).
+    /// Text, encoded as `vkllm run --raw` encodes it (`EncodeOptions::text()`: special tokens
+    /// written in the text are matched, BOS/EOS added as the model's tokenizer config asks).
     Text(String),
 }
 
@@ -182,7 +182,7 @@ impl RunnerHandle {
         let s = &self.shared;
         let prompt = match &req.prompt {
             Prompt::Tokens(t) => t.clone(),
-            Prompt::Text(text) => s.tokenizer.encode(text, EncodeOptions::prompt())?,
+            Prompt::Text(text) => s.tokenizer.encode(text, EncodeOptions::text())?,
         };
         if prompt.is_empty() {
             return Err(EngineError::EmptyPrompt);

@@ -41,7 +41,7 @@ pub fn run(args: Args) -> Result<()> {
     } = common::load(&args.model)?;
     let tokenizer = engine.tokenizer();
     let ids = if args.raw {
-        tokenizer.encode(&args.prompt, EncodeOptions::prompt())?
+        tokenizer.encode(&args.prompt, EncodeOptions::text())?
     } else {
         let mut messages = Vec::new();
         if let Some(s) = &args.system {

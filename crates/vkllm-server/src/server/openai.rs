@@ -601,14 +601,14 @@ fn parse_completion(state: &Arc<AppState>, bytes: &[u8]) -> Result<(Prepared, bo
     let (ids, text) = match f.require("prompt")? {
         Json::String(s) => {
             let ids = tok
-                .encode(&s, EncodeOptions::prompt())
+                .encode(&s, EncodeOptions::text())
                 .map_err(|e| ApiError::bad(API, "prompt", e.to_string()))?;
             (ids, s)
         }
         Json::Array(a) => {
             let ids = match a.as_slice() {
                 [Json::String(s)] => tok
-                    .encode(s, EncodeOptions::prompt())
+                    .encode(s, EncodeOptions::text())
                     .map_err(|e| ApiError::bad(API, "prompt", e.to_string()))?,
                 [Json::Array(inner)] => token_ids(inner)?,
                 list if list.iter().all(Json::is_u64) => token_ids(list)?,
