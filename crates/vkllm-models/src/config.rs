@@ -113,6 +113,17 @@ impl ModelConfig {
         let n_kv_heads = opt_usize(c, "num_key_value_heads")?.unwrap_or(n_heads);
         let head_dim = opt_usize(c, "head_dim")?.unwrap_or(hidden_size / n_heads.max(1));
         let n_layers = get_usize(c, "num_hidden_layers")?;
+        // Nothing is sized from a count before it passes these bounds (far above any real
+        // model; a hostile file must not abort the process with a huge allocation).
+        for (key, value, max) in [
+            ("num_hidden_layers", n_layers, MAX_LAYERS),
+            ("hidden_size", hidden_size, MAX_WIDTH),
+            ("num_attention_heads", n_heads, MAX_HEADS),
+            ("num_key_value_heads", n_kv_heads, MAX_HEADS),
+            ("head_dim", head_dim, MAX_WIDTH),
+        ] {
+            check_count(key, value, max)?;
+        }
         if n_heads == 0 || n_kv_heads == 0 || n_heads % n_kv_heads != 0 || head_dim == 0 {
             return Err(cfg_err(
                 "num_attention_heads",
@@ -168,6 +179,13 @@ impl ModelConfig {
             (None, Family::Qwen35Moe) => 0,
             (None, _) => return Err(cfg_err("intermediate_size", "missing")),
         };
+        check_count("vocab_size", get_usize(c, "vocab_size")?, MAX_VOCAB)?;
+        if intermediate_size > MAX_WIDTH {
+            return Err(cfg_err(
+                "intermediate_size",
+                &format!("{intermediate_size}: more than {MAX_WIDTH}"),
+            ));
+        }
         let hybrid = parse_hybrid(c, family, n_layers)?;
         let moe = parse_moe(c, family, n_layers)?;
         Ok(ModelConfig {
@@ -363,6 +381,23 @@ fn rope_for(
         style: RopeStyle::NeoX,
         scaling,
     })
+}
+
+/// Most layers a config may declare.
+pub const MAX_LAYERS: usize = 4096;
+/// Most attention (or kv) heads.
+pub const MAX_HEADS: usize = 1 << 16;
+/// Widest hidden, head or feed-forward size.
+pub const MAX_WIDTH: usize = 1 << 20;
+/// Largest vocabulary (the sampler's bound).
+pub const MAX_VOCAB: usize = 1 << 24;
+
+/// `value` of `key` must be in `1..=max`.
+fn check_count(key: &str, value: usize, max: usize) -> Result<(), ModelError> {
+    if value == 0 || value > max {
+        return Err(cfg_err(key, &format!("{value}: expected 1 to {max}")));
+    }
+    Ok(())
 }
 
 fn cfg_err(field: &str, msg: &str) -> ModelError {

@@ -95,7 +95,9 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
         None if family.is_moe() => {}
         None => return Err(cfg_missing(&key("feed_forward_length"))),
     }
-    c.insert("num_hidden_layers".into(), need("block_count")?);
+    let blocks = need("block_count")?;
+    check_blocks(f, &key("block_count"), &blocks)?;
+    c.insert("num_hidden_layers".into(), blocks);
     c.insert("num_attention_heads".into(), n_heads.clone());
     if let Some(kv) = num("attention.head_count_kv") {
         c.insert("num_key_value_heads".into(), kv);
@@ -189,7 +191,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
         c.insert("eos_token_id".into(), json!(eos));
     }
     crate::gguf_hybrid::add_keys(f, arch, family, &mut c)?;
-    let mut cfg = ModelConfig::from_hf_map(&c)?;
+    let mut cfg = ModelConfig::from_hf_map(&c).map_err(|e| gguf_key(e, arch))?;
     crate::gguf_hybrid::fix_config(f, &mut cfg);
     // What the converter changed (see the module doc).
     if matches!(family, Family::Llama | Family::Mistral) {
@@ -203,6 +205,61 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
     cfg.qkv_bias = f.tensor("blk.0.attn_q.bias").is_some();
     cfg.o_bias = f.tensor("blk.0.attn_output.bias").is_some();
     Ok(cfg)
+}
+
+/// A config error under the GGUF key the field came from (the user's file has no
+/// `num_attention_heads`, it has `llama.attention.head_count`).
+fn gguf_key(e: ModelError, arch: &str) -> ModelError {
+    match e {
+        ModelError::Config { field, msg } => {
+            let k = match field.as_str() {
+                "num_hidden_layers" => "block_count",
+                "hidden_size" => "embedding_length",
+                "num_attention_heads" => "attention.head_count",
+                "num_key_value_heads" => "attention.head_count_kv",
+                "head_dim" => "attention.key_length",
+                "intermediate_size" => "feed_forward_length",
+                "vocab_size" => {
+                    return ModelError::Config {
+                        field: "token_embd.weight (vocabulary rows)".into(),
+                        msg,
+                    };
+                }
+                _ => return ModelError::Config { field, msg },
+            };
+            ModelError::Config {
+                field: format!("{arch}.{k}"),
+                msg,
+            }
+        }
+        other => other,
+    }
+}
+
+/// `{arch}.block_count` against the tensors: at least one block, and no more blocks than the
+/// file has `blk.N.` tensors for (files may carry extra blocks, e.g. MTP layers).
+fn check_blocks(f: &GgufFile, key: &str, value: &serde_json::Value) -> Result<(), ModelError> {
+    let in_file = f
+        .tensors()
+        .iter()
+        .filter_map(|t| {
+            t.name()
+                .strip_prefix("blk.")?
+                .split('.')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .map(|i| i + 1)
+        .max()
+        .unwrap_or(0);
+    match value.as_u64() {
+        Some(n) if n >= 1 && n <= in_file => Ok(()),
+        _ => Err(ModelError::Config {
+            field: key.to_string(),
+            msg: format!("{value}, but the file has tensors for {in_file} blocks"),
+        }),
+    }
 }
 
 fn hf_model_type(f: Family) -> &'static str {
