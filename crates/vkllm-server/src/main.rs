@@ -50,8 +50,69 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes, each once: a cause whose text an outer message already carries
+/// (a library error that prints its source) is not repeated.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let msg = cause.to_string();
+        if out.contains(&msg) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&msg);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    #[derive(Debug)]
+    struct Inner;
+    impl std::fmt::Display for Inner {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("No such device (os error 19)")
+        }
+    }
+    impl std::error::Error for Inner {}
+
+    /// Prints its source in its own message, as the GGUF and tokenizer errors do.
+    #[derive(Debug)]
+    struct Outer(Inner);
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "fixtures/llama: I/O error: {}", self.0)
+        }
+    }
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let e = anyhow::Error::new(Outer(Inner)).context("reading fixtures/llama");
+        assert_eq!(
+            format!("{e:#}"),
+            "reading fixtures/llama: fixtures/llama: I/O error: No such device (os error 19): \
+             No such device (os error 19)"
+        );
+        assert_eq!(
+            error_text(&e),
+            "reading fixtures/llama: fixtures/llama: I/O error: No such device (os error 19)"
+        );
+        let plain = anyhow::anyhow!("bad").context("loading x");
+        assert_eq!(error_text(&plain), "loading x: bad");
     }
 }
