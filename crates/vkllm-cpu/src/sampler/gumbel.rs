@@ -49,25 +49,37 @@ pub fn log_s(x: f32) -> f32 {
     r + ef * LN2_HI
 }
 
-/// The uniform of token `id`: word `id & 3` of Philox4x32-10 with counter
-/// `[id >> 2, step lo, seq lo, seq hi ^ step hi]` and key `[seed lo, seed hi]`, as
-/// `(2 (w >> 9) + 1) * 2^-24`, exactly representable, in `(0, 1)`.
-pub fn token_uniform(seed: u64, seq_id: u64, step: u64, id: u32) -> f32 {
+/// The four Philox words of token block `id >> 2` (tokens `4 b .. 4 b + 3`): counter
+/// `[id >> 2, step lo, seq lo, seq hi ^ step hi]`, key `[seed lo, seed hi]`.
+pub fn block_words(seed: u64, seq_id: u64, step: u64, id: u32) -> [u32; 4] {
     let ctr = [
         id >> 2,
         step as u32,
         seq_id as u32,
         (seq_id >> 32) as u32 ^ (step >> 32) as u32,
     ];
-    let w = philox4x32_10(ctr, [seed as u32, (seed >> 32) as u32])[(id & 3) as usize];
+    philox4x32_10(ctr, [seed as u32, (seed >> 32) as u32])
+}
+
+/// The uniform of token `id`: word `id & 3` of its [`block_words`], as
+/// `(2 (w >> 9) + 1) * 2^-24`, exactly representable, in `(0, 1)`.
+pub fn token_uniform(seed: u64, seq_id: u64, step: u64, id: u32) -> f32 {
+    word_uniform(block_words(seed, seq_id, step, id)[(id & 3) as usize])
+}
+
+fn word_uniform(w: u32) -> f32 {
     ((w >> 9) * 2 + 1) as f32 * (1.0 / 16_777_216.0)
+}
+
+/// The Gumbel variate of a token whose Philox word is `w`: `-log_s(-log_s(u))`.
+pub fn gumbel_of_word(w: u32) -> f32 {
+    -log_s(-log_s(word_uniform(w)))
 }
 
 /// The Gumbel variate of token `id`: `-log_s(-log_s(u))` for its [`token_uniform`] `u`, in
 /// about `[-2.9, 16.7]`.
 pub fn gumbel(seed: u64, seq_id: u64, step: u64, id: u32) -> f32 {
-    let u = token_uniform(seed, seq_id, step, id);
-    -log_s(-log_s(u))
+    gumbel_of_word(block_words(seed, seq_id, step, id)[(id & 3) as usize])
 }
 
 #[cfg(test)]

@@ -68,7 +68,7 @@ mod sampler;
 #[cfg(test)]
 mod tests;
 
-pub use gumbel::{gumbel, log_s, token_uniform};
+pub use gumbel::{block_words, gumbel, gumbel_of_word, log_s, token_uniform};
 pub use logprobs::{log_softmax, top_logprobs};
 pub use philox::{PHILOX_M0, PHILOX_M1, PHILOX_W0, PHILOX_W1, philox_draw, philox4x32_10, uniform};
 pub use sampler::{MAX_VOCAB, SamplingParams, exp_s, sample, weight_q};

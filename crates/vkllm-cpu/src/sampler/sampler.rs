@@ -1,6 +1,6 @@
 //! [`sample`]: the token choice of the module-level specification, step by step.
 
-use super::gumbel::gumbel;
+use super::gumbel::{block_words, gumbel_of_word};
 use crate::CpuError;
 use std::cmp::Ordering;
 
@@ -144,6 +144,47 @@ fn order(a: &(f32, u32), b: &(f32, u32)) -> Ordering {
     }
 }
 
+/// Candidate order as a total order, for a heap whose top is the worst kept candidate.
+#[derive(PartialEq)]
+struct Cand((f32, u32));
+
+impl Eq for Cand {}
+
+impl PartialOrd for Cand {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Cand {
+    fn cmp(&self, other: &Self) -> Ordering {
+        order(&self.0, &other.0)
+    }
+}
+
+/// The first `k` candidates in candidate order (unsorted), for `0 < k < l.len()`. Small `k`: one
+/// pass with a heap of the best so far (ids ascend, so a tie with the worst kept never enters);
+/// else a selection over all candidates.
+fn top_k_set(l: &[f32], k: usize) -> Vec<(f32, u32)> {
+    if k > l.len() / 16 {
+        let mut cand: Vec<(f32, u32)> = l.iter().enumerate().map(|(i, &x)| (x, i as u32)).collect();
+        cand.select_nth_unstable_by(k - 1, order);
+        cand.truncate(k);
+        return cand;
+    }
+    let mut heap = std::collections::BinaryHeap::with_capacity(k + 1);
+    for (i, &x) in l.iter().enumerate() {
+        if heap.len() < k {
+            heap.push(Cand((x, i as u32)));
+        } else if let Some(mut worst) = heap.peek_mut()
+            && x > worst.0.0
+        {
+            *worst = Cand((x, i as u32));
+        }
+    }
+    heap.into_iter().map(|c| c.0).collect()
+}
+
 /// The specification's top-p weight of a candidate `d = l - l0` below the top logit:
 /// `floor(exp_s(d) * 2^24)`, an integer in `[0, 2^24]`.
 #[inline]
@@ -222,11 +263,18 @@ pub fn sample(
     let top_k = params.top_k > 0 && params.top_k < v;
     let top_p = params.top_p < 1.0;
     let mut kept: Vec<u32> = if top_k || top_p {
-        let mut cand: Vec<(f32, u32)> = l.iter().enumerate().map(|(i, &x)| (x, i as u32)).collect();
-        if top_k {
-            cand.select_nth_unstable_by(params.top_k - 1, order);
-            cand.truncate(params.top_k);
-        }
+        let mut cand: Vec<(f32, u32)> = if top_k {
+            top_k_set(&l, params.top_k)
+        } else {
+            // Top-p alone: candidates with l - l0 < -17.5 weigh 0 (exp(-17.5) 2^24 = 0.42) and
+            // come after every other, where the prefix already holds all of Z: never kept, so
+            // they need not be sorted.
+            l.iter()
+                .enumerate()
+                .filter(|&(_, &x)| x - l0 >= -17.5)
+                .map(|(i, &x)| (x, i as u32))
+                .collect()
+        };
         cand.sort_unstable_by(order);
         if top_p {
             let z: u64 = cand.iter().map(|&(x, _)| u64::from(weight_q(x - l0))).sum();
@@ -252,13 +300,18 @@ pub fn sample(
     }
     // 8. the draw: the largest l + gumbel over the kept tokens, ties to the lowest id. A token
     // with l + G_MAX < l0 + G_MIN cannot beat i0 (always kept): its variate is not computed.
+    // Tokens come in ascending id order, so one Philox call serves each block of four.
     let floor = l0 + G_MIN;
     let mut best = (f32::NEG_INFINITY, u32::MAX);
+    let mut block = (u32::MAX, [0u32; 4]);
     for i in kept {
         if l[i as usize] + G_MAX < floor {
             continue;
         }
-        let s = l[i as usize] + gumbel(params.seed, seq_id, step, i);
+        if block.0 != i >> 2 {
+            block = (i >> 2, block_words(params.seed, seq_id, step, i));
+        }
+        let s = l[i as usize] + gumbel_of_word(block.1[(i & 3) as usize]);
         if s > best.0 || (s == best.0 && i < best.1) || best.1 == u32::MAX {
             best = (s, i);
         }
