@@ -4,16 +4,15 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
-use vkllm_models::gguf::GgufModel;
-use vkllm_models::{DEFAULT_CHUNK, KvCache, KvDtype};
+use vkllm_models::{Checkpoint, DEFAULT_CHUNK, KvCache, KvDtype};
 use vkllm_vk::{Instance, Validation, list_devices};
 
 use super::model;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Also describe this model: a .gguf file, or smollm2-135m, gemma3-270m, qwen2.5-coder-0.5b
-    /// (fetched into the cache on first use).
+    /// Also describe this model: a .gguf file, a safetensors checkpoint directory, or
+    /// smollm2-135m, gemma3-270m, qwen2.5-coder-0.5b (fetched into the cache on first use).
     #[arg(long, short)]
     model: Option<String>,
 }
@@ -91,17 +90,34 @@ fn print_devices() {
 
 fn print_model(arg: &str) -> Result<()> {
     let path = model::resolve(Some(arg))?;
-    let m = GgufModel::open(&path).with_context(|| format!("reading {}", path.display()))?;
-    let c = &m.config;
+    let ck = Checkpoint::open(&path).with_context(|| format!("reading {}", path.display()))?;
+    let c = ck.config();
     let mut params = 0u64;
     let mut bytes = 0u64;
     let mut by_type: BTreeMap<String, (usize, u64)> = BTreeMap::new();
-    for t in m.file.tensors() {
-        params += t.n_elements();
-        bytes += t.n_bytes();
-        let e = by_type.entry(t.ggml_type().name().to_string()).or_default();
+    let mut add = |ty: String, n: u64, b: u64| {
+        params += n;
+        bytes += b;
+        let e = by_type.entry(ty).or_default();
         e.0 += 1;
-        e.1 += t.n_bytes();
+        e.1 += b;
+    };
+    match &ck {
+        Checkpoint::Gguf(m) => {
+            for t in m.file.tensors() {
+                add(
+                    t.ggml_type().name().to_string(),
+                    t.n_elements(),
+                    t.n_bytes(),
+                );
+            }
+        }
+        Checkpoint::Safetensors(s) => {
+            for t in s.weights.tensors() {
+                let ty = format!("{:?}", t.dtype()).to_lowercase();
+                add(ty, t.n_elements() as u64, t.bytes().len() as u64);
+            }
+        }
     }
     println!("\nModel {}", path.display());
     println!(

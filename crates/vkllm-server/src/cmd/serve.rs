@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use vkllm_engine::{InferenceRunner, RunnerConfig, SimpleGenerator, SlotGenerator};
-use vkllm_models::gguf::GgufModel;
 use vkllm_models::hybrid::HybridModel;
-use vkllm_models::{Backend, CpuBackend, KvDtype, Model, VulkanBackend};
+use vkllm_models::{Backend, Checkpoint, CpuBackend, KvDtype, QuantScheme, VulkanBackend};
 use vkllm_tokenizer::{Tokenizer, cache};
 use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
 
@@ -18,7 +17,8 @@ use crate::server::{self, AppState, Metrics};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Model: a .gguf file or a fetched model's name (smollm2 (default), gemma3, qwen25coder).
+    /// Model: a .gguf file, a safetensors checkpoint directory (config.json, weights,
+    /// tokenizer.json) or a fetched model's name (smollm2 (default), gemma3, qwen25coder).
     #[arg(long, short, env = "VKLLM_MODEL")]
     model: Option<String>,
 
@@ -80,6 +80,11 @@ pub struct Args {
     #[arg(long, default_value = "f32", value_parser = super::common::parse_kv_type)]
     kv_type: KvDtype,
 
+    /// Quantize a safetensors checkpoint at load (llama.cpp's names: f16, bf16, q8_0, q4_0,
+    /// q4_1, q5_0, q4_k, q6_k, q4_k_m). GGUF files are used as stored.
+    #[arg(long)]
+    quant: Option<QuantScheme>,
+
     /// On a Vulkan device, decode each slot on its own (the reference generator) instead of
     /// the batched slot decoder.
     #[arg(long)]
@@ -99,13 +104,13 @@ fn default_name(arg: Option<&str>, path: &Path) -> String {
 
 fn start_runner<B: Backend + Send + 'static>(
     mut b: B,
-    gguf: GgufModel,
+    ck: Checkpoint,
     tokenizer: Arc<Tokenizer>,
     args: &Args,
 ) -> Result<InferenceRunner> {
     let chunk = b.prefill_chunk();
-    let model = Model::load(gguf.config.clone(), &gguf, &mut b, chunk)?;
-    drop(gguf);
+    let model = ck.load(args.quant, &mut b, chunk)?;
+    drop(ck);
     let ctx = args.ctx.min(model.cfg.max_position).max(2);
     let generator = SimpleGenerator::new(b, model, args.slots.max(1), ctx)?;
     Ok(InferenceRunner::threaded(
@@ -121,12 +126,15 @@ fn start_runner<B: Backend + Send + 'static>(
 /// The batched GPU generator: all slots advance together, several steps per submit.
 fn start_slot_runner(
     mut b: VulkanBackend,
-    gguf: GgufModel,
+    ck: Checkpoint,
     tokenizer: Arc<Tokenizer>,
     args: &Args,
 ) -> Result<InferenceRunner> {
     let slots = args.slots.max(1);
-    let generator = if gguf.config.family.is_hybrid_or_moe() {
+    let generator = if ck.config().family.is_hybrid_or_moe() {
+        if args.quant.is_some() {
+            anyhow::bail!("--quant is not supported for hybrid/MoE models");
+        }
         // Hybrid (Gated DeltaNet) and MoE models: f32 KV next to the recurrent state.
         if args.kv_type != KvDtype::F32 {
             eprintln!(
@@ -135,14 +143,14 @@ fn start_slot_runner(
             );
         }
         let chunk = b.prefill_chunk();
-        let model = HybridModel::load(gguf.config.clone(), &gguf, &mut b, chunk)?;
-        drop(gguf);
+        let model = HybridModel::load(ck.config().clone(), ck.source(), &mut b, chunk)?;
+        drop(ck);
         let ctx = args.ctx.min(model.cfg.max_position).max(2);
         SlotGenerator::new_hybrid(b, model, slots, ctx, 4)?
     } else {
         let chunk = b.prefill_chunk();
-        let model = Model::load(gguf.config.clone(), &gguf, &mut b, chunk)?;
-        drop(gguf);
+        let model = ck.load(args.quant, &mut b, chunk)?;
+        drop(ck);
         let ctx = args.ctx.min(model.cfg.max_position).max(2);
         SlotGenerator::new(b, model, slots, ctx, args.kv_type, 4)?
     };
@@ -158,13 +166,16 @@ fn start_slot_runner(
 
 pub fn run(args: Args) -> Result<()> {
     let path = model::resolve(args.model.as_deref())?;
-    let gguf = GgufModel::open(&path).with_context(|| format!("loading {}", path.display()))?;
+    let ck = Checkpoint::open(&path).with_context(|| format!("loading {}", path.display()))?;
+    if args.quant.is_some() && matches!(ck, Checkpoint::Gguf(_)) {
+        anyhow::bail!("--quant applies to safetensors checkpoints; a GGUF file is used as stored");
+    }
     let tokenizer = Arc::new(
         Tokenizer::from_path(&path).with_context(|| format!("tokenizer of {}", path.display()))?,
     );
     let (runner, backend) = if args.device.as_deref() == Some("cpu") {
         eprintln!("vkllm: {} on the CPU reference backend", path.display());
-        let r = start_runner(CpuBackend::new(), gguf, tokenizer.clone(), &args)?;
+        let r = start_runner(CpuBackend::new(), ck, tokenizer.clone(), &args)?;
         (r, "cpu")
     } else {
         let choice = match args.device.as_deref() {
@@ -179,9 +190,9 @@ pub fn run(args: Args) -> Result<()> {
         .context("opening the Vulkan device (use --device cpu for the CPU reference path)")?;
         eprintln!("vkllm: {} on {}", path.display(), dev.info().summary());
         let r = if args.simple_generator {
-            start_runner(VulkanBackend::new(dev), gguf, tokenizer.clone(), &args)?
+            start_runner(VulkanBackend::new(dev), ck, tokenizer.clone(), &args)?
         } else {
-            start_slot_runner(VulkanBackend::new(dev), gguf, tokenizer.clone(), &args)?
+            start_slot_runner(VulkanBackend::new(dev), ck, tokenizer.clone(), &args)?
         };
         (r, "vulkan")
     };
