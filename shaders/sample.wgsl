@@ -21,6 +21,8 @@
 // [n_rows, V + 4 NP + 2 P] u32 with P = next_pow2(V); ctr [n_rows, 3 NB + 4] u32 (bucket
 // counts, low and high 12-bit weight sums, list length); out [n_rows] u32.
 
+// #include sample_math.inc.wgsl
+
 const WG: u32 = 256u;
 const NONE: u32 = 0xffffffffu;
 // Buckets of d = x - l0, 1/32 nat wide (the last one holds everything below -32).
@@ -79,18 +81,15 @@ var<workgroup> hist: array<atomic<u32>, 3072>;
 var<workgroup> sk: array<f32, 1024>;
 var<workgroup> si: array<u32, 1024>;
 
-// NaN / finiteness by bit tests: compilers may fold `x != x` to false.
-fn is_nan(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
-}
-
-fn is_finite(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) < 0x7f800000u;
-}
-
 // Row-relative scratch words.
 var<private> s0: u32;
 var<private> c0: u32;
+
+// Points s0 and c0 at `row`'s scratch and counters.
+fn at_row(row: u32) {
+    s0 = row * (p.v + 4u * NP + 2u * p.p2);
+    c0 = row * (3u * NB + 4u);
+}
 
 fn sget(i: u32) -> u32 {
     return scratch[s0 + i];
@@ -214,94 +213,6 @@ fn reduce_pairs(at: u32, n: u32, lid: u32) -> vec2<u32> {
     return wg_best(bv, bi, lid);
 }
 
-fn exp_s(x_in: f32) -> f32 {
-    if (is_nan(x_in) || bitcast<u32>(x_in) == 0xff800000u || x_in < -86.0) {
-        return 0.0;
-    }
-    let x = min(x_in, 0.0);
-    let log2e = bitcast<f32>(0x3fb8aa3bu);
-    let ln2_hi = bitcast<f32>(0x3f318000u);
-    let ln2_lo = bitcast<f32>(0xb95e8083u);
-    let k = floor(x * log2e + 0.5);
-    let r = (x - k * ln2_hi) - k * ln2_lo;
-    var q = bitcast<f32>(0x39500d01u) * r + bitcast<f32>(0x3ab60b61u);
-    q = q * r + bitcast<f32>(0x3c088889u);
-    q = q * r + bitcast<f32>(0x3d2aaaabu);
-    q = q * r + bitcast<f32>(0x3e2aaaabu);
-    q = q * r + 0.5;
-    q = q * r + 1.0;
-    q = q * r + 1.0;
-    let scale = bitcast<f32>(u32(i32(k) + 127) << 23u);
-    return q * scale;
-}
-
-// floor(exp_s(d) * 2^24): the top-p weight, in [0, 2^24].
-fn weight_q(d: f32) -> u32 {
-    return u32(floor(exp_s(d) * 16777216.0));
-}
-
-// log for positive normal x (the specification's log_s).
-fn log_s(x: f32) -> f32 {
-    let bits = bitcast<u32>(x);
-    var e = i32((bits >> 23u) & 0xffu) - 127;
-    var m = bitcast<f32>((bits & 0x007fffffu) | 0x3f800000u);
-    if (m > bitcast<f32>(0x3fb504f3u)) {
-        m = m * 0.5;
-        e = e + 1;
-    }
-    let f = m - 1.0;
-    var q = bitcast<f32>(0xbd800000u);
-    q = q * f + bitcast<f32>(0x3d888889u);
-    q = q * f + bitcast<f32>(0xbd924925u);
-    q = q * f + bitcast<f32>(0x3d9d89d9u);
-    q = q * f + bitcast<f32>(0xbdaaaaabu);
-    q = q * f + bitcast<f32>(0x3dba2e8cu);
-    q = q * f + bitcast<f32>(0xbdcccccdu);
-    q = q * f + bitcast<f32>(0x3de38e39u);
-    q = q * f + bitcast<f32>(0xbe000000u);
-    q = q * f + bitcast<f32>(0x3e124925u);
-    q = q * f + bitcast<f32>(0xbe2aaaabu);
-    q = q * f + bitcast<f32>(0x3e4ccccdu);
-    q = q * f + bitcast<f32>(0xbe800000u);
-    q = q * f + bitcast<f32>(0x3eaaaaabu);
-    q = q * f + bitcast<f32>(0xbf000000u);
-    q = q * f + 1.0;
-    q = q * f;
-    let ef = f32(e);
-    let r = q + ef * bitcast<f32>(0xb95e8083u);
-    return r + ef * bitcast<f32>(0x3f318000u);
-}
-
-// (high, low) words of the 64-bit product a * b.
-fn mulhilo(a: u32, b: u32) -> vec2<u32> {
-    let a0 = a & 0xffffu;
-    let a1 = a >> 16u;
-    let b0 = b & 0xffffu;
-    let b1 = b >> 16u;
-    let p00 = a0 * b0;
-    let p01 = a0 * b1;
-    let p10 = a1 * b0;
-    let p11 = a1 * b1;
-    let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
-    let hi = p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
-    return vec2<u32>(hi, a * b);
-}
-
-fn philox(ctr_in: vec4<u32>, key: vec2<u32>) -> vec4<u32> {
-    var c = ctr_in;
-    var k = key;
-    for (var round = 0u; round < 10u; round++) {
-        if (round > 0u) {
-            k.x += 0x9e3779b9u;
-            k.y += 0xbb67ae85u;
-        }
-        let r0 = mulhilo(0xd2511f53u, c.x);
-        let r1 = mulhilo(0xcd9e8d57u, c.z);
-        c = vec4<u32>(r1.x ^ c.y ^ k.x, r1.y, r0.x ^ c.w ^ k.y, r0.y);
-    }
-    return c;
-}
-
 // Token i's Gumbel variate for the row's (seed, seq, step).
 fn gumbel(c: Row, i: u32) -> f32 {
     let w4 = philox(vec4<u32>(i >> 2u, c.step_lo, c.seq_lo, c.seq_hi ^ c.step_hi), vec2<u32>(c.seed_lo, c.seed_hi));
@@ -314,16 +225,6 @@ fn gumbel(c: Row, i: u32) -> f32 {
     }
     let u = f32((w >> 9u) * 2u + 1u) * bitcast<f32>(0x33800000u);
     return -log_s(-log_s(u));
-}
-
-// f32 of the exact sum hi * 2^12 + lo (hi, lo < 2^32, sum < 2^48), rounded once.
-fn mass_f32(hi: u32, lo: u32) -> f32 {
-    let a = hi << 12u;
-    let l = a + lo;
-    let carry = select(0u, 1u, l < a);
-    let h = (hi >> 20u) + carry;
-    let top = (h << 8u) | (l >> 24u);
-    return f32(top) * 16777216.0 + f32(l & 0xffffffu);
 }
 
 fn bucket(d: f32) -> u32 {
@@ -362,8 +263,7 @@ fn prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         return;
     }
     let v = p.v;
-    s0 = row * (v + 4u * NP + 2u * p.p2);
-    c0 = row * (3u * NB + 4u);
+    at_row(row);
     if (g == 0u) {
         for (var i = lid; i < 3u * NB + 4u; i += WG) {
             atomicStore(&ctr[c0 + i], 0u);
@@ -433,8 +333,7 @@ fn sieve(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id)
     if (c.live == 0u || c.greedy != 0u || !(tk || tp || mp)) {
         return;
     }
-    s0 = row * (p.v + 4u * NP + 2u * p.p2);
-    c0 = row * (3u * NB + 4u);
+    at_row(row);
     let top = reduce_pairs(off_pm(), p.parts, lid);
     let l0 = bitcast<f32>(top.x);
     if (!is_finite(l0)) {
@@ -573,8 +472,7 @@ fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id
     if (c.live == 0u || c.greedy != 0u || !(tk || tp)) {
         return;
     }
-    s0 = row * (p.v + 4u * NP + 2u * p.p2);
-    c0 = row * (3u * NB + 4u);
+    at_row(row);
     let top = reduce_pairs(off_pm(), p.parts, lid);
     let l0 = bitcast<f32>(top.x);
     if (!is_finite(l0)) {
@@ -693,8 +591,7 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id
     if (c.live == 0u) {
         return;
     }
-    s0 = row * (p.v + 4u * NP + 2u * p.p2);
-    c0 = row * (3u * NB + 4u);
+    at_row(row);
     let top = reduce_pairs(off_pm(), p.parts, lid);
     let l0 = bitcast<f32>(top.x);
     let tk = top_k_on(c);

@@ -67,7 +67,10 @@ pub(crate) const MOE_ROUTE: &str = include_str!("../shaders/moe_route.wgsl");
 pub(crate) const RMSNORM: &str = include_str!("../shaders/rmsnorm.wgsl");
 pub(crate) const ROPE: &str = include_str!("../shaders/rope.wgsl");
 pub(crate) const ROPE_KV_APPEND: &str = include_str!("../shaders/rope_kv_append.wgsl");
-pub(crate) const SAMPLE: &str = include_str!("../shaders/sample.wgsl");
+pub(crate) const SAMPLE: &str = concat!(
+    include_str!("../shaders/sample.wgsl"),
+    include_str!("../shaders/sample_math.inc.wgsl")
+);
 pub(crate) const SIGMOID_MUL: &str = include_str!("../shaders/sigmoid_mul.wgsl");
 pub(crate) const SOFTMAX: &str = include_str!("../shaders/softmax.wgsl");
 
