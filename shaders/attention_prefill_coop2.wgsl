@@ -67,9 +67,8 @@ override HALF: u32 = 0;
 override SPLIT: u32 = 1;
 // Timing diagnostics (Rust's CoopAttn2Tile::skip; 0 computes attention): parts of every step
 // left out, a mask of 1 (probabilities without exp), 2 (no K/V loads), 4 (no Q K^T), 8 (no
-// P V). The P V block sits in its branch on purpose: measured on the H200 (NVIDIA 580.159),
-// that block structure alone takes Llama-3.2-1B's prefill attention (head_dim 64) from 1010 to
-// 621 us per 512-token chunk; Qwen3-0.6B's (head_dim 128) is unchanged.
+// P V). The P V block sits in its branch on purpose: with that block structure NVIDIA's compiler
+// emits much faster code for head_dim 64 (head_dim 128 unchanged; docs/benchmarks.md).
 override SKIP: u32 = 0;
 // Row strides: staged Q, K/V rows and P rows in vec4<f16> units, score rows in floats.
 override QLD: u32 = HD / 4u + 2u;

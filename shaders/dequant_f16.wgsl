@@ -15,7 +15,7 @@
 // invocation decodes its unit from there (`wd` reads the copy) into `dq_out`, and the
 // workgroup writes its 8 x WG output words in order. Both global sides are whole coalesced
 // words; decoding straight from global memory with each invocation storing its 8 words
-// (a 32-byte stride between neighbours) ran at ~0.7 TB/s on the H200.
+// (a 32-byte stride between neighbours) was over twice as slow (docs/benchmarks-history.md).
 // Shared memory: DQ_IN words (Rust checks WG / (BLOCK / 16) blocks of TS bytes fit, plus one
 // word either side) + 9 x WG words (each unit's 8 words padded to 9: no bank conflicts when
 // staged).

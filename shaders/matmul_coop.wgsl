@@ -64,9 +64,8 @@ diagnostic(off, derivative_uniformity);
 // (f32: cols % 4 == 0; f16/bf16: cols % 8 == 0). Otherwise every element is bounds-checked.
 // XH: 1 when X holds f16, two per word (`to_f16.wgsl`; Rust requires cols % 8 == 0, so rows are
 // whole 16-byte slots of 8 halves): half the bytes per slice and half the prefetch registers
-// (measured on the H200 at 8192 x 2048 x 512, f16 weights, 128 x 128 tiles: 206 -> 170
-// registers, 152 -> 119 us). The slots then carry raw words (bitcast into the vec4<f32>
-// registers) and are unpacked when staged.
+// (fewer registers, faster; docs/benchmarks-history.md). The slots then carry raw words
+// (bitcast into the vec4<f32> registers) and are unpacked when staged.
 
 override SG: u32 = 32;
 override CM_SGM: u32 = 2;

@@ -20,7 +20,7 @@
 // them sharing their bytes): lane l takes units l, l + LPR, ... of its rows and reads their bytes as
 // aligned 16-byte words only (Q8_0, Q4_0 and Q6_K blocks are 2-byte aligned: the 2 or 3 words
 // holding the bytes, shifted into place with selects; 4-byte loads, one cache line per lane,
-// measured 2x slower; Q4_K's 144-byte blocks are 16-byte aligned), and takes 8 int8 words of x
+// measured slower; Q4_K's 144-byte blocks are 16-byte aligned), and takes 8 int8 words of x
 // per column from shared memory (stored word-major, `xq[j * units + unit]`, so consecutive
 // lanes read consecutive words: no bank conflicts). NIT row groups per workgroup share one
 // quantization of x.

@@ -9,14 +9,14 @@
 // every lane reads the same address, so the cost is the number of loads a lane issues;
 // subgroup reductions and constant-lane broadcasts are register shuffles. matvec_fused.wgsl's
 // teams of lanes per row load every weight word and every x element per lane, pick 16-byte
-// words apart per lane, and end in subgroup/shared-memory reductions: 4-10 ms for a 576x1536
-// Q4_1 matrix on a 2-core machine. Here each lane walks its own row from start to end
-// (the loop is uniform: no lane idles, no reductions, no shared memory, no barriers); it loads
-// only its row's words, as few as the format holds (Q8_0: 9 words per 32 elements, Q4_1 and
-// Q4_0: 5), and one vec4 of x per unit (lane l loads vec4 l % (UE / 4)): the unit's other x
-// values come by `subgroupBroadcast` from the lane that loaded them. Needs subgroups of at
-// least UE / 4 lanes (8 for the 32-element units): the runtime picks this kernel for CPU
-// devices with 8 or more lanes. 0.3-0.5 ms for the same matrix.
+// words apart per lane, and end in subgroup/shared-memory reductions. Here each lane walks its
+// own row from start to end (the loop is uniform: no lane idles, no reductions, no shared
+// memory, no barriers); it loads only its row's words, as few as the format holds (Q8_0: 9
+// words per 32 elements, Q4_1 and Q4_0: 5), and one vec4 of x per unit (lane l loads vec4
+// l % (UE / 4)): the unit's other x values come by `subgroupBroadcast` from the lane that
+// loaded them. Needs subgroups of at least UE / 4 lanes (8 for the 32-element units): the
+// runtime picks this kernel for CPU devices with 8 or more lanes. An order of magnitude faster
+// than matvec_fused.wgsl there (docs/benchmarks-history.md).
 //
 // Units: 32 elements (one block) for Q4_0, Q4_1, Q8_0, decoded straight from the block's words;
 // 16 elements through quant_blocks.inc.wgsl's `dequant16` for the other block formats; 4 (f32)

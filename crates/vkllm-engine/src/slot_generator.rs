@@ -157,8 +157,8 @@ impl Generator for SlotGenerator {
         }
         // A free slot: the longest reusable cached prefix, then the fewest rows a decode step
         // runs with it live (every row up to the highest live slot, in recorded powers of two:
-        // a lone request in slot 15 of 16 ran at 179 tok/s against ~850 in slot 0, H200,
-        // Llama-3.2-1B), then the least recently used (its cache is the least likely reused).
+        // a lone request in a high slot ran several times slower than in slot 0,
+        // docs/benchmarks.md), then the least recently used (its cache is the least likely reused).
         let highest_live = self.slots.iter().rposition(|s| s.next.is_some());
         let rows_with = |s: usize| (highest_live.map_or(s, |h| h.max(s)) + 1).next_power_of_two();
         let reusable = |sl: &Slot| {

@@ -105,12 +105,9 @@ fn plain_rows(op: &MatvecOp) -> usize {
 }
 
 /// Q6_K matrices of at least 16384 rows and 1024 columns, and Q4_K ones up to 4096 columns (the
-/// LM heads), ungated: their launch is 8 lanes x 1 row per team over about 4096 workgroups.
-/// H200 (`matvec_bench --impl int8`, us, the 32-lane / 2-row launch over 1024 workgroups ->
-/// this): Q6_K 151936x1024 99.6 -> 65.6, 128256x2048 143.5 -> 94.5, 32768x16384 228.4 -> 177.5;
-/// Q4_K 151936x1024 46.0 -> 41.5, 128256x2048 59.6 -> 55.7 (32768x16384: 95.6 -> 98.2, so
-/// wider Q4_K rows keep the default). Q8_0 and Q4_0 lose with it on every shape measured.
-/// `VKLLM_Q8A_WIDE=0` (read once) turns the rule off (the reference launch).
+/// LM heads), ungated: their launch is 8 lanes x 1 row per team over about 4096 workgroups,
+/// found faster for these shapes by a launch sweep; longer Q4_K rows, Q8_0 and Q4_0 lost with
+/// it (docs/benchmarks.md). `VKLLM_Q8A_WIDE=0` (read once) turns the rule off (the reference launch).
 pub fn kquant_wide(op: &MatvecOp) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     if !*ON.get_or_init(|| std::env::var("VKLLM_Q8A_WIDE").map_or(true, |v| v != "0")) {
@@ -128,10 +125,9 @@ pub fn kquant_wide(op: &MatvecOp) -> bool {
 /// Whether a launch takes Q6_K weights half a super-block per lane step (the kernel's `QUAD`:
 /// four units that share their qh bytes and header, from one 64-byte ql run, instead of a unit
 /// pair): Q6_K, one row per team, ungated, and at least 8 such steps per lane (cols / 128 >= 8
-/// lanes). H200, 8 lanes x 1 row (us, pairs -> half super-blocks): 32768x16384 (16 steps per
-/// lane) 177.6 -> 159.4, but 128256x2048 (2 steps) 94.5 -> 96.6 and 151936x1024 (1 step) 65.7
-/// -> 78.6 (a lane's one or two steps leave too few loads in flight), so the LM heads of the
-/// small models keep pairs. `VKLLM_Q8A_QUAD=0` (read once) keeps unit pairs (the reference).
+/// lanes). Faster on long rows; with only one or two steps a lane has too few loads in flight,
+/// so the LM heads of the small models keep pairs (docs/benchmarks.md). `VKLLM_Q8A_QUAD=0`
+/// (read once) keeps unit pairs (the reference).
 pub fn quad(op: &MatvecOp, t: MatvecTuning) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let gated = is_gated(op);

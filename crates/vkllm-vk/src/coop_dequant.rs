@@ -6,20 +6,8 @@
 //! weights of at least 1M elements (a q/k/v group only when each of its weights is) in products
 //! over at least 512 tokens (a whole prefill chunk). The copy costs the same whatever the token
 //! count while the saving grows with it, and a small weight's copy is mostly launch overhead.
-//! Measured on the H200 (`vkllm bench`, one chunk; `dequant_f16` at ~1.8 TB/s), off -> every
-//! product copied: pp512 Llama-3.2-1B Q8_0 36097 -> 38383 tok/s, Q4_0 34925 -> 38955, Q4_K_M
-//! 32460 -> 37889, but Qwen3-0.6B's smaller weights lose or tie (Q8_0 46187 -> 43690, Q4_0
-//! 45941 -> 45716, Q4_K_M 41617 -> 41522), and Llama Q8_0 at pp256 loses (25821 -> 21679; pp128
-//! 17410 -> 14924). By size (Llama pp512, weights of at least 4M / 5M / 8M elements copied, the
-//! q/k/v group by its total): Q8_0 38317 / 37233 / 38615, Q4_0 37834 / 37306 / 37696, Q4_K_M
-//! 37994 / 36569 / 36445: copying o (4M) gains, the q/k/v group (k, v 1M each) loses up to
-//! ~1400 tok/s or ties. Session 10, once recordings reuse their command and descriptor pools
-//! (the host no longer hides part of the GPU time), 4M -> 1M elements (every weight of both
-//! models, q/k/v groups included), pp512, two runs each in one machine start: Llama Q4_K_M
-//! 42675 / 42158 -> 44172 / 43751, Q8_0 44839 / 44445 -> 45291 / 44957, Q4_0 43302 / 43155 ->
-//! 44788 / 44891; Qwen3 Q4_K_M 50107 / 50039 -> 52668 / 52788, Q8_0 54807 / 54321 -> 54977 /
-//! 55629, Q4_0 55080 / 55424 -> 55065 / 55649. Copying only weights of 16M elements lost
-//! (Llama Q4_K_M 41503, Q8_0 43248).
+//! Both bounds are measured: copies at 256 tokens or fewer lost, and copying only larger weights
+//! gained less (docs/benchmarks.md, docs/benchmarks-history.md).
 //! The copies live in [`DEQUANT_SLOTS`] scratch buffers used in turn (so q/k/v or gate/up
 //! still overlap), each as large as the largest weight copied through it.
 

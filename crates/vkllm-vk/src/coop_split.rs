@@ -19,15 +19,13 @@ use crate::recorder::Recorder;
 pub const SLOTS: usize = 3;
 
 /// Default [`split_target`] for float weights: split-K until a product has about this many
-/// workgroups (about one per multiprocessor of a 132-SM H200). Measured there (prefill chunk
-/// of 512 tokens, all matmuls): Qwen3-0.6B F16 12.0 ms (original launch) -> 9.5 ms at 128 and
-/// 10.7 ms at 256; Llama-3.2-1B F16 15.4 -> 11.1 (128) and 11.9 (256).
+/// workgroups (about one per multiprocessor of a 132-SM GPU); 128 beat 256 for float weights
+/// (docs/benchmarks-history.md).
 pub const SPLIT_TARGET_FLOAT: usize = 128;
 
 /// Default [`split_target`] for quantized weights (their blocks are dequantized on the way to
-/// shared memory: more workgroups hide more of that latency). Measured on the H200: Qwen3-0.6B
-/// Q4_K_M 14.0 -> 12.5 (128) and 11.1 ms (256), Q8_0 13.7 -> 12.4 and 10.7, Q4_0 12.6 -> 12.0
-/// and 10.7; Llama-3.2-1B Q4_K_M 20.9 -> 16.9 and 14.4.
+/// shared memory: more workgroups hide more of that latency; 256 beat 128,
+/// docs/benchmarks-history.md).
 pub const SPLIT_TARGET_QUANT: usize = 256;
 
 /// The split-K target for `dtype` weights: `VKLLM_MATMUL_SPLITK=0` (or `off`) turns split-K
@@ -63,8 +61,8 @@ pub fn env_bk() -> u32 {
 pub const DEFAULT_BK: u32 = 64;
 
 /// `VKLLM_COOP_QPRE=1` (read once): [`auto_config`]'s launches dequantize quantized weights
-/// into registers before the multiplications ([`CoopConfig::prefetch_quant`]; measured slower
-/// on the H200, so off by default).
+/// into registers before the multiplications ([`CoopConfig::prefetch_quant`]; measured slower,
+/// so off by default).
 fn env_qpre() -> bool {
     static Q: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *Q.get_or_init(|| std::env::var("VKLLM_COOP_QPRE").is_ok_and(|v| v == "1"))
@@ -73,11 +71,8 @@ fn env_qpre() -> bool {
 /// `VKLLM_COOP_DIRECT=0` (read once): accumulating and split-K auto launches write Y through
 /// shared memory tile by tile and sum split-K partials element by element (the reference);
 /// default: they take the direct epilogue ([`CoopConfig::direct`]) where a workgroup's tile
-/// lies inside Y. Unsplit overwriting launches never take it (measured mixed on the H200: 2048
-/// x 2048 40.2 -> 42.5 us, Qwen3 gate/up group +4%, Llama q/k/v group -4%). Measured on the
-/// H200 (f16, n = 512, us, reference -> direct): 2048 x 8192 split 2 134.3 -> 120.9
-/// (accumulating 162.7 -> 124.7), 1024 x 2048 split 2 33.4 -> 25.5, 2048 x 2048 accumulating
-/// 45.5 -> 43.5; pp512 Llama-3.2-1B F16 54178 -> 58802, Qwen3-0.6B F16 60508 -> 68661.
+/// lies inside Y: faster for split and accumulating launches, mixed for unsplit overwriting ones,
+/// which never take it (docs/benchmarks.md).
 pub fn env_direct() -> bool {
     static D: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *D.get_or_init(|| std::env::var("VKLLM_COOP_DIRECT").map_or(true, |v| v != "0"))
@@ -89,21 +84,19 @@ pub fn direct_wanted(accumulate: bool, split: u32) -> bool {
     env_direct() && (accumulate || split > 1)
 }
 
-/// `VKLLM_COOP_FLOAT_SPLIT=0` (read once): [`auto_config`]'s session-11 rules for float weights
+/// `VKLLM_COOP_FLOAT_SPLIT=0` (read once): [`auto_config`]'s earlier rules for float weights
 /// whose 128 x 128 grid is short of `min_groups` (split to `min_groups` at K >= [`LONG_K`], else
 /// 64 x 64 or 64 x 128 tiles); default: 128 x 128 split to the float target, and at
-/// K >= [`LONG_K`] the wide tiling split to twice the target, both in powers of two. Measured on
-/// the H200 with the direct epilogue (f16, n = 512, accumulating, us, old -> new): 2048 x 2048
-/// 43.4 -> 37.7, 2048 x 8192 125.0 -> 111.0, 1024 x 3072 34.5 -> 31.4, 1024 x 2048 26.8 ->
-/// 26.5.
+/// K >= [`LONG_K`] the wide tiling split to twice the target, both in powers of two (faster with
+/// the direct epilogue, docs/benchmarks.md).
 fn float_split_enabled() -> bool {
     static F: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *F.get_or_init(|| std::env::var("VKLLM_COOP_FLOAT_SPLIT").map_or(true, |v| v != "0"))
 }
 
 /// `VKLLM_COOP_XF16=0` (read once): [`auto_config`]'s launches read X as f32; default: as f16
-/// converted once per source ([`Recorder::half_x`], `to_f16`) where `cols % 8 == 0`. Measured
-/// on the H200 (n = 512, f16 weights): 8192 x 2048 152 -> 119 us with 128 x 128 tiles.
+/// converted once per source ([`Recorder::half_x`], `to_f16`) where `cols % 8 == 0`: half the
+/// bytes and prefetch registers per slice, faster (docs/benchmarks-history.md).
 pub fn x_f16_enabled() -> bool {
     static X: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *X.get_or_init(|| std::env::var("VKLLM_COOP_XF16").map_or(true, |v| v != "0"))
@@ -142,8 +135,8 @@ fn env_tile() -> Option<CoopTile> {
 }
 
 /// Float weights with at least this many columns split a 128 x 128 grid that is too small
-/// rather than take 64 x 128 tiles (H200, n = 512, f16, 2048 x 8192: 128 x 128 split in 2
-/// 134.7 us, 64 x 128 unsplit 157.0 us).
+/// rather than take 64 x 128 tiles, which measured slower on long K
+/// (docs/benchmarks-history.md).
 pub const LONG_K: usize = 4096;
 
 /// The launch [`MatmulKernel::Auto`](crate::MatmulKernel::Auto) takes for `rows` x `n` outputs
@@ -155,10 +148,7 @@ pub const LONG_K: usize = 4096;
 /// 1. `VKLLM_COOP_TILE`'s, split by [`with_split`];
 /// 2. quantized weights: [`CoopTile::TALL`] unsplit where it makes at least `min_groups`
 ///    workgroups over at most 1024 columns, and for Q8_0 also `2 min_groups` over at most 2048
-///    (H200, against the rules below: 3072 x 1024 Q8_0 45.4 -> 40.9 us, Q4_0 48.9 -> 42.1,
-///    Q4_K 50.7 -> 43.4; 2048 x 1024 Q8_0 36.0 -> 33.1, Q4_0 37.1 -> 33.6, Q4_K 38.3 -> 34.6;
-///    8192 x 2048 Q8_0 160.4 -> 152.7, but Q4_0 143.1 -> 155.7 and Q4_K 150.1 -> 161.0; it lost
-///    at 2048 x 2048 and on every grid smaller than 96 of its workgroups);
+///    (where it measured faster than the rules below; docs/benchmarks-history.md);
 /// 3. [`CoopTile::WIDE`] where it fits and makes at least `2 min_groups` workgroups;
 /// 4. float weights: [`CoopTile::LARGE`] unsplit where it makes `min_groups` workgroups;
 ///    [`CoopTile::TINY`] unsplit where it makes `min_groups..2 min_groups` workgroups over at
@@ -168,9 +158,8 @@ pub const LONG_K: usize = 4096;
 ///    `min_groups` where `cols >= LONG_K`, TINY as above);
 /// 5. [`CoopTile::SMALL`] split by [`with_split`] (every other quantized grid ends here).
 ///
-/// Measured on the H200 (n = 512, f16 X; docs/benchmarks.md "session 7"): splitting a grid
-/// that already fills the GPU costs more than it gives once each workgroup runs faster (Qwen3
-/// 3072 x 1024: 128 x 128 in 2 parts 54.8 us, unsplit 33.7; Q8_0 64 x 128 68.9 -> 44.6).
+/// Grids that already fill the GPU stay unsplit: with f16 X each workgroup runs fast enough that
+/// splitting costs more than it gives (docs/benchmarks-history.md).
 pub fn auto_config(
     dtype: WeightType,
     rows: usize,
@@ -253,8 +242,8 @@ pub fn auto_config(
     Some(with_split(c, rows, n, cols, target))
 }
 
-/// [`with_split`] rounded down to a power of two (the split in 3 measured slowest on every
-/// shape tried on the H200: 2048 x 2048 128 x 128 split 2 / 3: 37.7 / 49.4 us).
+/// [`with_split`] rounded down to a power of two (a split in 3 measured slowest on every shape
+/// tried; docs/benchmarks.md).
 fn pow2_split(cfg: CoopConfig, rows: usize, n: usize, cols: usize, target: usize) -> CoopConfig {
     let c = with_split(cfg, rows, n, cols, target);
     CoopConfig {

@@ -1,9 +1,6 @@
 //! Several products of one X in one `matmul_coop` launch ([`Recorder::matmul_group`]): q/k/v of
-//! a prefill layer, whose small weights alone leave most of a large GPU idle (H200, n = 512,
-//! `--auto` launches, us: Qwen3-0.6B q + k + v 24.3 + 20.4 + 20.4 f16, 32.9 + 27.4 + 27.4 Q8_0,
-//! against one 4096-row product 34.0 and 41.2; Llama-3.2-1B 40.9 + 26.1 + 26.1 f16 against
-//! 56.9; Llama's 8192-row gate + up 105.2 x 2 against 203.6 f16 and 151.9 x 2 against 311.2
-//! Q8_0, so weights whose own grids fill the GPU stay apart).
+//! a prefill layer, whose small weights alone leave most of a large GPU idle. Weights whose own
+//! grids fill the GPU gain nothing and stay apart (docs/benchmarks-history.md).
 
 use vkllm_kernels::WeightType;
 use vkllm_kernels::dequant_f16::f16_bytes;
@@ -22,11 +19,8 @@ pub fn group_enabled() -> bool {
 
 /// Whether the graph step `step` (`"qkv"` or `"mlp"`) groups its products
 /// (`VKLLM_COOP_GROUP`: unset: `qkv` only; `1`: both; `0`: neither; a step's name: that step).
-/// Measured on the H200 (pp512, reps 3, one process per setting; none -> qkv -> mlp -> both):
-/// Qwen3-0.6B F16 48362 -> 48553 / 45519 / 47462, Q8_0 43668 -> 46431 / 44665 / 45524;
-/// Llama-3.2-1B Q4_0 35131 -> 34742 / 35023 / 34548, Q8_0 35520 -> 35697 / 35830 / 35411
-/// (Llama's 8192-row gate and up fill the GPU alone and stay apart; run-to-run spread ~2%).
-/// Grouped gate + up lose where the two products would otherwise overlap on the GPU.
+/// Grouping q/k/v gains on small models; grouped gate + up lose, since the two products would
+/// otherwise overlap on the GPU (docs/benchmarks-history.md).
 pub fn group_step(step: &str) -> bool {
     match group_env().as_deref() {
         None => step == "qkv",

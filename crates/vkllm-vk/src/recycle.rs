@@ -1,7 +1,7 @@
 //! Command pools, fences and descriptor pools of finished recordings, reset and kept for the
 //! next recorder instead of destroyed: a forward records a new command buffer every time, and
-//! creating and destroying these objects each time cost host time on the H200 (see
-//! docs/benchmarks.md, session 10). `VKLLM_RECYCLE=0` destroys them (the reference path).
+//! creating and destroying these objects each time costs measurable host time per forward (see
+//! docs/benchmarks.md). `VKLLM_RECYCLE=0` destroys them (the reference path).
 
 use ash::vk;
 

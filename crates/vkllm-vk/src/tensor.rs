@@ -201,9 +201,8 @@ pub enum MatmulKernel {
 pub const COOP_MIN_N: usize = 16;
 
 /// [`MatmulKernel::Auto`] takes the largest tiling that still makes this many workgroups, else
-/// the smallest. Measured on the H200 (132 SMs, docs/benchmarks.md): at n = 512, 4096 rows take
-/// 128 x 128 tiles (128 groups), 3072 rows too (96 groups: 47 us against 53 us with 64 x 128),
-/// 1024 rows 64 x 64 (128 groups: 31 us against 47 us with 128 x 128).
+/// the smallest: about one workgroup per multiprocessor of a large GPU (132 SMs). At n = 512,
+/// 4096 and 3072 rows then take 128 x 128 tiles and 1024 rows 64 x 64 (docs/benchmarks.md).
 pub const COOP_MIN_GROUPS: usize = 96;
 
 /// The matvec kernel the environment asks for (read once): `VKLLM_MATVEC=reference`
@@ -230,8 +229,8 @@ pub fn default_matvec_impl() -> MatvecImpl {
 /// The kernel [`Recorder::matvec`] and [`Recorder::matvec_fused`] (the decode graph's matvecs)
 /// use on `dev`:
 /// [`env_matvec_impl`], else [`MatvecImpl::Int8`] on GPUs (int8 dot products over activations
-/// quantized per 32 for Q8_0/Q4_0/Q4_K/Q6_K weights, the fast kernel for the other types; on
-/// the H200 decode of Llama-3.2-1B Q4_0 578 -> 956 tok/s) and [`MatvecImpl::Fast`] on CPU
+/// quantized per 32 for Q8_0/Q4_0/Q4_K/Q6_K weights, the fast kernel for the other types: much
+/// faster quantized decode, docs/benchmarks-history.md) and [`MatvecImpl::Fast`] on CPU
 /// devices (lavapipe), whose own matvec layout is tuned for them. `VKLLM_MATVEC=fast` keeps
 /// the exact kernel everywhere.
 pub fn fused_matvec_impl(dev: &crate::Device) -> MatvecImpl {

@@ -31,9 +31,8 @@ pub struct BenchOptions {
     /// Timed repetitions of each test (after an untimed warm-up of at least [`WARM_UP`];
     /// [`FIRST_WARM_UP`] for the first test).
     pub reps: usize,
-    /// Decode steps per submit (default 16: H200, Qwen3-0.6B Q4_0 tg128, two rounds in one
-    /// machine start: 4 steps 831.6 / 840.3, 8 833.3 / 832.3, 16 843.3 / 841.9, 32 844.1 /
-    /// 844.5 tok/s).
+    /// Decode steps per submit (default 16: faster than 4 or 8, as fast as 32;
+    /// docs/benchmarks.md).
     pub steps_per_submit: usize,
     pub kv: KvDtype,
     /// Also time one decode step per graph region.
@@ -401,19 +400,16 @@ pub fn run_hybrid(
 /// pipelines).
 pub const WARM_UP: std::time::Duration = std::time::Duration::from_millis(300);
 
-/// Least wall time of the untimed runs before a process's first test. Measured on the H200: in
-/// a process whose pipelines the driver had to compile itself (nothing in its shader disk
-/// cache) the host side of every forward ran about 4x slow for a second or more after the
-/// compiles while the GPU time was unchanged (Llama-3.2-1B F16 pp512: 47 ms wall against 11.7
-/// ms, both 10.9 ms of GPU time; decode 4.6 against 1.2 ms a token). With the driver's cache
-/// warm (the next process) the same binary ran at full speed from its first timed rep.
+/// Least wall time of the untimed runs before a process's first test: in a process whose
+/// pipelines the driver had to compile itself (cold shader disk cache) the host side of every
+/// forward ran several times slower for a second or more after the compiles, while the GPU time
+/// was unchanged (docs/benchmarks-history.md).
 pub const FIRST_WARM_UP: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Runs `f` once, then again until `least` has passed since the start, or, when that first run
 /// created pipelines on `dev` (a test at a new size compiles launches of its own), until
-/// [`FIRST_WARM_UP`] has passed since it ended. Measured on the H200: in the first process on a
-/// fresh machine, Llama-3.2-1B Q8_0 pp64 / pp128 / pp256 read 3632 / 6171 / 8826 tok/s after
-/// the 0.3 s warm-up of their own compiles, against 10776 / 17410 / 25821 in a later process.
+/// [`FIRST_WARM_UP`] has passed since it ended: after fresh compiles a short warm-up left the
+/// first process's prefill tests at a third of their speed (docs/benchmarks-history.md).
 fn warm_up(
     dev: &vkllm_vk::Device,
     least: std::time::Duration,

@@ -267,7 +267,7 @@ impl Backend for VulkanBackend {
     }
 
     /// 512 tokens on devices with cooperative matrices (their matmuls and prefill attention
-    /// only fill the GPU with large chunks: pp512 on the H200 7.1k tok/s at 128, 20.9k at 512);
+    /// only fill a large GPU with large chunks; docs/benchmarks-history.md);
     /// [`crate::DEFAULT_CHUNK`] elsewhere.
     fn prefill_chunk(&self) -> usize {
         if self.dev.coopmat() {

@@ -29,11 +29,9 @@ const GQA_TARGET_CHUNKS: usize = 128;
 
 /// Keys per workgroup of the grouped-query split for `keys` visible keys: `VKLLM_ATTN_CHUNK`
 /// (a power of two in 8..=256, read once) when set, else the smallest power of two from 16 that
-/// covers them in at most [`GQA_TARGET_CHUNKS`] chunks, at most 256. Measured on the H200
-/// (Qwen3-0.6B Q8_0, f16 KV): at 145 keys 16 is fastest (tg128 828 tok/s; 8: 825, 32: 775,
-/// 64: 593 before the split's loads were batched); at ~4200 keys 64 is (pp4096+tg128 0.373 s
-/// against 0.395 at 32 and 0.436 at 16: the merge of 256 partials per head costs more than
-/// longer chunks do).
+/// covers them in at most [`GQA_TARGET_CHUNKS`] chunks, at most 256. Short contexts are fastest
+/// with 16-key chunks; long ones with longer chunks, since merging many partials per head costs
+/// more than the longer chunks do (docs/benchmarks-history.md).
 fn gqa_chunk(keys: usize) -> usize {
     static ENV: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     let env = *ENV.get_or_init(|| {
@@ -53,12 +51,9 @@ fn default_gqa_chunk(keys: usize) -> usize {
 }
 
 /// How decode attention is dispatched where the grouped-query split applies (`VKLLM_ATTN`).
-/// The default is the two-dispatch split after its own input-step dispatch: on the H200 it
-/// measured fastest (tg128, f16 KV: Qwen3-0.6B Q8_0 757 tok/s against 731 with the input step
-/// folded into one dispatch per layer and 701 with the one-dispatch split + merge; Llama-3.2-1B
-/// Q4_0 973 / 967 / 942): fewer dispatches, but each folded workgroup's chain of dependent
-/// steps (staging, norm, rotation, append, then the last workgroup's merge) is longer than the
-/// launches it saves.
+/// The default is the two-dispatch split after its own input-step dispatch, measured fastest
+/// (docs/benchmarks.md): folding saves launches, but each folded workgroup's chain of dependent
+/// steps (staging, norm, rotation, append, then the last workgroup's merge) costs more.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum AttnMode {
     /// `rope`: `rope_kv_append` + split + merge as one dispatch per layer where the projections
@@ -102,7 +97,7 @@ struct AttnPlan {
 impl VulkanBackend {
     /// Decode steps run the attention input step (q/k norm, RoPE, KV append), split and merge
     /// as one dispatch per layer where the projections are packed (as `VKLLM_ATTN=rope`; measured
-    /// slower than the default on the H200, see docs/benchmarks.md).
+    /// slower than the default, see docs/benchmarks.md).
     pub fn with_folded_attention(mut self) -> Self {
         self.fold_attention = true;
         self

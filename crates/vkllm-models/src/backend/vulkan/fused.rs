@@ -25,9 +25,8 @@ use vkllm_kernels::activation::Activation as KAct;
 /// Layout of the fused input step for `n` tokens. Prefill-sized batches (more than
 /// [`MAX_COLUMNS`] tokens) take one invocation per element pair ([`RopeKvGrid::Pairs`]) unless
 /// `VKLLM_ROPE_KV_TPW=1|2|3|4` (read once) asks for the per-head layout with that many tokens
-/// per workgroup (the reference; before the pair layout, measured on the H200 for a 512-token
-/// chunk, us for all layers, 1 / 2 / 4 tokens: Llama-3.2-1B 281 / 237 / 358, Qwen3-0.6B
-/// 385 / 421 / 529). Decode batches keep one (head, token) per workgroup.
+/// per workgroup (the reference; slower, docs/benchmarks.md). Decode batches keep one
+/// (head, token) per workgroup.
 fn rope_kv_grid(n: usize) -> RopeKvGrid {
     static T: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     let t = *T.get_or_init(|| {

@@ -9,10 +9,8 @@ use crate::backend::Tensor;
 use crate::error::ModelError;
 
 /// Dispatches of the first part of a forward submitted while the rest is recorded; each
-/// further part doubles, up to [`MAX_PART`] (see `VulkanBackend::record`). H200 pp512 tok/s
-/// (two runs each, with recordings' objects recycled), first part 32 -> 16: Llama-3.2-1B Q4_K_M
-/// 42619 / 42776 -> 42966 / 42901, Qwen3-0.6B Q8_0 54911 / 54841 -> 55193 / 55220, Llama Q4_0
-/// 43843 / 43967 -> 43903 / 43677; 8 no better than 16.
+/// further part doubles, up to [`MAX_PART`] (see `VulkanBackend::record`). 16 measured at least
+/// as fast as 32 or 8 (docs/benchmarks.md).
 pub(super) const FIRST_PART: usize = 16;
 const MAX_PART: usize = 256;
 
