@@ -11,24 +11,58 @@ use crate::error::{Result, vk_err};
 
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
-/// Message IDs the validation layer may report that are not bugs of ours. Every other warning or
+/// A validation message that is not a bug of ours: its ID, a text it must contain ("" for any),
+/// and why it is expected.
+#[derive(Clone, Copy, Debug)]
+pub struct AllowedMessage {
+    pub id: &'static str,
+    pub needle: &'static str,
+    pub why: &'static str,
+}
+
+const fn allow(id: &'static str, needle: &'static str, why: &'static str) -> AllowedMessage {
+    AllowedMessage { id, needle, why }
+}
+
+/// Messages the validation layer may report that are not bugs of ours. Every other warning or
 /// error fails the tests (and [`crate::Device::check_validation`]).
-pub const VALIDATION_ALLOW_LIST: &[(&str, &str)] = &[
+pub const VALIDATION_ALLOW_LIST: &[AllowedMessage] = &[
     // Debian 12's layer (1.3.239) is older than current drivers: it calls structs it does not
-    // know in a VkDeviceCreateInfo pNext chain (e.g. the cooperative-matrix feature struct on the
-    // H200's driver 580) "unknown". Seen on the H200; expected, not a caller bug.
-    (
+    // know in a VkDeviceCreateInfo pNext chain (e.g. the cooperative-matrix feature struct on
+    // NVIDIA's driver 580) "unknown". Expected, not a caller bug.
+    allow(
         "VUID-VkDeviceCreateInfo-pNext-pNext",
+        "",
         "layer older than the driver: newer feature structs are unknown to it",
     ),
     // Same cause for properties/features queries through vkGetPhysicalDevice*2 chains.
-    (
+    allow(
         "VUID-VkPhysicalDeviceProperties2-pNext-pNext",
+        "",
         "layer older than the driver: newer property structs are unknown to it",
     ),
-    (
+    allow(
         "VUID-VkPhysicalDeviceFeatures2-pNext-pNext",
+        "",
         "layer older than the driver: newer feature structs are unknown to it",
+    ),
+    // The same layer predates SPV_KHR_cooperative_matrix: its SPIR-V checks reject the
+    // extension and its capability (CooperativeMatrixKHR = 6022) in shaders the device accepts
+    // (the device enables VK_KHR_cooperative_matrix before such a shader is created).
+    allow(
+        "UNASSIGNED-CoreValidation-Shader-InconsistentSpirv",
+        "Invalid capability operand: 6022",
+        "layer older than SPV_KHR_cooperative_matrix",
+    ),
+    allow(
+        "VUID-VkShaderModuleCreateInfo-pCode-01090",
+        "(Unhandled OpCapability)",
+        "layer older than SPV_KHR_cooperative_matrix: its capability is unknown to it",
+    ),
+    allow(
+        "VUID-VkShaderModuleCreateInfo-pCode-04146",
+        "(SPV_KHR_cooperative_matrix)",
+        "layer older than SPV_KHR_cooperative_matrix",
     ),
 ];
 
@@ -62,7 +96,7 @@ impl ValidationMessage {
     pub fn allowed(&self) -> bool {
         VALIDATION_ALLOW_LIST
             .iter()
-            .any(|(id, _)| self.id_name == *id)
+            .any(|a| self.id_name == a.id && self.text.contains(a.needle))
     }
 }
 
@@ -291,5 +325,59 @@ impl Drop for Instance {
                 self.raw.destroy_instance(None);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(id: &str, text: &str) -> ValidationMessage {
+        ValidationMessage {
+            severity: vk::DebugUtilsMessageSeverityFlagsEXT::ERROR,
+            id_name: id.to_string(),
+            text: text.to_string(),
+        }
+    }
+
+    #[test]
+    fn old_layer_cooperative_matrix_reports_are_allowed_and_nothing_else() {
+        // As the Debian 12 layer printed them on the H200 for matmul_coop.
+        let coop = [
+            msg(
+                "UNASSIGNED-CoreValidation-Shader-InconsistentSpirv",
+                "SPIR-V module not valid: Invalid capability operand: 6022",
+            ),
+            msg(
+                "VUID-VkShaderModuleCreateInfo-pCode-01090",
+                "vkCreateShaderModule(): A SPIR-V Capability (Unhandled OpCapability) was \
+                 declared that is not supported by Vulkan.",
+            ),
+            msg(
+                "VUID-VkShaderModuleCreateInfo-pCode-04146",
+                "vkCreateShaderModule(): A SPIR-V Extension (SPV_KHR_cooperative_matrix) was \
+                 declared that is not supported by Vulkan.",
+            ),
+        ];
+        assert!(coop.iter().all(|m| m.allowed()));
+        // The same IDs about anything else still fail.
+        let other = [
+            msg(
+                "UNASSIGNED-CoreValidation-Shader-InconsistentSpirv",
+                "SPIR-V module not valid: Invalid capability operand: 5009",
+            ),
+            msg(
+                "VUID-VkShaderModuleCreateInfo-pCode-01090",
+                "vkCreateShaderModule(): A SPIR-V Capability (Int64Atomics) was declared that \
+                 is not supported by Vulkan.",
+            ),
+            msg(
+                "VUID-VkShaderModuleCreateInfo-pCode-04146",
+                "vkCreateShaderModule(): A SPIR-V Extension (SPV_KHR_ray_query) was declared \
+                 that is not supported by Vulkan.",
+            ),
+            msg("VUID-vkCmdDispatch-None-02697", "anything"),
+        ];
+        assert!(other.iter().all(|m| !m.allowed()));
     }
 }

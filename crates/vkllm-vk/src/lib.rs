@@ -48,7 +48,9 @@ pub use coopmat::{CoopComponent, CoopMatShape, disabled_by_env as coopmat_disabl
 pub use device::{Device, DeviceOptions};
 pub use error::{Error, Result};
 pub use info::{DeviceChoice, DeviceInfo, DeviceKind, Heap, Limits, list_devices, select};
-pub use instance::{Instance, VALIDATION_ALLOW_LIST, Validation, ValidationMessage};
+pub use instance::{
+    AllowedMessage, Instance, VALIDATION_ALLOW_LIST, Validation, ValidationMessage,
+};
 pub use matmul_glu::{glu_config as coop_glu_config, glu_enabled as coop_glu_enabled};
 pub use matmul_group::{
     group_config as coop_group_config, group_enabled as coop_group_enabled,
