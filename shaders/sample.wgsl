@@ -10,6 +10,10 @@
 // (grid parts x rows), pass 4 takes one workgroup per row:
 //   prep:   penalties, bias, NaN -> -inf, temperature; the working logits x go to scratch; per
 //           part the maximum (l0 candidates) and, for rows with no filter, the Gumbel race.
+//           "Fast" rows (greedy, unfiltered, top-k <= KF) are finished here: top-k parts list
+//           their own candidates, and the row's last workgroup to arrive draws the token.
+//           Workgroup (0, 0) writes the launch sizes of passes 2-4 (zero when no live row
+//           needs them; they are dispatched indirectly).
 //   sieve:  l0 from the part maxima; min-p-only rows run the race over the min-p survivors;
 //           top-k / top-p rows count (and for top-p weigh) x into buckets of d = x - l0.
 //   gather: the bucket where top-k's count (or top-p's exact integer mass) is reached; top-k
@@ -18,10 +22,12 @@
 //           integer prefix sums), min-p, races the survivors, and merges the part winners.
 // Shapes: logits [n_rows, V] f32; counts [n_rows, V] u32 (read only when use_counts = 1); bias
 // [n_rows, max_bias] pairs (id u32, bias f32 bits), the first cfg[r].n_bias used; scratch
-// [n_rows, V + 4 NP + 2 P] u32 with P = next_pow2(V); ctr [n_rows, 3 NB + 4] u32 (bucket
-// counts, low and high 12-bit weight sums, list length); out [n_rows] u32.
+// [n_rows, 3 V + 4 NP + 2 P] u32 with P = next_pow2(V); ctr [HEAD + n_rows (3 NB + 4)] u32
+// (launch sizes, then per row: bucket counts, low and high 12-bit weight sums, list length,
+// prep's two counters); out [n_rows] u32.
 
 // #include sample_math.inc.wgsl
+// #include sample_list.inc.wgsl
 
 const WG: u32 = 256u;
 const NONE: u32 = 0xffffffffu;
@@ -31,6 +37,16 @@ const NB: u32 = 1024u;
 const NP: u32 = 128u;
 // Candidates sorted in workgroup memory; longer lists sort in scratch.
 const LCAP: u32 = 1024u;
+// Top-k rows with k <= KF are finished by prep alone (from per-part candidate lists).
+const KF: u32 = 128u;
+// ctr: words 0..8 hold the launch sizes of passes 2-4; row r's counters start at
+// HEAD + r * (3 NB + 4): bucket counts, weight halves, then the list length (LEN, cleared by
+// prep), prep's arrival count (ARRIVED) and candidate count (CAND), which are zero before the
+// first dispatch and left zero by every dispatch.
+const HEAD: u32 = 16u;
+const LEN: u32 = 3072u;
+const ARRIVED: u32 = 3073u;
+const CAND: u32 = 3074u;
 
 struct Params {
     v: u32,
@@ -68,7 +84,7 @@ var<immediate> p: Params;
 @group(0) @binding(1) var<storage, read> counts: array<u32>;
 @group(0) @binding(2) var<storage, read> bias: array<u32>;
 @group(0) @binding(3) var<storage, read> cfg: array<Row>;
-@group(0) @binding(4) var<storage, read_write> scratch: array<u32>;
+@coherent @group(0) @binding(4) var<storage, read_write> scratch: array<u32>;
 @group(0) @binding(5) var<storage, read_write> out: array<u32>;
 @group(0) @binding(6) var<storage, read_write> ctr: array<atomic<u32>>;
 
@@ -77,6 +93,8 @@ var<workgroup> best_i: array<u32, 256>;
 var<workgroup> scan_a: array<u32, 256>;
 var<workgroup> scan_b: array<u32, 256>;
 var<workgroup> sh_u: array<u32, 4>;
+var<workgroup> sh_t: u32;
+var<workgroup> wg_last: u32;
 var<workgroup> hist: array<atomic<u32>, 3072>;
 var<workgroup> sk: array<f32, 1024>;
 var<workgroup> si: array<u32, 1024>;
@@ -87,8 +105,8 @@ var<private> c0: u32;
 
 // Points s0 and c0 at `row`'s scratch and counters.
 fn at_row(row: u32) {
-    s0 = row * (p.v + 4u * NP + 2u * p.p2);
-    c0 = row * (3u * NB + 4u);
+    s0 = row * (3u * p.v + 4u * NP + 2u * p.p2);
+    c0 = HEAD + row * (3u * NB + 4u);
 }
 
 fn sget(i: u32) -> u32 {
@@ -113,6 +131,11 @@ fn off_pg() -> u32 {
 
 fn off_list() -> u32 {
     return p.v + 4u * NP;
+}
+
+// prep's per-part candidate pairs (top-k <= KF rows), 2 V words.
+fn off_cand() -> u32 {
+    return p.v + 4u * NP + 2u * p.p2;
 }
 
 fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
@@ -178,12 +201,13 @@ fn wg_best(v: f32, i: u32, lid: u32) -> vec2<u32> {
 }
 
 // The workgroup's winner of every invocation's (v, i) into part pair g at scratch word `at`.
-fn put_part(at: u32, g: u32, v: f32, i: u32, lid: u32) {
+fn put_part(at: u32, g: u32, v: f32, i: u32, lid: u32) -> vec2<u32> {
     let w = wg_best(v, i, lid);
     if (lid == 0u) {
         sset(at + 2u * g, w.x);
         sset(at + 2u * g + 1u, w.y);
     }
+    return w;
 }
 
 // The invocation's best (x + gumbel, id) of the race so far (`race` adds a token).
@@ -243,6 +267,18 @@ fn top_p_on(c: Row) -> bool {
     return c.top_p < 1.0;
 }
 
+// Rows prep finishes alone: greedy, unfiltered, and top-k with k <= KF (with or without top-p
+// and min-p); the others go through sieve, gather and finish.
+fn fast(c: Row) -> bool {
+    if (c.greedy != 0u) {
+        return true;
+    }
+    if (top_k_on(c)) {
+        return c.top_k <= KF;
+    }
+    return !top_p_on(c) && !(c.min_p > 0.0);
+}
+
 // The row's chunk of pass 1-3: [lo, hi) with lo a multiple of 4 (Philox words come in fours).
 fn chunk(g: u32) -> vec2<u32> {
     let n = ((p.v + p.parts - 1u) / p.parts + 3u) & ~3u;
@@ -258,6 +294,9 @@ fn prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let lid = enter(lane, size, sgi, nsg);
     let g = wid.x;
     let row = wid.y;
+    if (g == 0u && row == 0u) {
+        launch_args(lid);
+    }
     let c = cfg[row];
     if (c.live == 0u) {
         return;
@@ -265,7 +304,7 @@ fn prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let v = p.v;
     at_row(row);
     if (g == 0u) {
-        for (var i = lid; i < 3u * NB + 4u; i += WG) {
+        for (var i = lid; i <= LEN; i += WG) {
             atomicStore(&ctr[c0 + i], 0u);
         }
     }
@@ -276,46 +315,115 @@ fn prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let racing = sampled && !top_k_on(c) && !top_p_on(c) && !(c.min_p > 0.0);
     let neg_inf = bitcast<f32>(0xff800000u);
     let r = chunk(g);
+    // Working logits go to scratch for the later passes, and for top-k rows whose chunk does
+    // not fit the registers (xr: the invocation's first 8).
+    let keep_x = sampled && (!fast(c) || r.y - r.x > 8u * WG);
+    var xr: array<f32, 8>;
     var bv = 0.0;
     var bi = NONE;
-    for (var i = r.x + lid; i < r.y; i += WG) {
-        var x = logits[l_off + i];
-        if (c.use_counts != 0u) {
-            let n = counts[l_off + i];
-            if (n > 0u) {
-                if (x > 0.0) {
-                    x = x * c.inv_rep;
-                } else {
-                    x = x * c.rep;
+    // Batches of 8 tokens per invocation, loaded before use (independent loads in flight).
+    for (var base = r.x + lid; base < r.y; base += 8u * WG) {
+        var lv: array<f32, 8>;
+        for (var u = 0u; u < 8u; u++) {
+            let i = base + u * WG;
+            if (i < r.y) {
+                lv[u] = logits[l_off + i];
+            }
+        }
+        for (var u = 0u; u < 8u; u++) {
+            let i = base + u * WG;
+            if (i >= r.y) {
+                break;
+            }
+            var x = lv[u];
+            if (c.use_counts != 0u) {
+                let n = counts[l_off + i];
+                if (n > 0u) {
+                    if (x > 0.0) {
+                        x = x * c.inv_rep;
+                    } else {
+                        x = x * c.rep;
+                    }
+                    x = x - c.presence;
+                    x = x - c.frequency * f32(n);
                 }
-                x = x - c.presence;
-                x = x - c.frequency * f32(n);
             }
-        }
-        for (var b = 0u; b < n_bias; b++) {
-            if (bias[b_off + 2u * b] == i) {
-                x = x + bitcast<f32>(bias[b_off + 2u * b + 1u]);
+            for (var b = 0u; b < n_bias; b++) {
+                if (bias[b_off + 2u * b] == i) {
+                    x = x + bitcast<f32>(bias[b_off + 2u * b + 1u]);
+                }
             }
-        }
-        if (is_nan(x)) {
-            x = neg_inf;
-        }
-        if (sampled) {
-            x = x * c.inv_t;
-            sset(i, bitcast<u32>(x));
-        }
-        if (better(x, i, bv, bi)) {
-            bv = x;
-            bi = i;
-        }
-        if (racing) {
-            race(c, x, i);
+            if (is_nan(x)) {
+                x = neg_inf;
+            }
+            if (sampled) {
+                x = x * c.inv_t;
+            }
+            if (keep_x) {
+                sset(i, bitcast<u32>(x));
+            }
+            xr[u] = x;
+            if (better(x, i, bv, bi)) {
+                bv = x;
+                bi = i;
+            }
+            if (racing) {
+                race(c, x, i);
+            }
         }
     }
-    put_part(off_pm(), g, bv, bi, lid);
+    let pm = put_part(off_pm(), g, bv, bi, lid);
     if (racing) {
-        put_part(off_pg(), g, race_v, race_i, lid);
+        _ = put_part(off_pg(), g, race_v, race_i, lid);
     }
+    if (!fast(c)) {
+        return;
+    }
+    if (sampled && top_k_on(c)) {
+        list_part(c, r, bitcast<f32>(pm.x), lid, xr);
+    }
+    // The last of the row's workgroups to get here finishes the row (attention_fused.wgsl's
+    // "last workgroup" ordering: release, count in, acquire).
+    storageBarrier();
+    if (lid == 0u) {
+        let before = atomicAdd(&ctr[c0 + ARRIVED], 1u);
+        wg_last = select(0u, 1u, before == p.parts - 1u);
+    }
+    storageBarrier();
+    if (workgroupUniformLoad(&wg_last) == 0u) {
+        return;
+    }
+    if (lid == 0u) {
+        atomicStore(&ctr[c0 + ARRIVED], 0u);
+    }
+    finish_fast(c, row, lid);
+}
+
+// The launch sizes of passes 2-4 (ctr words 0..8, read by indirect dispatches): their grids when
+// a live row needs them, no workgroups otherwise. Written by one workgroup from cfg alone.
+fn launch_args(lid: u32) {
+    var slow = 0u;
+    for (var r = lid; r < p.n_rows; r += WG) {
+        let cr = cfg[r];
+        if (cr.live != 0u && !fast(cr)) {
+            slow = 1u;
+        }
+    }
+    _ = scan2(slow, 0u, lid);
+    let any = workgroupUniformLoad(&scan_a[WG - 1u]) != 0u;
+    if (lid == 0u) {
+        let parts = select(0u, p.parts, any);
+        atomicStore(&ctr[0], parts);
+        atomicStore(&ctr[1], p.n_rows);
+        atomicStore(&ctr[2], 1u);
+        atomicStore(&ctr[3], parts);
+        atomicStore(&ctr[4], p.n_rows);
+        atomicStore(&ctr[5], 1u);
+        atomicStore(&ctr[6], select(0u, p.n_rows, any));
+        atomicStore(&ctr[7], 1u);
+        atomicStore(&ctr[8], 1u);
+    }
+    workgroupBarrier();
 }
 
 // Pass 2.
@@ -330,7 +438,7 @@ fn sieve(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id)
     let tk = top_k_on(c);
     let tp = top_p_on(c);
     let mp = c.min_p > 0.0;
-    if (c.live == 0u || c.greedy != 0u || !(tk || tp || mp)) {
+    if (c.live == 0u || fast(c)) {
         return;
     }
     at_row(row);
@@ -348,7 +456,7 @@ fn sieve(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id)
                 race(c, x, i);
             }
         }
-        put_part(off_pg(), g, race_v, race_i, lid);
+        _ = put_part(off_pg(), g, race_v, race_i, lid);
         return;
     }
     let weigh = tp && !tk;
@@ -469,7 +577,7 @@ fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id
     let c = cfg[row];
     let tk = top_k_on(c);
     let tp = top_p_on(c);
-    if (c.live == 0u || c.greedy != 0u || !(tk || tp)) {
+    if (c.live == 0u || fast(c) || !(tk || tp)) {
         return;
     }
     at_row(row);
@@ -497,85 +605,8 @@ fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id
         }
     }
     if (!tk) {
-        put_part(off_pg(), g, race_v, race_i, lid);
+        _ = put_part(off_pg(), g, race_v, race_i, lid);
     }
-}
-
-var<private> in_sh: bool;
-
-fn lk(j: u32) -> f32 {
-    if (in_sh) {
-        return sk[j];
-    }
-    return xs(off_list() + 2u * j);
-}
-
-fn li(j: u32) -> u32 {
-    if (in_sh) {
-        return si[j];
-    }
-    return sget(off_list() + 2u * j + 1u);
-}
-
-fn lset(j: u32, x: f32, i: u32) {
-    if (in_sh) {
-        sk[j] = x;
-        si[j] = i;
-    } else {
-        sset(off_list() + 2u * j, bitcast<u32>(x));
-        sset(off_list() + 2u * j + 1u, i);
-    }
-}
-
-fn list_barrier() {
-    if (in_sh) {
-        workgroupBarrier();
-    } else {
-        storageBarrier();
-        workgroupBarrier();
-    }
-}
-
-// Sub-bucket of a token of top-p's boundary bucket `bb`: 1024 slices of the bucket (the same
-// t as `bucket`, so the order still follows the candidate order).
-fn sub_bucket(d: f32, bb: u32) -> u32 {
-    let u = (-d * 32.0 - f32(bb)) * 1024.0;
-    if (!(u < f32(NB - 1u))) {
-        return NB - 1u;
-    }
-    return u32(floor(u));
-}
-
-// `boundary` for the sub-buckets in `hist`, from the mass (bh, bl) before the bucket: sh_u[0] =
-// the sub-bucket where the mass reaches thr (0 if none), sh_u[1], sh_u[2] = the mass before it.
-fn sub_cross(bh: u32, bl: u32, thr: f32, lid: u32) {
-    var wl = 0u;
-    var wh = 0u;
-    for (var j = 0u; j < 4u; j++) {
-        wl += atomicLoad(&hist[NB + 4u * lid + j]);
-        wh += atomicLoad(&hist[2u * NB + 4u * lid + j]);
-    }
-    if (lid == 0u) {
-        sh_u[0] = 0u;
-        sh_u[1] = bh;
-        sh_u[2] = bl;
-    }
-    let inc = scan2(wl, wh, lid);
-    var rl = bl + inc.x - wl;
-    var rh = bh + inc.y - wh;
-    for (var j = 0u; j < 4u; j++) {
-        let b = 4u * lid + j;
-        let nl = atomicLoad(&hist[NB + b]);
-        let nh = atomicLoad(&hist[2u * NB + b]);
-        if (mass_f32(rh, rl) < thr && mass_f32(rh + nh, rl + nl) >= thr) {
-            sh_u[0] = b;
-            sh_u[1] = rh;
-            sh_u[2] = rl;
-        }
-        rl += nl;
-        rh += nh;
-    }
-    workgroupBarrier();
 }
 
 var<workgroup> n_sub: atomic<u32>;
@@ -588,7 +619,7 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id
     let lid = enter(lane, size, sgi, nsg);
     let row = wid.x;
     let c = cfg[row];
-    if (c.live == 0u) {
+    if (c.live == 0u || fast(c)) {
         return;
     }
     at_row(row);
@@ -596,14 +627,14 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id
     let l0 = bitcast<f32>(top.x);
     let tk = top_k_on(c);
     let tp = top_p_on(c);
-    if (c.greedy != 0u || !is_finite(l0)) {
+    if (!is_finite(l0)) {
         if (lid == 0u) {
             out[row] = top.y;
         }
         return;
     }
     if (!tk) {
-        // The part winners of the race (prep, sieve or gather).
+        // The part winners of the race (sieve or gather).
         let w = reduce_pairs(off_pg(), p.parts, lid);
         race_v = bitcast<f32>(w.x);
         race_i = w.y;
@@ -614,7 +645,6 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id
             return;
         }
     }
-    let neg_inf = bitcast<f32>(0xff800000u);
     let mp = c.min_p > 0.0;
     if (lid == 0u) {
         sh_u[3] = atomicLoad(&ctr[c0 + 3u * NB]);
@@ -687,113 +717,5 @@ fn finish(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id
             workgroupBarrier();
         }
     }
-    var m2 = 1u;
-    while (m2 < n_sort) {
-        m2 *= 2u;
-    }
-    in_sh = sub || m2 <= LCAP;
-    if (sub) {
-        for (var j = n_sort + lid; j < m2; j += WG) {
-            sk[j] = neg_inf;
-            si[j] = NONE;
-        }
-    } else if (in_sh) {
-        for (var j = lid; j < m2; j += WG) {
-            if (j < n) {
-                sk[j] = xs(off_list() + 2u * j);
-                si[j] = sget(off_list() + 2u * j + 1u);
-            } else {
-                sk[j] = neg_inf;
-                si[j] = NONE;
-            }
-        }
-    } else {
-        for (var j = n + lid; j < m2; j += WG) {
-            sset(off_list() + 2u * j, bitcast<u32>(neg_inf));
-            sset(off_list() + 2u * j + 1u, NONE);
-        }
-    }
-    list_barrier();
-    // Bitonic sort of [0, m2) by `before`.
-    for (var k = 2u; k <= m2; k *= 2u) {
-        for (var j = k / 2u; j > 0u; j /= 2u) {
-            for (var i = lid; i < m2; i += WG) {
-                let ixj = i ^ j;
-                if (ixj > i) {
-                    let al = lk(i);
-                    let ai = li(i);
-                    let bl = lk(ixj);
-                    let bj = li(ixj);
-                    var swap = before(bl, bj, al, ai);
-                    if ((i & k) != 0u) {
-                        swap = before(al, ai, bl, bj);
-                    }
-                    if (swap) {
-                        lset(i, bl, bj);
-                        lset(ixj, al, ai);
-                    }
-                }
-            }
-            list_barrier();
-        }
-    }
-    // Top-k's set is the first nk entries; with top-p too, Z is their mass.
-    var nk = n_sort;
-    // Top-k + top-p with k <= WG: Z is the one block's total, taken in the loop below.
-    var z_later = false;
-    if (tk) {
-        nk = min(n, c.top_k);
-        z_later = tp && nk <= WG;
-        if (tp && !z_later) {
-            var zl = 0u;
-            var zh = 0u;
-            for (var j = lid; j < nk; j += WG) {
-                let q = weight_q(lk(j) - l0);
-                zl += q & 0xfffu;
-                zh += q >> 12u;
-            }
-            _ = scan2(zl, zh, lid);
-            let tot_l = workgroupUniformLoad(&scan_a[WG - 1u]);
-            let tot_h = workgroupUniformLoad(&scan_b[WG - 1u]);
-            thr = c.top_p * mass_f32(tot_h, tot_l);
-        }
-    }
-    // Blocks of WG entries: exclusive prefix = base + the scan within the block.
-    for (var blk = 0u; blk < nk; blk += WG) {
-        let j = blk + lid;
-        var q = 0u;
-        var x = neg_inf;
-        var id = NONE;
-        if (j < nk) {
-            x = lk(j);
-            id = li(j);
-            if (tp) {
-                q = weight_q(x - l0);
-            }
-        }
-        let inc = scan2(q & 0xfffu, q >> 12u, lid);
-        let tot_l = workgroupUniformLoad(&scan_a[WG - 1u]);
-        let tot_h = workgroupUniformLoad(&scan_b[WG - 1u]);
-        if (z_later) {
-            thr = c.top_p * mass_f32(tot_h, tot_l);
-        }
-        let pl = base_l + inc.x - (q & 0xfffu);
-        let ph = base_h + inc.y - (q >> 12u);
-        var keep = j < nk;
-        if (keep && tp && id != top.y) {
-            keep = mass_f32(ph, pl) < thr;
-        }
-        if (keep && mp && id != top.y) {
-            keep = exp_s(x - l0) >= c.min_p;
-        }
-        if (keep) {
-            race(c, x, id);
-        }
-        base_l += tot_l;
-        base_h += tot_h;
-    }
-    let w = wg_best(race_v, race_i, lid);
-    if (lid == 0u) {
-        out[row] = w.y;
-    }
+    draw(c, row, lid, top, n, n_sort, sub, base_h, base_l, thr);
 }

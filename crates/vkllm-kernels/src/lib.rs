@@ -59,7 +59,8 @@ pub mod to_f16;
 pub use compile::{SpirvOptions, compile_spirv};
 pub use error::Error;
 pub use spec::{
-    Access, BindingSpec, Dispatch, KernelBuffer, KernelSpec, Overrides, WeightType, grid_for,
+    Access, BindingSpec, Dispatch, Indirect, KernelBuffer, KernelSpec, Overrides, WeightType,
+    grid_for,
 };
 
 /// Every kernel entry point of the set (for build checks, pipeline warm-up and docs).

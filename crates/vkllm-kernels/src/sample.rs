@@ -4,7 +4,7 @@
 
 use crate::sources::SAMPLE as SRC;
 use crate::spec::{BindingSpec, need, rd, rw, shape_err, to_u32};
-use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
+use crate::{Dispatch, Error, Indirect, KernelBuffer, KernelSpec, Overrides};
 
 const BINDINGS: &[BindingSpec] = &[
     rd("logits"),
@@ -37,10 +37,15 @@ pub static SAMPLE_GATHER: KernelSpec = pass("sample_gather", "gather");
 /// Pass 4: sort the list, the filters, the race, the chosen token.
 pub static SAMPLE_FINISH: KernelSpec = pass("sample_finish", "finish");
 
+/// Top-k rows with k up to this are drawn by pass 1 alone (the shader's `KF`).
+pub const PREP_TOP_K: usize = 128;
 /// Parts per row at most (the shader's `NP`).
 pub const MAX_PARTS: usize = 128;
 /// Histogram buckets per row (the shader's `NB`).
 const BUCKETS: usize = 1024;
+/// Words before the first row's counters in `ctr` (the shader's `HEAD`): passes 2-4's launch
+/// sizes.
+const CTR_HEAD: usize = 16;
 /// Vocabularies must be smaller than this (the shader's 12-bit weight halves sum in u32).
 pub const MAX_VOCAB: usize = 1 << 20;
 
@@ -130,6 +135,20 @@ impl SampleSettings {
     }
 }
 
+impl SampleRow {
+    /// Whether pass 1 alone draws this row's token (the shader's `fast`): greedy rows,
+    /// unfiltered rows, and top-k rows with k <= [`PREP_TOP_K`] (with or without top-p and
+    /// min-p).
+    // Negated comparisons: a NaN top-p or min-p is "off", as in the shader.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    pub fn prep_only(&self, vocab: usize) -> bool {
+        let top_k_on = self.top_k > 0 && (self.top_k as usize) < vocab;
+        self.greedy != 0
+            || (top_k_on && self.top_k as usize <= PREP_TOP_K)
+            || (!top_k_on && !(self.top_p < 1.0) && !(self.min_p > 0.0))
+    }
+}
+
 /// The batch a [`Sample`] dispatch covers.
 #[derive(Clone, Copy, Debug)]
 pub struct SampleShape {
@@ -154,18 +173,27 @@ pub struct Sample<B> {
     /// [`Sample::scratch_bytes`] bytes.
     pub scratch: B,
     pub out: B,
-    /// [`Sample::ctr_bytes`] bytes (histograms and list lengths; pass 1 clears them).
+    /// [`Sample::ctr_bytes`] bytes: launch sizes, histograms, list lengths (pass 1 writes or
+    /// clears them) and two counters per row that must be zero before the first dispatch (every
+    /// dispatch leaves them zero): zero the buffer once when it is created.
     pub ctr: B,
 }
 
 impl<B: KernelBuffer> Sample<B> {
     pub fn scratch_bytes(vocab: usize, rows: usize) -> u64 {
         let v = vocab.max(1);
-        4 * ((v + 4 * MAX_PARTS + 2 * v.next_power_of_two()) * rows.max(1)) as u64
+        4 * ((3 * v + 4 * MAX_PARTS + 2 * v.next_power_of_two()) * rows.max(1)) as u64
     }
 
     pub fn ctr_bytes(rows: usize) -> u64 {
-        4 * ((3 * BUCKETS + 4) * rows.max(1)) as u64
+        4 * (CTR_HEAD + (3 * BUCKETS + 4) * rows.max(1)) as u64
+    }
+
+    /// The words of `ctr` holding row `row`'s two persistent counters (prep's arrival and
+    /// candidate counts: zero before the first dispatch, left zero by each).
+    pub fn ctr_counter_words(row: usize) -> std::ops::Range<usize> {
+        let at = CTR_HEAD + (3 * BUCKETS + 4) * row + 3 * BUCKETS + 1;
+        at..at + 2
     }
 
     /// The parts per row the automatic launch uses: one per 1024 tokens, at most [`MAX_PARTS`].
@@ -179,8 +207,16 @@ impl<B: KernelBuffer> Sample<B> {
         self.dispatch_parts(s, parts)
     }
 
+    /// Pass 1 alone ([`Sample::auto_parts`] parts per row): enough when every live row is
+    /// [`SampleRow::prep_only`]; any other live row gets no token.
+    pub fn dispatch_prep(self, s: &SampleShape) -> Result<Dispatch<B>, Error> {
+        let [prep, ..] = self.dispatch(s)?;
+        Ok(prep)
+    }
+
     /// The four passes with `parts` parts per row (`1..=MAX_PARTS`; every count gives the same
-    /// tokens, 1 is the simplest launch).
+    /// tokens, 1 is the simplest launch). Passes 2-4 are indirect launches sized by pass 1: they
+    /// launch nothing when every live row is greedy, unfiltered or top-k with k <= 128.
     pub fn dispatch_parts(self, s: &SampleShape, parts: usize) -> Result<[Dispatch<B>; 4], Error> {
         let k = &SAMPLE_PREP;
         if s.vocab == 0 || s.rows == 0 {
@@ -234,11 +270,15 @@ impl<B: KernelBuffer> Sample<B> {
         let d = |k: &'static KernelSpec, grid: [u32; 3]| {
             Dispatch::new(k, Overrides::new(), bufs.clone(), &p, grid)
         };
+        let at = |pass: u64| Indirect {
+            binding: 6,
+            offset: 12 * pass,
+        };
         Ok([
             d(&SAMPLE_PREP, [parts as u32, rows, 1]),
-            d(&SAMPLE_SIEVE, [parts as u32, rows, 1]),
-            d(&SAMPLE_GATHER, [parts as u32, rows, 1]),
-            d(&SAMPLE_FINISH, [rows, 1, 1]),
+            d(&SAMPLE_SIEVE, [parts as u32, rows, 1]).indirect(at(0)),
+            d(&SAMPLE_GATHER, [parts as u32, rows, 1]).indirect(at(1)),
+            d(&SAMPLE_FINISH, [rows, 1, 1]).indirect(at(2)),
         ])
     }
 }

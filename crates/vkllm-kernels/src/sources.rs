@@ -69,7 +69,8 @@ pub(crate) const ROPE: &str = include_str!("../shaders/rope.wgsl");
 pub(crate) const ROPE_KV_APPEND: &str = include_str!("../shaders/rope_kv_append.wgsl");
 pub(crate) const SAMPLE: &str = concat!(
     include_str!("../shaders/sample.wgsl"),
-    include_str!("../shaders/sample_math.inc.wgsl")
+    include_str!("../shaders/sample_math.inc.wgsl"),
+    include_str!("../shaders/sample_list.inc.wgsl")
 );
 pub(crate) const SIGMOID_MUL: &str = include_str!("../shaders/sigmoid_mul.wgsl");
 pub(crate) const SOFTMAX: &str = include_str!("../shaders/softmax.wgsl");

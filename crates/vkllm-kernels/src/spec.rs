@@ -273,8 +273,18 @@ pub struct Dispatch<B> {
     pub buffers: Vec<B>,
     /// Push-constant bytes (`kernel.push_size` long).
     pub push: Vec<u8>,
-    /// Workgroup counts (x, y, z).
+    /// Workgroup counts (x, y, z); for an indirect launch, the largest grid it may read.
     pub groups: [u32; 3],
+    /// Launch sizes read from a buffer when the dispatch runs instead of `groups`.
+    pub indirect: Option<Indirect>,
+}
+
+/// Where an indirect launch reads its three workgroup counts (u32 x, y, z; zero launches
+/// nothing): `offset` bytes into the buffer bound at `binding`, which the kernel wrote earlier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Indirect {
+    pub binding: usize,
+    pub offset: u64,
 }
 
 impl<B: KernelBuffer> Dispatch<B> {
@@ -294,6 +304,15 @@ impl<B: KernelBuffer> Dispatch<B> {
             buffers,
             push,
             groups,
+            indirect: None,
+        }
+    }
+
+    /// The same launch, its workgroup counts read from `at` when it runs (at most `groups`).
+    pub(crate) fn indirect(self, at: Indirect) -> Self {
+        Dispatch {
+            indirect: Some(at),
+            ..self
         }
     }
 }

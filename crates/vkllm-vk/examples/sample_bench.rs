@@ -1,7 +1,8 @@
 //! Sampler micro-benchmark: the four passes of `sample.wgsl` (prep, sieve, gather, finish) on
 //! one vocabulary, per sampling setting and batch, by timestamp queries. Prints a markdown table
-//! of the median GPU time of one call: the sum of the four dispatches and the span from the
-//! first start to the last end (gaps between dependent dispatches included).
+//! of the median GPU time of one call: each pass, their sum, the span from the first start to
+//! the last end (gaps between dependent dispatches included), and for settings pass 1 finishes
+//! alone the time of pass 1 launched alone (`Sample::dispatch_prep`, as a decode step runs it).
 //!
 //! `cargo run --release -p vkllm-vk --example sample_bench -- [--vocab N] [--rows 1,4,16]
 //! [--iters N] [--sigma S]`
@@ -80,8 +81,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let dev = Device::from_env()?;
     println!("device: {}", dev.info().summary());
     println!("vocab {vocab}, logits N(0, {sigma}^2), {iters} calls per recording\n");
-    println!("| setting | rows | sum of passes (us) | span (us) | span per row (us) |");
-    println!("| --- | --- | --- | --- | --- |");
+    println!(
+        "| setting | rows | prep | sieve | gather | finish | sum | span | span per row | pass 1 alone |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let modes: [(&str, f32, usize, f32, f32); 5] = [
         ("greedy", 0.0, 0, 1.0, 0.0),
         ("default", 0.8, 40, 0.95, 0.05),
@@ -104,54 +107,82 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             MemoryKind::Device,
         )?;
         let out = dev.create_buffer("out", 4 * rows as u64, MemoryKind::Device)?;
+        let mut z = Recorder::new(&dev)?;
+        z.fill(ctr.all(), 0)?;
+        z.finish()?.submit()?;
         for &(name, t, k, p, m) in &modes {
             let cfg: Vec<SampleRow> = (0..rows).map(|r| settings(t, k, p, m, r as u64)).collect();
             let cb = dev.buffer_from("cfg", &cfg)?;
+            let sample = || Sample {
+                logits: lb.all(),
+                counts: lb.all(),
+                bias: lb.all(),
+                cfg: cb.all(),
+                scratch: scratch.all(),
+                out: out.all(),
+                ctr: ctr.all(),
+            };
+            let shape = SampleShape {
+                vocab,
+                rows,
+                max_bias: 0,
+                counts: false,
+            };
             let mut r = Recorder::with_timestamps(&dev, 4 * iters)?;
             for _ in 0..iters {
-                let passes = Sample {
-                    logits: lb.all(),
-                    counts: lb.all(),
-                    bias: lb.all(),
-                    cfg: cb.all(),
-                    scratch: scratch.all(),
-                    out: out.all(),
-                    ctr: ctr.all(),
-                }
-                .dispatch(&SampleShape {
-                    vocab,
-                    rows,
-                    max_bias: 0,
-                    counts: false,
-                })?;
-                for d in passes {
+                for d in sample().dispatch(&shape)? {
                     r.dispatch(d)?;
                 }
             }
-            let rec = r.finish()?;
-            for _ in 0..5 {
-                rec.submit()?;
-            }
-            let (mut sums, mut spans) = (Vec::new(), Vec::new());
-            for _ in 0..3 {
-                rec.submit()?;
-                let t = rec.timings()?;
-                for c in t.chunks(4) {
-                    sums.push(c.iter().map(|d| d.ns).sum::<f64>());
-                    spans.push(c[3].start_ns + c[3].ns - c[0].start_ns);
+            let t4 = timed(&r.finish()?, 4)?;
+            let alone = if cfg[0].prep_only(vocab) {
+                let mut r = Recorder::with_timestamps(&dev, iters)?;
+                for _ in 0..iters {
+                    r.dispatch(sample().dispatch_prep(&shape)?)?;
                 }
-            }
-            let med = |v: &mut Vec<f64>| {
-                v.sort_by(|a, b| a.total_cmp(b));
-                v[v.len() / 2] / 1e3
+                format!("{:.1}", timed(&r.finish()?, 1)?[0])
+            } else {
+                "-".to_string()
             };
-            let (s, sp) = (med(&mut sums), med(&mut spans));
+            let sp = t4[5];
             println!(
-                "| {name} | {rows} | {s:.1} | {sp:.1} | {:.1} |",
+                "| {name} | {rows} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {sp:.1} | {:.1} | {alone} |",
+                t4[0],
+                t4[1],
+                t4[2],
+                t4[3],
+                t4[4],
                 sp / rows as f64
             );
         }
     }
     dev.check_validation()?;
     Ok(())
+}
+
+/// Replays `rec` (calls of `n` dispatches each) and returns the median us of each dispatch, of
+/// their sum and of the span of a call.
+fn timed(rec: &vkllm_vk::Recording, n: usize) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    for _ in 0..5 {
+        rec.submit()?;
+    }
+    let mut cols = vec![Vec::new(); n + 2];
+    for _ in 0..3 {
+        rec.submit()?;
+        let t = rec.timings()?;
+        for c in t.chunks(n) {
+            for (i, d) in c.iter().enumerate() {
+                cols[i].push(d.ns);
+            }
+            cols[n].push(c.iter().map(|d| d.ns).sum::<f64>());
+            cols[n + 1].push(c[n - 1].start_ns + c[n - 1].ns - c[0].start_ns);
+        }
+    }
+    Ok(cols
+        .iter_mut()
+        .map(|v| {
+            v.sort_by(|a, b| a.total_cmp(b));
+            v[v.len() / 2] / 1e3
+        })
+        .collect())
 }

@@ -197,7 +197,8 @@ impl Device {
         let bi = vk::BufferCreateInfo::default().size(size).usage(
             vk::BufferUsageFlags::STORAGE_BUFFER
                 | vk::BufferUsageFlags::TRANSFER_SRC
-                | vk::BufferUsageFlags::TRANSFER_DST,
+                | vk::BufferUsageFlags::TRANSFER_DST
+                | vk::BufferUsageFlags::INDIRECT_BUFFER,
         );
         let ai = match kind {
             MemoryKind::Device => vk_mem::AllocationCreateInfo {
@@ -395,20 +396,33 @@ fn scopeguard(dev: &ash::Device, pool: vk::CommandPool) -> PoolGuard<'_> {
 
 /// A memory barrier ordering every earlier compute/transfer access before every later one.
 pub(crate) fn full_barrier(dev: &ash::Device, cb: vk::CommandBuffer) {
+    barrier(dev, cb, false)
+}
+
+/// `full_barrier`, also making the writes visible to indirect launch sizes when `indirect`.
+pub(crate) fn barrier(dev: &ash::Device, cb: vk::CommandBuffer, indirect: bool) {
     let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
     let access = vk::AccessFlags::SHADER_READ
         | vk::AccessFlags::SHADER_WRITE
         | vk::AccessFlags::TRANSFER_READ
         | vk::AccessFlags::TRANSFER_WRITE;
+    let (dst_stages, dst_access) = if indirect {
+        (
+            stages | vk::PipelineStageFlags::DRAW_INDIRECT,
+            access | vk::AccessFlags::INDIRECT_COMMAND_READ,
+        )
+    } else {
+        (stages, access)
+    };
     let mb = [vk::MemoryBarrier::default()
         .src_access_mask(access)
-        .dst_access_mask(access)];
+        .dst_access_mask(dst_access)];
     // SAFETY: cb is recording.
     unsafe {
         dev.cmd_pipeline_barrier(
             cb,
             stages,
-            stages,
+            dst_stages,
             vk::DependencyFlags::empty(),
             &mb,
             &[],

@@ -9,7 +9,7 @@ use ash::vk;
 use vkllm_kernels::Dispatch;
 
 use crate::Error;
-use crate::buffer::{BufSlice, BufferInner, full_barrier, host_barrier};
+use crate::buffer::{BufSlice, BufferInner, barrier, full_barrier, host_barrier};
 use crate::device::Device;
 use crate::error::{Result, vk_err};
 use crate::pipeline::Pipeline;
@@ -244,8 +244,9 @@ impl Recorder {
         }
     }
 
-    /// Inserts a barrier if any access conflicts with the accesses since the last barrier.
-    fn order(&mut self, reads: &[Range], writes: &[Range]) {
+    /// Inserts a barrier if any access conflicts with the accesses since the last barrier, and
+    /// always before an indirect launch (its sizes are written by an earlier dispatch).
+    fn order(&mut self, reads: &[Range], writes: &[Range], indirect: bool) {
         let hazard = reads
             .iter()
             .any(|r| self.pending_writes.iter().any(|w| w.overlaps(r)))
@@ -253,8 +254,8 @@ impl Recorder {
                 self.pending_writes.iter().any(|p| p.overlaps(w))
                     || self.pending_reads.iter().any(|p| p.overlaps(w))
             });
-        if hazard && !self.skip_barriers {
-            full_barrier(&self.obj.dev.shared.raw, self.obj.cb);
+        if (hazard || indirect) && !self.skip_barriers {
+            barrier(&self.obj.dev.shared.raw, self.obj.cb, indirect);
             self.barriers += 1;
             self.pending_reads.clear();
             self.pending_writes.clear();
@@ -423,7 +424,22 @@ impl Recorder {
         for b in &d.buffers {
             self.keep(b);
         }
-        self.order(&reads, &writes);
+        let indirect = match d.indirect {
+            None => None,
+            Some(at) => {
+                let b = d.buffers.get(at.binding).ok_or_else(|| {
+                    Error::Shape(format!("kernel {}: indirect binding out of range", k.name))
+                })?;
+                if !at.offset.is_multiple_of(4) || at.offset.saturating_add(12) > b.len {
+                    return Err(Error::Shape(format!(
+                        "kernel {}: indirect sizes at byte {} of a {}-byte binding",
+                        k.name, at.offset, b.len
+                    )));
+                }
+                Some((b.buffer.raw(), b.offset + at.offset))
+            }
+        };
+        self.order(&reads, &writes, indirect.is_some());
         let dev = &self.obj.dev.shared.raw;
         let cb = self.obj.cb;
         let slot = self.labels.len() as u32;
@@ -457,7 +473,10 @@ impl Recorder {
                     &d.push,
                 );
             }
-            dev.cmd_dispatch(cb, d.groups[0], d.groups[1], d.groups[2]);
+            match indirect {
+                Some((buf, offset)) => dev.cmd_dispatch_indirect(cb, buf, offset),
+                None => dev.cmd_dispatch(cb, d.groups[0], d.groups[1], d.groups[2]),
+            }
             if self.max_timestamps > 0 {
                 dev.cmd_write_timestamp(
                     cb,
@@ -506,7 +525,7 @@ impl Recorder {
         self.check_transfer("fill", &dst)?;
         self.keep(&dst);
         let r = self.range(&dst);
-        self.order(&[], &[r]);
+        self.order(&[], &[r], false);
         // SAFETY: cb is recording; range checked.
         unsafe {
             self.obj.dev.shared.raw.cmd_fill_buffer(
@@ -533,7 +552,7 @@ impl Recorder {
         self.keep(&src);
         self.keep(&dst);
         let (rs, rd) = (self.range(&src), self.range(&dst));
-        self.order(&[rs], &[rd]);
+        self.order(&[rs], &[rd], false);
         // SAFETY: cb is recording; ranges checked.
         unsafe {
             self.obj.dev.shared.raw.cmd_copy_buffer(

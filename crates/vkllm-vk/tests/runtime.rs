@@ -585,6 +585,7 @@ fn sampler_replays_with_the_step_from_a_buffer() {
         use_counts: false,
     };
     let mut r = Recorder::new(&dev).unwrap();
+    r.fill(ctr.all(), 0).unwrap();
     let passes = Sample {
         logits: lb.all(),
         counts: lb.all(),

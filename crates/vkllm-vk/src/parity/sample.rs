@@ -1,6 +1,7 @@
 //! Parity case: the GPU sampler (v2, four passes) picks the CPU sampler's token, for every
 //! filter combination, odd vocabularies, rows where everything ties, and 1, 7 and the automatic
-//! number of parts per row.
+//! number of parts per row (64: empty parts for the small vocabularies); and for batches of rows prep finishes alone (passes 2-4 launch no
+//! workgroups).
 
 use vkllm_cpu::SamplingParams;
 use vkllm_kernels::sample::{Sample, SampleSettings, SampleShape};
@@ -11,6 +12,7 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::recorder::Recorder;
 
+#[derive(Clone)]
 struct Case {
     logits: Vec<f32>,
     counts: Vec<u32>,
@@ -148,6 +150,32 @@ fn cases(rng: &mut Rng, v: usize) -> Vec<Case> {
         t.params.min_p = [0.0, 0.0, 0.99, 0.985][j];
         cases.push(t);
     }
+    // The k-th largest logit alone at the top of its part (a bound on it from the part maxima
+    // that is one rank too high drops it; at temperature 4 it wins 26% of the draws).
+    if v >= 3 {
+        for _ in 0..30 {
+            let mut t = make_case(rng, v, 1);
+            t.counts.clear();
+            t.params.logit_bias.clear();
+            t.logits = rng.vec(v, -3.0, 0.0);
+            t.logits[0] = 5.0;
+            t.logits[v / 2] = 4.0;
+            t.logits[v - 1] = 3.0;
+            t.params.temperature = 4.0;
+            t.params.top_k = 3;
+            t.params.top_p = 1.0;
+            t.params.min_p = 0.0;
+            cases.push(t);
+        }
+    }
+    // Top-k at the limit of the rows prep finishes alone (k <= 128) and just past it.
+    for (j, k) in [128usize, 129].into_iter().enumerate() {
+        for i in 0..3 {
+            let mut t = make_case(rng, v, 2 + 5 * i + 15 * j);
+            t.params.top_k = k;
+            cases.push(t);
+        }
+    }
     // Cuts that land exactly on a tie: 128 equal tokens (the rest banned), top-p 1/64 keeps
     // exactly the first two (P_j < top_p * Z, equality drops), top-k 3 the three lowest ids.
     if v >= 128 {
@@ -174,16 +202,53 @@ pub(crate) fn sample(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
     let mut rows = Vec::new();
     for v in [5003usize, 1, 130] {
         let cs = cases(&mut rng, v);
-        for parts in [Some(1), Some(7), None] {
-            rows.push(run(dev, &cs, v, parts)?);
+        for parts in [Some(1), Some(7), Some(64), None] {
+            rows.push(run(dev, &cs, v, Launch::Passes(parts))?);
+        }
+        // Only rows pass 1 finishes (`SampleRow::prep_only`), launched alone: a row the host
+        // calls prep-only that the shader sends to the later passes keeps its poisoned output.
+        let fast: Vec<Case> = cs
+            .iter()
+            .filter(|c| settings(c).row().prep_only(v))
+            .cloned()
+            .collect();
+        if v > 1 {
+            rows.push(run(dev, &fast, v, Launch::PrepOnly)?);
         }
     }
     Ok(rows)
 }
 
+/// The kernel's settings for case `c`.
+fn settings(c: &Case) -> SampleSettings {
+    SampleSettings {
+        temperature: c.params.temperature,
+        top_k: c.params.top_k,
+        top_p: c.params.top_p,
+        min_p: c.params.min_p,
+        repetition_penalty: c.params.repetition_penalty,
+        presence_penalty: c.params.presence_penalty,
+        frequency_penalty: c.params.frequency_penalty,
+        seed: c.params.seed,
+        seq_id: c.seq_id,
+        step: c.step,
+        n_bias: c.params.logit_bias.len(),
+        use_counts: !c.counts.is_empty(),
+    }
+}
+
+/// How `run` launches the sampler.
+#[derive(Clone, Copy, Debug)]
+enum Launch {
+    /// All four passes with this many parts (`None`: the automatic count).
+    Passes(Option<usize>),
+    /// `Sample::dispatch_prep` alone.
+    PrepOnly,
+}
+
 /// Every case as one row of a single dispatch (the batched decode shape), so row offsets into
 /// logits, counts, bias, scratch and counters are exercised too.
-fn run(dev: &Device, cases: &[Case], v: usize, parts: Option<usize>) -> Result<KernelParityRow> {
+fn run(dev: &Device, cases: &[Case], v: usize, launch: Launch) -> Result<KernelParityRow> {
     let cx = Ctx { dev };
     let rows = cases.len();
     let max_bias = cases
@@ -205,23 +270,7 @@ fn run(dev: &Device, cases: &[Case], v: usize, parts: Option<usize>) -> Result<K
             bias[(r * max_bias + j) * 2] = id;
             bias[(r * max_bias + j) * 2 + 1] = b.to_bits();
         }
-        cfg.push(
-            SampleSettings {
-                temperature: c.params.temperature,
-                top_k: c.params.top_k,
-                top_p: c.params.top_p,
-                min_p: c.params.min_p,
-                repetition_penalty: c.params.repetition_penalty,
-                presence_penalty: c.params.presence_penalty,
-                frequency_penalty: c.params.frequency_penalty,
-                seed: c.params.seed,
-                seq_id: c.seq_id,
-                step: c.step,
-                n_bias: c.params.logit_bias.len(),
-                use_counts: !c.counts.is_empty(),
-            }
-            .row(),
-        );
+        cfg.push(settings(c).row());
     }
     let (lb, cb, bb, gb) = (
         cx.input("logits", &logits)?,
@@ -244,10 +293,17 @@ fn run(dev: &Device, cases: &[Case], v: usize, parts: Option<usize>) -> Result<K
         max_bias,
         counts: true,
     };
+    // Everything poisoned but the counters the kernel requires zero once.
     let mut r = Recorder::new(dev)?;
     r.fill(out.all(), f32::NAN.to_bits())?;
     r.fill(scratch.all(), f32::NAN.to_bits())?;
     r.fill(ctr.all(), 0x5a5a_5a5a)?;
+    for row in 0..rows {
+        let w = Sample::<crate::BufSlice<'_>>::ctr_counter_words(row);
+        r.fill(ctr.slice(4 * w.start as u64, 4 * w.len() as u64)?, 0)?;
+    }
+    r.finish()?.submit()?;
+    let mut r = Recorder::new(dev)?;
     let s = Sample {
         logits: lb.all(),
         counts: cb.all(),
@@ -257,35 +313,54 @@ fn run(dev: &Device, cases: &[Case], v: usize, parts: Option<usize>) -> Result<K
         out: out.all(),
         ctr: ctr.all(),
     };
-    let passes = match parts {
-        Some(n) => s.dispatch_parts(&shape, n)?,
-        None => s.dispatch(&shape)?,
+    let passes = match launch {
+        Launch::Passes(Some(n)) => s.dispatch_parts(&shape, n)?.to_vec(),
+        Launch::Passes(None) => s.dispatch(&shape)?.to_vec(),
+        Launch::PrepOnly => vec![s.dispatch_prep(&shape)?],
     };
     for d in passes {
         r.dispatch(d)?;
     }
-    r.finish()?.submit()?;
-    if dev.validation() == crate::Validation::On {
-        dev.check_validation()?;
-    }
-    let g = dev.read_vec::<u32>(&out, rows)?;
+    // Run twice: the second run starts from the counters the first left.
+    let rec = r.finish()?;
     let mut got = Vec::new();
     let mut want = Vec::new();
-    for (i, c) in cases.iter().enumerate() {
-        let w = vkllm_cpu::sample(&c.logits, &c.params, &c.counts, c.seq_id, c.step);
-        if g[i] != w {
-            eprintln!(
-                "sample mismatch, vocab {v} parts {parts:?}: case {i}: gpu {} cpu {w} ({:?})",
-                g[i], c.params
-            );
+    for run in 0..2 {
+        rec.submit()?;
+        if dev.validation() == crate::Validation::On {
+            dev.check_validation()?;
         }
-        got.push(g[i] as f32);
-        want.push(w as f32);
+        let g = dev.read_vec::<u32>(&out, rows)?;
+        for (i, c) in cases.iter().enumerate() {
+            let w = vkllm_cpu::sample(&c.logits, &c.params, &c.counts, c.seq_id, c.step);
+            if g[i] != w {
+                eprintln!(
+                    "sample mismatch, vocab {v} {launch:?} run {run}: case {i}: gpu {} cpu {w} ({:?})",
+                    g[i], c.params
+                );
+            }
+            got.push(g[i] as f32);
+            want.push(w as f32);
+        }
     }
-    let parts = parts.map_or("auto".to_string(), |n| n.to_string());
+    let left = dev.read_vec::<u32>(
+        &ctr,
+        Sample::<crate::BufSlice<'_>>::ctr_bytes(rows) as usize / 4,
+    )?;
+    for row in 0..rows {
+        for w in Sample::<crate::BufSlice<'_>>::ctr_counter_words(row) {
+            got.push(left[w] as f32);
+            want.push(0.0);
+        }
+    }
+    let parts = match launch {
+        Launch::Passes(Some(n)) => format!("{n} parts"),
+        Launch::Passes(None) => "auto parts".to_string(),
+        Launch::PrepOnly => "pass 1 alone".to_string(),
+    };
     Ok(row(
         "sample",
-        format!("{} settings/seeds, {parts} parts", cases.len()),
+        format!("{} settings/seeds, {parts}", cases.len()),
         format!("vocab {v}"),
         &got,
         &want,

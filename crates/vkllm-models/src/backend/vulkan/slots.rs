@@ -109,15 +109,22 @@ impl SlotSteps {
     }
 }
 
+/// A slot recording's (rows, steps, with logprobs, all sampler passes).
+type RecKey = (usize, usize, bool, bool);
+
 pub(super) struct SlotDecoder {
-    /// Recordings by (rows, steps, with logprobs): rows are the leading slots a recording covers
-    /// (so a lone sequence in slot 0 runs matrix-vector products, not a 16-row batch).
+    /// Recordings by (rows, steps, with logprobs, all sampler passes): rows are the leading
+    /// slots a recording covers (so a lone sequence in slot 0 runs matrix-vector products, not a
+    /// 16-row batch); without all passes only the sampler's first runs (enough for greedy,
+    /// unfiltered and small top-k rows; it saves three launches per step).
     /// Recordings first: they must be dropped before the buffers they use.
-    recs: Vec<((usize, usize, bool), Recording)>,
+    recs: Vec<(RecKey, Recording)>,
     /// Slots started and not stopped (the device may retire one at capacity earlier).
     live: Vec<bool>,
     /// Live slots that asked for logprobs.
     wants_lp: Vec<bool>,
+    /// Live slots whose settings need every sampler pass (`SampleRow::prep_only` is false).
+    wants_all: Vec<bool>,
     slots: usize,
     capacity: usize,
     vocab: usize,
@@ -147,11 +154,17 @@ impl SlotDecoder {
         self.wants_lp[..rows.min(self.slots)].iter().any(|&w| w)
     }
 
-    /// The recording of `rows` x `k` steps, with the logprobs dispatch when `lp`.
-    fn rec(&self, rows: usize, k: usize, lp: bool) -> Result<&Recording, ModelError> {
+    /// Whether a step over the leading `rows` slots needs every sampler pass.
+    fn all_needed(&self, rows: usize) -> bool {
+        self.wants_all[..rows.min(self.slots)].iter().any(|&w| w)
+    }
+
+    /// The recording of `rows` x `k` steps, with the logprobs dispatch when `lp`, every sampler
+    /// pass when `all`.
+    fn rec(&self, rows: usize, k: usize, lp: bool, all: bool) -> Result<&Recording, ModelError> {
         self.recs
             .iter()
-            .find(|r| r.0 == (rows, k, lp))
+            .find(|r| r.0 == (rows, k, lp, all))
             .map(|r| &r.1)
             .ok_or(ModelError::Vulkan(vkllm_vk::Error::Recording(
                 "no slot recording of that shape",
@@ -305,12 +318,16 @@ impl VulkanBackend {
         let sampled =
             self.dev
                 .create_buffer("slot sampled ids", 4 * slots as u64, MemoryKind::Device)?;
-        self.record(|_, r| Ok(r.fill(counts.all(), 0)?))?;
+        self.record(|_, r| {
+            r.fill(counts.all(), 0)?;
+            Ok(r.fill(sample_ctr.all(), 0)?)
+        })?;
         self.flush()?;
         let mut d = SlotDecoder {
             recs: Vec::new(),
             live: vec![false; slots],
             wants_lp: vec![false; slots],
+            wants_all: vec![false; slots],
             slots,
             capacity: g.capacity(),
             vocab,
@@ -335,8 +352,10 @@ impl VulkanBackend {
         for rows in powers_up_to(slots) {
             for k in powers_up_to(c.max_steps) {
                 for &lp in lps {
-                    let rec = self.record_slot_steps(g, &d, rows, k, lp)?;
-                    d.recs.push(((rows, k, lp), rec));
+                    for all in [false, true] {
+                        let rec = self.record_slot_steps(g, &d, rows, k, lp, all)?;
+                        d.recs.push(((rows, k, lp, all), rec));
+                    }
                 }
             }
         }
@@ -355,6 +374,7 @@ impl VulkanBackend {
         rows: usize,
         steps: usize,
         with_lp: bool,
+        all_passes: bool,
     ) -> Result<Recording, ModelError> {
         self.capture_ctx = Some(g.capacity());
         let res = (|| {
@@ -383,8 +403,12 @@ impl VulkanBackend {
                         max_bias: d.cfg_.max_bias,
                         counts: d.cfg_.counts,
                     };
-                    for k in sample.dispatch(&shape)? {
-                        r.dispatch(k)?;
+                    if all_passes {
+                        for k in sample.dispatch(&shape)? {
+                            r.dispatch(k)?;
+                        }
+                    } else {
+                        r.dispatch(sample.dispatch_prep(&shape)?)?;
                     }
                     if with_lp {
                         r.dispatch(
@@ -461,7 +485,8 @@ impl VulkanBackend {
             .expect("slot decoders are only taken while recording");
         let rows = dec.rows_needed();
         let lp = dec.lp_needed(rows);
-        let rec = self.record_slot_steps(g, &dec, rows, 1, lp);
+        let all = dec.all_needed(rows);
+        let rec = self.record_slot_steps(g, &dec, rows, 1, lp, all);
         self.slot_decoders[d.0] = Some(dec);
         self.timestamps = 0;
         let marks = std::mem::take(&mut self.marks);
@@ -579,8 +604,10 @@ impl VulkanBackend {
             .write_host(4 * slot as u64, bytemuck::bytes_of(&s.token))?;
         self.buf(dec.pos)
             .write_host(4 * slot as u64, bytemuck::bytes_of(&(s.pos as u32)))?;
+        let all = !row.prep_only(dec.vocab);
         self.decoder_mut(d).live[slot] = true;
         self.decoder_mut(d).wants_lp[slot] = s.logprobs.is_some();
+        self.decoder_mut(d).wants_all[slot] = all;
         let dec = self.decoder(d);
         if dec.cfg_.counts && penalties {
             let zeros;
@@ -624,6 +651,7 @@ impl VulkanBackend {
             .write_host(4 * slot as u64, bytemuck::bytes_of(&IDLE))?;
         self.decoder_mut(d).live[slot] = false;
         self.decoder_mut(d).wants_lp[slot] = false;
+        self.decoder_mut(d).wants_all[slot] = false;
         Ok(())
     }
 
@@ -643,7 +671,7 @@ impl VulkanBackend {
         let (rows, k) = dec.pick(dec.rows_needed(), steps);
         dec.ctl.write_host(0, bytemuck::bytes_of(&0u32))?;
         let lp = dec.lp_needed(rows);
-        dec.rec(rows, k, lp)?.submit()?;
+        dec.rec(rows, k, lp, dec.all_needed(rows))?.submit()?;
         if self.dev.validation() == Validation::On {
             self.dev.check_validation()?;
         }

@@ -1,0 +1,467 @@
+// Candidate lists and the end of a row's draw, included by sample.wgsl: prep's per-part lists
+// and last-workgroup finish for fast rows, the list helpers, top-p's sub-buckets, and `draw`
+// (shared with `finish`), which sorts the list, applies top-k, top-p and min-p and races the
+// survivors.
+
+var<private> in_sh: bool;
+
+fn lk(j: u32) -> f32 {
+    if (in_sh) {
+        return sk[j];
+    }
+    return xs(off_list() + 2u * j);
+}
+
+fn li(j: u32) -> u32 {
+    if (in_sh) {
+        return si[j];
+    }
+    return sget(off_list() + 2u * j + 1u);
+}
+
+fn lset(j: u32, x: f32, i: u32) {
+    if (in_sh) {
+        sk[j] = x;
+        si[j] = i;
+    } else {
+        sset(off_list() + 2u * j, bitcast<u32>(x));
+        sset(off_list() + 2u * j + 1u, i);
+    }
+}
+
+fn list_barrier() {
+    if (in_sh) {
+        workgroupBarrier();
+    } else {
+        storageBarrier();
+        workgroupBarrier();
+    }
+}
+
+// Sub-bucket of a token of top-p's boundary bucket `bb`: 1024 slices of the bucket (the same
+// t as `bucket`, so the order still follows the candidate order).
+fn sub_bucket(d: f32, bb: u32) -> u32 {
+    let u = (-d * 32.0 - f32(bb)) * 1024.0;
+    if (!(u < f32(NB - 1u))) {
+        return NB - 1u;
+    }
+    return u32(floor(u));
+}
+
+// `boundary` for the sub-buckets in `hist`, from the mass (bh, bl) before the bucket: sh_u[0] =
+// the sub-bucket where the mass reaches thr (0 if none), sh_u[1], sh_u[2] = the mass before it.
+fn sub_cross(bh: u32, bl: u32, thr: f32, lid: u32) {
+    var wl = 0u;
+    var wh = 0u;
+    for (var j = 0u; j < 4u; j++) {
+        wl += atomicLoad(&hist[NB + 4u * lid + j]);
+        wh += atomicLoad(&hist[2u * NB + 4u * lid + j]);
+    }
+    if (lid == 0u) {
+        sh_u[0] = 0u;
+        sh_u[1] = bh;
+        sh_u[2] = bl;
+    }
+    let inc = scan2(wl, wh, lid);
+    var rl = bl + inc.x - wl;
+    var rh = bh + inc.y - wh;
+    for (var j = 0u; j < 4u; j++) {
+        let b = 4u * lid + j;
+        let nl = atomicLoad(&hist[NB + b]);
+        let nh = atomicLoad(&hist[2u * NB + b]);
+        if (mass_f32(rh, rl) < thr && mass_f32(rh + nh, rl + nl) >= thr) {
+            sh_u[0] = b;
+            sh_u[1] = rh;
+            sh_u[2] = rl;
+        }
+        rl += nl;
+        rh += nh;
+    }
+    workgroupBarrier();
+}
+
+// Sorts the row's n_sort listed candidates (in sk/si when `direct`, else at off_list, n of
+// them), applies top-k, top-p (prefix sums from the mass (base_h, base_l) before the list;
+// threshold `thr_in` for top-p-only rows) and min-p, races the survivors (on top of the race
+// state the invocation holds) and writes the winner to out[row]. All invocations call it.
+fn draw(c: Row, row: u32, lid: u32, top: vec2<u32>, n: u32, n_sort: u32, direct: bool,
+        base_h_in: u32, base_l_in: u32, thr_in: f32) {
+    let sub = direct;
+    let l0 = bitcast<f32>(top.x);
+    let tk = top_k_on(c);
+    let tp = top_p_on(c);
+    let mp = c.min_p > 0.0;
+    let neg_inf = bitcast<f32>(0xff800000u);
+    var base_h = base_h_in;
+    var base_l = base_l_in;
+    var thr = thr_in;
+    var m2 = 1u;
+    while (m2 < n_sort) {
+        m2 *= 2u;
+    }
+    in_sh = sub || m2 <= LCAP;
+    if (sub) {
+        for (var j = n_sort + lid; j < m2; j += WG) {
+            sk[j] = neg_inf;
+            si[j] = NONE;
+        }
+    } else if (in_sh) {
+        for (var j = lid; j < m2; j += WG) {
+            if (j < n) {
+                sk[j] = xs(off_list() + 2u * j);
+                si[j] = sget(off_list() + 2u * j + 1u);
+            } else {
+                sk[j] = neg_inf;
+                si[j] = NONE;
+            }
+        }
+    } else {
+        for (var j = n + lid; j < m2; j += WG) {
+            sset(off_list() + 2u * j, bitcast<u32>(neg_inf));
+            sset(off_list() + 2u * j + 1u, NONE);
+        }
+    }
+    list_barrier();
+    if (in_sh && n_sort <= WG) {
+        // Short lists: each entry's rank is the number of entries before it (the order is
+        // total: ids differ), one pass instead of the bitonic network's barriers.
+        var x = neg_inf;
+        var id = NONE;
+        var rank = 0u;
+        if (lid < n_sort) {
+            x = sk[lid];
+            id = si[lid];
+            for (var j = 0u; j < n_sort; j++) {
+                if (before(sk[j], si[j], x, id)) {
+                    rank++;
+                }
+            }
+        }
+        workgroupBarrier();
+        if (lid < n_sort) {
+            sk[rank] = x;
+            si[rank] = id;
+        }
+        workgroupBarrier();
+        m2 = 0u;
+    }
+    // Bitonic sort of [0, m2) by `before`.
+    for (var k = 2u; k <= m2; k *= 2u) {
+        for (var j = k / 2u; j > 0u; j /= 2u) {
+            for (var i = lid; i < m2; i += WG) {
+                let ixj = i ^ j;
+                if (ixj > i) {
+                    let al = lk(i);
+                    let ai = li(i);
+                    let bl = lk(ixj);
+                    let bj = li(ixj);
+                    var swap = before(bl, bj, al, ai);
+                    if ((i & k) != 0u) {
+                        swap = before(al, ai, bl, bj);
+                    }
+                    if (swap) {
+                        lset(i, bl, bj);
+                        lset(ixj, al, ai);
+                    }
+                }
+            }
+            list_barrier();
+        }
+    }
+    // Top-k's set is the first nk entries; with top-p too, Z is their mass.
+    var nk = n_sort;
+    // Top-k + top-p with k <= WG: Z is the one block's total, taken in the loop below.
+    var z_later = false;
+    if (tk) {
+        nk = min(n, c.top_k);
+        z_later = tp && nk <= WG;
+        if (tp && !z_later) {
+            var zl = 0u;
+            var zh = 0u;
+            for (var j = lid; j < nk; j += WG) {
+                let q = weight_q(lk(j) - l0);
+                zl += q & 0xfffu;
+                zh += q >> 12u;
+            }
+            _ = scan2(zl, zh, lid);
+            let tot_l = workgroupUniformLoad(&scan_a[WG - 1u]);
+            let tot_h = workgroupUniformLoad(&scan_b[WG - 1u]);
+            thr = c.top_p * mass_f32(tot_h, tot_l);
+        }
+    }
+    // Blocks of WG entries: exclusive prefix = base + the scan within the block.
+    for (var blk = 0u; blk < nk; blk += WG) {
+        let j = blk + lid;
+        var q = 0u;
+        var x = neg_inf;
+        var id = NONE;
+        if (j < nk) {
+            x = lk(j);
+            id = li(j);
+            if (tp) {
+                q = weight_q(x - l0);
+            }
+        }
+        let inc = scan2(q & 0xfffu, q >> 12u, lid);
+        let tot_l = workgroupUniformLoad(&scan_a[WG - 1u]);
+        let tot_h = workgroupUniformLoad(&scan_b[WG - 1u]);
+        if (z_later) {
+            thr = c.top_p * mass_f32(tot_h, tot_l);
+        }
+        let pl = base_l + inc.x - (q & 0xfffu);
+        let ph = base_h + inc.y - (q >> 12u);
+        var keep = j < nk;
+        if (keep && tp && id != top.y) {
+            keep = mass_f32(ph, pl) < thr;
+        }
+        if (keep && mp && id != top.y) {
+            keep = exp_s(x - l0) >= c.min_p;
+        }
+        if (keep) {
+            race(c, x, id);
+        }
+        base_l += tot_l;
+        base_h += tot_h;
+    }
+    let w = wg_best(race_v, race_i, lid);
+    if (lid == 0u) {
+        out[row] = w.y;
+    }
+}
+
+// Top-k <= KF rows: lists the part's candidates for the top k, every token whose bucket of
+// d = x - lm (lm: the part's maximum) is at or before the bucket where the part's count reaches
+// k, as (x, id) pairs at off_cand (a superset of the part's top k, so the union over parts holds
+// the row's top k and every token of its boundary bucket that can be among them). x comes from
+// xr (token r.x + lid + u WG is xr[u]) when the chunk fits, else from scratch.
+fn list_part(c: Row, r: vec2<u32>, lm: f32, lid: u32, xr: array<f32, 8>) {
+    let in_reg = r.y - r.x <= 8u * WG;
+    for (var i = lid; i < NB; i += WG) {
+        atomicStore(&hist[i], 0u);
+    }
+    if (lid == 0u) {
+        atomicStore(&n_sub, 0u);
+    }
+    workgroupBarrier();
+    if (in_reg) {
+        for (var u = 0u; u < 8u; u++) {
+            if (r.x + lid + u * WG < r.y) {
+                atomicAdd(&hist[bucket(xr[u] - lm)], 1u);
+            }
+        }
+    } else {
+        for (var i = r.x + lid; i < r.y; i += WG) {
+            atomicAdd(&hist[bucket(xs(i) - lm)], 1u);
+        }
+    }
+    workgroupBarrier();
+    let bk = cross_k(c.top_k, lid);
+    if (lid == 0u) {
+        sh_u[3] = atomicAdd(&ctr[c0 + CAND], bk.y);
+    }
+    let base = workgroupUniformLoad(&sh_u[3]);
+    if (in_reg) {
+        for (var u = 0u; u < 8u; u++) {
+            let i = r.x + lid + u * WG;
+            if (i < r.y && bucket(xr[u] - lm) <= bk.x) {
+                put_cand(base + atomicAdd(&n_sub, 1u), xr[u], i);
+            }
+        }
+    } else {
+        for (var i = r.x + lid; i < r.y; i += WG) {
+            let x = xs(i);
+            if (bucket(x - lm) <= bk.x) {
+                put_cand(base + atomicAdd(&n_sub, 1u), x, i);
+            }
+        }
+    }
+}
+
+fn put_cand(k: u32, x: f32, i: u32) {
+    sset(off_cand() + 2u * k, bitcast<u32>(x));
+    sset(off_cand() + 2u * k + 1u, i);
+}
+
+// The bucket of `hist` (counts) where the running count first reaches k, and the count through
+// it; (NB - 1, total) when it never does. All invocations call it.
+fn cross_k(k: u32, lid: u32) -> vec2<u32> {
+    var a: array<u32, 4>;
+    var sa = 0u;
+    for (var j = 0u; j < 4u; j++) {
+        a[j] = atomicLoad(&hist[4u * lid + j]);
+        sa += a[j];
+    }
+    if (lid == 0u) {
+        sh_u[0] = NB - 1u;
+    }
+    let inc = scan2(sa, 0u, lid);
+    let total = workgroupUniformLoad(&scan_a[WG - 1u]);
+    if (lid == 0u) {
+        sh_u[1] = total;
+    }
+    var run = inc.x - sa;
+    for (var j = 0u; j < 4u; j++) {
+        if (run < k && run + a[j] >= k) {
+            sh_u[0] = 4u * lid + j;
+            sh_u[1] = run + a[j];
+        }
+        run += a[j];
+    }
+    workgroupBarrier();
+    let bb = workgroupUniformLoad(&sh_u[0]);
+    let nb = workgroupUniformLoad(&sh_u[1]);
+    return vec2<u32>(bb, nb);
+}
+
+// `prep`'s last workgroup of a fast row: greedy rows take the part maxima's winner, unfiltered
+// rows the race winners', top-k rows bucket the listed candidates by d = x - l0 as `sieve`
+// would, keep those up to top-k's boundary bucket and `draw` from them.
+fn finish_fast(c: Row, row: u32, lid: u32) {
+    if (lid == 0u) {
+        sh_t = atomicExchange(&ctr[c0 + CAND], 0u);
+    }
+    let t = workgroupUniformLoad(&sh_t);
+    // Invocation g < parts holds part g's maximum.
+    var pv = 0.0;
+    var pi = NONE;
+    if (lid < p.parts) {
+        pv = xs(off_pm() + 2u * lid);
+        pi = sget(off_pm() + 2u * lid + 1u);
+    }
+    let top = wg_best(pv, pi, lid);
+    let l0 = bitcast<f32>(top.x);
+    if (c.greedy != 0u || !is_finite(l0)) {
+        if (lid == 0u) {
+            out[row] = top.y;
+        }
+        return;
+    }
+    if (!top_k_on(c)) {
+        let w = reduce_pairs(off_pg(), p.parts, lid);
+        if (lid == 0u) {
+            out[row] = w.y;
+        }
+        return;
+    }
+    // The candidates at or above theta (<= the row's k-th largest x) hold the top k; sorted
+    // directly when they fit sk/si.
+    let theta = kth_part_max(pv, pi, c.top_k, lid);
+    if (lid == 0u) {
+        atomicStore(&n_sub, 0u);
+    }
+    workgroupBarrier();
+    for (var b = lid; b < t; b += 8u * WG) {
+        var cx: array<f32, 8>;
+        var ci: array<u32, 8>;
+        for (var u = 0u; u < 8u; u++) {
+            if (b + u * WG < t) {
+                cx[u] = xs(off_cand() + 2u * (b + u * WG));
+                ci[u] = sget(off_cand() + 2u * (b + u * WG) + 1u);
+            }
+        }
+        for (var u = 0u; u < 8u; u++) {
+            if (b + u * WG < t && cx[u] >= theta) {
+                let k = atomicAdd(&n_sub, 1u);
+                if (k < LCAP) {
+                    sk[k] = cx[u];
+                    si[k] = ci[u];
+                }
+            }
+        }
+    }
+    workgroupBarrier();
+    if (lid == 0u) {
+        sh_u[3] = atomicLoad(&n_sub);
+    }
+    let ns = workgroupUniformLoad(&sh_u[3]);
+    if (ns <= LCAP) {
+        draw(c, row, lid, top, ns, ns, true, 0u, 0u, 0.0);
+        return;
+    }
+    // Many ties at theta: bucket every candidate by d = x - l0 as `sieve` would and keep those
+    // up to top-k's boundary bucket.
+    for (var i = lid; i < NB; i += WG) {
+        atomicStore(&hist[i], 0u);
+    }
+    if (lid == 0u) {
+        atomicStore(&n_sub, 0u);
+    }
+    workgroupBarrier();
+    // Batches of 8 candidates per invocation, loaded before use.
+    for (var b = lid; b < t; b += 8u * WG) {
+        var cx: array<f32, 8>;
+        for (var u = 0u; u < 8u; u++) {
+            if (b + u * WG < t) {
+                cx[u] = xs(off_cand() + 2u * (b + u * WG));
+            }
+        }
+        for (var u = 0u; u < 8u; u++) {
+            if (b + u * WG < t) {
+                atomicAdd(&hist[bucket(cx[u] - l0)], 1u);
+            }
+        }
+    }
+    workgroupBarrier();
+    let bk = cross_k(c.top_k, lid);
+    let direct = bk.y <= LCAP;
+    for (var b = lid; b < t; b += 8u * WG) {
+        var cx: array<f32, 8>;
+        for (var u = 0u; u < 8u; u++) {
+            if (b + u * WG < t) {
+                cx[u] = xs(off_cand() + 2u * (b + u * WG));
+            }
+        }
+        for (var u = 0u; u < 8u; u++) {
+            let j = b + u * WG;
+            if (j < t && bucket(cx[u] - l0) <= bk.x) {
+                let id = sget(off_cand() + 2u * j + 1u);
+                let k = atomicAdd(&n_sub, 1u);
+                if (direct) {
+                    sk[k] = cx[u];
+                    si[k] = id;
+                } else {
+                    sset(off_list() + 2u * k, bitcast<u32>(cx[u]));
+                    sset(off_list() + 2u * k + 1u, id);
+                }
+            }
+        }
+    }
+    storageBarrier();
+    workgroupBarrier();
+    draw(c, row, lid, top, bk.y, bk.y, direct, 0u, 0u, 0.0);
+}
+
+// A lower bound on the row's k-th largest x: the largest part maximum with at least k part
+// maxima at or above it (k distinct tokens), -inf when k > parts. (pv, pi): invocation g's
+// part maximum for g < parts (pi = NONE: an empty part). All invocations call it.
+fn kth_part_max(pv: f32, pi: u32, k: u32, lid: u32) -> f32 {
+    let neg_inf = bitcast<f32>(0xff800000u);
+    workgroupBarrier();
+    if (lid < p.parts) {
+        best_v[lid] = select(pv, neg_inf, pi == NONE);
+    }
+    workgroupBarrier();
+    var cand = neg_inf;
+    if (lid < p.parts && pi != NONE && k <= p.parts) {
+        var ge = 0u;
+        for (var j = 0u; j < p.parts; j++) {
+            if (best_v[j] >= pv) {
+                ge++;
+            }
+        }
+        if (ge >= k) {
+            cand = pv;
+        }
+    }
+    let m = subgroupMax(cand);
+    workgroupBarrier();
+    if (sg_lane == 0u) {
+        best_v[sg_id] = m;
+    }
+    workgroupBarrier();
+    var r = best_v[0];
+    for (var s = 1u; s < n_sg; s++) {
+        r = max(r, best_v[s]);
+    }
+    return r;
+}
