@@ -7,5 +7,5 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
 # GPUs decode quantized weights through the int8 matvec by default, lavapipe (a CPU device) does
 # not: check its greedy tokens against transformers on a Q4_K/Q6_K model here too.
-VKLLM_MATVEC=int8 cargo test -p vkllm-models --test real_models qwen2_5_coder_0_5b_gpu
+VKLLM_TUNE=matvec=int8 cargo test -p vkllm-models --test real_models qwen2_5_coder_0_5b_gpu
 cargo xtask parity

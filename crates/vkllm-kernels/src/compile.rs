@@ -7,11 +7,17 @@ use crate::{Error, KernelSpec, Overrides};
 pub struct SpirvOptions {
     /// SPIR-V version (major, minor). 1.3 is the minimum for subgroup built-ins (Vulkan 1.1).
     pub version: (u8, u8),
+    /// Apply the workgroup-coherence pass to the kernels that rely on it (`vmm.rs`); `false`
+    /// keeps naga's output (the device tuning's `wg_coherent`).
+    pub workgroup_coherent: bool,
 }
 
 impl Default for SpirvOptions {
     fn default() -> Self {
-        SpirvOptions { version: (1, 3) }
+        SpirvOptions {
+            version: (1, 3),
+            workgroup_coherent: true,
+        }
     }
 }
 
@@ -80,7 +86,7 @@ pub fn compile_spirv(
     // Kernels whose workgroup-memory traffic relies on barriers under the Vulkan memory model
     // (see `vmm.rs`); the other cooperative-matrix kernels keep naga's output as measured.
     let words = if COHERENT_WORKGROUP.contains(&kernel.name)
-        && std::env::var("VKLLM_WG_COHERENT").map_or(true, |v| v != "0")
+        && opts.workgroup_coherent
         && crate::vmm::uses_vulkan_memory_model(&words)
     {
         crate::vmm::workgroup_coherent(&words).ok_or(Error::Spirv {

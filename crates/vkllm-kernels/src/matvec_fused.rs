@@ -101,6 +101,8 @@ pub struct MatvecOp {
     pub epilogue: Epilogue,
     /// `None`: [`MatvecOp::default_tuning`].
     pub tuning: Option<MatvecTuning>,
+    /// Launch rules of the int8 kernel (ignored by the others).
+    pub q8a: crate::matvec_q8a::Q8aRules,
 }
 
 impl MatvecOp {
@@ -115,6 +117,7 @@ impl MatvecOp {
             norm: None,
             epilogue: Epilogue::Store,
             tuning: None,
+            q8a: Default::default(),
         }
     }
 

@@ -11,8 +11,6 @@
 //! [`MatvecFused::dispatch_q8a`]: crate::matvec_fused::MatvecFused::dispatch_q8a
 //! [`MatvecImpl::Int8`]: crate::matvec_fused::MatvecImpl::Int8
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use crate::matvec_fused::{MatvecOp, MatvecTuning};
 use crate::sources::MATVEC_Q8A as SRC;
 use crate::spec::{rd, rw};
@@ -53,6 +51,30 @@ pub fn supported(op: &MatvecOp) -> bool {
         && op.cols.is_multiple_of(op.dtype.block_size())
         && (1..=crate::matvec_fused::MAX_COLUMNS).contains(&op.n_cols)
         && op.n_cols * op.cols <= MAX_ELEMS
+}
+
+/// The int8 kernel's launch rules (the device's tuning: `q8a_wide`, `q8a_quad`,
+/// `q8a_workgroups`); the defaults are the measured ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Q8aRules {
+    /// [`kquant_wide`]'s rule; `false`: the reference launch.
+    pub wide: bool,
+    /// [`quad`]'s rule; `false`: unit pairs (the reference).
+    pub quad: bool,
+    /// Workgroups [`groups_per_workgroup`] aims for; 0 picks per op: 4096 for [`kquant_wide`]
+    /// ops, else 1024 (enough to keep every SM of a large GPU busy while each quantization of x
+    /// serves as many rows as that allows).
+    pub workgroups: u32,
+}
+
+impl Default for Q8aRules {
+    fn default() -> Self {
+        Q8aRules {
+            wide: true,
+            quad: true,
+            workgroups: 0,
+        }
+    }
 }
 
 /// The launch shape used when the op names none: 32 lanes per row (fewer when a row has fewer
@@ -107,10 +129,9 @@ fn plain_rows(op: &MatvecOp) -> usize {
 /// Q6_K matrices of at least 16384 rows and 1024 columns, and Q4_K ones up to 4096 columns (the
 /// LM heads), ungated: their launch is 8 lanes x 1 row per team over about 4096 workgroups,
 /// found faster for these shapes by a launch sweep; longer Q4_K rows, Q8_0 and Q4_0 lost with
-/// it (docs/benchmarks.md). `VKLLM_Q8A_WIDE=0` (read once) turns the rule off (the reference launch).
+/// it (docs/benchmarks.md). Off with `op.q8a.wide` false (the reference launch).
 pub fn kquant_wide(op: &MatvecOp) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if !*ON.get_or_init(|| std::env::var("VKLLM_Q8A_WIDE").map_or(true, |v| v != "0")) {
+    if !op.q8a.wide {
         return false;
     }
     let gated = is_gated(op);
@@ -126,27 +147,20 @@ pub fn kquant_wide(op: &MatvecOp) -> bool {
 /// four units that share their qh bytes and header, from one 64-byte ql run, instead of a unit
 /// pair): Q6_K, one row per team, ungated, and at least 8 such steps per lane (cols / 128 >= 8
 /// lanes). Faster on long rows; with only one or two steps a lane has too few loads in flight,
-/// so the LM heads of the small models keep pairs (docs/benchmarks.md). `VKLLM_Q8A_QUAD=0`
-/// (read once) keeps unit pairs (the reference).
+/// so the LM heads of the small models keep pairs (docs/benchmarks.md). `op.q8a.quad` false
+/// keeps unit pairs (the reference).
 pub fn quad(op: &MatvecOp, t: MatvecTuning) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let gated = is_gated(op);
     op.dtype == WeightType::Q6_K
         && t.rows_per_team == 1
         && !gated
         && op.cols / 128 >= 8 * t.lanes as usize
-        && *ON.get_or_init(|| std::env::var("VKLLM_Q8A_QUAD").map_or(true, |v| v != "0"))
+        && op.q8a.quad
 }
-
-/// Workgroups [`groups_per_workgroup`] aims for; 0 (the default) picks per op: 4096 for
-/// [`kquant_wide`] ops, else 1024 (enough to keep every SM of a large GPU busy, 132 SMs x 8
-/// resident workgroups on the H200, while each quantization of x serves as many rows as that
-/// allows). Read at each dispatch; the bench and the parity tests may set it.
-pub static TARGET_WORKGROUPS: AtomicU32 = AtomicU32::new(0);
 
 /// Row groups (of `wg / lanes * rows_per_team` rows) each workgroup walks (the kernel's `NIT`):
 /// the quantization of x in every workgroup is amortized over them. 1 to 16, so the grid keeps
-/// about [`TARGET_WORKGROUPS`] workgroups.
+/// about [`Q8aRules::workgroups`] workgroups.
 pub fn groups_per_workgroup(op: &MatvecOp, t: MatvecTuning) -> u32 {
     let per_group = (t.wg / t.lanes.max(1) * t.rows_per_team).max(1) as usize;
     let gated = is_gated(op);
@@ -156,7 +170,7 @@ pub fn groups_per_workgroup(op: &MatvecOp, t: MatvecTuning) -> u32 {
         .take(if gated { 1 } else { op.parts.len() })
         .map(|p| p.rows.div_ceil(per_group))
         .sum();
-    let target = match TARGET_WORKGROUPS.load(Ordering::Relaxed) {
+    let target = match op.q8a.workgroups {
         0 if kquant_wide(op) => 4096,
         0 => 1024,
         t => t as usize,

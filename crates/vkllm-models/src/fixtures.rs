@@ -91,15 +91,7 @@ impl Fixture {
     }
 }
 
-/// vkllm's cache directory: `$VKLLM_CACHE`, else `$XDG_CACHE_HOME/vkllm`, else
-/// `~/.cache/vkllm` (the same rule as scripts/fetch-models.sh).
+/// vkllm's cache directory ([`vkllm_vk::cache_dir`]; `./.cache/vkllm` without a home).
 pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("VKLLM_CACHE") {
-        return PathBuf::from(d);
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from(".cache"));
-    base.join("vkllm")
+    vkllm_vk::cache_dir().unwrap_or_else(|| PathBuf::from(".cache").join("vkllm"))
 }

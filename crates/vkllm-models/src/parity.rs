@@ -312,9 +312,14 @@ pub fn full_report() -> (Vec<ParityRow>, Vec<String>) {
             // matmuls (cooperative matrices round activations to f16; their kernel is a row
             // of the kernel tier above).
             let f32_dev = if dev.coopmat() {
-                Device::new(&vkllm_vk::DeviceOptions {
-                    cooperative_matrix: false,
-                    ..vkllm_vk::DeviceOptions::from_env()
+                vkllm_vk::DeviceOptions::from_env().and_then(|o| {
+                    Device::new(&vkllm_vk::DeviceOptions {
+                        tuning: vkllm_vk::Tuning {
+                            coopmat: false,
+                            ..o.tuning.clone()
+                        },
+                        ..o
+                    })
                 })
             } else {
                 Ok(dev.clone())

@@ -24,6 +24,7 @@ fn check(family: &str) {
             Ok(v) if v == "1" => Validation::Off,
             _ => Validation::On,
         },
+        tuning: vkllm_vk::tuning_from_env().unwrap_or_else(|e| panic!("VKLLM_TUNE: {e}")),
         ..Default::default()
     };
     let dev = Device::new(&opts)

@@ -4,14 +4,13 @@
 //! and gives the CPU's logits (which computes with the same blocks dequantized to f32) within
 //! the GPU-vs-CPU tolerance, and the same greedy tokens. Under the validation layer.
 //!
-//! The decode matvecs run the exact kernel (`VKLLM_MATVEC=fast`, set before the device is
-//! opened): GPUs default to the int8 matvec for Q8_0 weights, whose activation rounding the
+//! The decode matvecs run the exact kernel (tuning `matvec=fast` on this test's device): GPUs
+//! default to the int8 matvec for Q8_0 weights, whose activation rounding the
 //! exact CPU reference does not model (it has its own oracle, the `matvec_q8a` parity rows, and
 //! the real-model greedy checks); this test is about the expert kernels.
 
 mod common;
 
-use common::device;
 use vkllm_kernels::WeightType;
 use vkllm_models::backend::Backend;
 use vkllm_models::fixtures::Fixture;
@@ -39,9 +38,9 @@ fn run<B: Backend>(b: &mut B, m: &HybridModel, ids: &[u32], n_gen: usize) -> (Ve
 
 #[test]
 fn q8_0_experts_match_cpu() {
-    // SAFETY: the only test of this binary; no other thread reads the environment yet.
-    unsafe { std::env::set_var("VKLLM_MATVEC", "fast") };
-    let dev = device();
+    let mut opts = common::options();
+    opts.tuning.matvec = Some(vkllm_vk::kernels::matvec_fused::MatvecImpl::Fast);
+    let dev = common::open(&opts);
     let fx = Fixture::load("qwen3_moe").expect("fixture");
     let src = QuantizingSource::new(&fx.weights, &fx.config, QuantScheme::Q8_0);
     let ids = fx.prompt("short").expect("prompt").ids;

@@ -14,7 +14,7 @@ fn check(family: &str) {
     check_with(family, false);
 }
 
-/// `folded`: decode attention with the input step folded in (`VKLLM_ATTN=rope`'s kernel).
+/// `folded`: decode attention with the input step folded in (`attn_decode_rope`).
 fn check_with(family: &str, folded: bool) {
     let dev = device();
     let fx = Fixture::load(family).unwrap_or_else(|e| panic!("fixture {family}: {e}"));

@@ -10,15 +10,15 @@
 //! blocks) plus x and y.
 //! With `--n` > 1 on a device with cooperative matrices, each shape runs the portable matmul and
 //! `matmul_coop` with each tiling of `--tiles SGMxSGNxWMxWN,...` (default: the 128x128, 64x128
-//! and 64x64 tilings the runtime picks from); `VKLLM_NO_COOPMAT=1` leaves only the portable kernel.
+//! and 64x64 tilings the runtime picks from); `VKLLM_TUNE=coopmat=0` leaves only the portable kernel.
 //! `--configs TILE:BK:SPLIT[:STAGES],...` adds launches with a K step and split-K factor (TILE: `tiny`,
 //! `small`, `large` or SGMxSGNxWMxWN; SPLIT `auto`: the runtime's split for the shape) and
 //! `--auto` the runtime's own choice ([`MatmulKernel::Auto`]); `--no-portable` and `--tiles ''`
 //! leave out the portable kernel and the plain tilings. `--configs` launches read X as f16
-//! unless `VKLLM_COOP_XF16=0` (as `--auto`'s do); the one `to_f16` conversion per shape is not
+//! unless `VKLLM_TUNE=coop_x_f16=0` (as `--auto`'s do); the one `to_f16` conversion per shape is not
 //! in the time. With quantized weights and n >= 512 the runtime's launch (`--auto`) may first
 //! copy a large weight to f16 (coop_dequant.rs): the copy is in the time
-//! (`VKLLM_COOP_DEQUANT=0` leaves it out). `--dequant` adds a `dequant_f16` row (that copy alone,
+//! (`VKLLM_TUNE=dequant=off` leaves it out). `--dequant` adds a `dequant_f16` row (that copy alone,
 //! GB/s of blocks read and halves written) for each quantized type and shape. `--accumulate`
 //! times `Y += X W^T` (the residual projections' form) instead of `Y = X W^T`.
 //! The device comes from `VKLLM_DEVICE`; `VKLLM_VALIDATE=1` adds the validation layer.
@@ -106,7 +106,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                     split: 1,
                     stages,
                     prefetch_quant: false,
-                    x_f16: vkllm_vk::coop_x_f16_enabled() && cols % 8 == 0,
+                    x_f16: dev.tuning().coop_x_f16 && cols % 8 == 0,
                     direct: false,
                 };
                 let c = match split {
@@ -116,11 +116,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                         rows,
                         n,
                         cols,
-                        vkllm_vk::coop_split_target(types[0]),
+                        vkllm_vk::coop_split_target(dev.tuning(), types[0]),
                     ),
                 };
                 // The runtime's choice of epilogue.
-                let direct = vkllm_vk::coop_direct_wanted(acc, c.split);
+                let direct = vkllm_vk::coop_direct_wanted(dev.tuning(), acc, c.split);
                 let c = CoopConfig { direct, ..c };
                 if c.fits_for(sg, types[0]) {
                     kernels.push(MatmulKernel::CoopWith(c));

@@ -50,6 +50,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut tunings = vec![None];
     let mut sweep = false;
     let mut matmul = false;
+    let mut q8a_wgs: Option<u32> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or(format!("{a} needs a value"));
@@ -80,11 +81,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                     .collect::<Result<_, _>>()?
             }
             "--sweep" => sweep = true,
-            "--q8a-wgs" => {
-                let n: u32 = value()?.parse()?;
-                vkllm_vk::kernels::matvec_q8a::TARGET_WORKGROUPS
-                    .store(n, std::sync::atomic::Ordering::Relaxed);
-            }
+            "--q8a-wgs" => q8a_wgs = Some(value()?.parse()?),
             "--matmul" => matmul = true,
             s => {
                 let (r, c) = s
@@ -119,7 +116,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    let dev = Device::from_env()?;
+    // The tuning from VKLLM_TUNE, with --q8a-wgs on top.
+    let mut opts = vkllm_vk::DeviceOptions::from_env()?;
+    if let Some(n) = q8a_wgs {
+        opts.tuning.q8a_workgroups = n;
+    }
+    let dev = Device::new(&opts)?;
     println!("device: {}", dev.info().summary());
     if imps.contains(&MatvecImpl::Int8) && !dev.int8_dot() {
         println!("(no integer dot products on this device: int8 rows run the fast kernel)");

@@ -2,7 +2,7 @@
 //! rows as f16 into a scratch buffer, then `matmul_coop` multiplies them as an f16 weight
 //! (its fastest path) instead of decoding blocks in every workgroup of every K step.
 //!
-//! When ([`DequantPolicy`], `VKLLM_COOP_DEQUANT`): by default ([`DequantPolicy::AUTO`]) for
+//! When ([`DequantPolicy`], tuning `dequant`): by default ([`DequantPolicy::AUTO`]) for
 //! weights of at least 1M elements (a q/k/v group only when each of its weights is) in products
 //! over at least 512 tokens (a whole prefill chunk). The copy costs the same whatever the token
 //! count while the saving grows with it, and a small weight's copy is mostly launch overhead.
@@ -55,37 +55,6 @@ impl DequantPolicy {
             } => elements >= min_elements && n >= min_tokens,
         }
     }
-
-    /// From `VKLLM_COOP_DEQUANT` (`0`: off, `1`: all, unset: auto) and, for auto,
-    /// `VKLLM_COOP_DEQUANT_MIN` (weight elements) and `VKLLM_COOP_DEQUANT_TOKENS`; a value that
-    /// does not parse keeps the default.
-    pub fn from_env() -> DequantPolicy {
-        let var = |k: &str| std::env::var(k).ok();
-        let num = |k: &str, d: usize| var(k).and_then(|v| v.parse().ok()).unwrap_or(d);
-        match var("VKLLM_COOP_DEQUANT").as_deref() {
-            Some("0") => DequantPolicy::Off,
-            Some("1") => DequantPolicy::All,
-            _ => {
-                let DequantPolicy::Auto {
-                    min_elements,
-                    min_tokens,
-                } = DequantPolicy::AUTO
-                else {
-                    unreachable!("AUTO is Auto")
-                };
-                DequantPolicy::Auto {
-                    min_elements: num("VKLLM_COOP_DEQUANT_MIN", min_elements),
-                    min_tokens: num("VKLLM_COOP_DEQUANT_TOKENS", min_tokens),
-                }
-            }
-        }
-    }
-}
-
-/// [`DequantPolicy::from_env`], read once: [`Recorder::dequant_policy`]'s default.
-pub fn dequant_policy_env() -> DequantPolicy {
-    static D: std::sync::OnceLock<DequantPolicy> = std::sync::OnceLock::new();
-    *D.get_or_init(DequantPolicy::from_env)
 }
 
 /// The scratch of f16 weight copies (part of the split-K scratch a recorder hands on).
@@ -93,7 +62,7 @@ pub fn dequant_policy_env() -> DequantPolicy {
 pub struct DequantSlots {
     bufs: [Option<Buffer>; DEQUANT_SLOTS],
     next: usize,
-    /// Set by [`Recorder::set_dequant_policy`]; `None`: [`dequant_policy_env`].
+    /// Set by [`Recorder::set_dequant_policy`]; `None`: the device's [`crate::Tuning::dequant`].
     policy: Option<DequantPolicy>,
 }
 
@@ -104,9 +73,12 @@ impl Recorder {
         self.split.deq.policy = Some(policy);
     }
 
-    /// [`Recorder::set_dequant_policy`], or the environment's ([`dequant_policy_env`]).
+    /// [`Recorder::set_dequant_policy`], or the device's tuning's.
     pub fn dequant_policy(&self) -> DequantPolicy {
-        self.split.deq.policy.unwrap_or_else(dequant_policy_env)
+        self.split
+            .deq
+            .policy
+            .unwrap_or(self.device().tuning().dequant)
     }
 
     /// Whether a cooperative-matrix product of `w` over `n` tokens goes through an f16 copy:

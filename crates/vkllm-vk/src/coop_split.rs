@@ -1,5 +1,6 @@
 //! `matmul_coop` launch choice for [`MatmulKernel::Auto`](crate::MatmulKernel::Auto) (tiling, K
-//! step, split-K factor; environment switches) and the split-K scratch a [`Recorder`] owns.
+//! step, split-K factor, under the device's [`Tuning`]) and the split-K scratch a [`Recorder`]
+//! owns.
 //!
 //! Split-K scratch: a recorder keeps [`SLOTS`] buffers, used in turn by successive split
 //! dispatches, so independent products (q, k, v of one layer) need not wait for each other on
@@ -14,6 +15,7 @@ use vkllm_kernels::matmul_coop::{CoopConfig, CoopTile, MAX_SPLIT, SplitScratch};
 use crate::buffer::{BufSlice, Buffer, MemoryKind};
 use crate::error::Result;
 use crate::recorder::Recorder;
+use crate::tuning::{SplitK, Tuning};
 
 /// Scratch buffers per recorder.
 pub const SLOTS: usize = 3;
@@ -28,110 +30,40 @@ pub const SPLIT_TARGET_FLOAT: usize = 128;
 /// docs/benchmarks-history.md).
 pub const SPLIT_TARGET_QUANT: usize = 256;
 
-/// The split-K target for `dtype` weights: `VKLLM_MATMUL_SPLITK=0` (or `off`) turns split-K
-/// off (the kernel's original launch: [`CoopTile::for_shape`] at K step 32), a number sets the
-/// target workgroup count for every type (read once); unset or unparsable:
-/// [`SPLIT_TARGET_FLOAT`] or [`SPLIT_TARGET_QUANT`].
-pub fn split_target(dtype: WeightType) -> usize {
-    static T: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    let env = *T.get_or_init(|| match std::env::var("VKLLM_MATMUL_SPLITK") {
-        Ok(v) if v.eq_ignore_ascii_case("off") => Some(0),
-        Ok(v) => v.trim().parse().ok(),
-        Err(_) => None,
-    });
-    env.unwrap_or(if dtype.is_quantized() {
-        SPLIT_TARGET_QUANT
-    } else {
-        SPLIT_TARGET_FLOAT
-    })
+/// The split-K target for `dtype` weights under `t`: 0 when split-K is off (the kernel's
+/// original launch: [`CoopTile::for_shape`] at K step 32), else [`Tuning::splitk`]'s target or
+/// [`SPLIT_TARGET_FLOAT`] / [`SPLIT_TARGET_QUANT`].
+pub fn split_target(t: &Tuning, dtype: WeightType) -> usize {
+    match t.splitk {
+        SplitK::Off => 0,
+        SplitK::Target(n) => n,
+        SplitK::Auto if dtype.is_quantized() => SPLIT_TARGET_QUANT,
+        SplitK::Auto => SPLIT_TARGET_FLOAT,
+    }
 }
 
-/// `VKLLM_COOP_BK=64|32` (read once): the K step of [`auto_config`]'s launches (unless
-/// split-K is off); unset: [`DEFAULT_BK`].
-pub fn env_bk() -> u32 {
-    static B: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *B.get_or_init(|| match std::env::var("VKLLM_COOP_BK").as_deref() {
-        Ok("64") => 64,
-        Ok("32") => 32,
-        _ => DEFAULT_BK,
-    })
-}
-
-/// K step of [`auto_config`]'s launches where the tiling fits it.
+/// K step of [`auto_config`]'s launches where the tiling fits it ([`Tuning::coop_bk`]'s
+/// default).
 pub const DEFAULT_BK: u32 = 64;
 
-/// `VKLLM_COOP_QPRE=1` (read once): [`auto_config`]'s launches dequantize quantized weights
-/// into registers before the multiplications ([`CoopConfig::prefetch_quant`]; measured slower,
-/// so off by default).
-fn env_qpre() -> bool {
-    static Q: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *Q.get_or_init(|| std::env::var("VKLLM_COOP_QPRE").is_ok_and(|v| v == "1"))
-}
-
-/// `VKLLM_COOP_DIRECT=0` (read once): accumulating and split-K auto launches write Y through
-/// shared memory tile by tile and sum split-K partials element by element (the reference);
-/// default: they take the direct epilogue ([`CoopConfig::direct`]) where a workgroup's tile
-/// lies inside Y: faster for split and accumulating launches, mixed for unsplit overwriting ones,
-/// which never take it (docs/benchmarks.md).
-pub fn env_direct() -> bool {
-    static D: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *D.get_or_init(|| std::env::var("VKLLM_COOP_DIRECT").map_or(true, |v| v != "0"))
-}
-
-/// Whether an automatic launch takes the direct epilogue: [`env_direct`] and the launch
-/// accumulates or splits K (the rule measured above).
-pub fn direct_wanted(accumulate: bool, split: u32) -> bool {
-    env_direct() && (accumulate || split > 1)
-}
-
-/// `VKLLM_COOP_FLOAT_SPLIT=0` (read once): [`auto_config`]'s earlier rules for float weights
-/// whose 128 x 128 grid is short of `min_groups` (split to `min_groups` at K >= [`LONG_K`], else
-/// 64 x 64 or 64 x 128 tiles); default: 128 x 128 split to the float target, and at
-/// K >= [`LONG_K`] the wide tiling split to twice the target, both in powers of two (faster with
-/// the direct epilogue, docs/benchmarks.md).
-fn float_split_enabled() -> bool {
-    static F: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *F.get_or_init(|| std::env::var("VKLLM_COOP_FLOAT_SPLIT").map_or(true, |v| v != "0"))
-}
-
-/// `VKLLM_COOP_XF16=0` (read once): [`auto_config`]'s launches read X as f32; default: as f16
-/// converted once per source ([`Recorder::half_x`], `to_f16`) where `cols % 8 == 0`: half the
-/// bytes and prefetch registers per slice, faster (docs/benchmarks-history.md).
-pub fn x_f16_enabled() -> bool {
-    static X: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *X.get_or_init(|| std::env::var("VKLLM_COOP_XF16").map_or(true, |v| v != "0"))
+/// Whether an automatic launch takes the direct epilogue: [`Tuning::coop_direct`] and the launch
+/// accumulates or splits K (faster for split and accumulating launches, mixed for unsplit
+/// overwriting ones, which never take it; docs/benchmarks.md).
+pub fn direct_wanted(t: &Tuning, accumulate: bool, split: u32) -> bool {
+    t.coop_direct && (accumulate || split > 1)
 }
 
 /// Whether a product of `rows` tokens over `cols` columns run by [`MatmulKernel::Auto`](crate::MatmulKernel::Auto)
 /// on `dev` reads its X as f16, so a producer of that X should leave the f16 copy
-/// ([`Recorder::half_copy_target`]): cooperative matrices on, [`x_f16_enabled`], split-K not
+/// ([`Recorder::half_copy_target`]): cooperative matrices on, [`Tuning::coop_x_f16`], split-K not
 /// turned off (the original launch reads f32), `rows >= COOP_MIN_N` and `cols % 8 == 0`.
 pub fn half_x_wanted(dev: &crate::Device, rows: usize, cols: usize) -> bool {
+    let t = dev.tuning();
     dev.coopmat()
-        && x_f16_enabled()
-        && split_target(WeightType::F16) != 0
+        && t.coop_x_f16
+        && t.splitk != SplitK::Off
         && rows >= crate::COOP_MIN_N
         && cols.is_multiple_of(8)
-}
-
-/// `VKLLM_COOP_TILE=tiny|small|large|wide|tall` (read once): [`auto_config`] uses this tiling
-/// (where a launch of it fits) unless split-K is off.
-fn env_tile() -> Option<CoopTile> {
-    static T: std::sync::OnceLock<Option<CoopTile>> = std::sync::OnceLock::new();
-    *T.get_or_init(|| {
-        match std::env::var("VKLLM_COOP_TILE")
-            .ok()?
-            .to_ascii_lowercase()
-            .as_str()
-        {
-            "tiny" => Some(CoopTile::TINY),
-            "small" => Some(CoopTile::SMALL),
-            "large" => Some(CoopTile::LARGE),
-            "wide" => Some(CoopTile::WIDE),
-            "tall" => Some(CoopTile::TALL),
-            _ => None,
-        }
-    })
 }
 
 /// Float weights with at least this many columns split a 128 x 128 grid that is too small
@@ -140,12 +72,12 @@ fn env_tile() -> Option<CoopTile> {
 pub const LONG_K: usize = 4096;
 
 /// The launch [`MatmulKernel::Auto`](crate::MatmulKernel::Auto) takes for `rows` x `n` outputs
-/// over `cols` of `dtype` weights with subgroups of `subgroup_size` (`None`: no tiling runs
-/// there). With [`split_target`] 0: the original launch, [`CoopTile::for_shape`]'s tiling with
-/// `min_groups` at K step 32. Otherwise each launch is at K step [`env_bk`] (two
-/// shared-memory stages where they fit, else one) with X read as f16 where
-/// [`x_f16_enabled`] and `cols % 8 == 0`, and the tiling is the first that applies of:
-/// 1. `VKLLM_COOP_TILE`'s, split by [`with_split`];
+/// over `cols` of `dtype` weights with subgroups of `subgroup_size` under `t` (`None`: no
+/// tiling runs there). With [`split_target`] 0: the original launch, [`CoopTile::for_shape`]'s
+/// tiling with `min_groups` at K step 32. Otherwise each launch is at K step
+/// [`Tuning::coop_bk`] (two shared-memory stages where they fit, else one) with X read as f16
+/// where [`Tuning::coop_x_f16`] and `cols % 8 == 0`, and the tiling is the first that applies of:
+/// 1. [`Tuning::coop_tile`]'s, split by [`with_split`];
 /// 2. quantized weights: [`CoopTile::TALL`] unsplit where it makes at least `min_groups`
 ///    workgroups over at most 1024 columns, and for Q8_0 also `2 min_groups` over at most 2048
 ///    (where it measured faster than the rules below; docs/benchmarks-history.md);
@@ -154,13 +86,14 @@ pub const LONG_K: usize = 4096;
 ///    [`CoopTile::TINY`] unsplit where it makes `min_groups..2 min_groups` workgroups over at
 ///    most 1024 columns; else where `cols >= LONG_K` [`CoopTile::WIDE`] split to `2 target`
 ///    workgroups, otherwise [`CoopTile::LARGE`] split to `target`, both by [`pow2_split`]
-///    ([`float_split_enabled`]; with it off: LARGE split in the fewest parts reaching
+///    ([`Tuning::coop_float_split`]; with it off: LARGE split in the fewest parts reaching
 ///    `min_groups` where `cols >= LONG_K`, TINY as above);
 /// 5. [`CoopTile::SMALL`] split by [`with_split`] (every other quantized grid ends here).
 ///
 /// Grids that already fill the GPU stay unsplit: with f16 X each workgroup runs fast enough that
 /// splitting costs more than it gives (docs/benchmarks-history.md).
 pub fn auto_config(
+    t: &Tuning,
     dtype: WeightType,
     rows: usize,
     n: usize,
@@ -169,21 +102,20 @@ pub fn auto_config(
     min_groups: usize,
 ) -> Option<CoopConfig> {
     let fallback = CoopTile::for_shape(rows, n, subgroup_size, min_groups)?;
-    let target = split_target(dtype);
+    let target = split_target(t, dtype);
     if target == 0 {
         return Some(CoopConfig::plain(fallback));
     }
-    let x_f16 = x_f16_enabled() && cols.is_multiple_of(8);
-    // `tile` at K step env_bk(), f16 X if enabled, two stages where they fit; None if no such
+    let x_f16 = t.coop_x_f16 && cols.is_multiple_of(8);
+    // `tile` at K step coop_bk, f16 X if enabled, two stages where they fit; None if no such
     // launch fits.
     let launch = |tile: CoopTile| {
         let halves: &[bool] = if x_f16 { &[true, false] } else { &[false] };
         halves.iter().find_map(|&x_f16| {
             [2, 1].into_iter().find_map(|stages| {
                 let c = CoopConfig {
-                    bk: env_bk(),
+                    bk: t.coop_bk,
                     stages,
-                    prefetch_quant: env_qpre(),
                     x_f16,
                     ..CoopConfig::plain(tile)
                 };
@@ -191,7 +123,7 @@ pub fn auto_config(
             })
         })
     };
-    if let Some(c) = env_tile().and_then(launch) {
+    if let Some(c) = t.coop_tile.and_then(launch) {
         return Some(with_split(c, rows, n, cols, target));
     }
     let groups = |t: CoopTile| t.groups(rows, n);
@@ -215,7 +147,7 @@ pub fn auto_config(
             if g >= min_groups {
                 return Some(c);
             }
-            if float_split_enabled() {
+            if t.coop_float_split {
                 if cols >= LONG_K
                     && let Some(w) = launch(CoopTile::WIDE)
                 {
@@ -486,12 +418,12 @@ mod tests {
     }
 
     /// The launches `auto_config` picks for the anchor models' projections at 512 tokens
-    /// (subgroups of 32, 96 workgroups wanted; the default environment: no VKLLM_COOP_* or
-    /// VKLLM_MATMUL_SPLITK set), each from the rules it documents.
+    /// (subgroups of 32, 96 workgroups wanted; the default tuning), each from the rules it
+    /// documents.
     #[test]
     fn auto_config_follows_its_rules() {
         let pick = |dt, rows, cols| {
-            let c = auto_config(dt, rows, 512, cols, 32, 96).expect("a launch");
+            let c = auto_config(&Tuning::default(), dt, rows, 512, cols, 32, 96).expect("a launch");
             (c.tile, c.split, c.x_f16, c.bk)
         };
         let (f16, q8, f32) = (WeightType::F16, WeightType::Q8_0, WeightType::F32);

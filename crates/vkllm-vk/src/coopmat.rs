@@ -148,12 +148,6 @@ pub(crate) unsafe fn query_shapes(
     }
 }
 
-/// Env switch back to the portable matmul (and a device without the cooperative-matrix
-/// features): `VKLLM_NO_COOPMAT` set to anything but `0` or empty.
-pub fn disabled_by_env() -> bool {
-    matches!(std::env::var("VKLLM_NO_COOPMAT"), Ok(v) if !v.is_empty() && v != "0")
-}
-
 /// The feature structs enabled at device creation for the cooperative-matrix kernels.
 #[derive(Default)]
 pub(crate) struct CoopFeatures {

@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,6 +17,7 @@ use crate::info::{DeviceChoice, DeviceInfo, physical_devices, query, select};
 pub const FENCE_SPIN: Duration = Duration::from_millis(50);
 use crate::instance::{Instance, Validation, ValidationMessage};
 use crate::pipeline::{Pipeline, PipelineCache, PipelineCacheMode};
+use crate::tuning::Tuning;
 
 /// How to open a device.
 #[derive(Clone, Debug)]
@@ -30,10 +30,9 @@ pub struct DeviceOptions {
     /// Upper bound on one buffer (and so one tensor part), below the device's own limits; tests
     /// use a small value to exercise split tensors.
     pub max_buffer_bytes: Option<u64>,
-    /// Enable the cooperative-matrix features (when the device has them) so prefill matmuls run
-    /// `matmul_coop.wgsl`; `false` keeps the portable kernels (the reference path). The default
-    /// is `true` unless `VKLLM_NO_COOPMAT` is set (to anything but `0`).
-    pub cooperative_matrix: bool,
+    /// Kernel and launch choices (`tuning.coopmat` also decides whether the cooperative-matrix
+    /// features are enabled).
+    pub tuning: Tuning,
 }
 
 impl Default for DeviceOptions {
@@ -44,19 +43,20 @@ impl Default for DeviceOptions {
             pipeline_cache: PipelineCacheMode::UserCacheDir,
             fence_timeout: Duration::from_secs(120),
             max_buffer_bytes: None,
-            cooperative_matrix: !crate::coopmat::disabled_by_env(),
+            tuning: Tuning::default(),
         }
     }
 }
 
 impl DeviceOptions {
-    /// Defaults with `VKLLM_DEVICE` and `VKLLM_VALIDATE` applied.
-    pub fn from_env() -> Self {
-        DeviceOptions {
+    /// Defaults with `VKLLM_DEVICE`, `VKLLM_VALIDATE` and `VKLLM_TUNE` applied.
+    pub fn from_env() -> Result<Self> {
+        Ok(DeviceOptions {
             choice: DeviceChoice::from_env(),
             validation: Validation::from_env(),
+            tuning: crate::tuning::tuning_from_env()?,
             ..Default::default()
-        }
+        })
     }
 }
 
@@ -72,6 +72,7 @@ pub(crate) struct Shared {
     pub(crate) pipelines: Mutex<HashMap<(&'static str, vkllm_kernels::Overrides), Arc<Pipeline>>>,
     pub(crate) info: DeviceInfo,
     pub(crate) fence_timeout: Duration,
+    pub(crate) tuning: Tuning,
     pub(crate) max_part_bytes: u64,
     /// The cooperative-matrix features were enabled at creation (`matmul_coop` may run).
     pub(crate) coopmat: bool,
@@ -129,8 +130,8 @@ impl Device {
         let queues = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(family)
             .queue_priorities(&prio)];
-        let use_coop = opts.cooperative_matrix && info.supports_coopmat_f16();
-        let use_stats = crate::pipeline_stats::requested_by_env()
+        let use_coop = opts.tuning.coopmat && info.supports_coopmat_f16();
+        let use_stats = opts.tuning.pipeline_stats
             && info.has_extension(&crate::pipeline_stats::EXTENSION.to_string_lossy());
         let mut f = CoopFeatures::enabled();
         let mut exts = Vec::new();
@@ -177,7 +178,7 @@ impl Device {
     }
 
     /// Whether prefill matmuls may run on cooperative matrices (`matmul_coop.wgsl`): the device
-    /// offers them and they were enabled at creation ([`DeviceOptions::cooperative_matrix`]).
+    /// offers them and they were enabled at creation ([`Tuning::coopmat`]).
     /// Devices attached with [`Device::from_raw`] never do (the host chose their features).
     pub fn coopmat(&self) -> bool {
         self.shared.coopmat
@@ -190,9 +191,14 @@ impl Device {
         self.shared.int8_dot
     }
 
-    /// Opens the device chosen by `VKLLM_DEVICE` / `VKLLM_VALIDATE` with default options.
+    /// Opens the device chosen by `VKLLM_DEVICE` / `VKLLM_VALIDATE`, tuned by `VKLLM_TUNE`.
     pub fn from_env() -> Result<Self> {
-        Self::new(&DeviceOptions::from_env())
+        Self::new(&DeviceOptions::from_env()?)
+    }
+
+    /// The kernel and launch choices this device was opened with.
+    pub fn tuning(&self) -> &Tuning {
+        &self.shared.tuning
     }
 
     /// Attaches to a host application's Vulkan objects (nothing of theirs is destroyed on drop).
@@ -286,6 +292,7 @@ impl Device {
                 pipelines: Mutex::new(HashMap::new()),
                 info,
                 fence_timeout: opts.fence_timeout,
+                tuning: opts.tuning.clone(),
                 max_part_bytes: max_part,
                 coopmat,
                 int8_dot,
@@ -365,25 +372,19 @@ impl Device {
         unsafe { self.shared.raw.device_wait_idle() }.map_err(vk_err("vkDeviceWaitIdle"))
     }
 
-    /// Submits `cb` and waits on `fence` (reset first) for at most the fence timeout; with
-    /// validation on, a validation message recorded by then turns into [`Error::Validation`].
-    /// How long a submit polls its fence before it blocks in the driver: `VKLLM_FENCE_SPIN_US`
-    /// (microseconds, read once; 0 = always block), else [`FENCE_SPIN`] on GPUs and 0 on CPU
-    /// devices (lavapipe runs the work on this machine's cores, which polling would compete for).
+    /// How long a submit polls its fence before it blocks in the driver: [`Tuning::fence_spin_us`],
+    /// else [`FENCE_SPIN`] on GPUs and 0 on CPU devices (lavapipe runs the work on this
+    /// machine's cores, which polling would compete for).
     pub fn fence_spin(&self) -> Duration {
-        static US: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-        let env = *US.get_or_init(|| {
-            std::env::var("VKLLM_FENCE_SPIN_US")
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-        });
-        match env {
+        match self.tuning().fence_spin_us {
             Some(us) => Duration::from_micros(us),
             None if self.info().kind == crate::info::DeviceKind::Cpu => Duration::ZERO,
             None => FENCE_SPIN,
         }
     }
 
+    /// Submits `cb` and waits on `fence` (reset first) for at most the fence timeout; with
+    /// validation on, a validation message recorded by then turns into [`Error::Validation`].
     pub(crate) fn submit_and_wait(&self, cb: vk::CommandBuffer, fence: vk::Fence) -> Result<()> {
         self.submit(cb, fence)?;
         self.wait_fence(fence)
@@ -469,21 +470,4 @@ impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Device({})", self.shared.info.summary())
     }
-}
-
-pub(crate) fn cache_dir() -> Option<PathBuf> {
-    if let Ok(d) = std::env::var("VKLLM_CACHE_DIR")
-        && !d.is_empty()
-    {
-        return Some(PathBuf::from(d));
-    }
-    if let Ok(d) = std::env::var("XDG_CACHE_HOME")
-        && !d.is_empty()
-    {
-        return Some(PathBuf::from(d).join("vkllm"));
-    }
-    std::env::var("HOME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .map(|h| PathBuf::from(h).join(".cache").join("vkllm"))
 }

@@ -5,6 +5,8 @@ use ash::vk;
 /// Errors of the Vulkan runtime. Nothing in this crate panics on a driver or user error.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error(transparent)]
+    Tune(#[from] crate::tuning::TuneError),
     #[error(
         "the Vulkan loader (libvulkan.so.1) could not be loaded: {0}; install it (Debian: \
          libvulkan1) and a driver (mesa-vulkan-drivers gives the CPU driver lavapipe)"

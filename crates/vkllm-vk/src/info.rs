@@ -322,15 +322,6 @@ pub enum DeviceChoice {
 }
 
 impl DeviceChoice {
-    /// From `VKLLM_DEVICE` (a number is an index, anything else a name substring); `Auto` when
-    /// unset or empty.
-    pub fn from_env() -> Self {
-        match std::env::var("VKLLM_DEVICE") {
-            Ok(v) if !v.trim().is_empty() => Self::parse(v.trim()),
-            _ => DeviceChoice::Auto,
-        }
-    }
-
     pub fn parse(s: &str) -> Self {
         match s.parse::<usize>() {
             Ok(i) => DeviceChoice::Index(i),

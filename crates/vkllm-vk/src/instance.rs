@@ -74,16 +74,6 @@ pub enum Validation {
     On,
 }
 
-impl Validation {
-    /// `On` when `VKLLM_VALIDATE` is set to something other than `0` or empty.
-    pub fn from_env() -> Self {
-        match std::env::var("VKLLM_VALIDATE") {
-            Ok(v) if !v.is_empty() && v != "0" => Validation::On,
-            _ => Validation::Off,
-        }
-    }
-}
-
 /// One message of the validation layer.
 #[derive(Clone, Debug)]
 pub struct ValidationMessage {

@@ -32,35 +32,37 @@ mod pipeline_stats;
 mod recorder;
 mod recycle;
 mod tensor;
+mod tuning;
 
 pub mod bench;
 pub mod parity;
 
 pub use buffer::{BufSlice, Buffer, MemoryKind};
-pub use coop_dequant::{DEQUANT_SLOTS, DequantPolicy, dequant_policy_env};
+pub use coop_dequant::{DEQUANT_SLOTS, DequantPolicy};
 pub use coop_split::{
     DEFAULT_BK as COOP_DEFAULT_BK, SPLIT_TARGET_FLOAT, SPLIT_TARGET_QUANT, SplitSlots,
     auto_config as coop_auto_config, direct_wanted as coop_direct_wanted,
     half_x_wanted as coop_half_x_wanted, split_target as coop_split_target,
-    with_split as coop_with_split, x_f16_enabled as coop_x_f16_enabled,
+    with_split as coop_with_split,
 };
-pub use coopmat::{CoopComponent, CoopMatShape, disabled_by_env as coopmat_disabled_by_env};
+pub use coopmat::{CoopComponent, CoopMatShape};
 pub use device::{Device, DeviceOptions};
 pub use error::{Error, Result};
 pub use info::{DeviceChoice, DeviceInfo, DeviceKind, Heap, Limits, list_devices, select};
 pub use instance::{
     AllowedMessage, Instance, VALIDATION_ALLOW_LIST, Validation, ValidationMessage,
 };
-pub use matmul_glu::{glu_config as coop_glu_config, glu_enabled as coop_glu_enabled};
-pub use matmul_group::{
-    group_config as coop_group_config, group_enabled as coop_group_enabled,
-    group_step as coop_group_step,
-};
+pub use matmul_glu::glu_config as coop_glu_config;
+pub use matmul_group::{group_config as coop_group_config, group_step as coop_group_step};
 pub use pipeline::{Pipeline, PipelineCacheMode};
 pub use recorder::{DispatchTiming, Recorder, Recording, RecordingCache};
-pub use recycle::{MAX_SPARES, enabled as recycling_enabled};
+pub use recycle::MAX_SPARES;
 pub use tensor::{
-    COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, MatvecPlan, Tensor, TensorPart, default_matvec_impl,
-    default_matvec_layout, weight_type,
+    COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, MatvecPlan, Tensor, TensorPart,
+    default_matvec_layout, fused_matvec_impl, weight_type,
+};
+pub use tuning::{
+    CoopGroup, DecodeAttn, PrefillAttn, SPLIT_SUBMIT_FIRST, SplitK, TUNING_KEYS, TuneError, Tuning,
+    cache_dir, tuning_from_env,
 };
 pub use vkllm_kernels as kernels;

@@ -1,7 +1,7 @@
 //! The MLP's gated product in one `matmul_coop` launch ([`Recorder::matmul_glu`]):
 //! `act(X gate^T) * (X up^T)` with gate and up rows interleaved in each workgroup, so the
 //! products' f32 outputs never reach memory and no separate activation pass reads them back
-//! (the reference path: two products and `silu_mul` / `gelu_tanh_mul`, `VKLLM_COOP_GLU=0`).
+//! (the reference path: two products and `silu_mul` / `gelu_tanh_mul`, tuning `coop_glu=0`).
 
 use vkllm_kernels::WeightType;
 use vkllm_kernels::activation::Activation;
@@ -13,26 +13,11 @@ use crate::error::Result;
 use crate::recorder::Recorder;
 use crate::tensor::{COOP_MIN_GROUPS, COOP_MIN_N, Tensor};
 
-/// `VKLLM_COOP_GLU=0` (read once): [`Recorder::matmul_glu`] records nothing, so callers run
-/// the reference path (gate and up products, then the gated activation); default: the gated
-/// launch where it applies.
-pub fn glu_enabled() -> bool {
-    static G: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *G.get_or_init(|| std::env::var("VKLLM_COOP_GLU").map_or(true, |v| v != "0"))
-}
-
-/// `VKLLM_COOP_GLU_HALF=0` (read once): the gated launch writes only the f32 output (the
-/// down projection then converts it with `to_f16`); default: also its f16 copy where the down
-/// projection reads f16 X.
-pub fn glu_half_enabled() -> bool {
-    static G: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *G.get_or_init(|| std::env::var("VKLLM_COOP_GLU_HALF").map_or(true, |v| v != "0"))
-}
-
 /// The gated launch for `rows` gate (and up) rows x `n` tokens over `cols` columns of float
 /// `dtype` weights: [`crate::coop_split::auto_config`]'s launch for the `2 rows` interleaved
 /// rows, unsplit (the gated epilogue has no split-K) and without the direct epilogue.
 pub fn glu_config(
+    t: &crate::Tuning,
     dtype: WeightType,
     rows: usize,
     n: usize,
@@ -42,8 +27,15 @@ pub fn glu_config(
     if dtype.is_quantized() || subgroup_size < 8 {
         return None;
     }
-    let c =
-        crate::coop_split::auto_config(dtype, 2 * rows, n, cols, subgroup_size, COOP_MIN_GROUPS)?;
+    let c = crate::coop_split::auto_config(
+        t,
+        dtype,
+        2 * rows,
+        n,
+        cols,
+        subgroup_size,
+        COOP_MIN_GROUPS,
+    )?;
     Some(CoopConfig {
         split: 1,
         direct: false,
@@ -54,7 +46,7 @@ pub fn glu_config(
 impl Recorder {
     /// `out[t, r] = act(sum_c x[t, c] gate[r, c]) * sum_c x[t, c] up[r, c]` for `t < n`
     /// (`out` dense, `[n, gate.rows]`) in one gated `matmul_coop` launch. `Ok(false)`, with
-    /// nothing recorded, where it does not apply: [`glu_enabled`] off, no cooperative
+    /// nothing recorded, where it does not apply: [`crate::Tuning::coop_glu`] off, no cooperative
     /// matrices, fewer than [`COOP_MIN_N`] tokens, gate and up of different shapes or types,
     /// split in parts, quantized weights without f16 copies (coop_dequant.rs), or no launch
     /// ([`glu_config`]). The caller then runs the two products and the activation.
@@ -70,7 +62,7 @@ impl Recorder {
     ) -> Result<bool> {
         let dev = self.device().clone();
         let same = gate.rows == up.rows && gate.cols == up.cols && gate.dtype == up.dtype;
-        if !glu_enabled() || !dev.coopmat() || n < COOP_MIN_N || !same {
+        if !dev.tuning().coop_glu || !dev.coopmat() || n < COOP_MIN_N || !same {
             return Ok(false);
         }
         if gate.parts.len() != 1 || up.parts.len() != 1 {
@@ -83,7 +75,7 @@ impl Recorder {
             false => gate.dtype,
         };
         let sg = dev.info().subgroup_size;
-        let Some(c) = glu_config(dtype, rows, n, cols, sg) else {
+        let Some(c) = glu_config(dev.tuning(), dtype, rows, n, cols, sg) else {
             return Ok(false);
         };
         let half = match c.x_f16 {
@@ -121,7 +113,7 @@ impl Recorder {
             _ => 1,
         };
         let copy = match rows.is_multiple_of(2)
-            && glu_half_enabled()
+            && dev.tuning().coop_glu_half
             && crate::coop_split::half_x_wanted(&dev, n, rows)
         {
             true => Some(self.half_copy_target_in(slot, n * rows)?),

@@ -10,36 +10,25 @@ use crate::buffer::BufSlice;
 use crate::error::{Error, Result};
 use crate::recorder::Recorder;
 use crate::tensor::{COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, Tensor};
+use crate::tuning::{CoopGroup, Tuning};
 
-/// `VKLLM_COOP_GROUP=0` (read once): [`Recorder::matmul_group`] records one product per weight
-/// (the reference path); default: grouped launches where [`group_config`] gives one.
-pub fn group_enabled() -> bool {
-    group_env().as_deref() != Some("0")
-}
-
-/// Whether the graph step `step` (`"qkv"` or `"mlp"`) groups its products
-/// (`VKLLM_COOP_GROUP`: unset: `qkv` only; `1`: both; `0`: neither; a step's name: that step).
-/// Grouping q/k/v gains on small models; grouped gate + up lose, since the two products would
-/// otherwise overlap on the GPU (docs/benchmarks-history.md).
-pub fn group_step(step: &str) -> bool {
-    match group_env().as_deref() {
-        None => step == "qkv",
-        Some("1") => true,
-        Some(v) => v == step,
+/// Whether the graph step `step` (`"qkv"` or `"mlp"`) groups its products under `t`
+/// ([`Tuning::coop_group`]; grouping q/k/v gains on small models, grouped gate + up lose since
+/// the two products would otherwise overlap on the GPU, docs/benchmarks-history.md).
+pub fn group_step(t: &Tuning, step: &str) -> bool {
+    match t.coop_group {
+        CoopGroup::Qkv => step == "qkv",
+        CoopGroup::Mlp => step == "mlp",
+        CoopGroup::All => true,
+        CoopGroup::None => false,
     }
-}
-
-fn group_env() -> Option<String> {
-    static G: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    G.get_or_init(|| std::env::var("VKLLM_COOP_GROUP").ok())
-        .clone()
 }
 
 /// The launch of one grouped product of `rows` (each weight's rows) x `n` tokens over `cols`
 /// columns of `dtype` weights with `kernel`, or `None` where the weights run apart: fewer than
 /// 2 or more than [`MAX_SEGMENTS`] weights, no cooperative launch that groups (the portable
 /// kernels, the original launch, fewer than [`COOP_MIN_N`] tokens), or under
-/// [`MatmulKernel::Auto`] grouping off ([`group_enabled`]) or every weight's own launch making
+/// [`MatmulKernel::Auto`] grouping off ([`CoopGroup::None`]) or every weight's own launch making
 /// at least `2 COOP_MIN_GROUPS` workgroups (it fills the GPU already; see the module's
 /// figures). The grouped launch is [`crate::coop_auto_config`]'s for the summed rows.
 pub fn group_config(
@@ -56,16 +45,16 @@ pub fn group_config(
     let sg = dev.info().subgroup_size;
     let cfg = match kernel {
         MatmulKernel::CoopWith(c) => c,
-        MatmulKernel::Auto if n >= COOP_MIN_N && group_enabled() => {
+        MatmulKernel::Auto if n >= COOP_MIN_N && dev.tuning().coop_group != CoopGroup::None => {
             let apart = rows.iter().map(|&r| {
-                crate::coop_auto_config(dtype, r, n, cols, sg, COOP_MIN_GROUPS)
+                crate::coop_auto_config(dev.tuning(), dtype, r, n, cols, sg, COOP_MIN_GROUPS)
                     .map_or(0, |c| c.tile.groups(r, n))
             });
             if apart.clone().all(|g| g >= 2 * COOP_MIN_GROUPS) {
                 return None;
             }
             let total = rows.iter().sum();
-            crate::coop_auto_config(dtype, total, n, cols, sg, COOP_MIN_GROUPS)?
+            crate::coop_auto_config(dev.tuning(), dtype, total, n, cols, sg, COOP_MIN_GROUPS)?
         }
         _ => return None,
     };

@@ -8,14 +8,15 @@ use ash::vk;
 use vkllm_kernels::{KernelSpec, Overrides, SpirvOptions};
 
 use crate::Error;
-use crate::device::{Device, cache_dir};
+use crate::device::Device;
 use crate::error::{Result, vk_err};
 use crate::info::DeviceInfo;
+use crate::tuning::cache_dir;
 
 /// Where the pipeline cache lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PipelineCacheMode {
-    /// `$VKLLM_CACHE_DIR`, else `$XDG_CACHE_HOME/vkllm`, else `~/.cache/vkllm`.
+    /// `$VKLLM_CACHE`, else `$XDG_CACHE_HOME/vkllm`, else `~/.cache/vkllm` (`cache_dir`).
     UserCacheDir,
     /// This file.
     File(PathBuf),
@@ -132,7 +133,11 @@ impl Device {
         if let Some(p) = self.shared.pipelines.lock().map_err(poisoned)?.get(&key) {
             return Ok(p.clone());
         }
-        let spirv = vkllm_kernels::compile_spirv(kernel, overrides, SpirvOptions::default())?;
+        let opts = SpirvOptions {
+            workgroup_coherent: self.tuning().wg_coherent,
+            ..SpirvOptions::default()
+        };
+        let spirv = vkllm_kernels::compile_spirv(kernel, overrides, opts)?;
         let p = Arc::new(self.create_pipeline(kernel, &spirv)?);
         if let Some(ext) = &self.shared.stats {
             crate::pipeline_stats::report(ext, p.raw, kernel.name, overrides);

@@ -1,6 +1,6 @@
 //! Compiler statistics of each pipeline (VK_KHR_pipeline_executable_properties): registers,
 //! spills, shared memory, instruction counts as the driver names them. Off unless
-//! `VKLLM_PIPELINE_STATS=1` and the device offers the extension; then every pipeline is created
+//! tuning `pipeline_stats=1` and the device offers the extension; then every pipeline is created
 //! with `CAPTURE_STATISTICS` and its statistics go to stderr, one line per executable, so a
 //! kernel's occupancy can be read instead of guessed.
 
@@ -9,11 +9,6 @@ use std::ffi::CStr;
 use ash::vk;
 
 pub(crate) const EXTENSION: &CStr = c"VK_KHR_pipeline_executable_properties";
-
-/// `VKLLM_PIPELINE_STATS=1`.
-pub(crate) fn requested_by_env() -> bool {
-    std::env::var("VKLLM_PIPELINE_STATS").is_ok_and(|v| v == "1")
-}
 
 /// One statistic's value as text.
 fn value(s: &vk::PipelineExecutableStatisticKHR) -> String {

@@ -79,7 +79,8 @@ impl Drop for Objects {
             // A finished command buffer's pool, fence and descriptor pools go to the device's
             // spares (or are destroyed there); after a failed wait they are only destroyed.
             if done {
-                self.dev.shared.spares.put(d, spare);
+                let keep = self.dev.shared.tuning.recycle;
+                self.dev.shared.spares.put(d, spare, keep);
             } else {
                 spare.destroy(d);
             }
@@ -102,6 +103,8 @@ pub struct Recorder {
     skip_barriers: bool,
     /// Split-K scratch of `matmul_coop` (coop_split.rs).
     pub(crate) split: crate::coop_split::SplitSlots,
+    /// The int8 matvec's launch rules for this recording; `None`: the device tuning's.
+    pub(crate) q8a_rules: Option<vkllm_kernels::matvec_q8a::Q8aRules>,
 }
 
 impl Recorder {
@@ -166,6 +169,7 @@ impl Recorder {
                 max_timestamps: max_dispatches,
                 skip_barriers: false,
                 split: Default::default(),
+                q8a_rules: None,
             })
         }
     }
@@ -357,6 +361,24 @@ impl Recorder {
         .map_err(vk_err("vkAllocateDescriptorSets"))?[0];
         self.sets_left -= 1;
         Ok(set)
+    }
+
+    /// The int8 matvec's launch rules for the products recorded from now on (tests compare
+    /// launches; the default is the device tuning's `q8a_*`).
+    pub fn set_q8a_rules(&mut self, rules: vkllm_kernels::matvec_q8a::Q8aRules) {
+        self.q8a_rules = Some(rules);
+    }
+
+    /// The int8 matvec's launch rules in effect.
+    pub fn q8a_rules(&self) -> vkllm_kernels::matvec_q8a::Q8aRules {
+        self.q8a_rules.unwrap_or_else(|| {
+            let t = self.device().tuning();
+            vkllm_kernels::matvec_q8a::Q8aRules {
+                wide: t.q8a_wide,
+                quad: t.q8a_quad,
+                workgroups: t.q8a_workgroups,
+            }
+        })
     }
 
     /// Records one kernel dispatch.

@@ -1,7 +1,7 @@
 //! Command pools, fences and descriptor pools of finished recordings, reset and kept for the
 //! next recorder instead of destroyed: a forward records a new command buffer every time, and
 //! creating and destroying these objects each time costs measurable host time per forward (see
-//! docs/benchmarks.md). `VKLLM_RECYCLE=0` destroys them (the reference path).
+//! docs/benchmarks.md). Tuning `recycle=0` destroys them (the reference path).
 
 use ash::vk;
 
@@ -32,12 +32,6 @@ impl Spare {
     }
 }
 
-/// `VKLLM_RECYCLE` (read once): anything but `0` keeps spares.
-pub fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("VKLLM_RECYCLE").map_or(true, |v| v != "0"))
-}
-
 /// The device's spares.
 #[derive(Default)]
 pub(crate) struct Spares(std::sync::Mutex<Vec<Spare>>);
@@ -53,14 +47,14 @@ impl Spares {
         self.0.lock().ok()?.pop()
     }
 
-    /// Resets `s` and keeps it, or destroys it when the device keeps enough (or recycling is
-    /// off, or a reset fails).
+    /// Resets `s` and keeps it, or destroys it when the device keeps enough (or `keep` is off:
+    /// the tuning's `recycle`, or a reset fails).
     ///
     /// # Safety
     /// As [`Spare::destroy`]; the fence is signalled.
-    pub(crate) unsafe fn put(&self, d: &ash::Device, s: Spare) {
+    pub(crate) unsafe fn put(&self, d: &ash::Device, s: Spare, keep: bool) {
         // SAFETY: per the caller, nothing of `s` is in use.
-        let reset = enabled()
+        let reset = keep
             && unsafe {
                 d.reset_command_pool(s.pool, vk::CommandPoolResetFlags::empty())
                     .is_ok()

@@ -184,7 +184,7 @@ pub enum MatmulKernel {
     /// Cooperative matrices when the device enabled them ([`Device::coopmat`]), `n >=
     /// COOP_MIN_N` and a tiling runs with the device's subgroup size, with the tiling
     /// [`CoopTile::for_shape`] picks and split-K where the grid is small
-    /// ([`crate::coop_auto_config`]; `VKLLM_MATMUL_SPLITK=0` keeps the original launch); else
+    /// ([`crate::coop_auto_config`]; tuning `splitk=off` keeps the original launch); else
     /// the portable kernels.
     Auto,
     /// The portable tiled kernels (`matmul.wgsl`, `mat_quant.wgsl`): the reference path.
@@ -205,40 +205,21 @@ pub const COOP_MIN_N: usize = 16;
 /// 4096 and 3072 rows then take 128 x 128 tiles and 1024 rows 64 x 64 (docs/benchmarks.md).
 pub const COOP_MIN_GROUPS: usize = 96;
 
-/// The matvec kernel the environment asks for (read once): `VKLLM_MATVEC=reference`
-/// [`MatvecImpl::Reference`], `fast` [`MatvecImpl::Fast`], `int8` [`MatvecImpl::Int8`];
-/// `None` when unset (or unknown).
-pub fn env_matvec_impl() -> Option<MatvecImpl> {
-    static IMPL: std::sync::OnceLock<Option<MatvecImpl>> = std::sync::OnceLock::new();
-    *IMPL.get_or_init(|| {
-        let v = std::env::var("VKLLM_MATVEC").ok()?;
-        match v.to_ascii_lowercase().as_str() {
-            "reference" => Some(MatvecImpl::Reference),
-            "fast" => Some(MatvecImpl::Fast),
-            "int8" => Some(MatvecImpl::Int8),
-            _ => None,
-        }
-    })
-}
-
-/// [`env_matvec_impl`], else [`MatvecImpl::Fast`] (the exact kernel).
-pub fn default_matvec_impl() -> MatvecImpl {
-    env_matvec_impl().unwrap_or(MatvecImpl::Fast)
-}
-
 /// The kernel [`Recorder::matvec`] and [`Recorder::matvec_fused`] (the decode graph's matvecs)
 /// use on `dev`:
-/// [`env_matvec_impl`], else [`MatvecImpl::Int8`] on GPUs (int8 dot products over activations
-/// quantized per 32 for Q8_0/Q4_0/Q4_K/Q6_K weights, the fast kernel for the other types: much
-/// faster quantized decode, docs/benchmarks-history.md) and [`MatvecImpl::Fast`] on CPU
-/// devices (lavapipe), whose own matvec layout is tuned for them. `VKLLM_MATVEC=fast` keeps
-/// the exact kernel everywhere.
+/// [`crate::Tuning::matvec`], else [`MatvecImpl::Int8`] on GPUs (int8 dot products over
+/// activations quantized per 32 for Q8_0/Q4_0/Q4_K/Q6_K weights, the fast kernel for the other
+/// types: much faster quantized decode, docs/benchmarks-history.md) and [`MatvecImpl::Fast`] on
+/// CPU devices (lavapipe), whose own matvec layout is tuned for them. `matvec=fast` keeps the
+/// exact kernel everywhere.
 pub fn fused_matvec_impl(dev: &crate::Device) -> MatvecImpl {
-    env_matvec_impl().unwrap_or(if dev.info().kind == crate::info::DeviceKind::Cpu {
-        MatvecImpl::Fast
-    } else {
-        MatvecImpl::Int8
-    })
+    dev.tuning()
+        .matvec
+        .unwrap_or(if dev.info().kind == crate::info::DeviceKind::Cpu {
+            MatvecImpl::Fast
+        } else {
+            MatvecImpl::Int8
+        })
 }
 
 /// What a [`Recorder::matvec_fused`] computes besides `y = W x` (see
@@ -275,17 +256,12 @@ impl<'a> MatvecPlan<'a> {
     }
 }
 
-/// The matvec layout for `dev`: `VKLLM_MATVEC_LAYOUT=teams|rows` when set (read once), else
+/// The matvec layout for `dev`: [`crate::Tuning::matvec_layout`] when set, else
 /// [`MatvecLayout::Rows`] on CPU implementations (lavapipe: one invocation per row suits SIMD
 /// lanes on CPU threads) and [`MatvecLayout::Teams`] on every GPU. Rows needs subgroups of at
 /// least 8 lanes (teams otherwise, even when asked for).
 pub fn default_matvec_layout(dev: &crate::Device) -> MatvecLayout {
-    static ENV: std::sync::OnceLock<Option<MatvecLayout>> = std::sync::OnceLock::new();
-    let forced = *ENV.get_or_init(|| match std::env::var("VKLLM_MATVEC_LAYOUT") {
-        Ok(v) if v.eq_ignore_ascii_case("rows") => Some(MatvecLayout::Rows),
-        Ok(v) if v.eq_ignore_ascii_case("teams") => Some(MatvecLayout::Teams),
-        _ => None,
-    });
+    let forced = dev.tuning().matvec_layout;
     // The rows kernel broadcasts x across 8 lanes of a subgroup.
     let rows_ok = dev.info().subgroup_size >= 8;
     match forced {
@@ -309,7 +285,7 @@ fn unfusable(w: &[&Tensor], reason: impl Into<String>) -> Error {
 
 impl Recorder {
     /// `y (+)= W x` over every part of `w` (one dispatch per part), with
-    /// [`fused_matvec_impl`] (the device's default, or `VKLLM_MATVEC`).
+    /// [`fused_matvec_impl`] (the device's default, or the tuning's `matvec`).
     pub fn matvec(
         &mut self,
         w: &Tensor,
@@ -405,6 +381,7 @@ impl Recorder {
             norm: plan.norm.map(|(_, n)| n),
             epilogue: plan.epilogue,
             tuning: plan.tuning,
+            q8a: self.q8a_rules(),
         };
         let norm_w = plan.norm.map(|(b, _)| b);
         let layout = match plan.layout {
@@ -554,9 +531,15 @@ impl Recorder {
             let cfg = match kernel {
                 MatmulKernel::Portable => None,
                 MatmulKernel::Auto if !dev.coopmat() || n < COOP_MIN_N => None,
-                MatmulKernel::Auto => {
-                    crate::coop_split::auto_config(w.dtype, p.rows, n, w.cols, sg, COOP_MIN_GROUPS)
-                }
+                MatmulKernel::Auto => crate::coop_split::auto_config(
+                    dev.tuning(),
+                    w.dtype,
+                    p.rows,
+                    n,
+                    w.cols,
+                    sg,
+                    COOP_MIN_GROUPS,
+                ),
                 MatmulKernel::Coop(_) | MatmulKernel::CoopWith(_) if !dev.coopmat() => {
                     return Err(Error::MissingFeature {
                         device: dev.info().name.clone(),
@@ -579,6 +562,7 @@ impl Recorder {
                 (Some(_), MatmulKernel::Auto) => {
                     shape.dtype = WeightType::F16;
                     crate::coop_split::auto_config(
+                        dev.tuning(),
                         WeightType::F16,
                         p.rows,
                         n,
@@ -596,7 +580,11 @@ impl Recorder {
             // Accumulating and split-K auto launches store Y directly where they can.
             let cfg = match (cfg, kernel) {
                 (Some(c), MatmulKernel::Auto) => Some(CoopConfig {
-                    direct: crate::coop_split::direct_wanted(accumulate, c.split),
+                    direct: crate::coop_split::direct_wanted(
+                        self.device().tuning(),
+                        accumulate,
+                        c.split,
+                    ),
                     ..c
                 }),
                 (c, _) => c,

@@ -37,6 +37,8 @@ pub struct BenchOptions {
     pub kv: KvDtype,
     /// Also time one decode step per graph region.
     pub profile: bool,
+    /// Profile rows per kernel instead of per graph region.
+    pub profile_by_kernel: bool,
     /// Sampling settings of the decode tests, one row each (default: greedy and the CLI's
     /// default sampling).
     pub sampling: Vec<BenchSampling>,
@@ -52,6 +54,7 @@ impl Default for BenchOptions {
             steps_per_submit: 16,
             kv: KvDtype::F32,
             profile: false,
+            profile_by_kernel: false,
             sampling: vec![BenchSampling::Greedy, BenchSampling::Default],
         }
     }
@@ -107,12 +110,11 @@ pub struct BenchReport {
     pub prefill_span_us: f64,
 }
 
-/// Sums timed dispatches by region: (rows in first-seen order, busy µs, span µs).
-fn by_region(t: &[vkllm_models::ProfiledDispatch]) -> (Vec<ProfileRow>, f64, f64) {
+/// Sums timed dispatches by region (by kernel when `by_kernel`): (rows in first-seen order, busy
+/// µs, span µs).
+fn by_region(t: &[vkllm_models::ProfiledDispatch], by_kernel: bool) -> (Vec<ProfileRow>, f64, f64) {
     let mut rows: Vec<ProfileRow> = Vec::new();
     let mut busy = 0.0;
-    // VKLLM_PROFILE_BY_KERNEL=1: one row per kernel instead of per graph region.
-    let by_kernel = std::env::var_os("VKLLM_PROFILE_BY_KERNEL").is_some();
     for d in t {
         busy += d.ns / 1e3;
         let key = if by_kernel { d.kernel } else { d.region };
@@ -626,11 +628,11 @@ fn run_net(
             )?;
             let t = b.slot_profile_for(dec, net_tg.graph(), 5)?;
             b.slot_stop(dec, 0)?;
-            (report_profile, busy, span) = by_region(&t);
+            (report_profile, busy, span) = by_region(&t, o.profile_by_kernel);
             // One prefill chunk of the largest pp prompt (its first chunk when it is longer).
             let pre = ids(max_pp.max(prompt).min(net.chunk()), vocab, 11);
             let t = net.prefill_profile(b, &pre)?;
-            prefill = by_region(&t);
+            prefill = by_region(&t, o.profile_by_kernel);
         }
         return Ok(BenchReport {
             rows,

@@ -83,12 +83,13 @@ pub struct VulkanBackend {
     marks: Vec<(usize, &'static str)>,
     /// Fused dispatches for fusable graph steps (`fused.rs`); false: the reference op sequence.
     fused: bool,
-    /// Decode attention with the input step folded in (`attention.rs`, `VKLLM_ATTN=rope`).
+    /// Decode attention with the input step folded in (`attention.rs`,
+    /// [`VulkanBackend::with_folded_attention`]).
     fold_attention: bool,
     /// While a forward is profiled (`profile.rs`): the timings of the recordings flushed so far.
     profiled: Option<Vec<vkllm_vk::DispatchTiming>>,
     /// Step inputs in host-visible memory and reads copied in the same submit as the work
-    /// before them (one submit per forward); false (`VKLLM_ONE_SUBMIT=0`): inputs in device
+    /// before them (one submit per forward); false (tuning `one_submit=0`): inputs in device
     /// memory written by a copy each, reads by a copy of their own (three extra round trips).
     one_submit: bool,
     /// Host-visible target of `read_f32`'s copies (`readback_buffer`).
@@ -98,7 +99,7 @@ pub struct VulkanBackend {
     /// Dispatches at which the open recording is submitted as the next part.
     next_part: usize,
     /// Submit a forward in growing parts while it is recorded (`record`), the first of this
-    /// many dispatches (`with_submits`); None (`VKLLM_SPLIT_SUBMIT=0`): one submit at the end.
+    /// many dispatches (`with_submits`); None (tuning `split_submit=0`): one submit at the end.
     first_part: Option<usize>,
     /// `matmul_coop`'s split-K scratch, handed from each recorder to the next.
     split_scratch: vkllm_vk::SplitSlots,
@@ -107,7 +108,9 @@ pub struct VulkanBackend {
 }
 
 impl VulkanBackend {
+    /// A backend on `dev`, tuned by the device's [`vkllm_vk::Tuning`].
     pub fn new(dev: Device) -> Self {
+        let t = dev.tuning().clone();
         VulkanBackend {
             dev,
             slots: Vec::new(),
@@ -122,14 +125,14 @@ impl VulkanBackend {
             slot_decoders: Vec::new(),
             timestamps: 0,
             marks: Vec::new(),
-            fused: std::env::var_os("VKLLM_UNFUSED").is_none_or(|v| v.is_empty() || v == "0"),
-            fold_attention: attention::env_fold_attention(),
+            fused: t.fused,
+            fold_attention: false,
             profiled: None,
-            one_submit: std::env::var("VKLLM_ONE_SUBMIT").map_or(true, |v| v != "0"),
+            one_submit: t.one_submit,
             readback: None,
             in_flight: Vec::new(),
             next_part: submit::FIRST_PART,
-            first_part: submit::env_first_part(),
+            first_part: t.split_submit,
             split_scratch: Default::default(),
             parts_submitted: 0,
         }
@@ -430,7 +433,7 @@ impl Backend for VulkanBackend {
     ) -> Result<(), ModelError> {
         assert_ne!(x, out, "rmsnorm: out aliases x");
         // Rows that a cooperative-matrix matmul will read as f16 X also get their f16 copy here
-        // (one `to_f16` dispatch fewer per norm; `VKLLM_COOP_XF16=0` turns both off).
+        // (one `to_f16` dispatch fewer per norm; tuning `coop_x_f16=0` turns both off).
         let half = vkllm_vk::coop_half_x_wanted(&self.dev, rows, dim);
         self.record(|me, r| {
             let norm_out = me.head(out, rows * dim)?;

@@ -82,12 +82,12 @@ impl VulkanBackend {
         st.check(n);
         let rows = state_rows(st);
         let hv = s.n_v_heads;
-        // Prompts of one sequence take the chunked form unless VKLLM_DELTA_RECURRENT=1 asks
+        // Prompts of one sequence take the chunked form unless the tuning's delta_chunked=0 asks
         // for the reference recurrence (both are parity-tested against vkllm-cpu).
         let chunked = n > 1
             && matches!(rows, StateRows::Sequence { .. })
             && s.k_dim <= CHUNKED_MAX_K_DIM
-            && std::env::var("VKLLM_DELTA_RECURRENT").map_or(true, |v| v != "1");
+            && self.dev.tuning().delta_chunked;
         self.record(|me, r| {
             let k = GatedDeltaRule {
                 qkv: me.head(qkv, n * (2 * s.qk_width() + s.v_width()))?,

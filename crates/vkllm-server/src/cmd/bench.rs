@@ -9,7 +9,7 @@ use vkllm_engine::bench::{self, BenchOptions, BenchSampling};
 use vkllm_models::gguf::GgufModel;
 use vkllm_models::hybrid::HybridModel;
 use vkllm_models::{Backend, KvDtype, Model, VulkanBackend};
-use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
+use vkllm_vk::Device;
 
 use super::model;
 
@@ -56,6 +56,10 @@ pub struct Args {
     #[arg(long)]
     profile: bool,
 
+    /// With --profile: one row per kernel instead of per graph region.
+    #[arg(long)]
+    profile_by_kernel: bool,
+
     /// Sampling settings of the decode tests, comma separated, one row each: greedy, default
     /// (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, as `run` and `serve`), pure
     /// (temperature 1, no filter), top-p (temperature 1, top-p 0.9), min-p (0.8, min-p 0.05).
@@ -69,6 +73,11 @@ pub struct Args {
     /// Vulkan device index or name substring.
     #[arg(long, env = "VKLLM_DEVICE")]
     device: Option<String>,
+
+    /// Kernel and launch choices, `key=value,...` (see docs/cli.md, "Tuning"); the developers'
+    /// `VKLLM_TUNE` applies on top.
+    #[arg(long)]
+    tune: Option<String>,
 }
 
 fn parse_sampling(s: &str) -> Result<BenchSampling, String> {
@@ -107,16 +116,12 @@ pub fn run(args: Args) -> Result<()> {
     for t in gguf.file.tensors() {
         *types.entry(t.ggml_type().name().to_string()).or_default() += t.n_bytes();
     }
-    let choice = match args.device.as_deref() {
-        Some(d) => DeviceChoice::parse(d),
-        None => DeviceChoice::from_env(),
-    };
-    let dev = Device::new(&DeviceOptions {
-        choice,
-        validation: Validation::from_env(),
-        ..Default::default()
-    })
+    let dev = Device::new(&super::common::device_options(
+        args.device.as_deref(),
+        args.tune.as_deref(),
+    )?)
     .context("opening the Vulkan device")?;
+    let tuning = dev.tuning().clone();
     let info = dev.info().clone();
     eprintln!("vkllm bench: {} on {}", path.display(), info.summary());
     let mut b = VulkanBackend::new(dev);
@@ -142,7 +147,8 @@ pub fn run(args: Args) -> Result<()> {
         reps: args.reps,
         steps_per_submit: args.steps,
         kv,
-        profile: args.profile,
+        profile: args.profile || args.profile_by_kernel,
+        profile_by_kernel: args.profile_by_kernel,
         sampling: args.sampling.clone(),
     };
     let report = if hybrid {
@@ -186,6 +192,8 @@ pub fn run(args: Args) -> Result<()> {
                 "top_k": p.top_k, "top_p": p.top_p, "min_p": p.min_p})
         }).collect::<Vec<_>>(),
         "env": settings,
+        "tuning": tuning.to_string(),
+        "tuning_changes": tuning.changes(),
     });
     println!(
         "{} | {} | driver {} | vkllm {} | kv {} | {} steps/submit | reps {} (after >= 0.3 s of warm-up, 3 s before the first test)\n",
@@ -197,15 +205,13 @@ pub fn run(args: Args) -> Result<()> {
         opts.steps_per_submit,
         opts.reps
     );
+    match tuning.changes().as_str() {
+        "" => println!("tuning: defaults\n"),
+        c => println!("tuning: {c} (the rest default)\n"),
+    }
     if !settings.is_empty() {
         let list: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!("settings: {}\n", list.join(" "));
-    }
-    if settings
-        .get("VKLLM_ATTN_SKIP")
-        .is_some_and(|v| v.trim() != "0")
-    {
-        println!("VKLLM_ATTN_SKIP is set: timing diagnostics, attention output is wrong\n");
     }
     println!("{}", report.markdown());
     if let Some(p) = &args.json {

@@ -14,7 +14,7 @@ use vkllm_models::{
     VulkanBackend,
 };
 use vkllm_tokenizer::Tokenizer;
-use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
+use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Tuning, Validation};
 
 use super::model;
 
@@ -29,6 +29,11 @@ pub struct ModelArgs {
     /// Where to run: a Vulkan device index or name substring, or `cpu` for the reference path.
     #[arg(long, env = "VKLLM_DEVICE")]
     pub device: Option<String>,
+
+    /// Kernel and launch choices, `key=value,...` (see docs/cli.md, "Tuning"); the developers'
+    /// `VKLLM_TUNE` applies on top.
+    #[arg(long)]
+    pub tune: Option<String>,
 
     /// Context length (KV cache positions; at most the model's).
     #[arg(long, default_value_t = 2048)]
@@ -176,15 +181,10 @@ pub fn load(args: &ModelArgs) -> Result<Loaded> {
         eprintln!("vkllm: {} on the CPU reference backend", path.display());
         Box::new(session(CpuBackend::new(), ck, tokenizer, args, "loading")?)
     } else {
-        let choice = match args.device.as_deref() {
-            Some(d) => DeviceChoice::parse(d),
-            None => DeviceChoice::from_env(),
-        };
-        let dev = Device::new(&DeviceOptions {
-            choice,
-            validation: Validation::from_env(),
-            ..Default::default()
-        })
+        let dev = Device::new(&device_options(
+            args.device.as_deref(),
+            args.tune.as_deref(),
+        )?)
         .context("opening the Vulkan device (use --device cpu for the CPU reference path)")?;
         eprintln!("vkllm: {} on {}", path.display(), dev.info().summary());
         Box::new(session(
@@ -249,4 +249,22 @@ fn progress_bar(verb: &str) -> ProgressBar {
     .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style.progress_chars("=> "));
     bar
+}
+
+/// A command's device options: `--device` (clap reads `VKLLM_DEVICE` too), `VKLLM_VALIDATE`,
+/// and the tuning: the defaults, then `--tune`, then the developers' `VKLLM_TUNE`.
+pub fn device_options(device: Option<&str>, tune: Option<&str>) -> Result<DeviceOptions> {
+    let mut tuning = Tuning::default();
+    if let Some(t) = tune {
+        tuning.apply(t).context("--tune")?;
+    }
+    if let Ok(t) = std::env::var("VKLLM_TUNE") {
+        tuning.apply(&t).context("VKLLM_TUNE")?;
+    }
+    Ok(DeviceOptions {
+        choice: device.map_or(DeviceChoice::Auto, DeviceChoice::parse),
+        validation: Validation::from_env(),
+        tuning,
+        ..Default::default()
+    })
 }

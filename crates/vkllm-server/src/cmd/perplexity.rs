@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use vkllm_models::perplexity::perplexity;
 use vkllm_models::{Backend, Checkpoint, CpuBackend, QuantScheme, VulkanBackend};
 use vkllm_tokenizer::{EncodeOptions, Tokenizer};
-use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
+use vkllm_vk::{Device, DeviceOptions};
 
 use super::model;
 
@@ -29,6 +29,11 @@ pub struct Args {
     /// Where to run: a Vulkan device index or name substring, or `cpu` for the reference path.
     #[arg(long, env = "VKLLM_DEVICE")]
     device: Option<String>,
+
+    /// Kernel and launch choices, `key=value,...` (see docs/cli.md, "Tuning"); the developers'
+    /// `VKLLM_TUNE` applies on top.
+    #[arg(long)]
+    tune: Option<String>,
 
     /// Quantize the weights at load (f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q6_k, q4_k_m).
     #[arg(long)]
@@ -71,16 +76,10 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("vkllm: {} on the CPU reference backend", path.display());
         return score(CpuBackend::new(), &ck, quant, &tokens, bos, &args);
     }
-    let choice = match args.device.as_deref() {
-        Some(d) => DeviceChoice::parse(d),
-        None => DeviceChoice::from_env(),
-    };
     let dev = Device::new(&DeviceOptions {
-        choice,
-        validation: Validation::from_env(),
         // Batch work: a software device on a busy machine may take minutes per forward.
         fence_timeout: std::time::Duration::from_secs(3600),
-        ..Default::default()
+        ..super::common::device_options(args.device.as_deref(), args.tune.as_deref())?
     })
     .context("opening the Vulkan device (use --device cpu for the CPU reference path)")?;
     eprintln!("vkllm: {} on {}", path.display(), dev.info().summary());

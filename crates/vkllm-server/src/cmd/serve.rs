@@ -10,7 +10,7 @@ use vkllm_engine::{InferenceRunner, RunnerConfig, SimpleGenerator, SlotGenerator
 use vkllm_models::hybrid::HybridModel;
 use vkllm_models::{Backend, Checkpoint, CpuBackend, KvDtype, QuantScheme, VulkanBackend};
 use vkllm_tokenizer::{Tokenizer, cache};
-use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Validation};
+use vkllm_vk::Device;
 
 use super::model;
 use crate::server::{self, AppState, Metrics};
@@ -25,6 +25,11 @@ pub struct Args {
     /// Where to run: a Vulkan device index or name substring, or `cpu` for the reference path.
     #[arg(long, env = "VKLLM_DEVICE")]
     device: Option<String>,
+
+    /// Kernel and launch choices, `key=value,...` (see docs/cli.md, "Tuning"); the developers'
+    /// `VKLLM_TUNE` applies on top.
+    #[arg(long)]
+    tune: Option<String>,
 
     /// Address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface).
     #[arg(long, default_value = "127.0.0.1")]
@@ -178,15 +183,10 @@ pub fn run(args: Args) -> Result<()> {
         let r = start_runner(CpuBackend::new(), ck, tokenizer.clone(), &args)?;
         (r, "cpu")
     } else {
-        let choice = match args.device.as_deref() {
-            Some(d) => DeviceChoice::parse(d),
-            None => DeviceChoice::from_env(),
-        };
-        let dev = Device::new(&DeviceOptions {
-            choice,
-            validation: Validation::from_env(),
-            ..Default::default()
-        })
+        let dev = Device::new(&super::common::device_options(
+            args.device.as_deref(),
+            args.tune.as_deref(),
+        )?)
         .context("opening the Vulkan device (use --device cpu for the CPU reference path)")?;
         eprintln!("vkllm: {} on {}", path.display(), dev.info().summary());
         let r = if args.simple_generator {

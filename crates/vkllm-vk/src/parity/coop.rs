@@ -70,7 +70,7 @@ pub(crate) fn not_applicable(dev: &Device) -> Option<String> {
     }
     let i = dev.info();
     Some(if i.supports_coopmat_f16() {
-        "cooperative matrices switched off (VKLLM_NO_COOPMAT / DeviceOptions)".into()
+        "cooperative matrices switched off (tuning `coopmat=0`)".into()
     } else if !i.cooperative_matrix {
         "device lacks VK_KHR_cooperative_matrix".into()
     } else {

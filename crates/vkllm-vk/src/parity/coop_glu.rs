@@ -128,7 +128,8 @@ fn recorder_case(
     } else {
         dtype
     };
-    let Some(cfg) = crate::matmul_glu::glu_config(launch_type, rows, n, cols, sg) else {
+    let Some(cfg) = crate::matmul_glu::glu_config(dev.tuning(), launch_type, rows, n, cols, sg)
+    else {
         return Ok(KernelParityRow::not_applicable(
             KERNEL,
             "automatic launch",
@@ -147,7 +148,7 @@ fn recorder_case(
     let (mut want, t) = gated_reference(&wg, &wu, rows, cols, &x, n, act);
     let mut got = cx.read(&y, n * rows)?;
     // Dispatches: 2 weight copies (quantized), X's conversion (f16 X), the launch; 0 if the
-    // recorder declined (VKLLM_COOP_GLU=0 makes every row fail, as it must).
+    // recorder declined (tuning `coop_glu=0` makes every row fail, as it must).
     let copies = if dtype.is_quantized() { 2 } else { 0 };
     got.push(if ran { dispatches as f32 } else { -1.0 });
     want.push((copies + cfg.x_f16 as usize + 1) as f32);

@@ -135,7 +135,7 @@ pub(crate) fn matmul_coop_group(dev: &Device, seed: u64) -> Result<Vec<KernelPar
 }
 
 /// One Q6_K product on [`MatmulKernel::Auto`] through its f16 copy: the copy, X's conversion
-/// (unless `VKLLM_COOP_XF16=0`) and one launch, the dispatch count compared with the values. The
+/// (unless tuning `coop_x_f16=0`) and one launch, the dispatch count compared with the values. The
 /// policy is [`DequantPolicy::Auto`] with this product exactly at both thresholds.
 fn copied_auto(dev: &Device, rng: &mut Rng) -> Result<KernelParityRow> {
     let cx = Ctx { dev };
@@ -160,7 +160,7 @@ fn copied_auto(dev: &Device, rng: &mut Rng) -> Result<KernelParityRow> {
     let mut got = cx.read(&y, n * rows)?;
     let mut want = want;
     got.push(dispatches as f32);
-    want.push(2.0 + crate::coop_split::x_f16_enabled() as u32 as f32);
+    want.push(2.0 + dev.tuning().coop_x_f16 as u32 as f32);
     Ok(row(
         KERNEL,
         "q6_K as f16 copy, automatic launch",

@@ -22,6 +22,7 @@
 use vkllm_cpu::quant::{matvec_q8act, matvec_quant, quantize_act_q8, unit_offsets};
 use vkllm_kernels::WeightType;
 use vkllm_kernels::matvec_fused::{Epilogue, GatedAct, MatvecImpl, MatvecTuning, NormPrologue};
+use vkllm_kernels::matvec_q8a::Q8aRules;
 use vkllm_kernels::matvec_rows::MatvecLayout;
 
 use super::quant::{cpu_err, dequantize, quant_type, weights};
@@ -99,7 +100,13 @@ const fn tune(wg: u32, lanes: u32, rows_per_team: u32) -> Option<MatvecTuning> {
     })
 }
 
-fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
+/// `q8a`: the int8 launch rules to record with (`None`: the device's).
+fn run_case(
+    cx: &Ctx<'_>,
+    rng: &mut Rng,
+    c: &Case,
+    q8a: Option<Q8aRules>,
+) -> Result<KernelParityRow> {
     let (cols, n) = (c.cols, c.n);
     let gated = matches!(c.epilogue, Epilogue::Gated { .. });
     let ws: Vec<W> = c
@@ -264,6 +271,9 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<KernelParityRow> {
         MatvecImpl::Fast
     };
     cx.run(&poison, |r| {
+        if let Some(q) = q8a {
+            r.set_q8a_rules(q);
+        }
         r.matvec_fused_with(imp, &refs, xb.all(), y.all(), &plan)
     })?;
     let got = cx.read(&y, n * y_stride)?;
@@ -475,6 +485,7 @@ fn run_types(
     seed: u64,
     types: &[WeightType],
     int8: bool,
+    q8a: Option<Q8aRules>,
 ) -> Result<Vec<KernelParityRow>> {
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
@@ -493,7 +504,7 @@ fn run_types(
             if !int8 && dtype.is_quantized() && tuned.contains(&ci) && tuned[ti % 4] != ci {
                 continue;
             }
-            out.push(run_case(&cx, &mut rng, &c)?);
+            out.push(run_case(&cx, &mut rng, &c, q8a)?);
         }
         // Every case again on the rows kernel (workgroups of 8 to 32 invocations by the row
         // count; it needs subgroups of 8 or more lanes); the int8 runs have their own kernel.
@@ -506,7 +517,7 @@ fn run_types(
                 layout: MatvecLayout::Rows,
                 ..c
             };
-            out.push(run_case(&cx, &mut rng, &c)?);
+            out.push(run_case(&cx, &mut rng, &c, q8a)?);
         }
     }
     Ok(out)
@@ -518,6 +529,7 @@ pub(crate) fn matvec_fused_float(dev: &Device, seed: u64) -> Result<Vec<KernelPa
         seed,
         &[WeightType::F32, WeightType::F16, WeightType::Bf16],
         false,
+        None,
     )
 }
 
@@ -534,6 +546,7 @@ pub(crate) fn matvec_fused_legacy(dev: &Device, seed: u64) -> Result<Vec<KernelP
             WeightType::IQ4_NL,
         ],
         false,
+        None,
     )
 }
 
@@ -550,6 +563,7 @@ pub(crate) fn matvec_fused_kquant(dev: &Device, seed: u64) -> Result<Vec<KernelP
             WeightType::IQ4_XS,
         ],
         false,
+        None,
     )
 }
 
@@ -568,14 +582,20 @@ pub(crate) fn matvec_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
              shared memory",
         )]);
     }
-    use std::sync::atomic::Ordering;
-    use vkllm_kernels::matvec_q8a::TARGET_WORKGROUPS;
-    let mut rows = run_types(dev, seed, &vkllm_kernels::matvec_q8a::TYPES, true)?;
+    let mut rows = run_types(dev, seed, &vkllm_kernels::matvec_q8a::TYPES, true, None)?;
     // Again with every workgroup walking as many row groups as it may (up to 16: the loop over
-    // groups and its uniform early exit), then the default back. Only this case uses the kernel.
-    let target = TARGET_WORKGROUPS.swap(1, Ordering::Relaxed);
-    let walked = run_types(dev, seed ^ 1, &vkllm_kernels::matvec_q8a::TYPES, true);
-    TARGET_WORKGROUPS.store(target, Ordering::Relaxed);
+    // groups and its uniform early exit).
+    let walk = Q8aRules {
+        workgroups: 1,
+        ..Q8aRules::default()
+    };
+    let walked = run_types(
+        dev,
+        seed ^ 1,
+        &vkllm_kernels::matvec_q8a::TYPES,
+        true,
+        Some(walk),
+    );
     for mut r in walked? {
         r.variant.push_str(" walk");
         rows.push(r);

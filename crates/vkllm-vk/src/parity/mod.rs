@@ -176,18 +176,7 @@ pub fn run_kernel_parity(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
     Ok(rows)
 }
 
-/// `VKLLM_SEED` if set (decimal), else the current time in nanoseconds.
-pub fn seed_from_env() -> u64 {
-    if let Ok(s) = std::env::var("VKLLM_SEED")
-        && let Ok(v) = s.trim().parse()
-    {
-        return v;
-    }
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0x5eed)
-}
+pub use crate::tuning::seed_from_env;
 
 /// SplitMix64: a small, seedable generator for test inputs.
 pub(crate) struct Rng(u64);

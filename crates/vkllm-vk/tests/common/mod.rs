@@ -20,6 +20,7 @@ pub fn options() -> DeviceOptions {
             _ => Validation::On,
         },
         pipeline_cache: PipelineCacheMode::Off,
+        tuning: vkllm_vk::tuning_from_env().unwrap_or_else(|e| panic!("VKLLM_TUNE: {e}")),
         ..Default::default()
     }
 }

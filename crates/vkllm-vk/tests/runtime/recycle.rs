@@ -15,7 +15,7 @@ fn recorders_reuse_the_objects_of_dropped_recordings() {
     let one = dev.buffer_from("one", &vec![1.0f32; n]).unwrap();
     let x = dev.buffer_from("x", &vec![0.0f32; n]).unwrap();
     let y = dev.buffer_from("y", &vec![0.0f32; n]).unwrap();
-    let keep = vkllm_vk::recycling_enabled();
+    let keep = dev.tuning().recycle;
     let mut total = 0;
     for (round, adds) in [150usize, 200, 10].into_iter().enumerate() {
         let spares = dev.spare_recordings();

@@ -1,7 +1,7 @@
 //! Attention on the Vulkan backend: which kernel runs a batch (decode: the two-dispatch grouped
 //! split, the one-dispatch grouped split, the grouped split with the input step folded in or the
-//! reference split + merge, `VKLLM_ATTN`; prefill: the cooperative-matrix kernel where it applies
-//! (the second form unless `VKLLM_ATTN_PREFILL=coop1`), else the portable tiled one), and its
+//! reference split + merge, tuning `attn`; prefill: the cooperative-matrix kernel where it applies
+//! (the second form unless tuning `attn_prefill=coop1`), else the portable tiled one), and its
 //! dispatch.
 
 use vkllm_cpu::AttnParams;
@@ -13,10 +13,10 @@ use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
 use vkllm_kernels::attention_prefill_coop2::CoopAttn2Scratch;
 use vkllm_kernels::rope_kv_append::HeadNorm;
 use vkllm_kernels::to_f16::packed_bytes;
-use vkllm_vk::BufSlice;
+use vkllm_vk::{BufSlice, DecodeAttn};
 
 use super::fused::rope_layout;
-use super::tables::attn_coop_split;
+
 use super::{VulkanBackend, kv_type};
 use crate::backend::{Backend, KvRows, KvView, RopeKv, Tensor};
 use crate::error::ModelError;
@@ -27,60 +27,20 @@ const ATTN_CHUNK: usize = 256;
 /// 16 keys) until at most this many cover the visible keys.
 const GQA_TARGET_CHUNKS: usize = 128;
 
-/// Keys per workgroup of the grouped-query split for `keys` visible keys: `VKLLM_ATTN_CHUNK`
-/// (a power of two in 8..=256, read once) when set, else the smallest power of two from 16 that
-/// covers them in at most [`GQA_TARGET_CHUNKS`] chunks, at most 256. Short contexts are fastest
-/// with 16-key chunks; long ones with longer chunks, since merging many partials per head costs
-/// more than the longer chunks do (docs/benchmarks-history.md).
-fn gqa_chunk(keys: usize) -> usize {
-    static ENV: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    let env = *ENV.get_or_init(|| {
-        std::env::var("VKLLM_ATTN_CHUNK")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|c| (8..=256).contains(c) && c.is_power_of_two())
-    });
-    env.unwrap_or_else(|| default_gqa_chunk(keys))
+/// Keys per workgroup of the grouped-query split for `keys` visible keys: the tuning's
+/// `attn_chunk` when set, else [`default_gqa_chunk`].
+fn gqa_chunk(t: &vkllm_vk::Tuning, keys: usize) -> usize {
+    t.attn_chunk.unwrap_or_else(|| default_gqa_chunk(keys))
 }
 
-/// [`gqa_chunk`] without the environment override.
+/// The smallest power of two from 16 that covers `keys` in at most [`GQA_TARGET_CHUNKS`]
+/// chunks, at most 256. Short contexts are fastest with 16-key chunks; long ones with longer
+/// chunks, since merging many partials per head costs more than the longer chunks do
+/// (docs/benchmarks-history.md).
 fn default_gqa_chunk(keys: usize) -> usize {
     keys.div_ceil(GQA_TARGET_CHUNKS)
         .next_power_of_two()
         .clamp(16, 256)
-}
-
-/// How decode attention is dispatched where the grouped-query split applies (`VKLLM_ATTN`).
-/// The default is the two-dispatch split after its own input-step dispatch, measured fastest
-/// (docs/benchmarks.md): folding saves launches, but each folded workgroup's chain of dependent
-/// steps (staging, norm, rotation, append, then the last workgroup's merge) costs more.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum AttnMode {
-    /// `rope`: `rope_kv_append` + split + merge as one dispatch per layer where the projections
-    /// are packed, else as `Split`.
-    Rope,
-    /// `fused`: one dispatch, the grouped split whose last workgroup per group merges (the
-    /// input step its own dispatch).
-    Fused,
-    /// `split` (the default): the grouped split, then the merge (two dispatches).
-    Split,
-    /// `reference`: the reference split (one workgroup per query head), then the merge.
-    Reference,
-}
-
-fn attn_mode() -> AttnMode {
-    static MODE: std::sync::OnceLock<AttnMode> = std::sync::OnceLock::new();
-    *MODE.get_or_init(|| match std::env::var("VKLLM_ATTN").as_deref() {
-        Ok("rope") => AttnMode::Rope,
-        Ok("fused") => AttnMode::Fused,
-        Ok("reference") => AttnMode::Reference,
-        _ => AttnMode::Split,
-    })
-}
-
-/// `VKLLM_ATTN=rope`: [`VulkanBackend`]s fold the attention input step into decode attention.
-pub(super) fn env_fold_attention() -> bool {
-    attn_mode() == AttnMode::Rope
 }
 
 /// What [`VulkanBackend::attn_plan`] decided for one attention call.
@@ -96,8 +56,8 @@ struct AttnPlan {
 
 impl VulkanBackend {
     /// Decode steps run the attention input step (q/k norm, RoPE, KV append), split and merge
-    /// as one dispatch per layer where the projections are packed (as `VKLLM_ATTN=rope`; measured
-    /// slower than the default, see docs/benchmarks.md).
+    /// as one dispatch per layer where the projections are packed (measured slower than the
+    /// default, see docs/benchmarks.md).
     pub fn with_folded_attention(mut self) -> Self {
         self.fold_attention = true;
         self
@@ -145,7 +105,11 @@ impl VulkanBackend {
         let gqa = self.gqa_applies(p);
         // A windowed layer's queries see at most `window` keys.
         let keys = p.window.map_or(n_kv, |w| w.min(n_kv));
-        let chunk = if gqa { gqa_chunk(keys) } else { ATTN_CHUNK };
+        let chunk = if gqa {
+            gqa_chunk(self.dev.tuning(), keys)
+        } else {
+            ATTN_CHUNK
+        };
         // Long caches: grow the chunk so the merge's partial count stays bounded.
         let group = if one_pass {
             p.n_heads / p.n_kv_heads.max(1)
@@ -169,7 +133,7 @@ impl VulkanBackend {
     }
 
     /// The grouped-query split (one workgroup per kv head, small chunks) applies: fused ops,
-    /// not `VKLLM_ATTN=reference`, at most [`GQA_MAX`] query heads per kv head, and subgroups of
+    /// not tuning `attn=reference`, at most [`GQA_MAX`] query heads per kv head, and subgroups of
     /// at least 8 lanes (it sums 8-lane clusters with shuffles).
     fn gqa_applies(&self, p: &AttnParams) -> bool {
         let info = self.dev.info();
@@ -179,7 +143,7 @@ impl VulkanBackend {
             info.subgroup_size
         };
         self.fused
-            && attn_mode() != AttnMode::Reference
+            && self.dev.tuning().attn != DecodeAttn::Reference
             && p.n_heads / p.n_kv_heads.max(1) <= GQA_MAX
             && min_sg >= 8
     }
@@ -193,8 +157,8 @@ impl VulkanBackend {
         p: &AttnParams,
         out: Tensor,
     ) -> Result<(), ModelError> {
-        // Split and merge in one dispatch when `VKLLM_ATTN=fused` asks for it.
-        let one_pass = attn_mode() == AttnMode::Fused && self.gqa_applies(p);
+        // Split and merge in one dispatch when tuning `attn=fused` asks for it.
+        let one_pass = self.dev.tuning().attn == DecodeAttn::Fused && self.gqa_applies(p);
         let AttnPlan {
             shape,
             decode,
@@ -208,11 +172,11 @@ impl VulkanBackend {
         } else {
             self.coop_prefill_pos0(positions, n, p.head_dim)
         };
-        // The second coop kernel, its heavy tiles' keys split where VKLLM_ATTN_COOP_SPLIT asks.
+        // The second coop kernel, its heavy tiles' keys split as tuning `attn_coop_split` asks.
         let coop2 = match coop_pos0 {
             Some(pos0) => self
                 .coop2_tile(&shape)
-                .map(|t| t.with_split(attn_coop_split(), n, pos0)),
+                .map(|t| t.with_split(self.dev.tuning().attn_coop_split, n, pos0)),
             None => None,
         };
         if let Some(t) = coop2.filter(|t| t.split > 1) {
@@ -309,7 +273,7 @@ impl VulkanBackend {
     }
 
     /// `Backend::rope_attention`: with [`VulkanBackend::with_folded_attention`] (or
-    /// `VKLLM_ATTN=rope`), a decode step whose
+    /// `with_folded_attention`), a decode step whose
     /// projections are packed runs the input step, split and merge as one dispatch
     /// (`AttnDecodeRope`); otherwise `rope_kv` then `attention`.
     pub(super) fn rope_attention_op(

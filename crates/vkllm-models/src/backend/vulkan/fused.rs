@@ -1,6 +1,6 @@
 //! Fused forms of graph steps: one dispatch where the reference path (the `Backend` trait's
 //! default methods) issues several. Each is used only while `VulkanBackend::fused()` holds
-//! (`VKLLM_UNFUSED=1` or [`VulkanBackend::with_unfused_ops`] select the reference path), and has a
+//! (tuning `fused=0` or [`VulkanBackend::with_unfused_ops`] select the reference path), and has a
 //! kernel parity case against the composed CPU ops.
 
 use vkllm_cpu::RopeStyle;
@@ -24,18 +24,14 @@ use vkllm_kernels::activation::Activation as KAct;
 
 /// Layout of the fused input step for `n` tokens. Prefill-sized batches (more than
 /// [`MAX_COLUMNS`] tokens) take one invocation per element pair ([`RopeKvGrid::Pairs`]) unless
-/// `VKLLM_ROPE_KV_TPW=1|2|3|4` (read once) asks for the per-head layout with that many tokens
-/// per workgroup (the reference; slower, docs/benchmarks.md). Decode batches keep one
-/// (head, token) per workgroup.
-fn rope_kv_grid(n: usize) -> RopeKvGrid {
-    static T: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    let t = *T.get_or_init(|| {
-        std::env::var("VKLLM_ROPE_KV_TPW")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|t| (1..=vkllm_kernels::rope_kv_append::MAX_TOKENS_PER_GROUP).contains(t))
-    });
-    match (n > MAX_COLUMNS, t) {
+/// the tuning's `rope_kv_tpw` asks for the per-head layout with that many tokens per workgroup
+/// (the reference; slower, docs/benchmarks.md). Decode batches keep one (head, token) per
+/// workgroup.
+fn rope_kv_grid(t: &vkllm_vk::Tuning, n: usize) -> RopeKvGrid {
+    let tpw = t
+        .rope_kv_tpw
+        .map(|x| x.min(vkllm_kernels::rope_kv_append::MAX_TOKENS_PER_GROUP));
+    match (n > MAX_COLUMNS, tpw) {
         (false, _) => RopeKvGrid::PerHead { tokens: 1 },
         (true, Some(tokens)) => RopeKvGrid::PerHead { tokens },
         (true, None) => RopeKvGrid::Pairs,
@@ -118,7 +114,7 @@ impl VulkanBackend {
             row_stride: 0,
             ring: kv.ring,
             tok_strides: None,
-            grid: rope_kv_grid(n),
+            grid: rope_kv_grid(self.dev.tuning(), n),
         };
         self.record(|me, r| {
             let (kc, vc, stride) = me.kv_region(kv, width)?;
@@ -200,7 +196,10 @@ impl VulkanBackend {
     /// separate ops.
     pub(super) fn norm_qkv_op(&mut self, a: &NormQkv<'_>) -> Result<bool, ModelError> {
         let plain = a.q.bias.is_none() && a.k.bias.is_none() && a.v.bias.is_none();
-        if self.fused && self.groups_products(a.n) && vkllm_vk::coop_group_step("qkv") {
+        if self.fused
+            && self.groups_products(a.n)
+            && vkllm_vk::coop_group_step(self.dev.tuning(), "qkv")
+        {
             self.rmsnorm(a.x, a.norm, a.n, a.q.cols, a.eps, a.norm_offset, a.h)?;
             let ws = [(a.q, a.q_out), (a.k, a.k_out), (a.v, a.v_out)];
             self.linear_group(&ws, a.h, a.n)?;
@@ -235,7 +234,7 @@ impl VulkanBackend {
     pub(super) fn norm_gated_mlp_op(&mut self, a: &NormMlp<'_>) -> Result<(), ModelError> {
         let unbiased = a.gate.bias.is_none() && a.up.bias.is_none();
         if self.fused && self.groups_products(a.n) {
-            let grouped = vkllm_vk::coop_group_step("mlp");
+            let grouped = vkllm_vk::coop_group_step(self.dev.tuning(), "mlp");
             if unbiased || grouped {
                 self.rmsnorm(a.x, a.norm, a.n, a.gate.cols, a.eps, a.norm_offset, a.h)?;
                 // (`vkllm_vk::coop_glu_enabled` and the weights decide whether it applies.)

@@ -10,30 +10,17 @@ use crate::error::ModelError;
 
 /// Dispatches of the first part of a forward submitted while the rest is recorded; each
 /// further part doubles, up to [`MAX_PART`] (see `VulkanBackend::record`). 16 measured at least
-/// as fast as 32 or 8 (docs/benchmarks.md).
-pub(super) const FIRST_PART: usize = 16;
+/// as fast as 32 or 8 (docs/benchmarks.md); the tuning's `split_submit` default.
+pub(super) const FIRST_PART: usize = vkllm_vk::SPLIT_SUBMIT_FIRST;
 const MAX_PART: usize = 256;
-
-/// `VKLLM_SPLIT_SUBMIT`: `0` one submit per forward; a number > 1 the first part's dispatches;
-/// unset (or anything else) [`FIRST_PART`].
-pub(super) fn env_first_part() -> Option<usize> {
-    match std::env::var("VKLLM_SPLIT_SUBMIT")
-        .ok()
-        .map(|v| v.parse::<usize>())
-    {
-        Some(Ok(0)) => None,
-        Some(Ok(n)) if n > 1 => Some(n),
-        _ => Some(FIRST_PART),
-    }
-}
 
 /// The largest read `read_f32` copies within the recorded work (larger ones, e.g. every row's
 /// logits of a long chunk, go through the device's chunked staging download).
 const READBACK_MAX: u64 = 64 << 20;
 
 impl VulkanBackend {
-    /// Chooses how forwards reach the GPU (both on by default; `VKLLM_ONE_SUBMIT=0` and
-    /// `VKLLM_SPLIT_SUBMIT=0` turn them off at creation). `one_submit`: step inputs in
+    /// Chooses how forwards reach the GPU (both on by default; the tuning's `one_submit=0` and
+    /// `split_submit=0` turn them off at creation). `one_submit`: step inputs in
     /// host-visible memory and reads copied in the same submit as the work before them;
     /// `first_part`: a forward is submitted in growing parts while it is recorded, the first
     /// of this many dispatches (default 16), each next one twice as large up to 256 (or the

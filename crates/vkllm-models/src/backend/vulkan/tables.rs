@@ -3,56 +3,11 @@
 //! choice of the cooperative-matrix prefill attention.
 
 use vkllm_cpu::Rope;
-use vkllm_vk::MemoryKind;
+use vkllm_vk::{MemoryKind, PrefillAttn};
 
 use super::{RopeTable, VulkanBackend};
 use crate::backend::Tensor;
 use crate::error::ModelError;
-
-/// `VKLLM_ATTN_PREFILL=portable` keeps prefill attention on the portable tiled kernel (the
-/// reference) on devices with cooperative matrices.
-fn attn_prefill_portable() -> bool {
-    static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *P.get_or_init(|| std::env::var("VKLLM_ATTN_PREFILL").is_ok_and(|v| v == "portable"))
-}
-
-/// `VKLLM_ATTN_PREFILL=coop1` keeps the first cooperative-matrix prefill kernel
-/// (`attention_prefill_coop.wgsl`) where the second one would run.
-fn attn_prefill_coop1() -> bool {
-    static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *P.get_or_init(|| std::env::var("VKLLM_ATTN_PREFILL").is_ok_and(|v| v == "coop1"))
-}
-
-/// The environment variable `name` as an integer in `range`, or `default` when unset or not one.
-fn env_in(name: &str, range: std::ops::RangeInclusive<u32>, default: u32) -> u32 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .filter(|n| range.contains(n))
-        .unwrap_or(default)
-}
-
-/// `VKLLM_ATTN_COOP_NSG` (1..=4): subgroups per workgroup of the second kernel (tuning; the
-/// default is 4).
-fn attn_coop_nsg() -> u32 {
-    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *N.get_or_init(|| env_in("VKLLM_ATTN_COOP_NSG", 1..=4, 4))
-}
-
-/// `VKLLM_ATTN_COOP_SPLIT` (1..=4): workgroups the second kernel splits a heavy query tile's
-/// keys over (1: no split, the reference launch); default 2.
-pub(super) fn attn_coop_split() -> u32 {
-    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *N.get_or_init(|| env_in("VKLLM_ATTN_COOP_SPLIT", 1..=4, 2))
-}
-
-/// `VKLLM_ATTN_SKIP` (0..=15, timing diagnostics): the parts of each step the second kernel
-/// leaves out ([`CoopAttn2Tile::skip`](vkllm_kernels::attention_prefill_coop2::CoopAttn2Tile::skip));
-/// any other value: 0. Attention output is wrong unless 0.
-fn attn_skip() -> u32 {
-    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *N.get_or_init(|| env_in("VKLLM_ATTN_SKIP", 0..=15, 0))
-}
 
 impl VulkanBackend {
     /// The first position of a prefill batch when the cooperative-matrix attention can run it:
@@ -65,7 +20,8 @@ impl VulkanBackend {
         head_dim: usize,
     ) -> Option<usize> {
         use vkllm_kernels::attention_prefill_coop::CoopAttnTile;
-        if !self.dev.coopmat() || self.capture_ctx.is_some() || attn_prefill_portable() {
+        let portable = self.dev.tuning().attn_prefill == PrefillAttn::Portable;
+        if !self.dev.coopmat() || self.capture_ctx.is_some() || portable {
             return None;
         }
         CoopAttnTile::for_shape(head_dim, self.dev.info().subgroup_size)?;
@@ -75,24 +31,21 @@ impl VulkanBackend {
         consecutive.then_some(p0 as usize)
     }
 
-    /// The second cooperative-matrix prefill kernel's configuration for `shape`, unless
-    /// `VKLLM_ATTN_PREFILL=coop1` asks for the first one or the shape is outside it.
+    /// The second cooperative-matrix prefill kernel's configuration for `shape`, unless the
+    /// tuning's `attn_prefill=coop1` asks for the first one or the shape is outside it.
     pub(super) fn coop2_tile(
         &self,
         shape: &vkllm_kernels::attention::AttnShape,
     ) -> Option<vkllm_kernels::attention_prefill_coop2::CoopAttn2Tile> {
         use vkllm_kernels::attention_prefill_coop2::CoopAttn2Tile;
-        if attn_prefill_coop1() {
+        let t = self.dev.tuning();
+        if t.attn_prefill == PrefillAttn::Coop1 {
             return None;
         }
         let group = shape.n_heads / shape.n_kv_heads.max(1);
         let sg = self.dev.info().subgroup_size;
-        CoopAttn2Tile::with_nsg(attn_coop_nsg(), shape.head_dim, group, sg, shape.kv)
+        CoopAttn2Tile::with_nsg(t.attn_coop_nsg, shape.head_dim, group, sg, shape.kv)
             .or_else(|| CoopAttn2Tile::for_shape(shape.head_dim, group, sg, shape.kv))
-            .map(|t| CoopAttn2Tile {
-                skip: attn_skip(),
-                ..t
-            })
     }
 
     pub(super) fn rope_table(&mut self, rope: &Rope, need: usize) -> Result<usize, ModelError> {
