@@ -174,7 +174,7 @@ pub fn gpu_vs_cpu_with(
 
 /// The kernel suite of `vkllm-vk` (tier "gpu op vs cpu op") as rows of this table.
 pub fn gpu_kernels(dev: &Device, seed: u64) -> Result<Vec<ParityRow>, ModelError> {
-    Ok(vkllm_vk::parity::run_kernel_parity(dev, seed)?
+    Ok(vkllm_parity::run_kernel_parity(dev, seed)?
         .into_iter()
         .map(|k| ParityRow {
             subject: format!("{} {} [{}]", k.kernel, k.variant, k.shape),
@@ -303,7 +303,7 @@ pub fn full_report() -> (Vec<ParityRow>, Vec<String>) {
     take(all_families(cpu_vs_transformers));
     match Device::from_env() {
         Ok(dev) => {
-            let seed = vkllm_vk::parity::seed_from_env();
+            let seed = vkllm_parity::seed_from_env();
             match gpu_kernels(&dev, seed) {
                 Ok(k) => take(k.into_iter().map(Ok).collect()),
                 Err(e) => take(vec![Err((format!("gpu kernels (seed {seed})"), e))]),

@@ -289,7 +289,7 @@ impl Recorder {
     /// `elems` f32 of `x` as f16 words (`to_f16`) in this recorder's scratch: converted here,
     /// unless the scratch already holds exactly them and nothing recorded since wrote to `x`
     /// (q, k and v of a layer share one conversion).
-    pub(crate) fn half_x(&mut self, x: BufSlice<'_>, elems: usize) -> Result<Buffer> {
+    pub fn half_x(&mut self, x: BufSlice<'_>, elems: usize) -> Result<Buffer> {
         let key = Some((x.buffer.raw(), x.offset, elems));
         for i in 0..2 {
             if self.split.half_src[i] == key

@@ -14,7 +14,6 @@
 //!   per dispatch with timestamp queries;
 //! - validation: `VKLLM_VALIDATE=1` (or [`Validation::On`]) enables the Khronos layer with
 //!   synchronization validation and records its messages ([`Device::check_validation`]);
-//! - [`parity`]: every kernel against its `vkllm-cpu` op (the "gpu op vs cpu op" tier);
 //! - [`bench`]: matvec/matmul bandwidth and throughput by timestamps.
 
 mod buffer;
@@ -35,15 +34,14 @@ mod tensor;
 mod tuning;
 
 pub mod bench;
-pub mod parity;
 
 pub use buffer::{BufSlice, Buffer, MemoryKind};
 pub use coop_dequant::{DEQUANT_SLOTS, DequantPolicy};
 pub use coop_split::{
-    DEFAULT_BK as COOP_DEFAULT_BK, SPLIT_TARGET_FLOAT, SPLIT_TARGET_QUANT, SplitSlots,
-    auto_config as coop_auto_config, direct_wanted as coop_direct_wanted,
-    half_x_wanted as coop_half_x_wanted, split_target as coop_split_target,
-    with_split as coop_with_split,
+    DEFAULT_BK as COOP_DEFAULT_BK, SLOTS as COOP_SPLIT_SLOTS, SPLIT_TARGET_FLOAT,
+    SPLIT_TARGET_QUANT, SplitSlots, auto_config as coop_auto_config,
+    direct_wanted as coop_direct_wanted, half_x_wanted as coop_half_x_wanted,
+    split_target as coop_split_target, with_split as coop_with_split,
 };
 pub use coopmat::{CoopComponent, CoopMatShape};
 pub use device::{Device, DeviceOptions};
@@ -59,10 +57,10 @@ pub use recorder::{DispatchTiming, Recorder, Recording, RecordingCache};
 pub use recycle::MAX_SPARES;
 pub use tensor::{
     COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, MatvecPlan, Tensor, TensorPart,
-    default_matvec_layout, fused_matvec_impl, weight_type,
+    default_matvec_layout, fused_matvec_impl,
 };
 pub use tuning::{
     CoopGroup, DecodeAttn, PrefillAttn, SPLIT_SUBMIT_FIRST, SplitK, TUNING_KEYS, TuneError, Tuning,
-    cache_dir, tuning_from_env,
+    cache_dir, seed_from_env, tuning_from_env,
 };
 pub use vkllm_kernels as kernels;

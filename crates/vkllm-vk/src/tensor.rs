@@ -19,29 +19,6 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::recorder::Recorder;
 
-/// The kernels' weight type for a vkllm-cpu (GGUF) tensor type: every format vkllm-cpu reads
-/// has a GPU kernel.
-pub fn weight_type(q: vkllm_cpu::quant::QuantType) -> WeightType {
-    use vkllm_cpu::quant::QuantType as Q;
-    match q {
-        Q::F32 => WeightType::F32,
-        Q::F16 => WeightType::F16,
-        Q::BF16 => WeightType::Bf16,
-        Q::Q4_0 => WeightType::Q4_0,
-        Q::Q4_1 => WeightType::Q4_1,
-        Q::Q5_0 => WeightType::Q5_0,
-        Q::Q5_1 => WeightType::Q5_1,
-        Q::Q8_0 => WeightType::Q8_0,
-        Q::Q2_K => WeightType::Q2_K,
-        Q::Q3_K => WeightType::Q3_K,
-        Q::Q4_K => WeightType::Q4_K,
-        Q::Q5_K => WeightType::Q5_K,
-        Q::Q6_K => WeightType::Q6_K,
-        Q::IQ4_NL => WeightType::IQ4_NL,
-        Q::IQ4_XS => WeightType::IQ4_XS,
-    }
-}
-
 /// One row range of a weight.
 #[derive(Clone, Debug)]
 pub struct TensorPart {
@@ -167,7 +144,8 @@ impl Tensor {
         self.cols / self.dtype.block_size() * self.dtype.bytes() as usize
     }
 
-    pub(crate) fn shape(&self, p: &TensorPart, accumulate: bool) -> MatShape {
+    /// The matmul shape of part `p` (its rows, the tensor's columns and type).
+    pub fn shape(&self, p: &TensorPart, accumulate: bool) -> MatShape {
         MatShape {
             dtype: self.dtype,
             rows: p.rows,
@@ -658,28 +636,5 @@ impl Recorder {
             self.dispatch(d)?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use vkllm_cpu::quant::QuantType;
-
-    /// The kernels' block geometry agrees with vkllm-cpu's for every format.
-    #[test]
-    fn weight_types_match_the_cpu_formats() {
-        for q in QuantType::ALL {
-            let t = super::weight_type(q);
-            assert_eq!(t.ggml_id(), q.ggml_id(), "{q}");
-            assert_eq!(t.name(), q.name(), "{q}");
-            assert_eq!(t.block_size(), q.block_size(), "{q}");
-            assert_eq!(t.bytes() as usize, q.type_size(), "{q}");
-            let cols = 4 * q.block_size();
-            assert_eq!(
-                t.row_bytes(cols as u64),
-                q.row_bytes(cols).ok().map(|b| b as u64),
-                "{q}"
-            );
-        }
     }
 }

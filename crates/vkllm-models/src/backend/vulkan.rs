@@ -24,6 +24,7 @@ mod slot_graph;
 mod slots;
 mod submit;
 mod tables;
+mod weight_type;
 
 pub use recorded::RecordedDecode;
 pub use slot_graph::SlotGraph;
@@ -361,7 +362,7 @@ impl Backend for VulkanBackend {
         if !self.quantized || ty == vkllm_cpu::quant::QuantType::F32 {
             return Ok(None);
         }
-        let wt = vkllm_vk::weight_type(ty);
+        let wt = weight_type::weight_type(ty);
         let t = VkTensor::from_bytes(&self.dev, "weight", wt, rows, cols, bytes)?;
         Ok(Some(self.push(Slot::Matrix(t))))
     }

@@ -47,7 +47,7 @@ pub fn device() -> MutexGuard<'static, Device> {
 }
 
 pub fn seed() -> u64 {
-    let s = vkllm_vk::parity::seed_from_env();
+    let s = vkllm_vk::seed_from_env();
     eprintln!("seed: {s} (rerun with VKLLM_SEED={s})");
     s
 }

@@ -9,8 +9,8 @@ use vkllm_kernels::rope::RopeLayout;
 use vkllm_kernels::rope_kv_append::{HeadNorm, RopeKvAppend, RopeKvAppendShape, RopeKvGrid};
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, pack16, row, to_f16};
-use crate::device::Device;
-use crate::error::Result;
+use vkllm_vk::Device;
+use vkllm_vk::Result;
 
 struct Case {
     label: &'static str,
@@ -277,7 +277,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
             &mut want_v,
         );
         let (want_k, want_v) = (conv(&want_k).1, conv(&want_v).1);
-        let read_cache = |b: &crate::Buffer| -> Result<Vec<f32>> {
+        let read_cache = |b: &vkllm_vk::Buffer| -> Result<Vec<f32>> {
             Ok(match c.kv {
                 KvType::F32 => cx.read(b, init.len())?,
                 KvType::F16 => {

@@ -1,4 +1,4 @@
-//! Parity cases: grouped `matmul_coop` launches ([`Recorder::matmul_group`](crate::Recorder)):
+//! Parity cases: grouped `matmul_coop` launches ([`Recorder::matmul_group`](vkllm_vk::Recorder)):
 //! several weights over one X in one dispatch, each segment checked against the f64 product of
 //! the f16-rounded inputs with `coop.rs`'s tolerance. Each row's last compared element is the
 //! recording's dispatch count (X conversions + launches), so a group that silently ran as
@@ -11,10 +11,10 @@ use vkllm_kernels::matmul_coop::{CoopConfig, CoopTile};
 
 use super::coop::{config_name, coop_weight, f16_round, not_applicable, reference, tol};
 use super::{Ctx, KernelParityRow, Rng, row};
-use crate::coop_dequant::DequantPolicy;
-use crate::device::Device;
-use crate::error::Result;
-use crate::tensor::{MatmulKernel, Tensor};
+use vkllm_vk::DequantPolicy;
+use vkllm_vk::Device;
+use vkllm_vk::Result;
+use vkllm_vk::{MatmulKernel, Tensor};
 
 const KERNEL: &str = "matmul_coop_group";
 
@@ -199,7 +199,7 @@ fn group_case(dev: &Device, rng: &mut Rng, c: &Case, copied: bool) -> Result<Ker
     }
     let x = rng.vec(n * cols, -1.0, 1.0);
     let xb = cx.input("x", &x)?;
-    let poison: Vec<&crate::Buffer> = match c.accumulate {
+    let poison: Vec<&vkllm_vk::Buffer> = match c.accumulate {
         true => Vec::new(),
         false => ys.iter().collect(),
     };

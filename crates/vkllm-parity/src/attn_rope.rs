@@ -20,8 +20,8 @@ use vkllm_kernels::rope_kv_append::HeadNorm;
 
 use super::attn_fused::{grouped_split_na, show_positions, slots_reference, stored};
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, row};
-use crate::device::Device;
-use crate::error::Result;
+use vkllm_vk::Device;
+use vkllm_vk::Result;
 
 const KERNEL: &str = "attn_decode_rope";
 const IDLE: usize = IDLE_POS as usize;
@@ -259,14 +259,14 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
         cx.input("q_pos", &pos32)?,
     );
     let out = cx.output("out", want.len())?;
-    let (ml, o) = AttnDecode::<crate::BufSlice<'_>>::scratch_bytes(&shape, c.chunk);
+    let (ml, o) = AttnDecode::<vkllm_vk::BufSlice<'_>>::scratch_bytes(&shape, c.chunk);
     let part_ml = cx
         .dev
-        .create_buffer("part_ml", ml, crate::MemoryKind::Device)?;
+        .create_buffer("part_ml", ml, vkllm_vk::MemoryKind::Device)?;
     let part_o = cx
         .dev
-        .create_buffer("part_o", o, crate::MemoryKind::Device)?;
-    let n_ctr = AttnDecodeFused::<crate::BufSlice<'_>>::counter_bytes(&shape) as usize / 4;
+        .create_buffer("part_o", o, vkllm_vk::MemoryKind::Device)?;
+    let n_ctr = AttnDecodeFused::<vkllm_vk::BufSlice<'_>>::counter_bytes(&shape) as usize / 4;
     let counters = cx.input("counters", &vec![0u32; n_ctr])?;
     cx.run(&[&out, &part_ml, &part_o], |rec| {
         rec.dispatch(
@@ -287,7 +287,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
         )
     })?;
     let got = cx.read(&out, want.len())?;
-    let read_cache = |b: &crate::Buffer| -> Result<Vec<f32>> {
+    let read_cache = |b: &vkllm_vk::Buffer| -> Result<Vec<f32>> {
         Ok(match c.kv {
             KvType::F32 => cx.read(b, cache_words)?,
             KvType::F16 => {

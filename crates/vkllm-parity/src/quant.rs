@@ -12,13 +12,13 @@ use vkllm_kernels::WeightType;
 use vkllm_kernels::matvec_fused::MatvecImpl;
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, row};
-use crate::device::Device;
-use crate::error::Result;
-use crate::parity::mat::{impl_name, max_sum_abs, tol_dot};
-use crate::tensor::{MatmulKernel, Tensor};
+use crate::mat::{impl_name, max_sum_abs, tol_dot};
+use vkllm_vk::Device;
+use vkllm_vk::Result;
+use vkllm_vk::{MatmulKernel, Tensor};
 
-pub(crate) fn cpu_err(e: vkllm_cpu::CpuError) -> crate::Error {
-    crate::Error::Shape(e.to_string())
+pub(crate) fn cpu_err(e: vkllm_cpu::CpuError) -> vkllm_vk::Error {
+    vkllm_vk::Error::Shape(e.to_string())
 }
 
 pub(crate) fn quant_type(dtype: WeightType) -> Result<QuantType> {
@@ -126,7 +126,7 @@ pub(crate) fn quant_case(
         } else {
             cx.output("y", rows)?
         };
-        let poison: Vec<&crate::Buffer> = if accumulate { vec![] } else { vec![&y] };
+        let poison: Vec<&vkllm_vk::Buffer> = if accumulate { vec![] } else { vec![&y] };
         cx.run(&poison, |r| {
             r.matvec_impl(imp, &t, xb.all(), y.all(), accumulate)
         })?;
@@ -165,7 +165,7 @@ pub(crate) fn quant_case(
         } else {
             cx.output("y", n * rows)?
         };
-        let poison: Vec<&crate::Buffer> = if accumulate { vec![] } else { vec![&y] };
+        let poison: Vec<&vkllm_vk::Buffer> = if accumulate { vec![] } else { vec![&y] };
         // The portable kernel (f32 throughout); matmul_coop has its own case (f16 inputs).
         cx.run(&poison, |r| {
             r.matmul_with(&t, xb.all(), n, y.all(), accumulate, MatmulKernel::Portable)

@@ -14,8 +14,8 @@ use vkllm_kernels::causal_conv1d::{CausalConv1d, ConvShape};
 use vkllm_kernels::gated_delta_rule::{DeltaShape as DeltaShapeK, GatedDeltaRule, StateRows};
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, row};
-use crate::device::Device;
-use crate::error::Result;
+use vkllm_vk::Device;
+use vkllm_vk::Result;
 
 /// Sequences in the state of every case.
 const SLOTS: usize = 3;

@@ -10,8 +10,8 @@ use vkllm_kernels::dequant_f16::{DequantF16, f16_bytes};
 use super::basic::halves_row;
 use super::quant::{cpu_err, quant_type, weights};
 use super::{Ctx, KernelParityRow, Rng};
-use crate::device::Device;
-use crate::error::Result;
+use vkllm_vk::Device;
+use vkllm_vk::Result;
 
 pub(crate) fn dequant_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
     let cx = Ctx { dev };

@@ -1,5 +1,6 @@
-//! The "gpu op vs cpu op" parity tier: every kernel of `vkllm-kernels` run on a device and
-//! compared with its `vkllm-cpu` op on fresh random inputs.
+//! vkllm-parity, the kernel parity harness (above vkllm-vk and vkllm-cpu; vkllm-models builds
+//! its model tiers on it): the "gpu op vs cpu op" tier, every kernel of `vkllm-kernels` run on a
+//! device through `vkllm-vk` and compared with its `vkllm-cpu` op on fresh random inputs.
 //!
 //! Each case NaN-poisons its output buffers inside the same recording right before the dispatch
 //! (so an unwritten element fails), uses shapes that are not multiples of the workgroup sizes, and
@@ -34,11 +35,11 @@ mod sample;
 
 use vkllm_cpu::compare::{Diff, diff};
 
-use crate::buffer::{Buffer, MemoryKind};
-use crate::device::Device;
-use crate::error::Result;
-use crate::instance::Validation;
-use crate::recorder::Recorder;
+use vkllm_vk::Device;
+use vkllm_vk::Recorder;
+use vkllm_vk::Result;
+use vkllm_vk::Validation;
+use vkllm_vk::{Buffer, MemoryKind};
 
 /// One row of the parity table.
 #[derive(Clone, Debug)]
@@ -176,7 +177,7 @@ pub fn run_kernel_parity(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
     Ok(rows)
 }
 
-pub use crate::tuning::seed_from_env;
+pub use vkllm_vk::seed_from_env;
 
 /// SplitMix64: a small, seedable generator for test inputs.
 pub(crate) struct Rng(u64);

@@ -7,10 +7,10 @@ use vkllm_cpu::SamplingParams;
 use vkllm_kernels::sample::{Sample, SampleSettings, SampleShape};
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, row};
-use crate::buffer::Buffer;
-use crate::device::Device;
-use crate::error::Result;
-use crate::recorder::Recorder;
+use vkllm_vk::Buffer;
+use vkllm_vk::Device;
+use vkllm_vk::Recorder;
+use vkllm_vk::Result;
 
 #[derive(Clone)]
 struct Case {
@@ -280,11 +280,11 @@ fn run(dev: &Device, cases: &[Case], v: usize, launch: Launch) -> Result<KernelP
     );
     let scratch = cx.output(
         "scratch",
-        Sample::<crate::BufSlice<'_>>::scratch_bytes(v, rows) as usize / 4,
+        Sample::<vkllm_vk::BufSlice<'_>>::scratch_bytes(v, rows) as usize / 4,
     )?;
     let ctr = cx.output(
         "ctr",
-        Sample::<crate::BufSlice<'_>>::ctr_bytes(rows) as usize / 4,
+        Sample::<vkllm_vk::BufSlice<'_>>::ctr_bytes(rows) as usize / 4,
     )?;
     let out: Buffer = cx.output("out", rows)?;
     let shape = SampleShape {
@@ -299,7 +299,7 @@ fn run(dev: &Device, cases: &[Case], v: usize, launch: Launch) -> Result<KernelP
     r.fill(scratch.all(), f32::NAN.to_bits())?;
     r.fill(ctr.all(), 0x5a5a_5a5a)?;
     for row in 0..rows {
-        let w = Sample::<crate::BufSlice<'_>>::ctr_counter_words(row);
+        let w = Sample::<vkllm_vk::BufSlice<'_>>::ctr_counter_words(row);
         r.fill(ctr.slice(4 * w.start as u64, 4 * w.len() as u64)?, 0)?;
     }
     r.finish()?.submit()?;
@@ -327,7 +327,7 @@ fn run(dev: &Device, cases: &[Case], v: usize, launch: Launch) -> Result<KernelP
     let mut want = Vec::new();
     for run in 0..2 {
         rec.submit()?;
-        if dev.validation() == crate::Validation::On {
+        if dev.validation() == vkllm_vk::Validation::On {
             dev.check_validation()?;
         }
         let g = dev.read_vec::<u32>(&out, rows)?;
@@ -345,10 +345,10 @@ fn run(dev: &Device, cases: &[Case], v: usize, launch: Launch) -> Result<KernelP
     }
     let left = dev.read_vec::<u32>(
         &ctr,
-        Sample::<crate::BufSlice<'_>>::ctr_bytes(rows) as usize / 4,
+        Sample::<vkllm_vk::BufSlice<'_>>::ctr_bytes(rows) as usize / 4,
     )?;
     for row in 0..rows {
-        for w in Sample::<crate::BufSlice<'_>>::ctr_counter_words(row) {
+        for w in Sample::<vkllm_vk::BufSlice<'_>>::ctr_counter_words(row) {
             got.push(left[w] as f32);
             want.push(0.0);
         }

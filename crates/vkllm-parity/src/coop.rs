@@ -17,10 +17,10 @@ use vkllm_kernels::matvec::MatShape;
 
 use super::quant::{dequantize, weights};
 use super::{Ctx, KernelParityRow, Rng, Tol, row, to_f16};
-use crate::device::Device;
-use crate::error::Result;
-use crate::parity::mat::weight;
-use crate::tensor::{MatmulKernel, Tensor};
+use crate::mat::weight;
+use vkllm_vk::Device;
+use vkllm_vk::Result;
+use vkllm_vk::{MatmulKernel, Tensor};
 
 const KERNEL: &str = "matmul_coop";
 
@@ -287,7 +287,7 @@ pub(crate) fn matmul_coop(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
         } else {
             cx.output("y", n * rows)?
         };
-        let poison: Vec<&crate::Buffer> = if accumulate { vec![] } else { vec![&y] };
+        let poison: Vec<&vkllm_vk::Buffer> = if accumulate { vec![] } else { vec![&y] };
         cx.run(&poison, |r| {
             r.matmul_with(
                 &t,
@@ -342,7 +342,7 @@ fn half_x_reuse(dev: &Device, rng: &mut Rng) -> Result<KernelParityRow> {
     let x = rng.vec(n * cols, -1.0, 1.0);
     let x2 = rng.vec(n * cols, -1.0, 1.0);
     let (xb, x2b) = (cx.input("x", &x)?, cx.input("x2", &x2)?);
-    let ys: Vec<crate::Buffer> = (0..3)
+    let ys: Vec<vkllm_vk::Buffer> = (0..3)
         .map(|_| cx.output("y", n * rows))
         .collect::<Result<_>>()?;
     let c = CoopConfig {
@@ -402,8 +402,8 @@ fn split_reuse(dev: &Device, rng: &mut Rng) -> Result<KernelParityRow> {
     let t = Tensor::from_bytes(dev, "w", WeightType::Q8_0, rows, cols, &bytes)?;
     let xb = cx.input("x", &x)?;
     let y = cx.input("y", &y0)?;
-    let mut r = crate::Recorder::new(dev)?;
-    let calls = crate::coop_split::SLOTS + 1;
+    let mut r = vkllm_vk::Recorder::new(dev)?;
+    let calls = vkllm_vk::COOP_SPLIT_SLOTS + 1;
     for _ in 0..calls {
         r.matmul_with(&t, xb.all(), n, y.all(), true, MatmulKernel::CoopWith(c))?;
     }

@@ -1,4 +1,4 @@
-//! Parity cases: the gated `matmul_coop` launch ([`Recorder::matmul_glu`](crate::Recorder)):
+//! Parity cases: the gated `matmul_coop` launch ([`Recorder::matmul_glu`](vkllm_vk::Recorder)):
 //! `act(X gate^T) * (X up^T)` in one dispatch, against vkllm-cpu's activation of the f64
 //! products of the f16-rounded inputs. Tolerance: `coop.rs`'s bound `tol_g` on each product
 //! carried through the activation and the multiply, `max_abs = 1.2 tol_g max|up| + max|act(g)|
@@ -15,10 +15,10 @@ use vkllm_kernels::matmul_coop::{CoopConfig, CoopGlu, CoopSegment, CoopTile, Mat
 
 use super::coop::{coop_weight, f16_round, not_applicable, reference, tol};
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, row};
-use crate::coop_dequant::DequantPolicy;
-use crate::device::Device;
-use crate::error::Result;
-use crate::tensor::Tensor;
+use vkllm_vk::DequantPolicy;
+use vkllm_vk::Device;
+use vkllm_vk::Result;
+use vkllm_vk::Tensor;
 
 const KERNEL: &str = "matmul_coop_glu";
 
@@ -106,7 +106,7 @@ fn weights(
     Ok((one("gate")?, one("up")?))
 }
 
-/// [`Recorder::matmul_glu`](crate::Recorder) on the automatic launch: X's conversion (where
+/// [`Recorder::matmul_glu`](vkllm_vk::Recorder) on the automatic launch: X's conversion (where
 /// the launch reads f16 X), f16 copies of quantized weights, one gated launch.
 fn recorder_case(
     dev: &Device,
@@ -128,8 +128,7 @@ fn recorder_case(
     } else {
         dtype
     };
-    let Some(cfg) = crate::matmul_glu::glu_config(dev.tuning(), launch_type, rows, n, cols, sg)
-    else {
+    let Some(cfg) = vkllm_vk::coop_glu_config(dev.tuning(), launch_type, rows, n, cols, sg) else {
         return Ok(KernelParityRow::not_applicable(
             KERNEL,
             "automatic launch",
@@ -240,9 +239,9 @@ fn half_case(
 /// Weight `t` (one part) writing `y`, rows `rows` long, in a gated launch.
 fn segment<'a>(
     t: &'a Tensor,
-    y: crate::BufSlice<'a>,
+    y: vkllm_vk::BufSlice<'a>,
     rows: usize,
-) -> CoopSegment<crate::BufSlice<'a>> {
+) -> CoopSegment<vkllm_vk::BufSlice<'a>> {
     CoopSegment {
         w: t.parts[0].buffer.all(),
         y,

@@ -27,10 +27,10 @@ use vkllm_kernels::matvec_rows::MatvecLayout;
 
 use super::quant::{cpu_err, dequantize, quant_type, weights};
 use super::{Ctx, KernelParityRow, Rng, row};
-use crate::device::Device;
-use crate::error::Result;
-use crate::parity::mat::{max_sum_abs, tol_dot, weight};
-use crate::tensor::{MatvecPlan, Tensor};
+use crate::mat::{max_sum_abs, tol_dot, weight};
+use vkllm_vk::Device;
+use vkllm_vk::Result;
+use vkllm_vk::{MatvecPlan, Tensor};
 
 /// One weight as uploaded and as the reference sees it.
 struct W {
@@ -252,7 +252,7 @@ fn run_case(
     } else {
         cx.output("y", n * y_stride)?
     };
-    let poison: Vec<&crate::Buffer> = if accumulate { vec![] } else { vec![&y] };
+    let poison: Vec<&vkllm_vk::Buffer> = if accumulate { vec![] } else { vec![&y] };
     let refs: Vec<&Tensor> = tensors.iter().collect();
     let plan = MatvecPlan {
         n_cols: n,

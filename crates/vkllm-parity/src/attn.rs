@@ -6,9 +6,9 @@ use vkllm_kernels::kv_append::KvType;
 use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
 
 use super::{Ctx, KernelParityRow, Rng, Tol, pack16, row, to_f16};
-use crate::buffer::Buffer;
-use crate::device::Device;
-use crate::error::Result;
+use vkllm_vk::Buffer;
+use vkllm_vk::Device;
+use vkllm_vk::Result;
 
 pub(crate) fn rope(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
     let cx = Ctx { dev };
@@ -271,9 +271,9 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
     ];
     for (c, chunk) in cases {
         let d = attn_data(&cx, &mut rng, &c)?;
-        let (ml, o) = AttnDecode::<crate::BufSlice<'_>>::scratch_bytes(&d.shape, chunk);
-        let part_ml = dev.create_buffer("part_ml", ml, crate::MemoryKind::Device)?;
-        let part_o = dev.create_buffer("part_o", o, crate::MemoryKind::Device)?;
+        let (ml, o) = AttnDecode::<vkllm_vk::BufSlice<'_>>::scratch_bytes(&d.shape, chunk);
+        let part_ml = dev.create_buffer("part_ml", ml, vkllm_vk::MemoryKind::Device)?;
+        let part_o = dev.create_buffer("part_o", o, vkllm_vk::MemoryKind::Device)?;
         // The reference split, then the grouped-query split (its partials, same merge).
         for gqa in [false, true] {
             if !gqa && chunk < 16 {

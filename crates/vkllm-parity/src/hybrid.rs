@@ -8,8 +8,8 @@ use vkllm_kernels::moe_route::MoeRoute;
 use vkllm_kernels::sigmoid_mul::SigmoidMul;
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, row};
-use crate::device::Device;
-use crate::error::Result;
+use vkllm_vk::Device;
+use vkllm_vk::Result;
 
 fn max_abs(x: &[f32]) -> f64 {
     x.iter().fold(0.0f64, |m, v| m.max(f64::from(v.abs())))

@@ -10,8 +10,8 @@ use vkllm_kernels::logprobs::{Logprobs, LogprobsShape};
 use vkllm_kernels::sample::SampleSettings;
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, pack16, row, to_f16};
-use crate::device::Device;
-use crate::error::Result;
+use vkllm_vk::Device;
+use vkllm_vk::Result;
 
 /// Slot-major KV append: token t writes row t * cap + pos[t]; an idle slot writes nothing.
 pub(crate) fn kv_append_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
@@ -136,9 +136,9 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             ring: None,
         };
         let chunk = 64;
-        let (ml, o) = AttnDecode::<crate::BufSlice<'_>>::scratch_bytes(&shape, chunk);
-        let part_ml = dev.create_buffer("part_ml", ml, crate::MemoryKind::Device)?;
-        let part_o = dev.create_buffer("part_o", o, crate::MemoryKind::Device)?;
+        let (ml, o) = AttnDecode::<vkllm_vk::BufSlice<'_>>::scratch_bytes(&shape, chunk);
+        let part_ml = dev.create_buffer("part_ml", ml, vkllm_vk::MemoryKind::Device)?;
+        let part_o = dev.create_buffer("part_o", o, vkllm_vk::MemoryKind::Device)?;
         let (qb, pb, out) = (
             cx.input("q", &q)?,
             cx.input("q_pos", &pos)?,

@@ -22,8 +22,8 @@ use vkllm_kernels::kv_append::KvType;
 
 use super::coop::not_applicable;
 use super::{Ctx, KernelParityRow, Rng, Tol, pack16, row, to_f16};
-use crate::device::Device;
-use crate::error::Result;
+use vkllm_vk::Device;
+use vkllm_vk::Result;
 
 const KERNEL: &str = "attn_prefill_coop2";
 

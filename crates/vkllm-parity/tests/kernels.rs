@@ -1,6 +1,6 @@
 //! The kernel parity suite: one test per kernel family, each comparing the GPU kernel with its
 //! vkllm-cpu op under the validation layer. Run on lavapipe in CI and on the H200 (the same
-//! binary: `cargo test --profile device -p vkllm-vk --test kernels --no-run`).
+//! binary: `cargo test --profile device -p vkllm-parity --test kernels --no-run`).
 
 mod common;
 
@@ -8,7 +8,7 @@ fn check(name: &str) {
     let dev = common::device();
     let dev = &*dev;
     let seed = common::seed();
-    let case = vkllm_vk::parity::CASES
+    let case = vkllm_parity::CASES
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, f)| *f)
@@ -52,7 +52,7 @@ macro_rules! parity_tests {
         #[test]
         fn every_case_has_a_test() {
             let tested = [$(stringify!($name)),*];
-            for (n, _) in vkllm_vk::parity::CASES {
+            for (n, _) in vkllm_parity::CASES {
                 assert!(tested.contains(n), "parity case {n} has no #[test]");
             }
         }

@@ -6,9 +6,9 @@ use vkllm_kernels::matvec::MatShape;
 use vkllm_kernels::matvec_fused::{MatvecImpl, MatvecOp};
 
 use super::{Ctx, KernelParityRow, Rng, Tol, row, to_bf16, to_f16};
-use crate::device::Device;
-use crate::error::Result;
-use crate::tensor::{MatmulKernel, Tensor};
+use vkllm_vk::Device;
+use vkllm_vk::Result;
+use vkllm_vk::{MatmulKernel, Tensor};
 
 /// A dot product of f32 terms summed in another order differs by at most a small multiple of
 /// eps * sum |terms| (blocked/tree sums: O(log n) eps); 16 eps covers it with margin.
@@ -88,7 +88,7 @@ pub(crate) fn matvec(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
         } else {
             cx.output("y", rows)?
         };
-        let poison: Vec<&crate::Buffer> = if accumulate { vec![] } else { vec![&y] };
+        let poison: Vec<&vkllm_vk::Buffer> = if accumulate { vec![] } else { vec![&y] };
         cx.run(&poison, |r| {
             r.matvec_impl(imp, &t, xb.all(), y.all(), accumulate)
         })?;
@@ -150,7 +150,7 @@ pub(crate) fn matmul(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
         } else {
             cx.output("y", n * rows)?
         };
-        let poison: Vec<&crate::Buffer> = if accumulate { vec![] } else { vec![&y] };
+        let poison: Vec<&vkllm_vk::Buffer> = if accumulate { vec![] } else { vec![&y] };
         // The portable kernel (f32 throughout); matmul_coop has its own case (f16 inputs).
         cx.run(&poison, |r| {
             r.matmul_with(&t, xb.all(), n, y.all(), accumulate, MatmulKernel::Portable)

@@ -10,9 +10,9 @@ use vkllm_kernels::attention::{AttnDecode, AttnPrefill, AttnShape};
 use vkllm_kernels::kv_append::{KvAppend, KvType};
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, pack16, row, to_f16};
-use crate::buffer::Buffer;
-use crate::device::Device;
-use crate::error::Result;
+use vkllm_vk::Buffer;
+use vkllm_vk::Device;
+use vkllm_vk::Result;
 
 /// As the full-cache attention cases: outputs are convex combinations of |v| <= 1 and the scores
 /// differ from the CPU's only by f32 summation order.
@@ -259,13 +259,13 @@ fn ring_attention(
     );
     let label = match chunk {
         Some(ch) => {
-            let (ml, o) = AttnDecode::<crate::BufSlice<'_>>::scratch_bytes(&shape, ch);
+            let (ml, o) = AttnDecode::<vkllm_vk::BufSlice<'_>>::scratch_bytes(&shape, ch);
             let part_ml = cx
                 .dev
-                .create_buffer("part_ml", ml, crate::MemoryKind::Device)?;
+                .create_buffer("part_ml", ml, vkllm_vk::MemoryKind::Device)?;
             let part_o = cx
                 .dev
-                .create_buffer("part_o", o, crate::MemoryKind::Device)?;
+                .create_buffer("part_o", o, vkllm_vk::MemoryKind::Device)?;
             cx.run(&[&ob, &part_ml, &part_o], |r| {
                 let a = AttnDecode {
                     q: qb.all(),

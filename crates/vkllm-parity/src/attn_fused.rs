@@ -16,9 +16,9 @@ use vkllm_kernels::attention::{AttnDecode, AttnDecodeFused, AttnShape};
 use vkllm_kernels::kv_append::KvType;
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, pack16, row, to_f16};
-use crate::buffer::Buffer;
-use crate::device::Device;
-use crate::error::Result;
+use vkllm_vk::Buffer;
+use vkllm_vk::Device;
+use vkllm_vk::Result;
 
 /// As the split + merge cases: outputs are convex combinations of |v| <= 1 and the scores differ
 /// from the CPU's only by f32 summation order.
@@ -324,16 +324,16 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
         cx.input("q_pos", &pos32)?,
         cx.output("out", want.len())?,
     );
-    let (ml, o) = AttnDecode::<crate::BufSlice<'_>>::scratch_bytes(&shape, c.chunk);
+    let (ml, o) = AttnDecode::<vkllm_vk::BufSlice<'_>>::scratch_bytes(&shape, c.chunk);
     let part_ml = cx
         .dev
-        .create_buffer("part_ml", ml, crate::MemoryKind::Device)?;
+        .create_buffer("part_ml", ml, vkllm_vk::MemoryKind::Device)?;
     let part_o = cx
         .dev
-        .create_buffer("part_o", o, crate::MemoryKind::Device)?;
-    let n_ctr = AttnDecodeFused::<crate::BufSlice<'_>>::counter_bytes(&shape) as usize / 4;
+        .create_buffer("part_o", o, vkllm_vk::MemoryKind::Device)?;
+    let n_ctr = AttnDecodeFused::<vkllm_vk::BufSlice<'_>>::counter_bytes(&shape) as usize / 4;
     let counters = cx.input("counters", &vec![0u32; n_ctr])?;
-    let fused = |r: &mut crate::Recorder| {
+    let fused = |r: &mut vkllm_vk::Recorder| {
         r.dispatch(
             AttnDecodeFused {
                 q: qb.all(),

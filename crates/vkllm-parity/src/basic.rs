@@ -9,9 +9,9 @@ use vkllm_kernels::rmsnorm::{AddRmsNorm, NormShape, RmsNorm};
 use vkllm_kernels::softmax::Softmax;
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, pack16, row, to_bf16, to_f16};
-use crate::device::Device;
-use crate::error::Result;
-use crate::tensor::Tensor;
+use vkllm_vk::Device;
+use vkllm_vk::Result;
+use vkllm_vk::Tensor;
 
 /// Ops of a few f32 roundings on O(1) values: a few ulps of the largest output.
 fn tol_f32(max_ref: f32) -> Tol {
@@ -52,7 +52,7 @@ pub(crate) fn embedding(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
         let got = cx.read(&out, n * dim)?;
         let mut want = vec![0.0; n * dim];
         vkllm_cpu::embedding(&values, dim, &ids, &mut want)
-            .map_err(|e| crate::Error::Shape(e.to_string()))?;
+            .map_err(|e| vkllm_vk::Error::Shape(e.to_string()))?;
         rows.push(row(
             "embedding",
             dtype.name(),
@@ -582,7 +582,7 @@ pub(crate) fn kv_append(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
             want_k[d..d + kv_dim].copy_from_slice(&nk[s..s + kv_dim]);
             want_v[d..d + kv_dim].copy_from_slice(&nv[s..s + kv_dim]);
         }
-        let read = |b: &crate::Buffer| -> Result<Vec<f32>> {
+        let read = |b: &vkllm_vk::Buffer| -> Result<Vec<f32>> {
             Ok(match dtype {
                 KvType::F32 => cx.read(b, max_tok * kv_dim)?,
                 KvType::F16 => {

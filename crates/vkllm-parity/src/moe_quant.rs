@@ -9,8 +9,8 @@ use vkllm_kernels::moe_experts_quant::{MoeExpertsQuant, MoeQuantShape};
 
 use super::quant::{dequantize, weights};
 use super::{Ctx, KernelParityRow, Rng, Tol, row};
-use crate::device::Device;
-use crate::error::Result;
+use vkllm_vk::Device;
+use vkllm_vk::Result;
 
 fn max_abs(x: &[f32]) -> f64 {
     x.iter().fold(0.0f64, |m, v| m.max(f64::from(v.abs())))
