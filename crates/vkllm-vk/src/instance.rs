@@ -64,6 +64,12 @@ pub const VALIDATION_ALLOW_LIST: &[AllowedMessage] = &[
         "(SPV_KHR_cooperative_matrix)",
         "layer older than SPV_KHR_cooperative_matrix",
     ),
+    // And it warns once per device created with the extension enabled.
+    allow(
+        "VUID_Undefined",
+        "Device Extension VK_KHR_cooperative_matrix is not supported by this layer",
+        "layer older than VK_KHR_cooperative_matrix",
+    ),
 ];
 
 /// Whether the validation layer is enabled.
@@ -348,6 +354,12 @@ mod tests {
                 "vkCreateShaderModule(): A SPIR-V Extension (SPV_KHR_cooperative_matrix) was \
                  declared that is not supported by Vulkan.",
             ),
+            msg(
+                "VUID_Undefined",
+                "Validation Warning: [ VUID_Undefined ] | Device Extension \
+                 VK_KHR_cooperative_matrix is not supported by this layer.  Using this extension \
+                 may adversely affect validation results and/or produce undefined behavior.",
+            ),
         ];
         assert!(coop.iter().all(|m| m.allowed()));
         // The same IDs about anything else still fail.
@@ -367,6 +379,10 @@ mod tests {
                  that is not supported by Vulkan.",
             ),
             msg("VUID-vkCmdDispatch-None-02697", "anything"),
+            msg(
+                "VUID_Undefined",
+                "Device Extension VK_EXT_foo is not supported by this layer.",
+            ),
         ];
         assert!(other.iter().all(|m| !m.allowed()));
     }
