@@ -135,3 +135,52 @@ fn serve_answers_from_a_checkpoint_directory() {
     serve_answers(&dir, &["--any-model", "--quant", "q8_0"]);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A repo id names the checkpoint in a local Hugging Face hub cache (`$HF_HOME/hub`,
+/// `models--ORG--NAME/snapshots/<refs/main>/`); an absent one is exit 1 naming where it looked.
+#[test]
+fn repo_ids_resolve_in_the_hub_cache() {
+    let home = std::env::temp_dir().join(format!("vkllm-hfhome-{}", std::process::id()));
+    let repo = home.join("hub").join("models--TestOrg--tiny-llama");
+    let snap = repo.join("snapshots").join("0123abcd");
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs").join("main"), "0123abcd").unwrap();
+    let src = checkpoint_dir();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(src.join(f), snap.join(f)).unwrap();
+    }
+    let run = |model: &str| {
+        vkllm()
+            .args(["info", "--model", model])
+            .env("HF_HOME", &home)
+            .env_remove("HF_HUB_CACHE")
+            .output()
+            .expect("running vkllm")
+    };
+    let out = run("TestOrg/tiny-llama");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("family llama, 2 layers, hidden 64"),
+        "{stdout}"
+    );
+    let out = run("TestOrg/not-fetched");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let looked = home
+        .join("hub")
+        .join("models--TestOrg--not-fetched")
+        .join("snapshots")
+        .join("main");
+    assert!(
+        stderr.contains("not in the local Hugging Face hub cache")
+            && stderr.contains(&looked.display().to_string()),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&home).unwrap();
+}

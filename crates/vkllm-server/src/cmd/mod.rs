@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod chat;
 pub mod common;
+pub mod hub;
 pub mod info;
 pub mod model;
 pub mod perplexity;

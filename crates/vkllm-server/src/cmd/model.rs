@@ -2,7 +2,8 @@
 //! name. The model names (`smollm2-135m`, the default; `gemma3-270m`; `qwen2.5-coder-0.5b`; and
 //! their older names `smollm2`, `gemma3`, `qwen25coder`) are fetched into the cache on first
 //! use (see `crate::fetch`); the tokenizer-only names (`gemma3-tok`, ...) come from
-//! `scripts/fetch-models.sh`.
+//! `scripts/fetch-models.sh`. A Hugging Face repo id (`ORG/NAME[@REVISION]`) is looked up in the
+//! local hub cache (`hub.rs`).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -46,6 +47,9 @@ pub fn resolve(arg: Option<&str>) -> Result<PathBuf> {
         }
         bail!("{}", cache::missing_message(&known, &path));
     }
+    if let Some((org, name, rev)) = super::hub::parse_repo_id(arg) {
+        return super::hub::resolve_in(&super::hub::hub_dir(), org, name, rev);
+    }
     let mut names: Vec<&str> = fetch::MODELS.iter().map(|m| m.name).collect();
     names.extend(
         cache::KNOWN
@@ -54,7 +58,8 @@ pub fn resolve(arg: Option<&str>) -> Result<PathBuf> {
             .filter(|n| fetch::find(n).is_none()),
     );
     bail!(
-        "model `{arg}`: no such file, and not a known model name ({})",
+        "model `{arg}`: no such file, not a known model name ({}), and not a Hugging Face repo \
+         id (ORG/NAME)",
         names.join(", ")
     )
 }
