@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use vkllm_cpu::sampler::{SamplingParams, sample};
-use vkllm_models::{Backend, KvCache, KvDtype, Logits, Model};
+use vkllm_models::{AnyModel, AnyState, Backend, KvDtype, Logits};
 use vkllm_tokenizer::{StopMatcher, Tokenizer};
 
 use crate::error::EngineError;
@@ -48,17 +48,18 @@ pub struct Usage {
     pub decode_tokens_per_s: f64,
 }
 
-/// A model on a backend with its KV cache and tokenizer.
+/// A model of any family on a backend with its state (KV cache, recurrent state) and
+/// tokenizer.
 pub struct Session<B: Backend> {
     pub backend: B,
-    pub model: Model,
+    pub model: AnyModel,
     pub tokenizer: Tokenizer,
-    kv: KvCache,
+    state: AnyState,
     /// Tokens whose keys and values are in the cache, in order from position 0.
     history: Vec<u32>,
     /// The furthest position (exclusive) any forward wrote since position 0 was last computed:
     /// sliding-window layers keep a ring of recent positions, so a rewound prefix is reusable
-    /// only while the ring still holds its window ([`KvCache::reusable`]).
+    /// only while the ring still holds its window ([`AnyState::reusable`]).
     written: usize,
     /// Sequence id for the sampler's RNG counter.
     seq_id: u64,
@@ -68,27 +69,29 @@ impl<B: Backend> Session<B> {
     /// A session with a KV cache of `ctx` positions.
     pub fn new(
         backend: B,
-        model: Model,
+        model: impl Into<AnyModel>,
         tokenizer: Tokenizer,
         ctx: usize,
     ) -> Result<Self, EngineError> {
         Self::with_kv_type(backend, model, tokenizer, ctx, KvDtype::F32)
     }
 
-    /// A session whose KV cache stores keys and values as `dtype`.
+    /// A session whose KV cache stores keys and values as `dtype` (hybrid and MoE models keep
+    /// f32).
     pub fn with_kv_type(
         mut backend: B,
-        model: Model,
+        model: impl Into<AnyModel>,
         tokenizer: Tokenizer,
         ctx: usize,
         dtype: KvDtype,
     ) -> Result<Self, EngineError> {
-        let kv = model.new_kv_slots(&mut backend, ctx, 1, dtype)?;
+        let model = model.into();
+        let state = model.new_state(&mut backend, ctx, dtype)?;
         Ok(Session {
             backend,
             model,
             tokenizer,
-            kv,
+            state,
             history: Vec::new(),
             written: 0,
             seq_id: 0,
@@ -97,7 +100,7 @@ impl<B: Backend> Session<B> {
 
     /// Context length in tokens.
     pub fn context(&self) -> usize {
-        self.kv.capacity
+        self.state.capacity()
     }
 
     /// The tokens whose keys and values are in the cache.
@@ -140,7 +143,7 @@ impl<B: Backend> Session<B> {
         if context.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
-        let ctx = self.kv.capacity;
+        let ctx = self.state.capacity();
         if context.len() + p.max_tokens > ctx {
             return Err(EngineError::ContextExceeded {
                 prompt: context.len(),
@@ -148,23 +151,27 @@ impl<B: Backend> Session<B> {
                 ctx,
             });
         }
-        p.sampling.validate(self.model.cfg.vocab_size)?;
+        p.sampling.validate(self.model.cfg().vocab_size)?;
         // Reuse the cached prefix; at least the last context token is recomputed for its logits,
-        // and everything when a sliding-window ring no longer holds what the prefix needs.
+        // and everything when a sliding-window ring no longer holds what the prefix needs (or a
+        // recurrent state holds more than the prefix).
         let common = common_prefix(&self.history, context).min(context.len() - 1);
-        let reuse = self.kv.reusable(self.written, common);
+        let reuse = self
+            .state
+            .reusable(self.written, self.history.len(), common);
+        self.model.rewind(&mut self.backend, &self.state, reuse)?;
         self.history.truncate(reuse);
         if reuse == 0 {
             self.written = 0;
         }
         self.written = self.written.max(context.len());
         let new = &context[reuse..];
-        let vocab = self.model.cfg.vocab_size;
+        let vocab = self.model.cfg().vocab_size;
         let mut counts = vec![0u32; vocab];
         let start = Instant::now();
-        let logits = self
-            .model
-            .forward(&mut self.backend, &self.kv, new, reuse, Logits::Last)?;
+        let logits =
+            self.model
+                .forward(&mut self.backend, &self.state, new, reuse, Logits::Last)?;
         self.history.extend_from_slice(new);
         let ttft = start.elapsed();
         let decode_start = Instant::now();
@@ -196,7 +203,7 @@ impl<B: Backend> Session<B> {
             self.written = self.written.max(pos + 1);
             let logits =
                 self.model
-                    .forward(&mut self.backend, &self.kv, &[next], pos, Logits::Last)?;
+                    .forward(&mut self.backend, &self.state, &[next], pos, Logits::Last)?;
             self.history.push(next);
             next = sample(&logits, &p.sampling, &counts, self.seq_id, generated as u64);
         };

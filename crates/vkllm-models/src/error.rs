@@ -68,4 +68,6 @@ pub enum ModelError {
     StateOrder { expected: usize, start: usize },
     #[error("backend `{backend}` does not implement `{op}`")]
     UnsupportedOp { backend: String, op: &'static str },
+    #[error("not supported: {0}")]
+    Unsupported(String),
 }

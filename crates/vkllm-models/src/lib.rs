@@ -6,6 +6,7 @@
 //! reference ops and is checked against Hugging Face transformers goldens; the Vulkan backend
 //! runs the same graph on the GPU.
 
+mod any_model;
 pub mod backend;
 mod blocks;
 pub mod checkpoint;
@@ -26,6 +27,7 @@ pub mod safetensors;
 pub mod synth;
 pub mod weights;
 
+pub use any_model::{AnyModel, AnyState};
 pub use backend::cpu::CpuBackend;
 pub use backend::vulkan::{
     ProfiledDispatch, SlotDecoderConfig, SlotDecoderId, SlotGraph, SlotStart, SlotSteps,

@@ -14,7 +14,8 @@
 
 use crate::backend::Backend;
 use crate::error::ModelError;
-use crate::forward::{Logits, Model};
+use crate::forward::Logits;
+use crate::{AnyModel, KvDtype};
 
 /// Scored positions per forward call.
 const SCORE_SLICE: usize = 64;
@@ -47,7 +48,7 @@ pub fn nll(logits: &[f32], target: u32) -> f64 {
 /// the first token of every chunk when given. `on_chunk(i, n_chunks, running_ppl)` reports
 /// progress.
 pub fn perplexity<B: Backend>(
-    model: &Model,
+    model: &AnyModel,
     b: &mut B,
     tokens: &[u32],
     ctx: usize,
@@ -70,7 +71,7 @@ pub fn perplexity<B: Backend>(
             ),
         });
     }
-    let vocab = model.cfg.vocab_size;
+    let vocab = model.cfg().vocab_size;
     if let Some(&id) = tokens
         .iter()
         .chain(bos.as_ref())
@@ -79,7 +80,7 @@ pub fn perplexity<B: Backend>(
         return Err(ModelError::TokenOutOfRange { id, vocab });
     }
     let first = ctx / 2;
-    let kv = model.new_kv(b, ctx)?;
+    let st = model.new_state(b, ctx, KvDtype::F32)?;
     let (mut sum, mut sum2, mut count) = (0f64, 0f64, 0usize);
     let mut running = Vec::with_capacity(n_chunk);
     for i in 0..n_chunk {
@@ -88,12 +89,14 @@ pub fn perplexity<B: Backend>(
             chunk[0] = bos;
         }
         // Unscored prefix, then the scored half with all its logits, a slice at a time (the
-        // logits of a whole half-context of a 256k vocabulary would be hundreds of MiB).
-        model.forward(b, &kv, &chunk[..first], 0, Logits::Last)?;
+        // logits of a whole half-context of a 256k vocabulary would be hundreds of MiB). Every
+        // chunk starts from position 0 (a recurrent state is reset).
+        model.rewind(b, &st, 0)?;
+        model.forward(b, &st, &chunk[..first], 0, Logits::Last)?;
         let mut pos = first;
         while pos < ctx - 1 {
             let end = (pos + SCORE_SLICE).min(ctx - 1);
-            let logits = model.forward(b, &kv, &chunk[pos..end], pos, Logits::All)?;
+            let logits = model.forward(b, &st, &chunk[pos..end], pos, Logits::All)?;
             for (j, p) in (pos..end).enumerate() {
                 let v = nll(&logits[j * vocab..(j + 1) * vocab], chunk[p + 1]);
                 sum += v;

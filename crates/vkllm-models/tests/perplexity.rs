@@ -3,7 +3,7 @@
 
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::perplexity::{nll, perplexity};
-use vkllm_models::{CpuBackend, Logits, Model, ModelError};
+use vkllm_models::{AnyModel, CpuBackend, Logits, Model, ModelError};
 
 #[test]
 fn nll_of_a_hand_made_case() {
@@ -60,13 +60,14 @@ fn matches_a_direct_f64_recomputation() {
         tokens.extend(fx.prompt("short").unwrap().ids);
         let mut b = CpuBackend::new();
         // A prefill chunk of 16 makes the scored half run as several forwards.
-        let model = Model::load(fx.config.clone(), &fx.weights, &mut b, 16).unwrap();
+        let any = AnyModel::from(Model::load(fx.config.clone(), &fx.weights, &mut b, 16).unwrap());
+        let model = any.as_dense().unwrap();
         let mut seen = Vec::new();
-        let r = perplexity(&model, &mut b, &tokens, ctx, bos, &mut |i, n, p| {
+        let r = perplexity(&any, &mut b, &tokens, ctx, bos, &mut |i, n, p| {
             seen.push((i, n, p))
         })
         .unwrap();
-        let (ppl, stderr, count) = reference(&model, &mut b, &tokens, ctx, bos);
+        let (ppl, stderr, count) = reference(model, &mut b, &tokens, ctx, bos);
         let n_chunks = tokens.len() / ctx;
         assert_eq!((r.chunks, r.count), (n_chunks, count), "{family}");
         assert_eq!(count, n_chunks * (ctx - ctx / 2 - 1));
@@ -94,7 +95,7 @@ fn matches_a_direct_f64_recomputation() {
 fn bad_inputs_are_typed_errors() {
     let fx = Fixture::load("llama").unwrap();
     let mut b = CpuBackend::new();
-    let model = Model::load(fx.config.clone(), &fx.weights, &mut b, 16).unwrap();
+    let model = AnyModel::from(Model::load(fx.config.clone(), &fx.weights, &mut b, 16).unwrap());
     let ids = fx.prompt("short").unwrap().ids;
     let e = perplexity(&model, &mut b, &ids, 64, None, &mut |_, _, _| {}).unwrap_err();
     assert!(matches!(e, ModelError::Config { .. }), "{e}");

@@ -19,7 +19,7 @@ fn cli_prints_the_library_result() {
     let tokens: Vec<u32> = text.bytes().map(u32::from).collect();
     for quant in [None, Some(QuantScheme::Q8_0), Some(QuantScheme::Q4_K_M)] {
         let mut b = CpuBackend::new();
-        let model = ck.load(quant, &mut b, 64).unwrap();
+        let model = vkllm_models::AnyModel::from(ck.load(quant, &mut b, 64).unwrap());
         let want = perplexity(&model, &mut b, &tokens, 96, None, &mut |_, _, _| {}).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_vkllm"));
         cmd.args([

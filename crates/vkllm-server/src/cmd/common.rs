@@ -10,8 +10,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use vkllm_cpu::sampler::SamplingParams;
 use vkllm_engine::{EngineError, GenerateParams, Session, Usage};
 use vkllm_models::{
-    Backend, Checkpoint, CpuBackend, KvDtype, LoadProgress, Model, QuantScheme, QuantizingSource,
-    VulkanBackend,
+    AnyModel, Backend, Checkpoint, CpuBackend, KvDtype, LoadProgress, QuantScheme, VulkanBackend,
 };
 use vkllm_tokenizer::Tokenizer;
 use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Tuning, Validation};
@@ -209,30 +208,28 @@ fn session<B: Backend>(
     verb: &str,
 ) -> Result<Session<B>> {
     let bar = progress_bar(verb);
-    let cfg = ck.config().clone();
     let mut progress = |p: &LoadProgress| {
         bar.set_length(p.total as u64);
         bar.set_position(p.done as u64);
     };
     let chunk = b.prefill_chunk();
-    let model = match args.quant {
-        None => Model::load_with_progress(cfg, ck.source(), &mut b, chunk, &mut progress),
-        Some(q) => {
-            let src = QuantizingSource::new(ck.source(), &cfg, q).tied(ck.tied());
-            Model::load_with_progress(cfg, &src, &mut b, chunk, &mut progress)
-        }
-    };
+    let model = AnyModel::load_checkpoint(&ck, args.quant, &mut b, chunk, &mut progress);
     bar.finish_and_clear();
     let model = model?;
     drop(ck);
-    let ctx = args.ctx.min(model.cfg.max_position).max(1);
-    Ok(Session::with_kv_type(
-        b,
-        model,
-        tokenizer,
-        ctx,
-        args.kv_type,
-    )?)
+    let ctx = args.ctx.min(model.cfg().max_position).max(1);
+    // Hybrid (Gated DeltaNet) and MoE models keep an f32 KV cache next to their recurrent state.
+    let kv = match &model {
+        AnyModel::Hybrid(_) if args.kv_type != KvDtype::F32 => {
+            eprintln!(
+                "vkllm: --kv-type {} ignored: hybrid/MoE models keep an f32 KV cache",
+                args.kv_type.name()
+            );
+            KvDtype::F32
+        }
+        _ => args.kv_type,
+    };
+    Ok(Session::with_kv_type(b, model, tokenizer, ctx, kv)?)
 }
 
 /// A bar on stderr when it is a terminal, hidden otherwise.

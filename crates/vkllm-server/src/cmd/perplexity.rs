@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use vkllm_models::perplexity::perplexity;
-use vkllm_models::{Backend, Checkpoint, CpuBackend, QuantScheme, VulkanBackend};
+use vkllm_models::{AnyModel, Backend, Checkpoint, CpuBackend, QuantScheme, VulkanBackend};
 use vkllm_tokenizer::{EncodeOptions, Tokenizer};
 use vkllm_vk::{Device, DeviceOptions};
 
@@ -96,8 +96,8 @@ fn score<B: Backend>(
 ) -> Result<()> {
     let t0 = Instant::now();
     let chunk = b.prefill_chunk();
-    let model = ck.load(quant, &mut b, chunk)?;
-    let ctx = args.ctx.min(model.cfg.max_position);
+    let model = AnyModel::load_checkpoint(ck, quant, &mut b, chunk, &mut |_| {})?;
+    let ctx = args.ctx.min(model.cfg().max_position);
     eprintln!(
         "loaded in {:.1} s; {} tokens, {} chunks of {ctx}",
         t0.elapsed().as_secs_f64(),

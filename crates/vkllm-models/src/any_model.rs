@@ -1,0 +1,182 @@
+//! One type for every loaded model: dense transformers ([`Model`], a KV cache) and the hybrid
+//! (Gated DeltaNet) and MoE families ([`HybridModel`], KV caches and recurrent state), so a
+//! session, a perplexity run or a command opens any checkpoint the same way.
+
+use crate::KvDtype;
+use crate::backend::Backend;
+use crate::checkpoint::Checkpoint;
+use crate::config::ModelConfig;
+use crate::error::ModelError;
+use crate::forward::{KvCache, Logits, Model};
+use crate::hybrid::{HybridModel, HybridState};
+use crate::progress::LoadProgress;
+use crate::quantize::{QuantScheme, QuantizingSource};
+use crate::weights::TensorSource;
+
+/// A loaded model of any family.
+pub enum AnyModel {
+    Dense(Model),
+    /// Hybrid (Gated DeltaNet) and MoE families.
+    Hybrid(HybridModel),
+}
+
+/// The per-sequence state of an [`AnyModel`]: what its forward reads and writes.
+pub enum AnyState {
+    Kv(KvCache),
+    Hybrid(HybridState),
+}
+
+impl AnyModel {
+    /// Loads `cfg`'s weights from `src` onto `b` (prefill chunks of up to `chunk` tokens),
+    /// reporting progress for dense models. Hybrid and MoE families load as stored.
+    pub fn load<B: Backend>(
+        cfg: ModelConfig,
+        src: &dyn TensorSource,
+        b: &mut B,
+        chunk: usize,
+        progress: &mut dyn FnMut(&LoadProgress),
+    ) -> Result<AnyModel, ModelError> {
+        if cfg.family.is_hybrid_or_moe() {
+            Ok(AnyModel::Hybrid(HybridModel::load(cfg, src, b, chunk)?))
+        } else {
+            Ok(AnyModel::Dense(Model::load_with_progress(
+                cfg, src, b, chunk, progress,
+            )?))
+        }
+    }
+
+    /// Loads `ck` onto `b`, quantized to `quant` when given (dense families only: a hybrid or
+    /// MoE checkpoint with `quant` is [`ModelError::Unsupported`]).
+    pub fn load_checkpoint<B: Backend>(
+        ck: &Checkpoint,
+        quant: Option<QuantScheme>,
+        b: &mut B,
+        chunk: usize,
+        progress: &mut dyn FnMut(&LoadProgress),
+    ) -> Result<AnyModel, ModelError> {
+        let cfg = ck.config().clone();
+        match quant {
+            None => Self::load(cfg, ck.source(), b, chunk, progress),
+            Some(_) if cfg.family.is_hybrid_or_moe() => Err(ModelError::Unsupported(format!(
+                "quantizing at load (--quant) is not supported for the {} family",
+                cfg.family.name()
+            ))),
+            Some(q) => {
+                let src = QuantizingSource::new(ck.source(), &cfg, q).tied(ck.tied());
+                Self::load(cfg, &src, b, chunk, progress)
+            }
+        }
+    }
+
+    /// The dense model, if this is one.
+    pub fn as_dense(&self) -> Option<&Model> {
+        match self {
+            AnyModel::Dense(m) => Some(m),
+            AnyModel::Hybrid(_) => None,
+        }
+    }
+
+    pub fn cfg(&self) -> &ModelConfig {
+        match self {
+            AnyModel::Dense(m) => &m.cfg,
+            AnyModel::Hybrid(m) => &m.cfg,
+        }
+    }
+
+    /// A fresh state for one sequence of up to `ctx` positions, KV stored as `dtype` (hybrid
+    /// and MoE families keep f32: another type is [`ModelError::Unsupported`]).
+    pub fn new_state<B: Backend>(
+        &self,
+        b: &mut B,
+        ctx: usize,
+        dtype: KvDtype,
+    ) -> Result<AnyState, ModelError> {
+        match self {
+            AnyModel::Dense(m) => Ok(AnyState::Kv(m.new_kv_slots(b, ctx, 1, dtype)?)),
+            AnyModel::Hybrid(_) if dtype != KvDtype::F32 => Err(ModelError::Unsupported(format!(
+                "a {} KV cache: hybrid and MoE models keep f32",
+                dtype.name()
+            ))),
+            AnyModel::Hybrid(m) => Ok(AnyState::Hybrid(m.new_state(b, ctx)?)),
+        }
+    }
+
+    /// Runs `ids` at positions `start..` and returns the logits `want` asks for. A hybrid state
+    /// continues from where it stopped (`start` must be the positions it has seen; see
+    /// [`AnyState::reusable`] and [`AnyModel::rewind`]).
+    pub fn forward<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &AnyState,
+        ids: &[u32],
+        start: usize,
+        want: Logits,
+    ) -> Result<Vec<f32>, ModelError> {
+        match (self, st) {
+            (AnyModel::Dense(m), AnyState::Kv(kv)) => m.forward(b, kv, ids, start, want),
+            (AnyModel::Hybrid(m), AnyState::Hybrid(s)) => m.forward(b, s, ids, start, want),
+            _ => Err(ModelError::Unsupported(
+                "a state of another model kind".to_string(),
+            )),
+        }
+    }
+
+    /// Prepares `st` for a forward from position `to` (the caller keeps positions `..to`): a
+    /// hybrid state cannot go back, so `to` must be 0 (it is reset) or the positions it holds.
+    pub fn rewind<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &AnyState,
+        to: usize,
+    ) -> Result<(), ModelError> {
+        match (self, st) {
+            (AnyModel::Hybrid(m), AnyState::Hybrid(s)) => {
+                let held = s.next[0].get();
+                if to == 0 {
+                    m.reset_slot(b, s, 0)
+                } else if to == held {
+                    Ok(())
+                } else {
+                    Err(ModelError::Unsupported(format!(
+                        "rewinding a recurrent state from {held} to {to} positions"
+                    )))
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl AnyState {
+    /// Positions a sequence can hold.
+    pub fn capacity(&self) -> usize {
+        match self {
+            AnyState::Kv(kv) => kv.capacity,
+            AnyState::Hybrid(s) => s.capacity,
+        }
+    }
+
+    /// How many of the `common` leading positions a new forward may keep, of the `held` the
+    /// state holds (the furthest position written was `written`): a KV cache keeps them unless a
+    /// sliding-window ring lost what they need ([`KvCache::reusable`]); a recurrent state only
+    /// when it holds exactly those positions (it cannot be cut back), else none.
+    pub fn reusable(&self, written: usize, held: usize, common: usize) -> usize {
+        match self {
+            AnyState::Kv(kv) => kv.reusable(written, common),
+            AnyState::Hybrid(_) if common == held => common,
+            AnyState::Hybrid(_) => 0,
+        }
+    }
+}
+
+impl From<Model> for AnyModel {
+    fn from(m: Model) -> Self {
+        AnyModel::Dense(m)
+    }
+}
+
+impl From<HybridModel> for AnyModel {
+    fn from(m: HybridModel) -> Self {
+        AnyModel::Hybrid(m)
+    }
+}

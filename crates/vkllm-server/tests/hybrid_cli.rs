@@ -1,0 +1,95 @@
+//! Hybrid (Gated DeltaNet) models through the commands users run: a `vkllm synth --shape
+//! tiny-qwen3.5` GGUF answered by `vkllm run` and scored by `vkllm perplexity`, on the CPU
+//! reference backend and on the Vulkan device, which must agree (greedy text exactly, perplexity
+//! to 1e-4).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn vkllm() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_vkllm"))
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn synth() -> PathBuf {
+    let path = std::env::temp_dir().join(format!("vkllm-tq35-{}.gguf", std::process::id()));
+    ok(vkllm()
+        .args(["synth", "--shape", "tiny-qwen3.5", "--seed", "5", "-o"])
+        .arg(&path)
+        .output()
+        .expect("running vkllm synth"));
+    path
+}
+
+/// The devices: the CPU reference and the default Vulkan device.
+const DEVICES: [&[&str]; 2] = [&["--device", "cpu"], &[]];
+
+#[test]
+fn run_and_perplexity_on_a_hybrid_gguf() {
+    let model = synth();
+    let texts: Vec<String> = DEVICES
+        .iter()
+        .map(|d| {
+            ok(vkllm()
+                .args([
+                    "run",
+                    "--raw",
+                    "--max-tokens",
+                    "6",
+                    "--temperature",
+                    "0",
+                    "--model",
+                ])
+                .arg(&model)
+                .args(*d)
+                .arg("the quick brown fox")
+                .output()
+                .expect("running vkllm run"))
+        })
+        .collect();
+    assert!(!texts[0].trim().is_empty(), "no text");
+    assert_eq!(texts[0], texts[1], "cpu vs vulkan");
+
+    let file = std::env::temp_dir().join(format!("vkllm-tq35-{}.txt", std::process::id()));
+    std::fs::write(
+        &file,
+        "the quick brown fox jumps over the lazy dog ".repeat(12),
+    )
+    .unwrap();
+    let ppl: Vec<f64> = DEVICES
+        .iter()
+        .map(|d| {
+            let out = ok(vkllm()
+                .args(["perplexity", "--ctx", "32", "--model"])
+                .arg(&model)
+                .arg("--file")
+                .arg(&file)
+                .args(*d)
+                .output()
+                .expect("running vkllm perplexity"));
+            let v = out
+                .split_whitespace()
+                .nth(2)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("no PPL in {out}"));
+            assert!(out.starts_with("PPL = "), "{out}");
+            v
+        })
+        .collect();
+    assert!(ppl[0].is_finite() && ppl[0] > 1.0, "{ppl:?}");
+    assert!(
+        (ppl[0] - ppl[1]).abs() <= 1e-4 * ppl[0],
+        "cpu vs vulkan {ppl:?}"
+    );
+    std::fs::remove_file(&file).ok();
+    std::fs::remove_file(&model).ok();
+}
