@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::char_tokenizer_eos;
+use common::{char_tokenizer_eos, lcg_ids as ids};
 use vkllm_engine::{GenerateParams, Session};
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::hybrid::HybridModel;
@@ -25,19 +25,6 @@ fn session(family: &str) -> Session<CpuBackend> {
     let mut b = CpuBackend::new();
     let m = model(family, &mut b);
     Session::new(b, m, char_tokenizer_eos(EOS), CTX).expect("session")
-}
-
-/// `n` ids in 3..256 from a fixed LCG.
-fn ids(n: usize, seed: u64) -> Vec<u32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            3 + ((s >> 33) as u32) % 253
-        })
-        .collect()
 }
 
 fn params() -> GenerateParams {

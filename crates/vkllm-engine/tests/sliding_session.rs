@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::char_tokenizer_eos;
+use common::{char_tokenizer_eos, lcg_ids as ids};
 use vkllm_engine::{GenerateParams, Generator, Session, SimpleGenerator, SlotParams};
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::{CpuBackend, Model};
@@ -29,19 +29,6 @@ fn session() -> Session<CpuBackend> {
     let mut b = CpuBackend::new();
     let m = model(&mut b);
     Session::new(b, m, char_tokenizer_eos(EOS), CTX).expect("session")
-}
-
-/// `n` ids in 3..256 from a fixed LCG.
-fn ids(n: usize, seed: u64) -> Vec<u32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            3 + ((s >> 33) as u32) % 253
-        })
-        .collect()
 }
 
 fn params() -> GenerateParams {

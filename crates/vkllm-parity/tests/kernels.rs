@@ -2,6 +2,8 @@
 //! vkllm-cpu op under the validation layer. Run on lavapipe in CI and on the H200 (the same
 //! binary: `cargo test --profile device -p vkllm-parity --test kernels --no-run`).
 
+// The device setup of vkllm-vk's GPU tests (one validated device per binary).
+#[path = "../../vkllm-vk/tests/common/mod.rs"]
 mod common;
 
 fn check(name: &str) {

@@ -2,12 +2,10 @@
 //! safetensors + tokenizer.json) the way `run` does: the llama fixture (2 layers, hidden 64,
 //! 4 heads with 2 kv heads, vocab 256, fixtures/llama/config.json) with a 256-word tokenizer.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::Command;
+
+mod serve_harness;
 
 fn fixture() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/llama"))
@@ -15,27 +13,7 @@ fn fixture() -> PathBuf {
 
 /// The fixture's config and weights plus a word-level tokenizer of 256 words `w0` .. `w255`.
 fn checkpoint_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vkllm-ckdir-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(fixture().join(f), dir.join(f)).unwrap();
-    }
-    let vocab: serde_json::Map<String, serde_json::Value> = (0..256)
-        .map(|i| (format!("w{i}"), serde_json::json!(i)))
-        .collect();
-    let tok = serde_json::json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": [],
-        "normalizer": null,
-        "pre_tokenizer": {"type": "Whitespace"},
-        "post_processor": null,
-        "decoder": null,
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"}
-    });
-    std::fs::write(dir.join("tokenizer.json"), tok.to_string()).unwrap();
-    dir
+    serve_harness::tiny_checkpoint("ckdir")
 }
 
 fn vkllm() -> Command {
@@ -62,66 +40,14 @@ fn info_describes_a_checkpoint_directory() {
     assert!(stdout.contains("f32:"), "{stdout}");
 }
 
-fn post(url_port: u16, body: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", url_port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    write!(
-        s,
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
 fn serve_answers(dir: &Path, extra: &[&str]) {
-    let mut child = vkllm()
-        .args([
-            "serve",
-            "--device",
-            "cpu",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--model",
-        ])
-        .arg(dir)
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting vkllm serve");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut log = String::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(url) = line.split("listening on http://127.0.0.1:").nth(1) {
-                let _ = tx.send(Ok(url.trim().parse::<u16>().unwrap()));
-            }
-            log.push_str(&line);
-            log.push('\n');
-        }
-        let _ = tx.send(Err(log));
-    });
-    let port = match rx.recv_timeout(Duration::from_secs(120)) {
-        Ok(Ok(p)) => p,
-        other => {
-            let _ = child.kill();
-            panic!("vkllm serve did not start: {other:?}");
-        }
-    };
-    let reply = post(
-        port,
+    let mut args = vec!["--device", "cpu", "--model", dir.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let server = serve_harness::Server::start_args(&args);
+    let reply = server.raw(
+        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json",
         r#"{"model": "x", "prompt": "w5 w7 w9", "max_tokens": 3, "temperature": 0}"#,
     );
-    let _ = child.kill();
-    let _ = child.wait();
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     assert!(reply.contains(r#""completion_tokens":3"#), "{reply}");
     assert!(reply.contains(r#""prompt_tokens":3"#), "{reply}");

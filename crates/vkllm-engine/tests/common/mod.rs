@@ -71,3 +71,16 @@ fn char_tokenizer_round_trips() {
     assert!(t.is_eog(EOS));
     assert_eq!(t.vocab_size(), 256);
 }
+
+/// `n` ids in 3..256 from a fixed LCG (prompts for the fixture models).
+pub fn lcg_ids(n: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            3 + ((s >> 33) as u32) % 253
+        })
+        .collect()
+}

@@ -64,9 +64,20 @@ pub struct Args {
     #[arg(long, default_value_t = 4 << 20)]
     max_body_bytes: usize,
 
-    /// Answer browsers from other origins: `--cors` allows any origin, `--cors ORIGIN` one.
+    /// Answer browsers from other origins: `--cors` allows any origin (no credentials),
+    /// `--cors ORIGIN[,ORIGIN...]` those.
     #[arg(long, num_args = 0..=1, default_missing_value = "*")]
     cors: Option<String>,
+
+    /// Without an API key, requests must name this server by an IP address, `localhost` or a
+    /// host name given here (repeatable), else 403: pages of other sites cannot reach it by
+    /// DNS rebinding.
+    #[arg(long = "allowed-host")]
+    allowed_host: Vec<String>,
+
+    /// Serve /metrics without the API key (for scrapers that cannot send one).
+    #[arg(long)]
+    metrics_public: bool,
 
     /// The model id clients use (repeatable: aliases); default: the model's short name or file
     /// name.
@@ -107,12 +118,54 @@ fn default_name(arg: Option<&str>, path: &Path) -> String {
     }
 }
 
+/// The shortest `--ctx` served: a chat turn's template alone takes tens of tokens.
+const MIN_CTX: usize = 16;
+
+/// Refuses `--ctx` below [`MIN_CTX`] and, on the CPU backend, `--slots x --ctx` KV caches (f32)
+/// larger than the memory the system has available (`MemAvailable`; the Vulkan backend checks
+/// its own heaps when it allocates).
+fn admit(args: &Args, cfg: &vkllm_models::ModelConfig, cpu: bool) -> Result<()> {
+    if args.ctx < MIN_CTX {
+        anyhow::bail!(
+            "--ctx {}: at least {MIN_CTX} positions are needed",
+            args.ctx
+        );
+    }
+    if !cpu {
+        return Ok(());
+    }
+    let ctx = args.ctx.min(cfg.max_position) as u128;
+    let per_pos = (2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * 4) as u128;
+    let need = args.slots.max(1) as u128 * ctx * per_pos;
+    if let Some(avail) = mem_available()
+        && need > avail as u128
+    {
+        anyhow::bail!(
+            "--slots {} x --ctx {ctx}: the KV caches need {:.1} GiB, more than the {:.1} GiB of \
+             memory available; use fewer slots or a shorter context",
+            args.slots,
+            need as f64 / (1u64 << 30) as f64,
+            avail as f64 / (1u64 << 30) as f64
+        );
+    }
+    Ok(())
+}
+
+/// Bytes of memory the system has available (Linux: `MemAvailable` in /proc/meminfo).
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kb.checked_mul(1024)
+}
+
 fn start_runner<B: Backend + Send + 'static>(
     mut b: B,
     ck: Checkpoint,
     tokenizer: Arc<Tokenizer>,
     args: &Args,
 ) -> Result<InferenceRunner> {
+    admit(args, ck.config(), b.name() == "cpu")?;
     let chunk = b.prefill_chunk();
     let model = ck.load(args.quant, &mut b, chunk)?;
     drop(ck);
@@ -135,6 +188,7 @@ fn start_slot_runner(
     tokenizer: Arc<Tokenizer>,
     args: &Args,
 ) -> Result<InferenceRunner> {
+    admit(args, ck.config(), false)?;
     let slots = args.slots.max(1);
     let generator = if ck.config().family.is_hybrid_or_moe() {
         if args.quant.is_some() {
@@ -214,7 +268,14 @@ pub fn run(args: Args) -> Result<()> {
         created: server::unix_secs(),
         metrics: Metrics::default(),
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
-        cors: args.cors.clone(),
+        metrics_public: args.metrics_public,
+        allowed_hosts: args.allowed_host.clone(),
+        cors: args.cors.as_ref().map(|c| {
+            c.split(',')
+                .map(|o| o.trim().to_string())
+                .filter(|o| !o.is_empty())
+                .collect()
+        }),
         log: !args.quiet,
     });
     let addr = SocketAddr::new(args.host, args.port);

@@ -32,10 +32,14 @@ pub enum Kind {
     BadRequest,
     /// 401: missing or wrong API key.
     Unauthorized,
+    /// 403: a Host this server does not answer to (no API key set).
+    Forbidden,
     /// 404: no such model or route.
     NotFound,
     /// 413: the body is over the limit.
     TooLarge,
+    /// 415: a JSON endpoint got another content type.
+    UnsupportedMediaType,
     /// 429: the queue is full.
     QueueFull,
     /// 503: the runner is shutting down.
@@ -51,6 +55,8 @@ impl Kind {
         match self {
             Kind::BadRequest => StatusCode::BAD_REQUEST,
             Kind::Unauthorized => StatusCode::UNAUTHORIZED,
+            Kind::Forbidden => StatusCode::FORBIDDEN,
+            Kind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Kind::NotFound => StatusCode::NOT_FOUND,
             Kind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Kind::QueueFull => StatusCode::TOO_MANY_REQUESTS,
@@ -62,8 +68,11 @@ impl Kind {
 
     fn openai_type(self) -> &'static str {
         match self {
-            Kind::BadRequest | Kind::NotFound | Kind::TooLarge => "invalid_request_error",
+            Kind::BadRequest | Kind::NotFound | Kind::TooLarge | Kind::UnsupportedMediaType => {
+                "invalid_request_error"
+            }
             Kind::Unauthorized => "authentication_error",
+            Kind::Forbidden => "permission_error",
             Kind::QueueFull => "rate_limit_error",
             Kind::Unavailable | Kind::Internal => "server_error",
             Kind::Timeout => "timeout_error",
@@ -72,8 +81,9 @@ impl Kind {
 
     fn anthropic_type(self) -> &'static str {
         match self {
-            Kind::BadRequest => "invalid_request_error",
+            Kind::BadRequest | Kind::UnsupportedMediaType => "invalid_request_error",
             Kind::Unauthorized => "authentication_error",
+            Kind::Forbidden => "permission_error",
             Kind::NotFound => "not_found_error",
             Kind::TooLarge => "request_too_large",
             Kind::QueueFull => "rate_limit_error",

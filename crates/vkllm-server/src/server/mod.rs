@@ -48,8 +48,13 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Required in `Authorization: Bearer` or `x-api-key` when set.
     pub api_key: Option<String>,
-    /// `Access-Control-Allow-Origin` value when CORS is on.
-    pub cors: Option<String>,
+    /// /metrics answers without the API key.
+    pub metrics_public: bool,
+    /// Host names answered besides IP addresses and `localhost` when no API key is set (the
+    /// defence against DNS rebinding).
+    pub allowed_hosts: Vec<String>,
+    /// Origins CORS answers (`*`: any, without credentials); `None`: no CORS headers.
+    pub cors: Option<Vec<String>>,
     /// Print a log line per request and per finished sequence.
     pub log: bool,
 }
@@ -187,13 +192,43 @@ async fn shutdown_signal() {
     eprintln!("vkllm: shutting down");
 }
 
-/// The key a request carries, from `Authorization: Bearer` or `x-api-key`.
+/// The key a request carries, from `Authorization: Bearer` (the scheme in any case) or
+/// `x-api-key`.
 fn presented_key(h: &HeaderMap) -> Option<&str> {
     let bearer = h
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").map(str::trim));
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, k)| k.trim());
     bearer.or_else(|| h.get("x-api-key").and_then(|v| v.to_str().ok()))
+}
+
+/// Whether a request's Host (a name or an IP address, with an optional port) is one a page of
+/// another site cannot point at us by DNS rebinding: an IP address, `localhost`, or a name in
+/// `allowed`.
+pub fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    let host = host.trim();
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        match host.rsplit_once(':') {
+            Some((n, port)) if port.chars().all(|c| c.is_ascii_digit()) => n,
+            _ => host,
+        }
+    };
+    !name.is_empty()
+        && (name.parse::<std::net::IpAddr>().is_ok()
+            || name.eq_ignore_ascii_case("localhost")
+            || allowed.iter().any(|a| a.eq_ignore_ascii_case(name)))
+}
+
+/// Whether a Content-Type header value is JSON (`application/json`, any parameters).
+fn is_json(content_type: Option<&HeaderValue>) -> bool {
+    content_type
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// Compares without stopping at the first difference.
@@ -212,10 +247,34 @@ async fn gate(State(state): State<Arc<AppState>>, req: Request, next: Next) -> R
         .get::<MatchedPath>()
         .map_or("other", |m| m.as_str())
         .to_string();
-    let mut resp = if state.cors.is_some() && method == Method::OPTIONS {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| req.uri().host())
+        .unwrap_or("")
+        .to_string();
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let mut resp = if state.api_key.is_none() && !host_allowed(&host, &state.allowed_hosts) {
+        ApiError::new(
+            api,
+            Kind::Forbidden,
+            format!(
+                "Host `{host}` is not served here without an API key (serve with \
+                 --allowed-host NAME, or --api-key)"
+            ),
+        )
+        .with_code("host_not_allowed")
+        .into_response()
+    } else if state.cors.is_some() && method == Method::OPTIONS {
         StatusCode::NO_CONTENT.into_response()
     } else if let Some(key) = &state.api_key
         && path != "/health"
+        && !(path == "/metrics" && state.metrics_public)
         && !presented_key(req.headers()).is_some_and(|k| same_key(k, key))
     {
         ApiError::new(
@@ -225,13 +284,31 @@ async fn gate(State(state): State<Arc<AppState>>, req: Request, next: Next) -> R
         )
         .with_code("invalid_api_key")
         .into_response()
+    } else if method == Method::POST && !is_json(req.headers().get(header::CONTENT_TYPE)) {
+        ApiError::new(
+            api,
+            Kind::UnsupportedMediaType,
+            "the request body must be JSON (Content-Type: application/json)",
+        )
+        .into_response()
     } else {
         next.run(req).await
     };
-    if let Some(origin) = &state.cors
-        && let Ok(v) = HeaderValue::from_str(origin)
+    // CORS: `*` for any origin (no credentials), else the request's origin when listed.
+    let allow = state.cors.as_ref().and_then(|list| {
+        if list.iter().any(|o| o == "*") {
+            Some("*".to_string())
+        } else {
+            origin.filter(|o| list.iter().any(|l| l == o))
+        }
+    });
+    if let Some(allow) = allow
+        && let Ok(v) = HeaderValue::from_str(&allow)
     {
         let h = resp.headers_mut();
+        if allow != "*" {
+            h.insert(header::VARY, HeaderValue::from_static("origin"));
+        }
         h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
         h.insert(
             header::ACCESS_CONTROL_ALLOW_METHODS,

@@ -3,7 +3,10 @@
 //! packages. Needs `scripts/fetch-models.sh smollm2` and `pip install openai anthropic`; either
 //! missing fails the test with that message. `VKLLM_SERVE_TEST_DEVICE` picks the device
 //! (default `cpu`, faster than lavapipe here for a 135M model); `VKLLM_SERVE_TEST_BIN` another
-//! build of the binary (default: this one).
+//! build of the binary (default: this one). [`Server::start_args`] serves any model (no Python
+//! needed) and [`Server::raw`] sends hand-written requests.
+
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -47,18 +50,16 @@ impl Server {
             "the server tests need Python 3 with the official clients: pip install openai anthropic"
         );
         let device = std::env::var("VKLLM_SERVE_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
+        let mut args = vec!["--model", "smollm2", "--device", &device, "--api-key", KEY];
+        args.extend_from_slice(extra);
+        Server::start_args(&args)
+    }
+
+    /// `vkllm serve --host 127.0.0.1 --port 0` plus `args` (no API key unless given).
+    pub fn start_args(args: &[&str]) -> Server {
         let mut child = Command::new(bin())
-            .args([
-                "serve",
-                "--model",
-                "smollm2",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-            ])
-            .args(["--device", &device, "--api-key", KEY])
-            .args(extra)
+            .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -89,6 +90,32 @@ impl Server {
         // Loopback unless told otherwise.
         assert!(url.starts_with("http://127.0.0.1:"), "{url}");
         Server { child, url, log }
+    }
+
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a port in the url")
+    }
+
+    /// One HTTP/1.1 request (`head`: the request line and headers, without the blank line)
+    /// with `body`; the whole response as text.
+    pub fn raw(&self, head: &str, body: &str) -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port())).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        write!(
+            s,
+            "{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
     }
 
     /// Runs `tests/py/<script>`; panics with its output and the server's log when it fails.
@@ -122,4 +149,32 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The llama fixture (2 layers, hidden 64, 4 heads with 2 kv heads, vocab 256) as a Hugging Face
+/// checkpoint directory with a word-level tokenizer of 256 words `w0` .. `w255`, in a temporary
+/// directory named after `tag` (tests running at once pick different tags).
+pub fn tiny_checkpoint(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vkllm-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fx = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/llama"));
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(fx.join(f), dir.join(f)).unwrap();
+    }
+    let vocab: serde_json::Map<String, serde_json::Value> = (0..256)
+        .map(|i| (format!("w{i}"), serde_json::json!(i)))
+        .collect();
+    let tok = serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"}
+    });
+    std::fs::write(dir.join("tokenizer.json"), tok.to_string()).unwrap();
+    dir
 }
