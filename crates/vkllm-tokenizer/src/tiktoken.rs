@@ -177,6 +177,14 @@ impl TiktokenBpe {
         self.decoder.get(id as usize)?.as_deref()
     }
 
+    pub(crate) fn special_spellings(&self) -> Vec<String> {
+        self.spec
+            .special_tokens
+            .iter()
+            .map(|(s, _)| s.to_string())
+            .collect()
+    }
+
     pub(crate) fn is_special(&self, id: u32) -> bool {
         self.spec.special_tokens.iter().any(|(_, i)| *i == id)
     }

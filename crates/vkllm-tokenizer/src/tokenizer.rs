@@ -306,6 +306,24 @@ impl Tokenizer {
         }
     }
 
+    /// The spelling of every special (control) token, longest first.
+    pub fn special_spellings(&self) -> Vec<String> {
+        let mut v: Vec<String> = match &self.backend {
+            Backend::Hf(hf) => hf
+                .tok
+                .get_added_tokens_decoder()
+                .values()
+                .filter(|t| t.special)
+                .map(|t| t.content.clone())
+                .collect(),
+            Backend::Tiktoken(t) => t.special_spellings(),
+        };
+        v.retain(|s| !s.is_empty());
+        v.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        v.dedup();
+        v
+    }
+
     /// BOS/EOS/UNK/PAD ids, those the model has.
     pub fn special_ids(&self) -> &SpecialIds {
         &self.special
@@ -357,8 +375,22 @@ impl Tokenizer {
     }
 
     /// Renders `messages` and encodes the prompt as transformers'
-    /// `apply_chat_template(tokenize=True)` does (no extra BOS, specials parsed).
+    /// `apply_chat_template(tokenize=True)` does (no extra BOS, the template's specials
+    /// parsed), except that special tokens spelled inside message strings stay plain text
+    /// (`guard.rs`): a message cannot forge a turn.
     pub fn encode_chat(
+        &self,
+        messages: &serde_json::Value,
+        opts: &crate::RenderOptions,
+    ) -> Result<Vec<u32>> {
+        let g = self.guard_messages(messages);
+        let prompt = self.apply_chat_template(&g.messages, opts)?;
+        self.encode_guarded(&prompt, &g)
+    }
+
+    /// [`Tokenizer::encode_chat`] as transformers does it exactly: special tokens are parsed
+    /// wherever they appear, message text included.
+    pub fn encode_chat_parsing_specials(
         &self,
         messages: &serde_json::Value,
         opts: &crate::RenderOptions,

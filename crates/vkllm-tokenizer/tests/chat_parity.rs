@@ -7,6 +7,61 @@ use common::{ids, read_fixture, tokenizer};
 use serde_json::{Map, Value as Json};
 use vkllm_tokenizer::{RenderOptions, TemplateOrigin, TokenizerError};
 
+/// Strings of `v` (all but `role` values).
+fn strings<'a>(v: &'a Json, out: &mut Vec<&'a str>) {
+    match v {
+        Json::String(s) => out.push(s),
+        Json::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        Json::Object(o) => o
+            .iter()
+            .filter(|(k, _)| k.as_str() != "role")
+            .for_each(|(_, x)| strings(x, out)),
+        _ => {}
+    }
+}
+
+/// `encode_chat` (special spellings in messages stay text): the same text as the rendered
+/// prompt, and as many control tokens as transformers' ids less one per spelling in the
+/// messages; the same ids as transformers' when the messages spell none.
+fn check_guarded(
+    tok: &vkllm_tokenizer::Tokenizer,
+    messages: &Json,
+    opts: &RenderOptions,
+    parsed: &[u32],
+    rendered: &str,
+) -> Result<(), String> {
+    let guarded = tok.encode_chat(messages, opts).map_err(|e| e.to_string())?;
+    let text = tok.decode(&guarded, false).map_err(|e| e.to_string())?;
+    let want_text = tok.decode(parsed, false).map_err(|e| e.to_string())?;
+    if text != want_text || text != rendered {
+        return Err(format!("guarded text differs: {text:?}"));
+    }
+    let mut texts = Vec::new();
+    strings(messages, &mut texts);
+    let spelled: usize = tok
+        .special_spellings()
+        .iter()
+        .map(|sp| {
+            texts
+                .iter()
+                .map(|t| t.matches(sp.as_str()).count())
+                .sum::<usize>()
+        })
+        .sum();
+    let specials = |ids: &[u32]| ids.iter().filter(|&&i| tok.is_special(i)).count();
+    if specials(&guarded) + spelled != specials(parsed) {
+        return Err(format!(
+            "{} control tokens guarded, {} parsed, {spelled} spelled in the messages",
+            specials(&guarded),
+            specials(parsed)
+        ));
+    }
+    if spelled == 0 && guarded != parsed {
+        return Err("guarded ids differ with no special spelled".into());
+    }
+    Ok(())
+}
+
 fn check_chat(name: &str) {
     let tok = tokenizer(name);
     let convs = read_fixture("chat_conversations.json");
@@ -33,11 +88,15 @@ fn check_chat(name: &str) {
                 if &got != want {
                     failures.push(format!("{label}: rendered\n{got:?}\nwant\n{want:?}"));
                 } else if let Some(want_ids) = case.get("ids") {
-                    let got_ids = tok
-                        .encode_chat(&conv["messages"], &opts)
-                        .expect("encode_chat");
-                    if got_ids != ids(want_ids) {
+                    // transformers parses specials everywhere: the option that does the same.
+                    let parsed = tok
+                        .encode_chat_parsing_specials(&conv["messages"], &opts)
+                        .expect("encode_chat_parsing_specials");
+                    if parsed != ids(want_ids) {
                         failures.push(format!("{label}: prompt ids differ"));
+                    }
+                    if let Err(e) = check_guarded(tok, &conv["messages"], &opts, &parsed, &got) {
+                        failures.push(format!("{label}: {e}"));
                     }
                 }
             }

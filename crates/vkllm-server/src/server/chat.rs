@@ -5,7 +5,7 @@
 //! parses replies in that format.
 
 use serde_json::{Map, Value as Json, json};
-use vkllm_tokenizer::{EncodeOptions, RenderOptions, Tokenizer};
+use vkllm_tokenizer::{RenderOptions, Tokenizer};
 
 use super::error::{Api, ApiError, Kind};
 use super::output::{ParserSpec, ToolFormat};
@@ -228,8 +228,10 @@ pub fn build(tok: &Tokenizer, api: Api, input: ChatInput) -> Result<ChatPrompt, 
         let shown: &[Json] = if tools_on { &input.tools } else { &[] };
         (ToolFormat::Hermes, inline_tools(input.messages, shown))
     };
+    // Special tokens spelled in message text stay text (only the template writes turns).
+    let guarded = tok.guard_messages(&Json::Array(messages));
     let mut prompt = template
-        .render(&Json::Array(messages), &opts)
+        .render(&guarded.messages, &opts)
         .map_err(|e| ApiError::new(api, Kind::BadRequest, format!("chat template: {e}")))?;
     let think = source
         .contains("<think>")
@@ -255,7 +257,7 @@ pub fn build(tok: &Tokenizer, api: Api, input: ChatInput) -> Result<ChatPrompt, 
         tool_stop = format.close_tag().map(str::to_string);
     }
     let ids = tok
-        .encode(&prompt, EncodeOptions::prompt())
+        .encode_guarded(&prompt, &guarded)
         .map_err(|e| ApiError::new(api, Kind::BadRequest, format!("encoding the prompt: {e}")))?;
     Ok(ChatPrompt {
         ids,

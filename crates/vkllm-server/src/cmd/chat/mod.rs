@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result, bail};
 use vkllm_engine::{FinishReason, Usage};
-use vkllm_tokenizer::{EncodeOptions, RenderOptions};
+use vkllm_tokenizer::RenderOptions;
 
 use self::conversation::Conversation;
 use self::input::{Input, Read};
@@ -303,9 +303,11 @@ impl Chat {
         let mut dropped = 0;
         loop {
             let tok = self.engine.tokenizer();
+            // Special tokens typed in a message stay text (only the template writes turns).
+            let guarded = tok.guard_messages(&self.conv.messages());
             let prompt =
-                tok.apply_chat_template(&self.conv.messages(), &RenderOptions::generation(true))?;
-            let ids = tok.encode(&prompt, EncodeOptions::prompt())?;
+                tok.apply_chat_template(&guarded.messages, &RenderOptions::generation(true))?;
+            let ids = tok.encode_guarded(&prompt, &guarded)?;
             if ids.len() < ctx {
                 if dropped > 0 {
                     eprintln!(
