@@ -142,3 +142,76 @@ fn impossible_sizes_are_refused_at_start() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Connections cannot be held open for free: a client that never finishes its headers is cut
+/// off after `--header-timeout`, one that never finishes its body gets 408 after
+/// `--body-timeout`, and connections past `--max-connections` get 503 (then service resumes
+/// when the idle ones go away).
+#[test]
+fn slow_and_idle_connections_are_bounded() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+    let dir = tiny_checkpoint("security-conns");
+    let model = dir.to_str().unwrap();
+    let quick = Server::start_args(&[
+        "--model",
+        model,
+        "--device",
+        "cpu",
+        "--any-model",
+        "--header-timeout",
+        "1",
+        "--body-timeout",
+        "1",
+    ]);
+    let connect = |port: u16| {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s
+    };
+    // A body that stops halfway: 408 with the API's error JSON.
+    let mut s = connect(quick.port());
+    write!(
+        s,
+        "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Content-Length: 200\r\n\r\n{{\"prompt\": \"w1"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    assert_eq!(status(&reply), 408, "{reply}");
+    assert_eq!(error_type(&reply), "invalid_request_error", "{reply}");
+    // Headers that never end: the server closes the connection (a read ends instead of waiting
+    // out the client's 30 s limit).
+    let mut s = connect(quick.port());
+    write!(s, "GET /health HTTP/1.1\r\nHost: localhost\r\n").unwrap();
+    let mut buf = Vec::new();
+    let r = s.read_to_end(&mut buf);
+    assert!(r.is_ok(), "the server kept a half-sent request open: {r:?}");
+    drop(quick);
+
+    let capped = Server::start_args(&[
+        "--model",
+        model,
+        "--device",
+        "cpu",
+        "--any-model",
+        "--max-connections",
+        "2",
+    ]);
+    let idle: Vec<TcpStream> = (0..2).map(|_| connect(capped.port())).collect();
+    let mut third = connect(capped.port());
+    let mut reply = String::new();
+    let _ = third.read_to_string(&mut reply);
+    assert_eq!(status(&reply), 503, "{reply}");
+    assert_eq!(error_type(&reply), "server_error", "{reply}");
+    drop(idle);
+    // The two idle connections close; requests are served again.
+    let ok = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        status(&capped.raw("GET /health HTTP/1.1\r\nHost: localhost", "")) == 200
+    });
+    assert!(ok, "no request served after the idle connections closed");
+    std::fs::remove_dir_all(&dir).ok();
+}

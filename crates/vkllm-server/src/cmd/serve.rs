@@ -64,6 +64,19 @@ pub struct Args {
     #[arg(long, default_value_t = 4 << 20)]
     max_body_bytes: usize,
 
+    /// Seconds a client has to send a request's headers (also how long an idle keep-alive
+    /// connection stays open).
+    #[arg(long, default_value_t = 30)]
+    header_timeout: u64,
+
+    /// Seconds a client has to send a request's body (408 after).
+    #[arg(long, default_value_t = 60)]
+    body_timeout: u64,
+
+    /// Open connections at most; more are answered 503 and closed.
+    #[arg(long, default_value_t = 512)]
+    max_connections: usize,
+
     /// Answer browsers from other origins: `--cors` allows any origin (no credentials),
     /// `--cors ORIGIN[,ORIGIN...]` those.
     #[arg(long, num_args = 0..=1, default_missing_value = "*")]
@@ -283,7 +296,12 @@ pub fn run(args: Args) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(server::serve(state, addr, args.max_body_bytes))
+    let limits = server::ConnLimits {
+        header_timeout: std::time::Duration::from_secs(args.header_timeout.max(1)),
+        body_timeout: std::time::Duration::from_secs(args.body_timeout.max(1)),
+        max_connections: args.max_connections.max(1),
+    };
+    rt.block_on(server::serve(state, addr, args.max_body_bytes, limits))
         .with_context(|| format!("serving on {addr}"))?;
     runner.shutdown();
     Ok(())

@@ -36,6 +36,8 @@ pub enum Kind {
     Forbidden,
     /// 404: no such model or route.
     NotFound,
+    /// 408: the body did not arrive in time.
+    RequestTimeout,
     /// 413: the body is over the limit.
     TooLarge,
     /// 415: a JSON endpoint got another content type.
@@ -56,6 +58,7 @@ impl Kind {
             Kind::BadRequest => StatusCode::BAD_REQUEST,
             Kind::Unauthorized => StatusCode::UNAUTHORIZED,
             Kind::Forbidden => StatusCode::FORBIDDEN,
+            Kind::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Kind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Kind::NotFound => StatusCode::NOT_FOUND,
             Kind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -68,9 +71,11 @@ impl Kind {
 
     fn openai_type(self) -> &'static str {
         match self {
-            Kind::BadRequest | Kind::NotFound | Kind::TooLarge | Kind::UnsupportedMediaType => {
-                "invalid_request_error"
-            }
+            Kind::BadRequest
+            | Kind::NotFound
+            | Kind::TooLarge
+            | Kind::UnsupportedMediaType
+            | Kind::RequestTimeout => "invalid_request_error",
             Kind::Unauthorized => "authentication_error",
             Kind::Forbidden => "permission_error",
             Kind::QueueFull => "rate_limit_error",
@@ -81,7 +86,9 @@ impl Kind {
 
     fn anthropic_type(self) -> &'static str {
         match self {
-            Kind::BadRequest | Kind::UnsupportedMediaType => "invalid_request_error",
+            Kind::BadRequest | Kind::UnsupportedMediaType | Kind::RequestTimeout => {
+                "invalid_request_error"
+            }
             Kind::Unauthorized => "authentication_error",
             Kind::Forbidden => "permission_error",
             Kind::NotFound => "not_found_error",

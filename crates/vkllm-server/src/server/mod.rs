@@ -17,7 +17,7 @@ mod output;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -138,8 +138,8 @@ pub fn body_bytes(api: Api, body: Result<Bytes, BytesRejection>) -> Result<Bytes
     })
 }
 
-/// The routes.
-pub fn router(state: Arc<AppState>, body_limit: usize) -> Router {
+/// The routes; request bodies of at most `body_limit` bytes, read within `body_timeout`.
+pub fn router(state: Arc<AppState>, body_limit: usize, body_timeout: Duration) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics_text))
@@ -151,23 +151,123 @@ pub fn router(state: Arc<AppState>, body_limit: usize) -> Router {
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn(move |req: Request, next: Next| {
+            body_deadline(body_limit, body_timeout, req, next)
+        }))
         .layer(middleware::from_fn_with_state(state.clone(), gate))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
 }
 
-/// Binds `addr` and serves until Ctrl-C or SIGTERM.
+/// Connection limits of [`serve`].
+#[derive(Clone, Copy, Debug)]
+pub struct ConnLimits {
+    /// Time a client has to send a request's headers; also how long an idle keep-alive
+    /// connection stays open.
+    pub header_timeout: Duration,
+    /// Time a client has to send a request's body.
+    pub body_timeout: Duration,
+    /// Open connections at most; more are answered 503 and closed.
+    pub max_connections: usize,
+}
+
+/// Binds `addr` and serves until Ctrl-C or SIGTERM, with `limits` on every connection.
 pub async fn serve(
     state: Arc<AppState>,
     addr: SocketAddr,
     body_limit: usize,
+    limits: ConnLimits,
 ) -> std::io::Result<()> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     eprintln!("vkllm: listening on http://{local}");
-    axum::serve(listener, router(state, body_limit))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
+    let app = router(state.clone(), body_limit, limits.body_timeout);
+    let open = Arc::new(AtomicUsize::new(0));
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            _ = &mut shutdown => break,
+            r = listener.accept() => match r {
+                Ok((stream, _)) => stream,
+                // Out of file descriptors and the like: the connection is lost, not the server.
+                Err(_) => continue,
+            },
+        };
+        if open.load(Ordering::Relaxed) >= limits.max_connections {
+            state.metrics.request("connections", 503);
+            tokio::spawn(refuse(stream));
+            continue;
+        }
+        open.fetch_add(1, Ordering::Relaxed);
+        let open = open.clone();
+        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .serve_connection(io, svc)
+                .with_upgrades();
+            let _ = conn.await;
+            open.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+    Ok(())
+}
+
+/// Answers a connection over the cap with a 503 and closes it.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let body = r#"{"error":{"message":"too many open connections","type":"server_error"}}"#;
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        let _ = stream.write_all(head.as_bytes()).await;
+        let _ = stream.write_all(body.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+}
+
+/// Reads a POST body of at most `max` bytes within `limit` (a client that stalls gets 408, a
+/// longer body 413), then passes the request on with the body in memory.
+async fn body_deadline(max: usize, limit: Duration, req: Request, next: Next) -> Response {
+    if req.method() != Method::POST {
+        return next.run(req).await;
+    }
+    let api = Api::of_path(req.uri().path());
+    let too_large = || {
+        ApiError::new(
+            api,
+            Kind::TooLarge,
+            "the request body is over the size limit",
+        )
+    };
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(limit, axum::body::to_bytes(body, max)).await {
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+                .await
+        }
+        Ok(Err(e)) if e.to_string().contains("length limit") => too_large().into_response(),
+        Ok(Err(e)) => {
+            ApiError::new(api, Kind::BadRequest, format!("reading the body: {e}")).into_response()
+        }
+        Err(_) => ApiError::new(
+            api,
+            Kind::RequestTimeout,
+            format!(
+                "the request body did not arrive within {} s",
+                limit.as_secs()
+            ),
+        )
+        .into_response(),
+    }
 }
 
 async fn shutdown_signal() {
