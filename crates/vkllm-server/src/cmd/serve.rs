@@ -292,7 +292,10 @@ pub fn run(args: Args) -> Result<()> {
         log: !args.quiet,
     });
     let addr = SocketAddr::new(args.host, args.port);
+    // Request preparation (rendering, tokenization) runs on the blocking pool: bounded, so a
+    // flood of huge prompts queues instead of spawning a thread each.
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .max_blocking_threads(16)
         .enable_all()
         .build()
         .context("starting the async runtime")?;

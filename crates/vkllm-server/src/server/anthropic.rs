@@ -274,14 +274,17 @@ pub async fn count_tokens(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let run = || -> Result<Response, ApiError> {
+    let run = move || -> Result<usize, ApiError> {
         let bytes = body_bytes(API, body)?;
         let mut f = Fields::parse(API, &bytes)?;
         let (_, p) = prompt(&state, &mut f)?;
         f.finish()?;
-        Ok(axum::Json(json!({"input_tokens": p.ids.len()})).into_response())
+        Ok(p.ids.len())
     };
-    run().unwrap_or_else(IntoResponse::into_response)
+    match super::off_runtime(API, run).await {
+        Ok(n) => axum::Json(json!({"input_tokens": n})).into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 struct Prepared {
@@ -442,7 +445,8 @@ async fn messages_handler(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = body_bytes(API, body)?;
-    let (p, stream_it) = parse(&state, &bytes)?;
+    let st = state.clone();
+    let (p, stream_it) = super::off_runtime(API, move || parse(&st, &bytes)).await?;
     let mut generation = launch(&state, API, p.spec.clone())?;
     let choice = ChoiceState::new(&p.prompt.parser, &p.spec.stop, p.tool_stop);
     if stream_it {

@@ -123,6 +123,22 @@ pub fn random_id(n: usize) -> String {
         .collect()
 }
 
+/// Runs `f` (request parsing, template rendering, tokenization: CPU work that grows with the
+/// input) on the runtime's bounded blocking pool, so the async workers keep answering other
+/// requests (`/health` included) while a large prompt is prepared.
+pub async fn off_runtime<T: Send + 'static>(
+    api: Api,
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(ApiError::new(
+            api,
+            Kind::Internal,
+            format!("request worker: {e}"),
+        ))
+    })
+}
+
 /// The body of a request, or the error for a body over the limit (413) or unreadable (400).
 pub fn body_bytes(api: Api, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|r| {

@@ -368,7 +368,8 @@ pub async fn chat(
 ) -> Response {
     let run = async {
         let bytes = body_bytes(API, body)?;
-        let (p, stream) = parse_chat(&state, &bytes)?;
+        let st = state.clone();
+        let (p, stream) = super::off_runtime(API, move || parse_chat(&st, &bytes)).await?;
         if stream {
             super::openai_stream::chat_stream(&state, p)
         } else {
@@ -580,7 +581,8 @@ pub async fn completions(
 ) -> Response {
     let run = async {
         let bytes = body_bytes(API, body)?;
-        let (p, stream) = parse_completion(&state, &bytes)?;
+        let st = state.clone();
+        let (p, stream) = super::off_runtime(API, move || parse_completion(&st, &bytes)).await?;
         if stream {
             super::openai_stream::completion_stream(&state, p)
         } else {
