@@ -12,25 +12,25 @@
 //! host and the CPU op gets the same rounded values, so the comparison measures the kernel's own
 //! arithmetic, not the storage format.
 
+mod attention_fused;
+mod attention_prefill_coop;
+mod attention_prefill_coop2;
+mod attention_rope;
 mod attn;
-mod attn_coop;
-mod attn_coop2;
-mod attn_fused;
-mod attn_rope;
 mod basic;
-mod coop;
-mod coop_glu;
-mod coop_group;
 mod decode;
-mod dequant;
+mod dequant_f16;
 mod hybrid;
 mod mat;
+mod matmul_coop;
+mod matmul_coop_glu;
+mod matmul_coop_group;
 mod matvec_fused;
-mod moe_quant;
+mod moe_experts_quant;
 mod quant;
 mod recurrent;
 mod ring;
-mod rope_kv;
+mod rope_kv_append;
 mod sample;
 
 use vkllm_cpu::compare::{Diff, diff};
@@ -117,24 +117,27 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("kv_append", basic::kv_append),
     ("matvec", mat::matvec),
     ("matmul", mat::matmul),
-    ("matmul_coop", coop::matmul_coop),
-    ("matmul_coop_group", coop_group::matmul_coop_group),
-    ("matmul_coop_glu", coop_glu::matmul_coop_glu),
+    ("matmul_coop", matmul_coop::matmul_coop),
+    ("matmul_coop_group", matmul_coop_group::matmul_coop_group),
+    ("matmul_coop_glu", matmul_coop_glu::matmul_coop_glu),
     ("matvec_fused_float", matvec_fused::matvec_fused_float),
     ("matvec_fused_legacy", matvec_fused::matvec_fused_legacy),
     ("matvec_fused_kquant", matvec_fused::matvec_fused_kquant),
     ("matvec_q8a", matvec_fused::matvec_q8a),
     ("rope", attn::rope),
-    ("rope_kv_append", rope_kv::rope_kv_append_case),
+    ("rope_kv_append", rope_kv_append::rope_kv_append_case),
     ("attention_decode", attn::attention_decode),
     ("attention_prefill", attn::attention_prefill),
-    ("attention_prefill_coop", attn_coop::attention_prefill_coop),
+    (
+        "attention_prefill_coop",
+        attention_prefill_coop::attention_prefill_coop,
+    ),
     (
         "attention_prefill_coop2",
-        attn_coop2::attention_prefill_coop2,
+        attention_prefill_coop2::attention_prefill_coop2,
     ),
-    ("attention_fused", attn_fused::attention_fused),
-    ("attention_rope", attn_rope::attention_rope),
+    ("attention_fused", attention_fused::attention_fused),
+    ("attention_rope", attention_rope::attention_rope),
     ("sample", sample::sample),
     ("kv_append_slots", decode::kv_append_slots),
     ("attention_slots", decode::attention_slots),
@@ -142,7 +145,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("attention_ring", ring::attention_ring),
     ("logprobs", decode::logprobs),
     ("decode_advance", decode::decode_advance),
-    ("dequant_f16", dequant::dequant_f16),
+    ("dequant_f16", dequant_f16::dequant_f16),
     ("quant_q8_0", quant::quant_q8_0),
     ("quant_q4_0", quant::quant_q4_0),
     ("quant_q4_1", quant::quant_q4_1),
@@ -165,7 +168,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("sigmoid_mul", hybrid::sigmoid_mul),
     ("moe_route", hybrid::moe_route),
     ("moe_experts", hybrid::moe_experts),
-    ("moe_experts_quant", moe_quant::moe_experts_quant),
+    ("moe_experts_quant", moe_experts_quant::moe_experts_quant),
 ];
 
 /// Runs every case (each with a seed derived from `seed`) and returns all rows.

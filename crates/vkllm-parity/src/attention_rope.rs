@@ -18,7 +18,7 @@ use vkllm_kernels::kv_append::KvType;
 use vkllm_kernels::rope::RopeLayout;
 use vkllm_kernels::rope_kv_append::HeadNorm;
 
-use super::attn_fused::{grouped_split_na, show_positions, slots_reference, stored};
+use super::attention_fused::{grouped_split_na, show_positions, slots_reference, stored};
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, row};
 use vkllm_vk::Device;
 use vkllm_vk::Result;

@@ -12,7 +12,7 @@ use vkllm_kernels::attention::AttnShape;
 use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
 use vkllm_kernels::kv_append::KvType;
 
-use super::coop::not_applicable;
+use super::matmul_coop::not_applicable;
 use super::{Ctx, KernelParityRow, Rng, Tol, pack16, row, to_f16};
 use vkllm_vk::Device;
 use vkllm_vk::Result;

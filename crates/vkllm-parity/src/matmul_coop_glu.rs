@@ -13,7 +13,7 @@ use vkllm_kernels::WeightType;
 use vkllm_kernels::activation::Activation;
 use vkllm_kernels::matmul_coop::{CoopConfig, CoopGlu, CoopSegment, CoopTile, MatmulCoopGroup};
 
-use super::coop::{coop_weight, f16_round, not_applicable, reference, tol};
+use super::matmul_coop::{coop_weight, f16_round, not_applicable, reference, tol};
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, row};
 use vkllm_vk::DequantPolicy;
 use vkllm_vk::Device;

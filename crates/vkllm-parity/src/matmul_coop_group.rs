@@ -9,7 +9,7 @@
 use vkllm_kernels::WeightType;
 use vkllm_kernels::matmul_coop::{CoopConfig, CoopTile};
 
-use super::coop::{config_name, coop_weight, f16_round, not_applicable, reference, tol};
+use super::matmul_coop::{config_name, coop_weight, f16_round, not_applicable, reference, tol};
 use super::{Ctx, KernelParityRow, Rng, row};
 use vkllm_vk::DequantPolicy;
 use vkllm_vk::Device;
