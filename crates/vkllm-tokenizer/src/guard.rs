@@ -108,7 +108,9 @@ fn guard_str(s: &str, specials: &[String], originals: &mut Vec<String>) -> Strin
                 continue 'scan;
             }
         }
-        let c = s[i..].chars().next().expect("i is on a char boundary");
+        let Some(c) = s[i..].chars().next() else {
+            break;
+        };
         out.push(c);
         i += c.len_utf8();
     }
