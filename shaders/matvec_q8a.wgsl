@@ -27,6 +27,9 @@
 // Shapes: x [NC, cols] f32 with NC * cols <= 16384 (the shared copy); cols a multiple of the
 // block (32 or 256). Shared memory: 16 KiB of int8 x, 4 KiB of unit scales and sums, 4 KiB of
 // reduction space (24 KiB). Memory bound: every weight byte is read once per dispatch.
+// XG = 1 (the multi-column decode path): x arrives quantized (quantize_act_q8.wgsl) and is read
+// from global memory, so NC (up to 16; slots x NC <= 32 sums) and cols are not bounded by the
+// shared copy; teams sum by an xor butterfly.
 
 override WG: u32 = 128;
 override LPR: u32 = 32;
@@ -45,6 +48,11 @@ override NIT: u32 = 1;
 // 1: Q6_K with one row per team, ungated (the large-matrix launch): a lane step is half a
 // super-block, the four units that share their qh bytes (`q6k_quad`), instead of a unit pair.
 override QUAD: u32 = 0;
+// 1: x comes quantized from global memory (quantize_act_q8.wgsl's layout: codes in binding
+// `x`, per column the unit scales and sums and the chunks' sums of squares in binding `norm_w`,
+// whose weights that kernel already applied), so any NC x cols fits and no workgroup quantizes;
+// the launch covers columns col0 .. col0 + NC of them. The multi-column decode path.
+override XG: u32 = 0;
 
 struct Params {
     cols: u32,
@@ -60,15 +68,19 @@ struct Params {
     wg_end: u32,
     eps: f32,
     norm_offset: f32,
+    // XG: the first column of x and y this launch takes.
+    col0: u32,
 }
 var<immediate> p: Params;
 
 @group(0) @binding(0) var<storage, read> w0q: array<vec4<u32>>;
-@group(0) @binding(1) var<storage, read> x4: array<vec4<f32>>;
+// x and norm_w are declared as words: with XG they hold integer codes and sums, which must not
+// pass through float loads (a driver may flush denormal bit patterns); floats are bitcast.
+@group(0) @binding(1) var<storage, read> x4: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(3) var<storage, read> w1q: array<vec4<u32>>;
 @group(0) @binding(4) var<storage, read> w2q: array<vec4<u32>>;
-@group(0) @binding(5) var<storage, read> nw4: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read> nw4: array<vec4<u32>>;
 
 // Quantized x: word j (elements 4j..4j+3) of unit U (column t, unit u: U = t * cols / 32 + u)
 // at xq[j * n_units + U]; its scale and code sum at xd[U], xs[U].
@@ -76,6 +88,49 @@ var<workgroup> xq: array<u32, 4096>;
 var<workgroup> xd: array<f32, 512>;
 var<workgroup> xs: array<i32, 512>;
 var<workgroup> red: array<f32, 1024>;
+
+// XG: quantize_act_q8.wgsl's words per column of scales, sums and chunk sums.
+fn xg_ms() -> u32 {
+    let uc = p.cols / 32u;
+    return 2u * uc + (uc + 31u) / 32u;
+}
+
+fn qm_word(i: u32) -> u32 {
+    return nw4[i >> 2u][i & 3u];
+}
+
+// The 8 code words of unit u of column t (of this launch).
+fn x_words(t: u32, u: u32, n_units: u32) -> array<u32, 8> {
+    var o: array<u32, 8>;
+    if (XG == 1u) {
+        let i = 2u * ((p.col0 + t) * (p.cols / 32u) + u);
+        let a = x4[i];
+        let b = x4[i + 1u];
+        o = array<u32, 8>(a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
+    } else {
+        let U = t * (p.cols / 32u) + u;
+        for (var j = 0u; j < 8u; j++) {
+            o[j] = xq[j * n_units + U];
+        }
+    }
+    return o;
+}
+
+// The scale of unit u of column t.
+fn x_scale(t: u32, u: u32) -> f32 {
+    if (XG == 1u) {
+        return bitcast<f32>(qm_word((p.col0 + t) * xg_ms() + 2u * u));
+    }
+    return xd[t * (p.cols / 32u) + u];
+}
+
+// The code sum of unit u of column t.
+fn x_sum(t: u32, u: u32) -> i32 {
+    if (XG == 1u) {
+        return bitcast<i32>(qm_word((p.col0 + t) * xg_ms() + 2u * u + 1u));
+    }
+    return xs[t * (p.cols / 32u) + u];
+}
 
 // The part the next weight read goes to.
 var<private> cur: u32;
@@ -409,16 +464,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // Quantize x: chunk ch (8 elements: unit ch / 4, words 2 (ch % 4), 2 (ch % 4) + 1). The
     // chunk count is a multiple of 4 and of no concern to WG (a multiple of 32): the 4 lanes of a
     // unit run the loop alike.
-    var inv: array<f32, 8>;
-    var ss: array<f32, 8>;
+    var inv: array<f32, 16>;
+    var ss: array<f32, 16>;
     for (var t = 0u; t < NC; t++) {
         ss[t] = 0.0;
     }
-    for (var ch = v; ch < 4u * n_units; ch += WG) {
+    if (XG == 1u && NORM != 0u) {
+        // inv_rms from the quantization's chunk sums, in chunk order.
+        let ms = xg_ms();
+        let nch = (uc + 31u) / 32u;
+        for (var t = 0u; t < NC; t++) {
+            var total = 0.0;
+            for (var c = 0u; c < nch; c++) {
+                total += bitcast<f32>(qm_word((p.col0 + t) * ms + 2u * uc + c));
+            }
+            inv[t] = 1.0 / sqrt(total / f32(p.cols) + p.eps);
+        }
+    }
+    for (var ch = v; ch < select(4u * n_units, 0u, XG == 1u); ch += WG) {
         let un = ch / 4u;
         let e4 = 2u * ch;
-        var a = x4[e4];
-        var b = x4[e4 + 1u];
+        var a = bitcast<vec4<f32>>(x4[e4]);
+        var b = bitcast<vec4<f32>>(x4[e4 + 1u]);
         if (NORM != 0u) {
             let col = un / uc;
             let sq = dot(a, a) + dot(b, b);
@@ -426,8 +493,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 ss[t] += select(0.0, sq, t == col);
             }
             let c = e4 % c4;
-            a *= p.norm_offset + nw4[c];
-            b *= p.norm_offset + nw4[c + 1u];
+            a *= p.norm_offset + bitcast<vec4<f32>>(nw4[c]);
+            b *= p.norm_offset + bitcast<vec4<f32>>(nw4[c + 1u]);
         }
         let m4 = max(abs(a), abs(b));
         var amax = max(max(m4.x, m4.y), max(m4.z, m4.w));
@@ -447,7 +514,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             xs[un] = s;
         }
     }
-    if (NORM != 0u) {
+    if (XG == 0u && NORM != 0u) {
         for (var t = 0u; t < NC; t++) {
             let s = subgroupAdd(ss[t]);
             if (sg_lane == 0u) {
@@ -456,7 +523,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     workgroupBarrier();
-    if (NORM != 0u) {
+    if (XG == 0u && NORM != 0u) {
         for (var t = 0u; t < NC; t++) {
             var total = 0.0;
             for (var i = 0u; i < n_sg; i++) {
@@ -475,8 +542,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             break;
         }
         let row0 = base + team * R;
-        var acc: array<f32, 16>;
-        for (var k = 0u; k < 16u; k++) {
+        var acc: array<f32, 32>;
+        for (var k = 0u; k < 32u; k++) {
             acc[k] = 0.0;
         }
         if (QUAD == 1u) {
@@ -488,11 +555,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 let un = q6k_quad(blk0 + (pu / 2u) * 210u, pu % 2u);
                 for (var t = 0u; t < NC; t++) {
                     for (var hq = 0u; hq < 4u; hq++) {
-                        let U = t * uc + (pu / 2u) * 8u + (pu % 2u) * 4u + hq / 2u + 2u * (hq % 2u);
-                        var xw: array<u32, 8>;
-                        for (var j = 0u; j < 8u; j++) {
-                            xw[j] = xq[j * n_units + U];
-                        }
+                        let xu = (pu / 2u) * 8u + (pu % 2u) * 4u + hq / 2u + 2u * (hq % 2u);
+                        let xw = x_words(t, xu, n_units);
                         let w = un[hq];
                         var lo = 0;
                         var hi = 0;
@@ -500,7 +564,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                             lo = lo + dot4I8Packed(w.q[j], xw[j]);
                             hi = hi + dot4I8Packed(w.q[j + 4u], xw[j + 4u]);
                         }
-                        acc[t] += (w.sa * f32(lo) + w.sb * f32(hi)) * xd[U];
+                        acc[t] += (w.sa * f32(lo) + w.sb * f32(hi)) * x_scale(t, xu);
                     }
                 }
             }
@@ -518,13 +582,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 }
                 for (var t = 0u; t < NC; t++) {
                     for (var h = 0u; h < upl(); h++) {
-                        let U = t * uc + xunit(pu, h);
-                        var xw: array<u32, 8>;
-                        for (var j = 0u; j < 8u; j++) {
-                            xw[j] = xq[j * n_units + U];
-                        }
-                        let sum = xs[U];
-                        let dx = xd[U];
+                        let xu = xunit(pu, h);
+                        let xw = x_words(t, xu, n_units);
+                        let sum = x_sum(t, xu);
+                        let dx = x_scale(t, xu);
                         for (var k = 0u; k < slots(); k++) {
                             let w = un[2u * k + h];
                             var lo = 0;
@@ -552,6 +613,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (sg_size <= LPR) {
             for (var k = 0u; k < sn; k++) {
                 acc[k] = subgroupAdd(acc[k]);
+            }
+        } else if (XG == 1u) {
+            // A team is LPR consecutive lanes of one subgroup: a butterfly within it.
+            for (var k = 0u; k < sn; k++) {
+                for (var o = LPR / 2u; o > 0u; o >>= 1u) {
+                    acc[k] += subgroupShuffleXor(acc[k], o);
+                }
             }
         } else {
             let cl = sg_lane / LPR;
@@ -602,7 +670,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                         val = gelu_tanh(val) * up;
                     }
                 }
-                let o = t * p.y_stride + yoff + row;
+                let o = (p.col0 + t) * p.y_stride + yoff + row;
                 if (EPI == 1u) {
                     val += y[o];
                 }

@@ -48,6 +48,7 @@ pub mod matvec_rows;
 pub mod moe_experts;
 pub mod moe_experts_quant;
 pub mod moe_route;
+pub mod quantize_act_q8;
 pub mod rmsnorm;
 pub mod rope;
 pub mod rope_kv_append;
@@ -73,6 +74,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &matvec::MATVEC_VEC,
         &matvec_fused::MATVEC_FUSED,
         &matvec_q8a::MATVEC_Q8A,
+        &quantize_act_q8::QUANTIZE_ACT_Q8,
         &matvec_rows::MATVEC_ROWS,
         &matmul::MATMUL,
         &matmul_coop::MATMUL_COOP,

@@ -8,6 +8,7 @@
 
 use crate::mat_quant::format_overrides;
 use crate::matvec::{MatShape, check_weight};
+use crate::quantize_act_q8::ActQ8Layout;
 use crate::sources::MATVEC_FUSED as SRC;
 use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides, WeightType};
@@ -137,7 +138,7 @@ impl MatvecOp {
         self.cols > 0 && self.cols.is_multiple_of(self.unit_elems())
     }
 
-    fn slots(&self, rows_per_team: u32) -> u32 {
+    pub(crate) fn slots(&self, rows_per_team: u32) -> u32 {
         match self.epilogue {
             Epilogue::Gated { .. } => 2 * rows_per_team,
             _ => rows_per_team,
@@ -197,6 +198,22 @@ pub struct MatvecFusedParams {
     pub norm_offset: f32,
 }
 
+/// `matvec_q8a.wgsl`'s push constants: the fused kernel's, then the first column.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct Q8aParams {
+    pub base: MatvecFusedParams,
+    pub col0: u32,
+}
+
+/// Which kernel [`MatvecFused`] dispatches.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Fused,
+    Q8a,
+    Xg { src: ActQ8Layout, col0: usize },
+}
+
 /// The buffers of [`MATVEC_FUSED`]: one weight per part (same order as [`MatvecOp::parts`],
 /// each padded to a whole number of 16-byte words), `x` `[n_cols, cols]`, `y`
 /// `[n_cols, y_stride]`, and `norm_w` `[cols]` iff the op has a norm.
@@ -209,20 +226,45 @@ pub struct MatvecFused<B> {
 
 impl<B: KernelBuffer> MatvecFused<B> {
     pub fn dispatch(self, op: &MatvecOp) -> Result<Dispatch<B>, Error> {
-        self.dispatch_on(op, false)
+        self.dispatch_on(op, Kind::Fused)
     }
 
     /// The same op on `matvec_q8a.wgsl` ([`crate::matvec_q8a`]): same buffers, checks and
     /// parameters; only the weight types and sizes of [`crate::matvec_q8a::supported`].
     pub fn dispatch_q8a(self, op: &MatvecOp) -> Result<Dispatch<B>, Error> {
-        self.dispatch_on(op, true)
+        self.dispatch_on(op, Kind::Q8a)
     }
 
-    fn dispatch_on(self, op: &MatvecOp, q8a: bool) -> Result<Dispatch<B>, Error> {
+    /// The int8 kernel over activations already quantized by
+    /// [`crate::quantize_act_q8::QuantizeActQ8`] (the kernel's `XG`): `x` holds the codes and
+    /// `norm_w` the scales of `src`, the quantization of every column; this launch takes
+    /// columns `col0 .. col0 + op.n_cols` of it (and of y). With `op.norm` the norm's weights
+    /// were applied by the quantization and inv_rms comes from its sums. Up to
+    /// [`crate::matvec_q8a::XG_MAX_COLUMNS`] columns of any length.
+    pub fn dispatch_q8a_xg(
+        self,
+        op: &MatvecOp,
+        src: ActQ8Layout,
+        col0: usize,
+    ) -> Result<Dispatch<B>, Error> {
+        self.dispatch_on(op, Kind::Xg { src, col0 })
+    }
+
+    fn dispatch_on(self, op: &MatvecOp, kind: Kind) -> Result<Dispatch<B>, Error> {
+        let q8a = kind != Kind::Fused;
+        let xg = match kind {
+            Kind::Xg { src, col0 } => Some((src, col0)),
+            _ => None,
+        };
         let k = if q8a {
             &crate::matvec_q8a::MATVEC_Q8A
         } else {
             &MATVEC_FUSED
+        };
+        let max_cols = if xg.is_some() {
+            crate::matvec_q8a::XG_MAX_COLUMNS
+        } else {
+            MAX_COLUMNS
         };
         let n_parts = op.parts.len();
         if n_parts == 0 || n_parts > MAX_PARTS || self.w.len() != n_parts {
@@ -234,13 +276,31 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 ),
             ));
         }
-        if op.n_cols == 0 || op.n_cols > MAX_COLUMNS {
+        if op.n_cols == 0 || op.n_cols > max_cols {
             return Err(shape_err(
                 k,
-                format!("{} columns (1..={MAX_COLUMNS})", op.n_cols),
+                format!("{} columns (1..={max_cols})", op.n_cols),
             ));
         }
-        if q8a && !crate::matvec_q8a::supported(op) {
+        if let Some((src, col0)) = xg
+            && (!crate::matvec_q8a::supported_xg(op)
+                || src.cols != op.cols
+                || col0 + op.n_cols > src.n)
+        {
+            return Err(shape_err(
+                k,
+                format!(
+                    "columns {col0}..{} of {} quantized columns of {}, {} x {}: not a \
+                     matvec_q8a op on quantized x",
+                    col0 + op.n_cols,
+                    src.n,
+                    src.cols,
+                    op.dtype.name(),
+                    op.cols
+                ),
+            ));
+        }
+        if kind == Kind::Q8a && !crate::matvec_q8a::supported(op) {
             return Err(shape_err(
                 k,
                 format!(
@@ -270,21 +330,21 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 "a gated epilogue needs two parts (gate, up) of equal rows",
             ));
         }
-        let t = op.tuning.unwrap_or_else(|| {
-            if q8a {
-                crate::matvec_q8a::default_tuning(op)
-            } else {
-                op.default_tuning()
-            }
+        let t = op.tuning.unwrap_or_else(|| match kind {
+            Kind::Xg { .. } => crate::matvec_q8a::xg_tuning(op),
+            Kind::Q8a => crate::matvec_q8a::default_tuning(op),
+            Kind::Fused => op.default_tuning(),
         });
         let slots = op.slots(t.rows_per_team);
+        // Accumulators per invocation: 16, 32 with quantized x.
+        let max_sums = if xg.is_some() { 32 } else { 16 };
         if !t.wg.is_power_of_two()
             || !(32..=1024).contains(&t.wg)
             || !t.lanes.is_power_of_two()
             || t.lanes > t.wg
             || !(1..=4).contains(&t.rows_per_team)
             || slots > 4
-            || slots as usize * op.n_cols > 16
+            || slots as usize * op.n_cols > max_sums
             || (t.wg / 4) as usize * slots as usize * op.n_cols > 1024
         {
             return Err(shape_err(
@@ -330,16 +390,26 @@ impl<B: KernelBuffer> MatvecFused<B> {
             .map(|(_, p)| p.y_offset + p.rows)
             .max()
             .unwrap_or(0);
-        need(k, "x", &self.x, 4 * (op.n_cols * op.cols) as u64)?;
+        let col0 = xg.map_or(0, |(_, c)| c);
         need(
             k,
             "y",
             &self.y,
-            4 * ((op.n_cols - 1) * op.y_stride + ends) as u64,
+            4 * ((col0 + op.n_cols - 1) * op.y_stride + ends) as u64,
         )?;
-        match (&op.norm, &self.norm_w) {
-            (Some(_), Some(nw)) => need(k, "norm_w", nw, 4 * op.cols as u64)?,
-            (None, None) => {}
+        match (xg, &op.norm, &self.norm_w) {
+            (Some((src, _)), _, Some(meta)) => {
+                need(k, "x", &self.x, src.code_bytes())?;
+                need(k, "norm_w", meta, src.meta_bytes())?;
+            }
+            (Some(_), _, None) => {
+                return Err(shape_err(k, "norm_w must hold the quantized x's scales"));
+            }
+            (None, Some(_), Some(nw)) => {
+                need(k, "x", &self.x, 4 * (op.n_cols * op.cols) as u64)?;
+                need(k, "norm_w", nw, 4 * op.cols as u64)?;
+            }
+            (None, None, None) => need(k, "x", &self.x, 4 * (op.n_cols * op.cols) as u64)?,
             _ => {
                 return Err(shape_err(
                     k,
@@ -347,7 +417,8 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 ));
             }
         }
-        let nit = if q8a {
+        // With quantized x no workgroup quantizes, so nothing is amortized over row groups.
+        let nit = if q8a && xg.is_none() {
             crate::matvec_q8a::groups_per_workgroup(op, t)
         } else {
             1
@@ -402,7 +473,8 @@ impl<B: KernelBuffer> MatvecFused<B> {
             let o = Overrides::new()
                 .set("QTYPE", op.dtype.ggml_id() as f64)
                 .set("TS", op.dtype.bytes() as f64)
-                .set("NIT", nit as f64);
+                .set("NIT", nit as f64)
+                .set("XG", xg.is_some() as u32 as f64);
             if crate::matvec_q8a::quad(op, t) {
                 o.set("QUAD", 1.0)
             } else {
@@ -423,12 +495,15 @@ impl<B: KernelBuffer> MatvecFused<B> {
         let w1 = self.w.get(1).copied().unwrap_or(w0);
         let w2 = self.w.get(2).copied().unwrap_or(w0);
         let nw = self.norm_w.unwrap_or(self.x);
-        Ok(Dispatch::new(
-            k,
-            overrides,
-            vec![w0, self.x, self.y, w1, w2, nw],
-            &p,
-            grid,
-        ))
+        let buffers = vec![w0, self.x, self.y, w1, w2, nw];
+        Ok(if q8a {
+            let p = Q8aParams {
+                base: p,
+                col0: to_u32(k, "col0", col0)?,
+            };
+            Dispatch::new(k, overrides, buffers, &p, grid)
+        } else {
+            Dispatch::new(k, overrides, buffers, &p, grid)
+        })
     }
 }

@@ -22,7 +22,7 @@ pub static MATVEC_Q8A: KernelSpec = KernelSpec {
     entry: "main",
     source: SRC,
     bindings: &[rd("w0"), rd("x"), rw("y"), rd("w1"), rd("w2"), rd("norm_w")],
-    push_size: 52,
+    push_size: 56,
     exact_fp: false,
 };
 
@@ -53,8 +53,12 @@ pub fn supported(op: &MatvecOp) -> bool {
         && op.n_cols * op.cols <= MAX_ELEMS
 }
 
+/// Most columns one launch on quantized x takes (the kernel's `XG`; 32 sums per invocation:
+/// 16 columns of a gated pair).
+pub const XG_MAX_COLUMNS: usize = 16;
+
 /// The int8 kernel's launch rules (the device's tuning: `q8a_wide`, `q8a_quad`,
-/// `q8a_workgroups`); the defaults are the measured ones.
+/// `q8a_workgroups`, `q8a_xg_lanes`, `q8a_xg_rows`); the defaults are the measured ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Q8aRules {
     /// [`kquant_wide`]'s rule; `false`: the reference launch.
@@ -65,6 +69,13 @@ pub struct Q8aRules {
     /// ops, else 1024 (enough to keep every SM of a large GPU busy while each quantization of x
     /// serves as many rows as that allows).
     pub workgroups: u32,
+    /// Two or more columns on quantized x (`XG`, one `quantize_act_q8` per product); `false`:
+    /// the shared-memory launch where it fits, the float kernel elsewhere (the reference).
+    pub xg: bool,
+    /// Lanes per row of launches on quantized x ([`xg_tuning`]); 0: by row length.
+    pub xg_lanes: u32,
+    /// Rows per team of launches on quantized x; 0: 1.
+    pub xg_rows: u32,
 }
 
 impl Default for Q8aRules {
@@ -73,8 +84,52 @@ impl Default for Q8aRules {
             wide: true,
             quad: true,
             workgroups: 0,
+            xg: true,
+            xg_lanes: 0,
+            xg_rows: 0,
         }
     }
+}
+
+/// Whether `op` runs on `matvec_q8a.wgsl` over quantized x (`XG`): one of [`TYPES`], whole
+/// blocks, one or more columns (a launch takes up to [`xg_chunk`] of them).
+pub fn supported_xg(op: &MatvecOp) -> bool {
+    TYPES.contains(&op.dtype)
+        && op.cols > 0
+        && op.cols.is_multiple_of(op.dtype.block_size())
+        && op.n_cols > 0
+}
+
+/// The launch on quantized x when the op names none: 128 invocations, teams of 16 lanes (fewer
+/// for rows of fewer lane steps; `q8a.xg_lanes`) and two rows per team (`q8a.xg_rows`: each x
+/// word loaded serves both). Found by a launch sweep on the H200 (4, 8, 16, 32 lanes x 1, 2
+/// rows over 2 to 16 columns; docs/benchmarks.md).
+pub fn xg_tuning(op: &MatvecOp) -> MatvecTuning {
+    let step = if matches!(op.dtype, WeightType::Q4_K | WeightType::Q6_K) {
+        64
+    } else {
+        32
+    };
+    let lanes = match op.q8a.xg_lanes {
+        0 => ((op.cols / step).max(1).next_power_of_two() as u32).clamp(4, 16),
+        l => l,
+    };
+    MatvecTuning {
+        wg: 128,
+        lanes,
+        rows_per_team: match op.q8a.xg_rows {
+            0 => 2,
+            r => r,
+        },
+    }
+}
+
+/// Columns per launch on quantized x for `op` (all of its `n_cols` at most): as many as 32
+/// sums per invocation allow with its tuning's rows per team, at most [`XG_MAX_COLUMNS`].
+pub fn xg_chunk(op: &MatvecOp) -> usize {
+    let t = op.tuning.unwrap_or_else(|| xg_tuning(op));
+    let slots = op.slots(t.rows_per_team).max(1) as usize;
+    (32 / slots).clamp(1, XG_MAX_COLUMNS)
 }
 
 /// The launch shape used when the op names none: 32 lanes per row (fewer when a row has fewer

@@ -51,6 +51,7 @@ pub(crate) const MATVEC_FUSED: &str = concat!(
     include_str!("../shaders/quant_blocks.inc.wgsl")
 );
 pub(crate) const MATVEC_Q8A: &str = include_str!("../shaders/matvec_q8a.wgsl");
+pub(crate) const QUANTIZE_ACT_Q8: &str = include_str!("../shaders/quantize_act_q8.wgsl");
 /// `matvec_rows.wgsl`: the fused matvec's op, one invocation per row (CPU Vulkan devices).
 pub(crate) const MATVEC_ROWS: &str = concat!(
     include_str!("../shaders/matvec_rows.wgsl"),

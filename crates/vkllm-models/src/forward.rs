@@ -82,7 +82,7 @@ impl Model {
             k: b.alloc_f32(chunk * cfg.kv_dim())?,
             v: b.alloc_f32(chunk * cfg.kv_dim())?,
             qn: b.alloc_f32(chunk * cfg.q_dim())?,
-            qkv: b.alloc_f32(chunk.min(8) * (cfg.q_dim() + 2 * cfg.kv_dim()))?,
+            qkv: b.alloc_f32(chunk * (cfg.q_dim() + 2 * cfg.kv_dim()))?,
             kn: b.alloc_f32(if cfg.qk_norm { chunk * cfg.kv_dim() } else { 1 })?,
             att: b.alloc_f32(chunk * cfg.q_dim())?,
             o: b.alloc_f32(chunk * h)?,

@@ -28,6 +28,7 @@ mod matmul_coop_group;
 mod matvec_fused;
 mod moe_experts_quant;
 mod quant;
+mod quantize_act_q8;
 mod recurrent;
 mod ring;
 mod rope_kv_append;
@@ -124,6 +125,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("matvec_fused_legacy", matvec_fused::matvec_fused_legacy),
     ("matvec_fused_kquant", matvec_fused::matvec_fused_kquant),
     ("matvec_q8a", matvec_fused::matvec_q8a),
+    ("quantize_act_q8", quantize_act_q8::quantize_act_q8_case),
     ("rope", attn::rope),
     ("rope_kv_append", rope_kv_append::rope_kv_append_case),
     ("attention_decode", attn::attention_decode),

@@ -463,6 +463,14 @@ fn cases_for(dtype: WeightType, cols: [usize; 4], int8: bool) -> Vec<Case> {
         let acc = Epilogue::Accumulate;
         case(&[333], c3, 3, Some(1.0), acc, tune(256, 4, 1))
     }))
+    // int8 on quantized x only (`XG`): more columns than the shared-memory launch takes (a
+    // chunk of 16 then the rest at a column offset; 8 per launch for a gated pair with two
+    // rows per team), and 5 columns of 4096 (past its 16384 elements).
+    .chain(int8.then(|| case(&[37], c0, 11, Some(0.0), Epilogue::Store, None)))
+    .chain(int8.then(|| case(&[133, 37, 21], c1, 19, None, Epilogue::Accumulate, None)))
+    .chain(int8.then(|| case(&[29, 29], c2, 16, Some(1.0), silu, None)))
+    .chain(int8.then(|| case(&[13, 13], c3, 10, Some(0.0), gelu, tune(128, 4, 2))))
+    .chain(int8.then(|| case(&[67], 4096, 5, Some(0.0), Epilogue::Accumulate, None)))
     .collect()
 }
 
@@ -487,6 +495,18 @@ fn run_types(
     int8: bool,
     q8a: Option<Q8aRules>,
 ) -> Result<Vec<KernelParityRow>> {
+    run_types_where(dev, seed, types, int8, q8a, |_| true)
+}
+
+/// [`run_types`] of the cases `keep` takes.
+fn run_types_where(
+    dev: &Device,
+    seed: u64,
+    types: &[WeightType],
+    int8: bool,
+    q8a: Option<Q8aRules>,
+    keep: impl Fn(&Case) -> bool,
+) -> Result<Vec<KernelParityRow>> {
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
     let mut out = Vec::new();
@@ -501,7 +521,9 @@ fn run_types(
             // plus one of the four tuned-launch ones in rotation, so each tuned case still
             // runs for a legacy and a K-quant type in every test.
             let tuned = [2, 3, 5, 8];
-            if !int8 && dtype.is_quantized() && tuned.contains(&ci) && tuned[ti % 4] != ci {
+            if (!int8 && dtype.is_quantized() && tuned.contains(&ci) && tuned[ti % 4] != ci)
+                || !keep(&c)
+            {
                 continue;
             }
             out.push(run_case(&cx, &mut rng, &c, q8a)?);
@@ -598,6 +620,24 @@ pub(crate) fn matvec_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
     );
     for mut r in walked? {
         r.variant.push_str(" walk");
+        rows.push(r);
+    }
+    // The multi-column cases again on the shared-memory launch (`xg` off: each workgroup
+    // quantizes x itself), where it takes them.
+    let shared = Q8aRules {
+        xg: false,
+        ..Q8aRules::default()
+    };
+    let kept = run_types_where(
+        dev,
+        seed ^ 2,
+        &vkllm_kernels::matvec_q8a::TYPES,
+        true,
+        Some(shared),
+        |c| c.n > 1 && c.n <= 8 && c.n * c.cols <= vkllm_kernels::matvec_q8a::MAX_ELEMS,
+    );
+    for mut r in kept? {
+        r.variant.push_str(" shared");
         rows.push(r);
     }
     Ok(rows)

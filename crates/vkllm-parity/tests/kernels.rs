@@ -78,6 +78,7 @@ parity_tests!(
     matvec_fused_legacy,
     matvec_fused_kquant,
     matvec_q8a,
+    quantize_act_q8,
     rope,
     rope_kv_append,
     attention_decode,

@@ -233,6 +233,8 @@ pub struct SplitSlots {
     pub(crate) half_src: [Option<(ash::vk::Buffer, u64, usize)>; 2],
     /// f16 copies of quantized weights (coop_dequant.rs), used in turn.
     pub(crate) deq: crate::coop_dequant::DequantSlots,
+    /// Activations quantized for the int8 matvec (`quantize_act_q8`).
+    q8x: Option<Buffer>,
 }
 
 /// Counter bytes rounded so the partials start at a 256-byte offset (every storage-buffer
@@ -309,6 +311,23 @@ impl Recorder {
         )?;
         self.half_written(0, x, elems);
         Ok(buf)
+    }
+
+    /// The scratch of activations quantized for the int8 matvec, grown to `bytes` (every
+    /// product reuses it: the recorder's barriers order its writes after earlier reads).
+    pub(crate) fn q8x_scratch(&mut self, bytes: u64) -> Result<Buffer> {
+        match &self.split.q8x {
+            Some(b) if b.size() >= bytes => Ok(b.clone()),
+            _ => {
+                let b = self.device().create_buffer(
+                    "int8 matvec activations",
+                    bytes,
+                    MemoryKind::Device,
+                )?;
+                self.split.q8x = Some(b.clone());
+                Ok(b)
+            }
+        }
     }
 
     /// f16 scratch `i`, grown to hold at least `elems` halves (what it held is forgotten).

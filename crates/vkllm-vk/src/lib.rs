@@ -56,7 +56,7 @@ pub use pipeline::{Pipeline, PipelineCacheMode};
 pub use recorder::{DispatchTiming, Recorder, Recording, RecordingCache};
 pub use recycle::MAX_SPARES;
 pub use tensor::{
-    COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, MatvecPlan, Tensor, TensorPart,
+    COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, MatvecPlan, Tensor, TensorPart, decode_columns_max,
     default_matvec_layout, fused_matvec_impl,
 };
 pub use tuning::{

@@ -377,6 +377,9 @@ impl Recorder {
                 wide: t.q8a_wide,
                 quad: t.q8a_quad,
                 workgroups: t.q8a_workgroups,
+                xg: t.q8a_xg,
+                xg_lanes: t.q8a_xg_lanes,
+                xg_rows: t.q8a_xg_rows,
             }
         })
     }

@@ -200,6 +200,26 @@ pub fn fused_matvec_impl(dev: &crate::Device) -> MatvecImpl {
         })
 }
 
+/// The most tokens one decode product of a `dtype` weight with rows of `cols` elements takes
+/// through the multi-column matvec on `dev` ([`Recorder::matvec_fused`]; more take the matmul):
+/// the tuning's `decode_int8_max_n` where the int8 kernel runs it on quantized x (tuning
+/// `q8a_xg`; at least [`vkllm_kernels::matvec_fused::MAX_COLUMNS`]), else `MAX_COLUMNS`.
+pub fn decode_columns_max(dev: &crate::Device, dtype: WeightType, cols: usize) -> usize {
+    let mc = vkllm_kernels::matvec_fused::MAX_COLUMNS;
+    let int8 = dev.tuning().q8a_xg
+        && fused_matvec_impl(dev) == MatvecImpl::Int8
+        && dev.int8_dot()
+        && dev.info().min_subgroup_size >= 4
+        && vkllm_kernels::matvec_q8a::TYPES.contains(&dtype)
+        && cols > 0
+        && cols.is_multiple_of(dtype.block_size());
+    if int8 {
+        (dev.tuning().decode_int8_max_n as usize).max(mc)
+    } else {
+        mc
+    }
+}
+
 /// What a [`Recorder::matvec_fused`] computes besides `y = W x` (see
 /// [`vkllm_kernels::matvec_fused`]).
 #[derive(Clone, Copy, Debug)]
@@ -399,6 +419,9 @@ impl Recorder {
             }
             return Ok(());
         }
+        if self.q8a_xg_runs(imp, &op) {
+            return self.matvec_q8a_xg(w, x, y, norm_w, op, plan.y_offsets);
+        }
         if w.len() == 1 && !gated {
             for p in &first.parts {
                 op.parts = vec![MatvecPart {
@@ -479,6 +502,106 @@ impl Recorder {
             && dev.info().limits.max_shared_memory as usize
                 >= vkllm_kernels::matvec_q8a::SHARED_BYTES
             && vkllm_kernels::matvec_q8a::supported(op)
+    }
+
+    /// Whether [`Recorder::matvec_fused_with`] takes `matvec_q8a.wgsl` on activations
+    /// quantized once per product (`quantize_act_q8`): the op's `q8a.xg` rule (the tuning's
+    /// `q8a_xg`, or what the recording set), [`MatvecImpl::Int8`], two or more columns, a device
+    /// with integer dot products and subgroups of 4+ lanes, and
+    /// [`vkllm_kernels::matvec_q8a::supported_xg`].
+    pub fn q8a_xg_runs(&self, imp: MatvecImpl, op: &MatvecOp) -> bool {
+        let dev = self.device();
+        op.q8a.xg
+            && imp == MatvecImpl::Int8
+            && op.n_cols > 1
+            && dev.int8_dot()
+            && dev.info().min_subgroup_size >= 4
+            && vkllm_kernels::matvec_q8a::supported_xg(op)
+    }
+
+    /// The int8 path over quantized x: one `quantize_act_q8` of every column (with the norm's
+    /// weights), then `matvec_q8a` launches of up to 16 columns each.
+    fn matvec_q8a_xg(
+        &mut self,
+        w: &[&Tensor],
+        x: BufSlice<'_>,
+        y: BufSlice<'_>,
+        norm_w: Option<BufSlice<'_>>,
+        mut op: MatvecOp,
+        y_offsets: &[usize],
+    ) -> Result<()> {
+        use vkllm_kernels::quantize_act_q8::{ActNorm, ActQ8Layout, QuantizeActQ8};
+        let gated = matches!(op.epilogue, Epilogue::Gated { .. });
+        // (weights, parts) of each launch: a single weight's row parts one by one, else one
+        // launch over every weight (each in one part).
+        let launches: Vec<(Vec<BufSlice<'_>>, Vec<MatvecPart>)> = if w.len() == 1 && !gated {
+            w[0].parts
+                .iter()
+                .map(|p| {
+                    let part = MatvecPart {
+                        rows: p.rows,
+                        y_offset: y_offsets[0] + p.row_start,
+                    };
+                    (vec![p.buffer.all()], vec![part])
+                })
+                .collect()
+        } else {
+            if w.iter().any(|t| t.parts.len() != 1) {
+                return Err(unfusable(w, "a weight is split in row parts"));
+            }
+            let parts = w
+                .iter()
+                .zip(y_offsets)
+                .map(|(t, &y_offset)| MatvecPart {
+                    rows: t.rows,
+                    y_offset,
+                })
+                .collect();
+            vec![(w.iter().map(|t| t.parts[0].buffer.all()).collect(), parts)]
+        };
+        let src = ActQ8Layout {
+            cols: op.cols,
+            n: op.n_cols,
+        };
+        let code_end = src.code_bytes().next_multiple_of(256);
+        let buf = self.q8x_scratch(code_end + src.meta_bytes())?;
+        let codes = buf.slice(0, src.code_bytes())?;
+        let meta = buf.slice(code_end, src.meta_bytes())?;
+        let norm = match (norm_w, op.norm) {
+            (Some(nw), Some(np)) => Some(ActNorm {
+                norm_w: nw,
+                offset: np.offset,
+            }),
+            _ => None,
+        };
+        self.dispatch(
+            QuantizeActQ8 {
+                x,
+                norm,
+                q: codes,
+                meta,
+            }
+            .dispatch(src)?,
+        )?;
+        let n = op.n_cols;
+        for (ws, parts) in launches {
+            op.parts = parts;
+            op.n_cols = n;
+            let chunk = vkllm_kernels::matvec_q8a::xg_chunk(&op);
+            for c0 in (0..n).step_by(chunk) {
+                let mut o = op.clone();
+                o.n_cols = chunk.min(n - c0);
+                let d = MatvecFused {
+                    w: ws.clone(),
+                    x: codes,
+                    y,
+                    norm_w: Some(meta),
+                }
+                .dispatch_q8a_xg(&o, src, c0)?;
+                self.dispatch(d)?;
+            }
+        }
+        Ok(())
     }
 
     /// `Y[n, rows] (+)= X[n, cols] W^T` over every part of `w` ([`MatmulKernel::Auto`]).

@@ -79,6 +79,20 @@ pub struct Tuning {
     pub q8a_quad: bool,
     /// int8 matvec: workgroups a launch aims for; 0 picks per op. Key `q8a_workgroups`.
     pub q8a_workgroups: u32,
+    /// Batched decode steps (2 or more rows) run the int8 matvec on activations quantized once
+    /// per product into a buffer every workgroup reads (`quantize_act_q8`), up to
+    /// `decode_int8_max_n` rows; `false`: each workgroup quantizes in shared memory where that
+    /// fits (at most 16384 elements), the float kernel elsewhere (the reference). Prompt
+    /// prefill keeps the reference either way. Key `q8a_xg`.
+    pub q8a_xg: bool,
+    /// Lanes per row of those launches; 0 by row length. Key `q8a_xg_lanes`.
+    pub q8a_xg_lanes: u32,
+    /// Rows per team of those launches; 0 the default (2). Key `q8a_xg_rows`.
+    pub q8a_xg_rows: u32,
+    /// Decode products of at most this many tokens take the int8 matvec (16 columns per
+    /// launch) where the weights and device allow, more take the matmul; values up to 8 keep
+    /// the earlier bound of the multi-column matvec. Key `decode_int8_max_n`.
+    pub decode_int8_max_n: u32,
     /// Cooperative-matrix prefill matmuls where the device has them; `false` keeps the portable
     /// kernels (the reference). Key `coopmat`.
     pub coopmat: bool,
@@ -157,6 +171,10 @@ impl Default for Tuning {
             q8a_wide: true,
             q8a_quad: true,
             q8a_workgroups: 0,
+            q8a_xg: true,
+            q8a_xg_lanes: 0,
+            q8a_xg_rows: 0,
+            decode_int8_max_n: 16,
             coopmat: true,
             splitk: SplitK::Auto,
             coop_bk: 64,
@@ -208,6 +226,10 @@ pub const TUNING_KEYS: &[&str] = &[
     "q8a_wide",
     "q8a_quad",
     "q8a_workgroups",
+    "q8a_xg",
+    "q8a_xg_lanes",
+    "q8a_xg_rows",
+    "decode_int8_max_n",
     "coopmat",
     "splitk",
     "coop_bk",
@@ -313,6 +335,16 @@ impl Tuning {
             "q8a_wide" => self.q8a_wide = flag()?,
             "q8a_quad" => self.q8a_quad = flag()?,
             "q8a_workgroups" => self.q8a_workgroups = in_range(0, 1 << 20)? as u32,
+            "q8a_xg" => self.q8a_xg = flag()?,
+            "q8a_xg_lanes" => {
+                let l = in_range(0, 32)? as u32;
+                if l != 0 && !l.is_power_of_two() {
+                    return Err(bad("0 or a power of two up to 32"));
+                }
+                self.q8a_xg_lanes = l;
+            }
+            "q8a_xg_rows" => self.q8a_xg_rows = in_range(0, 2)? as u32,
+            "decode_int8_max_n" => self.decode_int8_max_n = in_range(1, 256)? as u32,
             "coopmat" => self.coopmat = flag()?,
             "splitk" => {
                 self.splitk = match value {
@@ -510,7 +542,7 @@ impl fmt::Display for Tuning {
         write!(
             f,
             "matvec={matvec},matvec_layout={layout},q8a_wide={},q8a_quad={},q8a_workgroups={},\
-             coopmat={},splitk={splitk},coop_bk={},coop_direct={},coop_float_split={},\
+             q8a_xg={},q8a_xg_lanes={},q8a_xg_rows={},decode_int8_max_n={},coopmat={},splitk={splitk},coop_bk={},coop_direct={},coop_float_split={},\
              coop_x_f16={},coop_tile={},coop_glu={},coop_glu_half={},coop_group={group},\
              {dequant},wg_coherent={},recycle={},fence_spin_us={},pipeline_stats={},\
              attn={attn},attn_chunk={},attn_prefill={prefill},attn_coop_nsg={},\
@@ -519,6 +551,10 @@ impl fmt::Display for Tuning {
             b(self.q8a_wide),
             b(self.q8a_quad),
             self.q8a_workgroups,
+            b(self.q8a_xg),
+            self.q8a_xg_lanes,
+            self.q8a_xg_rows,
+            self.decode_int8_max_n,
             b(self.coopmat),
             self.coop_bk,
             b(self.coop_direct),
@@ -603,7 +639,7 @@ mod tests {
     #[test]
     fn display_parses_back_for_every_key_changed() {
         let spec = "matvec=int8,matvec_layout=rows,q8a_wide=0,q8a_quad=0,q8a_workgroups=512,\
-                    coopmat=0,splitk=96,coop_bk=32,coop_direct=0,coop_float_split=0,\
+                    q8a_xg=0,q8a_xg_lanes=4,q8a_xg_rows=1,decode_int8_max_n=32,coopmat=0,splitk=96,coop_bk=32,coop_direct=0,coop_float_split=0,\
                     coop_x_f16=0,coop_tile=wide,coop_glu=0,coop_glu_half=0,coop_group=none,\
                     dequant=auto,dequant_min=4096,dequant_tokens=64,wg_coherent=0,recycle=0,\
                     fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,\

@@ -35,7 +35,8 @@ pub struct BenchOptions {
     /// docs/benchmarks.md).
     pub steps_per_submit: usize,
     pub kv: KvDtype,
-    /// Also time one decode step per graph region.
+    /// Also time one decode step per graph region (with as many live rows as the largest
+    /// batch).
     pub profile: bool,
     /// Profile rows per kernel instead of per graph region.
     pub profile_by_kernel: bool,
@@ -610,24 +611,30 @@ fn run_net(
                 .sampling
                 .last()
                 .map_or_else(SamplingParams::default, |m| m.params());
-            let p = ids(prompt, vocab, 7);
-            let logits = net_tg.prefill(b, 0, &p)?;
-            let first = vkllm_cpu::sampler::sample(&logits, &greedy, &[], 0, 0);
-            b.slot_start(
-                dec,
-                0,
-                &SlotStart {
-                    token: first,
-                    pos: prompt,
-                    sampling: &greedy,
-                    seq_id: 0,
-                    step: 1,
-                    counts: None,
-                    logprobs: None,
-                },
-            )?;
+            // As many live rows as the largest `--batch` (the batched step is what it shows).
+            let rows = o.batches.iter().copied().max().unwrap_or(1).max(1);
+            for s in 0..rows {
+                let p = ids(prompt, vocab, 7 + s as u64);
+                let logits = net_tg.prefill(b, s, &p)?;
+                let first = vkllm_cpu::sampler::sample(&logits, &greedy, &[], s as u64, 0);
+                b.slot_start(
+                    dec,
+                    s,
+                    &SlotStart {
+                        token: first,
+                        pos: prompt,
+                        sampling: &greedy,
+                        seq_id: s as u64,
+                        step: 1,
+                        counts: None,
+                        logprobs: None,
+                    },
+                )?;
+            }
             let t = b.slot_profile_for(dec, net_tg.graph(), 5)?;
-            b.slot_stop(dec, 0)?;
+            for s in 0..rows {
+                b.slot_stop(dec, s)?;
+            }
             (report_profile, busy, span) = by_region(&t, o.profile_by_kernel);
             // One prefill chunk of the largest pp prompt (its first chunk when it is longer).
             let pre = ids(max_pp.max(prompt).min(net.chunk()), vocab, 11);

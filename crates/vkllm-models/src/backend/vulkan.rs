@@ -465,13 +465,14 @@ impl Backend for VulkanBackend {
             Some(b) => Some(self.bias_rows(b, w.rows, n)?),
             None => None,
         };
+        let decode = self.decoding();
         self.record(|me, r| {
             let y = me.head(out, n * w.rows)?;
             if let Some(i) = bias {
                 r.copy(me.tiled_bias[i].2.slice(0, 4 * (n * w.rows) as u64)?, y)?;
             }
             let (m, xs) = (me.matrix(w.weight), me.head(x, n * w.cols)?);
-            fused::product(me.fused, r, m, xs, n, y, bias.is_some())
+            fused::product((me.fused, decode), r, m, xs, n, y, bias.is_some())
         })
     }
 

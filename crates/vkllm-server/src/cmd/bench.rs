@@ -52,7 +52,7 @@ pub struct Args {
     chunk: usize,
 
     /// Also profile one decode step per graph region (GPU timestamps; with the last
-    /// `--sampling` setting).
+    /// `--sampling` setting and as many live rows as the largest `--batch`).
     #[arg(long)]
     profile: bool,
 

@@ -82,6 +82,11 @@ impl VulkanBackend {
         self.fused
     }
 
+    /// Whether the ops being issued are a recorded decode step (not a prompt's prefill).
+    pub(super) fn decoding(&self) -> bool {
+        self.capture_ctx.is_some()
+    }
+
     /// `Backend::rope_kv`: per-head q/k norm, RoPE and KV append in one dispatch.
     pub(super) fn rope_kv_op(&mut self, a: &RopeKv<'_>, kv: &KvView) -> Result<(), ModelError> {
         if !self.fused || a.head_dim > MAX_HEAD_DIM {
@@ -177,10 +182,11 @@ impl VulkanBackend {
             self.linear(w, x, n, tmp)?;
             return self.add_inplace(acc, tmp, n * w.rows);
         }
+        let decode = self.decoding();
         self.record(|me, r| {
             let y = me.head(acc, n * w.rows)?;
             product(
-                me.fused,
+                (me.fused, decode),
                 r,
                 me.matrix(w.weight),
                 me.head(x, n * w.cols)?,
@@ -196,8 +202,10 @@ impl VulkanBackend {
     /// separate ops.
     pub(super) fn norm_qkv_op(&mut self, a: &NormQkv<'_>) -> Result<bool, ModelError> {
         let plain = a.q.bias.is_none() && a.k.bias.is_none() && a.v.bias.is_none();
+        let cols_max = self.columns_max(&[a.q, a.k, a.v]);
         if self.fused
             && self.groups_products(a.n)
+            && a.n > cols_max
             && vkllm_vk::coop_group_step(self.dev.tuning(), "qkv")
         {
             self.rmsnorm(a.x, a.norm, a.n, a.q.cols, a.eps, a.norm_offset, a.h)?;
@@ -205,7 +213,7 @@ impl VulkanBackend {
             self.linear_group(&ws, a.h, a.n)?;
             return Ok(false);
         }
-        if !self.fused || a.n > MAX_COLUMNS || !plain || a.head_dim > MAX_HEAD_DIM {
+        if !self.fused || a.n > cols_max || !plain || a.head_dim > MAX_HEAD_DIM {
             norm_qkv_unfused(self, a)?;
             return Ok(false);
         }
@@ -233,7 +241,8 @@ impl VulkanBackend {
     /// activation; for 1..=8 tokens with no biases one fused matvec; else the separate ops.
     pub(super) fn norm_gated_mlp_op(&mut self, a: &NormMlp<'_>) -> Result<(), ModelError> {
         let unbiased = a.gate.bias.is_none() && a.up.bias.is_none();
-        if self.fused && self.groups_products(a.n) {
+        let cols_max = self.columns_max(&[a.gate, a.up]);
+        if self.fused && self.groups_products(a.n) && a.n > cols_max {
             let grouped = vkllm_vk::coop_group_step(self.dev.tuning(), "mlp");
             if unbiased || grouped {
                 self.rmsnorm(a.x, a.norm, a.n, a.gate.cols, a.eps, a.norm_offset, a.h)?;
@@ -251,7 +260,7 @@ impl VulkanBackend {
                 return self.gated_act(a.act, a.gate_out, a.up_out, a.n * a.gate.rows, a.out);
             }
         }
-        if !self.fused || a.n > MAX_COLUMNS || !unbiased {
+        if !self.fused || a.n > cols_max || !unbiased {
             return norm_gated_mlp_unfused(self, a);
         }
         let act = match a.act {
@@ -292,6 +301,21 @@ impl VulkanBackend {
             Ok(())
         })?;
         Ok(done)
+    }
+
+    /// The most tokens every one of `ws` takes through the multi-column matvec: in a recorded
+    /// decode step [`vkllm_vk::decode_columns_max`], else (prompt prefill) [`MAX_COLUMNS`].
+    fn columns_max(&self, ws: &[&Linear]) -> usize {
+        if !self.decoding() {
+            return MAX_COLUMNS;
+        }
+        ws.iter()
+            .map(|w| {
+                let m = self.matrix(w.weight);
+                vkllm_vk::decode_columns_max(&self.dev, m.dtype, m.cols)
+            })
+            .min()
+            .unwrap_or(MAX_COLUMNS)
     }
 
     /// Whether products of `n` tokens of one input go through [`VulkanBackend::linear_group`]:
@@ -359,7 +383,9 @@ impl VulkanBackend {
     ) -> Result<bool, ModelError> {
         let cols = ws[0].cols;
         let mut done = false;
+        let decode = self.decoding();
         self.record(|me, r| {
+            set_xg_rule(r, decode);
             let mats: Vec<_> = ws.iter().map(|w| me.matrix(w.weight)).collect();
             let mut plan = MatvecPlan::new(n, y_stride, offsets);
             plan.norm = Some((me.head(norm, cols)?, NormPrologue { eps, offset }));
@@ -382,21 +408,39 @@ impl VulkanBackend {
     }
 }
 
-/// `y (+)= W x` for 2..=8 tokens through the multi-column fused matvec (each weight block read
-/// once for every token) instead of the tiled matmul, which is built for prefill-sized batches.
+/// Lets the int8 matvec take quantized x (`Q8aRules::xg`) in recorded decode steps where the
+/// tuning's `q8a_xg` allows, and never for prompt prefill (which keeps the reference launches:
+/// its keys and values stay in the cache, so it keeps the more exact products).
+fn set_xg_rule(r: &mut vkllm_vk::Recorder, decode: bool) {
+    let xg = decode && r.device().tuning().q8a_xg;
+    let rules = r.q8a_rules();
+    r.set_q8a_rules(vkllm_vk::kernels::matvec_q8a::Q8aRules { xg, ..rules });
+}
+
+/// `y (+)= W x` for 2 to 8 tokens, or in a decode step up to [`vkllm_vk::decode_columns_max`]
+/// (with the int8 kernel the tuning's `decode_int8_max_n`), through the multi-column fused
+/// matvec (each weight block read once for up to 16 tokens) instead of the tiled matmul, which
+/// is built for prefill-sized batches.
 /// `Ok(false)`: nothing recorded (more tokens, or a weight the kernel cannot take), the caller
 /// runs the matmul.
 pub(super) fn multi_column(
     r: &mut vkllm_vk::Recorder,
+    decode: bool,
     m: &vkllm_vk::Tensor,
     x: vkllm_vk::BufSlice<'_>,
     n: usize,
     y: vkllm_vk::BufSlice<'_>,
     accumulate: bool,
 ) -> Result<bool, ModelError> {
-    if !(2..=MAX_COLUMNS).contains(&n) {
+    let max = if decode {
+        vkllm_vk::decode_columns_max(r.device(), m.dtype, m.cols)
+    } else {
+        MAX_COLUMNS
+    };
+    if !(2..=max).contains(&n) {
         return Ok(false);
     }
+    set_xg_rule(r, decode);
     let mut plan = MatvecPlan::new(n, m.rows, &[0]);
     if accumulate {
         plan.epilogue = Epilogue::Accumulate;
@@ -409,11 +453,12 @@ pub(super) fn multi_column(
 }
 
 /// `y (+)= W x` for `n` tokens with the kernel that suits `n`: the matvec for one token, the
-/// multi-column fused matvec for 2..=8 when fused ops are on, else the tiled matmul (on devices
+/// multi-column fused matvec for 2..=8 (in a decode step, `decode`, up to
+/// [`vkllm_vk::decode_columns_max`]) when fused ops are on, else the tiled matmul (on devices
 /// whose matvec runs the rows layout, CPU implementations such as lavapipe, the multi-column
 /// matvec 8 tokens at a time instead: see [`in_column_chunks`]).
 pub(super) fn product(
-    fused: bool,
+    (fused, decode): (bool, bool),
     r: &mut vkllm_vk::Recorder,
     m: &vkllm_vk::Tensor,
     x: vkllm_vk::BufSlice<'_>,
@@ -424,7 +469,7 @@ pub(super) fn product(
     if n == 1 {
         r.matvec(m, x, y, accumulate)?;
     } else if !(fused
-        && (multi_column(r, m, x, n, y, accumulate)?
+        && (multi_column(r, decode, m, x, n, y, accumulate)?
             || in_column_chunks(r, m, x, n, y, accumulate)?))
     {
         r.matmul(m, x, n, y, accumulate)?;
@@ -459,7 +504,7 @@ fn in_column_chunks(
         let ys = y.buffer.slice(y.offset + t0 * yb, c as u64 * yb)?;
         if c == 1 {
             r.matvec(m, xs, ys, accumulate)?;
-        } else if !multi_column(r, m, xs, c, ys, accumulate)? {
+        } else if !multi_column(r, false, m, xs, c, ys, accumulate)? {
             return Err(ModelError::Config {
                 field: "linear".into(),
                 msg: format!(
