@@ -7,6 +7,9 @@
 //! tokens per second) on every finish. Multi-turn use appends only the new turn: the earlier
 //! turns' keys and values stay in the cache.
 //!
+//! On GPUs a [`SlotSession`] gives the same contract on the recorded multi-step decoder (GPU
+//! sampling, several tokens per submit); [`Decoder::for_device`] picks per device type.
+//!
 //! For serving many requests at once, a [`Generator`] holds a fixed set of generation slots
 //! ([`SimpleGenerator`] is the reference one: a KV cache per slot, each decoded on its own) and
 //! the [`InferenceRunner`] schedules requests onto it: a bounded queue, requests joining the
@@ -18,6 +21,8 @@ pub mod generator;
 pub mod runner;
 mod session;
 pub mod slot_generator;
+mod slot_session;
+mod text_out;
 
 pub use error::EngineError;
 pub use generator::{Generator, SimpleGenerator, SlotId, SlotParams, TokenOut};
@@ -27,3 +32,4 @@ pub use runner::{
 };
 pub use session::{FinishReason, GenerateParams, Session, Usage};
 pub use slot_generator::SlotGenerator;
+pub use slot_session::{Decoder, STEPS_PER_SUBMIT, SlotSession};

@@ -5,9 +5,10 @@ use std::time::{Duration, Instant};
 
 use vkllm_cpu::sampler::{SamplingParams, sample};
 use vkllm_models::{AnyModel, AnyState, Backend, KvDtype, Logits};
-use vkllm_tokenizer::{StopMatcher, Tokenizer};
+use vkllm_tokenizer::Tokenizer;
 
 use crate::error::EngineError;
+use crate::text_out::TextOut;
 
 /// What to generate.
 #[derive(Clone, Debug, Default)]
@@ -138,7 +139,7 @@ impl<B: Backend> Session<B> {
         context: &[u32],
         p: &GenerateParams,
         cancel: &AtomicBool,
-        mut on_text: impl FnMut(&str),
+        on_text: impl FnMut(&str),
     ) -> Result<Usage, EngineError> {
         if context.is_empty() {
             return Err(EngineError::EmptyPrompt);
@@ -176,45 +177,31 @@ impl<B: Backend> Session<B> {
         let ttft = start.elapsed();
         let decode_start = Instant::now();
 
-        let mut decoder = self.tokenizer.incremental_decoder(true);
-        let mut stops = StopMatcher::new(p.stop.iter().map(String::as_str));
-        let mut generated = 0usize;
+        let mut out = TextOut::new(&self.tokenizer, &p.stop, p.max_tokens, on_text);
         let mut next = sample(&logits, &p.sampling, &counts, self.seq_id, 0);
         let finish = loop {
             if cancel.load(Ordering::Relaxed) {
                 break FinishReason::Cancelled;
             }
-            if self.tokenizer.is_eog(next) {
-                break FinishReason::EndOfGeneration;
+            if let Some(f) = out.push(next)? {
+                break f;
             }
-            generated += 1;
             counts[next as usize] += 1;
-            if let Some(piece) = decoder.push(next)? {
-                let step = stops.push(&piece);
-                on_text(&step.text);
-                if step.stopped.is_some() {
-                    break FinishReason::Stop;
-                }
-            }
-            if generated >= p.max_tokens {
-                break FinishReason::Length;
-            }
             let pos = self.history.len();
             self.written = self.written.max(pos + 1);
             let logits =
                 self.model
                     .forward(&mut self.backend, &self.state, &[next], pos, Logits::Last)?;
             self.history.push(next);
-            next = sample(&logits, &p.sampling, &counts, self.seq_id, generated as u64);
+            next = sample(
+                &logits,
+                &p.sampling,
+                &counts,
+                self.seq_id,
+                out.generated as u64,
+            );
         };
-        if finish != FinishReason::Stop {
-            let tail = decoder.flush()?;
-            let step = stops.push(&tail);
-            on_text(&step.text);
-            if step.stopped.is_none() {
-                on_text(&stops.finish());
-            }
-        }
+        let generated = out.finish(finish)?;
         let decode = decode_start.elapsed().as_secs_f64();
         Ok(Usage {
             prompt_tokens: context.len(),

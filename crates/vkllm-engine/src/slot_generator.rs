@@ -28,6 +28,8 @@ struct Slot {
     /// The sampled token the next step feeds (not in the cache yet), while active.
     next: Option<u32>,
     last_used: u64,
+    /// Prompt tokens the last start here took from the cache.
+    reused: usize,
 }
 
 /// The model and its per-slot state.
@@ -103,6 +105,7 @@ impl SlotGenerator {
                     written: 0,
                     next: None,
                     last_used: 0,
+                    reused: 0,
                 })
                 .collect(),
             steps_per_submit: steps_per_submit.max(1),
@@ -113,6 +116,21 @@ impl SlotGenerator {
     /// The tokens `slot`'s state holds, from position 0 (its prefix for reuse).
     pub fn history(&self, slot: SlotId) -> &[u32] {
         self.slots.get(slot).map_or(&[], |s| s.history.as_slice())
+    }
+
+    /// Prompt tokens the last [`Generator::start`] in `slot` reused from its cache.
+    pub fn reused(&self, slot: SlotId) -> usize {
+        self.slots.get(slot).map_or(0, |s| s.reused)
+    }
+
+    /// Forgets what an inactive `slot` holds: its next start prefills from position 0.
+    pub fn forget(&mut self, slot: SlotId) {
+        if let Some(s) = self.slots.get_mut(slot)
+            && s.next.is_none()
+        {
+            s.history.clear();
+            s.written = 0;
+        }
     }
 }
 
@@ -232,6 +250,7 @@ impl Generator for SlotGenerator {
         s.history = prompt.to_vec();
         s.next = Some(first.id);
         s.last_used = self.clock;
+        s.reused = reuse;
         Ok((slot, first))
     }
 

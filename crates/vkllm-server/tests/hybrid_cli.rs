@@ -1,7 +1,7 @@
 //! Hybrid (Gated DeltaNet) models through the commands users run: a `vkllm synth --shape
 //! tiny-qwen3.5` GGUF answered by `vkllm run` and scored by `vkllm perplexity`, on the CPU
-//! reference backend and on the Vulkan device, which must agree (greedy text exactly, perplexity
-//! to 1e-4).
+//! reference backend and on the Vulkan device (`run` with each decoder), which must agree
+//! (greedy text exactly, perplexity to 1e-4).
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -30,8 +30,9 @@ fn synth() -> PathBuf {
     path
 }
 
-/// The devices: the CPU reference and the default Vulkan device.
-const DEVICES: [&[&str]; 2] = [&["--device", "cpu"], &[]];
+/// The devices: the CPU reference, the default Vulkan device (per-token decoding on lavapipe,
+/// `--decoder auto`), and its recorded slot decoder.
+const DEVICES: [&[&str]; 3] = [&["--device", "cpu"], &[], &["--decoder", "slots"]];
 
 #[test]
 fn run_and_perplexity_on_a_hybrid_gguf() {
@@ -58,6 +59,7 @@ fn run_and_perplexity_on_a_hybrid_gguf() {
         .collect();
     assert!(!texts[0].trim().is_empty(), "no text");
     assert_eq!(texts[0], texts[1], "cpu vs vulkan");
+    assert_eq!(texts[0], texts[2], "cpu vs the vulkan slot decoder");
 
     let file = std::env::temp_dir().join(format!("vkllm-tq35-{}.txt", std::process::id()));
     std::fs::write(
@@ -65,7 +67,7 @@ fn run_and_perplexity_on_a_hybrid_gguf() {
         "the quick brown fox jumps over the lazy dog ".repeat(12),
     )
     .unwrap();
-    let ppl: Vec<f64> = DEVICES
+    let ppl: Vec<f64> = DEVICES[..2]
         .iter()
         .map(|d| {
             let out = ok(vkllm()

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use vkllm_cpu::sampler::SamplingParams;
-use vkllm_engine::{EngineError, GenerateParams, Session, Usage};
+use vkllm_engine::{Decoder, EngineError, GenerateParams, Session, SlotSession, Usage};
 use vkllm_models::{
     AnyModel, Backend, Checkpoint, CpuBackend, KvDtype, LoadProgress, QuantScheme, VulkanBackend,
 };
@@ -46,6 +46,17 @@ pub struct ModelArgs {
     /// q4_1, q5_0, q4_k, q6_k, q4_k_m). GGUF files are used as stored.
     #[arg(long)]
     pub quant: Option<QuantScheme>,
+
+    /// How tokens are decoded: `slots` (the recorded multi-step decoder of `serve`, sampling on
+    /// the device), `per-token` (one forward per token, sampled on the host), `auto` (slots on
+    /// GPUs, per token on CPU Vulkan devices such as lavapipe; docs/cli.md).
+    #[arg(long, default_value = "auto", value_parser = parse_decoder)]
+    pub decoder: Decoder,
+}
+
+/// `--decoder` values.
+fn parse_decoder(s: &str) -> Result<Decoder, String> {
+    Decoder::parse(s).ok_or_else(|| format!("`{s}`: expected auto, slots or per-token"))
 }
 
 /// `--kv-type` values.
@@ -158,6 +169,34 @@ impl<B: Backend> Engine for Session<B> {
     }
 }
 
+impl Engine for SlotSession {
+    fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    fn context(&self) -> usize {
+        SlotSession::context(self)
+    }
+
+    fn cached(&self) -> usize {
+        self.history().len()
+    }
+
+    fn reset(&mut self) {
+        SlotSession::reset(self)
+    }
+
+    fn generate(
+        &mut self,
+        context: &[u32],
+        p: &GenerateParams,
+        cancel: &AtomicBool,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Usage, EngineError> {
+        self.generate_with(context, p, cancel, on_text)
+    }
+}
+
 /// A loaded model, ready to generate.
 pub struct Loaded {
     pub engine: Box<dyn Engine>,
@@ -177,6 +216,9 @@ pub fn load(args: &ModelArgs) -> Result<Loaded> {
     let tokenizer =
         Tokenizer::from_path(&path).with_context(|| format!("tokenizer of {}", path.display()))?;
     let engine: Box<dyn Engine> = if args.device.as_deref() == Some("cpu") {
+        if args.decoder == Decoder::Slots {
+            anyhow::bail!("--decoder slots needs a Vulkan device (not --device cpu)");
+        }
         eprintln!("vkllm: {} on the CPU reference backend", path.display());
         Box::new(session(CpuBackend::new(), ck, tokenizer, args, "loading")?)
     } else {
@@ -186,13 +228,17 @@ pub fn load(args: &ModelArgs) -> Result<Loaded> {
         )?)
         .context("opening the Vulkan device (use --device cpu for the CPU reference path)")?;
         eprintln!("vkllm: {} on {}", path.display(), dev.info().summary());
-        Box::new(session(
-            VulkanBackend::new(dev),
-            ck,
-            tokenizer,
-            args,
-            "uploading",
-        )?)
+        let decoder = match args.decoder {
+            Decoder::Auto => Decoder::for_device(dev.info().kind),
+            d => d,
+        };
+        let mut b = VulkanBackend::new(dev);
+        if decoder == Decoder::Slots {
+            let (model, ctx, kv) = load_model(&mut b, ck, args, "uploading")?;
+            Box::new(SlotSession::new(b, model, tokenizer, ctx, kv)?)
+        } else {
+            Box::new(session(b, ck, tokenizer, args, "uploading")?)
+        }
     };
     Ok(Loaded {
         engine,
@@ -207,13 +253,25 @@ fn session<B: Backend>(
     args: &ModelArgs,
     verb: &str,
 ) -> Result<Session<B>> {
+    let (model, ctx, kv) = load_model(&mut b, ck, args, verb)?;
+    Ok(Session::with_kv_type(b, model, tokenizer, ctx, kv)?)
+}
+
+/// The model on `b` (with a progress bar), its context (`--ctx`, at most the model's) and KV
+/// type (f32 for hybrid and MoE models).
+fn load_model<B: Backend>(
+    b: &mut B,
+    ck: Checkpoint,
+    args: &ModelArgs,
+    verb: &str,
+) -> Result<(AnyModel, usize, KvDtype)> {
     let bar = progress_bar(verb);
     let mut progress = |p: &LoadProgress| {
         bar.set_length(p.total as u64);
         bar.set_position(p.done as u64);
     };
     let chunk = b.prefill_chunk();
-    let model = AnyModel::load_checkpoint(&ck, args.quant, &mut b, chunk, &mut progress);
+    let model = AnyModel::load_checkpoint(&ck, args.quant, b, chunk, &mut progress);
     bar.finish_and_clear();
     let model = model?;
     drop(ck);
@@ -229,7 +287,7 @@ fn session<B: Backend>(
         }
         _ => args.kv_type,
     };
-    Ok(Session::with_kv_type(b, model, tokenizer, ctx, kv)?)
+    Ok((model, ctx, kv))
 }
 
 /// A bar on stderr when it is a terminal, hidden otherwise.

@@ -1,0 +1,172 @@
+//! One conversation on the batched GPU decoder: [`crate::Session`]'s contract (prefix reuse
+//! across turns, streamed text, stop strings, cancellation, timings) over a one-slot
+//! [`SlotGenerator`], whose recorded multi-step decode samples on the device. What `vkllm run`
+//! and `vkllm chat` use on GPUs ([`Decoder::for_device`]).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use vkllm_models::{AnyModel, KvDtype, VulkanBackend};
+use vkllm_tokenizer::Tokenizer;
+use vkllm_vk::DeviceKind;
+
+use crate::error::EngineError;
+use crate::generator::{Generator, SlotParams};
+use crate::session::{FinishReason, GenerateParams, Usage};
+use crate::slot_generator::SlotGenerator;
+use crate::text_out::TextOut;
+
+/// How `run` and `chat` decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decoder {
+    /// [`Decoder::for_device`].
+    Auto,
+    /// The recorded multi-step slot decoder with GPU sampling ([`SlotSession`]).
+    Slots,
+    /// One forward per token, sampled on the host ([`crate::Session`]).
+    PerToken,
+}
+
+impl Decoder {
+    /// The decoder for a device of `kind`: the slot decoder on GPUs (one submit per several
+    /// tokens instead of a submit, a logits readback and host sampling per token), per token on
+    /// CPU Vulkan implementations (lavapipe: no faster with slots, and no step to record at
+    /// load; docs/cli.md).
+    pub fn for_device(kind: DeviceKind) -> Decoder {
+        match kind {
+            DeviceKind::Cpu => Decoder::PerToken,
+            _ => Decoder::Slots,
+        }
+    }
+
+    /// `auto`, `slots` or `per-token`.
+    pub fn parse(s: &str) -> Option<Decoder> {
+        match s {
+            "auto" => Some(Decoder::Auto),
+            "slots" => Some(Decoder::Slots),
+            "per-token" => Some(Decoder::PerToken),
+            _ => None,
+        }
+    }
+}
+
+/// Decode steps per submit: tokens reach the terminal in groups of this many.
+pub const STEPS_PER_SUBMIT: usize = 4;
+
+/// A model on the slot decoder with one slot, and its tokenizer.
+pub struct SlotSession {
+    generator: SlotGenerator,
+    pub tokenizer: Tokenizer,
+    vocab: usize,
+}
+
+impl SlotSession {
+    /// Records the decoder for a context of `ctx` positions (`kv`: dense models' cache type;
+    /// hybrid and MoE models keep f32).
+    pub fn new(
+        b: VulkanBackend,
+        model: AnyModel,
+        tokenizer: Tokenizer,
+        ctx: usize,
+        kv: KvDtype,
+    ) -> Result<Self, EngineError> {
+        let vocab = model.cfg().vocab_size;
+        let generator = match model {
+            AnyModel::Dense(m) => SlotGenerator::new(b, m, 1, ctx, kv, STEPS_PER_SUBMIT)?,
+            AnyModel::Hybrid(m) => SlotGenerator::new_hybrid(b, m, 1, ctx, STEPS_PER_SUBMIT)?,
+        };
+        Ok(SlotSession {
+            generator,
+            tokenizer,
+            vocab,
+        })
+    }
+
+    /// Positions of the context.
+    pub fn context(&self) -> usize {
+        self.generator.context()
+    }
+
+    /// Tokens whose state is cached, from position 0.
+    pub fn history(&self) -> &[u32] {
+        self.generator.history(0)
+    }
+
+    /// Forgets the cached history (the next turn is computed from position 0).
+    pub fn reset(&mut self) {
+        self.generator.forget(0);
+    }
+
+    /// [`crate::Session::generate_with`] on the slot decoder: the same checks, reuse of the
+    /// cached prefix, text, stops, cancellation (checked after the prompt and every token) and
+    /// timings. The decoder runs several tokens per submit; those past the end are dropped
+    /// (they stay in the cache like the rest of the history, and a next turn reuses only what
+    /// it shares with them).
+    pub fn generate_with(
+        &mut self,
+        context: &[u32],
+        p: &GenerateParams,
+        cancel: &AtomicBool,
+        on_text: impl FnMut(&str),
+    ) -> Result<Usage, EngineError> {
+        if context.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let ctx = self.context();
+        if context.len() + p.max_tokens > ctx {
+            return Err(EngineError::ContextExceeded {
+                prompt: context.len(),
+                max_new: p.max_tokens,
+                ctx,
+            });
+        }
+        p.sampling.validate(self.vocab)?;
+        let params = SlotParams {
+            sampling: p.sampling.clone(),
+            logprobs: None,
+        };
+        let start = Instant::now();
+        let (slot, first) = self.generator.start(context, &params)?;
+        let reused = self.generator.reused(slot);
+        let ttft = start.elapsed();
+        let decode_start = Instant::now();
+        let mut out = TextOut::new(&self.tokenizer, &p.stop, p.max_tokens, on_text);
+        let run: Result<FinishReason, EngineError> = (|| {
+            let mut pending = vec![first.id];
+            loop {
+                for &id in &pending {
+                    if cancel.load(Ordering::Relaxed) {
+                        return Ok(FinishReason::Cancelled);
+                    }
+                    if let Some(f) = out.push(id)? {
+                        return Ok(f);
+                    }
+                }
+                pending = self
+                    .generator
+                    .step()?
+                    .into_iter()
+                    .filter(|(s, _)| *s == slot)
+                    .flat_map(|(_, toks)| toks.into_iter().map(|t| t.id))
+                    .collect();
+                if pending.is_empty() {
+                    // Only a full context stops the decoder, and the token limit ends first.
+                    return Ok(FinishReason::Length);
+                }
+            }
+        })();
+        self.generator.release(slot);
+        let finish = run?;
+        let generated = out.finish(finish)?;
+        let decode = decode_start.elapsed().as_secs_f64();
+        Ok(Usage {
+            prompt_tokens: context.len(),
+            reused_tokens: reused,
+            generated_tokens: generated,
+            finish,
+            time_to_first_token: ttft,
+            prefill_tokens_per_s: (context.len() - reused) as f64 / ttft.as_secs_f64().max(1e-9),
+            decode_tokens_per_s: generated.saturating_sub(1) as f64 / decode.max(1e-9),
+        })
+    }
+}
