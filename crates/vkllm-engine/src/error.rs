@@ -37,4 +37,6 @@ pub enum EngineError {
     /// since one error value cannot be shared).
     #[error("decode step failed: {message}")]
     StepFailed { message: String },
+    #[error("slot {slot} has no prompt being prefilled")]
+    NotPrefilling { slot: usize },
 }

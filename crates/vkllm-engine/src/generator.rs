@@ -49,6 +49,25 @@ pub trait Generator: Send {
     /// return several per slot; the caller discards tokens past a stop). Feeding the last token
     /// back in is the generator's job.
     fn step(&mut self) -> Result<Vec<(SlotId, Vec<TokenOut>)>, EngineError>;
+    /// Chunked prefill, step 1: takes a free slot for `prompt` with `start`'s checks and
+    /// choice, computing nothing yet; [`Generator::prefill_some`] then runs the prompt a piece
+    /// at a time (decode steps of the other slots may run in between). `Ok(None)`: this
+    /// generator prefills whole prompts only (`start`).
+    fn begin(&mut self, prompt: &[u32], p: &SlotParams) -> Result<Option<SlotId>, EngineError> {
+        let _ = (prompt, p);
+        Ok(None)
+    }
+    /// Chunked prefill, step 2: computes up to `budget` more prompt tokens of a slot from
+    /// [`Generator::begin`]; once the whole prompt is in, samples and returns the first token
+    /// (the slot is then active, as after `start`). `release` abandons it.
+    fn prefill_some(
+        &mut self,
+        slot: SlotId,
+        budget: usize,
+    ) -> Result<Option<TokenOut>, EngineError> {
+        let _ = budget;
+        Err(EngineError::NotPrefilling { slot })
+    }
     /// The slot stops being active (finished/cancelled); its KV may be kept for prefix reuse.
     fn release(&mut self, slot: SlotId);
 }

@@ -30,6 +30,15 @@ struct Slot {
     last_used: u64,
     /// Prompt tokens the last start here took from the cache.
     reused: usize,
+    /// A prompt being prefilled in pieces (`begin` .. `prefill_some`).
+    pending: Option<PendingPrompt>,
+}
+
+struct PendingPrompt {
+    prompt: Vec<u32>,
+    /// Prompt tokens in the cache so far.
+    done: usize,
+    params: SlotParams,
 }
 
 /// The model and its per-slot state.
@@ -106,6 +115,7 @@ impl SlotGenerator {
                     next: None,
                     last_used: 0,
                     reused: 0,
+                    pending: None,
                 })
                 .collect(),
             steps_per_submit: steps_per_submit.max(1),
@@ -132,36 +142,10 @@ impl SlotGenerator {
             s.written = 0;
         }
     }
-}
 
-fn decoder_config(steps_per_submit: usize) -> SlotDecoderConfig {
-    SlotDecoderConfig {
-        max_bias: 300,
-        max_top: MAX_TOP_LOGPROBS,
-        logprobs: true,
-        counts: true,
-        max_steps: steps_per_submit.max(1),
-    }
-}
-
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
-
-impl Generator for SlotGenerator {
-    fn max_slots(&self) -> usize {
-        self.slots.len()
-    }
-
-    fn context(&self) -> usize {
-        self.ctx
-    }
-
-    fn vocab(&self) -> usize {
-        self.vocab
-    }
-
-    fn start(&mut self, prompt: &[u32], p: &SlotParams) -> Result<(SlotId, TokenOut), EngineError> {
+    /// `start`'s checks and slot choice: a free slot for `prompt` (the longest reusable cached
+    /// prefix first, see below), set up to prefill the rest of it from `prefill_some`.
+    fn claim(&mut self, prompt: &[u32], p: &SlotParams) -> Result<SlotId, EngineError> {
         validate_params(p, self.vocab())?;
         if prompt.is_empty() {
             return Err(EngineError::EmptyPrompt);
@@ -195,7 +179,7 @@ impl Generator for SlotGenerator {
             }
         };
         let slot = (0..self.slots.len())
-            .filter(|&s| self.slots[s].next.is_none())
+            .filter(|&s| self.slots[s].next.is_none() && self.slots[s].pending.is_none())
             .max_by_key(|&s| {
                 let sl = &self.slots[s];
                 (
@@ -214,30 +198,103 @@ impl Generator for SlotGenerator {
             sl.written = 0;
         }
         sl.written = sl.written.max(prompt.len());
-        let rest = &prompt[reuse..];
+        if let Net::Hybrid { model, st } = &self.net {
+            if reuse == 0 {
+                model.reset_slot(&mut self.b, st, slot)?;
+            } else {
+                st.next[slot].set(reuse);
+            }
+        }
+        let s = &mut self.slots[slot];
+        s.history = prompt[..reuse].to_vec();
+        s.reused = reuse;
+        s.pending = Some(PendingPrompt {
+            prompt: prompt.to_vec(),
+            done: reuse,
+            params: p.clone(),
+        });
+        Ok(slot)
+    }
+}
+
+fn decoder_config(steps_per_submit: usize) -> SlotDecoderConfig {
+    SlotDecoderConfig {
+        max_bias: 300,
+        max_top: MAX_TOP_LOGPROBS,
+        logprobs: true,
+        counts: true,
+        max_steps: steps_per_submit.max(1),
+    }
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl Generator for SlotGenerator {
+    fn max_slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn context(&self) -> usize {
+        self.ctx
+    }
+
+    fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    fn start(&mut self, prompt: &[u32], p: &SlotParams) -> Result<(SlotId, TokenOut), EngineError> {
+        let slot = self.claim(prompt, p)?;
+        loop {
+            if let Some(first) = self.prefill_some(slot, usize::MAX)? {
+                return Ok((slot, first));
+            }
+        }
+    }
+
+    fn begin(&mut self, prompt: &[u32], p: &SlotParams) -> Result<Option<SlotId>, EngineError> {
+        self.claim(prompt, p).map(Some)
+    }
+
+    fn prefill_some(
+        &mut self,
+        slot: SlotId,
+        budget: usize,
+    ) -> Result<Option<TokenOut>, EngineError> {
+        let Some(mut pend) = self.slots.get_mut(slot).and_then(|s| s.pending.take()) else {
+            return Err(EngineError::NotPrefilling { slot });
+        };
+        let end = pend
+            .prompt
+            .len()
+            .min(pend.done.saturating_add(budget.max(1)));
+        let piece = &pend.prompt[pend.done..end];
         let logits = match &self.net {
             Net::Dense { model, kv } => {
-                model.forward_slot(&mut self.b, kv, slot, rest, reuse, Logits::Last)?
+                model.forward_slot(&mut self.b, kv, slot, piece, pend.done, Logits::Last)?
             }
             Net::Hybrid { model, st } => {
-                if reuse == 0 {
-                    model.reset_slot(&mut self.b, st, slot)?;
-                } else {
-                    st.next[slot].set(reuse);
-                }
-                model.forward_slot(&mut self.b, st, slot, rest, reuse, Logits::Last)?
+                model.forward_slot(&mut self.b, st, slot, piece, pend.done, Logits::Last)?
             }
         };
+        let sl = &mut self.slots[slot];
+        sl.history.extend_from_slice(piece);
+        pend.done = end;
+        if end < pend.prompt.len() {
+            sl.pending = Some(pend);
+            return Ok(None);
+        }
+        let p = &pend.params;
         let first = pick(&logits, p, &[], 0);
-        let vocab = self.vocab();
-        let mut counts = vec![0u32; vocab];
+        let mut counts = vec![0u32; self.vocab];
         counts[first.id as usize] += 1;
         self.b.slot_start(
             self.dec,
             slot,
             &SlotStart {
                 token: first.id,
-                pos: prompt.len(),
+                pos: end,
                 sampling: &p.sampling,
                 seq_id: SEQ_ID,
                 step: 1,
@@ -247,11 +304,9 @@ impl Generator for SlotGenerator {
         )?;
         self.clock += 1;
         let s = &mut self.slots[slot];
-        s.history = prompt.to_vec();
         s.next = Some(first.id);
         s.last_used = self.clock;
-        s.reused = reuse;
-        Ok((slot, first))
+        Ok(Some(first))
     }
 
     fn step(&mut self) -> Result<Vec<(SlotId, Vec<TokenOut>)>, EngineError> {
@@ -290,6 +345,8 @@ impl Generator for SlotGenerator {
     fn release(&mut self, slot: SlotId) {
         if let Some(s) = self.slots.get_mut(slot) {
             s.next = None;
+            // A prompt abandoned mid-prefill: what it computed stays reusable (`history`).
+            s.pending = None;
             self.clock += 1;
             s.last_used = self.clock;
             // Stopping only rewrites host-visible state; an error here means the device is gone,

@@ -26,6 +26,9 @@ struct Fake {
     fail_step: bool,
     /// Leave out of `step` slots that produced this many tokens (a full cache).
     full_after: Option<usize>,
+    /// Chunked prefill (`begin` / `prefill_some`): each slot's prompt and tokens done.
+    chunked: bool,
+    pending: Vec<Option<(Vec<u32>, usize)>>,
 }
 
 impl Fake {
@@ -38,6 +41,8 @@ impl Fake {
             step_delay: Duration::ZERO,
             fail_step: false,
             full_after: None,
+            chunked: false,
+            pending: vec![None; slots],
         }
     }
 
@@ -96,7 +101,46 @@ impl Generator for Fake {
     }
     fn release(&mut self, slot: SlotId) {
         self.slots[slot] = None;
+        self.pending[slot] = None;
         self.log.lock().unwrap().push(format!("release {slot}"));
+    }
+    fn begin(&mut self, prompt: &[u32], _p: &SlotParams) -> Result<Option<SlotId>, EngineError> {
+        if !self.chunked {
+            return Ok(None);
+        }
+        let free =
+            (0..self.slots.len()).find(|&i| self.slots[i].is_none() && self.pending[i].is_none());
+        let Some(i) = free else {
+            return Err(EngineError::NoFreeSlot {
+                slots: self.slots.len(),
+            });
+        };
+        self.pending[i] = Some((prompt.to_vec(), 0));
+        self.log.lock().unwrap().push(format!("begin {i}"));
+        Ok(Some(i))
+    }
+    fn prefill_some(
+        &mut self,
+        slot: SlotId,
+        budget: usize,
+    ) -> Result<Option<TokenOut>, EngineError> {
+        let Some((prompt, done)) = self.pending[slot].as_mut() else {
+            return Err(EngineError::NotPrefilling { slot });
+        };
+        let end = prompt.len().min(*done + budget);
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("piece {slot} {}", end - *done));
+        *done = end;
+        if end < prompt.len() {
+            return Ok(None);
+        }
+        let prompt = prompt.clone();
+        self.pending[slot] = None;
+        let first = Fake::out(prompt[0]);
+        self.slots[slot] = Some((prompt, 1));
+        Ok(Some(first))
     }
 }
 
@@ -159,6 +203,7 @@ fn runner(fake: Fake, capacity: usize) -> InferenceRunner {
         RunnerConfig {
             queue_capacity: capacity,
             timeout: None,
+            ..RunnerConfig::default()
         },
     )
 }
@@ -339,6 +384,7 @@ fn time_limits_end_running_and_queued_requests() {
         RunnerConfig {
             queue_capacity: 1,
             timeout: Some(Duration::from_millis(60)),
+            ..RunnerConfig::default()
         },
     );
     let c = Shared::default();
@@ -458,6 +504,7 @@ fn threaded_runner_serves_concurrent_submitters() {
         RunnerConfig {
             queue_capacity: 16,
             timeout: None,
+            ..RunnerConfig::default()
         },
     );
     let handle = r.handle();
@@ -511,4 +558,70 @@ fn threaded_runner_serves_concurrent_submitters() {
         handle.submit(request("a", 1), Box::new(|_| true)),
         Err(EngineError::Shutdown)
     ));
+}
+
+/// A generator with chunked prefill: a long prompt is computed a piece (`prefill_chunk`
+/// tokens) per scheduler turn with a decode step of the running request after each piece, so
+/// that request keeps receiving tokens during the prefill; a request cancelled mid-prefill
+/// frees its slot and gets `Finished(Cancelled)`.
+#[test]
+fn long_prompts_prefill_in_pieces_between_decode_steps() {
+    let log = Log::default();
+    let mut fake = Fake::new(2, &log);
+    fake.chunked = true;
+    let mut r = InferenceRunner::inline(
+        Box::new(fake),
+        Arc::new(char_tokenizer()),
+        RunnerConfig {
+            queue_capacity: 4,
+            timeout: None,
+            prefill_chunk: 3,
+        },
+    );
+    let (a, b, c) = (Shared::default(), Shared::default(), Shared::default());
+    r.submit(request("aa", 6), sink_into(&a)).unwrap();
+    assert!(r.tick()); // begin 0, its one piece, its first token, a step
+    r.submit(request("bcdefghij", 2), sink_into(&b)).unwrap();
+    assert!(r.tick()); // begin 1 and its first piece, a step
+    assert_eq!(
+        r.stats().active,
+        2,
+        "the prefilling request counts as active"
+    );
+    let text_during = a.lock().unwrap().text.clone();
+    r.run_until_idle();
+    let l = log_of(&log);
+    let expect_head = [
+        "begin 0",
+        "piece 0 2",
+        "step",
+        "begin 1",
+        "piece 1 3",
+        "step",
+        "piece 1 3",
+        "step",
+        "piece 1 3",
+        "step",
+    ];
+    assert_eq!(&l[..expect_head.len()], expect_head, "{l:?}");
+    // a had 3 tokens after the first piece of b and finished while b was still prefilling.
+    assert_eq!(text_during, "aaa");
+    assert_eq!(a.lock().unwrap().text, "aaaaaa");
+    assert_eq!(b.lock().unwrap().text, "bc");
+    assert_eq!(b.lock().unwrap().finished, Some((FinishReason::Length, 2)));
+
+    // Cancelled between pieces: the slot is released, nothing was generated.
+    let id = r.submit(request("klmnopqrstuv", 4), sink_into(&c)).unwrap();
+    assert!(r.tick()); // begin and a first piece
+    r.cancel(id);
+    r.tick();
+    assert_eq!(
+        c.lock().unwrap().finished,
+        Some((FinishReason::Cancelled, 0))
+    );
+    assert_eq!(c.lock().unwrap().text, "");
+    let l = log_of(&log);
+    assert_eq!(l.last().map(String::as_str), Some("release 0"), "{l:?}");
+    assert_eq!(r.stats().active, 0);
+    assert!(!r.tick(), "idle");
 }

@@ -191,3 +191,85 @@ fn hybrid_slot_generator_matches_reference() {
         "the request continuing a slot's history"
     );
 }
+
+/// Chunked prefill (`begin`, then `prefill_some` some tokens at a time, with another slot
+/// decoding in between) gives a request the tokens of a whole-prompt `start`, on a dense and a
+/// hybrid model; a request abandoned mid-prefill frees its slot.
+#[test]
+fn chunked_prefill_matches_whole_prompts() {
+    let dev = device();
+    for family in ["qwen3", "qwen3_5"] {
+        let fx = Fixture::load(family).expect("fixture");
+        let prompt = fx.prompt("long").expect("prompt").ids;
+        let other: Vec<u32> = prompt.iter().rev().take(5).copied().collect();
+        let p = SlotParams {
+            sampling: SamplingParams {
+                temperature: 0.7,
+                top_k: 10,
+                seed: 4,
+                ..Default::default()
+            },
+            logprobs: None,
+        };
+        let make = || {
+            let mut b = VulkanBackend::new(dev.clone());
+            let g: Box<dyn Generator> = if family == "qwen3_5" {
+                let m = HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK)
+                    .expect("load");
+                Box::new(SlotGenerator::new_hybrid(b, m, 2, 400, 2).expect("generator"))
+            } else {
+                let m = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK)
+                    .expect("load");
+                Box::new(SlotGenerator::new(b, m, 2, 400, KvDtype::F32, 2).expect("generator"))
+            };
+            g
+        };
+        // Whole prompt, alone.
+        let mut g = make();
+        let (s, first) = g.start(&prompt, &p).expect("start");
+        let mut want = vec![first.id];
+        while want.len() < 8 {
+            for (_, toks) in g.step().expect("step").into_iter().filter(|(x, _)| *x == s) {
+                want.extend(toks.iter().map(|t| t.id));
+            }
+        }
+        want.truncate(8);
+        // In pieces of 37 tokens (across the model's own prefill chunks) while another
+        // request decodes.
+        let mut g = make();
+        let (busy, _) = g.start(&other, &p).expect("start other");
+        let s = g.begin(&prompt, &p).expect("begin").expect("chunked");
+        assert_ne!(s, busy);
+        let first = loop {
+            if let Some(t) = g.prefill_some(s, 37).expect("piece") {
+                break t;
+            }
+            let out = g.step().expect("step");
+            assert!(
+                out.iter().all(|(x, _)| *x == busy),
+                "only the running slot decodes"
+            );
+        };
+        let mut got = vec![first.id];
+        while got.len() < 8 {
+            for (_, toks) in g.step().expect("step").into_iter().filter(|(x, _)| *x == s) {
+                got.extend(toks.iter().map(|t| t.id));
+            }
+        }
+        got.truncate(8);
+        assert_eq!(got, want, "{family}");
+        // Abandoned mid-prefill: released, and the slot takes a new request.
+        g.release(s);
+        g.release(busy);
+        let reversed: Vec<u32> = prompt.iter().rev().copied().collect();
+        let s2 = g.begin(&reversed, &p).expect("begin").expect("chunked");
+        assert!(g.prefill_some(s2, 2).expect("piece").is_none());
+        g.release(s2);
+        assert!(matches!(
+            g.prefill_some(s2, 2),
+            Err(vkllm_engine::EngineError::NotPrefilling { .. })
+        ));
+        let (_, again) = g.start(&prompt, &p).expect("start after release");
+        assert_eq!(again.id, want[0], "{family}");
+    }
+}

@@ -96,13 +96,23 @@ pub struct RunnerConfig {
     pub queue_capacity: usize,
     /// Default time limit of a request (from submission to its last token).
     pub timeout: Option<Duration>,
+    /// Chunked prefill: a new prompt is computed at most this many tokens per scheduler turn,
+    /// and the running requests take a decode step between pieces, so a long prompt does not
+    /// stall them for its whole prefill (generators that prefill whole prompts only ignore it).
+    /// 0: whole prompts, the running requests waiting. Default [`DEFAULT_PREFILL_CHUNK`].
+    pub prefill_chunk: usize,
 }
+
+/// One prefill chunk of the model on devices with cooperative matrices (the size its prefill
+/// runs at anyway), so pieces cost no extra passes over the weights there.
+pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 
 impl Default for RunnerConfig {
     fn default() -> Self {
         RunnerConfig {
             queue_capacity: 64,
             timeout: None,
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
         }
     }
 }

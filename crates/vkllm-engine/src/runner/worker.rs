@@ -91,6 +91,16 @@ pub(super) struct Core {
     generator: Box<dyn Generator>,
     shared: Arc<Shared>,
     running: Vec<Running>,
+    /// The request whose prompt is being prefilled in pieces, if any.
+    prefilling: Option<Prefilling>,
+}
+
+/// A request between `Generator::begin` and its first token.
+struct Prefilling {
+    p: Pending,
+    slot: SlotId,
+    /// Time spent computing its pieces.
+    spent: Duration,
 }
 
 fn empty_usage(prompt_tokens: usize, submitted: Instant, reason: FinishReason) -> Usage {
@@ -137,6 +147,7 @@ impl Core {
             generator,
             shared,
             running: Vec::new(),
+            prefilling: None,
         };
         (handle, core)
     }
@@ -154,7 +165,11 @@ impl Core {
                 self.cancel_all();
                 return;
             }
-            if inbox.queue.is_empty() && inbox.cancel.is_empty() && self.running.is_empty() {
+            if inbox.queue.is_empty()
+                && inbox.cancel.is_empty()
+                && self.running.is_empty()
+                && self.prefilling.is_none()
+            {
                 inbox = s
                     .wake
                     .wait_timeout(inbox, Duration::from_secs(1))
@@ -171,13 +186,18 @@ impl Core {
             (std::mem::take(&mut inbox.cancel), inbox.shutdown)
         };
         if shutdown {
-            let busy = !self.running.is_empty() || !self.shared.lock().queue.is_empty();
+            let busy = !self.running.is_empty()
+                || self.prefilling.is_some()
+                || !self.shared.lock().queue.is_empty();
             self.cancel_all();
             return busy;
         }
         let mut did = !cancels.is_empty();
         for id in cancels {
             self.end_queued(|p| p.id == id, FinishReason::Cancelled);
+            if self.prefilling.as_ref().is_some_and(|f| f.p.id == id) {
+                self.abandon_prefill(FinishReason::Cancelled);
+            }
             if let Some(i) = self.running.iter().position(|r| r.id == id) {
                 self.finish(i, FinishReason::Cancelled);
             }
@@ -195,7 +215,16 @@ impl Core {
             self.finish(i, FinishReason::Timeout);
             did = true;
         }
-        let next = if self.running.len() < self.generator.max_slots() {
+        if self
+            .prefilling
+            .as_ref()
+            .is_some_and(|f| f.p.deadline.is_some_and(|d| d <= now))
+        {
+            self.abandon_prefill(FinishReason::Timeout);
+            did = true;
+        }
+        let room = self.running.len() < self.generator.max_slots() && self.prefilling.is_none();
+        let next = if room {
             let mut inbox = self.shared.lock();
             let p = inbox.queue.pop_front();
             if p.is_some() {
@@ -209,27 +238,99 @@ impl Core {
         } else {
             None
         };
-        let work = if let Some(p) = next {
-            self.prefill(p);
-            true
-        } else if !self.running.is_empty() {
+        let chunk = self.shared.config.prefill_chunk;
+        if let Some(p) = next {
+            if chunk == 0 {
+                self.prefill(p);
+                self.publish();
+                return true;
+            }
+            match self.generator.begin(&p.prompt, &p.req.params) {
+                Ok(Some(slot)) => {
+                    self.prefilling = Some(Prefilling {
+                        p,
+                        slot,
+                        spent: Duration::ZERO,
+                    })
+                }
+                Ok(None) => {
+                    self.prefill(p);
+                    self.publish();
+                    return true;
+                }
+                Err(e) => {
+                    let mut p = p;
+                    (p.sink)(Event::Error(e));
+                    self.shared.ended.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            did = true;
+        }
+        // One piece of the prompt being prefilled, then a decode step of the running requests.
+        if self.prefilling.is_some() {
+            self.prefill_piece(chunk);
+            did = true;
+        }
+        if !self.running.is_empty() {
             self.step();
-            true
-        } else {
-            false
-        };
+            did = true;
+        }
         self.publish();
-        did || work
+        did
+    }
+
+    /// Computes the next piece of the prompt being prefilled; with its last piece the request
+    /// gets its first token and joins the running ones.
+    fn prefill_piece(&mut self, chunk: usize) {
+        let Some(mut f) = self.prefilling.take() else {
+            return;
+        };
+        let t0 = Instant::now();
+        match self.generator.prefill_some(f.slot, chunk) {
+            Err(e) => {
+                self.generator.release(f.slot);
+                (f.p.sink)(Event::Error(e));
+                self.shared.ended.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(None) => {
+                f.spent += t0.elapsed();
+                self.prefilling = Some(f);
+            }
+            Ok(Some(tok)) => {
+                let now = Instant::now();
+                f.spent += now.duration_since(t0);
+                self.admit(f.p, f.slot, tok, f.spent, now);
+            }
+        }
+    }
+
+    /// Ends the request being prefilled (cancelled or out of time) and frees its slot.
+    fn abandon_prefill(&mut self, reason: FinishReason) {
+        if let Some(mut f) = self.prefilling.take() {
+            self.generator.release(f.slot);
+            let usage = empty_usage(f.p.prompt.len(), f.p.submitted, reason);
+            (f.p.sink)(Event::Finished {
+                reason,
+                usage,
+                stop: None,
+            });
+            self.shared.ended.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn publish(&self) {
         let s = &self.shared;
-        s.active.store(self.running.len(), Ordering::Relaxed);
+        let prefilling = self.prefilling.as_ref().map_or(0, |f| f.p.prompt.len());
+        s.active.store(
+            self.running.len() + usize::from(prefilling > 0),
+            Ordering::Relaxed,
+        );
         let kv: usize = self
             .running
             .iter()
             .map(|r| r.prompt_len + r.generated)
-            .sum();
+            .sum::<usize>()
+            + prefilling;
         s.kv_used.store(kv, Ordering::Relaxed);
     }
 
@@ -265,26 +366,31 @@ impl Core {
             }
             Ok((slot, tok)) => {
                 let now = Instant::now();
-                self.running.push(Running {
-                    id: p.id,
-                    slot,
-                    sink: p.sink,
-                    detok: Detok::default(),
-                    stops: StopMatcher::new(p.req.stop.iter().map(String::as_str)),
-                    prompt_len: p.prompt.len(),
-                    generated: 0,
-                    max_tokens: p.req.max_tokens,
-                    submitted: p.submitted,
-                    deadline: p.deadline,
-                    prefill: now.duration_since(t0),
-                    stop_hit: None,
-                    first_at: now,
-                    last_at: now,
-                });
-                let i = self.running.len() - 1;
-                self.deliver(i, vec![tok]);
+                self.admit(p, slot, tok, now.duration_since(t0), now);
             }
         }
+    }
+
+    /// A request whose prompt is in `slot` joins the running ones with its first token.
+    fn admit(&mut self, p: Pending, slot: SlotId, tok: TokenOut, prefill: Duration, now: Instant) {
+        self.running.push(Running {
+            id: p.id,
+            slot,
+            sink: p.sink,
+            detok: Detok::default(),
+            stops: StopMatcher::new(p.req.stop.iter().map(String::as_str)),
+            prompt_len: p.prompt.len(),
+            generated: 0,
+            max_tokens: p.req.max_tokens,
+            submitted: p.submitted,
+            deadline: p.deadline,
+            prefill,
+            stop_hit: None,
+            first_at: now,
+            last_at: now,
+        });
+        let i = self.running.len() - 1;
+        self.deliver(i, vec![tok]);
     }
 
     fn step(&mut self) {
@@ -380,6 +486,7 @@ impl Core {
     /// Cancels everything queued or running.
     pub(super) fn cancel_all(&mut self) {
         self.end_queued(|_| true, FinishReason::Cancelled);
+        self.abandon_prefill(FinishReason::Cancelled);
         while !self.running.is_empty() {
             self.finish(self.running.len() - 1, FinishReason::Cancelled);
         }

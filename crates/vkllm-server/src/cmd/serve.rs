@@ -55,6 +55,12 @@ pub struct Args {
     #[arg(long, default_value_t = 600)]
     timeout: u64,
 
+    /// Chunked prefill: a new prompt is computed at most this many tokens at a time, with a
+    /// decode step of the running requests between pieces (0: whole prompts, the running
+    /// requests waiting; the CPU backend always prefills whole prompts).
+    #[arg(long, default_value_t = vkllm_engine::runner::DEFAULT_PREFILL_CHUNK)]
+    prefill_chunk: usize,
+
     /// Require this key (`Authorization: Bearer KEY` or `x-api-key: KEY`) on every route but
     /// /health.
     #[arg(long, env = "VKLLM_API_KEY", hide_env_values = true)]
@@ -190,6 +196,7 @@ fn start_runner<B: Backend + Send + 'static>(
         RunnerConfig {
             queue_capacity: args.queue,
             timeout: (args.timeout > 0).then(|| Duration::from_secs(args.timeout)),
+            prefill_chunk: args.prefill_chunk,
         },
     ))
 }
@@ -232,6 +239,7 @@ fn start_slot_runner(
         RunnerConfig {
             queue_capacity: args.queue,
             timeout: (args.timeout > 0).then(|| Duration::from_secs(args.timeout)),
+            prefill_chunk: args.prefill_chunk,
         },
     ))
 }
