@@ -4,7 +4,7 @@
 //! sampled on the CPU).
 
 use vkllm_cpu::sampler::{SamplingParams, log_softmax, sample, top_logprobs};
-use vkllm_models::{Backend, KvCache, Logits, Model};
+use vkllm_models::{AnyModel, AnyState, Backend, KvDtype, Logits};
 
 use crate::error::EngineError;
 
@@ -121,24 +121,25 @@ struct Active {
 }
 
 struct Slot {
-    kv: KvCache,
+    /// The slot's KV cache (and recurrent state, for hybrid and MoE models).
+    kv: AnyState,
     /// Tokens whose keys and values are in `kv`, from position 0.
     history: Vec<u32>,
     /// The furthest position (exclusive) written since position 0 was last computed (what a
-    /// sliding-window ring still holds: [`KvCache::reusable`]).
+    /// sliding-window ring still holds: [`AnyState::reusable`]).
     written: usize,
     active: Option<Active>,
     /// When the slot was last released (for least-recently-used reuse).
     last_used: u64,
 }
 
-/// The reference [`Generator`]: `slots` KV caches of `ctx` positions each; every slot is decoded
-/// by its own `Model::forward` of one token and sampled with `vkllm_cpu::sampler::sample`.
-/// Works on any backend. A slot whose cache is full is left out of [`Generator::step`]'s result
+/// The reference [`Generator`]: `slots` KV caches (with recurrent states, for hybrid and MoE
+/// models) of `ctx` positions each; every slot is decoded by its own forward of one token and
+/// sampled with `vkllm_cpu::sampler::sample`. Works on any backend and every family. A slot whose cache is full is left out of [`Generator::step`]'s result
 /// (the caller finishes it with `Length`).
 pub struct SimpleGenerator<B: Backend> {
     backend: B,
-    model: Model,
+    model: AnyModel,
     slots: Vec<Slot>,
     ctx: usize,
     clock: u64,
@@ -148,15 +149,16 @@ impl<B: Backend> SimpleGenerator<B> {
     /// `slots` generation slots of `ctx` positions each (at least one of each).
     pub fn new(
         mut backend: B,
-        model: Model,
+        model: impl Into<AnyModel>,
         slots: usize,
         ctx: usize,
     ) -> Result<Self, EngineError> {
+        let model = model.into();
         let ctx = ctx.max(1);
         let slots = (0..slots.max(1))
             .map(|_| {
                 Ok(Slot {
-                    kv: model.new_kv(&mut backend, ctx)?,
+                    kv: model.new_state(&mut backend, ctx, KvDtype::F32)?,
                     history: Vec::new(),
                     written: 0,
                     active: None,
@@ -174,7 +176,7 @@ impl<B: Backend> SimpleGenerator<B> {
     }
 
     /// The model.
-    pub fn model(&self) -> &Model {
+    pub fn model(&self) -> &AnyModel {
         &self.model
     }
 
@@ -198,7 +200,8 @@ impl<B: Backend> SimpleGenerator<B> {
                     .take_while(|(a, b)| a == b)
                     .count();
                 // The last prompt token is always recomputed: its logits are needed.
-                let reuse = s.kv.reusable(s.written, common.min(prompt.len() - 1));
+                let reuse =
+                    s.kv.reusable(s.written, s.history.len(), common.min(prompt.len() - 1));
                 (i, reuse, s.last_used)
             })
             .max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)))
@@ -216,7 +219,7 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
     }
 
     fn vocab(&self) -> usize {
-        self.model.cfg.vocab_size
+        self.model.cfg().vocab_size
     }
 
     fn start(&mut self, prompt: &[u32], p: &SlotParams) -> Result<(SlotId, TokenOut), EngineError> {
@@ -229,12 +232,14 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
                 ctx: self.ctx,
             });
         }
-        let vocab = self.model.cfg.vocab_size;
+        let vocab = self.model.cfg().vocab_size;
         validate_params(p, vocab)?;
         let (id, reuse) = self.choose(prompt).ok_or(EngineError::NoFreeSlot {
             slots: self.slots.len(),
         })?;
         let slot = &mut self.slots[id];
+        // A recurrent state is reset unless it continues its whole history.
+        self.model.rewind(&mut self.backend, &slot.kv, reuse)?;
         slot.history.truncate(reuse);
         if reuse == 0 {
             slot.written = 0;
@@ -273,7 +278,7 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
                 continue;
             };
             let pos = slot.history.len();
-            if pos >= slot.kv.capacity {
+            if pos >= slot.kv.capacity() {
                 continue;
             }
             slot.written = slot.written.max(pos + 1);

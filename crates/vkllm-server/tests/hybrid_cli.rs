@@ -1,10 +1,15 @@
 //! Hybrid (Gated DeltaNet) models through the commands users run: a `vkllm synth --shape
 //! tiny-qwen3.5` GGUF answered by `vkllm run` and scored by `vkllm perplexity`, on the CPU
 //! reference backend and on the Vulkan device (`run` with each decoder), which must agree
-//! (greedy text exactly, perplexity to 1e-4).
+//! (greedy text exactly, perplexity to 1e-4), and served by `vkllm serve` on both backends with
+//! the same text.
+
+mod serve_harness;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
+
+use serve_harness::Server;
 
 fn vkllm() -> Command {
     Command::new(env!("CARGO_BIN_EXE_vkllm"))
@@ -93,5 +98,28 @@ fn run_and_perplexity_on_a_hybrid_gguf() {
         "cpu vs vulkan {ppl:?}"
     );
     std::fs::remove_file(&file).ok();
+
+    // `vkllm serve` on both backends (the CPU's reference generator, the device's slot decoder)
+    // answers a raw completion with `run`'s text.
+    for d in [&["--device", "cpu"][..], &[]] {
+        let mut args = vec![
+            "--model",
+            model.to_str().expect("utf-8 path"),
+            "--served-model-name",
+            "m",
+        ];
+        args.extend_from_slice(d);
+        let server = Server::start_args(&args);
+        let body = r#"{"model":"m","prompt":"the quick brown fox","max_tokens":6,"temperature":0}"#;
+        let resp = server.raw(
+            "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json",
+            body,
+        );
+        assert!(resp.starts_with("HTTP/1.1 200"), "{d:?}: {resp}");
+        let json = resp.split("\r\n\r\n").nth(1).expect("a body");
+        let v: serde_json::Value = serde_json::from_str(json).expect("JSON");
+        let text = v["choices"][0]["text"].as_str().expect("text");
+        assert_eq!(text, texts[0].trim_end_matches('\n'), "serve {d:?} vs run");
+    }
     std::fs::remove_file(&model).ok();
 }

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use vkllm_engine::{InferenceRunner, RunnerConfig, SimpleGenerator, SlotGenerator};
-use vkllm_models::hybrid::HybridModel;
-use vkllm_models::{Backend, Checkpoint, CpuBackend, KvDtype, QuantScheme, VulkanBackend};
+use vkllm_models::{
+    AnyModel, Backend, Checkpoint, CpuBackend, KvDtype, QuantScheme, VulkanBackend,
+};
 use vkllm_tokenizer::{Tokenizer, cache};
 use vkllm_vk::Device;
 
@@ -186,9 +187,9 @@ fn start_runner<B: Backend + Send + 'static>(
 ) -> Result<InferenceRunner> {
     admit(args, ck.config(), b.name() == "cpu")?;
     let chunk = b.prefill_chunk();
-    let model = ck.load(args.quant, &mut b, chunk)?;
+    let model = AnyModel::load_checkpoint(&ck, args.quant, &mut b, chunk, &mut |_| {})?;
     drop(ck);
-    let ctx = args.ctx.min(model.cfg.max_position).max(2);
+    let ctx = args.ctx.min(model.cfg().max_position).max(2);
     let generator = SimpleGenerator::new(b, model, args.slots.max(1), ctx)?;
     Ok(InferenceRunner::threaded(
         Box::new(generator),
@@ -210,28 +211,22 @@ fn start_slot_runner(
 ) -> Result<InferenceRunner> {
     admit(args, ck.config(), false)?;
     let slots = args.slots.max(1);
-    let generator = if ck.config().family.is_hybrid_or_moe() {
-        if args.quant.is_some() {
-            anyhow::bail!("--quant is not supported for hybrid/MoE models");
+    let chunk = b.prefill_chunk();
+    let model = AnyModel::load_checkpoint(&ck, args.quant, &mut b, chunk, &mut |_| {})?;
+    drop(ck);
+    let ctx = args.ctx.min(model.cfg().max_position).max(2);
+    let generator = match model {
+        AnyModel::Dense(m) => SlotGenerator::new(b, m, slots, ctx, args.kv_type, 4)?,
+        AnyModel::Hybrid(m) => {
+            // Hybrid (Gated DeltaNet) and MoE models: f32 KV next to the recurrent state.
+            if args.kv_type != KvDtype::F32 {
+                eprintln!(
+                    "vkllm: --kv-type {} ignored: hybrid/MoE models keep an f32 KV cache",
+                    args.kv_type.name()
+                );
+            }
+            SlotGenerator::new_hybrid(b, m, slots, ctx, 4)?
         }
-        // Hybrid (Gated DeltaNet) and MoE models: f32 KV next to the recurrent state.
-        if args.kv_type != KvDtype::F32 {
-            eprintln!(
-                "vkllm: --kv-type {} ignored: hybrid/MoE models keep an f32 KV cache",
-                args.kv_type.name()
-            );
-        }
-        let chunk = b.prefill_chunk();
-        let model = HybridModel::load(ck.config().clone(), ck.source(), &mut b, chunk)?;
-        drop(ck);
-        let ctx = args.ctx.min(model.cfg.max_position).max(2);
-        SlotGenerator::new_hybrid(b, model, slots, ctx, 4)?
-    } else {
-        let chunk = b.prefill_chunk();
-        let model = ck.load(args.quant, &mut b, chunk)?;
-        drop(ck);
-        let ctx = args.ctx.min(model.cfg.max_position).max(2);
-        SlotGenerator::new(b, model, slots, ctx, args.kv_type, 4)?
     };
     Ok(InferenceRunner::threaded(
         Box::new(generator),
