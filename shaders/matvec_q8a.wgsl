@@ -31,6 +31,8 @@
 // from global memory, so NC (up to 16; slots x NC <= 32 sums) and cols are not bounded by the
 // shared copy; teams sum by an xor butterfly.
 
+// #include act_q8.inc.wgsl
+
 override WG: u32 = 128;
 override LPR: u32 = 32;
 override R: u32 = 1;
@@ -216,11 +218,6 @@ fn f16v(h: u32) -> f32 {
     return bitcast<f32>(((h & 0x8000u) << 16u) | (eb << 23u) | (m << 13u));
 }
 
-// Four codes in [-127, 127] as packed int8 (pack4xI8 would need naga's Int8 capability).
-fn pack_i8(q: vec4<i32>) -> u32 {
-    let b = bitcast<vec4<u32>>(q) & vec4<u32>(0xffu);
-    return b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
-}
 
 // One weight unit (32 elements) as int8 codes and scales:
 //   product = sa * f32(isum_lo + zb * sum) + sb * f32(isum_hi) - sm * f32(sum)
@@ -496,22 +493,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             a *= p.norm_offset + bitcast<vec4<f32>>(nw4[c]);
             b *= p.norm_offset + bitcast<vec4<f32>>(nw4[c + 1u]);
         }
-        let m4 = max(abs(a), abs(b));
-        var amax = max(max(m4.x, m4.y), max(m4.z, m4.w));
-        amax = max(amax, subgroupShuffleXor(amax, 1u));
-        amax = max(amax, subgroupShuffleXor(amax, 2u));
-        let id = select(0.0, 127.0 / amax, amax > 0.0);
-        let qa = vec4<i32>(clamp(round(a * id), vec4<f32>(-127.0), vec4<f32>(127.0)));
-        let qb = vec4<i32>(clamp(round(b * id), vec4<f32>(-127.0), vec4<f32>(127.0)));
-        var s = qa.x + qa.y + qa.z + qa.w + qb.x + qb.y + qb.z + qb.w;
-        s += subgroupShuffleXor(s, 1u);
-        s += subgroupShuffleXor(s, 2u);
+        let q = act_q8_chunk(a, b);
         let j = 2u * (ch % 4u);
-        xq[j * n_units + un] = pack_i8(qa);
-        xq[(j + 1u) * n_units + un] = pack_i8(qb);
+        xq[j * n_units + un] = q.qa;
+        xq[(j + 1u) * n_units + un] = q.qb;
         if (ch % 4u == 0u) {
-            xd[un] = amax * (1.0 / 127.0);
-            xs[un] = s;
+            xd[un] = q.d;
+            xs[un] = q.s;
         }
     }
     if (XG == 0u && NORM != 0u) {

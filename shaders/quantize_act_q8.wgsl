@@ -13,7 +13,9 @@
 //         takes inv_rms = 1 / sqrt(sum / cols + eps) in a fixed order.
 // Grid: (nch, n) workgroups of 128 invocations; invocation i of chunk c takes elements
 // 8 (32 c * 4 + i) .. + 8 of its column: four lanes per unit combine amax and s with
-// subgroupShuffleXor (subgroups of >= 4 lanes). Shapes: cols a multiple of 32.
+// subgroupShuffleXor (subgroups of >= 4 lanes; act_q8.inc.wgsl). Shapes: cols a multiple of 32.
+//
+// #include act_q8.inc.wgsl
 
 const WG: u32 = 128u;
 
@@ -32,11 +34,6 @@ var<immediate> p: Params;
 
 var<workgroup> red: array<f32, 32>;
 
-// Four codes in [-127, 127] as packed int8.
-fn pack_i8(c: vec4<i32>) -> u32 {
-    let b = bitcast<vec4<u32>>(c) & vec4<u32>(0xffu);
-    return b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
-}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32,
@@ -60,24 +57,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         a *= p.norm_offset + nw4[c];
         b *= p.norm_offset + nw4[c + 1u];
     }
-    let m4 = max(abs(a), abs(b));
-    var amax = max(max(m4.x, m4.y), max(m4.z, m4.w));
-    amax = max(amax, subgroupShuffleXor(amax, 1u));
-    amax = max(amax, subgroupShuffleXor(amax, 2u));
-    let id = select(0.0, 127.0 / amax, amax > 0.0);
-    let qa = vec4<i32>(clamp(round(a * id), vec4<f32>(-127.0), vec4<f32>(127.0)));
-    let qb = vec4<i32>(clamp(round(b * id), vec4<f32>(-127.0), vec4<f32>(127.0)));
-    var s = qa.x + qa.y + qa.z + qa.w + qb.x + qb.y + qb.z + qb.w;
-    s += subgroupShuffleXor(s, 1u);
-    s += subgroupShuffleXor(s, 2u);
+    let c8 = act_q8_chunk(a, b);
     let ms = 2u * uc + nch;
     if (live) {
         let wq = 8u * (t * uc + u) + 2u * (ch % 4u);
-        q[wq] = pack_i8(qa);
-        q[wq + 1u] = pack_i8(qb);
+        q[wq] = c8.qa;
+        q[wq + 1u] = c8.qb;
         if (ch % 4u == 0u) {
-            qm[t * ms + 2u * u] = bitcast<u32>(amax * (1.0 / 127.0));
-            qm[t * ms + 2u * u + 1u] = bitcast<u32>(s);
+            qm[t * ms + 2u * u] = bitcast<u32>(c8.d);
+            qm[t * ms + 2u * u + 1u] = bitcast<u32>(c8.s);
         }
     }
     if (NORM != 0u) {

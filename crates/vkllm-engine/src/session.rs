@@ -203,15 +203,37 @@ impl<B: Backend> Session<B> {
         };
         let generated = out.finish(finish)?;
         let decode = decode_start.elapsed().as_secs_f64();
-        Ok(Usage {
-            prompt_tokens: context.len(),
-            reused_tokens: reuse,
+        Ok(Usage::of(
+            context.len(),
+            reuse,
+            generated,
+            finish,
+            ttft,
+            decode,
+        ))
+    }
+}
+
+impl Usage {
+    /// A generation's usage: `prompt` tokens (`reused` of them cached), `generated` tokens, the
+    /// end, `ttft` for the prompt and `decode` seconds from the first token to the last.
+    pub(crate) fn of(
+        prompt: usize,
+        reused: usize,
+        generated: usize,
+        finish: FinishReason,
+        ttft: Duration,
+        decode: f64,
+    ) -> Usage {
+        Usage {
+            prompt_tokens: prompt,
+            reused_tokens: reused,
             generated_tokens: generated,
             finish,
             time_to_first_token: ttft,
-            prefill_tokens_per_s: (context.len() - reuse) as f64 / ttft.as_secs_f64().max(1e-9),
+            prefill_tokens_per_s: (prompt - reused) as f64 / ttft.as_secs_f64().max(1e-9),
             decode_tokens_per_s: generated.saturating_sub(1) as f64 / decode.max(1e-9),
-        })
+        }
     }
 }
 

@@ -159,14 +159,13 @@ impl SlotSession {
         let finish = run?;
         let generated = out.finish(finish)?;
         let decode = decode_start.elapsed().as_secs_f64();
-        Ok(Usage {
-            prompt_tokens: context.len(),
-            reused_tokens: reused,
-            generated_tokens: generated,
+        Ok(Usage::of(
+            context.len(),
+            reused,
+            generated,
             finish,
-            time_to_first_token: ttft,
-            prefill_tokens_per_s: (context.len() - reused) as f64 / ttft.as_secs_f64().max(1e-9),
-            decode_tokens_per_s: generated.saturating_sub(1) as f64 / decode.max(1e-9),
-        })
+            ttft,
+            decode,
+        ))
     }
 }

@@ -50,8 +50,14 @@ pub(crate) const MATVEC_FUSED: &str = concat!(
     include_str!("../shaders/matvec_fused.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl")
 );
-pub(crate) const MATVEC_Q8A: &str = include_str!("../shaders/matvec_q8a.wgsl");
-pub(crate) const QUANTIZE_ACT_Q8: &str = include_str!("../shaders/quantize_act_q8.wgsl");
+pub(crate) const MATVEC_Q8A: &str = concat!(
+    include_str!("../shaders/matvec_q8a.wgsl"),
+    include_str!("../shaders/act_q8.inc.wgsl")
+);
+pub(crate) const QUANTIZE_ACT_Q8: &str = concat!(
+    include_str!("../shaders/quantize_act_q8.wgsl"),
+    include_str!("../shaders/act_q8.inc.wgsl")
+);
 /// `matvec_rows.wgsl`: the fused matvec's op, one invocation per row (CPU Vulkan devices).
 pub(crate) const MATVEC_ROWS: &str = concat!(
     include_str!("../shaders/matvec_rows.wgsl"),
@@ -90,6 +96,8 @@ mod tests {
             ("mat_quant.wgsl", super::MAT_QUANT),
             ("matvec_fused.wgsl", super::MATVEC_FUSED),
             ("matvec_rows.wgsl", super::MATVEC_ROWS),
+            ("matvec_q8a.wgsl", super::MATVEC_Q8A),
+            ("quantize_act_q8.wgsl", super::QUANTIZE_ACT_Q8),
             ("matmul_coop.wgsl", super::MATMUL_COOP),
             ("moe_experts_quant.wgsl", super::MOE_EXPERTS_QUANT),
         ] {
