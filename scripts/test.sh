@@ -5,6 +5,9 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+# The server under hostile and heavy clients (slow-loris, idle connections, huge prompts,
+# disconnect storms, a short soak) on the CPU backend with a tiny synthetic model.
+python3 scripts/reliability.py --bin target/debug/vkllm --soak 20
 # GPUs decode quantized weights through the int8 matvec by default, lavapipe (a CPU device) does
 # not: check its greedy tokens against transformers on a Q4_K/Q6_K model here too.
 VKLLM_TUNE=matvec=int8 cargo test -p vkllm-models --test real_models qwen2_5_coder_0_5b_gpu
