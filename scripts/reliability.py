@@ -6,7 +6,8 @@ server on the CPU backend with a tiny synthetic model and short limits, then
                  /health answers while they hang on;
   idle           connections past --max-connections are answered 503 (JSON) and closed;
   huge prompts   concurrent multi-megabyte prompts get a 4xx with the API's error JSON while
-                 /health keeps answering; none is a 5xx and the server lives on;
+                 /health keeps answering; none is a 5xx, the server lives on, and the memory
+                 their preparation took is given back;
   disconnects    streaming clients that vanish after their first chunk free their slots;
   soak           clients sending ordinary requests for --soak seconds: no failed request, and
                  resident memory after the soak within 10% of after the warm-up.
@@ -123,9 +124,10 @@ def idle(port, max_conn):
     check(ok, "idle: /health answers once the idle connections are gone")
 
 
-def huge_prompts(port):
+def huge_prompts(port, pid):
     big = "lighthouse keeper " * 200_000  # 3.6 MB of text
     results = []
+    before = rss_kb(pid)
 
     def one(i):
         try:
@@ -153,6 +155,13 @@ def huge_prompts(port):
     check(all(400 <= s < 500 for s in statuses) and
           all(isinstance(p, dict) and "error" in p for _, p in results),
           f"huge prompts: each answered 4xx with an error JSON ({statuses})")
+    # Preparing them allocates hundreds of MB; it must be given back (at most 10x the bodies
+    # stay resident).
+    after = rss_kb(pid)
+    bodies_kb = 3 * len(big) // 1024
+    check(after - before < 10 * bodies_kb,
+          f"huge prompts: resident memory {before} kB before, {after} kB after "
+          f"(bodies {bodies_kb} kB)")
 
 
 def disconnects(port):
@@ -200,9 +209,23 @@ def soak(port, pid, seconds, clients):
             k += 1
             counts[i] += 1
 
-    # Warm-up: one round of every client, then the reference resident size.
-    for i in range(clients):
-        completion(port, f"warm-up {i} " + "word " * 400, 8)
+    # Warm-up: every client concurrently for a fifth of the soak (the server's thread arenas
+    # and buffers reach their working size), then the reference resident size.
+    warm = threading.Event()
+
+    def warm_client(i):
+        k = 0
+        while not warm.is_set():
+            completion(port, f"warm-up {i} {k} " + "word " * (k % 50), 8 + k % 24, seed=k)
+            k += 1
+
+    ws = [threading.Thread(target=warm_client, args=(i,)) for i in range(clients)]
+    for t in ws:
+        t.start()
+    time.sleep(max(seconds / 5, 2))
+    warm.set()
+    for t in ws:
+        t.join()
     base = rss_kb(pid)
     ts = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     for t in ts:
@@ -248,7 +271,7 @@ def main():
     try:
         slow_loris(port, header_timeout)
         idle(port, max_conn)
-        huge_prompts(port)
+        huge_prompts(port, srv.pid)
         disconnects(port)
         soak(port, srv.pid, a.soak, a.clients)
         check(srv.poll() is None, "the server is still running")

@@ -274,6 +274,7 @@ pub async fn count_tokens(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let size = body.as_ref().map_or(0, |b| b.len());
     let run = move || -> Result<usize, ApiError> {
         let bytes = body_bytes(API, body)?;
         let mut f = Fields::parse(API, &bytes)?;
@@ -281,7 +282,7 @@ pub async fn count_tokens(
         f.finish()?;
         Ok(p.ids.len())
     };
-    match super::off_runtime(API, run).await {
+    match super::off_runtime(API, size, run).await {
         Ok(n) => axum::Json(json!({"input_tokens": n})).into_response(),
         Err(e) => e.into_response(),
     }
@@ -446,7 +447,7 @@ async fn messages_handler(
 ) -> Result<Response, ApiError> {
     let bytes = body_bytes(API, body)?;
     let st = state.clone();
-    let (p, stream_it) = super::off_runtime(API, move || parse(&st, &bytes)).await?;
+    let (p, stream_it) = super::off_runtime(API, bytes.len(), move || parse(&st, &bytes)).await?;
     let mut generation = launch(&state, API, p.spec.clone())?;
     let choice = ChoiceState::new(&p.prompt.parser, &p.spec.stop, p.tool_stop);
     if stream_it {

@@ -128,15 +128,38 @@ pub fn random_id(n: usize) -> String {
 /// requests (`/health` included) while a large prompt is prepared.
 pub async fn off_runtime<T: Send + 'static>(
     api: Api,
+    input_bytes: usize,
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+    let work = move || {
+        let r = f();
+        if input_bytes >= TRIM_AFTER_BYTES {
+            give_back_memory();
+        }
+        r
+    };
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
         Err(ApiError::new(
             api,
             Kind::Internal,
             format!("request worker: {e}"),
         ))
     })
+}
+
+/// Request bodies from this size on are followed by [`give_back_memory`]: preparing a
+/// multi-megabyte prompt allocates hundreds of megabytes (parse, render, tokenize) that the
+/// allocator would otherwise keep (3 prompts of 3.6 MB: 29 MB -> 1.3 GB resident, for good).
+const TRIM_AFTER_BYTES: usize = 1 << 20;
+
+/// Returns the allocator's free memory to the system (glibc keeps freed heap, per thread arena).
+fn give_back_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks and releases glibc's own free lists; it takes no pointer of
+    // ours and is thread-safe.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// The body of a request, or the error for a body over the limit (413) or unreadable (400).

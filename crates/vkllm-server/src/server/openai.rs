@@ -369,7 +369,8 @@ pub async fn chat(
     let run = async {
         let bytes = body_bytes(API, body)?;
         let st = state.clone();
-        let (p, stream) = super::off_runtime(API, move || parse_chat(&st, &bytes)).await?;
+        let (p, stream) =
+            super::off_runtime(API, bytes.len(), move || parse_chat(&st, &bytes)).await?;
         if stream {
             super::openai_stream::chat_stream(&state, p)
         } else {
@@ -582,7 +583,8 @@ pub async fn completions(
     let run = async {
         let bytes = body_bytes(API, body)?;
         let st = state.clone();
-        let (p, stream) = super::off_runtime(API, move || parse_completion(&st, &bytes)).await?;
+        let (p, stream) =
+            super::off_runtime(API, bytes.len(), move || parse_completion(&st, &bytes)).await?;
         if stream {
             super::openai_stream::completion_stream(&state, p)
         } else {
