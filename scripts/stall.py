@@ -28,8 +28,9 @@ def post(url, body):
 
 
 def gaps(times, lo, hi):
-    """Gaps between consecutive chunk times that end inside [lo, hi)."""
-    return [b - a for a, b in zip(times, times[1:]) if lo <= b < hi]
+    """Gaps between consecutive chunk times that overlap [lo, hi) (a stall that ends after the
+    long request was answered counts)."""
+    return [b - a for a, b in zip(times, times[1:]) if a < hi and b > lo]
 
 
 def pct(v, q):
@@ -74,6 +75,7 @@ def main():
     t_done = time.time()
     for t in ts:
         t.join()
+    unfinished = sum(1 for tt in times if not tt or tt[-1] < t_done)
     before = [g for tt in times for g in gaps(tt, 0, t_long)]
     during = [g for tt in times for g in gaps(tt, t_long, t_done)]
     print(json.dumps({
@@ -85,6 +87,7 @@ def main():
         "gap_ms_during": {"p50": pct(during, 0.5), "p99": pct(during, 0.99),
                           "max": pct(during, 1.0)},
         "chunks": sum(len(t) for t in times),
+        "streams_done_before_the_answer": unfinished,
     }))
 
 
