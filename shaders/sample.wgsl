@@ -24,7 +24,9 @@
 // [n_rows, max_bias] pairs (id u32, bias f32 bits), the first cfg[r].n_bias used; scratch
 // [n_rows, 3 V + 4 NP + 2 P] u32 with P = next_pow2(V); ctr [HEAD + n_rows (3 NB + 4)] u32
 // (launch sizes, then per row: bucket counts, low and high 12-bit weight sums, list length,
-// prep's two counters); out [n_rows] u32.
+// prep's two counters); out [n_rows] u32; mask [n_rows, ceil(V / 32)] u32, read only when
+// cfg[r].masked = 1: bit i % 32 of word i / 32 clear bans token i (-inf after the bias, as
+// vkllm_cpu::sampler::apply_mask).
 
 // #include sample_math.inc.wgsl
 // #include sample_list.inc.wgsl
@@ -75,7 +77,7 @@ struct Row {
     step_lo: u32,
     step_hi: u32,
     live: u32,
-    pad0: u32,
+    masked: u32,
     pad1: u32,
 }
 var<immediate> p: Params;
@@ -87,6 +89,7 @@ var<immediate> p: Params;
 @coherent @group(0) @binding(4) var<storage, read_write> scratch: array<u32>;
 @group(0) @binding(5) var<storage, read_write> out: array<u32>;
 @group(0) @binding(6) var<storage, read_write> ctr: array<atomic<u32>>;
+@group(0) @binding(7) var<storage, read> mask: array<u32>;
 
 var<workgroup> best_v: array<f32, 256>;
 var<workgroup> best_i: array<u32, 256>;
@@ -311,6 +314,7 @@ fn prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let l_off = row * v;
     let b_off = row * p.max_bias * 2u;
     let n_bias = min(c.n_bias, p.max_bias);
+    let m_off = row * ((v + 31u) >> 5u);
     let sampled = c.greedy == 0u;
     let racing = sampled && !top_k_on(c) && !top_p_on(c) && !(c.min_p > 0.0);
     let neg_inf = bitcast<f32>(0xff800000u);
@@ -354,6 +358,9 @@ fn prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
                 }
             }
             if (is_nan(x)) {
+                x = neg_inf;
+            }
+            if (c.masked != 0u && ((mask[m_off + (i >> 5u)] >> (i & 31u)) & 1u) == 0u) {
                 x = neg_inf;
             }
             if (sampled) {

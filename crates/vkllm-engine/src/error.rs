@@ -39,4 +39,7 @@ pub enum EngineError {
     StepFailed { message: String },
     #[error("slot {slot} has no prompt being prefilled")]
     NotPrefilling { slot: usize },
+    /// A structured-output grammar, JSON Schema or regex that cannot be used.
+    #[error("invalid grammar: {reason}")]
+    Grammar { reason: String },
 }

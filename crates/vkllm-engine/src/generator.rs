@@ -3,10 +3,13 @@
 //! implementation (one KV cache per slot, each slot decoded by its own `n = 1` forward and
 //! sampled on the CPU).
 
-use vkllm_cpu::sampler::{SamplingParams, log_softmax, sample, top_logprobs};
+use std::sync::Arc;
+
+use vkllm_cpu::sampler::{SamplingParams, apply_mask, log_softmax, sample, top_logprobs};
 use vkllm_models::{AnyModel, AnyState, Backend, KvDtype, Logits};
 
 use crate::error::EngineError;
+use crate::grammar::{Constraint, Grammar};
 
 /// Index of a generation slot, `0..max_slots()`.
 pub type SlotId = usize;
@@ -24,6 +27,9 @@ pub struct SlotParams {
     pub sampling: SamplingParams,
     /// top-n logprobs (0..=20) per token; None = no logprobs
     pub logprobs: Option<usize>,
+    /// Structured outputs: the grammar the generated tokens must match (each slot runs its
+    /// own [`Constraint`] from it).
+    pub grammar: Option<Arc<Grammar>>,
 }
 
 /// One generated token.
@@ -87,9 +93,23 @@ pub fn validate_params(p: &SlotParams, vocab: usize) -> Result<(), EngineError> 
     Ok(())
 }
 
-/// The token `sample` picks from `logits`, with logprobs when asked.
-pub fn pick(logits: &[f32], p: &SlotParams, counts: &[u32], step: u64) -> TokenOut {
-    let id = sample(logits, &p.sampling, counts, SEQ_ID, step);
+/// The token `sample` picks from `logits` (only among the tokens `mask` allows, when given),
+/// with logprobs when asked (of the model's own distribution, as without a mask).
+pub fn pick(
+    logits: &[f32],
+    p: &SlotParams,
+    counts: &[u32],
+    step: u64,
+    mask: Option<&[u32]>,
+) -> TokenOut {
+    let id = match mask {
+        None => sample(logits, &p.sampling, counts, SEQ_ID, step),
+        Some(m) => {
+            let mut l = logits.to_vec();
+            apply_mask(&mut l, m);
+            sample(&l, &p.sampling, counts, SEQ_ID, step)
+        }
+    };
     match p.logprobs {
         None => TokenOut {
             id,
@@ -104,6 +124,25 @@ pub fn pick(logits: &[f32], p: &SlotParams, counts: &[u32], step: u64) -> TokenO
     }
 }
 
+/// [`pick`] under `constraint`'s mask, which then takes the token.
+pub(crate) fn pick_constrained(
+    logits: &[f32],
+    p: &SlotParams,
+    counts: &[u32],
+    step: u64,
+    constraint: Option<&mut Constraint>,
+) -> Result<TokenOut, EngineError> {
+    match constraint {
+        None => Ok(pick(logits, p, counts, step, None)),
+        Some(c) => {
+            let mask = c.mask();
+            let tok = pick(logits, p, counts, step, Some(&mask));
+            c.commit(tok.id)?;
+            Ok(tok)
+        }
+    }
+}
+
 /// Whether `s` uses token counts (any penalty away from its neutral value).
 fn penalised(s: &SamplingParams) -> bool {
     s.repetition_penalty != 1.0 || s.presence_penalty != 0.0 || s.frequency_penalty != 0.0
@@ -112,6 +151,8 @@ fn penalised(s: &SamplingParams) -> bool {
 /// The state of a slot while it generates.
 struct Active {
     params: SlotParams,
+    /// The request's grammar position (structured outputs).
+    constraint: Option<Constraint>,
     /// Generated-token counts for penalties; empty when the request has none.
     counts: Vec<u32>,
     /// Tokens sampled so far (the sampler's step counter).
@@ -258,11 +299,13 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
         } else {
             Vec::new()
         };
-        let tok = pick(&logits, p, &counts, 0);
+        let mut constraint = p.grammar.as_ref().map(|g| g.start());
+        let tok = pick_constrained(&logits, p, &counts, 0, constraint.as_mut())?;
         if let Some(c) = counts.get_mut(tok.id as usize) {
             *c += 1;
         }
         slot.active = Some(Active {
+            constraint,
             params: p.clone(),
             counts,
             step: 1,
@@ -286,7 +329,8 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
                 self.model
                     .forward(&mut self.backend, &slot.kv, &[a.next], pos, Logits::Last)?;
             slot.history.push(a.next);
-            let tok = pick(&logits, &a.params, &a.counts, a.step);
+            let tok =
+                pick_constrained(&logits, &a.params, &a.counts, a.step, a.constraint.as_mut())?;
             if let Some(c) = a.counts.get_mut(tok.id as usize) {
                 *c += 1;
             }

@@ -18,6 +18,7 @@
 pub mod bench;
 mod error;
 pub mod generator;
+pub mod grammar;
 pub mod runner;
 mod session;
 pub mod slot_generator;
@@ -26,6 +27,7 @@ mod text_out;
 
 pub use error::EngineError;
 pub use generator::{Generator, SimpleGenerator, SlotId, SlotParams, TokenOut};
+pub use grammar::{Constraint, Grammar, GrammarSpec, Grammars};
 pub use runner::{
     Event, InferenceRunner, Prompt, Request, RequestId, RunnerConfig, RunnerHandle, RunnerStats,
     Sink,

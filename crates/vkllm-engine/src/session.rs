@@ -3,11 +3,14 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use vkllm_cpu::sampler::{SamplingParams, sample};
+use std::sync::Arc;
+
+use vkllm_cpu::sampler::{SamplingParams, apply_mask, sample};
 use vkllm_models::{AnyModel, AnyState, Backend, KvDtype, Logits};
 use vkllm_tokenizer::Tokenizer;
 
 use crate::error::EngineError;
+use crate::grammar::{Constraint, Grammar};
 use crate::text_out::TextOut;
 
 /// What to generate.
@@ -18,6 +21,8 @@ pub struct GenerateParams {
     pub max_tokens: usize,
     /// Stop strings: generation ends before the first occurrence, which is not emitted.
     pub stop: Vec<String>,
+    /// Structured outputs: the grammar the generated text must match.
+    pub grammar: Option<Arc<Grammar>>,
 }
 
 /// Why generation ended.
@@ -99,6 +104,11 @@ impl<B: Backend> Session<B> {
         })
     }
 
+    /// Logits per token (the model's vocabulary).
+    pub fn vocab(&self) -> usize {
+        self.model.cfg().vocab_size
+    }
+
     /// Context length in tokens.
     pub fn context(&self) -> usize {
         self.state.capacity()
@@ -178,7 +188,12 @@ impl<B: Backend> Session<B> {
         let decode_start = Instant::now();
 
         let mut out = TextOut::new(&self.tokenizer, &p.stop, p.max_tokens, on_text);
-        let mut next = sample(&logits, &p.sampling, &counts, self.seq_id, 0);
+        let mut constraint = p.grammar.as_ref().map(|g| g.start());
+        let seq = self.seq_id;
+        let mut draw = |logits: Vec<f32>, counts: &[u32], step: u64| {
+            draw_token(logits, &p.sampling, counts, seq, step, constraint.as_mut())
+        };
+        let mut next = draw(logits, &counts, 0)?;
         let finish = loop {
             if cancel.load(Ordering::Relaxed) {
                 break FinishReason::Cancelled;
@@ -193,13 +208,7 @@ impl<B: Backend> Session<B> {
                 self.model
                     .forward(&mut self.backend, &self.state, &[next], pos, Logits::Last)?;
             self.history.push(next);
-            next = sample(
-                &logits,
-                &p.sampling,
-                &counts,
-                self.seq_id,
-                out.generated as u64,
-            );
+            next = draw(logits, &counts, out.generated as u64)?;
         };
         let generated = out.finish(finish)?;
         let decode = decode_start.elapsed().as_secs_f64();
@@ -233,6 +242,26 @@ impl Usage {
             time_to_first_token: ttft,
             prefill_tokens_per_s: (prompt - reused) as f64 / ttft.as_secs_f64().max(1e-9),
             decode_tokens_per_s: generated.saturating_sub(1) as f64 / decode.max(1e-9),
+        }
+    }
+}
+
+/// The sampler's token, among those `constraint` allows (which then takes it).
+fn draw_token(
+    mut logits: Vec<f32>,
+    p: &SamplingParams,
+    counts: &[u32],
+    seq: u64,
+    step: u64,
+    constraint: Option<&mut Constraint>,
+) -> Result<u32, EngineError> {
+    match constraint {
+        None => Ok(sample(&logits, p, counts, seq, step)),
+        Some(c) => {
+            apply_mask(&mut logits, &c.mask());
+            let id = sample(&logits, p, counts, seq, step);
+            c.commit(id)?;
+            Ok(id)
         }
     }
 }

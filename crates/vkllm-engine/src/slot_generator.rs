@@ -16,8 +16,10 @@ use vkllm_models::{
 
 use crate::error::EngineError;
 use crate::generator::{
-    Generator, MAX_TOP_LOGPROBS, SEQ_ID, SlotId, SlotParams, TokenOut, pick, validate_params,
+    Generator, MAX_TOP_LOGPROBS, SEQ_ID, SlotId, SlotParams, TokenOut, pick_constrained,
+    validate_params,
 };
+use crate::grammar::Constraint;
 
 struct Slot {
     /// Tokens whose keys and values are in the slot's cache region, from position 0.
@@ -32,6 +34,9 @@ struct Slot {
     reused: usize,
     /// A prompt being prefilled in pieces (`begin` .. `prefill_some`).
     pending: Option<PendingPrompt>,
+    /// Structured outputs: the active request's grammar position. While any live slot has
+    /// one, a submit runs one step (the next mask depends on the token just drawn).
+    constraint: Option<Constraint>,
 }
 
 struct PendingPrompt {
@@ -116,6 +121,7 @@ impl SlotGenerator {
                     last_used: 0,
                     reused: 0,
                     pending: None,
+                    constraint: None,
                 })
                 .collect(),
             steps_per_submit: steps_per_submit.max(1),
@@ -286,7 +292,8 @@ impl Generator for SlotGenerator {
             return Ok(None);
         }
         let p = &pend.params;
-        let first = pick(&logits, p, &[], 0);
+        let mut constraint = p.grammar.as_ref().map(|g| g.start());
+        let first = pick_constrained(&logits, p, &[], 0, constraint.as_mut())?;
         let mut counts = vec![0u32; self.vocab];
         counts[first.id as usize] += 1;
         self.b.slot_start(
@@ -302,10 +309,14 @@ impl Generator for SlotGenerator {
                 logprobs: p.logprobs,
             },
         )?;
+        if let Some(c) = constraint.as_mut() {
+            self.b.slot_mask(self.dec, slot, Some(&c.mask()))?;
+        }
         self.clock += 1;
         let s = &mut self.slots[slot];
         s.next = Some(first.id);
         s.last_used = self.clock;
+        s.constraint = constraint;
         Ok(Some(first))
     }
 
@@ -313,7 +324,16 @@ impl Generator for SlotGenerator {
         if self.slots.iter().all(|s| s.next.is_none()) {
             return Ok(Vec::new());
         }
-        let got = self.b.slots_run(self.dec, self.steps_per_submit)?;
+        let constrained = self
+            .slots
+            .iter()
+            .any(|s| s.next.is_some() && s.constraint.is_some());
+        let steps = if constrained {
+            1
+        } else {
+            self.steps_per_submit
+        };
+        let got = self.b.slots_run(self.dec, steps)?;
         let mut out = Vec::new();
         for (s, slot) in self.slots.iter_mut().enumerate() {
             let Some(mut fed) = slot.next else { continue };
@@ -326,6 +346,9 @@ impl Generator for SlotGenerator {
                 // The token fed in this step is now in the cache.
                 slot.history.push(fed);
                 fed = id;
+                if let Some(c) = slot.constraint.as_mut() {
+                    c.commit(id)?;
+                }
                 let lp = got.logprobs[k * got.slots + s].as_ref();
                 toks.push(TokenOut {
                     id,
@@ -335,6 +358,11 @@ impl Generator for SlotGenerator {
             }
             slot.next = Some(fed);
             slot.written = slot.written.max(slot.history.len());
+            if let Some(c) = slot.constraint.as_mut()
+                && !toks.is_empty()
+            {
+                self.b.slot_mask(self.dec, s, Some(&c.mask()))?;
+            }
             if !toks.is_empty() {
                 out.push((s, toks));
             }
@@ -347,6 +375,9 @@ impl Generator for SlotGenerator {
             s.next = None;
             // A prompt abandoned mid-prefill: what it computed stays reusable (`history`).
             s.pending = None;
+            if s.constraint.take().is_some() {
+                let _ = self.b.slot_mask(self.dec, slot, None);
+            }
             self.clock += 1;
             s.last_used = self.clock;
             // Stopping only rewrites host-visible state; an error here means the device is gone,

@@ -83,6 +83,10 @@ impl SlotSession {
     }
 
     /// Positions of the context.
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+
     pub fn context(&self) -> usize {
         self.generator.context()
     }
@@ -124,6 +128,7 @@ impl SlotSession {
         let params = SlotParams {
             sampling: p.sampling.clone(),
             logprobs: None,
+            grammar: p.grammar.clone(),
         };
         let start = Instant::now();
         let (slot, first) = self.generator.start(context, &params)?;

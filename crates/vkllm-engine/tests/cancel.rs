@@ -29,6 +29,7 @@ fn greedy(max_tokens: usize) -> GenerateParams {
         },
         max_tokens,
         stop: Vec::new(),
+        grammar: None,
     }
 }
 

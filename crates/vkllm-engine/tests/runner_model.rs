@@ -148,6 +148,7 @@ fn seeded_sampling_matches_a_session_and_reuses_prefixes() {
                 sampling: sampling(7),
                 max_tokens: n,
                 stop: Vec::new(),
+                grammar: None,
             },
             |t| text.push_str(t),
         )

@@ -70,10 +70,12 @@ fn slot_generator_matches_simple_generator() {
             ..Default::default()
         },
         logprobs: None,
+        grammar: None,
     };
     let greedy_lp = SlotParams {
         sampling: SamplingParams::default(),
         logprobs: Some(3),
+        grammar: None,
     };
     let reqs = vec![
         (prompt.clone(), greedy_lp.clone(), 12, 0),
@@ -118,7 +120,7 @@ fn hybrid_reference(
     let mut logits = m.forward(b, &st, prompt, 0, Logits::Last).expect("prefill");
     let mut toks = Vec::new();
     loop {
-        let t = pick(&logits, p, &counts, toks.len() as u64).id;
+        let t = pick(&logits, p, &counts, toks.len() as u64, None).id;
         toks.push(t);
         counts[t as usize] += 1;
         if toks.len() == n {
@@ -149,6 +151,7 @@ fn hybrid_slot_generator_matches_reference() {
             ..Default::default()
         },
         logprobs: None,
+        grammar: None,
     };
     let mut b = VulkanBackend::new(dev.clone());
     let model =
@@ -210,6 +213,7 @@ fn chunked_prefill_matches_whole_prompts() {
                 ..Default::default()
             },
             logprobs: None,
+            grammar: None,
         };
         let make = || {
             let mut b = VulkanBackend::new(dev.clone());

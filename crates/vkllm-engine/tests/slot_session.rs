@@ -61,6 +61,7 @@ fn sampled(max_tokens: usize) -> GenerateParams {
         },
         max_tokens,
         stop: Vec::new(),
+        grammar: None,
     }
 }
 

@@ -14,6 +14,7 @@ const BINDINGS: &[BindingSpec] = &[
     rw("scratch"),
     rw("out"),
     rw("ctr"),
+    rd("mask"),
 ];
 
 const fn pass(name: &'static str, entry: &'static str) -> KernelSpec {
@@ -82,7 +83,9 @@ pub struct SampleRow {
     pub step_hi: u32,
     /// 0: the row is skipped (an idle slot).
     pub live: u32,
-    pub pad: [u32; 2],
+    /// 1: the row's words of the `mask` buffer say which tokens may be drawn.
+    pub masked: u32,
+    pub pad: u32,
 }
 
 /// The sampler settings of one row (the fields of `vkllm_cpu::SamplingParams` other than the
@@ -103,6 +106,8 @@ pub struct SampleSettings {
     pub n_bias: usize,
     /// Apply penalties from the counts buffer (`false`: the CPU's empty `token_counts`).
     pub use_counts: bool,
+    /// Ban the tokens whose bit is clear in the row's words of `mask` (structured outputs).
+    pub masked: bool,
 }
 
 impl SampleSettings {
@@ -130,7 +135,8 @@ impl SampleSettings {
             step_lo: self.step as u32,
             step_hi: (self.step >> 32) as u32,
             live: 1,
-            pad: [0; 2],
+            masked: self.masked as u32,
+            pad: 0,
         }
     }
 }
@@ -159,6 +165,16 @@ pub struct SampleShape {
     /// The `counts` buffer holds `[rows, vocab]` counts (rows may then set `use_counts`); when
     /// false no row may set it.
     pub counts: bool,
+    /// The `mask` buffer holds [`SampleShape::mask_words`] words per row (rows may then set
+    /// `masked`); when false no row may set it.
+    pub mask: bool,
+}
+
+impl SampleShape {
+    /// Mask words per row: one bit per token.
+    pub fn mask_words(vocab: usize) -> usize {
+        vocab.div_ceil(32)
+    }
 }
 
 /// `out[r]` = the token the CPU sampler would choose for row `r`'s logits and settings.
@@ -177,6 +193,8 @@ pub struct Sample<B> {
     /// clears them) and two counters per row that must be zero before the first dispatch (every
     /// dispatch leaves them zero): zero the buffer once when it is created.
     pub ctr: B,
+    /// Allowed-token bits per row (any buffer when [`SampleShape::mask`] is false).
+    pub mask: B,
 }
 
 impl<B: KernelBuffer> Sample<B> {
@@ -247,6 +265,14 @@ impl<B: KernelBuffer> Sample<B> {
         )?;
         need(k, "out", &self.out, 4 * s.rows as u64)?;
         need(k, "ctr", &self.ctr, Self::ctr_bytes(s.rows))?;
+        if s.mask {
+            need(
+                k,
+                "mask",
+                &self.mask,
+                4 * (SampleShape::mask_words(s.vocab) * s.rows) as u64,
+            )?;
+        }
         if s.rows > crate::spec::MAX_GROUPS_X as usize {
             return Err(shape_err(k, "too many rows"));
         }
@@ -265,6 +291,7 @@ impl<B: KernelBuffer> Sample<B> {
             self.scratch,
             self.out,
             self.ctr,
+            self.mask,
         ];
         let rows = s.rows as u32;
         let d = |k: &'static KernelSpec, grid: [u32; 3]| {

@@ -313,6 +313,7 @@ pub(crate) fn decode_advance(dev: &Device, seed: u64) -> Result<Vec<KernelParity
                 step: st.steps[r],
                 n_bias: 0,
                 use_counts: st.use_counts[r],
+                masked: false,
             }
             .row();
             row.live = st.live[r] as u32;

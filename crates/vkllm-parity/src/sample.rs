@@ -19,6 +19,8 @@ struct Case {
     params: SamplingParams,
     seq_id: u64,
     step: u64,
+    /// Allowed-token bits (structured outputs), when the row is masked.
+    mask: Option<Vec<u32>>,
 }
 
 const TOP_K: [usize; 5] = [0, 1, 40, 2000, usize::MAX];
@@ -86,7 +88,20 @@ fn make_case(rng: &mut Rng, v: usize, i: usize) -> Case {
         },
         seq_id: rng.below(1 << 40),
         step: rng.below(100_000) | (rng.below(2) << 32),
+        mask: None,
     }
+}
+
+/// A mask allowing about one token in `1 / keep` (and always token `v - 1`, the last bit of a
+/// partial word).
+fn random_mask(rng: &mut Rng, v: usize, keep: u64) -> Vec<u32> {
+    let mut m = vec![0u32; v.div_ceil(32)];
+    for i in 0..v {
+        if i == v - 1 || rng.below(keep) == 0 {
+            m[i / 32] |= 1 << (i % 32);
+        }
+    }
+    m
 }
 
 /// The cases of one vocabulary size: every filter combination, greedy rows, and the edges.
@@ -168,6 +183,26 @@ fn cases(rng: &mut Rng, v: usize) -> Vec<Case> {
             cases.push(t);
         }
     }
+    // Structured outputs: masks from dense to a single token, on every filter kind and greedy;
+    // a mask that bans the best token.
+    for i in 0..24 {
+        let mut t = make_case(rng, v, 7 + 5 * i);
+        let keep = [2u64, 10, 200, 1_000_000][i % 4];
+        t.mask = Some(random_mask(rng, v, keep));
+        if i % 6 == 5 {
+            t.params.temperature = 0.0;
+        }
+        cases.push(t);
+    }
+    let mut top = make_case(rng, v, 11);
+    let best = (0..v)
+        .max_by(|&a, &b| top.logits[a].total_cmp(&top.logits[b]))
+        .unwrap_or(0);
+    let mut m = vec![u32::MAX; v.div_ceil(32)];
+    m[best / 32] &= !(1 << (best % 32));
+    top.params.temperature = 0.0;
+    top.mask = Some(m);
+    cases.push(top);
     // Top-k at the limit of the rows prep finishes alone (k <= 128) and just past it.
     for (j, k) in [128usize, 129].into_iter().enumerate() {
         for i in 0..3 {
@@ -234,6 +269,7 @@ fn settings(c: &Case) -> SampleSettings {
         step: c.step,
         n_bias: c.params.logit_bias.len(),
         use_counts: !c.counts.is_empty(),
+        masked: c.mask.is_some(),
     }
 }
 
@@ -261,7 +297,13 @@ fn run(dev: &Device, cases: &[Case], v: usize, launch: Launch) -> Result<KernelP
     let mut counts = vec![0u32; rows * v];
     let mut bias = vec![0u32; rows * max_bias * 2];
     let mut cfg = Vec::with_capacity(rows);
+    let words = SampleShape::mask_words(v);
+    // Unmasked rows' words are zero: a row that ignored `masked` would draw nothing valid.
+    let mut mask = vec![0u32; rows * words];
     for (r, c) in cases.iter().enumerate() {
+        if let Some(m) = &c.mask {
+            mask[r * words..(r + 1) * words].copy_from_slice(m);
+        }
         logits.extend_from_slice(&c.logits);
         if !c.counts.is_empty() {
             counts[r * v..(r + 1) * v].copy_from_slice(&c.counts);
@@ -278,6 +320,7 @@ fn run(dev: &Device, cases: &[Case], v: usize, launch: Launch) -> Result<KernelP
         cx.input("bias", &bias)?,
         cx.input("cfg", bytemuck::cast_slice::<_, u32>(&cfg))?,
     );
+    let mb = cx.input("mask", &mask)?;
     let scratch = cx.output(
         "scratch",
         Sample::<vkllm_vk::BufSlice<'_>>::scratch_bytes(v, rows) as usize / 4,
@@ -292,6 +335,7 @@ fn run(dev: &Device, cases: &[Case], v: usize, launch: Launch) -> Result<KernelP
         rows,
         max_bias,
         counts: true,
+        mask: true,
     };
     // Everything poisoned but the counters the kernel requires zero once.
     let mut r = Recorder::new(dev)?;
@@ -312,6 +356,7 @@ fn run(dev: &Device, cases: &[Case], v: usize, launch: Launch) -> Result<KernelP
         scratch: scratch.all(),
         out: out.all(),
         ctr: ctr.all(),
+        mask: mb.all(),
     };
     let passes = match launch {
         Launch::Passes(Some(n)) => s.dispatch_parts(&shape, n)?.to_vec(),
@@ -332,7 +377,11 @@ fn run(dev: &Device, cases: &[Case], v: usize, launch: Launch) -> Result<KernelP
         }
         let g = dev.read_vec::<u32>(&out, rows)?;
         for (i, c) in cases.iter().enumerate() {
-            let w = vkllm_cpu::sample(&c.logits, &c.params, &c.counts, c.seq_id, c.step);
+            let mut l = c.logits.clone();
+            if let Some(m) = &c.mask {
+                vkllm_cpu::sampler::apply_mask(&mut l, m);
+            }
+            let w = vkllm_cpu::sample(&l, &c.params, &c.counts, c.seq_id, c.step);
             if g[i] != w {
                 eprintln!(
                     "sample mismatch, vocab {v} {launch:?} run {run}: case {i}: gpu {} cpu {w} ({:?})",

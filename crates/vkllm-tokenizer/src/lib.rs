@@ -28,6 +28,7 @@ mod stop;
 mod stream;
 mod think;
 mod tiktoken;
+mod token_bytes;
 mod tokenizer;
 
 pub use chat::{ChatTemplate, RenderOptions, TemplateOrigin};
@@ -39,4 +40,5 @@ pub use stop::{StopMatcher, StopStep};
 pub use stream::IncrementalDecoder;
 pub use think::{Segment, ThinkingSplitter, split_reasoning};
 pub use tiktoken::{QWEN35_PATTERN, TiktokenSpec};
+pub use token_bytes::TokenBytes;
 pub use tokenizer::{EncodeOptions, SpecialIds, Tokenizer, TokenizerSource};

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{corpus, ids, read_fixture, tokenizer};
-use vkllm_tokenizer::EncodeOptions;
+use vkllm_tokenizer::{EncodeOptions, TokenBytes};
 
 /// Compares every case; panics listing the first mismatches and the count.
 fn check_encode(name: &str) {
@@ -120,11 +120,45 @@ fn check_stream(name: &str) {
     );
 }
 
+/// `Tokenizer::token_bytes` (what structured outputs build their token trie from): the bytes
+/// of every reference id sequence, special tokens left out, are the text its decode gives
+/// (SentencePiece vocabularies may keep the leading space their decoder strips).
+fn check_bytes(name: &str) {
+    let tok = tokenizer(name);
+    let bytes = tok.token_bytes().expect("token bytes");
+    assert_eq!(bytes.len(), tok.vocab_size());
+    let fixture = read_fixture(&format!("encode_{name}.json"));
+    let mut checked = 0;
+    for case in fixture["cases"].as_array().expect("cases") {
+        let want = ids(&case["ids"]);
+        let mut got = Vec::new();
+        for &id in &want {
+            match &bytes[id as usize] {
+                TokenBytes::Text(b) => got.extend_from_slice(b),
+                TokenBytes::Special(s) => assert!(tok.is_special(id), "{name}: {id} {s}"),
+            }
+        }
+        let decoded = tok.decode(&want, true).expect("decode");
+        let got = String::from_utf8_lossy(&got);
+        assert!(
+            got == decoded || got.strip_prefix(' ') == Some(decoded.as_str()),
+            "{name}: bytes of {want:?} give {got:?}, decode {decoded:?}"
+        );
+        checked += 1;
+    }
+    assert!(checked > 10, "{name}: only {checked} cases");
+}
+
 macro_rules! parity_tests {
-    ($($fn_enc:ident, $fn_stream:ident => $name:literal;)*) => {$(
+    ($($fn_enc:ident, $fn_stream:ident, $fn_bytes:ident => $name:literal;)*) => {$(
         #[test]
         fn $fn_enc() {
             check_encode($name);
+        }
+
+        #[test]
+        fn $fn_bytes() {
+            check_bytes($name);
         }
 
         #[test]
@@ -135,10 +169,10 @@ macro_rules! parity_tests {
 }
 
 parity_tests! {
-    smollm2_gguf_encode, smollm2_gguf_stream => "smollm2-gguf";
-    qwen25coder_gguf_encode, qwen25coder_gguf_stream => "qwen25coder-gguf";
-    gemma3_gguf_encode, gemma3_gguf_stream => "gemma3-gguf";
-    gemma3_json_encode, gemma3_json_stream => "gemma3-json";
-    qwen3_json_encode, qwen3_json_stream => "qwen3-json";
-    qwen36_tiktoken_encode, qwen36_tiktoken_stream => "qwen36-tiktoken";
+    smollm2_gguf_encode, smollm2_gguf_stream, smollm2_gguf_bytes => "smollm2-gguf";
+    qwen25coder_gguf_encode, qwen25coder_gguf_stream, qwen25coder_gguf_bytes => "qwen25coder-gguf";
+    gemma3_gguf_encode, gemma3_gguf_stream, gemma3_gguf_bytes => "gemma3-gguf";
+    gemma3_json_encode, gemma3_json_stream, gemma3_json_bytes => "gemma3-json";
+    qwen3_json_encode, qwen3_json_stream, qwen3_json_bytes => "qwen3-json";
+    qwen36_tiktoken_encode, qwen36_tiktoken_stream, qwen36_tiktoken_bytes => "qwen36-tiktoken";
 }

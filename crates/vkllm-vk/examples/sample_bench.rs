@@ -36,6 +36,7 @@ fn settings(t: f32, k: usize, p: f32, m: f32, seq: u64) -> SampleRow {
         step: 3,
         n_bias: 0,
         use_counts: false,
+        masked: false,
     }
     .row()
 }
@@ -121,12 +122,14 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 scratch: scratch.all(),
                 out: out.all(),
                 ctr: ctr.all(),
+                mask: lb.all(),
             };
             let shape = SampleShape {
                 vocab,
                 rows,
                 max_bias: 0,
                 counts: false,
+                mask: false,
             };
             let mut r = Recorder::with_timestamps(&dev, 4 * iters)?;
             for _ in 0..iters {

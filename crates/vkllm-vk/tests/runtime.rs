@@ -585,6 +585,7 @@ fn sampler_replays_with_the_step_from_a_buffer() {
         step: 0,
         n_bias: 0,
         use_counts: false,
+        masked: false,
     };
     let mut r = Recorder::new(&dev).unwrap();
     r.fill(ctr.all(), 0).unwrap();
@@ -596,12 +597,14 @@ fn sampler_replays_with_the_step_from_a_buffer() {
         scratch: scratch.all(),
         out: out.all(),
         ctr: ctr.all(),
+        mask: lb.all(),
     }
     .dispatch(&SampleShape {
         vocab: v,
         rows: 1,
         max_bias: 0,
         counts: false,
+        mask: false,
     })
     .unwrap();
     for d in passes {

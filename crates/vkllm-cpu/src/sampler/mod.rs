@@ -23,6 +23,9 @@
 //! 2. *Logit bias*: for each `(id, b)` of `logit_bias` in list order, `l[id] = l[id] + b`
 //!    (ids `>= V` are skipped; [`SamplingParams::validate`] reports them). Then every NaN logit
 //!    becomes `-inf`.
+//!    With an allowed-token mask (structured outputs), every banned token's `l` then becomes
+//!    `-inf` too ([`apply_mask`] on the raw logits gives the same values: penalties and finite
+//!    bias keep `-inf`, and `-inf + inf` is NaN, hence `-inf`).
 //! 3. *Temperature*: if `temperature > 0`, `l = l * inv_t` (else the call is greedy).
 //! 4. *Top candidate*: `i0` = the largest `l` (ties to the lowest id; all `-inf` gives 0),
 //!    `l0 = l[i0]`. Greedy calls, and calls where `l0` is not finite, return `i0`.
@@ -71,4 +74,4 @@ mod tests;
 pub use gumbel::{block_words, gumbel, gumbel_of_word, log_s, token_uniform};
 pub use logprobs::{log_softmax, top_logprobs};
 pub use philox::{PHILOX_M0, PHILOX_M1, PHILOX_W0, PHILOX_W1, philox_draw, philox4x32_10, uniform};
-pub use sampler::{MAX_VOCAB, SamplingParams, exp_s, sample, weight_q};
+pub use sampler::{MAX_VOCAB, SamplingParams, apply_mask, exp_s, mask_allows, sample, weight_q};

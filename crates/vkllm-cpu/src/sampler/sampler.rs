@@ -192,6 +192,21 @@ pub fn weight_q(d: f32) -> u32 {
     (exp_s(d) * 16_777_216.0) as u32
 }
 
+/// Whether bit `id % 32` of word `id / 32` of `mask` is set (ids past the mask: banned).
+pub fn mask_allows(mask: &[u32], id: usize) -> bool {
+    mask.get(id / 32).is_some_and(|w| (w >> (id % 32)) & 1 == 1)
+}
+
+/// Structured outputs: sets every logit whose token the allowed-token `mask` bans (bit `i % 32`
+/// of word `i / 32` clear, or past the mask) to `-inf`.
+pub fn apply_mask(logits: &mut [f32], mask: &[u32]) {
+    for (i, x) in logits.iter_mut().enumerate() {
+        if !mask_allows(mask, i) {
+            *x = f32::NEG_INFINITY;
+        }
+    }
+}
+
 /// Chooses the next token of sequence `seq_id` at decode step `step`, following the module-level
 /// specification exactly.
 ///

@@ -438,3 +438,34 @@ fn min_p_is_a_per_token_test() {
     let f = freqs(&l, &m, 20_000);
     assert!((f[0] - 0.625).abs() < 0.015 && f[2] == 0.0, "{f:?}");
 }
+
+#[test]
+fn masks_ban_tokens_before_the_draw() {
+    // Bits 1 and 33 allowed; everything past the mask banned.
+    let mask = [0b10u32, 0b10];
+    assert!(mask_allows(&mask, 1) && mask_allows(&mask, 33));
+    assert!(!mask_allows(&mask, 0) && !mask_allows(&mask, 32) && !mask_allows(&mask, 64));
+    let mut l: Vec<f32> = (0..70).map(|i| i as f32).collect();
+    apply_mask(&mut l, &mask);
+    let kept: Vec<usize> = (0..70).filter(|&i| l[i].is_finite()).collect();
+    assert_eq!(kept, vec![1, 33]);
+    // Greedy takes the best allowed token; sampling never leaves the mask.
+    assert_eq!(sample(&l, &SamplingParams::default(), &[], 0, 0), 33);
+    let p = SamplingParams {
+        temperature: 5.0,
+        seed: 3,
+        ..SamplingParams::default()
+    };
+    for step in 0..50 {
+        let t = sample(&l, &p, &[], 0, step);
+        assert!(t == 1 || t == 33, "{t}");
+    }
+    // A +inf bias on a banned token stays banned (-inf + inf is NaN, then -inf).
+    let mut l = vec![0.0f32; 8];
+    apply_mask(&mut l, &[0b1]);
+    let p = SamplingParams {
+        logit_bias: vec![(5, f32::INFINITY)],
+        ..SamplingParams::default()
+    };
+    assert_eq!(sample(&l, &p, &[], 0, 0), 0);
+}

@@ -2,13 +2,17 @@
 //! a model into a [`Session`] on the chosen backend (with progress bars on a terminal).
 
 use std::io::IsTerminal;
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use vkllm_cpu::sampler::SamplingParams;
-use vkllm_engine::{Decoder, EngineError, GenerateParams, Session, SlotSession, Usage};
+use vkllm_engine::{
+    Decoder, EngineError, GenerateParams, Grammar, GrammarSpec, Grammars, Session, SlotSession,
+    Usage,
+};
 use vkllm_models::{
     AnyModel, Backend, Checkpoint, CpuBackend, KvDtype, LoadProgress, QuantScheme, VulkanBackend,
 };
@@ -98,6 +102,15 @@ pub struct SamplingArgs {
     /// Stop string (repeatable); not printed.
     #[arg(long)]
     pub stop: Vec<String>,
+
+    /// Structured output: the answer is JSON matching the JSON Schema in this file.
+    #[arg(long, value_name = "FILE", conflicts_with = "grammar")]
+    pub json_schema: Option<std::path::PathBuf>,
+
+    /// Structured output: the answer matches the grammar in this file (llguidance's Lark
+    /// syntax, see docs/server.md).
+    #[arg(long, value_name = "FILE")]
+    pub grammar: Option<std::path::PathBuf>,
 }
 
 impl SamplingArgs {
@@ -120,13 +133,34 @@ impl SamplingArgs {
             },
             max_tokens,
             stop: self.stop.clone(),
+            grammar: None,
         }
+    }
+
+    /// `--json-schema` / `--grammar` compiled for `engine`'s model.
+    pub fn grammar(&self, engine: &dyn Engine) -> Result<Option<Arc<Grammar>>> {
+        let read = |p: &std::path::Path| {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+        };
+        let spec = match (&self.json_schema, &self.grammar) {
+            (Some(p), _) => {
+                let schema = serde_json::from_str(&read(p)?)
+                    .with_context(|| format!("{} is not JSON", p.display()))?;
+                GrammarSpec::JsonSchema(schema)
+            }
+            (None, Some(p)) => GrammarSpec::Lark(read(p)?),
+            (None, None) => return Ok(None),
+        };
+        let g = Grammars::new(engine.tokenizer(), engine.vocab())?.compile(&spec)?;
+        Ok(Some(g))
     }
 }
 
 /// A [`Session`] on any backend, as one type the commands can hold.
 pub trait Engine {
     fn tokenizer(&self) -> &Tokenizer;
+    /// Logits per token.
+    fn vocab(&self) -> usize;
     /// Context length in tokens.
     fn context(&self) -> usize;
     /// Tokens whose keys and values are cached.
@@ -144,6 +178,10 @@ pub trait Engine {
 impl<B: Backend> Engine for Session<B> {
     fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
+    }
+
+    fn vocab(&self) -> usize {
+        Session::vocab(self)
     }
 
     fn context(&self) -> usize {
@@ -172,6 +210,10 @@ impl<B: Backend> Engine for Session<B> {
 impl Engine for SlotSession {
     fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
+    }
+
+    fn vocab(&self) -> usize {
+        SlotSession::vocab(self)
     }
 
     fn context(&self) -> usize {

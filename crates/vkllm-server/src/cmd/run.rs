@@ -60,9 +60,10 @@ pub fn run(args: Args) -> Result<()> {
             ids.len()
         );
     }
-    let params = args
+    let mut params = args
         .sampling
         .params(args.sampling.max_tokens.min(ctx - ids.len()));
+    params.grammar = args.sampling.grammar(engine.as_ref())?;
     let mut out = std::io::stdout().lock();
     let usage = engine.generate(&ids, &params, &AtomicBool::new(false), &mut |text| {
         let _ = out.write_all(text.as_bytes());

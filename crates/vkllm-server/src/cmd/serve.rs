@@ -275,8 +275,12 @@ pub fn run(args: Args) -> Result<()> {
         "vkllm: serving `{}`: {} slots of {} positions, queue {}",
         names[0], stats.slots, stats.context, args.queue
     );
+    let grammars = vkllm_engine::Grammars::new(&tokenizer, runner.handle().vocab())
+        .map(Arc::new)
+        .map_err(|e| e.to_string());
     let state = Arc::new(AppState {
         runner: runner.handle(),
+        grammars,
         tokenizer,
         names,
         any_model: args.any_model,

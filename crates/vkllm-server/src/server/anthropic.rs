@@ -14,13 +14,14 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 use serde_json::{Map, Value as Json, json};
 use vkllm_cpu::sampler::SamplingParams;
-use vkllm_engine::SlotParams;
+use vkllm_engine::{GrammarSpec, SlotParams};
 
 use super::chat::{self, ChatInput, ChatPrompt, ToolChoice};
 use super::error::{Api, ApiError};
 use super::fields::Fields;
 use super::generate::{ChoiceEvent, ChoiceState, Finish, GenSpec, Generation, launch};
 use super::output::{Piece, Reply, ToolCall};
+use super::structured;
 use super::{AppState, body_bytes, random_id};
 
 const API: Api = Api::Anthropic;
@@ -259,15 +260,27 @@ fn chat_input(f: &mut Fields, msgs: Vec<Json>) -> Result<ChatInput, ApiError> {
     })
 }
 
-/// Reads the fields both endpoints share and renders the prompt.
-fn prompt(state: &AppState, f: &mut Fields) -> Result<(String, ChatPrompt), ApiError> {
+/// Reads the fields both endpoints share and renders the prompt; with a structured output
+/// (`format`) thinking is off unless the request turned it on. Returns the tools too.
+fn prompt(
+    state: &AppState,
+    f: &mut Fields,
+    format: bool,
+) -> Result<(String, ChatPrompt, Vec<Json>), ApiError> {
     let model = f
         .string("model")?
         .ok_or_else(|| ApiError::bad(API, "model", "`model` is required"))?;
     state.check_model(API, &model)?;
     let msgs = messages(f.take("system"), f.require("messages")?)?;
-    let input = chat_input(f, msgs)?;
-    Ok((model, chat::build(&state.tokenizer, API, input)?))
+    let mut input = chat_input(f, msgs)?;
+    if format {
+        input
+            .kwargs
+            .entry("enable_thinking")
+            .or_insert(Json::Bool(false));
+    }
+    let tools = input.tools.clone();
+    Ok((model, chat::build(&state.tokenizer, API, input)?, tools))
 }
 
 pub async fn count_tokens(
@@ -278,7 +291,8 @@ pub async fn count_tokens(
     let run = move || -> Result<usize, ApiError> {
         let bytes = body_bytes(API, body)?;
         let mut f = Fields::parse(API, &bytes)?;
-        let (_, p) = prompt(&state, &mut f)?;
+        let format = output_format(&mut f)?;
+        let (_, p, _) = prompt(&state, &mut f, format.is_some())?;
         f.finish()?;
         Ok(p.ids.len())
     };
@@ -298,7 +312,8 @@ struct Prepared {
 
 fn parse(state: &AppState, bytes: &[u8]) -> Result<(Prepared, bool), ApiError> {
     let mut f = Fields::parse(API, bytes)?;
-    let (model, prompt) = prompt(state, &mut f)?;
+    let format = output_format(&mut f)?;
+    let (model, prompt, tools) = prompt(state, &mut f, format.is_some())?;
     let max_tokens = f
         .integer("max_tokens", 1, u32::MAX as u64)?
         .ok_or_else(|| ApiError::bad(API, "max_tokens", "`max_tokens` is required"))?;
@@ -342,12 +357,22 @@ fn parse(state: &AppState, bytes: &[u8]) -> Result<(Prepared, bool), ApiError> {
     f.only("speed", &[json!("standard")], "there is one speed")?;
     // Prompt caching is automatic (the longest cached prefix of a slot is reused).
     f.take("cache_control");
-    output_config(f.take("output_config"))?;
     f.finish()?;
-    let tool_stop = prompt.tool_stop.clone().map(|s| {
-        stop.push(s);
-        stop.len() - 1
-    });
+    let grammar = structured::request_grammar(
+        &state.grammars,
+        API,
+        prompt.call_grammar.clone(),
+        format,
+        &tools,
+    )?;
+    let tool_stop = prompt
+        .tool_stop
+        .clone()
+        .filter(|_| grammar.is_none())
+        .map(|s| {
+            stop.push(s);
+            stop.len() - 1
+        });
     let id = format!("msg_{}", random_id(24));
     state.log(&[
         ("event", &"request"),
@@ -363,6 +388,7 @@ fn parse(state: &AppState, bytes: &[u8]) -> Result<(Prepared, bool), ApiError> {
                 params: SlotParams {
                     sampling,
                     logprobs: None,
+                    grammar,
                 },
                 max_tokens: max_tokens as usize,
                 stop,
@@ -379,10 +405,32 @@ fn parse(state: &AppState, bytes: &[u8]) -> Result<(Prepared, bool), ApiError> {
     ))
 }
 
+/// Structured outputs: `output_config.format`, or the older top-level `output_format`.
+fn output_format(f: &mut Fields) -> Result<Option<(GrammarSpec, &'static str)>, ApiError> {
+    let cfg = output_config(f.take("output_config"))?;
+    let old = f.take("output_format").filter(|v| !v.is_null());
+    match (cfg, old) {
+        (Some(_), Some(_)) => Err(ApiError::bad(
+            API,
+            "output_format",
+            "give `output_config.format` or `output_format`, not both",
+        )),
+        (Some(v), None) => Ok(Some((
+            structured::anthropic_format(API, v, "output_config.format")?,
+            "output_config.format",
+        ))),
+        (None, Some(v)) => Ok(Some((
+            structured::anthropic_format(API, v, "output_format")?,
+            "output_format",
+        ))),
+        (None, None) => Ok(None),
+    }
+}
+
 /// `output_config`: `effort` is accepted (the model has one effort level, its own: agents that
-/// always send it keep working); `format` (structured outputs) is not supported.
-fn output_config(cfg: Option<Json>) -> Result<(), ApiError> {
-    let Some(cfg) = cfg else { return Ok(()) };
+/// always send it keep working); `format` is returned.
+fn output_config(cfg: Option<Json>) -> Result<Option<Json>, ApiError> {
+    let Some(cfg) = cfg else { return Ok(None) };
     let Json::Object(cfg) = cfg else {
         return Err(ApiError::bad(
             API,
@@ -390,16 +438,11 @@ fn output_config(cfg: Option<Json>) -> Result<(), ApiError> {
             "`output_config` must be an object",
         ));
     };
+    let mut format = None;
     for (k, v) in cfg {
         match (k.as_str(), v) {
             (_, Json::Null) | ("effort", Json::String(_)) => {}
-            ("format", _) => {
-                return Err(ApiError::unsupported(
-                    API,
-                    "output_config.format",
-                    "structured outputs need constrained decoding, which vkllm does not have yet",
-                ));
-            }
+            ("format", v) => format = Some(v),
             (k, _) => {
                 return Err(ApiError::unsupported(
                     API,
@@ -409,7 +452,7 @@ fn output_config(cfg: Option<Json>) -> Result<(), ApiError> {
             }
         }
     }
-    Ok(())
+    Ok(format)
 }
 
 fn stop_reason(f: &Option<Finish>) -> (&'static str, Json) {

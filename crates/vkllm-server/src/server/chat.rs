@@ -7,8 +7,11 @@
 use serde_json::{Map, Value as Json, json};
 use vkllm_tokenizer::{RenderOptions, Tokenizer};
 
+use vkllm_engine::GrammarSpec;
+
 use super::error::{Api, ApiError, Kind};
 use super::output::{ParserSpec, ToolFormat};
+use super::structured;
 
 /// Which tool use the request allows.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +42,9 @@ pub struct ChatPrompt {
     pub parser: ParserSpec,
     /// A stop string the server adds (the closing tag of a forced call).
     pub tool_stop: Option<String>,
+    /// A forced call's grammar: the rest of the call after the prefilled start, its arguments
+    /// matching the tool's schema.
+    pub call_grammar: Option<GrammarSpec>,
 }
 
 /// The function names of `tools`.
@@ -250,6 +256,7 @@ pub fn build(tok: &Tokenizer, api: Api, input: ChatInput) -> Result<ChatPrompt, 
         prefill: String::new(),
     };
     let mut tool_stop = None;
+    let call_grammar = forced.map(|name| structured::forced_call(format, name, &input.tools));
     if let Some(name) = forced {
         let pre = format.prefill(name);
         prompt.push_str(&pre);
@@ -263,6 +270,7 @@ pub fn build(tok: &Tokenizer, api: Api, input: ChatInput) -> Result<ChatPrompt, 
         ids,
         parser,
         tool_stop,
+        call_grammar,
     })
 }
 

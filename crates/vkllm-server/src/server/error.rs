@@ -153,6 +153,7 @@ impl ApiError {
             }
             EngineError::EmptyPrompt
             | EngineError::InvalidRequest { .. }
+            | EngineError::Grammar { .. }
             | EngineError::Cpu(_)
             | EngineError::Tokenizer(_) => (Kind::BadRequest, None),
             EngineError::QueueFull { .. } | EngineError::NoFreeSlot { .. } => {

@@ -14,6 +14,7 @@ mod models;
 mod openai;
 mod openai_stream;
 mod output;
+pub mod structured;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,6 +38,8 @@ pub use metrics::Metrics;
 pub struct AppState {
     pub runner: RunnerHandle,
     pub tokenizer: Arc<Tokenizer>,
+    /// Structured outputs: the grammar compiler for the model's vocabulary.
+    pub grammars: structured::GrammarCompiler,
     /// The model ids this server answers to; the first is the one it reports.
     pub names: Vec<String>,
     /// Answer to any model id (for clients that insist on their own names).

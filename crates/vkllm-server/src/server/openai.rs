@@ -10,7 +10,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value as Json, json};
 use vkllm_cpu::sampler::SamplingParams;
-use vkllm_engine::{SlotParams, TokenOut};
+use vkllm_engine::{GrammarSpec, SlotParams, TokenOut};
 use vkllm_tokenizer::{EncodeOptions, Tokenizer};
 
 use super::chat::{self, ChatInput, ToolChoice};
@@ -18,6 +18,7 @@ use super::error::{Api, ApiError};
 use super::fields::{Fields, content_text};
 use super::generate::{ChoiceEvent, ChoiceState, Finish, GenSpec, launch};
 use super::output::{ParserSpec, ToolCall};
+use super::structured;
 use super::{AppState, body_bytes, random_id, unix_secs};
 
 const API: Api = Api::OpenAi;
@@ -280,23 +281,20 @@ fn tools(f: &mut Fields) -> Result<(Vec<Json>, ToolChoice), ApiError> {
     Ok((tools, choice))
 }
 
-/// `response_format`: plain text only (no constrained decoding yet).
-fn response_format(f: &mut Fields) -> Result<(), ApiError> {
-    match f.take("response_format") {
-        None => Ok(()),
-        Some(v) => match v.get("type").and_then(Json::as_str) {
-            Some("text") => Ok(()),
-            Some(t @ ("json_object" | "json_schema")) => Err(ApiError::unsupported(
-                f.api(),
-                "response_format",
-                &format!("`{t}` needs constrained decoding, which vkllm does not have yet"),
-            )),
-            _ => Err(ApiError::bad(
-                f.api(),
-                "response_format",
-                "unknown response_format type",
-            )),
-        },
+/// Structured outputs: `response_format`, or vkllm's `grammar` extension (not both).
+fn output_format(f: &mut Fields) -> Result<Option<(GrammarSpec, &'static str)>, ApiError> {
+    let api = f.api();
+    let format = structured::openai_format(api, f.take("response_format"))?;
+    let ext = structured::extension(api, f.take("grammar"))?;
+    match (format, ext) {
+        (Some(_), Some(_)) => Err(ApiError::bad(
+            api,
+            "grammar",
+            "give `response_format` or `grammar`, not both",
+        )),
+        (Some(s), None) => Ok(Some((s, "response_format"))),
+        (None, Some(s)) => Ok(Some((s, "grammar"))),
+        (None, None) => Ok(None),
     }
 }
 
@@ -401,8 +399,8 @@ fn parse_chat(state: &Arc<AppState>, bytes: &[u8]) -> Result<(Prepared, bool), A
     }
     let (tools, choice) = tools(&mut f)?;
     let parallel = f.bool("parallel_tool_calls")?.unwrap_or(true);
-    response_format(&mut f)?;
-    let kwargs = match f.take("chat_template_kwargs") {
+    let format = output_format(&mut f)?;
+    let mut kwargs = match f.take("chat_template_kwargs") {
         None => Map::new(),
         Some(Json::Object(o)) => o,
         Some(_) => {
@@ -420,6 +418,11 @@ fn parse_chat(state: &Arc<AppState>, bytes: &[u8]) -> Result<(Prepared, bool), A
         "there is one tier",
     )?;
     f.finish()?;
+    // Structured output starts at the first token: no thinking block before it.
+    if format.is_some() {
+        kwargs.entry("enable_thinking").or_insert(Json::Bool(false));
+    }
+    let tools_given = tools.clone();
     let prompt = chat::build(
         &state.tokenizer,
         API,
@@ -431,8 +434,15 @@ fn parse_chat(state: &Arc<AppState>, bytes: &[u8]) -> Result<(Prepared, bool), A
             kwargs,
         },
     )?;
+    let grammar = structured::request_grammar(
+        &state.grammars,
+        API,
+        prompt.call_grammar.clone(),
+        format,
+        &tools_given,
+    )?;
     let mut stop = c.stop;
-    let tool_stop = prompt.tool_stop.map(|s| {
+    let tool_stop = prompt.tool_stop.filter(|_| grammar.is_none()).map(|s| {
         stop.push(s);
         stop.len() - 1
     });
@@ -442,6 +452,7 @@ fn parse_chat(state: &Arc<AppState>, bytes: &[u8]) -> Result<(Prepared, bool), A
             params: SlotParams {
                 sampling: c.sampling,
                 logprobs: logprobs.then(|| top.unwrap_or(0) as usize),
+                grammar,
             },
             max_tokens: max_new.or(max_old).map_or(usize::MAX, |m| m as usize),
             stop,
@@ -644,13 +655,16 @@ fn parse_completion(state: &Arc<AppState>, bytes: &[u8]) -> Result<(Prepared, bo
         &[json!(1), json!(c.n)],
         "best_of other than n needs scoring of choices",
     )?;
+    let format = output_format(&mut f)?;
     f.finish()?;
+    let grammar = structured::request_grammar(&state.grammars, API, None, format, &[])?;
     let p = Prepared {
         spec: GenSpec {
             prompt: ids,
             params: SlotParams {
                 sampling: c.sampling,
                 logprobs: logprobs.map(|n| n as usize),
+                grammar,
             },
             max_tokens,
             stop: c.stop,

@@ -183,7 +183,21 @@ impl ToolParser {
             match &mut self.state {
                 State::InCall(body) => {
                     body.push_str(&std::mem::take(&mut self.held));
-                    let Some(end) = body.find(CLOSE) else { return };
+                    // The call ends at the first closing tag after its JSON is complete (a
+                    // string argument may hold the tag itself).
+                    let mut from = 0;
+                    let end = loop {
+                        let Some(i) = body[from..].find(CLOSE) else {
+                            return;
+                        };
+                        let end = from + i;
+                        let mut it =
+                            serde_json::Deserializer::from_str(&body[..end]).into_iter::<Json>();
+                        match it.next() {
+                            Some(Err(e)) if e.is_eof() => from = end + CLOSE.len(),
+                            _ => break end,
+                        }
+                    };
                     let inner = body[..end].to_string();
                     let rest = body[end + CLOSE.len()..].to_string();
                     self.state = State::Text;
@@ -455,6 +469,12 @@ mod tests {
         assert_eq!(r.tools[0].arguments, json!({"city": "Paris"}));
         assert_eq!(r.tools[1].arguments, json!({"a": 1}));
         assert!(r.tools[0].id.starts_with("call_") && r.tools[0].id != r.tools[1].id);
+        // The closing tag inside a string argument belongs to the argument.
+        let text = "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"x</tool_call>y\"}}\n</tool_call>z";
+        let r = run(&hermes(false), text);
+        assert_eq!(r.tools.len(), 1, "{r:?}");
+        assert_eq!(r.tools[0].arguments, json!({"s": "x</tool_call>y"}));
+        assert_eq!(r.content, "z");
     }
 
     #[test]

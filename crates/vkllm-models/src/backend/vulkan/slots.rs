@@ -141,6 +141,8 @@ pub(super) struct SlotDecoder {
     scratch: Buffer,
     sample_ctr: Buffer,
     sampled: Buffer,
+    /// Allowed-token bits per slot (structured outputs), read for slots set `masked`.
+    mask: Buffer,
 }
 
 impl SlotDecoder {
@@ -318,6 +320,10 @@ impl VulkanBackend {
         let sampled =
             self.dev
                 .create_buffer("slot sampled ids", 4 * slots as u64, MemoryKind::Device)?;
+        let mask = self.host_buffer(
+            "slot token masks",
+            4 * slots * SampleShape::mask_words(vocab),
+        )?;
         self.record(|_, r| {
             r.fill(counts.all(), 0)?;
             Ok(r.fill(sample_ctr.all(), 0)?)
@@ -344,6 +350,7 @@ impl VulkanBackend {
             scratch,
             sample_ctr,
             sampled,
+            mask,
         };
         let lps: &[bool] = match c.logprobs {
             true => &[false, true],
@@ -396,12 +403,14 @@ impl VulkanBackend {
                         scratch: d.scratch.all(),
                         out: d.sampled.all(),
                         ctr: d.sample_ctr.all(),
+                        mask: d.mask.all(),
                     };
                     let shape = SampleShape {
                         vocab: d.vocab,
                         rows,
                         max_bias: d.cfg_.max_bias,
                         counts: d.cfg_.counts,
+                        mask: true,
                     };
                     if all_passes {
                         for k in sample.dispatch(&shape)? {
@@ -583,6 +592,7 @@ impl VulkanBackend {
             step: s.step,
             n_bias: p.logit_bias.len(),
             use_counts: penalties,
+            masked: false,
         }
         .row();
         let rb = std::mem::size_of::<SampleRow>();
@@ -630,6 +640,37 @@ impl VulkanBackend {
                 bytemuck::cast_slice(counts),
             )?;
         }
+        Ok(())
+    }
+
+    /// Structured outputs: the tokens `slot` may draw at its next step, one bit per token
+    /// (`SampleShape::mask_words` words), or `None` for every token. Set before each submit of
+    /// one step while the slot is constrained.
+    pub fn slot_mask(
+        &mut self,
+        d: SlotDecoderId,
+        slot: usize,
+        mask: Option<&[u32]>,
+    ) -> Result<(), ModelError> {
+        self.flush()?;
+        let dec = self.decoder(d);
+        if slot >= dec.slots {
+            return Err(cfg_err("slot", format!("slot {slot} of {}", dec.slots)));
+        }
+        let words = SampleShape::mask_words(dec.vocab);
+        if let Some(m) = mask {
+            if m.len() != words {
+                return Err(cfg_err(
+                    "mask",
+                    format!("{} words for a vocabulary of {}", m.len(), dec.vocab),
+                ));
+            }
+            dec.mask
+                .write_host((4 * slot * words) as u64, bytemuck::cast_slice(m))?;
+        }
+        let at = slot * std::mem::size_of::<SampleRow>() + std::mem::offset_of!(SampleRow, masked);
+        dec.cfg
+            .write_host(at as u64, bytemuck::bytes_of(&(mask.is_some() as u32)))?;
         Ok(())
     }
 

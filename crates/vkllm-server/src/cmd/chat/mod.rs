@@ -90,6 +90,8 @@ struct Chat {
     engine: Box<dyn Engine>,
     conv: Conversation,
     sampling: SamplingArgs,
+    /// `--json-schema` / `--grammar`, compiled once for every answer.
+    grammar: Option<std::sync::Arc<vkllm_engine::Grammar>>,
     last: Option<Usage>,
     answers: usize,
     generated: usize,
@@ -108,10 +110,12 @@ pub fn run(args: Args) -> Result<()> {
             conv.system = args.system.clone();
         }
     }
+    let grammar = args.sampling.grammar(loaded.engine.as_ref())?;
     let mut chat = Chat {
         engine: loaded.engine,
         conv,
         sampling: args.sampling.clone(),
+        grammar,
         last: None,
         answers: 0,
         generated: 0,
@@ -261,9 +265,10 @@ impl Chat {
             }
         };
         let ctx = self.engine.context();
-        let params = self
+        let mut params = self
             .sampling
             .params(self.sampling.max_tokens.min(ctx - ids.len()));
+        params.grammar = self.grammar.clone();
         let starts_in_reasoning = prompt.trim_end().ends_with("<think>");
         let mut printer = Printer::new(std::io::stdout().lock(), self.styled, starts_in_reasoning);
         let mut answer = String::new();
