@@ -39,7 +39,13 @@ def main():
     ap.add_argument("--min-p", type=float, default=0.05)
     ap.add_argument("--prompt", default="Write a long story about a lighthouse keeper.")
     ap.add_argument("--label", default="")
+    ap.add_argument("--json-schema", help="a JSON Schema file: every request asks for it "
+                    "(response_format json_schema, structured outputs)")
     a = ap.parse_args()
+    schema = None
+    if a.json_schema:
+        with open(a.json_schema) as f:
+            schema = json.load(f)
     if not a.model:
         with urllib.request.urlopen(a.url + "/v1/models", timeout=60) as r:
             a.model = json.load(r)["data"][0]["id"]
@@ -58,6 +64,9 @@ def main():
                 "min_p": a.min_p,
                 "seed": 1000 * w + i,
             }
+            if schema is not None:
+                body["response_format"] = {"type": "json_schema",
+                                           "json_schema": {"name": "load", "schema": schema}}
             n, dt = one(a.url, body)
             with lock:
                 results.append((n, dt))
@@ -80,6 +89,7 @@ def main():
         "median_request_tok_s": round(per[len(per) // 2], 1) if per else None,
         "sampling": {"temperature": a.temperature, "top_k": a.top_k, "top_p": a.top_p,
                      "min_p": a.min_p},
+        "json_schema": a.json_schema,
     }))
 
 

@@ -254,6 +254,12 @@ fn gumbel(c: Row, i: u32) -> f32 {
     return -log_s(-log_s(u));
 }
 
+// -inf tokens (banned: mask, bias, NaN) are never drawn while l0 is finite: no pass counts or
+// lists them (a row with few allowed tokens would otherwise list the whole vocabulary).
+fn is_neg_inf(x: f32) -> bool {
+    return bitcast<u32>(x) == 0xff800000u;
+}
+
 fn bucket(d: f32) -> u32 {
     let t = -d * 32.0;
     if (!(t < f32(NB - 1u))) {
@@ -473,7 +479,11 @@ fn sieve(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id)
     }
     workgroupBarrier();
     for (var i = r.x + lid; i < r.y; i += WG) {
-        let d = xs(i) - l0;
+        let x = xs(i);
+        if (is_neg_inf(x)) {
+            continue;
+        }
+        let d = x - l0;
         let b = bucket(d);
         atomicAdd(&hist[b], 1u);
         if (weigh) {
@@ -540,7 +550,8 @@ fn boundary(c: Row, tk: bool, lid: u32) {
         sh += h[j];
     }
     if (lid == 0u) {
-        sh_u[0] = 0u;
+        // Top-k: fewer than k tokens are finite (-inf ones are not counted): all of them.
+        sh_u[0] = select(0u, NB - 1u, tk);
         sh_u[1] = 0u;
         sh_u[2] = 0u;
     }
@@ -599,6 +610,9 @@ fn gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id
     let n_at = c0 + 3u * NB;
     for (var i = r.x + lid; i < r.y; i += WG) {
         let x = xs(i);
+        if (is_neg_inf(x)) {
+            continue;
+        }
         let b = bucket(x - l0);
         if (b == bb || (tk && b < bb)) {
             let k = atomicAdd(&ctr[n_at], 1u);

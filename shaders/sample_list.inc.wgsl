@@ -245,13 +245,16 @@ fn list_part(c: Row, r: vec2<u32>, lm: f32, lid: u32, xr: array<f32, 8>) {
     workgroupBarrier();
     if (in_reg) {
         for (var u = 0u; u < 8u; u++) {
-            if (r.x + lid + u * WG < r.y) {
+            if (r.x + lid + u * WG < r.y && !is_neg_inf(xr[u])) {
                 atomicAdd(&hist[bucket(xr[u] - lm)], 1u);
             }
         }
     } else {
         for (var i = r.x + lid; i < r.y; i += WG) {
-            atomicAdd(&hist[bucket(xs(i) - lm)], 1u);
+            let x = xs(i);
+            if (!is_neg_inf(x)) {
+                atomicAdd(&hist[bucket(x - lm)], 1u);
+            }
         }
     }
     workgroupBarrier();
@@ -263,14 +266,14 @@ fn list_part(c: Row, r: vec2<u32>, lm: f32, lid: u32, xr: array<f32, 8>) {
     if (in_reg) {
         for (var u = 0u; u < 8u; u++) {
             let i = r.x + lid + u * WG;
-            if (i < r.y && bucket(xr[u] - lm) <= bk.x) {
+            if (i < r.y && !is_neg_inf(xr[u]) && bucket(xr[u] - lm) <= bk.x) {
                 put_cand(base + atomicAdd(&n_sub, 1u), xr[u], i);
             }
         }
     } else {
         for (var i = r.x + lid; i < r.y; i += WG) {
             let x = xs(i);
-            if (bucket(x - lm) <= bk.x) {
+            if (!is_neg_inf(x) && bucket(x - lm) <= bk.x) {
                 put_cand(base + atomicAdd(&n_sub, 1u), x, i);
             }
         }

@@ -358,14 +358,39 @@ impl Generator for SlotGenerator {
             }
             slot.next = Some(fed);
             slot.written = slot.written.max(slot.history.len());
-            if let Some(c) = slot.constraint.as_mut()
-                && !toks.is_empty()
-            {
-                self.b.slot_mask(self.dec, s, Some(&c.mask()))?;
-            }
             if !toks.is_empty() {
                 out.push((s, toks));
             }
+        }
+        // The next step's masks, one thread per constrained slot (a mask over a 150k-token
+        // vocabulary can take a millisecond).
+        let advanced: Vec<SlotId> = out.iter().map(|(s, _)| *s).collect();
+        let mut todo: Vec<(SlotId, &mut Constraint)> = self
+            .slots
+            .iter_mut()
+            .enumerate()
+            .filter(|(s, _)| advanced.contains(s))
+            .filter_map(|(s, sl)| sl.constraint.as_mut().map(|c| (s, c)))
+            .collect();
+        let masks: Vec<(SlotId, Vec<u32>)> = match todo.len() {
+            0 => Vec::new(),
+            1 => todo.iter_mut().map(|(s, c)| (*s, c.mask())).collect(),
+            _ => std::thread::scope(|sc| {
+                let hs: Vec<_> = todo
+                    .into_iter()
+                    .map(|(s, c)| sc.spawn(move || (s, c.mask())))
+                    .collect();
+                hs.into_iter()
+                    .map(|h| {
+                        h.join().map_err(|_| EngineError::Grammar {
+                            reason: "the token mask computation panicked".into(),
+                        })
+                    })
+                    .collect::<Result<_, _>>()
+            })?,
+        };
+        for (s, m) in masks {
+            self.b.slot_mask(self.dec, s, Some(&m))?;
         }
         Ok(out)
     }

@@ -43,11 +43,11 @@ impl Server {
             vkllm_tokenizer::cache::missing_message(&known, &path)
         );
         let python = Command::new("python3")
-            .args(["-c", "import openai, anthropic"])
+            .args(["-c", "import openai, anthropic, jsonschema"])
             .output();
         assert!(
             python.is_ok_and(|o| o.status.success()),
-            "the server tests need Python 3 with the official clients: pip install openai anthropic"
+            "the server tests need Python 3 with the official clients and jsonschema: pip install openai anthropic jsonschema"
         );
         let device = std::env::var("VKLLM_SERVE_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
         let mut args = vec!["--model", "smollm2", "--device", &device, "--api-key", KEY];

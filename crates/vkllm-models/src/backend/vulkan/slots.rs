@@ -320,10 +320,15 @@ impl VulkanBackend {
         let sampled =
             self.dev
                 .create_buffer("slot sampled ids", 4 * slots as u64, MemoryKind::Device)?;
-        let mask = self.host_buffer(
+        // Device-local where the device allows (the sampler reads a word per token); the host
+        // writes it before each constrained step.
+        let mask_bytes = 4 * slots * SampleShape::mask_words(vocab);
+        let mask = self.dev.create_buffer(
             "slot token masks",
-            4 * slots * SampleShape::mask_words(vocab),
+            mask_bytes.max(4) as u64,
+            MemoryKind::Upload,
         )?;
+        mask.write_host(0, &vec![0u8; mask_bytes.max(4)])?;
         self.record(|_, r| {
             r.fill(counts.all(), 0)?;
             Ok(r.fill(sample_ctr.all(), 0)?)
