@@ -2,7 +2,8 @@
 //! addresses, `localhost` and `--allowed-host` names are answered (a DNS-rebinding page names
 //! its own host: 403); JSON endpoints refuse other content types (415: a page cannot post JSON
 //! as a "simple" text/plain request); `Bearer` in any case; `--metrics-public`; CORS answers
-//! only listed origins. Every refusal carries the API's error JSON. The llama fixture as a
+//! only listed origins. Every refusal carries the API's error JSON (hyper's 431 for oversized
+//! headers too). The llama fixture as a
 //! checkpoint directory on the CPU backend.
 
 mod serve_harness;
@@ -181,6 +182,18 @@ fn slow_and_idle_connections_are_bounded() {
     let mut reply = String::new();
     let _ = s.read_to_string(&mut reply);
     assert_eq!(status(&reply), 408, "{reply}");
+    assert_eq!(error_type(&reply), "invalid_request_error", "{reply}");
+    // Headers over hyper's buffer: its 431, with the error JSON every other refusal has.
+    let mut s = connect(quick.port());
+    let big = "a".repeat(1 << 20);
+    let _ = write!(
+        s,
+        "GET /health HTTP/1.1\r\nHost: localhost\r\nX-Big: {big}\r\n\r\n"
+    );
+    let mut reply = Vec::new();
+    let _ = s.read_to_end(&mut reply);
+    let reply = String::from_utf8_lossy(&reply);
+    assert_eq!(status(&reply), 431, "{reply}");
     assert_eq!(error_type(&reply), "invalid_request_error", "{reply}");
     // Headers that never end: the server closes the connection (a read ends instead of waiting
     // out the client's 30 s limit).

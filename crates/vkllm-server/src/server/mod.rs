@@ -7,6 +7,7 @@
 mod anthropic;
 mod chat;
 mod error;
+mod error_io;
 mod fields;
 mod generate;
 mod metrics;
@@ -246,7 +247,7 @@ pub async fn serve(
         let open = open.clone();
         let svc = hyper_util::service::TowerToHyperService::new(app.clone());
         tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
+            let io = hyper_util::rt::TokioIo::new(error_io::JsonErrors::new(stream));
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(limits.header_timeout)

@@ -141,7 +141,7 @@ def errors_have_the_anthropic_shape():
     except anthropic.NotFoundError as e:
         assert e.body["type"] == "error" and e.body["error"]["type"] == "not_found_error"
     for kw in [dict(extra_body={"temperature": 1.5}), dict(extra_body={"frobnicate": 1}),
-               dict(output_config={"format": {"type": "json_schema", "schema": {}}}),
+               dict(output_config={"format": {"type": "json_schema", "schema": {"type": "nope"}}}),
                dict(messages=[{"role": "user", "content": "hello " * 3000}])]:
         args = dict(model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=2)
         args.update(kw)

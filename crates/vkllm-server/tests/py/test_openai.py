@@ -287,7 +287,8 @@ def errors_have_the_openai_shape():
         s, body, _ = http("GET", "/v1/models", key="", headers={"x-api-key": KEY})
         assert s == 200, (s, body)
     for kw, param in [
-        (dict(response_format={"type": "json_object"}), "response_format"),
+        (dict(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nope"}}}),
+         "response_format"),
         (dict(temperature=5), "temperature"),
         (dict(top_logprobs=2), "top_logprobs"),
         (dict(extra_body={"frobnicate": 1}), "frobnicate"),

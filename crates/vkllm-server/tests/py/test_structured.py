@@ -15,7 +15,7 @@ from typing import List, Optional, Union
 import anthropic
 import jsonschema
 import openai
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from harness import KEY, MODEL, URL, check, http, main
 
@@ -92,15 +92,15 @@ class Color(str, Enum):
 
 
 class Item(BaseModel):
-    label: str
-    count: int
+    label: str = Field(max_length=24)
+    count: int = Field(ge=0, le=1000)
     color: Color
 
 
 class Order(BaseModel):
-    customer: str
-    items: List[Item]
-    note: Optional[str]
+    customer: str = Field(max_length=40)
+    items: List[Item] = Field(min_length=1, max_length=3)
+    note: Optional[str] = Field(max_length=60)
     priority: Union[int, str]
 
 
@@ -112,7 +112,7 @@ def openai_parse_with_pydantic():
         try:
             r = client.chat.completions.parse(
                 model=MODEL, messages=[{"role": "user", "content": "Write an order for two items."}],
-                response_format=Order, temperature=0.7, seed=seed, max_tokens=300)
+                response_format=Order, temperature=0.7, seed=seed, max_tokens=400)
         except openai.LengthFinishReasonError:
             continue
         c = r.choices[0]
