@@ -24,7 +24,7 @@ use vkllm_gguf::{GgmlType, MetaArray, MetaValue};
 use crate::error::ModelError;
 use crate::quantize::QuantScheme;
 use crate::quantize::mix::{self, MixModel, TensorDesc};
-pub use shapes::{HybridShape, Llama3Rope, SHAPES, SynthShape};
+pub use shapes::{HybridShape, Llama3Rope, MoeShape, SHAPES, SynthShape};
 use vocab::VocabKind;
 
 /// The shape called `name`.
@@ -208,12 +208,33 @@ fn layer_tensors(s: &SynthShape, l: usize) -> Vec<(&'static str, Vec<u64>, Init)
     let (q, kv) = (s.q_dim() as u64, s.kv_dim() as u64);
     let normal = Init::Normal(STD);
     let norm = Init::OnePlusNormal(STD);
-    let mut layer: Vec<(&str, Vec<u64>, Init)> = vec![
-        ("attn_norm.weight", vec![h], norm),
-        ("ffn_gate.weight", vec![h, ff], normal),
-        ("ffn_up.weight", vec![h, ff], normal),
-        ("ffn_down.weight", vec![ff, h], normal),
-    ];
+    let mut layer: Vec<(&str, Vec<u64>, Init)> = vec![("attn_norm.weight", vec![h], norm)];
+    match s.moe {
+        None => layer.extend([
+            ("ffn_gate.weight", vec![h, ff], normal),
+            ("ffn_up.weight", vec![h, ff], normal),
+            ("ffn_down.weight", vec![ff, h], normal),
+        ]),
+        Some(m) => {
+            // Experts stacked as llama.cpp writes them: [cols, rows, experts].
+            let (e, eff) = (m.experts as u64, m.expert_ff as u64);
+            layer.extend([
+                ("ffn_gate_inp.weight", vec![h, e], normal),
+                ("ffn_gate_exps.weight", vec![h, eff, e], normal),
+                ("ffn_up_exps.weight", vec![h, eff, e], normal),
+                ("ffn_down_exps.weight", vec![eff, h, e], normal),
+            ]);
+            if let Some(sff) = m.shared_ff {
+                let sff = sff as u64;
+                layer.extend([
+                    ("ffn_gate_inp_shexp.weight", vec![h], normal),
+                    ("ffn_gate_shexp.weight", vec![h, sff], normal),
+                    ("ffn_up_shexp.weight", vec![h, sff], normal),
+                    ("ffn_down_shexp.weight", vec![sff, h], normal),
+                ]);
+            }
+        }
+    }
     match s.hybrid {
         Some(hy) if !hy.is_full(l) => {
             // Gated DeltaNet: llama.cpp's qwen35 names (see gguf_hybrid.rs).
@@ -260,7 +281,7 @@ fn layer_tensors(s: &SynthShape, l: usize) -> Vec<(&'static str, Vec<u64>, Init)
                 layer.push(("attn_k.bias", vec![kv], normal));
                 layer.push(("attn_v.bias", vec![kv], normal));
             }
-            if matches!(s.arch, "qwen3" | "gemma3") {
+            if matches!(s.arch, "qwen3" | "qwen3moe" | "gemma3") {
                 layer.push(("attn_q_norm.weight", vec![hd], norm));
                 layer.push(("attn_k_norm.weight", vec![hd], norm));
             }
@@ -332,6 +353,16 @@ fn plan_metadata(sh: &SynthShape, scheme: QuantScheme) -> Vec<(String, MetaValue
             ("ssm.inner_size", u(hy.v_width())),
             ("full_attention_interval", u(hy.interval)),
         ]);
+    }
+    if let Some(moe) = sh.moe {
+        arch.extend([
+            ("expert_count", u(moe.experts)),
+            ("expert_used_count", u(moe.used)),
+            ("expert_feed_forward_length", u(moe.expert_ff)),
+        ]);
+        if let Some(sff) = moe.shared_ff {
+            arch.push(("expert_shared_feed_forward_length", u(sff)));
+        }
     }
     for (k, v) in arch {
         m.push((format!("{a}.{k}"), v));

@@ -2,7 +2,8 @@
 //! tiny-qwen3.5` GGUF answered by `vkllm run` and scored by `vkllm perplexity`, on the CPU
 //! reference backend and on the Vulkan device (`run` with each decoder), which must agree
 //! (greedy text exactly, perplexity to 1e-4), and served by `vkllm serve` on both backends with
-//! the same text.
+//! the same text. The MoE shapes (`tiny-qwen3.6-moe`: hybrid + experts + shared expert,
+//! `tiny-qwen3-moe`) give the same greedy text on every device.
 
 mod serve_harness;
 
@@ -26,9 +27,13 @@ fn ok(out: Output) -> String {
 }
 
 fn synth() -> PathBuf {
-    let path = std::env::temp_dir().join(format!("vkllm-tq35-{}.gguf", std::process::id()));
+    synth_shape("tiny-qwen3.5")
+}
+
+fn synth_shape(shape: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("vkllm-{shape}-{}.gguf", std::process::id()));
     ok(vkllm()
-        .args(["synth", "--shape", "tiny-qwen3.5", "--seed", "5", "-o"])
+        .args(["synth", "--shape", shape, "--seed", "5", "-o"])
         .arg(&path)
         .output()
         .expect("running vkllm synth"));
@@ -39,10 +44,9 @@ fn synth() -> PathBuf {
 /// `--decoder auto`), and its recorded slot decoder.
 const DEVICES: [&[&str]; 3] = [&["--device", "cpu"], &[], &["--decoder", "slots"]];
 
-#[test]
-fn run_and_perplexity_on_a_hybrid_gguf() {
-    let model = synth();
-    let texts: Vec<String> = DEVICES
+/// Greedy `vkllm run` text of `model` on each of [`DEVICES`].
+fn greedy_texts(model: &PathBuf) -> Vec<String> {
+    DEVICES
         .iter()
         .map(|d| {
             ok(vkllm()
@@ -55,13 +59,34 @@ fn run_and_perplexity_on_a_hybrid_gguf() {
                     "0",
                     "--model",
                 ])
-                .arg(&model)
+                .arg(model)
                 .args(*d)
                 .arg("the quick brown fox")
                 .output()
                 .expect("running vkllm run"))
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn moe_ggufs_from_synth_agree_on_every_device() {
+    for shape in ["tiny-qwen3.6-moe", "tiny-qwen3-moe"] {
+        let model = synth_shape(shape);
+        let texts = greedy_texts(&model);
+        assert!(!texts[0].trim().is_empty(), "{shape}: no text");
+        assert_eq!(texts[0], texts[1], "{shape}: cpu vs vulkan");
+        assert_eq!(
+            texts[0], texts[2],
+            "{shape}: cpu vs the vulkan slot decoder"
+        );
+        std::fs::remove_file(&model).ok();
+    }
+}
+
+#[test]
+fn run_and_perplexity_on_a_hybrid_gguf() {
+    let model = synth();
+    let texts = greedy_texts(&model);
     assert!(!texts[0].trim().is_empty(), "no text");
     assert_eq!(texts[0], texts[1], "cpu vs vulkan");
     assert_eq!(texts[0], texts[2], "cpu vs the vulkan slot decoder");

@@ -21,6 +21,9 @@ fn synth_files_carry_a_loadable_vocabulary() {
         "tiny-qwen2",
         "tiny-smollm2",
         "tiny-gemma3",
+        "tiny-qwen3.5",
+        "tiny-qwen3.6-moe",
+        "tiny-qwen3-moe",
     ] {
         let path = dir.join(format!(
             "vkllm-synth-cli-{}-{shape}.gguf",

@@ -53,6 +53,20 @@ impl HybridShape {
     }
 }
 
+/// The mixture of experts of a MoE shape (`qwen3moe`, `qwen35moe`): every block's MLP.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MoeShape {
+    /// `num_experts` (`expert_count`).
+    pub experts: usize,
+    /// `num_experts_per_tok` (`expert_used_count`).
+    pub used: usize,
+    /// `moe_intermediate_size` (`expert_feed_forward_length`).
+    pub expert_ff: usize,
+    /// `shared_expert_intermediate_size` (`expert_shared_feed_forward_length`), with the
+    /// shared expert's sigmoid gate.
+    pub shared_ff: Option<usize>,
+}
+
 /// One model shape.
 #[derive(Clone, Copy, Debug)]
 pub struct SynthShape {
@@ -81,6 +95,8 @@ pub struct SynthShape {
     /// Qwen3.5's Gated DeltaNet layers (the full-attention layers are gated: `attn_q` projects
     /// the query and its gate together).
     pub hybrid: Option<HybridShape>,
+    /// Experts instead of the dense MLP in every block.
+    pub moe: Option<MoeShape>,
     pub vocab_kind: VocabKind,
     /// `tokenizer.ggml.{bos,eos,unknown,padding}_token_id` by token text.
     pub bos: Option<&'static str>,
@@ -186,6 +202,7 @@ const QWEN3_0_6B: SynthShape = SynthShape {
     rope_llama3: None,
     sliding_window: None,
     hybrid: None,
+    moe: None,
     vocab_kind: VocabKind::Bpe {
         pre: "qwen2",
         specials: QWEN_SPECIALS,
@@ -231,6 +248,7 @@ const LLAMA_3_2_1B: SynthShape = SynthShape {
     }),
     sliding_window: None,
     hybrid: None,
+    moe: None,
     vocab_kind: VocabKind::Bpe {
         pre: "llama-bpe",
         specials: LLAMA3_SPECIALS,
@@ -288,6 +306,7 @@ const QWEN2_5_0_5B: SynthShape = SynthShape {
     rope_llama3: None,
     sliding_window: None,
     hybrid: None,
+    moe: None,
     vocab_kind: VocabKind::Bpe {
         pre: "qwen2",
         specials: QWEN_SPECIALS,
@@ -328,6 +347,7 @@ const SMOLLM2_135M: SynthShape = SynthShape {
     rope_llama3: None,
     sliding_window: None,
     hybrid: None,
+    moe: None,
     vocab_kind: VocabKind::Bpe {
         pre: "smollm",
         specials: SMOLLM_SPECIALS,
@@ -370,6 +390,7 @@ const GEMMA3_270M: SynthShape = SynthShape {
     rope_llama3: None,
     sliding_window: Some(512),
     hybrid: None,
+    moe: None,
     vocab_kind: VocabKind::Spm,
     bos: Some("<bos>"),
     eos: "<eos>",
@@ -420,6 +441,7 @@ const QWEN3_5_0_8B: SynthShape = SynthShape {
         rotary_dim: 64,
         mrope_sections: [11, 11, 10, 0],
     }),
+    moe: None,
     vocab_kind: VocabKind::Bpe {
         pre: "qwen35",
         specials: QWEN_SPECIALS,
@@ -457,6 +479,16 @@ const fn tiny(base: SynthShape, name: &'static str, vocab: usize) -> SynthShape 
     s.context = 2048;
     if let Some(w) = s.sliding_window {
         s.sliding_window = Some(if w > 64 { 64 } else { w });
+    }
+    if let Some(mut m) = s.moe {
+        // Eight experts of 256, two per token (rows multiples of 256).
+        m.experts = 8;
+        m.used = 2;
+        m.expert_ff = 256;
+        if m.shared_ff.is_some() {
+            m.shared_ff = Some(256);
+        }
+        s.moe = Some(m);
     }
     if let Some(mut h) = s.hybrid {
         // Two key heads shared by four value heads (the tiled order), heads of 64.
@@ -498,6 +530,76 @@ const LLAMA_3_1_8B: SynthShape = {
     s
 };
 
+/// Qwen3.6-35B-A3B (and Qwen3.5-35B-A3B, the same text model): 40 blocks, three Gated DeltaNet
+/// blocks (16 key / 32 value heads of 128) to one gated full-attention block (16 query / 2 KV
+/// heads of 256, a quarter rotated), every MLP 256 experts of 512 with 8 per token plus a gated
+/// shared expert of 512; untied LM head; the Qwen3.5 vocabulary (synthetic). The MTP head is not
+/// written (see [`QWEN3_5_0_8B`]).
+const QWEN3_6_35B_A3B: SynthShape = {
+    let mut s = QWEN3_5_0_8B;
+    s.name = "qwen3.6-35b-a3b";
+    s.arch = "qwen35moe";
+    s.hidden = 2048;
+    s.ff = 512;
+    s.layers = 40;
+    s.heads = 16;
+    s.kv_heads = 2;
+    s.tied = false;
+    s.hybrid = Some(HybridShape {
+        k_heads: 16,
+        v_heads: 32,
+        k_dim: 128,
+        v_dim: 128,
+        conv_kernel: 4,
+        interval: 4,
+        rotary_dim: 64,
+        mrope_sections: [11, 11, 10, 0],
+    });
+    s.moe = Some(MoeShape {
+        experts: 256,
+        used: 8,
+        expert_ff: 512,
+        shared_ff: Some(512),
+    });
+    s.general = &[
+        ("general.name", "Qwen3.6 35B A3B"),
+        ("general.basename", "Qwen3.6"),
+        ("general.size_label", "35B-A3B"),
+        ("general.license", "apache-2.0"),
+    ];
+    s
+};
+
+/// Qwen3-30B-A3B: Qwen3 attention (32 query / 4 KV heads of 128, q/k norms) over 48 blocks,
+/// every MLP 128 experts of 768 with 8 per token, no shared expert; untied LM head.
+const QWEN3_30B_A3B: SynthShape = {
+    let mut s = QWEN3_0_6B;
+    s.name = "qwen3-30b-a3b";
+    s.arch = "qwen3moe";
+    s.hidden = 2048;
+    s.ff = 6144;
+    s.layers = 48;
+    s.heads = 32;
+    s.kv_heads = 4;
+    s.head_dim = 128;
+    s.context = 40960;
+    s.rope_theta = 1_000_000.0;
+    s.tied = false;
+    s.moe = Some(MoeShape {
+        experts: 128,
+        used: 8,
+        expert_ff: 768,
+        shared_ff: None,
+    });
+    s.general = &[
+        ("general.name", "Qwen3 30B A3B"),
+        ("general.basename", "Qwen3"),
+        ("general.size_label", "30B-A3B"),
+        ("general.license", "apache-2.0"),
+    ];
+    s
+};
+
 /// Every shape `--shape` accepts.
 pub const SHAPES: &[SynthShape] = &[
     QWEN3_0_6B,
@@ -512,5 +614,9 @@ pub const SHAPES: &[SynthShape] = &[
     tiny(QWEN2_5_0_5B, "tiny-qwen2", 1024),
     tiny(SMOLLM2_135M, "tiny-smollm2", 1024),
     tiny(GEMMA3_270M, "tiny-gemma3", 1024),
+    QWEN3_6_35B_A3B,
+    QWEN3_30B_A3B,
     tiny(QWEN3_5_0_8B, "tiny-qwen3.5", 1024),
+    tiny(QWEN3_6_35B_A3B, "tiny-qwen3.6-moe", 1024),
+    tiny(QWEN3_30B_A3B, "tiny-qwen3-moe", 1024),
 ];
