@@ -16,7 +16,10 @@ use vkllm_models::{
 use vkllm_vk::kernels::elementwise::Copy;
 use vkllm_vk::{MemoryKind, Recorder};
 
+mod report;
 mod sampling;
+
+use report::by_region;
 pub use sampling::BenchSampling;
 
 /// What to measure.
@@ -43,6 +46,24 @@ pub struct BenchOptions {
     /// Sampling settings of the decode tests, one row each (default: greedy and the CLI's
     /// default sampling).
     pub sampling: Vec<BenchSampling>,
+    /// Tokens already in the cache before each prefill and decode test, one set of rows per
+    /// depth (llama-bench's `-d`; default: 0 only).
+    pub depths: Vec<usize>,
+}
+
+impl BenchOptions {
+    fn max_depth(&self) -> usize {
+        self.depths.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// A test's name at a depth, as llama-bench prints it (`pp512 @ d4096`).
+fn at_depth(test: String, d: usize) -> String {
+    if d == 0 {
+        test
+    } else {
+        format!("{test} @ d{d}")
+    }
 }
 
 impl Default for BenchOptions {
@@ -57,6 +78,7 @@ impl Default for BenchOptions {
             profile: false,
             profile_by_kernel: false,
             sampling: vec![BenchSampling::Greedy, BenchSampling::Default],
+            depths: vec![0],
         }
     }
 }
@@ -109,54 +131,6 @@ pub struct BenchReport {
     pub prefill_profile: Vec<ProfileRow>,
     pub prefill_busy_us: f64,
     pub prefill_span_us: f64,
-}
-
-/// Sums timed dispatches by region (by kernel when `by_kernel`): (rows in first-seen order, busy
-/// µs, span µs).
-fn by_region(t: &[vkllm_models::ProfiledDispatch], by_kernel: bool) -> (Vec<ProfileRow>, f64, f64) {
-    let mut rows: Vec<ProfileRow> = Vec::new();
-    let mut busy = 0.0;
-    for d in t {
-        busy += d.ns / 1e3;
-        let key = if by_kernel { d.kernel } else { d.region };
-        match rows.iter_mut().find(|r| r.region == key) {
-            Some(r) => {
-                r.dispatches += 1;
-                r.us += d.ns / 1e3;
-            }
-            None => rows.push(ProfileRow {
-                region: key,
-                dispatches: 1,
-                us: d.ns / 1e3,
-            }),
-        }
-    }
-    let span = t
-        .iter()
-        .map(|d| (d.start_ns + d.ns) / 1e3)
-        .fold(0.0, f64::max);
-    (rows, busy, span)
-}
-
-fn profile_table(title: &str, rows: &[ProfileRow], busy: f64, span: f64) -> String {
-    let mut s =
-        format!("\n{title}\n\n| region | dispatches | µs | % of GPU time |\n|---|---|---|---|\n");
-    for p in rows {
-        s += &format!(
-            "| {} | {} | {:.1} | {:.1} |\n",
-            p.region,
-            p.dispatches,
-            p.us,
-            100.0 * p.us / busy.max(1e-9)
-        );
-    }
-    s += &format!(
-        "| gaps (span - busy) | | {:.1} | |\n| **span** | {} | {:.1} | |\n",
-        span - busy,
-        rows.iter().map(|p| p.dispatches).sum::<usize>(),
-        span
-    );
-    s
 }
 
 fn median_spread(mut t: Vec<f64>) -> (f64, f64, f64) {
@@ -272,11 +246,13 @@ trait Net {
     fn chunk(&self) -> usize;
     /// Prefills `ids` from position 0 in `slot` (starting the slot's sequence over); the last
     /// row's logits.
+    /// Prefills `ids` into `slot` from position `pos` (a hybrid's state restarts at 0).
     fn prefill(
         &self,
         b: &mut VulkanBackend,
         slot: usize,
         ids: &[u32],
+        pos: usize,
     ) -> Result<Vec<f32>, ModelError>;
     fn graph(&self) -> &dyn SlotGraph;
     /// GPU timestamps of one prefill chunk, where the model has that profile.
@@ -300,10 +276,11 @@ impl Net for DenseNet<'_> {
         b: &mut VulkanBackend,
         slot: usize,
         ids: &[u32],
+        pos: usize,
     ) -> Result<Vec<f32>, ModelError> {
         self.g
             .0
-            .forward_slot(b, self.g.1, slot, ids, 0, Logits::Last)
+            .forward_slot(b, self.g.1, slot, ids, pos, Logits::Last)
     }
     fn graph(&self) -> &dyn SlotGraph {
         &self.g
@@ -330,10 +307,13 @@ impl Net for HybridNet<'_> {
         b: &mut VulkanBackend,
         slot: usize,
         ids: &[u32],
+        pos: usize,
     ) -> Result<Vec<f32>, ModelError> {
         let (model, st) = self.g;
-        model.reset_slot(b, st, slot)?;
-        model.forward_slot(b, st, slot, ids, 0, Logits::Last)
+        if pos == 0 {
+            model.reset_slot(b, st, slot)?;
+        }
+        model.forward_slot(b, st, slot, ids, pos, Logits::Last)
     }
     fn graph(&self) -> &dyn SlotGraph {
         &self.g
@@ -351,14 +331,17 @@ impl Net for HybridNet<'_> {
 fn state_size(o: &BenchOptions) -> (usize, usize) {
     let max_pp = o.pp.iter().copied().max().unwrap_or(0);
     let slots = o.batches.iter().copied().max().unwrap_or(1).max(1);
-    ((max_pp + o.tg + 1).max(PROMPT + o.tg + 1), slots)
+    (
+        (o.max_depth() + max_pp + o.tg + 1).max(PROMPT + o.tg + 1),
+        slots,
+    )
 }
 
 /// Positions of the decode tests' own state: the `tgN` tests run in a cache sized for their
 /// prompt and N tokens (as llama-bench sizes each test's context), not for the longest `pp`
 /// (a recorded decode step's attention grid covers the whole slot).
 pub fn decode_ctx(o: &BenchOptions) -> usize {
-    PROMPT + o.tg + 1
+    o.max_depth() + PROMPT + o.tg + 1
 }
 
 /// Prompt of the decode tests.
@@ -466,18 +449,30 @@ fn run_net(
         false => WARM_UP,
     };
 
-    for &n in &o.pp {
+    for (&d, &n) in o
+        .depths
+        .iter()
+        .flat_map(|d| o.pp.iter().map(move |n| (d, n)))
+    {
         let p = ids(n, vocab, n as u64);
-        warm_up(&dev, least(), || net.prefill(b, 0, &p).map(drop))?;
+        let fill = ids(d, vocab, 77);
+        // The depth's tokens go in untimed before each run (a hybrid's state moves on).
+        let one = |b: &mut VulkanBackend| -> Result<f64, ModelError> {
+            if d > 0 {
+                net.prefill(b, 0, &fill, 0)?;
+            }
+            let t0 = Instant::now();
+            net.prefill(b, 0, &p, d)?;
+            Ok(t0.elapsed().as_secs_f64())
+        };
+        warm_up(&dev, least(), || one(b).map(drop))?;
         let mut times = Vec::new();
         for _ in 0..reps {
-            let t0 = Instant::now();
-            net.prefill(b, 0, &p)?;
-            times.push(t0.elapsed().as_secs_f64());
+            times.push(one(b)?);
         }
         let (med, min, max) = median_spread(times);
         rows.push(BenchRow {
-            test: format!("pp{n}"),
+            test: at_depth(format!("pp{n}"), d),
             batch: 1,
             sampling: "-",
             tokens: n,
@@ -514,7 +509,7 @@ fn run_net(
             let mut ttft = 0.0;
             for s in 0..batch {
                 let p = ids(pp, vocab, 1000 + s as u64);
-                let logits = net.prefill(b, s, &p)?;
+                let logits = net.prefill(b, s, &p, 0)?;
                 if s == 0 {
                     ttft = t_start.elapsed().as_secs_f64();
                 }
@@ -545,12 +540,14 @@ fn run_net(
             }
             Ok((t, ttft))
         };
-        for (mode, &batch) in o
-            .sampling
-            .iter()
-            .flat_map(|m| o.batches.iter().map(move |b| (*m, b)))
-        {
+        for (d, mode, &batch) in o.depths.iter().flat_map(|&d| {
+            o.sampling
+                .iter()
+                .flat_map(move |m| o.batches.iter().map(move |b| (d, *m, b)))
+        }) {
             let sp = mode.params();
+            // The depth's tokens are part of each sequence's (untimed) prompt.
+            let prompt = d + prompt;
             warm_up(&dev, least(), || {
                 decode(b, net_tg, dec, batch, prompt, &sp).map(drop)
             })?;
@@ -561,7 +558,7 @@ fn run_net(
             let (med, min, max) = median_spread(times);
             let steps = (o.tg - 1) as f64;
             rows.push(BenchRow {
-                test: format!("tg{}", o.tg),
+                test: at_depth(format!("tg{}", o.tg), d),
                 batch,
                 sampling: mode.name(),
                 tokens: batch * (o.tg - 1),
@@ -615,7 +612,7 @@ fn run_net(
             let rows = o.batches.iter().copied().max().unwrap_or(1).max(1);
             for s in 0..rows {
                 let p = ids(prompt, vocab, 7 + s as u64);
-                let logits = net_tg.prefill(b, s, &p)?;
+                let logits = net_tg.prefill(b, s, &p, 0)?;
                 let first = vkllm_cpu::sampler::sample(&logits, &greedy, &[], s as u64, 0);
                 b.slot_start(
                     dec,
@@ -664,90 +661,6 @@ fn run_net(
         prefill_busy_us: 0.0,
         prefill_span_us: 0.0,
     })
-}
-
-impl BenchReport {
-    /// A markdown table of the tests, then the profile (when measured).
-    pub fn markdown(&self) -> String {
-        let mut s = String::from(
-            "| test | batch | sampling | tok/s | ms/step | eff. GB/s | TTFT ms | median s | min..max s |\n|---|---|---|---|---|---|---|---|---|\n",
-        );
-        for r in &self.rows {
-            let opt = |x: Option<f64>, p: usize| x.map_or("-".into(), |v| format!("{v:.p$}"));
-            s += &format!(
-                "| {} | {} | {} | {:.1} | {} | {} | {} | {:.4} | {:.4}..{:.4} |\n",
-                r.test,
-                r.batch,
-                r.sampling,
-                r.tok_s,
-                opt(r.ms_per_step, 3),
-                opt(r.eff_gb_s, 0),
-                opt(r.ttft_ms, 1),
-                r.median_s,
-                r.min_s,
-                r.max_s
-            );
-        }
-        s += &format!(
-            "\ncopy bandwidth {:.0} GB/s; weights read per decode step {:.1} MB\n",
-            self.copy_gb_s,
-            self.weight_bytes as f64 / 1e6
-        );
-        if !self.profile.is_empty() {
-            s += &profile_table(
-                "one decode step:",
-                &self.profile,
-                self.profile_busy_us,
-                self.profile_span_us,
-            );
-        }
-        if !self.prefill_profile.is_empty() {
-            s += &profile_table(
-                "one prefill chunk:",
-                &self.prefill_profile,
-                self.prefill_busy_us,
-                self.prefill_span_us,
-            );
-        }
-        s
-    }
-
-    /// The report as JSON (with the caller's metadata object merged in).
-    pub fn json(&self, meta: serde_json::Value) -> serde_json::Value {
-        let rows: Vec<_> = self
-            .rows
-            .iter()
-            .map(|r| {
-                serde_json::json!({
-                    "test": r.test, "batch": r.batch, "sampling": r.sampling, "tokens": r.tokens,
-                    "median_s": r.median_s, "min_s": r.min_s, "max_s": r.max_s,
-                    "tok_s": r.tok_s, "ms_per_step": r.ms_per_step,
-                    "eff_gb_s": r.eff_gb_s, "ttft_ms": r.ttft_ms,
-                })
-            })
-            .collect();
-        let profile: Vec<_> = self
-            .profile
-            .iter()
-            .map(
-                |p| serde_json::json!({"region": p.region, "dispatches": p.dispatches, "us": p.us}),
-            )
-            .collect();
-        serde_json::json!({
-            "meta": meta,
-            "copy_gb_s": self.copy_gb_s,
-            "weight_bytes": self.weight_bytes,
-            "rows": rows,
-            "profile": profile,
-            "profile_busy_us": self.profile_busy_us,
-            "profile_span_us": self.profile_span_us,
-            "prefill_profile": self.prefill_profile.iter().map(
-                |p| serde_json::json!({"region": p.region, "dispatches": p.dispatches, "us": p.us}),
-            ).collect::<Vec<_>>(),
-            "prefill_busy_us": self.prefill_busy_us,
-            "prefill_span_us": self.prefill_span_us,
-        })
-    }
 }
 
 #[cfg(test)]

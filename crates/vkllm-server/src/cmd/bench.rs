@@ -27,6 +27,11 @@ pub struct Args {
     #[arg(long, default_value_t = 128)]
     tg: usize,
 
+    /// Tokens already in the cache before each test, comma-separated (llama-bench's `-d`):
+    /// prefill and decode measured at that depth.
+    #[arg(long, default_value = "0", value_delimiter = ',')]
+    depth: Vec<usize>,
+
     /// Concurrent sequences of the decode tests, comma separated.
     #[arg(long, default_value = "1", value_delimiter = ',')]
     batch: Vec<usize>,
@@ -150,6 +155,7 @@ pub fn run(args: Args) -> Result<()> {
         profile: args.profile || args.profile_by_kernel,
         profile_by_kernel: args.profile_by_kernel,
         sampling: args.sampling.clone(),
+        depths: args.depth.clone(),
     };
     let report = if hybrid {
         if kv != KvDtype::F32 {
@@ -179,10 +185,14 @@ pub fn run(args: Args) -> Result<()> {
         "hidden": c.hidden_size,
         "weight_types_bytes": types,
         "kv_type": kv.name(),
-        "context": (opts.pp.iter().copied().max().unwrap_or(0) + opts.tg + 1)
+        "context": (opts.depths.iter().copied().max().unwrap_or(0)
+            + opts.pp.iter().copied().max().unwrap_or(0)
+            + opts.tg
+            + 1)
             .max(bench::decode_ctx(&opts)),
         "decode_context": bench::decode_ctx(&opts),
         "batches": opts.batches,
+        "depths": opts.depths,
         "steps_per_submit": opts.steps_per_submit,
         "prefill_chunk": chunk,
         "reps": opts.reps,

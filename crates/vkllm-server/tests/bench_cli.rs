@@ -1,0 +1,74 @@
+//! `vkllm bench --depth`: prefill and decode measured after D tokens already in the cache
+//! (llama-bench's `-d`), for a dense and a hybrid model from `vkllm synth`, on the Vulkan device
+//! (lavapipe in CI): every test appears once per depth with a finite speed, and the JSON says
+//! which depths ran. No timing is asserted.
+
+use std::process::Command;
+
+fn vkllm(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_vkllm"))
+        .args(args)
+        .output()
+        .expect("running vkllm")
+}
+
+#[test]
+fn depths_add_rows_for_every_test() {
+    for shape in ["tiny-qwen3", "tiny-qwen3.5"] {
+        let dir = std::env::temp_dir();
+        let model = dir.join(format!("vkllm-bench-{shape}-{}.gguf", std::process::id()));
+        let json = dir.join(format!("vkllm-bench-{shape}-{}.json", std::process::id()));
+        let m = model.to_str().unwrap();
+        let out = vkllm(&["synth", "--shape", shape, "--seed", "2", "-o", m]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = vkllm(&[
+            "bench",
+            "-m",
+            m,
+            "--pp",
+            "16",
+            "--tg",
+            "6",
+            "--depth",
+            "0,40",
+            "--reps",
+            "1",
+            "--sampling",
+            "greedy",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{shape}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
+        assert_eq!(v["meta"]["depths"], serde_json::json!([0, 40]), "{shape}");
+        let tests: Vec<(String, f64)> = v["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| {
+                (
+                    r["test"].as_str().unwrap().to_string(),
+                    r["tok_s"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        for want in ["pp16", "pp16 @ d40", "tg6", "tg6 @ d40"] {
+            let row = tests.iter().find(|(t, _)| t == want);
+            assert!(
+                row.is_some_and(|(_, s)| s.is_finite() && *s > 0.0),
+                "{shape}: {want} in {tests:?}"
+            );
+        }
+        std::fs::remove_file(&model).ok();
+        std::fs::remove_file(&json).ok();
+    }
+}
