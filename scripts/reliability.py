@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Reliability suite for `vkllm serve` (issue #34 item 7), short enough for CI: starts the
-server on the CPU backend with a tiny synthetic model and short limits, then
+server on the CPU backend (`--device` for another) with a tiny synthetic model and short limits, then
 
   slow-loris     clients that send half a request are dropped after --header-timeout, and
                  /health answers while they hang on;
@@ -247,6 +247,8 @@ def main():
     ap.add_argument("--bin", default="target/debug/vkllm")
     ap.add_argument("--soak", type=float, default=20.0, help="seconds")
     ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--device", default="cpu",
+                    help="the server's --device (cpu in CI; 0 for the first Vulkan device)")
     a = ap.parse_args()
     header_timeout, max_conn = 2, 48
     tmp = tempfile.mkdtemp(prefix="vkllm-reliability-")
@@ -254,7 +256,7 @@ def main():
     subprocess.run([a.bin, "synth", "--shape", "tiny-llama", "--seed", "1", "-o", model],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     srv = subprocess.Popen(
-        [a.bin, "serve", "--model", model, "--device", "cpu", "--served-model-name", "m",
+        [a.bin, "serve", "--model", model, "--device", a.device, "--served-model-name", "m",
          "--port", "0", "--slots", "4", "--ctx", "512", "--quiet",
          "--header-timeout", str(header_timeout), "--body-timeout", "5",
          "--max-connections", str(max_conn), "--max-body-bytes", str(8 << 20)],
