@@ -570,6 +570,37 @@ const QWEN3_6_35B_A3B: SynthShape = {
     s
 };
 
+/// Qwen3.6-27B (and Qwen3.5-27B, the same text model): the dense hybrid, 64 blocks (48 Gated
+/// DeltaNet with 16 key / 48 value heads of 128, 16 gated full-attention with 24 query / 4 KV
+/// heads of 256), MLP 17,408 wide, hidden 5,120, untied LM head.
+const QWEN3_6_27B: SynthShape = {
+    let mut s = QWEN3_5_0_8B;
+    s.name = "qwen3.6-27b";
+    s.hidden = 5120;
+    s.ff = 17408;
+    s.layers = 64;
+    s.heads = 24;
+    s.kv_heads = 4;
+    s.tied = false;
+    s.hybrid = Some(HybridShape {
+        k_heads: 16,
+        v_heads: 48,
+        k_dim: 128,
+        v_dim: 128,
+        conv_kernel: 4,
+        interval: 4,
+        rotary_dim: 64,
+        mrope_sections: [11, 11, 10, 0],
+    });
+    s.general = &[
+        ("general.name", "Qwen3.6 27B"),
+        ("general.basename", "Qwen3.6"),
+        ("general.size_label", "27B"),
+        ("general.license", "apache-2.0"),
+    ];
+    s
+};
+
 /// Qwen3-30B-A3B: Qwen3 attention (32 query / 4 KV heads of 128, q/k norms) over 48 blocks,
 /// every MLP 128 experts of 768 with 8 per token, no shared expert; untied LM head.
 const QWEN3_30B_A3B: SynthShape = {
@@ -615,6 +646,7 @@ pub const SHAPES: &[SynthShape] = &[
     tiny(SMOLLM2_135M, "tiny-smollm2", 1024),
     tiny(GEMMA3_270M, "tiny-gemma3", 1024),
     QWEN3_6_35B_A3B,
+    QWEN3_6_27B,
     QWEN3_30B_A3B,
     tiny(QWEN3_5_0_8B, "tiny-qwen3.5", 1024),
     tiny(QWEN3_6_35B_A3B, "tiny-qwen3.6-moe", 1024),
