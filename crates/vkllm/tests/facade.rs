@@ -1,7 +1,8 @@
 //! The facade on the real SmolLM2 (scripts/fetch-models.sh): a cached model opened by name
 //! gives transformers' greedy tokens for a raw prompt (fixtures/real golden) on the CPU and on
 //! the Vulkan device (lavapipe in CI), a chat through the template answers, a JSON Schema
-//! constrains the answer, and a name that is neither a file nor a known model is an error.
+//! constrains the answer, the fetcher's model names resolve, and a name that is neither a file
+//! nor a known model is an error.
 
 use vkllm::{Error, GrammarSpec, Llm, Message, Options, Params, Where};
 
@@ -97,6 +98,11 @@ fn chats_and_structured_answers() {
         llm.chat(&[Message::user("x")], &bad, |_| {}),
         Err(Error::Engine(_))
     ));
+    // Model names resolve through the fetcher's table (cached here: nothing is downloaded).
+    for name in ["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b"] {
+        let p = vkllm::resolve(name, "python3".as_ref()).expect(name);
+        assert!(p.is_file(), "{name}: {}", p.display());
+    }
     match Llm::open("no-such-model-xyz", &Options::default()) {
         Err(Error::NotFound { name, .. }) => assert_eq!(name, "no-such-model-xyz"),
         other => panic!("{:?}", other.err()),

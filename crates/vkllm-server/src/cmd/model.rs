@@ -1,7 +1,7 @@
 //! `--model`: a path (GGUF file, tokenizer directory or tokenizer.json, .tiktoken) or a short
 //! name. The model names (`smollm2-135m`, the default; `gemma3-270m`; `qwen2.5-coder-0.5b`; and
 //! their older names `smollm2`, `gemma3`, `qwen25coder`) are fetched into the cache on first
-//! use (see `crate::fetch`); the tokenizer-only names (`gemma3-tok`, ...) come from
+//! use (see `vkllm::fetch`); the tokenizer-only names (`gemma3-tok`, ...) come from
 //! `scripts/fetch-models.sh`. A Hugging Face repo id (`ORG/NAME[@REVISION]`) is looked up in the
 //! local hub cache (`hub.rs`).
 
@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 use vkllm_tokenizer::cache;
 
-use crate::fetch;
+use vkllm::fetch;
 
 /// The path `--model` names, fetching a known model that is not in the cache yet.
 pub fn resolve(arg: Option<&str>) -> Result<PathBuf> {

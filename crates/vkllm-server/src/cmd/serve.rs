@@ -130,8 +130,8 @@ pub struct Args {
 /// The id a model is served under when none is given.
 fn default_name(arg: Option<&str>, path: &Path) -> String {
     match arg {
-        None => crate::fetch::default_model().name.to_string(),
-        Some(a) if crate::fetch::find(a).is_some() || cache::known(a).is_some() => a.to_string(),
+        None => vkllm::fetch::default_model().name.to_string(),
+        Some(a) if vkllm::fetch::find(a).is_some() || cache::known(a).is_some() => a.to_string(),
         Some(_) => path
             .file_stem()
             .map_or("model".into(), |s| s.to_string_lossy().into_owned()),

