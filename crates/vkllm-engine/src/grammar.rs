@@ -149,8 +149,8 @@ impl Grammars {
         let key = spec.key();
         if let Ok(mut c) = self.cache.lock()
             && let Some(i) = c.iter().position(|(k, _)| *k == key)
+            && let Some(hit) = c.remove(i)
         {
-            let hit = c.remove(i).expect("index from position");
             let g = hit.1.clone();
             c.push_front(hit);
             return Ok(g);

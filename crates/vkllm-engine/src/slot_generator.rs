@@ -362,6 +362,9 @@ impl Generator for SlotGenerator {
                 out.push((s, toks));
             }
         }
+        if !constrained {
+            return Ok(out);
+        }
         // The next step's masks, one thread per constrained slot (a mask over a 150k-token
         // vocabulary can take a millisecond).
         let advanced: Vec<SlotId> = out.iter().map(|(s, _)| *s).collect();

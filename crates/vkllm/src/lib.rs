@@ -324,11 +324,14 @@ impl Llm {
         let grammar = match &p.format {
             None => None,
             Some(spec) => {
-                if self.grammars.is_none() {
-                    let g = Grammars::new(self.tokenizer(), self.vocab())?;
-                    self.grammars = Some(Arc::new(g));
-                }
-                let g = self.grammars.as_ref().expect("set above");
+                let g = match &self.grammars {
+                    Some(g) => g.clone(),
+                    None => {
+                        let g = Arc::new(Grammars::new(self.tokenizer(), self.vocab())?);
+                        self.grammars = Some(g.clone());
+                        g
+                    }
+                };
                 Some(g.compile(spec)?)
             }
         };
