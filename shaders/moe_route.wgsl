@@ -1,12 +1,17 @@
 // Mixture-of-Experts routing (vkllm_cpu::moe_route): per token, p = softmax(logits), the top_k
 // experts by p (largest first, ties to the lower index), optionally renormalised by their sum.
 //
-// Shapes: logits: [n, E] f32; ids: [n, top_k] u32; weights: [n, top_k] f32. top_k <= 32.
-// Workgroup: WG invocations (default 64), one token each: the expert count is small (<= 512)
-// and top_k passes over it cost O(top_k^2 E) per token, far below the router matvec before it.
-// Shared memory: none.
+// Shapes: logits: [n, E] f32; ids: [n, top_k] u32; weights: [n, top_k] f32. top_k <= 32,
+// E <= WG * PER.
+// Workgroup: one per token, WG invocations; invocation i holds experts i, i + WG, ... in
+// registers. Max and softmax sum are workgroup reductions; each of the top_k picks is a
+// workgroup argmax (subgroup max/min, then across subgroups through shared memory; any
+// subgroup size). A decode step routes one token: a single invocation walking the experts
+// top_k times was most of a 35B-A3B decode step.
+// Shared memory: 3 x 64 words.
 
-override WG: u32 = 64;
+override WG: u32 = 128;
+const PER: u32 = 8u;
 
 struct Params {
     n: u32,
@@ -20,47 +25,119 @@ var<immediate> p: Params;
 @group(0) @binding(1) var<storage, read_write> ids: array<u32>;
 @group(0) @binding(2) var<storage, read_write> weights: array<f32>;
 
+var<workgroup> red_v: array<f32, 64>;
+var<workgroup> red_e: array<u32, 64>;
+var<workgroup> chosen_w: array<f32, 32>;
+
+// Workgroup max (op 0) or sum (op 1) of v; every invocation gets it.
+fn wg_reduce(v: f32, op: u32, sg_id: u32, sg_lane: u32, n_sg: u32) -> f32 {
+    var s: f32;
+    if (op == 0u) {
+        s = subgroupMax(v);
+    } else {
+        s = subgroupAdd(v);
+    }
+    if (sg_lane == 0u) {
+        red_v[sg_id] = s;
+    }
+    workgroupBarrier();
+    var r = red_v[0];
+    for (var k = 1u; k < n_sg; k++) {
+        if (op == 0u) {
+            r = max(r, red_v[k]);
+        } else {
+            r += red_v[k];
+        }
+    }
+    workgroupBarrier();
+    return r;
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let t = (wid.y * nwg.x + wid.x) * WG + lid;
+        @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg_id: u32,
+        @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(num_subgroups) n_sg: u32) {
+    let t = wid.y * nwg.x + wid.x;
     if (t >= p.n) {
         return;
     }
     let base = t * p.n_experts;
+    var l: array<f32, PER>;
     var m = -3.0e38;
-    for (var e = 0u; e < p.n_experts; e++) {
-        m = max(m, logits[base + e]);
+    for (var j = 0u; j < PER; j++) {
+        let e = lid + j * WG;
+        l[j] = -3.0e38;
+        if (e < p.n_experts) {
+            l[j] = logits[base + e];
+            m = max(m, l[j]);
+        }
     }
-    var sum = 0.0;
-    for (var e = 0u; e < p.n_experts; e++) {
-        sum += exp(logits[base + e] - m);
+    m = wg_reduce(m, 0u, sg_id, sg_lane, n_sg);
+    var part = 0.0;
+    for (var j = 0u; j < PER; j++) {
+        if (lid + j * WG < p.n_experts) {
+            part += exp(l[j] - m);
+        }
     }
-    var chosen: array<u32, 32>;
-    var total = 0.0;
+    let sum = wg_reduce(part, 1u, sg_id, sg_lane, n_sg);
+    // Probabilities; -1 marks experts absent or already chosen.
+    var pr: array<f32, PER>;
+    for (var j = 0u; j < PER; j++) {
+        pr[j] = -1.0;
+        if (lid + j * WG < p.n_experts) {
+            pr[j] = exp(l[j] - m) / sum;
+        }
+    }
     for (var s = 0u; s < p.top_k; s++) {
-        var best = 0u;
-        var best_p = -1.0;
-        for (var e = 0u; e < p.n_experts; e++) {
-            var taken = false;
-            for (var q = 0u; q < s; q++) {
-                taken = taken || chosen[q] == e;
-            }
-            let pe = exp(logits[base + e] - m) / sum;
-            // Strictly greater: the first of equal probabilities (the lower index) wins.
-            if (!taken && pe > best_p) {
-                best_p = pe;
-                best = e;
+        // This invocation's best: the largest p, the lowest expert among equals (j ascending
+        // is expert ascending).
+        var bp = -1.0;
+        var be = 0xffffffffu;
+        for (var j = 0u; j < PER; j++) {
+            if (pr[j] > bp) {
+                bp = pr[j];
+                be = lid + j * WG;
             }
         }
-        chosen[s] = best;
-        ids[t * p.top_k + s] = best;
-        weights[t * p.top_k + s] = best_p;
-        total += best_p;
+        let sp = subgroupMax(bp);
+        var cand = 0xffffffffu;
+        if (bp == sp) {
+            cand = be;
+        }
+        let se = subgroupMin(cand);
+        if (sg_lane == 0u) {
+            red_v[sg_id] = sp;
+            red_e[sg_id] = se;
+        }
+        workgroupBarrier();
+        var gp = red_v[0];
+        var ge = red_e[0];
+        for (var k = 1u; k < n_sg; k++) {
+            if (red_v[k] > gp || (red_v[k] == gp && red_e[k] < ge)) {
+                gp = red_v[k];
+                ge = red_e[k];
+            }
+        }
+        workgroupBarrier();
+        if (ge % WG == lid) {
+            pr[ge / WG] = -1.0;
+        }
+        if (lid == 0u) {
+            ids[t * p.top_k + s] = ge;
+            chosen_w[s] = gp;
+        }
     }
-    if (p.renormalize != 0u) {
+    if (lid == 0u) {
+        var total = 0.0;
         for (var s = 0u; s < p.top_k; s++) {
-            weights[t * p.top_k + s] = weights[t * p.top_k + s] / total;
+            total += chosen_w[s];
+        }
+        for (var s = 0u; s < p.top_k; s++) {
+            var w = chosen_w[s];
+            if (p.renormalize != 0u) {
+                w = w / total;
+            }
+            weights[t * p.top_k + s] = w;
         }
     }
 }

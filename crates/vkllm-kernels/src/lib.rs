@@ -46,6 +46,7 @@ pub mod matvec_fused;
 pub mod matvec_q8a;
 pub mod matvec_rows;
 pub mod moe_experts;
+pub mod moe_experts_grouped;
 pub mod moe_experts_quant;
 pub mod moe_route;
 pub mod quantize_act_q8;
@@ -118,5 +119,8 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &moe_experts::MOE_DOWN,
         &moe_experts_quant::MOE_GATE_UP_QUANT,
         &moe_experts_quant::MOE_DOWN_QUANT,
+        &moe_experts_grouped::MOE_GROUP,
+        &moe_experts_grouped::MOE_GROUPED,
+        &moe_experts_grouped::MOE_GROUPED_SUM,
     ]
 }

@@ -1,12 +1,15 @@
-//! `shaders/moe_route.wgsl`: softmax, top-k and optional renormalisation of router logits.
+//! `shaders/moe_route.wgsl`: softmax, top-k and optional renormalisation of router logits, one
+//! workgroup per token.
 
 use crate::sources::MOE_ROUTE as SRC;
 use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
 
-const WG: u32 = 64;
+const WG: u32 = 128;
 /// Largest `top_k` the shader holds.
 pub const MAX_TOP_K: usize = 32;
+/// Most experts the shader holds (WG invocations x 8 registers).
+pub const MAX_EXPERTS: usize = 8 * WG as usize;
 
 pub static MOE_ROUTE: KernelSpec = KernelSpec {
     name: "moe_route",
@@ -43,10 +46,13 @@ impl<B: KernelBuffer> MoeRoute<B> {
         renormalize: bool,
     ) -> Result<Dispatch<B>, Error> {
         let k = &MOE_ROUTE;
-        if n == 0 || top_k == 0 || top_k > n_experts || top_k > MAX_TOP_K {
+        if n == 0 || top_k == 0 || top_k > n_experts || top_k > MAX_TOP_K || n_experts > MAX_EXPERTS
+        {
             return Err(shape_err(
                 k,
-                format!("n {n}, top_k {top_k} of {n_experts} (at most {MAX_TOP_K})"),
+                format!(
+                    "n {n}, top_k {top_k} of {n_experts} (at most {MAX_TOP_K} of {MAX_EXPERTS})"
+                ),
             ));
         }
         need(k, "logits", &self.logits, 4 * (n * n_experts) as u64)?;
@@ -63,7 +69,7 @@ impl<B: KernelBuffer> MoeRoute<B> {
             Overrides::new().set("WG", WG as f64),
             vec![self.logits, self.ids, self.weights],
             &p,
-            grid_for(k, (n as u64).div_ceil(WG as u64))?,
+            grid_for(k, n as u64)?,
         ))
     }
 }

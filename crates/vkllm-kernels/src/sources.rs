@@ -70,6 +70,11 @@ pub(crate) const MOE_EXPERTS_QUANT: &str = concat!(
     include_str!("../shaders/quant_blocks.inc.wgsl"),
     include_str!("../shaders/quant_words.inc.wgsl")
 );
+pub(crate) const MOE_EXPERTS_GROUPED: &str = concat!(
+    include_str!("../shaders/moe_experts_grouped.wgsl"),
+    include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/quant_words.inc.wgsl")
+);
 pub(crate) const MOE_ROUTE: &str = include_str!("../shaders/moe_route.wgsl");
 pub(crate) const RMSNORM: &str = include_str!("../shaders/rmsnorm.wgsl");
 pub(crate) const ROPE: &str = include_str!("../shaders/rope.wgsl");

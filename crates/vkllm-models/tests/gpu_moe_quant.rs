@@ -12,6 +12,8 @@
 mod common;
 
 use vkllm_kernels::WeightType;
+use vkllm_kernels::moe_experts_grouped::MoeExpertsGrouped;
+use vkllm_kernels::moe_experts_quant::MoeQuantShape;
 use vkllm_models::backend::Backend;
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::hybrid::HybridModel;
@@ -38,8 +40,17 @@ fn run<B: Backend>(b: &mut B, m: &HybridModel, ids: &[u32], n_gen: usize) -> (Ve
 
 #[test]
 fn q8_0_experts_match_cpu() {
+    // Per-row expert kernels for every product (the reference), then the grouped ones for
+    // every product (prompt and decode steps alike).
+    for grouped_min in [0, 1] {
+        q8_0_experts_match_cpu_with(grouped_min);
+    }
+}
+
+fn q8_0_experts_match_cpu_with(grouped_min: u32) {
     let mut opts = common::options();
     opts.tuning.matvec = Some(vkllm_vk::kernels::matvec_fused::MatvecImpl::Fast);
+    opts.tuning.moe_grouped_min = grouped_min;
     let dev = common::open(&opts);
     let fx = Fixture::load("qwen3_moe").expect("fixture");
     let src = QuantizingSource::new(&fx.weights, &fx.config, QuantScheme::Q8_0);
@@ -60,6 +71,20 @@ fn q8_0_experts_match_cpu() {
                 );
                 checked += 1;
             }
+            let shape = MoeQuantShape {
+                n: ids.len(),
+                top_k: m.experts.n_experts.min(2),
+                hidden: m.experts.hidden,
+                ff: m.experts.ff,
+                n_experts: m.experts.n_experts,
+                gate: WeightType::Q8_0,
+                up: WeightType::Q8_0,
+                down: WeightType::Q8_0,
+            };
+            assert!(
+                MoeExpertsGrouped::<()>::supports(&shape),
+                "the grouped kernels take the fixture's experts"
+            );
         }
     }
     assert!(checked > 0, "the fixture has MoE layers");
@@ -67,8 +92,11 @@ fn q8_0_experts_match_cpu() {
     let d = vkllm_cpu::compare::diff(&got, &want);
     assert!(
         d.max_abs <= GPU_VS_CPU_MAX_ABS,
-        "logits max abs {} > {GPU_VS_CPU_MAX_ABS}",
+        "moe_grouped_min={grouped_min}: logits max abs {} > {GPU_VS_CPU_MAX_ABS}",
         d.max_abs
     );
-    assert_eq!(got_toks, want_toks, "greedy tokens");
+    assert_eq!(
+        got_toks, want_toks,
+        "moe_grouped_min={grouped_min}: greedy tokens"
+    );
 }

@@ -98,12 +98,21 @@ pub(crate) fn moe_route(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
     let mut rows = Vec::new();
+    // Qwen3.6-35B-A3B routes 8 of 256 experts, Qwen3-30B-A3B 8 of 128; 1000 fills every
+    // register of the shader's invocations; the last row's logits all tie (ids 0, 1, ...).
     for (n, e, k, renorm) in [
         (37usize, 60usize, 6usize, true),
         (5, 8, 2, false),
         (3, 128, 8, true),
+        (1, 256, 8, true),
+        (19, 256, 8, false),
+        (4, 1000, 32, true),
+        (2, 77, 5, true),
     ] {
-        let logits = rng.vec(n * e, -4.0, 4.0);
+        let mut logits = rng.vec(n * e, -4.0, 4.0);
+        if e == 77 {
+            logits.fill(0.5);
+        }
         let lb = cx.input("logits", &logits)?;
         let (ids, w) = (cx.output("ids", n * k)?, cx.output("weights", n * k)?);
         cx.run(&[&ids, &w], |r| {

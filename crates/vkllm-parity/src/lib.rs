@@ -26,6 +26,7 @@ mod matmul_coop;
 mod matmul_coop_glu;
 mod matmul_coop_group;
 mod matvec_fused;
+mod moe_experts_grouped;
 mod moe_experts_quant;
 mod quant;
 mod quantize_act_q8;
@@ -171,6 +172,10 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("moe_route", hybrid::moe_route),
     ("moe_experts", hybrid::moe_experts),
     ("moe_experts_quant", moe_experts_quant::moe_experts_quant),
+    (
+        "moe_experts_grouped",
+        moe_experts_grouped::moe_experts_grouped,
+    ),
 ];
 
 /// Runs every case (each with a seed derived from `seed`) and returns all rows.

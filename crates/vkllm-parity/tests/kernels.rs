@@ -115,4 +115,5 @@ parity_tests!(
     moe_route,
     moe_experts,
     moe_experts_quant,
+    moe_experts_grouped,
 );

@@ -79,3 +79,66 @@ fn unknown_names_are_reported() {
     let help = String::from_utf8_lossy(&vkllm(&["synth", "--help"]).stdout).to_string();
     assert!(help.contains("qwen3.5-0.8b"), "{help}");
 }
+
+#[test]
+fn layers_keeps_a_slice_of_the_model() {
+    let path = std::env::temp_dir().join(format!(
+        "vkllm-synth-cli-{}-layers.gguf",
+        std::process::id()
+    ));
+    let p = path.to_str().unwrap();
+    let full =
+        std::env::temp_dir().join(format!("vkllm-synth-cli-{}-full.gguf", std::process::id()));
+    let f = full.to_str().unwrap();
+    for (out, layers) in [(p, Some("1")), (f, None)] {
+        let mut args = vec![
+            "synth",
+            "--shape",
+            "tiny-qwen3.6-moe",
+            "--quant",
+            "q8_0",
+            "-o",
+            out,
+        ];
+        if let Some(n) = layers {
+            args.extend(["--layers", n]);
+        }
+        let o = vkllm(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let (one, all) = (
+        std::fs::metadata(&path).unwrap().len(),
+        std::fs::metadata(&full).unwrap().len(),
+    );
+    assert!(one < all, "one layer {one} bytes, every layer {all}");
+    // The slice loads and generates (its block count matches its tensors).
+    let o = vkllm(&[
+        "run",
+        "--device",
+        "cpu",
+        "--raw",
+        "--max-tokens",
+        "3",
+        "--temperature",
+        "0",
+        "--model",
+        p,
+        "hello",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let info = vkllm(&["info", "-m", p]);
+    let text = String::from_utf8_lossy(&info.stdout).to_string();
+    assert!(text.contains(", 1 layers,"), "{text}");
+    let o = vkllm(&[
+        "synth",
+        "--shape",
+        "tiny-qwen3",
+        "--layers",
+        "0",
+        "-o",
+        "/dev/null",
+    ]);
+    assert!(!o.status.success(), "0 layers is refused");
+    std::fs::remove_file(&path).ok();
+    std::fs::remove_file(&full).ok();
+}

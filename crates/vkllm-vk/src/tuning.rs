@@ -153,6 +153,10 @@ pub struct Tuning {
     /// Model backends: hybrid prompts take the chunked gated-delta form (else the recurrence,
     /// the reference). Key `delta_chunked`.
     pub delta_chunked: bool,
+    /// Model backends: MoE expert products over at least this many tokens group the tokens by
+    /// expert (tiled products reading each expert's weights once per tile); fewer, or 0, run
+    /// one workgroup per output row (the reference). Key `moe_grouped_min`.
+    pub moe_grouped_min: u32,
     /// Model backends: a forward's dispatches share one submit where possible. Key `one_submit`.
     pub one_submit: bool,
     /// Model backends: dispatches in a forward's first submitted part (parts double up to 256);
@@ -198,6 +202,7 @@ impl Default for Tuning {
             fused: true,
             rope_kv_tpw: None,
             delta_chunked: true,
+            moe_grouped_min: 16,
             one_submit: true,
             split_submit: Some(SPLIT_SUBMIT_FIRST),
         }
@@ -255,6 +260,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "fused",
     "rope_kv_tpw",
     "delta_chunked",
+    "moe_grouped_min",
     "one_submit",
     "split_submit",
 ];
@@ -459,6 +465,7 @@ impl Tuning {
                 }
             }
             "delta_chunked" => self.delta_chunked = flag()?,
+            "moe_grouped_min" => self.moe_grouped_min = in_range(0, 1 << 20)? as u32,
             "one_submit" => self.one_submit = flag()?,
             "split_submit" => {
                 self.split_submit = match num()? {
@@ -546,8 +553,8 @@ impl fmt::Display for Tuning {
              coop_x_f16={},coop_tile={},coop_glu={},coop_glu_half={},coop_group={group},\
              {dequant},wg_coherent={},recycle={},fence_spin_us={},pipeline_stats={},\
              attn={attn},attn_chunk={},attn_prefill={prefill},attn_coop_nsg={},\
-             attn_coop_split={},fused={},rope_kv_tpw={},delta_chunked={},one_submit={},\
-             split_submit={}",
+             attn_coop_split={},fused={},rope_kv_tpw={},delta_chunked={},moe_grouped_min={},\
+             one_submit={},split_submit={}",
             b(self.q8a_wide),
             b(self.q8a_quad),
             self.q8a_workgroups,
@@ -573,6 +580,7 @@ impl fmt::Display for Tuning {
             b(self.fused),
             opt(self.rope_kv_tpw.map(|t| t.to_string())),
             b(self.delta_chunked),
+            self.moe_grouped_min,
             b(self.one_submit),
             self.split_submit.unwrap_or(0),
         )
@@ -644,7 +652,7 @@ mod tests {
                     dequant=auto,dequant_min=4096,dequant_tokens=64,wg_coherent=0,recycle=0,\
                     fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,\
                     attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,fused=0,\
-                    rope_kv_tpw=3,delta_chunked=0,one_submit=0,split_submit=0";
+                    rope_kv_tpw=3,delta_chunked=0,moe_grouped_min=0,one_submit=0,split_submit=0";
         let t = Tuning::parse(spec).unwrap();
         assert_ne!(t, Tuning::default());
         assert_eq!(Tuning::parse(&t.to_string()).unwrap(), t);

@@ -407,7 +407,7 @@ pub trait Backend {
 
     /// `out[t] = sum_i weights[t, i] * down_e(act(gate_e x[t]) * up_e x[t])` with
     /// `e = ids[t, i]`, for `n` rows of `x` (`[n, hidden]`), reading only the selected experts
-    /// (`vkllm_cpu::moe_experts`). `scratch` holds at least `n * top_k * ff` values.
+    /// (`vkllm_cpu::moe_experts`). `scratch` holds at least [`moe_scratch_words`] values.
     #[allow(clippy::too_many_arguments)]
     fn moe_experts(
         &mut self,
@@ -552,4 +552,34 @@ pub fn norm_gated_mlp_unfused<B: Backend + ?Sized>(
     b.linear(a.gate, a.h, a.n, a.gate_out)?;
     b.linear(a.up, a.h, a.n, a.up_out)?;
     b.gated_act(a.act, a.gate_out, a.up_out, a.n * a.gate.rows, a.out)
+}
+
+/// Words of the `scratch` [`Backend::moe_experts`] takes for `n` tokens (see
+/// [`moe_scratch_parts`]).
+pub fn moe_scratch_words(
+    n: usize,
+    top_k: usize,
+    hidden: usize,
+    ff: usize,
+    experts: usize,
+) -> usize {
+    let [_, _, (off, len)] = moe_scratch_parts(n, top_k, hidden, ff, experts);
+    off + len
+}
+
+/// `(offset, length)` in words of the parts of the MoE scratch: the experts' activations
+/// `[n, top_k, ff]`, per-slot output rows `[n, top_k, hidden]` and the slot lists of the
+/// grouped kernels, each at a 256-byte boundary (storage-buffer offset alignment).
+pub fn moe_scratch_parts(
+    n: usize,
+    top_k: usize,
+    hidden: usize,
+    ff: usize,
+    experts: usize,
+) -> [(usize, usize); 3] {
+    let up = |w: usize| w.div_ceil(64) * 64;
+    let act = (0, n * top_k * ff);
+    let y = (up(act.1), n * top_k * hidden);
+    let lists = (y.0 + up(y.1), experts * (n + 1));
+    [act, y, lists]
 }

@@ -14,7 +14,11 @@ use vkllm_kernels::gated_delta_rule::{
 };
 use vkllm_kernels::gated_rmsnorm::GatedRmsNorm;
 use vkllm_kernels::moe_experts::{MoeExperts, MoeShape};
+use vkllm_kernels::moe_experts_grouped::MoeExpertsGrouped;
 use vkllm_kernels::moe_experts_quant::{MoeExpertsQuant, MoeQuantShape};
+use vkllm_vk::BufSlice;
+
+use crate::backend::moe_scratch_parts;
 use vkllm_kernels::moe_route::MoeRoute;
 use vkllm_kernels::sigmoid_mul::SigmoidMul;
 
@@ -235,8 +239,9 @@ impl VulkanBackend {
         })
     }
 
-    /// The experts over block-format weights: three dispatches reading only the selected
-    /// experts' blocks.
+    /// The experts over block-format weights: for few tokens three dispatches reading only the
+    /// selected experts' rows per token, for many (tuning `moe_grouped_min`) the tokens grouped
+    /// by expert.
     #[allow(clippy::too_many_arguments)]
     fn hy_moe_experts_quant(
         &mut self,
@@ -250,6 +255,43 @@ impl VulkanBackend {
         out: Tensor,
     ) -> Result<(), ModelError> {
         let (h, ff) = (ex.hidden, ex.ff);
+        let shape = MoeQuantShape {
+            n,
+            top_k,
+            hidden: h,
+            ff,
+            n_experts: ex.n_experts,
+            gate: self.matrix(ex.gate).dtype,
+            up: self.matrix(ex.up).dtype,
+            down: self.matrix(ex.down).dtype,
+        };
+        let min = self.dev.tuning().moe_grouped_min as usize;
+        if min > 0 && n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(&shape) {
+            let [a, y, l] = moe_scratch_parts(n, top_k, h, ff, ex.n_experts);
+            return self.record(|me, r| {
+                let w = |t: Tensor| me.matrix(t).parts[0].buffer.all();
+                let part = |(off, len): (usize, usize)| {
+                    me.buf(scratch).slice(4 * off as u64, 4 * len as u64)
+                };
+                let ds = MoeExpertsGrouped {
+                    x: me.head(x, n * h)?,
+                    ids: me.head(ids, n * top_k)?,
+                    weights: me.head(weights, n * top_k)?,
+                    gate: w(ex.gate),
+                    up: w(ex.up),
+                    down: w(ex.down),
+                    act: part(a)?,
+                    y: part(y)?,
+                    lists: part(l)?,
+                    out: me.head(out, n * h)?,
+                }
+                .dispatch(&shape)?;
+                for d in ds {
+                    r.dispatch(d)?;
+                }
+                Ok(())
+            });
+        }
         self.record(|me, r| {
             let w = |t: Tensor| me.matrix(t).parts[0].buffer.all();
             let ds = MoeExpertsQuant {
@@ -262,16 +304,7 @@ impl VulkanBackend {
                 act: me.head(scratch, n * top_k * ff)?,
                 out: me.head(out, n * h)?,
             }
-            .dispatch(&MoeQuantShape {
-                n,
-                top_k,
-                hidden: h,
-                ff,
-                n_experts: ex.n_experts,
-                gate: me.matrix(ex.gate).dtype,
-                up: me.matrix(ex.up).dtype,
-                down: me.matrix(ex.down).dtype,
-            })?;
+            .dispatch(&shape)?;
             for d in ds {
                 r.dispatch(d)?;
             }

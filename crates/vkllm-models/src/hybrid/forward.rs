@@ -11,7 +11,9 @@
 
 use std::cell::Cell;
 
-use crate::backend::{Backend, KvDtype, KvRows, KvView, NormMlp, StateView, Tensor};
+use crate::backend::{
+    Backend, KvDtype, KvRows, KvView, NormMlp, StateView, Tensor, moe_scratch_words,
+};
 use crate::blocks::{self, AttnRefs, AttnScratch};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
@@ -113,7 +115,7 @@ struct Scratch {
     router: Tensor,
     expert_ids: Tensor,
     expert_w: Tensor,
-    /// `[n, top_k, expert_ff]`: the experts' activations.
+    /// The experts' activations and the grouped kernels' scratch (`moe_scratch_words`).
     expert_act: Tensor,
     shared: Tensor,
     shared_gate: Tensor,
@@ -179,7 +181,7 @@ impl HybridModel {
             router: b.alloc_f32((n * ne).max(1))?,
             expert_ids: b.alloc_u32_scratch((n * k).max(1))?,
             expert_w: b.alloc_f32((n * k).max(1))?,
-            expert_act: b.alloc_f32((n * k * eff).max(1))?,
+            expert_act: b.alloc_f32(moe_scratch_words(n, k, c.hidden_size, eff, ne).max(1))?,
             shared: b.alloc_f32(n * c.hidden_size)?,
             shared_gate: b.alloc_f32(n)?,
             last: b.alloc_f32(c.hidden_size)?,

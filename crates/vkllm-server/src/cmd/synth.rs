@@ -35,12 +35,20 @@ pub struct Args {
     /// Output file.
     #[arg(long, short)]
     output: PathBuf,
+
+    /// Keep only the first N blocks (a slice of the model with its per-layer shapes, for
+    /// profiling one layer's kernels without writing the whole file).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    layers: Option<u32>,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let shape = synth::shape(&args.shape)?;
+    let mut shape = *synth::shape(&args.shape)?;
+    if let Some(n) = args.layers {
+        shape.layers = n as usize;
+    }
     let quant: QuantScheme = args.quant.parse()?;
-    let plan = SynthPlan::new(shape, quant, args.seed);
+    let plan = SynthPlan::new(&shape, quant, args.seed);
     let total = plan.tensor_bytes();
     eprintln!(
         "vkllm synth: {} ({} parameters, {} layers) in {quant}: {} tensors, {:.1} MiB of weights -> {}",
