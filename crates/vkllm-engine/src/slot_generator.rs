@@ -37,6 +37,8 @@ struct Slot {
     /// Structured outputs: the active request's grammar position. While any live slot has
     /// one, a submit runs one step (the next mask depends on the token just drawn).
     constraint: Option<Constraint>,
+    /// The constraint moved on since its mask was last uploaded.
+    mask_due: bool,
 }
 
 struct PendingPrompt {
@@ -122,6 +124,7 @@ impl SlotGenerator {
                     reused: 0,
                     pending: None,
                     constraint: None,
+                    mask_due: false,
                 })
                 .collect(),
             steps_per_submit: steps_per_submit.max(1),
@@ -223,6 +226,42 @@ impl SlotGenerator {
     }
 }
 
+impl SlotGenerator {
+    /// Computes the masks of the live constrained slots whose constraint moved on, one thread
+    /// per slot (a mask over a 150k-token vocabulary can take a millisecond), and uploads them.
+    fn upload_due_masks(&mut self) -> Result<(), EngineError> {
+        let mut todo: Vec<(SlotId, &mut Constraint)> = self
+            .slots
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, sl)| sl.mask_due && sl.next.is_some())
+            .filter_map(|(s, sl)| sl.constraint.as_mut().map(|c| (s, c)))
+            .collect();
+        let masks: Vec<(SlotId, Vec<u32>)> = match todo.len() {
+            0 => Vec::new(),
+            1 => todo.iter_mut().map(|(s, c)| (*s, c.mask())).collect(),
+            _ => std::thread::scope(|sc| {
+                let hs: Vec<_> = todo
+                    .into_iter()
+                    .map(|(s, c)| sc.spawn(move || (s, c.mask())))
+                    .collect();
+                hs.into_iter()
+                    .map(|h| {
+                        h.join().map_err(|_| EngineError::Grammar {
+                            reason: "the token mask computation panicked".into(),
+                        })
+                    })
+                    .collect::<Result<_, _>>()
+            })?,
+        };
+        for (s, m) in masks {
+            self.b.slot_mask(self.dec, s, Some(&m))?;
+            self.slots[s].mask_due = false;
+        }
+        Ok(())
+    }
+}
+
 fn decoder_config(steps_per_submit: usize) -> SlotDecoderConfig {
     SlotDecoderConfig {
         max_bias: 300,
@@ -230,6 +269,7 @@ fn decoder_config(steps_per_submit: usize) -> SlotDecoderConfig {
         logprobs: true,
         counts: true,
         max_steps: steps_per_submit.max(1),
+        split_step: true,
     }
 }
 
@@ -309,13 +349,12 @@ impl Generator for SlotGenerator {
                 logprobs: p.logprobs,
             },
         )?;
-        if let Some(c) = constraint.as_mut() {
-            self.b.slot_mask(self.dec, slot, Some(&c.mask()))?;
-        }
         self.clock += 1;
         let s = &mut self.slots[slot];
         s.next = Some(first.id);
         s.last_used = self.clock;
+        // The first mask is computed while the next step's forward runs.
+        s.mask_due = constraint.is_some();
         s.constraint = constraint;
         Ok(Some(first))
     }
@@ -328,12 +367,17 @@ impl Generator for SlotGenerator {
             .slots
             .iter()
             .any(|s| s.next.is_some() && s.constraint.is_some());
-        let steps = if constrained {
-            1
+        let got = if constrained {
+            // One step in two submits: the forward runs while the host computes the masks of
+            // the constrained slots that moved on (they depend only on tokens already drawn).
+            self.b.slots_forward(self.dec)?;
+            let masked = self.upload_due_masks();
+            let got = self.b.slots_finish(self.dec);
+            masked?;
+            got?
         } else {
-            self.steps_per_submit
+            self.b.slots_run(self.dec, self.steps_per_submit)?
         };
-        let got = self.b.slots_run(self.dec, steps)?;
         let mut out = Vec::new();
         for (s, slot) in self.slots.iter_mut().enumerate() {
             let Some(mut fed) = slot.next else { continue };
@@ -348,6 +392,7 @@ impl Generator for SlotGenerator {
                 fed = id;
                 if let Some(c) = slot.constraint.as_mut() {
                     c.commit(id)?;
+                    slot.mask_due = true;
                 }
                 let lp = got.logprobs[k * got.slots + s].as_ref();
                 toks.push(TokenOut {
@@ -362,39 +407,6 @@ impl Generator for SlotGenerator {
                 out.push((s, toks));
             }
         }
-        if !constrained {
-            return Ok(out);
-        }
-        // The next step's masks, one thread per constrained slot (a mask over a 150k-token
-        // vocabulary can take a millisecond).
-        let advanced: Vec<SlotId> = out.iter().map(|(s, _)| *s).collect();
-        let mut todo: Vec<(SlotId, &mut Constraint)> = self
-            .slots
-            .iter_mut()
-            .enumerate()
-            .filter(|(s, _)| advanced.contains(s))
-            .filter_map(|(s, sl)| sl.constraint.as_mut().map(|c| (s, c)))
-            .collect();
-        let masks: Vec<(SlotId, Vec<u32>)> = match todo.len() {
-            0 => Vec::new(),
-            1 => todo.iter_mut().map(|(s, c)| (*s, c.mask())).collect(),
-            _ => std::thread::scope(|sc| {
-                let hs: Vec<_> = todo
-                    .into_iter()
-                    .map(|(s, c)| sc.spawn(move || (s, c.mask())))
-                    .collect();
-                hs.into_iter()
-                    .map(|h| {
-                        h.join().map_err(|_| EngineError::Grammar {
-                            reason: "the token mask computation panicked".into(),
-                        })
-                    })
-                    .collect::<Result<_, _>>()
-            })?,
-        };
-        for (s, m) in masks {
-            self.b.slot_mask(self.dec, s, Some(&m))?;
-        }
         Ok(out)
     }
 
@@ -403,6 +415,7 @@ impl Generator for SlotGenerator {
             s.next = None;
             // A prompt abandoned mid-prefill: what it computed stays reusable (`history`).
             s.pending = None;
+            s.mask_due = false;
             if s.constraint.take().is_some() {
                 let _ = self.b.slot_mask(self.dec, slot, None);
             }

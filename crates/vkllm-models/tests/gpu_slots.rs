@@ -571,3 +571,70 @@ fn logprobs_dispatch_only_when_asked() {
     b.slot_stop(dec, 1).expect("slot stop");
     assert!(!has_lp(&mut b), "slot 1 stopped");
 }
+
+/// A step in two submits (`slots_forward`, then `slots_finish`) gives the reference's sampled
+/// tokens like `slots_run`; while a forward is in flight only masks may be written, and the
+/// calls out of order are typed errors.
+#[test]
+fn split_step_matches_reference() {
+    let dev = device();
+    let fx = Fixture::load("llama").expect("fixture");
+    let mut b = VulkanBackend::new(dev.clone());
+    let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+    let prompt = prompts(&fx)[0].clone();
+    let ctx = prompt.len() + 24;
+    let r = Req {
+        prompt,
+        params: SamplingParams::default(),
+        n: 9,
+        seq_id: 3,
+        logprobs: None,
+    };
+    let kv = model
+        .new_kv_slots(&mut b, ctx, 2, KvDtype::F32)
+        .expect("kv");
+    let plain = b
+        .slot_decoder(&model, &kv, SlotDecoderConfig::default())
+        .expect("record slot decoder");
+    let err = b.slots_forward(plain).expect_err("no split recordings");
+    assert!(err.to_string().contains("split_step"), "{err}");
+    let cfg = SlotDecoderConfig {
+        split_step: true,
+        ..SlotDecoderConfig::default()
+    };
+    let dec = b
+        .slot_decoder(&model, &kv, cfg)
+        .expect("record slot decoder");
+    let err = b.slots_finish(dec).expect_err("nothing in flight");
+    assert!(err.to_string().contains("no forward in flight"), "{err}");
+    let logits = model
+        .forward_slot(&mut b, &kv, 0, &r.prompt, 0, Logits::Last)
+        .expect("prefill");
+    let first = sample(&logits, &r.params, &[], r.seq_id, 0);
+    let start = SlotStart {
+        token: first,
+        pos: r.prompt.len(),
+        sampling: &r.params,
+        seq_id: r.seq_id,
+        step: 1,
+        counts: None,
+        logprobs: None,
+    };
+    b.slot_start(dec, 0, &start).expect("slot start");
+    let mut toks = vec![first];
+    while toks.len() < r.n {
+        b.slots_forward(dec).expect("forward");
+        assert!(b.slots_forward(dec).is_err(), "a second forward in flight");
+        assert!(
+            b.slot_start(dec, 1, &start).is_err(),
+            "start while in flight"
+        );
+        assert!(b.slots_run(dec, 1).is_err(), "run while in flight");
+        b.slot_mask(dec, 1, None).expect("masks may be written");
+        let got = b.slots_finish(dec).expect("finish");
+        assert_eq!(got.steps, 1);
+        toks.push(got.id(0, 0));
+    }
+    let (want, _) = reference(&mut b, &model, &r, ctx, KvDtype::F32);
+    assert_eq!(toks, want);
+}

@@ -493,6 +493,7 @@ fn run_net(
             logprobs: false,
             counts: false,
             max_steps: o.steps_per_submit.max(1),
+            split_step: false,
         };
         let dec = b.slot_decoder_for(net_tg.graph(), cfg)?;
         let greedy = SamplingParams::default();

@@ -11,14 +11,13 @@
 
 use vkllm_cpu::decode::IDLE;
 use vkllm_cpu::sampler::SamplingParams;
-use vkllm_kernels::decode_advance::{DecodeAdvance, DecodeAdvanceShape};
-use vkllm_kernels::logprobs::{Logprobs, LogprobsShape, MAX_TOP};
+use vkllm_kernels::logprobs::{LogprobsShape, MAX_TOP};
 use vkllm_kernels::sample::{Sample, SampleRow, SampleSettings, SampleShape};
 use vkllm_vk::{Buffer, MemoryKind, Recording, Validation};
 
 use super::slot_graph::SlotGraph;
 use super::{Slot, VulkanBackend};
-use crate::backend::{Backend, Tensor};
+use crate::backend::Tensor;
 use crate::error::ModelError;
 use crate::forward::{KvCache, Model};
 use crate::hybrid::{HybridModel, HybridState};
@@ -39,6 +38,10 @@ pub struct SlotDecoderConfig {
     pub counts: bool,
     /// Most steps per submit (recordings are made for every power of two up to this).
     pub max_steps: usize,
+    /// Also record one step as two submits, the forward and then the sampler
+    /// ([`VulkanBackend::slots_forward`] / [`VulkanBackend::slots_finish`]), so the host can
+    /// write token masks while the forward runs (structured outputs).
+    pub split_step: bool,
 }
 
 impl Default for SlotDecoderConfig {
@@ -49,6 +52,7 @@ impl Default for SlotDecoderConfig {
             logprobs: true,
             counts: true,
             max_steps: 8,
+            split_step: false,
         }
     }
 }
@@ -118,52 +122,67 @@ pub(super) struct SlotDecoder {
     /// 16-row batch); without all passes only the sampler's first runs (enough for greedy,
     /// unfiltered and small top-k rows; it saves three launches per step).
     /// Recordings first: they must be dropped before the buffers they use.
-    recs: Vec<(RecKey, Recording)>,
+    pub(super) recs: Vec<(RecKey, Recording)>,
+    /// With `split_step`: one step's forward by rows, and its sampler tail by (rows, with
+    /// logprobs, all passes).
+    pub(super) fwd: Vec<(usize, Recording)>,
+    pub(super) smp: Vec<(RecKey3, Recording)>,
     /// Slots started and not stopped (the device may retire one at capacity earlier).
-    live: Vec<bool>,
+    pub(super) live: Vec<bool>,
     /// Live slots that asked for logprobs.
-    wants_lp: Vec<bool>,
+    pub(super) wants_lp: Vec<bool>,
     /// Live slots whose settings need every sampler pass (`SampleRow::prep_only` is false).
-    wants_all: Vec<bool>,
-    slots: usize,
-    capacity: usize,
-    vocab: usize,
-    cfg_: SlotDecoderConfig,
-    ids: Tensor,
-    pos: Tensor,
-    cfg: Buffer,
-    bias: Buffer,
-    want: Buffer,
-    ctl: Buffer,
-    ring: Buffer,
-    lp_ring: Buffer,
-    counts: Buffer,
-    scratch: Buffer,
-    sample_ctr: Buffer,
-    sampled: Buffer,
+    pub(super) wants_all: Vec<bool>,
+    pub(super) slots: usize,
+    pub(super) capacity: usize,
+    pub(super) vocab: usize,
+    pub(super) cfg_: SlotDecoderConfig,
+    pub(super) ids: Tensor,
+    pub(super) pos: Tensor,
+    pub(super) cfg: Buffer,
+    pub(super) bias: Buffer,
+    pub(super) want: Buffer,
+    pub(super) ctl: Buffer,
+    pub(super) ring: Buffer,
+    pub(super) lp_ring: Buffer,
+    pub(super) counts: Buffer,
+    pub(super) scratch: Buffer,
+    pub(super) sample_ctr: Buffer,
+    pub(super) sampled: Buffer,
     /// Allowed-token bits per slot (structured outputs), read for slots set `masked`.
-    mask: Buffer,
+    pub(super) mask: Buffer,
+    /// The rows of a forward submitted by `slots_forward` and not finished yet.
+    pub(super) inflight: Option<usize>,
 }
+
+/// A sampler recording's (rows, with logprobs, all sampler passes).
+pub(super) type RecKey3 = (usize, bool, bool);
 
 impl SlotDecoder {
     /// The leading slots a step must cover: up to the last live one.
-    fn rows_needed(&self) -> usize {
+    pub(super) fn rows_needed(&self) -> usize {
         self.live.iter().rposition(|&l| l).map_or(1, |i| i + 1)
     }
 
     /// Whether a step over the leading `rows` slots needs the logprobs dispatch.
-    fn lp_needed(&self, rows: usize) -> bool {
+    pub(super) fn lp_needed(&self, rows: usize) -> bool {
         self.wants_lp[..rows.min(self.slots)].iter().any(|&w| w)
     }
 
     /// Whether a step over the leading `rows` slots needs every sampler pass.
-    fn all_needed(&self, rows: usize) -> bool {
+    pub(super) fn all_needed(&self, rows: usize) -> bool {
         self.wants_all[..rows.min(self.slots)].iter().any(|&w| w)
     }
 
     /// The recording of `rows` x `k` steps, with the logprobs dispatch when `lp`, every sampler
     /// pass when `all`.
-    fn rec(&self, rows: usize, k: usize, lp: bool, all: bool) -> Result<&Recording, ModelError> {
+    pub(super) fn rec(
+        &self,
+        rows: usize,
+        k: usize,
+        lp: bool,
+        all: bool,
+    ) -> Result<&Recording, ModelError> {
         self.recs
             .iter()
             .find(|r| r.0 == (rows, k, lp, all))
@@ -175,7 +194,7 @@ impl SlotDecoder {
 
     /// The smallest recorded row count >= `rows`, and the largest recorded step count <=
     /// `steps` for it.
-    fn pick(&self, rows: usize, steps: usize) -> (usize, usize) {
+    pub(super) fn pick(&self, rows: usize, steps: usize) -> (usize, usize) {
         let r = self
             .recs
             .iter()
@@ -193,7 +212,7 @@ impl SlotDecoder {
         (r, k)
     }
 
-    fn lp_shape(&self) -> LogprobsShape {
+    pub(super) fn lp_shape(&self) -> LogprobsShape {
         LogprobsShape {
             vocab: self.vocab,
             rows: self.slots,
@@ -212,7 +231,7 @@ fn powers_up_to(n: usize) -> Vec<usize> {
     v
 }
 
-fn cfg_err(field: &str, msg: String) -> ModelError {
+pub(super) fn cfg_err(field: &str, msg: String) -> ModelError {
     ModelError::Config {
         field: field.into(),
         msg,
@@ -356,6 +375,9 @@ impl VulkanBackend {
             sample_ctr,
             sampled,
             mask,
+            fwd: Vec::new(),
+            smp: Vec::new(),
+            inflight: None,
         };
         let lps: &[bool] = match c.logprobs {
             true => &[false, true],
@@ -369,6 +391,9 @@ impl VulkanBackend {
                         d.recs.push(((rows, k, lp, all), rec));
                     }
                 }
+            }
+            if c.split_step {
+                self.record_split_step(g, &mut d, rows, lps)?;
             }
         }
         self.slot_decoders.push(Some(d));
@@ -388,86 +413,13 @@ impl VulkanBackend {
         with_lp: bool,
         all_passes: bool,
     ) -> Result<Recording, ModelError> {
-        self.capture_ctx = Some(g.capacity());
-        let res = (|| {
+        self.capture_steps(g.capacity(), |me| {
             for _ in 0..steps {
-                g.decode_rows(self, d.ids, d.pos, rows)?;
-                let logits = g.logits();
-                let lp = LogprobsShape {
-                    rows,
-                    ..d.lp_shape()
-                };
-                self.mark("sample");
-                self.record(|me, r| {
-                    let (lg, ids, pos) = (me.all(logits), me.all(d.ids), me.all(d.pos));
-                    let sample = Sample {
-                        logits: lg,
-                        counts: d.counts.all(),
-                        bias: d.bias.all(),
-                        cfg: d.cfg.all(),
-                        scratch: d.scratch.all(),
-                        out: d.sampled.all(),
-                        ctr: d.sample_ctr.all(),
-                        mask: d.mask.all(),
-                    };
-                    let shape = SampleShape {
-                        vocab: d.vocab,
-                        rows,
-                        max_bias: d.cfg_.max_bias,
-                        counts: d.cfg_.counts,
-                        mask: true,
-                    };
-                    if all_passes {
-                        for k in sample.dispatch(&shape)? {
-                            r.dispatch(k)?;
-                        }
-                    } else {
-                        r.dispatch(sample.dispatch_prep(&shape)?)?;
-                    }
-                    if with_lp {
-                        r.dispatch(
-                            Logprobs {
-                                logits: lg,
-                                chosen: d.sampled.all(),
-                                want: d.want.all(),
-                                ctl: d.ctl.all(),
-                                out: d.lp_ring.all(),
-                            }
-                            .dispatch(&lp)?,
-                        )?;
-                    }
-                    r.dispatch(
-                        DecodeAdvance {
-                            sampled: d.sampled.all(),
-                            ids,
-                            pos,
-                            cfg: d.cfg.all(),
-                            counts: d.counts.all(),
-                            ring: d.ring.all(),
-                            ctl: d.ctl.all(),
-                        }
-                        .dispatch(&DecodeAdvanceShape {
-                            rows,
-                            vocab: d.vocab,
-                            capacity: d.capacity,
-                            ring_steps: d.cfg_.max_steps,
-                            counts: d.cfg_.counts,
-                        })?,
-                    )?;
-                    Ok(())
-                })?;
+                g.decode_rows(me, d.ids, d.pos, rows)?;
+                me.record_sample_tail(g.logits(), d, rows, with_lp, all_passes)?;
             }
             Ok(())
-        })();
-        self.capture_ctx = None;
-        if let Err(e) = res {
-            self.rec = None;
-            return Err(e);
-        }
-        match self.rec.take() {
-            Some(r) => Ok(r.finish()?),
-            None => Err(ModelError::EmptyInput),
-        }
+        })
     }
 
     /// Times one batched decode step of `d`'s current slots, dispatch by dispatch: records the
@@ -492,6 +444,7 @@ impl VulkanBackend {
         reps: usize,
     ) -> Result<Vec<ProfiledDispatch>, ModelError> {
         self.flush()?;
+        self.not_inflight(d)?;
         self.timestamps = 16384;
         self.marks.clear();
         let dec = self.slot_decoders[d.0]
@@ -514,13 +467,13 @@ impl VulkanBackend {
         Ok(super::profile::with_regions(&marks, &rec.timings()?))
     }
 
-    fn decoder_mut(&mut self, d: SlotDecoderId) -> &mut SlotDecoder {
+    pub(super) fn decoder_mut(&mut self, d: SlotDecoderId) -> &mut SlotDecoder {
         self.slot_decoders[d.0]
             .as_mut()
             .expect("slot decoders are only taken while recording")
     }
 
-    fn decoder(&self, d: SlotDecoderId) -> &SlotDecoder {
+    pub(super) fn decoder(&self, d: SlotDecoderId) -> &SlotDecoder {
         self.slot_decoders[d.0]
             .as_ref()
             .expect("slot decoders are only taken while recording")
@@ -534,6 +487,7 @@ impl VulkanBackend {
         s: &SlotStart<'_>,
     ) -> Result<(), ModelError> {
         self.flush()?;
+        self.not_inflight(d)?;
         let dec = self.decoder(d);
         if slot >= dec.slots {
             return Err(cfg_err("slot", format!("slot {slot} of {}", dec.slots)));
@@ -682,6 +636,7 @@ impl VulkanBackend {
     /// Stops `slot` (it stays idle until started again).
     pub fn slot_stop(&mut self, d: SlotDecoderId, slot: usize) -> Result<(), ModelError> {
         self.flush()?;
+        self.not_inflight(d)?;
         let dec = self.decoder(d);
         if slot >= dec.slots {
             return Err(cfg_err("slot", format!("slot {slot} of {}", dec.slots)));
@@ -713,6 +668,7 @@ impl VulkanBackend {
     /// position reaches the capacity retires on the device (its later entries are idle).
     pub fn slots_run(&mut self, d: SlotDecoderId, steps: usize) -> Result<SlotSteps, ModelError> {
         self.flush()?;
+        self.not_inflight(d)?;
         let dec = self.decoder(d);
         let (rows, k) = dec.pick(dec.rows_needed(), steps);
         dec.ctl.write_host(0, bytemuck::bytes_of(&0u32))?;
@@ -721,6 +677,18 @@ impl VulkanBackend {
         if self.dev.validation() == Validation::On {
             self.dev.check_validation()?;
         }
+        self.read_steps(d, rows, k, lp)
+    }
+
+    /// The tokens (and logprobs) of a finished submit of `k` steps over `rows` rows.
+    pub(super) fn read_steps(
+        &self,
+        d: SlotDecoderId,
+        rows: usize,
+        k: usize,
+        lp: bool,
+    ) -> Result<SlotSteps, ModelError> {
+        let dec = self.decoder(d);
         // The ring holds [k, rows]; the result is [k, slots] with idle entries past `rows`.
         let mut ring = vec![0u32; k * rows];
         dec.ring.read_host(0, bytemuck::cast_slice_mut(&mut ring))?;
