@@ -76,6 +76,12 @@ pub trait Generator: Send {
     }
     /// The slot stops being active (finished/cancelled); its KV may be kept for prefix reuse.
     fn release(&mut self, slot: SlotId);
+    /// Prompt tokens the last start in `slot` took from its cache instead of computing them
+    /// (reported to clients as cached prompt tokens).
+    fn reused(&self, slot: SlotId) -> usize {
+        let _ = slot;
+        0
+    }
 }
 
 /// Checks the parts of `p` a generator depends on.
@@ -172,6 +178,8 @@ struct Slot {
     active: Option<Active>,
     /// When the slot was last released (for least-recently-used reuse).
     last_used: u64,
+    /// Prompt tokens the last start took from the cache.
+    reused: usize,
 }
 
 /// The reference [`Generator`]: `slots` KV caches (with recurrent states, for hybrid and MoE
@@ -204,6 +212,7 @@ impl<B: Backend> SimpleGenerator<B> {
                     written: 0,
                     active: None,
                     last_used: 0,
+                    reused: 0,
                 })
             })
             .collect::<Result<Vec<_>, EngineError>>()?;
@@ -251,6 +260,10 @@ impl<B: Backend> SimpleGenerator<B> {
 }
 
 impl<B: Backend + Send> Generator for SimpleGenerator<B> {
+    fn reused(&self, slot: SlotId) -> usize {
+        self.slots.get(slot).map_or(0, |s| s.reused)
+    }
+
     fn max_slots(&self) -> usize {
         self.slots.len()
     }
@@ -286,6 +299,7 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
             slot.written = 0;
         }
         slot.written = slot.written.max(prompt.len());
+        slot.reused = reuse;
         let logits = self.model.forward(
             &mut self.backend,
             &slot.kv,

@@ -137,11 +137,6 @@ impl SlotGenerator {
         self.slots.get(slot).map_or(&[], |s| s.history.as_slice())
     }
 
-    /// Prompt tokens the last [`Generator::start`] in `slot` reused from its cache.
-    pub fn reused(&self, slot: SlotId) -> usize {
-        self.slots.get(slot).map_or(0, |s| s.reused)
-    }
-
     /// Forgets what an inactive `slot` holds: its next start prefills from position 0.
     pub fn forget(&mut self, slot: SlotId) {
         if let Some(s) = self.slots.get_mut(slot)
@@ -278,6 +273,10 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 }
 
 impl Generator for SlotGenerator {
+    fn reused(&self, slot: SlotId) -> usize {
+        self.slots.get(slot).map_or(0, |s| s.reused)
+    }
+
     fn max_slots(&self) -> usize {
         self.slots.len()
     }

@@ -56,6 +56,8 @@ struct Running {
     detok: Detok,
     stops: StopMatcher,
     prompt_len: usize,
+    /// Prompt tokens taken from the slot's cache.
+    reused: usize,
     generated: usize,
     max_tokens: usize,
     submitted: Instant,
@@ -72,11 +74,12 @@ impl Running {
         let decode = self.last_at.duration_since(self.first_at).as_secs_f64();
         Usage {
             prompt_tokens: self.prompt_len,
-            reused_tokens: 0,
+            reused_tokens: self.reused,
             generated_tokens: self.generated,
             finish: reason,
             time_to_first_token: self.first_at.duration_since(self.submitted),
-            prefill_tokens_per_s: self.prompt_len as f64 / self.prefill.as_secs_f64().max(1e-9),
+            prefill_tokens_per_s: (self.prompt_len - self.reused.min(self.prompt_len)) as f64
+                / self.prefill.as_secs_f64().max(1e-9),
             decode_tokens_per_s: if self.generated > 1 {
                 (self.generated - 1) as f64 / decode.max(1e-9)
             } else {
@@ -380,6 +383,7 @@ impl Core {
             detok: Detok::default(),
             stops: StopMatcher::new(p.req.stop.iter().map(String::as_str)),
             prompt_len: p.prompt.len(),
+            reused: self.generator.reused(slot),
             generated: 0,
             max_tokens: p.req.max_tokens,
             submitted: p.submitted,

@@ -519,7 +519,7 @@ async fn messages_handler(
         "content": content_blocks(&c.reply),
         "stop_reason": reason,
         "stop_sequence": seq,
-        "usage": {"input_tokens": generation.prompt_tokens, "output_tokens": c.tokens.len()},
+        "usage": usage_json(generation.prompt_tokens, generation.cached_tokens, c.tokens.len()),
     }))
     .into_response())
 }
@@ -638,7 +638,8 @@ impl Events {
         self.send(
             "message_delta",
             json!({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": seq},
-                   "usage": {"output_tokens": self.c.tokens.len()}}),
+                   "usage": usage_json(self.generation.prompt_tokens, self.generation.cached_tokens,
+                                       self.c.tokens.len())}),
         );
         self.send("message_stop", json!({"type": "message_stop"}));
         self.over = true;
@@ -701,6 +702,15 @@ fn event_stream(generation: Generation, c: ChoiceState, p: Prepared) -> Response
     axum::response::Sse::new(body)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(5)))
         .into_response()
+}
+
+/// Anthropic's usage object: `input_tokens` are the prompt tokens computed, the ones taken from
+/// a slot's cache are `cache_read_input_tokens` (caching is automatic: nothing is written on
+/// request, `cache_creation_input_tokens` is 0).
+fn usage_json(prompt: usize, cached: usize, output: usize) -> serde_json::Value {
+    let cached = cached.min(prompt);
+    json!({"input_tokens": prompt - cached, "output_tokens": output,
+           "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0})
 }
 
 #[cfg(test)]

@@ -50,6 +50,8 @@ pub struct Generation {
     stopped: Vec<bool>,
     api: Api,
     pub prompt_tokens: usize,
+    /// Prompt tokens taken from a slot's cache (the most of any finished choice).
+    pub cached_tokens: usize,
 }
 
 /// Cancels the requests not yet finished when dropped.
@@ -110,6 +112,7 @@ pub fn launch(state: &Arc<AppState>, api: Api, spec: GenSpec) -> Result<Generati
                         ("choice", &i),
                         ("reason", &format!("{reason:?}")),
                         ("prompt_tokens", &usage.prompt_tokens),
+                        ("cached_tokens", &usage.reused_tokens),
                         ("generated_tokens", &usage.generated_tokens),
                         (
                             "ttft_ms",
@@ -135,6 +138,7 @@ pub fn launch(state: &Arc<AppState>, api: Api, spec: GenSpec) -> Result<Generati
         stopped: vec![false; spec.n],
         api,
         prompt_tokens: spec.prompt.len(),
+        cached_tokens: 0,
     })
 }
 
@@ -152,8 +156,13 @@ impl Generation {
             let ev = match e {
                 Event::Accepted { .. } => continue,
                 Event::Delta { text, tokens } => ChoiceEvent::Delta { text, tokens },
-                Event::Finished { reason, stop, .. } => {
+                Event::Finished {
+                    reason,
+                    stop,
+                    usage,
+                } => {
                     self.guard.ids[i].1 = true;
+                    self.cached_tokens = self.cached_tokens.max(usage.reused_tokens);
                     match reason {
                         FinishReason::Timeout => ChoiceEvent::Failed(ApiError::new(
                             self.api,

@@ -63,6 +63,7 @@ pub struct Metrics {
     /// finish reason -> count.
     finished: Mutex<BTreeMap<&'static str, u64>>,
     prompt_tokens: AtomicU64,
+    cached_tokens: AtomicU64,
     generated_tokens: AtomicU64,
     ttft: Mutex<Histogram>,
     tpot: Mutex<Histogram>,
@@ -75,6 +76,7 @@ impl Default for Metrics {
             requests: Mutex::default(),
             finished: Mutex::default(),
             prompt_tokens: AtomicU64::new(0),
+            cached_tokens: AtomicU64::new(0),
             generated_tokens: AtomicU64::new(0),
             ttft: Mutex::new(Histogram::new(TTFT_BOUNDS)),
             tpot: Mutex::new(Histogram::new(TPOT_BOUNDS)),
@@ -120,6 +122,8 @@ impl Metrics {
             .or_default() += 1;
         self.prompt_tokens
             .fetch_add(usage.prompt_tokens as u64, Ordering::Relaxed);
+        self.cached_tokens
+            .fetch_add(usage.reused_tokens as u64, Ordering::Relaxed);
         self.generated_tokens
             .fetch_add(usage.generated_tokens as u64, Ordering::Relaxed);
         if usage.generated_tokens > 0 {
@@ -185,6 +189,18 @@ impl Metrics {
             "Prompt tokens of finished sequences.",
             "counter",
             self.prompt_tokens.load(Ordering::Relaxed).to_string(),
+        );
+        gauge(
+            "vkllm_prefix_cache_queries_tokens_total",
+            "Prompt tokens looked up in the slots' caches (finished sequences).",
+            "counter",
+            self.prompt_tokens.load(Ordering::Relaxed).to_string(),
+        );
+        gauge(
+            "vkllm_prefix_cache_hit_tokens_total",
+            "Prompt tokens taken from a slot's cache instead of computed (finished sequences).",
+            "counter",
+            self.cached_tokens.load(Ordering::Relaxed).to_string(),
         );
         gauge(
             "vkllm_generated_tokens_total",

@@ -344,8 +344,10 @@ pub struct Meta {
     pub fingerprint: String,
 }
 
-fn usage_json(prompt: usize, completion: usize) -> Json {
-    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+/// OpenAI's usage object; `cached` of the prompt tokens came from a slot's cache.
+pub(super) fn usage_json(prompt: usize, cached: usize, completion: usize) -> Json {
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+           "prompt_tokens_details": {"cached_tokens": cached}})
 }
 
 /// A parsed chat or completion request, ready to run.
@@ -526,7 +528,7 @@ async fn collect(state: &Arc<AppState>, p: Prepared, chat: bool) -> Result<Respo
         "model": m.model,
         "system_fingerprint": m.fingerprint,
         "choices": out,
-        "usage": usage_json(generation.prompt_tokens, completion),
+        "usage": usage_json(generation.prompt_tokens, generation.cached_tokens, completion),
     }))
     .into_response())
 }

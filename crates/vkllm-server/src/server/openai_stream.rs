@@ -169,7 +169,7 @@ impl Chunks {
                 "model": m.model,
                 "system_fingerprint": m.fingerprint,
                 "choices": [],
-                "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+                "usage": super::openai::usage_json(prompt, self.generation.cached_tokens, completion),
             });
             self.queue.push_back(Sse::default().data(c.to_string()));
         }

@@ -77,10 +77,17 @@ def system_prompts_and_count_tokens():
     assert a.content[0].text == b.content[0].text
     n = client.messages.count_tokens(model=MODEL, system="You answer in one word.",
                                      messages=[{"role": "user", "content": Q}])
-    assert n.input_tokens == a.usage.input_tokens
+    # input_tokens are the prompt tokens computed; the ones taken from a slot's cache are
+    # cache_read_input_tokens (b repeated a's prompt, so most of it was cached).
+    for m in (a, b):
+        u = m.usage
+        assert n.input_tokens == u.input_tokens + u.cache_read_input_tokens, u
+        assert u.cache_creation_input_tokens == 0, u
+    assert b.usage.cache_read_input_tokens == n.input_tokens - 1, b.usage
     # The system message replaces the template's default: fewer or more tokens than without.
+    plain = ask(max_tokens=1).usage
     assert client.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": Q}]).input_tokens \
-        == ask(max_tokens=1).usage.input_tokens
+        == plain.input_tokens + plain.cache_read_input_tokens
     # Sampling fields are accepted; thinking is accepted (this model's template has no reasoning).
     for thinking in ({"type": "enabled", "budget_tokens": 1024}, {"type": "adaptive"}, {"type": "disabled"}):
         m = client.messages.create(model=MODEL, messages=[{"role": "user", "content": Q}], max_tokens=4,
@@ -88,6 +95,24 @@ def system_prompts_and_count_tokens():
                                    output_config={"effort": "low"},
                                    **sampling(dict(temperature=0.7, top_p=0.9, top_k=20)))
         assert m.usage.output_tokens >= 1
+
+
+@check
+def prompt_cache_reported_in_usage():
+    """A conversation resent with one more turn reads its earlier turns from the slot's cache:
+    whole and streamed messages report them as cache_read_input_tokens."""
+    turn1 = [{"role": "user", "content": "Name three colours of the rainbow, vkllm cache check."}]
+    first = client.messages.create(model=MODEL, messages=turn1, max_tokens=8, **sampling({}))
+    n1 = client.messages.count_tokens(model=MODEL, messages=turn1).input_tokens
+    assert first.usage.input_tokens + first.usage.cache_read_input_tokens == n1
+    turn2 = turn1 + [{"role": "assistant", "content": first.content[0].text},
+                     {"role": "user", "content": "And two more?"}]
+    n2 = client.messages.count_tokens(model=MODEL, messages=turn2).input_tokens
+    with client.messages.stream(model=MODEL, messages=turn2, max_tokens=4, **sampling({})) as st:
+        final = st.get_final_message()
+    u = final.usage
+    assert u.cache_read_input_tokens >= n1 - 1, (u, n1)
+    assert u.input_tokens + u.cache_read_input_tokens == n2, (u, n2)
 
 
 TOOLS = [{

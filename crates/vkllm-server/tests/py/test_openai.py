@@ -311,6 +311,28 @@ def errors_have_the_openai_shape():
 
 
 @check
+def prompt_cache_reported_in_usage():
+    """The same prompt sent again is read from the slot that holds it: usage reports the cached
+    tokens (every prompt token but the last, whose logits are recomputed), whole and streamed,
+    and the Prometheus counters count them."""
+    wait_idle()
+    hits0, queries0 = metric("vkllm_prefix_cache_hit_tokens_total"), metric("vkllm_prefix_cache_queries_tokens_total")
+    content = "Spell the word cache backwards, then forwards. (prompt cache check)"
+    first = chat(content, max_tokens=4)
+    again = chat(content, max_tokens=4)
+    p = again.usage.prompt_tokens
+    assert again.usage.prompt_tokens_details.cached_tokens == p - 1, again.usage
+    assert first.usage.prompt_tokens_details.cached_tokens < p - 1, first.usage
+    chunks = list(chat(content, max_tokens=4, stream=True, stream_options={"include_usage": True}))
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == p - 1, chunks[-1].usage
+    wait_idle()
+    hits = metric("vkllm_prefix_cache_hit_tokens_total") - hits0
+    queries = metric("vkllm_prefix_cache_queries_tokens_total") - queries0
+    assert queries == 3 * p, (queries, p)
+    assert hits == first.usage.prompt_tokens_details.cached_tokens + 2 * (p - 1), (hits, p)
+
+
+@check
 def health_and_metrics():
     wait_idle()
     s, h, _ = http("GET", "/health", key="")
