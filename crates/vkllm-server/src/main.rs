@@ -2,7 +2,6 @@
 //! and `run`; this file only parses and dispatches.
 
 mod cmd;
-mod server;
 
 use clap::{Parser, Subcommand};
 

@@ -14,7 +14,7 @@ use vkllm_tokenizer::{Tokenizer, cache};
 use vkllm_vk::Device;
 
 use super::model;
-use crate::server::{self, AppState, Metrics};
+use vkllm_server::server::{self, AppState};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -275,29 +275,21 @@ pub fn run(args: Args) -> Result<()> {
         "vkllm: serving `{}`: {} slots of {} positions, queue {}",
         names[0], stats.slots, stats.context, args.queue
     );
-    let grammars = vkllm_engine::Grammars::new(&tokenizer, runner.handle().vocab())
-        .map(Arc::new)
-        .map_err(|e| e.to_string());
-    let state = Arc::new(AppState {
-        runner: runner.handle(),
-        grammars,
-        tokenizer,
-        names,
-        any_model: args.any_model,
-        fingerprint: format!("fp_vkllm_{}_{backend}", env!("CARGO_PKG_VERSION")),
-        created: server::unix_secs(),
-        metrics: Metrics::default(),
-        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
-        metrics_public: args.metrics_public,
-        allowed_hosts: args.allowed_host.clone(),
-        cors: args.cors.as_ref().map(|c| {
-            c.split(',')
-                .map(|o| o.trim().to_string())
-                .filter(|o| !o.is_empty())
-                .collect()
-        }),
-        log: !args.quiet,
+    let mut state = AppState::new(runner.handle(), tokenizer, names[0].clone());
+    state.names = names;
+    state.any_model = args.any_model;
+    state.fingerprint = format!("fp_vkllm_{}_{backend}", env!("CARGO_PKG_VERSION"));
+    state.api_key = args.api_key.clone().filter(|k| !k.is_empty());
+    state.metrics_public = args.metrics_public;
+    state.allowed_hosts = args.allowed_host.clone();
+    state.cors = args.cors.as_ref().map(|c| {
+        c.split(',')
+            .map(|o| o.trim().to_string())
+            .filter(|o| !o.is_empty())
+            .collect()
     });
+    state.log = !args.quiet;
+    let state = Arc::new(state);
     let addr = SocketAddr::new(args.host, args.port);
     // Request preparation (rendering, tokenization) runs on the blocking pool: bounded, so a
     // flood of huge prompts queues instead of spawning a thread each.

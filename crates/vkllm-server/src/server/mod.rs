@@ -64,6 +64,30 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The state of a server for `runner`'s model answering to `name`, with the defaults of
+    /// `vkllm serve`: no API key (then only IP-address and `localhost` Host headers are
+    /// answered), no CORS, no log lines. Set the public fields to change them.
+    pub fn new(runner: RunnerHandle, tokenizer: Arc<Tokenizer>, name: impl Into<String>) -> Self {
+        let grammars = vkllm_engine::Grammars::new(&tokenizer, runner.vocab())
+            .map(Arc::new)
+            .map_err(|e| e.to_string());
+        AppState {
+            runner,
+            tokenizer,
+            grammars,
+            names: vec![name.into()],
+            any_model: false,
+            fingerprint: format!("fp_vkllm_{}", env!("CARGO_PKG_VERSION")),
+            created: unix_secs(),
+            metrics: Metrics::default(),
+            api_key: None,
+            metrics_public: false,
+            allowed_hosts: Vec::new(),
+            cors: None,
+            log: false,
+        }
+    }
+
     /// The model id to report.
     pub fn model_id(&self) -> &str {
         self.names.first().map_or("default", String::as_str)
