@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use vkllm_cpu::sampler::{SamplingParams, apply_mask, log_softmax, sample, top_logprobs};
+use vkllm_models::hybrid::RecurrentMarks;
 use vkllm_models::{AnyModel, AnyState, Backend, KvDtype, Logits};
 
 use crate::error::EngineError;
@@ -180,6 +181,9 @@ struct Slot {
     last_used: u64,
     /// Prompt tokens the last start took from the cache.
     reused: usize,
+    /// Hybrid models: the recurrent state at the end of the last prompt (`None` for dense
+    /// models, or without memory for it).
+    marks: Option<RecurrentMarks>,
 }
 
 /// The reference [`Generator`]: `slots` KV caches (with recurrent states, for hybrid and MoE
@@ -206,13 +210,21 @@ impl<B: Backend> SimpleGenerator<B> {
         let ctx = ctx.max(1);
         let slots = (0..slots.max(1))
             .map(|_| {
+                let kv = model.new_state(&mut backend, ctx, KvDtype::F32)?;
+                let marks = match (&model, &kv) {
+                    (AnyModel::Hybrid(m), AnyState::Hybrid(st)) => {
+                        m.new_marks(&mut backend, st).ok()
+                    }
+                    _ => None,
+                };
                 Ok(Slot {
-                    kv: model.new_state(&mut backend, ctx, KvDtype::F32)?,
+                    kv,
                     history: Vec::new(),
                     written: 0,
                     active: None,
                     last_used: 0,
                     reused: 0,
+                    marks,
                 })
             })
             .collect::<Result<Vec<_>, EngineError>>()?;
@@ -249,9 +261,17 @@ impl<B: Backend> SimpleGenerator<B> {
                     .zip(prompt)
                     .take_while(|(a, b)| a == b)
                     .count();
-                // The last prompt token is always recomputed: its logits are needed.
+                // The last prompt token is always recomputed: its logits are needed. A hybrid
+                // slot may also restart from the end of its last prompt (its mark).
+                let marked = s
+                    .marks
+                    .as_ref()
+                    .and_then(|m| m.pos(0))
+                    .filter(|&p| p <= common && p < prompt.len())
+                    .unwrap_or(0);
                 let reuse =
-                    s.kv.reusable(s.written, s.history.len(), common.min(prompt.len() - 1));
+                    s.kv.reusable(s.written, s.history.len(), common.min(prompt.len() - 1))
+                        .max(marked);
                 (i, reuse, s.last_used)
             })
             .max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)))
@@ -292,8 +312,21 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
             slots: self.slots.len(),
         })?;
         let slot = &mut self.slots[id];
-        // A recurrent state is reset unless it continues its whole history.
-        self.model.rewind(&mut self.backend, &slot.kv, reuse)?;
+        // A recurrent state is reset unless it continues its whole history or restarts from
+        // its mark.
+        match (&self.model, &slot.kv, slot.marks.as_mut()) {
+            (AnyModel::Hybrid(m), AnyState::Hybrid(st), Some(marks))
+                if reuse > 0 && reuse != st.next[0].get() =>
+            {
+                m.restore_mark(&mut self.backend, st, 0, marks)?;
+            }
+            _ => self.model.rewind(&mut self.backend, &slot.kv, reuse)?,
+        }
+        if reuse == 0
+            && let Some(m) = slot.marks.as_mut()
+        {
+            m.forget(0);
+        }
         slot.history.truncate(reuse);
         if reuse == 0 {
             slot.written = 0;
@@ -308,6 +341,11 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
             Logits::Last,
         )?;
         slot.history.extend_from_slice(&prompt[reuse..]);
+        if let (AnyModel::Hybrid(m), AnyState::Hybrid(st), Some(marks)) =
+            (&self.model, &slot.kv, slot.marks.as_mut())
+        {
+            m.mark_slot(&mut self.backend, st, 0, marks)?;
+        }
         let mut counts = if penalised(&p.sampling) {
             vec![0u32; vocab]
         } else {

@@ -9,7 +9,7 @@
 //! hybrid slot reuses its history only when the new prompt extends all of it; otherwise the
 //! slot is reset and the prompt prefilled from position 0.
 
-use vkllm_models::hybrid::{HybridModel, HybridState};
+use vkllm_models::hybrid::{HybridModel, HybridState, RecurrentMarks};
 use vkllm_models::{
     KvCache, KvDtype, Logits, Model, SlotDecoderConfig, SlotDecoderId, SlotStart, VulkanBackend,
 };
@@ -50,8 +50,16 @@ struct PendingPrompt {
 
 /// The model and its per-slot state.
 enum Net {
-    Dense { model: Model, kv: KvCache },
-    Hybrid { model: HybridModel, st: HybridState },
+    Dense {
+        model: Model,
+        kv: KvCache,
+    },
+    Hybrid {
+        model: HybridModel,
+        st: HybridState,
+        /// Each slot's recurrent state at the end of its last prompt (`None`: no room for them).
+        marks: Option<RecurrentMarks>,
+    },
 }
 
 /// `slots` sequences of `ctx` positions on one Vulkan device, decoded together.
@@ -94,7 +102,9 @@ impl SlotGenerator {
         let slots = slots.max(1);
         let st = model.new_state_slots(&mut b, ctx.max(2), slots)?;
         let dec = b.hybrid_slot_decoder(&model, &st, decoder_config(steps_per_submit))?;
-        let net = Net::Hybrid { model, st };
+        // Without memory for the marks, prefix reuse keeps to whole-history continuations.
+        let marks = model.new_marks(&mut b, &st).ok();
+        let net = Net::Hybrid { model, st, marks };
         Ok(Self::with(b, net, dec, slots, steps_per_submit))
     }
 
@@ -107,7 +117,7 @@ impl SlotGenerator {
     ) -> Self {
         let (ctx, vocab) = match &net {
             Net::Dense { model, kv } => (kv.capacity, model.cfg.vocab_size),
-            Net::Hybrid { model, st } => (st.capacity, model.cfg.vocab_size),
+            Net::Hybrid { model, st, .. } => (st.capacity, model.cfg.vocab_size),
         };
         SlotGenerator {
             b,
@@ -167,17 +177,23 @@ impl SlotGenerator {
         // docs/benchmarks.md), then the least recently used (its cache is the least likely reused).
         let highest_live = self.slots.iter().rposition(|s| s.next.is_some());
         let rows_with = |s: usize| (highest_live.map_or(s, |h| h.max(s)) + 1).next_power_of_two();
-        let reusable = |sl: &Slot| {
+        let reusable = |s: usize| {
+            let sl = &self.slots[s];
             let common = common_prefix(&sl.history, prompt);
             match &self.net {
                 Net::Dense { kv, .. } => kv.reusable(sl.written, common.min(prompt.len() - 1)),
-                // The recurrent state holds exactly `history`: reusable only when the prompt
-                // extends all of it.
-                Net::Hybrid { .. } => {
+                // The recurrent state holds exactly `history`: reusable when the prompt extends
+                // all of it, else from the slot's mark when the prompt extends the marked part.
+                Net::Hybrid { marks, .. } => {
+                    let marked = marks
+                        .as_ref()
+                        .and_then(|m| m.pos(s))
+                        .filter(|&p| p <= common && p < prompt.len())
+                        .unwrap_or(0);
                     if common == sl.history.len() && common < prompt.len() {
-                        common
+                        common.max(marked)
                     } else {
-                        0
+                        marked
                     }
                 }
             }
@@ -187,7 +203,7 @@ impl SlotGenerator {
             .max_by_key(|&s| {
                 let sl = &self.slots[s];
                 (
-                    reusable(sl),
+                    reusable(s),
                     std::cmp::Reverse(rows_with(s)),
                     u64::MAX - sl.last_used,
                     std::cmp::Reverse(s),
@@ -196,17 +212,24 @@ impl SlotGenerator {
             .ok_or(EngineError::NoFreeSlot {
                 slots: self.slots.len(),
             })?;
-        let reuse = reusable(&self.slots[slot]);
+        let reuse = reusable(slot);
         let sl = &mut self.slots[slot];
         if reuse == 0 {
             sl.written = 0;
         }
         sl.written = sl.written.max(prompt.len());
-        if let Net::Hybrid { model, st } = &self.net {
+        if let Net::Hybrid { model, st, marks } = &mut self.net {
+            let whole = self.slots[slot].history.len();
             if reuse == 0 {
                 model.reset_slot(&mut self.b, st, slot)?;
-            } else {
+                // The prefill rewrites the slot's rows from 0: its mark no longer holds.
+                if let Some(m) = marks.as_mut() {
+                    m.forget(slot);
+                }
+            } else if reuse == whole && common_prefix(&self.slots[slot].history, prompt) == whole {
                 st.next[slot].set(reuse);
+            } else if let Some(m) = marks.as_ref() {
+                model.restore_mark(&mut self.b, st, slot, m)?;
             }
         }
         let s = &mut self.slots[slot];
@@ -319,7 +342,7 @@ impl Generator for SlotGenerator {
             Net::Dense { model, kv } => {
                 model.forward_slot(&mut self.b, kv, slot, piece, pend.done, Logits::Last)?
             }
-            Net::Hybrid { model, st } => {
+            Net::Hybrid { model, st, .. } => {
                 model.forward_slot(&mut self.b, st, slot, piece, pend.done, Logits::Last)?
             }
         };
@@ -329,6 +352,15 @@ impl Generator for SlotGenerator {
         if end < pend.prompt.len() {
             sl.pending = Some(pend);
             return Ok(None);
+        }
+        // Hybrid slots mark their recurrent state at the end of each prompt (a device copy).
+        if let Net::Hybrid {
+            model,
+            st,
+            marks: Some(m),
+        } = &mut self.net
+        {
+            model.mark_slot(&mut self.b, st, slot, m)?;
         }
         let p = &pend.params;
         let mut constraint = p.grammar.as_ref().map(|g| g.start());

@@ -195,6 +195,51 @@ fn hybrid_slot_generator_matches_reference() {
     );
 }
 
+/// A hybrid slot marks its recurrent state at the end of each prompt: a prompt that repeats a
+/// finished request's prompt and goes on differently from its answer (a chat resent with its
+/// reply re-rendered) prefills only the new tokens, and still gives the reference tokens.
+#[test]
+fn hybrid_prompt_marks_are_reused() {
+    let dev = device();
+    let fx = Fixture::load("qwen3_5").expect("fixture");
+    let prompt = fx.prompt("short").expect("prompt").ids;
+    let greedy = SlotParams::default();
+    let mut b = VulkanBackend::new(dev.clone());
+    let model =
+        HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+    let vocab = model.cfg.vocab_size as u32;
+    let mut g = SlotGenerator::new_hybrid(b, model, 2, 64, 4).expect("slot generator");
+    let got = drive(&mut g, &[(prompt.clone(), greedy.clone(), 6, 0)]);
+    // Not the answer's first token: the slot's history does not extend to this prompt.
+    let t = (got[0][0].id + 1) % vocab;
+    let mut resent = prompt.clone();
+    resent.extend([t, 5, 7]);
+    let got2 = drive(&mut g, &[(resent.clone(), greedy.clone(), 6, 0)]);
+    let reused = (0..2).map(|s| g.reused(s)).max().unwrap_or(0);
+    assert_eq!(reused, prompt.len(), "the prompt's mark was restored");
+    // A prompt sharing less than the marked prompt starts from scratch.
+    let short = prompt[..prompt.len() - 1].to_vec();
+    let got3 = drive(&mut g, &[(short.clone(), greedy.clone(), 4, 0)]);
+
+    let mut b = VulkanBackend::new(dev);
+    let m = HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+    let ids = |v: &[TokenOut]| v.iter().map(|t| t.id).collect::<Vec<u32>>();
+    assert_eq!(
+        ids(&got[0]),
+        hybrid_reference(&mut b, &m, &prompt, &greedy, 6)
+    );
+    assert_eq!(
+        ids(&got2[0]),
+        hybrid_reference(&mut b, &m, &resent, &greedy, 6),
+        "restored"
+    );
+    assert_eq!(
+        ids(&got3[0]),
+        hybrid_reference(&mut b, &m, &short, &greedy, 4),
+        "from scratch"
+    );
+}
+
 /// Chunked prefill (`begin`, then `prefill_some` some tokens at a time, with another slot
 /// decoding in between) gives a request the tokens of a whole-prompt `start`, on a dense and a
 /// hybrid model; a request abandoned mid-prefill frees its slot.

@@ -3,10 +3,12 @@
 
 pub mod config;
 pub mod forward;
+pub mod marks;
 pub mod snapshot;
 pub mod weights;
 
 pub use config::{HybridConfig, Mixer, MoeConfig};
 pub use forward::{HybridModel, HybridState, LayerState};
+pub use marks::RecurrentMarks;
 pub use snapshot::{HostSnapshot, Snapshot};
 pub use weights::HybridWeights;

@@ -1,0 +1,130 @@
+//! Recurrent marks: per slot, a copy of every Gated DeltaNet layer's recurrent state (conv
+//! history and delta-rule matrix) taken at a token boundary, the end of a prompt. Restored into
+//! the same slot, the slot continues from the marked position: its KV rows before it are still
+//! in place (later tokens only write later rows), so a prompt that shares the marked prompt's
+//! tokens prefills only the rest, even when the answer after it was re-rendered differently
+//! (a chat resent with its reply, thinking stripped). Preallocated once: marking or restoring
+//! is a device copy of the recurrent state, no allocation.
+
+use crate::backend::{Backend, Tensor};
+use crate::error::ModelError;
+use crate::hybrid::forward::{HybridModel, HybridState, LayerState};
+
+/// Marks for every slot of one [`HybridState`].
+#[derive(Clone, Debug)]
+pub struct RecurrentMarks {
+    /// Per DeltaNet layer: copies of the conv and delta states, slot-major like the state's.
+    layers: Vec<[Tensor; 2]>,
+    /// Per slot: the position marked, if any.
+    pos: Vec<Option<usize>>,
+}
+
+impl RecurrentMarks {
+    /// The position `slot`'s mark holds.
+    pub fn pos(&self, slot: usize) -> Option<usize> {
+        self.pos.get(slot).copied().flatten()
+    }
+
+    /// Drops `slot`'s mark (its KV rows before the mark are about to be rewritten).
+    pub fn forget(&mut self, slot: usize) {
+        if let Some(p) = self.pos.get_mut(slot) {
+            *p = None;
+        }
+    }
+}
+
+impl HybridModel {
+    /// Marks for `st`'s slots (as much memory as its recurrent states).
+    pub fn new_marks<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &HybridState,
+    ) -> Result<RecurrentMarks, ModelError> {
+        let (conv_len, delta_len) = self.recurrent_lens();
+        let mut layers = Vec::new();
+        for l in &st.layers {
+            if let LayerState::DeltaNet { .. } = l {
+                layers.push([
+                    b.alloc_f32((st.slots * conv_len).max(1))?,
+                    b.alloc_f32((st.slots * delta_len).max(1))?,
+                ]);
+            }
+        }
+        Ok(RecurrentMarks {
+            layers,
+            pos: vec![None; st.slots],
+        })
+    }
+
+    /// The (state, mark) tensor pairs of `slot` with their offset and length.
+    fn mark_parts(
+        &self,
+        st: &HybridState,
+        marks: &RecurrentMarks,
+        slot: usize,
+    ) -> Result<Vec<(Tensor, Tensor, usize, usize)>, ModelError> {
+        if slot >= st.slots || marks.pos.len() != st.slots {
+            return Err(ModelError::Config {
+                field: "mark".into(),
+                msg: format!(
+                    "slot {slot} of a {}-slot state with marks for {}",
+                    st.slots,
+                    marks.pos.len()
+                ),
+            });
+        }
+        let (conv_len, delta_len) = self.recurrent_lens();
+        let delta_layers = st.layers.iter().filter_map(|l| match *l {
+            LayerState::DeltaNet { conv, delta } => Some((conv, delta)),
+            LayerState::Attention { .. } => None,
+        });
+        let mut parts = Vec::new();
+        for ((conv, delta), [mc, md]) in delta_layers.zip(&marks.layers) {
+            parts.push((conv, *mc, slot * conv_len, conv_len));
+            parts.push((delta, *md, slot * delta_len, delta_len));
+        }
+        Ok(parts)
+    }
+
+    /// Marks `slot` of `st` at its current position (`st.next[slot]`).
+    pub fn mark_slot<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &HybridState,
+        slot: usize,
+        marks: &mut RecurrentMarks,
+    ) -> Result<(), ModelError> {
+        for (state, mark, off, len) in self.mark_parts(st, marks, slot)? {
+            if len > 0 {
+                b.copy(state, off, mark, off, len)?;
+            }
+        }
+        marks.pos[slot] = Some(st.next[slot].get());
+        Ok(())
+    }
+
+    /// Puts `slot`'s mark back: the slot continues from the marked position, which it returns.
+    /// Valid while the slot's KV rows before that position were not rewritten (see
+    /// [`RecurrentMarks::forget`]).
+    pub fn restore_mark<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &HybridState,
+        slot: usize,
+        marks: &RecurrentMarks,
+    ) -> Result<usize, ModelError> {
+        let Some(pos) = marks.pos(slot) else {
+            return Err(ModelError::Config {
+                field: "mark".into(),
+                msg: format!("slot {slot} has no mark"),
+            });
+        };
+        for (state, mark, off, len) in self.mark_parts(st, marks, slot)? {
+            if len > 0 {
+                b.copy(mark, off, state, off, len)?;
+            }
+        }
+        st.next[slot].set(pos);
+        Ok(pos)
+    }
+}
