@@ -247,6 +247,37 @@ impl<B: Backend> SimpleGenerator<B> {
         self.slots.get(slot).map_or(&[], |s| s.history.as_slice())
     }
 
+    /// Dense models: when another slot (busy ones too: rows before a slot's position never
+    /// change) holds a longer reusable prefix of `prompt` than slot `id`'s `own`, copies it into
+    /// `id`; returns the prefix `id` then holds and, when copied, the source's furthest write.
+    fn copy_longer_prefix(
+        &mut self,
+        id: SlotId,
+        prompt: &[u32],
+        own: usize,
+    ) -> Result<(usize, Option<usize>), EngineError> {
+        let AnyModel::Dense(m) = &self.model else {
+            return Ok((own, None));
+        };
+        let best = (0..self.slots.len())
+            .filter(|&t| t != id)
+            .map(|t| {
+                let s = &self.slots[t];
+                let common = common_len(&s.history, prompt).min(prompt.len() - 1);
+                (t, s.kv.reusable(s.written, s.history.len(), common))
+            })
+            .max_by_key(|&(t, r)| (r, std::cmp::Reverse(t)));
+        let Some((t, r)) = best.filter(|&(_, r)| r > own) else {
+            return Ok((own, None));
+        };
+        let (AnyState::Kv(src), AnyState::Kv(dst)) = (&self.slots[t].kv, &self.slots[id].kv) else {
+            return Ok((own, None));
+        };
+        let written = self.slots[t].written;
+        src.copy_prefix(&mut self.backend, 0, dst, 0, r, written, m.cfg.kv_dim())?;
+        Ok((r, Some(written)))
+    }
+
     /// The free slot to use for `prompt`: the longest reusable prefix, then the least recently
     /// used. Returns the slot and how many prompt tokens it already holds.
     fn choose(&self, prompt: &[u32]) -> Option<(SlotId, usize)> {
@@ -311,6 +342,7 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
         let (id, reuse) = self.choose(prompt).ok_or(EngineError::NoFreeSlot {
             slots: self.slots.len(),
         })?;
+        let (reuse, copied_written) = self.copy_longer_prefix(id, prompt, reuse)?;
         let slot = &mut self.slots[id];
         // A recurrent state is reset unless it continues its whole history or restarts from
         // its mark.
@@ -328,7 +360,11 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
             m.forget(0);
         }
         slot.history.truncate(reuse);
-        if reuse == 0 {
+        if let Some(w) = copied_written {
+            // The rows came from another slot: its history prefix, its ring as far as written.
+            slot.history = prompt[..reuse].to_vec();
+            slot.written = w;
+        } else if reuse == 0 {
             slot.written = 0;
         }
         slot.written = slot.written.max(prompt.len());
@@ -400,4 +436,9 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
             s.last_used = self.clock;
         }
     }
+}
+
+/// The length of the common prefix of `a` and `b`.
+fn common_len(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

@@ -212,9 +212,35 @@ impl SlotGenerator {
             .ok_or(EngineError::NoFreeSlot {
                 slots: self.slots.len(),
             })?;
-        let reuse = reusable(slot);
+        let mut reuse = reusable(slot);
+        // Dense models: the longest reusable prefix in any slot, busy ones included (a slot's
+        // rows before its position never change while it runs), is copied into the chosen slot
+        // when it beats the slot's own: concurrent requests behind one system prompt compute
+        // it once.
+        let mut copied_written = None;
+        if let Net::Dense { model, kv } = &self.net {
+            let best = (0..self.slots.len())
+                .filter(|&t| t != slot)
+                .map(|t| {
+                    let sl = &self.slots[t];
+                    let common = common_prefix(&sl.history, prompt).min(prompt.len() - 1);
+                    (t, kv.reusable(sl.written, common))
+                })
+                .max_by_key(|&(t, r)| (r, std::cmp::Reverse(t)));
+            if let Some((t, r)) = best
+                && r > reuse
+            {
+                let written = self.slots[t].written;
+                kv.copy_prefix(&mut self.b, t, kv, slot, r, written, model.cfg.kv_dim())?;
+                reuse = r;
+                copied_written = Some(written);
+            }
+        }
         let sl = &mut self.slots[slot];
-        if reuse == 0 {
+        if let Some(w) = copied_written {
+            // The ring rows came from the other slot: as far as it wrote.
+            sl.written = w;
+        } else if reuse == 0 {
             sl.written = 0;
         }
         sl.written = sl.written.max(prompt.len());

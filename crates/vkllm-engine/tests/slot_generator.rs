@@ -195,6 +195,41 @@ fn hybrid_slot_generator_matches_reference() {
     );
 }
 
+/// Dense models copy the longest cached prefix from any slot, a busy one too: a request that
+/// shares a running request's prompt starts from its rows (reported as reused) and gives the
+/// tokens the reference generator computes from scratch.
+#[test]
+fn prefixes_are_copied_from_other_slots() {
+    let dev = device();
+    let fx = Fixture::load("qwen3").expect("fixture");
+    let prompt = fx.prompt("short").expect("prompt").ids;
+    let greedy = SlotParams::default();
+    let mut longer = prompt.clone();
+    longer.extend([7, 9, 11]);
+    // Request 1 joins while request 0 decodes in the other slot.
+    let reqs = vec![
+        (prompt.clone(), greedy.clone(), 10, 0),
+        (longer.clone(), greedy.clone(), 6, 2),
+    ];
+    let mut b = VulkanBackend::new(dev.clone());
+    let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+    let mut g = SlotGenerator::new(b, model, 2, 64, KvDtype::F16, 1).expect("slot generator");
+    let got = drive(&mut g, &reqs);
+    let reused: Vec<usize> = (0..2).map(|s| g.reused(s)).collect();
+    assert!(
+        reused.contains(&prompt.len()),
+        "request 1 took request 0's prompt rows: {reused:?}"
+    );
+    let mut b = VulkanBackend::new(dev);
+    let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+    let mut simple = SimpleGenerator::new(b, model, 2, 64).expect("simple generator");
+    let want = drive(&mut simple, &reqs);
+    let ids = |v: &[TokenOut]| v.iter().map(|t| t.id).collect::<Vec<u32>>();
+    for i in 0..2 {
+        assert_eq!(ids(&got[i]), ids(&want[i]), "request {i}");
+    }
+}
+
 /// A hybrid slot marks its recurrent state at the end of each prompt: a prompt that repeats a
 /// finished request's prompt and goes on differently from its answer (a chat resent with its
 /// reply re-rendered) prefills only the new tokens, and still gives the reference tokens.

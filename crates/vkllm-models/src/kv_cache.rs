@@ -151,6 +151,57 @@ impl KvCache {
             .sum()
     }
 
+    /// Copies slot `from`'s first `rows` positions into slot `to` of `dst` (this cache or another
+    /// of the same shape; rows `kv_dim` values wide), so `to` continues from position `rows` as
+    /// if it had computed them: full-attention layers copy those rows, sliding-window layers
+    /// their whole ring as `from` wrote it (`written`: `from`'s furthest position, see
+    /// [`KvCache::reusable`]; check `rows` with it first). A device copy, ordered with the
+    /// slots' other work.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_prefix<B: Backend>(
+        &self,
+        b: &mut B,
+        from: usize,
+        dst: &KvCache,
+        to: usize,
+        rows: usize,
+        written: usize,
+        kv_dim: usize,
+    ) -> Result<(), ModelError> {
+        let same_shape = dst.layers.len() == self.layers.len()
+            && dst.dtype == self.dtype
+            && dst.capacity == self.capacity
+            && dst
+                .layers
+                .iter()
+                .zip(&self.layers)
+                .all(|(a, b)| a.ring == b.ring);
+        if !same_shape || from >= self.slots || to >= dst.slots || rows > self.capacity {
+            return Err(ModelError::Config {
+                field: "kv copy".into(),
+                msg: format!(
+                    "slot {from} of {} -> slot {to} of {} ({rows} rows of {} positions; same \
+                     layers and type needed)",
+                    self.slots, dst.slots, self.capacity
+                ),
+            });
+        }
+        for (l, d) in self.layers.iter().zip(&dst.layers) {
+            let n = if l.wraps(self.capacity) {
+                l.ring.min(written.max(rows))
+            } else {
+                rows
+            };
+            if n == 0 || (from == to && l.k == d.k) {
+                continue;
+            }
+            let (src, dsto) = (from * l.stride * kv_dim, to * d.stride * kv_dim);
+            b.copy_kv(l.k, src, d.k, dsto, n * kv_dim, self.dtype)?;
+            b.copy_kv(l.v, src, d.v, dsto, n * kv_dim, self.dtype)?;
+        }
+        Ok(())
+    }
+
     /// How many of the first `common` cached positions of a slot a new forward may keep, when
     /// forwards wrote that slot's positions up to `written` (exclusive: the furthest any forward
     /// reached since position 0 was last computed). All `common` when every sliding layer still

@@ -314,6 +314,21 @@ pub trait Backend {
         len: usize,
     ) -> Result<(), ModelError>;
 
+    /// Copies `len` values of a KV cache tensor made by [`Backend::alloc_kv`] with `dtype` (offsets
+    /// in values too). The default: caches that hold f32 values whatever the dtype.
+    fn copy_kv(
+        &mut self,
+        src: Tensor,
+        src_offset: usize,
+        dst: Tensor,
+        dst_offset: usize,
+        len: usize,
+        dtype: KvDtype,
+    ) -> Result<(), ModelError> {
+        let _ = dtype;
+        self.copy(src, src_offset, dst, dst_offset, len)
+    }
+
     /// `x = cap * tanh(x / cap)` in place.
     fn softcap(&mut self, x: Tensor, len: usize, cap: f32) -> Result<(), ModelError>;
 

@@ -657,6 +657,20 @@ impl Backend for VulkanBackend {
         })
     }
 
+    fn copy_kv(
+        &mut self,
+        src: Tensor,
+        src_offset: usize,
+        dst: Tensor,
+        dst_offset: usize,
+        len: usize,
+        dtype: KvDtype,
+    ) -> Result<(), ModelError> {
+        // f16 caches pack two values per word (offsets and lengths of whole rows are even).
+        let words = |v: usize| v * dtype.bytes_per_value() / 4;
+        self.copy(src, words(src_offset), dst, words(dst_offset), words(len))
+    }
+
     fn softcap(&mut self, x: Tensor, len: usize, cap: f32) -> Result<(), ModelError> {
         self.record(|me, r| {
             let a = me.head(x, len)?;
