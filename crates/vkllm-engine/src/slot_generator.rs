@@ -91,16 +91,18 @@ impl SlotGenerator {
         Ok(Self::with(b, net, dec, slots, steps_per_submit))
     }
 
-    /// [`SlotGenerator::new`] for a hybrid (Gated DeltaNet) or MoE model (f32 KV).
+    /// [`SlotGenerator::new`] for a hybrid (Gated DeltaNet) or MoE model (`kv`: the attention
+    /// layers' cache type; recurrent states are f32).
     pub fn new_hybrid(
         mut b: VulkanBackend,
         model: HybridModel,
         slots: usize,
         ctx: usize,
+        kv: KvDtype,
         steps_per_submit: usize,
     ) -> Result<Self, EngineError> {
         let slots = slots.max(1);
-        let st = model.new_state_slots(&mut b, ctx.max(2), slots)?;
+        let st = model.new_state_kv(&mut b, ctx.max(2), slots, kv)?;
         let dec = b.hybrid_slot_decoder(&model, &st, decoder_config(steps_per_submit))?;
         // Without memory for the marks, prefix reuse keeps to whole-history continuations.
         let marks = model.new_marks(&mut b, &st).ok();

@@ -61,8 +61,8 @@ pub struct SlotSession {
 }
 
 impl SlotSession {
-    /// Records the decoder for a context of `ctx` positions (`kv`: dense models' cache type;
-    /// hybrid and MoE models keep f32).
+    /// Records the decoder for a context of `ctx` positions (`kv`: the KV cache type; for hybrid
+    /// and MoE models their attention layers').
     pub fn new(
         b: VulkanBackend,
         model: AnyModel,
@@ -73,7 +73,7 @@ impl SlotSession {
         let vocab = model.cfg().vocab_size;
         let generator = match model {
             AnyModel::Dense(m) => SlotGenerator::new(b, m, 1, ctx, kv, STEPS_PER_SUBMIT)?,
-            AnyModel::Hybrid(m) => SlotGenerator::new_hybrid(b, m, 1, ctx, STEPS_PER_SUBMIT)?,
+            AnyModel::Hybrid(m) => SlotGenerator::new_hybrid(b, m, 1, ctx, kv, STEPS_PER_SUBMIT)?,
         };
         Ok(SlotSession {
             generator,

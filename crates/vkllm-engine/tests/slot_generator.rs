@@ -115,7 +115,19 @@ fn hybrid_reference(
     p: &SlotParams,
     n: usize,
 ) -> Vec<u32> {
-    let st = m.new_state(b, 64).expect("state");
+    hybrid_reference_kv(b, m, prompt, p, n, KvDtype::F32)
+}
+
+/// [`hybrid_reference`] with the attention layers' KV stored as `kv`.
+fn hybrid_reference_kv(
+    b: &mut VulkanBackend,
+    m: &HybridModel,
+    prompt: &[u32],
+    p: &SlotParams,
+    n: usize,
+    kv: KvDtype,
+) -> Vec<u32> {
+    let st = m.new_state_kv(b, 64, 1, kv).expect("state");
     let mut counts = vec![0u32; m.cfg.vocab_size];
     let mut logits = m.forward(b, &st, prompt, 0, Logits::Last).expect("prefill");
     let mut toks = Vec::new();
@@ -157,7 +169,8 @@ fn hybrid_slot_generator_matches_reference() {
     let model =
         HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
     // One step per submit: a slot's history is then exactly its prompt and the tokens fed.
-    let mut g = SlotGenerator::new_hybrid(b, model, 3, 64, 1).expect("slot generator");
+    let mut g =
+        SlotGenerator::new_hybrid(b, model, 3, 64, KvDtype::F32, 1).expect("slot generator");
     let first = vec![
         (prompt.clone(), greedy.clone(), 7, 0),
         (other.clone(), sampled.clone(), 9, 1),
@@ -243,7 +256,8 @@ fn hybrid_prompt_marks_are_reused() {
     let model =
         HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
     let vocab = model.cfg.vocab_size as u32;
-    let mut g = SlotGenerator::new_hybrid(b, model, 2, 64, 4).expect("slot generator");
+    let mut g =
+        SlotGenerator::new_hybrid(b, model, 2, 64, KvDtype::F32, 4).expect("slot generator");
     let got = drive(&mut g, &[(prompt.clone(), greedy.clone(), 6, 0)]);
     // Not the answer's first token: the slot's history does not extend to this prompt.
     let t = (got[0][0].id + 1) % vocab;
@@ -275,6 +289,43 @@ fn hybrid_prompt_marks_are_reused() {
     );
 }
 
+/// A hybrid model's slots with an f16 KV cache in the attention layers give the per-token
+/// reference's tokens over the same f16 cache (greedy and sampled, two slots at once).
+#[test]
+fn hybrid_f16_kv_matches_reference() {
+    let dev = device();
+    let fx = Fixture::load("qwen3_5_moe").expect("fixture");
+    let prompt = fx.prompt("short").expect("prompt").ids;
+    let other: Vec<u32> = prompt.iter().rev().copied().collect();
+    let sampled = SlotParams {
+        sampling: SamplingParams {
+            temperature: 0.8,
+            top_k: 20,
+            seed: 3,
+            ..Default::default()
+        },
+        logprobs: None,
+        grammar: None,
+    };
+    let reqs = vec![
+        (prompt.clone(), SlotParams::default(), 7, 0),
+        (other.clone(), sampled.clone(), 7, 1),
+    ];
+    let mut b = VulkanBackend::new(dev.clone());
+    let model =
+        HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+    let mut g =
+        SlotGenerator::new_hybrid(b, model, 2, 64, KvDtype::F16, 4).expect("slot generator");
+    let got = drive(&mut g, &reqs);
+    let mut b = VulkanBackend::new(dev);
+    let m = HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+    for (i, r) in reqs.iter().enumerate() {
+        let want = hybrid_reference_kv(&mut b, &m, &r.0, &r.1, r.2, KvDtype::F16);
+        let ids: Vec<u32> = got[i].iter().map(|t| t.id).collect();
+        assert_eq!(ids, want, "request {i}");
+    }
+}
+
 /// Chunked prefill (`begin`, then `prefill_some` some tokens at a time, with another slot
 /// decoding in between) gives a request the tokens of a whole-prompt `start`, on a dense and a
 /// hybrid model; a request abandoned mid-prefill frees its slot.
@@ -300,7 +351,9 @@ fn chunked_prefill_matches_whole_prompts() {
             let g: Box<dyn Generator> = if family == "qwen3_5" {
                 let m = HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK)
                     .expect("load");
-                Box::new(SlotGenerator::new_hybrid(b, m, 2, 400, 2).expect("generator"))
+                Box::new(
+                    SlotGenerator::new_hybrid(b, m, 2, 400, KvDtype::F32, 2).expect("generator"),
+                )
             } else {
                 let m = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK)
                     .expect("load");

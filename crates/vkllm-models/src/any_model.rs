@@ -83,8 +83,8 @@ impl AnyModel {
         }
     }
 
-    /// A fresh state for one sequence of up to `ctx` positions, KV stored as `dtype` (hybrid
-    /// and MoE families keep f32: another type is [`ModelError::Unsupported`]).
+    /// A fresh state for one sequence of up to `ctx` positions, KV stored as `dtype` (for hybrid
+    /// models the attention layers' KV; their recurrent states are f32).
     pub fn new_state<B: Backend>(
         &self,
         b: &mut B,
@@ -93,11 +93,7 @@ impl AnyModel {
     ) -> Result<AnyState, ModelError> {
         match self {
             AnyModel::Dense(m) => Ok(AnyState::Kv(m.new_kv_slots(b, ctx, 1, dtype)?)),
-            AnyModel::Hybrid(_) if dtype != KvDtype::F32 => Err(ModelError::Unsupported(format!(
-                "a {} KV cache: hybrid and MoE models keep f32",
-                dtype.name()
-            ))),
-            AnyModel::Hybrid(m) => Ok(AnyState::Hybrid(m.new_state(b, ctx)?)),
+            AnyModel::Hybrid(m) => Ok(AnyState::Hybrid(m.new_state_kv(b, ctx, 1, dtype)?)),
         }
     }
 

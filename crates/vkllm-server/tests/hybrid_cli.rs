@@ -148,3 +148,43 @@ fn run_and_perplexity_on_a_hybrid_gguf() {
     }
     std::fs::remove_file(&model).ok();
 }
+
+/// `--kv-type f16` keeps the attention layers' keys and values of a hybrid model as f16 (no
+/// longer ignored): `run` answers on every device and says nothing about the flag, and `bench`
+/// measures with it.
+#[test]
+fn f16_kv_cache_on_a_hybrid_gguf() {
+    let model = synth_shape("tiny-qwen3.6-moe");
+    for d in DEVICES {
+        let out = vkllm()
+            .args(["run", "--raw", "--max-tokens", "4", "--temperature", "0"])
+            .args(["--kv-type", "f16", "--model"])
+            .arg(&model)
+            .args(d)
+            .arg("the quick brown fox")
+            .output()
+            .expect("running vkllm run");
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        let text = ok(out);
+        assert!(!text.trim().is_empty(), "{d:?}: no text");
+        assert!(!err.contains("ignored"), "{d:?}: {err}");
+    }
+    let out = ok(vkllm()
+        .args([
+            "bench",
+            "--pp",
+            "8",
+            "--tg",
+            "4",
+            "--reps",
+            "1",
+            "--kv-type",
+            "f16",
+            "--model",
+        ])
+        .arg(&model)
+        .output()
+        .expect("running vkllm bench"));
+    assert!(out.contains("kv f16") && out.contains("| tg4"), "{out}");
+    std::fs::remove_file(&model).ok();
+}

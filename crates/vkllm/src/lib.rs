@@ -79,7 +79,7 @@ pub struct Options {
     pub device: Where,
     /// Context positions (capped by the model's own).
     pub ctx: usize,
-    /// KV cache element type (hybrid and MoE models always keep f32).
+    /// KV cache element type (for hybrid and MoE models, of their attention layers).
     pub kv: KvDtype,
     /// The Python whose pip fetches a named model missing from the cache (`python3`).
     pub python: OsString,

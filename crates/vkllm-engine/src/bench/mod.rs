@@ -372,8 +372,8 @@ pub fn run_hybrid(
     o: &BenchOptions,
 ) -> Result<BenchReport, ModelError> {
     let (ctx, slots) = state_size(o);
-    let st = model.new_state_slots(b, ctx, slots)?;
-    let st_tg = model.new_state_slots(b, decode_ctx(o), slots)?;
+    let st = model.new_state_kv(b, ctx, slots, o.kv)?;
+    let st_tg = model.new_state_kv(b, decode_ctx(o), slots, o.kv)?;
     let weight_bytes = hybrid_decode_weight_bytes(b, model);
     let nets = [
         HybridNet { g: (model, &st) },

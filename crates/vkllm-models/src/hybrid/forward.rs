@@ -41,6 +41,8 @@ pub enum LayerState {
 #[derive(Clone, Debug)]
 pub struct HybridState {
     pub capacity: usize,
+    /// The attention layers' KV element type (recurrent states are f32).
+    pub dtype: KvDtype,
     /// Rows between the slots' KV regions (`capacity` rounded up to [`KV_ROW_ALIGN`]).
     pub stride: usize,
     pub slots: usize,
@@ -61,7 +63,7 @@ impl HybridState {
             // Every position keeps its row (no sliding-window rings in these families).
             ring: self.capacity,
             slots: self.slots,
-            dtype: KvDtype::F32,
+            dtype: self.dtype,
             rows,
         }
     }
@@ -219,13 +221,34 @@ impl HybridModel {
         }
     }
 
-    /// A fresh state for `slots` sequences of `capacity` positions each.
+    /// A fresh state for `slots` sequences of `capacity` positions each (f32 KV).
     pub fn new_state_slots<B: Backend>(
         &self,
         b: &mut B,
         capacity: usize,
         slots: usize,
     ) -> Result<HybridState, ModelError> {
+        self.new_state_kv(b, capacity, slots, KvDtype::F32)
+    }
+
+    /// A fresh state for `slots` sequences of `capacity` positions each, the attention layers'
+    /// keys and values stored as `dtype`.
+    pub fn new_state_kv<B: Backend>(
+        &self,
+        b: &mut B,
+        capacity: usize,
+        slots: usize,
+        dtype: KvDtype,
+    ) -> Result<HybridState, ModelError> {
+        if dtype == KvDtype::F16 && !self.cfg.kv_dim().is_multiple_of(2) {
+            return Err(ModelError::Config {
+                field: "kv dtype".into(),
+                msg: format!(
+                    "an f16 KV cache needs an even kv_dim, not {}",
+                    self.cfg.kv_dim()
+                ),
+            });
+        }
         if capacity == 0 || slots == 0 {
             return Err(ModelError::Config {
                 field: "hybrid state".into(),
@@ -239,10 +262,9 @@ impl HybridModel {
         let delta_layers = c.hybrid.as_ref().map_or(0, |hy| {
             hy.mixers.iter().filter(|&&m| m == Mixer::DeltaNet).count()
         });
-        let need = 4
-            * (slots
-                * ((c.n_layers - delta_layers) * 2 * stride * w
-                    + delta_layers * (conv_len + delta_len))) as u64;
+        let need = (slots
+            * ((c.n_layers - delta_layers) * 2 * stride * w * dtype.bytes_per_value()
+                + 4 * delta_layers * (conv_len + delta_len))) as u64;
         // Leave room for the activations of a chunk and the driver (1/16 of the device), as
         // the dense KV cache does.
         if let Some((free, total)) = b.memory_free()
@@ -265,13 +287,14 @@ impl HybridModel {
                     delta: b.alloc_f32((slots * delta_len).max(1))?,
                 }),
                 _ => Ok(LayerState::Attention {
-                    k: b.alloc_f32(slots * stride * w)?,
-                    v: b.alloc_f32(slots * stride * w)?,
+                    k: b.alloc_kv(slots * stride * w, dtype)?,
+                    v: b.alloc_kv(slots * stride * w, dtype)?,
                 }),
             })
             .collect::<Result<_, ModelError>>()?;
         Ok(HybridState {
             capacity,
+            dtype,
             stride,
             slots,
             layers,

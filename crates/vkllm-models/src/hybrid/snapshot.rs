@@ -10,7 +10,7 @@
 //! keep whatever they held (attention never reads past the current position, and the next
 //! forward writes them).
 
-use crate::backend::{Backend, Tensor};
+use crate::backend::{Backend, KvDtype, Tensor};
 use crate::error::ModelError;
 use crate::hybrid::forward::{HybridModel, HybridState, LayerState};
 
@@ -19,6 +19,8 @@ use crate::hybrid::forward::{HybridModel, HybridState, LayerState};
 pub struct Snapshot {
     /// Tokens the state had seen (its next position).
     pub pos: usize,
+    /// The KV element type of the state it came from (restored only into one of the same).
+    pub dtype: KvDtype,
     /// Per layer, the copied tensors and how many values each holds.
     layers: Vec<[(Tensor, usize); 2]>,
 }
@@ -31,8 +33,9 @@ pub struct HostSnapshot {
     pub layers: Vec<[Vec<f32>; 2]>,
 }
 
-/// One copied part of a slot's state: the tensor, the offset of the slot's values, how many.
-type Part = (Tensor, usize, usize);
+/// One copied part of a slot's state: the tensor, the offset of the slot's values, how many,
+/// and their type (KV rows in the state's dtype, recurrent states f32).
+type Part = (Tensor, usize, usize, KvDtype);
 
 impl HybridModel {
     /// The parts of `slot` of `st` a snapshot at `pos` copies.
@@ -44,11 +47,11 @@ impl HybridModel {
             .map(|l| match *l {
                 LayerState::Attention { k, v } => {
                     let off = slot * st.stride * w;
-                    [(k, off, pos * w), (v, off, pos * w)]
+                    [(k, off, pos * w, st.dtype), (v, off, pos * w, st.dtype)]
                 }
                 LayerState::DeltaNet { conv, delta } => [
-                    (conv, slot * conv_len, conv_len),
-                    (delta, slot * delta_len, delta_len),
+                    (conv, slot * conv_len, conv_len, KvDtype::F32),
+                    (delta, slot * delta_len, delta_len, KvDtype::F32),
                 ],
             })
             .collect()
@@ -75,16 +78,20 @@ impl HybridModel {
         let mut layers = Vec::with_capacity(st.layers.len());
         for part in self.parts(st, slot, pos) {
             let mut copy = [(Tensor::from_index(0), 0); 2];
-            for (dst, (src, off, len)) in copy.iter_mut().zip(part) {
-                let t = b.alloc_f32(len.max(1))?;
+            for (dst, (src, off, len, dtype)) in copy.iter_mut().zip(part) {
+                let t = b.alloc_kv(len.max(2), dtype)?;
                 if len > 0 {
-                    b.copy(src, off, t, 0, len)?;
+                    b.copy_kv(src, off, t, 0, len, dtype)?;
                 }
                 *dst = (t, len);
             }
             layers.push(copy);
         }
-        Ok(Snapshot { pos, layers })
+        Ok(Snapshot {
+            pos,
+            dtype: st.dtype,
+            layers,
+        })
     }
 
     /// Makes slot 0 of `st` hold `snap`'s contents and continue from `snap.pos`.
@@ -109,9 +116,19 @@ impl HybridModel {
     ) -> Result<(), ModelError> {
         self.check_slot_of(st, slot)?;
         self.check_fits(snap.pos, snap.layers.len(), st)?;
+        if snap.dtype != st.dtype {
+            return Err(ModelError::Config {
+                field: "snapshot".into(),
+                msg: format!(
+                    "a snapshot of an {} KV cache restored into an {} one",
+                    snap.dtype.name(),
+                    st.dtype.name()
+                ),
+            });
+        }
         let parts = self.parts(st, slot, snap.pos);
         for (i, (part, copy)) in parts.iter().zip(&snap.layers).enumerate() {
-            for (&(_, _, want), &(_, len)) in part.iter().zip(copy) {
+            for (&(_, _, want, _), &(_, len)) in part.iter().zip(copy) {
                 if want != len {
                     return Err(ModelError::Config {
                         field: "snapshot".into(),
@@ -121,9 +138,9 @@ impl HybridModel {
             }
         }
         for (part, copy) in parts.into_iter().zip(&snap.layers) {
-            for ((dst, off, _), &(src, len)) in part.into_iter().zip(copy) {
+            for ((dst, off, _, dtype), &(src, len)) in part.into_iter().zip(copy) {
                 if len > 0 {
-                    b.copy(src, 0, dst, off, len)?;
+                    b.copy_kv(src, 0, dst, off, len, dtype)?;
                 }
             }
         }
@@ -147,6 +164,12 @@ impl HybridModel {
         b: &mut B,
         snap: &Snapshot,
     ) -> Result<HostSnapshot, ModelError> {
+        if snap.dtype != KvDtype::F32 {
+            return Err(ModelError::Unsupported(format!(
+                "host snapshots of an {} KV cache (f32 only)",
+                snap.dtype.name()
+            )));
+        }
         let mut layers = Vec::with_capacity(snap.layers.len());
         for copy in &snap.layers {
             let mut host: [Vec<f32>; 2] = Default::default();
@@ -183,6 +206,7 @@ impl HybridModel {
         }
         Ok(Snapshot {
             pos: host.pos,
+            dtype: KvDtype::F32,
             layers,
         })
     }

@@ -46,8 +46,8 @@ pub struct Args {
     #[arg(long, default_value_t = 16)]
     steps: usize,
 
-    /// KV cache type: f32 or f16. Default: f16 for dense models (llama-bench's default cache
-    /// type, so figures compare with the anchors), f32 for hybrid/MoE models (their only type).
+    /// KV cache type: f32 or f16. Default: f16 (llama-bench's default cache
+    /// type, so figures compare with the anchors; hybrid/MoE models: their attention layers').
     #[arg(long)]
     kv_type: Option<String>,
 
@@ -138,13 +138,6 @@ pub fn run(args: Args) -> Result<()> {
     let chunk = chunk.max(args.batch.iter().copied().max().unwrap_or(1));
     let cfg = gguf.config.clone();
     let hybrid = cfg.family.is_hybrid_or_moe();
-    // Hybrid (Gated DeltaNet) and MoE models keep an f32 KV cache next to the recurrent state,
-    // as `vkllm serve` does.
-    let kv = if hybrid && kv_arg.is_none() {
-        KvDtype::F32
-    } else {
-        kv
-    };
     let opts = BenchOptions {
         pp: args.pp.clone(),
         tg: args.tg,
@@ -158,12 +151,6 @@ pub fn run(args: Args) -> Result<()> {
         depths: args.depth.clone(),
     };
     let report = if hybrid {
-        if kv != KvDtype::F32 {
-            bail!(
-                "--kv-type {}: hybrid/MoE models keep an f32 KV cache",
-                kv.name()
-            );
-        }
         let model = HybridModel::load(cfg.clone(), &gguf, &mut b, chunk)?;
         drop(gguf);
         bench::run_hybrid(&mut b, &model, &opts)?

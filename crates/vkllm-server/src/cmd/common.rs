@@ -318,18 +318,7 @@ fn load_model<B: Backend>(
     let model = model?;
     drop(ck);
     let ctx = args.ctx.min(model.cfg().max_position).max(1);
-    // Hybrid (Gated DeltaNet) and MoE models keep an f32 KV cache next to their recurrent state.
-    let kv = match &model {
-        AnyModel::Hybrid(_) if args.kv_type != KvDtype::F32 => {
-            eprintln!(
-                "vkllm: --kv-type {} ignored: hybrid/MoE models keep an f32 KV cache",
-                args.kv_type.name()
-            );
-            KvDtype::F32
-        }
-        _ => args.kv_type,
-    };
-    Ok((model, ctx, kv))
+    Ok((model, ctx, args.kv_type))
 }
 
 /// A bar on stderr when it is a terminal, hidden otherwise.

@@ -217,16 +217,7 @@ fn start_slot_runner(
     let ctx = args.ctx.min(model.cfg().max_position).max(2);
     let generator = match model {
         AnyModel::Dense(m) => SlotGenerator::new(b, m, slots, ctx, args.kv_type, 4)?,
-        AnyModel::Hybrid(m) => {
-            // Hybrid (Gated DeltaNet) and MoE models: f32 KV next to the recurrent state.
-            if args.kv_type != KvDtype::F32 {
-                eprintln!(
-                    "vkllm: --kv-type {} ignored: hybrid/MoE models keep an f32 KV cache",
-                    args.kv_type.name()
-                );
-            }
-            SlotGenerator::new_hybrid(b, m, slots, ctx, 4)?
-        }
+        AnyModel::Hybrid(m) => SlotGenerator::new_hybrid(b, m, slots, ctx, args.kv_type, 4)?,
     };
     Ok(InferenceRunner::threaded(
         Box::new(generator),
