@@ -211,12 +211,7 @@ impl<B: Backend> SimpleGenerator<B> {
         let slots = (0..slots.max(1))
             .map(|_| {
                 let kv = model.new_state(&mut backend, ctx, KvDtype::F32)?;
-                let marks = match (&model, &kv) {
-                    (AnyModel::Hybrid(m), AnyState::Hybrid(st)) => {
-                        m.new_marks(&mut backend, st).ok()
-                    }
-                    _ => None,
-                };
+                let marks = model.new_marks(&mut backend, &kv);
                 Ok(Slot {
                     kv,
                     history: Vec::new(),
@@ -294,15 +289,13 @@ impl<B: Backend> SimpleGenerator<B> {
                     .count();
                 // The last prompt token is always recomputed: its logits are needed. A hybrid
                 // slot may also restart from the end of its last prompt (its mark).
-                let marked = s
-                    .marks
-                    .as_ref()
-                    .and_then(|m| m.pos(0))
-                    .filter(|&p| p <= common && p < prompt.len())
-                    .unwrap_or(0);
-                let reuse =
-                    s.kv.reusable(s.written, s.history.len(), common.min(prompt.len() - 1))
-                        .max(marked);
+                let reuse = s.kv.reusable_marked(
+                    s.marks.as_ref(),
+                    s.written,
+                    s.history.len(),
+                    common,
+                    prompt.len(),
+                );
                 (i, reuse, s.last_used)
             })
             .max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)))
@@ -346,19 +339,8 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
         let slot = &mut self.slots[id];
         // A recurrent state is reset unless it continues its whole history or restarts from
         // its mark.
-        match (&self.model, &slot.kv, slot.marks.as_mut()) {
-            (AnyModel::Hybrid(m), AnyState::Hybrid(st), Some(marks))
-                if reuse > 0 && reuse != st.next[0].get() =>
-            {
-                m.restore_mark(&mut self.backend, st, 0, marks)?;
-            }
-            _ => self.model.rewind(&mut self.backend, &slot.kv, reuse)?,
-        }
-        if reuse == 0
-            && let Some(m) = slot.marks.as_mut()
-        {
-            m.forget(0);
-        }
+        self.model
+            .resume(&mut self.backend, &slot.kv, slot.marks.as_mut(), reuse)?;
         slot.history.truncate(reuse);
         if let Some(w) = copied_written {
             // The rows came from another slot: its history prefix, its ring as far as written.
@@ -377,11 +359,8 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
             Logits::Last,
         )?;
         slot.history.extend_from_slice(&prompt[reuse..]);
-        if let (AnyModel::Hybrid(m), AnyState::Hybrid(st), Some(marks)) =
-            (&self.model, &slot.kv, slot.marks.as_mut())
-        {
-            m.mark_slot(&mut self.backend, st, 0, marks)?;
-        }
+        self.model
+            .mark(&mut self.backend, &slot.kv, slot.marks.as_mut())?;
         let mut counts = if penalised(&p.sampling) {
             vec![0u32; vocab]
         } else {

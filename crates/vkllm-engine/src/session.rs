@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use vkllm_cpu::sampler::{SamplingParams, apply_mask, sample};
+use vkllm_models::hybrid::RecurrentMarks;
 use vkllm_models::{AnyModel, AnyState, Backend, KvDtype, Logits};
 use vkllm_tokenizer::Tokenizer;
 
@@ -69,6 +70,9 @@ pub struct Session<B: Backend> {
     written: usize,
     /// Sequence id for the sampler's RNG counter.
     seq_id: u64,
+    /// Hybrid models: the recurrent state at the end of the last prompt (a turn whose answer
+    /// was re-rendered differently restarts there).
+    marks: Option<RecurrentMarks>,
 }
 
 impl<B: Backend> Session<B> {
@@ -93,6 +97,7 @@ impl<B: Backend> Session<B> {
     ) -> Result<Self, EngineError> {
         let model = model.into();
         let state = model.new_state(&mut backend, ctx, dtype)?;
+        let marks = model.new_marks(&mut backend, &state);
         Ok(Session {
             backend,
             model,
@@ -101,6 +106,7 @@ impl<B: Backend> Session<B> {
             history: Vec::new(),
             written: 0,
             seq_id: 0,
+            marks,
         })
     }
 
@@ -166,11 +172,16 @@ impl<B: Backend> Session<B> {
         // Reuse the cached prefix; at least the last context token is recomputed for its logits,
         // and everything when a sliding-window ring no longer holds what the prefix needs (or a
         // recurrent state holds more than the prefix).
-        let common = common_prefix(&self.history, context).min(context.len() - 1);
-        let reuse = self
-            .state
-            .reusable(self.written, self.history.len(), common);
-        self.model.rewind(&mut self.backend, &self.state, reuse)?;
+        let common = common_prefix(&self.history, context);
+        let reuse = self.state.reusable_marked(
+            self.marks.as_ref(),
+            self.written,
+            self.history.len(),
+            common,
+            context.len(),
+        );
+        self.model
+            .resume(&mut self.backend, &self.state, self.marks.as_mut(), reuse)?;
         self.history.truncate(reuse);
         if reuse == 0 {
             self.written = 0;
@@ -184,6 +195,8 @@ impl<B: Backend> Session<B> {
             self.model
                 .forward(&mut self.backend, &self.state, new, reuse, Logits::Last)?;
         self.history.extend_from_slice(new);
+        self.model
+            .mark(&mut self.backend, &self.state, self.marks.as_mut())?;
         let ttft = start.elapsed();
         let decode_start = Instant::now();
 

@@ -103,3 +103,28 @@ fn extending_reuses_the_state_and_rewinding_recomputes() {
         assert_eq!(turn(family, &mut s, &c), 0, "{family}");
     }
 }
+
+/// A turn that repeats the last prompt but continues differently from the answer (a chat
+/// template that re-renders the reply, e.g. without its thinking) restarts from the recurrent
+/// state kept at the end of that prompt: only the new tokens are computed, the text is a fresh
+/// session's.
+#[test]
+fn a_re_rendered_turn_restarts_from_the_last_prompt() {
+    for family in ["qwen3_5", "qwen3_moe"] {
+        let mut s = session(family);
+        let a = ids(40, 1);
+        assert_eq!(turn(family, &mut s, &a), 0);
+        assert!(
+            s.history().len() > a.len(),
+            "{family}: the answer is in the cache"
+        );
+        let mut b = a.clone();
+        b.extend(ids(9, 5));
+        assert_ne!(
+            b[a.len()],
+            s.history()[a.len()],
+            "{family}: the answer differs"
+        );
+        assert_eq!(turn(family, &mut s, &b), a.len(), "{family}");
+    }
+}

@@ -8,7 +8,7 @@ use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::forward::{KvCache, Logits, Model};
-use crate::hybrid::{HybridModel, HybridState};
+use crate::hybrid::{HybridModel, HybridState, RecurrentMarks};
 use crate::progress::LoadProgress;
 use crate::quantize::{QuantScheme, QuantizingSource};
 use crate::weights::TensorSource;
@@ -143,7 +143,75 @@ impl AnyModel {
     }
 }
 
+/// Prefix reuse with recurrent marks ([`RecurrentMarks`]): a hybrid sequence may also restart
+/// from the end of its last prompt. Dense states have no marks (`None` everywhere).
+impl AnyModel {
+    /// Marks for a one-sequence hybrid state (`None` for a dense one, or without memory for
+    /// them: reuse then keeps to whole-history continuations).
+    pub fn new_marks<B: Backend>(&self, b: &mut B, st: &AnyState) -> Option<RecurrentMarks> {
+        match (self, st) {
+            (AnyModel::Hybrid(m), AnyState::Hybrid(s)) => m.new_marks(b, s).ok(),
+            _ => None,
+        }
+    }
+
+    /// [`AnyModel::rewind`] that can also go back to the mark: restores it when `to` is the
+    /// marked position and the state holds a different one; a reset forgets the mark.
+    pub fn resume<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &AnyState,
+        marks: Option<&mut RecurrentMarks>,
+        to: usize,
+    ) -> Result<(), ModelError> {
+        if let (AnyModel::Hybrid(m), AnyState::Hybrid(s), Some(marks)) = (self, st, marks) {
+            if to > 0 && to != s.next[0].get() && marks.pos(0) == Some(to) {
+                m.restore_mark(b, s, 0, marks)?;
+                return Ok(());
+            }
+            if to == 0 {
+                marks.forget(0);
+            }
+        }
+        self.rewind(b, st, to)
+    }
+
+    /// Marks the state's current position (the end of a prompt) for a later [`resume`].
+    ///
+    /// [`resume`]: AnyModel::resume
+    pub fn mark<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &AnyState,
+        marks: Option<&mut RecurrentMarks>,
+    ) -> Result<(), ModelError> {
+        match (self, st, marks) {
+            (AnyModel::Hybrid(m), AnyState::Hybrid(s), Some(marks)) => m.mark_slot(b, s, 0, marks),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl AnyState {
+    /// [`AnyState::reusable`], or the mark's position when longer and usable for a prompt of
+    /// `len` tokens sharing `common` with the history (the last prompt token is always
+    /// recomputed).
+    pub fn reusable_marked(
+        &self,
+        marks: Option<&RecurrentMarks>,
+        written: usize,
+        held: usize,
+        common: usize,
+        len: usize,
+    ) -> usize {
+        let marked = marks
+            .and_then(|m| m.pos(0))
+            .filter(|&p| p <= common && p < len)
+            .unwrap_or(0);
+        self.reusable(written, held, common.min(len.saturating_sub(1)))
+            .max(marked)
+    }
+
     /// Positions a sequence can hold.
     pub fn capacity(&self) -> usize {
         match self {
