@@ -16,6 +16,76 @@ fn max_abs(x: &[f32]) -> f64 {
     x.iter().fold(0.0f64, |m, v| m.max(f64::from(v.abs())))
 }
 
+/// One parity case's inputs: activations, routing, the stacked expert blocks (gate, up, down)
+/// and the CPU reference output on the same blocks dequantized.
+pub(crate) struct MoeCase {
+    pub x: Vec<f32>,
+    pub ids: Vec<u32>,
+    pub w: Vec<f32>,
+    pub gate: Vec<u8>,
+    pub up: Vec<u8>,
+    pub down: Vec<u8>,
+    pub want: Vec<f32>,
+    pub tol: Tol,
+}
+
+/// Random inputs for `n` tokens routed to `k` distinct of `e` experts (hidden `h`, expert
+/// width `ff`; gate/up in `gu`, down in `dn`) and `vkllm_cpu::moe_experts` on them.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn moe_case(
+    rng: &mut Rng,
+    n: usize,
+    e: usize,
+    k: usize,
+    h: usize,
+    ff: usize,
+    gu: WeightType,
+    dn: WeightType,
+) -> Result<MoeCase> {
+    let x = rng.vec(n * h, -1.0, 1.0);
+    let (gate_b, _) = weights(rng, gu, e * ff, h, true)?;
+    let (up_b, _) = weights(rng, gu, e * ff, h, false)?;
+    let (down_b, _) = weights(rng, dn, e * h, ff, true)?;
+    let gate = dequantize(gu, &gate_b, e * ff * h)?;
+    let up = dequantize(gu, &up_b, e * ff * h)?;
+    let down = dequantize(dn, &down_b, e * h * ff)?;
+    let mut ids = Vec::with_capacity(n * k);
+    for _ in 0..n {
+        let mut picked: Vec<u32> = Vec::new();
+        while picked.len() < k {
+            let c = rng.below(e as u64) as u32;
+            if !picked.contains(&c) {
+                picked.push(c);
+            }
+        }
+        ids.extend(picked);
+    }
+    let w = rng.vec(n * k, 0.05, 1.0);
+    let mut want = vec![0.0; n * h];
+    let cs = vkllm_cpu::MoeShape {
+        n_experts: e,
+        hidden: h,
+        ff,
+        top_k: k,
+    };
+    vkllm_cpu::moe_experts(&cs, &x, &gate, &up, &down, &ids, &w, &mut want);
+    // Two chained f32 dot products of up to 512 terms (GPU order vs the reference's).
+    let tol = Tol {
+        max_abs: 1e-5 * max_abs(&want).max(1.0),
+        nmse: 1e-10,
+    };
+    Ok(MoeCase {
+        x,
+        ids,
+        w,
+        gate: pad4(&gate_b),
+        up: pad4(&up_b),
+        down: pad4(&down_b),
+        want,
+        tol,
+    })
+}
+
 pub(crate) fn moe_experts_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
@@ -27,32 +97,14 @@ pub(crate) fn moe_experts_quant(dev: &Device, seed: u64) -> Result<Vec<KernelPar
         (3, 6, 2, 512, 256, q4k, q4k),
         (1, 5, 2, 256, 256, q4k, q6k),
     ] {
-        let x = rng.vec(n * h, -1.0, 1.0);
-        let (gate_b, _) = weights(&mut rng, gu, e * ff, h, true)?;
-        let (up_b, _) = weights(&mut rng, gu, e * ff, h, false)?;
-        let (down_b, _) = weights(&mut rng, dn, e * h, ff, true)?;
-        let gate = dequantize(gu, &gate_b, e * ff * h)?;
-        let up = dequantize(gu, &up_b, e * ff * h)?;
-        let down = dequantize(dn, &down_b, e * h * ff)?;
-        let mut ids = Vec::with_capacity(n * k);
-        for _ in 0..n {
-            let mut picked: Vec<u32> = Vec::new();
-            while picked.len() < k {
-                let c = rng.below(e as u64) as u32;
-                if !picked.contains(&c) {
-                    picked.push(c);
-                }
-            }
-            ids.extend(picked);
-        }
-        let w = rng.vec(n * k, 0.05, 1.0);
+        let c = moe_case(&mut rng, n, e, k, h, ff, gu, dn)?;
         let bufs = (
-            cx.input("x", &x)?,
-            cx.input("ids", &ids)?,
-            cx.input("w", &w)?,
-            cx.input("gate", &pad4(&gate_b))?,
-            cx.input("up", &pad4(&up_b))?,
-            cx.input("down", &pad4(&down_b))?,
+            cx.input("x", &c.x)?,
+            cx.input("ids", &c.ids)?,
+            cx.input("w", &c.w)?,
+            cx.input("gate", &c.gate)?,
+            cx.input("up", &c.up)?,
+            cx.input("down", &c.down)?,
         );
         let (act, out) = (cx.output("act", n * k * ff)?, cx.output("out", n * h)?);
         let s = MoeQuantShape {
@@ -82,23 +134,17 @@ pub(crate) fn moe_experts_quant(dev: &Device, seed: u64) -> Result<Vec<KernelPar
             }
             Ok(())
         })?;
-        let mut want = vec![0.0; n * h];
-        let cs = vkllm_cpu::MoeShape {
-            n_experts: e,
-            hidden: h,
-            ff,
-            top_k: k,
-        };
-        vkllm_cpu::moe_experts(&cs, &x, &gate, &up, &down, &ids, &w, &mut want);
         let got = cx.read(&out, n * h)?;
         let shape = format!("n {n} experts {e} top {k} H {h} F {ff}");
         let variant = format!("{} gate/up, {} down", gu.name(), dn.name());
-        // Two chained f32 dot products of up to 512 terms (GPU order vs the reference's).
-        let tol = Tol {
-            max_abs: 1e-5 * max_abs(&want).max(1.0),
-            nmse: 1e-10,
-        };
-        rows.push(row("moe_experts_quant", variant, shape, &got, &want, tol));
+        rows.push(row(
+            "moe_experts_quant",
+            variant,
+            shape,
+            &got,
+            &c.want,
+            c.tol,
+        ));
     }
     Ok(rows)
 }

@@ -266,45 +266,49 @@ impl VulkanBackend {
             down: self.matrix(ex.down).dtype,
         };
         let min = self.dev.tuning().moe_grouped_min as usize;
-        if min > 0 && n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(&shape) {
-            let [a, y, l] = moe_scratch_parts(n, top_k, h, ff, ex.n_experts);
-            return self.record(|me, r| {
-                let w = |t: Tensor| me.matrix(t).parts[0].buffer.all();
-                let part = |(off, len): (usize, usize)| {
-                    me.buf(scratch).slice(4 * off as u64, 4 * len as u64)
-                };
-                let ds = MoeExpertsGrouped {
-                    x: me.head(x, n * h)?,
-                    ids: me.head(ids, n * top_k)?,
-                    weights: me.head(weights, n * top_k)?,
-                    gate: w(ex.gate),
-                    up: w(ex.up),
-                    down: w(ex.down),
-                    act: part(a)?,
-                    y: part(y)?,
-                    lists: part(l)?,
-                    out: me.head(out, n * h)?,
-                }
-                .dispatch(&shape)?;
-                for d in ds {
-                    r.dispatch(d)?;
-                }
-                Ok(())
-            });
-        }
+        let grouped = min > 0 && n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(&shape);
+        let [a, y, l] = moe_scratch_parts(n, top_k, h, ff, ex.n_experts);
         self.record(|me, r| {
             let w = |t: Tensor| me.matrix(t).parts[0].buffer.all();
-            let ds = MoeExpertsQuant {
-                x: me.head(x, n * h)?,
-                ids: me.head(ids, n * top_k)?,
-                weights: me.head(weights, n * top_k)?,
-                gate: w(ex.gate),
-                up: w(ex.up),
-                down: w(ex.down),
-                act: me.head(scratch, n * top_k * ff)?,
-                out: me.head(out, n * h)?,
-            }
-            .dispatch(&shape)?;
+            let part =
+                |(off, len): (usize, usize)| me.buf(scratch).slice(4 * off as u64, 4 * len as u64);
+            let (x, ids, weights) = (
+                me.head(x, n * h)?,
+                me.head(ids, n * top_k)?,
+                me.head(weights, n * top_k)?,
+            );
+            let (gate, up, down, out) = (w(ex.gate), w(ex.up), w(ex.down), me.head(out, n * h)?);
+            let ds: Vec<_> = if grouped {
+                let (act, y, lists) = (part(a)?, part(y)?, part(l)?);
+                MoeExpertsGrouped {
+                    x,
+                    ids,
+                    weights,
+                    gate,
+                    up,
+                    down,
+                    act,
+                    y,
+                    lists,
+                    out,
+                }
+                .dispatch(&shape)?
+                .into()
+            } else {
+                let act = part(a)?;
+                MoeExpertsQuant {
+                    x,
+                    ids,
+                    weights,
+                    gate,
+                    up,
+                    down,
+                    act,
+                    out,
+                }
+                .dispatch(&shape)?
+                .into()
+            };
             for d in ds {
                 r.dispatch(d)?;
             }
