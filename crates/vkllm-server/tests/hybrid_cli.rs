@@ -188,3 +188,64 @@ fn f16_kv_cache_on_a_hybrid_gguf() {
     assert!(out.contains("kv f16") && out.contains("| tg4"), "{out}");
     std::fs::remove_file(&model).ok();
 }
+
+/// Qwen3.5/3.6's own template (the built-in one: the synth file carries none) writes tools in
+/// its XML form; a forced call through `vkllm serve` is constrained to that form and to the
+/// tool's schema, and comes back as OpenAI `tool_calls` with typed arguments, even from random
+/// weights.
+#[test]
+fn forced_tool_calls_in_qwen35s_xml_form() {
+    let model = synth_shape("tiny-qwen3.6-moe");
+    let server = Server::start_args(&[
+        "--model",
+        model.to_str().expect("utf-8 path"),
+        "--served-model-name",
+        "m",
+        "--device",
+        "cpu",
+    ]);
+    let body = serde_json::json!({
+        "model": "m",
+        "messages": [{"role": "user", "content": "Weather in Oslo for two days?"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "enum": ["Oslo", "Bergen"]},
+                "note": {"type": "string", "maxLength": 12},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                "required": ["city", "days"]}}}],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        // The tiny synthetic vocabulary spells the tags nearly byte by byte.
+        "max_tokens": 300,
+        "temperature": 0.7,
+        "seed": 3,
+        "chat_template_kwargs": {"enable_thinking": false},
+    })
+    .to_string();
+    let resp = server.raw(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json",
+        &body,
+    );
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    let v: serde_json::Value =
+        serde_json::from_str(resp.split("\r\n\r\n").nth(1).expect("a body")).expect("JSON");
+    let choice = &v["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+    let call = &choice["message"]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "get_weather", "{v}");
+    let args: serde_json::Value =
+        serde_json::from_str(call["arguments"].as_str().expect("arguments")).expect("JSON");
+    assert!(
+        ["Oslo", "Bergen"].contains(&args["city"].as_str().unwrap_or("")),
+        "{args}"
+    );
+    if let Some(note) = args.get("note") {
+        assert!(
+            note.as_str().is_some_and(|n| n.chars().count() <= 12),
+            "{args}"
+        );
+    }
+    let days = args["days"].as_i64().expect("an integer");
+    assert!((1..=7).contains(&days), "{args}");
+    drop(server);
+    std::fs::remove_file(&model).ok();
+}

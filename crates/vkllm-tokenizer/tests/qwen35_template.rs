@@ -1,4 +1,4 @@
-//! The built-in Qwen3.5 chat template (unverified, see docs/chat-templates.md): ChatML turns,
+//! The built-in Qwen3.5 chat template (Qwen3.5's published one, docs/chat-templates.md): ChatML turns,
 //! thinking on by default (the assistant turn opens with `<think>\n`), `enable_thinking=false`
 //! closes an empty think block, reasoning of earlier turns dropped from the history. Expected
 //! strings are written out from that format by hand.

@@ -454,7 +454,8 @@ const QWEN3_5_0_8B: SynthShape = SynthShape {
     pad: Some("<|endoftext|>"),
     add_bos: false,
     add_space_prefix: None,
-    chat_template: Some(CHATML),
+    // None: readers fall back to the family's published template (vkllm's built-in qwen3_5).
+    chat_template: None,
     general: &[
         ("general.name", "Qwen3.5 0.8B"),
         ("general.basename", "Qwen3.5"),

@@ -253,6 +253,16 @@ pub fn build(tok: &Tokenizer, api: Api, input: ChatInput) -> Result<ChatPrompt, 
         think: think.filter(|_| forced.is_none()),
         tools: tools_on.then_some((format, forced.is_some() || !input.parallel)),
         names: names.iter().map(|n| n.to_string()).collect(),
+        schemas: input
+            .tools
+            .iter()
+            .filter_map(|t| {
+                Some((
+                    structured::tool_name(t)?.to_string(),
+                    structured::tool_schema(t),
+                ))
+            })
+            .collect(),
         prefill: String::new(),
     };
     let mut tool_stop = None;

@@ -16,6 +16,7 @@ mod openai;
 mod openai_stream;
 mod output;
 pub mod structured;
+mod tool_xml;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

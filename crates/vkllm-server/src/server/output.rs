@@ -3,6 +3,8 @@
 //!
 //! - `Hermes`: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Qwen 2.5/3, Hermes,
 //!   and the format the server teaches models whose template has no tool support);
+//! - `QwenXml`: `<tool_call><function=NAME><parameter=ARG>VALUE</parameter></function></tool_call>`
+//!   (Qwen3.5/3.6, Qwen3-Coder; see `tool_xml.rs`);
 //! - `JsonList`: a reply that is a JSON list of `{"name", "arguments"}` (Mistral; its
 //!   `[TOOL_CALLS]` marker is a control token and does not reach the text);
 //! - `JsonObject`: a reply that is one JSON object `{"name", "parameters"}` (Llama 3.x; its
@@ -10,6 +12,8 @@
 
 use serde_json::{Map, Value as Json};
 use vkllm_tokenizer::{Segment, ThinkingSplitter};
+
+use super::tool_xml;
 
 /// A parsed tool call.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,6 +36,7 @@ pub enum Piece {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ToolFormat {
     Hermes,
+    QwenXml,
     JsonList,
     JsonObject,
 }
@@ -42,7 +47,9 @@ pub const CLOSE: &str = "</tool_call>";
 impl ToolFormat {
     /// The format a chat template's source uses (Hermes when it names none).
     pub fn detect(template: &str) -> ToolFormat {
-        if template.contains(OPEN) {
+        if template.contains("<function=") {
+            ToolFormat::QwenXml
+        } else if template.contains(OPEN) {
             ToolFormat::Hermes
         } else if template.contains("[TOOL_CALLS]") {
             ToolFormat::JsonList
@@ -62,6 +69,8 @@ impl ToolFormat {
             (ToolFormat::Hermes, Some(n)) => {
                 format!("{OPEN}\n{{\"name\": {}, \"arguments\": ", name_json(n))
             }
+            (ToolFormat::QwenXml, None) => format!("{OPEN}\n<function="),
+            (ToolFormat::QwenXml, Some(n)) => format!("{OPEN}\n<function={n}>\n"),
             (ToolFormat::JsonList, None) => "[{\"name\": \"".to_string(),
             (ToolFormat::JsonList, Some(n)) => {
                 format!("[{{\"name\": {}, \"arguments\": ", name_json(n))
@@ -76,7 +85,7 @@ impl ToolFormat {
     /// A stop string that ends a single forced call, if the format has a closing tag.
     pub fn close_tag(self) -> Option<&'static str> {
         match self {
-            ToolFormat::Hermes => Some(CLOSE),
+            ToolFormat::Hermes | ToolFormat::QwenXml => Some(CLOSE),
             _ => None,
         }
     }
@@ -141,6 +150,8 @@ pub struct ToolParser {
     calls: usize,
     /// The functions the request offers (calls to others are text).
     names: Vec<String>,
+    /// Their parameters schemas, by name (the XML form keeps string parameters as text).
+    schemas: Vec<(String, Json)>,
 }
 
 impl ToolParser {
@@ -152,6 +163,21 @@ impl ToolParser {
             single,
             calls: 0,
             names,
+            schemas: Vec::new(),
+        }
+    }
+
+    /// The offered functions' parameters schemas, by name.
+    pub fn with_schemas(mut self, schemas: Vec<(String, Json)>) -> Self {
+        self.schemas = schemas;
+        self
+    }
+
+    /// The call in the text of a tagged call (after `<tool_call>`, before its closing tag).
+    fn tagged_call(&self, inner: &str) -> Option<ToolCall> {
+        match self.format {
+            ToolFormat::QwenXml => tool_xml::parse_call(inner, &self.names, &self.schemas),
+            _ => first_json(inner).and_then(|(v, _)| call_from(&v, &self.names)),
         }
     }
 
@@ -165,7 +191,7 @@ impl ToolParser {
             return;
         }
         match self.format {
-            ToolFormat::Hermes => self.push_hermes(text, out),
+            ToolFormat::Hermes | ToolFormat::QwenXml => self.push_hermes(text, out),
             ToolFormat::JsonList | ToolFormat::JsonObject => self.push_json(text, out),
         }
     }
@@ -183,25 +209,32 @@ impl ToolParser {
             match &mut self.state {
                 State::InCall(body) => {
                     body.push_str(&std::mem::take(&mut self.held));
-                    // The call ends at the first closing tag after its JSON is complete (a
-                    // string argument may hold the tag itself).
-                    let mut from = 0;
-                    let end = loop {
-                        let Some(i) = body[from..].find(CLOSE) else {
-                            return;
-                        };
-                        let end = from + i;
-                        let mut it =
-                            serde_json::Deserializer::from_str(&body[..end]).into_iter::<Json>();
-                        match it.next() {
-                            Some(Err(e)) if e.is_eof() => from = end + CLOSE.len(),
-                            _ => break end,
+                    // The call ends at the first closing tag after its JSON (or its XML function
+                    // block) is complete: an argument may hold the tag itself.
+                    let end = if self.format == ToolFormat::QwenXml {
+                        match tool_xml::call_end(body, CLOSE) {
+                            Some(e) => e,
+                            None => return,
+                        }
+                    } else {
+                        let mut from = 0;
+                        loop {
+                            let Some(i) = body[from..].find(CLOSE) else {
+                                return;
+                            };
+                            let end = from + i;
+                            let mut it = serde_json::Deserializer::from_str(&body[..end])
+                                .into_iter::<Json>();
+                            match it.next() {
+                                Some(Err(e)) if e.is_eof() => from = end + CLOSE.len(),
+                                _ => break end,
+                            }
                         }
                     };
                     let inner = body[..end].to_string();
                     let rest = body[end + CLOSE.len()..].to_string();
                     self.state = State::Text;
-                    match first_json(&inner).and_then(|(v, _)| call_from(&v, &self.names)) {
+                    match self.tagged_call(&inner) {
                         Some(c) => self.emit_call(c, out),
                         None => out.push(Piece::Content(format!("{OPEN}{inner}{CLOSE}"))),
                     }
@@ -304,7 +337,7 @@ impl ToolParser {
             State::InCall(mut body) => {
                 body.push_str(&std::mem::take(&mut self.held));
                 // An unclosed call (the model ended right after the JSON) still counts.
-                match first_json(&body).and_then(|(v, _)| call_from(&v, &self.names)) {
+                match self.tagged_call(&body) {
                     Some(c) => self.emit_call(c, out),
                     None => out.push(Piece::Content(format!("{OPEN}{body}"))),
                 }
@@ -349,6 +382,8 @@ pub struct ParserSpec {
     pub tools: Option<(ToolFormat, bool)>,
     /// The function names calls may use (empty: any).
     pub names: Vec<String>,
+    /// Their parameters schemas, by name.
+    pub schemas: Vec<(String, Json)>,
     /// Text the reply was prefilled with (a forced call's start), parsed before the output.
     pub prefill: String,
 }
@@ -359,9 +394,9 @@ impl ParserSpec {
             think: self
                 .think
                 .map(|inside| ThinkingSplitter::new("<think>", "</think>", inside)),
-            tools: self
-                .tools
-                .map(|(f, single)| ToolParser::new(f, single, self.names.clone())),
+            tools: self.tools.map(|(f, single)| {
+                ToolParser::new(f, single, self.names.clone()).with_schemas(self.schemas.clone())
+            }),
         };
         if !self.prefill.is_empty() {
             let pieces = p.push(&self.prefill);
@@ -549,6 +584,62 @@ mod tests {
         );
         assert_eq!(ToolFormat::detect("[TOOL_CALLS]"), ToolFormat::JsonList);
         assert_eq!(ToolFormat::detect("<|python_tag|>"), ToolFormat::JsonObject);
+    }
+
+    #[test]
+    fn qwen_xml_calls_streamed() {
+        let spec = ParserSpec {
+            think: Some(false),
+            tools: Some((ToolFormat::QwenXml, false)),
+            names: vec!["get_weather".into(), "now".into()],
+            schemas: vec![(
+                "get_weather".into(),
+                json!({"type": "object", "properties": {"city": {"type": "string"},
+                    "days": {"type": "integer"}}}),
+            )],
+            prefill: String::new(),
+        };
+        let text = "<think>\nWeather needed.\n</think>\n\nLet me check.\n<tool_call>\n\
+                    <function=get_weather>\n<parameter=city>\n123 Main\n</parameter>\n\
+                    <parameter=days>\n2\n</parameter>\n</function>\n</tool_call>\n\
+                    <tool_call>\n<function=now>\n</function>\n</tool_call>";
+        let r = run(&spec, text);
+        assert_eq!(r.reasoning, "Weather needed.");
+        assert_eq!(r.content, "Let me check.\n\n");
+        assert_eq!(
+            r.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            ["get_weather", "now"]
+        );
+        assert_eq!(r.tools[0].arguments, json!({"city": "123 Main", "days": 2}));
+        assert_eq!(r.tools[1].arguments, json!({}));
+        // A function not offered stays text; an unclosed call at the end still counts.
+        let r = run(
+            &spec,
+            "<tool_call>\n<function=rm>\n</function>\n</tool_call>",
+        );
+        assert!(
+            r.tools.is_empty() && r.content.contains("<function=rm>"),
+            "{r:?}"
+        );
+        let r = run(&spec, "<tool_call>\n<function=now>\n</function>");
+        assert_eq!(r.tools.len(), 1);
+        // A forced call: the prefill opens it, the parser finishes after it.
+        let forced = ParserSpec {
+            tools: Some((ToolFormat::QwenXml, true)),
+            prefill: ToolFormat::QwenXml.prefill(Some("get_weather")),
+            ..spec.clone()
+        };
+        let r = run(
+            &forced,
+            "<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call> extra",
+        );
+        assert_eq!(r.tools[0].arguments, json!({"city": "Oslo"}));
+        assert_eq!(r.content, "");
+        let qwen35 = vkllm_tokenizer::chat::builtin_template("qwen3_5").map(|t| t.1);
+        assert_eq!(
+            ToolFormat::detect(qwen35.unwrap_or_default()),
+            ToolFormat::QwenXml
+        );
     }
 
     #[test]

@@ -149,7 +149,7 @@ pub fn tool_schema(tool: &Json) -> Json {
         .unwrap_or_else(|| json!({"type": "object"}))
 }
 
-fn tool_name(tool: &Json) -> Option<&str> {
+pub fn tool_name(tool: &Json) -> Option<&str> {
     tool.pointer("/function/name")
         .or_else(|| tool.get("name"))
         .and_then(Json::as_str)
@@ -164,8 +164,11 @@ fn lit(s: &str) -> String {
 /// arguments), or to any of `tools` (the rest of the name, then its arguments), closed as the
 /// format closes a single call.
 pub fn forced_call(format: ToolFormat, name: Option<&str>, tools: &[Json]) -> GrammarSpec {
+    if format == ToolFormat::QwenXml {
+        return forced_xml_call(name, tools);
+    }
     let (key, close) = match format {
-        ToolFormat::Hermes => ("arguments", "}\n</tool_call>"),
+        ToolFormat::Hermes | ToolFormat::QwenXml => ("arguments", "}\n</tool_call>"),
         ToolFormat::JsonList => ("arguments", "}]"),
         ToolFormat::JsonObject => ("parameters", "}"),
     };
@@ -183,6 +186,82 @@ pub fn forced_call(format: ToolFormat, name: Option<&str>, tools: &[Json]) -> Gr
         alts.push(format!("call{i}"));
         rules.push(format!("call{i}: {head} args{i} {}", lit(close)));
         rules.push(format!("args{i}: %json {}", tool_schema(t)));
+    }
+    GrammarSpec::Lark(format!(
+        "start: {}\n{}\n",
+        alts.join(" | "),
+        rules.join("\n")
+    ))
+}
+
+/// A string parameter's value as raw text: one of its `enum` values, else text without `<`
+/// within its `minLength` / `maxLength`.
+fn xml_string(prop: &Json) -> String {
+    if let Some(vals) = prop.get("enum").and_then(Json::as_array) {
+        let alts: Vec<String> = vals.iter().filter_map(Json::as_str).map(lit).collect();
+        if !alts.is_empty() {
+            return format!("({})", alts.join(" | "));
+        }
+    }
+    let bound = |k: &str| prop.get(k).and_then(Json::as_u64);
+    match (bound("minLength"), bound("maxLength")) {
+        (None, None) => "/[^<]*/".into(),
+        (min, max) => format!(
+            "/[^<]{{{},{}}}/",
+            min.unwrap_or(0),
+            max.map_or(String::new(), |m| m.to_string())
+        ),
+    }
+}
+
+/// [`forced_call`] in the XML form: each parameter of the schema as a
+/// `<parameter=NAME>` block in schema order (required ones always, others optional), string
+/// values as raw text ([`xml_string`]), others as JSON of their own schema.
+fn forced_xml_call(name: Option<&str>, tools: &[Json]) -> GrammarSpec {
+    let mut rules = Vec::new();
+    let mut alts = Vec::new();
+    for (i, t) in tools.iter().enumerate() {
+        let Some(n) = tool_name(t) else { continue };
+        if name.is_some_and(|want| want != n) {
+            continue;
+        }
+        let schema = tool_schema(t);
+        let required: Vec<&str> = schema
+            .get("required")
+            .and_then(Json::as_array)
+            .map(|r| r.iter().filter_map(Json::as_str).collect())
+            .unwrap_or_default();
+        let mut params = Vec::new();
+        if let Some(props) = schema.get("properties").and_then(Json::as_object) {
+            for (j, (key, prop)) in props.iter().enumerate() {
+                let value = if prop.get("type").and_then(Json::as_str) == Some("string") {
+                    format!("v{i}_{j}: {}", xml_string(prop))
+                } else {
+                    format!("v{i}_{j}: %json {prop}")
+                };
+                rules.push(value);
+                let block = format!(
+                    "{} v{i}_{j} {}",
+                    lit(&format!("<parameter={key}>\n")),
+                    lit("\n</parameter>\n")
+                );
+                params.push(if required.contains(&key.as_str()) {
+                    format!("({block})")
+                } else {
+                    format!("({block})?")
+                });
+            }
+        }
+        let head = match name {
+            Some(_) => String::new(),
+            None => lit(&format!("{n}>\n")),
+        };
+        alts.push(format!("call{i}"));
+        rules.push(format!(
+            "call{i}: {head} {} {}",
+            params.join(" "),
+            lit("</function>\n</tool_call>")
+        ));
     }
     GrammarSpec::Lark(format!(
         "start: {}\n{}\n",

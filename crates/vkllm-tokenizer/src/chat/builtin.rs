@@ -1,8 +1,6 @@
 //! Chat templates for models that ship none (Gemma 3 270M base, GGUF files converted without
-//! one), by family. The texts are the families' published templates, verbatim, except
-//! `qwen3_5`: no official Qwen3.5 template is available here, so it is Qwen3's with Qwen3.5's
-//! documented generation prompt (thinking on by default, the turn opened with `<think>\n`;
-//! `enable_thinking=false` closes an empty think block). Unverified: see docs/chat-templates.md.
+//! one, Qwen3.5/3.6's tiktoken vocabulary), by family: the families' published templates,
+//! verbatim (docs/chat-templates.md).
 
 /// (families, template name, template source). The first family is the canonical name.
 const TABLE: &[(&[&str], &str, &str)] = &[
