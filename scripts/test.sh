@@ -8,6 +8,7 @@ cargo test --workspace
 # The facade's examples, as a library user runs them (CPU reference backend: quick).
 VKLLM_CPU=1 cargo run -q -p vkllm --example generate -- smollm2 "Once upon a time"
 cargo run -q -p vkllm --example chat_json -- smollm2
+VKLLM_CPU=1 cargo run -q -p vkllm --example batch -- smollm2 | grep Paris
 # The server as a library: its routes nested in a host axum app, one request through it.
 cargo run -q -p vkllm-server --example embed_axum -- smollm2 | grep Paris
 # The server under hostile and heavy clients (slow-loris, idle connections, huge prompts,
