@@ -220,6 +220,22 @@ impl SlotGenerator {
         // when it beats the slot's own: concurrent requests behind one system prompt compute
         // it once.
         let mut copied_written = None;
+        // Hybrid models: another slot's mark (a running one too) when it covers more.
+        let mut mark_source = None;
+        if let Net::Hybrid { marks: Some(m), .. } = &self.net {
+            mark_source = (0..self.slots.len())
+                .filter(|&t| t != slot)
+                .filter_map(|t| {
+                    let common = common_prefix(&self.slots[t].history, prompt);
+                    m.pos(t)
+                        .filter(|&p| p <= common && p < prompt.len() && p > reuse)
+                        .map(|p| (t, p))
+                })
+                .max_by_key(|&(t, p)| (p, std::cmp::Reverse(t)));
+            if let Some((_, p)) = mark_source {
+                reuse = p;
+            }
+        }
         if let Net::Dense { model, kv } = &self.net {
             let best = (0..self.slots.len())
                 .filter(|&t| t != slot)
@@ -248,7 +264,9 @@ impl SlotGenerator {
         sl.written = sl.written.max(prompt.len());
         if let Net::Hybrid { model, st, marks } = &mut self.net {
             let whole = self.slots[slot].history.len();
-            if reuse == 0 {
+            if let (Some((t, _)), Some(m)) = (mark_source, marks.as_mut()) {
+                model.restore_mark_from(&mut self.b, st, t, slot, m)?;
+            } else if reuse == 0 {
                 model.reset_slot(&mut self.b, st, slot)?;
                 // The prefill rewrites the slot's rows from 0: its mark no longer holds.
                 if let Some(m) = marks.as_mut() {

@@ -266,6 +266,21 @@ fn hybrid_prompt_marks_are_reused() {
     let got2 = drive(&mut g, &[(resent.clone(), greedy.clone(), 6, 0)]);
     let reused = (0..2).map(|s| g.reused(s)).max().unwrap_or(0);
     assert_eq!(reused, prompt.len(), "the prompt's mark was restored");
+    // Another slot's mark: a request that repeats a running request's prompt and goes on
+    // starts in the free slot from a copy of it (KV rows and recurrent states).
+    let first: Vec<u32> = prompt.iter().rev().copied().collect();
+    let mut other = first.clone();
+    other.extend([(got2[0][0].id + 3) % vocab, 2]);
+    let reqs = vec![
+        (first.clone(), greedy.clone(), 24, 0),
+        (other.clone(), greedy.clone(), 5, 2),
+    ];
+    let got4 = drive(&mut g, &reqs);
+    let reused: Vec<usize> = (0..2).map(|s| g.reused(s)).collect();
+    assert!(
+        reused.contains(&first.len()),
+        "the second request started from the first one's mark: {reused:?}"
+    );
     // A prompt sharing less than the marked prompt starts from scratch.
     let short = prompt[..prompt.len() - 1].to_vec();
     let got3 = drive(&mut g, &[(short.clone(), greedy.clone(), 4, 0)]);
@@ -286,6 +301,16 @@ fn hybrid_prompt_marks_are_reused() {
         ids(&got3[0]),
         hybrid_reference(&mut b, &m, &short, &greedy, 4),
         "from scratch"
+    );
+    assert_eq!(
+        ids(&got4[0]),
+        hybrid_reference(&mut b, &m, &first, &greedy, 24),
+        "running"
+    );
+    assert_eq!(
+        ids(&got4[1]),
+        hybrid_reference(&mut b, &m, &other, &greedy, 5),
+        "copied mark"
     );
 }
 

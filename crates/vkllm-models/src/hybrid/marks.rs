@@ -103,6 +103,50 @@ impl HybridModel {
         Ok(())
     }
 
+    /// Starts slot `to` from slot `from`'s mark: `from`'s KV rows before the marked position
+    /// (attention layers, in the state's type) and its marked recurrent states are copied into
+    /// `to`, whose mark becomes the same; returns the position `to` continues from. `from` may
+    /// be running: its rows before the mark never change.
+    pub fn restore_mark_from<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &HybridState,
+        from: usize,
+        to: usize,
+        marks: &mut RecurrentMarks,
+    ) -> Result<usize, ModelError> {
+        if from == to {
+            return self.restore_mark(b, st, to, marks);
+        }
+        let Some(pos) = marks.pos(from) else {
+            return Err(ModelError::Config {
+                field: "mark".into(),
+                msg: format!("slot {from} has no mark"),
+            });
+        };
+        let src = self.mark_parts(st, marks, from)?;
+        let dst = self.mark_parts(st, marks, to)?;
+        for ((_, mark, off_from, len), (state, mark_to, off_to, _)) in src.into_iter().zip(dst) {
+            if len > 0 {
+                b.copy(mark, off_from, state, off_to, len)?;
+                b.copy(mark, off_from, mark_to, off_to, len)?;
+            }
+        }
+        let w = self.cfg.kv_dim();
+        for l in &st.layers {
+            if let LayerState::Attention { k, v } = *l
+                && pos > 0
+            {
+                let (a, z) = (from * st.stride * w, to * st.stride * w);
+                b.copy_kv(k, a, k, z, pos * w, st.dtype)?;
+                b.copy_kv(v, a, v, z, pos * w, st.dtype)?;
+            }
+        }
+        marks.pos[to] = Some(pos);
+        st.next[to].set(pos);
+        Ok(pos)
+    }
+
     /// Puts `slot`'s mark back: the slot continues from the marked position, which it returns.
     /// Valid while the slot's KV rows before that position were not rewritten (see
     /// [`RecurrentMarks::forget`]).
