@@ -55,6 +55,20 @@ pub fn perplexity<B: Backend>(
     bos: Option<u32>,
     on_chunk: &mut dyn FnMut(usize, usize, f64),
 ) -> Result<Perplexity, ModelError> {
+    perplexity_kv(model, b, tokens, ctx, bos, KvDtype::F32, on_chunk)
+}
+
+/// [`perplexity`] with the KV cache stored as `kv` (its effect on quality: docs/quantization.md).
+#[allow(clippy::too_many_arguments)]
+pub fn perplexity_kv<B: Backend>(
+    model: &AnyModel,
+    b: &mut B,
+    tokens: &[u32],
+    ctx: usize,
+    bos: Option<u32>,
+    kv: KvDtype,
+    on_chunk: &mut dyn FnMut(usize, usize, f64),
+) -> Result<Perplexity, ModelError> {
     if ctx < 4 {
         return Err(ModelError::Config {
             field: "ctx".into(),
@@ -80,7 +94,7 @@ pub fn perplexity<B: Backend>(
         return Err(ModelError::TokenOutOfRange { id, vocab });
     }
     let first = ctx / 2;
-    let st = model.new_state(b, ctx, KvDtype::F32)?;
+    let st = model.new_state(b, ctx, kv)?;
     let (mut sum, mut sum2, mut count) = (0f64, 0f64, 0usize);
     let mut running = Vec::with_capacity(n_chunk);
     for i in 0..n_chunk {

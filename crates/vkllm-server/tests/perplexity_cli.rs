@@ -1,11 +1,12 @@
-//! `vkllm perplexity` on a safetensors fixture (byte tokens, CPU), plain and quantized at load:
-//! the printed PPL and error are those of `vkllm_models::perplexity` on the same tokens.
+//! `vkllm perplexity` on a safetensors fixture (byte tokens, CPU), plain and quantized at load,
+//! and with an f16 KV cache: the printed PPL and error are those of `vkllm_models::perplexity`
+//! on the same tokens.
 
 use std::process::Command;
 
 use vkllm_models::fixtures::fixtures_dir;
-use vkllm_models::perplexity::perplexity;
-use vkllm_models::{Checkpoint, CpuBackend, QuantScheme};
+use vkllm_models::perplexity::perplexity_kv;
+use vkllm_models::{Checkpoint, CpuBackend, KvDtype, QuantScheme};
 
 #[test]
 fn cli_prints_the_library_result() {
@@ -17,10 +18,30 @@ fn cli_prints_the_library_result() {
     let dir = fixtures_dir().join("llama");
     let ck = Checkpoint::open(&dir).unwrap();
     let tokens: Vec<u32> = text.bytes().map(u32::from).collect();
-    for quant in [None, Some(QuantScheme::Q8_0), Some(QuantScheme::Q4_K_M)] {
+    let runs = [
+        (None, KvDtype::F32),
+        (Some(QuantScheme::Q8_0), KvDtype::F32),
+        (Some(QuantScheme::Q4_K_M), KvDtype::F32),
+        (None, KvDtype::F16),
+    ];
+    let mut f32_ppl = None;
+    for (quant, kv) in runs {
         let mut b = CpuBackend::new();
         let model = vkllm_models::AnyModel::from(ck.load(quant, &mut b, 64).unwrap());
-        let want = perplexity(&model, &mut b, &tokens, 96, None, &mut |_, _, _| {}).unwrap();
+        let want = perplexity_kv(&model, &mut b, &tokens, 96, None, kv, &mut |_, _, _| {}).unwrap();
+        match (quant, kv) {
+            (None, KvDtype::F32) => f32_ppl = Some(want.ppl),
+            (None, KvDtype::F16) => {
+                // f16 keys and values: the same text scores slightly differently.
+                let base = f32_ppl.expect("the f32 run came first");
+                assert!(
+                    want.ppl != base && (want.ppl / base - 1.0).abs() < 1e-2,
+                    "{}",
+                    want.ppl
+                );
+            }
+            _ => {}
+        }
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_vkllm"));
         cmd.args([
             "perplexity",
@@ -37,6 +58,7 @@ fn cli_prints_the_library_result() {
         if let Some(q) = quant {
             cmd.args(["--quant", q.name()]);
         }
+        cmd.args(["--kv-type", kv.name()]);
         let out = cmd.output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
@@ -50,7 +72,7 @@ fn cli_prints_the_library_result() {
         );
         assert!(
             stdout.starts_with(&expect),
-            "{quant:?}: {stdout} (want {expect})"
+            "{quant:?} {kv:?}: {stdout} (want {expect})"
         );
     }
     std::fs::remove_file(&file).ok();

@@ -5,8 +5,10 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use vkllm_models::perplexity::perplexity;
-use vkllm_models::{AnyModel, Backend, Checkpoint, CpuBackend, QuantScheme, VulkanBackend};
+use vkllm_models::perplexity::perplexity_kv;
+use vkllm_models::{
+    AnyModel, Backend, Checkpoint, CpuBackend, KvDtype, QuantScheme, VulkanBackend,
+};
 use vkllm_tokenizer::{EncodeOptions, Tokenizer};
 use vkllm_vk::{Device, DeviceOptions};
 
@@ -42,6 +44,10 @@ pub struct Args {
     /// Token ids are the text's bytes, no tokenizer (the 256-token test fixtures).
     #[arg(long)]
     byte_tokens: bool,
+
+    /// KV cache element type: f32 or f16 (its effect on quality: docs/quantization.md).
+    #[arg(long, default_value = "f32", value_parser = super::common::parse_kv_type)]
+    kv_type: KvDtype,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -106,10 +112,18 @@ fn score<B: Backend>(
     );
     let t1 = Instant::now();
     let mut err = std::io::stderr();
-    let r = perplexity(&model, &mut b, tokens, ctx, bos, &mut |i, _, ppl| {
-        let _ = write!(err, "[{}]{ppl:.4},", i + 1);
-        let _ = err.flush();
-    })?;
+    let r = perplexity_kv(
+        &model,
+        &mut b,
+        tokens,
+        ctx,
+        bos,
+        args.kv_type,
+        &mut |i, _, ppl| {
+            let _ = write!(err, "[{}]{ppl:.4},", i + 1);
+            let _ = err.flush();
+        },
+    )?;
     eprintln!();
     println!(
         "PPL = {:.4} +/- {:.5} ({} tokens scored in {} chunks of {ctx}; mean NLL {:.5} nats; {:.1} s)",
