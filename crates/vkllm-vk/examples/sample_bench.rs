@@ -5,7 +5,8 @@
 //! alone the time of pass 1 launched alone (`Sample::dispatch_prep`, as a decode step runs it).
 //!
 //! `cargo run --release -p vkllm-vk --example sample_bench -- [--vocab N] [--rows 1,4,16]
-//! [--iters N] [--sigma S]`
+//! [--iters N] [--sigma S] [--parts 0,32,...] [--modes greedy,default,...]` (parts 0: the
+//! automatic count).
 //!
 //! Logits are N(0, sigma^2) (default sigma 2: a real model's spread at temperature 1 is 1.5-3;
 //! random-weight synth models sit near 1), the same for every row. Settings: greedy, default
@@ -63,6 +64,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut rows_list = vec![1usize, 4, 16];
     let mut iters = 50u32;
     let mut sigma = 2.0f32;
+    let mut parts_list = vec![0usize];
+    let mut only: Option<Vec<String>> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or(format!("{a} needs a value"));
@@ -76,6 +79,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             }
             "--iters" => iters = value()?.parse()?,
             "--sigma" => sigma = value()?.parse()?,
+            "--parts" => {
+                parts_list = value()?
+                    .split(',')
+                    .map(|r| r.trim().parse())
+                    .collect::<Result<_, _>>()?
+            }
+            "--modes" => only = Some(value()?.split(',').map(str::to_string).collect()),
             s => return Err(format!("unknown argument {s}").into()),
         }
     }
@@ -83,9 +93,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("device: {}", dev.info().summary());
     println!("vocab {vocab}, logits N(0, {sigma}^2), {iters} calls per recording\n");
     println!(
-        "| setting | rows | prep | sieve | gather | finish | sum | span | span per row | pass 1 alone |"
+        "| setting | rows | parts | prep | sieve | gather | finish | sum | span | span per row | pass 1 alone |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let modes: [(&str, f32, usize, f32, f32); 5] = [
         ("greedy", 0.0, 0, 1.0, 0.0),
         ("default", 0.8, 40, 0.95, 0.05),
@@ -111,7 +121,16 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         let mut z = Recorder::new(&dev)?;
         z.fill(ctr.all(), 0)?;
         z.finish()?.submit()?;
-        for &(name, t, k, p, m) in &modes {
+        for (&(name, t, k, p, m), &parts) in modes
+            .iter()
+            .filter(|m| only.as_ref().is_none_or(|o| o.iter().any(|x| x == m.0)))
+            .flat_map(|m| parts_list.iter().map(move |p| (m, p)))
+        {
+            let parts = if parts == 0 {
+                Sample::<BufSlice<'_>>::auto_parts(vocab)
+            } else {
+                parts
+            };
             let cfg: Vec<SampleRow> = (0..rows).map(|r| settings(t, k, p, m, r as u64)).collect();
             let cb = dev.buffer_from("cfg", &cfg)?;
             let sample = || Sample {
@@ -133,7 +152,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             };
             let mut r = Recorder::with_timestamps(&dev, 4 * iters)?;
             for _ in 0..iters {
-                for d in sample().dispatch(&shape)? {
+                for d in sample().dispatch_parts(&shape, parts)? {
                     r.dispatch(d)?;
                 }
             }
@@ -141,7 +160,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             let alone = if cfg[0].prep_only(vocab) {
                 let mut r = Recorder::with_timestamps(&dev, iters)?;
                 for _ in 0..iters {
-                    r.dispatch(sample().dispatch_prep(&shape)?)?;
+                    let [prep, ..] = sample().dispatch_parts(&shape, parts)?;
+                    r.dispatch(prep)?;
                 }
                 format!("{:.1}", timed(&r.finish()?, 1)?[0])
             } else {
@@ -149,7 +169,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             };
             let sp = t4[5];
             println!(
-                "| {name} | {rows} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {sp:.1} | {:.1} | {alone} |",
+                "| {name} | {rows} | {parts} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {sp:.1} | {:.1} | {alone} |",
                 t4[0],
                 t4[1],
                 t4[2],
