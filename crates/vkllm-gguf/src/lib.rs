@@ -9,6 +9,7 @@
 //!   borrowed from the map, never copied per element. Typed getters name the key at fault.
 //! - [`GgmlType`]: ggml's tensor types with block geometry.
 //! - [`writer::GgufWriter`]: writes GGUF v3 files llama.cpp reads (tests, `vkllm synth`).
+//! - [`cache_dir`]: where fetched weight files (and caches derived from them) live.
 //! - [`safetensors::SafetensorsModel`]: a single or sharded Hugging Face safetensors
 //!   checkpoint, memory-mapped, with zero-copy tensor views and f32 conversion.
 //!
@@ -16,6 +17,7 @@
 //! [`safetensors::SafetensorsError`] (file + [`safetensors::SafetensorsErrorKind`]), both
 //! wrapped by the crate-level [`Error`]. Bad input never panics.
 
+mod cache;
 mod error;
 mod file;
 mod metadata;
@@ -25,6 +27,7 @@ mod types;
 mod value;
 pub mod writer;
 
+pub use cache::cache_dir;
 pub use error::{GgufError, GgufErrorKind, Section};
 pub use file::{GgufFile, TensorInfo};
 pub use metadata::{ArrayElem, MetaArrayRef, MetaValueRef, StrArray, TypedArray, ValueType};

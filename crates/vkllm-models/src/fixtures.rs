@@ -91,7 +91,4 @@ impl Fixture {
     }
 }
 
-/// vkllm's cache directory ([`vkllm_vk::cache_dir`]; `./.cache/vkllm` without a home).
-pub fn cache_dir() -> PathBuf {
-    vkllm_vk::cache_dir().unwrap_or_else(|| PathBuf::from(".cache").join("vkllm"))
-}
+pub use vkllm_gguf::cache_dir;

@@ -3,20 +3,7 @@
 
 use std::path::PathBuf;
 
-/// The cache directory (the same rule as `scripts/fetch-models.sh`).
-pub fn cache_dir() -> PathBuf {
-    let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(d) = nonempty("VKLLM_CACHE") {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = nonempty("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("vkllm");
-    }
-    let home = nonempty("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| ".".into());
-    home.join(".cache").join("vkllm")
-}
+pub use vkllm_gguf::cache_dir;
 
 /// A file `scripts/fetch-models.sh` fetches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

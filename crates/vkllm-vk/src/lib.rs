@@ -61,6 +61,6 @@ pub use tensor::{
 };
 pub use tuning::{
     CoopGroup, DecodeAttn, PrefillAttn, SPLIT_SUBMIT_FIRST, SplitK, TUNING_KEYS, TuneError, Tuning,
-    cache_dir, seed_from_env, tuning_from_env,
+    seed_from_env, tuning_from_env,
 };
 pub use vkllm_kernels as kernels;

@@ -11,12 +11,12 @@ use crate::Error;
 use crate::device::Device;
 use crate::error::{Result, vk_err};
 use crate::info::DeviceInfo;
-use crate::tuning::cache_dir;
+use vkllm_gguf::cache_dir;
 
 /// Where the pipeline cache lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PipelineCacheMode {
-    /// `$VKLLM_CACHE`, else `$XDG_CACHE_HOME/vkllm`, else `~/.cache/vkllm` (`cache_dir`).
+    /// Under [`vkllm_gguf::cache_dir`].
     UserCacheDir,
     /// This file.
     File(PathBuf),
@@ -38,8 +38,7 @@ impl PipelineCache {
         let path = match mode {
             PipelineCacheMode::Off => None,
             PipelineCacheMode::File(p) => Some(p.clone()),
-            PipelineCacheMode::UserCacheDir => cache_dir().map(|d| {
-                d.join(format!(
+            PipelineCacheMode::UserCacheDir => Some(cache_dir().join(format!(
                     "pipelines-{:04x}-{:04x}-{}.bin",
                     info.vendor_id,
                     info.device_id,
@@ -47,8 +46,7 @@ impl PipelineCache {
                         .chars()
                         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
                         .collect::<String>()
-                ))
-            }),
+            ))),
         };
         // A stale or foreign file is harmless: the driver checks the header and ignores data
         // that is not its own; if creation still fails we start empty.

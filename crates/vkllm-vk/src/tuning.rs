@@ -613,20 +613,6 @@ impl Validation {
     }
 }
 
-/// vkllm's cache directory (pipeline caches; fetched models live under it too):
-/// `$VKLLM_CACHE`, else `$XDG_CACHE_HOME/vkllm`, else `~/.cache/vkllm` (scripts/fetch-models.sh
-/// and `vkllm_tokenizer::cache::cache_dir` use the same rule); `None` without a home.
-pub fn cache_dir() -> Option<std::path::PathBuf> {
-    let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(d) = nonempty("VKLLM_CACHE") {
-        return Some(d.into());
-    }
-    if let Some(d) = nonempty("XDG_CACHE_HOME") {
-        return Some(std::path::PathBuf::from(d).join("vkllm"));
-    }
-    nonempty("HOME").map(|h| std::path::PathBuf::from(h).join(".cache").join("vkllm"))
-}
-
 /// The parity suite's seed: `VKLLM_SEED` when set to a number, else one from the clock.
 pub fn seed_from_env() -> u64 {
     match std::env::var("VKLLM_SEED")
