@@ -23,7 +23,7 @@
 // over the chunk's keys (V reads coalesced across invocations). Splitting the keys over chunks
 // keeps the GPU busy when there are few heads and long contexts; the merge is cheap (n_chunks
 // partials per head).
-// Shared memory: q (256 f32) + scores (CHUNK f32, default 256) + 32 f32 = 2.1 KiB.
+// Shared memory: q (256 f32) + scores (CHUNK f32, default 256) + 64 f32 = 2.3 KiB.
 //
 // #include attention_gqa.inc.wgsl
 

@@ -28,7 +28,7 @@
 // stages one weight per (head, chunk) in sg_sc (G * n_chunks <= 2048) and the head-dim partial
 // sums in qg; it merges all G heads of the group at once (subgroups across heads for the
 // weights, invocations across (head, 4-dim quad, chunk subset) for the sums).
-// Shared memory: split_gqa's (24.1 KiB) + 9 f32.
+// Shared memory: split_gqa's (24.3 KiB) + 9 f32.
 //
 // ROPE = 1: the attention input step is folded in (rope_kv_append.wgsl's arithmetic, operation
 // for operation). `q` is then the packed projection output [n_q, q_tok_stride] (query heads at

@@ -1,6 +1,6 @@
 // Shared by the decode attention kernels (attention.wgsl's split_gqa, attention_fused.wgsl): the
-// grouped-query scoring of one key chunk, and the workgroup reductions. Not a kernel on its own:
-// build.rs and sources.rs append it to each file that names it in a
+// grouped-query scoring of one key chunk (workgroup reductions from reduce.inc.wgsl). Not a
+// kernel on its own: build.rs and sources.rs append it to each file that names it in a
 // `// #include attention_gqa.inc.wgsl` line.
 //
 // The including file provides `p` (its Params: n_heads, n_kv_heads, head_dim, n_kv, scale,
@@ -10,36 +10,9 @@
 // kvh * G .. (kvh + 1) * G in qg[0 .. G * head_dim] and ends with a workgroup barrier (called in
 // uniform control flow by every invocation, before keys [j0, j1) are scored).
 
-var<workgroup> red: array<f32, 32>;
+// #include reduce.inc.wgsl
+
 var<workgroup> wg_skip: u32;
-
-fn wg_sum(x: f32, sg_id: u32, sg_lane: u32, n_sg: u32) -> f32 {
-    let s = subgroupAdd(x);
-    if (sg_lane == 0u) {
-        red[sg_id] = s;
-    }
-    workgroupBarrier();
-    var total = 0.0;
-    for (var i = 0u; i < n_sg; i++) {
-        total += red[i];
-    }
-    workgroupBarrier();
-    return total;
-}
-
-fn wg_max(x: f32, sg_id: u32, sg_lane: u32, n_sg: u32) -> f32 {
-    let s = subgroupMax(x);
-    if (sg_lane == 0u) {
-        red[sg_id] = s;
-    }
-    workgroupBarrier();
-    var m = red[0];
-    for (var i = 1u; i < n_sg; i++) {
-        m = max(m, red[i]);
-    }
-    workgroupBarrier();
-    return m;
-}
 
 // The keys query i sees, [lo, hi] (inclusive; empty when lo > hi): causal (j <= q_pos[i]), the
 // sliding window (j > q_pos[i] - window when window > 0), clipped to the cache. Written so that
@@ -71,7 +44,7 @@ fn live_chunks(lo: u32, hi: u32) -> u32 {
 // checks). Loops that contain subgroup operations run the same trip count in every subgroup;
 // loops over the group's heads have the constant bound GQA_MAX (guarded by g < G) so the per-head
 // accumulators stay in registers (a dynamically indexed private array would live in memory).
-// Shared memory: 4096 (queries, then output partials) + 2048 (scores) + 16 f32: 24.1 KiB.
+// Shared memory: 4096 (queries, then output partials) + 2048 (scores) + 64 f32: 24.3 KiB.
 const GQA_MAX: u32 = 8u;
 // Words of a K row each lane loads before using them, and keys whose V words each invocation
 // loads before using them (constant batches, so the loads are in flight together).

@@ -20,6 +20,7 @@
 // The block decoding (QTYPE/BLOCK/TS overrides, `dequant16`) is quant_blocks.inc.wgsl:
 // #include quant_blocks.inc.wgsl
 // #include quant_words.inc.wgsl
+// #include reduce.inc.wgsl
 
 override WG: u32 = 64;
 
@@ -41,8 +42,6 @@ var<immediate> p: Params;
 @group(0) @binding(3) var<storage, read> weights: array<f32>;
 @group(0) @binding(4) var<storage, read_write> act: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
-
-var<workgroup> red: array<f32, 64>;
 
 // What quant_blocks.inc.wgsl reads the weight through.
 fn wd(i: u32) -> u32 {
@@ -76,22 +75,6 @@ fn partial_dot(row: u32, cols: u32, v: u32, from_act: bool, lid: u32) -> f32 {
     return acc;
 }
 
-// The workgroup's sum of `v` (every invocation gets it).
-fn wg_sum(v: f32, lid: u32, sg_id: u32, sg_lane: u32, n_sg: u32) -> f32 {
-    let s = subgroupAdd(v);
-    if (sg_lane == 0u) {
-        red[sg_id] = s;
-    }
-    workgroupBarrier();
-    var total = 0.0;
-    for (var k = 0u; k < n_sg; k++) {
-        total += red[k];
-    }
-    // red is rewritten by the next call.
-    workgroupBarrier();
-    return total;
-}
-
 @compute @workgroup_size(WG)
 fn gate_up(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg_id: u32,
@@ -104,7 +87,7 @@ fn gate_up(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     let r = idx % p.ff;
     let t = slot / p.top_k;
     let d = partial_dot(expert(slot) * p.ff + r, p.hidden, t * p.hidden, false, lid);
-    let total = wg_sum(d, lid, sg_id, sg_lane, n_sg);
+    let total = wg_sum(d, sg_id, sg_lane, n_sg);
     if (lid == 0u) {
         if (p.stage == 0u) {
             act[idx] = total;
@@ -129,7 +112,7 @@ fn down_sum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     for (var s = 0u; s < p.top_k; s++) {
         let slot = t * p.top_k + s;
         let d = partial_dot(expert(slot) * p.hidden + c, p.ff, slot * p.ff, true, lid);
-        total += weights[slot] * wg_sum(d, lid, sg_id, sg_lane, n_sg);
+        total += weights[slot] * wg_sum(d, sg_id, sg_lane, n_sg);
     }
     if (lid == 0u) {
         out[idx] = total;

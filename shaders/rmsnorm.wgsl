@@ -9,6 +9,7 @@
 // (<= 8192) so one pass over a row by 256 invocations is enough; the row is read twice (the
 // second read hits cache).
 // Shared memory: 64 f32 (256 B).
+// #include reduce.inc.wgsl
 // HALF (main only): 1 also writes the output rows as f16 pairs to out16 ([rows, n / 2] u32, n
 // even), for a cooperative-matrix matmul that reads its X as f16 (`to_f16.wgsl`'s layout and
 // rounding, saving that dispatch): invocation j normalises the pair (2j, 2j + 1) and writes
@@ -31,21 +32,6 @@ var<immediate> p: Params;
 @group(0) @binding(3) var<storage, read_write> residual: array<f32>;
 
 @group(0) @binding(4) var<storage, read_write> out16: array<u32>;
-var<workgroup> red: array<f32, 64>;
-
-fn wg_sum(v: f32, sg_id: u32, sg_lane: u32, n_sg: u32) -> f32 {
-    let s = subgroupAdd(v);
-    if (sg_lane == 0u) {
-        red[sg_id] = s;
-    }
-    workgroupBarrier();
-    var total = 0.0;
-    for (var i = 0u; i < n_sg; i++) {
-        total += red[i];
-    }
-    workgroupBarrier();
-    return total;
-}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

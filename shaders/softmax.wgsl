@@ -7,6 +7,7 @@
 // size >= 4). Three passes over the row (max, sum, write); rows up to vocabulary size (~256k) are
 // read from cache/L2 after the first pass.
 // Shared memory: 64 f32 (256 B).
+// #include reduce.inc.wgsl
 
 override WG: u32 = 256;
 
@@ -18,36 +19,6 @@ var<immediate> p: Params;
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
-
-var<workgroup> red: array<f32, 64>;
-
-fn wg_sum(v: f32, sg_id: u32, sg_lane: u32, n_sg: u32) -> f32 {
-    let s = subgroupAdd(v);
-    if (sg_lane == 0u) {
-        red[sg_id] = s;
-    }
-    workgroupBarrier();
-    var total = 0.0;
-    for (var i = 0u; i < n_sg; i++) {
-        total += red[i];
-    }
-    workgroupBarrier();
-    return total;
-}
-
-fn wg_max(v: f32, sg_id: u32, sg_lane: u32, n_sg: u32) -> f32 {
-    let s = subgroupMax(v);
-    if (sg_lane == 0u) {
-        red[sg_id] = s;
-    }
-    workgroupBarrier();
-    var m = red[0];
-    for (var i = 1u; i < n_sg; i++) {
-        m = max(m, red[i]);
-    }
-    workgroupBarrier();
-    return m;
-}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -6,11 +6,13 @@ pub(crate) const ACTIVATION: &str = include_str!("../shaders/activation.wgsl");
 pub(crate) const ARGMAX: &str = include_str!("../shaders/argmax.wgsl");
 pub(crate) const ATTENTION: &str = concat!(
     include_str!("../shaders/attention.wgsl"),
-    include_str!("../shaders/attention_gqa.inc.wgsl")
+    include_str!("../shaders/attention_gqa.inc.wgsl"),
+    include_str!("../shaders/reduce.inc.wgsl")
 );
 pub(crate) const ATTENTION_FUSED: &str = concat!(
     include_str!("../shaders/attention_fused.wgsl"),
-    include_str!("../shaders/attention_gqa.inc.wgsl")
+    include_str!("../shaders/attention_gqa.inc.wgsl"),
+    include_str!("../shaders/reduce.inc.wgsl")
 );
 pub(crate) const CAUSAL_CONV1D: &str = include_str!("../shaders/causal_conv1d.wgsl");
 pub(crate) const ATTENTION_PREFILL: &str = include_str!("../shaders/attention_prefill.wgsl");
@@ -68,7 +70,8 @@ pub(crate) const MOE_EXPERTS: &str = include_str!("../shaders/moe_experts.wgsl")
 pub(crate) const MOE_EXPERTS_QUANT: &str = concat!(
     include_str!("../shaders/moe_experts_quant.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
-    include_str!("../shaders/quant_words.inc.wgsl")
+    include_str!("../shaders/quant_words.inc.wgsl"),
+    include_str!("../shaders/reduce.inc.wgsl")
 );
 pub(crate) const MOE_EXPERTS_GROUPED: &str = concat!(
     include_str!("../shaders/moe_experts_grouped.wgsl"),
@@ -76,7 +79,10 @@ pub(crate) const MOE_EXPERTS_GROUPED: &str = concat!(
     include_str!("../shaders/quant_words.inc.wgsl")
 );
 pub(crate) const MOE_ROUTE: &str = include_str!("../shaders/moe_route.wgsl");
-pub(crate) const RMSNORM: &str = include_str!("../shaders/rmsnorm.wgsl");
+pub(crate) const RMSNORM: &str = concat!(
+    include_str!("../shaders/rmsnorm.wgsl"),
+    include_str!("../shaders/reduce.inc.wgsl")
+);
 pub(crate) const ROPE: &str = include_str!("../shaders/rope.wgsl");
 pub(crate) const ROPE_KV_APPEND: &str = include_str!("../shaders/rope_kv_append.wgsl");
 pub(crate) const SAMPLE: &str = concat!(
@@ -85,7 +91,10 @@ pub(crate) const SAMPLE: &str = concat!(
     include_str!("../shaders/sample_list.inc.wgsl")
 );
 pub(crate) const SIGMOID_MUL: &str = include_str!("../shaders/sigmoid_mul.wgsl");
-pub(crate) const SOFTMAX: &str = include_str!("../shaders/softmax.wgsl");
+pub(crate) const SOFTMAX: &str = concat!(
+    include_str!("../shaders/softmax.wgsl"),
+    include_str!("../shaders/reduce.inc.wgsl")
+);
 
 #[cfg(test)]
 mod tests {
@@ -105,6 +114,8 @@ mod tests {
             ("quantize_act_q8.wgsl", super::QUANTIZE_ACT_Q8),
             ("matmul_coop.wgsl", super::MATMUL_COOP),
             ("moe_experts_quant.wgsl", super::MOE_EXPERTS_QUANT),
+            ("rmsnorm.wgsl", super::RMSNORM),
+            ("softmax.wgsl", super::SOFTMAX),
         ] {
             let want = assemble(&dir, file);
             assert_ne!(
