@@ -8,7 +8,8 @@ pub enum ModelError {
     #[error("config field `{field}`: {msg}")]
     Config { field: String, msg: String },
     #[error(
-        "unsupported architecture `{arch}` (supported: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, qwen3_moe, qwen3_next, qwen3_5, qwen3_5_moe)"
+        "unsupported architecture `{arch}` (supported: {})",
+        crate::family::supported_list()
     )]
     UnsupportedArch { arch: String },
     #[error("reading {path}: {source}")]

@@ -45,26 +45,12 @@ impl GgufModel {
     }
 }
 
-/// The family of a GGUF `general.architecture`.
-fn family_of(arch: &str) -> Option<Family> {
-    Some(match arch {
-        "llama" => Family::Llama,
-        "mistral" => Family::Mistral,
-        "qwen2" => Family::Qwen2,
-        "qwen3" => Family::Qwen3,
-        "gemma" => Family::Gemma,
-        "gemma2" => Family::Gemma2,
-        "gemma3" => Family::Gemma3,
-        other => return crate::gguf_hybrid::family_of(other),
-    })
-}
-
 /// Reads the hyperparameters into a Hugging Face-style config and resolves it like one.
 pub fn config_from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
     let arch = f
         .get_str("general.architecture")
         .map_err(vkllm_gguf::Error::from)?;
-    let family = family_of(arch).ok_or_else(|| ModelError::UnsupportedArch {
+    let family = Family::from_gguf_arch(arch).ok_or_else(|| ModelError::UnsupportedArch {
         arch: arch.to_string(),
     })?;
     let key = |k: &str| format!("{arch}.{k}");

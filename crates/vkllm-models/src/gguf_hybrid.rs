@@ -33,17 +33,6 @@ use crate::family::Family;
 use crate::gguf::GgufModel;
 use crate::weights::{HostTensor, RawTensor};
 
-/// The family of a hybrid / MoE `general.architecture`.
-pub(crate) fn family_of(arch: &str) -> Option<Family> {
-    Some(match arch {
-        "qwen3moe" => Family::Qwen3Moe,
-        "qwen3next" => Family::Qwen3Next,
-        "qwen35" => Family::Qwen35,
-        "qwen35moe" => Family::Qwen35Moe,
-        _ => return None,
-    })
-}
-
 fn num(f: &GgufFile, key: &str) -> Option<Value> {
     f.get(key).and_then(|v| match v {
         MetaValueRef::F32(x) => Some(json!(x as f64)),

@@ -40,7 +40,7 @@ pub use backend::{
 pub use checkpoint::{Checkpoint, load_checkpoint};
 pub use config::{LayerConfig, ModelConfig};
 pub use error::ModelError;
-pub use family::{Activation, Family};
+pub use family::{Activation, FAMILIES, Family, FamilySpec};
 pub use forward::{DEFAULT_CHUNK, KV_ROW_ALIGN, KvCache, KvLayer, LOGITS_ROWS, Logits, Model};
 pub use progress::LoadProgress;
 pub use quantize::{QuantScheme, QuantizingSource};

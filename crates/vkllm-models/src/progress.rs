@@ -114,9 +114,7 @@ mod tests {
     /// goes up, ends at total, and the model equals one loaded without progress.
     #[test]
     fn progress_counts_every_tensor_of_every_family() {
-        for family in [
-            "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3",
-        ] {
+        for family in crate::Family::ALL.map(crate::Family::name) {
             let fx = Fixture::load(family).expect("fixture");
             let mut events = Vec::new();
             let mut b = CpuBackend::new();
