@@ -34,6 +34,8 @@
 // Memory bound: every weight byte is read once per dispatch.
 
 // #include quant_blocks.inc.wgsl
+// #include matvec_epilogue.inc.wgsl
+// #include matvec_team.inc.wgsl
 
 override WG: u32 = 128;
 override LPR: u32 = 32;
@@ -163,17 +165,6 @@ fn unit_values(row: u32, u: u32) -> array<f32, 16> {
     return o;
 }
 
-fn silu(g: f32) -> f32 {
-    // exp(-g) overflows to inf for g < -88: g / inf = -0, the right limit.
-    return g / (1.0 + exp(-g));
-}
-
-fn gelu_tanh(g: f32) -> f32 {
-    let inner = 0.7978845608028654 * (g + 0.044715 * g * g * g);
-    // tanh is +-1 in f32 beyond |x| = 9.1; the clamp avoids inf/inf in exp-based tanh.
-    return 0.5 * g * (1.0 + tanh(clamp(inner, -15.0, 15.0)));
-}
-
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
@@ -283,14 +274,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     } else {
         let cl = sg_lane / LPR;
         for (var k = 0u; k < sn; k++) {
-            var mine = 0.0;
-            for (var j = 0u; j < sg_size / LPR; j++) {
-                let s = subgroupAdd(select(0.0, acc[k], cl == j));
-                if (cl == j) {
-                    mine = s;
-                }
-            }
-            acc[k] = mine;
+            acc[k] = cluster_sum(acc[k], cl, sg_size);
         }
     }
     // Then across the team's subgroups (when the subgroup is smaller than the team).
@@ -301,13 +285,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     workgroupBarrier();
     if (sg_size < LPR) {
-        let per = LPR / sg_size;
         for (var k = 0u; k < sn; k++) {
-            var s = 0.0;
-            for (var i = 0u; i < per; i++) {
-                s += red[(team * per + i) * sn + k];
-            }
-            acc[k] = s;
+            acc[k] = red_team_sum(team, k, sn, sg_size);
         }
     }
 
@@ -322,20 +301,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (NORM != 0u) {
                 scale = inv[t];
             }
-            var val = acc[r * NC + t] * scale;
+            var up = 0.0;
             if (EPI == 2u || EPI == 3u) {
-                let up = acc[(R + r) * NC + t] * scale;
-                if (EPI == 2u) {
-                    val = silu(val) * up;
-                } else {
-                    val = gelu_tanh(val) * up;
-                }
+                up = acc[(R + r) * NC + t] * scale;
             }
-            let o = t * p.y_stride + yoff + row;
-            if (EPI == 1u) {
-                val += y[o];
-            }
-            y[o] = val;
+            epilogue_store(t * p.y_stride + yoff + row, acc[r * NC + t] * scale, up);
         }
     }
 }

@@ -32,6 +32,8 @@
 // shared copy; teams sum by an xor butterfly.
 
 // #include act_q8.inc.wgsl
+// #include matvec_epilogue.inc.wgsl
+// #include matvec_team.inc.wgsl
 
 override WG: u32 = 128;
 override LPR: u32 = 32;
@@ -415,15 +417,6 @@ fn slots() -> u32 {
     return select(R, 2u * R, gated());
 }
 
-fn silu(g: f32) -> f32 {
-    return g / (1.0 + exp(-g));
-}
-
-fn gelu_tanh(g: f32) -> f32 {
-    let inner = 0.7978845608028654 * (g + 0.044715 * g * g * g);
-    return 0.5 * g * (1.0 + tanh(clamp(inner, -15.0, 15.0)));
-}
-
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
@@ -612,14 +605,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         } else {
             let cl = sg_lane / LPR;
             for (var k = 0u; k < sn; k++) {
-                var mine = 0.0;
-                for (var j = 0u; j < sg_size / LPR; j++) {
-                    let s = subgroupAdd(select(0.0, acc[k], cl == j));
-                    if (cl == j) {
-                        mine = s;
-                    }
-                }
-                acc[k] = mine;
+                acc[k] = cluster_sum(acc[k], cl, sg_size);
             }
         }
         if (sg_size < LPR && sg_lane == 0u) {
@@ -629,13 +615,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
         if (sg_size < LPR) {
-            let per = LPR / sg_size;
             for (var k = 0u; k < sn; k++) {
-                var s = 0.0;
-                for (var i = 0u; i < per; i++) {
-                    s += red[(team * per + i) * sn + k];
-                }
-                acc[k] = s;
+                acc[k] = red_team_sum(team, k, sn, sg_size);
             }
         }
 
@@ -649,20 +630,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 if (NORM != 0u) {
                     scale = inv[t];
                 }
-                var val = acc[r * NC + t] * scale;
+                var up = 0.0;
                 if (EPI == 2u || EPI == 3u) {
-                    let up = acc[(R + r) * NC + t] * scale;
-                    if (EPI == 2u) {
-                        val = silu(val) * up;
-                    } else {
-                        val = gelu_tanh(val) * up;
-                    }
+                    up = acc[(R + r) * NC + t] * scale;
                 }
                 let o = (p.col0 + t) * p.y_stride + yoff + row;
-                if (EPI == 1u) {
-                    val += y[o];
-                }
-                y[o] = val;
+                epilogue_store(o, acc[r * NC + t] * scale, up);
             }
         }
         // `red` is written again by the next group.

@@ -33,6 +33,7 @@
 
 // #include quant_blocks.inc.wgsl
 // #include quant_words.inc.wgsl
+// #include matvec_epilogue.inc.wgsl
 
 override WG: u32 = 32;
 // Rows per invocation (consecutive rows; gated: R gate rows and the same R up rows).
@@ -186,15 +187,6 @@ fn unit_vals(row: u32, u: u32) -> array<vec4<f32>, 8> {
     return o;
 }
 
-fn silu(g: f32) -> f32 {
-    return g / (1.0 + exp(-g));
-}
-
-fn gelu_tanh(g: f32) -> f32 {
-    let inner = 0.7978845608028654 * (g + 0.044715 * g * g * g);
-    return 0.5 * g * (1.0 + tanh(clamp(inner, -15.0, 15.0)));
-}
-
 // The UE / 4 vec4s of x (or of the norm weights) a unit needs, from `mine` (lane l holds vec4
 // l % (UE / 4)): constant-lane broadcasts, which llvmpipe does with a register extract.
 fn spread(mine: vec4<f32>) -> array<vec4<f32>, 8> {
@@ -313,20 +305,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (NORM != 0u) {
                 scale = inv[t];
             }
-            var val = acc[r * NC + t] * scale;
+            var up = 0.0;
             if (gated()) {
-                let up = acc[(R + r) * NC + t] * scale;
-                if (EPI == 2u) {
-                    val = silu(val) * up;
-                } else {
-                    val = gelu_tanh(val) * up;
-                }
+                up = acc[(R + r) * NC + t] * scale;
             }
-            let o = t * p.y_stride + yoff + row;
-            if (EPI == 1u) {
-                val += y[o];
-            }
-            y[o] = val;
+            epilogue_store(t * p.y_stride + yoff + row, acc[r * NC + t] * scale, up);
         }
     }
 }

@@ -11,18 +11,21 @@
 // Shapes: w: expert e's rows e R .. (e + 1) R of a [E R, C] block matrix (gate/up: R = F,
 // C = H; down: R = H, C = F), C a multiple of BLOCK; x: [n, H] f32; ids, weights: [n, K];
 // act: [n, K, F] f32; out: [n, H] f32.
-// Workgroup: WG invocations (64) per output row (one (t, s, r) or one (t, c)); invocation i
-// takes the 16-element units i, i + WG, ... of the row (consecutive invocations read
-// consecutive blocks), reduced with subgroupAdd then across subgroups through shared memory
-// (any subgroup size >= 4). `down_sum` sums the K experts of a token in a fixed order (no
-// atomics: bit-reproducible). Expert ids are clamped to E - 1 so a bad id cannot read outside
-// the weights. Shared memory: 64 f32.
+// Workgroup: teams of LPR invocations, one output row (one (t, s, r) or one (t, c)) per team,
+// WG / LPR rows per workgroup (LPR = WG: one row per workgroup, the reference launch). Lane l of
+// a team takes the 16-element units l, l + LPR, ... of the row (consecutive lanes read
+// consecutive blocks); the team's sum is a subgroup reduction (clusters of LPR lanes in a larger
+// subgroup, then across subgroups through `red` for a team wider than the subgroup;
+// matvec_team.inc.wgsl). `down_sum` weighs and sums the K experts of a token in each lane, in a
+// fixed order, before the team's sum (no atomics: bit-reproducible). Expert ids are clamped to
+// E - 1 so a bad id cannot read outside the weights. Shared memory: 64 f32.
 // The block decoding (QTYPE/BLOCK/TS overrides, `dequant16`) is quant_blocks.inc.wgsl:
 // #include quant_blocks.inc.wgsl
 // #include quant_words.inc.wgsl
-// #include reduce.inc.wgsl
+// #include matvec_team.inc.wgsl
 
-override WG: u32 = 64;
+override WG: u32 = 128;
+override LPR: u32 = 16;
 
 struct Params {
     n: u32,
@@ -43,6 +46,8 @@ var<immediate> p: Params;
 @group(0) @binding(4) var<storage, read_write> act: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
 
+var<workgroup> red: array<f32, 64>;
+
 // What quant_blocks.inc.wgsl reads the weight through.
 fn wd(i: u32) -> u32 {
     return w[i];
@@ -52,13 +57,13 @@ fn expert(slot: u32) -> u32 {
     return min(ids[slot], p.n_experts - 1u);
 }
 
-// Invocation `lid`'s share of row `row` (of `cols` elements) of `w` dotted with the f32 vector
-// at `v` of `x` (from_act false) or `act` (true).
-fn partial_dot(row: u32, cols: u32, v: u32, from_act: bool, lid: u32) -> f32 {
+// Team lane `tl`'s share of row `row` (of `cols` elements) of `w` dotted with the f32 vector at
+// `v` of `x` (from_act false) or `act` (true).
+fn partial_dot(row: u32, cols: u32, v: u32, from_act: bool, tl: u32) -> f32 {
     let rb = (cols / BLOCK) * TS;
     let upb = BLOCK / 16u;
     var acc = 0.0;
-    for (var u = lid; u < cols / 16u; u += WG) {
+    for (var u = tl; u < cols / 16u; u += LPR) {
         let wv = dequant16(row * rb + (u / upb) * TS, u % upb);
         var s = 0.0;
         for (var i = 0u; i < 16u; i++) {
@@ -75,20 +80,48 @@ fn partial_dot(row: u32, cols: u32, v: u32, from_act: bool, lid: u32) -> f32 {
     return acc;
 }
 
+// The total of every lane's v over its team (all invocations call it, in uniform control flow).
+fn team_total(v: f32, team: u32, sg_id: u32, sg_lane: u32, sg_size: u32) -> f32 {
+    var s: f32;
+    if (sg_size <= LPR) {
+        s = subgroupAdd(v);
+    } else {
+        s = cluster_sum(v, sg_lane / LPR, sg_size);
+    }
+    if (sg_size < LPR) {
+        if (sg_lane == 0u) {
+            red[sg_id] = s;
+        }
+        workgroupBarrier();
+        s = red_team_sum(team, 0u, 1u, sg_size);
+        // red is rewritten by the next call.
+        workgroupBarrier();
+    }
+    return s;
+}
+
 @compute @workgroup_size(WG)
 fn gate_up(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-           @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg_id: u32,
-           @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(num_subgroups) n_sg: u32) {
-    let idx = wid.y * nwg.x + wid.x;
-    if (idx >= p.n * p.top_k * p.ff) {
+           @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
+           @builtin(subgroup_size) sg_size: u32) {
+    let rows = p.n * p.top_k * p.ff;
+    let first = (wid.y * nwg.x + wid.x) * (WG / LPR);
+    if (first >= rows) {
         return;
     }
-    let slot = idx / p.ff;
-    let r = idx % p.ff;
-    let t = slot / p.top_k;
-    let d = partial_dot(expert(slot) * p.ff + r, p.hidden, t * p.hidden, false, lid);
-    let total = wg_sum(d, sg_id, sg_lane, n_sg);
-    if (lid == 0u) {
+    let v = sg_id * sg_size + sg_lane;
+    let team = v / LPR;
+    let tl = v % LPR;
+    let idx = first + team;
+    let live = idx < rows;
+    var d = 0.0;
+    if (live) {
+        let slot = idx / p.ff;
+        let t = slot / p.top_k;
+        d = partial_dot(expert(slot) * p.ff + idx % p.ff, p.hidden, t * p.hidden, false, tl);
+    }
+    let total = team_total(d, team, sg_id, sg_lane, sg_size);
+    if (live && tl == 0u) {
         if (p.stage == 0u) {
             act[idx] = total;
         } else {
@@ -100,21 +133,30 @@ fn gate_up(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
 
 @compute @workgroup_size(WG)
 fn down_sum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-            @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg_id: u32,
-            @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(num_subgroups) n_sg: u32) {
-    let idx = wid.y * nwg.x + wid.x;
-    if (idx >= p.n * p.hidden) {
+            @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
+            @builtin(subgroup_size) sg_size: u32) {
+    let rows = p.n * p.hidden;
+    let first = (wid.y * nwg.x + wid.x) * (WG / LPR);
+    if (first >= rows) {
         return;
     }
-    let t = idx / p.hidden;
-    let c = idx % p.hidden;
-    var total = 0.0;
-    for (var s = 0u; s < p.top_k; s++) {
-        let slot = t * p.top_k + s;
-        let d = partial_dot(expert(slot) * p.hidden + c, p.ff, slot * p.ff, true, lid);
-        total += weights[slot] * wg_sum(d, sg_id, sg_lane, n_sg);
+    let v = sg_id * sg_size + sg_lane;
+    let team = v / LPR;
+    let tl = v % LPR;
+    let idx = first + team;
+    let live = idx < rows;
+    var acc = 0.0;
+    if (live) {
+        let t = idx / p.hidden;
+        let c = idx % p.hidden;
+        for (var s = 0u; s < p.top_k; s++) {
+            let slot = t * p.top_k + s;
+            let row = expert(slot) * p.hidden + c;
+            acc += weights[slot] * partial_dot(row, p.ff, slot * p.ff, true, tl);
+        }
     }
-    if (lid == 0u) {
+    let total = team_total(acc, team, sg_id, sg_lane, sg_size);
+    if (live && tl == 0u) {
         out[idx] = total;
     }
 }

@@ -8,7 +8,12 @@ use crate::sources::MOE_EXPERTS_QUANT as SRC;
 use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides, WeightType};
 
-const WG: u32 = 64;
+/// Invocations per workgroup of the team launch; the reference launch is one 64-invocation
+/// workgroup per output row.
+const WG: u32 = 128;
+const REF_WG: u32 = 64;
+/// Lanes per output row of [`MoeExpertsQuant::dispatch`].
+pub const MOE_QUANT_LANES: u32 = 16;
 
 const BINDINGS: &[crate::BindingSpec] = &[
     rd("w"),
@@ -111,8 +116,27 @@ fn matrix_bytes(
 }
 
 impl<B: KernelBuffer> MoeExpertsQuant<B> {
+    /// The three dispatches with [`MOE_QUANT_LANES`] lanes per output row.
     pub fn dispatch(self, s: &MoeQuantShape) -> Result<[Dispatch<B>; 3], Error> {
+        self.dispatch_lanes(s, MOE_QUANT_LANES)
+    }
+
+    /// The three dispatches with `lanes` (1, 2, 4, ..., 128) invocations per output row, 128 /
+    /// lanes rows per workgroup; 0: one 64-invocation workgroup per row (the reference launch).
+    pub fn dispatch_lanes(self, s: &MoeQuantShape, lanes: u32) -> Result<[Dispatch<B>; 3], Error> {
         let k = &MOE_GATE_UP_QUANT;
+        if lanes != 0 && (!lanes.is_power_of_two() || lanes > WG) {
+            return Err(shape_err(
+                k,
+                format!("lanes per row {lanes}: not a power of two <= {WG}"),
+            ));
+        }
+        let (wg, lpr) = if lanes == 0 {
+            (REF_WG, REF_WG)
+        } else {
+            (WG, lanes)
+        };
+        let per_wg = (wg / lpr) as u64;
         if s.n == 0 || s.top_k == 0 || s.top_k > s.n_experts || s.hidden == 0 || s.ff == 0 {
             return Err(shape_err(k, format!("bad shape {s:?}")));
         }
@@ -154,9 +178,13 @@ impl<B: KernelBuffer> MoeExpertsQuant<B> {
                 pad: [0; 2],
             })
         };
-        let ov = |dtype: WeightType| -> Overrides { format_overrides(dtype).set("WG", WG as f64) };
+        let ov = |dtype: WeightType| -> Overrides {
+            format_overrides(dtype)
+                .set("WG", wg as f64)
+                .set("LPR", lpr as f64)
+        };
         let bufs = |w: B| vec![w, self.x, self.ids, self.weights, self.act, self.out];
-        let rows = grid_for(k, n * kk * f)?;
+        let rows = grid_for(k, (n * kk * f).div_ceil(per_wg))?;
         Ok([
             Dispatch::new(k, ov(s.gate), bufs(self.gate), &p(0)?, rows),
             Dispatch::new(k, ov(s.up), bufs(self.up), &p(1)?, rows),
@@ -165,7 +193,7 @@ impl<B: KernelBuffer> MoeExpertsQuant<B> {
                 ov(s.down),
                 bufs(self.down),
                 &p(0)?,
-                grid_for(&MOE_DOWN_QUANT, n * h)?,
+                grid_for(&MOE_DOWN_QUANT, (n * h).div_ceil(per_wg))?,
             ),
         ])
     }

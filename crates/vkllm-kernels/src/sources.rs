@@ -50,11 +50,15 @@ pub(crate) const MATMUL_COOP: &str = concat!(
 pub(crate) const MATVEC: &str = include_str!("../shaders/matvec.wgsl");
 pub(crate) const MATVEC_FUSED: &str = concat!(
     include_str!("../shaders/matvec_fused.wgsl"),
-    include_str!("../shaders/quant_blocks.inc.wgsl")
+    include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/matvec_epilogue.inc.wgsl"),
+    include_str!("../shaders/matvec_team.inc.wgsl")
 );
 pub(crate) const MATVEC_Q8A: &str = concat!(
     include_str!("../shaders/matvec_q8a.wgsl"),
-    include_str!("../shaders/act_q8.inc.wgsl")
+    include_str!("../shaders/act_q8.inc.wgsl"),
+    include_str!("../shaders/matvec_epilogue.inc.wgsl"),
+    include_str!("../shaders/matvec_team.inc.wgsl")
 );
 pub(crate) const QUANTIZE_ACT_Q8: &str = concat!(
     include_str!("../shaders/quantize_act_q8.wgsl"),
@@ -64,14 +68,15 @@ pub(crate) const QUANTIZE_ACT_Q8: &str = concat!(
 pub(crate) const MATVEC_ROWS: &str = concat!(
     include_str!("../shaders/matvec_rows.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
-    include_str!("../shaders/quant_words.inc.wgsl")
+    include_str!("../shaders/quant_words.inc.wgsl"),
+    include_str!("../shaders/matvec_epilogue.inc.wgsl")
 );
 pub(crate) const MOE_EXPERTS: &str = include_str!("../shaders/moe_experts.wgsl");
 pub(crate) const MOE_EXPERTS_QUANT: &str = concat!(
     include_str!("../shaders/moe_experts_quant.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
     include_str!("../shaders/quant_words.inc.wgsl"),
-    include_str!("../shaders/reduce.inc.wgsl")
+    include_str!("../shaders/matvec_team.inc.wgsl")
 );
 pub(crate) const MOE_EXPERTS_GROUPED: &str = concat!(
     include_str!("../shaders/moe_experts_grouped.wgsl"),

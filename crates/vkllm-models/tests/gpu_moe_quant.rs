@@ -40,17 +40,18 @@ fn run<B: Backend>(b: &mut B, m: &HybridModel, ids: &[u32], n_gen: usize) -> (Ve
 
 #[test]
 fn q8_0_experts_match_cpu() {
-    // Per-row expert kernels for every product (the reference), then the grouped ones for
-    // every product (prompt and decode steps alike).
-    for grouped_min in [0, 1] {
-        q8_0_experts_match_cpu_with(grouped_min);
+    // Per-row expert kernels for every product (the reference launch, then teams of 16 lanes),
+    // then the grouped ones for every product (prompt and decode steps alike).
+    for (grouped_min, lanes) in [(0, 0), (0, 16), (1, 16)] {
+        q8_0_experts_match_cpu_with(grouped_min, lanes);
     }
 }
 
-fn q8_0_experts_match_cpu_with(grouped_min: u32) {
+fn q8_0_experts_match_cpu_with(grouped_min: u32, lanes: u32) {
     let mut opts = common::options();
     opts.tuning.matvec = Some(vkllm_vk::kernels::matvec_fused::MatvecImpl::Fast);
     opts.tuning.moe_grouped_min = grouped_min;
+    opts.tuning.moe_lanes = lanes;
     let dev = common::open(&opts);
     let fx = Fixture::load("qwen3_moe").expect("fixture");
     let src = QuantizingSource::new(&fx.weights, &fx.config, QuantScheme::Q8_0);
@@ -92,11 +93,11 @@ fn q8_0_experts_match_cpu_with(grouped_min: u32) {
     let d = vkllm_cpu::compare::diff(&got, &want);
     assert!(
         d.max_abs <= GPU_VS_CPU_MAX_ABS,
-        "moe_grouped_min={grouped_min}: logits max abs {} > {GPU_VS_CPU_MAX_ABS}",
+        "moe_grouped_min={grouped_min} moe_lanes={lanes}: logits max abs {} > {GPU_VS_CPU_MAX_ABS}",
         d.max_abs
     );
     assert_eq!(
         got_toks, want_toks,
-        "moe_grouped_min={grouped_min}: greedy tokens"
+        "moe_grouped_min={grouped_min} moe_lanes={lanes}: greedy tokens"
     );
 }

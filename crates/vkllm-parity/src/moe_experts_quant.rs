@@ -117,34 +117,38 @@ pub(crate) fn moe_experts_quant(dev: &Device, seed: u64) -> Result<Vec<KernelPar
             up: gu,
             down: dn,
         };
-        cx.run(&[&act, &out], |r| {
-            let ds = MoeExpertsQuant {
-                x: bufs.0.all(),
-                ids: bufs.1.all(),
-                weights: bufs.2.all(),
-                gate: bufs.3.all(),
-                up: bufs.4.all(),
-                down: bufs.5.all(),
-                act: act.all(),
-                out: out.all(),
-            }
-            .dispatch(&s)?;
-            for d in ds {
-                r.dispatch(d)?;
-            }
-            Ok(())
-        })?;
-        let got = cx.read(&out, n * h)?;
-        let shape = format!("n {n} experts {e} top {k} H {h} F {ff}");
-        let variant = format!("{} gate/up, {} down", gu.name(), dn.name());
-        rows.push(row(
-            "moe_experts_quant",
-            variant,
-            shape,
-            &got,
-            &c.want,
-            c.tol,
-        ));
+        // Lanes per output row: 0 is the reference launch; 1 and 128 are the extremes (128 rows
+        // per workgroup, a partial last one; teams wider than any subgroup).
+        for lanes in [0u32, 1, 16, 128] {
+            cx.run(&[&act, &out], |r| {
+                let ds = MoeExpertsQuant {
+                    x: bufs.0.all(),
+                    ids: bufs.1.all(),
+                    weights: bufs.2.all(),
+                    gate: bufs.3.all(),
+                    up: bufs.4.all(),
+                    down: bufs.5.all(),
+                    act: act.all(),
+                    out: out.all(),
+                }
+                .dispatch_lanes(&s, lanes)?;
+                for d in ds {
+                    r.dispatch(d)?;
+                }
+                Ok(())
+            })?;
+            let got = cx.read(&out, n * h)?;
+            let shape = format!("n {n} experts {e} top {k} H {h} F {ff} lanes {lanes}");
+            let variant = format!("{} gate/up, {} down", gu.name(), dn.name());
+            rows.push(row(
+                "moe_experts_quant",
+                variant,
+                shape,
+                &got,
+                &c.want,
+                c.tol,
+            ));
+        }
     }
     Ok(rows)
 }

@@ -157,6 +157,10 @@ pub struct Tuning {
     /// expert (tiled products reading each expert's weights once per tile); fewer, or 0, run
     /// one workgroup per output row (the reference). Key `moe_grouped_min`.
     pub moe_grouped_min: u32,
+    /// Model backends: invocations per output row of the per-row MoE expert products (a power
+    /// of two <= 128, 128 / lanes rows per workgroup); 0: one 64-invocation workgroup per row
+    /// (the reference). Key `moe_lanes`.
+    pub moe_lanes: u32,
     /// Model backends: a forward's dispatches share one submit where possible. Key `one_submit`.
     pub one_submit: bool,
     /// Model backends: dispatches in a forward's first submitted part (parts double up to 256);
@@ -203,6 +207,7 @@ impl Default for Tuning {
             rope_kv_tpw: None,
             delta_chunked: true,
             moe_grouped_min: 16,
+            moe_lanes: 16,
             one_submit: true,
             split_submit: Some(SPLIT_SUBMIT_FIRST),
         }
@@ -261,6 +266,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "rope_kv_tpw",
     "delta_chunked",
     "moe_grouped_min",
+    "moe_lanes",
     "one_submit",
     "split_submit",
 ];
@@ -466,6 +472,13 @@ impl Tuning {
             }
             "delta_chunked" => self.delta_chunked = flag()?,
             "moe_grouped_min" => self.moe_grouped_min = in_range(0, 1 << 20)? as u32,
+            "moe_lanes" => {
+                let l = in_range(0, 128)? as u32;
+                if l != 0 && !l.is_power_of_two() {
+                    return Err(bad("0 or a power of two up to 128"));
+                }
+                self.moe_lanes = l;
+            }
             "one_submit" => self.one_submit = flag()?,
             "split_submit" => {
                 self.split_submit = match num()? {
@@ -554,7 +567,7 @@ impl fmt::Display for Tuning {
              {dequant},wg_coherent={},recycle={},fence_spin_us={},pipeline_stats={},\
              attn={attn},attn_chunk={},attn_prefill={prefill},attn_coop_nsg={},\
              attn_coop_split={},fused={},rope_kv_tpw={},delta_chunked={},moe_grouped_min={},\
-             one_submit={},split_submit={}",
+             moe_lanes={},one_submit={},split_submit={}",
             b(self.q8a_wide),
             b(self.q8a_quad),
             self.q8a_workgroups,
@@ -581,6 +594,7 @@ impl fmt::Display for Tuning {
             opt(self.rope_kv_tpw.map(|t| t.to_string())),
             b(self.delta_chunked),
             self.moe_grouped_min,
+            self.moe_lanes,
             b(self.one_submit),
             self.split_submit.unwrap_or(0),
         )
@@ -638,7 +652,8 @@ mod tests {
                     dequant=auto,dequant_min=4096,dequant_tokens=64,wg_coherent=0,recycle=0,\
                     fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,\
                     attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,fused=0,\
-                    rope_kv_tpw=3,delta_chunked=0,moe_grouped_min=0,one_submit=0,split_submit=0";
+                    rope_kv_tpw=3,delta_chunked=0,moe_grouped_min=0,moe_lanes=0,one_submit=0,\
+                    split_submit=0";
         let t = Tuning::parse(spec).unwrap();
         assert_ne!(t, Tuning::default());
         assert_eq!(Tuning::parse(&t.to_string()).unwrap(), t);

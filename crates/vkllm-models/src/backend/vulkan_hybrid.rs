@@ -266,6 +266,7 @@ impl VulkanBackend {
             down: self.matrix(ex.down).dtype,
         };
         let min = self.dev.tuning().moe_grouped_min as usize;
+        let lanes = self.dev.tuning().moe_lanes;
         let grouped = min > 0 && n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(&shape);
         let [a, y, l] = moe_scratch_parts(n, top_k, h, ff, ex.n_experts);
         self.record(|me, r| {
@@ -306,7 +307,7 @@ impl VulkanBackend {
                     act,
                     out,
                 }
-                .dispatch(&shape)?
+                .dispatch_lanes(&shape, lanes)?
                 .into()
             };
             for d in ds {
