@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use vkllm_cpu::sampler::{SamplingParams, apply_mask, log_softmax, sample, top_logprobs};
 use vkllm_models::hybrid::RecurrentMarks;
-use vkllm_models::{AnyModel, AnyState, Backend, KvDtype, Logits};
+use vkllm_models::{AnyModel, AnyState, Backend, KvType, Logits};
 
 use crate::error::EngineError;
 use crate::grammar::{Constraint, Grammar};
@@ -210,7 +210,7 @@ impl<B: Backend> SimpleGenerator<B> {
         let ctx = ctx.max(1);
         let slots = (0..slots.max(1))
             .map(|_| {
-                let kv = model.new_state(&mut backend, ctx, KvDtype::F32)?;
+                let kv = model.new_state(&mut backend, ctx, KvType::F32)?;
                 let marks = model.new_marks(&mut backend, &kv);
                 Ok(Slot {
                     kv,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use vkllm_cpu::sampler::{SamplingParams, apply_mask, sample};
 use vkllm_models::hybrid::RecurrentMarks;
-use vkllm_models::{AnyModel, AnyState, Backend, KvDtype, Logits};
+use vkllm_models::{AnyModel, AnyState, Backend, KvType, Logits};
 use vkllm_tokenizer::Tokenizer;
 
 use crate::error::EngineError;
@@ -83,7 +83,7 @@ impl<B: Backend> Session<B> {
         tokenizer: Tokenizer,
         ctx: usize,
     ) -> Result<Self, EngineError> {
-        Self::with_kv_type(backend, model, tokenizer, ctx, KvDtype::F32)
+        Self::with_kv_type(backend, model, tokenizer, ctx, KvType::F32)
     }
 
     /// A session whose KV cache stores keys and values as `dtype` (hybrid and MoE models keep
@@ -93,7 +93,7 @@ impl<B: Backend> Session<B> {
         model: impl Into<AnyModel>,
         tokenizer: Tokenizer,
         ctx: usize,
-        dtype: KvDtype,
+        dtype: KvType,
     ) -> Result<Self, EngineError> {
         let model = model.into();
         let state = model.new_state(&mut backend, ctx, dtype)?;

@@ -11,7 +11,7 @@
 
 use vkllm_models::hybrid::{HybridModel, HybridState, RecurrentMarks};
 use vkllm_models::{
-    KvCache, KvDtype, Logits, Model, SlotDecoderConfig, SlotDecoderId, SlotStart, VulkanBackend,
+    KvCache, KvType, Logits, Model, SlotDecoderConfig, SlotDecoderId, SlotStart, VulkanBackend,
 };
 
 use crate::error::EngineError;
@@ -81,7 +81,7 @@ impl SlotGenerator {
         model: Model,
         slots: usize,
         ctx: usize,
-        kv: KvDtype,
+        kv: KvType,
         steps_per_submit: usize,
     ) -> Result<Self, EngineError> {
         let slots = slots.max(1);
@@ -98,7 +98,7 @@ impl SlotGenerator {
         model: HybridModel,
         slots: usize,
         ctx: usize,
-        kv: KvDtype,
+        kv: KvType,
         steps_per_submit: usize,
     ) -> Result<Self, EngineError> {
         let slots = slots.max(1);

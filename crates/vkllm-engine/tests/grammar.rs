@@ -16,7 +16,7 @@ use vkllm_engine::{
     SimpleGenerator, SlotGenerator, SlotParams, SlotSession, TokenOut,
 };
 use vkllm_models::fixtures::Fixture;
-use vkllm_models::{CpuBackend, DEFAULT_CHUNK, KvDtype, Model, VulkanBackend};
+use vkllm_models::{CpuBackend, DEFAULT_CHUNK, KvType, Model, VulkanBackend};
 use vkllm_vk::Device;
 
 const EOS: u32 = common::EOS;
@@ -144,7 +144,7 @@ fn gpu_masks_pick_the_cpu_samplers_tokens() {
     ];
     let mut b = VulkanBackend::new(dev.clone());
     let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
-    let mut slots = SlotGenerator::new(b, model, 8, 96, KvDtype::F32, 4).expect("slots");
+    let mut slots = SlotGenerator::new(b, model, 8, 96, KvType::F32, 4).expect("slots");
     let got = drive(&mut slots, &reqs);
     let mut b = VulkanBackend::new(dev);
     let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
@@ -210,7 +210,7 @@ fn sessions_follow_the_grammar_on_the_cpu_and_the_gpu() {
         let mut b = VulkanBackend::new(dev.clone());
         let m = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("m");
         let mut slots =
-            SlotSession::new(b, m.into(), char_tokenizer(), 256, KvDtype::F32).expect("slots");
+            SlotSession::new(b, m.into(), char_tokenizer(), 256, KvType::F32).expect("slots");
         let mut got = String::new();
         slots
             .generate_with(&prompt, &p, &AtomicBool::new(false), |t| got.push_str(t))

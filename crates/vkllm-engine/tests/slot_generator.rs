@@ -7,7 +7,7 @@ use vkllm_engine::generator::pick;
 use vkllm_engine::{Generator, SimpleGenerator, SlotGenerator, SlotParams, TokenOut};
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::hybrid::HybridModel;
-use vkllm_models::{DEFAULT_CHUNK, KvDtype, Logits, Model, VulkanBackend};
+use vkllm_models::{DEFAULT_CHUNK, KvType, Logits, Model, VulkanBackend};
 use vkllm_vk::Device;
 
 fn device() -> Device {
@@ -85,7 +85,7 @@ fn slot_generator_matches_simple_generator() {
     ];
     let mut b = VulkanBackend::new(dev.clone());
     let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
-    let mut slots = SlotGenerator::new(b, model, 4, 64, KvDtype::F32, 4).expect("slot generator");
+    let mut slots = SlotGenerator::new(b, model, 4, 64, KvType::F32, 4).expect("slot generator");
     let got = drive(&mut slots, &reqs);
     let mut b = VulkanBackend::new(dev);
     let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
@@ -115,7 +115,7 @@ fn hybrid_reference(
     p: &SlotParams,
     n: usize,
 ) -> Vec<u32> {
-    hybrid_reference_kv(b, m, prompt, p, n, KvDtype::F32)
+    hybrid_reference_kv(b, m, prompt, p, n, KvType::F32)
 }
 
 /// [`hybrid_reference`] with the attention layers' KV stored as `kv`.
@@ -125,7 +125,7 @@ fn hybrid_reference_kv(
     prompt: &[u32],
     p: &SlotParams,
     n: usize,
-    kv: KvDtype,
+    kv: KvType,
 ) -> Vec<u32> {
     let st = m.new_state_kv(b, 64, 1, kv).expect("state");
     let mut counts = vec![0u32; m.cfg.vocab_size];
@@ -169,8 +169,7 @@ fn hybrid_slot_generator_matches_reference() {
     let model =
         HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
     // One step per submit: a slot's history is then exactly its prompt and the tokens fed.
-    let mut g =
-        SlotGenerator::new_hybrid(b, model, 3, 64, KvDtype::F32, 1).expect("slot generator");
+    let mut g = SlotGenerator::new_hybrid(b, model, 3, 64, KvType::F32, 1).expect("slot generator");
     let first = vec![
         (prompt.clone(), greedy.clone(), 7, 0),
         (other.clone(), sampled.clone(), 9, 1),
@@ -226,7 +225,7 @@ fn prefixes_are_copied_from_other_slots() {
     ];
     let mut b = VulkanBackend::new(dev.clone());
     let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
-    let mut g = SlotGenerator::new(b, model, 2, 64, KvDtype::F16, 1).expect("slot generator");
+    let mut g = SlotGenerator::new(b, model, 2, 64, KvType::F16, 1).expect("slot generator");
     let got = drive(&mut g, &reqs);
     let reused: Vec<usize> = (0..2).map(|s| g.reused(s)).collect();
     assert!(
@@ -256,8 +255,7 @@ fn hybrid_prompt_marks_are_reused() {
     let model =
         HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
     let vocab = model.cfg.vocab_size as u32;
-    let mut g =
-        SlotGenerator::new_hybrid(b, model, 2, 64, KvDtype::F32, 4).expect("slot generator");
+    let mut g = SlotGenerator::new_hybrid(b, model, 2, 64, KvType::F32, 4).expect("slot generator");
     let got = drive(&mut g, &[(prompt.clone(), greedy.clone(), 6, 0)]);
     // Not the answer's first token: the slot's history does not extend to this prompt.
     let t = (got[0][0].id + 1) % vocab;
@@ -339,13 +337,12 @@ fn hybrid_f16_kv_matches_reference() {
     let mut b = VulkanBackend::new(dev.clone());
     let model =
         HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
-    let mut g =
-        SlotGenerator::new_hybrid(b, model, 2, 64, KvDtype::F16, 4).expect("slot generator");
+    let mut g = SlotGenerator::new_hybrid(b, model, 2, 64, KvType::F16, 4).expect("slot generator");
     let got = drive(&mut g, &reqs);
     let mut b = VulkanBackend::new(dev);
     let m = HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
     for (i, r) in reqs.iter().enumerate() {
-        let want = hybrid_reference_kv(&mut b, &m, &r.0, &r.1, r.2, KvDtype::F16);
+        let want = hybrid_reference_kv(&mut b, &m, &r.0, &r.1, r.2, KvType::F16);
         let ids: Vec<u32> = got[i].iter().map(|t| t.id).collect();
         assert_eq!(ids, want, "request {i}");
     }
@@ -377,12 +374,12 @@ fn chunked_prefill_matches_whole_prompts() {
                 let m = HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK)
                     .expect("load");
                 Box::new(
-                    SlotGenerator::new_hybrid(b, m, 2, 400, KvDtype::F32, 2).expect("generator"),
+                    SlotGenerator::new_hybrid(b, m, 2, 400, KvType::F32, 2).expect("generator"),
                 )
             } else {
                 let m = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK)
                     .expect("load");
-                Box::new(SlotGenerator::new(b, m, 2, 400, KvDtype::F32, 2).expect("generator"))
+                Box::new(SlotGenerator::new(b, m, 2, 400, KvType::F32, 2).expect("generator"))
             };
             g
         };

@@ -14,7 +14,7 @@ use vkllm_cpu::sampler::SamplingParams;
 use vkllm_engine::{FinishReason, GenerateParams, Session, SlotSession, Usage};
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::hybrid::HybridModel;
-use vkllm_models::{AnyModel, DEFAULT_CHUNK, KvDtype, Model, VulkanBackend};
+use vkllm_models::{AnyModel, DEFAULT_CHUNK, KvType, Model, VulkanBackend};
 use vkllm_vk::Device;
 
 const EOS: u32 = 0;
@@ -46,7 +46,7 @@ fn per_token(dev: &Device, family: &str) -> Session<VulkanBackend> {
 fn slots(dev: &Device, family: &str) -> SlotSession {
     let mut b = VulkanBackend::new(dev.clone());
     let m = model(family, &mut b);
-    SlotSession::new(b, m, char_tokenizer_eos(EOS), CTX, KvDtype::F32).expect("slot session")
+    SlotSession::new(b, m, char_tokenizer_eos(EOS), CTX, KvType::F32).expect("slot session")
 }
 
 fn sampled(max_tokens: usize) -> GenerateParams {

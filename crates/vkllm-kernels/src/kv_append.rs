@@ -22,31 +22,49 @@ pub static KV_APPEND: KernelSpec = KernelSpec {
     exact_fp: false,
 };
 
-/// Element type of the KV cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Element type of a KV cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum KvType {
+    #[default]
     F32,
+    /// Half the memory; keys and values are rounded to f16 (nearest even) when stored.
     F16,
 }
 
 impl KvType {
+    /// The kernels' KV_DTYPE override value.
     pub fn code(self) -> f64 {
         match self {
             KvType::F32 => 0.0,
             KvType::F16 => 1.0,
         }
     }
+
     /// Bytes of `n` elements (`n` even for f16).
     pub fn bytes(self, n: u64) -> u64 {
+        n * self.bytes_per_value() as u64
+    }
+
+    pub fn bytes_per_value(self) -> usize {
         match self {
-            KvType::F32 => 4 * n,
-            KvType::F16 => 2 * n,
+            KvType::F32 => 4,
+            KvType::F16 => 2,
         }
     }
+
     pub fn name(self) -> &'static str {
         match self {
             KvType::F32 => "f32",
             KvType::F16 => "f16",
+        }
+    }
+
+    /// `f32` or `f16`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "f32" => Some(KvType::F32),
+            "f16" => Some(KvType::F16),
+            _ => None,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! (Gated DeltaNet) and MoE families ([`HybridModel`], KV caches and recurrent state), so a
 //! session, a perplexity run or a command opens any checkpoint the same way.
 
-use crate::KvDtype;
+use crate::KvType;
 use crate::backend::Backend;
 use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
@@ -89,7 +89,7 @@ impl AnyModel {
         &self,
         b: &mut B,
         ctx: usize,
-        dtype: KvDtype,
+        dtype: KvType,
     ) -> Result<AnyState, ModelError> {
         match self {
             AnyModel::Dense(m) => Ok(AnyState::Kv(m.new_kv_slots(b, ctx, 1, dtype)?)),

@@ -7,7 +7,7 @@
 
 use vkllm_cpu::AttnParams;
 
-use crate::backend::{Backend, KvDtype, KvRows, NormMlp, NormQkv, RopeKv, Tensor};
+use crate::backend::{Backend, KvRows, KvType, NormMlp, NormQkv, RopeKv, Tensor};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 pub use crate::kv_cache::{KV_ROW_ALIGN, KvCache, KvLayer};
@@ -107,7 +107,7 @@ impl Model {
 
     /// A KV cache for one sequence of `capacity` positions (f32).
     pub fn new_kv<B: Backend>(&self, b: &mut B, capacity: usize) -> Result<KvCache, ModelError> {
-        self.new_kv_slots(b, capacity, 1, KvDtype::F32)
+        self.new_kv_slots(b, capacity, 1, KvType::F32)
     }
 
     /// A KV cache for `slots` sequences of `capacity` positions each, stored as `dtype`.
@@ -116,7 +116,7 @@ impl Model {
         b: &mut B,
         capacity: usize,
         slots: usize,
-        dtype: KvDtype,
+        dtype: KvType,
     ) -> Result<KvCache, ModelError> {
         let windows: Vec<Option<usize>> = self.cfg.layers.iter().map(|l| l.window).collect();
         KvCache::alloc(

@@ -2,7 +2,7 @@
 //! layers keep only a ring of their window plus a prefill chunk (position `p` in row `p % ring`),
 //! so their memory does not grow with the context; full-attention layers keep every position.
 
-use crate::backend::{Backend, KvDtype, KvRows, KvView, Tensor};
+use crate::backend::{Backend, KvRows, KvType, KvView, Tensor};
 use crate::error::ModelError;
 
 /// The KV caches of `slots` sequences, positions `0..capacity` each. Per layer and slot, a
@@ -14,7 +14,7 @@ use crate::error::ModelError;
 pub struct KvCache {
     pub capacity: usize,
     pub slots: usize,
-    pub dtype: KvDtype,
+    pub dtype: KvType,
     pub layers: Vec<KvLayer>,
 }
 
@@ -69,7 +69,7 @@ impl KvCache {
         capacity: usize,
         chunk: usize,
         slots: usize,
-        dtype: KvDtype,
+        dtype: KvType,
     ) -> Result<KvCache, ModelError> {
         if capacity == 0 || slots == 0 {
             return Err(ModelError::Config {
@@ -140,7 +140,7 @@ impl KvCache {
         capacity: usize,
         chunk: usize,
         slots: usize,
-        dtype: KvDtype,
+        dtype: KvType,
     ) -> u64 {
         windows
             .iter()
@@ -265,17 +265,17 @@ mod tests {
         // 2 x (2 * 128 * 8 * 2) + (2 * 1024 * 8 * 2) bytes = 2 x 8192 + 65536.
         let w = [Some(16), None, Some(16)];
         assert_eq!(
-            KvCache::bytes_for(&w, 8, 1000, 48, 2, KvDtype::F16),
+            KvCache::bytes_for(&w, 8, 1000, 48, 2, KvType::F16),
             2 * 8192 + 65536
         );
         // Without windows every layer holds the context.
         assert_eq!(
-            KvCache::bytes_for(&[None; 3], 8, 1000, 48, 2, KvDtype::F16),
+            KvCache::bytes_for(&[None; 3], 8, 1000, 48, 2, KvType::F16),
             3 * 65536
         );
         // The allocation matches the accounting.
         let mut b = CpuBackend::new();
-        let kv = KvCache::alloc(&mut b, &w, 8, 1000, 48, 2, KvDtype::F16).unwrap();
+        let kv = KvCache::alloc(&mut b, &w, 8, 1000, 48, 2, KvType::F16).unwrap();
         let rows: Vec<(usize, usize)> = kv.layers.iter().map(|l| (l.ring, l.stride)).collect();
         assert_eq!(rows, [(128, 128), (1000, 1024), (128, 128)]);
     }
@@ -287,8 +287,8 @@ mod tests {
         let w: Vec<Option<usize>> = (0..18)
             .map(|i| if (i + 1) % 6 == 0 { None } else { Some(512) })
             .collect();
-        let ring = KvCache::bytes_for(&w, 256, 32768, 128, 1, KvDtype::F32);
-        let full = KvCache::bytes_for(&[None; 18], 256, 32768, 128, 1, KvDtype::F32);
+        let ring = KvCache::bytes_for(&w, 256, 32768, 128, 1, KvType::F32);
+        let full = KvCache::bytes_for(&[None; 18], 256, 32768, 128, 1, KvType::F32);
         assert_eq!(full, 18 * 2 * 32768 * 256 * 4); // 1152 MiB
         assert_eq!(ring, 15 * 2 * 640 * 256 * 4 + 3 * 2 * 32768 * 256 * 4); // 210.75 MiB
     }
@@ -297,7 +297,7 @@ mod tests {
     fn reusable_prefix() {
         let mut b = CpuBackend::new();
         // Window 64, chunk 64: a 128-row ring in a 1000-position cache.
-        let kv = KvCache::alloc(&mut b, &[None, Some(64)], 4, 1000, 64, 1, KvDtype::F32).unwrap();
+        let kv = KvCache::alloc(&mut b, &[None, Some(64)], 4, 1000, 64, 1, KvType::F32).unwrap();
         assert_eq!(kv.layers[1].ring, 128);
         // Written up to 300: the ring holds positions 172..300. A query at `common` sees
         // common - 63..=common, so common >= 235 keeps its prefix, below that recomputes.
@@ -309,7 +309,7 @@ mod tests {
         assert_eq!(kv.reusable(128, 10), 10);
         assert_eq!(kv.reusable(300, 0), 0);
         // Full layers only: any prefix is kept.
-        let full = KvCache::alloc(&mut b, &[None, None], 4, 1000, 64, 1, KvDtype::F32).unwrap();
+        let full = KvCache::alloc(&mut b, &[None, None], 4, 1000, 64, 1, KvType::F32).unwrap();
         assert_eq!(full.reusable(900, 3), 3);
     }
 }

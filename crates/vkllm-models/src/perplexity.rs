@@ -15,7 +15,7 @@
 use crate::backend::Backend;
 use crate::error::ModelError;
 use crate::forward::Logits;
-use crate::{AnyModel, KvDtype};
+use crate::{AnyModel, KvType};
 
 /// Scored positions per forward call.
 const SCORE_SLICE: usize = 64;
@@ -55,7 +55,7 @@ pub fn perplexity<B: Backend>(
     bos: Option<u32>,
     on_chunk: &mut dyn FnMut(usize, usize, f64),
 ) -> Result<Perplexity, ModelError> {
-    perplexity_kv(model, b, tokens, ctx, bos, KvDtype::F32, on_chunk)
+    perplexity_kv(model, b, tokens, ctx, bos, KvType::F32, on_chunk)
 }
 
 /// [`perplexity`] with the KV cache stored as `kv` (its effect on quality: docs/quantization.md).
@@ -66,7 +66,7 @@ pub fn perplexity_kv<B: Backend>(
     tokens: &[u32],
     ctx: usize,
     bos: Option<u32>,
-    kv: KvDtype,
+    kv: KvType,
     on_chunk: &mut dyn FnMut(usize, usize, f64),
 ) -> Result<Perplexity, ModelError> {
     if ctx < 4 {

@@ -10,7 +10,7 @@ use common::device;
 use vkllm_cpu::sampler::{SamplingParams, log_softmax, sample};
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::{
-    Backend, CpuBackend, DEFAULT_CHUNK, KvDtype, Logits, Model, SlotDecoderConfig, SlotStart,
+    Backend, CpuBackend, DEFAULT_CHUNK, KvType, Logits, Model, SlotDecoderConfig, SlotStart,
     VulkanBackend,
 };
 
@@ -32,7 +32,7 @@ fn reference<B: Backend>(
     model: &Model,
     r: &Req,
     ctx: usize,
-    dtype: KvDtype,
+    dtype: KvType,
 ) -> (Vec<u32>, Vec<Vec<f32>>) {
     let kv = model.new_kv_slots(b, ctx, 1, dtype).expect("kv");
     let vocab = model.cfg.vocab_size;
@@ -79,7 +79,7 @@ fn batched(
     reqs: &[Req],
     slots: usize,
     ctx: usize,
-    dtype: KvDtype,
+    dtype: KvType,
     events: &[Event],
     steps: usize,
 ) -> Vec<(Vec<u32>, Vec<Option<(f32, Vec<(u32, f32)>)>>)> {
@@ -254,9 +254,9 @@ fn check_family(family: &str, steps: usize) {
             req: 2,
         },
     ];
-    let got = batched(&mut b, &model, &reqs, 4, ctx, KvDtype::F32, &events, steps);
+    let got = batched(&mut b, &model, &reqs, 4, ctx, KvType::F32, &events, steps);
     for (i, r) in reqs.iter().enumerate().take(3) {
-        let (want, logits) = reference(&mut b, &model, r, ctx, KvDtype::F32);
+        let (want, logits) = reference(&mut b, &model, r, ctx, KvType::F32);
         assert_eq!(
             got[i].0, want,
             "{family} request {i}: batched tokens differ from the per-dispatch reference"
@@ -283,7 +283,7 @@ fn check_family(family: &str, steps: usize) {
         n: got[3].0.len(),
         ..reqs[3].clone()
     };
-    let (want3, _) = reference(&mut b, &model, &left, ctx, KvDtype::F32);
+    let (want3, _) = reference(&mut b, &model, &left, ctx, KvType::F32);
     assert!(
         !got[3].0.is_empty() && want3 == got[3].0,
         "{family}: the request that left diverged before leaving"
@@ -349,7 +349,7 @@ fn alone_equals_batched() {
         &reqs[..1],
         1,
         64,
-        KvDtype::F32,
+        KvType::F32,
         &[Event::Join {
             at: 0,
             slot: 0,
@@ -364,7 +364,7 @@ fn alone_equals_batched() {
             req: i,
         })
         .collect();
-    let together = batched(&mut b, &model, &reqs, 3, 64, KvDtype::F32, &events, 8);
+    let together = batched(&mut b, &model, &reqs, 3, 64, KvType::F32, &events, 8);
     assert_eq!(alone[0].0, together[0].0);
 }
 
@@ -394,7 +394,7 @@ fn f16_kv_matches_cpu() {
             std::slice::from_ref(&r),
             2,
             48,
-            KvDtype::F16,
+            KvType::F16,
             &[Event::Join {
                 at: 0,
                 slot: 1,
@@ -402,7 +402,7 @@ fn f16_kv_matches_cpu() {
             }],
             4,
         );
-        let (want, _) = reference(&mut cpu, &cpu_model, &r, 48, KvDtype::F16);
+        let (want, _) = reference(&mut cpu, &cpu_model, &r, 48, KvType::F16);
         assert_eq!(got[0].0, want, "{family}: f16 KV tokens");
     }
 }
@@ -430,7 +430,7 @@ fn slot_retires_at_capacity() {
         std::slice::from_ref(&r),
         1,
         ctx,
-        KvDtype::F32,
+        KvType::F32,
         &[Event::Join {
             at: 0,
             slot: 0,
@@ -440,7 +440,7 @@ fn slot_retires_at_capacity() {
     );
     // Positions prompt..ctx-1 take 5 decode steps after the first token: 6 tokens in all.
     assert_eq!(got[0].0.len(), 6);
-    let (want, _) = reference(&mut b, &model, &Req { n: 6, ..r }, ctx, KvDtype::F32);
+    let (want, _) = reference(&mut b, &model, &Req { n: 6, ..r }, ctx, KvType::F32);
     assert_eq!(got[0].0, want);
 }
 
@@ -461,9 +461,7 @@ fn decoder_without_logprobs() {
         seq_id: 0,
         logprobs: None,
     };
-    let kv = model
-        .new_kv_slots(&mut b, ctx, 2, KvDtype::F32)
-        .expect("kv");
+    let kv = model.new_kv_slots(&mut b, ctx, 2, KvType::F32).expect("kv");
     let cfg = SlotDecoderConfig {
         logprobs: false,
         ..SlotDecoderConfig::default()
@@ -499,7 +497,7 @@ fn decoder_without_logprobs() {
             }
         }
     }
-    let (want, _) = reference(&mut b, &model, &r, ctx, KvDtype::F32);
+    let (want, _) = reference(&mut b, &model, &r, ctx, KvType::F32);
     assert_eq!(toks, want);
     // The recorded step has no logprobs dispatch (and still its sampling and advance).
     let kernels: Vec<&str> = b
@@ -523,9 +521,7 @@ fn logprobs_dispatch_only_when_asked() {
     let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
     let ps = prompts(&fx);
     let ctx = ps.iter().map(Vec::len).max().unwrap_or(0) + 40;
-    let kv = model
-        .new_kv_slots(&mut b, ctx, 2, KvDtype::F32)
-        .expect("kv");
+    let kv = model.new_kv_slots(&mut b, ctx, 2, KvType::F32).expect("kv");
     let dec = b
         .slot_decoder(&model, &kv, SlotDecoderConfig::default())
         .expect("record slot decoder");
@@ -590,9 +586,7 @@ fn split_step_matches_reference() {
         seq_id: 3,
         logprobs: None,
     };
-    let kv = model
-        .new_kv_slots(&mut b, ctx, 2, KvDtype::F32)
-        .expect("kv");
+    let kv = model.new_kv_slots(&mut b, ctx, 2, KvType::F32).expect("kv");
     let plain = b
         .slot_decoder(&model, &kv, SlotDecoderConfig::default())
         .expect("record slot decoder");
@@ -635,6 +629,6 @@ fn split_step_matches_reference() {
         assert_eq!(got.steps, 1);
         toks.push(got.id(0, 0));
     }
-    let (want, _) = reference(&mut b, &model, &r, ctx, KvDtype::F32);
+    let (want, _) = reference(&mut b, &model, &r, ctx, KvType::F32);
     assert_eq!(toks, want);
 }

@@ -11,14 +11,14 @@ use common::device;
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::hybrid::HybridModel;
 use vkllm_models::parity::{GPU_VS_CPU_MAX_ABS, argmax};
-use vkllm_models::{Backend, CpuBackend, DEFAULT_CHUNK, KvDtype, Logits, VulkanBackend};
+use vkllm_models::{Backend, CpuBackend, DEFAULT_CHUNK, KvType, Logits, VulkanBackend};
 
 /// Prefill logits (every position) and `n` greedy tokens after them.
 fn run<B: Backend>(
     b: &mut B,
     m: &HybridModel,
     ids: &[u32],
-    kv: KvDtype,
+    kv: KvType,
     n: usize,
 ) -> (Vec<f32>, Vec<u32>) {
     let st = m.new_state_kv(b, ids.len() + n, 1, kv).expect("state");
@@ -49,8 +49,8 @@ fn f16_kv_matches_the_cpu_on_hybrid_and_moe_models() {
         let mut cpu = CpuBackend::new();
         let cm = HybridModel::load(fx.config.clone(), &fx.weights, &mut cpu, DEFAULT_CHUNK)
             .expect("cpu model");
-        let (want, want_toks) = run(&mut cpu, &cm, &ids, KvDtype::F16, 8);
-        let (f32_logits, _) = run(&mut cpu, &cm, &ids, KvDtype::F32, 8);
+        let (want, want_toks) = run(&mut cpu, &cm, &ids, KvType::F16, 8);
+        let (f32_logits, _) = run(&mut cpu, &cm, &ids, KvType::F32, 8);
         let rounding = vkllm_cpu::compare::diff(&want, &f32_logits);
         assert!(
             rounding.max_abs > 0.0 && rounding.max_abs < 5e-2,
@@ -60,7 +60,7 @@ fn f16_kv_matches_the_cpu_on_hybrid_and_moe_models() {
         let mut gpu = VulkanBackend::new(dev.clone());
         let gm = HybridModel::load(fx.config.clone(), &fx.weights, &mut gpu, DEFAULT_CHUNK)
             .expect("gpu model");
-        let (got, got_toks) = run(&mut gpu, &gm, &ids, KvDtype::F16, 8);
+        let (got, got_toks) = run(&mut gpu, &gm, &ids, KvType::F16, 8);
         let d = vkllm_cpu::compare::diff(&got, &want);
         // The GPU's keys and values differ from the CPU's in the last f32 bits, so some round to
         // the neighbouring f16: the logits may differ by up to what f16 rounding itself moves
@@ -87,7 +87,7 @@ fn f16_snapshots_restore_exactly() {
     let mut b = VulkanBackend::new(dev.clone());
     let m = HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
     let cap = ids.len() + 8;
-    let st = m.new_state_kv(&mut b, cap, 1, KvDtype::F16).expect("state");
+    let st = m.new_state_kv(&mut b, cap, 1, KvType::F16).expect("state");
     let l0 = m
         .forward(&mut b, &st, &ids, 0, Logits::Last)
         .expect("prefill");
@@ -97,7 +97,7 @@ fn f16_snapshots_restore_exactly() {
         .forward(&mut b, &st, &[t], ids.len(), Logits::Last)
         .expect("step");
     // Restored into another f16 state: the same step gives the same bits.
-    let other = m.new_state_kv(&mut b, cap, 1, KvDtype::F16).expect("other");
+    let other = m.new_state_kv(&mut b, cap, 1, KvType::F16).expect("other");
     m.restore(&mut b, &snap, &other).expect("restore");
     let b2 = m
         .forward(&mut b, &other, &[t], ids.len(), Logits::Last)

@@ -19,8 +19,8 @@ use vkllm_cpu::sampler::{SamplingParams, log_softmax};
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::parity::{GPU_VS_CPU_MAX_ABS, argmax};
 use vkllm_models::{
-    Backend, CpuBackend, KvCache, KvDtype, Logits, Model, ModelConfig, SlotDecoderConfig,
-    SlotStart, VulkanBackend,
+    Backend, CpuBackend, KvCache, KvType, Logits, Model, ModelConfig, SlotDecoderConfig, SlotStart,
+    VulkanBackend,
 };
 
 const WINDOW: usize = 64;
@@ -60,7 +60,7 @@ fn ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
 /// A cache whose every layer keeps the whole context (the model still attends within windows).
 fn full_cache<B: Backend>(b: &mut B, cfg: &ModelConfig, capacity: usize) -> KvCache {
     let windows = vec![None; cfg.n_layers];
-    KvCache::alloc(b, &windows, cfg.kv_dim(), capacity, CHUNK, 1, KvDtype::F32).expect("kv")
+    KvCache::alloc(b, &windows, cfg.kv_dim(), capacity, CHUNK, 1, KvType::F32).expect("kv")
 }
 
 /// A ring cache of the model, checking its sliding layers wrap.
@@ -187,7 +187,7 @@ fn slot_decoder_over_wraps() {
     let model = Model::load(cfg.clone(), &fx.weights, &mut gpu, CHUNK).expect("load");
     let (slots, ctx, n) = (2usize, 700usize, 300usize);
     let kv = model
-        .new_kv_slots(&mut gpu, ctx, slots, KvDtype::F32)
+        .new_kv_slots(&mut gpu, ctx, slots, KvType::F32)
         .expect("kv");
     assert!(kv.layers.iter().any(|l| l.ring == RING));
     let dec = gpu

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use vkllm_models::fixtures::fixtures_dir;
 use vkllm_models::perplexity::perplexity_kv;
-use vkllm_models::{Checkpoint, CpuBackend, KvDtype, QuantScheme};
+use vkllm_models::{Checkpoint, CpuBackend, KvType, QuantScheme};
 
 #[test]
 fn cli_prints_the_library_result() {
@@ -19,10 +19,10 @@ fn cli_prints_the_library_result() {
     let ck = Checkpoint::open(&dir).unwrap();
     let tokens: Vec<u32> = text.bytes().map(u32::from).collect();
     let runs = [
-        (None, KvDtype::F32),
-        (Some(QuantScheme::Q8_0), KvDtype::F32),
-        (Some(QuantScheme::Q4_K_M), KvDtype::F32),
-        (None, KvDtype::F16),
+        (None, KvType::F32),
+        (Some(QuantScheme::Q8_0), KvType::F32),
+        (Some(QuantScheme::Q4_K_M), KvType::F32),
+        (None, KvType::F16),
     ];
     let mut f32_ppl = None;
     for (quant, kv) in runs {
@@ -30,8 +30,8 @@ fn cli_prints_the_library_result() {
         let model = vkllm_models::AnyModel::from(ck.load(quant, &mut b, 64).unwrap());
         let want = perplexity_kv(&model, &mut b, &tokens, 96, None, kv, &mut |_, _, _| {}).unwrap();
         match (quant, kv) {
-            (None, KvDtype::F32) => f32_ppl = Some(want.ppl),
-            (None, KvDtype::F16) => {
+            (None, KvType::F32) => f32_ppl = Some(want.ppl),
+            (None, KvType::F16) => {
                 // f16 keys and values: the same text scores slightly differently.
                 let base = f32_ppl.expect("the f32 run came first");
                 assert!(

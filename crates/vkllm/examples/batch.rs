@@ -11,7 +11,7 @@ use vkllm::engine::{
     Event, InferenceRunner, Prompt, Request, RunnerConfig, SimpleGenerator, SlotGenerator,
     SlotParams,
 };
-use vkllm::models::{AnyModel, Backend, Checkpoint, CpuBackend, KvDtype, VulkanBackend};
+use vkllm::models::{AnyModel, Backend, Checkpoint, CpuBackend, KvType, VulkanBackend};
 use vkllm::tokenizer::Tokenizer;
 
 const PROMPTS: [&str; 4] = [
@@ -37,15 +37,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut b = VulkanBackend::new(vkllm::vk::Device::from_env()?);
         let chunk = b.prefill_chunk();
         match AnyModel::load_checkpoint(&ck, None, &mut b, chunk, &mut |_| {})? {
-            AnyModel::Dense(m) => Box::new(SlotGenerator::new(b, m, slots, ctx, KvDtype::F16, 8)?),
-            AnyModel::Hybrid(m) => Box::new(SlotGenerator::new_hybrid(
-                b,
-                m,
-                slots,
-                ctx,
-                KvDtype::F16,
-                8,
-            )?),
+            AnyModel::Dense(m) => Box::new(SlotGenerator::new(b, m, slots, ctx, KvType::F16, 8)?),
+            AnyModel::Hybrid(m) => {
+                Box::new(SlotGenerator::new_hybrid(b, m, slots, ctx, KvType::F16, 8)?)
+            }
         }
     };
     let runner = InferenceRunner::threaded(generator, tokenizer, RunnerConfig::default());

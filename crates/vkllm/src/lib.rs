@@ -38,7 +38,7 @@ pub use vkllm_cpu::SamplingParams;
 pub use vkllm_engine::{FinishReason, GrammarSpec, Usage};
 
 use vkllm_engine::{Decoder, EngineError, GenerateParams, Grammars, Session, SlotSession};
-use vkllm_models::{AnyModel, Backend, Checkpoint, CpuBackend, KvDtype, ModelError, VulkanBackend};
+use vkllm_models::{AnyModel, Backend, Checkpoint, CpuBackend, KvType, ModelError, VulkanBackend};
 use vkllm_tokenizer::{EncodeOptions, RenderOptions, Tokenizer, TokenizerError};
 use vkllm_vk::{Device, DeviceChoice, DeviceOptions};
 
@@ -80,7 +80,7 @@ pub struct Options {
     /// Context positions (capped by the model's own).
     pub ctx: usize,
     /// KV cache element type (for hybrid and MoE models, of their attention layers).
-    pub kv: KvDtype,
+    pub kv: KvType,
     /// The Python whose pip fetches a named model missing from the cache (`python3`).
     pub python: OsString,
 }
@@ -90,7 +90,7 @@ impl Default for Options {
         Options {
             device: Where::Gpu,
             ctx: 4096,
-            kv: KvDtype::F16,
+            kv: KvType::F16,
             python: "python3".into(),
         }
     }
@@ -371,12 +371,12 @@ fn load<B: Backend>(
     b: &mut B,
     ck: &Checkpoint,
     opts: &Options,
-) -> Result<(AnyModel, usize, KvDtype), Error> {
+) -> Result<(AnyModel, usize, KvType), Error> {
     let chunk = b.prefill_chunk();
     let model = AnyModel::load_checkpoint(ck, None, b, chunk, &mut |_| {})?;
     let ctx = opts.ctx.min(model.cfg().max_position).max(2);
     let kv = match &model {
-        AnyModel::Hybrid(_) => KvDtype::F32,
+        AnyModel::Hybrid(_) => KvType::F32,
         _ => opts.kv,
     };
     Ok((model, ctx, kv))

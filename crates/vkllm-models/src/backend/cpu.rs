@@ -6,7 +6,7 @@
 use vkllm_cpu as ops;
 use vkllm_cpu::{AttnParams, DeltaShape, Rope};
 
-use super::{Backend, Experts, KvDtype, KvRows, KvView, Linear, StateView, Tensor};
+use super::{Backend, Experts, KvRows, KvType, KvView, Linear, StateView, Tensor};
 use crate::error::ModelError;
 use crate::family::Activation;
 
@@ -101,7 +101,7 @@ impl Backend for CpuBackend {
         Ok(self.push(Buf::U32(vec![0; len])))
     }
 
-    fn alloc_kv(&mut self, len: usize, _dtype: KvDtype) -> Result<Tensor, ModelError> {
+    fn alloc_kv(&mut self, len: usize, _dtype: KvType) -> Result<Tensor, ModelError> {
         // f16 caches hold f32 values rounded to f16 when stored (see kv_store).
         self.alloc_f32(len)
     }
@@ -265,7 +265,7 @@ impl Backend for CpuBackend {
                 let Some(r) = *d else { continue };
                 let row = &mut c[r * width..(r + 1) * width];
                 row.copy_from_slice(&s[i * width..(i + 1) * width]);
-                if kv.dtype == KvDtype::F16 {
+                if kv.dtype == KvType::F16 {
                     row.iter_mut()
                         .for_each(|x| *x = half::f16::from_f32(*x).to_f32());
                 }

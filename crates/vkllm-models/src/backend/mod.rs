@@ -33,39 +33,7 @@ impl Tensor {
     }
 }
 
-/// Element type of a KV cache.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum KvDtype {
-    #[default]
-    F32,
-    /// Half the memory; keys and values are rounded to f16 (nearest even) when stored.
-    F16,
-}
-
-impl KvDtype {
-    pub fn bytes_per_value(self) -> usize {
-        match self {
-            KvDtype::F32 => 4,
-            KvDtype::F16 => 2,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            KvDtype::F32 => "f32",
-            KvDtype::F16 => "f16",
-        }
-    }
-
-    /// `f32` or `f16`.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "f32" => Some(KvDtype::F32),
-            "f16" => Some(KvDtype::F16),
-            _ => None,
-        }
-    }
-}
+pub use vkllm_kernels::kv_append::KvType;
 
 /// Which rows of a slot-major KV cache an op reads and writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +56,7 @@ pub struct KvView {
     pub stride: usize,
     pub ring: usize,
     pub slots: usize,
-    pub dtype: KvDtype,
+    pub dtype: KvType,
     pub rows: KvRows,
 }
 
@@ -145,7 +113,7 @@ pub trait Backend {
         None
     }
     /// A zero-initialised KV cache tensor of `len` values stored as `dtype`.
-    fn alloc_kv(&mut self, len: usize, dtype: KvDtype) -> Result<Tensor, ModelError>;
+    fn alloc_kv(&mut self, len: usize, dtype: KvType) -> Result<Tensor, ModelError>;
     /// A tensor holding `data` (norm weights, biases, constants).
     fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError>;
     /// A `[rows, cols]` weight matrix (a `Linear`'s weight or an embedding table).
@@ -323,7 +291,7 @@ pub trait Backend {
         dst: Tensor,
         dst_offset: usize,
         len: usize,
-        dtype: KvDtype,
+        dtype: KvType,
     ) -> Result<(), ModelError> {
         let _ = dtype;
         self.copy(src, src_offset, dst, dst_offset, len)

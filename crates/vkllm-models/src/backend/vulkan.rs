@@ -10,7 +10,7 @@ use vkllm_cpu::{AttnParams, Rope, RopeStyle};
 use vkllm_kernels::WeightType;
 use vkllm_kernels::activation::{Activation as KAct, GatedActivation};
 use vkllm_kernels::elementwise::{Add, Softcap};
-use vkllm_kernels::kv_append::{KvAppend, KvType};
+use vkllm_kernels::kv_append::KvAppend;
 use vkllm_kernels::rmsnorm::{NormShape, RmsNorm};
 use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
 use vkllm_kernels::to_f16::packed_bytes;
@@ -35,7 +35,7 @@ pub use slots::{
     ProfiledDispatch, SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs,
 };
 
-use super::{Backend, KvDtype, KvRows, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor};
+use super::{Backend, KvRows, KvType, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor};
 use crate::error::ModelError;
 
 // The hybrid / MoE op bodies (a child module: it uses this backend's private helpers).
@@ -252,14 +252,6 @@ impl VulkanBackend {
     }
 }
 
-/// The kernels' KV element type.
-fn kv_type(d: KvDtype) -> KvType {
-    match d {
-        KvDtype::F32 => KvType::F32,
-        KvDtype::F16 => KvType::F16,
-    }
-}
-
 impl Drop for VulkanBackend {
     fn drop(&mut self) {
         // Buffers must outlive the work that uses them.
@@ -322,7 +314,7 @@ impl Backend for VulkanBackend {
         self.alloc(len, None)
     }
 
-    fn alloc_kv(&mut self, len: usize, dtype: KvDtype) -> Result<Tensor, ModelError> {
+    fn alloc_kv(&mut self, len: usize, dtype: KvType) -> Result<Tensor, ModelError> {
         let bytes = (len * dtype.bytes_per_value()).next_multiple_of(4).max(4);
         let buf = self
             .dev
@@ -533,7 +525,7 @@ impl Backend for VulkanBackend {
                 capacity: kv.capacity,
             });
         }
-        let dtype = kv_type(kv.dtype);
+        let dtype = kv.dtype;
         self.record(|me, r| {
             let (kc, vc, stride) = me.kv_region(kv, width)?;
             let d = KvAppend {
@@ -664,7 +656,7 @@ impl Backend for VulkanBackend {
         dst: Tensor,
         dst_offset: usize,
         len: usize,
-        dtype: KvDtype,
+        dtype: KvType,
     ) -> Result<(), ModelError> {
         // f16 caches pack two values per word (offsets and lengths of whole rows are even).
         let words = |v: usize| v * dtype.bytes_per_value() / 4;

@@ -12,7 +12,7 @@
 use std::cell::Cell;
 
 use crate::backend::{
-    Backend, KvDtype, KvRows, KvView, NormMlp, StateView, Tensor, moe_scratch_words,
+    Backend, KvRows, KvType, KvView, NormMlp, StateView, Tensor, moe_scratch_words,
 };
 use crate::blocks::{self, AttnRefs, AttnScratch};
 use crate::config::ModelConfig;
@@ -42,7 +42,7 @@ pub enum LayerState {
 pub struct HybridState {
     pub capacity: usize,
     /// The attention layers' KV element type (recurrent states are f32).
-    pub dtype: KvDtype,
+    pub dtype: KvType,
     /// Rows between the slots' KV regions (`capacity` rounded up to [`KV_ROW_ALIGN`]).
     pub stride: usize,
     pub slots: usize,
@@ -228,7 +228,7 @@ impl HybridModel {
         capacity: usize,
         slots: usize,
     ) -> Result<HybridState, ModelError> {
-        self.new_state_kv(b, capacity, slots, KvDtype::F32)
+        self.new_state_kv(b, capacity, slots, KvType::F32)
     }
 
     /// A fresh state for `slots` sequences of `capacity` positions each, the attention layers'
@@ -238,9 +238,9 @@ impl HybridModel {
         b: &mut B,
         capacity: usize,
         slots: usize,
-        dtype: KvDtype,
+        dtype: KvType,
     ) -> Result<HybridState, ModelError> {
-        if dtype == KvDtype::F16 && !self.cfg.kv_dim().is_multiple_of(2) {
+        if dtype == KvType::F16 && !self.cfg.kv_dim().is_multiple_of(2) {
             return Err(ModelError::Config {
                 field: "kv dtype".into(),
                 msg: format!(

@@ -10,7 +10,7 @@
 //! keep whatever they held (attention never reads past the current position, and the next
 //! forward writes them).
 
-use crate::backend::{Backend, KvDtype, Tensor};
+use crate::backend::{Backend, KvType, Tensor};
 use crate::error::ModelError;
 use crate::hybrid::forward::{HybridModel, HybridState, LayerState};
 
@@ -20,7 +20,7 @@ pub struct Snapshot {
     /// Tokens the state had seen (its next position).
     pub pos: usize,
     /// The KV element type of the state it came from (restored only into one of the same).
-    pub dtype: KvDtype,
+    pub dtype: KvType,
     /// Per layer, the copied tensors and how many values each holds.
     layers: Vec<[(Tensor, usize); 2]>,
 }
@@ -35,7 +35,7 @@ pub struct HostSnapshot {
 
 /// One copied part of a slot's state: the tensor, the offset of the slot's values, how many,
 /// and their type (KV rows in the state's dtype, recurrent states f32).
-type Part = (Tensor, usize, usize, KvDtype);
+type Part = (Tensor, usize, usize, KvType);
 
 impl HybridModel {
     /// The parts of `slot` of `st` a snapshot at `pos` copies.
@@ -50,8 +50,8 @@ impl HybridModel {
                     [(k, off, pos * w, st.dtype), (v, off, pos * w, st.dtype)]
                 }
                 LayerState::DeltaNet { conv, delta } => [
-                    (conv, slot * conv_len, conv_len, KvDtype::F32),
-                    (delta, slot * delta_len, delta_len, KvDtype::F32),
+                    (conv, slot * conv_len, conv_len, KvType::F32),
+                    (delta, slot * delta_len, delta_len, KvType::F32),
                 ],
             })
             .collect()
@@ -164,7 +164,7 @@ impl HybridModel {
         b: &mut B,
         snap: &Snapshot,
     ) -> Result<HostSnapshot, ModelError> {
-        if snap.dtype != KvDtype::F32 {
+        if snap.dtype != KvType::F32 {
             return Err(ModelError::Unsupported(format!(
                 "host snapshots of an {} KV cache (f32 only)",
                 snap.dtype.name()
@@ -206,7 +206,7 @@ impl HybridModel {
         }
         Ok(Snapshot {
             pos: host.pos,
-            dtype: KvDtype::F32,
+            dtype: KvType::F32,
             layers,
         })
     }

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use vkllm_engine::bench::{self, BenchOptions, BenchSampling};
 use vkllm_models::gguf::GgufModel;
 use vkllm_models::hybrid::HybridModel;
-use vkllm_models::{Backend, KvDtype, Model, VulkanBackend};
+use vkllm_models::{Backend, KvType, Model, VulkanBackend};
 use vkllm_vk::Device;
 
 use super::model;
@@ -108,9 +108,9 @@ pub fn run(args: Args) -> Result<()> {
     let kv_arg = args.kv_type.as_deref();
     let kv = match kv_arg {
         Some(t) => {
-            KvDtype::parse(t).with_context(|| format!("--kv-type {t}: expected f32 or f16"))?
+            KvType::parse(t).with_context(|| format!("--kv-type {t}: expected f32 or f16"))?
         }
-        None => KvDtype::F16,
+        None => KvType::F16,
     };
     if args.batch.contains(&0) || args.pp.contains(&0) {
         bail!("--batch and --pp values must be > 0");

@@ -14,7 +14,7 @@ use vkllm_engine::{
     Usage,
 };
 use vkllm_models::{
-    AnyModel, Backend, Checkpoint, CpuBackend, KvDtype, LoadProgress, QuantScheme, VulkanBackend,
+    AnyModel, Backend, Checkpoint, CpuBackend, KvType, LoadProgress, QuantScheme, VulkanBackend,
 };
 use vkllm_tokenizer::Tokenizer;
 use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Tuning, Validation};
@@ -44,7 +44,7 @@ pub struct ModelArgs {
 
     /// KV cache element type: f32 or f16 (half the memory).
     #[arg(long, default_value = "f32", value_parser = parse_kv_type)]
-    pub kv_type: KvDtype,
+    pub kv_type: KvType,
 
     /// Quantize a safetensors checkpoint at load (llama.cpp's names: f16, bf16, q8_0, q4_0,
     /// q4_1, q5_0, q4_k, q6_k, q4_k_m). GGUF files are used as stored.
@@ -64,8 +64,8 @@ fn parse_decoder(s: &str) -> Result<Decoder, String> {
 }
 
 /// `--kv-type` values.
-pub fn parse_kv_type(s: &str) -> Result<KvDtype, String> {
-    KvDtype::parse(s).ok_or_else(|| format!("`{s}`: expected f32 or f16"))
+pub fn parse_kv_type(s: &str) -> Result<KvType, String> {
+    KvType::parse(s).ok_or_else(|| format!("`{s}`: expected f32 or f16"))
 }
 
 /// How tokens are chosen and when generation stops.
@@ -306,7 +306,7 @@ fn load_model<B: Backend>(
     ck: Checkpoint,
     args: &ModelArgs,
     verb: &str,
-) -> Result<(AnyModel, usize, KvDtype)> {
+) -> Result<(AnyModel, usize, KvType)> {
     let bar = progress_bar(verb);
     let mut progress = |p: &LoadProgress| {
         bar.set_length(p.total as u64);

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
-use vkllm_models::{Checkpoint, DEFAULT_CHUNK, KvCache, KvDtype};
+use vkllm_models::{Checkpoint, DEFAULT_CHUNK, KvCache, KvType};
 use vkllm_vk::{Instance, Validation, list_devices};
 
 use super::model;
@@ -158,7 +158,7 @@ fn print_model(arg: &str) -> Result<()> {
     // chunk: sliding-window layers keep only a ring of window + chunk positions.
     let windows: Vec<Option<usize>> = c.layers.iter().map(|l| l.window).collect();
     let kv = |ctx: usize| {
-        KvCache::bytes_for(&windows, c.kv_dim(), ctx, DEFAULT_CHUNK, 1, KvDtype::F32) as f64
+        KvCache::bytes_for(&windows, c.kv_dim(), ctx, DEFAULT_CHUNK, 1, KvType::F32) as f64
     };
     let kv_per_token = 2 * c.n_layers * c.kv_dim() * 4;
     let n_full = windows.iter().filter(|w| w.is_none()).count();

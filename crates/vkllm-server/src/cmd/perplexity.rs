@@ -6,9 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use vkllm_models::perplexity::perplexity_kv;
-use vkllm_models::{
-    AnyModel, Backend, Checkpoint, CpuBackend, KvDtype, QuantScheme, VulkanBackend,
-};
+use vkllm_models::{AnyModel, Backend, Checkpoint, CpuBackend, KvType, QuantScheme, VulkanBackend};
 use vkllm_tokenizer::{EncodeOptions, Tokenizer};
 use vkllm_vk::{Device, DeviceOptions};
 
@@ -47,7 +45,7 @@ pub struct Args {
 
     /// KV cache element type: f32 or f16 (its effect on quality: docs/quantization.md).
     #[arg(long, default_value = "f32", value_parser = super::common::parse_kv_type)]
-    kv_type: KvDtype,
+    kv_type: KvType,
 }
 
 pub fn run(args: Args) -> Result<()> {

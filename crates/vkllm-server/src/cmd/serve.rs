@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use vkllm_engine::{InferenceRunner, RunnerConfig, SimpleGenerator, SlotGenerator};
-use vkllm_models::{
-    AnyModel, Backend, Checkpoint, CpuBackend, KvDtype, QuantScheme, VulkanBackend,
-};
+use vkllm_models::{AnyModel, Backend, Checkpoint, CpuBackend, KvType, QuantScheme, VulkanBackend};
 use vkllm_tokenizer::{Tokenizer, cache};
 use vkllm_vk::Device;
 
@@ -114,7 +112,7 @@ pub struct Args {
 
     /// KV cache element type on a Vulkan device: f32 or f16 (half the memory).
     #[arg(long, default_value = "f32", value_parser = super::common::parse_kv_type)]
-    kv_type: KvDtype,
+    kv_type: KvType,
 
     /// Quantize a safetensors checkpoint at load (llama.cpp's names: f16, bf16, q8_0, q4_0,
     /// q4_1, q5_0, q4_k, q6_k, q4_k_m). GGUF files are used as stored.

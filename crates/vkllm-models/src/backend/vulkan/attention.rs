@@ -17,7 +17,7 @@ use vkllm_vk::{BufSlice, DecodeAttn};
 
 use super::fused::rope_layout;
 
-use super::{VulkanBackend, kv_type};
+use super::VulkanBackend;
 use crate::backend::{Backend, KvRows, KvView, RopeKv, Tensor};
 use crate::error::ModelError;
 
@@ -98,7 +98,7 @@ impl VulkanBackend {
             scale: p.scale,
             softcap: p.softcap,
             window: p.window,
-            kv: kv_type(kv.dtype),
+            kv: kv.dtype,
             kv_stride: if per_row { kv.stride } else { 0 },
             ring: Some(kv.ring),
         };

@@ -9,7 +9,7 @@ use vkllm_kernels::rope_kv_append::{
     HeadNorm, MAX_HEAD_DIM, RopeKvAppend, RopeKvAppendShape, RopeKvGrid,
 };
 
-use super::{VulkanBackend, kv_type};
+use super::VulkanBackend;
 use vkllm_vk::MatvecPlan;
 use vkllm_vk::kernels::matvec_fused::{Epilogue, GatedAct, MAX_COLUMNS, MatvecOp, NormPrologue};
 use vkllm_vk::kernels::matvec_rows::MatvecLayout;
@@ -114,7 +114,7 @@ impl VulkanBackend {
                 eps: a.eps,
                 offset: a.norm_offset,
             }),
-            kv: kv_type(kv.dtype),
+            kv: kv.dtype,
             max_tok: kv.capacity,
             row_stride: 0,
             ring: kv.ring,
