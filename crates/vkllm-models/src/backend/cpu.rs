@@ -6,7 +6,7 @@
 use vkllm_cpu as ops;
 use vkllm_cpu::{AttnParams, DeltaShape, Rope};
 
-use super::{Backend, Experts, KvRows, KvType, KvView, Linear, StateView, Tensor};
+use super::{Backend, Experts, HybridOps, KvRows, KvType, KvView, Linear, StateView, Tensor};
 use crate::error::ModelError;
 use crate::family::Activation;
 
@@ -391,7 +391,9 @@ impl Backend for CpuBackend {
         self.put(x, v);
         Ok(())
     }
+}
 
+impl HybridOps for CpuBackend {
     fn causal_conv1d(
         &mut self,
         x: Tensor,

@@ -12,7 +12,7 @@ pub mod vulkan;
 
 pub use recurrent::StateView;
 
-use vkllm_cpu::{AttnParams, DeltaShape, Rope};
+use vkllm_cpu::{AttnParams, Rope};
 
 use crate::error::ModelError;
 use crate::family::Activation;
@@ -34,6 +34,9 @@ impl Tensor {
 }
 
 pub use vkllm_kernels::kv_append::KvType;
+
+mod hybrid_ops;
+pub use hybrid_ops::HybridOps;
 
 /// Which rows of a slot-major KV cache an op reads and writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,7 +87,7 @@ pub struct Experts {
 
 /// The ops a model forward is made of. `n` is always the number of tokens in the batch; row
 /// widths are given explicitly. Unless a method says otherwise, `out` must not alias an input.
-pub trait Backend {
+pub trait Backend: HybridOps {
     /// A short name for reports ("cpu", the GPU's name, ...).
     fn name(&self) -> String;
 
@@ -300,114 +303,7 @@ pub trait Backend {
     /// `x = cap * tanh(x / cap)` in place.
     fn softcap(&mut self, x: Tensor, len: usize, cap: f32) -> Result<(), ModelError>;
 
-    // Hybrid (Gated DeltaNet) and Mixture-of-Experts ops. A backend that does not run those
-    // models leaves them to these defaults, which say so.
-
-    /// Depthwise causal convolution with SiLU of `n` rows of `channels` (`x`, `[n, channels]`)
-    /// with `weight` (`[channels, kernel]`), continuing from and rolling the state
-    /// (`[kernel - 1, channels]` per slot) of the slot(s) `state` addresses:
-    /// `vkllm_cpu::causal_conv1d` per sequence.
-    #[allow(clippy::too_many_arguments)]
-    fn causal_conv1d(
-        &mut self,
-        _x: Tensor,
-        _n: usize,
-        _channels: usize,
-        _kernel: usize,
-        _weight: Tensor,
-        _state: &StateView,
-        _out: Tensor,
-    ) -> Result<(), ModelError> {
-        Err(self.unsupported("causal_conv1d"))
-    }
-
-    /// The gated delta rule over `n` tokens: `qkv` holds rows `[q | k | v]` (widths
-    /// `qk_width`, `qk_width`, `v_width`), `a` and `b` the gate projections (`[n, n_v_heads]`),
-    /// from which `g = -exp(a_log) * softplus(a + dt_bias)` and `beta = sigmoid(b)`;
-    /// the state (`[n_v_heads, k_dim, v_dim]` per slot) of the slot(s) `state` addresses is
-    /// read and updated, `out` is `[n, v_width]`: `vkllm_cpu::delta_gates` then
-    /// `vkllm_cpu::gated_delta_rule` (or its chunked form) per sequence.
-    #[allow(clippy::too_many_arguments)]
-    fn gated_delta_rule(
-        &mut self,
-        _qkv: Tensor,
-        _n: usize,
-        _shape: &DeltaShape,
-        _a: Tensor,
-        _b: Tensor,
-        _a_log: Tensor,
-        _dt_bias: Tensor,
-        _state: &StateView,
-        _out: Tensor,
-    ) -> Result<(), ModelError> {
-        Err(self.unsupported("gated_delta_rule"))
-    }
-
-    /// RMSNorm of `rows` rows of `dim` with weight `w` (no offset), gated by `silu(z)`:
-    /// `vkllm_cpu::gated_rmsnorm`.
-    #[allow(clippy::too_many_arguments)]
-    fn gated_rmsnorm(
-        &mut self,
-        _x: Tensor,
-        _z: Tensor,
-        _weight: Tensor,
-        _rows: usize,
-        _dim: usize,
-        _eps: f32,
-        _out: Tensor,
-    ) -> Result<(), ModelError> {
-        Err(self.unsupported("gated_rmsnorm"))
-    }
-
-    /// `x[r, c] *= sigmoid(gate[r, c])` over `rows` rows of `cols`, or `sigmoid(gate[r])` when
-    /// `per_row`: `vkllm_cpu::sigmoid_mul`.
-    fn sigmoid_mul(
-        &mut self,
-        _x: Tensor,
-        _gate: Tensor,
-        _rows: usize,
-        _cols: usize,
-        _per_row: bool,
-    ) -> Result<(), ModelError> {
-        Err(self.unsupported("sigmoid_mul"))
-    }
-
-    /// Routes `n` tokens from their router `logits` (`[n, n_experts]`): expert ids (u32) and
-    /// weights (f32), `[n, top_k]` each: `vkllm_cpu::moe_route`.
-    #[allow(clippy::too_many_arguments)]
-    fn moe_route(
-        &mut self,
-        _logits: Tensor,
-        _n: usize,
-        _n_experts: usize,
-        _top_k: usize,
-        _renormalize: bool,
-        _ids: Tensor,
-        _weights: Tensor,
-    ) -> Result<(), ModelError> {
-        Err(self.unsupported("moe_route"))
-    }
-
-    /// `out[t] = sum_i weights[t, i] * down_e(act(gate_e x[t]) * up_e x[t])` with
-    /// `e = ids[t, i]`, for `n` rows of `x` (`[n, hidden]`), reading only the selected experts
-    /// (`vkllm_cpu::moe_experts`). `scratch` holds at least [`moe_scratch_words`] values.
-    #[allow(clippy::too_many_arguments)]
-    fn moe_experts(
-        &mut self,
-        _x: Tensor,
-        _n: usize,
-        _experts: &Experts,
-        _act: Activation,
-        _top_k: usize,
-        _ids: Tensor,
-        _weights: Tensor,
-        _scratch: Tensor,
-        _out: Tensor,
-    ) -> Result<(), ModelError> {
-        Err(self.unsupported("moe_experts"))
-    }
-
-    /// The error the default hybrid/MoE ops return.
+    /// The error of an op a backend cannot run with its arguments.
     fn unsupported(&self, op: &'static str) -> ModelError {
         ModelError::UnsupportedOp {
             backend: self.name(),

@@ -18,6 +18,8 @@ use vkllm_vk::{BufSlice, Buffer, Device, MemoryKind, Recorder, Tensor as VkTenso
 
 mod attention;
 mod fused;
+// The hybrid / MoE ops (HybridOps).
+mod hybrid;
 mod profile;
 mod recorded;
 mod slot_graph;
@@ -38,9 +40,6 @@ pub use slots::{
 use super::{Backend, KvRows, KvType, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor};
 use crate::error::ModelError;
 
-// The hybrid / MoE op bodies (a child module: it uses this backend's private helpers).
-#[path = "vulkan_hybrid.rs"]
-mod hybrid;
 use crate::family::Activation;
 
 enum Slot {
@@ -668,87 +667,5 @@ impl Backend for VulkanBackend {
             let a = me.head(x, len)?;
             Ok(r.dispatch(Softcap { a, out: a }.dispatch(len, cap)?)?)
         })
-    }
-
-    // Hybrid / MoE ops: bodies in vulkan_hybrid.rs.
-
-    fn causal_conv1d(
-        &mut self,
-        x: Tensor,
-        n: usize,
-        channels: usize,
-        kernel: usize,
-        weight: Tensor,
-        state: &crate::backend::StateView,
-        out: Tensor,
-    ) -> Result<(), ModelError> {
-        self.hy_causal_conv1d(x, n, channels, kernel, weight, state, out)
-    }
-
-    fn gated_delta_rule(
-        &mut self,
-        qkv: Tensor,
-        n: usize,
-        shape: &vkllm_cpu::DeltaShape,
-        a: Tensor,
-        b: Tensor,
-        a_log: Tensor,
-        dt_bias: Tensor,
-        state: &crate::backend::StateView,
-        out: Tensor,
-    ) -> Result<(), ModelError> {
-        self.hy_gated_delta_rule(qkv, n, shape, a, b, a_log, dt_bias, state, out)
-    }
-
-    fn gated_rmsnorm(
-        &mut self,
-        x: Tensor,
-        z: Tensor,
-        weight: Tensor,
-        rows: usize,
-        dim: usize,
-        eps: f32,
-        out: Tensor,
-    ) -> Result<(), ModelError> {
-        self.hy_gated_rmsnorm(x, z, weight, rows, dim, eps, out)
-    }
-
-    fn sigmoid_mul(
-        &mut self,
-        x: Tensor,
-        gate: Tensor,
-        rows: usize,
-        cols: usize,
-        per_row: bool,
-    ) -> Result<(), ModelError> {
-        self.hy_sigmoid_mul(x, gate, rows, cols, per_row)
-    }
-
-    fn moe_route(
-        &mut self,
-        logits: Tensor,
-        n: usize,
-        n_experts: usize,
-        top_k: usize,
-        renormalize: bool,
-        ids: Tensor,
-        weights: Tensor,
-    ) -> Result<(), ModelError> {
-        self.hy_moe_route(logits, n, n_experts, top_k, renormalize, ids, weights)
-    }
-
-    fn moe_experts(
-        &mut self,
-        x: Tensor,
-        n: usize,
-        experts: &super::Experts,
-        act: Activation,
-        top_k: usize,
-        ids: Tensor,
-        weights: Tensor,
-        scratch: Tensor,
-        out: Tensor,
-    ) -> Result<(), ModelError> {
-        self.hy_moe_experts(x, n, experts, act, top_k, ids, weights, scratch, out)
     }
 }

@@ -23,7 +23,7 @@ use vkllm_kernels::moe_route::MoeRoute;
 use vkllm_kernels::sigmoid_mul::SigmoidMul;
 
 use super::VulkanBackend;
-use crate::backend::{Backend, Experts, KvRows, StateView, Tensor};
+use crate::backend::{Backend, Experts, HybridOps, KvRows, StateView, Tensor};
 use crate::error::ModelError;
 use crate::family::Activation;
 
@@ -37,9 +37,9 @@ fn state_rows(st: &StateView) -> StateRows {
     }
 }
 
-impl VulkanBackend {
+impl HybridOps for VulkanBackend {
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn hy_causal_conv1d(
+    fn causal_conv1d(
         &mut self,
         x: Tensor,
         n: usize,
@@ -71,7 +71,7 @@ impl VulkanBackend {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn hy_gated_delta_rule(
+    fn gated_delta_rule(
         &mut self,
         qkv: Tensor,
         n: usize,
@@ -122,7 +122,7 @@ impl VulkanBackend {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn hy_gated_rmsnorm(
+    fn gated_rmsnorm(
         &mut self,
         x: Tensor,
         z: Tensor,
@@ -144,7 +144,7 @@ impl VulkanBackend {
         })
     }
 
-    pub(super) fn hy_sigmoid_mul(
+    fn sigmoid_mul(
         &mut self,
         x: Tensor,
         gate: Tensor,
@@ -164,7 +164,7 @@ impl VulkanBackend {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn hy_moe_route(
+    fn moe_route(
         &mut self,
         logits: Tensor,
         n: usize,
@@ -186,7 +186,7 @@ impl VulkanBackend {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn hy_moe_experts(
+    fn moe_experts(
         &mut self,
         x: Tensor,
         n: usize,
@@ -207,7 +207,7 @@ impl VulkanBackend {
         }
         let dtypes = mats.map(|m| m.dtype);
         if dtypes.iter().all(|d| d.is_quantized()) {
-            return self.hy_moe_experts_quant(x, n, ex, top_k, ids, weights, scratch, out);
+            return self.moe_experts_quant(x, n, ex, top_k, ids, weights, scratch, out);
         }
         if dtypes.iter().any(|&d| d != WeightType::F32) {
             return Err(self.unsupported("moe_experts over mixed float/block expert weights"));
@@ -238,12 +238,14 @@ impl VulkanBackend {
             Ok(())
         })
     }
+}
 
+impl VulkanBackend {
     /// The experts over block-format weights: for few tokens three dispatches reading only the
     /// selected experts' rows per token, for many (tuning `moe_grouped_min`) the tokens grouped
     /// by expert.
     #[allow(clippy::too_many_arguments)]
-    fn hy_moe_experts_quant(
+    fn moe_experts_quant(
         &mut self,
         x: Tensor,
         n: usize,
