@@ -41,6 +41,8 @@ const NP: u32 = 128u;
 const LCAP: u32 = 1024u;
 // Top-k rows with k <= KF are finished by prep alone (from per-part candidate lists).
 const KF: u32 = 128u;
+// Candidates per invocation the last workgroup of prep loads before it knows which it keeps.
+const FB: u32 = 8u;
 // ctr: words 0..8 hold the launch sizes of passes 2-4; row r's counters start at
 // HEAD + r * (3 NB + 4): bucket counts, weight halves, then the list length (LEN, cleared by
 // prep), prep's arrival count (ARRIVED) and candidate count (CAND), which are zero before the
@@ -101,6 +103,7 @@ var<workgroup> wg_last: u32;
 var<workgroup> hist: array<atomic<u32>, 3072>;
 var<workgroup> sk: array<f32, 1024>;
 var<workgroup> si: array<u32, 1024>;
+var<workgroup> pm4: array<vec4<f32>, 32>;
 
 // Row-relative scratch words.
 var<private> s0: u32;

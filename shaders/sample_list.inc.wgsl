@@ -124,21 +124,30 @@ fn draw(c: Row, row: u32, lid: u32, top: vec2<u32>, n: u32, n_sort: u32, direct:
     list_barrier();
     if (in_sh && n_sort <= WG) {
         // Short lists: each entry's rank is the number of entries before it (the order is
-        // total: ids differ), one pass instead of the bitonic network's barriers.
+        // total: ids differ), one pass instead of the bitonic network's barriers; tpe adjacent
+        // invocations (one subgroup) split an entry's comparisons.
+        var tpe = 1u;
+        while (tpe < 8u && 2u * tpe * n_sort <= WG && 2u * tpe <= sg_size) {
+            tpe *= 2u;
+        }
+        let e = lid / tpe;
         var x = neg_inf;
         var id = NONE;
         var rank = 0u;
-        if (lid < n_sort) {
-            x = sk[lid];
-            id = si[lid];
-            for (var j = 0u; j < n_sort; j++) {
+        if (e < n_sort) {
+            x = sk[e];
+            id = si[e];
+            for (var j = lid % tpe; j < n_sort; j += tpe) {
                 if (before(sk[j], si[j], x, id)) {
                     rank++;
                 }
             }
         }
+        for (var o = 1u; o < tpe; o *= 2u) {
+            rank += subgroupShuffleXor(rank, o);
+        }
         workgroupBarrier();
-        if (lid < n_sort) {
+        if (e < n_sort && lid % tpe == 0u) {
             sk[rank] = x;
             si[rank] = id;
         }
@@ -319,17 +328,41 @@ fn cross_k(k: u32, lid: u32) -> vec2<u32> {
 // `prep`'s last workgroup of a fast row: greedy rows take the part maxima's winner, unfiltered
 // rows the race winners', top-k rows bucket the listed candidates by d = x - l0 as `sieve`
 // would, keep those up to top-k's boundary bucket and `draw` from them.
-fn finish_fast(c: Row, row: u32, lid: u32) {
-    if (lid == 0u) {
-        sh_t = atomicExchange(&ctr[c0 + CAND], 0u);
+// Appends a candidate to the short list in sk/si (counted past LCAP, stored up to it).
+fn keep_cand(x: f32, i: u32) {
+    let k = atomicAdd(&n_sub, 1u);
+    if (k < LCAP) {
+        sk[k] = x;
+        si[k] = i;
     }
-    let t = workgroupUniformLoad(&sh_t);
-    // Invocation g < parts holds part g's maximum.
+}
+
+fn finish_fast(c: Row, row: u32, lid: u32) {
+    // Invocation g < parts holds part g's maximum; its loads and the candidate count's atomic
+    // are in flight together.
     var pv = 0.0;
     var pi = NONE;
     if (lid < p.parts) {
         pv = xs(off_pm() + 2u * lid);
         pi = sget(off_pm() + 2u * lid + 1u);
+    }
+    if (lid == 0u) {
+        sh_t = atomicExchange(&ctr[c0 + CAND], 0u);
+    }
+    let t = workgroupUniformLoad(&sh_t);
+    let sampled_k = c.greedy == 0u && top_k_on(c);
+    // The first FB candidates per invocation are loaded before the row's maximum and theta are
+    // known (their latency overlaps that work; rows listing more take further rounds below).
+    var cx: array<f32, FB>;
+    var ci: array<u32, FB>;
+    if (sampled_k) {
+        for (var u = 0u; u < FB; u++) {
+            let j = lid + u * WG;
+            if (j < t) {
+                cx[u] = xs(off_cand() + 2u * j);
+                ci[u] = sget(off_cand() + 2u * j + 1u);
+            }
+        }
     }
     let top = wg_best(pv, pi, lid);
     let l0 = bitcast<f32>(top.x);
@@ -353,22 +386,23 @@ fn finish_fast(c: Row, row: u32, lid: u32) {
         atomicStore(&n_sub, 0u);
     }
     workgroupBarrier();
-    for (var b = lid; b < t; b += 8u * WG) {
-        var cx: array<f32, 8>;
-        var ci: array<u32, 8>;
+    for (var u = 0u; u < FB; u++) {
+        if (lid + u * WG < t && cx[u] >= theta) {
+            keep_cand(cx[u], ci[u]);
+        }
+    }
+    for (var b = lid + FB * WG; b < t; b += 8u * WG) {
+        var bx: array<f32, 8>;
+        var bi: array<u32, 8>;
         for (var u = 0u; u < 8u; u++) {
             if (b + u * WG < t) {
-                cx[u] = xs(off_cand() + 2u * (b + u * WG));
-                ci[u] = sget(off_cand() + 2u * (b + u * WG) + 1u);
+                bx[u] = xs(off_cand() + 2u * (b + u * WG));
+                bi[u] = sget(off_cand() + 2u * (b + u * WG) + 1u);
             }
         }
         for (var u = 0u; u < 8u; u++) {
-            if (b + u * WG < t && cx[u] >= theta) {
-                let k = atomicAdd(&n_sub, 1u);
-                if (k < LCAP) {
-                    sk[k] = cx[u];
-                    si[k] = ci[u];
-                }
+            if (b + u * WG < t && bx[u] >= theta) {
+                keep_cand(bx[u], bi[u]);
             }
         }
     }
@@ -436,25 +470,36 @@ fn finish_fast(c: Row, row: u32, lid: u32) {
 
 // A lower bound on the row's k-th largest x: the largest part maximum with at least k part
 // maxima at or above it (k distinct tokens), -inf when k > parts. (pv, pi): invocation g's
-// part maximum for g < parts (pi = NONE: an empty part). All invocations call it.
+// part maximum for g < parts (pi = NONE: an empty part). All invocations call it. The counts
+// read the maxima as vec4s from `pm4` (empty parts -inf, padding NaN: never at or above
+// anything), two invocations per part maximum, each over half of them.
 fn kth_part_max(pv: f32, pi: u32, k: u32, lid: u32) -> f32 {
     let neg_inf = bitcast<f32>(0xff800000u);
     workgroupBarrier();
-    if (lid < p.parts) {
-        best_v[lid] = select(pv, neg_inf, pi == NONE);
+    if (lid < NP) {
+        var v = bitcast<f32>(0x7fc00000u);
+        if (lid < p.parts) {
+            v = select(pv, neg_inf, pi == NONE);
+        }
+        pm_flat(lid, v);
     }
     workgroupBarrier();
+    let e = lid % NP;
+    let half = lid / NP;
+    let n4 = (p.parts + 3u) / 4u;
+    let per = (n4 + 1u) / 2u;
+    let me = pm4[e / 4u][e % 4u];
+    var ge = 0u;
+    for (var q = half * per; q < min(n4, half * per + per); q++) {
+        let w = pm4[q];
+        ge += select(0u, 1u, w.x >= me) + select(0u, 1u, w.y >= me) + select(0u, 1u, w.z >= me)
+            + select(0u, 1u, w.w >= me);
+    }
+    scan_a[lid] = ge;
+    workgroupBarrier();
     var cand = neg_inf;
-    if (lid < p.parts && pi != NONE && k <= p.parts) {
-        var ge = 0u;
-        for (var j = 0u; j < p.parts; j++) {
-            if (best_v[j] >= pv) {
-                ge++;
-            }
-        }
-        if (ge >= k) {
-            cand = pv;
-        }
+    if (lid < p.parts && pi != NONE && k <= p.parts && scan_a[lid] + scan_a[lid + NP] >= k) {
+        cand = pv;
     }
     let m = subgroupMax(cand);
     workgroupBarrier();
@@ -467,4 +512,9 @@ fn kth_part_max(pv: f32, pi: u32, k: u32, lid: u32) -> f32 {
         r = max(r, best_v[s]);
     }
     return r;
+}
+
+// pm4 as a flat array: entry i of the part maxima.
+fn pm_flat(i: u32, v: f32) {
+    pm4[i / 4u][i % 4u] = v;
 }
