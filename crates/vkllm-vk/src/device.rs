@@ -8,6 +8,7 @@ use std::time::Duration;
 use ash::vk;
 
 use crate::Error;
+use crate::attach::HostFeatures;
 use crate::coopmat::{self, CoopFeatures};
 use crate::error::{Result, vk_err};
 use crate::info::{DeviceChoice, DeviceInfo, physical_devices, query, select};
@@ -80,6 +81,10 @@ pub(crate) struct Shared {
     pub(crate) int8_dot: bool,
     /// Pipeline statistics are reported (`pipeline_stats`).
     pub(crate) stats: Option<ash::khr::pipeline_executable_properties::Device>,
+    /// The features enabled on the device (by vkllm, or by the host that lent it).
+    pub(crate) enabled: HostFeatures,
+    /// What vkllm would use on this device but an attaching host did not enable.
+    pub(crate) missing: Vec<String>,
     /// Objects of finished recordings kept for the next recorder (`recycle`).
     pub(crate) spares: crate::recycle::Spares,
 }
@@ -172,21 +177,31 @@ impl Device {
         let queue = unsafe { raw.get_device_queue(family, 0) };
         let stats = use_stats
             .then(|| ash::khr::pipeline_executable_properties::Device::new(&instance.raw, &raw));
+        let enabled = HostFeatures::own(use_coop, use_dot);
         Self::assemble(
-            instance, pd, raw, true, queue, family, info, opts, use_coop, use_dot, stats,
+            instance,
+            pd,
+            raw,
+            true,
+            queue,
+            family,
+            info,
+            opts,
+            (enabled, Vec::new()),
+            stats,
         )
     }
 
     /// Whether prefill matmuls may run on cooperative matrices (`matmul_coop.wgsl`): the device
-    /// offers them and they were enabled at creation ([`Tuning::coopmat`]).
-    /// Devices attached with [`Device::from_raw`] never do (the host chose their features).
+    /// offers them and they were enabled at creation ([`Tuning::coopmat`]) or by the host that
+    /// lent it.
     pub fn coopmat(&self) -> bool {
         self.shared.coopmat
     }
 
     /// Whether `matvec_q8a` (int8 dot products over quantized activations) may run: the device
-    /// offers integer dot products (Vulkan 1.3) and they were enabled at creation. Devices
-    /// attached with [`Device::from_raw`] never do.
+    /// offers integer dot products (Vulkan 1.3) and they were enabled at creation or by the host
+    /// that lent it.
     pub fn int8_dot(&self) -> bool {
         self.shared.int8_dot
     }
@@ -201,24 +216,37 @@ impl Device {
         &self.shared.tuning
     }
 
-    /// Attaches to a host application's Vulkan objects (nothing of theirs is destroyed on drop).
-    /// The host must enable no features for us beyond Vulkan 1.1 with subgroup arithmetic.
+    /// Attaches to a host application's Vulkan objects (nothing of theirs is destroyed on drop;
+    /// no queue or device of its own is created). `host` says what the host enabled on `device`
+    /// ([`HostFeatures::from_create_info`] reads it from the host's create info): the
+    /// cooperative-matrix and int8 kernels run when it enabled what they need (and the tuning
+    /// allows them), else the portable ones; [`Device::missing_features`] lists what was lacking.
     ///
     /// # Safety
-    /// All handles must be valid, `device` created from `physical` of `instance`, `queue` from
-    /// `queue_family`, and all must outlive the returned `Device` and its buffers. The host must
-    /// not use `queue` concurrently with this `Device`'s submissions.
+    /// All handles must be valid, `device` created from `physical` of `instance` with at least
+    /// what `host` says, `queue` from `queue_family`, and all must outlive the returned `Device`
+    /// and its buffers. The host must not use `queue` concurrently with this `Device`'s
+    /// submissions.
     pub unsafe fn from_raw(
         instance: Instance,
         physical: vk::PhysicalDevice,
         device: ash::Device,
         queue: vk::Queue,
         queue_family: u32,
+        host: &HostFeatures,
         opts: &DeviceOptions,
     ) -> Result<Self> {
         let mut info = query(&instance, 0, physical)?;
         check_usable(&info)?;
         info.compute_queue_family = Some(queue_family);
+        let coop = opts.tuning.coopmat && host.coopmat(&info);
+        let dot = host.int8_dot(&info);
+        let missing = host.missing(&info);
+        let enabled = HostFeatures {
+            cooperative_matrix: coop,
+            integer_dot_product: dot,
+            ..host.clone()
+        };
         Self::assemble(
             instance,
             physical,
@@ -228,10 +256,21 @@ impl Device {
             queue_family,
             info,
             opts,
-            false,
-            false,
+            (enabled, missing),
             None,
         )
+    }
+
+    /// The features this device runs with: those vkllm enabled on its own device, or those of
+    /// an attaching host that its kernels use.
+    pub fn enabled_features(&self) -> &HostFeatures {
+        &self.shared.enabled
+    }
+
+    /// What vkllm would use on this device but the host that lent it did not enable (Vulkan
+    /// extension and feature names; empty for vkllm's own devices).
+    pub fn missing_features(&self) -> &[String] {
+        &self.shared.missing
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -244,10 +283,10 @@ impl Device {
         queue_family: u32,
         info: DeviceInfo,
         opts: &DeviceOptions,
-        coopmat: bool,
-        int8_dot: bool,
+        (enabled, missing): (HostFeatures, Vec<String>),
         stats: Option<ash::khr::pipeline_executable_properties::Device>,
     ) -> Result<Self> {
+        let (coopmat, int8_dot) = (enabled.cooperative_matrix, enabled.integer_dot_product);
         let destroy = |raw: &ash::Device| {
             if owned {
                 unsafe { raw.destroy_device(None) };
@@ -297,6 +336,8 @@ impl Device {
                 coopmat,
                 int8_dot,
                 stats,
+                enabled,
+                missing,
                 spares: Default::default(),
             }),
         })

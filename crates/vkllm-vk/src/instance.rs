@@ -293,6 +293,11 @@ impl Instance {
         self.validation
     }
 
+    /// The Vulkan API version the instance was created for.
+    pub fn api_version(&self) -> u32 {
+        self.api_version
+    }
+
     pub fn entry(&self) -> &ash::Entry {
         &self.entry
     }

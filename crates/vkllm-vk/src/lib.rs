@@ -4,7 +4,8 @@
 //! - [`Instance`] / [`list_devices`] / [`DeviceInfo`]: devices and their capabilities; selection
 //!   by `VKLLM_DEVICE` (index or name substring) or the best discrete GPU, an absent device being a
 //!   typed error that lists those present ([`Error::DeviceNotFound`]);
-//! - [`Device`]: own or attached ([`Device::from_raw`]) device, vk-mem allocator, pipelines
+//! - [`Device`]: own or attached ([`Device::from_raw`], with the [`HostFeatures`] the host
+//!   enabled) device, vk-mem allocator, pipelines
 //!   specialised per (kernel, overrides) through a `VkPipelineCache` persisted in the user's
 //!   cache directory, submissions waited with a timeout;
 //! - [`Buffer`] / [`BufSlice`] / [`Tensor`]: memory, kernel arguments, weights split by rows to
@@ -16,6 +17,7 @@
 //!   synchronization validation and records its messages ([`Device::check_validation`]);
 //! - [`bench`]: matvec/matmul bandwidth and throughput by timestamps.
 
+mod attach;
 mod buffer;
 mod coop_dequant;
 mod coop_split;
@@ -35,6 +37,7 @@ mod tuning;
 
 pub mod bench;
 
+pub use attach::HostFeatures;
 pub use buffer::{BufSlice, Buffer, MemoryKind};
 pub use coop_dequant::{DEQUANT_SLOTS, DequantPolicy};
 pub use coop_split::{

@@ -504,6 +504,7 @@ fn attaches_to_a_host_device() {
             host.raw().clone(),
             queue,
             family,
+            &vkllm_vk::HostFeatures::default(),
             &DeviceOptions {
                 pipeline_cache: PipelineCacheMode::Off,
                 ..Default::default()
@@ -511,6 +512,20 @@ fn attaches_to_a_host_device() {
         )
         .unwrap()
     };
+    // A host that enabled nothing beyond Vulkan 1.1: the portable kernels, and the list of
+    // what the fast ones would need names every feature the host device itself runs with.
+    assert!(!attached.coopmat() && !attached.int8_dot());
+    let missing = attached.missing_features();
+    assert_eq!(
+        missing.iter().any(|m| m == "shaderIntegerDotProduct"),
+        host.int8_dot(),
+        "{missing:?}"
+    );
+    assert_eq!(
+        missing.iter().any(|m| m == "VK_KHR_cooperative_matrix"),
+        host.info().supports_coopmat_f16(),
+        "{missing:?}"
+    );
     let n = 300;
     let a = attached.buffer_from("a", &vec![2.5f32; n]).unwrap();
     let b = attached.buffer_from("b", &vec![0.5f32; n]).unwrap();
