@@ -10,6 +10,9 @@
 //! On GPUs a [`SlotSession`] gives the same contract on the recorded multi-step decoder (GPU
 //! sampling, several tokens per submit); [`Decoder::for_device`] picks per device type.
 //!
+//! A host that shares its GPU decodes within frame budgets with a [`FrameDecoder`] (slices of
+//! layers per call, a hook on the residual stream after each).
+//!
 //! For serving many requests at once, a [`Generator`] holds a fixed set of generation slots
 //! ([`SimpleGenerator`] is the reference one: a KV cache per slot, each decoded on its own) and
 //! the [`InferenceRunner`] schedules requests onto it: a bounded queue, requests joining the
@@ -17,6 +20,7 @@
 
 pub mod bench;
 mod error;
+pub mod frame;
 pub mod generator;
 pub mod grammar;
 pub mod runner;
@@ -26,6 +30,7 @@ mod slot_session;
 mod text_out;
 
 pub use error::EngineError;
+pub use frame::{FrameDecoder, FrameOut, LayerView};
 pub use generator::{Generator, SimpleGenerator, SlotId, SlotParams, TokenOut};
 pub use grammar::{Constraint, Grammar, GrammarSpec, Grammars};
 pub use runner::{

@@ -224,6 +224,73 @@ impl Model {
         Ok(out)
     }
 
+    /// Starts a forward of one token `id` at `pos` of slot 0 run in slices of layers (a host
+    /// that shares its GPU runs it within frame budgets): writes the step's inputs and records
+    /// the embedding. Then [`Model::sliced_layers`] for every layer in order, then
+    /// [`Model::sliced_head`]. [`Backend::sync`] between them bounds what is in flight.
+    pub fn sliced_begin<B: Backend>(
+        &self,
+        b: &mut B,
+        kv: &KvCache,
+        id: u32,
+        pos: usize,
+    ) -> Result<(), ModelError> {
+        if pos >= kv.capacity {
+            return Err(ModelError::ContextFull {
+                pos,
+                capacity: kv.capacity,
+            });
+        }
+        b.write_u32(self.s.ids, &[id])?;
+        b.write_u32(self.s.pos, &[pos as u32])?;
+        let c = &self.cfg;
+        b.mark("embed");
+        b.embedding(
+            self.weights.embed,
+            c.vocab_size,
+            c.hidden_size,
+            self.s.ids,
+            1,
+            c.embed_scale,
+            self.s.x,
+        )
+    }
+
+    /// Records layers `range` of the forward [`Model::sliced_begin`] started.
+    pub fn sliced_layers<B: Backend>(
+        &self,
+        b: &mut B,
+        kv: &KvCache,
+        range: std::ops::Range<usize>,
+    ) -> Result<(), ModelError> {
+        if range.end > self.cfg.layers.len() || range.start > range.end {
+            return Err(ModelError::Config {
+                field: "layers".into(),
+                msg: format!("{range:?} of {} layers", self.cfg.layers.len()),
+            });
+        }
+        let inputs = StepInputs {
+            ids: self.s.ids,
+            pos: self.s.pos,
+            rows: KvRows::Slot(0),
+        };
+        self.layers(b, kv, &inputs, 1, range)
+    }
+
+    /// The end of a sliced forward: the final norm and LM head, and the logits (`[vocab]`).
+    pub fn sliced_head<B: Backend>(&self, b: &mut B) -> Result<Vec<f32>, ModelError> {
+        self.head(b, 1, Logits::Last)?;
+        let mut out = vec![0f32; self.cfg.vocab_size];
+        b.read_f32(self.s.logits, 0, &mut out)?;
+        Ok(out)
+    }
+
+    /// The residual stream between layers (`[n, hidden]` f32; row 0 for a sliced forward):
+    /// what a layer hook reads.
+    pub fn hidden_tensor(&self) -> Tensor {
+        self.s.x
+    }
+
     /// The most tokens one forward pass takes (longer prompts run as several chunks).
     pub fn chunk_size(&self) -> usize {
         self.chunk
@@ -297,11 +364,29 @@ impl Model {
         want: Option<Logits>,
     ) -> Result<Option<usize>, ModelError> {
         let (c, s, w) = (&self.cfg, &self.s, &self.weights);
-        let (h, hd) = (c.hidden_size, c.head_dim);
+        let h = c.hidden_size;
         b.mark("embed");
         b.embedding(w.embed, c.vocab_size, h, inp.ids, n, c.embed_scale, s.x)?;
+        self.layers(b, kv, inp, n, 0..c.layers.len())?;
+        let Some(want) = want else {
+            return Ok(None);
+        };
+        self.head(b, n, want).map(Some)
+    }
 
-        for (li, (lw, lc)) in w.layers.iter().zip(c.layers.iter()).enumerate() {
+    /// Layers `range` of the forward of `n` tokens on the residual stream `x`.
+    fn layers<B: Backend>(
+        &self,
+        b: &mut B,
+        kv: &KvCache,
+        inp: &StepInputs,
+        n: usize,
+        range: std::ops::Range<usize>,
+    ) -> Result<(), ModelError> {
+        let (c, s, w) = (&self.cfg, &self.s, &self.weights);
+        let hd = c.head_dim;
+        let layers = w.layers.iter().zip(c.layers.iter()).enumerate();
+        for (li, (lw, lc)) in layers.skip(range.start).take(range.len()) {
             let view = kv.view(li, inp.rows);
             // attention block
             b.mark("qkv");
@@ -383,10 +468,14 @@ impl Model {
                 residual_add(b, s.x, s.o, lw.post_ffn_norm, s.h, n, c)?;
             }
         }
+        Ok(())
+    }
 
-        let Some(want) = want else {
-            return Ok(None);
-        };
+    /// The final norm and LM head of the forward of `n` tokens: the rows of logits it leaves
+    /// in `logits_tensor()`.
+    fn head<B: Backend>(&self, b: &mut B, n: usize, want: Logits) -> Result<usize, ModelError> {
+        let (c, s, w) = (&self.cfg, &self.s, &self.weights);
+        let h = c.hidden_size;
         let (rows, src) = match want {
             Logits::All => (n, s.x),
             Logits::Last => {
@@ -401,7 +490,7 @@ impl Model {
         if let Some(cap) = c.final_softcap {
             b.softcap(s.logits, rows * c.vocab_size, cap)?;
         }
-        Ok(Some(rows))
+        Ok(rows)
     }
 }
 

@@ -141,6 +141,11 @@ pub trait Backend: HybridOps {
     fn write_u32(&mut self, t: Tensor, data: &[u32]) -> Result<(), ModelError>;
     /// Reads `out.len()` values starting at element `offset`, after all earlier work finished.
     fn read_f32(&mut self, t: Tensor, offset: usize, out: &mut [f32]) -> Result<(), ModelError>;
+    /// Submits the work recorded so far and waits for it (a backend that runs ops as they come
+    /// has nothing to do).
+    fn sync(&mut self) -> Result<(), ModelError> {
+        Ok(())
+    }
 
     /// `out[i] = table[ids[i]] * scale` for `n` ids; ids outside `vocab` are an error.
     #[allow(clippy::too_many_arguments)]

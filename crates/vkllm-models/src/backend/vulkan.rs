@@ -172,6 +172,16 @@ impl VulkanBackend {
         &self.dev
     }
 
+    /// The device buffer holding an activation tensor (a host can record its own work reading
+    /// it, e.g. the residual stream in a layer hook, without a copy to the CPU); `None` for
+    /// weight matrices.
+    pub fn tensor_buffer(&self, t: Tensor) -> Option<&Buffer> {
+        match self.slots.get(t.index())? {
+            Slot::Buf { buf, .. } => Some(buf),
+            Slot::Matrix(_) => None,
+        }
+    }
+
     fn push(&mut self, s: Slot) -> Tensor {
         self.slots.push(s);
         Tensor::from_index((self.slots.len() - 1) as u32)
@@ -286,6 +296,10 @@ impl Backend for VulkanBackend {
             let at = base + self.rec.as_ref().map_or(0, |r| r.dispatches());
             self.marks.push((at, region));
         }
+    }
+
+    fn sync(&mut self) -> Result<(), ModelError> {
+        self.flush()
     }
 
     fn alloc_f32(&mut self, len: usize) -> Result<Tensor, ModelError> {
