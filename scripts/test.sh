@@ -9,6 +9,8 @@ cargo test --workspace
 VKLLM_CPU=1 cargo run -q -p vkllm --example generate -- smollm2 "Once upon a time"
 cargo run -q -p vkllm --example chat_json -- smollm2
 VKLLM_CPU=1 cargo run -q -p vkllm --example batch -- smollm2 | grep Paris
+# A host sharing its Vulkan device with a model decoding within 4 ms per 16.6 ms frame.
+cargo run -q -p vkllm --example frame_host -- smollm2 --frames 60 --host-elems 65536 | grep "text:.*Paris"
 # The server as a library: its routes nested in a host axum app, one request through it.
 cargo run -q -p vkllm-server --example embed_axum -- smollm2 | grep Paris
 # The server under hostile and heavy clients (slow-loris, idle connections, huge prompts,

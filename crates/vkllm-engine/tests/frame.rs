@@ -71,7 +71,11 @@ fn tokens_match_the_session_at_any_budget() {
     for s in [SamplingParams::default(), sampling()] {
         let want = session_tokens(&dev, &prompt, &s, 12);
         assert!(want.len() >= 4, "the session stopped early: {want:?}");
-        for budget in [Duration::ZERO, Duration::from_millis(3), Duration::from_secs(1)] {
+        for budget in [
+            Duration::ZERO,
+            Duration::from_millis(3),
+            Duration::from_secs(1),
+        ] {
             let mut f = frame(&dev, &s);
             let mut got = vec![f.prefill(&prompt).expect("prefill")];
             let mut calls = 0;
@@ -101,7 +105,9 @@ fn a_tight_budget_runs_one_layer_per_call_and_the_hook_sees_each() {
     for call in 0..3 * (n_layers + 1) {
         let mut hook = |b: &VulkanBackend, v: LayerView| {
             assert_eq!(v.width, width);
-            let buf = b.tensor_buffer(v.hidden).expect("the residual stream is a buffer");
+            let buf = b
+                .tensor_buffer(v.hidden)
+                .expect("the residual stream is a buffer");
             assert!(buf.size() >= 4 * width as u64);
             // Read back for the test only: the hook itself gets the device buffer.
             let x: Vec<f32> = b.device().read_vec(buf, width).expect("read");

@@ -1,0 +1,210 @@
+//! A headless host sharing its GPU with a model. Every frame (default 16.6 ms) the host runs its
+//! own compute work on its device, then gives the model a time budget (default 4 ms) through a
+//! `FrameDecoder` on the same `VkDevice` and queue (vkllm attached to the host's handles with the
+//! features the host enabled), then waits for the frame's end. Prints the host's frame-time
+//! percentiles (its work plus the model's share), the model's tokens per second, and the model
+//! running free for comparison.
+//!
+//! `cargo run --release -p vkllm --example frame_host -- [MODEL] [--frames N] [--budget-ms B]
+//! [--frame-ms F] [--host-elems N]` (default smollm2, 120 frames). The host device here is
+//! opened by `vkllm_vk::Device::new` for brevity; a real host passes its own handles and
+//! `HostFeatures::from_create_info` of its device's create info.
+
+use std::time::{Duration, Instant};
+
+use vkllm::engine::{FrameDecoder, LayerView};
+use vkllm::models::{AnyModel, Backend, Checkpoint, KvType, VulkanBackend};
+use vkllm::tokenizer::{EncodeOptions, Tokenizer};
+use vkllm::vk::kernels::elementwise::Add;
+use vkllm::vk::{Device, DeviceOptions, Instance, MemoryKind, PipelineCacheMode, Recorder};
+
+struct Args {
+    model: String,
+    frames: usize,
+    budget: Duration,
+    frame: Duration,
+    host_elems: usize,
+}
+
+fn args() -> Result<Args, Box<dyn std::error::Error>> {
+    let mut a = Args {
+        model: "smollm2".into(),
+        frames: 120,
+        budget: Duration::from_millis(4),
+        frame: Duration::from_micros(16_667),
+        host_elems: 1 << 22,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(s) = it.next() {
+        let mut value = || it.next().ok_or(format!("{s} needs a value"));
+        match s.as_str() {
+            "--frames" => a.frames = value()?.parse()?,
+            "--budget-ms" => a.budget = Duration::from_secs_f64(value()?.parse::<f64>()? / 1e3),
+            "--frame-ms" => a.frame = Duration::from_secs_f64(value()?.parse::<f64>()? / 1e3),
+            "--host-elems" => a.host_elems = value()?.parse()?,
+            m if !m.starts_with("--") => a.model = m.to_string(),
+            other => return Err(format!("unknown argument {other}").into()),
+        }
+    }
+    Ok(a)
+}
+
+/// vkllm on the host's instance, device and queue, with the features the host enabled.
+fn attach(host: &Device) -> Result<Device, Box<dyn std::error::Error>> {
+    let family = host.info().compute_queue_family.ok_or("no compute queue")?;
+    // SAFETY: the handles are the host's, which outlives the attached device (both live until
+    // main returns, the attached one dropped first); the host and vkllm submit from this one
+    // thread, never at the same time.
+    let dev = unsafe {
+        let inst = Instance::from_raw(
+            host.instance().entry().clone(),
+            host.instance().raw().clone(),
+            host.instance().api_version(),
+        );
+        let queue = host.raw().get_device_queue(family, 0);
+        Device::from_raw(
+            inst,
+            host.physical_device(),
+            host.raw().clone(),
+            queue,
+            family,
+            host.enabled_features(),
+            &DeviceOptions {
+                pipeline_cache: PipelineCacheMode::Off,
+                ..DeviceOptions::from_env()?
+            },
+        )?
+    };
+    Ok(dev)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let a = args()?;
+    let host = Device::new(&DeviceOptions::from_env()?)?;
+    let dev = attach(&host)?;
+    println!("host device: {}", host.info().summary());
+    println!(
+        "missing for vkllm's fast kernels: {:?}",
+        dev.missing_features()
+    );
+
+    let path = vkllm::resolve(&a.model, "python3".as_ref())?;
+    let ck = Checkpoint::open(&path)?;
+    let tokenizer = Tokenizer::from_path(&path)?;
+    let mut b = VulkanBackend::new(dev.clone());
+    let chunk = b.prefill_chunk();
+    let AnyModel::Dense(model) = AnyModel::load_checkpoint(&ck, None, &mut b, chunk, &mut |_| {})?
+    else {
+        return Err("frame-budget decoding runs dense models".into());
+    };
+    let layers = model.cfg.layers.len();
+    let sampling = vkllm::cpu::sampler::SamplingParams {
+        seed: 1,
+        ..Default::default()
+    };
+    let mut dec = FrameDecoder::new(b, model, 512, KvType::F16, sampling, 0)?;
+    let prompt = tokenizer.encode(
+        "The capital of France is",
+        EncodeOptions {
+            add_special_tokens: true,
+            ..Default::default()
+        },
+    )?;
+    let mut out = vec![dec.prefill(&prompt)?];
+    // One token in single slices first: pipelines built, costs per layer and head measured.
+    loop {
+        let t = dec.step(Duration::ZERO, &mut |_, _| {})?.tokens;
+        if !t.is_empty() {
+            out.extend(t);
+            break;
+        }
+    }
+    let warm = out.len();
+
+    // The host's own work each frame: element-wise adds over its buffers.
+    let n = a.host_elems;
+    let x = host.buffer_from("host x", &vec![1.0f32; n])?;
+    let y = host.buffer_from("host y", &vec![2.0f32; n])?;
+    let z = host.create_buffer("host z", 4 * n as u64, MemoryKind::Device)?;
+    let host_work = || -> Result<(), Box<dyn std::error::Error>> {
+        let mut r = Recorder::new(&host)?;
+        for _ in 0..8 {
+            r.dispatch(
+                Add {
+                    a: x.all(),
+                    b: y.all(),
+                    out: z.all(),
+                }
+                .dispatch(n)?,
+            )?;
+        }
+        r.finish()?.submit()?;
+        Ok(())
+    };
+
+    let (mut busy, mut model_ms, mut hooks) = (Vec::new(), Vec::new(), 0usize);
+    let mut hook = |_: &VulkanBackend, v: LayerView| {
+        debug_assert!(v.layer < layers);
+        hooks += 1;
+    };
+    let t_run = Instant::now();
+    for _ in 0..a.frames {
+        let t0 = Instant::now();
+        host_work()?;
+        let tm = Instant::now();
+        let step = dec.step(a.budget, &mut hook)?;
+        model_ms.push(tm.elapsed().as_secs_f64() * 1e3);
+        out.extend(step.tokens);
+        busy.push(t0.elapsed().as_secs_f64() * 1e3);
+        if let Some(rest) = a.frame.checked_sub(t0.elapsed()) {
+            std::thread::sleep(rest);
+        }
+    }
+    let secs = t_run.elapsed().as_secs_f64();
+    let generated = out.len() - warm;
+    busy.sort_by(f64::total_cmp);
+    model_ms.sort_by(f64::total_cmp);
+    println!(
+        "{} frames of {:.1} ms, model budget {:.1} ms: frame work p50 {:.2} ms, p99 {:.2} ms, max \
+         {:.2} ms; model share p50 {:.2} ms, p99 {:.2} ms; {} layer slices",
+        a.frames,
+        a.frame.as_secs_f64() * 1e3,
+        a.budget.as_secs_f64() * 1e3,
+        percentile(&busy, 0.5),
+        percentile(&busy, 0.99),
+        busy[busy.len() - 1],
+        percentile(&model_ms, 0.5),
+        percentile(&model_ms, 0.99),
+        hooks,
+    );
+    println!(
+        "budgeted: {generated} tokens in {secs:.2} s = {:.1} tok/s",
+        generated as f64 / secs
+    );
+
+    // The model alone, no budget to speak of, for comparison.
+    let t_free = Instant::now();
+    let mut free = 0;
+    while t_free.elapsed() < Duration::from_secs(1) && dec.history().len() + 2 < 512 {
+        free += dec
+            .step(Duration::from_millis(50), &mut |_, _| {})?
+            .tokens
+            .len();
+    }
+    let free_tps = free as f64 / t_free.elapsed().as_secs_f64();
+    let share = a.budget.as_secs_f64() / a.frame.as_secs_f64();
+    println!(
+        "free-running: {free_tps:.1} tok/s; budgeted / (free x budget share {share:.3}) = {:.2}",
+        generated as f64 / secs / (free_tps * share).max(1e-9)
+    );
+    println!("text: {}", tokenizer.decode(&out, true)?);
+    drop(dec);
+    drop(dev);
+    host.check_validation()?;
+    Ok(())
+}
