@@ -6,7 +6,8 @@
 //! running free for comparison.
 //!
 //! `cargo run --release -p vkllm --example frame_host -- [MODEL] [--frames N] [--budget-ms B]
-//! [--frame-ms F] [--host-elems N]` (default smollm2, 120 frames). The host device here is
+//! [--frame-ms F] [--host-elems N] [--compare-own]` (default smollm2, 120 frames;
+//! `--compare-own`: also the same decoder on a device vkllm opens itself). The host device here is
 //! opened by `vkllm_vk::Device::new` for brevity; a real host passes its own handles and
 //! `HostFeatures::from_create_info` of its device's create info.
 
@@ -17,6 +18,9 @@ use vkllm::models::{AnyModel, Backend, Checkpoint, KvType, VulkanBackend};
 use vkllm::tokenizer::{EncodeOptions, Tokenizer};
 use vkllm::vk::kernels::elementwise::Add;
 use vkllm::vk::{Device, DeviceOptions, Instance, MemoryKind, PipelineCacheMode, Recorder};
+
+/// The decoder's context (positions).
+const CTX: usize = 4096;
 
 struct Args {
     model: String,
@@ -42,6 +46,7 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
             "--budget-ms" => a.budget = Duration::from_secs_f64(value()?.parse::<f64>()? / 1e3),
             "--frame-ms" => a.frame = Duration::from_secs_f64(value()?.parse::<f64>()? / 1e3),
             "--host-elems" => a.host_elems = value()?.parse()?,
+            "--compare-own" => {}
             m if !m.starts_with("--") => a.model = m.to_string(),
             other => return Err(format!("unknown argument {other}").into()),
         }
@@ -78,6 +83,27 @@ fn attach(host: &Device) -> Result<Device, Box<dyn std::error::Error>> {
     Ok(dev)
 }
 
+fn sampling_params() -> vkllm::cpu::sampler::SamplingParams {
+    vkllm::cpu::sampler::SamplingParams {
+        seed: 1,
+        ..Default::default()
+    }
+}
+
+/// Tokens per second of `dec` for about a second with a budget that never binds (while its
+/// context has room).
+fn free_running(dec: &mut FrameDecoder<VulkanBackend>) -> Result<f64, Box<dyn std::error::Error>> {
+    let t = Instant::now();
+    let mut n = 0;
+    while t.elapsed() < Duration::from_secs(1) && dec.history().len() + 2 < CTX {
+        n += dec
+            .step(Duration::from_millis(50), &mut |_, _| {})?
+            .tokens
+            .len();
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() - 1) as f64 * p).round() as usize;
     sorted[i]
@@ -103,11 +129,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("frame-budget decoding runs dense models".into());
     };
     let layers = model.cfg.layers.len();
-    let sampling = vkllm::cpu::sampler::SamplingParams {
-        seed: 1,
-        ..Default::default()
-    };
-    let mut dec = FrameDecoder::new(b, model, 512, KvType::F16, sampling, 0)?;
+    let mut dec = FrameDecoder::new(b, model, CTX, KvType::F16, sampling_params(), 0)?;
     let prompt = tokenizer.encode(
         "The capital of France is",
         EncodeOptions {
@@ -188,21 +210,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // The model alone, no budget to speak of, for comparison.
-    let t_free = Instant::now();
-    let mut free = 0;
-    while t_free.elapsed() < Duration::from_secs(1) && dec.history().len() + 2 < 512 {
-        free += dec
-            .step(Duration::from_millis(50), &mut |_, _| {})?
-            .tokens
-            .len();
-    }
-    let free_tps = free as f64 / t_free.elapsed().as_secs_f64();
+    let free_tps = free_running(&mut dec)?;
     let share = a.budget.as_secs_f64() / a.frame.as_secs_f64();
     println!(
         "free-running: {free_tps:.1} tok/s; budgeted / (free x budget share {share:.3}) = {:.2}",
         generated as f64 / secs / (free_tps * share).max(1e-9)
     );
     println!("text: {}", tokenizer.decode(&out, true)?);
+    if std::env::args().any(|a| a == "--compare-own") {
+        // The same decoder on a device vkllm opens itself: what attaching costs.
+        let mut b = VulkanBackend::new(Device::new(&DeviceOptions::from_env()?)?);
+        let AnyModel::Dense(m) = AnyModel::load_checkpoint(&ck, None, &mut b, chunk, &mut |_| {})?
+        else {
+            unreachable!("loaded as dense above");
+        };
+        let mut own = FrameDecoder::new(b, m, CTX, KvType::F16, sampling_params(), 0)?;
+        own.prefill(&prompt)?;
+        let own_tps = free_running(&mut own)?;
+        let again = free_running(&mut dec)?;
+        println!(
+            "free-running, own device {own_tps:.1} tok/s, attached {again:.1} tok/s ({:.3})",
+            again / own_tps
+        );
+    }
     drop(dec);
     drop(dev);
     host.check_validation()?;
