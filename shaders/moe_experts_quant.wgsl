@@ -3,10 +3,12 @@
 // dispatch per stage for every token and every selected expert, expert ids read on the device):
 //   gate_up (stage 0, w = gate): act[t, s, r] = gate[e] . x[t]
 //   gate_up (stage 1, w = up):   act[t, s, r] = silu(act[t, s, r]) * (up[e] . x[t])
+//   gate_up (stage 2, w = gate, w2 = up, one format): act[t, s, r] = silu(gate[e] . x[t]) *
+//                                (up[e] . x[t]) in one pass
 //   down_sum (w = down):         out[t, c]    = sum_s weights[t, s] * (down[e] . act[t, s])
-// with e = ids[t, s]. Gate, up and down are separate dispatches because each binds its own
-// weight buffer as `w` with its own format (QTYPE/BLOCK/TS overrides): files mix formats (Q4_K
-// gate/up with Q6_K down).
+// with e = ids[t, s]. Down is a dispatch of its own because it binds its weight buffer as `w`
+// with its own format (QTYPE/BLOCK/TS overrides): files mix formats (Q4_K gate/up with Q6_K
+// down); gate and up share one dispatch (stage 2) when they share a format.
 //
 // Shapes: w: expert e's rows e R .. (e + 1) R of a [E R, C] block matrix (gate/up: R = F,
 // C = H; down: R = H, C = F), C a multiple of BLOCK; x: [n, H] f32; ids, weights: [n, K];
@@ -45,11 +47,18 @@ var<immediate> p: Params;
 @group(0) @binding(3) var<storage, read> weights: array<f32>;
 @group(0) @binding(4) var<storage, read_write> act: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;
+@group(0) @binding(6) var<storage, read> w2: array<u32>;
 
 var<workgroup> red: array<f32, 64>;
 
+// Which weight binding `wd` reads (w2: stage 2's up matrix).
+var<private> from_w2: bool = false;
+
 // What quant_blocks.inc.wgsl reads the weight through.
 fn wd(i: u32) -> u32 {
+    if (from_w2) {
+        return w2[i];
+    }
     return w[i];
 }
 
@@ -115,18 +124,30 @@ fn gate_up(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     let idx = first + team;
     let live = idx < rows;
     var d = 0.0;
+    var d2 = 0.0;
     if (live) {
         let slot = idx / p.ff;
-        let t = slot / p.top_k;
-        d = partial_dot(expert(slot) * p.ff + idx % p.ff, p.hidden, t * p.hidden, false, tl);
+        let row = expert(slot) * p.ff + idx % p.ff;
+        let v = (slot / p.top_k) * p.hidden;
+        d = partial_dot(row, p.hidden, v, false, tl);
+        if (p.stage == 2u) {
+            from_w2 = true;
+            d2 = partial_dot(row, p.hidden, v, false, tl);
+        }
     }
     let total = team_total(d, team, sg_id, sg_lane, sg_size);
+    var total2 = 0.0;
+    if (p.stage == 2u) {
+        total2 = team_total(d2, team, sg_id, sg_lane, sg_size);
+    }
     if (live && tl == 0u) {
         if (p.stage == 0u) {
             act[idx] = total;
-        } else {
+        } else if (p.stage == 1u) {
             let g = act[idx];
             act[idx] = (g / (1.0 + exp(-g))) * total;
+        } else {
+            act[idx] = (total / (1.0 + exp(-total))) * total2;
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `shaders/moe_experts_quant.wgsl`: the routed experts over llama.cpp-quantized expert weights
-//! (the stacked GGUF blocks), reading only the selected experts' rows. Three dispatches (gate,
-//! up fused with SiLU, down summed with the routing weights), each binding one weight buffer with
-//! its own format.
+//! (the stacked GGUF blocks), reading only the selected experts' rows. Two dispatches (gate and
+//! up with SiLU, down summed with the routing weights) when gate and up share a format, else
+//! three (gate, up fused with SiLU, down), each binding its weights with their format.
 
 use crate::mat_quant::format_overrides;
 use crate::sources::MOE_EXPERTS_QUANT as SRC;
@@ -22,6 +22,7 @@ const BINDINGS: &[crate::BindingSpec] = &[
     rd("weights"),
     rw("act"),
     rw("out"),
+    rd("w2"),
 ];
 
 pub static MOE_GATE_UP_QUANT: KernelSpec = KernelSpec {
@@ -70,8 +71,8 @@ pub struct MoeQuantShape {
 }
 
 /// The expert computation over quantized weights: [`MoeExpertsQuant::dispatch`] returns the
-/// three dispatches, gate then up (SiLU-gated) into `act` (`[n, top_k, ff]` scratch), then down
-/// into `out` (`[n, hidden]`).
+/// dispatches, gate and up (SiLU-gated) into `act` (`[n, top_k, ff]` scratch; one dispatch when
+/// they share a format, else two), then down into `out` (`[n, hidden]`).
 pub struct MoeExpertsQuant<B> {
     pub x: B,
     pub ids: B,
@@ -116,14 +117,16 @@ fn matrix_bytes(
 }
 
 impl<B: KernelBuffer> MoeExpertsQuant<B> {
-    /// The three dispatches with [`MOE_QUANT_LANES`] lanes per output row.
-    pub fn dispatch(self, s: &MoeQuantShape) -> Result<[Dispatch<B>; 3], Error> {
+    /// The dispatches with [`MOE_QUANT_LANES`] lanes per output row, gate and up in one when
+    /// they share a format.
+    pub fn dispatch(self, s: &MoeQuantShape) -> Result<Vec<Dispatch<B>>, Error> {
         self.dispatch_lanes(s, MOE_QUANT_LANES)
     }
 
-    /// The three dispatches with `lanes` (1, 2, 4, ..., 128) invocations per output row, 128 /
-    /// lanes rows per workgroup; 0: one 64-invocation workgroup per row (the reference launch).
-    pub fn dispatch_lanes(self, s: &MoeQuantShape, lanes: u32) -> Result<[Dispatch<B>; 3], Error> {
+    /// The dispatches with `lanes` (1, 2, 4, ..., 128) invocations per output row, 128 / lanes
+    /// rows per workgroup, gate and up in one dispatch when they share a format; lanes 0: one
+    /// 64-invocation workgroup per row and separate gate and up dispatches (the reference).
+    pub fn dispatch_lanes(self, s: &MoeQuantShape, lanes: u32) -> Result<Vec<Dispatch<B>>, Error> {
         let k = &MOE_GATE_UP_QUANT;
         if lanes != 0 && (!lanes.is_power_of_two() || lanes > WG) {
             return Err(shape_err(
@@ -183,18 +186,26 @@ impl<B: KernelBuffer> MoeExpertsQuant<B> {
                 .set("WG", wg as f64)
                 .set("LPR", lpr as f64)
         };
-        let bufs = |w: B| vec![w, self.x, self.ids, self.weights, self.act, self.out];
+        let bufs = |w: B, w2: B| vec![w, self.x, self.ids, self.weights, self.act, self.out, w2];
         let rows = grid_for(k, (n * kk * f).div_ceil(per_wg))?;
-        Ok([
-            Dispatch::new(k, ov(s.gate), bufs(self.gate), &p(0)?, rows),
-            Dispatch::new(k, ov(s.up), bufs(self.up), &p(1)?, rows),
-            Dispatch::new(
-                &MOE_DOWN_QUANT,
-                ov(s.down),
-                bufs(self.down),
-                &p(0)?,
-                grid_for(&MOE_DOWN_QUANT, (n * h).div_ceil(per_wg))?,
-            ),
-        ])
+        let down = Dispatch::new(
+            &MOE_DOWN_QUANT,
+            ov(s.down),
+            bufs(self.down, self.down),
+            &p(0)?,
+            grid_for(&MOE_DOWN_QUANT, (n * h).div_ceil(per_wg))?,
+        );
+        Ok(if lanes != 0 && s.gate == s.up {
+            vec![
+                Dispatch::new(k, ov(s.gate), bufs(self.gate, self.up), &p(2)?, rows),
+                down,
+            ]
+        } else {
+            vec![
+                Dispatch::new(k, ov(s.gate), bufs(self.gate, self.gate), &p(0)?, rows),
+                Dispatch::new(k, ov(s.up), bufs(self.up, self.up), &p(1)?, rows),
+                down,
+            ]
+        })
     }
 }

@@ -310,7 +310,6 @@ impl VulkanBackend {
                     out,
                 }
                 .dispatch_lanes(&shape, lanes)?
-                .into()
             };
             for d in ds {
                 r.dispatch(d)?;
