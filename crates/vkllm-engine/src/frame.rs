@@ -2,6 +2,8 @@
 //! [`FrameDecoder::step`] runs about a time budget of decode work, as slices of layers of the
 //! current token's forward, each submitted and waited for before the next is chosen from the
 //! measured cost per layer; a hook sees the residual stream after each slice on the device.
+//! Tokens are drawn on the device where the backend can (`Backend::sample_token`: only the
+//! token comes back), else on the host: the same draw either way.
 
 use std::time::{Duration, Instant};
 
@@ -70,6 +72,7 @@ impl<B: Backend> FrameDecoder<B> {
         sampling: SamplingParams,
         seq_id: u64,
     ) -> Result<Self, EngineError> {
+        sampling.validate(model.cfg.vocab_size)?;
         let kv = model.new_kv_slots(&mut backend, ctx, 1, kv)?;
         let counts = vec![0; model.cfg.vocab_size];
         Ok(FrameDecoder {
@@ -128,6 +131,28 @@ impl<B: Backend> FrameDecoder<B> {
         let id = self.draw(&logits);
         self.next = Some(id);
         Ok(id)
+    }
+
+    /// The token of the logits the head left: sampled on the device where the backend can
+    /// (the same draw as on the host), else read back and sampled here.
+    fn draw_head(&mut self) -> Result<u32, EngineError> {
+        let vocab = self.model.cfg.vocab_size;
+        let t = self.model.logits_tensor();
+        let on_device = self.backend.sample_token(
+            t,
+            vocab,
+            &self.sampling,
+            &self.counts,
+            self.seq_id,
+            self.generated,
+        )?;
+        if let Some(id) = on_device {
+            self.generated += 1;
+            return Ok(id);
+        }
+        let mut logits = vec![0f32; vocab];
+        self.backend.read_f32(t, 0, &mut logits)?;
+        Ok(self.draw(&logits))
     }
 
     fn draw(&mut self, logits: &[f32]) -> u32 {
@@ -217,8 +242,8 @@ impl<B: Backend> FrameDecoder<B> {
                 break;
             }
             let ts = Instant::now();
-            let logits = self.model.sliced_head(&mut self.backend)?;
-            let id = self.draw(&logits);
+            self.model.sliced_head(&mut self.backend)?;
+            let id = self.draw_head()?;
             let h = ts.elapsed().as_secs_f64();
             self.head = Some(self.head.map_or(h, |c| c + EMA * (h - c)));
             self.history.push(token);

@@ -277,12 +277,11 @@ impl Model {
         self.layers(b, kv, &inputs, 1, range)
     }
 
-    /// The end of a sliced forward: the final norm and LM head, and the logits (`[vocab]`).
-    pub fn sliced_head<B: Backend>(&self, b: &mut B) -> Result<Vec<f32>, ModelError> {
-        self.head(b, 1, Logits::Last)?;
-        let mut out = vec![0f32; self.cfg.vocab_size];
-        b.read_f32(self.s.logits, 0, &mut out)?;
-        Ok(out)
+    /// The end of a sliced forward: records the final norm and LM head, whose `[vocab]` logits
+    /// are then at the start of [`Model::logits_tensor`] (read them, or sample them on the
+    /// device with [`Backend::sample_token`]).
+    pub fn sliced_head<B: Backend>(&self, b: &mut B) -> Result<(), ModelError> {
+        self.head(b, 1, Logits::Last).map(|_| ())
     }
 
     /// The residual stream between layers (`[n, hidden]` f32; row 0 for a sliced forward):

@@ -147,6 +147,23 @@ pub trait Backend: HybridOps {
         Ok(())
     }
 
+    /// Draws one token from the `[vocab]` logits at the start of `logits` as
+    /// `vkllm_cpu::sampler::sample(logits, p, counts, seq, step)` does (`counts`: `[vocab]`,
+    /// read when `p` has penalties), on the device where the backend can, only the token coming
+    /// back; `None`: this backend leaves sampling to the host.
+    #[allow(clippy::too_many_arguments)]
+    fn sample_token(
+        &mut self,
+        _logits: Tensor,
+        _vocab: usize,
+        _p: &vkllm_cpu::sampler::SamplingParams,
+        _counts: &[u32],
+        _seq: u64,
+        _step: u64,
+    ) -> Result<Option<u32>, ModelError> {
+        Ok(None)
+    }
+
     /// `out[i] = table[ids[i]] * scale` for `n` ids; ids outside `vocab` are an error.
     #[allow(clippy::too_many_arguments)]
     fn embedding(

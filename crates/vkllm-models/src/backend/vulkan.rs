@@ -22,6 +22,7 @@ mod fused;
 mod hybrid;
 mod profile;
 mod recorded;
+mod sample_one;
 mod slot_graph;
 mod slot_tail;
 mod slots;
@@ -96,6 +97,8 @@ pub struct VulkanBackend {
     one_submit: bool,
     /// Host-visible target of `read_f32`'s copies (`readback_buffer`).
     readback: Option<Buffer>,
+    /// `Backend::sample_token`'s buffers, made on first use.
+    one_sampler: Option<sample_one::OneSampler>,
     /// Parts submitted since the last `flush`, not yet waited for.
     in_flight: Vec<vkllm_vk::Recording>,
     /// Dispatches at which the open recording is submitted as the next part.
@@ -132,6 +135,7 @@ impl VulkanBackend {
             profiled: None,
             one_submit: t.one_submit,
             readback: None,
+            one_sampler: None,
             in_flight: Vec::new(),
             next_part: submit::FIRST_PART,
             first_part: t.split_submit,
@@ -300,6 +304,19 @@ impl Backend for VulkanBackend {
 
     fn sync(&mut self) -> Result<(), ModelError> {
         self.flush()
+    }
+
+    fn sample_token(
+        &mut self,
+        logits: Tensor,
+        vocab: usize,
+        p: &vkllm_cpu::sampler::SamplingParams,
+        counts: &[u32],
+        seq: u64,
+        step: u64,
+    ) -> Result<Option<u32>, ModelError> {
+        self.sample_one(logits, vocab, p, counts, seq, step)
+            .map(Some)
     }
 
     fn alloc_f32(&mut self, len: usize) -> Result<Tensor, ModelError> {
