@@ -3,9 +3,10 @@
 //
 // Shapes: x, z, out: [rows, n] f32 (one row per token and value head); w: [n] f32 (plain weight).
 // Workgroup: WG invocations (default 64) per row, striding over it; the sum of squares is reduced
-// with subgroupAdd, then across subgroups through `red` (any subgroup size >= 4). Rows are short
-// (the value head size, 128 in Qwen3.5), hence the small workgroup.
+// with subgroupAdd, then across subgroups (`wg_sum`, reduce.inc.wgsl). Rows are short (the value
+// head size, 128 in Qwen3.5), hence the small workgroup.
 // Shared memory: 64 f32.
+// #include reduce.inc.wgsl
 
 override WG: u32 = 64;
 
@@ -22,8 +23,6 @@ var<immediate> p: Params;
 @group(0) @binding(2) var<storage, read> weight: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-var<workgroup> red: array<f32, 64>;
-
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg_id: u32,
@@ -38,15 +37,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let v = x[base + i];
         ss += v * v;
     }
-    let s = subgroupAdd(ss);
-    if (sg_lane == 0u) {
-        red[sg_id] = s;
-    }
-    workgroupBarrier();
-    var total = 0.0;
-    for (var k = 0u; k < n_sg; k++) {
-        total += red[k];
-    }
+    let total = wg_sum(ss, sg_id, sg_lane, n_sg);
     let r = 1.0 / sqrt(total / f32(p.n) + p.eps);
     for (var i = lid; i < p.n; i += WG) {
         let zv = z[base + i];

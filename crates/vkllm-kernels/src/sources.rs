@@ -32,7 +32,10 @@ pub(crate) const EMBEDDING: &str = include_str!("../shaders/embedding.wgsl");
 pub(crate) const GATED_DELTA_RULE: &str = include_str!("../shaders/gated_delta_rule.wgsl");
 pub(crate) const GATED_DELTA_RULE_CHUNKED: &str =
     include_str!("../shaders/gated_delta_rule_chunked.wgsl");
-pub(crate) const GATED_RMSNORM: &str = include_str!("../shaders/gated_rmsnorm.wgsl");
+pub(crate) const GATED_RMSNORM: &str = concat!(
+    include_str!("../shaders/gated_rmsnorm.wgsl"),
+    include_str!("../shaders/reduce.inc.wgsl")
+);
 pub(crate) const KV_APPEND: &str = include_str!("../shaders/kv_append.wgsl");
 pub(crate) const LOGPROBS: &str = include_str!("../shaders/logprobs.wgsl");
 pub(crate) const MAT_QUANT: &str = concat!(
@@ -120,6 +123,7 @@ mod tests {
             ("matmul_coop.wgsl", super::MATMUL_COOP),
             ("moe_experts_quant.wgsl", super::MOE_EXPERTS_QUANT),
             ("rmsnorm.wgsl", super::RMSNORM),
+            ("gated_rmsnorm.wgsl", super::GATED_RMSNORM),
             ("softmax.wgsl", super::SOFTMAX),
         ] {
             let want = assemble(&dir, file);
