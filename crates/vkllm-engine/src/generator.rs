@@ -254,15 +254,12 @@ impl<B: Backend> SimpleGenerator<B> {
         let AnyModel::Dense(m) = &self.model else {
             return Ok((own, None));
         };
-        let best = (0..self.slots.len())
-            .filter(|&t| t != id)
-            .map(|t| {
-                let s = &self.slots[t];
-                let common = common_len(&s.history, prompt).min(prompt.len() - 1);
-                (t, s.kv.reusable(s.written, s.history.len(), common))
-            })
-            .max_by_key(|&(t, r)| (r, std::cmp::Reverse(t)));
-        let Some((t, r)) = best.filter(|&(_, r)| r > own) else {
+        let best = best_source(self.slots.len(), id, own, |t| {
+            let s = &self.slots[t];
+            let common = common_prefix(&s.history, prompt).min(prompt.len() - 1);
+            s.kv.reusable(s.written, s.history.len(), common)
+        });
+        let Some((t, r)) = best else {
             return Ok((own, None));
         };
         let (AnyState::Kv(src), AnyState::Kv(dst)) = (&self.slots[t].kv, &self.slots[id].kv) else {
@@ -418,6 +415,22 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
 }
 
 /// The length of the common prefix of `a` and `b`.
-fn common_len(a: &[u32], b: &[u32]) -> usize {
+pub(crate) fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// The slot other than `taken` (of `n` slots) whose cache serves a prompt best: `(slot,
+/// tokens)` with the most tokens `reusable(slot)` says it could give, the lowest slot on ties;
+/// `None` when no other slot gives more than `own`.
+pub(crate) fn best_source(
+    n: usize,
+    taken: usize,
+    own: usize,
+    reusable: impl Fn(usize) -> usize,
+) -> Option<(usize, usize)> {
+    (0..n)
+        .filter(|&t| t != taken)
+        .map(|t| (t, reusable(t)))
+        .max_by_key(|&(t, r)| (r, std::cmp::Reverse(t)))
+        .filter(|&(_, r)| r > own)
 }

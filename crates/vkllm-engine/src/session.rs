@@ -11,6 +11,7 @@ use vkllm_models::{AnyModel, AnyState, Backend, KvType, Logits};
 use vkllm_tokenizer::Tokenizer;
 
 use crate::error::EngineError;
+use crate::generator::common_prefix;
 use crate::grammar::{Constraint, Grammar};
 use crate::text_out::TextOut;
 
@@ -277,8 +278,4 @@ fn draw_token(
             Ok(id)
         }
     }
-}
-
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

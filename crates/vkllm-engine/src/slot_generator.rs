@@ -16,8 +16,8 @@ use vkllm_models::{
 
 use crate::error::EngineError;
 use crate::generator::{
-    Generator, MAX_TOP_LOGPROBS, SEQ_ID, SlotId, SlotParams, TokenOut, pick_constrained,
-    validate_params,
+    Generator, MAX_TOP_LOGPROBS, SEQ_ID, SlotId, SlotParams, TokenOut, best_source, common_prefix,
+    pick_constrained, validate_params,
 };
 use crate::grammar::Constraint;
 
@@ -237,17 +237,12 @@ impl SlotGenerator {
             }
         }
         if let Net::Dense { model, kv } = &self.net {
-            let best = (0..self.slots.len())
-                .filter(|&t| t != slot)
-                .map(|t| {
-                    let sl = &self.slots[t];
-                    let common = common_prefix(&sl.history, prompt).min(prompt.len() - 1);
-                    (t, kv.reusable(sl.written, common))
-                })
-                .max_by_key(|&(t, r)| (r, std::cmp::Reverse(t)));
-            if let Some((t, r)) = best
-                && r > reuse
-            {
+            let best = best_source(self.slots.len(), slot, reuse, |t| {
+                let sl = &self.slots[t];
+                let common = common_prefix(&sl.history, prompt).min(prompt.len() - 1);
+                kv.reusable(sl.written, common)
+            });
+            if let Some((t, r)) = best {
                 let written = self.slots[t].written;
                 kv.copy_prefix(&mut self.b, t, kv, slot, r, written, model.cfg.kv_dim())?;
                 reuse = r;
@@ -335,10 +330,6 @@ fn decoder_config(steps_per_submit: usize) -> SlotDecoderConfig {
         max_steps: steps_per_submit.max(1),
         split_step: true,
     }
-}
-
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 impl Generator for SlotGenerator {
