@@ -1,38 +1,128 @@
 #!/usr/bin/env python3
 """Load generator for OpenAI-compatible servers (vkllm serve, llama-server): N concurrent workers
-send non-streaming /v1/completions requests for a fixed time or count and report aggregate
-completion tokens per second (usage.completion_tokens / wall time) and per-request decode speed.
-Standard library only, so it runs on a bare GPU machine.
+send /v1/completions requests and report, as one JSON line, aggregate completion tokens per
+second (usage.completion_tokens / wall time), per-request decode speed, errors, and with
+--stream the time to first token and the inter-token latency (p50 / p99, from the server-sent
+chunks). Prompt and answer lengths can be a mix (comma-separated lists, taken round-robin per
+request). Standard library only, so it runs on a bare GPU machine.
 
-  loadgen.py --url http://127.0.0.1:8080 --concurrency 16 --requests 3 --max-tokens 128 \
-      --temperature 0.8 --top-k 40 --top-p 0.95 --min-p 0.05
+  loadgen.py --url http://127.0.0.1:8080 --concurrency 16 --requests 3 --max-tokens 128 \\
+      --temperature 0.8 --top-k 40 --top-p 0.95 --min-p 0.05 [--stream] \\
+      [--prompt-words 16,256,2000 --max-tokens 64,256]
+  loadgen.py --spawn target/debug/vkllm --stream --check ...   # a CPU `vkllm serve` of a tiny
+      synthetic model started (and stopped) here; --check fails on errors or missing figures
 """
 import argparse
 import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import urllib.request
 
+WORDS = ("the lighthouse keeper watched the long grey sea while storms gathered over the "
+         "northern cliffs and ships passed far from the rocks").split()
 
-def one(url, body):
-    req = urllib.request.Request(
+
+def prompt_of(words, base):
+    """`base` (or, for a word count, that many words of a fixed text)."""
+    if words is None:
+        return base
+    return " ".join(WORDS[i % len(WORDS)] for i in range(words))
+
+
+def post(url, body):
+    return urllib.request.Request(
         url + "/v1/completions",
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
     )
+
+
+def one(url, body):
+    """A non-streaming request: (completion tokens, seconds, None, [])."""
     t0 = time.time()
-    with urllib.request.urlopen(req, timeout=600) as r:
+    with urllib.request.urlopen(post(url, body), timeout=600) as r:
         out = json.load(r)
-    return out["usage"]["completion_tokens"], time.time() - t0
+    return out["usage"]["completion_tokens"], time.time() - t0, None, []
+
+
+def one_stream(url, body):
+    """A streaming request: (completion tokens, seconds, time to first text, gaps between text
+    chunks)."""
+    body = dict(body, stream=True, stream_options={"include_usage": True})
+    t0 = time.time()
+    first, last, gaps, chunks, tokens = None, None, [], 0, None
+    with urllib.request.urlopen(post(url, body), timeout=600) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            ev = json.loads(data)
+            if "error" in ev:
+                raise RuntimeError(ev["error"])
+            if ev.get("usage"):
+                tokens = ev["usage"]["completion_tokens"]
+            if any(c.get("text") for c in ev.get("choices", [])):
+                now = time.time()
+                if first is None:
+                    first = now - t0
+                else:
+                    gaps.append(now - last)
+                last = now
+                chunks += 1
+    return (tokens if tokens is not None else chunks), time.time() - t0, first, gaps
+
+
+def pct(xs, p):
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return round(1e3 * xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))], 2)
+
+
+def spawn(binary):
+    """A CPU `vkllm serve` of a tiny synthetic model on a free port: (process, url)."""
+    tmp = tempfile.mkdtemp(prefix="vkllm-loadgen-")
+    model = os.path.join(tmp, "tiny.gguf")
+    subprocess.run([binary, "synth", "--shape", "tiny-llama", "--seed", "1", "-o", model],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    srv = subprocess.Popen(
+        [binary, "serve", "--model", model, "--device", "cpu", "--served-model-name", "m",
+         "--port", "0", "--slots", "4", "--ctx", "1024", "--quiet"],
+        stderr=subprocess.PIPE, text=True)
+    for line in srv.stderr:
+        m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        if m:
+            threading.Thread(target=lambda: [None for _ in srv.stderr], daemon=True).start()
+            return srv, m.group(1)
+    sys.exit("vkllm serve did not start")
+
+
+def ints(s):
+    return [int(x) for x in s.split(",") if x.strip()]
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", default="http://127.0.0.1:8080")
+    ap.add_argument("--spawn", metavar="VKLLM", help="start `VKLLM serve` (CPU, tiny synthetic "
+                    "model) for the run instead of using --url")
     ap.add_argument("--model", help="default: the first of GET /v1/models")
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--requests", type=int, default=3, help="per worker")
-    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--max-tokens", type=ints, default=[128],
+                    help="answer length(s), comma-separated: a mix taken round-robin")
+    ap.add_argument("--prompt-words", type=ints, default=None,
+                    help="prompt length(s) in words, comma-separated (default: --prompt)")
+    ap.add_argument("--stream", action="store_true",
+                    help="streaming requests: time to first token and inter-token latency")
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--top-k", type=int, default=40)
     ap.add_argument("--top-p", type=float, default=0.95)
@@ -41,7 +131,28 @@ def main():
     ap.add_argument("--label", default="")
     ap.add_argument("--json-schema", help="a JSON Schema file: every request asks for it "
                     "(response_format json_schema, structured outputs)")
+    ap.add_argument("--check", action="store_true",
+                    help="exit non-zero on any error or a missing figure")
     a = ap.parse_args()
+    srv = None
+    if a.spawn:
+        srv, a.url = spawn(a.spawn)
+    try:
+        report = run(a)
+    finally:
+        if srv is not None:
+            srv.terminate()
+            srv.wait(timeout=30)
+    print(json.dumps(report))
+    if a.check:
+        bad = report["errors"] > 0 or report["completion_tokens"] <= 0
+        if a.stream:
+            bad = bad or report["ttft_ms"]["p50"] is None or report["itl_ms"]["p50"] is None
+        if bad:
+            sys.exit("loadgen check failed")
+
+
+def run(a):
     schema = None
     if a.json_schema:
         with open(a.json_schema) as f:
@@ -49,15 +160,18 @@ def main():
     if not a.model:
         with urllib.request.urlopen(a.url + "/v1/models", timeout=60) as r:
             a.model = json.load(r)["data"][0]["id"]
-    results = []
+    send = one_stream if a.stream else one
+    results, errors = [], []
     lock = threading.Lock()
+    words = a.prompt_words or [None]
 
     def worker(w):
         for i in range(a.requests):
+            k = w * a.requests + i
             body = {
                 "model": a.model,
-                "prompt": a.prompt,
-                "max_tokens": a.max_tokens,
+                "prompt": prompt_of(words[k % len(words)], a.prompt),
+                "max_tokens": a.max_tokens[k % len(a.max_tokens)],
                 "temperature": a.temperature,
                 "top_k": a.top_k,
                 "top_p": a.top_p,
@@ -67,9 +181,13 @@ def main():
             if schema is not None:
                 body["response_format"] = {"type": "json_schema",
                                            "json_schema": {"name": "load", "schema": schema}}
-            n, dt = one(a.url, body)
-            with lock:
-                results.append((n, dt))
+            try:
+                r = send(a.url, body)
+                with lock:
+                    results.append(r)
+            except Exception as e:  # counted and reported, the load goes on
+                with lock:
+                    errors.append(f"{type(e).__name__}: {e}")
 
     # One untimed request first (pipeline warm-up).
     one(a.url, {"model": a.model, "prompt": a.prompt, "max_tokens": 8})
@@ -80,17 +198,26 @@ def main():
     for t in ts:
         t.join()
     wall = time.time() - t0
-    toks = sum(n for n, _ in results)
-    per = sorted(n / dt for n, dt in results if dt > 0)
-    print(json.dumps({
+    toks = sum(n for n, _, _, _ in results)
+    per = sorted(n / dt for n, dt, _, _ in results if dt > 0)
+    ttft = [f for _, _, f, _ in results if f is not None]
+    itl = [g for _, _, _, gs in results for g in gs]
+    report = {
         "label": a.label, "concurrency": a.concurrency, "requests": len(results),
         "completion_tokens": toks, "wall_s": round(wall, 3),
         "aggregate_tok_s": round(toks / wall, 1),
         "median_request_tok_s": round(per[len(per) // 2], 1) if per else None,
+        "errors": len(errors), "error_samples": errors[:3],
+        "stream": a.stream,
+        "prompt_words": a.prompt_words, "max_tokens": a.max_tokens,
         "sampling": {"temperature": a.temperature, "top_k": a.top_k, "top_p": a.top_p,
                      "min_p": a.min_p},
         "json_schema": a.json_schema,
-    }))
+    }
+    if a.stream:
+        report["ttft_ms"] = {"p50": pct(ttft, 0.5), "p99": pct(ttft, 0.99)}
+        report["itl_ms"] = {"p50": pct(itl, 0.5), "p99": pct(itl, 0.99)}
+    return report
 
 
 if __name__ == "__main__":
