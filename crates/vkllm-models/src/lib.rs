@@ -5,6 +5,10 @@
 //! over the [`Backend`] ops. The CPU backend ([`CpuBackend`]) executes them with the `vkllm-cpu`
 //! reference ops and is checked against Hugging Face transformers goldens; the Vulkan backend
 //! runs the same graph on the GPU.
+//!
+//! Feature `test-support`: the test fixtures (`fixtures`: tiny random models of every family
+//! with their transformers goldens) and the model parity rows (`parity`), for tests and `cargo
+//! xtask parity`.
 
 mod any_model;
 pub mod backend;
@@ -13,12 +17,14 @@ pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod family;
+#[cfg(feature = "test-support")]
 pub mod fixtures;
 pub mod forward;
 pub mod gguf;
 mod gguf_hybrid;
 pub mod hybrid;
 mod kv_cache;
+#[cfg(feature = "test-support")]
 pub mod parity;
 pub mod perplexity;
 pub mod progress;
