@@ -1,7 +1,8 @@
 //! The batched GPU [`Generator`]: every active request is a slot of one Vulkan slot decoder, so
 //! one submit advances all of them several tokens (GPU sampling, logprobs and the advance on the
 //! device; see `vkllm_models::backend::vulkan::slots`). Prompts are prefilled into their slot
-//! one at a time between submits; the first token is sampled on the host by the same sampler.
+//! one at a time between submits; the first token is sampled after the prompt's forward, on the
+//! device unless a grammar or logprobs need the logits on the host (the same sampler either way).
 //! Gives the same tokens as [`crate::SimpleGenerator`] (tested in vkllm-models' gpu_slots).
 //!
 //! Dense models keep a slot-major KV cache; hybrid (Gated DeltaNet) and MoE models a
@@ -11,7 +12,8 @@
 
 use vkllm_models::hybrid::{HybridModel, HybridState, RecurrentMarks};
 use vkllm_models::{
-    KvCache, KvType, Logits, Model, SlotDecoderConfig, SlotDecoderId, SlotStart, VulkanBackend,
+    Backend, KvCache, KvType, Logits, Model, SlotDecoderConfig, SlotDecoderId, SlotStart,
+    VulkanBackend,
 };
 
 use crate::error::EngineError;
@@ -401,7 +403,26 @@ impl Generator for SlotGenerator {
         }
         let p = &pend.params;
         let mut constraint = p.grammar.as_ref().map(|g| g.start());
-        let first = pick_constrained(&logits, p, &[], 0, constraint.as_mut())?;
+        // The first token: drawn on the device from the logits the forward left there when
+        // nothing needs them on the host (no grammar, no logprobs), else here: the same draw.
+        let on_device = if constraint.is_none() && p.logprobs.is_none() {
+            let t = match &self.net {
+                Net::Dense { model, .. } => model.logits_tensor(),
+                Net::Hybrid { model, .. } => model.logits_tensor(),
+            };
+            self.b
+                .sample_token(t, self.vocab, &p.sampling, &[], SEQ_ID, 0)?
+        } else {
+            None
+        };
+        let first = match on_device {
+            Some(id) => TokenOut {
+                id,
+                logprob: None,
+                top: Vec::new(),
+            },
+            None => pick_constrained(&logits, p, &[], 0, constraint.as_mut())?,
+        };
         let mut counts = vec![0u32; self.vocab];
         counts[first.id as usize] += 1;
         self.b.slot_start(

@@ -61,6 +61,14 @@ impl VulkanBackend {
         }
         .row();
         s.cfg.write_host(0, bytemuck::bytes_of(&row))?;
+        // Empty counts are all zero (the CPU sampler's convention).
+        let zeros;
+        let counts = if counts.is_empty() {
+            zeros = vec![0u32; vocab];
+            &zeros[..]
+        } else {
+            counts
+        };
         if penalties {
             if counts.len() != vocab {
                 return Err(ModelError::Config {
