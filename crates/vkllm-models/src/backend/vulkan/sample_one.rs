@@ -61,9 +61,9 @@ impl VulkanBackend {
         }
         .row();
         s.cfg.write_host(0, bytemuck::bytes_of(&row))?;
-        // Empty counts are all zero (the CPU sampler's convention).
+        // Penalties read the counts; empty ones are all zero (the CPU sampler's convention).
         let zeros;
-        let counts = if counts.is_empty() {
+        let counts = if penalties && counts.is_empty() {
             zeros = vec![0u32; vocab];
             &zeros[..]
         } else {
