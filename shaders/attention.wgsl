@@ -11,7 +11,8 @@
 //          (n_chunks <= 2048).
 //
 // Shapes: q [n_q, n_heads, head_dim] f32; k, v [n_kv, n_kv_heads, head_dim] as u32 words (KV_DTYPE
-// 0: f32 bits, 1: f16 pairs); q_pos [n_q] u32; part_ml [n_q, n_heads, n_chunks, 2] f32; part_o
+// 0: f32 bits, 1: f16 pairs, 2 q8_0 / 3 q4_0 units as kv_quant.inc.wgsl lays them out, read in
+// place); q_pos [n_q] u32; part_ml [n_q, n_heads, n_chunks, 2] f32; part_o
 // [n_q, n_heads, n_chunks, head_dim] f32; out [n_q, n_heads, head_dim] f32. head_dim <= 256.
 // Slots: query i reads key j from row i * kv_stride + j % ring (kv_stride 0: all queries share one
 // cache; kv_stride = the per-slot rows: query i is slot i of a slot-major cache). ring: rows a
@@ -69,6 +70,9 @@ var<workgroup> qs: array<f32, 256>;
 var<workgroup> sc: array<f32, CHUNK>;
 
 fn load_k(e: u32) -> f32 {
+    if (KV_DTYPE >= 2u) {
+        return kvq_value(k[kvq_code_word(e)], k[kvq_scale_word(e)], e);
+    }
     if (KV_DTYPE == 0u) {
         return bitcast<f32>(k[e]);
     }
@@ -77,6 +81,9 @@ fn load_k(e: u32) -> f32 {
 }
 
 fn load_v(e: u32) -> f32 {
+    if (KV_DTYPE >= 2u) {
+        return kvq_value(v[kvq_code_word(e)], v[kvq_scale_word(e)], e);
+    }
     if (KV_DTYPE == 0u) {
         return bitcast<f32>(v[e]);
     }

@@ -1,7 +1,7 @@
 // Attention for prefill: causal, tiled, online softmax (FlashAttention-2 style).
 //
 // Shapes: q [n_q, n_heads, HD] f32; k, v [rows, n_kv_heads, HD] as u32 words (KV_DTYPE 0: f32
-// bits, 1: f16 pairs), the key at position j in row j % ring (ring >= n_kv: row = position; a
+// bits, 1: f16 pairs, 2 q8_0 / 3 q4_0 units as kv_quant.inc.wgsl lays them out), the key at position j in row j % ring (ring >= n_kv: row = position; a
 // sliding-window layer keeps a ring of its window plus the chunk, so the keys this chunk's queries
 // see are all still there); q_pos [n_q] u32 (query i sees keys j < n_kv with j <= q_pos[i], and
 // j > q_pos[i] - window when window > 0); out [n_q, n_heads, HD] f32. GQA: query head h reads kv head
@@ -14,6 +14,8 @@
 // element is loaded once per query tile instead of once per query.
 // Shared memory: Q tile BQ*HD + K/V tile BK*HD + scores BQ*BK + 3*BQ f32: 24.6 KiB at HD = 256
 // (BK 8), 17 KiB at HD = 128 (BK 16).
+//
+// #include kv_quant.inc.wgsl
 
 override HD: u32 = 128;
 override BK: u32 = 16;
@@ -48,6 +50,12 @@ var<workgroup> row_a: array<f32, BQ>;
 
 fn load_kv(is_v: bool, e: u32) -> f32 {
     var word: u32;
+    if (KV_DTYPE >= 2u) {
+        if (is_v) {
+            return kvq_value(v[kvq_code_word(e)], v[kvq_scale_word(e)], e);
+        }
+        return kvq_value(k[kvq_code_word(e)], k[kvq_scale_word(e)], e);
+    }
     if (KV_DTYPE == 0u) {
         if (is_v) {
             word = v[e];

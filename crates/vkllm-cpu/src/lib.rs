@@ -35,6 +35,7 @@ mod to_f16;
 pub mod compare;
 pub mod decode;
 pub mod kv;
+pub mod kv_quant;
 pub mod quant;
 pub mod sampler;
 

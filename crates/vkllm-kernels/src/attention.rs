@@ -134,6 +134,9 @@ impl AttnShape {
                 format!("head_dim {} must be even and <= 256", self.head_dim),
             ));
         }
+        self.kv
+            .check_width(self.n_kv_heads * self.head_dim, self.head_dim)
+            .map_err(|m| shape_err(k, m))?;
         if let Some(c) = self.softcap
             && !(c.is_finite() && c > 0.0)
         {
@@ -199,6 +202,18 @@ impl AttnShape {
     /// Rows of each cache.
     fn rows(&self) -> usize {
         self.n_kv.min(self.ring_rows())
+    }
+
+    /// The kernels that read only f32 and f16 caches (the cooperative-matrix prefill and the
+    /// one-dispatch decode forms) refuse quantized ones.
+    pub(crate) fn check_unquantized(&self, k: &'static KernelSpec) -> Result<(), Error> {
+        match self.kv.is_quantized() {
+            true => Err(shape_err(
+                k,
+                format!("reads f32 or f16 caches, not {}", self.kv.name()),
+            )),
+            false => Ok(()),
+        }
     }
 
     /// Keys a query can see at most: its window, clipped to the cache.

@@ -66,6 +66,7 @@ fn fused_params<B: KernelBuffer>(
     counters: &B,
 ) -> Result<AttnFusedParams, Error> {
     s.check(k)?;
+    s.check_unquantized(k)?;
     check_gqa(k, s, chunk)?;
     need(k, "counters", counters, counter_bytes(s))?;
     let d = decode_params(k, s, chunk, part_ml, part_o)?;

@@ -95,6 +95,7 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
     ) -> Result<Dispatch<B>, Error> {
         let k = &ATTN_PREFILL_COOP;
         s.check(k)?;
+        s.check_unquantized(k)?;
         if s.kv_stride != 0 {
             return Err(shape_err(
                 k,

@@ -172,7 +172,8 @@ impl CoopAttn2Tile {
     fn slots(&self, head_dim: usize, subgroup_size: u32, kv: KvType) -> usize {
         let per = match kv {
             KvType::F32 => 4,
-            KvType::F16 => 8,
+            // Quantized caches are refused before (check_unquantized).
+            KvType::F16 | KvType::Q8_0 | KvType::Q4_0 => 8,
         };
         (BK * head_dim / per).div_ceil(self.nsg as usize * subgroup_size as usize)
     }
@@ -229,6 +230,7 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
     ) -> Result<Dispatch<B>, Error> {
         let k = &ATTN_PREFILL_COOP2;
         s.check(k)?;
+        s.check_unquantized(k)?;
         if s.kv_stride != 0 {
             return Err(shape_err(
                 k,

@@ -1,4 +1,5 @@
-//! `shaders/kv_append.wgsl`: write new K and V rows into the cache (f32 or f16).
+//! `shaders/kv_append.wgsl`: write new K and V rows into the cache (f32, f16, or quantized on
+//! write: q8_0, q4_0).
 
 use crate::sources::KV_APPEND as SRC;
 use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
@@ -22,6 +23,9 @@ pub static KV_APPEND: KernelSpec = KernelSpec {
     exact_fp: false,
 };
 
+/// Values per unit of a quantized cache (two blocks of 32, see `shaders/kv_quant.inc.wgsl`).
+pub const KV_UNIT: usize = 64;
+
 /// Element type of a KV cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum KvType {
@@ -29,26 +33,72 @@ pub enum KvType {
     F32,
     /// Half the memory; keys and values are rounded to f16 (nearest even) when stored.
     F16,
+    /// 8-bit codes with one f16 scale per block of 32 values (34 bytes per 32 values, 53% of
+    /// f16); layout in `shaders/kv_quant.inc.wgsl`, reference in `vkllm_cpu::kv_quant`.
+    Q8_0,
+    /// 4-bit codes with one f16 scale per block of 32 values (18 bytes per 32 values).
+    Q4_0,
 }
 
 impl KvType {
+    /// Every type, in the order `--kv-type` lists them.
+    pub const ALL: [KvType; 4] = [KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0];
+
     /// The kernels' KV_DTYPE override value.
     pub fn code(self) -> f64 {
         match self {
             KvType::F32 => 0.0,
             KvType::F16 => 1.0,
+            KvType::Q8_0 => 2.0,
+            KvType::Q4_0 => 3.0,
         }
     }
 
-    /// Bytes of `n` elements (`n` even for f16).
-    pub fn bytes(self, n: u64) -> u64 {
-        n * self.bytes_per_value() as u64
+    /// Stored in blocks with scales (q8_0, q4_0).
+    pub fn is_quantized(self) -> bool {
+        matches!(self, KvType::Q8_0 | KvType::Q4_0)
     }
 
-    pub fn bytes_per_value(self) -> usize {
+    /// Bytes of `n` values: whole rows of a width [`KvType::check_width`] accepts.
+    pub fn bytes(self, n: u64) -> u64 {
         match self {
-            KvType::F32 => 4,
-            KvType::F16 => 2,
+            KvType::F32 => 4 * n,
+            KvType::F16 => 2 * n,
+            KvType::Q8_0 | KvType::Q4_0 => {
+                n.div_ceil(KV_UNIT as u64) * 4 * self.unit_words() as u64
+            }
+        }
+    }
+
+    /// u32 words of `n` values (as [`KvType::bytes`]).
+    pub fn words(self, n: u64) -> u64 {
+        self.bytes(n).div_ceil(4)
+    }
+
+    /// Words of one [`KV_UNIT`]-value unit of a quantized type: the codes and a word of two f16
+    /// scales (0 for f32 and f16).
+    pub fn unit_words(self) -> usize {
+        match self {
+            KvType::Q8_0 => 17,
+            KvType::Q4_0 => 9,
+            _ => 0,
+        }
+    }
+
+    /// Why rows of `kv_dim` values (heads of `head_dim`) cannot be stored as this type, if they
+    /// cannot: f16 pairs need an even width; quantized units a width that is a multiple of 64 and
+    /// heads a multiple of 32 (blocks never straddle heads).
+    pub fn check_width(self, kv_dim: usize, head_dim: usize) -> Result<(), String> {
+        match self {
+            KvType::F32 => Ok(()),
+            KvType::F16 if kv_dim.is_multiple_of(2) => Ok(()),
+            KvType::F16 => Err(format!("an f16 cache needs an even kv_dim, got {kv_dim}")),
+            _ if kv_dim.is_multiple_of(64) && head_dim.is_multiple_of(32) => Ok(()),
+            _ => Err(format!(
+                "a {} cache needs kv_dim a multiple of 64 and head_dim of 32, got {kv_dim} and \
+                 {head_dim}",
+                self.name()
+            )),
         }
     }
 
@@ -56,16 +106,14 @@ impl KvType {
         match self {
             KvType::F32 => "f32",
             KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
+            KvType::Q4_0 => "q4_0",
         }
     }
 
-    /// `f32` or `f16`.
+    /// `f32`, `f16`, `q8_0` or `q4_0`.
     pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "f32" => Some(KvType::F32),
-            "f16" => Some(KvType::F16),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|t| t.name() == s)
     }
 }
 
@@ -138,12 +186,8 @@ impl<B: KernelBuffer> KvAppend<B> {
                 format!("{n_tok} tokens overwrite each other in a ring of {ring} rows"),
             ));
         }
-        if dtype == KvType::F16 && !kv_dim.is_multiple_of(2) {
-            return Err(shape_err(
-                k,
-                format!("f16 cache needs an even kv_dim, got {kv_dim}"),
-            ));
-        }
+        // Units of 64 never straddle rows; the head split does not matter to the append.
+        dtype.check_width(kv_dim, 32).map_err(|m| shape_err(k, m))?;
         let src = 4 * (n_tok * kv_dim) as u64;
         need(k, "k_new", &self.k_new, src)?;
         need(k, "v_new", &self.v_new, src)?;
@@ -161,6 +205,7 @@ impl<B: KernelBuffer> KvAppend<B> {
         let words = match dtype {
             KvType::F32 => kv_dim,
             KvType::F16 => kv_dim / 2,
+            KvType::Q8_0 | KvType::Q4_0 => kv_dim / KV_UNIT,
         };
         let p = KvAppendParams {
             n_tok: to_u32(k, "n_tok", n_tok)?,

@@ -178,6 +178,15 @@ impl<B: KernelBuffer> RopeKvAppend<B> {
                 ),
             ));
         }
+        if s.kv.is_quantized() {
+            return Err(shape_err(
+                k,
+                format!(
+                    "writes f32 or f16 caches, not {} (rope into an f32 staging row, then kv_append)",
+                    s.kv.name()
+                ),
+            ));
+        }
         let q_len = 4 * (s.n_tok * s.n_heads * hd) as u64;
         let kv_dim = s.n_kv_heads * hd;
         let (qs, kvs) = s.tok_strides.unwrap_or((s.n_heads * hd, kv_dim));

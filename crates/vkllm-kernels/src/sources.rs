@@ -7,15 +7,20 @@ pub(crate) const ARGMAX: &str = include_str!("../shaders/argmax.wgsl");
 pub(crate) const ATTENTION: &str = concat!(
     include_str!("../shaders/attention.wgsl"),
     include_str!("../shaders/attention_gqa.inc.wgsl"),
-    include_str!("../shaders/reduce.inc.wgsl")
+    include_str!("../shaders/reduce.inc.wgsl"),
+    include_str!("../shaders/kv_quant.inc.wgsl")
 );
 pub(crate) const ATTENTION_FUSED: &str = concat!(
     include_str!("../shaders/attention_fused.wgsl"),
     include_str!("../shaders/attention_gqa.inc.wgsl"),
-    include_str!("../shaders/reduce.inc.wgsl")
+    include_str!("../shaders/reduce.inc.wgsl"),
+    include_str!("../shaders/kv_quant.inc.wgsl")
 );
 pub(crate) const CAUSAL_CONV1D: &str = include_str!("../shaders/causal_conv1d.wgsl");
-pub(crate) const ATTENTION_PREFILL: &str = include_str!("../shaders/attention_prefill.wgsl");
+pub(crate) const ATTENTION_PREFILL: &str = concat!(
+    include_str!("../shaders/attention_prefill.wgsl"),
+    include_str!("../shaders/kv_quant.inc.wgsl")
+);
 pub(crate) const ATTENTION_PREFILL_COOP: &str =
     include_str!("../shaders/attention_prefill_coop.wgsl");
 pub(crate) const ATTENTION_PREFILL_COOP2: &str =
@@ -36,7 +41,10 @@ pub(crate) const GATED_RMSNORM: &str = concat!(
     include_str!("../shaders/gated_rmsnorm.wgsl"),
     include_str!("../shaders/reduce.inc.wgsl")
 );
-pub(crate) const KV_APPEND: &str = include_str!("../shaders/kv_append.wgsl");
+pub(crate) const KV_APPEND: &str = concat!(
+    include_str!("../shaders/kv_append.wgsl"),
+    include_str!("../shaders/kv_quant.inc.wgsl")
+);
 pub(crate) const LOGPROBS: &str = include_str!("../shaders/logprobs.wgsl");
 pub(crate) const MAT_QUANT: &str = concat!(
     include_str!("../shaders/mat_quant.wgsl"),
@@ -114,6 +122,8 @@ mod tests {
         for (file, src) in [
             ("attention.wgsl", super::ATTENTION),
             ("attention_fused.wgsl", super::ATTENTION_FUSED),
+            ("attention_prefill.wgsl", super::ATTENTION_PREFILL),
+            ("kv_append.wgsl", super::KV_APPEND),
             ("dequant_f16.wgsl", super::DEQUANT_F16),
             ("mat_quant.wgsl", super::MAT_QUANT),
             ("matvec_fused.wgsl", super::MATVEC_FUSED),

@@ -118,6 +118,12 @@ impl Model {
         slots: usize,
         dtype: KvType,
     ) -> Result<KvCache, ModelError> {
+        dtype
+            .check_width(self.cfg.kv_dim(), self.cfg.head_dim)
+            .map_err(|msg| ModelError::Config {
+                field: "kv dtype".into(),
+                msg,
+            })?;
         let windows: Vec<Option<usize>> = self.cfg.layers.iter().map(|l| l.window).collect();
         KvCache::alloc(
             b,

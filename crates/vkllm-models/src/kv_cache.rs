@@ -146,7 +146,7 @@ impl KvCache {
             .iter()
             .map(|&w| {
                 let stride = align_rows(KvLayer::ring_for(w, capacity, chunk));
-                2 * (slots * stride * kv_dim * dtype.bytes_per_value()) as u64
+                2 * dtype.bytes((slots * stride * kv_dim) as u64)
             })
             .sum()
     }

@@ -407,6 +407,61 @@ fn f16_kv_matches_cpu() {
     }
 }
 
+/// Quantized KV caches: the batched GPU decode (staged RoPE, quantizing append, the grouped
+/// split reading blocks) gives the CPU reference's tokens when the CPU stores what the blocks
+/// read back.
+#[test]
+fn quantized_kv_matches_cpu() {
+    let dev = device();
+    for (family, kv) in [
+        ("qwen3", KvType::Q8_0),
+        ("gemma2", KvType::Q8_0),
+        ("qwen3", KvType::Q4_0),
+    ] {
+        let fx = Fixture::load(family).expect("fixture");
+        let mut b = VulkanBackend::new(dev.clone());
+        let model =
+            Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+        let mut cpu = CpuBackend::new();
+        let cpu_model =
+            Model::load(fx.config.clone(), &fx.weights, &mut cpu, DEFAULT_CHUNK).expect("load");
+        let reqs: Vec<Req> = (0..2)
+            .map(|i| Req {
+                prompt: prompts(&fx)[i].clone(),
+                params: SamplingParams::default(),
+                n: 16,
+                seq_id: i as u64,
+                logprobs: None,
+            })
+            .collect();
+        let got = batched(
+            &mut b,
+            &model,
+            &reqs,
+            3,
+            48,
+            kv,
+            &[
+                Event::Join {
+                    at: 0,
+                    slot: 2,
+                    req: 0,
+                },
+                Event::Join {
+                    at: 3,
+                    slot: 0,
+                    req: 1,
+                },
+            ],
+            4,
+        );
+        for (i, r) in reqs.iter().enumerate() {
+            let (want, _) = reference(&mut cpu, &cpu_model, r, 48, kv);
+            assert_eq!(got[i].0, want, "{family} {}: request {i} tokens", kv.name());
+        }
+    }
+}
+
 /// A slot that reaches the context capacity retires on the device: it yields exactly the
 /// tokens that fit and no more.
 #[test]

@@ -1,5 +1,6 @@
 //! Parity cases: RoPE and attention (decode split-K, prefill tiled).
 
+use vkllm_cpu::kv_quant::KvQuant;
 use vkllm_cpu::{AttnParams, Rope, RopeScaling, RopeStyle};
 use vkllm_kernels::attention::{AttnDecode, AttnPrefill, AttnShape};
 use vkllm_kernels::kv_append::KvType;
@@ -157,6 +158,17 @@ fn attn_data(cx: &Ctx<'_>, rng: &mut Rng, c: &AttnCase) -> Result<AttnData> {
                 vr,
             )
         }
+        // The CPU attends over what the cache holds: the blocks dequantized.
+        KvType::Q8_0 | KvType::Q4_0 => {
+            let f = KvQuant::from_name(c.kv.name()).expect("a quantized type");
+            let (kw, vw) = (f.quantize(&k), f.quantize(&v));
+            (
+                cx.input("k", &kw)?,
+                f.dequantize(&kw, kvn),
+                cx.input("v", &vw)?,
+                f.dequantize(&vw, kvn),
+            )
+        }
     };
     let positions: Vec<usize> = (0..c.n_q).map(|i| c.q_pos0 + i).collect();
     let pos32: Vec<u32> = positions.iter().map(|&p| p as u32).collect();
@@ -268,6 +280,15 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
             case(2, 333, 300, 14, 2, 64, Some(20.0), Some(100), KvType::F32),
             8,
         ),
+        // Quantized caches read in place: Llama-3.1-8B's grouping (4) and head_dim 128, a
+        // windowed q4_0 case with two queries, Qwen3-0.6B's heads at the smallest chunk.
+        (case(1, 700, 699, 32, 8, 128, None, None, KvType::Q8_0), 64),
+        (
+            case(2, 517, 400, 8, 2, 64, Some(30.0), Some(100), KvType::Q4_0),
+            16,
+        ),
+        (case(1, 145, 144, 16, 8, 128, None, None, KvType::Q4_0), 8),
+        (case(1, 300, 299, 14, 2, 64, None, None, KvType::Q8_0), 16),
     ];
     for (c, chunk) in cases {
         let d = attn_data(&cx, &mut rng, &c)?;
@@ -323,6 +344,9 @@ pub(crate) fn attention_prefill(dev: &Device, seed: u64) -> Result<Vec<KernelPar
         case(37, 50, 13, 4, 2, 64, Some(30.0), Some(8), KvType::F16),
         case(20, 20, 0, 2, 1, 256, None, None, KvType::F32),
         case(17, 17, 0, 3, 3, 80, None, Some(5), KvType::F32),
+        case(37, 50, 13, 4, 2, 64, Some(30.0), Some(8), KvType::Q8_0),
+        case(21, 40, 19, 8, 2, 128, None, None, KvType::Q4_0),
+        case(20, 20, 0, 2, 1, 256, None, None, KvType::Q8_0),
     ];
     for c in cases {
         let d = attn_data(&cx, &mut rng, &c)?;

@@ -21,6 +21,7 @@ mod basic;
 mod decode;
 mod dequant_f16;
 mod hybrid;
+mod kv_quant;
 mod mat;
 mod matmul_coop;
 mod matmul_coop_glu;
@@ -117,6 +118,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("softmax", basic::softmax),
     ("argmax", basic::argmax),
     ("kv_append", basic::kv_append),
+    ("kv_append_quant", kv_quant::kv_append_quant),
     ("matvec", mat::matvec),
     ("matmul", mat::matmul),
     ("matmul_coop", matmul_coop::matmul_coop),

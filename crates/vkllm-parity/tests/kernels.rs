@@ -69,6 +69,7 @@ parity_tests!(
     softmax,
     argmax,
     kv_append,
+    kv_append_quant,
     matvec,
     matmul,
     matmul_coop,

@@ -4,6 +4,7 @@
 //! clarity over speed: tensors are plain vectors in an arena indexed by handle.
 
 use vkllm_cpu as ops;
+use vkllm_cpu::kv_quant::KvQuant;
 use vkllm_cpu::{AttnParams, DeltaShape, Rope};
 
 use super::{Backend, Experts, HybridOps, KvRows, KvType, KvView, Linear, StateView, Tensor};
@@ -265,9 +266,12 @@ impl Backend for CpuBackend {
                 let Some(r) = *d else { continue };
                 let row = &mut c[r * width..(r + 1) * width];
                 row.copy_from_slice(&s[i * width..(i + 1) * width]);
+                // The cache keeps f32; it holds what a cache of kv.dtype would read back.
                 if kv.dtype == KvType::F16 {
                     row.iter_mut()
                         .for_each(|x| *x = half::f16::from_f32(*x).to_f32());
+                } else if let Some(q) = KvQuant::from_name(kv.dtype.name()) {
+                    q.round_trip(row);
                 }
             }
             self.put(cache, c);

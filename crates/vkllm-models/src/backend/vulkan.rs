@@ -68,6 +68,9 @@ pub struct VulkanBackend {
     /// The one-dispatch attention's per-(query, kv head) counters: zeroed when created, left
     /// zero by every dispatch; grown on demand.
     attn_counters: Option<Buffer>,
+    /// f32 K and V rows of the tokens being appended to a quantized cache (RoPE writes them,
+    /// kv_append quantizes them into the cache), grown on demand.
+    kv_stage: Option<(Buffer, Buffer)>,
     /// Each biased weight's bias tiled `n` times, so a bias add is one copy per linear.
     tiled_bias: Vec<(Tensor, usize, Buffer)>,
     /// Keep quantized weights in their blocks (the fast path) instead of f32.
@@ -123,6 +126,7 @@ impl VulkanBackend {
             ropes: Vec::new(),
             attn_parts: None,
             attn_counters: None,
+            kv_stage: None,
             tiled_bias: Vec::new(),
             quantized: true,
             capture_ctx: None,
@@ -252,7 +256,7 @@ impl VulkanBackend {
     ) -> Result<(BufSlice<'_>, BufSlice<'_>, usize), ModelError> {
         match kv.rows {
             KvRows::Slot(s) => {
-                let bytes = (kv.stride * width * kv.dtype.bytes_per_value()) as u64;
+                let bytes = kv.dtype.bytes((kv.stride * width) as u64);
                 let off = s as u64 * bytes;
                 Ok((
                     self.buf(kv.k).slice(off, bytes)?,
@@ -345,10 +349,10 @@ impl Backend for VulkanBackend {
     }
 
     fn alloc_kv(&mut self, len: usize, dtype: KvType) -> Result<Tensor, ModelError> {
-        let bytes = (len * dtype.bytes_per_value()).next_multiple_of(4).max(4);
+        let bytes = dtype.bytes(len as u64).next_multiple_of(4).max(4);
         let buf = self
             .dev
-            .create_buffer("kv cache", bytes as u64, MemoryKind::Device)?;
+            .create_buffer("kv cache", bytes, MemoryKind::Device)?;
         let t = self.push(Slot::Buf { buf, host: None });
         self.record(|me, r| Ok(r.fill(me.all(t), 0)?))?;
         Ok(t)
@@ -688,8 +692,9 @@ impl Backend for VulkanBackend {
         len: usize,
         dtype: KvType,
     ) -> Result<(), ModelError> {
-        // f16 caches pack two values per word (offsets and lengths of whole rows are even).
-        let words = |v: usize| v * dtype.bytes_per_value() / 4;
+        // f16 caches pack two values per word, quantized ones 64 per unit (offsets and lengths
+        // are whole rows, which are whole words and units).
+        let words = |v: usize| dtype.words(v as u64) as usize;
         self.copy(src, words(src_offset), dst, words(dst_offset), words(len))
     }
 

@@ -240,15 +240,12 @@ impl HybridModel {
         slots: usize,
         dtype: KvType,
     ) -> Result<HybridState, ModelError> {
-        if dtype == KvType::F16 && !self.cfg.kv_dim().is_multiple_of(2) {
-            return Err(ModelError::Config {
+        dtype
+            .check_width(self.cfg.kv_dim(), self.cfg.head_dim)
+            .map_err(|msg| ModelError::Config {
                 field: "kv dtype".into(),
-                msg: format!(
-                    "an f16 KV cache needs an even kv_dim, not {}",
-                    self.cfg.kv_dim()
-                ),
-            });
-        }
+                msg,
+            })?;
         if capacity == 0 || slots == 0 {
             return Err(ModelError::Config {
                 field: "hybrid state".into(),
@@ -263,7 +260,7 @@ impl HybridModel {
             hy.mixers.iter().filter(|&&m| m == Mixer::DeltaNet).count()
         });
         let need = (slots
-            * ((c.n_layers - delta_layers) * 2 * stride * w * dtype.bytes_per_value()
+            * ((c.n_layers - delta_layers) * 2 * dtype.bytes((stride * w) as u64) as usize
                 + 4 * delta_layers * (conv_len + delta_len))) as u64;
         // Leave room for the activations of a chunk and the driver (1/16 of the device), as
         // the dense KV cache does.

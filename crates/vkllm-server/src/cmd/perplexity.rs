@@ -43,7 +43,8 @@ pub struct Args {
     #[arg(long)]
     byte_tokens: bool,
 
-    /// KV cache element type: f32 or f16 (its effect on quality: docs/quantization.md).
+    /// KV cache element type: f32, f16, q8_0 or q4_0 (their effect on quality:
+    /// docs/quantization.md).
     #[arg(long, default_value = "f32", value_parser = super::common::parse_kv_type)]
     kv_type: KvType,
 }

@@ -157,8 +157,11 @@ impl VulkanBackend {
         p: &AttnParams,
         out: Tensor,
     ) -> Result<(), ModelError> {
-        // Split and merge in one dispatch when tuning `attn=fused` asks for it.
-        let one_pass = self.dev.tuning().attn == DecodeAttn::Fused && self.gqa_applies(p);
+        // Split and merge in one dispatch when tuning `attn=fused` asks for it (f32 and f16
+        // caches only).
+        let one_pass = self.dev.tuning().attn == DecodeAttn::Fused
+            && self.gqa_applies(p)
+            && !kv.dtype.is_quantized();
         let AttnPlan {
             shape,
             decode,
@@ -167,7 +170,9 @@ impl VulkanBackend {
         } = self.attn_plan(kv, n, positions, p, one_pass)?;
         let qw = n * p.n_heads * p.head_dim;
         let width = p.n_kv_heads * p.head_dim;
-        let coop_pos0 = if decode {
+        // The cooperative-matrix kernels read f32 and f16 caches; quantized ones take the tiled
+        // kernel, which reads the blocks in place.
+        let coop_pos0 = if decode || kv.dtype.is_quantized() {
             None
         } else {
             self.coop_prefill_pos0(positions, n, p.head_dim)
@@ -286,7 +291,14 @@ impl VulkanBackend {
         let n = a.n;
         let decode = n == 1 || kv.rows == KvRows::PerRow;
         let fold = match a.packed {
-            Some(t) if self.fold_attention && decode && self.gqa_applies(p) => Some(t),
+            Some(t)
+                if self.fold_attention
+                    && decode
+                    && self.gqa_applies(p)
+                    && !kv.dtype.is_quantized() =>
+            {
+                Some(t)
+            }
             _ => None,
         };
         let Some(packed) = fold else {

@@ -4,6 +4,7 @@
 //! kernel parity case against the composed CPU ops.
 
 use vkllm_cpu::RopeStyle;
+use vkllm_kernels::kv_append::{KvAppend, KvType};
 use vkllm_kernels::rope::RopeLayout;
 use vkllm_kernels::rope_kv_append::{
     HeadNorm, MAX_HEAD_DIM, RopeKvAppend, RopeKvAppendShape, RopeKvGrid,
@@ -121,6 +122,11 @@ impl VulkanBackend {
             tok_strides: None,
             grid: rope_kv_grid(self.dev.tuning(), n),
         };
+        // A quantized cache: RoPE writes f32 rows (token t in row t), kv_append quantizes them.
+        let quant = kv.dtype.is_quantized();
+        if quant {
+            self.kv_stage(4 * (n * width) as u64)?;
+        }
         self.record(|me, r| {
             let (kc, vc, stride) = me.kv_region(kv, width)?;
             let (qw, kw) = match a.norm {
@@ -158,13 +164,39 @@ impl VulkanBackend {
                 q_out: me.head(a.q_out, n * qd)?,
                 k_cache: kc,
                 v_cache: vc,
+            };
+            if !quant {
+                let d = d.dispatch(&RopeKvAppendShape {
+                    row_stride: stride,
+                    tok_strides: strides,
+                    ..shape
+                })?;
+                return Ok(r.dispatch(d)?);
+            }
+            let (sk, sv) = me.kv_stage.as_ref().expect("allocated above");
+            let (sk, sv) = (sk.all(), sv.all());
+            let staged = RopeKvAppend {
+                k_cache: sk,
+                v_cache: sv,
+                ..d
             }
             .dispatch(&RopeKvAppendShape {
-                row_stride: stride,
+                kv: KvType::F32,
+                row_stride: 1,
+                ring: 1,
                 tok_strides: strides,
                 ..shape
             })?;
-            Ok(r.dispatch(d)?)
+            r.dispatch(staged)?;
+            let append = KvAppend {
+                k_new: sk,
+                v_new: sv,
+                pos: me.head(a.positions, n)?,
+                k_cache: kc,
+                v_cache: vc,
+            }
+            .dispatch_ring(kv.dtype, n, width, kv.capacity, stride, kv.ring)?;
+            Ok(r.dispatch(append)?)
         })
     }
 

@@ -98,6 +98,28 @@ impl VulkanBackend {
         Ok(())
     }
 
+    /// At least `bytes` in each of the two KV staging buffers.
+    pub(super) fn kv_stage(&mut self, bytes: u64) -> Result<(), ModelError> {
+        if self
+            .kv_stage
+            .as_ref()
+            .is_some_and(|(k, v)| k.size() >= bytes && v.size() >= bytes)
+        {
+            return Ok(());
+        }
+        // Pending work may still use the old rows: keep them until the next flush.
+        if let Some((k, v)) = self.kv_stage.take() {
+            self.retired.extend([k, v]);
+        }
+        self.kv_stage = Some((
+            self.dev
+                .create_buffer("kv stage k", bytes, MemoryKind::Device)?,
+            self.dev
+                .create_buffer("kv stage v", bytes, MemoryKind::Device)?,
+        ));
+        Ok(())
+    }
+
     /// At least `bytes` of zeroed attention counters (a new buffer is zeroed on creation; the
     /// kernel leaves the counters zero after each dispatch, so a kept one stays zeroed).
     pub(super) fn attn_counters(&mut self, bytes: u64) -> Result<(), ModelError> {

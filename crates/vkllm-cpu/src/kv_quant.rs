@@ -1,0 +1,243 @@
+//! Quantized KV caches: the reference for `shaders/kv_quant.inc.wgsl` (the layout) and the
+//! quantize-on-write of `shaders/kv_append.wgsl`.
+//!
+//! Values go in units of [`UNIT`] = 64 (two blocks of 32, one f16 scale each). A unit is the code
+//! words (q8_0: 16, byte `i` of word `w` is value `4w + i` as an i8; q4_0: 8, nibble `i` of word
+//! `w` is value `8w + i` plus 8) followed by one word holding the two blocks' scales (an f16 pair,
+//! the first block in the low half). A value decodes to `scale * code`.
+//!
+//! Quantizing a block: q8_0 `scale = f16(amax * (1 / 127))`, `code = clamp(round(x / scale),
+//! -127, 127)` (ties to even); q4_0 `m` = the value of largest magnitude (the first on a tie),
+//! `scale = f16(m * -0.125)`, `code = clamp(floor(x / scale + 8.5), 0, 15)`. The codes are taken
+//! against the stored (f16) scale, so each is the nearest the stored block can represent. A zero
+//! scale gives code 0 (q4_0: 8, value 0).
+
+use half::f16;
+
+/// Values per unit.
+pub const UNIT: usize = 64;
+/// Values per block (one scale).
+pub const BLOCK: usize = 32;
+
+/// A quantized KV format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KvQuant {
+    Q8_0,
+    Q4_0,
+}
+
+impl KvQuant {
+    /// `q8_0` or `q4_0` (the names `--kv-type` takes); `None` for anything else.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "q8_0" => Some(KvQuant::Q8_0),
+            "q4_0" => Some(KvQuant::Q4_0),
+            _ => None,
+        }
+    }
+
+    /// Code words of a unit.
+    pub fn code_words(self) -> usize {
+        match self {
+            KvQuant::Q8_0 => 16,
+            KvQuant::Q4_0 => 8,
+        }
+    }
+
+    /// Words of a unit: the codes and the scale word.
+    pub fn unit_words(self) -> usize {
+        self.code_words() + 1
+    }
+
+    /// Values per code word.
+    pub fn per_word(self) -> usize {
+        UNIT / self.code_words()
+    }
+
+    fn bits(self) -> usize {
+        32 / self.per_word()
+    }
+
+    /// The stored scale of a block.
+    pub fn block_scale(self, block: &[f32]) -> f32 {
+        let m = block
+            .iter()
+            .fold(0.0f32, |m, &x| if x.abs() > m.abs() { x } else { m });
+        let d = match self {
+            KvQuant::Q8_0 => m.abs() * (1.0 / 127.0),
+            KvQuant::Q4_0 => m * -0.125,
+        };
+        f16::from_f32(d).to_f32()
+    }
+
+    /// The stored bits of `x`'s code in a block of scale `d`.
+    pub fn encode(self, x: f32, d: f32) -> u32 {
+        match self {
+            KvQuant::Q8_0 => {
+                let q = if d != 0.0 {
+                    (x / d).round_ties_even().clamp(-127.0, 127.0)
+                } else {
+                    0.0
+                };
+                (q as i32 as u32) & 0xff
+            }
+            KvQuant::Q4_0 => {
+                let q = if d != 0.0 {
+                    (x / d + 8.5).floor().clamp(0.0, 15.0)
+                } else {
+                    8.0
+                };
+                q as u32
+            }
+        }
+    }
+
+    /// The integer value of stored code bits (q8_0: the i8; q4_0: nibble - 8).
+    pub fn code_value(self, bits: u32) -> f32 {
+        match self {
+            KvQuant::Q8_0 => bits as u8 as i8 as f32,
+            KvQuant::Q4_0 => (bits & 0xf) as f32 - 8.0,
+        }
+    }
+
+    /// Words of `n` values (`n` a multiple of [`UNIT`]).
+    pub fn words(self, n: usize) -> usize {
+        n / UNIT * self.unit_words()
+    }
+
+    /// Quantizes `x` (a multiple of [`UNIT`] values) into units.
+    ///
+    /// # Panics
+    /// If `x.len()` is not a multiple of [`UNIT`].
+    pub fn quantize(self, x: &[f32]) -> Vec<u32> {
+        assert!(x.len().is_multiple_of(UNIT), "kv_quant: {} values", x.len());
+        let mut out = Vec::with_capacity(self.words(x.len()));
+        let per = self.per_word();
+        for unit in x.chunks_exact(UNIT) {
+            let d = [
+                self.block_scale(&unit[..BLOCK]),
+                self.block_scale(&unit[BLOCK..]),
+            ];
+            for w in unit.chunks_exact(per).enumerate() {
+                let (wi, vals) = w;
+                let word = vals.iter().enumerate().fold(0u32, |acc, (i, &v)| {
+                    let e = wi * per + i;
+                    acc | self.encode(v, d[e / BLOCK]) << (self.bits() * i)
+                });
+                out.push(word);
+            }
+            let lo = f16::from_f32(d[0]).to_bits() as u32;
+            let hi = f16::from_f32(d[1]).to_bits() as u32;
+            out.push(lo | hi << 16);
+        }
+        out
+    }
+
+    /// The scales and integer codes of `n` values stored in `words`: value `e` is `scales[e /
+    /// 32] * codes[e]`.
+    ///
+    /// # Panics
+    /// If `words` holds fewer than `n` values.
+    pub fn unpack(self, words: &[u32], n: usize) -> (Vec<f32>, Vec<f32>) {
+        assert!(
+            words.len() >= self.words(n),
+            "kv_quant: {} words",
+            words.len()
+        );
+        let (mut scales, mut codes) = (Vec::new(), Vec::with_capacity(n));
+        let (per, uw, bits) = (self.per_word(), self.unit_words(), self.bits());
+        for u in 0..n / UNIT {
+            let unit = &words[u * uw..(u + 1) * uw];
+            let sw = unit[self.code_words()];
+            scales.push(f16::from_bits(sw as u16).to_f32());
+            scales.push(f16::from_bits((sw >> 16) as u16).to_f32());
+            for e in 0..UNIT {
+                let b = (unit[e / per] >> (bits * (e % per))) & ((1 << bits) - 1);
+                codes.push(self.code_value(b));
+            }
+        }
+        (scales, codes)
+    }
+
+    /// The `n` values stored in `words`.
+    pub fn dequantize(self, words: &[u32], n: usize) -> Vec<f32> {
+        let (scales, codes) = self.unpack(words, n);
+        codes
+            .iter()
+            .enumerate()
+            .map(|(e, &c)| scales[e / BLOCK] * c)
+            .collect()
+    }
+
+    /// `x` replaced by what a cache of this format stores for it (the CPU backend's KV append).
+    pub fn round_trip(self, x: &mut [f32]) {
+        let w = self.quantize(x);
+        x.copy_from_slice(&self.dequantize(&w, x.len()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values() -> Vec<f32> {
+        (0..3 * UNIT)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.173)
+            .collect()
+    }
+
+    /// Every code is the nearest the stored scale represents: the round trip's error is at most
+    /// half a step (q4_0's extreme value exactly), and q8_0's largest magnitude is within 1/254.
+    #[test]
+    fn round_trip_error_is_half_a_step() {
+        let x = values();
+        for q in [KvQuant::Q8_0, KvQuant::Q4_0] {
+            let w = q.quantize(&x);
+            assert_eq!(w.len(), q.words(x.len()));
+            let (scales, _) = q.unpack(&w, x.len());
+            let y = q.dequantize(&w, x.len());
+            for (e, (a, b)) in x.iter().zip(&y).enumerate() {
+                let d = scales[e / BLOCK].abs();
+                // q4_0's codes reach 8 * d one way but only 7 * d the other: a value of the
+                // opposite sign near the block's largest magnitude is up to amax - 7 d away.
+                let amax = x[e / BLOCK * BLOCK..][..BLOCK]
+                    .iter()
+                    .fold(0.0f32, |m, v| m.max(v.abs()));
+                let room = match q {
+                    KvQuant::Q4_0 => (0.5 * d).max(amax - 7.0 * d),
+                    KvQuant::Q8_0 => 0.5 * d,
+                };
+                assert!(
+                    (a - b).abs() <= room * 1.0001,
+                    "{q:?} value {e}: {a} vs {b}"
+                );
+            }
+        }
+    }
+
+    /// Hand-made units: q8_0 of a block 0..32 has scale f16(31/127) and codes round(i / d);
+    /// q4_0 of a block with one -4.0 maps it to code 0 (value -8 * 0.5).
+    #[test]
+    fn known_blocks() {
+        let mut x = vec![0.0f32; UNIT];
+        for (i, v) in x.iter_mut().take(BLOCK).enumerate() {
+            *v = i as f32;
+        }
+        let w = KvQuant::Q8_0.quantize(&x);
+        let d = f16::from_f32(31.0 / 127.0).to_f32();
+        assert_eq!(w[16] & 0xffff, f16::from_f32(d).to_bits() as u32);
+        assert_eq!(w[16] >> 16, 0, "second block all zeros: scale 0");
+        assert_eq!(w[7] >> 24, 127, "value 31 is code 127");
+        assert_eq!((w[0] >> 8) & 0xff, (1.0 / d).round() as u32);
+        let mut y = vec![0.0f32; UNIT];
+        y[3] = -4.0;
+        y[4] = 1.0;
+        let w = KvQuant::Q4_0.quantize(&y);
+        assert_eq!(w.len(), 9);
+        assert_eq!((w[0] >> 12) & 0xf, 0, "-4 is code 0");
+        assert_eq!(f16::from_bits(w[8] as u16).to_f32(), 0.5);
+        assert_eq!(w[0] & 0xf, 8, "0 is code 8");
+        assert_eq!(w[0] >> 16 & 0xf, 10, "1.0 is code 10 (value 2 * 0.5)");
+        assert_eq!(KvQuant::Q4_0.dequantize(&w, UNIT)[3], -4.0);
+    }
+}

@@ -1,0 +1,111 @@
+//! Quantized KV caches (q8_0, q4_0) through whole models, dense, MoE and hybrid: the CPU backend
+//! stores what a quantized cache reads back (vkllm_cpu::kv_quant round trip), the GPU stores the
+//! blocks (quantized on append, read in place by prefill and decode attention). The GPU's logits
+//! differ from the CPU's by no more than quantization itself moves them (plus the f32 GPU-vs-CPU
+//! tolerance: the GPU's keys differ in the last f32 bits, so a value near a rounding boundary
+//! can take the neighbouring code), and their greedy tokens agree. A model whose heads do not
+//! split into blocks of 32 gets a typed error. Under the validation layer.
+
+mod common;
+
+use common::device;
+use vkllm_models::fixtures::Fixture;
+use vkllm_models::parity::{GPU_VS_CPU_MAX_ABS, argmax};
+use vkllm_models::{
+    AnyModel, Backend, CpuBackend, DEFAULT_CHUNK, KvType, Logits, ModelError, VulkanBackend,
+};
+
+/// Prefill logits (every position) and `n` greedy tokens after them.
+fn run<B: Backend>(
+    b: &mut B,
+    m: &AnyModel,
+    ids: &[u32],
+    kv: KvType,
+    n: usize,
+) -> (Vec<f32>, Vec<u32>) {
+    let st = m.new_state(b, ids.len() + n, kv).expect("state");
+    let logits = m.forward(b, &st, ids, 0, Logits::All).expect("prefill");
+    let vocab = m.cfg().vocab_size;
+    let mut toks = vec![argmax(&logits[logits.len() - vocab..])];
+    while toks.len() < n {
+        let pos = ids.len() + toks.len() - 1;
+        let l = m
+            .forward(b, &st, &[toks[toks.len() - 1]], pos, Logits::Last)
+            .expect("decode");
+        toks.push(argmax(&l));
+    }
+    (logits, toks)
+}
+
+fn load<B: Backend>(fx: &Fixture, b: &mut B) -> AnyModel {
+    AnyModel::load(
+        fx.config.clone(),
+        &fx.weights,
+        b,
+        DEFAULT_CHUNK,
+        &mut |_| {},
+    )
+    .expect("load")
+}
+
+#[test]
+fn quantized_kv_matches_the_cpu() {
+    let dev = device();
+    for family in ["qwen3", "gemma3", "qwen3_moe", "qwen3_5", "qwen3_next"] {
+        let fx = Fixture::load(family).expect("fixture");
+        let ids = fx
+            .prompt("long")
+            .or_else(|_| fx.prompt("short"))
+            .expect("prompt")
+            .ids;
+        let mut cpu = CpuBackend::new();
+        let cm = load(&fx, &mut cpu);
+        let (f32_logits, _) = run(&mut cpu, &cm, &ids, KvType::F32, 8);
+        let mut gpu = VulkanBackend::new(dev.clone());
+        let gm = load(&fx, &mut gpu);
+        for kv in [KvType::Q8_0, KvType::Q4_0] {
+            let (want, want_toks) = run(&mut cpu, &cm, &ids, kv, 8);
+            let rounding = vkllm_cpu::compare::diff(&want, &f32_logits);
+            let (got, got_toks) = run(&mut gpu, &gm, &ids, kv, 8);
+            let d = vkllm_cpu::compare::diff(&got, &want);
+            eprintln!(
+                "{family} {}: quantization moves the logits {:.3e}, gpu vs cpu {:.3e}",
+                kv.name(),
+                rounding.max_abs,
+                d.max_abs
+            );
+            assert!(
+                rounding.max_abs > 0.0,
+                "{family} {}: the cache did not quantize",
+                kv.name()
+            );
+            let tol = GPU_VS_CPU_MAX_ABS + rounding.max_abs;
+            assert!(
+                d.max_abs <= tol,
+                "{family} {}: logits max abs {} > {tol}",
+                kv.name(),
+                d.max_abs
+            );
+            assert_eq!(got_toks, want_toks, "{family} {}: greedy tokens", kv.name());
+        }
+    }
+}
+
+/// Heads of 16 values (the llama fixture) cannot hold blocks of 32: a typed error, on both
+/// backends.
+#[test]
+fn heads_that_do_not_split_into_blocks_are_refused() {
+    let fx = Fixture::load("llama").expect("fixture");
+    let mut cpu = CpuBackend::new();
+    let m = load(&fx, &mut cpu);
+    for kv in [KvType::Q8_0, KvType::Q4_0] {
+        match m.new_state(&mut cpu, 64, kv) {
+            Err(ModelError::Config { field, msg }) => {
+                assert_eq!(field, "kv dtype");
+                assert!(msg.contains(kv.name()) && msg.contains("32"), "{msg}");
+            }
+            Err(e) => panic!("{}: {e}", kv.name()),
+            Ok(_) => panic!("{}: a cache of 16-value heads was made", kv.name()),
+        }
+    }
+}

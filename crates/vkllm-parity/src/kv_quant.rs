@@ -1,0 +1,115 @@
+//! Parity of the quantized KV append (`kv_append.wgsl` with KV_DTYPE q8_0 / q4_0) against
+//! `vkllm_cpu::kv_quant`: the scales bit for bit, every code the reference's (where x / scale
+//! sits within 1e-4 of a rounding boundary the neighbouring code is accepted too: the shader
+//! divides with the GPU's precision), the words of rows nobody writes untouched.
+
+use vkllm_cpu::decode::IDLE;
+use vkllm_cpu::kv_quant::{BLOCK, KvQuant};
+use vkllm_kernels::kv_append::{KvAppend, KvType};
+
+use super::{Ctx, EXACT, KernelParityRow, Rng, row};
+use vkllm_vk::Device;
+use vkllm_vk::Result;
+
+/// The reference codes of `x`, with the GPU's code where the two are neighbours across a
+/// rounding boundary (x / scale within 1e-4 of it).
+fn want_codes(f: KvQuant, x: &[f32], scales: &[f32], got: &[f32]) -> Vec<f32> {
+    x.iter()
+        .enumerate()
+        .map(|(e, &v)| {
+            let d = scales[e / BLOCK];
+            let want = f.code_value(f.encode(v, d));
+            let r = if d != 0.0 { v / d } else { 0.0 };
+            // q8_0 rounds at .5; q4_0 (code - 8 = floor(r + 0.5)) too.
+            let near_tie = ((r - r.floor()) - 0.5).abs() < 1e-4;
+            if near_tie && (got[e] - want).abs() == 1.0 {
+                got[e]
+            } else {
+                want
+            }
+        })
+        .collect()
+}
+
+/// Slot-major appends into q8_0 and q4_0 caches: one idle slot, values with outliers (a block
+/// whose largest magnitude is negative, one all zero).
+pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let (slots, kv_dim, cap) = (4usize, 192usize, 9usize);
+    let mut pos: Vec<u32> = (0..slots).map(|_| rng.below(cap as u64) as u32).collect();
+    pos[1] = IDLE;
+    let mut rows = Vec::new();
+    for ty in [KvType::Q8_0, KvType::Q4_0] {
+        let f = KvQuant::from_name(ty.name()).expect("quantized");
+        let mut k_new = rng.vec(slots * kv_dim, -3.0, 3.0);
+        let v_new = rng.vec(slots * kv_dim, -1.0, 1.0);
+        k_new[5] = -40.0;
+        k_new[kv_dim + 64..kv_dim + 96].fill(0.0);
+        k_new[3 * kv_dim..3 * kv_dim + 32].fill(0.0);
+        // Poison: every cache word a NaN pattern, so a missed write shows.
+        let words = ty.words((slots * cap * kv_dim) as u64) as usize;
+        let init = vec![0x7fc0_7fc0u32; words];
+        let (kb, vb, pb) = (
+            cx.input("k", &k_new)?,
+            cx.input("v", &v_new)?,
+            cx.input("pos", &pos)?,
+        );
+        let (kc, vc) = (cx.input("k_cache", &init)?, cx.input("v_cache", &init)?);
+        cx.run(&[], |r| {
+            r.dispatch(
+                KvAppend {
+                    k_new: kb.all(),
+                    v_new: vb.all(),
+                    pos: pb.all(),
+                    k_cache: kc.all(),
+                    v_cache: vc.all(),
+                }
+                .dispatch_slots(ty, slots, kv_dim, cap, cap)?,
+            )
+        })?;
+        let row_words = f.words(kv_dim);
+        let shape = format!("{slots} slots x {cap} rows, kv_dim {kv_dim}, one idle");
+        for (name, src, cache) in [("K", &k_new, &kc), ("V", &v_new, &vc)] {
+            let got: Vec<u32> = dev.read_vec(cache, words)?;
+            let (mut gs, mut ws, mut gc, mut wc) = (vec![], vec![], vec![], vec![]);
+            let mut untouched_got = Vec::new();
+            for slot in 0..slots {
+                for r in 0..cap {
+                    let at = (slot * cap + r) * row_words;
+                    let stored = &got[at..at + row_words];
+                    if pos[slot] as usize != r {
+                        // Halves as numbers: NaN bits compare as values.
+                        untouched_got.extend(
+                            stored
+                                .iter()
+                                .flat_map(|w| [(w & 0xffff) as f32, (w >> 16) as f32]),
+                        );
+                        continue;
+                    }
+                    let x = &src[slot * kv_dim..(slot + 1) * kv_dim];
+                    let want = f.quantize(x);
+                    let (want_s, _) = f.unpack(&want, kv_dim);
+                    let (got_s, got_c) = f.unpack(stored, kv_dim);
+                    wc.extend(want_codes(f, x, &want_s, &got_c));
+                    gs.extend(got_s);
+                    ws.extend(want_s);
+                    gc.extend(got_c);
+                }
+            }
+            let want_untouched = vec![0x7fc0 as f32; untouched_got.len()];
+            let variant = |what: &str| format!("{} {name} {what}", ty.name());
+            rows.push(row("kv_append", variant("scales"), &shape, &gs, &ws, EXACT));
+            rows.push(row("kv_append", variant("codes"), &shape, &gc, &wc, EXACT));
+            rows.push(row(
+                "kv_append",
+                variant("untouched rows"),
+                &shape,
+                &untouched_got,
+                &want_untouched,
+                EXACT,
+            ));
+        }
+    }
+    Ok(rows)
+}

@@ -1,0 +1,91 @@
+// Quantized KV caches (the including file's override KV_DTYPE 2: q8_0, 3: q4_0): not a kernel on
+// its own. Values go in units of 64 (two blocks of 32, one f16 scale each), UW words per unit:
+// the codes (q8_0: 16 words, byte i of word w is value 4w + i as an i8; q4_0: 8 words, nibble i
+// of word w is value 8w + i plus 8), then one word with the two blocks' scales (f16 pair, the
+// first block in the low half). Value = scale * code (q4_0: scale * (nibble - 8)). A cache row of
+// kv_dim values (kv_dim a multiple of 64) is kv_dim / 64 units, so value e of the flat [rows,
+// kv_dim] array is in unit e / 64 whatever the row and head.
+// Quantizing a block (vkllm_cpu::kv_quant is the reference): q8_0 scale = f16(amax * (1 / 127)),
+// code = clamp(round(x / scale), -127, 127); q4_0 m = the value of largest magnitude (the first
+// on a tie), scale = f16(m * -0.125), code = clamp(floor(x / scale + 8.5), 0, 15). A zero scale
+// gives code 0 (q4_0: 8).
+
+// Code words of a unit.
+fn kvq_code_words() -> u32 {
+    return select(8u, 16u, KV_DTYPE == 2u);
+}
+
+// Words of a unit (codes and the scale word).
+fn kvq_unit_words() -> u32 {
+    return kvq_code_words() + 1u;
+}
+
+// Values per code word.
+fn kvq_per_word() -> u32 {
+    return select(8u, 4u, KV_DTYPE == 2u);
+}
+
+// The word holding value e's code, and the word holding its block's scale.
+fn kvq_code_word(e: u32) -> u32 {
+    return (e / 64u) * kvq_unit_words() + (e % 64u) / kvq_per_word();
+}
+
+fn kvq_scale_word(e: u32) -> u32 {
+    return (e / 64u) * kvq_unit_words() + kvq_code_words();
+}
+
+// Value e's scale from its scale word.
+fn kvq_scale(sw: u32, e: u32) -> f32 {
+    let s = unpack2x16float(sw);
+    return select(s.x, s.y, (e % 64u) >= 32u);
+}
+
+// Code i of a code word as a signed integer value (q4_0: nibble - 8).
+fn kvq_code(w: u32, i: u32) -> f32 {
+    if (KV_DTYPE == 2u) {
+        return f32(extractBits(bitcast<i32>(w), 8u * i, 8u));
+    }
+    return f32(extractBits(w, 4u * i, 4u)) - 8.0;
+}
+
+// Value e given its code word and scale word.
+fn kvq_value(cw: u32, sw: u32, e: u32) -> f32 {
+    return kvq_scale(sw, e) * kvq_code(cw, e % kvq_per_word());
+}
+
+// The f16-rounded scale of a block: q8_0 from its largest magnitude, q4_0 from its value of
+// largest magnitude (signed).
+fn kvq_block_scale(m: f32) -> f32 {
+    var d = m * -0.125;
+    if (KV_DTYPE == 2u) {
+        d = abs(m) * (1.0 / 127.0);
+    }
+    return kvq_half_to_f32(pack2x16float(vec2<f32>(d, 0.0)) & 0xffffu);
+}
+
+// f16 bits to f32 by hand (finite values): unpack2x16float(pack2x16float(d)) is folded to d by
+// some drivers, which would code values against the unrounded scale.
+fn kvq_half_to_f32(h: u32) -> f32 {
+    let e = (h >> 10u) & 0x1fu;
+    let m = h & 0x3ffu;
+    if (e == 0u) {
+        return select(1.0, -1.0, (h & 0x8000u) != 0u) * f32(m) * 5.9604645e-8;
+    }
+    return bitcast<f32>(((h & 0x8000u) << 16u) | ((e + 112u) << 23u) | (m << 13u));
+}
+
+// The code (as stored bits, not yet shifted into place) of x in a block of scale d.
+fn kvq_encode(x: f32, d: f32) -> u32 {
+    if (KV_DTYPE == 2u) {
+        var q = 0.0;
+        if (d != 0.0) {
+            q = clamp(round(x / d), -127.0, 127.0);
+        }
+        return bitcast<u32>(i32(q)) & 0xffu;
+    }
+    var q = 8.0;
+    if (d != 0.0) {
+        q = clamp(floor(x / d + 8.5), 0.0, 15.0);
+    }
+    return u32(q);
+}
