@@ -37,6 +37,7 @@ pub mod embedding;
 pub mod gated_delta_rule;
 pub mod gated_rmsnorm;
 pub mod kv_append;
+pub mod kv_to_f16;
 pub mod logprobs;
 pub mod mat_quant;
 pub mod matmul;
@@ -102,6 +103,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &to_f16::TO_F16,
         &dequant_f16::DEQUANT_F16,
         &kv_append::KV_APPEND,
+        &kv_to_f16::KV_TO_F16,
         &argmax::ARGMAX,
         &sample::SAMPLE_PREP,
         &sample::SAMPLE_SIEVE,

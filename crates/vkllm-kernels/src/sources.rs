@@ -45,6 +45,10 @@ pub(crate) const KV_APPEND: &str = concat!(
     include_str!("../shaders/kv_append.wgsl"),
     include_str!("../shaders/kv_quant.inc.wgsl")
 );
+pub(crate) const KV_TO_F16: &str = concat!(
+    include_str!("../shaders/kv_to_f16.wgsl"),
+    include_str!("../shaders/kv_quant.inc.wgsl")
+);
 pub(crate) const LOGPROBS: &str = include_str!("../shaders/logprobs.wgsl");
 pub(crate) const MAT_QUANT: &str = concat!(
     include_str!("../shaders/mat_quant.wgsl"),
@@ -124,6 +128,7 @@ mod tests {
             ("attention_fused.wgsl", super::ATTENTION_FUSED),
             ("attention_prefill.wgsl", super::ATTENTION_PREFILL),
             ("kv_append.wgsl", super::KV_APPEND),
+            ("kv_to_f16.wgsl", super::KV_TO_F16),
             ("dequant_f16.wgsl", super::DEQUANT_F16),
             ("mat_quant.wgsl", super::MAT_QUANT),
             ("matvec_fused.wgsl", super::MATVEC_FUSED),

@@ -109,3 +109,44 @@ fn heads_that_do_not_split_into_blocks_are_refused() {
         }
     }
 }
+
+/// The device as `vkllm run` opens it: where it has cooperative matrices, prefill attention
+/// reads an f16 copy of the quantized rows (kv_to_f16) with the coop kernels, whose projections
+/// also round activations to f16; elsewhere (lavapipe) the portable kernels read the blocks. The
+/// logits stay within gpu_coopmat.rs's bound of the CPU's (nmse <= 1e-4: f16 rounding, relative
+/// 2^-11, compounding through the layers; a wrong copy or tile gives nmse of order 1).
+#[test]
+fn quantized_kv_on_the_users_device() {
+    let opts = vkllm_vk::DeviceOptions {
+        choice: vkllm_vk::DeviceChoice::from_env(),
+        validation: match std::env::var("VKLLM_TEST_NO_VALIDATION") {
+            Ok(v) if v == "1" => vkllm_vk::Validation::Off,
+            _ => vkllm_vk::Validation::On,
+        },
+        tuning: vkllm_vk::tuning_from_env().unwrap_or_else(|e| panic!("VKLLM_TUNE: {e}")),
+        ..Default::default()
+    };
+    let dev = vkllm_vk::Device::new(&opts).expect("device");
+    eprintln!("cooperative matrices: {}", dev.coopmat());
+    for family in ["qwen3", "gemma3"] {
+        let fx = Fixture::load(family).expect("fixture");
+        let ids = fx.prompt("long").expect("prompt").ids;
+        let mut cpu = CpuBackend::new();
+        let cm = load(&fx, &mut cpu);
+        let mut gpu = VulkanBackend::new(dev.clone());
+        let gm = load(&fx, &mut gpu);
+        for kv in [KvType::Q8_0, KvType::Q4_0] {
+            let (want, _) = run(&mut cpu, &cm, &ids, kv, 2);
+            let (got, _) = run(&mut gpu, &gm, &ids, kv, 2);
+            let d = vkllm_cpu::compare::diff(&got, &want);
+            eprintln!("{family} {}: nmse {:.3e}", kv.name(), d.nmse);
+            assert!(
+                d.within(f64::INFINITY, 1e-4),
+                "{family} {}: nmse {:.3e} (non-finite {})",
+                kv.name(),
+                d.nmse,
+                d.non_finite
+            );
+        }
+    }
+}

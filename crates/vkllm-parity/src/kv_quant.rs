@@ -1,4 +1,4 @@
-//! Parity of the quantized KV append (`kv_append.wgsl` with KV_DTYPE q8_0 / q4_0) against
+//! Parity of the quantized KV kernels. The append (`kv_append.wgsl` with KV_DTYPE q8_0 / q4_0) against
 //! `vkllm_cpu::kv_quant`: the scales bit for bit, every code the reference's (where x / scale
 //! sits within 1e-4 of a rounding boundary the neighbouring code is accepted too: the shader
 //! divides with the GPU's precision), the words of rows nobody writes untouched.
@@ -6,8 +6,9 @@
 use vkllm_cpu::decode::IDLE;
 use vkllm_cpu::kv_quant::{BLOCK, KvQuant};
 use vkllm_kernels::kv_append::{KvAppend, KvType};
+use vkllm_kernels::kv_to_f16::KvToF16;
 
-use super::{Ctx, EXACT, KernelParityRow, Rng, row};
+use super::{Ctx, EXACT, KernelParityRow, Rng, row, to_f16};
 use vkllm_vk::Device;
 use vkllm_vk::Result;
 
@@ -107,6 +108,64 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                 &shape,
                 &untouched_got,
                 &want_untouched,
+                EXACT,
+            ));
+        }
+    }
+    Ok(rows)
+}
+
+/// f16 copies of quantized rows (`kv_to_f16.wgsl`): the reference dequantizes and rounds to f16
+/// (exact: scale * code is exact in f32, one rounding to f16); the output words past the copy
+/// keep their poison.
+pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let mut rows = Vec::new();
+    for (ty, n) in [(KvType::Q8_0, 5 * 64usize), (KvType::Q4_0, 7 * 64)] {
+        let f = KvQuant::from_name(ty.name()).expect("quantized");
+        let mut k = rng.vec(n, -3.0, 3.0);
+        k[7] = 90.0;
+        let v = rng.vec(n, -1.0, 1.0);
+        let (kw, vw) = (f.quantize(&k), f.quantize(&v));
+        let (kb, vb) = (cx.input("k", &kw)?, cx.input("v", &vw)?);
+        // Poison: f16 NaN pairs, and one word more than the copy needs.
+        let poison = vec![0x7e00_7e00u32; n / 2 + 1];
+        let (ko, vo) = (cx.input("k_out", &poison)?, cx.input("v_out", &poison)?);
+        cx.run(&[], |r| {
+            r.dispatch(
+                KvToF16 {
+                    k: kb.all(),
+                    v: vb.all(),
+                    k_out: ko.all(),
+                    v_out: vo.all(),
+                }
+                .dispatch(ty, n)?,
+            )
+        })?;
+        for (name, words, out) in [("K", &kw, &ko), ("V", &vw, &vo)] {
+            let (_, want) = to_f16(&f.dequantize(words, n));
+            let got: Vec<u16> = dev.read_vec(out, n + 2)?;
+            let got_v: Vec<f32> = got[..n]
+                .iter()
+                .map(|&h| half::f16::from_bits(h).to_f32())
+                .collect();
+            let shape = format!("{n} values");
+            rows.push(row(
+                "kv_to_f16",
+                format!("{} {name}", ty.name()),
+                &shape,
+                &got_v,
+                &want,
+                EXACT,
+            ));
+            let tail: Vec<f32> = got[n..].iter().map(|&h| h as f32).collect();
+            rows.push(row(
+                "kv_to_f16",
+                format!("{} {name} past the end", ty.name()),
+                shape,
+                &tail,
+                &[0x7e00 as f32; 2],
                 EXACT,
             ));
         }

@@ -119,6 +119,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("argmax", basic::argmax),
     ("kv_append", basic::kv_append),
     ("kv_append_quant", kv_quant::kv_append_quant),
+    ("kv_to_f16", kv_quant::kv_to_f16),
     ("matvec", mat::matvec),
     ("matmul", mat::matmul),
     ("matmul_coop", matmul_coop::matmul_coop),

@@ -70,6 +70,7 @@ parity_tests!(
     argmax,
     kv_append,
     kv_append_quant,
+    kv_to_f16,
     matvec,
     matmul,
     matmul_coop,

@@ -71,6 +71,8 @@ pub struct VulkanBackend {
     /// f32 K and V rows of the tokens being appended to a quantized cache (RoPE writes them,
     /// kv_append quantizes them into the cache), grown on demand.
     kv_stage: Option<(Buffer, Buffer)>,
+    /// f16 copies of a quantized cache's rows for the cooperative-matrix prefill attention.
+    kv_half: Option<(Buffer, Buffer)>,
     /// Each biased weight's bias tiled `n` times, so a bias add is one copy per linear.
     tiled_bias: Vec<(Tensor, usize, Buffer)>,
     /// Keep quantized weights in their blocks (the fast path) instead of f32.
@@ -127,6 +129,7 @@ impl VulkanBackend {
             attn_parts: None,
             attn_counters: None,
             kv_stage: None,
+            kv_half: None,
             tiled_bias: Vec::new(),
             quantized: true,
             capture_ctx: None,

@@ -11,6 +11,8 @@ use vkllm_kernels::attention::{
 };
 use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
 use vkllm_kernels::attention_prefill_coop2::CoopAttn2Scratch;
+use vkllm_kernels::kv_append::KvType;
+use vkllm_kernels::kv_to_f16::KvToF16;
 use vkllm_kernels::rope_kv_append::HeadNorm;
 use vkllm_kernels::to_f16::packed_bytes;
 use vkllm_vk::{BufSlice, DecodeAttn};
@@ -170,12 +172,27 @@ impl VulkanBackend {
         } = self.attn_plan(kv, n, positions, p, one_pass)?;
         let qw = n * p.n_heads * p.head_dim;
         let width = p.n_kv_heads * p.head_dim;
-        // The cooperative-matrix kernels read f32 and f16 caches; quantized ones take the tiled
-        // kernel, which reads the blocks in place.
-        let coop_pos0 = if decode || kv.dtype.is_quantized() {
+        let coop_pos0 = if decode {
             None
         } else {
             self.coop_prefill_pos0(positions, n, p.head_dim)
+        };
+        // The cooperative-matrix kernels read f32 and f16 caches: a quantized one's visible rows
+        // are copied to f16 first (the tiled kernel, tuning `attn_prefill=portable`, reads the
+        // blocks in place).
+        let half_values = match coop_pos0 {
+            Some(_) if kv.dtype.is_quantized() => Some(shape.n_kv.min(kv.ring) * width),
+            _ => None,
+        };
+        let shape = match half_values {
+            Some(values) => {
+                self.kv_half(packed_bytes(values))?;
+                AttnShape {
+                    kv: KvType::F16,
+                    ..shape
+                }
+            }
+            None => shape,
         };
         // The second coop kernel, its heavy tiles' keys split as tuning `attn_coop_split` asks.
         let coop2 = match coop_pos0 {
@@ -190,6 +207,21 @@ impl VulkanBackend {
         }
         self.record(|me, r| {
             let (ks, vs, _) = me.kv_region(kv, width)?;
+            let (ks, vs) = match half_values {
+                Some(values) => {
+                    let (hk, hv) = me.kv_half.as_ref().expect("allocated above");
+                    let (hk, hv) = (hk.all(), hv.all());
+                    let copy = KvToF16 {
+                        k: ks,
+                        v: vs,
+                        k_out: hk,
+                        v_out: hv,
+                    };
+                    r.dispatch(copy.dispatch(kv.dtype, values)?)?;
+                    (hk, hv)
+                }
+                None => (ks, vs),
+            };
             let (qs, ps, os) = (me.head(q, qw)?, me.head(positions, n)?, me.head(out, qw)?);
             if decode {
                 let (ml, o) = me.attn_parts.as_ref().expect("allocated by attn_plan");

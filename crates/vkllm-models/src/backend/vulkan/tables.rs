@@ -3,7 +3,7 @@
 //! choice of the cooperative-matrix prefill attention.
 
 use vkllm_cpu::Rope;
-use vkllm_vk::{MemoryKind, PrefillAttn};
+use vkllm_vk::{Buffer, MemoryKind, PrefillAttn};
 
 use super::{RopeTable, VulkanBackend};
 use crate::backend::Tensor;
@@ -98,24 +98,44 @@ impl VulkanBackend {
         Ok(())
     }
 
-    /// At least `bytes` in each of the two KV staging buffers.
+    /// At least `bytes` in each of the two f32 KV staging buffers (`kv_stage`).
     pub(super) fn kv_stage(&mut self, bytes: u64) -> Result<(), ModelError> {
-        if self
-            .kv_stage
+        let mut slot = self.kv_stage.take();
+        let r = self.grow_pair(&mut slot, bytes, "kv stage");
+        self.kv_stage = slot;
+        r
+    }
+
+    /// At least `bytes` in each of the two f16 copies of quantized K and V (`kv_half`).
+    pub(super) fn kv_half(&mut self, bytes: u64) -> Result<(), ModelError> {
+        let mut slot = self.kv_half.take();
+        let r = self.grow_pair(&mut slot, bytes, "kv f16 copy");
+        self.kv_half = slot;
+        r
+    }
+
+    /// Replaces a (K, V) scratch pair smaller than `bytes` by a new one.
+    fn grow_pair(
+        &mut self,
+        slot: &mut Option<(Buffer, Buffer)>,
+        bytes: u64,
+        label: &str,
+    ) -> Result<(), ModelError> {
+        if slot
             .as_ref()
             .is_some_and(|(k, v)| k.size() >= bytes && v.size() >= bytes)
         {
             return Ok(());
         }
         // Pending work may still use the old rows: keep them until the next flush.
-        if let Some((k, v)) = self.kv_stage.take() {
+        if let Some((k, v)) = slot.take() {
             self.retired.extend([k, v]);
         }
-        self.kv_stage = Some((
+        *slot = Some((
             self.dev
-                .create_buffer("kv stage k", bytes, MemoryKind::Device)?,
+                .create_buffer(&format!("{label} k"), bytes, MemoryKind::Device)?,
             self.dev
-                .create_buffer("kv stage v", bytes, MemoryKind::Device)?,
+                .create_buffer(&format!("{label} v"), bytes, MemoryKind::Device)?,
         ));
         Ok(())
     }

@@ -1,0 +1,62 @@
+//! `shaders/kv_to_f16.wgsl`: f16 copies of quantized K and V rows (q8_0, q4_0), for the
+//! cooperative-matrix prefill attention.
+
+use crate::kv_append::{KV_UNIT, KvType};
+use crate::sources::KV_TO_F16 as SRC;
+use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
+use crate::to_f16::packed_bytes;
+use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
+
+const WG: u32 = 256;
+
+pub static KV_TO_F16: KernelSpec = KernelSpec {
+    name: "kv_to_f16",
+    file: "kv_to_f16.wgsl",
+    entry: "main",
+    source: SRC,
+    bindings: &[rd("k"), rd("v"), rw("k_out"), rw("v_out")],
+    push_size: 4,
+    exact_fp: false,
+};
+
+/// `k_out`, `v_out` = the first `n` values of the quantized caches `k`, `v` as f16 pairs.
+pub struct KvToF16<B> {
+    pub k: B,
+    pub v: B,
+    pub k_out: B,
+    pub v_out: B,
+}
+
+impl<B: KernelBuffer> KvToF16<B> {
+    /// `n`: a multiple of 64 (whole rows of a quantized cache).
+    pub fn dispatch(self, dtype: KvType, n: usize) -> Result<Dispatch<B>, Error> {
+        let k = &KV_TO_F16;
+        if !dtype.is_quantized() {
+            return Err(shape_err(
+                k,
+                format!("a {} cache is not quantized", dtype.name()),
+            ));
+        }
+        if n == 0 || !n.is_multiple_of(KV_UNIT) {
+            return Err(shape_err(
+                k,
+                format!("{n} values: not whole units of {KV_UNIT}"),
+            ));
+        }
+        let src = dtype.bytes(n as u64);
+        need(k, "k", &self.k, src)?;
+        need(k, "v", &self.v, src)?;
+        need(k, "k_out", &self.k_out, packed_bytes(n))?;
+        need(k, "v_out", &self.v_out, packed_bytes(n))?;
+        let n32 = to_u32(k, "n", n)?;
+        Ok(Dispatch::new(
+            k,
+            Overrides::new()
+                .set("WG", WG as f64)
+                .set("KV_DTYPE", dtype.code()),
+            vec![self.k, self.v, self.k_out, self.v_out],
+            &n32,
+            grid_for(k, ((n / 2) as u64).div_ceil(WG as u64))?,
+        ))
+    }
+}
