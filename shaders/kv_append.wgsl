@@ -10,9 +10,13 @@
 // rows a slot keeps (>= max_tok for a full cache, where the row is the position; a sliding-window
 // layer keeps a ring of its window plus a prefill chunk and wraps). A position >= max_tok is
 // skipped: that is how an inactive slot (position 0xffffffff) writes nothing.
-// Workgroup: WG invocations (default 256), one cache word each (K and V; quantized: one unit of
-// 64 values each), 2-D grid.
-// Shared memory: none.
+// Workgroup (`main`, f32 and f16): WG invocations (default 256), one cache word each (K and V),
+// 2-D grid; shared memory none. `quant` (q8_0, q4_0): one workgroup of 64 invocations per unit
+// of 64 values (token t's unit u = workgroup t * kv_dim / 64 + u), one value each: the values go
+// to shared memory, four invocations find the blocks' scales (K's two, V's two; a sequential
+// scan, so the first of equal magnitudes wins as in the reference), each invocation codes its
+// value, the first code-words invocations pack the words. Shared memory: 2 x 64 f32 + 4 f32 +
+// 128 u32 (1.5 KiB).
 //
 // #include kv_quant.inc.wgsl
 
@@ -40,8 +44,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var words = p.kv_dim;
     if (KV_DTYPE == 1u) {
         words = p.kv_dim / 2u;
-    } else if (KV_DTYPE >= 2u) {
-        words = p.kv_dim / 64u;
     }
     let idx = (wid.y * nwg.x + wid.x) * WG + lid;
     if (idx >= p.n_tok * words) {
@@ -54,9 +56,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let dst = (t * p.row_stride + ps % p.ring) * words + j;
-    if (KV_DTYPE >= 2u) {
-        append_unit(t * p.kv_dim + 64u * j, dst);
-    } else if (KV_DTYPE == 0u) {
+    if (KV_DTYPE == 0u) {
         k_cache[dst] = bitcast<u32>(k_new[t * p.kv_dim + j]);
         v_cache[dst] = bitcast<u32>(v_new[t * p.kv_dim + j]);
     } else {
@@ -66,40 +66,63 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 }
 
-// Quantizes the 64 values at k_new[src..] and v_new[src..] into unit u of the caches.
-fn append_unit(src: u32, u: u32) {
-    let uw = kvq_unit_words();
+
+var<workgroup> qk: array<f32, 64>;
+var<workgroup> qv: array<f32, 64>;
+var<workgroup> qscale: array<f32, 4>;
+var<workgroup> qbits: array<u32, 128>;
+
+@compute @workgroup_size(64)
+fn quant(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) lid: u32) {
+    let units = p.kv_dim / 64u;
+    let g = wid.y * nwg.x + wid.x;
+    let t = g / units;
+    let j = g % units;
+    // Workgroup-uniform: the barriers below are reached by every invocation or none.
+    if (t >= p.n_tok) {
+        return;
+    }
+    let ps = pos[t];
+    if (ps >= p.max_tok) {
+        return;
+    }
+    let src = t * p.kv_dim + 64u * j;
+    let xk = k_new[src + lid];
+    let xv = v_new[src + lid];
+    qk[lid] = xk;
+    qv[lid] = xv;
+    workgroupBarrier();
+    if (lid < 4u) {
+        var m = 0.0;
+        for (var i = 0u; i < 32u; i++) {
+            let e = 32u * (lid % 2u) + i;
+            let x = select(qk[e], qv[e], lid >= 2u);
+            if (abs(x) > abs(m)) {
+                m = x;
+            }
+        }
+        qscale[lid] = kvq_block_scale(m);
+    }
+    workgroupBarrier();
     let per = kvq_per_word();
-    for (var which = 0u; which < 2u; which++) {
-        var d: array<f32, 2>;
-        for (var b = 0u; b < 2u; b++) {
-            var m = 0.0;
-            for (var i = 0u; i < 32u; i++) {
-                let x = select(v_new[src + 32u * b + i], k_new[src + 32u * b + i], which == 0u);
-                if (abs(x) > abs(m)) {
-                    m = x;
-                }
-            }
-            d[b] = kvq_block_scale(m);
+    let shift = (32u / per) * (lid % per);
+    qbits[lid] = kvq_encode(xk, qscale[lid / 32u]) << shift;
+    qbits[64u + lid] = kvq_encode(xv, qscale[2u + lid / 32u]) << shift;
+    workgroupBarrier();
+    let uw = kvq_unit_words();
+    let dst = ((t * p.row_stride + ps % p.ring) * units + j) * uw;
+    if (lid < kvq_code_words()) {
+        var wk = 0u;
+        var wv = 0u;
+        for (var i = 0u; i < per; i++) {
+            wk |= qbits[per * lid + i];
+            wv |= qbits[64u + per * lid + i];
         }
-        for (var w = 0u; w < kvq_code_words(); w++) {
-            var word = 0u;
-            for (var i = 0u; i < per; i++) {
-                let e = per * w + i;
-                let x = select(v_new[src + e], k_new[src + e], which == 0u);
-                word |= kvq_encode(x, d[e / 32u]) << ((32u / per) * i);
-            }
-            if (which == 0u) {
-                k_cache[u * uw + w] = word;
-            } else {
-                v_cache[u * uw + w] = word;
-            }
-        }
-        let sw = pack2x16float(vec2<f32>(d[0], d[1]));
-        if (which == 0u) {
-            k_cache[u * uw + kvq_code_words()] = sw;
-        } else {
-            v_cache[u * uw + kvq_code_words()] = sw;
-        }
+        k_cache[dst + lid] = wk;
+        v_cache[dst + lid] = wv;
+    } else if (lid == kvq_code_words()) {
+        k_cache[dst + lid] = pack2x16float(vec2<f32>(qscale[0], qscale[1]));
+        v_cache[dst + lid] = pack2x16float(vec2<f32>(qscale[2], qscale[3]));
     }
 }

@@ -23,6 +23,13 @@ pub static KV_APPEND: KernelSpec = KernelSpec {
     exact_fp: false,
 };
 
+/// The quantizing append (q8_0, q4_0): one workgroup of 64 per unit (`quant` entry point).
+pub static KV_APPEND_QUANT: KernelSpec = KernelSpec {
+    name: "kv_append_quant",
+    entry: "quant",
+    ..KV_APPEND
+};
+
 /// Values per unit of a quantized cache (two blocks of 32, see `shaders/kv_quant.inc.wgsl`).
 pub const KV_UNIT: usize = 64;
 
@@ -175,7 +182,10 @@ impl<B: KernelBuffer> KvAppend<B> {
         row_stride: usize,
         ring: usize,
     ) -> Result<Dispatch<B>, Error> {
-        let k = &KV_APPEND;
+        let k = match dtype.is_quantized() {
+            true => &KV_APPEND_QUANT,
+            false => &KV_APPEND,
+        };
         if ring == 0 {
             return Err(shape_err(k, "ring of 0 rows"));
         }
@@ -202,10 +212,11 @@ impl<B: KernelBuffer> KvAppend<B> {
         let cache = dtype.bytes((rows * kv_dim) as u64);
         need(k, "k_cache", &self.k_cache, cache)?;
         need(k, "v_cache", &self.v_cache, cache)?;
-        let words = match dtype {
-            KvType::F32 => kv_dim,
-            KvType::F16 => kv_dim / 2,
-            KvType::Q8_0 | KvType::Q4_0 => kv_dim / KV_UNIT,
+        // Workgroups: one per cache word batch of WG, or one per quantized unit.
+        let groups = match dtype {
+            KvType::F32 => ((n_tok * kv_dim) as u64).div_ceil(WG as u64),
+            KvType::F16 => ((n_tok * kv_dim / 2) as u64).div_ceil(WG as u64),
+            KvType::Q8_0 | KvType::Q4_0 => (n_tok * kv_dim / KV_UNIT) as u64,
         };
         let p = KvAppendParams {
             n_tok: to_u32(k, "n_tok", n_tok)?,
@@ -221,7 +232,7 @@ impl<B: KernelBuffer> KvAppend<B> {
                 .set("KV_DTYPE", dtype.code()),
             vec![self.k_new, self.v_new, self.pos, self.k_cache, self.v_cache],
             &p,
-            grid_for(k, ((n_tok * words) as u64).div_ceil(WG as u64))?,
+            grid_for(k, groups)?,
         ))
     }
 }

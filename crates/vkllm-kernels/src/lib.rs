@@ -103,6 +103,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &to_f16::TO_F16,
         &dequant_f16::DEQUANT_F16,
         &kv_append::KV_APPEND,
+        &kv_append::KV_APPEND_QUANT,
         &kv_to_f16::KV_TO_F16,
         &argmax::ARGMAX,
         &sample::SAMPLE_PREP,

@@ -112,9 +112,12 @@ fn heads_that_do_not_split_into_blocks_are_refused() {
 
 /// The device as `vkllm run` opens it: where it has cooperative matrices, prefill attention
 /// reads an f16 copy of the quantized rows (kv_to_f16) with the coop kernels, whose projections
-/// also round activations to f16; elsewhere (lavapipe) the portable kernels read the blocks. The
-/// logits stay within gpu_coopmat.rs's bound of the CPU's (nmse <= 1e-4: f16 rounding, relative
-/// 2^-11, compounding through the layers; a wrong copy or tile gives nmse of order 1).
+/// also round activations to f16; elsewhere (lavapipe) the portable kernels read the blocks.
+/// Tolerance: gpu_coopmat.rs's bound for f16 rounding (nmse 1e-4, compounding through the
+/// layers) plus what quantizing the cache itself moves the logits (nmse against the f32 cache on
+/// the CPU): the f16-rounded keys and values cross code boundaries the CPU's do not, each such
+/// value moving a whole step (the H200 measured qwen3 q4_0 at 1.9e-4). A wrong copy or tile gives
+/// nmse of order 1.
 #[test]
 fn quantized_kv_on_the_users_device() {
     let opts = vkllm_vk::DeviceOptions {
@@ -135,13 +138,20 @@ fn quantized_kv_on_the_users_device() {
         let cm = load(&fx, &mut cpu);
         let mut gpu = VulkanBackend::new(dev.clone());
         let gm = load(&fx, &mut gpu);
+        let (f32_logits, _) = run(&mut cpu, &cm, &ids, KvType::F32, 2);
         for kv in [KvType::Q8_0, KvType::Q4_0] {
             let (want, _) = run(&mut cpu, &cm, &ids, kv, 2);
+            let quantization = vkllm_cpu::compare::diff(&want, &f32_logits).nmse;
             let (got, _) = run(&mut gpu, &gm, &ids, kv, 2);
             let d = vkllm_cpu::compare::diff(&got, &want);
-            eprintln!("{family} {}: nmse {:.3e}", kv.name(), d.nmse);
+            let tol = 1e-4 + quantization;
+            eprintln!(
+                "{family} {}: nmse {:.3e} (quantization {quantization:.3e})",
+                kv.name(),
+                d.nmse
+            );
             assert!(
-                d.within(f64::INFINITY, 1e-4),
+                d.within(f64::INFINITY, tol),
                 "{family} {}: nmse {:.3e} (non-finite {})",
                 kv.name(),
                 d.nmse,

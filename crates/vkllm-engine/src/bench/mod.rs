@@ -609,10 +609,12 @@ fn run_net(
                 .sampling
                 .last()
                 .map_or_else(SamplingParams::default, |m| m.params());
-            // As many live rows as the largest `--batch` (the batched step is what it shows).
+            // As many live rows as the largest `--batch` (the batched step is what it shows),
+            // each at the deepest `--depth` (attention's cost grows with the keys it reads).
             let rows = o.batches.iter().copied().max().unwrap_or(1).max(1);
+            let at = o.max_depth() + prompt;
             for s in 0..rows {
-                let p = ids(prompt, vocab, 7 + s as u64);
+                let p = ids(at, vocab, 7 + s as u64);
                 let logits = net_tg.prefill(b, s, &p, 0)?;
                 let first = vkllm_cpu::sampler::sample(&logits, &greedy, &[], s as u64, 0);
                 b.slot_start(
@@ -620,7 +622,7 @@ fn run_net(
                     s,
                     &SlotStart {
                         token: first,
-                        pos: prompt,
+                        pos: at,
                         sampling: &greedy,
                         seq_id: s as u64,
                         step: 1,
