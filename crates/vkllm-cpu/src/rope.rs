@@ -15,6 +15,14 @@
 //!     `smooth = ((1 / wavelen) * f32(orig) - low_freq_factor) / f32(high - low)`;
 //!     `smoothed = ((1 - smooth) * llama) / factor + smooth * llama`;
 //!     result `smoothed` where `!(wavelen < high_wl) && !(wavelen > low_wl)`, else `llama`.
+//!   - `Yarn {..}` (`_compute_yarn_parameters`): the correction range in f64 (Python floats),
+//!     `dim_of(r) = rotary_dim * ln(orig / (r * 2 pi)) / (2 ln theta)`, `low = dim_of(beta_fast)`,
+//!     `high = dim_of(beta_slow)` (floored / ceiled when `truncate`), `low = max(low, 0)`,
+//!     `high = min(high, rotary_dim - 1)`, `high += 0.001` when equal; then per frequency, f32:
+//!     `ramp = clamp((i - f32(low)) / f32(high - low), 0, 1)`, `extra = 1 - ramp`,
+//!     `inv = (1 / (f32(factor) * p_i)) * (1 - extra) + (1 / p_i) * extra` with `p_i = theta^e_i`;
+//!     and every `cos` and `sin` multiplied by `f32(attention_factor)` (the config resolves it:
+//!     `0.1 ln(factor) + 1` by default).
 //!
 //! Rotation at position `pos`: `angle_i = (pos as f32) * inv_freq_i` (one f32 product, as the
 //! `inv_freq @ position_ids` outer product); `cos`/`sin` of that f32 angle correctly rounded to f32
@@ -56,6 +64,21 @@ pub enum RopeScaling {
         /// `original_max_position_embeddings`.
         original_max_position: usize,
     },
+    /// YaRN: frequencies ramped between extrapolation (high) and interpolation by `factor`
+    /// (low), `cos`/`sin` scaled by `attention_factor`.
+    Yarn {
+        /// Interpolation divisor of the low frequencies.
+        factor: f32,
+        /// The context the model was pretrained at (the correction range's `max_position`).
+        original_max_position: usize,
+        /// Rotations bounding the ramp (`beta_fast`, default 32; `beta_slow`, default 1).
+        beta_fast: f32,
+        beta_slow: f32,
+        /// Multiplies every `cos` and `sin` (the attention temperature).
+        attention_factor: f32,
+        /// Floor / ceil the correction range (transformers' `truncate`, default true).
+        truncate: bool,
+    },
 }
 
 /// A rotary embedding configuration; see the module docs for the exact arithmetic.
@@ -91,13 +114,14 @@ impl Rope {
     pub fn inv_freq(&self) -> Vec<f32> {
         let rot = self.rotary_dim;
         let base = f64::from(self.theta);
-        let mut inv: Vec<f32> = (0..rot / 2)
+        // p_i = theta^e_i (transformers' `pos_freqs`), inv_freq_i = 1 / p_i.
+        let pows: Vec<f32> = (0..rot / 2)
             .map(|i| {
                 let e = (2 * i) as f32 / rot as f32;
-                let p = base.powf(f64::from(e)) as f32;
-                1.0 / p
+                base.powf(f64::from(e)) as f32
             })
             .collect();
+        let mut inv: Vec<f32> = pows.iter().map(|p| 1.0 / p).collect();
         match self.scaling {
             RopeScaling::None => {}
             RopeScaling::Linear { factor } => {
@@ -127,13 +151,35 @@ impl Rope {
                     *v = if medium { smoothed } else { llama };
                 }
             }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position,
+                beta_fast,
+                beta_slow,
+                truncate,
+                ..
+            } => {
+                let betas = (beta_fast, beta_slow);
+                let range = yarn_range(self.theta, rot, original_max_position, betas, truncate);
+                yarn_inv_freq(&mut inv, &pows, factor, range);
+            }
         }
         inv
     }
 
-    /// `(cos, sin)` of the `rotary_dim / 2` angles at `pos`.
+    /// `(cos, sin)` of the `rotary_dim / 2` angles at `pos` (YaRN: times its attention factor).
     pub fn cos_sin(&self, pos: usize) -> (Vec<f32>, Vec<f32>) {
-        cos_sin_from(&self.inv_freq(), pos)
+        cos_sin_from(&self.inv_freq(), pos, self.attention_factor())
+    }
+
+    /// The factor YaRN multiplies `cos` and `sin` by (`None`: 1, no multiply).
+    fn attention_factor(&self) -> Option<f32> {
+        match self.scaling {
+            RopeScaling::Yarn {
+                attention_factor, ..
+            } => Some(attention_factor),
+            _ => None,
+        }
     }
 
     /// Rotates one token: `x` is `[n_heads, head_dim]`, rotated at position `pos`.
@@ -177,7 +223,7 @@ impl Rope {
         let inv = self.inv_freq();
         let half = self.rotary_dim / 2;
         for (tok, &pos) in x.chunks_exact_mut(n_heads * head_dim).zip(positions) {
-            let (cos, sin) = cos_sin_from(&inv, pos);
+            let (cos, sin) = cos_sin_from(&inv, pos, self.attention_factor());
             for head in tok.chunks_exact_mut(head_dim) {
                 for i in 0..half {
                     let (ia, ib) = match self.style {
@@ -193,14 +239,54 @@ impl Rope {
     }
 }
 
-fn cos_sin_from(inv: &[f32], pos: usize) -> (Vec<f32>, Vec<f32>) {
+fn cos_sin_from(inv: &[f32], pos: usize, scale: Option<f32>) -> (Vec<f32>, Vec<f32>) {
     let p = pos as f32;
     inv.iter()
         .map(|&f| {
             let angle = f64::from(p * f);
-            (angle.cos() as f32, angle.sin() as f32)
+            let (c, s) = (angle.cos() as f32, angle.sin() as f32);
+            match scale {
+                Some(a) => (c * a, s * a),
+                None => (c, s),
+            }
         })
         .unzip()
+}
+
+/// YaRN's correction range `(low, high)` (f64, as Python computes it).
+fn yarn_range(
+    theta: f32,
+    rotary_dim: usize,
+    orig: usize,
+    (beta_fast, beta_slow): (f32, f32),
+    truncate: bool,
+) -> (f64, f64) {
+    let dim = rotary_dim as f64;
+    let base = f64::from(theta);
+    let dim_of = |rotations: f64| {
+        dim * (orig as f64 / (rotations * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln())
+    };
+    let (mut low, mut high) = (dim_of(f64::from(beta_fast)), dim_of(f64::from(beta_slow)));
+    if truncate {
+        (low, high) = (low.floor(), high.ceil());
+    }
+    let (low, mut high) = (low.max(0.0), high.min(dim - 1.0));
+    if low == high {
+        high += 0.001;
+    }
+    (low, high)
+}
+
+/// YaRN's inverse frequencies from `pows` (`p_i` = theta^e_i) and the correction range.
+fn yarn_inv_freq(inv: &mut [f32], pows: &[f32], factor: f32, (low, high): (f64, f64)) {
+    let (low32, span) = (low as f32, (high - low) as f32);
+    for (i, (v, &p)) in inv.iter_mut().zip(pows).enumerate() {
+        let extrapolation = 1.0 / p;
+        let interpolation = 1.0 / (factor * p);
+        let ramp = ((i as f32 - low32) / span).clamp(0.0, 1.0);
+        let extra = 1.0 - ramp;
+        *v = interpolation * (1.0 - extra) + extrapolation * extra;
+    }
 }
 
 #[cfg(test)]
@@ -444,5 +530,73 @@ mod tests {
                 })
             );
         }
+    }
+
+    /// YaRN with theta 10000, 128 rotary dims, 4096 original positions, betas 32 / 1: by hand,
+    /// the correction range is [floor(128 ln(4096 / 64 pi) / 2 ln 10000), ceil(128 ln(4096 / 2
+    /// pi) / 2 ln 10000)] = [floor(20.95), ceil(45.03)] = [20, 46]; frequencies 0..=20 stay as
+    /// they are, 46.. are divided by the factor, the ones between mix the two (moving from one to
+    /// the other as i grows), and cos / sin carry the attention factor.
+    #[test]
+    fn yarn_ramps_between_extrapolation_and_interpolation() {
+        let plain = rope(10_000.0, 128, RopeStyle::NeoX);
+        let yarn = Rope {
+            scaling: RopeScaling::Yarn {
+                factor: 8.0,
+                original_max_position: 4096,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                attention_factor: 1.25,
+                truncate: true,
+            },
+            ..plain
+        };
+        let (p, y) = (plain.inv_freq(), yarn.inv_freq());
+        for i in 0..64 {
+            let interp = 1.0 / (8.0 * (1.0 / p[i]));
+            if i <= 20 {
+                assert_eq!(y[i], p[i], "frequency {i}: extrapolated");
+            } else if i >= 46 {
+                assert!(
+                    (y[i] - interp).abs() <= 1e-7 * interp,
+                    "frequency {i}: interpolated"
+                );
+            } else {
+                let w = (i as f32 - 20.0) / 26.0;
+                let mix = interp * w + p[i] * (1.0 - w);
+                assert!(
+                    (y[i] - mix).abs() <= 1e-6 * mix,
+                    "frequency {i}: {} vs {mix}",
+                    y[i]
+                );
+                assert!(
+                    y[i] < p[i] && y[i] > interp,
+                    "frequency {i} between the two"
+                );
+            }
+        }
+        let (c, s) = yarn.cos_sin(5000);
+        let (cp, sp) = cos_sin_from(&y, 5000, None);
+        for i in 0..64 {
+            assert_eq!((c[i], s[i]), (cp[i] * 1.25, sp[i] * 1.25));
+        }
+        // Without truncation the range is [20.95, 45.03]: frequency 21 mixes in a little.
+        let untruncated = Rope {
+            scaling: RopeScaling::Yarn {
+                factor: 8.0,
+                original_max_position: 4096,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                attention_factor: 1.0,
+                truncate: false,
+            },
+            ..plain
+        };
+        let u = untruncated.inv_freq();
+        assert_eq!(u[20], p[20]);
+        assert!(
+            u[21] < p[21] && u[21] > y[21],
+            "21 is barely past the untruncated start"
+        );
     }
 }

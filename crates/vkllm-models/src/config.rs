@@ -366,6 +366,7 @@ fn rope_for(
                     high_freq_factor: get_f64(s, "high_freq_factor")? as f32,
                     original_max_position: get_usize(s, "original_max_position_embeddings")?,
                 },
+                "yarn" => yarn(c, s)?,
                 other => {
                     return Err(cfg_err(
                         "rope_scaling",
@@ -398,6 +399,60 @@ fn check_count(key: &str, value: usize, max: usize) -> Result<(), ModelError> {
         return Err(cfg_err(key, &format!("{value}: expected 1 to {max}")));
     }
     Ok(())
+}
+
+/// YaRN as transformers' `_compute_yarn_parameters` reads it: with
+/// `original_max_position_embeddings` the factor is `max_position_embeddings` over it; the
+/// attention factor defaults to `mscale(factor)` (`0.1 ln(factor) + 1`, or the ratio of the
+/// `mscale` and `mscale_all_dim` forms when both are set). A GGUF's settings come as
+/// `yarn_original_context` (llama.cpp's `rope.scaling.original_context_length`, the factor as
+/// stored) and an explicit `attention_factor`.
+fn yarn(c: &Map<String, Value>, s: &Map<String, Value>) -> Result<RopeScaling, ModelError> {
+    let max_pos = opt_usize(c, "max_position_embeddings")?.unwrap_or(4096);
+    let (factor, orig) = match opt_usize(s, "original_max_position_embeddings")? {
+        Some(0) => {
+            return Err(cfg_err(
+                "rope_scaling",
+                "original_max_position_embeddings 0",
+            ));
+        }
+        Some(o) => (max_pos as f64 / o as f64, o),
+        None => (
+            get_f64(s, "factor")?,
+            opt_usize(s, "yarn_original_context")?.unwrap_or(max_pos),
+        ),
+    };
+    if !(factor.is_finite() && factor > 0.0) || orig == 0 {
+        return Err(cfg_err(
+            "rope_scaling",
+            &format!("yarn factor {factor} over {orig} positions"),
+        ));
+    }
+    let mscale = |scale: f64, m: f64| match scale <= 1.0 {
+        true => 1.0,
+        false => 0.1 * m * scale.ln() + 1.0,
+    };
+    let attention_factor = match opt_f64(s, "attention_factor")? {
+        Some(a) => a,
+        None => match (opt_f64(s, "mscale")?, opt_f64(s, "mscale_all_dim")?) {
+            (Some(m), Some(all)) if m != 0.0 && all != 0.0 => {
+                mscale(factor, m) / mscale(factor, all)
+            }
+            _ => mscale(factor, 1.0),
+        },
+    };
+    // transformers' `get("beta_fast") or 32`: a missing or zero value takes the default.
+    let beta = |key: &str, default: f64| -> Result<f32, ModelError> {
+        Ok(opt_f64(s, key)?.filter(|&b| b != 0.0).unwrap_or(default) as f32)
+    };
+    Ok(RopeScaling::Yarn {
+        factor: factor as f32,
+        original_max_position: orig,
+        beta_fast: beta("beta_fast", 32.0)?,
+        beta_slow: beta("beta_slow", 1.0)?,
+        attention_factor: attention_factor as f32,
+        truncate: s.get("truncate").and_then(Value::as_bool).unwrap_or(true),
+    })
 }
 
 fn cfg_err(field: &str, msg: &str) -> ModelError {

@@ -120,6 +120,47 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
                 json!({"rope_type": "linear", "factor": need("rope.scaling.factor")?}),
             );
         }
+        Some("yarn") => {
+            // llama.cpp's YaRN: the factor as stored over the original context (the training
+            // context when absent), cos/sin times mscale(factor) * yarn_attn_factor.
+            let f = |k: &str| num(k).and_then(|v| v.as_f64());
+            let factor =
+                f("rope.scaling.factor").ok_or_else(|| cfg_missing(&key("rope.scaling.factor")))?;
+            let ext = f("rope.scaling.yarn_ext_factor").unwrap_or(-1.0);
+            let log_mul = f("rope.scaling.yarn_log_multiplier").unwrap_or(0.0);
+            if !(ext < 0.0 || ext == 1.0) || log_mul != 0.0 {
+                return Err(ModelError::Config {
+                    field: key("rope.scaling"),
+                    msg: format!(
+                        "YaRN with ext_factor {ext} / log multiplier {log_mul} is not supported \
+                         (only the standard ramp)"
+                    ),
+                });
+            }
+            let mscale = if factor > 1.0 {
+                0.1 * factor.ln() + 1.0
+            } else {
+                1.0
+            };
+            let mut y = json!({
+                "rope_type": "yarn",
+                "factor": factor,
+                "attention_factor": mscale * f("rope.scaling.yarn_attn_factor").unwrap_or(1.0),
+            });
+            for (g, h) in [
+                (
+                    "rope.scaling.original_context_length",
+                    "yarn_original_context",
+                ),
+                ("rope.scaling.yarn_beta_fast", "beta_fast"),
+                ("rope.scaling.yarn_beta_slow", "beta_slow"),
+            ] {
+                if let Some(v) = num(g) {
+                    y[h] = v;
+                }
+            }
+            c.insert("rope_scaling".into(), y);
+        }
         Some(other) => {
             return Err(ModelError::Config {
                 field: key("rope.scaling.type"),

@@ -96,13 +96,142 @@ fn bad_configs_are_typed_errors() {
         ModelConfig::from_hf_json(bad_heads),
         Err(ModelError::Config { .. })
     ));
-    let yarn = r#"{"model_type": "qwen2", "vocab_size": 10, "hidden_size": 64, "intermediate_size": 8,
-      "num_hidden_layers": 1, "num_attention_heads": 4, "rope_scaling": {"type": "yarn", "factor": 4.0}}"#;
-    match ModelConfig::from_hf_json(yarn) {
+    let longrope = r#"{"model_type": "qwen2", "vocab_size": 10, "hidden_size": 64, "intermediate_size": 8,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "rope_scaling": {"type": "longrope", "factor": 4.0}}"#;
+    match ModelConfig::from_hf_json(longrope) {
         Err(ModelError::Config { field, msg }) => {
             assert_eq!(field, "rope_scaling");
-            assert!(msg.contains("yarn"));
+            assert!(msg.contains("longrope"));
         }
         other => panic!("expected a rope_scaling error, got {other:?}"),
+    }
+}
+
+/// YaRN read as transformers' `_compute_yarn_parameters` does: with
+/// `original_max_position_embeddings` the factor is max_position_embeddings over it (131072 /
+/// 32768 = 4), the attention factor 0.1 ln 4 + 1 unless given, betas 32 and 1 unless given (0
+/// counts as missing), `truncate` true unless false; `mscale` with `mscale_all_dim` gives their
+/// ratio; without an original size the factor is taken as written over max_position_embeddings.
+#[test]
+fn yarn_rope_scaling() {
+    let cfg = |max_pos: usize, scaling: &str| {
+        let json = format!(
+            r#"{{"model_type": "qwen2", "vocab_size": 10, "hidden_size": 64, "intermediate_size": 8,
+              "num_hidden_layers": 1, "num_attention_heads": 4, "max_position_embeddings": {max_pos},
+              "rope_theta": 1000000.0, "rope_scaling": {scaling}}}"#
+        );
+        ModelConfig::from_hf_json(&json).expect("config").layers[0]
+            .rope
+            .scaling
+    };
+    let qwen = cfg(
+        131072,
+        r#"{"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}"#,
+    );
+    assert_eq!(
+        qwen,
+        RopeScaling::Yarn {
+            factor: 4.0,
+            original_max_position: 32768,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attention_factor: (0.1 * 4f64.ln() + 1.0) as f32,
+            truncate: true,
+        }
+    );
+    let given = cfg(
+        8192,
+        r#"{"rope_type": "yarn", "factor": 2.0, "attention_factor": 0.5, "beta_fast": 0,
+            "beta_slow": 2.0, "truncate": false}"#,
+    );
+    assert_eq!(
+        given,
+        RopeScaling::Yarn {
+            factor: 2.0,
+            original_max_position: 8192,
+            beta_fast: 32.0,
+            beta_slow: 2.0,
+            attention_factor: 0.5,
+            truncate: false,
+        }
+    );
+    let ratio = cfg(
+        4096,
+        r#"{"rope_type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 0.5}"#,
+    );
+    let m = |k: f64| 0.1 * k * 40f64.ln() + 1.0;
+    match ratio {
+        RopeScaling::Yarn {
+            attention_factor, ..
+        } => assert_eq!(attention_factor, (m(1.0) / m(0.5)) as f32),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A GGUF's YaRN keys (llama.cpp's names) read as llama.cpp applies them: the factor as stored
+/// over `original_context_length`, the attention factor mscale(factor) times `yarn_attn_factor`;
+/// a non-standard ramp (`yarn_ext_factor` 0.5) or DeepSeek's log multiplier is a typed error.
+#[test]
+fn gguf_yarn_keys() {
+    use vkllm_gguf::writer::GgufWriter;
+    use vkllm_gguf::{GgmlType, GgufFile};
+    let file = |extra: &[(&str, f32)]| {
+        let mut w = GgufWriter::new();
+        w.add_metadata("general.architecture", "qwen2").unwrap();
+        for (k, v) in [
+            ("block_count", 1u32),
+            ("context_length", 32768),
+            ("embedding_length", 64),
+            ("feed_forward_length", 8),
+            ("attention.head_count", 4),
+            ("attention.head_count_kv", 4),
+            ("rope.scaling.original_context_length", 8192),
+        ] {
+            w.add_metadata(format!("qwen2.{k}"), v).unwrap();
+        }
+        w.add_metadata("qwen2.rope.freq_base", 1_000_000.0f32)
+            .unwrap();
+        w.add_metadata("qwen2.rope.scaling.type", "yarn").unwrap();
+        w.add_metadata("qwen2.rope.scaling.factor", 4.0f32).unwrap();
+        for (k, v) in extra {
+            w.add_metadata(format!("qwen2.rope.scaling.{k}"), *v)
+                .unwrap();
+        }
+        w.add_tensor(
+            "token_embd.weight",
+            GgmlType::F32,
+            &[64, 10],
+            vec![0u8; 4 * 640],
+        )
+        .unwrap();
+        w.add_tensor(
+            "blk.0.attn_norm.weight",
+            GgmlType::F32,
+            &[64],
+            vec![0u8; 4 * 64],
+        )
+        .unwrap();
+        GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+    };
+    let cfg =
+        vkllm_models::gguf::config_from_gguf(&file(&[("yarn_attn_factor", 0.5)])).expect("config");
+    assert_eq!(
+        cfg.layers[0].rope.scaling,
+        RopeScaling::Yarn {
+            factor: 4.0,
+            original_max_position: 8192,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attention_factor: ((0.1 * 4f64.ln() + 1.0) * 0.5) as f32,
+            truncate: true,
+        }
+    );
+    for bad in [("yarn_ext_factor", 0.5f32), ("yarn_log_multiplier", 0.1)] {
+        match vkllm_models::gguf::config_from_gguf(&file(&[bad])) {
+            Err(ModelError::Config { field, msg }) => {
+                assert_eq!(field, "qwen2.rope.scaling", "{msg}");
+            }
+            other => panic!("{bad:?}: {other:?}"),
+        }
     }
 }

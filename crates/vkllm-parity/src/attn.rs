@@ -21,6 +21,15 @@ pub(crate) fn rope(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
         high_freq_factor: 4.0,
         original_max_position: 8192,
     };
+    // Qwen2.5's published YaRN setting (factor 4 over 32k), at positions past 32k.
+    let yarn = RopeScaling::Yarn {
+        factor: 4.0,
+        original_max_position: 32768,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        attention_factor: 1.138_629_4,
+        truncate: true,
+    };
     for (style, rotary_dim, head_dim, scaling, label) in [
         (
             RopeStyle::Interleaved,
@@ -29,7 +38,13 @@ pub(crate) fn rope(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
             RopeScaling::None,
             "interleaved",
         ),
-        (RopeStyle::NeoX, 128, 128, llama3, "neox llama3"),
+        (
+            RopeStyle::NeoX,
+            128,
+            128,
+            llama3,
+            "neox llama3, positions 32768..",
+        ),
         (
             RopeStyle::NeoX,
             32,
@@ -44,6 +59,13 @@ pub(crate) fn rope(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
             RopeScaling::Linear { factor: 4.0 },
             "interleaved partial linear",
         ),
+        (
+            RopeStyle::NeoX,
+            128,
+            128,
+            yarn,
+            "neox yarn, positions 32768..",
+        ),
     ] {
         let cfg = Rope {
             theta: 10000.0,
@@ -51,10 +73,14 @@ pub(crate) fn rope(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
             style,
             scaling,
         };
-        let (n_tok, n_heads, max_pos) = (9usize, 3usize, 5000usize);
+        let (n_tok, n_heads) = (9usize, 3usize);
+        let (first, max_pos) = match scaling {
+            RopeScaling::Yarn { .. } | RopeScaling::Llama3 { .. } => (32768usize, 40000usize),
+            _ => (0, 5000),
+        };
         let x = rng.vec(n_tok * n_heads * head_dim, -2.0, 2.0);
         let pos: Vec<u32> = (0..n_tok)
-            .map(|_| rng.below(max_pos as u64) as u32)
+            .map(|_| (first as u64 + rng.below((max_pos - first) as u64)) as u32)
             .collect();
         // The table holds exactly the CPU op's (cos, sin) per position.
         let mut table = Vec::with_capacity(max_pos * rotary_dim);
@@ -94,7 +120,7 @@ pub(crate) fn rope(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
         let positions: Vec<usize> = pos.iter().map(|&p| p as usize).collect();
         cfg.apply_rows(&mut want, n_tok, n_heads, head_dim, &positions);
         // Same table, same products: only a fused multiply-add the driver may form differs
-        // (<= 1 ulp of |x| <= 2.83).
+        // (<= 1 ulp of |x| <= 2.83, YaRN's attention factor 1.14 makes it 3.2).
         let tol = Tol {
             max_abs: 1e-6,
             nmse: 1e-12,
