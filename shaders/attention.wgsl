@@ -31,6 +31,9 @@
 override WG: u32 = 128;
 override CHUNK: u32 = 256;
 override KV_DTYPE: u32 = 0;
+// 1: the cache's K units are stored rotated (kv_quant.inc.wgsl): the query's 64-value segments
+// are rotated alike when staged (head_dim a multiple of 64).
+override KV_ROT_K: u32 = 0;
 
 struct Params {
     n_q: u32,
@@ -64,6 +67,41 @@ fn gqa_stage(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: 
         qg[e] = q[qbase + e];
     }
     workgroupBarrier();
+    if (KV_ROT_K == 1u) {
+        // Each element of the group's queries (at most 2048, so 32 per invocation when WG >=
+        // 64): the rotated value of its segment, written back once all are read.
+        var rq: array<f32, 32>;
+        for (var t = 0u; t < 32u; t++) {
+            let e = lid + t * WG;
+            rq[t] = 0.0;
+            if (e < g_n * p.head_dim) {
+                rq[t] = rotated_q(e, 0u);
+            }
+        }
+        workgroupBarrier();
+        for (var t = 0u; t < 32u; t++) {
+            let e = lid + t * WG;
+            if (e < g_n * p.head_dim) {
+                qg[e] = rq[t];
+            }
+        }
+        workgroupBarrier();
+    }
+}
+
+// Element e of the staged queries (qg from `base`) rotated as its 64-value segment:
+// (1/8) sum_j H_ij D_jj q_j with i = e % 64.
+fn rotated_q(e: u32, which: u32) -> f32 {
+    let s = e - e % 64u;
+    var r = 0.0;
+    for (var j = 0u; j < 64u; j++) {
+        var x = qg[s + j];
+        if (which == 1u) {
+            x = qs[s + j];
+        }
+        r += kvq_hadamard(e % 64u, j) * (x * kvq_sign(j));
+    }
+    return r * 0.125;
 }
 
 var<workgroup> qs: array<f32, 256>;
@@ -128,6 +166,24 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
         qs[d] = q[(i * p.n_heads + h) * hd + d];
     }
     workgroupBarrier();
+    if (KV_ROT_K == 1u) {
+        var rq: array<f32, 4>;
+        for (var t = 0u; t < 4u; t++) {
+            let d = lid + t * WG;
+            rq[t] = 0.0;
+            if (d < hd) {
+                rq[t] = rotated_q(d, 1u);
+            }
+        }
+        workgroupBarrier();
+        for (var t = 0u; t < 4u; t++) {
+            let d = lid + t * WG;
+            if (d < hd) {
+                qs[d] = rq[t];
+            }
+        }
+        workgroupBarrier();
+    }
     let neg_inf = bitcast<f32>(0xff800000u);
     var m_local = neg_inf;
     for (var j = j0 + lid; j < j1; j += WG) {

@@ -20,6 +20,9 @@
 override HD: u32 = 128;
 override BK: u32 = 16;
 override KV_DTYPE: u32 = 0;
+// 1: K units stored rotated (kv_quant.inc.wgsl): the Q tile's 64-value segments are rotated
+// alike (HD a multiple of 64).
+override KV_ROT_K: u32 = 0;
 const BQ: u32 = 16u;
 const WG: u32 = 128u;
 
@@ -111,6 +114,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             val = q[((q0 + r) * p.n_heads + h) * HD + idx % HD];
         }
         qs[idx] = val;
+    }
+    if (KV_ROT_K == 1u) {
+        // BQ * HD <= 4096 elements, 32 per invocation.
+        workgroupBarrier();
+        var rq: array<f32, 32>;
+        for (var t = 0u; t < 32u; t++) {
+            let idx = lid + t * WG;
+            rq[t] = 0.0;
+            if (idx < BQ * HD) {
+                let s = idx - idx % 64u;
+                var r = 0.0;
+                for (var jj = 0u; jj < 64u; jj++) {
+                    r += kvq_hadamard(idx % 64u, jj) * (qs[s + jj] * kvq_sign(jj));
+                }
+                rq[t] = r * 0.125;
+            }
+        }
+        workgroupBarrier();
+        for (var t = 0u; t < 32u; t++) {
+            let idx = lid + t * WG;
+            if (idx < BQ * HD) {
+                qs[idx] = rq[t];
+            }
+        }
     }
     if (lid < BQ) {
         // A finite floor instead of -inf keeps exp(m_old - m_new) finite for rows that have seen

@@ -22,6 +22,8 @@
 
 override WG: u32 = 256;
 override KV_DTYPE: u32 = 0;
+// 1: K units are stored rotated (kv_quant.inc.wgsl), q8_0 only.
+override KV_ROT_K: u32 = 0;
 
 struct Params {
     n_tok: u32,
@@ -88,10 +90,22 @@ fn quant(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
         return;
     }
     let src = t * p.kv_dim + 64u * j;
-    let xk = k_new[src + lid];
+    var xk = k_new[src + lid];
     let xv = v_new[src + lid];
     qk[lid] = xk;
     qv[lid] = xv;
+    if (KV_ROT_K == 1u) {
+        // y_i = (1/8) sum_j H_ij D_jj x_j.
+        qk[lid] = xk * kvq_sign(lid);
+        workgroupBarrier();
+        var r = 0.0;
+        for (var jj = 0u; jj < 64u; jj++) {
+            r += kvq_hadamard(lid, jj) * qk[jj];
+        }
+        xk = r * 0.125;
+        workgroupBarrier();
+        qk[lid] = xk;
+    }
     workgroupBarrier();
     if (lid < 4u) {
         var m = 0.0;

@@ -89,3 +89,24 @@ fn kvq_encode(x: f32, d: f32) -> u32 {
     }
     return u32(q);
 }
+
+// K rotation (q8_0 caches whose heads are whole units; the including file's override KV_ROT_K =
+// 1): each 64-value unit of K is stored as y = R x, R = H D / 8 with H the 64 x 64 Walsh-Hadamard
+// matrix (H_ij = (-1)^popcount(i & j)) and D the fixed signs below, so the unit's large channels
+// are spread over all its values before the blocks take their scales. R is orthogonal, so q . k =
+// (R q) . (R k): attention rotates each 64-value segment of the query alike and reads the blocks
+// as they are; the f16 copy for the cooperative-matrix prefill applies R^T = D H / 8. Sums run
+// over j = 0..63 in order (each term exact), as vkllm_cpu::kv_quant does.
+const KVQ_SIGNS_LO: u32 = 0x4db26d92u;
+const KVQ_SIGNS_HI: u32 = 0xc93649b6u;
+
+// D_jj.
+fn kvq_sign(j: u32) -> f32 {
+    let bits = select(KVQ_SIGNS_HI, KVQ_SIGNS_LO, j < 32u);
+    return select(1.0, -1.0, ((bits >> (j % 32u)) & 1u) == 1u);
+}
+
+// H_ij.
+fn kvq_hadamard(i: u32, j: u32) -> f32 {
+    return select(1.0, -1.0, (countOneBits(i & j) & 1u) == 1u);
+}

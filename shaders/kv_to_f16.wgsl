@@ -5,13 +5,14 @@
 // out (n a multiple of 64); k_out, v_out [n / 2] u32, value 2i in the low half of word i.
 // Arithmetic: scale * code in f32 (exact: an f16 scale times an integer of at most 8 bits), then
 // rounded to f16 by pack2x16float (nearest even; the reference is vkllm_cpu::kv_quant + f16).
-// Workgroup: WG invocations, one output word of K and of V each; 2-D grid (word = (wid.y *
-// num_workgroups.x + wid.x) * WG + lid). Shared memory: none. Memory bound.
+// Workgroup: 64 invocations per unit of 64 values (2-D grid: unit = wid.y * num_workgroups.x +
+// wid.x), one value of K and of V each, through shared memory (2 x 64 f32); with KV_ROT_K = 1
+// the K unit is rotated back, x_j = D_jj (1/8) sum_i H_ji y_i (kv_quant.inc.wgsl). Memory bound.
 //
 // #include kv_quant.inc.wgsl
 
-override WG: u32 = 256;
 override KV_DTYPE: u32 = 2;
+override KV_ROT_K: u32 = 0;
 
 struct Params {
     n: u32,
@@ -23,19 +24,32 @@ var<immediate> p: Params;
 @group(0) @binding(2) var<storage, read_write> k_out: array<u32>;
 @group(0) @binding(3) var<storage, read_write> v_out: array<u32>;
 
-@compute @workgroup_size(WG)
+var<workgroup> kx: array<f32, 64>;
+var<workgroup> vx: array<f32, 64>;
+
+@compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.y * nwg.x + wid.x) * WG + lid;
-    let e = 2u * i;
-    if (e >= p.n) {
+    let u = wid.y * nwg.x + wid.x;
+    // Workgroup-uniform: every invocation reaches the barriers or none does.
+    if (64u * u >= p.n) {
         return;
     }
-    // Values e and e + 1 share a code word and a block.
-    let kc = k[kvq_code_word(e)];
-    let ks = k[kvq_scale_word(e)];
-    k_out[i] = pack2x16float(vec2<f32>(kvq_value(kc, ks, e), kvq_value(kc, ks, e + 1u)));
-    let vc = v[kvq_code_word(e)];
-    let vs = v[kvq_scale_word(e)];
-    v_out[i] = pack2x16float(vec2<f32>(kvq_value(vc, vs, e), kvq_value(vc, vs, e + 1u)));
+    let e = 64u * u + lid;
+    kx[lid] = kvq_value(k[kvq_code_word(e)], k[kvq_scale_word(e)], e);
+    vx[lid] = kvq_value(v[kvq_code_word(e)], v[kvq_scale_word(e)], e);
+    if (KV_ROT_K == 1u) {
+        workgroupBarrier();
+        var r = 0.0;
+        for (var i = 0u; i < 64u; i++) {
+            r += kvq_hadamard(lid, i) * kx[i];
+        }
+        workgroupBarrier();
+        kx[lid] = r * 0.125 * kvq_sign(lid);
+    }
+    workgroupBarrier();
+    if (lid < 32u) {
+        k_out[32u * u + lid] = pack2x16float(vec2<f32>(kx[2u * lid], kx[2u * lid + 1u]));
+        v_out[32u * u + lid] = pack2x16float(vec2<f32>(vx[2u * lid], vx[2u * lid + 1u]));
+    }
 }

@@ -19,6 +19,53 @@ pub const UNIT: usize = 64;
 /// Values per block (one scale).
 pub const BLOCK: usize = 32;
 
+/// The fixed signs `D` of the K rotation, bit `j` set for `D_jj = -1`.
+pub const ROT_SIGNS: u64 = 0xc936_49b6_4db2_6d92;
+
+fn sign(j: usize) -> f32 {
+    if (ROT_SIGNS >> j) & 1 == 1 { -1.0 } else { 1.0 }
+}
+
+fn hadamard(i: usize, j: usize) -> f32 {
+    if (i & j).count_ones() % 2 == 1 {
+        -1.0
+    } else {
+        1.0
+    }
+}
+
+/// Rotates each 64-value unit of `x` as a rotated-K cache stores it: `y_i = (1/8) sum_j H_ij
+/// D_jj x_j` (H the Walsh-Hadamard matrix, `H_ij = (-1)^popcount(i & j)`; sums in order j =
+/// 0..63, every term exact).
+///
+/// # Panics
+/// If `x.len()` is not a multiple of [`UNIT`].
+pub fn rotate(x: &mut [f32]) {
+    assert!(x.len().is_multiple_of(UNIT), "kv_quant: {} values", x.len());
+    for unit in x.chunks_exact_mut(UNIT) {
+        let d: Vec<f32> = unit.iter().enumerate().map(|(j, &v)| v * sign(j)).collect();
+        for (i, y) in unit.iter_mut().enumerate() {
+            let r = (0..UNIT).fold(0.0f32, |acc, j| acc + hadamard(i, j) * d[j]);
+            *y = r * 0.125;
+        }
+    }
+}
+
+/// The inverse of [`rotate`]: `x_j = D_jj ((1/8) sum_i H_ji y_i)`.
+///
+/// # Panics
+/// If `y.len()` is not a multiple of [`UNIT`].
+pub fn unrotate(y: &mut [f32]) {
+    assert!(y.len().is_multiple_of(UNIT), "kv_quant: {} values", y.len());
+    for unit in y.chunks_exact_mut(UNIT) {
+        let src = unit.to_vec();
+        for (j, x) in unit.iter_mut().enumerate() {
+            let r = (0..UNIT).fold(0.0f32, |acc, i| acc + hadamard(j, i) * src[i]);
+            *x = r * 0.125 * sign(j);
+        }
+    }
+}
+
 /// A quantized KV format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KvQuant {
@@ -169,10 +216,17 @@ impl KvQuant {
             .collect()
     }
 
-    /// `x` replaced by what a cache of this format stores for it (the CPU backend's KV append).
-    pub fn round_trip(self, x: &mut [f32]) {
+    /// `x` replaced by what a cache of this format stores for it (the CPU backend's KV append);
+    /// `rotated`: the units are stored rotated ([`rotate`], then [`unrotate`] on the way back).
+    pub fn round_trip(self, x: &mut [f32], rotated: bool) {
+        if rotated {
+            rotate(x);
+        }
         let w = self.quantize(x);
         x.copy_from_slice(&self.dequantize(&w, x.len()));
+        if rotated {
+            unrotate(x);
+        }
     }
 }
 
@@ -239,5 +293,26 @@ mod tests {
         assert_eq!(w[0] & 0xf, 8, "0 is code 8");
         assert_eq!(w[0] >> 16 & 0xf, 10, "1.0 is code 10 (value 2 * 0.5)");
         assert_eq!(KvQuant::Q4_0.dequantize(&w, UNIT)[3], -4.0);
+    }
+
+    /// The rotation is orthogonal: unrotate(rotate(x)) == x within f32 rounding, norms kept,
+    /// and a single large channel is spread over the whole unit (|y_i| = |x_c| / 8).
+    #[test]
+    fn rotation_is_orthogonal_and_spreads_outliers() {
+        let x = values();
+        let mut y = x.clone();
+        rotate(&mut y);
+        let norm = |v: &[f32]| v.iter().map(|a| f64::from(*a).powi(2)).sum::<f64>().sqrt();
+        for (a, b) in x.chunks(UNIT).zip(y.chunks(UNIT)) {
+            assert!((norm(a) - norm(b)).abs() <= 1e-5 * norm(a));
+        }
+        unrotate(&mut y);
+        for (a, b) in x.iter().zip(&y) {
+            assert!((a - b).abs() <= 1e-5, "{a} vs {b}");
+        }
+        let mut spike = vec![0.0f32; UNIT];
+        spike[17] = 80.0;
+        rotate(&mut spike);
+        assert!(spike.iter().all(|v| v.abs() == 10.0));
     }
 }

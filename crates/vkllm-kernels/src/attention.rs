@@ -104,6 +104,9 @@ pub struct AttnShape {
     /// Sliding window: key j is visible to a query at position p when p - j < window.
     pub window: Option<usize>,
     pub kv: KvType,
+    /// The cache's K units are stored rotated (q8_0 with heads of whole 64-value units; see
+    /// `shaders/kv_quant.inc.wgsl`): the kernels rotate the queries alike.
+    pub rot_k: bool,
     /// Key rows between consecutive queries' caches: 0 when every query reads the same cache,
     /// the per-slot capacity when query `i` is slot `i` of a slot-major cache (decode only).
     pub kv_stride: usize,
@@ -137,6 +140,17 @@ impl AttnShape {
         self.kv
             .check_width(self.n_kv_heads * self.head_dim, self.head_dim)
             .map_err(|m| shape_err(k, m))?;
+        if self.rot_k && (self.kv != KvType::Q8_0 || !self.head_dim.is_multiple_of(64)) {
+            return Err(shape_err(
+                k,
+                format!(
+                    "rotated keys need a q8_0 cache and heads of whole 64-value units, not {} \
+                     with head_dim {}",
+                    self.kv.name(),
+                    self.head_dim
+                ),
+            ));
+        }
         if let Some(c) = self.softcap
             && !(c.is_finite() && c > 0.0)
         {
@@ -346,7 +360,8 @@ impl<B: KernelBuffer> AttnDecode<B> {
         let ov = Overrides::new()
             .set("WG", WG as f64)
             .set("CHUNK", chunk as f64)
-            .set("KV_DTYPE", s.kv.code());
+            .set("KV_DTYPE", s.kv.code())
+            .set("KV_ROT_K", f64::from(u8::from(s.rot_k)));
         let split = Dispatch::new(
             k,
             ov.clone(),
@@ -469,7 +484,8 @@ impl<B: KernelBuffer> AttnPrefill<B> {
             Overrides::new()
                 .set("HD", s.head_dim as f64)
                 .set("BK", bk as f64)
-                .set("KV_DTYPE", s.kv.code()),
+                .set("KV_DTYPE", s.kv.code())
+                .set("KV_ROT_K", f64::from(u8::from(s.rot_k))),
             vec![self.q, self.k, self.v, self.q_pos, self.out],
             &p,
             [tiles as u32, s.n_heads as u32, 1],

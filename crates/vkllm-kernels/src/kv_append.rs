@@ -182,10 +182,33 @@ impl<B: KernelBuffer> KvAppend<B> {
         row_stride: usize,
         ring: usize,
     ) -> Result<Dispatch<B>, Error> {
+        self.dispatch_rotated(dtype, false, n_tok, kv_dim, max_tok, row_stride, ring)
+    }
+
+    /// [`KvAppend::dispatch_ring`] into a q8_0 cache whose K units are stored rotated when
+    /// `rot_k` (`shaders/kv_quant.inc.wgsl`; the attention kernels then take
+    /// `AttnShape::rot_k`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn dispatch_rotated(
+        self,
+        dtype: KvType,
+        rot_k: bool,
+        n_tok: usize,
+        kv_dim: usize,
+        max_tok: usize,
+        row_stride: usize,
+        ring: usize,
+    ) -> Result<Dispatch<B>, Error> {
         let k = match dtype.is_quantized() {
             true => &KV_APPEND_QUANT,
             false => &KV_APPEND,
         };
+        if rot_k && dtype != KvType::Q8_0 {
+            return Err(shape_err(
+                k,
+                format!("rotated keys in a {} cache", dtype.name()),
+            ));
+        }
         if ring == 0 {
             return Err(shape_err(k, "ring of 0 rows"));
         }
@@ -229,7 +252,8 @@ impl<B: KernelBuffer> KvAppend<B> {
             k,
             Overrides::new()
                 .set("WG", WG as f64)
-                .set("KV_DTYPE", dtype.code()),
+                .set("KV_DTYPE", dtype.code())
+                .set("KV_ROT_K", f64::from(u8::from(rot_k))),
             vec![self.k_new, self.v_new, self.pos, self.k_cache, self.v_cache],
             &p,
             grid_for(k, groups)?,

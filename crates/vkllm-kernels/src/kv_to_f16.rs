@@ -7,8 +7,6 @@ use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
 use crate::to_f16::packed_bytes;
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
 
-const WG: u32 = 256;
-
 pub static KV_TO_F16: KernelSpec = KernelSpec {
     name: "kv_to_f16",
     file: "kv_to_f16.wgsl",
@@ -28,9 +26,16 @@ pub struct KvToF16<B> {
 }
 
 impl<B: KernelBuffer> KvToF16<B> {
-    /// `n`: a multiple of 64 (whole rows of a quantized cache).
-    pub fn dispatch(self, dtype: KvType, n: usize) -> Result<Dispatch<B>, Error> {
+    /// `n`: a multiple of 64 (whole rows of a quantized cache); `rot_k`: K's units are stored
+    /// rotated (q8_0; the copy rotates them back).
+    pub fn dispatch(self, dtype: KvType, rot_k: bool, n: usize) -> Result<Dispatch<B>, Error> {
         let k = &KV_TO_F16;
+        if rot_k && dtype != KvType::Q8_0 {
+            return Err(shape_err(
+                k,
+                format!("rotated keys in a {} cache", dtype.name()),
+            ));
+        }
         if !dtype.is_quantized() {
             return Err(shape_err(
                 k,
@@ -52,11 +57,11 @@ impl<B: KernelBuffer> KvToF16<B> {
         Ok(Dispatch::new(
             k,
             Overrides::new()
-                .set("WG", WG as f64)
-                .set("KV_DTYPE", dtype.code()),
+                .set("KV_DTYPE", dtype.code())
+                .set("KV_ROT_K", f64::from(u8::from(rot_k))),
             vec![self.k, self.v, self.k_out, self.v_out],
             &n32,
-            grid_for(k, ((n / 2) as u64).div_ceil(WG as u64))?,
+            grid_for(k, (n / KV_UNIT) as u64)?,
         ))
     }
 }

@@ -125,7 +125,7 @@ impl Model {
                 msg,
             })?;
         let windows: Vec<Option<usize>> = self.cfg.layers.iter().map(|l| l.window).collect();
-        KvCache::alloc(
+        let mut kv = KvCache::alloc(
             b,
             &windows,
             self.cfg.kv_dim(),
@@ -133,7 +133,9 @@ impl Model {
             self.chunk,
             slots,
             dtype,
-        )
+        )?;
+        kv.rot_k = crate::kv_cache::rot_k_for(dtype, self.cfg.head_dim);
+        Ok(kv)
     }
 
     /// Runs `ids` at positions `start..start + ids.len()`, writing their keys and values into

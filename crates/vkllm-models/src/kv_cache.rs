@@ -15,7 +15,16 @@ pub struct KvCache {
     pub capacity: usize,
     pub slots: usize,
     pub dtype: KvType,
+    /// K units stored rotated (q8_0 with heads of whole 64-value units; the model sets it, see
+    /// [`rot_k_for`]).
+    pub rot_k: bool,
     pub layers: Vec<KvLayer>,
+}
+
+/// Whether a cache of `dtype` for heads of `head_dim` stores its keys rotated: q8_0 does when the
+/// heads are whole 64-value units (the quality table in docs/quantization.md), other types never.
+pub fn rot_k_for(dtype: KvType, head_dim: usize) -> bool {
+    dtype == KvType::Q8_0 && head_dim.is_multiple_of(64)
 }
 
 /// One layer of a [`KvCache`].
@@ -112,6 +121,7 @@ impl KvCache {
             capacity,
             slots,
             dtype,
+            rot_k: false,
             layers,
         })
     }
@@ -127,6 +137,7 @@ impl KvCache {
             ring: layer.ring,
             slots: self.slots,
             dtype: self.dtype,
+            rot_k: self.rot_k,
             rows,
         }
     }

@@ -147,6 +147,17 @@ struct AttnCase {
     softcap: Option<f32>,
     window: Option<usize>,
     kv: KvType,
+    /// K stored rotated (q8_0, heads of whole 64-value units).
+    rot_k: bool,
+}
+
+impl AttnCase {
+    const fn rotated(self) -> Self {
+        AttnCase {
+            rot_k: true,
+            ..self
+        }
+    }
 }
 
 struct AttnData {
@@ -184,13 +195,22 @@ fn attn_data(cx: &Ctx<'_>, rng: &mut Rng, c: &AttnCase) -> Result<AttnData> {
                 vr,
             )
         }
-        // The CPU attends over what the cache holds: the blocks dequantized.
+        // The CPU attends over what the cache holds: the blocks dequantized (and K rotated
+        // back when it is stored rotated).
         KvType::Q8_0 | KvType::Q4_0 => {
             let f = KvQuant::from_name(c.kv.name()).expect("a quantized type");
-            let (kw, vw) = (f.quantize(&k), f.quantize(&v));
+            let mut kq = k.clone();
+            if c.rot_k {
+                vkllm_cpu::kv_quant::rotate(&mut kq);
+            }
+            let (kw, vw) = (f.quantize(&kq), f.quantize(&v));
+            let mut kr = f.dequantize(&kw, kvn);
+            if c.rot_k {
+                vkllm_cpu::kv_quant::unrotate(&mut kr);
+            }
             (
                 cx.input("k", &kw)?,
-                f.dequantize(&kw, kvn),
+                kr,
                 cx.input("v", &vw)?,
                 f.dequantize(&vw, kvn),
             )
@@ -226,6 +246,7 @@ fn attn_data(cx: &Ctx<'_>, rng: &mut Rng, c: &AttnCase) -> Result<AttnData> {
             softcap: c.softcap,
             window: c.window,
             kv: c.kv,
+            rot_k: c.rot_k,
             kv_stride: 0,
             ring: None,
         },
@@ -234,6 +255,9 @@ fn attn_data(cx: &Ctx<'_>, rng: &mut Rng, c: &AttnCase) -> Result<AttnData> {
 
 fn describe(c: &AttnCase) -> (String, String) {
     let mut variant = c.kv.name().to_string();
+    if c.rot_k {
+        variant += " rotated K";
+    }
     if let Some(s) = c.softcap {
         variant += &format!(" softcap {s}");
     }
@@ -269,6 +293,7 @@ const fn case(
         softcap,
         window,
         kv,
+        rot_k: false,
     }
 }
 
@@ -315,6 +340,21 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
         ),
         (case(1, 145, 144, 16, 8, 128, None, None, KvType::Q4_0), 8),
         (case(1, 300, 299, 14, 2, 64, None, None, KvType::Q8_0), 16),
+        // Rotated keys (q8_0's default where heads are whole units): 8B's grouping, and a
+        // windowed softcapped case with two queries and heads of 64.
+        (
+            case(1, 700, 699, 32, 8, 128, None, None, KvType::Q8_0).rotated(),
+            64,
+        ),
+        (
+            case(2, 517, 400, 8, 2, 64, Some(30.0), Some(100), KvType::Q8_0).rotated(),
+            16,
+        ),
+        // Gemma 3 270M's heads (4 query heads of 256 on one kv head).
+        (
+            case(1, 300, 299, 4, 1, 256, None, None, KvType::Q8_0).rotated(),
+            16,
+        ),
     ];
     for (c, chunk) in cases {
         let d = attn_data(&cx, &mut rng, &c)?;
@@ -373,6 +413,8 @@ pub(crate) fn attention_prefill(dev: &Device, seed: u64) -> Result<Vec<KernelPar
         case(37, 50, 13, 4, 2, 64, Some(30.0), Some(8), KvType::Q8_0),
         case(21, 40, 19, 8, 2, 128, None, None, KvType::Q4_0),
         case(20, 20, 0, 2, 1, 256, None, None, KvType::Q8_0),
+        case(21, 40, 19, 8, 2, 128, None, None, KvType::Q8_0).rotated(),
+        case(20, 20, 0, 2, 1, 256, Some(30.0), Some(7), KvType::Q8_0).rotated(),
     ];
     for c in cases {
         let d = attn_data(&cx, &mut rng, &c)?;

@@ -41,7 +41,11 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
     let mut pos: Vec<u32> = (0..slots).map(|_| rng.below(cap as u64) as u32).collect();
     pos[1] = IDLE;
     let mut rows = Vec::new();
-    for ty in [KvType::Q8_0, KvType::Q4_0] {
+    for (ty, rot) in [
+        (KvType::Q8_0, false),
+        (KvType::Q4_0, false),
+        (KvType::Q8_0, true),
+    ] {
         let f = KvQuant::from_name(ty.name()).expect("quantized");
         let mut k_new = rng.vec(slots * kv_dim, -3.0, 3.0);
         let v_new = rng.vec(slots * kv_dim, -1.0, 1.0);
@@ -66,7 +70,7 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     k_cache: kc.all(),
                     v_cache: vc.all(),
                 }
-                .dispatch_slots(ty, slots, kv_dim, cap, cap)?,
+                .dispatch_rotated(ty, rot, slots, kv_dim, cap, cap, cap)?,
             )
         })?;
         let row_words = f.words(kv_dim);
@@ -88,7 +92,13 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                         );
                         continue;
                     }
-                    let x = &src[slot * kv_dim..(slot + 1) * kv_dim];
+                    // Rotated K: the reference rotates first (the shader's sums, in the same
+                    // order, every term exact: the same values).
+                    let mut x = src[slot * kv_dim..(slot + 1) * kv_dim].to_vec();
+                    if rot && name == "K" {
+                        vkllm_cpu::kv_quant::rotate(&mut x);
+                    }
+                    let x = &x[..];
                     let want = f.quantize(x);
                     let (want_s, _) = f.unpack(&want, kv_dim);
                     let (got_s, got_c) = f.unpack(stored, kv_dim);
@@ -99,7 +109,8 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                 }
             }
             let want_untouched = vec![0x7fc0 as f32; untouched_got.len()];
-            let variant = |what: &str| format!("{} {name} {what}", ty.name());
+            let rot_name = if rot { " rotated-K cache," } else { "" };
+            let variant = |what: &str| format!("{}{rot_name} {name} {what}", ty.name());
             rows.push(row("kv_append", variant("scales"), &shape, &gs, &ws, EXACT));
             rows.push(row("kv_append", variant("codes"), &shape, &gc, &wc, EXACT));
             rows.push(row(
@@ -122,12 +133,17 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
     let mut rows = Vec::new();
-    for (ty, n) in [(KvType::Q8_0, 5 * 64usize), (KvType::Q4_0, 7 * 64)] {
+    for (ty, rot, n) in [
+        (KvType::Q8_0, false, 5 * 64usize),
+        (KvType::Q4_0, false, 7 * 64),
+        (KvType::Q8_0, true, 6 * 64),
+    ] {
         let f = KvQuant::from_name(ty.name()).expect("quantized");
         let mut k = rng.vec(n, -3.0, 3.0);
         k[7] = 90.0;
         let v = rng.vec(n, -1.0, 1.0);
         let (kw, vw) = (f.quantize(&k), f.quantize(&v));
+        let rot_name = if rot { " rotated-K cache," } else { "" };
         let (kb, vb) = (cx.input("k", &kw)?, cx.input("v", &vw)?);
         // Poison: f16 NaN pairs, and one word more than the copy needs.
         let poison = vec![0x7e00_7e00u32; n / 2 + 1];
@@ -140,11 +156,16 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
                     k_out: ko.all(),
                     v_out: vo.all(),
                 }
-                .dispatch(ty, n)?,
+                .dispatch(ty, rot, n)?,
             )
         })?;
         for (name, words, out) in [("K", &kw, &ko), ("V", &vw, &vo)] {
-            let (_, want) = to_f16(&f.dequantize(words, n));
+            // Rotated back term by term in the shader's order: the same f32 values.
+            let mut deq = f.dequantize(words, n);
+            if rot && name == "K" {
+                vkllm_cpu::kv_quant::unrotate(&mut deq);
+            }
+            let (_, want) = to_f16(&deq);
             let got: Vec<u16> = dev.read_vec(out, n + 2)?;
             let got_v: Vec<f32> = got[..n]
                 .iter()
@@ -153,7 +174,7 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
             let shape = format!("{n} values");
             rows.push(row(
                 "kv_to_f16",
-                format!("{} {name}", ty.name()),
+                format!("{}{rot_name} {name}", ty.name()),
                 &shape,
                 &got_v,
                 &want,
@@ -162,7 +183,7 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
             let tail: Vec<f32> = got[n..].iter().map(|&h| h as f32).collect();
             rows.push(row(
                 "kv_to_f16",
-                format!("{} {name} past the end", ty.name()),
+                format!("{}{rot_name} {name} past the end", ty.name()),
                 shape,
                 &tail,
                 &[0x7e00 as f32; 2],

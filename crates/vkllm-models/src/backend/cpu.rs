@@ -259,7 +259,7 @@ impl Backend for CpuBackend {
             }
             KvRows::PerRow => ops::kv::kv_rows(&pos, kv.capacity, kv.ring, kv.stride, 0, true),
         };
-        for (src, cache) in [(k, kv.k), (v, kv.v)] {
+        for (which, (src, cache)) in [(k, kv.k), (v, kv.v)].into_iter().enumerate() {
             let mut c = self.take(cache);
             let s = self.f32(src);
             for (i, d) in dst.iter().enumerate() {
@@ -271,7 +271,7 @@ impl Backend for CpuBackend {
                     row.iter_mut()
                         .for_each(|x| *x = half::f16::from_f32(*x).to_f32());
                 } else if let Some(q) = KvQuant::from_name(kv.dtype.name()) {
-                    q.round_trip(row);
+                    q.round_trip(row, kv.rot_k && which == 0);
                 }
             }
             self.put(cache, c);

@@ -60,6 +60,8 @@ pub struct KvView {
     pub ring: usize,
     pub slots: usize,
     pub dtype: KvType,
+    /// K units stored rotated (`shaders/kv_quant.inc.wgsl`; q8_0 with heads of whole units).
+    pub rot_k: bool,
     pub rows: KvRows,
 }
 

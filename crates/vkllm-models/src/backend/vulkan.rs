@@ -572,7 +572,15 @@ impl Backend for VulkanBackend {
                 k_cache: kc,
                 v_cache: vc,
             }
-            .dispatch_ring(dtype, n, width, kv.capacity, stride, kv.ring)?;
+            .dispatch_rotated(
+                dtype,
+                kv.rot_k,
+                n,
+                width,
+                kv.capacity,
+                stride,
+                kv.ring,
+            )?;
             Ok(r.dispatch(d)?)
         })
     }

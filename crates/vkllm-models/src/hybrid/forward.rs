@@ -43,6 +43,8 @@ pub struct HybridState {
     pub capacity: usize,
     /// The attention layers' KV element type (recurrent states are f32).
     pub dtype: KvType,
+    /// Their K units stored rotated (`kv_cache::rot_k_for`).
+    pub rot_k: bool,
     /// Rows between the slots' KV regions (`capacity` rounded up to [`KV_ROW_ALIGN`]).
     pub stride: usize,
     pub slots: usize,
@@ -64,6 +66,7 @@ impl HybridState {
             ring: self.capacity,
             slots: self.slots,
             dtype: self.dtype,
+            rot_k: self.rot_k,
             rows,
         }
     }
@@ -292,6 +295,7 @@ impl HybridModel {
         Ok(HybridState {
             capacity,
             dtype,
+            rot_k: crate::kv_cache::rot_k_for(dtype, self.cfg.head_dim),
             stride,
             slots,
             layers,

@@ -101,6 +101,7 @@ impl VulkanBackend {
             softcap: p.softcap,
             window: p.window,
             kv: kv.dtype,
+            rot_k: kv.rot_k,
             kv_stride: if per_row { kv.stride } else { 0 },
             ring: Some(kv.ring),
         };
@@ -189,6 +190,8 @@ impl VulkanBackend {
                 self.kv_half(packed_bytes(values))?;
                 AttnShape {
                     kv: KvType::F16,
+                    // The copy is rotated back: plain f16 keys.
+                    rot_k: false,
                     ..shape
                 }
             }
@@ -217,7 +220,7 @@ impl VulkanBackend {
                         k_out: hk,
                         v_out: hv,
                     };
-                    r.dispatch(copy.dispatch(kv.dtype, values)?)?;
+                    r.dispatch(copy.dispatch(kv.dtype, kv.rot_k, values)?)?;
                     (hk, hv)
                 }
                 None => (ks, vs),

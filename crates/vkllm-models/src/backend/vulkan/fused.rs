@@ -195,7 +195,15 @@ impl VulkanBackend {
                 k_cache: kc,
                 v_cache: vc,
             }
-            .dispatch_ring(kv.dtype, n, width, kv.capacity, stride, kv.ring)?;
+            .dispatch_rotated(
+                kv.dtype,
+                kv.rot_k,
+                n,
+                width,
+                kv.capacity,
+                stride,
+                kv.ring,
+            )?;
             Ok(r.dispatch(append)?)
         })
     }
