@@ -31,6 +31,8 @@
 override WG: u32 = 128;
 override CHUNK: u32 = 256;
 override KV_DTYPE: u32 = 0;
+// V's type (the same values as KV_DTYPE; a cache may store V in another type than K).
+override KV_DTYPE_V: u32 = 0;
 // 1: the cache's K units are stored rotated (kv_quant.inc.wgsl): the query's 64-value segments
 // are rotated alike when staged (head_dim a multiple of 64).
 override KV_ROT_K: u32 = 0;
@@ -109,7 +111,8 @@ var<workgroup> sc: array<f32, CHUNK>;
 
 fn load_k(e: u32) -> f32 {
     if (KV_DTYPE >= 2u) {
-        return kvq_value(k[kvq_code_word(e)], k[kvq_scale_word(e)], e);
+        let t = KV_DTYPE;
+        return kvq_value(t, k[kvq_code_word(t, e)], k[kvq_scale_word(t, e)], e);
     }
     if (KV_DTYPE == 0u) {
         return bitcast<f32>(k[e]);
@@ -119,10 +122,11 @@ fn load_k(e: u32) -> f32 {
 }
 
 fn load_v(e: u32) -> f32 {
-    if (KV_DTYPE >= 2u) {
-        return kvq_value(v[kvq_code_word(e)], v[kvq_scale_word(e)], e);
+    if (KV_DTYPE_V >= 2u) {
+        let t = KV_DTYPE_V;
+        return kvq_value(t, v[kvq_code_word(t, e)], v[kvq_scale_word(t, e)], e);
     }
-    if (KV_DTYPE == 0u) {
+    if (KV_DTYPE_V == 0u) {
         return bitcast<f32>(v[e]);
     }
     let pair = unpack2x16float(v[e >> 1u]);

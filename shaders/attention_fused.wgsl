@@ -46,6 +46,8 @@
 override WG: u32 = 128;
 override CHUNK: u32 = 16;
 override KV_DTYPE: u32 = 0;
+// Read by the shared grouped-query code for V (these kernels take f32 and f16 caches of one type).
+override KV_DTYPE_V: u32 = 0;
 override ROPE: u32 = 0;
 
 struct Params {

@@ -5,7 +5,8 @@
 //
 // The including file provides `p` (its Params: n_heads, n_kv_heads, head_dim, n_kv, scale,
 // softcap, window, kv_stride, ring), the bindings `q` (f32), `k`, `v` (u32 words), `q_pos`, the
-// override constants WG, CHUNK and KV_DTYPE (0: f32 words, 1: f16 pairs, 2 q8_0 / 3 q4_0 units), and
+// override constants WG, CHUNK, KV_DTYPE (K: 0 f32 words, 1 f16 pairs, 2 q8_0 / 3 q4_0 units)
+// and KV_DTYPE_V (V, the same codes), and
 // `gqa_stage(i, kvh, j0, j1, lid, sg_id, sg_lane, sg_size, n_sg)`, which leaves query i's heads
 // kvh * G .. (kvh + 1) * G in qg[0 .. G * head_dim] and ends with a workgroup barrier (called in
 // uniform control flow by every invocation, before keys [j0, j1) are scored).
@@ -87,7 +88,7 @@ fn gqa_chunk(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: 
         words = hd / 2u;
     } else if (KV_DTYPE >= 2u) {
         // Code words; each comes with its block's scale word.
-        words = hd / kvq_per_word();
+        words = hd / kvq_per_word(KV_DTYPE);
     }
     let flat = sg_id * sg_size + sg_lane;
     let cl = flat / 8u;
@@ -120,9 +121,9 @@ fn gqa_chunk(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: 
                     ksw[u] = 0u;
                     if (w < words) {
                         if (KV_DTYPE >= 2u) {
-                            let e = kb + kvq_per_word() * w;
-                            kr[u] = k[kvq_code_word(e)];
-                            ksw[u] = k[kvq_scale_word(e)];
+                            let e = kb + kvq_per_word(KV_DTYPE) * w;
+                            kr[u] = k[kvq_code_word(KV_DTYPE, e)];
+                            ksw[u] = k[kvq_scale_word(KV_DTYPE, e)];
                         } else {
                             kr[u] = k[kw0 + w];
                         }
@@ -133,13 +134,13 @@ fn gqa_chunk(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: 
                     if (w < words) {
                         if (KV_DTYPE >= 2u) {
                             // The block's scale times the dot with its integer codes.
-                            let per = kvq_per_word();
+                            let per = kvq_per_word(KV_DTYPE);
                             let sc = kvq_scale(ksw[u], kb + per * w);
                             for (var g = 0u; g < GQA_MAX; g++) {
                                 if (g < g_n) {
                                     var dq = 0.0;
                                     for (var c = 0u; c < per; c++) {
-                                        dq += qg[g * hd + per * w + c] * kvq_code(kr[u], c);
+                                        dq += qg[g * hd + per * w + c] * kvq_code(KV_DTYPE, kr[u], c);
                                     }
                                     acc[g] += sc * dq;
                                 }
@@ -236,14 +237,14 @@ fn gqa_chunk(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: 
                 vr[b] = vec4<u32>(0u);
                 if (jj < n) {
                     let vb = (row0 + (j0 + jj) % p.ring) * kv_dim + kvh * hd + d0;
-                    if (KV_DTYPE >= 2u) {
+                    if (KV_DTYPE_V >= 2u) {
                         // The 4 dims' code word and scale word (one block: d0 % 4 == 0).
-                        vr[b][0] = v[kvq_code_word(vb)];
-                        vr[b][1] = v[kvq_scale_word(vb)];
+                        vr[b][0] = v[kvq_code_word(KV_DTYPE_V, vb)];
+                        vr[b][1] = v[kvq_scale_word(KV_DTYPE_V, vb)];
                     }
                     for (var u = 0u; u < 4u; u++) {
-                        if (d0 + u < hd && KV_DTYPE < 2u) {
-                            if (KV_DTYPE == 0u) {
+                        if (d0 + u < hd && KV_DTYPE_V < 2u) {
+                            if (KV_DTYPE_V == 0u) {
                                 vr[b][u] = v[vb + u];
                             } else {
                                 vr[b][u] = v[(vb + u) >> 1u];
@@ -260,9 +261,9 @@ fn gqa_chunk(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: 
                     for (var u = 0u; u < 4u; u++) {
                         vx[u] = 0.0;
                         if (d0 + u < hd) {
-                            if (KV_DTYPE >= 2u) {
-                                vx[u] = kvq_value(vr[b][0], vr[b][1], vb + u);
-                            } else if (KV_DTYPE == 0u) {
+                            if (KV_DTYPE_V >= 2u) {
+                                vx[u] = kvq_value(KV_DTYPE_V, vr[b][0], vr[b][1], vb + u);
+                            } else if (KV_DTYPE_V == 0u) {
                                 vx[u] = bitcast<f32>(vr[b][u]);
                             } else {
                                 let pair = unpack2x16float(vr[b][u]);

@@ -20,6 +20,8 @@
 override HD: u32 = 128;
 override BK: u32 = 16;
 override KV_DTYPE: u32 = 0;
+// V's type (KV_DTYPE's codes).
+override KV_DTYPE_V: u32 = 0;
 // 1: K units stored rotated (kv_quant.inc.wgsl): the Q tile's 64-value segments are rotated
 // alike (HD a multiple of 64).
 override KV_ROT_K: u32 = 0;
@@ -52,14 +54,15 @@ var<workgroup> row_l: array<f32, BQ>;
 var<workgroup> row_a: array<f32, BQ>;
 
 fn load_kv(is_v: bool, e: u32) -> f32 {
-    var word: u32;
-    if (KV_DTYPE >= 2u) {
+    let t = select(KV_DTYPE, KV_DTYPE_V, is_v);
+    if (t >= 2u) {
         if (is_v) {
-            return kvq_value(v[kvq_code_word(e)], v[kvq_scale_word(e)], e);
+            return kvq_value(t, v[kvq_code_word(t, e)], v[kvq_scale_word(t, e)], e);
         }
-        return kvq_value(k[kvq_code_word(e)], k[kvq_scale_word(e)], e);
+        return kvq_value(t, k[kvq_code_word(t, e)], k[kvq_scale_word(t, e)], e);
     }
-    if (KV_DTYPE == 0u) {
+    var word: u32;
+    if (t == 0u) {
         if (is_v) {
             word = v[e];
         } else {

@@ -22,6 +22,8 @@
 
 override WG: u32 = 256;
 override KV_DTYPE: u32 = 0;
+// V's type (KV_DTYPE's codes; the quantizing entry takes any two quantized types).
+override KV_DTYPE_V: u32 = 0;
 // 1: K units are stored rotated (kv_quant.inc.wgsl), q8_0 only.
 override KV_ROT_K: u32 = 0;
 
@@ -116,27 +118,36 @@ fn quant(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
                 m = x;
             }
         }
-        qscale[lid] = kvq_block_scale(m);
+        qscale[lid] = kvq_block_scale(select(KV_DTYPE, KV_DTYPE_V, lid >= 2u), m);
     }
     workgroupBarrier();
-    let per = kvq_per_word();
-    let shift = (32u / per) * (lid % per);
-    qbits[lid] = kvq_encode(xk, qscale[lid / 32u]) << shift;
-    qbits[64u + lid] = kvq_encode(xv, qscale[2u + lid / 32u]) << shift;
+    // K in KV_DTYPE, V in KV_DTYPE_V (their code widths may differ).
+    let tk = KV_DTYPE;
+    let tv = KV_DTYPE_V;
+    let pk = kvq_per_word(tk);
+    let pv = kvq_per_word(tv);
+    qbits[lid] = kvq_encode(tk, xk, qscale[lid / 32u]) << ((32u / pk) * (lid % pk));
+    qbits[64u + lid] = kvq_encode(tv, xv, qscale[2u + lid / 32u]) << ((32u / pv) * (lid % pv));
     workgroupBarrier();
-    let uw = kvq_unit_words();
-    let dst = ((t * p.row_stride + ps % p.ring) * units + j) * uw;
-    if (lid < kvq_code_words()) {
+    let row = (t * p.row_stride + ps % p.ring) * units + j;
+    let dk = row * kvq_unit_words(tk);
+    let dv = row * kvq_unit_words(tv);
+    if (lid < kvq_code_words(tk)) {
         var wk = 0u;
-        var wv = 0u;
-        for (var i = 0u; i < per; i++) {
-            wk |= qbits[per * lid + i];
-            wv |= qbits[64u + per * lid + i];
+        for (var i = 0u; i < pk; i++) {
+            wk |= qbits[pk * lid + i];
         }
-        k_cache[dst + lid] = wk;
-        v_cache[dst + lid] = wv;
-    } else if (lid == kvq_code_words()) {
-        k_cache[dst + lid] = pack2x16float(vec2<f32>(qscale[0], qscale[1]));
-        v_cache[dst + lid] = pack2x16float(vec2<f32>(qscale[2], qscale[3]));
+        k_cache[dk + lid] = wk;
+    } else if (lid == kvq_code_words(tk)) {
+        k_cache[dk + lid] = pack2x16float(vec2<f32>(qscale[0], qscale[1]));
+    }
+    if (lid < kvq_code_words(tv)) {
+        var wv = 0u;
+        for (var i = 0u; i < pv; i++) {
+            wv |= qbits[64u + pv * lid + i];
+        }
+        v_cache[dv + lid] = wv;
+    } else if (lid == kvq_code_words(tv)) {
+        v_cache[dv + lid] = pack2x16float(vec2<f32>(qscale[2], qscale[3]));
     }
 }

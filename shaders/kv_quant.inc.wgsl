@@ -1,5 +1,5 @@
-// Quantized KV caches (the including file's override KV_DTYPE 2: q8_0, 3: q4_0): not a kernel on
-// its own. Values go in units of 64 (two blocks of 32, one f16 scale each), UW words per unit:
+// Quantized KV caches (type t: 2 q8_0, 3 q4_0; the including file passes its KV_DTYPE for K and
+// KV_DTYPE_V for V): not a kernel on its own. Values go in units of 64 (two blocks of 32, one f16 scale each), UW words per unit:
 // the codes (q8_0: 16 words, byte i of word w is value 4w + i as an i8; q4_0: 8 words, nibble i
 // of word w is value 8w + i plus 8), then one word with the two blocks' scales (f16 pair, the
 // first block in the low half). Value = scale * code (q4_0: scale * (nibble - 8)). A cache row of
@@ -11,27 +11,27 @@
 // gives code 0 (q4_0: 8).
 
 // Code words of a unit.
-fn kvq_code_words() -> u32 {
-    return select(8u, 16u, KV_DTYPE == 2u);
+fn kvq_code_words(t: u32) -> u32 {
+    return select(8u, 16u, t == 2u);
 }
 
 // Words of a unit (codes and the scale word).
-fn kvq_unit_words() -> u32 {
-    return kvq_code_words() + 1u;
+fn kvq_unit_words(t: u32) -> u32 {
+    return kvq_code_words(t) + 1u;
 }
 
 // Values per code word.
-fn kvq_per_word() -> u32 {
-    return select(8u, 4u, KV_DTYPE == 2u);
+fn kvq_per_word(t: u32) -> u32 {
+    return select(8u, 4u, t == 2u);
 }
 
 // The word holding value e's code, and the word holding its block's scale.
-fn kvq_code_word(e: u32) -> u32 {
-    return (e / 64u) * kvq_unit_words() + (e % 64u) / kvq_per_word();
+fn kvq_code_word(t: u32, e: u32) -> u32 {
+    return (e / 64u) * kvq_unit_words(t) + (e % 64u) / kvq_per_word(t);
 }
 
-fn kvq_scale_word(e: u32) -> u32 {
-    return (e / 64u) * kvq_unit_words() + kvq_code_words();
+fn kvq_scale_word(t: u32, e: u32) -> u32 {
+    return (e / 64u) * kvq_unit_words(t) + kvq_code_words(t);
 }
 
 // Value e's scale from its scale word.
@@ -41,23 +41,23 @@ fn kvq_scale(sw: u32, e: u32) -> f32 {
 }
 
 // Code i of a code word as a signed integer value (q4_0: nibble - 8).
-fn kvq_code(w: u32, i: u32) -> f32 {
-    if (KV_DTYPE == 2u) {
+fn kvq_code(t: u32, w: u32, i: u32) -> f32 {
+    if (t == 2u) {
         return f32(extractBits(bitcast<i32>(w), 8u * i, 8u));
     }
     return f32(extractBits(w, 4u * i, 4u)) - 8.0;
 }
 
 // Value e given its code word and scale word.
-fn kvq_value(cw: u32, sw: u32, e: u32) -> f32 {
-    return kvq_scale(sw, e) * kvq_code(cw, e % kvq_per_word());
+fn kvq_value(t: u32, cw: u32, sw: u32, e: u32) -> f32 {
+    return kvq_scale(sw, e) * kvq_code(t, cw, e % kvq_per_word(t));
 }
 
 // The f16-rounded scale of a block: q8_0 from its largest magnitude, q4_0 from its value of
 // largest magnitude (signed).
-fn kvq_block_scale(m: f32) -> f32 {
+fn kvq_block_scale(t: u32, m: f32) -> f32 {
     var d = m * -0.125;
-    if (KV_DTYPE == 2u) {
+    if (t == 2u) {
         d = abs(m) * (1.0 / 127.0);
     }
     return kvq_half_to_f32(pack2x16float(vec2<f32>(d, 0.0)) & 0xffffu);
@@ -75,8 +75,8 @@ fn kvq_half_to_f32(h: u32) -> f32 {
 }
 
 // The code (as stored bits, not yet shifted into place) of x in a block of scale d.
-fn kvq_encode(x: f32, d: f32) -> u32 {
-    if (KV_DTYPE == 2u) {
+fn kvq_encode(t: u32, x: f32, d: f32) -> u32 {
+    if (t == 2u) {
         var q = 0.0;
         if (d != 0.0) {
             q = clamp(round(x / d), -127.0, 127.0);

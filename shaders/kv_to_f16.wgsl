@@ -12,6 +12,7 @@
 // #include kv_quant.inc.wgsl
 
 override KV_DTYPE: u32 = 2;
+override KV_DTYPE_V: u32 = 2;
 override KV_ROT_K: u32 = 0;
 
 struct Params {
@@ -36,8 +37,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let e = 64u * u + lid;
-    kx[lid] = kvq_value(k[kvq_code_word(e)], k[kvq_scale_word(e)], e);
-    vx[lid] = kvq_value(v[kvq_code_word(e)], v[kvq_scale_word(e)], e);
+    let tk = KV_DTYPE;
+    let tv = KV_DTYPE_V;
+    kx[lid] = kvq_value(tk, k[kvq_code_word(tk, e)], k[kvq_scale_word(tk, e)], e);
+    vx[lid] = kvq_value(tv, v[kvq_code_word(tv, e)], v[kvq_scale_word(tv, e)], e);
     if (KV_ROT_K == 1u) {
         workgroupBarrier();
         var r = 0.0;

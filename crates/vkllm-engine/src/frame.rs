@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use vkllm_cpu::sampler::{SamplingParams, sample};
-use vkllm_models::{Backend, KvCache, KvType, Logits, Model, Tensor};
+use vkllm_models::{Backend, KvCache, KvTypes, Logits, Model, Tensor};
 
 use crate::error::EngineError;
 
@@ -68,7 +68,7 @@ impl<B: Backend> FrameDecoder<B> {
         mut backend: B,
         model: Model,
         ctx: usize,
-        kv: KvType,
+        kv: impl Into<KvTypes>,
         sampling: SamplingParams,
         seq_id: u64,
     ) -> Result<Self, EngineError> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use vkllm_cpu::sampler::{SamplingParams, apply_mask, sample};
 use vkllm_models::hybrid::RecurrentMarks;
-use vkllm_models::{AnyModel, AnyState, Backend, KvType, Logits};
+use vkllm_models::{AnyModel, AnyState, Backend, KvType, KvTypes, Logits};
 use vkllm_tokenizer::Tokenizer;
 
 use crate::error::EngineError;
@@ -94,7 +94,7 @@ impl<B: Backend> Session<B> {
         model: impl Into<AnyModel>,
         tokenizer: Tokenizer,
         ctx: usize,
-        dtype: KvType,
+        dtype: impl Into<KvTypes>,
     ) -> Result<Self, EngineError> {
         let model = model.into();
         let state = model.new_state(&mut backend, ctx, dtype)?;

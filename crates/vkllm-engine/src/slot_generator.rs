@@ -12,7 +12,7 @@
 
 use vkllm_models::hybrid::{HybridModel, HybridState, RecurrentMarks};
 use vkllm_models::{
-    Backend, KvCache, KvType, Logits, Model, SlotDecoderConfig, SlotDecoderId, SlotStart,
+    Backend, KvCache, KvTypes, Logits, Model, SlotDecoderConfig, SlotDecoderId, SlotStart,
     VulkanBackend,
 };
 
@@ -83,7 +83,7 @@ impl SlotGenerator {
         model: Model,
         slots: usize,
         ctx: usize,
-        kv: KvType,
+        kv: impl Into<KvTypes>,
         steps_per_submit: usize,
     ) -> Result<Self, EngineError> {
         let slots = slots.max(1);
@@ -100,7 +100,7 @@ impl SlotGenerator {
         model: HybridModel,
         slots: usize,
         ctx: usize,
-        kv: KvType,
+        kv: impl Into<KvTypes>,
         steps_per_submit: usize,
     ) -> Result<Self, EngineError> {
         let slots = slots.max(1);

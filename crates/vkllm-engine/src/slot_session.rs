@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use vkllm_models::{AnyModel, KvType, VulkanBackend};
+use vkllm_models::{AnyModel, KvTypes, VulkanBackend};
 use vkllm_tokenizer::Tokenizer;
 use vkllm_vk::DeviceKind;
 
@@ -68,7 +68,7 @@ impl SlotSession {
         model: AnyModel,
         tokenizer: Tokenizer,
         ctx: usize,
-        kv: KvType,
+        kv: impl Into<KvTypes>,
     ) -> Result<Self, EngineError> {
         let vocab = model.cfg().vocab_size;
         let generator = match model {

@@ -1,7 +1,7 @@
 //! `shaders/attention.wgsl` (decode: split-K + merge) and `shaders/attention_prefill.wgsl`
 //! (prefill: tiled, online softmax).
 
-use crate::kv_append::KvType;
+use crate::kv_append::{KvType, KvTypes};
 use crate::sources::{ATTENTION, ATTENTION_PREFILL};
 use crate::spec::{MAX_GROUPS_X, need, rd, rw, shape_err, to_u32, wr};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
@@ -104,6 +104,8 @@ pub struct AttnShape {
     /// Sliding window: key j is visible to a query at position p when p - j < window.
     pub window: Option<usize>,
     pub kv: KvType,
+    /// The V cache's type: `kv`, or another quantized type when `kv` is one (see `KvTypes`).
+    pub kv_v: KvType,
     /// The cache's K units are stored rotated (q8_0 with heads of whole 64-value units; see
     /// `shaders/kv_quant.inc.wgsl`): the kernels rotate the queries alike.
     pub rot_k: bool,
@@ -137,7 +139,8 @@ impl AttnShape {
                 format!("head_dim {} must be even and <= 256", self.head_dim),
             ));
         }
-        self.kv
+        let types = KvTypes::new(self.kv, self.kv_v).map_err(|m| shape_err(k, m))?;
+        types
             .check_width(self.n_kv_heads * self.head_dim, self.head_dim)
             .map_err(|m| shape_err(k, m))?;
         if self.rot_k && (self.kv != KvType::Q8_0 || !self.head_dim.is_multiple_of(64)) {
@@ -221,10 +224,17 @@ impl AttnShape {
     /// The kernels that read only f32 and f16 caches (the cooperative-matrix prefill and the
     /// one-dispatch decode forms) refuse quantized ones.
     pub(crate) fn check_unquantized(&self, k: &'static KernelSpec) -> Result<(), Error> {
-        match self.kv.is_quantized() {
+        match self.kv.is_quantized() || self.kv_v != self.kv {
             true => Err(shape_err(
                 k,
-                format!("reads f32 or f16 caches, not {}", self.kv.name()),
+                format!(
+                    "reads f32 or f16 caches, not {}",
+                    KvTypes {
+                        k: self.kv,
+                        v: self.kv_v
+                    }
+                    .name()
+                ),
             )),
             false => Ok(()),
         }
@@ -247,11 +257,9 @@ impl AttnShape {
         let qb = 4 * (self.n_q * self.n_heads * self.head_dim) as u64;
         need(k, "q", q, qb)?;
         let rows = (self.n_q - 1) * self.kv_stride + self.rows();
-        let kvb = self
-            .kv
-            .bytes((rows * self.n_kv_heads * self.head_dim) as u64);
-        need(k, "k", kc, kvb)?;
-        need(k, "v", vc, kvb)?;
+        let values = (rows * self.n_kv_heads * self.head_dim) as u64;
+        need(k, "k", kc, self.kv.bytes(values))?;
+        need(k, "v", vc, self.kv_v.bytes(values))?;
         need(k, "q_pos", q_pos, 4 * self.n_q as u64)?;
         need(k, "out", out, qb)
     }
@@ -361,6 +369,7 @@ impl<B: KernelBuffer> AttnDecode<B> {
             .set("WG", WG as f64)
             .set("CHUNK", chunk as f64)
             .set("KV_DTYPE", s.kv.code())
+            .set("KV_DTYPE_V", s.kv_v.code())
             .set("KV_ROT_K", f64::from(u8::from(s.rot_k)));
         let split = Dispatch::new(
             k,
@@ -485,6 +494,7 @@ impl<B: KernelBuffer> AttnPrefill<B> {
                 .set("HD", s.head_dim as f64)
                 .set("BK", bk as f64)
                 .set("KV_DTYPE", s.kv.code())
+                .set("KV_DTYPE_V", s.kv_v.code())
                 .set("KV_ROT_K", f64::from(u8::from(s.rot_k))),
             vec![self.q, self.k, self.v, self.q_pos, self.out],
             &p,

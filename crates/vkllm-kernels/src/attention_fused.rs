@@ -101,6 +101,7 @@ fn overrides(s: &AttnShape, chunk: usize, rope: bool) -> Overrides {
         .set("WG", WG as f64)
         .set("CHUNK", chunk as f64)
         .set("KV_DTYPE", s.kv.code())
+        .set("KV_DTYPE_V", s.kv_v.code())
         .set("ROPE", if rope { 1.0 } else { 0.0 })
 }
 

@@ -124,6 +124,53 @@ impl KvType {
     }
 }
 
+/// The element types of a cache's keys and values. They are the same type, or two quantized
+/// ones (rotated q8_0 keys with q4_0 values keep the keys' precision at 41% of f16's memory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KvTypes {
+    pub k: KvType,
+    pub v: KvType,
+}
+
+impl From<KvType> for KvTypes {
+    fn from(t: KvType) -> Self {
+        KvTypes { k: t, v: t }
+    }
+}
+
+impl KvTypes {
+    /// Keys and values in their own types, if the pair is one the kernels take.
+    pub fn new(k: KvType, v: KvType) -> Result<Self, String> {
+        if k != v && !(k.is_quantized() && v.is_quantized()) {
+            return Err(format!(
+                "K {} with V {}: the types must match unless both are quantized (q8_0, q4_0)",
+                k.name(),
+                v.name()
+            ));
+        }
+        Ok(KvTypes { k, v })
+    }
+
+    /// `q8_0`, or `q8_0/q4_0` (K/V) when they differ.
+    pub fn name(&self) -> String {
+        match self.k == self.v {
+            true => self.k.name().to_string(),
+            false => format!("{}/{}", self.k.name(), self.v.name()),
+        }
+    }
+
+    /// Stored in blocks (both types are, or neither: see [`KvTypes::new`]).
+    pub fn is_quantized(&self) -> bool {
+        self.k.is_quantized()
+    }
+
+    /// [`KvType::check_width`] for both.
+    pub fn check_width(&self, kv_dim: usize, head_dim: usize) -> Result<(), String> {
+        self.k.check_width(kv_dim, head_dim)?;
+        self.v.check_width(kv_dim, head_dim)
+    }
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct KvAppendParams {
@@ -185,13 +232,13 @@ impl<B: KernelBuffer> KvAppend<B> {
         self.dispatch_rotated(dtype, false, n_tok, kv_dim, max_tok, row_stride, ring)
     }
 
-    /// [`KvAppend::dispatch_ring`] into a q8_0 cache whose K units are stored rotated when
-    /// `rot_k` (`shaders/kv_quant.inc.wgsl`; the attention kernels then take
-    /// `AttnShape::rot_k`).
+    /// [`KvAppend::dispatch_ring`] into a cache of `types` (keys and values may differ, see
+    /// [`KvTypes`]) whose q8_0 K units are stored rotated when `rot_k`
+    /// (`shaders/kv_quant.inc.wgsl`; the attention kernels then take `AttnShape::rot_k`).
     #[allow(clippy::too_many_arguments)]
     pub fn dispatch_rotated(
         self,
-        dtype: KvType,
+        types: impl Into<KvTypes>,
         rot_k: bool,
         n_tok: usize,
         kv_dim: usize,
@@ -199,10 +246,13 @@ impl<B: KernelBuffer> KvAppend<B> {
         row_stride: usize,
         ring: usize,
     ) -> Result<Dispatch<B>, Error> {
+        let types = types.into();
+        let dtype = types.k;
         let k = match dtype.is_quantized() {
             true => &KV_APPEND_QUANT,
             false => &KV_APPEND,
         };
+        KvTypes::new(types.k, types.v).map_err(|m| shape_err(k, m))?;
         if rot_k && dtype != KvType::Q8_0 {
             return Err(shape_err(
                 k,
@@ -220,7 +270,7 @@ impl<B: KernelBuffer> KvAppend<B> {
             ));
         }
         // Units of 64 never straddle rows; the head split does not matter to the append.
-        dtype.check_width(kv_dim, 32).map_err(|m| shape_err(k, m))?;
+        types.check_width(kv_dim, 32).map_err(|m| shape_err(k, m))?;
         let src = 4 * (n_tok * kv_dim) as u64;
         need(k, "k_new", &self.k_new, src)?;
         need(k, "v_new", &self.v_new, src)?;
@@ -232,9 +282,9 @@ impl<B: KernelBuffer> KvAppend<B> {
             ));
         }
         let rows = n_tok.saturating_sub(1) * row_stride + slot_rows;
-        let cache = dtype.bytes((rows * kv_dim) as u64);
-        need(k, "k_cache", &self.k_cache, cache)?;
-        need(k, "v_cache", &self.v_cache, cache)?;
+        let values = (rows * kv_dim) as u64;
+        need(k, "k_cache", &self.k_cache, types.k.bytes(values))?;
+        need(k, "v_cache", &self.v_cache, types.v.bytes(values))?;
         // Workgroups: one per cache word batch of WG, or one per quantized unit.
         let groups = match dtype {
             KvType::F32 => ((n_tok * kv_dim) as u64).div_ceil(WG as u64),
@@ -253,6 +303,7 @@ impl<B: KernelBuffer> KvAppend<B> {
             Overrides::new()
                 .set("WG", WG as f64)
                 .set("KV_DTYPE", dtype.code())
+                .set("KV_DTYPE_V", types.v.code())
                 .set("KV_ROT_K", f64::from(u8::from(rot_k))),
             vec![self.k_new, self.v_new, self.pos, self.k_cache, self.v_cache],
             &p,

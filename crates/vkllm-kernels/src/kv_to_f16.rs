@@ -1,7 +1,7 @@
 //! `shaders/kv_to_f16.wgsl`: f16 copies of quantized K and V rows (q8_0, q4_0), for the
 //! cooperative-matrix prefill attention.
 
-use crate::kv_append::{KV_UNIT, KvType};
+use crate::kv_append::{KV_UNIT, KvType, KvTypes};
 use crate::sources::KV_TO_F16 as SRC;
 use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
 use crate::to_f16::packed_bytes;
@@ -26,20 +26,27 @@ pub struct KvToF16<B> {
 }
 
 impl<B: KernelBuffer> KvToF16<B> {
-    /// `n`: a multiple of 64 (whole rows of a quantized cache); `rot_k`: K's units are stored
-    /// rotated (q8_0; the copy rotates them back).
-    pub fn dispatch(self, dtype: KvType, rot_k: bool, n: usize) -> Result<Dispatch<B>, Error> {
+    /// `n`: a multiple of 64 (whole rows of a quantized cache of `types`); `rot_k`: K's units
+    /// are stored rotated (q8_0; the copy rotates them back).
+    pub fn dispatch(
+        self,
+        types: impl Into<KvTypes>,
+        rot_k: bool,
+        n: usize,
+    ) -> Result<Dispatch<B>, Error> {
         let k = &KV_TO_F16;
+        let types = types.into();
+        let dtype = types.k;
         if rot_k && dtype != KvType::Q8_0 {
             return Err(shape_err(
                 k,
                 format!("rotated keys in a {} cache", dtype.name()),
             ));
         }
-        if !dtype.is_quantized() {
+        if !dtype.is_quantized() || !types.v.is_quantized() {
             return Err(shape_err(
                 k,
-                format!("a {} cache is not quantized", dtype.name()),
+                format!("a {} cache is not quantized", types.name()),
             ));
         }
         if n == 0 || !n.is_multiple_of(KV_UNIT) {
@@ -48,9 +55,8 @@ impl<B: KernelBuffer> KvToF16<B> {
                 format!("{n} values: not whole units of {KV_UNIT}"),
             ));
         }
-        let src = dtype.bytes(n as u64);
-        need(k, "k", &self.k, src)?;
-        need(k, "v", &self.v, src)?;
+        need(k, "k", &self.k, types.k.bytes(n as u64))?;
+        need(k, "v", &self.v, types.v.bytes(n as u64))?;
         need(k, "k_out", &self.k_out, packed_bytes(n))?;
         need(k, "v_out", &self.v_out, packed_bytes(n))?;
         let n32 = to_u32(k, "n", n)?;
@@ -58,6 +64,7 @@ impl<B: KernelBuffer> KvToF16<B> {
             k,
             Overrides::new()
                 .set("KV_DTYPE", dtype.code())
+                .set("KV_DTYPE_V", types.v.code())
                 .set("KV_ROT_K", f64::from(u8::from(rot_k))),
             vec![self.k, self.v, self.k_out, self.v_out],
             &n32,

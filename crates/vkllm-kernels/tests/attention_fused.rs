@@ -26,6 +26,7 @@ fn shape(n_q: usize, n_heads: usize, n_kv_heads: usize, n_kv: usize) -> AttnShap
         softcap: None,
         window: None,
         kv: KvType::F16,
+        kv_v: KvType::F16,
         rot_k: false,
         kv_stride: if n_q > 1 { n_kv } else { 0 },
         ring: None,

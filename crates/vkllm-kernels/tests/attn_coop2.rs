@@ -26,6 +26,7 @@ fn shape(n_q: usize, heads: usize, kv_heads: usize, hd: usize, kv: KvType) -> At
         softcap: None,
         window: None,
         kv,
+        kv_v: kv,
         rot_k: false,
         kv_stride: 0,
         ring: None,

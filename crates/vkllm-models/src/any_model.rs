@@ -2,7 +2,7 @@
 //! (Gated DeltaNet) and MoE families ([`HybridModel`], KV caches and recurrent state), so a
 //! session, a perplexity run or a command opens any checkpoint the same way.
 
-use crate::KvType;
+use crate::KvTypes;
 use crate::backend::Backend;
 use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
@@ -89,7 +89,7 @@ impl AnyModel {
         &self,
         b: &mut B,
         ctx: usize,
-        dtype: KvType,
+        dtype: impl Into<KvTypes>,
     ) -> Result<AnyState, ModelError> {
         match self {
             AnyModel::Dense(m) => Ok(AnyState::Kv(m.new_kv_slots(b, ctx, 1, dtype)?)),

@@ -7,7 +7,7 @@
 
 use vkllm_cpu::AttnParams;
 
-use crate::backend::{Backend, KvRows, KvType, NormMlp, NormQkv, RopeKv, Tensor};
+use crate::backend::{Backend, KvRows, KvType, KvTypes, NormMlp, NormQkv, RopeKv, Tensor};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 pub use crate::kv_cache::{KV_ROW_ALIGN, KvCache, KvLayer};
@@ -110,15 +110,21 @@ impl Model {
         self.new_kv_slots(b, capacity, 1, KvType::F32)
     }
 
-    /// A KV cache for `slots` sequences of `capacity` positions each, stored as `dtype`.
+    /// A KV cache for `slots` sequences of `capacity` positions each, stored as `types` (one
+    /// type, or K's and V's).
     pub fn new_kv_slots<B: Backend>(
         &self,
         b: &mut B,
         capacity: usize,
         slots: usize,
-        dtype: KvType,
+        types: impl Into<KvTypes>,
     ) -> Result<KvCache, ModelError> {
-        dtype
+        let types = types.into();
+        KvTypes::new(types.k, types.v).map_err(|msg| ModelError::Config {
+            field: "kv dtype".into(),
+            msg,
+        })?;
+        types
             .check_width(self.cfg.kv_dim(), self.cfg.head_dim)
             .map_err(|msg| ModelError::Config {
                 field: "kv dtype".into(),
@@ -132,9 +138,9 @@ impl Model {
             capacity,
             self.chunk,
             slots,
-            dtype,
+            types,
         )?;
-        kv.rot_k = crate::kv_cache::rot_k_for(dtype, self.cfg.head_dim);
+        kv.rot_k = crate::kv_cache::rot_k_for(types.k, self.cfg.head_dim);
         Ok(kv)
     }
 

@@ -2,7 +2,7 @@
 //! layers keep only a ring of their window plus a prefill chunk (position `p` in row `p % ring`),
 //! so their memory does not grow with the context; full-attention layers keep every position.
 
-use crate::backend::{Backend, KvRows, KvType, KvView, Tensor};
+use crate::backend::{Backend, KvRows, KvType, KvTypes, KvView, Tensor};
 use crate::error::ModelError;
 
 /// The KV caches of `slots` sequences, positions `0..capacity` each. Per layer and slot, a
@@ -14,7 +14,10 @@ use crate::error::ModelError;
 pub struct KvCache {
     pub capacity: usize,
     pub slots: usize,
+    /// The K cache's type.
     pub dtype: KvType,
+    /// The V cache's type.
+    pub v_dtype: KvType,
     /// K units stored rotated (q8_0 with heads of whole 64-value units; the model sets it, see
     /// [`rot_k_for`]).
     pub rot_k: bool,
@@ -78,15 +81,16 @@ impl KvCache {
         capacity: usize,
         chunk: usize,
         slots: usize,
-        dtype: KvType,
+        types: impl Into<KvTypes>,
     ) -> Result<KvCache, ModelError> {
+        let types = types.into();
         if capacity == 0 || slots == 0 {
             return Err(ModelError::Config {
                 field: "kv cache".into(),
                 msg: format!("capacity {capacity} and slots {slots} must be > 0"),
             });
         }
-        let need = KvCache::bytes_for(windows, kv_dim, capacity, chunk, slots, dtype);
+        let need = KvCache::bytes_for(windows, kv_dim, capacity, chunk, slots, types);
         if let Some((free, total)) = b.memory_free()
             && need > free.saturating_sub(total / 16)
         {
@@ -95,7 +99,7 @@ impl KvCache {
                 what: format!(
                     "KV cache ({slots} x {capacity} positions, {}, {} layers, {sliding} of them \
                      sliding-window rings)",
-                    dtype.name(),
+                    types.name(),
                     windows.len()
                 ),
                 need,
@@ -109,8 +113,8 @@ impl KvCache {
                 let ring = KvLayer::ring_for(window, capacity, chunk);
                 let stride = align_rows(ring);
                 Ok(KvLayer {
-                    k: b.alloc_kv(slots * stride * kv_dim, dtype)?,
-                    v: b.alloc_kv(slots * stride * kv_dim, dtype)?,
+                    k: b.alloc_kv(slots * stride * kv_dim, types.k)?,
+                    v: b.alloc_kv(slots * stride * kv_dim, types.v)?,
                     ring,
                     stride,
                     window,
@@ -120,7 +124,8 @@ impl KvCache {
         Ok(KvCache {
             capacity,
             slots,
-            dtype,
+            dtype: types.k,
+            v_dtype: types.v,
             rot_k: false,
             layers,
         })
@@ -137,6 +142,7 @@ impl KvCache {
             ring: layer.ring,
             slots: self.slots,
             dtype: self.dtype,
+            v_dtype: self.v_dtype,
             rot_k: self.rot_k,
             rows,
         }
@@ -151,13 +157,15 @@ impl KvCache {
         capacity: usize,
         chunk: usize,
         slots: usize,
-        dtype: KvType,
+        types: impl Into<KvTypes>,
     ) -> u64 {
+        let types = types.into();
         windows
             .iter()
             .map(|&w| {
                 let stride = align_rows(KvLayer::ring_for(w, capacity, chunk));
-                2 * dtype.bytes((slots * stride * kv_dim) as u64)
+                let values = (slots * stride * kv_dim) as u64;
+                types.k.bytes(values) + types.v.bytes(values)
             })
             .sum()
     }
@@ -208,7 +216,7 @@ impl KvCache {
             }
             let (src, dsto) = (from * l.stride * kv_dim, to * d.stride * kv_dim);
             b.copy_kv(l.k, src, d.k, dsto, n * kv_dim, self.dtype)?;
-            b.copy_kv(l.v, src, d.v, dsto, n * kv_dim, self.dtype)?;
+            b.copy_kv(l.v, src, d.v, dsto, n * kv_dim, self.v_dtype)?;
         }
         Ok(())
     }

@@ -40,7 +40,7 @@ pub use backend::vulkan::{
     TokenLogprobs, VulkanBackend,
 };
 pub use backend::{
-    Backend, KvRows, KvType, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor,
+    Backend, KvRows, KvType, KvTypes, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor,
     norm_gated_mlp_unfused, norm_qkv_unfused, rope_kv_unfused,
 };
 pub use checkpoint::{Checkpoint, load_checkpoint};

@@ -15,7 +15,7 @@
 use crate::backend::Backend;
 use crate::error::ModelError;
 use crate::forward::Logits;
-use crate::{AnyModel, KvType};
+use crate::{AnyModel, KvType, KvTypes};
 
 /// Scored positions per forward call.
 const SCORE_SLICE: usize = 64;
@@ -66,7 +66,7 @@ pub fn perplexity_kv<B: Backend>(
     tokens: &[u32],
     ctx: usize,
     bos: Option<u32>,
-    kv: KvType,
+    kv: impl Into<KvTypes>,
     on_chunk: &mut dyn FnMut(usize, usize, f64),
 ) -> Result<Perplexity, ModelError> {
     if ctx < 4 {

@@ -12,7 +12,8 @@ use common::device;
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::parity::{GPU_VS_CPU_MAX_ABS, argmax};
 use vkllm_models::{
-    AnyModel, Backend, CpuBackend, DEFAULT_CHUNK, KvType, Logits, ModelError, VulkanBackend,
+    AnyModel, Backend, CpuBackend, DEFAULT_CHUNK, KvType, KvTypes, Logits, ModelError,
+    VulkanBackend,
 };
 
 /// Prefill logits (every position) and `n` greedy tokens after them.
@@ -20,7 +21,7 @@ fn run<B: Backend>(
     b: &mut B,
     m: &AnyModel,
     ids: &[u32],
-    kv: KvType,
+    kv: impl Into<KvTypes>,
     n: usize,
 ) -> (Vec<f32>, Vec<u32>) {
     let st = m.new_state(b, ids.len() + n, kv).expect("state");
@@ -63,7 +64,11 @@ fn quantized_kv_matches_the_cpu() {
         let (f32_logits, _) = run(&mut cpu, &cm, &ids, KvType::F32, 8);
         let mut gpu = VulkanBackend::new(dev.clone());
         let gm = load(&fx, &mut gpu);
-        for kv in [KvType::Q8_0, KvType::Q4_0] {
+        let mixed = KvTypes {
+            k: KvType::Q8_0,
+            v: KvType::Q4_0,
+        };
+        for kv in [KvType::Q8_0.into(), KvType::Q4_0.into(), mixed] {
             let (want, want_toks) = run(&mut cpu, &cm, &ids, kv, 8);
             let rounding = vkllm_cpu::compare::diff(&want, &f32_logits);
             let (got, got_toks) = run(&mut gpu, &gm, &ids, kv, 8);
@@ -157,6 +162,42 @@ fn quantized_kv_on_the_users_device() {
                 d.nmse,
                 d.non_finite
             );
+        }
+    }
+}
+
+/// K and V types apart: two quantized types are a cache; a float type with a quantized one, or
+/// f32 with f16, is a typed error (the kernels take one float type, or any two quantized ones).
+#[test]
+fn kv_type_pairs() {
+    let fx = Fixture::load("qwen3").expect("fixture");
+    let mut cpu = CpuBackend::new();
+    let m = load(&fx, &mut cpu);
+    let ok = KvTypes {
+        k: KvType::Q4_0,
+        v: KvType::Q8_0,
+    };
+    let st = m
+        .new_state(&mut cpu, 64, ok)
+        .expect("q4_0 keys, q8_0 values");
+    match st {
+        vkllm_models::AnyState::Kv(kv) => {
+            assert_eq!((kv.dtype, kv.v_dtype), (KvType::Q4_0, KvType::Q8_0));
+        }
+        _ => panic!("a dense model's state"),
+    }
+    for (k, v) in [
+        (KvType::F16, KvType::Q8_0),
+        (KvType::Q8_0, KvType::F32),
+        (KvType::F32, KvType::F16),
+    ] {
+        match m.new_state(&mut cpu, 64, KvTypes { k, v }) {
+            Err(ModelError::Config { field, msg }) => {
+                assert_eq!(field, "kv dtype");
+                assert!(msg.contains(k.name()) && msg.contains(v.name()), "{msg}");
+            }
+            Err(e) => panic!("{k:?}/{v:?}: {e}"),
+            Ok(_) => panic!("{k:?}/{v:?} was accepted"),
         }
     }
 }

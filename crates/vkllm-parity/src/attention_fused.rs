@@ -316,6 +316,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
         softcap: c.softcap,
         window: c.window,
         kv: c.kv,
+        kv_v: c.kv,
         rot_k: false,
         kv_stride: stride,
         ring: c.ring,

@@ -109,6 +109,7 @@ pub(crate) fn attention_prefill_coop(dev: &Device, seed: u64) -> Result<Vec<Kern
             softcap,
             window,
             kv,
+            kv_v: kv,
             rot_k: false,
             kv_stride: 0,
             ring,

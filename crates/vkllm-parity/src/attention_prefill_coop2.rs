@@ -214,6 +214,7 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
             softcap: c.softcap,
             window: c.window,
             kv,
+            kv_v: kv,
             rot_k: false,
             kv_stride: 0,
             ring: c.ring,

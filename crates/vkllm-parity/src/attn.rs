@@ -149,12 +149,21 @@ struct AttnCase {
     kv: KvType,
     /// K stored rotated (q8_0, heads of whole 64-value units).
     rot_k: bool,
+    /// V's type when it differs from K's.
+    kv_v: Option<KvType>,
 }
 
 impl AttnCase {
     const fn rotated(self) -> Self {
         AttnCase {
             rot_k: true,
+            ..self
+        }
+    }
+
+    const fn values(self, t: KvType) -> Self {
+        AttnCase {
+            kv_v: Some(t),
             ..self
         }
     }
@@ -177,45 +186,40 @@ const ATTN_TOL: Tol = Tol {
     nmse: 1e-7,
 };
 
+/// `x` as a cache of `t` stores it (words) and the values the CPU attends over: the blocks
+/// dequantized (rotated back when `rot`).
+fn stored(x: &[f32], t: KvType, rot: bool) -> (Vec<u32>, Vec<f32>) {
+    match t {
+        KvType::F32 => (bytemuck::cast_slice(x).to_vec(), x.to_vec()),
+        KvType::F16 => {
+            let (h, back) = to_f16(x);
+            (pack16(&h), back)
+        }
+        KvType::Q8_0 | KvType::Q4_0 => {
+            let f = KvQuant::from_name(t.name()).expect("a quantized type");
+            let mut xq = x.to_vec();
+            if rot {
+                vkllm_cpu::kv_quant::rotate(&mut xq);
+            }
+            let w = f.quantize(&xq);
+            let mut back = f.dequantize(&w, x.len());
+            if rot {
+                vkllm_cpu::kv_quant::unrotate(&mut back);
+            }
+            (w, back)
+        }
+    }
+}
+
 fn attn_data(cx: &Ctx<'_>, rng: &mut Rng, c: &AttnCase) -> Result<AttnData> {
     let qn = c.n_q * c.n_heads * c.head_dim;
     let kvn = c.n_kv * c.n_kv_heads * c.head_dim;
     let q = rng.vec(qn, -2.0, 2.0);
     let k = rng.vec(kvn, -2.0, 2.0);
     let v = rng.vec(kvn, -1.0, 1.0);
-    let (kb, kr, vb, vr) = match c.kv {
-        KvType::F32 => (cx.input("k", &k)?, k.clone(), cx.input("v", &v)?, v.clone()),
-        KvType::F16 => {
-            let (kh, kr) = to_f16(&k);
-            let (vh, vr) = to_f16(&v);
-            (
-                cx.input("k", &pack16(&kh))?,
-                kr,
-                cx.input("v", &pack16(&vh))?,
-                vr,
-            )
-        }
-        // The CPU attends over what the cache holds: the blocks dequantized (and K rotated
-        // back when it is stored rotated).
-        KvType::Q8_0 | KvType::Q4_0 => {
-            let f = KvQuant::from_name(c.kv.name()).expect("a quantized type");
-            let mut kq = k.clone();
-            if c.rot_k {
-                vkllm_cpu::kv_quant::rotate(&mut kq);
-            }
-            let (kw, vw) = (f.quantize(&kq), f.quantize(&v));
-            let mut kr = f.dequantize(&kw, kvn);
-            if c.rot_k {
-                vkllm_cpu::kv_quant::unrotate(&mut kr);
-            }
-            (
-                cx.input("k", &kw)?,
-                kr,
-                cx.input("v", &vw)?,
-                f.dequantize(&vw, kvn),
-            )
-        }
-    };
+    let (kw, kr) = stored(&k, c.kv, c.rot_k);
+    let (vw, vr) = stored(&v, c.kv_v.unwrap_or(c.kv), false);
+    let (kb, vb) = (cx.input("k", &kw)?, cx.input("v", &vw)?);
     let positions: Vec<usize> = (0..c.n_q).map(|i| c.q_pos0 + i).collect();
     let pos32: Vec<u32> = positions.iter().map(|&p| p as u32).collect();
     let scale = 1.0 / (c.head_dim as f32).sqrt();
@@ -246,6 +250,7 @@ fn attn_data(cx: &Ctx<'_>, rng: &mut Rng, c: &AttnCase) -> Result<AttnData> {
             softcap: c.softcap,
             window: c.window,
             kv: c.kv,
+            kv_v: c.kv_v.unwrap_or(c.kv),
             rot_k: c.rot_k,
             kv_stride: 0,
             ring: None,
@@ -257,6 +262,9 @@ fn describe(c: &AttnCase) -> (String, String) {
     let mut variant = c.kv.name().to_string();
     if c.rot_k {
         variant += " rotated K";
+    }
+    if let Some(t) = c.kv_v {
+        variant += &format!(", V {}", t.name());
     }
     if let Some(s) = c.softcap {
         variant += &format!(" softcap {s}");
@@ -294,6 +302,7 @@ const fn case(
         window,
         kv,
         rot_k: false,
+        kv_v: None,
     }
 }
 
@@ -353,6 +362,18 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
         // Gemma 3 270M's heads (4 query heads of 256 on one kv head).
         (
             case(1, 300, 299, 4, 1, 256, None, None, KvType::Q8_0).rotated(),
+            16,
+        ),
+        // Rotated q8_0 keys with q4_0 values (--kv-type-k q8_0 --kv-type-v q4_0), and the other
+        // way round.
+        (
+            case(1, 700, 699, 32, 8, 128, None, None, KvType::Q8_0)
+                .rotated()
+                .values(KvType::Q4_0),
+            64,
+        ),
+        (
+            case(2, 333, 300, 14, 2, 64, Some(20.0), Some(100), KvType::Q4_0).values(KvType::Q8_0),
             16,
         ),
     ];
@@ -415,6 +436,9 @@ pub(crate) fn attention_prefill(dev: &Device, seed: u64) -> Result<Vec<KernelPar
         case(20, 20, 0, 2, 1, 256, None, None, KvType::Q8_0),
         case(21, 40, 19, 8, 2, 128, None, None, KvType::Q8_0).rotated(),
         case(20, 20, 0, 2, 1, 256, Some(30.0), Some(7), KvType::Q8_0).rotated(),
+        case(21, 40, 19, 8, 2, 128, None, None, KvType::Q8_0)
+            .rotated()
+            .values(KvType::Q4_0),
     ];
     for c in cases {
         let d = attn_data(&cx, &mut rng, &c)?;

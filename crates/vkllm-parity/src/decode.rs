@@ -133,6 +133,7 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             softcap: None,
             window,
             kv,
+            kv_v: kv,
             rot_k: false,
             kv_stride: cap,
             ring: None,

@@ -5,7 +5,7 @@
 
 use vkllm_cpu::decode::IDLE;
 use vkllm_cpu::kv_quant::{BLOCK, KvQuant};
-use vkllm_kernels::kv_append::{KvAppend, KvType};
+use vkllm_kernels::kv_append::{KvAppend, KvType, KvTypes};
 use vkllm_kernels::kv_to_f16::KvToF16;
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, row, to_f16};
@@ -41,26 +41,31 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
     let mut pos: Vec<u32> = (0..slots).map(|_| rng.below(cap as u64) as u32).collect();
     pos[1] = IDLE;
     let mut rows = Vec::new();
-    for (ty, rot) in [
-        (KvType::Q8_0, false),
-        (KvType::Q4_0, false),
-        (KvType::Q8_0, true),
+    // (K type, V type, rotated K): the last is rotated q8_0 keys with q4_0 values.
+    for (ty, ty_v, rot) in [
+        (KvType::Q8_0, KvType::Q8_0, false),
+        (KvType::Q4_0, KvType::Q4_0, false),
+        (KvType::Q8_0, KvType::Q8_0, true),
+        (KvType::Q8_0, KvType::Q4_0, true),
     ] {
-        let f = KvQuant::from_name(ty.name()).expect("quantized");
+        let types = KvTypes { k: ty, v: ty_v };
         let mut k_new = rng.vec(slots * kv_dim, -3.0, 3.0);
         let v_new = rng.vec(slots * kv_dim, -1.0, 1.0);
         k_new[5] = -40.0;
         k_new[kv_dim + 64..kv_dim + 96].fill(0.0);
         k_new[3 * kv_dim..3 * kv_dim + 32].fill(0.0);
         // Poison: every cache word a NaN pattern, so a missed write shows.
-        let words = ty.words((slots * cap * kv_dim) as u64) as usize;
-        let init = vec![0x7fc0_7fc0u32; words];
+        let n = (slots * cap * kv_dim) as u64;
+        let poison = |t: KvType| vec![0x7fc0_7fc0u32; t.words(n) as usize];
         let (kb, vb, pb) = (
             cx.input("k", &k_new)?,
             cx.input("v", &v_new)?,
             cx.input("pos", &pos)?,
         );
-        let (kc, vc) = (cx.input("k_cache", &init)?, cx.input("v_cache", &init)?);
+        let (kc, vc) = (
+            cx.input("k_cache", &poison(ty))?,
+            cx.input("v_cache", &poison(ty_v))?,
+        );
         cx.run(&[], |r| {
             r.dispatch(
                 KvAppend {
@@ -70,13 +75,14 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     k_cache: kc.all(),
                     v_cache: vc.all(),
                 }
-                .dispatch_rotated(ty, rot, slots, kv_dim, cap, cap, cap)?,
+                .dispatch_rotated(types, rot, slots, kv_dim, cap, cap, cap)?,
             )
         })?;
-        let row_words = f.words(kv_dim);
         let shape = format!("{slots} slots x {cap} rows, kv_dim {kv_dim}, one idle");
-        for (name, src, cache) in [("K", &k_new, &kc), ("V", &v_new, &vc)] {
-            let got: Vec<u32> = dev.read_vec(cache, words)?;
+        for (name, t, src, cache) in [("K", ty, &k_new, &kc), ("V", ty_v, &v_new, &vc)] {
+            let f = KvQuant::from_name(t.name()).expect("quantized");
+            let row_words = f.words(kv_dim);
+            let got: Vec<u32> = dev.read_vec(cache, t.words(n) as usize)?;
             let (mut gs, mut ws, mut gc, mut wc) = (vec![], vec![], vec![], vec![]);
             let mut untouched_got = Vec::new();
             for slot in 0..slots {
@@ -110,7 +116,7 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             }
             let want_untouched = vec![0x7fc0 as f32; untouched_got.len()];
             let rot_name = if rot { " rotated-K cache," } else { "" };
-            let variant = |what: &str| format!("{}{rot_name} {name} {what}", ty.name());
+            let variant = |what: &str| format!("{}{rot_name} {name} {what}", types.name());
             rows.push(row("kv_append", variant("scales"), &shape, &gs, &ws, EXACT));
             rows.push(row("kv_append", variant("codes"), &shape, &gc, &wc, EXACT));
             rows.push(row(
@@ -133,16 +139,21 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
     let mut rows = Vec::new();
-    for (ty, rot, n) in [
-        (KvType::Q8_0, false, 5 * 64usize),
-        (KvType::Q4_0, false, 7 * 64),
-        (KvType::Q8_0, true, 6 * 64),
+    for (ty, ty_v, rot, n) in [
+        (KvType::Q8_0, KvType::Q8_0, false, 5 * 64usize),
+        (KvType::Q4_0, KvType::Q4_0, false, 7 * 64),
+        (KvType::Q8_0, KvType::Q8_0, true, 6 * 64),
+        (KvType::Q8_0, KvType::Q4_0, true, 3 * 64),
     ] {
-        let f = KvQuant::from_name(ty.name()).expect("quantized");
+        let types = KvTypes { k: ty, v: ty_v };
+        let (f, fv) = (
+            KvQuant::from_name(ty.name()).expect("quantized"),
+            KvQuant::from_name(ty_v.name()).expect("quantized"),
+        );
         let mut k = rng.vec(n, -3.0, 3.0);
         k[7] = 90.0;
         let v = rng.vec(n, -1.0, 1.0);
-        let (kw, vw) = (f.quantize(&k), f.quantize(&v));
+        let (kw, vw) = (f.quantize(&k), fv.quantize(&v));
         let rot_name = if rot { " rotated-K cache," } else { "" };
         let (kb, vb) = (cx.input("k", &kw)?, cx.input("v", &vw)?);
         // Poison: f16 NaN pairs, and one word more than the copy needs.
@@ -156,12 +167,12 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
                     k_out: ko.all(),
                     v_out: vo.all(),
                 }
-                .dispatch(ty, rot, n)?,
+                .dispatch(types, rot, n)?,
             )
         })?;
-        for (name, words, out) in [("K", &kw, &ko), ("V", &vw, &vo)] {
+        for (name, g, words, out) in [("K", f, &kw, &ko), ("V", fv, &vw, &vo)] {
             // Rotated back term by term in the shader's order: the same f32 values.
-            let mut deq = f.dequantize(words, n);
+            let mut deq = g.dequantize(words, n);
             if rot && name == "K" {
                 vkllm_cpu::kv_quant::unrotate(&mut deq);
             }
@@ -174,7 +185,7 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
             let shape = format!("{n} values");
             rows.push(row(
                 "kv_to_f16",
-                format!("{}{rot_name} {name}", ty.name()),
+                format!("{}{rot_name} {name}", types.name()),
                 &shape,
                 &got_v,
                 &want,
@@ -183,7 +194,7 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
             let tail: Vec<f32> = got[n..].iter().map(|&h| h as f32).collect();
             rows.push(row(
                 "kv_to_f16",
-                format!("{}{rot_name} {name} past the end", ty.name()),
+                format!("{}{rot_name} {name} past the end", types.name()),
                 shape,
                 &tail,
                 &[0x7e00 as f32; 2],

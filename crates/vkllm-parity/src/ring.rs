@@ -252,6 +252,7 @@ fn ring_attention(
         softcap: c.softcap,
         window: Some(c.window),
         kv: c.kv,
+        kv_v: c.kv,
         rot_k: false,
         kv_stride: if c.slots { c.stride } else { 0 },
         ring: Some(c.ring),

@@ -10,8 +10,8 @@ use vkllm_cpu::sampler::SamplingParams;
 use vkllm_models::hybrid::weights::{FfnWeights, MixerWeights, MlpWeights};
 use vkllm_models::hybrid::{HybridModel, HybridState};
 use vkllm_models::{
-    KvCache, KvType, Logits, Model, ModelError, ProfiledDispatch, SlotDecoderConfig, SlotGraph,
-    SlotStart, VulkanBackend,
+    KvCache, KvType, KvTypes, Logits, Model, ModelError, ProfiledDispatch, SlotDecoderConfig,
+    SlotGraph, SlotStart, VulkanBackend,
 };
 use vkllm_vk::kernels::elementwise::Copy;
 use vkllm_vk::{MemoryKind, Recorder};
@@ -37,7 +37,8 @@ pub struct BenchOptions {
     /// Decode steps per submit (default 16: faster than 4 or 8, as fast as 32;
     /// docs/benchmarks.md).
     pub steps_per_submit: usize,
-    pub kv: KvType,
+    /// The KV cache's types (one for keys and values, or each its own).
+    pub kv: KvTypes,
     /// Also time one decode step per graph region (with as many live rows as the largest
     /// batch).
     pub profile: bool,
@@ -74,7 +75,7 @@ impl Default for BenchOptions {
             batches: vec![1],
             reps: 3,
             steps_per_submit: 16,
-            kv: KvType::F32,
+            kv: KvType::F32.into(),
             profile: false,
             profile_by_kernel: false,
             sampling: vec![BenchSampling::Greedy, BenchSampling::Default],

@@ -267,10 +267,11 @@ impl Backend for CpuBackend {
                 let row = &mut c[r * width..(r + 1) * width];
                 row.copy_from_slice(&s[i * width..(i + 1) * width]);
                 // The cache keeps f32; it holds what a cache of kv.dtype would read back.
-                if kv.dtype == KvType::F16 {
+                let dtype = [kv.dtype, kv.v_dtype][which];
+                if dtype == KvType::F16 {
                     row.iter_mut()
                         .for_each(|x| *x = half::f16::from_f32(*x).to_f32());
-                } else if let Some(q) = KvQuant::from_name(kv.dtype.name()) {
+                } else if let Some(q) = KvQuant::from_name(dtype.name()) {
                     q.round_trip(row, kv.rot_k && which == 0);
                 }
             }

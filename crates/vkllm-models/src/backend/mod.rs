@@ -33,7 +33,7 @@ impl Tensor {
     }
 }
 
-pub use vkllm_kernels::kv_append::KvType;
+pub use vkllm_kernels::kv_append::{KvType, KvTypes};
 
 mod hybrid_ops;
 pub use hybrid_ops::HybridOps;
@@ -59,7 +59,10 @@ pub struct KvView {
     pub stride: usize,
     pub ring: usize,
     pub slots: usize,
+    /// The K cache's type.
     pub dtype: KvType,
+    /// The V cache's type (`dtype`, or another quantized type: `KvTypes`).
+    pub v_dtype: KvType,
     /// K units stored rotated (`shaders/kv_quant.inc.wgsl`; q8_0 with heads of whole units).
     pub rot_k: bool,
     pub rows: KvRows,

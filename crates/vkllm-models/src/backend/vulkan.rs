@@ -259,11 +259,11 @@ impl VulkanBackend {
     ) -> Result<(BufSlice<'_>, BufSlice<'_>, usize), ModelError> {
         match kv.rows {
             KvRows::Slot(s) => {
-                let bytes = kv.dtype.bytes((kv.stride * width) as u64);
-                let off = s as u64 * bytes;
+                let values = (kv.stride * width) as u64;
+                let (kb, vb) = (kv.dtype.bytes(values), kv.v_dtype.bytes(values));
                 Ok((
-                    self.buf(kv.k).slice(off, bytes)?,
-                    self.buf(kv.v).slice(off, bytes)?,
+                    self.buf(kv.k).slice(s as u64 * kb, kb)?,
+                    self.buf(kv.v).slice(s as u64 * vb, vb)?,
                     0,
                 ))
             }
@@ -573,7 +573,10 @@ impl Backend for VulkanBackend {
                 v_cache: vc,
             }
             .dispatch_rotated(
-                dtype,
+                vkllm_kernels::kv_append::KvTypes {
+                    k: dtype,
+                    v: kv.v_dtype,
+                },
                 kv.rot_k,
                 n,
                 width,

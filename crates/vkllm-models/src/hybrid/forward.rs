@@ -12,7 +12,7 @@
 use std::cell::Cell;
 
 use crate::backend::{
-    Backend, KvRows, KvType, KvView, NormMlp, StateView, Tensor, moe_scratch_words,
+    Backend, KvRows, KvType, KvTypes, KvView, NormMlp, StateView, Tensor, moe_scratch_words,
 };
 use crate::blocks::{self, AttnRefs, AttnScratch};
 use crate::config::ModelConfig;
@@ -41,8 +41,10 @@ pub enum LayerState {
 #[derive(Clone, Debug)]
 pub struct HybridState {
     pub capacity: usize,
-    /// The attention layers' KV element type (recurrent states are f32).
+    /// The attention layers' K element type (recurrent states are f32).
     pub dtype: KvType,
+    /// Their V element type.
+    pub v_dtype: KvType,
     /// Their K units stored rotated (`kv_cache::rot_k_for`).
     pub rot_k: bool,
     /// Rows between the slots' KV regions (`capacity` rounded up to [`KV_ROW_ALIGN`]).
@@ -66,6 +68,7 @@ impl HybridState {
             ring: self.capacity,
             slots: self.slots,
             dtype: self.dtype,
+            v_dtype: self.v_dtype,
             rot_k: self.rot_k,
             rows,
         }
@@ -235,15 +238,21 @@ impl HybridModel {
     }
 
     /// A fresh state for `slots` sequences of `capacity` positions each, the attention layers'
-    /// keys and values stored as `dtype`.
+    /// keys and values stored as `types` (one type, or K's and V's).
     pub fn new_state_kv<B: Backend>(
         &self,
         b: &mut B,
         capacity: usize,
         slots: usize,
-        dtype: KvType,
+        types: impl Into<KvTypes>,
     ) -> Result<HybridState, ModelError> {
-        dtype
+        let types = types.into();
+        KvTypes::new(types.k, types.v).map_err(|msg| ModelError::Config {
+            field: "kv dtype".into(),
+            msg,
+        })?;
+        let dtype = types.k;
+        types
             .check_width(self.cfg.kv_dim(), self.cfg.head_dim)
             .map_err(|msg| ModelError::Config {
                 field: "kv dtype".into(),
@@ -263,7 +272,9 @@ impl HybridModel {
             hy.mixers.iter().filter(|&&m| m == Mixer::DeltaNet).count()
         });
         let need = (slots
-            * ((c.n_layers - delta_layers) * 2 * dtype.bytes((stride * w) as u64) as usize
+            * ((c.n_layers - delta_layers)
+                * (types.k.bytes((stride * w) as u64) + types.v.bytes((stride * w) as u64))
+                    as usize
                 + 4 * delta_layers * (conv_len + delta_len))) as u64;
         // Leave room for the activations of a chunk and the driver (1/16 of the device), as
         // the dense KV cache does.
@@ -288,13 +299,14 @@ impl HybridModel {
                 }),
                 _ => Ok(LayerState::Attention {
                     k: b.alloc_kv(slots * stride * w, dtype)?,
-                    v: b.alloc_kv(slots * stride * w, dtype)?,
+                    v: b.alloc_kv(slots * stride * w, types.v)?,
                 }),
             })
             .collect::<Result<_, ModelError>>()?;
         Ok(HybridState {
             capacity,
             dtype,
+            v_dtype: types.v,
             rot_k: crate::kv_cache::rot_k_for(dtype, self.cfg.head_dim),
             stride,
             slots,

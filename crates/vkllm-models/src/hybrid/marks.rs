@@ -139,7 +139,7 @@ impl HybridModel {
             {
                 let (a, z) = (from * st.stride * w, to * st.stride * w);
                 b.copy_kv(k, a, k, z, pos * w, st.dtype)?;
-                b.copy_kv(v, a, v, z, pos * w, st.dtype)?;
+                b.copy_kv(v, a, v, z, pos * w, st.v_dtype)?;
             }
         }
         marks.pos[to] = Some(pos);

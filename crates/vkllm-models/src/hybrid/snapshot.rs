@@ -47,7 +47,7 @@ impl HybridModel {
             .map(|l| match *l {
                 LayerState::Attention { k, v } => {
                     let off = slot * st.stride * w;
-                    [(k, off, pos * w, st.dtype), (v, off, pos * w, st.dtype)]
+                    [(k, off, pos * w, st.dtype), (v, off, pos * w, st.v_dtype)]
                 }
                 LayerState::DeltaNet { conv, delta } => [
                     (conv, slot * conv_len, conv_len, KvType::F32),

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use vkllm_engine::bench::{self, BenchOptions, BenchSampling};
 use vkllm_models::gguf::GgufModel;
 use vkllm_models::hybrid::HybridModel;
-use vkllm_models::{Backend, KvType, Model, VulkanBackend};
+use vkllm_models::{Backend, KvType, KvTypes, Model, VulkanBackend};
 use vkllm_vk::Device;
 
 use super::model;
@@ -50,6 +50,14 @@ pub struct Args {
     /// type, so figures compare with the anchors; hybrid/MoE models: their attention layers').
     #[arg(long)]
     kv_type: Option<String>,
+
+    /// The keys' cache type when it differs from the values' (both quantized). Default: --kv-type.
+    #[arg(long)]
+    kv_type_k: Option<String>,
+
+    /// The values' cache type. Default: --kv-type.
+    #[arg(long)]
+    kv_type_v: Option<String>,
 
     /// Prefill chunk (tokens per forward); 0: the device's choice (512 with cooperative
     /// matrices, else 128).
@@ -106,11 +114,24 @@ fn commit() -> String {
 
 pub fn run(args: Args) -> Result<()> {
     let kv_arg = args.kv_type.as_deref();
+    let parse = |flag: &str, t: &str| {
+        KvType::parse(t).with_context(|| format!("{flag} {t}: expected f32, f16, q8_0 or q4_0"))
+    };
     let kv = match kv_arg {
-        Some(t) => KvType::parse(t)
-            .with_context(|| format!("--kv-type {t}: expected f32, f16, q8_0 or q4_0"))?,
+        Some(t) => parse("--kv-type", t)?,
         None => KvType::F16,
     };
+    let kv = KvTypes::new(
+        match &args.kv_type_k {
+            Some(t) => parse("--kv-type-k", t)?,
+            None => kv,
+        },
+        match &args.kv_type_v {
+            Some(t) => parse("--kv-type-v", t)?,
+            None => kv,
+        },
+    )
+    .map_err(anyhow::Error::msg)?;
     if args.batch.contains(&0) || args.pp.contains(&0) {
         bail!("--batch and --pp values must be > 0");
     }

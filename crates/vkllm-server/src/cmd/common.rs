@@ -14,7 +14,8 @@ use vkllm_engine::{
     Usage,
 };
 use vkllm_models::{
-    AnyModel, Backend, Checkpoint, CpuBackend, KvType, LoadProgress, QuantScheme, VulkanBackend,
+    AnyModel, Backend, Checkpoint, CpuBackend, KvType, KvTypes, LoadProgress, QuantScheme,
+    VulkanBackend,
 };
 use vkllm_tokenizer::Tokenizer;
 use vkllm_vk::{Device, DeviceChoice, DeviceOptions, Tuning, Validation};
@@ -42,10 +43,8 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 2048)]
     pub ctx: usize,
 
-    /// KV cache element type: f32, f16 (half the memory), q8_0 (53% of f16) or q4_0 (28%);
-    /// the quantized types need heads that split into blocks of 32 (docs/quantization.md).
-    #[arg(long, default_value = "f32", value_parser = parse_kv_type)]
-    pub kv_type: KvType,
+    #[command(flatten)]
+    pub kv: KvArgs,
 
     /// Quantize a safetensors checkpoint at load (llama.cpp's names: f16, bf16, q8_0, q4_0,
     /// q4_1, q5_0, q4_k, q6_k, q4_k_m). GGUF files are used as stored.
@@ -62,6 +61,31 @@ pub struct ModelArgs {
 /// `--decoder` values.
 fn parse_decoder(s: &str) -> Result<Decoder, String> {
     Decoder::parse(s).ok_or_else(|| format!("`{s}`: expected auto, slots or per-token"))
+}
+
+/// The KV cache's element types: `--kv-type`, or `--kv-type-k` / `--kv-type-v` apart.
+#[derive(clap::Args, Debug, Clone)]
+pub struct KvArgs {
+    /// KV cache element type: f32, f16 (half the memory), q8_0 (53% of f16) or q4_0 (28%);
+    /// the quantized types need heads that split into blocks of 32 (docs/quantization.md).
+    #[arg(long, default_value = "f32", value_parser = parse_kv_type)]
+    pub kv_type: KvType,
+    /// The keys' type when it differs from the values' (both quantized; e.g. `--kv-type-k q8_0
+    /// --kv-type-v q4_0`, 41% of f16). Defaults to --kv-type.
+    #[arg(long, value_parser = parse_kv_type)]
+    pub kv_type_k: Option<KvType>,
+    /// The values' type. Defaults to --kv-type.
+    #[arg(long, value_parser = parse_kv_type)]
+    pub kv_type_v: Option<KvType>,
+}
+
+impl KvArgs {
+    /// The keys' and values' types, if the pair is one the kernels take.
+    pub fn types(&self) -> Result<KvTypes> {
+        let k = self.kv_type_k.unwrap_or(self.kv_type);
+        let v = self.kv_type_v.unwrap_or(self.kv_type);
+        KvTypes::new(k, v).map_err(anyhow::Error::msg)
+    }
 }
 
 /// `--kv-type` values.
@@ -307,7 +331,7 @@ fn load_model<B: Backend>(
     ck: Checkpoint,
     args: &ModelArgs,
     verb: &str,
-) -> Result<(AnyModel, usize, KvType)> {
+) -> Result<(AnyModel, usize, KvTypes)> {
     let bar = progress_bar(verb);
     let mut progress = |p: &LoadProgress| {
         bar.set_length(p.total as u64);
@@ -319,7 +343,7 @@ fn load_model<B: Backend>(
     let model = model?;
     drop(ck);
     let ctx = args.ctx.min(model.cfg().max_position).max(1);
-    Ok((model, ctx, args.kv_type))
+    Ok((model, ctx, args.kv.types()?))
 }
 
 /// A bar on stderr when it is a terminal, hidden otherwise.

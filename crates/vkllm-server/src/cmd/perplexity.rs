@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use vkllm_models::perplexity::perplexity_kv;
-use vkllm_models::{AnyModel, Backend, Checkpoint, CpuBackend, KvType, QuantScheme, VulkanBackend};
+use vkllm_models::{AnyModel, Backend, Checkpoint, CpuBackend, QuantScheme, VulkanBackend};
 use vkllm_tokenizer::{EncodeOptions, Tokenizer};
 use vkllm_vk::{Device, DeviceOptions};
 
@@ -43,10 +43,8 @@ pub struct Args {
     #[arg(long)]
     byte_tokens: bool,
 
-    /// KV cache element type: f32, f16, q8_0 or q4_0 (their effect on quality:
-    /// docs/quantization.md).
-    #[arg(long, default_value = "f32", value_parser = super::common::parse_kv_type)]
-    kv_type: KvType,
+    #[command(flatten)]
+    kv: super::common::KvArgs,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -117,7 +115,7 @@ fn score<B: Backend>(
         tokens,
         ctx,
         bos,
-        args.kv_type,
+        args.kv.types()?,
         &mut |i, _, ppl| {
             let _ = write!(err, "[{}]{ppl:.4},", i + 1);
             let _ = err.flush();

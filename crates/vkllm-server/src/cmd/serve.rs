@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use vkllm_engine::{InferenceRunner, RunnerConfig, SimpleGenerator, SlotGenerator};
-use vkllm_models::{AnyModel, Backend, Checkpoint, CpuBackend, KvType, QuantScheme, VulkanBackend};
+use vkllm_models::{AnyModel, Backend, Checkpoint, CpuBackend, QuantScheme, VulkanBackend};
 use vkllm_tokenizer::{Tokenizer, cache};
 use vkllm_vk::Device;
 
@@ -110,10 +110,8 @@ pub struct Args {
     #[arg(long)]
     quiet: bool,
 
-    /// KV cache element type on a Vulkan device: f32, f16 (half the memory), q8_0 (53% of f16)
-    /// or q4_0 (28%).
-    #[arg(long, default_value = "f32", value_parser = super::common::parse_kv_type)]
-    kv_type: KvType,
+    #[command(flatten)]
+    kv: super::common::KvArgs,
 
     /// Quantize a safetensors checkpoint at load (llama.cpp's names: f16, bf16, q8_0, q4_0,
     /// q4_1, q5_0, q4_k, q6_k, q4_k_m). GGUF files are used as stored.
@@ -215,8 +213,8 @@ fn start_slot_runner(
     drop(ck);
     let ctx = args.ctx.min(model.cfg().max_position).max(2);
     let generator = match model {
-        AnyModel::Dense(m) => SlotGenerator::new(b, m, slots, ctx, args.kv_type, 4)?,
-        AnyModel::Hybrid(m) => SlotGenerator::new_hybrid(b, m, slots, ctx, args.kv_type, 4)?,
+        AnyModel::Dense(m) => SlotGenerator::new(b, m, slots, ctx, args.kv.types()?, 4)?,
+        AnyModel::Hybrid(m) => SlotGenerator::new_hybrid(b, m, slots, ctx, args.kv.types()?, 4)?,
     };
     Ok(InferenceRunner::threaded(
         Box::new(generator),

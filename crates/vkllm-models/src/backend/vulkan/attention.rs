@@ -11,7 +11,7 @@ use vkllm_kernels::attention::{
 };
 use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
 use vkllm_kernels::attention_prefill_coop2::CoopAttn2Scratch;
-use vkllm_kernels::kv_append::KvType;
+use vkllm_kernels::kv_append::{KvType, KvTypes};
 use vkllm_kernels::kv_to_f16::KvToF16;
 use vkllm_kernels::rope_kv_append::HeadNorm;
 use vkllm_kernels::to_f16::packed_bytes;
@@ -101,6 +101,7 @@ impl VulkanBackend {
             softcap: p.softcap,
             window: p.window,
             kv: kv.dtype,
+            kv_v: kv.v_dtype,
             rot_k: kv.rot_k,
             kv_stride: if per_row { kv.stride } else { 0 },
             ring: Some(kv.ring),
@@ -190,6 +191,7 @@ impl VulkanBackend {
                 self.kv_half(packed_bytes(values))?;
                 AttnShape {
                     kv: KvType::F16,
+                    kv_v: KvType::F16,
                     // The copy is rotated back: plain f16 keys.
                     rot_k: false,
                     ..shape
@@ -220,7 +222,11 @@ impl VulkanBackend {
                         k_out: hk,
                         v_out: hv,
                     };
-                    r.dispatch(copy.dispatch(kv.dtype, kv.rot_k, values)?)?;
+                    let types = KvTypes {
+                        k: kv.dtype,
+                        v: kv.v_dtype,
+                    };
+                    r.dispatch(copy.dispatch(types, kv.rot_k, values)?)?;
                     (hk, hv)
                 }
                 None => (ks, vs),

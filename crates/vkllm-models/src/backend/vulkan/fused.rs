@@ -4,7 +4,7 @@
 //! kernel parity case against the composed CPU ops.
 
 use vkllm_cpu::RopeStyle;
-use vkllm_kernels::kv_append::{KvAppend, KvType};
+use vkllm_kernels::kv_append::{KvAppend, KvType, KvTypes};
 use vkllm_kernels::rope::RopeLayout;
 use vkllm_kernels::rope_kv_append::{
     HeadNorm, MAX_HEAD_DIM, RopeKvAppend, RopeKvAppendShape, RopeKvGrid,
@@ -196,7 +196,10 @@ impl VulkanBackend {
                 v_cache: vc,
             }
             .dispatch_rotated(
-                kv.dtype,
+                KvTypes {
+                    k: kv.dtype,
+                    v: kv.v_dtype,
+                },
                 kv.rot_k,
                 n,
                 width,
