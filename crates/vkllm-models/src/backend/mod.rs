@@ -68,6 +68,16 @@ pub struct KvView {
     pub rows: KvRows,
 }
 
+impl KvView {
+    /// The K and V caches' types.
+    pub fn types(&self) -> KvTypes {
+        KvTypes {
+            k: self.dtype,
+            v: self.v_dtype,
+        }
+    }
+}
+
 /// A weight matrix `[rows, cols]` (y = W x), with an optional bias of `rows` values.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Linear {

@@ -562,7 +562,6 @@ impl Backend for VulkanBackend {
                 capacity: kv.capacity,
             });
         }
-        let dtype = kv.dtype;
         self.record(|me, r| {
             let (kc, vc, stride) = me.kv_region(kv, width)?;
             let d = KvAppend {
@@ -573,10 +572,7 @@ impl Backend for VulkanBackend {
                 v_cache: vc,
             }
             .dispatch_rotated(
-                vkllm_kernels::kv_append::KvTypes {
-                    k: dtype,
-                    v: kv.v_dtype,
-                },
+                kv.types(),
                 kv.rot_k,
                 n,
                 width,

@@ -11,7 +11,7 @@ use vkllm_kernels::attention::{
 };
 use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
 use vkllm_kernels::attention_prefill_coop2::CoopAttn2Scratch;
-use vkllm_kernels::kv_append::{KvType, KvTypes};
+use vkllm_kernels::kv_append::KvType;
 use vkllm_kernels::kv_to_f16::KvToF16;
 use vkllm_kernels::rope_kv_append::HeadNorm;
 use vkllm_kernels::to_f16::packed_bytes;
@@ -214,7 +214,9 @@ impl VulkanBackend {
             let (ks, vs, _) = me.kv_region(kv, width)?;
             let (ks, vs) = match half_values {
                 Some(values) => {
-                    let (hk, hv) = me.kv_half.as_ref().expect("allocated above");
+                    let (hk, hv) = me.kv_half.as_ref().ok_or(vkllm_vk::Error::Recording(
+                        "prefill attention over a quantized cache without its f16 copy",
+                    ))?;
                     let (hk, hv) = (hk.all(), hv.all());
                     let copy = KvToF16 {
                         k: ks,
@@ -222,11 +224,7 @@ impl VulkanBackend {
                         k_out: hk,
                         v_out: hv,
                     };
-                    let types = KvTypes {
-                        k: kv.dtype,
-                        v: kv.v_dtype,
-                    };
-                    r.dispatch(copy.dispatch(types, kv.rot_k, values)?)?;
+                    r.dispatch(copy.dispatch(kv.types(), kv.rot_k, values)?)?;
                     (hk, hv)
                 }
                 None => (ks, vs),

@@ -4,7 +4,7 @@
 //! kernel parity case against the composed CPU ops.
 
 use vkllm_cpu::RopeStyle;
-use vkllm_kernels::kv_append::{KvAppend, KvType, KvTypes};
+use vkllm_kernels::kv_append::{KvAppend, KvType};
 use vkllm_kernels::rope::RopeLayout;
 use vkllm_kernels::rope_kv_append::{
     HeadNorm, MAX_HEAD_DIM, RopeKvAppend, RopeKvAppendShape, RopeKvGrid,
@@ -173,7 +173,9 @@ impl VulkanBackend {
                 })?;
                 return Ok(r.dispatch(d)?);
             }
-            let (sk, sv) = me.kv_stage.as_ref().expect("allocated above");
+            let (sk, sv) = me.kv_stage.as_ref().ok_or(vkllm_vk::Error::Recording(
+                "quantized KV append without its staging rows",
+            ))?;
             let (sk, sv) = (sk.all(), sv.all());
             let staged = RopeKvAppend {
                 k_cache: sk,
@@ -196,10 +198,7 @@ impl VulkanBackend {
                 v_cache: vc,
             }
             .dispatch_rotated(
-                KvTypes {
-                    k: kv.dtype,
-                    v: kv.v_dtype,
-                },
+                kv.types(),
                 kv.rot_k,
                 n,
                 width,
