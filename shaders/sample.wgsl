@@ -24,7 +24,7 @@
 // [n_rows, max_bias] pairs (id u32, bias f32 bits), the first cfg[r].n_bias used; scratch
 // [n_rows, 3 V + 4 NP + 2 P] u32 with P = next_pow2(V); ctr [HEAD + n_rows (3 NB + 4)] u32
 // (launch sizes, then per row: bucket counts, low and high 12-bit weight sums, list length,
-// prep's two counters); out [n_rows] u32; mask [n_rows, ceil(V / 32)] u32, read only when
+// prep's arrival counter); out [n_rows] u32; mask [n_rows, ceil(V / 32)] u32, read only when
 // cfg[r].masked = 1: bit i % 32 of word i / 32 clear bans token i (-inf after the bias, as
 // vkllm_cpu::sampler::apply_mask).
 
@@ -41,16 +41,16 @@ const NP: u32 = 128u;
 const LCAP: u32 = 1024u;
 // Top-k rows with k <= KF are finished by prep alone (from per-part candidate lists).
 const KF: u32 = 128u;
-// Candidates per invocation the last workgroup of prep loads before it knows which it keeps.
-const FB: u32 = 8u;
+// List entries per invocation the last workgroup of prep loads at a time (two invocations per
+// part: the first 2 FB entries of each part's list before theta is known).
+const FB: u32 = 4u;
 // ctr: words 0..8 hold the launch sizes of passes 2-4; row r's counters start at
 // HEAD + r * (3 NB + 4): bucket counts, weight halves, then the list length (LEN, cleared by
-// prep), prep's arrival count (ARRIVED) and candidate count (CAND), which are zero before the
-// first dispatch and left zero by every dispatch.
+// prep) and prep's arrival count (ARRIVED), which is zero before the first dispatch and left
+// zero by every dispatch (one word spare).
 const HEAD: u32 = 16u;
 const LEN: u32 = 3072u;
 const ARRIVED: u32 = 3073u;
-const CAND: u32 = 3074u;
 
 struct Params {
     v: u32,
@@ -139,7 +139,13 @@ fn off_list() -> u32 {
     return p.v + 4u * NP;
 }
 
-// prep's per-part candidate pairs (top-k <= KF rows), 2 V words.
+// Top-k <= KF rows (which never race in prep) keep their part list lengths in the race pairs'
+// words: part g's at off_len() + g.
+fn off_len() -> u32 {
+    return off_pg();
+}
+
+// prep's per-part candidate pairs (top-k <= KF rows), 2 V words: part g's from its chunk's start.
 fn off_cand() -> u32 {
     return p.v + 4u * NP + 2u * p.p2;
 }
@@ -396,7 +402,7 @@ fn prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         return;
     }
     if (sampled && top_k_on(c)) {
-        list_part(c, r, bitcast<f32>(pm.x), lid, xr);
+        list_part(c, g, r, bitcast<f32>(pm.x), lid, xr);
     }
     // The last of the row's workgroups to get here finishes the row (attention_fused.wgsl's
     // "last workgroup" ordering: release, count in, acquire).

@@ -240,16 +240,15 @@ fn draw(c: Row, row: u32, lid: u32, top: vec2<u32>, n: u32, n_sort: u32, direct:
 
 // Top-k <= KF rows: lists the part's candidates for the top k, every token whose bucket of
 // d = x - lm (lm: the part's maximum) is at or before the bucket where the part's count reaches
-// k, as (x, id) pairs at off_cand (a superset of the part's top k, so the union over parts holds
-// the row's top k and every token of its boundary bucket that can be among them). x comes from
-// xr (token r.x + lid + u WG is xr[u]) when the chunk fits, else from scratch.
-fn list_part(c: Row, r: vec2<u32>, lm: f32, lid: u32, xr: array<f32, 8>) {
+// k (a superset of the part's top k, so the union over parts holds the row's top k and every
+// token of its boundary bucket that can be among them). The (x, id) pairs go to the part's own
+// place, off_cand + 2 r.x, in bucket order (ties within a bucket in any order), and their count
+// to off_len() + g; the last workgroup reads each list only as far as it can reach theta. x comes
+// from xr (token r.x + lid + u WG is xr[u]) when the chunk fits, else from scratch.
+fn list_part(c: Row, g: u32, r: vec2<u32>, lm: f32, lid: u32, xr: array<f32, 8>) {
     let in_reg = r.y - r.x <= 8u * WG;
     for (var i = lid; i < NB; i += WG) {
         atomicStore(&hist[i], 0u);
-    }
-    if (lid == 0u) {
-        atomicStore(&n_sub, 0u);
     }
     workgroupBarrier();
     if (in_reg) {
@@ -267,23 +266,29 @@ fn list_part(c: Row, r: vec2<u32>, lm: f32, lid: u32, xr: array<f32, 8>) {
         }
     }
     workgroupBarrier();
+    // hist now holds where each bucket's entries start.
     let bk = cross_k(c.top_k, lid);
     if (lid == 0u) {
-        sh_u[3] = atomicAdd(&ctr[c0 + CAND], bk.y);
+        sset(off_len() + g, bk.y);
     }
-    let base = workgroupUniformLoad(&sh_u[3]);
     if (in_reg) {
         for (var u = 0u; u < 8u; u++) {
             let i = r.x + lid + u * WG;
-            if (i < r.y && !is_neg_inf(xr[u]) && bucket(xr[u] - lm) <= bk.x) {
-                put_cand(base + atomicAdd(&n_sub, 1u), xr[u], i);
+            if (i < r.y && !is_neg_inf(xr[u])) {
+                let b = bucket(xr[u] - lm);
+                if (b <= bk.x) {
+                    put_cand(r.x + atomicAdd(&hist[b], 1u), xr[u], i);
+                }
             }
         }
     } else {
         for (var i = r.x + lid; i < r.y; i += WG) {
             let x = xs(i);
-            if (!is_neg_inf(x) && bucket(x - lm) <= bk.x) {
-                put_cand(base + atomicAdd(&n_sub, 1u), x, i);
+            if (!is_neg_inf(x)) {
+                let b = bucket(x - lm);
+                if (b <= bk.x) {
+                    put_cand(r.x + atomicAdd(&hist[b], 1u), x, i);
+                }
             }
         }
     }
@@ -295,7 +300,8 @@ fn put_cand(k: u32, x: f32, i: u32) {
 }
 
 // The bucket of `hist` (counts) where the running count first reaches k, and the count through
-// it; (NB - 1, total) when it never does. All invocations call it.
+// it; (NB - 1, total) when it never does. Leaves in `hist` each bucket's running count before
+// it (where its entries start in a list in bucket order). All invocations call it.
 fn cross_k(k: u32, lid: u32) -> vec2<u32> {
     var a: array<u32, 4>;
     var sa = 0u;
@@ -317,6 +323,7 @@ fn cross_k(k: u32, lid: u32) -> vec2<u32> {
             sh_u[0] = 4u * lid + j;
             sh_u[1] = run + a[j];
         }
+        atomicStore(&hist[4u * lid + j], run);
         run += a[j];
     }
     workgroupBarrier();
@@ -325,9 +332,6 @@ fn cross_k(k: u32, lid: u32) -> vec2<u32> {
     return vec2<u32>(bb, nb);
 }
 
-// `prep`'s last workgroup of a fast row: greedy rows take the part maxima's winner, unfiltered
-// rows the race winners', top-k rows bucket the listed candidates by d = x - l0 as `sieve`
-// would, keep those up to top-k's boundary bucket and `draw` from them.
 // Appends a candidate to the short list in sk/si (counted past LCAP, stored up to it).
 fn keep_cand(x: f32, i: u32) {
     let k = atomicAdd(&n_sub, 1u);
@@ -337,28 +341,38 @@ fn keep_cand(x: f32, i: u32) {
     }
 }
 
+// Part lengths of prep's candidate lists (top-k rows), for the last workgroup.
+var<workgroup> plen: array<u32, NP>;
+
+// `prep`'s last workgroup of a fast row: greedy rows take the part maxima's winner, unfiltered
+// rows the race winners', top-k rows keep the listed candidates at or above theta (a lower
+// bound on the row's k-th largest x) and `draw` from them; when more than LCAP tie there,
+// they bucket every candidate by d = x - l0 as `sieve` would and keep those up to top-k's
+// boundary bucket.
 fn finish_fast(c: Row, row: u32, lid: u32) {
-    // Invocation g < parts holds part g's maximum; its loads and the candidate count's atomic
-    // are in flight together.
+    let sampled_k = c.greedy == 0u && top_k_on(c);
+    // Invocation g < parts holds part g's maximum (and list length).
     var pv = 0.0;
     var pi = NONE;
     if (lid < p.parts) {
         pv = xs(off_pm() + 2u * lid);
         pi = sget(off_pm() + 2u * lid + 1u);
+        if (sampled_k) {
+            plen[lid] = sget(off_len() + lid);
+        }
     }
-    if (lid == 0u) {
-        sh_t = atomicExchange(&ctr[c0 + CAND], 0u);
-    }
-    let t = workgroupUniformLoad(&sh_t);
-    let sampled_k = c.greedy == 0u && top_k_on(c);
-    // The first FB candidates per invocation are loaded before the row's maximum and theta are
-    // known (their latency overlaps that work; rows listing more take further rounds below).
+    // Invocations (e, h) = (lid % NP, lid / NP) load entries FB h .. FB h + FB - 1 of part e's
+    // list before theta is known (entries past the list's length are dropped below).
+    let e = lid % NP;
+    let h = lid / NP;
+    var ce = vec2<u32>(0u, 0u);
     var cx: array<f32, FB>;
     var ci: array<u32, FB>;
-    if (sampled_k) {
+    if (sampled_k && e < p.parts) {
+        ce = chunk(e);
         for (var u = 0u; u < FB; u++) {
-            let j = lid + u * WG;
-            if (j < t) {
+            let j = ce.x + FB * h + u;
+            if (j < ce.y) {
                 cx[u] = xs(off_cand() + 2u * j);
                 ci[u] = sget(off_cand() + 2u * j + 1u);
             }
@@ -379,30 +393,34 @@ fn finish_fast(c: Row, row: u32, lid: u32) {
         }
         return;
     }
-    // The candidates at or above theta (<= the row's k-th largest x) hold the top k; sorted
-    // directly when they fit sk/si.
     let theta = kth_part_max(pv, pi, c.top_k, lid);
     if (lid == 0u) {
         atomicStore(&n_sub, 0u);
     }
     workgroupBarrier();
-    for (var u = 0u; u < FB; u++) {
-        if (lid + u * WG < t && cx[u] >= theta) {
-            keep_cand(cx[u], ci[u]);
-        }
-    }
-    for (var b = lid + FB * WG; b < t; b += 8u * WG) {
-        var bx: array<f32, 8>;
-        var bi: array<u32, 8>;
-        for (var u = 0u; u < 8u; u++) {
-            if (b + u * WG < t) {
-                bx[u] = xs(off_cand() + 2u * (b + u * WG));
-                bi[u] = sget(off_cand() + 2u * (b + u * WG) + 1u);
+    // A part's list is in bucket order of x - lm: past an entry whose bucket is beyond theta's,
+    // nothing reaches theta. Each invocation reads its blocks of FB entries (every other block
+    // of the part) until one ends there.
+    if (e < p.parts) {
+        let n = plen[e];
+        let lm = pm4[e / 4u][e % 4u];
+        let bt = bucket(theta - lm);
+        var j0 = FB * h;
+        loop {
+            for (var u = 0u; u < FB; u++) {
+                if (j0 + u < n && cx[u] >= theta) {
+                    keep_cand(cx[u], ci[u]);
+                }
             }
-        }
-        for (var u = 0u; u < 8u; u++) {
-            if (b + u * WG < t && bx[u] >= theta) {
-                keep_cand(bx[u], bi[u]);
+            if (!(j0 + FB <= n && bucket(cx[FB - 1u] - lm) <= bt)) {
+                break;
+            }
+            j0 += 2u * FB;
+            for (var u = 0u; u < FB; u++) {
+                if (j0 + u < n) {
+                    cx[u] = xs(off_cand() + 2u * (ce.x + j0 + u));
+                    ci[u] = sget(off_cand() + 2u * (ce.x + j0 + u) + 1u);
+                }
             }
         }
     }
@@ -415,8 +433,7 @@ fn finish_fast(c: Row, row: u32, lid: u32) {
         draw(c, row, lid, top, ns, ns, true, 0u, 0u, 0.0);
         return;
     }
-    // Many ties at theta: bucket every candidate by d = x - l0 as `sieve` would and keep those
-    // up to top-k's boundary bucket.
+    // Many ties at theta: every listed candidate, part by part.
     for (var i = lid; i < NB; i += WG) {
         atomicStore(&hist[i], 0u);
     }
@@ -424,40 +441,27 @@ fn finish_fast(c: Row, row: u32, lid: u32) {
         atomicStore(&n_sub, 0u);
     }
     workgroupBarrier();
-    // Batches of 8 candidates per invocation, loaded before use.
-    for (var b = lid; b < t; b += 8u * WG) {
-        var cx: array<f32, 8>;
-        for (var u = 0u; u < 8u; u++) {
-            if (b + u * WG < t) {
-                cx[u] = xs(off_cand() + 2u * (b + u * WG));
-            }
-        }
-        for (var u = 0u; u < 8u; u++) {
-            if (b + u * WG < t) {
-                atomicAdd(&hist[bucket(cx[u] - l0)], 1u);
-            }
+    for (var g = 0u; g < p.parts; g++) {
+        let at = off_cand() + 2u * chunk(g).x;
+        for (var j = lid; j < plen[g]; j += WG) {
+            atomicAdd(&hist[bucket(xs(at + 2u * j) - l0)], 1u);
         }
     }
     workgroupBarrier();
     let bk = cross_k(c.top_k, lid);
     let direct = bk.y <= LCAP;
-    for (var b = lid; b < t; b += 8u * WG) {
-        var cx: array<f32, 8>;
-        for (var u = 0u; u < 8u; u++) {
-            if (b + u * WG < t) {
-                cx[u] = xs(off_cand() + 2u * (b + u * WG));
-            }
-        }
-        for (var u = 0u; u < 8u; u++) {
-            let j = b + u * WG;
-            if (j < t && bucket(cx[u] - l0) <= bk.x) {
-                let id = sget(off_cand() + 2u * j + 1u);
+    for (var g = 0u; g < p.parts; g++) {
+        let at = off_cand() + 2u * chunk(g).x;
+        for (var j = lid; j < plen[g]; j += WG) {
+            let x = xs(at + 2u * j);
+            if (bucket(x - l0) <= bk.x) {
+                let id = sget(at + 2u * j + 1u);
                 let k = atomicAdd(&n_sub, 1u);
                 if (direct) {
-                    sk[k] = cx[u];
+                    sk[k] = x;
                     si[k] = id;
                 } else {
-                    sset(off_list() + 2u * k, bitcast<u32>(cx[u]));
+                    sset(off_list() + 2u * k, bitcast<u32>(x));
                     sset(off_list() + 2u * k + 1u, id);
                 }
             }

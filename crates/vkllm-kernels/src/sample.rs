@@ -190,7 +190,7 @@ pub struct Sample<B> {
     pub scratch: B,
     pub out: B,
     /// [`Sample::ctr_bytes`] bytes: launch sizes, histograms, list lengths (pass 1 writes or
-    /// clears them) and two counters per row that must be zero before the first dispatch (every
+    /// clears them) and a counter per row that must be zero before the first dispatch (every
     /// dispatch leaves them zero): zero the buffer once when it is created.
     pub ctr: B,
     /// Allowed-token bits per row (any buffer when [`SampleShape::mask`] is false).
@@ -207,11 +207,11 @@ impl<B: KernelBuffer> Sample<B> {
         4 * (CTR_HEAD + (3 * BUCKETS + 4) * rows.max(1)) as u64
     }
 
-    /// The words of `ctr` holding row `row`'s two persistent counters (prep's arrival and
-    /// candidate counts: zero before the first dispatch, left zero by each).
+    /// The words of `ctr` holding row `row`'s persistent counter (prep's arrival count: zero
+    /// before the first dispatch, left zero by each).
     pub fn ctr_counter_words(row: usize) -> std::ops::Range<usize> {
         let at = CTR_HEAD + (3 * BUCKETS + 4) * row + 3 * BUCKETS + 1;
-        at..at + 2
+        at..at + 1
     }
 
     /// The parts per row the automatic launch uses: one per 1024 tokens, at most [`MAX_PARTS`].

@@ -183,6 +183,22 @@ fn cases(rng: &mut Rng, v: usize) -> Vec<Case> {
             cases.push(t);
         }
     }
+    // The row's best tokens crowded into its first ids: one part's list holds most of the top k
+    // (at and above theta), so the last workgroup reads it far past its first entries.
+    if v >= 200 {
+        for (j, k) in [40usize, 128, 100].into_iter().enumerate() {
+            let mut t = make_case(rng, v, 2 + 3 * j);
+            t.counts.clear();
+            t.params.logit_bias.clear();
+            t.logits = rng.vec(v, -4.0, 0.0);
+            for x in &mut t.logits[..150] {
+                *x += 6.0;
+            }
+            t.params.temperature = 1.5;
+            t.params.top_k = k;
+            cases.push(t);
+        }
+    }
     // Structured outputs: masks from dense to a single token, on every filter kind and greedy;
     // a mask that bans the best token.
     for i in 0..24 {
