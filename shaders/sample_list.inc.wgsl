@@ -80,6 +80,88 @@ fn sub_cross(bh: u32, bl: u32, thr: f32, lid: u32) {
     workgroupBarrier();
 }
 
+// Top-p weights of the short list's entries.
+var<workgroup> sq: array<u32, 256>;
+
+// `draw` for a list of at most WG entries in sk/si, without sorting it: an entry's place in the
+// order is the number of entries before it (the order is total: ids differ) and its top-p prefix
+// is their weight, both counted in one pass; tpe adjacent invocations (one subgroup) split an
+// entry's comparisons. The same keep rules as the sorted walk, so the same survivors.
+fn draw_short(c: Row, row: u32, lid: u32, top: vec2<u32>, n: u32, n_sort: u32, base_h: u32,
+              base_l: u32, thr_in: f32) {
+    let l0 = bitcast<f32>(top.x);
+    let tk = top_k_on(c);
+    let tp = top_p_on(c);
+    let mp = c.min_p > 0.0;
+    if (lid < n_sort) {
+        var q = 0u;
+        if (tp) {
+            q = weight_q(sk[lid] - l0);
+        }
+        sq[lid] = q;
+    }
+    workgroupBarrier();
+    var tpe = 1u;
+    while (tpe < 8u && 2u * tpe * n_sort <= WG && 2u * tpe <= sg_size) {
+        tpe *= 2u;
+    }
+    let e = lid / tpe;
+    let lead = lid % tpe == 0u;
+    let neg_inf = bitcast<f32>(0xff800000u);
+    var x = neg_inf;
+    var id = NONE;
+    var rank = 0u;
+    var pl = 0u;
+    var ph = 0u;
+    if (e < n_sort) {
+        x = sk[e];
+        id = si[e];
+        for (var j = lid % tpe; j < n_sort; j += tpe) {
+            if (before(sk[j], si[j], x, id)) {
+                rank++;
+                pl += sq[j] & 0xfffu;
+                ph += sq[j] >> 12u;
+            }
+        }
+    }
+    for (var o = 1u; o < tpe; o *= 2u) {
+        rank += subgroupShuffleXor(rank, o);
+        pl += subgroupShuffleXor(pl, o);
+        ph += subgroupShuffleXor(ph, o);
+    }
+    // Top-k's set: the first nk in the order; with top-p too, Z is their weight.
+    var nk = n_sort;
+    var thr = thr_in;
+    if (tk) {
+        nk = min(n, c.top_k);
+    }
+    let in_k = e < n_sort && lead && rank < nk;
+    if (tk && tp) {
+        var q = 0u;
+        if (in_k) {
+            q = sq[e];
+        }
+        _ = scan2(q & 0xfffu, q >> 12u, lid);
+        let tot_l = workgroupUniformLoad(&scan_a[WG - 1u]);
+        let tot_h = workgroupUniformLoad(&scan_b[WG - 1u]);
+        thr = c.top_p * mass_f32(tot_h, tot_l);
+    }
+    var keep = in_k;
+    if (keep && tp && id != top.y) {
+        keep = mass_f32(base_h + ph, base_l + pl) < thr;
+    }
+    if (keep && mp && id != top.y) {
+        keep = exp_s(x - l0) >= c.min_p;
+    }
+    if (keep) {
+        race(c, x, id);
+    }
+    let w = wg_best(race_v, race_i, lid);
+    if (lid == 0u) {
+        out[row] = w.y;
+    }
+}
+
 // Sorts the row's n_sort listed candidates (in sk/si when `direct`, else at off_list, n of
 // them), applies top-k, top-p (prefix sums from the mass (base_h, base_l) before the list;
 // threshold `thr_in` for top-p-only rows) and min-p, races the survivors (on top of the race
@@ -123,36 +205,8 @@ fn draw(c: Row, row: u32, lid: u32, top: vec2<u32>, n: u32, n_sort: u32, direct:
     }
     list_barrier();
     if (in_sh && n_sort <= WG) {
-        // Short lists: each entry's rank is the number of entries before it (the order is
-        // total: ids differ), one pass instead of the bitonic network's barriers; tpe adjacent
-        // invocations (one subgroup) split an entry's comparisons.
-        var tpe = 1u;
-        while (tpe < 8u && 2u * tpe * n_sort <= WG && 2u * tpe <= sg_size) {
-            tpe *= 2u;
-        }
-        let e = lid / tpe;
-        var x = neg_inf;
-        var id = NONE;
-        var rank = 0u;
-        if (e < n_sort) {
-            x = sk[e];
-            id = si[e];
-            for (var j = lid % tpe; j < n_sort; j += tpe) {
-                if (before(sk[j], si[j], x, id)) {
-                    rank++;
-                }
-            }
-        }
-        for (var o = 1u; o < tpe; o *= 2u) {
-            rank += subgroupShuffleXor(rank, o);
-        }
-        workgroupBarrier();
-        if (e < n_sort && lid % tpe == 0u) {
-            sk[rank] = x;
-            si[rank] = id;
-        }
-        workgroupBarrier();
-        m2 = 0u;
+        draw_short(c, row, lid, top, n, n_sort, base_h, base_l, thr);
+        return;
     }
     // Bitonic sort of [0, m2) by `before`.
     for (var k = 2u; k <= m2; k *= 2u) {

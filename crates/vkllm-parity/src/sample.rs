@@ -199,6 +199,32 @@ fn cases(rng: &mut Rng, v: usize) -> Vec<Case> {
             cases.push(t);
         }
     }
+    // Top-p's cut inside a crowded sub-bucket with mass before it: 10 tokens just below the top,
+    // then 100 within one sub-bucket (a few ulps apart), the rest far below; top-p keeps the 10
+    // and about half of the crowd. 24 seeds each, so the draws cover the tokens near the cut.
+    if v >= 200 {
+        for (j, top_p) in [0.55f32, 0.3].into_iter().enumerate() {
+            let mut base = make_case(rng, v, 1 + 3 * j);
+            base.counts.clear();
+            base.params.logit_bias.clear();
+            base.logits = vec![-30.0; v];
+            for i in 0..10 {
+                base.logits[3 + 7 * i] = 1.0 - 0.001 * i as f32;
+            }
+            for i in 0..100 {
+                base.logits[100 + i] = f32::from_bits(0.98f32.to_bits() - (i as u32 % 7));
+            }
+            base.params.temperature = 1.0;
+            base.params.top_k = 0;
+            base.params.top_p = top_p;
+            base.params.min_p = 0.0;
+            for _ in 0..24 {
+                let mut t = base.clone();
+                t.params.seed = rng.next_u64();
+                cases.push(t);
+            }
+        }
+    }
     // Structured outputs: masks from dense to a single token, on every filter kind and greedy;
     // a mask that bans the best token.
     for i in 0..24 {
