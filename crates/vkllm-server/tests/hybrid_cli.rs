@@ -30,8 +30,12 @@ fn synth() -> PathBuf {
     synth_shape("tiny-qwen3.5")
 }
 
+/// A fresh file per call: tests run in parallel threads of one process, and two writing the same
+/// path would truncate the file the other is loading.
 fn synth_shape(shape: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("vkllm-{shape}-{}.gguf", std::process::id()));
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("vkllm-{shape}-{}-{n}.gguf", std::process::id()));
     ok(vkllm()
         .args(["synth", "--shape", shape, "--seed", "5", "-o"])
         .arg(&path)
