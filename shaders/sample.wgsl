@@ -312,16 +312,23 @@ fn prep(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
     let lid = enter(lane, size, sgi, nsg);
     let g = wid.x;
     let row = wid.y;
+    prep_part(g, row, lid);
+    // Last, so that it delays no row's arrival (the later passes start after all of pass 1).
     if (g == 0u && row == 0u) {
         launch_args(lid);
     }
+}
+
+// Pass 1's work on part g of `row`.
+fn prep_part(g: u32, row: u32, lid: u32) {
     let c = cfg[row];
     if (c.live == 0u) {
         return;
     }
     let v = p.v;
     at_row(row);
-    if (g == 0u) {
+    // The later passes' counters (rows prep finishes alone read none of them).
+    if (g == 0u && !fast(c)) {
         for (var i = lid; i <= LEN; i += WG) {
             atomicStore(&ctr[c0 + i], 0u);
         }
