@@ -401,6 +401,13 @@ fn prep_part(g: u32, row: u32, lid: u32) {
             }
         }
     }
+    // prep's part list (list_part) counts in hist: cleared here, ordered by put_part's barriers.
+    let lists = sampled && top_k_on(c) && fast(c);
+    if (lists) {
+        for (var i = lid; i < NB; i += WG) {
+            atomicStore(&hist[i], 0u);
+        }
+    }
     let pm = put_part(off_pm(), g, bv, bi, lid);
     if (racing) {
         _ = put_part(off_pg(), g, race_v, race_i, lid);
@@ -408,7 +415,7 @@ fn prep_part(g: u32, row: u32, lid: u32) {
     if (!fast(c)) {
         return;
     }
-    if (sampled && top_k_on(c)) {
+    if (lists) {
         list_part(c, g, r, bitcast<f32>(pm.x), lid, xr);
     }
     // The last of the row's workgroups to get here finishes the row (attention_fused.wgsl's

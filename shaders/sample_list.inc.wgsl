@@ -299,12 +299,9 @@ fn draw(c: Row, row: u32, lid: u32, top: vec2<u32>, n: u32, n_sort: u32, direct:
 // place, off_cand + 2 r.x, in bucket order (ties within a bucket in any order), and their count
 // to off_len() + g; the last workgroup reads each list only as far as it can reach theta. x comes
 // from xr (token r.x + lid + u WG is xr[u]) when the chunk fits, else from scratch.
+// `hist` is cleared by the caller before a workgroup barrier.
 fn list_part(c: Row, g: u32, r: vec2<u32>, lm: f32, lid: u32, xr: array<f32, 8>) {
     let in_reg = r.y - r.x <= 8u * WG;
-    for (var i = lid; i < NB; i += WG) {
-        atomicStore(&hist[i], 0u);
-    }
-    workgroupBarrier();
     if (in_reg) {
         for (var u = 0u; u < 8u; u++) {
             if (r.x + lid + u * WG < r.y && !is_neg_inf(xr[u])) {
@@ -354,8 +351,9 @@ fn put_cand(k: u32, x: f32, i: u32) {
 }
 
 // The bucket of `hist` (counts) where the running count first reaches k, and the count through
-// it; (NB - 1, total) when it never does. Leaves in `hist` each bucket's running count before
-// it (where its entries start in a list in bucket order). All invocations call it.
+// it; (NB - 1, total) when it never does (not uniform: the analysis cannot see that every
+// invocation reads the same words). Leaves in `hist` each bucket's running count before it
+// (where its entries start in a list in bucket order). All invocations call it.
 fn cross_k(k: u32, lid: u32) -> vec2<u32> {
     var a: array<u32, 4>;
     var sa = 0u;
@@ -363,13 +361,12 @@ fn cross_k(k: u32, lid: u32) -> vec2<u32> {
         a[j] = atomicLoad(&hist[4u * lid + j]);
         sa += a[j];
     }
-    if (lid == 0u) {
-        sh_u[0] = NB - 1u;
-    }
     let inc = scan2(sa, 0u, lid);
-    let total = workgroupUniformLoad(&scan_a[WG - 1u]);
-    if (lid == 0u) {
-        sh_u[1] = total;
+    // The last invocation's inclusive count is the total: it writes the answer when k is never
+    // reached, the crossing invocation otherwise.
+    if (lid == WG - 1u && inc.x < k) {
+        sh_u[0] = NB - 1u;
+        sh_u[1] = inc.x;
     }
     var run = inc.x - sa;
     for (var j = 0u; j < 4u; j++) {
@@ -381,9 +378,7 @@ fn cross_k(k: u32, lid: u32) -> vec2<u32> {
         run += a[j];
     }
     workgroupBarrier();
-    let bb = workgroupUniformLoad(&sh_u[0]);
-    let nb = workgroupUniformLoad(&sh_u[1]);
-    return vec2<u32>(bb, nb);
+    return vec2<u32>(sh_u[0], sh_u[1]);
 }
 
 // Appends a candidate to the short list in sk/si (counted past LCAP, stored up to it).
@@ -453,14 +448,51 @@ fn finish_fast(c: Row, row: u32, lid: u32) {
     }
     workgroupBarrier();
     // A part's list is in bucket order of x - lm: past an entry whose bucket is beyond theta's,
-    // nothing reaches theta. Each invocation reads its blocks of FB entries (every other block
-    // of the part) until one ends there.
-    if (e < p.parts) {
-        let n = plen[e];
-        let lm = pm4[e / 4u][e % 4u];
-        let bt = bucket(theta - lm);
-        var j0 = FB * h;
+    // nothing reaches theta. The prefetched blocks are kept with one atomic per subgroup; an
+    // invocation whose block ends at or above theta's bucket reads on (every other block of the
+    // part) until one does not.
+    let live = e < p.parts;
+    var n = 0u;
+    var lm = 0.0;
+    var bt = 0u;
+    if (live) {
+        n = plen[e];
+        lm = pm4[e / 4u][e % 4u];
+        bt = bucket(theta - lm);
+    }
+    var bits = 0u;
+    var cnt = 0u;
+    for (var u = 0u; u < FB; u++) {
+        if (live && FB * h + u < n && cx[u] >= theta) {
+            bits |= 1u << u;
+            cnt++;
+        }
+    }
+    let pre = subgroupExclusiveAdd(cnt);
+    let tot = subgroupAdd(cnt);
+    var base = 0u;
+    if (sg_lane == 0u && tot != 0u) {
+        base = atomicAdd(&n_sub, tot);
+    }
+    var at = subgroupBroadcast(base, 0u) + pre;
+    for (var u = 0u; u < FB; u++) {
+        if (((bits >> u) & 1u) != 0u) {
+            if (at < LCAP) {
+                sk[at] = cx[u];
+                si[at] = ci[u];
+            }
+            at++;
+        }
+    }
+    if (live && FB * h + FB <= n && bucket(cx[FB - 1u] - lm) <= bt) {
+        var j0 = FB * h + 2u * FB;
         loop {
+            for (var u = 0u; u < FB; u++) {
+                if (j0 + u < n) {
+                    cx[u] = xs(off_cand() + 2u * (ce.x + j0 + u));
+                    ci[u] = sget(off_cand() + 2u * (ce.x + j0 + u) + 1u);
+                }
+            }
             for (var u = 0u; u < FB; u++) {
                 if (j0 + u < n && cx[u] >= theta) {
                     keep_cand(cx[u], ci[u]);
@@ -470,12 +502,6 @@ fn finish_fast(c: Row, row: u32, lid: u32) {
                 break;
             }
             j0 += 2u * FB;
-            for (var u = 0u; u < FB; u++) {
-                if (j0 + u < n) {
-                    cx[u] = xs(off_cand() + 2u * (ce.x + j0 + u));
-                    ci[u] = sget(off_cand() + 2u * (ce.x + j0 + u) + 1u);
-                }
-            }
         }
     }
     workgroupBarrier();
@@ -503,7 +529,8 @@ fn finish_fast(c: Row, row: u32, lid: u32) {
     }
     workgroupBarrier();
     let bk = cross_k(c.top_k, lid);
-    let direct = bk.y <= LCAP;
+    let nb = workgroupUniformLoad(&sh_u[1]);
+    let direct = nb <= LCAP;
     for (var g = 0u; g < p.parts; g++) {
         let at = off_cand() + 2u * chunk(g).x;
         for (var j = lid; j < plen[g]; j += WG) {
@@ -523,7 +550,7 @@ fn finish_fast(c: Row, row: u32, lid: u32) {
     }
     storageBarrier();
     workgroupBarrier();
-    draw(c, row, lid, top, bk.y, bk.y, direct, 0u, 0u, 0.0);
+    draw(c, row, lid, top, nb, nb, direct, 0u, 0u, 0.0);
 }
 
 // A lower bound on the row's k-th largest x: the largest part maximum with at least k part

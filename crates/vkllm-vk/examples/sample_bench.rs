@@ -2,7 +2,9 @@
 //! one vocabulary, per sampling setting and batch, by timestamp queries. Prints a markdown table
 //! of the median GPU time of one call: each pass, their sum, the span from the first start to
 //! the last end (gaps between dependent dispatches included), and for settings pass 1 finishes
-//! alone the time of pass 1 launched alone (`Sample::dispatch_prep`, as a decode step runs it).
+//! alone the time of pass 1 launched alone (`Sample::dispatch_prep`, as a decode step runs it),
+//! by its timestamps and "in a stream": the host time of 2N back-to-back calls (each after a
+//! barrier, as in a decode step; no timestamps) minus that of N, over N.
 //!
 //! `cargo run --release -p vkllm-vk --example sample_bench -- [--vocab N] [--rows 1,4,16]
 //! [--iters N] [--sigma S] [--parts 0,32,...] [--modes greedy,default,...]` (parts 0: the
@@ -93,9 +95,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("device: {}", dev.info().summary());
     println!("vocab {vocab}, logits N(0, {sigma}^2), {iters} calls per recording\n");
     println!(
-        "| setting | rows | parts | prep | sieve | gather | finish | sum | span | span per row | pass 1 alone |"
+        "| setting | rows | parts | prep | sieve | gather | finish | sum | span | span per row | pass 1 alone | in a stream |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let modes: [(&str, f32, usize, f32, f32); 5] = [
         ("greedy", 0.0, 0, 1.0, 0.0),
         ("default", 0.8, 40, 0.95, 0.05),
@@ -157,19 +159,30 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
             let t4 = timed(&r.finish()?, 4)?;
-            let alone = if cfg[0].prep_only(vocab) {
+            let (alone, stream) = if cfg[0].prep_only(vocab) {
                 let mut r = Recorder::with_timestamps(&dev, iters)?;
                 for _ in 0..iters {
                     let [prep, ..] = sample().dispatch_parts(&shape, parts)?;
                     r.dispatch(prep)?;
                 }
-                format!("{:.1}", timed(&r.finish()?, 1)?[0])
+                let alone = format!("{:.1}", timed(&r.finish()?, 1)?[0]);
+                let mut host = [0.0f64; 2];
+                for (h, n) in host.iter_mut().zip([10 * iters, 20 * iters]) {
+                    let mut r = Recorder::new(&dev)?;
+                    for _ in 0..n {
+                        let [prep, ..] = sample().dispatch_parts(&shape, parts)?;
+                        r.dispatch(prep)?;
+                    }
+                    *h = host_us(&r.finish()?)?;
+                }
+                let per = (host[1] - host[0]) / f64::from(10 * iters);
+                (alone, format!("{per:.1}"))
             } else {
-                "-".to_string()
+                ("-".to_string(), "-".to_string())
             };
             let sp = t4[5];
             println!(
-                "| {name} | {rows} | {parts} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {sp:.1} | {:.1} | {alone} |",
+                "| {name} | {rows} | {parts} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {sp:.1} | {:.1} | {alone} | {stream} |",
                 t4[0],
                 t4[1],
                 t4[2],
@@ -181,6 +194,21 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     dev.check_validation()?;
     Ok(())
+}
+
+/// The median host time of a submit-and-wait of `rec`, in us (after warm-up submits).
+fn host_us(rec: &vkllm_vk::Recording) -> Result<f64, Box<dyn std::error::Error>> {
+    for _ in 0..3 {
+        rec.submit()?;
+    }
+    let mut t: Vec<f64> = (0..7)
+        .map(|_| {
+            let t0 = std::time::Instant::now();
+            rec.submit().map(|()| t0.elapsed().as_secs_f64() * 1e6)
+        })
+        .collect::<Result<_, _>>()?;
+    t.sort_by(|a, b| a.total_cmp(b));
+    Ok(t[t.len() / 2])
 }
 
 /// Replays `rec` (calls of `n` dispatches each) and returns the median us of each dispatch, of
