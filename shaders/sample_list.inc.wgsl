@@ -80,8 +80,9 @@ fn sub_cross(bh: u32, bl: u32, thr: f32, lid: u32) {
     workgroupBarrier();
 }
 
-// Top-p weights of the short list's entries.
+// Top-p weights of the short list's entries, and top-k's Z (low and high 12-bit sums).
 var<workgroup> sq: array<u32, 256>;
+var<workgroup> zq: array<atomic<u32>, 2>;
 
 // `draw` for a list of at most WG entries in sk/si, without sorting it: an entry's place in the
 // order is the number of entries before it (the order is total: ids differ) and its top-p prefix
@@ -99,6 +100,9 @@ fn draw_short(c: Row, row: u32, lid: u32, top: vec2<u32>, n: u32, n_sort: u32, b
             q = weight_q(sk[lid] - l0);
         }
         sq[lid] = q;
+    }
+    if (lid < 2u) {
+        atomicStore(&zq[lid], 0u);
     }
     workgroupBarrier();
     var tpe = 1u;
@@ -141,10 +145,14 @@ fn draw_short(c: Row, row: u32, lid: u32, top: vec2<u32>, n: u32, n_sort: u32, b
         if (in_k) {
             q = sq[e];
         }
-        _ = scan2(q & 0xfffu, q >> 12u, lid);
-        let tot_l = workgroupUniformLoad(&scan_a[WG - 1u]);
-        let tot_h = workgroupUniformLoad(&scan_b[WG - 1u]);
-        thr = c.top_p * mass_f32(tot_h, tot_l);
+        let zl = subgroupAdd(q & 0xfffu);
+        let zh = subgroupAdd(q >> 12u);
+        if (sg_lane == 0u) {
+            atomicAdd(&zq[0], zl);
+            atomicAdd(&zq[1], zh);
+        }
+        workgroupBarrier();
+        thr = c.top_p * mass_f32(atomicLoad(&zq[1]), atomicLoad(&zq[0]));
     }
     var keep = in_k;
     if (keep && tp && id != top.y) {
@@ -400,6 +408,10 @@ var<workgroup> plen: array<u32, NP>;
 // boundary bucket.
 fn finish_fast(c: Row, row: u32, lid: u32) {
     let sampled_k = c.greedy == 0u && top_k_on(c);
+    // The short list's count (ordered before its first use by the barriers below).
+    if (lid == 0u) {
+        atomicStore(&n_sub, 0u);
+    }
     // Invocation g < parts holds part g's maximum (and list length).
     var pv = 0.0;
     var pi = NONE;
@@ -443,10 +455,6 @@ fn finish_fast(c: Row, row: u32, lid: u32) {
         return;
     }
     let theta = kth_part_max(pv, pi, c.top_k, lid);
-    if (lid == 0u) {
-        atomicStore(&n_sub, 0u);
-    }
-    workgroupBarrier();
     // A part's list is in bucket order of x - lm: past an entry whose bucket is beyond theta's,
     // nothing reaches theta. The prefetched blocks are kept with one atomic per subgroup; an
     // invocation whose block ends at or above theta's bucket reads on (every other block of the
@@ -504,11 +512,7 @@ fn finish_fast(c: Row, row: u32, lid: u32) {
             j0 += 2u * FB;
         }
     }
-    workgroupBarrier();
-    if (lid == 0u) {
-        sh_u[3] = atomicLoad(&n_sub);
-    }
-    let ns = workgroupUniformLoad(&sh_u[3]);
+    let ns = workgroupUniformLoad(&n_sub);
     if (ns <= LCAP) {
         draw(c, row, lid, top, ns, ns, true, 0u, 0u, 0.0);
         return;
@@ -560,7 +564,8 @@ fn finish_fast(c: Row, row: u32, lid: u32) {
 // anything), two invocations per part maximum, each over half of them.
 fn kth_part_max(pv: f32, pi: u32, k: u32, lid: u32) -> f32 {
     let neg_inf = bitcast<f32>(0xff800000u);
-    workgroupBarrier();
+    // pm4, scan_a and best_v are free: wg_best's last reads of best_v come before the barrier
+    // after pm4 is written.
     if (lid < NP) {
         var v = bitcast<f32>(0x7fc00000u);
         if (lid < p.parts) {
@@ -587,7 +592,6 @@ fn kth_part_max(pv: f32, pi: u32, k: u32, lid: u32) -> f32 {
         cand = pv;
     }
     let m = subgroupMax(cand);
-    workgroupBarrier();
     if (sg_lane == 0u) {
         best_v[sg_id] = m;
     }
