@@ -242,7 +242,8 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
 // merge: the chunk weights w_c = e^(m_c - M) are computed in parallel (invocations across
 // chunks) into shared memory with M and L = sum_c l_c w_c reduced across the workgroup; then
 // invocations across head dims sum w_c o_c / L over the chunks with w_c > 0 (an empty chunk,
-// m_c = -inf, has w_c = 0 and its o_c is never read). n_chunks <= MAX_CHUNKS.
+// m_c = -inf, has w_c = 0 and its o_c is never read); chunks past the query's visible keys are
+// not read at all. n_chunks <= MAX_CHUNKS.
 const MAX_CHUNKS: u32 = 2048u;
 const MERGE_B: u32 = 8u;
 var<workgroup> mw: array<f32, MAX_CHUNKS>;
@@ -256,13 +257,17 @@ fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     let hd = p.head_dim;
     let neg_inf = bitcast<f32>(0xff800000u);
     let base = (i * p.n_heads + h) * p.n_chunks;
+    // Only the chunks query i's visible keys reach: a recorded step's grid covers the whole
+    // cache, and the chunks past the position (m_c = -inf, weight 0) would only cost reads.
+    let vis = visible_keys(i);
+    let n_live = live_chunks(vis.x, vis.y);
     var mx = neg_inf;
-    for (var c = lid; c < p.n_chunks; c += WG) {
+    for (var c = lid; c < n_live; c += WG) {
         mx = max(mx, part_ml[2u * (base + c)]);
     }
     let big_m = wg_max(mx, sg_id, sg_lane, n_sg);
     var ls = 0.0;
-    for (var c = lid; c < p.n_chunks; c += WG) {
+    for (var c = lid; c < n_live; c += WG) {
         let mc = part_ml[2u * (base + c)];
         var w = 0.0;
         if (mc != neg_inf) {
@@ -278,15 +283,15 @@ fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
         // Chunks in batches of MERGE_B: the batch's partials are loaded before any is used
         // (a constant trip count keeps the loads in flight together; an empty chunk's stale
         // value is loaded but never used); sums in chunk order.
-        for (var c0 = 0u; c0 < p.n_chunks; c0 += MERGE_B) {
+        for (var c0 = 0u; c0 < n_live; c0 += MERGE_B) {
             var po: array<f32, MERGE_B>;
             for (var u = 0u; u < MERGE_B; u++) {
-                let c = min(c0 + u, p.n_chunks - 1u);
+                let c = min(c0 + u, n_live - 1u);
                 po[u] = part_o[(base + c) * hd + d];
             }
             for (var u = 0u; u < MERGE_B; u++) {
                 let c = c0 + u;
-                if (c < p.n_chunks) {
+                if (c < n_live) {
                     let w = mw[c];
                     if (w > 0.0) {
                         o += po[u] * w;
