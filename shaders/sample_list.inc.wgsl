@@ -190,6 +190,16 @@ fn draw(c: Row, row: u32, lid: u32, top: vec2<u32>, n: u32, n_sort: u32, direct:
         m2 *= 2u;
     }
     in_sh = sub || m2 <= LCAP;
+    if (in_sh && n_sort <= WG) {
+        // No padding: draw_short reads entries below n_sort only (entry j by invocation j first,
+        // the others after its barrier).
+        if (!sub && lid < n_sort) {
+            sk[lid] = xs(off_list() + 2u * lid);
+            si[lid] = sget(off_list() + 2u * lid + 1u);
+        }
+        draw_short(c, row, lid, top, n, n_sort, base_h, base_l, thr);
+        return;
+    }
     if (sub) {
         for (var j = n_sort + lid; j < m2; j += WG) {
             sk[j] = neg_inf;
@@ -212,10 +222,6 @@ fn draw(c: Row, row: u32, lid: u32, top: vec2<u32>, n: u32, n_sort: u32, direct:
         }
     }
     list_barrier();
-    if (in_sh && n_sort <= WG) {
-        draw_short(c, row, lid, top, n, n_sort, base_h, base_l, thr);
-        return;
-    }
     // Bitonic sort of [0, m2) by `before`.
     for (var k = 2u; k <= m2; k *= 2u) {
         for (var j = k / 2u; j > 0u; j /= 2u) {
