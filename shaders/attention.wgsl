@@ -70,40 +70,62 @@ fn gqa_stage(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: 
     }
     workgroupBarrier();
     if (KV_ROT_K == 1u) {
-        // Each element of the group's queries (at most 2048, so 32 per invocation when WG >=
-        // 64): the rotated value of its segment, written back once all are read.
-        var rq: array<f32, 32>;
-        for (var t = 0u; t < 32u; t++) {
-            let e = lid + t * WG;
-            rq[t] = 0.0;
-            if (e < g_n * p.head_dim) {
-                rq[t] = rotated_q(e, 0u);
-            }
-        }
-        workgroupBarrier();
-        for (var t = 0u; t < 32u; t++) {
-            let e = lid + t * WG;
-            if (e < g_n * p.head_dim) {
-                qg[e] = rq[t];
-            }
-        }
-        workgroupBarrier();
+        rotate_qg(g_n * p.head_dim, lid);
     }
 }
 
-// Element e of the staged queries (qg from `base`) rotated as its 64-value segment:
-// (1/8) sum_j H_ij D_jj q_j with i = e % 64.
-fn rotated_q(e: u32, which: u32) -> f32 {
-    let s = e - e % 64u;
-    var r = 0.0;
-    for (var j = 0u; j < 64u; j++) {
-        var x = qg[s + j];
-        if (which == 1u) {
-            x = qs[s + j];
+// Rotates the n staged query values in qg as their 64-value segments (kv_quant.inc.wgsl's
+// rotation): each element (at most 2048, so 32 per invocation when WG >= 64) is read first,
+// then written back. Its own function reading only qg: the plain split never declares qg, the
+// grouped split never declares qs (a shared array an entry point references costs occupancy
+// even when the branch is dead).
+fn rotate_qg(n: u32, lid: u32) {
+    var rq: array<f32, 32>;
+    for (var t = 0u; t < 32u; t++) {
+        let e = lid + t * WG;
+        rq[t] = 0.0;
+        if (e < n) {
+            let s = e - e % 64u;
+            var r = 0.0;
+            for (var j = 0u; j < 64u; j++) {
+                r += kvq_hadamard(e % 64u, j) * (qg[s + j] * kvq_sign(j));
+            }
+            rq[t] = r * 0.125;
         }
-        r += kvq_hadamard(e % 64u, j) * (x * kvq_sign(j));
     }
-    return r * 0.125;
+    workgroupBarrier();
+    for (var t = 0u; t < 32u; t++) {
+        let e = lid + t * WG;
+        if (e < n) {
+            qg[e] = rq[t];
+        }
+    }
+    workgroupBarrier();
+}
+
+// `rotate_qg` for the plain split's one query head in qs (hd values, at most 256).
+fn rotate_qs(hd: u32, lid: u32) {
+    var rq: array<f32, 4>;
+    for (var t = 0u; t < 4u; t++) {
+        let d = lid + t * WG;
+        rq[t] = 0.0;
+        if (d < hd) {
+            let s = d - d % 64u;
+            var r = 0.0;
+            for (var j = 0u; j < 64u; j++) {
+                r += kvq_hadamard(d % 64u, j) * (qs[s + j] * kvq_sign(j));
+            }
+            rq[t] = r * 0.125;
+        }
+    }
+    workgroupBarrier();
+    for (var t = 0u; t < 4u; t++) {
+        let d = lid + t * WG;
+        if (d < hd) {
+            qs[d] = rq[t];
+        }
+    }
+    workgroupBarrier();
 }
 
 var<workgroup> qs: array<f32, 256>;
@@ -171,22 +193,7 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     }
     workgroupBarrier();
     if (KV_ROT_K == 1u) {
-        var rq: array<f32, 4>;
-        for (var t = 0u; t < 4u; t++) {
-            let d = lid + t * WG;
-            rq[t] = 0.0;
-            if (d < hd) {
-                rq[t] = rotated_q(d, 1u);
-            }
-        }
-        workgroupBarrier();
-        for (var t = 0u; t < 4u; t++) {
-            let d = lid + t * WG;
-            if (d < hd) {
-                qs[d] = rq[t];
-            }
-        }
-        workgroupBarrier();
+        rotate_qs(hd, lid);
     }
     let neg_inf = bitcast<f32>(0xff800000u);
     var m_local = neg_inf;
