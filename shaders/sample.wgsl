@@ -227,7 +227,11 @@ var<private> race_v: f32;
 var<private> race_i: u32 = 0xffffffffu;
 
 fn race(c: Row, x: f32, i: u32) {
-    let s = x + gumbel(c, i);
+    race_with(x + gumbel(c, i), i);
+}
+
+// `race` with the token's score x + gumbel already taken.
+fn race_with(s: f32, i: u32) {
     if (better(s, i, race_v, race_i)) {
         race_v = s;
         race_i = i;

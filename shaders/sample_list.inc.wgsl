@@ -105,9 +105,17 @@ fn draw_short(c: Row, row: u32, lid: u32, top: vec2<u32>, n: u32, n_sort: u32, b
         atomicStore(&zq[lid], 0u);
     }
     workgroupBarrier();
+    // Top-k + top-p rows (a barrier before the race): when the rank lanes leave whole subgroups
+    // for one invocation per entry, those compute the Gumbel variates meanwhile (into scan_b).
+    let early = tk && tp && gum_lanes(1u, n_sort) + n_sort <= WG;
     var tpe = 1u;
-    while (tpe < 8u && 2u * tpe * n_sort <= WG && 2u * tpe <= sg_size) {
+    while (tpe < 8u && 2u * tpe * n_sort <= WG && 2u * tpe <= sg_size
+        && (!early || gum_lanes(2u * tpe, n_sort) + n_sort <= WG)) {
         tpe *= 2u;
+    }
+    let g0 = gum_lanes(tpe, n_sort);
+    if (early && lid >= g0 && lid < g0 + n_sort) {
+        scan_b[lid - g0] = bitcast<u32>(gumbel(c, si[lid - g0]));
     }
     let e = lid / tpe;
     let lead = lid % tpe == 0u;
@@ -162,12 +170,21 @@ fn draw_short(c: Row, row: u32, lid: u32, top: vec2<u32>, n: u32, n_sort: u32, b
         keep = exp_s(x - l0) >= c.min_p;
     }
     if (keep) {
-        race(c, x, id);
+        if (early) {
+            race_with(x + bitcast<f32>(scan_b[e]), id);
+        } else {
+            race(c, x, id);
+        }
     }
     let w = wg_best(race_v, race_i, lid);
     if (lid == 0u) {
         out[row] = w.y;
     }
+}
+
+// The first invocation past tpe lanes for each of n entries, rounded up to a whole subgroup.
+fn gum_lanes(tpe: u32, n: u32) -> u32 {
+    return (tpe * n + sg_size - 1u) / sg_size * sg_size;
 }
 
 // Sorts the row's n_sort listed candidates (in sk/si when `direct`, else at off_list, n of
