@@ -1,5 +1,7 @@
 //! WGSL -> specialised SPIR-V with naga.
 
+use std::borrow::Cow;
+
 use crate::{Error, KernelSpec, Overrides};
 
 /// Target properties that change the emitted SPIR-V.
@@ -10,6 +12,9 @@ pub struct SpirvOptions {
     /// Apply the workgroup-coherence pass to the kernels that rely on it (`vmm.rs`); `false`
     /// keeps naga's output (the device tuning's `wg_coherent`).
     pub workgroup_coherent: bool,
+    /// Drop the branches the resolved overrides make dead before writing SPIR-V (`prune.rs`);
+    /// `false` (the default) keeps naga's output (the device tuning's `prune`).
+    pub prune_dead_branches: bool,
 }
 
 impl Default for SpirvOptions {
@@ -17,6 +22,7 @@ impl Default for SpirvOptions {
         SpirvOptions {
             version: (1, 3),
             workgroup_coherent: true,
+            prune_dead_branches: false,
         }
     }
 }
@@ -58,6 +64,24 @@ pub fn compile_spirv(
         overrides: overrides.to_string(),
         message: e.to_string(),
     })?;
+    let (module, info) = if opts.prune_dead_branches {
+        let mut m = module.into_owned();
+        if crate::prune::prune_constant_branches(&mut m) > 0 {
+            let i = validator.validate(&m).map_err(|e| Error::Validate {
+                kernel: kernel.name,
+                file: kernel.file,
+                message: format!(
+                    "after pruning dead branches: {}",
+                    e.emit_to_string_with_path(kernel.source, kernel.file)
+                ),
+            })?;
+            (Cow::Owned(m), Cow::Owned(i))
+        } else {
+            (Cow::Owned(m), info)
+        }
+    } else {
+        (module, info)
+    };
     let options = naga::back::spv::Options {
         lang_version: opts.version,
         flags: naga::back::spv::WriterFlags::empty(),

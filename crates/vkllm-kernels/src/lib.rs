@@ -19,6 +19,7 @@
 
 mod compile;
 mod error;
+mod prune;
 mod sources;
 mod spec;
 mod vmm;

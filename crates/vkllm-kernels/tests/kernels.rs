@@ -8,6 +8,8 @@ use vkllm_kernels::{
 
 #[path = "kernels/coop.rs"]
 mod coop;
+#[path = "kernels/prune.rs"]
+mod prune;
 
 #[derive(Clone, Copy)]
 struct Fake(u64);

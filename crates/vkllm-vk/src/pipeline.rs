@@ -133,6 +133,7 @@ impl Device {
         }
         let opts = SpirvOptions {
             workgroup_coherent: self.tuning().wg_coherent,
+            prune_dead_branches: self.tuning().prune,
             ..SpirvOptions::default()
         };
         let spirv = vkllm_kernels::compile_spirv(kernel, overrides, opts)?;

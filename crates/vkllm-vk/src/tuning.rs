@@ -123,6 +123,9 @@ pub struct Tuning {
     /// Workgroup-memory coherence pass on the kernels that rely on it (else naga's output). Key
     /// `wg_coherent`.
     pub wg_coherent: bool,
+    /// Drop the branches resolved overrides make dead before writing SPIR-V (off: it slowed the
+    /// cooperative prefill attention at head_dim 64). Key `prune`.
+    pub prune: bool,
     /// Reuse command pools, fences and descriptor pools of dropped recordings. Key `recycle`.
     pub recycle: bool,
     /// How long a submit polls its fence before blocking, in microseconds; `None`: 50 ms on GPUs,
@@ -195,6 +198,7 @@ impl Default for Tuning {
             coop_group: CoopGroup::Qkv,
             dequant: DequantPolicy::AUTO,
             wg_coherent: true,
+            prune: false,
             recycle: true,
             fence_spin_us: None,
             pipeline_stats: false,
@@ -254,6 +258,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "dequant_min",
     "dequant_tokens",
     "wg_coherent",
+    "prune",
     "recycle",
     "fence_spin_us",
     "pipeline_stats",
@@ -425,6 +430,7 @@ impl Tuning {
                 };
             }
             "wg_coherent" => self.wg_coherent = flag()?,
+            "prune" => self.prune = flag()?,
             "recycle" => self.recycle = flag()?,
             "fence_spin_us" => {
                 self.fence_spin_us = match value {
@@ -564,7 +570,7 @@ impl fmt::Display for Tuning {
             "matvec={matvec},matvec_layout={layout},q8a_wide={},q8a_quad={},q8a_workgroups={},\
              q8a_xg={},q8a_xg_lanes={},q8a_xg_rows={},decode_int8_max_n={},coopmat={},splitk={splitk},coop_bk={},coop_direct={},coop_float_split={},\
              coop_x_f16={},coop_tile={},coop_glu={},coop_glu_half={},coop_group={group},\
-             {dequant},wg_coherent={},recycle={},fence_spin_us={},pipeline_stats={},\
+             {dequant},wg_coherent={},prune={},recycle={},fence_spin_us={},pipeline_stats={},\
              attn={attn},attn_chunk={},attn_prefill={prefill},attn_coop_nsg={},\
              attn_coop_split={},fused={},rope_kv_tpw={},delta_chunked={},moe_grouped_min={},\
              moe_lanes={},one_submit={},split_submit={}",
@@ -584,6 +590,7 @@ impl fmt::Display for Tuning {
             b(self.coop_glu),
             b(self.coop_glu_half),
             b(self.wg_coherent),
+            b(self.prune),
             b(self.recycle),
             opt(self.fence_spin_us.map(|u| u.to_string())),
             b(self.pipeline_stats),
@@ -649,8 +656,8 @@ mod tests {
         let spec = "matvec=int8,matvec_layout=rows,q8a_wide=0,q8a_quad=0,q8a_workgroups=512,\
                     q8a_xg=0,q8a_xg_lanes=4,q8a_xg_rows=1,decode_int8_max_n=32,coopmat=0,splitk=96,coop_bk=32,coop_direct=0,coop_float_split=0,\
                     coop_x_f16=0,coop_tile=wide,coop_glu=0,coop_glu_half=0,coop_group=none,\
-                    dequant=auto,dequant_min=4096,dequant_tokens=64,wg_coherent=0,recycle=0,\
-                    fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,\
+                    dequant=auto,dequant_min=4096,dequant_tokens=64,wg_coherent=0,prune=1,\
+                    recycle=0,fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,\
                     attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,fused=0,\
                     rope_kv_tpw=3,delta_chunked=0,moe_grouped_min=0,moe_lanes=0,one_submit=0,\
                     split_submit=0";
