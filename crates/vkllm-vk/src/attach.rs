@@ -24,6 +24,9 @@ pub struct HostFeatures {
     pub cooperative_matrix: bool,
     /// `shaderIntegerDotProduct` (Vulkan 1.3 or VK_KHR_shader_integer_dot_product).
     pub integer_dot_product: bool,
+    /// `timelineSemaphore` (Vulkan 1.2): [`crate::Device::timeline`] and
+    /// [`crate::Device::wait_host_timeline`] order vkllm's submissions against the host's.
+    pub timeline_semaphore: bool,
 }
 
 const COOP_EXT: &str = "VK_KHR_cooperative_matrix";
@@ -72,6 +75,11 @@ impl HostFeatures {
                         h.shader_float16 |= t(f.shader_float16);
                         h.vulkan_memory_model |=
                             t(f.vulkan_memory_model) && t(f.vulkan_memory_model_device_scope);
+                        h.timeline_semaphore |= t(f.timeline_semaphore);
+                    }
+                    vk::StructureType::PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES => {
+                        let f = &*(next as *const vk::PhysicalDeviceTimelineSemaphoreFeatures<'_>);
+                        h.timeline_semaphore |= t(f.timeline_semaphore);
                     }
                     vk::StructureType::PHYSICAL_DEVICE_VULKAN_1_3_FEATURES => {
                         let f = &*(next as *const vk::PhysicalDeviceVulkan13Features<'_>);
@@ -155,11 +163,14 @@ impl HostFeatures {
         if info.int8_dot_product && info.api_version >= (1, 3, 0) && !self.integer_dot_product {
             m.push("shaderIntegerDotProduct".to_string());
         }
+        if info.timeline_semaphore && !self.timeline_semaphore {
+            m.push("timelineSemaphore".to_string());
+        }
         m
     }
 
     /// The features vkllm enables on a device it creates with these choices.
-    pub(crate) fn own(coopmat: bool, int8_dot: bool) -> Self {
+    pub(crate) fn own(coopmat: bool, int8_dot: bool, timeline: bool) -> Self {
         HostFeatures {
             extensions: if coopmat {
                 vec![COOP_EXT.to_string()]
@@ -171,6 +182,7 @@ impl HostFeatures {
             vulkan_memory_model: coopmat,
             cooperative_matrix: coopmat,
             integer_dot_product: int8_dot,
+            timeline_semaphore: timeline,
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -87,6 +88,11 @@ pub(crate) struct Shared {
     pub(crate) missing: Vec<String>,
     /// Objects of finished recordings kept for the next recorder (`recycle`).
     pub(crate) spares: crate::recycle::Spares,
+    /// vkllm's timeline semaphore (when timeline semaphores are enabled): every submission
+    /// signals the next value; the last one submitted.
+    timeline: Option<(vk::Semaphore, AtomicU64)>,
+    /// A host timeline semaphore and value every submission waits for on the GPU.
+    host_wait: Mutex<Option<(vk::Semaphore, u64)>>,
 }
 
 impl Drop for Shared {
@@ -102,6 +108,9 @@ impl Drop for Shared {
                 }
             }
             self.cache.save_and_destroy(&self.raw);
+            if let Some((sem, _)) = &self.timeline {
+                self.raw.destroy_semaphore(*sem, None);
+            }
             ManuallyDrop::drop(&mut self.allocator);
             if self.owned {
                 self.raw.destroy_device(None);
@@ -169,6 +178,12 @@ impl Device {
         if use_dot {
             dinfo = dinfo.push_next(&mut dot);
         }
+        let use_timeline = info.timeline_semaphore;
+        let mut timeline =
+            vk::PhysicalDeviceTimelineSemaphoreFeatures::default().timeline_semaphore(true);
+        if use_timeline {
+            dinfo = dinfo.push_next(&mut timeline);
+        }
         // SAFETY: `pd` belongs to `instance`; create info pointers outlive the call; the
         // features and extension enabled were reported supported by `info`.
         let raw = unsafe { instance.raw.create_device(pd, &dinfo, None) }
@@ -177,7 +192,7 @@ impl Device {
         let queue = unsafe { raw.get_device_queue(family, 0) };
         let stats = use_stats
             .then(|| ash::khr::pipeline_executable_properties::Device::new(&instance.raw, &raw));
-        let enabled = HostFeatures::own(use_coop, use_dot);
+        let enabled = HostFeatures::own(use_coop, use_dot, use_timeline);
         Self::assemble(
             instance,
             pd,
@@ -245,6 +260,7 @@ impl Device {
         let enabled = HostFeatures {
             cooperative_matrix: coop,
             integer_dot_product: dot,
+            timeline_semaphore: host.timeline_semaphore && info.timeline_semaphore,
             ..host.clone()
         };
         Self::assemble(
@@ -302,13 +318,32 @@ impl Device {
                 return Err(vk_err("vmaCreateAllocator")(r));
             }
         };
-        let cache = match PipelineCache::open(&raw, &info, &opts.pipeline_cache) {
+        let mut cache = match PipelineCache::open(&raw, &info, &opts.pipeline_cache) {
             Ok(c) => c,
             Err(e) => {
                 drop(allocator);
                 destroy(&raw);
                 return Err(e);
             }
+        };
+        let timeline = if enabled.timeline_semaphore {
+            let mut ty = vk::SemaphoreTypeCreateInfo::default()
+                .semaphore_type(vk::SemaphoreType::TIMELINE)
+                .initial_value(0);
+            let ci = vk::SemaphoreCreateInfo::default().push_next(&mut ty);
+            // SAFETY: valid device with timelineSemaphore enabled.
+            match unsafe { raw.create_semaphore(&ci, None) } {
+                Ok(sem) => Some((sem, AtomicU64::new(0))),
+                Err(r) => {
+                    // SAFETY: created above from `raw`, unused.
+                    unsafe { cache.save_and_destroy(&raw) };
+                    drop(allocator);
+                    destroy(&raw);
+                    return Err(vk_err("vkCreateSemaphore")(r));
+                }
+            }
+        } else {
+            None
         };
         let l = &info.limits;
         let mut max_part = l.max_storage_buffer_range.min(l.max_allocation_size);
@@ -339,6 +374,8 @@ impl Device {
                 enabled,
                 missing,
                 spares: Default::default(),
+                timeline,
+                host_wait: Mutex::new(None),
             }),
         })
     }
@@ -431,27 +468,96 @@ impl Device {
         self.wait_fence(fence)
     }
 
-    /// Submits `cb` to signal `fence` (reset first) and returns without waiting.
+    /// Submits `cb` to signal `fence` (reset first) and returns without waiting. With timeline
+    /// semaphores on, the batch also signals vkllm's timeline's next value and waits for the
+    /// host timeline value set by [`Device::wait_host_timeline`].
     pub(crate) fn submit(&self, cb: vk::CommandBuffer, fence: vk::Fence) -> Result<()> {
         let raw = &self.shared.raw;
         let cbs = [cb];
-        let submit = [vk::SubmitInfo::default().command_buffers(&cbs)];
-        {
-            let q = self
-                .shared
-                .queue
-                .lock()
-                .map_err(|_| Error::Recording("queue lock poisoned"))?;
-            // SAFETY: cb is fully recorded and not pending (we always wait before resubmitting);
-            // the fence is unsignalled after the reset.
-            unsafe {
-                raw.reset_fences(&[fence])
-                    .map_err(vk_err("vkResetFences"))?;
-                raw.queue_submit(*q, &submit, fence)
-                    .map_err(vk_err("vkQueueSubmit"))?;
-            }
+        let host_wait = *self
+            .shared
+            .host_wait
+            .lock()
+            .map_err(|_| Error::Recording("host timeline lock poisoned"))?;
+        let q = self
+            .shared
+            .queue
+            .lock()
+            .map_err(|_| Error::Recording("queue lock poisoned"))?;
+        // Under the queue lock: values reach the queue in the order they are taken.
+        let signal = self
+            .shared
+            .timeline
+            .as_ref()
+            .map(|(sem, last)| ([*sem], [last.load(Ordering::Acquire) + 1]));
+        let wait = host_wait.map(|(sem, v)| ([sem], [v], [vk::PipelineStageFlags::ALL_COMMANDS]));
+        let mut values = vk::TimelineSemaphoreSubmitInfo::default();
+        let mut submit = vk::SubmitInfo::default().command_buffers(&cbs);
+        if let Some((sems, vals)) = &signal {
+            submit = submit.signal_semaphores(sems);
+            values = values.signal_semaphore_values(vals);
+        }
+        if let Some((sems, vals, stages)) = &wait {
+            submit = submit.wait_semaphores(sems).wait_dst_stage_mask(stages);
+            values = values.wait_semaphore_values(vals);
+        }
+        if signal.is_some() || wait.is_some() {
+            submit = submit.push_next(&mut values);
+        }
+        // SAFETY: cb is fully recorded and not pending (we always wait before resubmitting);
+        // the fence is unsignalled after the reset; the semaphores are timeline semaphores of
+        // this device and the signalled value exceeds every earlier one.
+        unsafe {
+            raw.reset_fences(&[fence])
+                .map_err(vk_err("vkResetFences"))?;
+            raw.queue_submit(*q, &[submit], fence)
+                .map_err(vk_err("vkQueueSubmit"))?;
+        }
+        if let (Some((_, last)), Some((_, [v]))) = (&self.shared.timeline, &signal) {
+            last.store(*v, Ordering::Release);
         }
         Ok(())
+    }
+
+    /// vkllm's timeline semaphore and the value its latest submission signals when done (0
+    /// before the first): a host sharing the device waits on it (on the GPU, in its own
+    /// submissions, or with `vkWaitSemaphores`) to order its work after vkllm's. `None` unless
+    /// timeline semaphores are enabled (by vkllm on its own device, by the host that lent it).
+    pub fn timeline(&self) -> Option<(vk::Semaphore, u64)> {
+        let (sem, last) = self.shared.timeline.as_ref()?;
+        Some((*sem, last.load(Ordering::Acquire)))
+    }
+
+    /// Makes every later submission wait on the GPU until the host's timeline semaphore `sem`
+    /// reaches `value` (`None`: no wait), e.g. the value the host's frame work signals. Errors
+    /// when timeline semaphores are not enabled.
+    ///
+    /// # Safety
+    /// `sem` must be a timeline semaphore of this device, outliving every submission made while
+    /// it is set; the host must eventually signal `value` (else vkllm's waits end in
+    /// [`Error::Timeout`] after the fence timeout).
+    pub unsafe fn wait_host_timeline(&self, wait: Option<(vk::Semaphore, u64)>) -> Result<()> {
+        if wait.is_some() && self.shared.timeline.is_none() {
+            return Err(Error::MissingFeature {
+                device: self.info().name.clone(),
+                feature: "timelineSemaphore".into(),
+            });
+        }
+        *self
+            .shared
+            .host_wait
+            .lock()
+            .map_err(|_| Error::Recording("host timeline lock poisoned"))? = wait;
+        Ok(())
+    }
+
+    /// The lock on the queue vkllm submits to: a host sharing that queue (an attached
+    /// [`Device::from_raw`]) holds the guard while it submits, so the two never use it at once.
+    pub fn lock_queue(&self) -> Result<std::sync::MutexGuard<'_, vk::Queue>> {
+        self.shared
+            .queue
+            .lock()
+            .map_err(|_| Error::Recording("queue lock poisoned"))
     }
 
     /// Waits for `fence` (polling first, see [`Device::fence_spin`]), bounded by the device's

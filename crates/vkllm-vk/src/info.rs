@@ -63,6 +63,8 @@ pub struct DeviceInfo {
     pub vulkan_memory_model: bool,
     /// ... with device-scope memory operations (needed once the memory model is enabled).
     pub vulkan_memory_model_device_scope: bool,
+    /// Timeline semaphores (`timelineSemaphore`, Vulkan 1.2).
+    pub timeline_semaphore: bool,
     /// VK_KHR_cooperative_matrix with its `cooperativeMatrix` feature, usable in compute shaders.
     pub cooperative_matrix: bool,
     /// The cooperative-matrix shapes offered (`vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR`;
@@ -187,6 +189,10 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
         if has_coop {
             f2 = f2.push_next(&mut coop);
         }
+        let mut timeline = vk::PhysicalDeviceTimelineSemaphoreFeatures::default();
+        if v12 {
+            f2 = f2.push_next(&mut timeline);
+        }
         raw.get_physical_device_features2(pd, &mut f2);
         let mut coop_props = vk::PhysicalDeviceCooperativeMatrixPropertiesKHR::default();
         if has_coop {
@@ -272,6 +278,7 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
             int8_dot_product: has_dot && dot.shader_integer_dot_product == vk::TRUE,
             vulkan_memory_model: mm.vulkan_memory_model == vk::TRUE,
             vulkan_memory_model_device_scope: mm.vulkan_memory_model_device_scope == vk::TRUE,
+            timeline_semaphore: v12 && timeline.timeline_semaphore == vk::TRUE,
             cooperative_matrix: coop_usable,
             cooperative_matrix_shapes: coop_shapes,
             heaps,
@@ -385,6 +392,7 @@ mod tests {
             int8_dot_product: false,
             vulkan_memory_model: false,
             vulkan_memory_model_device_scope: false,
+            timeline_semaphore: false,
             cooperative_matrix: false,
             cooperative_matrix_shapes: Vec::new(),
             heaps: vec![Heap {

@@ -8,6 +8,8 @@ mod bench;
 mod common;
 #[path = "runtime/recycle.rs"]
 mod recycle;
+#[path = "runtime/timeline.rs"]
+mod timeline;
 #[path = "runtime/tuning.rs"]
 mod tuning;
 
