@@ -9,6 +9,9 @@
 //          o = sum exp(s - m) v.
 //   merge: one workgroup per (head, query): out = sum_c o_c e^(m_c - M) / sum_c l_c e^(m_c - M)
 //          (n_chunks <= 2048).
+//   split_gqa with CHUNK_MIN > 0: each query's chunks have chunk_keys(lo, hi) keys (a power of two
+//          from CHUNK_MIN to CHUNK, so at most ADAPT_CHUNKS of them, or the grid's n_chunks of
+//          CHUNK keys), chosen on the device from its position; the merge uses the same rule.
 //
 // Shapes: q [n_q, n_heads, head_dim] f32; k, v [n_kv, n_kv_heads, head_dim] as u32 words (KV_DTYPE
 // 0: f32 bits, 1: f16 pairs, 2 q8_0 / 3 q4_0 units as kv_quant.inc.wgsl lays them out, read in
@@ -30,6 +33,9 @@
 
 override WG: u32 = 128;
 override CHUNK: u32 = 256;
+// 0: every chunk has CHUNK keys; else split_gqa's chunks adapt to each query's visible keys
+// (chunk_keys in attention_gqa.inc.wgsl; the merge follows).
+override CHUNK_MIN: u32 = 0;
 override KV_DTYPE: u32 = 0;
 // V's type (the same values as KV_DTYPE; a cache may store V in another type than K).
 override KV_DTYPE_V: u32 = 0;
@@ -331,20 +337,17 @@ fn split_gqa(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     let g_n = p.n_heads / p.n_kv_heads;
     let vis = visible_keys(i);
     // Chunks start at the first visible key (as in `split`); key j lives in row j % ring.
-    let j0 = vis.x + c * CHUNK;
-    let j1 = min(j0 + CHUNK, vis.y + 1u);
+    let ck = chunk_keys(vis.x, vis.y);
+    let j0 = vis.x + c * ck;
+    let j1 = min(j0 + ck, vis.y + 1u);
+    // A chunk past the visible keys has nothing to do: the merge reads only live chunks.
     if (lid == 0u) {
         wg_skip = select(0u, 1u, j0 > vis.y);
     }
     if (workgroupUniformLoad(&wg_skip) != 0u) {
-        if (lid < g_n) {
-            let part0 = (i * p.n_heads + kvh * g_n + lid) * p.n_chunks + c;
-            part_ml[2u * part0] = bitcast<f32>(0xff800000u);
-            part_ml[2u * part0 + 1u] = 0.0;
-        }
         return;
     }
-    gqa_chunk(i, kvh, j0, j1, lid, sg_id, sg_lane, sg_size, n_sg);
+    gqa_chunk(i, kvh, j0, j1, ck, lid, sg_id, sg_lane, sg_size, n_sg);
     for (var e = lid; e < g_n * hd; e += WG) {
         let part = (i * p.n_heads + kvh * g_n + e / hd) * p.n_chunks + c;
         part_o[part * hd + e % hd] = gqa_out(e);

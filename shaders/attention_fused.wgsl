@@ -45,6 +45,8 @@
 
 override WG: u32 = 128;
 override CHUNK: u32 = 16;
+// Fixed chunks (attention_gqa.inc.wgsl's adaptive chunking is split_gqa's).
+override CHUNK_MIN: u32 = 0;
 override KV_DTYPE: u32 = 0;
 // Read by the shared grouped-query code for V (these kernels take f32 and f16 caches of one type).
 override KV_DTYPE_V: u32 = 0;
@@ -231,7 +233,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let j0 = vis.x + c * CHUNK;
     let j1 = min(j0 + CHUNK, vis.y + 1u);
-    gqa_chunk(i, kvh, j0, j1, lid, sg_id, sg_lane, sg_size, n_sg);
+    gqa_chunk(i, kvh, j0, j1, CHUNK, lid, sg_id, sg_lane, sg_size, n_sg);
     let obase = (i * p.n_heads + kvh * g_n) * hd;
     if (n_live == 1u) {
         // Single pass: this chunk is the whole context.

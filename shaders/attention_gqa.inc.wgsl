@@ -29,13 +29,33 @@ fn visible_keys(i: u32) -> vec2<u32> {
     return vec2<u32>(lo, hi);
 }
 
-// Chunks of CHUNK keys the visible range [lo, hi] splits into (chunk c starts at lo + c * CHUNK),
-// at most the grid's n_chunks (more only for a position past the cache, whose output is not used).
+// The adaptive split's chunk count target (vkllm_kernels::attention::ADAPT_CHUNKS).
+const ADAPT_CHUNKS: u32 = 128u;
+
+// Keys per chunk for the visible range [lo, hi]: CHUNK, or with CHUNK_MIN > 0 (the adaptive
+// split, an override of the including file) the smallest power of two from CHUNK_MIN that covers
+// the range in at most ADAPT_CHUNKS chunks, at most CHUNK: a recorded step sized for a long cache
+// still splits a short context finely.
+fn chunk_keys(lo: u32, hi: u32) -> u32 {
+    if (CHUNK_MIN == 0u || lo > hi) {
+        return CHUNK;
+    }
+    let n = hi - lo + 1u;
+    var ck = CHUNK_MIN;
+    while (ck < CHUNK && ck * ADAPT_CHUNKS < n) {
+        ck *= 2u;
+    }
+    return ck;
+}
+
+// Chunks of chunk_keys(lo, hi) keys the visible range [lo, hi] splits into (chunk c starts at
+// lo + c * that), at most the grid's n_chunks (more only for a position past the cache, whose
+// output is not used).
 fn live_chunks(lo: u32, hi: u32) -> u32 {
     if (lo > hi) {
         return 0u;
     }
-    return min((hi - lo) / CHUNK + 1u, p.n_chunks);
+    return min((hi - lo) / chunk_keys(lo, hi) + 1u, p.n_chunks);
 }
 
 // Grouped-query chunk scoring. One workgroup scores keys [j0, j1) of kv head kvh for all G =
@@ -63,11 +83,12 @@ fn gqa_kg_n(hd: u32) -> u32 {
     return max(1u, WG / ((hd + 3u) / 4u));
 }
 
-// Scores query i's group against keys [j0, j1) (a non-empty range within one chunk) and leaves in
+// Scores query i's group against keys [j0, j1) (a non-empty range within one chunk of ck <= CHUNK
+// keys; score rows keep the stride CHUNK) and leaves in
 // shared memory: ml_g (per head max m and sum l) and, for head g and dim d, the unnormalised
 // output sum_j exp(s_j - m) v_j[d] as gqa_kg_n(hd) partial sums qg[(kg * G + g) * hd + d]
 // (gqa_out adds them). Ends with a workgroup barrier.
-fn gqa_chunk(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: u32,
+fn gqa_chunk(i: u32, kvh: u32, j0: u32, j1: u32, ck: u32, lid: u32, sg_id: u32, sg_lane: u32,
              sg_size: u32, n_sg: u32) {
     let hd = p.head_dim;
     let g_n = p.n_heads / p.n_kv_heads;
@@ -94,11 +115,11 @@ fn gqa_chunk(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: 
     let cl = flat / 8u;
     let cl_lane = flat % 8u;
     let n_cl = (n_sg * sg_size) / 8u;
-    let trips = (CHUNK + n_cl - 1u) / n_cl;
+    let trips = (ck + n_cl - 1u) / n_cl;
     for (var t = 0u; t < trips; t++) {
         let jj = cl + t * n_cl;
         let j = j0 + jj;
-        let live = jj < CHUNK && j < j1;
+        let live = jj < ck && j < j1;
         var acc: array<f32, 8>;
         for (var g = 0u; g < GQA_MAX; g++) {
             acc[g] = 0.0;
@@ -171,7 +192,7 @@ fn gqa_chunk(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: 
                 dot_g += subgroupShuffleXor(dot_g, 4u);
                 dot_g += subgroupShuffleXor(dot_g, 2u);
                 dot_g += subgroupShuffleXor(dot_g, 1u);
-                if (cl_lane == 0u && jj < CHUNK) {
+                if (cl_lane == 0u && jj < ck) {
                     var s = neg_inf;
                     if (live) {
                         s = dot_g * p.scale;
@@ -192,12 +213,12 @@ fn gqa_chunk(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: 
         let g = sg_id + t * n_sg;
         let gl = min(g, g_n - 1u);
         var m = neg_inf;
-        for (var jj = sg_lane; jj < CHUNK; jj += sg_size) {
+        for (var jj = sg_lane; jj < ck; jj += sg_size) {
             m = max(m, sg_sc[gl * CHUNK + jj]);
         }
         m = subgroupMax(m);
         var l = 0.0;
-        for (var jj = sg_lane; jj < CHUNK; jj += sg_size) {
+        for (var jj = sg_lane; jj < ck; jj += sg_size) {
             var e = 0.0;
             if (m != neg_inf) {
                 e = exp(sg_sc[gl * CHUNK + jj] - m);

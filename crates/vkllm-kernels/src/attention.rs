@@ -58,6 +58,35 @@ pub const MAX_CHUNKS: usize = 2048;
 /// Most query heads per kv head [`AttnDecode::dispatch_gqa`] handles.
 pub const GQA_MAX: usize = 8;
 
+/// Chunk count the adaptive split aims for (`ADAPT_CHUNKS` in attention_gqa.inc.wgsl).
+pub const ADAPT_CHUNKS: usize = 128;
+
+/// Keys per split workgroup of decode attention: `chunk` for every query (`min == 0`), or for
+/// the grouped split adaptive per query on the device: the smallest power of two from `min` that
+/// covers the query's visible keys in at most [`ADAPT_CHUNKS`] chunks, at most `chunk`. A
+/// recorded step sizes `chunk` for the whole cache; `min` keeps short contexts split finely.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunking {
+    pub chunk: usize,
+    pub min: usize,
+}
+
+impl From<usize> for Chunking {
+    fn from(chunk: usize) -> Self {
+        Chunking { chunk, min: 0 }
+    }
+}
+
+impl Chunking {
+    /// Adaptive chunks from `min` (clamped to `chunk`) up to `chunk`.
+    pub fn adaptive(chunk: usize, min: usize) -> Self {
+        Chunking {
+            chunk,
+            min: min.min(chunk),
+        }
+    }
+}
+
 /// Pass 2: merge the chunks. `q`, `k`, `v`, `q_pos` are bound but not used.
 pub static ATTN_MERGE: KernelSpec = KernelSpec {
     name: "attn_decode_merge",
@@ -307,39 +336,62 @@ pub struct AttnDecode<B> {
 }
 
 impl<B: KernelBuffer> AttnDecode<B> {
-    /// Chunks of `chunk` keys a query's visible keys (its window, or the whole cache) split into.
-    pub fn n_chunks(s: &AttnShape, chunk: usize) -> usize {
-        s.span().div_ceil(chunk.max(1))
+    /// Chunks per query (the split's grid and the partials' layout): those of `chunk` keys that
+    /// cover a query's visible keys (its window, or the whole cache), with adaptive chunking at
+    /// least as many as a short context takes (up to [`ADAPT_CHUNKS`]).
+    pub fn n_chunks(s: &AttnShape, chunking: impl Into<Chunking>) -> usize {
+        let c = chunking.into();
+        let fixed = s.span().div_ceil(c.chunk.max(1));
+        match c.min {
+            0 => fixed,
+            m => fixed.max(ADAPT_CHUNKS.min(s.span().div_ceil(m))),
+        }
     }
 
-    /// Bytes of (`part_ml`, `part_o`) for `s` split into chunks of `chunk` keys.
-    pub fn scratch_bytes(s: &AttnShape, chunk: usize) -> (u64, u64) {
-        let parts = (s.n_q * s.n_heads * Self::n_chunks(s, chunk)) as u64;
+    /// Bytes of (`part_ml`, `part_o`) for `s` split as `chunking` says.
+    pub fn scratch_bytes(s: &AttnShape, chunking: impl Into<Chunking>) -> (u64, u64) {
+        let parts = (s.n_q * s.n_heads * Self::n_chunks(s, chunking)) as u64;
         (8 * parts, 4 * parts * s.head_dim as u64)
     }
 
     /// `chunk`: keys per split workgroup, a power of two in 32..=1024 (256 is a good default).
     /// The reference split: one workgroup per query head, one key per invocation.
     pub fn dispatch(self, s: &AttnShape, chunk: usize) -> Result<[Dispatch<B>; 2], Error> {
-        self.dispatch_with(&ATTN_SPLIT, s, chunk)
+        self.dispatch_with(&ATTN_SPLIT, s, chunk.into())
     }
 
     /// The grouped split: one workgroup per kv head scores its keys for all `n_heads /
     /// n_kv_heads <= GQA_MAX` query heads (each K row read once), subgroups across keys and lanes
     /// across the row; `chunk` a power of two in 8..=256 (64 suits decode). Same partials and
-    /// merge as [`AttnDecode::dispatch`]; head_dim <= 256.
-    pub fn dispatch_gqa(self, s: &AttnShape, chunk: usize) -> Result<[Dispatch<B>; 2], Error> {
+    /// merge as [`AttnDecode::dispatch`]; head_dim <= 256. Adaptive chunking ([`Chunking`]):
+    /// `min` a power of two from 8.
+    pub fn dispatch_gqa(
+        self,
+        s: &AttnShape,
+        chunking: impl Into<Chunking>,
+    ) -> Result<[Dispatch<B>; 2], Error> {
         let k = &ATTN_SPLIT_GQA;
-        check_gqa(k, s, chunk)?;
-        self.dispatch_with(k, s, chunk)
+        let c = chunking.into();
+        check_gqa(k, s, c.chunk)?;
+        if c.min != 0 && (c.min < 8 || !c.min.is_power_of_two() || c.min > c.chunk) {
+            return Err(shape_err(
+                k,
+                format!(
+                    "adaptive chunks from {} must start at a power of two in 8..={}",
+                    c.min, c.chunk
+                ),
+            ));
+        }
+        self.dispatch_with(k, s, c)
     }
 
     fn dispatch_with(
         self,
         k: &'static KernelSpec,
         s: &AttnShape,
-        chunk: usize,
+        chunking: Chunking,
     ) -> Result<[Dispatch<B>; 2], Error> {
+        let chunk = chunking.chunk;
         s.check(k)?;
         // (The grouped split's own check, `check_gqa`, admits chunks from 8.)
         let min = if std::ptr::eq(k, &ATTN_SPLIT_GQA) {
@@ -354,7 +406,7 @@ impl<B: KernelBuffer> AttnDecode<B> {
             ));
         }
         s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
-        let p = decode_params(k, s, chunk, &self.part_ml, &self.part_o)?;
+        let p = decode_params(k, s, chunking, &self.part_ml, &self.part_o)?;
         let n_chunks = p.n_chunks as usize;
         let buffers = vec![
             self.q,
@@ -368,6 +420,7 @@ impl<B: KernelBuffer> AttnDecode<B> {
         let ov = Overrides::new()
             .set("WG", WG as f64)
             .set("CHUNK", chunk as f64)
+            .set("CHUNK_MIN", chunking.min as f64)
             .set("KV_DTYPE", s.kv.code())
             .set("KV_DTYPE_V", s.kv_v.code())
             .set("KV_ROT_K", f64::from(u8::from(s.rot_k)));
@@ -423,14 +476,15 @@ pub(crate) fn check_gqa(k: &'static KernelSpec, s: &AttnShape, chunk: usize) -> 
 pub(crate) fn decode_params<B: KernelBuffer>(
     k: &'static KernelSpec,
     s: &AttnShape,
-    chunk: usize,
+    chunking: impl Into<Chunking>,
     part_ml: &B,
     part_o: &B,
 ) -> Result<AttnDecodeParams, Error> {
-    let (ml, o) = AttnDecode::<B>::scratch_bytes(s, chunk);
+    let chunking = chunking.into();
+    let (ml, o) = AttnDecode::<B>::scratch_bytes(s, chunking);
     need(k, "part_ml", part_ml, ml)?;
     need(k, "part_o", part_o, o)?;
-    let n_chunks = AttnDecode::<B>::n_chunks(s, chunk);
+    let n_chunks = AttnDecode::<B>::n_chunks(s, chunking);
     if n_chunks > MAX_CHUNKS {
         return Err(shape_err(
             k,

@@ -3,7 +3,7 @@
 
 use vkllm_cpu::AttnParams;
 use vkllm_cpu::decode::{IDLE, SlotsState, advance};
-use vkllm_kernels::attention::{AttnDecode, AttnShape};
+use vkllm_kernels::attention::{AttnDecode, AttnShape, Chunking};
 use vkllm_kernels::decode_advance::{DecodeAdvance, DecodeAdvanceShape};
 use vkllm_kernels::kv_append::{KvAppend, KvType};
 use vkllm_kernels::logprobs::{Logprobs, LogprobsShape};
@@ -77,9 +77,22 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
     let mut rows = Vec::new();
-    for (slots, cap, n_heads, n_kv_heads, hd, window, kv) in [
-        (3usize, 300usize, 4usize, 2usize, 64usize, None, KvType::F32),
-        (4, 130, 6, 3, 80, Some(50usize), KvType::F16),
+    // (The third case's slots sit at depths where the adaptive split picks chunks of 8, 8, 16
+    // and 64 keys: 1, 38, 94 and 65 live chunks in a grid of 128.)
+    let deep: &[u32] = &[3, 300, 1500, 4099];
+    for (slots, cap, n_heads, n_kv_heads, hd, window, kv, fixed) in [
+        (
+            3usize,
+            300usize,
+            4usize,
+            2usize,
+            64usize,
+            None,
+            KvType::F32,
+            &[][..],
+        ),
+        (4, 130, 6, 3, 80, Some(50usize), KvType::F16, &[]),
+        (4, 4100, 8, 2, 64, None, KvType::F16, deep),
     ] {
         let q = rng.vec(slots * n_heads * hd, -2.0, 2.0);
         let kn = slots * cap * n_kv_heads * hd;
@@ -98,7 +111,11 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             }
             KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
         };
-        let pos: Vec<u32> = (0..slots).map(|_| rng.below(cap as u64) as u32).collect();
+        let pos: Vec<u32> = if fixed.is_empty() {
+            (0..slots).map(|_| rng.below(cap as u64) as u32).collect()
+        } else {
+            fixed.to_vec()
+        };
         let scale = 1.0 / (hd as f32).sqrt();
         let p = AttnParams {
             n_heads,
@@ -139,7 +156,8 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             ring: None,
         };
         let chunk = 64;
-        let (ml, o) = AttnDecode::<vkllm_vk::BufSlice<'_>>::scratch_bytes(&shape, chunk);
+        let adaptive = Chunking::adaptive(chunk, 8);
+        let (ml, o) = AttnDecode::<vkllm_vk::BufSlice<'_>>::scratch_bytes(&shape, adaptive);
         let part_ml = dev.create_buffer("part_ml", ml, vkllm_vk::MemoryKind::Device)?;
         let part_o = dev.create_buffer("part_o", o, vkllm_vk::MemoryKind::Device)?;
         let (qb, pb, out) = (
@@ -147,7 +165,11 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             cx.input("q_pos", &pos)?,
             cx.output("out", want.len())?,
         );
-        for gqa in [false, true] {
+        for (gqa, chunking) in [
+            (false, Chunking::from(chunk)),
+            (true, chunk.into()),
+            (true, adaptive),
+        ] {
             cx.run(&[&out, &part_ml, &part_o], |r| {
                 let a = AttnDecode {
                     q: qb.all(),
@@ -159,7 +181,7 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     out: out.all(),
                 };
                 r.dispatch_all(if gqa {
-                    a.dispatch_gqa(&shape, chunk)?
+                    a.dispatch_gqa(&shape, chunking)?
                 } else {
                     a.dispatch(&shape, chunk)?
                 })
@@ -167,8 +189,9 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             rows.push(row(
                 "attn_decode",
                 format!(
-                    "slots {}{}{}",
+                    "slots {}{}{}{}",
                     if gqa { "gqa " } else { "" },
+                    if chunking.min > 0 { "adaptive " } else { "" },
                     kv.name(),
                     window.map_or(String::new(), |w| format!(" window {w}"))
                 ),

@@ -139,6 +139,10 @@ pub struct Tuning {
     /// Model backends: keys per chunk of split attention (a power of two in 8..=256); `None`:
     /// from the context length. Key `attn_chunk`.
     pub attn_chunk: Option<usize>,
+    /// Model backends: recorded decode steps pick each query's chunk of the grouped split from
+    /// its position on the device (`false`: the chunk sized for the whole cache). Key
+    /// `attn_adaptive`.
+    pub attn_adaptive: bool,
     /// Model backends: key `attn_prefill` = auto | coop1 | portable.
     pub attn_prefill: PrefillAttn,
     /// Model backends: subgroups per workgroup of the second prefill kernel (1..=4). Key
@@ -204,6 +208,7 @@ impl Default for Tuning {
             pipeline_stats: false,
             attn: DecodeAttn::Split,
             attn_chunk: None,
+            attn_adaptive: true,
             attn_prefill: PrefillAttn::Auto,
             attn_coop_nsg: 4,
             attn_coop_split: 2,
@@ -264,6 +269,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "pipeline_stats",
     "attn",
     "attn_chunk",
+    "attn_adaptive",
     "attn_prefill",
     "attn_coop_nsg",
     "attn_coop_split",
@@ -459,6 +465,7 @@ impl Tuning {
                     }
                 }
             }
+            "attn_adaptive" => self.attn_adaptive = flag()?,
             "attn_prefill" => {
                 self.attn_prefill = match value {
                     "auto" => PrefillAttn::Auto,
@@ -571,7 +578,7 @@ impl fmt::Display for Tuning {
              q8a_xg={},q8a_xg_lanes={},q8a_xg_rows={},decode_int8_max_n={},coopmat={},splitk={splitk},coop_bk={},coop_direct={},coop_float_split={},\
              coop_x_f16={},coop_tile={},coop_glu={},coop_glu_half={},coop_group={group},\
              {dequant},wg_coherent={},prune={},recycle={},fence_spin_us={},pipeline_stats={},\
-             attn={attn},attn_chunk={},attn_prefill={prefill},attn_coop_nsg={},\
+             attn={attn},attn_chunk={},attn_adaptive={},attn_prefill={prefill},attn_coop_nsg={},\
              attn_coop_split={},fused={},rope_kv_tpw={},delta_chunked={},moe_grouped_min={},\
              moe_lanes={},one_submit={},split_submit={}",
             b(self.q8a_wide),
@@ -595,6 +602,7 @@ impl fmt::Display for Tuning {
             opt(self.fence_spin_us.map(|u| u.to_string())),
             b(self.pipeline_stats),
             opt(self.attn_chunk.map(|c| c.to_string())),
+            b(self.attn_adaptive),
             self.attn_coop_nsg,
             self.attn_coop_split,
             b(self.fused),
@@ -657,7 +665,7 @@ mod tests {
                     q8a_xg=0,q8a_xg_lanes=4,q8a_xg_rows=1,decode_int8_max_n=32,coopmat=0,splitk=96,coop_bk=32,coop_direct=0,coop_float_split=0,\
                     coop_x_f16=0,coop_tile=wide,coop_glu=0,coop_glu_half=0,coop_group=none,\
                     dequant=auto,dequant_min=4096,dequant_tokens=64,wg_coherent=0,prune=1,\
-                    recycle=0,fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,\
+                    recycle=0,fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,attn_adaptive=0,\
                     attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,fused=0,\
                     rope_kv_tpw=3,delta_chunked=0,moe_grouped_min=0,moe_lanes=0,one_submit=0,\
                     split_submit=0";

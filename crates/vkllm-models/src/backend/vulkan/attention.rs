@@ -6,8 +6,8 @@
 
 use vkllm_cpu::AttnParams;
 use vkllm_kernels::attention::{
-    AttnDecode, AttnDecodeFused, AttnDecodeRope, AttnPrefill, AttnRope, AttnShape, GQA_MAX,
-    MAX_CHUNKS,
+    AttnDecode, AttnDecodeFused, AttnDecodeRope, AttnPrefill, AttnRope, AttnShape, Chunking,
+    GQA_MAX, MAX_CHUNKS,
 };
 use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
 use vkllm_kernels::attention_prefill_coop2::CoopAttn2Scratch;
@@ -26,8 +26,11 @@ use crate::error::ModelError;
 /// Keys per split-K workgroup of decode attention (the reference split).
 const ATTN_CHUNK: usize = 256;
 /// The grouped split's default chunk count per kv head: [`gqa_chunk`] doubles the chunk (from
-/// 16 keys) until at most this many cover the visible keys.
-const GQA_TARGET_CHUNKS: usize = 128;
+/// [`GQA_MIN_CHUNK`] keys) until at most this many cover the visible keys (the adaptive split's
+/// rule on the device too).
+const GQA_TARGET_CHUNKS: usize = vkllm_kernels::attention::ADAPT_CHUNKS;
+/// The grouped split's shortest default chunk.
+const GQA_MIN_CHUNK: usize = 16;
 
 /// Keys per workgroup of the grouped-query split for `keys` visible keys: the tuning's
 /// `attn_chunk` when set, else [`default_gqa_chunk`].
@@ -42,7 +45,7 @@ fn gqa_chunk(t: &vkllm_vk::Tuning, keys: usize) -> usize {
 fn default_gqa_chunk(keys: usize) -> usize {
     keys.div_ceil(GQA_TARGET_CHUNKS)
         .next_power_of_two()
-        .clamp(16, 256)
+        .clamp(GQA_MIN_CHUNK, 256)
 }
 
 /// What [`VulkanBackend::attn_plan`] decided for one attention call.
@@ -53,7 +56,7 @@ struct AttnPlan {
     /// The grouped-query split applies.
     gqa: bool,
     /// Keys per split workgroup.
-    chunk: usize,
+    chunking: Chunking,
 }
 
 impl VulkanBackend {
@@ -121,8 +124,16 @@ impl VulkanBackend {
             1
         };
         let chunk = chunk.max((n_kv * group).div_ceil(MAX_CHUNKS).next_power_of_two());
+        // A captured or per-row step sizes `chunk` for the whole cache; the grouped split then
+        // picks each query's chunk from its position on the device (tuning `attn_adaptive`).
+        let t = self.dev.tuning();
+        let chunking = if gqa && per_row && !one_pass && t.attn_chunk.is_none() && t.attn_adaptive {
+            Chunking::adaptive(chunk, GQA_MIN_CHUNK)
+        } else {
+            chunk.into()
+        };
         if decode {
-            let (ml, o) = AttnDecode::<BufSlice<'_>>::scratch_bytes(&shape, chunk);
+            let (ml, o) = AttnDecode::<BufSlice<'_>>::scratch_bytes(&shape, chunking);
             self.attn_parts(ml, o)?;
             if one_pass {
                 self.attn_counters(AttnDecodeFused::<BufSlice<'_>>::counter_bytes(&shape))?;
@@ -132,7 +143,7 @@ impl VulkanBackend {
             shape,
             decode,
             gqa,
-            chunk,
+            chunking,
         })
     }
 
@@ -170,8 +181,9 @@ impl VulkanBackend {
             shape,
             decode,
             gqa,
-            chunk,
+            chunking,
         } = self.attn_plan(kv, n, positions, p, one_pass)?;
+        let chunk = chunking.chunk;
         let qw = n * p.n_heads * p.head_dim;
         let width = p.n_kv_heads * p.head_dim;
         let coop_pos0 = if decode {
@@ -257,7 +269,7 @@ impl VulkanBackend {
                     out: os,
                 };
                 let ds = if gqa {
-                    a.dispatch_gqa(&shape, chunk)?
+                    a.dispatch_gqa(&shape, chunking)?
                 } else {
                     a.dispatch(&shape, chunk)?
                 };
@@ -385,7 +397,7 @@ impl VulkanBackend {
                 out: me.head(out, n * qd)?,
                 counters: counters.all(),
             }
-            .dispatch(&plan.shape, plan.chunk, &r)?;
+            .dispatch(&plan.shape, plan.chunking.chunk, &r)?;
             Ok(rec.dispatch(d)?)
         })
     }

@@ -1,0 +1,103 @@
+//! The decode split's binding with adaptive chunks: the grid and partials cover the most chunks
+//! any query's position can take, and bad chunk settings are refused.
+
+use vkllm_kernels::attention::{ADAPT_CHUNKS, AttnDecode, AttnShape, Chunking};
+use vkllm_kernels::kv_append::KvType;
+use vkllm_kernels::{Error, KernelBuffer};
+
+#[derive(Clone, Copy, Debug)]
+struct Fake(u64);
+impl KernelBuffer for Fake {
+    fn byte_len(&self) -> u64 {
+        self.0
+    }
+}
+
+fn shape(n_q: usize, n_kv: usize, window: Option<usize>) -> AttnShape {
+    AttnShape {
+        n_q,
+        n_heads: 32,
+        n_kv_heads: 8,
+        head_dim: 128,
+        n_kv,
+        scale: 0.088,
+        softcap: None,
+        window,
+        kv: KvType::F16,
+        kv_v: KvType::F16,
+        rot_k: false,
+        kv_stride: n_kv,
+        ring: None,
+    }
+}
+
+fn op(s: &AttnShape, c: Chunking) -> AttnDecode<Fake> {
+    let (ml, o) = AttnDecode::<Fake>::scratch_bytes(s, c);
+    let qb = 4 * (s.n_q * s.n_heads * s.head_dim) as u64;
+    let kvb = 2 * (s.n_q * s.n_kv * s.n_kv_heads * s.head_dim) as u64;
+    AttnDecode {
+        q: Fake(qb),
+        k: Fake(kvb),
+        v: Fake(kvb),
+        q_pos: Fake(4 * s.n_q as u64),
+        part_ml: Fake(ml),
+        part_o: Fake(o),
+        out: Fake(qb),
+    }
+}
+
+#[test]
+fn adaptive_chunks_size_grid_and_partials() {
+    // An 8B-shaped step over a 33,408-position cache: chunks of 256 cover it in 131; a query
+    // near the start takes 16-key chunks, up to ADAPT_CHUNKS of them.
+    let s = shape(2, 33_408, None);
+    assert_eq!(AttnDecode::<Fake>::n_chunks(&s, 256), 131);
+    let adaptive = Chunking::adaptive(256, 16);
+    assert_eq!(AttnDecode::<Fake>::n_chunks(&s, adaptive), 131);
+    let [split, merge] = op(&s, adaptive).dispatch_gqa(&s, adaptive).unwrap();
+    assert_eq!(split.groups, [131, 8, 2]);
+    assert_eq!(merge.groups, [32, 2, 1]);
+    // A 4,096-position cache: chunks of 32 take 128, so do 16-key ones (the target).
+    let s = shape(1, 4096, None);
+    assert_eq!(AttnDecode::<Fake>::n_chunks(&s, 32), 128);
+    assert_eq!(
+        AttnDecode::<Fake>::n_chunks(&s, Chunking::adaptive(32, 8)),
+        ADAPT_CHUNKS
+    );
+    // A short cache: no more chunks than its keys fill.
+    let s = shape(1, 100, None);
+    assert_eq!(
+        AttnDecode::<Fake>::n_chunks(&s, Chunking::adaptive(16, 8)),
+        13
+    );
+    // A window bounds the span.
+    let s = shape(1, 10_000, Some(512));
+    assert_eq!(
+        AttnDecode::<Fake>::n_chunks(&s, Chunking::adaptive(64, 16)),
+        32
+    );
+    // The partials follow the count: fixed-size buffers are too small for the adaptive grid.
+    let s = shape(1, 4096, None);
+    let small = op(&s, 64.into());
+    assert!(matches!(
+        small.dispatch_gqa(&s, Chunking::adaptive(64, 16)),
+        Err(Error::BufferTooSmall { .. })
+    ));
+}
+
+#[test]
+fn adaptive_chunk_settings_are_checked() {
+    let s = shape(1, 4096, None);
+    for bad in [
+        Chunking::adaptive(64, 4),
+        Chunking { chunk: 64, min: 24 },
+        Chunking { chunk: 32, min: 64 },
+    ] {
+        assert!(
+            op(&s, 64.into()).dispatch_gqa(&s, bad).is_err(),
+            "{bad:?} accepted"
+        );
+    }
+    // The reference split has no adaptive form.
+    assert!(op(&s, 64.into()).dispatch(&s, 64).is_ok());
+}
