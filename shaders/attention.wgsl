@@ -7,8 +7,8 @@
 //          long the context) of kv head h / (n_heads / n_kv_heads) (GQA), scaled, soft-capped
 //          (softcap > 0); writes the chunk's max m, sum l = sum exp(s - m) and unnormalised output
 //          o = sum exp(s - m) v.
-//   merge: one workgroup per (head, query): out = sum_c o_c e^(m_c - M) / sum_c l_c e^(m_c - M)
-//          (n_chunks <= 2048).
+//   merge: one workgroup per (head, query, block of 32 dims): out = sum_c o_c e^(m_c - M) /
+//          sum_c l_c e^(m_c - M) (n_chunks <= 2048).
 //   split_gqa with CHUNK_MIN > 0: each query's chunks have chunk_keys(lo, hi) keys (a power of two
 //          from CHUNK_MIN to CHUNK, so at most ADAPT_CHUNKS of them, or the grid's n_chunks of
 //          CHUNK keys), chosen on the device from its position; the merge uses the same rule.
@@ -252,14 +252,18 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     }
 }
 
-// merge: the chunk weights w_c = e^(m_c - M) are computed in parallel (invocations across
-// chunks) into shared memory with M and L = sum_c l_c w_c reduced across the workgroup; then
-// invocations across head dims sum w_c o_c / L over the chunks with w_c > 0 (an empty chunk,
-// m_c = -inf, has w_c = 0 and its o_c is never read); chunks past the query's visible keys are
+// merge: one workgroup per (head, query, block of MERGE_D head dims). The chunk weights w_c =
+// e^(m_c - M) are computed in parallel (invocations across chunks) into shared memory with M and
+// L = sum_c l_c w_c reduced across the workgroup; then invocation t sums w_c o_c over the chunks
+// c = t / MERGE_D, + WG / MERGE_D, ... for dim t % MERGE_D of the block (MERGE_B chunks' loads in
+// flight), the chunk groups' sums meet in shared memory and are divided by L. An empty chunk
+// (m_c = -inf) has w_c = 0 and its o_c is never used; chunks past the query's visible keys are
 // not read at all. n_chunks <= MAX_CHUNKS.
 const MAX_CHUNKS: u32 = 2048u;
 const MERGE_B: u32 = 8u;
+const MERGE_D: u32 = 32u;
 var<workgroup> mw: array<f32, MAX_CHUNKS>;
+var<workgroup> mo: array<f32, WG>;
 
 @compute @workgroup_size(WG)
 fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
@@ -291,30 +295,39 @@ fn merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     }
     // wg_sum's barriers also publish mw.
     let big_l = wg_sum(ls, sg_id, sg_lane, n_sg);
-    for (var d = lid; d < hd; d += WG) {
-        var o = 0.0;
-        // Chunks in batches of MERGE_B: the batch's partials are loaded before any is used
-        // (a constant trip count keeps the loads in flight together; an empty chunk's stale
-        // value is loaded but never used); sums in chunk order.
-        for (var c0 = 0u; c0 < n_live; c0 += MERGE_B) {
-            var po: array<f32, MERGE_B>;
-            for (var u = 0u; u < MERGE_B; u++) {
-                let c = min(c0 + u, n_live - 1u);
-                po[u] = part_o[(base + c) * hd + d];
-            }
-            for (var u = 0u; u < MERGE_B; u++) {
-                let c = c0 + u;
-                if (c < n_live) {
-                    let w = mw[c];
-                    if (w > 0.0) {
-                        o += po[u] * w;
-                    }
+    let cg_n = WG / MERGE_D;
+    let cg = lid / MERGE_D;
+    let d = wid.z * MERGE_D + lid % MERGE_D;
+    let dd = min(d, hd - 1u);
+    var o = 0.0;
+    // The group's chunks in batches of MERGE_B, all loaded before any is used (a stale
+    // partial of an empty chunk is loaded but not used); sums in chunk order within the group.
+    for (var c0 = cg; c0 < n_live; c0 += MERGE_B * cg_n) {
+        var po: array<f32, MERGE_B>;
+        for (var u = 0u; u < MERGE_B; u++) {
+            let c = min(c0 + u * cg_n, n_live - 1u);
+            po[u] = part_o[(base + c) * hd + dd];
+        }
+        for (var u = 0u; u < MERGE_B; u++) {
+            let c = c0 + u * cg_n;
+            if (c < n_live) {
+                let w = mw[c];
+                if (w > 0.0) {
+                    o += po[u] * w;
                 }
             }
         }
+    }
+    mo[lid] = o;
+    workgroupBarrier();
+    if (lid < MERGE_D && d < hd) {
+        var t = 0.0;
+        for (var g = 0u; g < cg_n; g++) {
+            t += mo[g * MERGE_D + lid];
+        }
         var r = 0.0;
         if (big_l > 0.0) {
-            r = o / big_l;
+            r = t / big_l;
         }
         out[(i * p.n_heads + h) * hd + d] = r;
     }

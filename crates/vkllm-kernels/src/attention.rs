@@ -2,7 +2,7 @@
 //! (prefill: tiled, online softmax).
 
 use crate::kv_append::{KvType, KvTypes};
-use crate::sources::{ATTENTION, ATTENTION_PREFILL};
+use crate::sources::{ATTENTION, ATTENTION_PREFILL, ATTENTION_WIDE};
 use crate::spec::{MAX_GROUPS_X, need, rd, rw, shape_err, to_u32, wr};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
 
@@ -51,6 +51,29 @@ pub static ATTN_SPLIT_GQA: KernelSpec = KernelSpec {
     push_size: 44,
     exact_fp: false,
 };
+
+/// Pass 1 over f16 caches with 16-byte loads (`shaders/attention_wide.wgsl`): the grouped split's
+/// partials (see [`AttnDecode::dispatch_wide`]).
+pub static ATTN_SPLIT_WIDE: KernelSpec = KernelSpec {
+    name: "attn_decode_split_wide",
+    file: "attention_wide.wgsl",
+    entry: "split",
+    source: ATTENTION_WIDE,
+    bindings: &[
+        rd("q"),
+        rd("k"),
+        rd("v"),
+        rd("q_pos"),
+        wr("part_ml"),
+        wr("part_o"),
+        rd("out"),
+    ],
+    push_size: 44,
+    exact_fp: false,
+};
+
+/// Head dims per merge workgroup (`MERGE_D` in attention.wgsl).
+const MERGE_D: usize = 32;
 
 /// Most key chunks one decode attention splits into (the merge stages one weight per chunk).
 pub const MAX_CHUNKS: usize = 2048;
@@ -373,16 +396,44 @@ impl<B: KernelBuffer> AttnDecode<B> {
         let k = &ATTN_SPLIT_GQA;
         let c = chunking.into();
         check_gqa(k, s, c.chunk)?;
-        if c.min != 0 && (c.min < 8 || !c.min.is_power_of_two() || c.min > c.chunk) {
+        check_adaptive(k, c)?;
+        self.dispatch_with(k, s, c)
+    }
+
+    /// The grouped split for f16 caches with 16-byte loads and the group's queries in registers
+    /// (the same partials as [`AttnDecode::dispatch_gqa`], its reference): K and V f16,
+    /// head_dim a multiple of 8, every binding 16-byte aligned (the caller's duty: Vulkan checks
+    /// only the device's offset alignment), the grouped split's chunking limits; subgroups of at
+    /// least 8 lanes.
+    pub fn dispatch_wide(
+        self,
+        s: &AttnShape,
+        chunking: impl Into<Chunking>,
+    ) -> Result<[Dispatch<B>; 2], Error> {
+        let k = &ATTN_SPLIT_WIDE;
+        let c = chunking.into();
+        if !Self::wide_applies(s) {
             return Err(shape_err(
                 k,
                 format!(
-                    "adaptive chunks from {} must start at a power of two in 8..={}",
-                    c.min, c.chunk
+                    "reads f16 caches with head_dim a multiple of 8, not {} with head_dim {}",
+                    KvTypes { k: s.kv, v: s.kv_v }.name(),
+                    s.head_dim
                 ),
             ));
         }
+        check_gqa(k, s, c.chunk)?;
+        check_adaptive(k, c)?;
         self.dispatch_with(k, s, c)
+    }
+
+    /// The shapes [`AttnDecode::dispatch_wide`] takes (besides the grouped split's limits).
+    pub fn wide_applies(s: &AttnShape) -> bool {
+        s.kv == KvType::F16
+            && s.kv_v == KvType::F16
+            && !s.rot_k
+            && s.head_dim.is_multiple_of(8)
+            && s.head_dim <= 256
     }
 
     fn dispatch_with(
@@ -393,12 +444,9 @@ impl<B: KernelBuffer> AttnDecode<B> {
     ) -> Result<[Dispatch<B>; 2], Error> {
         let chunk = chunking.chunk;
         s.check(k)?;
-        // (The grouped split's own check, `check_gqa`, admits chunks from 8.)
-        let min = if std::ptr::eq(k, &ATTN_SPLIT_GQA) {
-            8
-        } else {
-            16
-        };
+        let grouped = std::ptr::eq(k, &ATTN_SPLIT_GQA) || std::ptr::eq(k, &ATTN_SPLIT_WIDE);
+        // (The grouped splits' own check, `check_gqa`, admits chunks from 8.)
+        let min = if grouped { 8 } else { 16 };
         if !(min..=1024).contains(&chunk) || !chunk.is_power_of_two() {
             return Err(shape_err(
                 k,
@@ -424,14 +472,24 @@ impl<B: KernelBuffer> AttnDecode<B> {
             .set("KV_DTYPE", s.kv.code())
             .set("KV_DTYPE_V", s.kv_v.code())
             .set("KV_ROT_K", f64::from(u8::from(s.rot_k)));
+        let split_ov = if std::ptr::eq(k, &ATTN_SPLIT_WIDE) {
+            Overrides::new()
+                .set("WG", WG as f64)
+                .set("CHUNK", chunk as f64)
+                .set("CHUNK_MIN", chunking.min as f64)
+                .set("GQ", (s.n_heads / s.n_kv_heads) as f64)
+                .set("HD", s.head_dim as f64)
+        } else {
+            ov.clone()
+        };
         let split = Dispatch::new(
             k,
-            ov.clone(),
+            split_ov,
             buffers.clone(),
             &p,
             [
                 n_chunks as u32,
-                if std::ptr::eq(k, &ATTN_SPLIT_GQA) {
+                if grouped {
                     s.n_kv_heads as u32
                 } else {
                     s.n_heads as u32
@@ -444,7 +502,11 @@ impl<B: KernelBuffer> AttnDecode<B> {
             ov,
             buffers,
             &p,
-            [s.n_heads as u32, s.n_q as u32, 1],
+            [
+                s.n_heads as u32,
+                s.n_q as u32,
+                s.head_dim.div_ceil(MERGE_D) as u32,
+            ],
         );
         Ok([split, merge])
     }
@@ -465,6 +527,20 @@ pub(crate) fn check_gqa(k: &'static KernelSpec, s: &AttnShape, chunk: usize) -> 
             format!(
                 "{} query heads per kv head (at most {GQA_MAX})",
                 s.n_heads / s.n_kv_heads.max(1)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Adaptive chunks of the grouped splits start at a power of two in 8..=chunk.
+fn check_adaptive(k: &'static KernelSpec, c: Chunking) -> Result<(), Error> {
+    if c.min != 0 && (c.min < 8 || !c.min.is_power_of_two() || c.min > c.chunk) {
+        return Err(shape_err(
+            k,
+            format!(
+                "adaptive chunks from {} must start at a power of two in 8..={}",
+                c.min, c.chunk
             ),
         ));
     }

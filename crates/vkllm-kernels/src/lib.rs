@@ -89,6 +89,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &rope_kv_append::ROPE_KV_APPEND_PAIRS,
         &attention::ATTN_SPLIT,
         &attention::ATTN_SPLIT_GQA,
+        &attention::ATTN_SPLIT_WIDE,
         &attention::ATTN_MERGE,
         &attention::ATTN_DECODE_FUSED,
         &attention::ATTN_PREFILL,

@@ -8,13 +8,19 @@ pub(crate) const ATTENTION: &str = concat!(
     include_str!("../shaders/attention.wgsl"),
     include_str!("../shaders/attention_gqa.inc.wgsl"),
     include_str!("../shaders/reduce.inc.wgsl"),
-    include_str!("../shaders/kv_quant.inc.wgsl")
+    include_str!("../shaders/kv_quant.inc.wgsl"),
+    include_str!("../shaders/attention_keys.inc.wgsl")
 );
 pub(crate) const ATTENTION_FUSED: &str = concat!(
     include_str!("../shaders/attention_fused.wgsl"),
     include_str!("../shaders/attention_gqa.inc.wgsl"),
     include_str!("../shaders/reduce.inc.wgsl"),
-    include_str!("../shaders/kv_quant.inc.wgsl")
+    include_str!("../shaders/kv_quant.inc.wgsl"),
+    include_str!("../shaders/attention_keys.inc.wgsl")
+);
+pub(crate) const ATTENTION_WIDE: &str = concat!(
+    include_str!("../shaders/attention_wide.wgsl"),
+    include_str!("../shaders/attention_keys.inc.wgsl")
 );
 pub(crate) const CAUSAL_CONV1D: &str = include_str!("../shaders/causal_conv1d.wgsl");
 pub(crate) const ATTENTION_PREFILL: &str = concat!(
@@ -126,6 +132,7 @@ mod tests {
         for (file, src) in [
             ("attention.wgsl", super::ATTENTION),
             ("attention_fused.wgsl", super::ATTENTION_FUSED),
+            ("attention_wide.wgsl", super::ATTENTION_WIDE),
             ("attention_prefill.wgsl", super::ATTENTION_PREFILL),
             ("kv_append.wgsl", super::KV_APPEND),
             ("kv_to_f16.wgsl", super::KV_TO_F16),

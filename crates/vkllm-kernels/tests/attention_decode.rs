@@ -1,5 +1,5 @@
-//! The decode split's binding with adaptive chunks: the grid and partials cover the most chunks
-//! any query's position can take, and bad chunk settings are refused.
+//! The decode split's binding with adaptive chunks (the grid and partials cover the most chunks
+//! any query's position can take, bad chunk settings are refused) and the wide split's limits.
 
 use vkllm_kernels::attention::{ADAPT_CHUNKS, AttnDecode, AttnShape, Chunking};
 use vkllm_kernels::kv_append::KvType;
@@ -56,7 +56,7 @@ fn adaptive_chunks_size_grid_and_partials() {
     assert_eq!(AttnDecode::<Fake>::n_chunks(&s, adaptive), 131);
     let [split, merge] = op(&s, adaptive).dispatch_gqa(&s, adaptive).unwrap();
     assert_eq!(split.groups, [131, 8, 2]);
-    assert_eq!(merge.groups, [32, 2, 1]);
+    assert_eq!(merge.groups, [32, 2, 4]);
     // A 4,096-position cache: chunks of 32 take 128, so do 16-key ones (the target).
     let s = shape(1, 4096, None);
     assert_eq!(AttnDecode::<Fake>::n_chunks(&s, 32), 128);
@@ -100,4 +100,47 @@ fn adaptive_chunk_settings_are_checked() {
     }
     // The reference split has no adaptive form.
     assert!(op(&s, 64.into()).dispatch(&s, 64).is_ok());
+}
+
+#[test]
+fn wide_split_takes_f16_heads_of_whole_slots() {
+    let s = shape(2, 33_408, None);
+    let adaptive = Chunking::adaptive(256, 16);
+    let [split, merge] = op(&s, adaptive).dispatch_wide(&s, adaptive).unwrap();
+    // The grouped split's grid and the shared merge; the group and head size are constants of
+    // the pipeline.
+    assert_eq!(split.groups, [131, 8, 2]);
+    assert_eq!(merge.groups, [32, 2, 4]);
+    assert_eq!(split.kernel.name, "attn_decode_split_wide");
+    assert_eq!(merge.kernel.name, "attn_decode_merge");
+    let ov = split.overrides.to_string();
+    assert!(ov.contains("GQ=4") && ov.contains("HD=128"), "{ov}");
+    // Quantized caches, heads that are not whole 16-byte slots, groups past GQA_MAX and chunks
+    // past 256 are refused.
+    let refused = [
+        AttnShape {
+            kv: KvType::Q8_0,
+            kv_v: KvType::Q8_0,
+            ..s
+        },
+        AttnShape {
+            kv_v: KvType::F32,
+            ..s
+        },
+        AttnShape { head_dim: 68, ..s },
+        AttnShape { n_heads: 72, ..s },
+    ];
+    for bad in refused {
+        assert_eq!(AttnDecode::<Fake>::wide_applies(&bad), bad.n_heads == 72);
+        assert!(
+            op(&bad, 64.into()).dispatch_wide(&bad, 64).is_err(),
+            "{bad:?} accepted"
+        );
+    }
+    assert!(op(&s, 512.into()).dispatch_wide(&s, 512).is_err());
+    assert!(
+        op(&s, 64.into())
+            .dispatch_wide(&s, Chunking::adaptive(64, 4))
+            .is_err()
+    );
 }

@@ -369,10 +369,24 @@ fn alone_equals_batched() {
 }
 
 /// f16 KV cache: the batched GPU decode gives the CPU reference's tokens when the CPU stores
-/// its keys and values rounded to f16 too.
+/// its keys and values rounded to f16 too, through the wide decode split (the default) and the
+/// grouped split it replaces (tuning `attn_wide=0`).
 #[test]
 fn f16_kv_matches_cpu() {
-    let dev = device();
+    // The shared device's lock keeps the other GPU tests out meanwhile.
+    let _one_at_a_time = device();
+    for wide in [true, false] {
+        let mut opts = common::options();
+        opts.tuning.attn_wide = wide;
+        let dev = common::open(&opts);
+        f16_kv_matches_cpu_with(&dev, wide);
+        // The path asked for is the one that ran.
+        assert_eq!(dev.has_pipeline("attn_decode_split_wide"), wide);
+        assert_eq!(dev.has_pipeline("attn_decode_split_gqa"), !wide);
+    }
+}
+
+fn f16_kv_matches_cpu_with(dev: &vkllm_vk::Device, wide: bool) {
     for family in ["llama", "gemma2"] {
         let fx = Fixture::load(family).expect("fixture");
         let mut b = VulkanBackend::new(dev.clone());
@@ -403,7 +417,7 @@ fn f16_kv_matches_cpu() {
             4,
         );
         let (want, _) = reference(&mut cpu, &cpu_model, &r, 48, KvType::F16);
-        assert_eq!(got[0].0, want, "{family}: f16 KV tokens");
+        assert_eq!(got[0].0, want, "{family}: f16 KV tokens (attn_wide {wide})");
     }
 }
 

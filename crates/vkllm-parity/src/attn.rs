@@ -2,7 +2,7 @@
 
 use vkllm_cpu::kv_quant::KvQuant;
 use vkllm_cpu::{AttnParams, Rope, RopeScaling, RopeStyle};
-use vkllm_kernels::attention::{AttnDecode, AttnPrefill, AttnShape};
+use vkllm_kernels::attention::{AttnDecode, AttnPrefill, AttnShape, Chunking};
 use vkllm_kernels::kv_append::KvType;
 use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
 
@@ -306,6 +306,51 @@ const fn case(
     }
 }
 
+/// The decode split passes (all share the merge).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Split {
+    Reference,
+    Gqa,
+    Wide,
+}
+
+/// The split forms a case runs: the reference (unless its chunk is too small for it), the
+/// grouped split, and its wide form where the shape takes it.
+pub(crate) fn split_forms(s: &AttnShape, reference: bool) -> Vec<Split> {
+    let mut forms = vec![Split::Gqa];
+    if reference {
+        forms.insert(0, Split::Reference);
+    }
+    if AttnDecode::<vkllm_vk::BufSlice<'_>>::wide_applies(s) {
+        forms.push(Split::Wide);
+    }
+    forms
+}
+
+impl Split {
+    pub(crate) fn dispatch<'a>(
+        self,
+        a: AttnDecode<vkllm_vk::BufSlice<'a>>,
+        s: &AttnShape,
+        c: Chunking,
+    ) -> Result<[vkllm_kernels::Dispatch<vkllm_vk::BufSlice<'a>>; 2]> {
+        Ok(match self {
+            Split::Reference => a.dispatch(s, c.chunk)?,
+            Split::Gqa => a.dispatch_gqa(s, c)?,
+            Split::Wide => a.dispatch_wide(s, c)?,
+        })
+    }
+
+    /// The row label's prefix.
+    pub(crate) fn prefix(self) -> &'static str {
+        match self {
+            Split::Reference => "",
+            Split::Gqa => "gqa ",
+            Split::Wide => "wide ",
+        }
+    }
+}
+
 pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
@@ -340,6 +385,20 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
             case(2, 333, 300, 14, 2, 64, Some(20.0), Some(100), KvType::F32),
             8,
         ),
+        // The wide split's shapes: Llama-3.1-8B's heads at its chunk, head_dim 96 (12 slots,
+        // key groups not dividing the workgroup) with three queries and a softcap, one query
+        // head per kv head with head_dim 40 (5 slots), 8 heads of 256 (two passes over the
+        // heads' partials).
+        (
+            case(1, 1500, 1499, 32, 8, 128, None, None, KvType::F16),
+            256,
+        ),
+        (
+            case(3, 777, 775, 12, 4, 96, Some(30.0), None, KvType::F16),
+            64,
+        ),
+        (case(2, 401, 399, 5, 5, 40, None, Some(50), KvType::F16), 32),
+        (case(1, 2049, 2048, 8, 1, 256, None, None, KvType::F16), 256),
         // Quantized caches read in place: Llama-3.1-8B's grouping (4) and head_dim 128, a
         // windowed q4_0 case with two queries, Qwen3-0.6B's heads at the smallest chunk.
         (case(1, 700, 699, 32, 8, 128, None, None, KvType::Q8_0), 64),
@@ -382,11 +441,10 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
         let (ml, o) = AttnDecode::<vkllm_vk::BufSlice<'_>>::scratch_bytes(&d.shape, chunk);
         let part_ml = dev.create_buffer("part_ml", ml, vkllm_vk::MemoryKind::Device)?;
         let part_o = dev.create_buffer("part_o", o, vkllm_vk::MemoryKind::Device)?;
-        // The reference split, then the grouped-query split (its partials, same merge).
-        for gqa in [false, true] {
-            if !gqa && chunk < 16 {
-                continue;
-            }
+        // The reference split, then the grouped-query split and its wide form for f16 caches
+        // (their partials, same merge).
+        for form in split_forms(&d.shape, chunk >= 16) {
+            let (variant, shape) = describe(&c);
             cx.run(&[&d.out, &part_ml, &part_o], |r| {
                 let a = AttnDecode {
                     q: d.q.all(),
@@ -397,21 +455,12 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
                     part_o: part_o.all(),
                     out: d.out.all(),
                 };
-                r.dispatch_all(if gqa {
-                    a.dispatch_gqa(&d.shape, chunk)?
-                } else {
-                    a.dispatch(&d.shape, chunk)?
-                })
+                r.dispatch_all(form.dispatch(a, &d.shape, chunk.into())?)
             })?;
-            let (variant, shape) = describe(&c);
             let got = cx.read(&d.out, d.want.len())?;
             rows.push(row(
                 "attn_decode",
-                if gqa {
-                    format!("gqa {variant}")
-                } else {
-                    variant
-                },
+                format!("{}{variant}", form.prefix()),
                 format!("{shape} chunk {chunk}"),
                 &got,
                 &d.want,

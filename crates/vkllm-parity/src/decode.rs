@@ -9,6 +9,7 @@ use vkllm_kernels::kv_append::{KvAppend, KvType};
 use vkllm_kernels::logprobs::{Logprobs, LogprobsShape};
 use vkllm_kernels::sample::SampleSettings;
 
+use super::attn::{Split, split_forms};
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, pack16, row, to_f16};
 use vkllm_vk::Device;
 use vkllm_vk::Result;
@@ -165,11 +166,21 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             cx.input("q_pos", &pos)?,
             cx.output("out", want.len())?,
         );
-        for (gqa, chunking) in [
-            (false, Chunking::from(chunk)),
-            (true, chunk.into()),
-            (true, adaptive),
-        ] {
+        let runs = split_forms(&shape, true).into_iter().flat_map(|form| {
+            let fixed = (form, Chunking::from(chunk));
+            match form {
+                Split::Reference => vec![fixed],
+                _ => vec![fixed, (form, adaptive)],
+            }
+        });
+        for (form, chunking) in runs {
+            let label = format!(
+                "slots {}{}{}{}",
+                form.prefix(),
+                if chunking.min > 0 { "adaptive " } else { "" },
+                kv.name(),
+                window.map_or(String::new(), |w| format!(" window {w}"))
+            );
             cx.run(&[&out, &part_ml, &part_o], |r| {
                 let a = AttnDecode {
                     q: qb.all(),
@@ -180,21 +191,11 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     part_o: part_o.all(),
                     out: out.all(),
                 };
-                r.dispatch_all(if gqa {
-                    a.dispatch_gqa(&shape, chunking)?
-                } else {
-                    a.dispatch(&shape, chunk)?
-                })
+                r.dispatch_all(form.dispatch(a, &shape, chunking)?)
             })?;
             rows.push(row(
                 "attn_decode",
-                format!(
-                    "slots {}{}{}{}",
-                    if gqa { "gqa " } else { "" },
-                    if chunking.min > 0 { "adaptive " } else { "" },
-                    kv.name(),
-                    window.map_or(String::new(), |w| format!(" window {w}"))
-                ),
+                label,
                 format!("{slots} slots x {cap} h {n_heads}/{n_kv_heads} d {hd}"),
                 &cx.read(&out, want.len())?,
                 &want,

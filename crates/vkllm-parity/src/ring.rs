@@ -9,6 +9,7 @@ use vkllm_cpu::kv::{kv_rows, kv_write};
 use vkllm_kernels::attention::{AttnDecode, AttnPrefill, AttnShape};
 use vkllm_kernels::kv_append::{KvAppend, KvType};
 
+use super::attn::Split;
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, pack16, row, to_f16};
 use vkllm_vk::Buffer;
 use vkllm_vk::Device;
@@ -169,7 +170,7 @@ struct RingCase {
     kv: KvType,
 }
 
-/// Runs decode (`Some(chunk)`; the grouped-query split when `gqa`) or prefill (`None`) attention
+/// Runs decode (`Some(chunk)`, split as `form` says) or prefill (`None`) attention
 /// of `c` over rings built from random full histories and compares with
 /// `vkllm_cpu::attention_ring`.
 fn ring_attention(
@@ -177,7 +178,7 @@ fn ring_attention(
     rng: &mut Rng,
     c: &RingCase,
     chunk: Option<usize>,
-    gqa: bool,
+    form: Split,
 ) -> Result<KernelParityRow> {
     let width = c.n_kv_heads * c.head_dim;
     let qw = c.n_heads * c.head_dim;
@@ -282,11 +283,7 @@ fn ring_attention(
                     part_o: part_o.all(),
                     out: ob.all(),
                 };
-                r.dispatch_all(if gqa {
-                    a.dispatch_gqa(&shape, ch)?
-                } else {
-                    a.dispatch(&shape, ch)?
-                })
+                r.dispatch_all(form.dispatch(a, &shape, ch.into())?)
             })?;
             "attn_decode"
         }
@@ -308,7 +305,7 @@ fn ring_attention(
     };
     let mut variant = format!(
         "{}ring {}{} w {}",
-        if gqa { "gqa " } else { "" },
+        form.prefix(),
         if c.slots { "slots " } else { "" },
         c.kv.name(),
         c.window
@@ -416,8 +413,12 @@ pub(crate) fn attention_ring(dev: &Device, seed: u64) -> Result<Vec<KernelParity
         ),
     ];
     for (c, chunk) in decode {
-        for gqa in [false, true] {
-            rows.push(ring_attention(&cx, &mut rng, &c, Some(chunk), gqa)?);
+        let mut forms = vec![Split::Reference, Split::Gqa];
+        if c.kv == KvType::F16 && c.head_dim.is_multiple_of(8) {
+            forms.push(Split::Wide);
+        }
+        for form in forms {
+            rows.push(ring_attention(&cx, &mut rng, &c, Some(chunk), form)?);
         }
     }
     // Prefill: a chunk of queries whose windows wrap (ring = window + n_q - 1 + a few rows).
@@ -437,7 +438,7 @@ pub(crate) fn attention_ring(dev: &Device, seed: u64) -> Result<Vec<KernelParity
         rc(16, false, 260, 128, 0, (2, 1, 256), 64, None, KvType::F32),
     ];
     for c in prefill {
-        rows.push(ring_attention(&cx, &mut rng, &c, None, false)?);
+        rows.push(ring_attention(&cx, &mut rng, &c, None, Split::Reference)?);
     }
     Ok(rows)
 }

@@ -157,6 +157,14 @@ impl Device {
         self.shared.pipelines.lock().map_or(0, |m| m.len())
     }
 
+    /// Whether this device has created a pipeline of the kernel named `name` (any overrides).
+    pub fn has_pipeline(&self, name: &str) -> bool {
+        self.shared
+            .pipelines
+            .lock()
+            .is_ok_and(|m| m.keys().any(|(n, _)| *n == name))
+    }
+
     fn create_pipeline(&self, kernel: &'static KernelSpec, spirv: &[u32]) -> Result<Pipeline> {
         let dev = &self.shared.raw;
         let bindings: Vec<_> = (0..kernel.bindings.len() as u32)

@@ -143,6 +143,10 @@ pub struct Tuning {
     /// its position on the device (`false`: the chunk sized for the whole cache). Key
     /// `attn_adaptive`.
     pub attn_adaptive: bool,
+    /// Model backends: the grouped split over f16 caches reads 16-byte slots with the queries in
+    /// registers (`shaders/attention_wide.wgsl`; `false`: the grouped split, its reference). Key
+    /// `attn_wide`.
+    pub attn_wide: bool,
     /// Model backends: key `attn_prefill` = auto | coop1 | portable.
     pub attn_prefill: PrefillAttn,
     /// Model backends: subgroups per workgroup of the second prefill kernel (1..=4). Key
@@ -209,6 +213,7 @@ impl Default for Tuning {
             attn: DecodeAttn::Split,
             attn_chunk: None,
             attn_adaptive: true,
+            attn_wide: true,
             attn_prefill: PrefillAttn::Auto,
             attn_coop_nsg: 4,
             attn_coop_split: 2,
@@ -270,6 +275,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "attn",
     "attn_chunk",
     "attn_adaptive",
+    "attn_wide",
     "attn_prefill",
     "attn_coop_nsg",
     "attn_coop_split",
@@ -466,6 +472,7 @@ impl Tuning {
                 }
             }
             "attn_adaptive" => self.attn_adaptive = flag()?,
+            "attn_wide" => self.attn_wide = flag()?,
             "attn_prefill" => {
                 self.attn_prefill = match value {
                     "auto" => PrefillAttn::Auto,
@@ -578,7 +585,7 @@ impl fmt::Display for Tuning {
              q8a_xg={},q8a_xg_lanes={},q8a_xg_rows={},decode_int8_max_n={},coopmat={},splitk={splitk},coop_bk={},coop_direct={},coop_float_split={},\
              coop_x_f16={},coop_tile={},coop_glu={},coop_glu_half={},coop_group={group},\
              {dequant},wg_coherent={},prune={},recycle={},fence_spin_us={},pipeline_stats={},\
-             attn={attn},attn_chunk={},attn_adaptive={},attn_prefill={prefill},attn_coop_nsg={},\
+             attn={attn},attn_chunk={},attn_adaptive={},attn_wide={},attn_prefill={prefill},attn_coop_nsg={},\
              attn_coop_split={},fused={},rope_kv_tpw={},delta_chunked={},moe_grouped_min={},\
              moe_lanes={},one_submit={},split_submit={}",
             b(self.q8a_wide),
@@ -603,6 +610,7 @@ impl fmt::Display for Tuning {
             b(self.pipeline_stats),
             opt(self.attn_chunk.map(|c| c.to_string())),
             b(self.attn_adaptive),
+            b(self.attn_wide),
             self.attn_coop_nsg,
             self.attn_coop_split,
             b(self.fused),
@@ -665,7 +673,7 @@ mod tests {
                     q8a_xg=0,q8a_xg_lanes=4,q8a_xg_rows=1,decode_int8_max_n=32,coopmat=0,splitk=96,coop_bk=32,coop_direct=0,coop_float_split=0,\
                     coop_x_f16=0,coop_tile=wide,coop_glu=0,coop_glu_half=0,coop_group=none,\
                     dequant=auto,dequant_min=4096,dequant_tokens=64,wg_coherent=0,prune=1,\
-                    recycle=0,fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,attn_adaptive=0,\
+                    recycle=0,fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,\
                     attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,fused=0,\
                     rope_kv_tpw=3,delta_chunked=0,moe_grouped_min=0,moe_lanes=0,one_submit=0,\
                     split_submit=0";

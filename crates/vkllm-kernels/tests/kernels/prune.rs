@@ -157,3 +157,16 @@ fn grouped_decode_attention_keeps_only_its_arrays() {
         }
     }
 }
+
+#[test]
+fn wide_decode_attention_keeps_only_its_arrays() {
+    // wg_skip, ml, the scores (GQ * CHUNK f32) and the key groups' partials (16 KiB).
+    use vkllm_kernels::attention::ATTN_SPLIT_WIDE;
+    for prune in [false, true] {
+        for (gq, chunk, sc) in [(4.0, 256.0, 4096), (8.0, 64.0, 2048)] {
+            let o = Overrides::new().set("GQ", gq).set("CHUNK", chunk);
+            let got = workgroup_sizes(&compile_spirv(&ATTN_SPLIT_WIDE, &o, opts(prune)).unwrap());
+            assert_eq!(got, [4, 64, sc, 16384], "prune {prune} GQ {gq}");
+        }
+    }
+}

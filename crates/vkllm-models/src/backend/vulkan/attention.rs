@@ -184,6 +184,7 @@ impl VulkanBackend {
             chunking,
         } = self.attn_plan(kv, n, positions, p, one_pass)?;
         let chunk = chunking.chunk;
+        let wide = self.dev.tuning().attn_wide && AttnDecode::<BufSlice<'_>>::wide_applies(&shape);
         let qw = n * p.n_heads * p.head_dim;
         let width = p.n_kv_heads * p.head_dim;
         let coop_pos0 = if decode {
@@ -268,7 +269,11 @@ impl VulkanBackend {
                     part_o: o.all(),
                     out: os,
                 };
-                let ds = if gqa {
+                // f16 caches: the wide form (tuning `attn_wide`; its 16-byte bindings hold: the
+                // head buffers start at 0, cache regions at multiples of whole f16 heads of 8).
+                let ds = if gqa && wide {
+                    a.dispatch_wide(&shape, chunking)?
+                } else if gqa {
                     a.dispatch_gqa(&shape, chunking)?
                 } else {
                     a.dispatch(&shape, chunk)?
