@@ -83,6 +83,11 @@ pub trait Generator: Send {
         let _ = slot;
         0
     }
+
+    /// Device bytes kept for conversations past their slots (the prefix store; 0: none).
+    fn prefix_cache_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// Checks the parts of `p` a generator depends on.

@@ -23,6 +23,7 @@ mod error;
 pub mod frame;
 pub mod generator;
 pub mod grammar;
+mod prefix_store;
 pub mod runner;
 mod session;
 pub mod slot_generator;

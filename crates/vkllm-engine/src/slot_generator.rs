@@ -9,6 +9,9 @@
 //! [`HybridState`] (KV + recurrent states per slot). A recurrent state cannot be rewound, so a
 //! hybrid slot reuses its history only when the new prompt extends all of it; otherwise the
 //! slot is reset and the prompt prefilled from position 0.
+//!
+//! Dense models may also keep conversations past their slots ([`SlotGenerator::with_prefix_store`],
+//! `serve --prefix-cache-mb`; see `prefix_store.rs`).
 
 use vkllm_models::hybrid::{HybridModel, HybridState, RecurrentMarks};
 use vkllm_models::{
@@ -22,6 +25,7 @@ use crate::generator::{
     pick_constrained, validate_params,
 };
 use crate::grammar::Constraint;
+use crate::prefix_store::{PrefixStore, STORE_MIN};
 
 struct Slot {
     /// Tokens whose keys and values are in the slot's cache region, from position 0.
@@ -74,6 +78,8 @@ pub struct SlotGenerator {
     slots: Vec<Slot>,
     steps_per_submit: usize,
     clock: u64,
+    /// Conversations kept past their slots (dense models; `None`: off).
+    store: Option<PrefixStore>,
 }
 
 impl SlotGenerator {
@@ -143,7 +149,77 @@ impl SlotGenerator {
                 .collect(),
             steps_per_submit: steps_per_submit.max(1),
             clock: 0,
+            store: None,
         }
+    }
+
+    /// Keeps conversations past their slots in up to `budget` bytes of device memory (dense
+    /// models; a hybrid's generator is returned as it is): each entry holds one slot's rows
+    /// ([`SlotGenerator::prefix_entry_bytes`]), so the store holds `budget / that` of them.
+    /// Fails with the cache's out-of-memory error when the device cannot hold them.
+    pub fn with_prefix_store(mut self, budget: u64) -> Result<Self, EngineError> {
+        let per = self.prefix_entry_bytes();
+        let entries = budget.checked_div(per).unwrap_or(0) as usize;
+        if let (Net::Dense { model, kv }, true) = (&self.net, entries > 0) {
+            let types = KvTypes {
+                k: kv.dtype,
+                v: kv.v_dtype,
+            };
+            let store = model.new_kv_slots(&mut self.b, kv.capacity, entries, types)?;
+            self.store = Some(PrefixStore::new(store, per * entries as u64));
+        }
+        Ok(self)
+    }
+
+    /// Device bytes one stored conversation takes (one slot of the cache; 0 for hybrid models,
+    /// which keep no store).
+    pub fn prefix_entry_bytes(&self) -> u64 {
+        match &self.net {
+            Net::Dense { model, kv } => kv.slot_bytes(model.cfg.kv_dim()),
+            Net::Hybrid { .. } => 0,
+        }
+    }
+
+    /// Conversations the prefix store holds at most (0: no store).
+    pub fn prefix_store_entries(&self) -> usize {
+        self.store.as_ref().map_or(0, PrefixStore::len)
+    }
+
+    /// Before a free `slot` is overwritten past its first `keep` positions: its conversation
+    /// goes into the store (not into entry `reading`, about to be copied into the slot) unless
+    /// the store or another slot holds it already, or it is short.
+    fn store_slot(
+        &mut self,
+        slot: SlotId,
+        keep: usize,
+        reading: Option<usize>,
+    ) -> Result<(), EngineError> {
+        let (Net::Dense { model, kv }, Some(store)) = (&self.net, self.store.as_mut()) else {
+            return Ok(());
+        };
+        let sl = &self.slots[slot];
+        let hist = &sl.history;
+        let held_elsewhere = store.covers(hist)
+            || (0..self.slots.len()).any(|t| t != slot && self.slots[t].history.starts_with(hist));
+        if hist.len() < STORE_MIN || keep >= hist.len() || held_elsewhere {
+            return Ok(());
+        }
+        let Some(e) = store.victim(hist, reading) else {
+            return Ok(());
+        };
+        let kv_dim = model.cfg.kv_dim();
+        kv.copy_prefix(
+            &mut self.b,
+            slot,
+            &store.kv,
+            e,
+            hist.len(),
+            sl.written,
+            kv_dim,
+        )?;
+        self.clock += 1;
+        store.set(e, hist, sl.written, self.clock);
+        Ok(())
     }
 
     /// The tokens `slot`'s state holds, from position 0 (its prefix for reuse).
@@ -217,6 +293,13 @@ impl SlotGenerator {
                 slots: self.slots.len(),
             })?;
         let mut reuse = reusable(slot);
+        // Dense models: the stored conversation that gives the prompt the most, found before the
+        // slot's own conversation is stored (which must not take that entry's place).
+        let stored = match (&self.net, &self.store) {
+            (Net::Dense { kv, .. }, Some(st)) => st.best(kv, prompt, reuse),
+            _ => None,
+        };
+        self.store_slot(slot, reuse, stored.map(|(e, _, _)| e))?;
         // Dense models: the longest reusable prefix in any slot, busy ones included (a slot's
         // rows before its position never change while it runs), is copied into the chosen slot
         // when it beats the slot's own: concurrent requests behind one system prompt compute
@@ -244,7 +327,17 @@ impl SlotGenerator {
                 let common = common_prefix(&sl.history, prompt).min(prompt.len() - 1);
                 kv.reusable(sl.written, common)
             });
-            if let Some((t, r)) = best {
+            // The stored conversation when it gives more than any slot.
+            let floor = best.map_or(reuse, |(_, r)| r.max(reuse));
+            let stored = stored.filter(|&(_, r, _)| r > floor);
+            if let (Some((e, r, written)), Some(st)) = (stored, self.store.as_mut()) {
+                st.kv
+                    .copy_prefix(&mut self.b, e, kv, slot, r, written, model.cfg.kv_dim())?;
+                self.clock += 1;
+                st.touch(e, self.clock);
+                reuse = r;
+                copied_written = Some(written);
+            } else if let Some((t, r)) = best {
                 let written = self.slots[t].written;
                 kv.copy_prefix(&mut self.b, t, kv, slot, r, written, model.cfg.kv_dim())?;
                 reuse = r;
@@ -337,6 +430,10 @@ fn decoder_config(steps_per_submit: usize) -> SlotDecoderConfig {
 impl Generator for SlotGenerator {
     fn reused(&self, slot: SlotId) -> usize {
         self.slots.get(slot).map_or(0, |s| s.reused)
+    }
+
+    fn prefix_cache_bytes(&self) -> u64 {
+        self.store.as_ref().map_or(0, PrefixStore::bytes)
     }
 
     fn max_slots(&self) -> usize {

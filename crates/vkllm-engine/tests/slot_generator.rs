@@ -242,6 +242,72 @@ fn prefixes_are_copied_from_other_slots() {
     }
 }
 
+/// Conversations outlive their slot in the prefix store: with one slot, a conversation resumed
+/// after another request took the slot starts from its stored rows (reference tokens; without
+/// the store it is computed again), and with room for one conversation the least recently used
+/// one makes way.
+#[test]
+fn stored_conversations_outlive_their_slot() {
+    let dev = device();
+    let fx = Fixture::load("qwen3").expect("fixture");
+    let vocab = fx.config.vocab_size as u32;
+    let conv = |seed: u32| -> Vec<u32> { (0..20).map(|i| (seed + 7 * i) % vocab).collect() };
+    let (a, b, c) = (conv(3), conv(101), conv(211));
+    let greedy = SlotParams::default();
+    let one = |p: &[u32], n: usize| vec![(p.to_vec(), greedy.clone(), n, 0)];
+    let ids = |v: &[TokenOut]| v.iter().map(|t| t.id).collect::<Vec<u32>>();
+    // Runs a, then b (taking a's slot), then a resumed with its answer and a new turn; returns
+    // the resumed turn's tokens and what it took from a cache.
+    let session = |g: &mut dyn Generator, third: Option<&[u32]>| {
+        let got_a = drive(g, &one(&a, 6));
+        drive(g, &one(&b, 6));
+        if let Some(t) = third {
+            drive(g, &one(t, 6));
+        }
+        let mut resumed = a.clone();
+        resumed.extend(ids(&got_a[0]));
+        resumed.extend([5, 9]);
+        let got = drive(g, &one(&resumed, 6));
+        (ids(&got[0]), g.reused(0), resumed.len())
+    };
+    let dense = |dev: &Device| {
+        let mut b = VulkanBackend::new(dev.clone());
+        let model =
+            Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+        SlotGenerator::new(b, model, 1, 64, KvType::F16, 1).expect("slot generator")
+    };
+    let mut simple = {
+        let mut b = VulkanBackend::new(dev.clone());
+        let model =
+            Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+        SimpleGenerator::new(b, model, 1, 64).expect("simple generator")
+    };
+    let (want, simple_reused, _) = session(&mut simple, None);
+    assert_eq!(simple_reused, 0, "one slot: b overwrote a");
+
+    // Room for two conversations: a's rows come back from the store.
+    let per = dense(&dev).prefix_entry_bytes();
+    assert!(per > 0);
+    let mut g = dense(&dev).with_prefix_store(2 * per).expect("store");
+    assert_eq!(g.prefix_store_entries(), 2);
+    assert_eq!(g.prefix_cache_bytes(), 2 * per);
+    let (got, reused, len) = session(&mut g, None);
+    assert_eq!(got, want, "tokens with the store");
+    // a's prompt and its answer but the last token (drawn, never fed) came from the store.
+    assert_eq!(reused, a.len() + 5, "resumed turn of {len} tokens");
+
+    // Room for one: c's turn stores b in a's place, so a is computed again.
+    let mut g = dense(&dev).with_prefix_store(per).expect("store");
+    assert_eq!(g.prefix_store_entries(), 1);
+    let (got, reused, _) = session(&mut g, Some(c.as_slice()));
+    assert_eq!(got, want, "tokens after an eviction");
+    assert_eq!(reused, 0, "a was evicted");
+
+    // Less than one conversation's bytes: no store.
+    let g = dense(&dev).with_prefix_store(per - 1).expect("no store");
+    assert_eq!(g.prefix_store_entries(), 0);
+}
+
 /// A hybrid slot marks its recurrent state at the end of each prompt: a prompt that repeats a
 /// finished request's prompt and goes on differently from its answer (a chat resent with its
 /// reply re-rendered) prefills only the new tokens, and still gives the reference tokens.

@@ -170,6 +170,17 @@ impl KvCache {
             .sum()
     }
 
+    /// Bytes of one slot's region over every layer (K and V; `kv_dim` values a row).
+    pub fn slot_bytes(&self, kv_dim: usize) -> u64 {
+        self.layers
+            .iter()
+            .map(|l| {
+                let values = (l.stride * kv_dim) as u64;
+                self.dtype.bytes(values) + self.v_dtype.bytes(values)
+            })
+            .sum()
+    }
+
     /// Copies slot `from`'s first `rows` positions into slot `to` of `dst` (this cache or another
     /// of the same shape; rows `kv_dim` values wide), so `to` continues from position `rows` as
     /// if it had computed them: full-attention layers copy those rows, sliding-window layers

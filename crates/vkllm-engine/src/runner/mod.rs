@@ -136,6 +136,8 @@ pub struct RunnerStats {
     pub ended: u64,
     /// Decode steps run.
     pub steps: u64,
+    /// Device bytes of the prefix store (conversations kept past their slots).
+    pub prefix_cache_bytes: u64,
 }
 
 struct Pending {
@@ -162,6 +164,7 @@ struct Shared {
     config: RunnerConfig,
     slots: usize,
     context: usize,
+    prefix_cache_bytes: u64,
     vocab: usize,
     active: AtomicUsize,
     kv_used: AtomicUsize,
@@ -274,6 +277,7 @@ impl RunnerHandle {
             accepted: s.accepted.load(Ordering::Relaxed),
             ended: s.ended.load(Ordering::Relaxed),
             steps: s.steps.load(Ordering::Relaxed),
+            prefix_cache_bytes: s.prefix_cache_bytes,
         }
     }
 

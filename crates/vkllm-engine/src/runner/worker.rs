@@ -136,6 +136,7 @@ impl Core {
             config,
             slots: generator.max_slots(),
             context: generator.context(),
+            prefix_cache_bytes: generator.prefix_cache_bytes(),
             vocab: generator.vocab(),
             active: AtomicUsize::new(0),
             kv_used: AtomicUsize::new(0),

@@ -46,6 +46,12 @@ pub struct Args {
     #[arg(long, default_value_t = 2048)]
     ctx: usize,
 
+    /// Device memory (MiB) for conversations kept past their slots: a prompt that starts with a
+    /// stored conversation copies its cached rows instead of recomputing them (dense models on
+    /// the batched GPU decoder; each conversation takes one slot's KV cache; 0: off).
+    #[arg(long, default_value_t = 0)]
+    prefix_cache_mb: u64,
+
     /// Requests that may wait for a free slot; more are answered 429.
     #[arg(long, default_value_t = 64)]
     queue: usize,
@@ -188,6 +194,12 @@ fn start_runner<B: Backend + Send + 'static>(
     drop(ck);
     let ctx = args.ctx.min(model.cfg().max_position).max(2);
     let generator = SimpleGenerator::new(b, model, args.slots.max(1), ctx)?;
+    if args.prefix_cache_mb > 0 {
+        eprintln!(
+            "vkllm: --prefix-cache-mb applies to the batched GPU decoder; this one keeps \
+             prefixes per slot"
+        );
+    }
     Ok(InferenceRunner::threaded(
         Box::new(generator),
         tokenizer,
@@ -216,6 +228,23 @@ fn start_slot_runner(
         AnyModel::Dense(m) => SlotGenerator::new(b, m, slots, ctx, args.kv.types()?, 4)?,
         AnyModel::Hybrid(m) => SlotGenerator::new_hybrid(b, m, slots, ctx, args.kv.types()?, 4)?,
     };
+    let generator = generator.with_prefix_store(args.prefix_cache_mb << 20)?;
+    if args.prefix_cache_mb > 0 {
+        match generator.prefix_store_entries() {
+            0 if generator.prefix_entry_bytes() == 0 => eprintln!(
+                "vkllm: --prefix-cache-mb: hybrid models keep prefixes per slot only (no store)"
+            ),
+            0 => eprintln!(
+                "vkllm: --prefix-cache-mb {} holds no conversation (one takes {} MiB)",
+                args.prefix_cache_mb,
+                generator.prefix_entry_bytes().div_ceil(1 << 20)
+            ),
+            n => eprintln!(
+                "vkllm: prefix store: {n} conversations of {ctx} positions ({} MiB each)",
+                generator.prefix_entry_bytes().div_ceil(1 << 20)
+            ),
+        }
+    }
     Ok(InferenceRunner::threaded(
         Box::new(generator),
         tokenizer,

@@ -203,6 +203,12 @@ impl Metrics {
             self.cached_tokens.load(Ordering::Relaxed).to_string(),
         );
         gauge(
+            "vkllm_prefix_cache_bytes",
+            "Device bytes kept for conversations past their slots (serve --prefix-cache-mb).",
+            "gauge",
+            runner.prefix_cache_bytes.to_string(),
+        );
+        gauge(
             "vkllm_generated_tokens_total",
             "Generated tokens of finished sequences.",
             "counter",

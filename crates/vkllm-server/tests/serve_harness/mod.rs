@@ -36,6 +36,12 @@ fn py_dir() -> PathBuf {
 impl Server {
     /// `vkllm serve --model smollm2 --port 0 --api-key KEY` plus `extra`.
     pub fn start(extra: &[&str]) -> Server {
+        let device = std::env::var("VKLLM_SERVE_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
+        Server::start_on(Some(&device), extra)
+    }
+
+    /// [`Server::start`] on `device` (`None`: the best Vulkan device, lavapipe in CI).
+    pub fn start_on(device: Option<&str>, extra: &[&str]) -> Server {
         let (known, path) = vkllm_tokenizer::cache::known("smollm2").expect("smollm2 is known");
         assert!(
             path.exists(),
@@ -49,8 +55,10 @@ impl Server {
             python.is_ok_and(|o| o.status.success()),
             "the server tests need Python 3 with the official clients and jsonschema: pip install openai anthropic jsonschema"
         );
-        let device = std::env::var("VKLLM_SERVE_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
-        let mut args = vec!["--model", "smollm2", "--device", &device, "--api-key", KEY];
+        let mut args = vec!["--model", "smollm2", "--api-key", KEY];
+        if let Some(d) = device {
+            args.extend(["--device", d]);
+        }
         args.extend_from_slice(extra);
         Server::start_args(&args)
     }
@@ -120,9 +128,15 @@ impl Server {
 
     /// Runs `tests/py/<script>`; panics with its output and the server's log when it fails.
     pub fn python(&self, script: &str) {
+        self.python_env(script, &[]);
+    }
+
+    /// [`Server::python`] with extra environment variables for the script.
+    pub fn python_env(&self, script: &str, env: &[(&str, &str)]) {
         let out = Command::new("python3")
             .arg(py_dir().join(script))
             .current_dir(py_dir())
+            .envs(env.iter().copied())
             .env("VKLLM_URL", &self.url)
             .env("VKLLM_KEY", KEY)
             .env("VKLLM_BIN", bin())

@@ -1,0 +1,17 @@
+//! The prefix store of `vkllm serve` (`--prefix-cache-mb`) on the Vulkan device (lavapipe in
+//! CI) through the official `anthropic` client (tests/py/test_prefix_store.py): one slot, two
+//! conversations taking turns; with the store each turn reads its conversation's previous prompt
+//! from it, without it (`--prefix-cache-mb 0`) nothing is cached.
+
+mod serve_harness;
+
+#[test]
+fn conversations_resume_from_the_prefix_store() {
+    for (mb, store) in [("128", "1"), ("0", "0")] {
+        let s = serve_harness::Server::start_on(
+            None,
+            &["--slots", "1", "--ctx", "1024", "--prefix-cache-mb", mb],
+        );
+        s.python_env("test_prefix_store.py", &[("VKLLM_PREFIX_STORE", store)]);
+    }
+}
