@@ -1,22 +1,32 @@
-//! Conversations kept past their slots (dense models on the batched GPU decoder): when a free
-//! slot is taken by a prompt that does not continue what the slot holds, its rows are first
-//! copied into a store entry; a later prompt that starts with a stored conversation copies those
-//! rows back instead of recomputing them. An entry has the shape of one slot of the generator's
-//! cache (so one `KvCache::copy_prefix` each way), the store as many entries as its byte budget
-//! holds, evicted least recently used. Rows are copied, not shared in place (no block table yet).
+//! Conversations kept past their slots (the batched GPU decoder): when a free slot is taken by a
+//! prompt that does not continue what the slot holds, its rows are first copied into a store
+//! entry; a later prompt that starts with a stored conversation copies those rows back instead of
+//! recomputing them. An entry has the shape of one slot of the generator's cache (so one
+//! `KvCache::copy_prefix` each way; for hybrid models the slot's recurrent mark, the state at the
+//! end of its last prompt, with the KV rows before it: `HybridModel::copy_mark`), the store as
+//! many entries as its byte budget holds, evicted least recently used. Rows are copied, not
+//! shared in place (no block table yet).
 
 use std::cmp::Reverse;
 
 use vkllm_models::KvCache;
-
-use crate::generator::common_prefix;
+use vkllm_models::hybrid::{HybridState, RecurrentMarks};
 
 /// Histories shorter than this are not worth an entry (tokens).
 pub(crate) const STORE_MIN: usize = 16;
 
+/// Where the entries' rows live: one slot per entry, the generator state's shape.
+pub(crate) enum StoreRows {
+    Dense(KvCache),
+    /// A hybrid entry holds a mark (its history is exactly the marked tokens).
+    Hybrid {
+        st: HybridState,
+        marks: RecurrentMarks,
+    },
+}
+
 pub(crate) struct PrefixStore {
-    /// One slot per entry, the generator cache's shape.
-    pub(crate) kv: KvCache,
+    pub(crate) rows: StoreRows,
     entries: Vec<Entry>,
     bytes: u64,
 }
@@ -31,9 +41,17 @@ struct Entry {
 }
 
 impl PrefixStore {
-    pub(crate) fn new(kv: KvCache, bytes: u64) -> Self {
-        let entries = (0..kv.slots).map(|_| Entry::default()).collect();
-        PrefixStore { kv, entries, bytes }
+    pub(crate) fn new(rows: StoreRows, bytes: u64) -> Self {
+        let n = match &rows {
+            StoreRows::Dense(kv) => kv.slots,
+            StoreRows::Hybrid { st, .. } => st.slots,
+        };
+        let entries = (0..n).map(|_| Entry::default()).collect();
+        PrefixStore {
+            rows,
+            entries,
+            bytes,
+        }
     }
 
     /// Device bytes the entries take.
@@ -45,25 +63,25 @@ impl PrefixStore {
         self.entries.len()
     }
 
-    /// The entry whose rows give `prompt` more reusable tokens than `floor`, the most of any:
-    /// (entry, tokens, its `written`). `cache` is the generator's cache (same shape).
+    /// The entry that gives a prompt more reusable tokens than `floor`, the most of any:
+    /// (entry, tokens, its `written`); `reusable(history, written)` says what an entry gives.
     pub(crate) fn best(
         &self,
-        cache: &KvCache,
-        prompt: &[u32],
+        reusable: impl Fn(&[u32], usize) -> usize,
         floor: usize,
     ) -> Option<(usize, usize, usize)> {
-        let last = prompt.len().saturating_sub(1);
         self.entries
             .iter()
             .enumerate()
             .filter(|(_, e)| !e.history.is_empty())
-            .map(|(i, e)| {
-                let common = common_prefix(&e.history, prompt).min(last);
-                (i, cache.reusable(e.written, common), e.written)
-            })
+            .map(|(i, e)| (i, reusable(&e.history, e.written), e.written))
             .filter(|&(_, r, _)| r > floor)
             .max_by_key(|&(i, r, _)| (r, Reverse(i)))
+    }
+
+    /// Whether an entry holds exactly `history` (a hybrid mark is usable only where it is).
+    pub(crate) fn holds(&self, history: &[u32]) -> bool {
+        self.entries.iter().any(|e| e.history == history)
     }
 
     /// Whether an entry holds `history` already (or a continuation of it).

@@ -10,8 +10,8 @@
 //! hybrid slot reuses its history only when the new prompt extends all of it; otherwise the
 //! slot is reset and the prompt prefilled from position 0.
 //!
-//! Dense models may also keep conversations past their slots ([`SlotGenerator::with_prefix_store`],
-//! `serve --prefix-cache-mb`; see `prefix_store.rs`).
+//! Conversations may also be kept past their slots ([`SlotGenerator::with_prefix_store`], `serve
+//! --prefix-cache-mb`; see `prefix_store.rs`): a hybrid's as its last prompt's mark.
 
 use vkllm_models::hybrid::{HybridModel, HybridState, RecurrentMarks};
 use vkllm_models::{
@@ -25,7 +25,7 @@ use crate::generator::{
     pick_constrained, validate_params,
 };
 use crate::grammar::Constraint;
-use crate::prefix_store::{PrefixStore, STORE_MIN};
+use crate::prefix_store::{PrefixStore, STORE_MIN, StoreRows};
 
 struct Slot {
     /// Tokens whose keys and values are in the slot's cache region, from position 0.
@@ -153,30 +153,49 @@ impl SlotGenerator {
         }
     }
 
-    /// Keeps conversations past their slots in up to `budget` bytes of device memory (dense
-    /// models; a hybrid's generator is returned as it is): each entry holds one slot's rows
-    /// ([`SlotGenerator::prefix_entry_bytes`]), so the store holds `budget / that` of them.
-    /// Fails with the cache's out-of-memory error when the device cannot hold them.
+    /// Keeps conversations past their slots in up to `budget` bytes of device memory: each
+    /// entry holds one slot's rows ([`SlotGenerator::prefix_entry_bytes`]; a hybrid's with its
+    /// recurrent mark), so the store holds `budget / that` of them. Fails with the cache's
+    /// out-of-memory error when the device cannot hold them.
     pub fn with_prefix_store(mut self, budget: u64) -> Result<Self, EngineError> {
         let per = self.prefix_entry_bytes();
         let entries = budget.checked_div(per).unwrap_or(0) as usize;
-        if let (Net::Dense { model, kv }, true) = (&self.net, entries > 0) {
-            let types = KvTypes {
-                k: kv.dtype,
-                v: kv.v_dtype,
-            };
-            let store = model.new_kv_slots(&mut self.b, kv.capacity, entries, types)?;
-            self.store = Some(PrefixStore::new(store, per * entries as u64));
+        if entries == 0 {
+            return Ok(self);
         }
+        let rows = match &self.net {
+            Net::Dense { model, kv } => {
+                let types = KvTypes {
+                    k: kv.dtype,
+                    v: kv.v_dtype,
+                };
+                StoreRows::Dense(model.new_kv_slots(&mut self.b, kv.capacity, entries, types)?)
+            }
+            Net::Hybrid { model, st, .. } => {
+                let types = KvTypes {
+                    k: st.dtype,
+                    v: st.v_dtype,
+                };
+                let sst = model.new_state_kv(&mut self.b, st.capacity, entries, types)?;
+                let marks = model.new_marks(&mut self.b, &sst)?;
+                StoreRows::Hybrid { st: sst, marks }
+            }
+        };
+        self.store = Some(PrefixStore::new(rows, per * entries as u64));
         Ok(self)
     }
 
-    /// Device bytes one stored conversation takes (one slot of the cache; 0 for hybrid models,
-    /// which keep no store).
+    /// Device bytes one stored conversation takes: one slot of the cache (a hybrid's with its
+    /// recurrent state and mark; 0 when the model has no room for marks).
     pub fn prefix_entry_bytes(&self) -> u64 {
         match &self.net {
             Net::Dense { model, kv } => kv.slot_bytes(model.cfg.kv_dim()),
-            Net::Hybrid { .. } => 0,
+            Net::Hybrid {
+                model,
+                st,
+                marks: Some(_),
+            } => model.slot_bytes(st),
+            Net::Hybrid { marks: None, .. } => 0,
         }
     }
 
@@ -194,31 +213,60 @@ impl SlotGenerator {
         keep: usize,
         reading: Option<usize>,
     ) -> Result<(), EngineError> {
-        let (Net::Dense { model, kv }, Some(store)) = (&self.net, self.store.as_mut()) else {
+        let Some(store) = self.store.as_mut() else {
             return Ok(());
         };
         let sl = &self.slots[slot];
-        let hist = &sl.history;
-        let held_elsewhere = store.covers(hist)
-            || (0..self.slots.len()).any(|t| t != slot && self.slots[t].history.starts_with(hist));
+        // What the slot would lose: a dense slot its whole history, a hybrid one its mark (the
+        // tokens before it, exactly: a mark is usable only where it is).
+        let (hist, written) = match &self.net {
+            Net::Dense { .. } => (&sl.history[..], sl.written),
+            Net::Hybrid { marks: Some(m), .. } => match m.pos(slot) {
+                Some(p) if p <= sl.history.len() => (&sl.history[..p], p),
+                _ => return Ok(()),
+            },
+            Net::Hybrid { marks: None, .. } => return Ok(()),
+        };
+        let held_elsewhere = match &self.net {
+            Net::Dense { .. } => {
+                store.covers(hist)
+                    || (0..self.slots.len())
+                        .any(|t| t != slot && self.slots[t].history.starts_with(hist))
+            }
+            Net::Hybrid { marks, .. } => {
+                store.holds(hist)
+                    || (0..self.slots.len()).any(|t| {
+                        t != slot
+                            && marks.as_ref().and_then(|m| m.pos(t)) == Some(hist.len())
+                            && self.slots[t].history.starts_with(hist)
+                    })
+            }
+        };
         if hist.len() < STORE_MIN || keep >= hist.len() || held_elsewhere {
             return Ok(());
         }
         let Some(e) = store.victim(hist, reading) else {
             return Ok(());
         };
-        let kv_dim = model.cfg.kv_dim();
-        kv.copy_prefix(
-            &mut self.b,
-            slot,
-            &store.kv,
-            e,
-            hist.len(),
-            sl.written,
-            kv_dim,
-        )?;
+        match (&self.net, &mut store.rows) {
+            (Net::Dense { model, kv }, StoreRows::Dense(skv)) => {
+                let kv_dim = model.cfg.kv_dim();
+                kv.copy_prefix(&mut self.b, slot, skv, e, hist.len(), written, kv_dim)?;
+            }
+            (
+                Net::Hybrid {
+                    model,
+                    st,
+                    marks: Some(m),
+                },
+                StoreRows::Hybrid { st: sst, marks: sm },
+            ) => {
+                model.copy_mark(&mut self.b, st, m, slot, sst, sm, e, false)?;
+            }
+            _ => return Ok(()),
+        }
         self.clock += 1;
-        store.set(e, hist, sl.written, self.clock);
+        store.set(e, hist, written, self.clock);
         Ok(())
     }
 
@@ -293,10 +341,25 @@ impl SlotGenerator {
                 slots: self.slots.len(),
             })?;
         let mut reuse = reusable(slot);
-        // Dense models: the stored conversation that gives the prompt the most, found before the
-        // slot's own conversation is stored (which must not take that entry's place).
+        // The stored conversation that gives the prompt the most, found before the slot's own
+        // conversation is stored (which must not take that entry's place): a dense entry as far
+        // as its rows are reusable, a hybrid one (a mark) when the prompt goes on past it.
+        let last = prompt.len() - 1;
         let stored = match (&self.net, &self.store) {
-            (Net::Dense { kv, .. }, Some(st)) => st.best(kv, prompt, reuse),
+            (Net::Dense { kv, .. }, Some(st)) => st.best(
+                |h, written| kv.reusable(written, common_prefix(h, prompt).min(last)),
+                reuse,
+            ),
+            (Net::Hybrid { .. }, Some(st)) => st.best(
+                |h, _| {
+                    if h.len() <= last && prompt.starts_with(h) {
+                        h.len()
+                    } else {
+                        0
+                    }
+                },
+                reuse,
+            ),
             _ => None,
         };
         self.store_slot(slot, reuse, stored.map(|(e, _, _)| e))?;
@@ -321,6 +384,15 @@ impl SlotGenerator {
                 reuse = p;
             }
         }
+        // Hybrid models: a stored mark when it covers more still.
+        let mut stored_mark = None;
+        if let (Net::Hybrid { .. }, Some((e, r, _))) = (&self.net, stored)
+            && r > reuse
+        {
+            stored_mark = Some(e);
+            mark_source = None;
+            reuse = r;
+        }
         if let Net::Dense { model, kv } = &self.net {
             let best = best_source(self.slots.len(), slot, reuse, |t| {
                 let sl = &self.slots[t];
@@ -330,9 +402,10 @@ impl SlotGenerator {
             // The stored conversation when it gives more than any slot.
             let floor = best.map_or(reuse, |(_, r)| r.max(reuse));
             let stored = stored.filter(|&(_, r, _)| r > floor);
-            if let (Some((e, r, written)), Some(st)) = (stored, self.store.as_mut()) {
-                st.kv
-                    .copy_prefix(&mut self.b, e, kv, slot, r, written, model.cfg.kv_dim())?;
+            if let (Some((e, r, written)), Some(st)) = (stored, self.store.as_mut())
+                && let StoreRows::Dense(skv) = &st.rows
+            {
+                skv.copy_prefix(&mut self.b, e, kv, slot, r, written, model.cfg.kv_dim())?;
                 self.clock += 1;
                 st.touch(e, self.clock);
                 reuse = r;
@@ -354,7 +427,21 @@ impl SlotGenerator {
         sl.written = sl.written.max(prompt.len());
         if let Net::Hybrid { model, st, marks } = &mut self.net {
             let whole = self.slots[slot].history.len();
-            if let (Some((t, _)), Some(m)) = (mark_source, marks.as_mut()) {
+            let from_store = match (stored_mark, self.store.as_mut(), marks.as_mut()) {
+                (Some(e), Some(store), Some(m)) => match &store.rows {
+                    StoreRows::Hybrid { st: sst, marks: sm } => {
+                        model.copy_mark(&mut self.b, sst, sm, e, st, m, slot, true)?;
+                        self.clock += 1;
+                        store.touch(e, self.clock);
+                        true
+                    }
+                    StoreRows::Dense(_) => false,
+                },
+                _ => false,
+            };
+            if from_store {
+                // The slot now holds the stored mark (rows, state and mark).
+            } else if let (Some((t, _)), Some(m)) = (mark_source, marks.as_mut()) {
                 model.restore_mark_from(&mut self.b, st, t, slot, m)?;
             } else if reuse == 0 {
                 model.reset_slot(&mut self.b, st, slot)?;

@@ -308,6 +308,53 @@ fn stored_conversations_outlive_their_slot() {
     assert_eq!(g.prefix_store_entries(), 0);
 }
 
+/// A hybrid conversation is stored as its last prompt's mark (KV rows and recurrent states):
+/// with one slot, a chat resent with its answer re-rendered after another request took the slot
+/// starts from the stored mark (reference tokens); without the store it starts over.
+#[test]
+fn stored_hybrid_marks_outlive_their_slot() {
+    let dev = device();
+    let fx = Fixture::load("qwen3_5").expect("fixture");
+    let vocab = fx.config.vocab_size as u32;
+    let conv = |seed: u32| -> Vec<u32> { (0..20).map(|i| (seed + 7 * i) % vocab).collect() };
+    let (a, b) = (conv(3), conv(101));
+    let greedy = SlotParams::default();
+    let one = |p: &[u32], n: usize| vec![(p.to_vec(), greedy.clone(), n, 0)];
+    let ids = |v: &[TokenOut]| v.iter().map(|t| t.id).collect::<Vec<u32>>();
+    let hybrid = |dev: &Device| {
+        let mut b = VulkanBackend::new(dev.clone());
+        let m =
+            HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+        SlotGenerator::new_hybrid(b, m, 1, 64, KvType::F32, 1).expect("slot generator")
+    };
+    let per = hybrid(&dev).prefix_entry_bytes();
+    assert!(per > 0);
+    let mut resent = Vec::new();
+    for entries in [2u64, 0] {
+        let mut g = hybrid(&dev)
+            .with_prefix_store(entries * per)
+            .expect("store");
+        assert_eq!(g.prefix_store_entries(), entries as usize);
+        let got_a = drive(&mut g, &one(&a, 4));
+        drive(&mut g, &one(&b, 4));
+        // Not the answer's first token: only the mark at the end of a's prompt is reusable.
+        resent = a.clone();
+        resent.extend([(got_a[0][0].id + 1) % vocab, 5, 7]);
+        let got = drive(&mut g, &one(&resent, 5));
+        let want_reused = if entries > 0 { a.len() } else { 0 };
+        assert_eq!(g.reused(0), want_reused, "store of {entries}");
+        let mut rb = VulkanBackend::new(dev.clone());
+        let m = HybridModel::load(fx.config.clone(), &fx.weights, &mut rb, DEFAULT_CHUNK)
+            .expect("load");
+        assert_eq!(
+            ids(&got[0]),
+            hybrid_reference(&mut rb, &m, &resent, &greedy, 5),
+            "store of {entries}"
+        );
+    }
+    assert!(!resent.is_empty());
+}
+
 /// A hybrid slot marks its recurrent state at the end of each prompt: a prompt that repeats a
 /// finished request's prompt and goes on differently from its answer (a chat resent with its
 /// reply re-rendered) prefills only the new tokens, and still gives the reference tokens.

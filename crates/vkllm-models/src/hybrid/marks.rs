@@ -147,6 +147,80 @@ impl HybridModel {
         Ok(pos)
     }
 
+    /// Copies slot `from`'s mark of (`st`, `marks`) with its KV rows before the marked position
+    /// into slot `to` of (`dst`, `dst_marks`), a state of this model with the same capacity and
+    /// cache types (a prefix store's), whose mark becomes the same; with `resume`, `to`'s
+    /// recurrent state is set to the mark too and it continues from there. Returns the position.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_mark<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &HybridState,
+        marks: &RecurrentMarks,
+        from: usize,
+        dst: &HybridState,
+        dst_marks: &mut RecurrentMarks,
+        to: usize,
+        resume: bool,
+    ) -> Result<usize, ModelError> {
+        let shape_err = |msg: String| ModelError::Config {
+            field: "mark copy".into(),
+            msg,
+        };
+        let Some(pos) = marks.pos(from) else {
+            return Err(shape_err(format!("slot {from} has no mark")));
+        };
+        if dst.layers.len() != st.layers.len()
+            || dst.capacity != st.capacity
+            || (dst.dtype, dst.v_dtype, dst.rot_k) != (st.dtype, st.v_dtype, st.rot_k)
+        {
+            return Err(shape_err(
+                "states of one model with the same capacity and cache types needed".into(),
+            ));
+        }
+        let src = self.mark_parts(st, marks, from)?;
+        let to_parts = self.mark_parts(dst, dst_marks, to)?;
+        for ((_, mark, off_from, len), (state, mark_to, off_to, _)) in src.into_iter().zip(to_parts)
+        {
+            if len > 0 {
+                if resume {
+                    b.copy(mark, off_from, state, off_to, len)?;
+                }
+                b.copy(mark, off_from, mark_to, off_to, len)?;
+            }
+        }
+        let w = self.cfg.kv_dim();
+        for (l, d) in st.layers.iter().zip(&dst.layers) {
+            if let (LayerState::Attention { k, v }, LayerState::Attention { k: dk, v: dv }) =
+                (*l, *d)
+                && pos > 0
+            {
+                let (a, z) = (from * st.stride * w, to * dst.stride * w);
+                b.copy_kv(k, a, dk, z, pos * w, st.dtype)?;
+                b.copy_kv(v, a, dv, z, pos * w, st.v_dtype)?;
+            }
+        }
+        dst_marks.pos[to] = Some(pos);
+        if resume {
+            dst.next[to].set(pos);
+        }
+        Ok(pos)
+    }
+
+    /// Device bytes one slot of `st` takes with its mark: the attention layers' KV rows and the
+    /// Gated DeltaNet layers' recurrent states, twice (state and mark).
+    pub fn slot_bytes(&self, st: &HybridState) -> u64 {
+        let (conv_len, delta_len) = self.recurrent_lens();
+        let values = (st.stride * self.cfg.kv_dim()) as u64;
+        st.layers
+            .iter()
+            .map(|l| match l {
+                LayerState::Attention { .. } => st.dtype.bytes(values) + st.v_dtype.bytes(values),
+                LayerState::DeltaNet { .. } => 2 * 4 * (conv_len + delta_len) as u64,
+            })
+            .sum()
+    }
+
     /// Puts `slot`'s mark back: the slot continues from the marked position, which it returns.
     /// Valid while the slot's KV rows before that position were not rewritten (see
     /// [`RecurrentMarks::forget`]).

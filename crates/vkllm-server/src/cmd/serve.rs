@@ -47,8 +47,9 @@ pub struct Args {
     ctx: usize,
 
     /// Device memory (MiB) for conversations kept past their slots: a prompt that starts with a
-    /// stored conversation copies its cached rows instead of recomputing them (dense models on
-    /// the batched GPU decoder; each conversation takes one slot's KV cache; 0: off).
+    /// stored conversation copies its cached rows instead of recomputing them (the batched GPU
+    /// decoder; each conversation takes one slot's KV cache, a hybrid's also its recurrent
+    /// state; 0: off).
     #[arg(long, default_value_t = 0)]
     prefix_cache_mb: u64,
 
@@ -232,7 +233,7 @@ fn start_slot_runner(
     if args.prefix_cache_mb > 0 {
         match generator.prefix_store_entries() {
             0 if generator.prefix_entry_bytes() == 0 => eprintln!(
-                "vkllm: --prefix-cache-mb: hybrid models keep prefixes per slot only (no store)"
+                "vkllm: --prefix-cache-mb: no room for this hybrid model's marks (no store)"
             ),
             0 => eprintln!(
                 "vkllm: --prefix-cache-mb {} holds no conversation (one takes {} MiB)",
