@@ -158,3 +158,151 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
 }
+
+// main_wide: the same recurrence with the state in registers. A workgroup of CW * RG
+// invocations takes CW columns of one head's S (lane c of row group rg: column c, rows
+// rg, rg + RG, ..., at most RPT = ceil(DK / RG) of them), reads them once before the first token
+// and writes them once after the last; S^T k and S^T q are summed over the row groups through
+// `parts`. More workgroups of more invocations than `main` (whose invocations walk a whole
+// column twice per token), for the decode step.
+override CW: u32 = 32;
+override RG: u32 = 8;
+override RPT: u32 = 16;
+// CW * RG.
+override WGW: u32 = 256;
+
+var<workgroup> parts: array<f32, 1024>;
+var<workgroup> red_qw: array<f32, 256>;
+var<workgroup> red_kw: array<f32, 256>;
+
+@compute @workgroup_size(WGW)
+fn main_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32, @builtin(subgroup_id) sg_id: u32,
+             @builtin(subgroup_invocation_id) sg_lane: u32,
+             @builtin(num_subgroups) n_sg: u32) {
+    var blk = wid.y * nwg.x + wid.x;
+    var t0 = 0u;
+    var t1 = p.n;
+    var slot = p.slot;
+    if (p.per_row != 0u) {
+        let per_row_blocks = p.hv * p.col_blocks;
+        t0 = blk / per_row_blocks;
+        t1 = t0 + 1u;
+        slot = t0;
+        blk = blk % per_row_blocks;
+        if (t0 >= p.n) {
+            return;
+        }
+    }
+    let h = blk / p.col_blocks;
+    if (h >= p.hv) {
+        return;
+    }
+    let c = lid % CW;
+    let rg = lid / CW;
+    let j = (blk % p.col_blocks) * CW + c;
+    let owns_col = j < p.dv;
+    if (p.per_row != 0u) {
+        if (lid == 0u) {
+            idle_wg = select(0u, 1u, pos[t0] >= p.capacity);
+        }
+        if (workgroupUniformLoad(&idle_wg) != 0u) {
+            if (owns_col && rg == 0u) {
+                out[t0 * p.hv * p.dv + h * p.dv + j] = 0.0;
+            }
+            return;
+        }
+    }
+    var kh = h / (p.hv / p.hk);
+    if (p.tiled != 0u) {
+        kh = h % p.hk;
+    }
+    let width = 2u * p.hk * p.dk + p.hv * p.dv;
+    let scale = 1.0 / sqrt(f32(p.dk));
+    let decay_a = exp(a_log[h]);
+    let sbase = (slot * p.hv + h) * p.dk * p.dv + j;
+    var s: array<f32, 32>;
+    for (var r = 0u; r < RPT; r++) {
+        let i = r * RG + rg;
+        s[r] = 0.0;
+        if (owns_col && i < p.dk) {
+            s[r] = state[sbase + i * p.dv];
+        }
+    }
+    for (var t = t0; t < t1; t++) {
+        let row = t * width;
+        var sq = 0.0;
+        var sk = 0.0;
+        for (var i = lid; i < p.dk; i += WGW) {
+            let qv = qkv[row + kh * p.dk + i];
+            let kv = qkv[row + p.hk * p.dk + kh * p.dk + i];
+            qs[i] = qv;
+            ks[i] = kv;
+            sq += qv * qv;
+            sk += kv * kv;
+        }
+        let s1 = subgroupAdd(sq);
+        let s2 = subgroupAdd(sk);
+        if (sg_lane == 0u) {
+            red_qw[sg_id] = s1;
+            red_kw[sg_id] = s2;
+        }
+        workgroupBarrier();
+        var tq = 0.0;
+        var tk = 0.0;
+        for (var g = 0u; g < n_sg; g++) {
+            tq += red_qw[g];
+            tk += red_kw[g];
+        }
+        let rq = scale / sqrt(tq + 1e-6);
+        let rk = 1.0 / sqrt(tk + 1e-6);
+        let g = -decay_a * softplus(a[t * p.hv + h] + dt_bias[h]);
+        let beta = 1.0 / (1.0 + exp(-b[t * p.hv + h]));
+        let decay = exp(g);
+        var kv_part = 0.0;
+        for (var r = 0u; r < RPT; r++) {
+            let i = r * RG + rg;
+            if (i < p.dk) {
+                kv_part += (s[r] * decay) * (ks[i] * rk);
+            }
+        }
+        parts[rg * CW + c] = kv_part;
+        workgroupBarrier();
+        var kv_mem = 0.0;
+        for (var q = 0u; q < RG; q++) {
+            kv_mem += parts[q * CW + c];
+        }
+        var v = 0.0;
+        if (owns_col) {
+            v = qkv[row + 2u * p.hk * p.dk + h * p.dv + j];
+        }
+        let delta = (v - kv_mem) * beta;
+        // Every lane has read its column's partial sums before they are replaced.
+        workgroupBarrier();
+        var o_part = 0.0;
+        for (var r = 0u; r < RPT; r++) {
+            let i = r * RG + rg;
+            if (i < p.dk) {
+                s[r] = s[r] * decay + (ks[i] * rk) * delta;
+                o_part += s[r] * (qs[i] * rq);
+            }
+        }
+        parts[rg * CW + c] = o_part;
+        workgroupBarrier();
+        if (owns_col && rg == 0u) {
+            var o = 0.0;
+            for (var q = 0u; q < RG; q++) {
+                o += parts[q * CW + c];
+            }
+            out[t * p.hv * p.dv + h * p.dv + j] = o;
+        }
+        // qs, ks, the norm sums and parts are rewritten for the next token.
+        workgroupBarrier();
+    }
+    for (var r = 0u; r < RPT; r++) {
+        let i = r * RG + rg;
+        if (owns_col && i < p.dk) {
+            state[sbase + i * p.dv] = s[r];
+        }
+    }
+}

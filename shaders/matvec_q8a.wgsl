@@ -30,6 +30,13 @@
 // XG = 1 (the multi-column decode path): x arrives quantized (quantize_act_q8.wgsl) and is read
 // from global memory, so NC (up to 16; slots x NC <= 32 sums) and cols are not bounded by the
 // shared copy; teams sum by an xor butterfly.
+// MOE != 0 (moe_experts_q8a.rs): the routed experts of a MoE block for token wid.z (x is its
+// column, y its row). MOE 1, gate and up (gated; w0, w1 the stacked [E FF, cols] matrices): op
+// row r (of TOPK FF) reads expert e = ids[t TOPK + r / FF]'s row e FF + r % FF. MOE 2, down (w0
+// the stacked [E rows, FF] matrix; x the token's TOPK x FF activations): lane step pu belongs to
+// slot s = pu / (steps per FF), reads expert e's row e rows + r, and is weighed by the routing
+// weight of slot s. Expert ids (u32) come in binding w2, routing weights (f32) in norm_w; expert
+// ids are clamped to E - 1.
 
 // #include act_q8.inc.wgsl
 // #include matvec_epilogue.inc.wgsl
@@ -57,6 +64,10 @@ override QUAD: u32 = 0;
 // whose weights that kernel already applied), so any NC x cols fits and no workgroup quantizes;
 // the launch covers columns col0 .. col0 + NC of them. The multi-column decode path.
 override XG: u32 = 0;
+override MOE: u32 = 0;
+override MOE_FF: u32 = 32;
+override MOE_K: u32 = 1;
+override MOE_E: u32 = 1;
 
 struct Params {
     cols: u32,
@@ -138,6 +149,44 @@ fn x_sum(t: u32, u: u32) -> i32 {
 
 // The part the next weight read goes to.
 var<private> cur: u32;
+// MOE: the token this workgroup takes (wid.z).
+var<private> tok: u32 = 0u;
+
+// MOE: the expert of the token's slot s, and its routing weight.
+fn moe_expert(s: u32) -> u32 {
+    let i = tok * MOE_K + s;
+    return min(w2q[i >> 2u][i & 3u], MOE_E - 1u);
+}
+
+fn moe_weight(s: u32) -> f32 {
+    return bitcast<f32>(qm_word(tok * MOE_K + s));
+}
+
+// Elements in a row of the weight matrix (MOE 2: an expert's row of FF).
+fn wcols() -> u32 {
+    return select(p.cols, MOE_FF, MOE == 2u);
+}
+
+// MOE 2: lane steps per expert row.
+fn moe_spr() -> u32 {
+    return (MOE_FF / 32u) / upl();
+}
+
+// The weight matrix row that op row `row` reads at lane step `pu` (MOE: the routed expert's).
+fn wrow(row: u32, pu: u32) -> u32 {
+    if (MOE == 1u) {
+        return moe_expert(row / MOE_FF) * MOE_FF + row % MOE_FF;
+    }
+    if (MOE == 2u) {
+        return moe_expert(pu / moe_spr()) * p.rows0 + row;
+    }
+    return row;
+}
+
+// The lane step within that row.
+fn wpu(pu: u32) -> u32 {
+    return select(pu, pu % moe_spr(), MOE == 2u);
+}
 
 fn wq(i: u32) -> vec4<u32> {
     if (NPARTS == 1u || cur == 0u) {
@@ -239,7 +288,7 @@ fn unit_of(row: u32, u: u32) -> Unit {
     if (QTYPE == 8u) {
         // Q8_0: f16 d, 32 i8 (its 34 bytes are the 9 words from blk / 4: qs word j is word
         // j + 1 when blk = 2 mod 4, else the halves of words j and j + 1).
-        let blk = row * (p.cols / 32u) * 34u + u * 34u;
+        let blk = row * (wcols() / 32u) * 34u + u * 34u;
         let w = window9(blk);
         let odd = (blk & 2u) != 0u;
         r.sa = f16v(select(w[0], w[0] >> 16u, odd) & 0xffffu);
@@ -248,7 +297,7 @@ fn unit_of(row: u32, u: u32) -> Unit {
         }
     } else if (QTYPE == 2u) {
         // Q4_0: f16 d, 16 bytes: element j low nibble of byte j, j + 16 its high nibble.
-        let blk = row * (p.cols / 32u) * 18u + u * 18u;
+        let blk = row * (wcols() / 32u) * 18u + u * 18u;
         // Its 18 bytes lie in the 5 words from blk / 4; qs word j is word j + 1 (blk = 2 mod 4)
         // or the halves of words j and j + 1 (blk = 0 mod 4).
         let w = window5(blk);
@@ -392,7 +441,7 @@ fn units_of(row: u32, pu: u32) -> array<Unit, 2> {
     var r: array<Unit, 2>;
     if (QTYPE == 12u) {
         let j = pu % 4u;
-        let blk = row * (p.cols / 256u) * 9u + (pu / 4u) * 9u;
+        let blk = row * (wcols() / 256u) * 9u + (pu / 4u) * 9u;
         let hd = wq(blk);
         let q0 = wq(blk + 1u + 2u * j);
         let q1 = wq(blk + 2u + 2u * j);
@@ -402,7 +451,7 @@ fn units_of(row: u32, pu: u32) -> array<Unit, 2> {
         r[1] = q4k_unit(d, dmin, hd, q0, q1, 2u * j + 1u);
     } else if (QTYPE == 14u) {
         let pp = pu % 4u;
-        r = q6k_pair(row * (p.cols / 256u) * 210u + (pu / 4u) * 210u, pp / 2u, pp % 2u);
+        r = q6k_pair(row * (wcols() / 256u) * 210u + (pu / 4u) * 210u, pp / 2u, pp % 2u);
     } else {
         r[0] = unit_of(row, pu);
     }
@@ -424,6 +473,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let g = wid.y * nwg.x + wid.x;
     if (g >= p.wg_end) {
         return;
+    }
+    if (MOE != 0u) {
+        tok = wid.z;
     }
     let v = sg_id * sg_size + sg_lane;
     let team = v / LPR;
@@ -473,7 +525,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     for (var ch = v; ch < select(4u * n_units, 0u, XG == 1u); ch += WG) {
         let un = ch / 4u;
-        let e4 = 2u * ch;
+        let e4 = 2u * ch + tok * c4;
         var a = bitcast<vec4<f32>>(x4[e4]);
         var b = bitcast<vec4<f32>>(x4[e4 + 1u]);
         if (NORM != 0u) {
@@ -557,9 +609,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                     if (gated()) {
                         cur = k / R;
                     }
-                    let pr = units_of(min(row0 + k % R, rows - 1u), pu);
+                    let pr = units_of(wrow(min(row0 + k % R, rows - 1u), pu), wpu(pu));
                     un[2u * k] = pr[0];
                     un[2u * k + 1u] = pr[1];
+                }
+                var rw = 1.0;
+                if (MOE == 2u) {
+                    rw = moe_weight(pu / moe_spr());
                 }
                 for (var t = 0u; t < NC; t++) {
                     for (var h = 0u; h < upl(); h++) {
@@ -581,7 +637,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                             } else {
                                 c = w.sa * f32(lo + hi + w.zb * sum) - w.sm * f32(sum);
                             }
-                            acc[k * NC + t] += c * dx;
+                            acc[k * NC + t] += c * dx * rw;
                         }
                     }
                 }
@@ -634,7 +690,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 if (EPI == 2u || EPI == 3u) {
                     up = acc[(R + r) * NC + t] * scale;
                 }
-                let o = (p.col0 + t) * p.y_stride + yoff + row;
+                let o = (p.col0 + tok + t) * p.y_stride + yoff + row;
                 epilogue_store(o, acc[r * NC + t] * scale, up);
             }
         }

@@ -178,6 +178,56 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
     }
 }
 
+pub static GATED_DELTA_RULE_WIDE: KernelSpec = KernelSpec {
+    name: "gated_delta_rule_wide",
+    entry: "main_wide",
+    ..GATED_DELTA_RULE
+};
+
+/// Columns and row groups of [`GatedDeltaRule::dispatch_wide`]'s workgroups.
+const WIDE_COLS: usize = 32;
+const WIDE_ROW_GROUPS: usize = 8;
+
+impl<B: KernelBuffer> GatedDeltaRule<B> {
+    /// The recurrence with the state in registers (the shader's `main_wide`): workgroups of
+    /// 256 invocations over 32 columns of a head's state, each invocation holding
+    /// `ceil(k_dim / 8)` of its column's values from the first token to the last. Same
+    /// shapes, rows and buffers as [`GatedDeltaRule::dispatch`].
+    pub fn dispatch_wide(self, s: &DeltaShape) -> Result<Dispatch<B>, Error> {
+        let k = &GATED_DELTA_RULE_WIDE;
+        let mut d = self.dispatch(s)?;
+        let col_blocks = s.v_dim.div_ceil(WIDE_COLS);
+        let (per_row, slot, capacity) = s.rows.words(k)?;
+        let p = DeltaParams {
+            n: to_u32(k, "n", s.n)?,
+            hk: to_u32(k, "n_k_heads", s.n_k_heads)?,
+            hv: to_u32(k, "n_v_heads", s.n_v_heads)?,
+            dk: to_u32(k, "k_dim", s.k_dim)?,
+            dv: to_u32(k, "v_dim", s.v_dim)?,
+            col_blocks: to_u32(k, "col_blocks", col_blocks)?,
+            tiled: s.tiled_v_heads as u32,
+            per_row,
+            slot,
+            capacity,
+            pad: [0; 2],
+        };
+        let groups = match s.rows {
+            StateRows::Sequence { .. } => s.n_v_heads * col_blocks,
+            StateRows::PerRow { .. } => s.n * s.n_v_heads * col_blocks,
+        };
+        let rpt = s.k_dim.div_ceil(WIDE_ROW_GROUPS);
+        d.kernel = k;
+        d.overrides = Overrides::new()
+            .set("CW", WIDE_COLS as f64)
+            .set("RG", WIDE_ROW_GROUPS as f64)
+            .set("RPT", rpt as f64)
+            .set("WGW", (WIDE_COLS * WIDE_ROW_GROUPS) as f64);
+        d.push = bytemuck::bytes_of(&p).to_vec();
+        d.groups = grid_for(k, groups as u64)?;
+        Ok(d)
+    }
+}
+
 /// Largest key head size of the chunked form (its shared q/k tiles).
 pub const CHUNKED_MAX_K_DIM: usize = 128;
 

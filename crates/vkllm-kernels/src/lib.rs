@@ -49,6 +49,7 @@ pub mod matvec_q8a;
 pub mod matvec_rows;
 pub mod moe_experts;
 pub mod moe_experts_grouped;
+pub mod moe_experts_q8a;
 pub mod moe_experts_quant;
 pub mod moe_route;
 pub mod quantize_act_q8;
@@ -116,6 +117,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &decode_advance::DECODE_ADVANCE,
         &causal_conv1d::CAUSAL_CONV1D,
         &gated_delta_rule::GATED_DELTA_RULE,
+        &gated_delta_rule::GATED_DELTA_RULE_WIDE,
         &gated_delta_rule::GATED_DELTA_RULE_CHUNKED,
         &gated_rmsnorm::GATED_RMSNORM,
         &sigmoid_mul::SIGMOID_MUL,

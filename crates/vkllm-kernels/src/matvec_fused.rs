@@ -212,6 +212,7 @@ enum Kind {
     Fused,
     Q8a,
     Xg { src: ActQ8Layout, col0: usize },
+    Moe(crate::moe_experts_q8a::MoeGather),
 }
 
 /// The buffers of [`MATVEC_FUSED`]: one weight per part (same order as [`MatvecOp::parts`],
@@ -250,8 +251,38 @@ impl<B: KernelBuffer> MatvecFused<B> {
         self.dispatch_on(op, Kind::Xg { src, col0 })
     }
 
+    /// `matvec_q8a.wgsl` over the routed experts of one MoE block ([`crate::moe_experts_q8a`]:
+    /// its `MOE` modes): `op` is the product of one token (`n_cols` 1, no norm), the weights
+    /// are the stacked expert matrices, `ids` and `weights` the routing (`[tokens, top_k]`
+    /// u32 and f32), and the launch takes `moe.tokens` tokens (x and y rows) at once.
+    pub(crate) fn dispatch_q8a_moe(
+        self,
+        op: &MatvecOp,
+        moe: crate::moe_experts_q8a::MoeGather,
+        ids: B,
+        weights: B,
+    ) -> Result<Dispatch<B>, Error> {
+        let k = &crate::matvec_q8a::MATVEC_Q8A;
+        if op.n_cols != 1 || op.norm.is_some() || self.norm_w.is_some() {
+            return Err(shape_err(k, "a MoE launch takes one column and no norm"));
+        }
+        // Read as 16-byte words: whole words of the routing entries.
+        let words = (moe.tokens * moe.top_k).next_multiple_of(4) as u64;
+        need(k, "ids", &ids, 4 * words)?;
+        need(k, "weights", &weights, 4 * words)?;
+        let mut d = self.dispatch_on(op, Kind::Moe(moe))?;
+        // The ids go where a third part's weights would, the routing weights in norm_w's place.
+        d.buffers[4] = ids;
+        d.buffers[5] = weights;
+        Ok(d)
+    }
+
     fn dispatch_on(self, op: &MatvecOp, kind: Kind) -> Result<Dispatch<B>, Error> {
         let q8a = kind != Kind::Fused;
+        let moe = match kind {
+            Kind::Moe(m) => Some(m),
+            _ => None,
+        };
         let xg = match kind {
             Kind::Xg { src, col0 } => Some((src, col0)),
             _ => None,
@@ -300,7 +331,7 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 ),
             ));
         }
-        if kind == Kind::Q8a && !crate::matvec_q8a::supported(op) {
+        if (kind == Kind::Q8a || moe.is_some()) && !crate::matvec_q8a::supported(op) {
             return Err(shape_err(
                 k,
                 format!(
@@ -332,7 +363,7 @@ impl<B: KernelBuffer> MatvecFused<B> {
         }
         let t = op.tuning.unwrap_or_else(|| match kind {
             Kind::Xg { .. } => crate::matvec_q8a::xg_tuning(op),
-            Kind::Q8a => crate::matvec_q8a::default_tuning(op),
+            Kind::Q8a | Kind::Moe(_) => crate::matvec_q8a::default_tuning(op),
             Kind::Fused => op.default_tuning(),
         });
         let slots = op.slots(t.rows_per_team);
@@ -391,11 +422,13 @@ impl<B: KernelBuffer> MatvecFused<B> {
             .max()
             .unwrap_or(0);
         let col0 = xg.map_or(0, |(_, c)| c);
+        // Columns of x and y the launch covers (a MoE launch: one per token).
+        let cols_used = moe.map_or(col0 + op.n_cols, |m| m.tokens);
         need(
             k,
             "y",
             &self.y,
-            4 * ((col0 + op.n_cols - 1) * op.y_stride + ends) as u64,
+            4 * ((cols_used - 1) * op.y_stride + ends) as u64,
         )?;
         match (xg, &op.norm, &self.norm_w) {
             (Some((src, _)), _, Some(meta)) => {
@@ -409,7 +442,7 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 need(k, "x", &self.x, 4 * (op.n_cols * op.cols) as u64)?;
                 need(k, "norm_w", nw, 4 * op.cols as u64)?;
             }
-            (None, None, None) => need(k, "x", &self.x, 4 * (op.n_cols * op.cols) as u64)?,
+            (None, None, None) => need(k, "x", &self.x, 4 * (cols_used * op.cols) as u64)?,
             _ => {
                 return Err(shape_err(
                     k,
@@ -430,7 +463,10 @@ impl<B: KernelBuffer> MatvecFused<B> {
             wg_start[i] = u32::try_from(total).map_err(|_| shape_err(k, "too many rows"))?;
             total += rows.div_ceil(rows_per_wg) as u64;
         }
-        let grid = grid_for(k, total)?;
+        let mut grid = grid_for(k, total)?;
+        if let Some(m) = moe {
+            grid[2] = to_u32(k, "tokens", m.tokens)?;
+        }
         let mut rows = [0u32; 3];
         let mut y_offset = [0u32; 3];
         for (i, part) in op.parts.iter().enumerate() {
@@ -475,7 +511,15 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 .set("TS", op.dtype.bytes() as f64)
                 .set("NIT", nit as f64)
                 .set("XG", xg.is_some() as u32 as f64);
-            if crate::matvec_q8a::quad(op, t) {
+            let o = match moe {
+                Some(m) => o
+                    .set("MOE", f64::from(m.stage))
+                    .set("MOE_FF", m.ff as f64)
+                    .set("MOE_K", m.top_k as f64)
+                    .set("MOE_E", m.n_experts as f64),
+                None => o,
+            };
+            if moe.is_none() && crate::matvec_q8a::quad(op, t) {
                 o.set("QUAD", 1.0)
             } else {
                 o

@@ -28,6 +28,7 @@ mod matmul_coop_glu;
 mod matmul_coop_group;
 mod matvec_fused;
 mod moe_experts_grouped;
+mod moe_experts_q8a;
 mod moe_experts_quant;
 mod quant;
 mod quantize_act_q8;
@@ -175,6 +176,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("moe_route", hybrid::moe_route),
     ("moe_experts", hybrid::moe_experts),
     ("moe_experts_quant", moe_experts_quant::moe_experts_quant),
+    ("moe_experts_q8a", moe_experts_q8a::moe_experts_q8a),
     (
         "moe_experts_grouped",
         moe_experts_grouped::moe_experts_grouped,

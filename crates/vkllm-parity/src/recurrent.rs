@@ -186,7 +186,15 @@ fn delta_shapes() -> [(DeltaShape, usize); 3] {
     ]
 }
 
+/// The recurrent form's two launches (`main`, then the register-resident `main_wide`), each
+/// over its own run of the calls.
 pub(crate) fn gated_delta_rule(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let mut rows = delta_rule_rows(dev, seed, false)?;
+    rows.extend(delta_rule_rows(dev, seed, true)?);
+    Ok(rows)
+}
+
+fn delta_rule_rows(dev: &Device, seed: u64, wide: bool) -> Result<Vec<KernelParityRow>> {
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
     let mut rows_out = Vec::new();
@@ -204,6 +212,11 @@ pub(crate) fn gated_delta_rule(dev: &Device, seed: u64) -> Result<Vec<KernelPari
         );
         let mut cpu_state = st0.clone();
         for (label, rows, t) in calls(n) {
+            let label = if wide {
+                format!("wide {label}")
+            } else {
+                label.to_string()
+            };
             let qkv = rng.vec(t * width, -1.5, 1.5);
             let (a, b) = (rng.vec(t * hv, -3.0, 3.0), rng.vec(t * hv, -3.0, 3.0));
             let (qb, ab, bb) = (
@@ -214,27 +227,30 @@ pub(crate) fn gated_delta_rule(dev: &Device, seed: u64) -> Result<Vec<KernelPari
             let out = cx.output("out", t * vw)?;
             let before = cx.read(&sb, SLOTS * len)?;
             cx.run(&[&out], |r| {
-                r.dispatch(
-                    GatedDeltaRule {
-                        qkv: qb.all(),
-                        a: ab.all(),
-                        b: bb.all(),
-                        a_log: lb.all(),
-                        dt_bias: db.all(),
-                        state: sb.all(),
-                        out: out.all(),
-                        pos: pos.all(),
-                    }
-                    .dispatch(&DeltaShapeK {
-                        n: t,
-                        n_k_heads: d.n_k_heads,
-                        n_v_heads: hv,
-                        k_dim: d.k_dim,
-                        v_dim: d.v_dim,
-                        tiled_v_heads: d.tiled_v_heads,
-                        rows,
-                    })?,
-                )
+                let k = GatedDeltaRule {
+                    qkv: qb.all(),
+                    a: ab.all(),
+                    b: bb.all(),
+                    a_log: lb.all(),
+                    dt_bias: db.all(),
+                    state: sb.all(),
+                    out: out.all(),
+                    pos: pos.all(),
+                };
+                let shape = DeltaShapeK {
+                    n: t,
+                    n_k_heads: d.n_k_heads,
+                    n_v_heads: hv,
+                    k_dim: d.k_dim,
+                    v_dim: d.v_dim,
+                    tiled_v_heads: d.tiled_v_heads,
+                    rows,
+                };
+                r.dispatch(if wide {
+                    k.dispatch_wide(&shape)?
+                } else {
+                    k.dispatch(&shape)?
+                })
             })?;
             let mut want = vec![0.0; t * vw];
             let gates = (&a_log[..], &dt_bias[..]);
@@ -270,7 +286,7 @@ pub(crate) fn gated_delta_rule(dev: &Device, seed: u64) -> Result<Vec<KernelPari
                 max_abs: 1e-6 * max_abs(&want).max(1.0),
                 nmse: 1e-9,
             };
-            rows_out.push(row("gated_delta_rule", label, &shape, &got, &want, tol));
+            rows_out.push(row("gated_delta_rule", &label, &shape, &got, &want, tol));
             let st = cx.read(&sb, SLOTS * len)?;
             // Untouched slots must keep their exact bits (the device's own, from before the call).
             let touched: Vec<usize> = match rows {

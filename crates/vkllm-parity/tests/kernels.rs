@@ -117,5 +117,6 @@ parity_tests!(
     moe_route,
     moe_experts,
     moe_experts_quant,
+    moe_experts_q8a,
     moe_experts_grouped,
 );

@@ -60,7 +60,7 @@ pub use recorder::{DispatchTiming, Recorder, Recording, RecordingCache};
 pub use recycle::MAX_SPARES;
 pub use tensor::{
     COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, MatvecPlan, Tensor, TensorPart, decode_columns_max,
-    default_matvec_layout, fused_matvec_impl,
+    default_matvec_layout, fused_matvec_impl, moe_q8a_runs,
 };
 pub use tuning::{
     CoopGroup, DecodeAttn, PrefillAttn, SPLIT_SUBMIT_FIRST, SplitK, TUNING_KEYS, TuneError, Tuning,

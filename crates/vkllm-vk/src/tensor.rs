@@ -200,6 +200,22 @@ pub fn fused_matvec_impl(dev: &crate::Device) -> MatvecImpl {
         })
 }
 
+/// Whether the per-row MoE expert products of `s` run on int8 dot products
+/// ([`vkllm_kernels::moe_experts_q8a`]) on `dev`: the tuning's `moe_q8a`, the device runs the
+/// int8 matvec ([`fused_matvec_impl`], integer dot products, subgroups of 4+ lanes, the kernel's
+/// shared memory) and the kernel takes the shape.
+pub fn moe_q8a_runs(
+    dev: &crate::Device,
+    s: &vkllm_kernels::moe_experts_quant::MoeQuantShape,
+) -> bool {
+    dev.tuning().moe_q8a
+        && fused_matvec_impl(dev) == MatvecImpl::Int8
+        && dev.int8_dot()
+        && dev.info().min_subgroup_size >= 4
+        && dev.info().limits.max_shared_memory as usize >= vkllm_kernels::matvec_q8a::SHARED_BYTES
+        && vkllm_kernels::moe_experts_q8a::supported(s)
+}
+
 /// The most tokens one decode product of a `dtype` weight with rows of `cols` elements takes
 /// through the multi-column matvec on `dev` ([`Recorder::matvec_fused`]; more take the matmul):
 /// the tuning's `decode_int8_max_n` where the int8 kernel runs it on quantized x (tuning

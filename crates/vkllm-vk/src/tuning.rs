@@ -164,6 +164,10 @@ pub struct Tuning {
     /// Model backends: hybrid prompts take the chunked gated-delta form (else the recurrence,
     /// the reference). Key `delta_chunked`.
     pub delta_chunked: bool,
+    /// Model backends: the gated delta rule's recurrent form (decode steps) keeps the state in
+    /// registers over 256-invocation workgroups (`main_wide`); `false`: one invocation per
+    /// column walking it twice per token (the reference). Key `delta_wide`.
+    pub delta_wide: bool,
     /// Model backends: MoE expert products over at least this many tokens group the tokens by
     /// expert (tiled products reading each expert's weights once per tile); fewer, or 0, run
     /// one workgroup per output row (the reference). Key `moe_grouped_min`.
@@ -172,6 +176,10 @@ pub struct Tuning {
     /// of two <= 128, 128 / lanes rows per workgroup); 0: one 64-invocation workgroup per row
     /// (the reference). Key `moe_lanes`.
     pub moe_lanes: u32,
+    /// Model backends: per-row MoE expert products of block-format weights run on int8 dot
+    /// products (`matvec_q8a`'s MoE launches) where the device runs the int8 matvec; `false`:
+    /// the float kernel of `moe_lanes`. Key `moe_q8a`.
+    pub moe_q8a: bool,
     /// Model backends: a forward's dispatches share one submit where possible. Key `one_submit`.
     pub one_submit: bool,
     /// Model backends: dispatches in a forward's first submitted part (parts double up to 256);
@@ -220,8 +228,10 @@ impl Default for Tuning {
             fused: true,
             rope_kv_tpw: None,
             delta_chunked: true,
+            delta_wide: true,
             moe_grouped_min: 16,
             moe_lanes: 16,
+            moe_q8a: true,
             one_submit: true,
             split_submit: Some(SPLIT_SUBMIT_FIRST),
         }
@@ -282,8 +292,10 @@ pub const TUNING_KEYS: &[&str] = &[
     "fused",
     "rope_kv_tpw",
     "delta_chunked",
+    "delta_wide",
     "moe_grouped_min",
     "moe_lanes",
+    "moe_q8a",
     "one_submit",
     "split_submit",
 ];
@@ -491,6 +503,7 @@ impl Tuning {
                 }
             }
             "delta_chunked" => self.delta_chunked = flag()?,
+            "delta_wide" => self.delta_wide = flag()?,
             "moe_grouped_min" => self.moe_grouped_min = in_range(0, 1 << 20)? as u32,
             "moe_lanes" => {
                 let l = in_range(0, 128)? as u32;
@@ -499,6 +512,7 @@ impl Tuning {
                 }
                 self.moe_lanes = l;
             }
+            "moe_q8a" => self.moe_q8a = flag()?,
             "one_submit" => self.one_submit = flag()?,
             "split_submit" => {
                 self.split_submit = match num()? {
@@ -586,8 +600,8 @@ impl fmt::Display for Tuning {
              coop_x_f16={},coop_tile={},coop_glu={},coop_glu_half={},coop_group={group},\
              {dequant},wg_coherent={},prune={},recycle={},fence_spin_us={},pipeline_stats={},\
              attn={attn},attn_chunk={},attn_adaptive={},attn_wide={},attn_prefill={prefill},attn_coop_nsg={},\
-             attn_coop_split={},fused={},rope_kv_tpw={},delta_chunked={},moe_grouped_min={},\
-             moe_lanes={},one_submit={},split_submit={}",
+             attn_coop_split={},fused={},rope_kv_tpw={},delta_chunked={},delta_wide={},moe_grouped_min={},\
+             moe_lanes={},moe_q8a={},one_submit={},split_submit={}",
             b(self.q8a_wide),
             b(self.q8a_quad),
             self.q8a_workgroups,
@@ -616,8 +630,10 @@ impl fmt::Display for Tuning {
             b(self.fused),
             opt(self.rope_kv_tpw.map(|t| t.to_string())),
             b(self.delta_chunked),
+            b(self.delta_wide),
             self.moe_grouped_min,
             self.moe_lanes,
+            b(self.moe_q8a),
             b(self.one_submit),
             self.split_submit.unwrap_or(0),
         )
@@ -675,7 +691,7 @@ mod tests {
                     dequant=auto,dequant_min=4096,dequant_tokens=64,wg_coherent=0,prune=1,\
                     recycle=0,fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,\
                     attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,fused=0,\
-                    rope_kv_tpw=3,delta_chunked=0,moe_grouped_min=0,moe_lanes=0,one_submit=0,\
+                    rope_kv_tpw=3,delta_chunked=0,delta_wide=0,moe_grouped_min=0,moe_lanes=0,moe_q8a=0,one_submit=0,\
                     split_submit=0";
         let t = Tuning::parse(spec).unwrap();
         assert_ne!(t, Tuning::default());

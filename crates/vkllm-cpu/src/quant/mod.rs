@@ -11,7 +11,7 @@
 //! Files: `float.rs` (F32, F16, BF16), `legacy.rs` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), `kquants.rs`
 //! (Q2_K..Q6_K), `kquantize.rs` / `kquantize23.rs` (K-quant quantizers), `iquants.rs` (IQ4_NL, IQ4_XS),
 //! `matvec.rs` ([`matvec_quant`]), `act_q8.rs` ([`matvec_q8act`]: the product with int8-quantized
-//! activations, oracle of the GPU's int8 matvec).
+//! activations, oracle of the GPU's int8 matvec), `moe_q8act.rs` (the MoE experts on it).
 //!
 //! This crate does not depend on `vkllm-gguf` (both are foundation crates): callers map a GGUF
 //! tensor type to [`QuantType`] through its ggml id ([`QuantType::from_ggml_id`]).
@@ -24,6 +24,7 @@ mod kquantize23;
 mod kquants;
 mod legacy;
 mod matvec;
+mod moe_q8act;
 
 #[cfg(test)]
 mod tests;
@@ -31,6 +32,7 @@ mod tests;
 pub use act_q8::{ActQ8, TIE_MARGIN, matvec_q8act, quantize_act_q8, unit_offsets};
 pub use iquants::KVALUES_IQ4NL;
 pub use matvec::matvec_quant;
+pub use moe_q8act::{moe_down_q8act, moe_gate_up_q8act};
 
 use crate::CpuError;
 

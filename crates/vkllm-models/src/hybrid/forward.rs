@@ -187,8 +187,9 @@ impl HybridModel {
             up: b.alloc_f32((n * ff).max(1))?,
             act: b.alloc_f32((n * ff).max(1))?,
             router: b.alloc_f32((n * ne).max(1))?,
-            expert_ids: b.alloc_u32_scratch((n * k).max(1))?,
-            expert_w: b.alloc_f32((n * k).max(1))?,
+            // Whole 16-byte words: the int8 expert launches read the routing as vec4s.
+            expert_ids: b.alloc_u32_scratch((n * k).max(1).next_multiple_of(4))?,
+            expert_w: b.alloc_f32((n * k).max(1).next_multiple_of(4))?,
             expert_act: b.alloc_f32(moe_scratch_words(n, k, c.hidden_size, eff, ne).max(1))?,
             shared: b.alloc_f32(n * c.hidden_size)?,
             shared_gate: b.alloc_f32(n)?,

@@ -15,6 +15,7 @@ use vkllm_kernels::gated_delta_rule::{
 use vkllm_kernels::gated_rmsnorm::GatedRmsNorm;
 use vkllm_kernels::moe_experts::{MoeExperts, MoeShape};
 use vkllm_kernels::moe_experts_grouped::MoeExpertsGrouped;
+use vkllm_kernels::moe_experts_q8a::MoeExpertsQ8a;
 use vkllm_kernels::moe_experts_quant::{MoeExpertsQuant, MoeQuantShape};
 use vkllm_vk::BufSlice;
 
@@ -92,6 +93,7 @@ impl HybridOps for VulkanBackend {
             && matches!(rows, StateRows::Sequence { .. })
             && s.k_dim <= CHUNKED_MAX_K_DIM
             && self.dev.tuning().delta_chunked;
+        let wide = self.dev.tuning().delta_wide;
         self.record(|me, r| {
             let k = GatedDeltaRule {
                 qkv: me.head(qkv, n * (2 * s.qk_width() + s.v_width()))?,
@@ -114,6 +116,8 @@ impl HybridOps for VulkanBackend {
             };
             let d = if chunked {
                 k.dispatch_chunked(&shape)?
+            } else if wide {
+                k.dispatch_wide(&shape)?
             } else {
                 k.dispatch(&shape)?
             };
@@ -270,7 +274,9 @@ impl VulkanBackend {
         let min = self.dev.tuning().moe_grouped_min as usize;
         let lanes = self.dev.tuning().moe_lanes;
         let grouped = min > 0 && n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(&shape);
+        let int8 = !grouped && vkllm_vk::moe_q8a_runs(&self.dev, &shape);
         let [a, y, l] = moe_scratch_parts(n, top_k, h, ff, ex.n_experts);
+        let (ids_t, weights_t) = (ids, weights);
         self.record(|me, r| {
             let w = |t: Tensor| me.matrix(t).parts[0].buffer.all();
             let part =
@@ -293,6 +299,21 @@ impl VulkanBackend {
                     act,
                     y,
                     lists,
+                    out,
+                }
+                .dispatch(&shape)?
+                .into()
+            } else if int8 {
+                // The routing entries are read as 16-byte words (the scratch is padded).
+                let kw = (n * top_k).next_multiple_of(4);
+                MoeExpertsQ8a {
+                    x,
+                    ids: me.head(ids_t, kw)?,
+                    weights: me.head(weights_t, kw)?,
+                    gate,
+                    up,
+                    down,
+                    act: part(a)?,
                     out,
                 }
                 .dispatch(&shape)?

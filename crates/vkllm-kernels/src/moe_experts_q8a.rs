@@ -1,0 +1,106 @@
+//! The routed experts of a MoE block on int8 dot products: `matvec_q8a.wgsl` in its `MOE`
+//! modes, two launches for `n` tokens (one workgroup row per token): gate and up with SiLU into
+//! `act` (`[n, top_k, ff]`), the op's rows being the token's `top_k * ff` expert rows; then down,
+//! whose x is the token's `top_k * ff` activations, each lane step reading the expert row of its
+//! slot and weighing it by the slot's routing weight. The weights stay in their GGUF blocks
+//! (stacked `[E * ff, hidden]` gate/up, `[E * hidden, ff]` down).
+//!
+//! Not exact, as [`crate::matvec_q8a`]: x and the activations are quantized to int8 per 32
+//! elements; the oracle is vkllm-cpu's `moe_experts_q8act`.
+
+use crate::matvec_fused::{Epilogue, GatedAct, MatvecFused, MatvecOp, MatvecPart};
+use crate::moe_experts_quant::MoeQuantShape;
+use crate::spec::shape_err;
+use crate::{Dispatch, Error, KernelBuffer, WeightType};
+
+/// What a `MOE` launch of `matvec_q8a.wgsl` gathers: `stage` 1 (gate/up) or 2 (down).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeGather {
+    pub stage: u32,
+    pub tokens: usize,
+    pub top_k: usize,
+    pub ff: usize,
+    pub n_experts: usize,
+}
+
+/// Most tokens one launch takes (workgroup rows of the grid).
+pub const MAX_TOKENS: usize = 65535;
+
+/// Whether the int8 expert launches take `s`: gate and up of one format, every format one the
+/// int8 kernel decodes, expert rows of whole blocks (`ff` of whole super-blocks for K-quants,
+/// so a down lane step never straddles two experts), and one token's `top_k * ff` activations
+/// within the kernel's shared copy.
+pub fn supported(s: &MoeQuantShape) -> bool {
+    let types = &crate::matvec_q8a::TYPES;
+    let whole = |t: WeightType, cols: usize| {
+        let b = match t {
+            WeightType::Q4_K | WeightType::Q6_K => 256,
+            _ => 32,
+        };
+        cols > 0 && cols.is_multiple_of(b)
+    };
+    s.gate == s.up
+        && types.contains(&s.gate)
+        && types.contains(&s.down)
+        && whole(s.gate, s.hidden)
+        && whole(s.down, s.ff)
+        && s.top_k > 0
+        && s.top_k <= s.n_experts
+        && s.top_k * s.ff <= crate::matvec_q8a::MAX_ELEMS
+        && s.hidden <= crate::matvec_q8a::MAX_ELEMS
+        && (1..=MAX_TOKENS).contains(&s.n)
+}
+
+/// The buffers: x `[n, hidden]`, routing `ids` / `weights` `[n, top_k]` (each padded to a
+/// multiple of 4 entries: the kernel reads them as 16-byte words), the stacked expert blocks,
+/// `act` `[n, top_k, ff]` scratch and `out` `[n, hidden]`.
+pub struct MoeExpertsQ8a<B> {
+    pub x: B,
+    pub ids: B,
+    pub weights: B,
+    pub gate: B,
+    pub up: B,
+    pub down: B,
+    pub act: B,
+    pub out: B,
+}
+
+impl<B: KernelBuffer> MoeExpertsQ8a<B> {
+    /// The two launches (gate/up, then down).
+    pub fn dispatch(self, s: &MoeQuantShape) -> Result<[Dispatch<B>; 2], Error> {
+        let k = &crate::matvec_q8a::MATVEC_Q8A;
+        if !supported(s) {
+            return Err(shape_err(k, format!("not an int8 MoE launch: {s:?}")));
+        }
+        let rows = s.top_k * s.ff;
+        let gather = |stage| MoeGather {
+            stage,
+            tokens: s.n,
+            top_k: s.top_k,
+            ff: s.ff,
+            n_experts: s.n_experts,
+        };
+        let part = |rows| MatvecPart { rows, y_offset: 0 };
+        let mut gu = MatvecOp::plain(s.gate, rows, s.hidden);
+        gu.parts = vec![part(rows), part(rows)];
+        gu.epilogue = Epilogue::Gated {
+            act: GatedAct::Silu,
+        };
+        let gate_up = MatvecFused {
+            w: vec![self.gate, self.up],
+            x: self.x,
+            y: self.act,
+            norm_w: None,
+        }
+        .dispatch_q8a_moe(&gu, gather(1), self.ids, self.weights)?;
+        let dn = MatvecOp::plain(s.down, s.hidden, rows);
+        let down = MatvecFused {
+            w: vec![self.down],
+            x: self.act,
+            y: self.out,
+            norm_w: None,
+        }
+        .dispatch_q8a_moe(&dn, gather(2), self.ids, self.weights)?;
+        Ok([gate_up, down])
+    }
+}
