@@ -2,7 +2,9 @@
 // experts by p (largest first, ties to the lower index), optionally renormalised by their sum.
 //
 // Shapes: logits: [n, E] f32; ids: [n, top_k] u32; weights: [n, top_k] f32. top_k <= 32,
-// E <= WG * PER.
+// E <= WG * PER. With `shared` (vkllm_cpu::moe_route_shared) a shared expert takes a last slot:
+// logits rows [n, E + 1] (the router's, then the shared expert's gate logit), outputs
+// [n, top_k + 1] whose last entry is expert E with weight sigmoid(gate logit).
 // Workgroup: one per token, WG invocations; invocation i holds experts i, i + WG, ... in
 // registers. Max and softmax sum are workgroup reductions; each of the top_k picks is a
 // workgroup argmax (subgroup max/min, then across subgroups through shared memory; any
@@ -18,6 +20,10 @@ struct Params {
     n_experts: u32,
     top_k: u32,
     renormalize: u32,
+    with_shared: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 var<immediate> p: Params;
 
@@ -61,7 +67,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (t >= p.n) {
         return;
     }
-    let base = t * p.n_experts;
+    let base = t * (p.n_experts + p.with_shared);
+    // Output slots per token.
+    let kk = p.top_k + p.with_shared;
     var l: array<f32, PER>;
     var m = -3.0e38;
     for (var j = 0u; j < PER; j++) {
@@ -123,7 +131,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             pr[ge / WG] = -1.0;
         }
         if (lid == 0u) {
-            ids[t * p.top_k + s] = ge;
+            ids[t * kk + s] = ge;
             chosen_w[s] = gp;
         }
     }
@@ -137,7 +145,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (p.renormalize != 0u) {
                 w = w / total;
             }
-            weights[t * p.top_k + s] = w;
+            weights[t * kk + s] = w;
+        }
+        if (p.with_shared != 0u) {
+            ids[t * kk + p.top_k] = p.n_experts;
+            weights[t * kk + p.top_k] = 1.0 / (1.0 + exp(-logits[base + p.n_experts]));
         }
     }
 }

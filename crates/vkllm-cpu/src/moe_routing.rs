@@ -56,9 +56,69 @@ pub fn moe_route(
     }
 }
 
+/// [`moe_route`] with a shared expert routed as expert `n_experts` in the last of each token's
+/// `top_k + 1` slots: each logits row holds the `n_experts` router logits, then the shared
+/// expert's gate logit (`[n, n_experts + 1]`); the routed slots are [`moe_route`]'s, the last
+/// one is expert `n_experts` with weight `sigmoid(gate logit)` (transformers' Qwen2-MoE /
+/// Qwen3-Next `sigmoid(shared_expert_gate(x)) * shared_expert(x)`, here one more weighted
+/// expert of the sum).
+///
+/// # Panics
+/// As [`moe_route`], for `[n, n_experts + 1]` logits and `[n, top_k + 1]` outputs.
+pub fn moe_route_shared(
+    logits: &[f32],
+    n_experts: usize,
+    top_k: usize,
+    renormalize: bool,
+    ids: &mut [u32],
+    weights: &mut [f32],
+) {
+    let (w, k) = (n_experts + 1, top_k + 1);
+    assert!(logits.len().is_multiple_of(w), "moe_route_shared: logits");
+    let n = logits.len() / w;
+    assert!(
+        ids.len() == n * k && weights.len() == n * k,
+        "moe_route_shared: outputs"
+    );
+    for t in 0..n {
+        let row = &logits[t * w..(t + 1) * w];
+        let (ir, wr) = (
+            &mut ids[t * k..(t + 1) * k],
+            &mut weights[t * k..(t + 1) * k],
+        );
+        moe_route(
+            &row[..n_experts],
+            n_experts,
+            top_k,
+            renormalize,
+            &mut ir[..top_k],
+            &mut wr[..top_k],
+        );
+        ir[top_k] = n_experts as u32;
+        wr[top_k] = crate::sigmoid(row[n_experts]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_slot_follows_the_routed_ones() {
+        // Two tokens of 3 experts + the shared gate logit: top 1 each, then expert 3 with
+        // sigmoid(gate).
+        let logits = [0.0f32, 2.0, 1.0, 0.0, 5.0, 1.0, 3.0, -2.0];
+        let (mut ids, mut w) = ([9u32; 4], [f32::NAN; 4]);
+        moe_route_shared(&logits, 3, 1, true, &mut ids, &mut w);
+        assert_eq!(ids, [1, 3, 0, 3]);
+        assert_eq!(w[0], 1.0);
+        assert_eq!(w[2], 1.0);
+        assert!((w[1] - 0.5).abs() < 1e-7, "{w:?}");
+        assert!(
+            (f64::from(w[3]) - 1.0 / (1.0 + 2f64.exp())).abs() < 1e-7,
+            "{w:?}"
+        );
+    }
 
     #[test]
     fn hand_values() {

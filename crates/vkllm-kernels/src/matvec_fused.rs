@@ -263,17 +263,25 @@ impl<B: KernelBuffer> MatvecFused<B> {
         weights: B,
     ) -> Result<Dispatch<B>, Error> {
         let k = &crate::matvec_q8a::MATVEC_Q8A;
-        if op.n_cols != 1 || op.norm.is_some() || self.norm_w.is_some() {
-            return Err(shape_err(k, "a MoE launch takes one column and no norm"));
+        // Only gate/up may normalize x first (down's norm_w binding holds the routing weights).
+        if op.n_cols != 1 || (op.norm.is_some() && moe.stage != 1) {
+            return Err(shape_err(
+                k,
+                "a MoE launch takes one column, and a norm only in gate/up",
+            ));
         }
         // Read as 16-byte words: whole words of the routing entries.
         let words = (moe.tokens * moe.top_k).next_multiple_of(4) as u64;
         need(k, "ids", &ids, 4 * words)?;
         need(k, "weights", &weights, 4 * words)?;
+        let normed = self.norm_w.is_some();
         let mut d = self.dispatch_on(op, Kind::Moe(moe))?;
-        // The ids go where a third part's weights would, the routing weights in norm_w's place.
+        // The ids go where a third part's weights would, the routing weights in norm_w's place
+        // (unless gate/up reads the norm's weights there).
         d.buffers[4] = ids;
-        d.buffers[5] = weights;
+        if !normed {
+            d.buffers[5] = weights;
+        }
         Ok(d)
     }
 

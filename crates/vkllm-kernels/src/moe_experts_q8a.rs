@@ -8,7 +8,7 @@
 //! Not exact, as [`crate::matvec_q8a`]: x and the activations are quantized to int8 per 32
 //! elements; the oracle is vkllm-cpu's `moe_experts_q8act`.
 
-use crate::matvec_fused::{Epilogue, GatedAct, MatvecFused, MatvecOp, MatvecPart};
+use crate::matvec_fused::{Epilogue, GatedAct, MatvecFused, MatvecOp, MatvecPart, NormPrologue};
 use crate::moe_experts_quant::MoeQuantShape;
 use crate::spec::shape_err;
 use crate::{Dispatch, Error, KernelBuffer, WeightType};
@@ -65,9 +65,32 @@ pub struct MoeExpertsQ8a<B> {
     pub out: B,
 }
 
+/// Fusions of [`MoeExpertsQ8a::dispatch_fused`]: an RMSNorm of x before gate/up (its weights
+/// `[hidden]` and parameters, as `matvec_fused`'s prologue), and down adding into `out`
+/// (a residual add) instead of storing.
+pub struct MoeFusions<B> {
+    pub norm: Option<(B, NormPrologue)>,
+    pub accumulate: bool,
+}
+
 impl<B: KernelBuffer> MoeExpertsQ8a<B> {
     /// The two launches (gate/up, then down).
     pub fn dispatch(self, s: &MoeQuantShape) -> Result<[Dispatch<B>; 2], Error> {
+        self.dispatch_fused(
+            s,
+            MoeFusions {
+                norm: None,
+                accumulate: false,
+            },
+        )
+    }
+
+    /// [`MoeExpertsQ8a::dispatch`] with `f`'s fusions.
+    pub fn dispatch_fused(
+        self,
+        s: &MoeQuantShape,
+        f: MoeFusions<B>,
+    ) -> Result<[Dispatch<B>; 2], Error> {
         let k = &crate::matvec_q8a::MATVEC_Q8A;
         if !supported(s) {
             return Err(shape_err(k, format!("not an int8 MoE launch: {s:?}")));
@@ -86,14 +109,18 @@ impl<B: KernelBuffer> MoeExpertsQ8a<B> {
         gu.epilogue = Epilogue::Gated {
             act: GatedAct::Silu,
         };
+        gu.norm = f.norm.as_ref().map(|n| n.1);
         let gate_up = MatvecFused {
             w: vec![self.gate, self.up],
             x: self.x,
             y: self.act,
-            norm_w: None,
+            norm_w: f.norm.map(|n| n.0),
         }
         .dispatch_q8a_moe(&gu, gather(1), self.ids, self.weights)?;
-        let dn = MatvecOp::plain(s.down, s.hidden, rows);
+        let mut dn = MatvecOp::plain(s.down, s.hidden, rows);
+        if f.accumulate {
+            dn.epilogue = Epilogue::Accumulate;
+        }
         let down = MatvecFused {
             w: vec![self.down],
             x: self.act,

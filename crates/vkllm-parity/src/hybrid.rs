@@ -98,23 +98,28 @@ pub(crate) fn moe_route(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
     let mut rows = Vec::new();
-    // Qwen3.6-35B-A3B routes 8 of 256 experts, Qwen3-30B-A3B 8 of 128; 1000 fills every
-    // register of the shader's invocations; the last row's logits all tie (ids 0, 1, ...).
-    for (n, e, k, renorm) in [
-        (37usize, 60usize, 6usize, true),
-        (5, 8, 2, false),
-        (3, 128, 8, true),
-        (1, 256, 8, true),
-        (19, 256, 8, false),
-        (4, 1000, 32, true),
-        (2, 77, 5, true),
+    // Qwen3.6-35B-A3B routes 8 of 256 experts and a shared one, Qwen3-30B-A3B 8 of 128; 1000
+    // fills every register of the shader's invocations; the 77-expert rows' logits all tie
+    // (ids 0, 1, ...).
+    for (n, e, k, renorm, shared) in [
+        (37usize, 60usize, 6usize, true, false),
+        (5, 8, 2, false, false),
+        (3, 128, 8, true, false),
+        (1, 256, 8, true, false),
+        (1, 256, 8, true, true),
+        (19, 256, 8, false, false),
+        (7, 256, 8, false, true),
+        (4, 1000, 32, true, false),
+        (2, 77, 5, true, false),
+        (3, 77, 5, true, true),
     ] {
-        let mut logits = rng.vec(n * e, -4.0, 4.0);
+        let (ew, kk) = (e + shared as usize, k + shared as usize);
+        let mut logits = rng.vec(n * ew, -4.0, 4.0);
         if e == 77 {
             logits.fill(0.5);
         }
         let lb = cx.input("logits", &logits)?;
-        let (ids, w) = (cx.output("ids", n * k)?, cx.output("weights", n * k)?);
+        let (ids, w) = (cx.output("ids", n * kk)?, cx.output("weights", n * kk)?);
         cx.run(&[&ids, &w], |r| {
             r.dispatch(
                 MoeRoute {
@@ -122,14 +127,21 @@ pub(crate) fn moe_route(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
                     ids: ids.all(),
                     weights: w.all(),
                 }
-                .dispatch(n, e, k, renorm)?,
+                .dispatch_shared(n, e, k, renorm, shared)?,
             )
         })?;
-        let (mut want_ids, mut want_w) = (vec![0u32; n * k], vec![0.0; n * k]);
-        vkllm_cpu::moe_route(&logits, e, k, renorm, &mut want_ids, &mut want_w);
-        let got_ids: Vec<u32> = dev.read_vec(&ids, n * k)?;
-        let got_w = cx.read(&w, n * k)?;
-        let shape = format!("n {n} experts {e} top {k}");
+        let (mut want_ids, mut want_w) = (vec![0u32; n * kk], vec![0.0; n * kk]);
+        if shared {
+            vkllm_cpu::moe_route_shared(&logits, e, k, renorm, &mut want_ids, &mut want_w);
+        } else {
+            vkllm_cpu::moe_route(&logits, e, k, renorm, &mut want_ids, &mut want_w);
+        }
+        let got_ids: Vec<u32> = dev.read_vec(&ids, n * kk)?;
+        let got_w = cx.read(&w, n * kk)?;
+        let shape = format!(
+            "n {n} experts {e} top {k}{}",
+            if shared { " + shared" } else { "" }
+        );
         let variant = if renorm { "renormalised" } else { "softmax" };
         let as_f = |v: &[u32]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
         rows.push(row(

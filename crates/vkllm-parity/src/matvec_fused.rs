@@ -65,7 +65,7 @@ fn cpu_matvec(dtype: WeightType, w: &W, cols: usize, x: &[f32]) -> Result<Vec<f3
 }
 
 /// Relative error bound of the GPU's inv_rms (see the module docs).
-fn inv_rms_rel(cols: usize, wg: u32) -> f64 {
+pub(crate) fn inv_rms_rel(cols: usize, wg: u32) -> f64 {
     let per_lane = cols.div_ceil(4 * wg as usize) * 4;
     let eps = f32::EPSILON as f64;
     (per_lane as f64 + (wg as f64).log2() + wg as f64 / 4.0 + 8.0) * eps / 2.0 + 4.0 * eps

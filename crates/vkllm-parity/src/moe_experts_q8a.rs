@@ -4,16 +4,19 @@
 //! oracle on x, down against the oracle on the activations the GPU wrote (so a code the GPU
 //! rounds the other way in gate/up cannot carry into down's check). Tolerances follow
 //! `matvec_q8a`'s (`matvec_fused::q8a_reference`): per dot product `16 eps sum_u d_u sum_i
-//! (|w_i| + off_u) |q_i|` plus `d_u |w_i|` for codes near a rounding tie. Outputs NaN-poisoned;
-//! odd token counts, top-k and block counts, mixed gate/up and down formats.
+//! (|w_i| + off_u) |q_i|` plus `d_u |w_i|` for codes near a rounding tie. Outputs NaN-poisoned
+//! (down's, when it accumulates, prefilled with random values); odd token counts, top-k and block
+//! counts, mixed gate/up and down formats; fused cases normalize x in gate/up (RMSNorm weights,
+//! offsets 0 and 1) and add down's result into the prefilled output.
 
 use vkllm_cpu::MoeShape;
 use vkllm_cpu::quant::{
-    ActQ8, QuantType, matvec_q8act, moe_down_q8act, moe_gate_up_q8act, quantize_act_q8,
+    ActNormQ8, ActQ8, QuantType, matvec_q8act, moe_down_q8act, moe_gate_up_q8act, quantize_act_q8,
     unit_offsets,
 };
 use vkllm_kernels::WeightType;
-use vkllm_kernels::moe_experts_q8a::MoeExpertsQ8a;
+use vkllm_kernels::matvec_fused::NormPrologue;
+use vkllm_kernels::moe_experts_q8a::{MoeExpertsQ8a, MoeFusions};
 use vkllm_kernels::moe_experts_quant::MoeQuantShape;
 use vkllm_vk::{Device, Result};
 
@@ -94,13 +97,15 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
         WeightType::Q4_K,
         WeightType::Q6_K,
     );
-    // (tokens, experts, top-k, hidden, ff, gate/up type, down type)
-    for (n, e, k, h, ff, gu, dn) in [
-        (1usize, 6usize, 2usize, 512usize, 256usize, q4k, q4k),
-        (3, 7, 3, 96, 64, q8, q8),
-        (2, 5, 3, 256, 512, q4k, q6k),
-        (5, 9, 4, 160, 96, q40, q8),
-        (1, 4, 1, 768, 256, q6k, q4k),
+    // (tokens, experts, top-k, hidden, ff, gate/up type, down type, fused: norm offset)
+    for (n, e, k, h, ff, gu, dn, fused) in [
+        (1usize, 6usize, 2usize, 512usize, 256usize, q4k, q4k, None),
+        (3, 7, 3, 96, 64, q8, q8, None),
+        (2, 5, 3, 256, 512, q4k, q6k, None),
+        (5, 9, 4, 160, 96, q40, q8, None),
+        (1, 4, 1, 768, 256, q6k, q4k, None),
+        (1, 9, 3, 512, 256, q4k, q6k, Some(0.0f32)),
+        (3, 7, 3, 96, 64, q8, q8, Some(1.0)),
     ] {
         let s = MoeQuantShape {
             n,
@@ -135,6 +140,9 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             ids.extend(picked);
         }
         let w = rng.vec(n * k, 0.05, 1.0);
+        let (eps, nw) = (1e-6f32, rng.vec(h, -0.5, 0.5));
+        let y0 = rng.vec(n * h, -1.0, 1.0);
+        let nwb = cx.input("norm_w", &nw)?;
         let bufs = (
             cx.input("x", &x)?,
             cx.input("ids", &pad16(&ids))?,
@@ -143,8 +151,20 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             cx.input("up", &up_b)?,
             cx.input("down", &down_b)?,
         );
-        let (act, out) = (cx.output("act", n * k * ff)?, cx.output("out", n * h)?);
-        cx.run(&[&act, &out], |r| {
+        let act = cx.output("act", n * k * ff)?;
+        let out = match fused {
+            Some(_) => cx.input("out", &y0)?,
+            None => cx.output("out", n * h)?,
+        };
+        let poison: Vec<&vkllm_vk::Buffer> = match fused {
+            Some(_) => vec![&act],
+            None => vec![&act, &out],
+        };
+        cx.run(&poison, |r| {
+            let f = MoeFusions {
+                norm: fused.map(|offset| (nwb.all(), NormPrologue { eps, offset })),
+                accumulate: fused.is_some(),
+            };
             let ds = MoeExpertsQ8a {
                 x: bufs.0.all(),
                 ids: bufs.1.all(),
@@ -155,7 +175,7 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                 act: act.all(),
                 out: out.all(),
             }
-            .dispatch(&s)?;
+            .dispatch_fused(&s, f)?;
             for d in ds {
                 r.dispatch(d)?;
             }
@@ -164,25 +184,46 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
         let got_act = cx.read(&act, n * k * ff)?;
         let got = cx.read(&out, n * h)?;
         let shape = format!("n {n} experts {e} top {k} H {h} F {ff}");
-        let variant = |stage: &str| format!("{stage} {}/{}", gu.name(), dn.name());
+        let variant = |stage: &str| match fused {
+            Some(o) => format!("{stage} {}/{} norm+{o} acc", gu.name(), dn.name()),
+            None => format!("{stage} {}/{}", gu.name(), dn.name()),
+        };
+        let norm = fused.map(|offset| ActNormQ8 {
+            weight: &nw,
+            offset,
+            eps,
+        });
 
         // gate/up: the oracle on x, the gated tolerance of matvec_q8a's parity.
         let mut want_act = vec![0f32; n * k * ff];
-        moe_gate_up_q8act(&cs, qg, &gate_b, &up_b, &x, &ids, &mut want_act).map_err(cpu_err)?;
+        moe_gate_up_q8act(&cs, qg, &gate_b, &up_b, &x, norm, &ids, &mut want_act)
+            .map_err(cpu_err)?;
         let (gv, uv) = (
             dequantize(gu, &gate_b, e * ff * h)?,
             dequantize(gu, &up_b, e * ff * h)?,
         );
         let (mut dot_tol, mut tie, mut max_g, mut max_u) = (0f64, 0f64, 0f64, 0f64);
         let mut dots = vec![0f32; ff];
+        // The norm's inv_rms: its f32 error scales both products (matvec_q8a's model).
+        let mut inv_err = 0f64;
         for t in 0..n {
-            let xq = quantize_act_q8(&x[t * h..][..h]);
+            let xt = &x[t * h..][..h];
+            let (xq, inv) = match fused {
+                Some(o) => {
+                    let ss: f64 = xt.iter().map(|&v| (v as f64) * (v as f64)).sum();
+                    let inv = 1.0 / (ss / h as f64 + eps as f64).sqrt();
+                    let v: Vec<f32> = xt.iter().zip(&nw).map(|(&a, &g)| a * (o + g)).collect();
+                    (quantize_act_q8(&v), inv)
+                }
+                None => (quantize_act_q8(xt), 1.0),
+            };
             for i in 0..k {
                 let ex = ids[t * k + i] as usize;
                 for (bytes, vals, is_up) in [(&gate_b, &gv, false), (&up_b, &uv, true)] {
                     let rb = qg.row_bytes(h).map_err(cpu_err)?;
                     let m = &bytes[ex * ff * rb..][..ff * rb];
                     matvec_q8act(qg, m, ff, h, &xq, &mut dots).map_err(cpu_err)?;
+                    dots.iter_mut().for_each(|d| *d = (*d as f64 * inv) as f32);
                     let mx = if is_up {
                         max_abs(&dots)
                     } else {
@@ -195,12 +236,16 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                         max_g = max_g.max(mx);
                     }
                     for (tl, ti) in dot_tols(qg, bytes, vals, ex * ff, ff, h, &xq)? {
-                        dot_tol = dot_tol.max(tl + 2.0 * f32::EPSILON as f64 * mx);
-                        tie = tie.max(ti);
+                        dot_tol = dot_tol.max(tl * inv + 2.0 * f32::EPSILON as f64 * mx);
+                        tie = tie.max(ti * inv);
+                    }
+                    if fused.is_some() {
+                        inv_err = inv_err.max(super::matvec_fused::inv_rms_rel(h, 256) * mx);
                     }
                 }
             }
         }
+        let dot_tol = dot_tol + inv_err;
         let tol = Tol {
             max_abs: 1.13 * dot_tol * max_u
                 + dot_tol * max_g
@@ -223,6 +268,9 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
         // down: the oracle on the GPU's activations, tolerance summed over the weighted slots.
         let mut want = vec![0f32; n * h];
         moe_down_q8act(&cs, qd, &down_b, &got_act, &ids, &w, &mut want).map_err(cpu_err)?;
+        if fused.is_some() {
+            want.iter_mut().zip(&y0).for_each(|(v, &a)| *v += a);
+        }
         let dv = dequantize(dn, &down_b, e * h * ff)?;
         let (mut tol_out, mut tie_out) = (0f64, 0f64);
         for t in 0..n {
@@ -241,8 +289,8 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                 }
             }
             for c in 0..h {
-                let y = f64::from(want[t * h + c].abs());
-                tol_out = tol_out.max(tl[c] + 2.0 * f32::EPSILON as f64 * (k as f64) * y);
+                let y = f64::from(want[t * h + c].abs()) + f64::from(y0[t * h + c].abs());
+                tol_out = tol_out.max(tl[c] + 2.0 * f32::EPSILON as f64 * (k as f64 + 1.0) * y);
                 tie_out = tie_out.max(tt[c]);
             }
         }

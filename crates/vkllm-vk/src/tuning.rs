@@ -180,6 +180,10 @@ pub struct Tuning {
     /// products (`matvec_q8a`'s MoE launches) where the device runs the int8 matvec; `false`:
     /// the float kernel of `moe_lanes`. Key `moe_q8a`.
     pub moe_q8a: bool,
+    /// Model backends: a MoE block's shared expert as wide as the routed ones is stacked with
+    /// them and routed as one more expert (one set of expert launches); `false`: its own gated
+    /// MLP, gate and residual adds (the reference). Key `moe_shared`.
+    pub moe_shared: bool,
     /// Model backends: a forward's dispatches share one submit where possible. Key `one_submit`.
     pub one_submit: bool,
     /// Model backends: dispatches in a forward's first submitted part (parts double up to 256);
@@ -232,6 +236,7 @@ impl Default for Tuning {
             moe_grouped_min: 16,
             moe_lanes: 16,
             moe_q8a: true,
+            moe_shared: true,
             one_submit: true,
             split_submit: Some(SPLIT_SUBMIT_FIRST),
         }
@@ -296,6 +301,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "moe_grouped_min",
     "moe_lanes",
     "moe_q8a",
+    "moe_shared",
     "one_submit",
     "split_submit",
 ];
@@ -513,6 +519,7 @@ impl Tuning {
                 self.moe_lanes = l;
             }
             "moe_q8a" => self.moe_q8a = flag()?,
+            "moe_shared" => self.moe_shared = flag()?,
             "one_submit" => self.one_submit = flag()?,
             "split_submit" => {
                 self.split_submit = match num()? {
@@ -601,7 +608,7 @@ impl fmt::Display for Tuning {
              {dequant},wg_coherent={},prune={},recycle={},fence_spin_us={},pipeline_stats={},\
              attn={attn},attn_chunk={},attn_adaptive={},attn_wide={},attn_prefill={prefill},attn_coop_nsg={},\
              attn_coop_split={},fused={},rope_kv_tpw={},delta_chunked={},delta_wide={},moe_grouped_min={},\
-             moe_lanes={},moe_q8a={},one_submit={},split_submit={}",
+             moe_lanes={},moe_q8a={},moe_shared={},one_submit={},split_submit={}",
             b(self.q8a_wide),
             b(self.q8a_quad),
             self.q8a_workgroups,
@@ -634,6 +641,7 @@ impl fmt::Display for Tuning {
             self.moe_grouped_min,
             self.moe_lanes,
             b(self.moe_q8a),
+            b(self.moe_shared),
             b(self.one_submit),
             self.split_submit.unwrap_or(0),
         )
@@ -691,7 +699,7 @@ mod tests {
                     dequant=auto,dequant_min=4096,dequant_tokens=64,wg_coherent=0,prune=1,\
                     recycle=0,fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,\
                     attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,fused=0,\
-                    rope_kv_tpw=3,delta_chunked=0,delta_wide=0,moe_grouped_min=0,moe_lanes=0,moe_q8a=0,one_submit=0,\
+                    rope_kv_tpw=3,delta_chunked=0,delta_wide=0,moe_grouped_min=0,moe_lanes=0,moe_q8a=0,moe_shared=0,one_submit=0,\
                     split_submit=0";
         let t = Tuning::parse(spec).unwrap();
         assert_ne!(t, Tuning::default());

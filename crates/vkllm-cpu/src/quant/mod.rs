@@ -32,7 +32,7 @@ mod tests;
 pub use act_q8::{ActQ8, TIE_MARGIN, matvec_q8act, quantize_act_q8, unit_offsets};
 pub use iquants::KVALUES_IQ4NL;
 pub use matvec::matvec_quant;
-pub use moe_q8act::{moe_down_q8act, moe_gate_up_q8act};
+pub use moe_q8act::{ActNormQ8, moe_down_q8act, moe_gate_up_q8act};
 
 use crate::CpuError;
 

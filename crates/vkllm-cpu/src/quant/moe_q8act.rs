@@ -12,8 +12,18 @@
 use super::{QuantType, matvec_q8act, quantize_act_q8};
 use crate::{CpuError, MoeShape};
 
+/// RMSNorm folded into the products as the GPU's int8 kernels do it: x is weighted by
+/// `offset + weight` before quantization and each finished product multiplied by
+/// `1 / sqrt(mean(x^2) + eps)` (f64, rounded once).
+#[derive(Clone, Copy, Debug)]
+pub struct ActNormQ8<'a> {
+    pub weight: &'a [f32],
+    pub offset: f32,
+    pub eps: f32,
+}
+
 /// `act[t, s] = silu(gate_e x[t]) * (up_e x[t])` (`[n, top_k, ff]`) for `e = ids[t, s]`, both
-/// products over the int8-quantized `x[t]`.
+/// products over the int8-quantized `x[t]` (with `norm`, over its normed form: [`ActNormQ8`]).
 ///
 /// # Errors
 /// Weight bytes that are not whole rows of `ty` ([`matvec_q8act`]'s errors).
@@ -28,6 +38,7 @@ pub fn moe_gate_up_q8act(
     gate: &[u8],
     up: &[u8],
     x: &[f32],
+    norm: Option<ActNormQ8<'_>>,
     ids: &[u32],
     act: &mut [f32],
 ) -> Result<(), CpuError> {
@@ -40,11 +51,28 @@ pub fn moe_gate_up_q8act(
     );
     let (mut g, mut u) = (vec![0f32; ff], vec![0f32; ff]);
     for t in 0..n {
-        let xq = quantize_act_q8(&x[t * h..(t + 1) * h]);
+        let xt = &x[t * h..(t + 1) * h];
+        let (xq, inv) = match norm {
+            Some(nm) => {
+                assert_eq!(nm.weight.len(), h, "moe_gate_up_q8act: norm weight");
+                let ss: f64 = xt.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+                let inv = (1.0 / (ss / h as f64 + f64::from(nm.eps)).sqrt()) as f32;
+                let v: Vec<f32> = xt
+                    .iter()
+                    .zip(nm.weight)
+                    .map(|(&a, &w)| a * (nm.offset + w))
+                    .collect();
+                (quantize_act_q8(&v), Some(inv))
+            }
+            None => (quantize_act_q8(xt), None),
+        };
         for i in 0..k {
             let e = expert(s, ids[t * k + i]);
             matvec_q8act(ty, &gate[e * rb..(e + 1) * rb], ff, h, &xq, &mut g)?;
             matvec_q8act(ty, &up[e * rb..(e + 1) * rb], ff, h, &xq, &mut u)?;
+            if let Some(inv) = inv {
+                g.iter_mut().chain(u.iter_mut()).for_each(|v| *v *= inv);
+            }
             let a = &mut act[(t * k + i) * ff..(t * k + i + 1) * ff];
             crate::silu_mul(&g, &u, a);
         }

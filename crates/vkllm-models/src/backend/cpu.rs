@@ -542,22 +542,22 @@ impl HybridOps for CpuBackend {
         n_experts: usize,
         top_k: usize,
         renormalize: bool,
+        shared: bool,
         ids: Tensor,
         weights: Tensor,
     ) -> Result<(), ModelError> {
-        let l = self.f32(logits)[..n * n_experts].to_vec();
+        let (ew, kk) = (n_experts + shared as usize, top_k + shared as usize);
+        let l = self.f32(logits)[..n * ew].to_vec();
         let mut w = self.take(weights);
-        let mut e = vec![0u32; n * top_k];
-        ops::moe_route(
-            &l,
-            n_experts,
-            top_k,
-            renormalize,
-            &mut e,
-            &mut w[..n * top_k],
-        );
+        let mut e = vec![0u32; n * kk];
+        let route = if shared {
+            ops::moe_route_shared
+        } else {
+            ops::moe_route
+        };
+        route(&l, n_experts, top_k, renormalize, &mut e, &mut w[..n * kk]);
         self.put(weights, w);
-        self.u32_mut(ids)[..n * top_k].copy_from_slice(&e);
+        self.u32_mut(ids)[..n * kk].copy_from_slice(&e);
         Ok(())
     }
 

@@ -71,7 +71,9 @@ pub trait HybridOps {
     ) -> Result<(), ModelError>;
 
     /// Routes `n` tokens from their router `logits` (`[n, n_experts]`): expert ids (u32) and
-    /// weights (f32), `[n, top_k]` each: `vkllm_cpu::moe_route`.
+    /// weights (f32), `[n, top_k]` each: `vkllm_cpu::moe_route`. With `shared`, logits rows end
+    /// in the shared expert's gate logit and each token's last of `top_k + 1` slots is the
+    /// shared expert (id `n_experts`, weight `sigmoid(gate logit)`): `vkllm_cpu::moe_route_shared`.
     #[allow(clippy::too_many_arguments)]
     fn moe_route(
         &mut self,
@@ -80,6 +82,7 @@ pub trait HybridOps {
         n_experts: usize,
         top_k: usize,
         renormalize: bool,
+        shared: bool,
         ids: Tensor,
         weights: Tensor,
     ) -> Result<(), ModelError>;

@@ -37,6 +37,8 @@ pub use vkllm_kernels::kv_append::{KvType, KvTypes};
 
 mod hybrid_ops;
 pub use hybrid_ops::HybridOps;
+mod moe_ffn;
+pub use moe_ffn::{MoeFfn, moe_ffn_unfused};
 
 /// Which rows of a slot-major KV cache an op reads and writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +154,12 @@ pub trait Backend: HybridOps {
     ) -> Result<Option<Tensor>, ModelError> {
         Ok(None)
     }
+    /// Whether a MoE block's shared expert as wide as the routed ones joins their stacked
+    /// matrices, routed as one more expert in every token's last slot
+    /// (`vkllm_cpu::moe_route_shared`) instead of running as its own gated MLP (the reference).
+    fn stacks_shared_expert(&self) -> bool {
+        false
+    }
     /// Overwrites the start of a u32 tensor.
     fn write_u32(&mut self, t: Tensor, data: &[u32]) -> Result<(), ModelError>;
     /// Reads `out.len()` values starting at element `offset`, after all earlier work finished.
@@ -253,6 +261,34 @@ pub trait Backend: HybridOps {
     fn norm_qkv(&mut self, a: &NormQkv<'_>) -> Result<bool, ModelError> {
         norm_qkv_unfused(self, a)?;
         Ok(false)
+    }
+
+    /// RMSNorm of the `n` rows of `x` (width `ws[i].0.cols`), then each `(weight, out)`
+    /// product of the normed rows. The default runs `rmsnorm` into `h` and the `linear`s;
+    /// backends may fold the norm into each product instead.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_linears(
+        &mut self,
+        x: Tensor,
+        (norm, eps, offset): (Tensor, f32, f32),
+        n: usize,
+        h: Tensor,
+        ws: &[(&Linear, Tensor)],
+    ) -> Result<(), ModelError> {
+        let Some((first, _)) = ws.first() else {
+            return Ok(());
+        };
+        self.rmsnorm(x, norm, n, first.cols, eps, offset, h)?;
+        for &(w, out) in ws {
+            self.linear(w, h, n, out)?;
+        }
+        Ok(())
+    }
+
+    /// A MoE feed-forward block: `x += experts(norm(x))` ([`MoeFfn`]); backends may fuse it,
+    /// the reference is [`moe_ffn_unfused`].
+    fn moe_ffn(&mut self, a: &MoeFfn<'_>) -> Result<(), ModelError> {
+        moe_ffn_unfused(self, a)
     }
 
     /// RMSNorm of `a.x`, the gate and up projections and the gated activation:

@@ -383,6 +383,10 @@ impl Backend for VulkanBackend {
         Ok(self.push(Slot::Matrix(t)))
     }
 
+    fn stacks_shared_expert(&self) -> bool {
+        self.fused && self.dev.tuning().moe_shared
+    }
+
     fn upload_matrix_raw(
         &mut self,
         ty: vkllm_cpu::quant::QuantType,
@@ -604,6 +608,21 @@ impl Backend for VulkanBackend {
 
     fn norm_gated_mlp(&mut self, a: &NormMlp<'_>) -> Result<(), ModelError> {
         self.norm_gated_mlp_op(a)
+    }
+
+    fn moe_ffn(&mut self, a: &crate::backend::MoeFfn<'_>) -> Result<(), ModelError> {
+        self.moe_ffn_op(a)
+    }
+
+    fn norm_linears(
+        &mut self,
+        x: Tensor,
+        norm: (Tensor, f32, f32),
+        n: usize,
+        h: Tensor,
+        ws: &[(&Linear, Tensor)],
+    ) -> Result<(), ModelError> {
+        self.norm_linears_op(x, norm, n, h, ws)
     }
 
     fn linear_add(

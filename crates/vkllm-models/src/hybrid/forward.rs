@@ -12,7 +12,7 @@
 use std::cell::Cell;
 
 use crate::backend::{
-    Backend, KvRows, KvType, KvTypes, KvView, NormMlp, StateView, Tensor, moe_scratch_words,
+    Backend, KvRows, KvType, KvTypes, KvView, MoeFfn, NormMlp, StateView, Tensor, moe_scratch_words,
 };
 use crate::blocks::{self, AttnRefs, AttnScratch};
 use crate::config::ModelConfig;
@@ -154,8 +154,14 @@ impl HybridModel {
             Some(hy) => (hy.conv_dim(), hy.delta.v_width(), hy.delta.n_v_heads),
             None => (0, 0, 0),
         };
+        // A shared expert may be stacked with the routed ones (one more expert and slot).
         let (ne, k, sff, eff) = match &c.moe {
-            Some(m) => (m.n_experts, m.top_k, m.shared_ff.unwrap_or(0), m.expert_ff),
+            Some(m) => (
+                m.n_experts + 1,
+                m.top_k + 1,
+                m.shared_ff.unwrap_or(0),
+                m.expert_ff,
+            ),
             None => (0, 0, 0, 0),
         };
         let ff = c.intermediate_size.max(sff).max(eff);
@@ -468,10 +474,11 @@ impl HybridModel {
         b.mark("embed");
         b.embedding(w.embed, c.vocab_size, h, inp.ids, n, c.embed_scale, s.x)?;
         for (i, lw) in w.layers.iter().enumerate() {
-            b.mark("norm");
-            b.rmsnorm(s.x, lw.attn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
+            let attn_norm = (lw.attn_norm, c.rms_eps, c.norm_offset);
             match (&lw.mixer, st.layers[i]) {
                 (MixerWeights::Attention(aw), LayerState::Attention { k, v }) => {
+                    b.mark("norm");
+                    b.rmsnorm(s.x, lw.attn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
                     let refs = AttnRefs {
                         q: &aw.q,
                         k: &aw.k,
@@ -493,10 +500,8 @@ impl HybridModel {
                         .expect("DeltaNet weights come from a hybrid config");
                     let d = hy.delta;
                     b.mark("delta_in_proj");
-                    b.linear(&dw.qkv, s.h, n, s.qkv)?;
-                    b.linear(&dw.z, s.h, n, s.z)?;
-                    b.linear(&dw.b, s.h, n, s.b)?;
-                    b.linear(&dw.a, s.h, n, s.a)?;
+                    let ws = [(&dw.qkv, s.qkv), (&dw.z, s.z), (&dw.b, s.b), (&dw.a, s.a)];
+                    b.norm_linears(s.x, attn_norm, n, s.h, &ws)?;
                     let cd = hy.conv_dim();
                     let conv = st.state_view(conv, conv_len, inp.rows, inp.pos);
                     let delta = st.state_view(delta, delta_len, inp.rows, inp.pos);
@@ -543,16 +548,42 @@ impl HybridModel {
                     continue;
                 }
                 FfnWeights::Moe(m) => {
+                    let mc = c.moe.as_ref().expect("MoE weights come from a MoE config");
+                    let (ids, ew) = (s.expert_ids, s.expert_w);
+                    let (ne, k, act) = (mc.n_experts, mc.top_k, c.activation);
+                    if m.shared.is_none() {
+                        // No shared MLP of its own (none, or stacked with the experts and
+                        // routed to every token in one more slot): one op, residual add
+                        // included.
+                        b.mark("mlp");
+                        b.moe_ffn(&MoeFfn {
+                            x: s.x,
+                            norm: lw.ffn_norm,
+                            eps: c.rms_eps,
+                            norm_offset: c.norm_offset,
+                            n,
+                            h: s.h,
+                            router: &m.router,
+                            logits: s.router,
+                            n_experts: ne,
+                            top_k: k,
+                            renormalize: mc.renormalize,
+                            shared: m.shared_stacked,
+                            experts: &m.experts,
+                            act,
+                            ids,
+                            weights: ew,
+                            scratch: s.expert_act,
+                            out: s.o,
+                        })?;
+                        continue;
+                    }
                     b.mark("norm");
                     b.rmsnorm(s.x, lw.ffn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
                     b.mark("mlp");
-                    let mc = c.moe.as_ref().expect("MoE weights come from a MoE config");
                     b.linear(&m.router, s.h, n, s.router)?;
-                    let (ids, ew) = (s.expert_ids, s.expert_w);
-                    b.moe_route(s.router, n, mc.n_experts, mc.top_k, mc.renormalize, ids, ew)?;
-                    let act = c.activation;
-                    let scratch = s.expert_act;
-                    b.moe_experts(s.h, n, &m.experts, act, mc.top_k, ids, ew, scratch, s.o)?;
+                    b.moe_route(s.router, n, ne, k, mc.renormalize, false, ids, ew)?;
+                    b.moe_experts(s.h, n, &m.experts, act, k, ids, ew, s.expert_act, s.o)?;
                     if let Some(sh) = &m.shared {
                         let e = &sh.mlp;
                         blocks::mlp(b, act, &e.gate, &e.up, &e.down, s.h, n, tmp, s.shared)?;

@@ -80,10 +80,15 @@ pub struct SharedExpert {
 /// A Mixture-of-Experts block.
 #[derive(Clone, Debug)]
 pub struct MoeWeights {
-    /// `[n_experts, hidden]`.
+    /// `[n_experts, hidden]`; with `shared_stacked`, `[n_experts + 1, hidden]`: the shared
+    /// expert's gate is its last row.
     pub router: Linear,
+    /// The routed experts; with `shared_stacked` the shared expert is one more, the last.
     pub experts: Experts,
+    /// The shared expert when it runs as its own MLP.
     pub shared: Option<SharedExpert>,
+    /// The shared expert is stacked with the routed ones ([`Backend::stacks_shared_expert`]).
+    pub shared_stacked: bool,
 }
 
 /// A layer's feed-forward block.
@@ -196,14 +201,17 @@ impl<B: Backend> Loader<'_, B> {
 
     /// The stacked gate, up and down projections of `n` experts: kept in their stored block
     /// format when the source offers all three that way and the backend computes with it (the
-    /// quantized expert kernels read only the selected experts' blocks), else f32.
+    /// quantized expert kernels read only the selected experts' blocks), else f32. With
+    /// `shared` (the shared expert's prefix, an MLP as wide as the experts) it is stacked last
+    /// when its matrices come in the experts' format (the returned flag says whether it was).
     fn experts(
         &mut self,
         p: &str,
         n: usize,
         ff: usize,
         h: usize,
-    ) -> Result<(Tensor, Tensor, Tensor), ModelError> {
+        shared: Option<&str>,
+    ) -> Result<(Tensor, Tensor, Tensor, bool), ModelError> {
         let shapes = [
             ("gate_proj", ff, h),
             ("up_proj", ff, h),
@@ -217,9 +225,28 @@ impl<B: Backend> Loader<'_, B> {
             }
         }
         if raws.len() == 3 {
+            // The shared expert's blocks, when all three are in the experts' formats.
+            let mut extra = Vec::with_capacity(3);
+            if let Some(sp) = shared {
+                for ((kind, rows, cols), (r, _, _)) in shapes.iter().zip(&raws) {
+                    match self.src.tensor_raw(&format!("{sp}.{kind}.weight"))? {
+                        Some(t) if t.ty == r.0 && t.shape == [*rows, *cols] => {
+                            extra.push(t.bytes.into_owned())
+                        }
+                        _ => break,
+                    }
+                }
+            }
+            let stacked = extra.len() == 3;
+            if stacked {
+                for ((r, _, _), e) in raws.iter_mut().zip(extra) {
+                    r.1.extend_from_slice(&e);
+                }
+            }
+            let ne = n + stacked as usize;
             let mut up = Vec::with_capacity(3);
             for (r, rows, cols) in &raws {
-                match self.b.upload_matrix_raw(r.0, &r.1, n * rows, *cols)? {
+                match self.b.upload_matrix_raw(r.0, &r.1, ne * rows, *cols)? {
                     Some(t) => up.push(t),
                     // The backend declined the format (it does all or none in practice; a
                     // declined one after accepted ones only leaves those unused).
@@ -227,13 +254,14 @@ impl<B: Backend> Loader<'_, B> {
                 }
             }
             if let [g, u, d] = up[..] {
-                return Ok((g, u, d));
+                return Ok((g, u, d, stacked));
             }
         }
         Ok((
-            self.stacked(p, "gate_proj", n, ff, h)?,
-            self.stacked(p, "up_proj", n, ff, h)?,
-            self.stacked(p, "down_proj", n, h, ff)?,
+            self.stacked(p, "gate_proj", n, ff, h, shared)?,
+            self.stacked(p, "up_proj", n, ff, h, shared)?,
+            self.stacked(p, "down_proj", n, h, ff, shared)?,
+            shared.is_some(),
         ))
     }
 
@@ -274,7 +302,8 @@ impl<B: Backend> Loader<'_, B> {
 
     /// Experts' `kind` projection (`gate_proj`, `up_proj`, `down_proj`) of `[rows, cols]` each,
     /// stacked in f32 (dequantized at load): from one `[experts, rows, cols]` tensor when the
-    /// source has it, else from the per-expert tensors.
+    /// source has it, else from the per-expert tensors; then the shared expert's (prefix
+    /// `shared`) when given.
     fn stacked(
         &mut self,
         p: &str,
@@ -282,9 +311,10 @@ impl<B: Backend> Loader<'_, B> {
         n: usize,
         rows: usize,
         cols: usize,
+        shared: Option<&str>,
     ) -> Result<Tensor, ModelError> {
         let whole = format!("{p}.mlp.experts.{kind}.weight");
-        let data = match self.src.tensor_f32(&whole)? {
+        let mut data = match self.src.tensor_f32(&whole)? {
             Some(t) if t.shape == [n, rows, cols] => t.data,
             Some(t) => {
                 return Err(ModelError::TensorShape {
@@ -303,7 +333,11 @@ impl<B: Backend> Loader<'_, B> {
                 data
             }
         };
-        self.b.upload_matrix(&data, n * rows, cols)
+        if let Some(sp) = shared {
+            data.extend(self.read(&format!("{sp}.{kind}.weight"), &[rows, cols])?);
+        }
+        let ne = n + shared.is_some() as usize;
+        self.b.upload_matrix(&data, ne * rows, cols)
     }
 
     fn mlp(&mut self, p: &str, hidden: usize, ff: usize) -> Result<MlpWeights, ModelError> {
@@ -445,26 +479,40 @@ impl HybridWeights {
                 Some(m) if m.sparse[i] => {
                     let mp = format!("{p}.mlp");
                     let ff = m.expert_ff;
-                    let (gate, up, down) = ld.experts(&p, m.n_experts, ff, h)?;
+                    let sp = format!("{mp}.shared_expert");
+                    let stack = m.shared_ff == Some(ff) && ld.b.stacks_shared_expert();
+                    let (gate, up, down, stacked) =
+                        ld.experts(&p, m.n_experts, ff, h, stack.then_some(sp.as_str()))?;
                     let experts = Experts {
                         gate,
                         up,
                         down,
-                        n_experts: m.n_experts,
+                        n_experts: m.n_experts + stacked as usize,
                         hidden: h,
                         ff,
                     };
                     let shared = match m.shared_ff {
-                        Some(sff) => Some(SharedExpert {
-                            mlp: ld.mlp(&format!("{mp}.shared_expert"), h, sff)?,
+                        Some(sff) if !stacked => Some(SharedExpert {
+                            mlp: ld.mlp(&sp, h, sff)?,
                             gate: ld.plain(&format!("{mp}.shared_expert_gate.weight"), 1, h)?,
                         }),
-                        None => None,
+                        _ => None,
+                    };
+                    let router = format!("{mp}.gate.weight");
+                    let router = if stacked {
+                        // The router's rows, then the shared expert's gate (f32, as stored).
+                        let mut rows = ld.read(&router, &[m.n_experts, h])?;
+                        rows.extend(ld.read(&format!("{mp}.shared_expert_gate.weight"), &[1, h])?);
+                        let t = ld.b.upload_matrix(&rows, m.n_experts + 1, h)?;
+                        linear(t, m.n_experts + 1, h)
+                    } else {
+                        ld.plain(&router, m.n_experts, h)?
                     };
                     FfnWeights::Moe(MoeWeights {
-                        router: ld.plain(&format!("{mp}.gate.weight"), m.n_experts, h)?,
+                        router,
                         experts,
                         shared,
+                        shared_stacked: stacked,
                     })
                 }
                 _ => FfnWeights::Dense(ld.mlp(&format!("{p}.mlp"), h, cfg.intermediate_size)?),

@@ -326,6 +326,37 @@ impl VulkanBackend {
         Ok(())
     }
 
+    /// `Backend::norm_linears`: for as many tokens as the multi-column matvec takes and no
+    /// biases, each product with the norm as its prologue (no normed copy of x is written; the
+    /// products are independent launches); a product that cannot take it, or more tokens, reads
+    /// the norm's output instead.
+    pub(super) fn norm_linears_op(
+        &mut self,
+        x: Tensor,
+        norm: (Tensor, f32, f32),
+        n: usize,
+        h: Tensor,
+        ws: &[(&Linear, Tensor)],
+    ) -> Result<(), ModelError> {
+        let refs: Vec<&Linear> = ws.iter().map(|(w, _)| *w).collect();
+        let fusable =
+            self.fused && n <= self.columns_max(&refs) && refs.iter().all(|w| w.bias.is_none());
+        let mut normed = false;
+        for &(w, out) in ws {
+            if fusable
+                && self.try_fused_matvec(&[w], x, n, out, w.rows, &[0], norm, Epilogue::Store)?
+            {
+                continue;
+            }
+            if !normed {
+                self.rmsnorm(x, norm.0, n, w.cols, norm.1, norm.2, h)?;
+                normed = true;
+            }
+            self.linear(w, h, n, out)?;
+        }
+        Ok(())
+    }
+
     /// `a.out = act(a.h gate^T) * (a.h up^T)` as one gated launch
     /// ([`vkllm_vk::Recorder::matmul_glu`]); `Ok(false)`, with nothing recorded, where none
     /// applies.
@@ -347,7 +378,7 @@ impl VulkanBackend {
 
     /// The most tokens every one of `ws` takes through the multi-column matvec: in a recorded
     /// decode step [`vkllm_vk::decode_columns_max`], else (prompt prefill) [`MAX_COLUMNS`].
-    fn columns_max(&self, ws: &[&Linear]) -> usize {
+    pub(super) fn columns_max(&self, ws: &[&Linear]) -> usize {
         if !self.decoding() {
             return MAX_COLUMNS;
         }
@@ -412,7 +443,7 @@ impl VulkanBackend {
     /// Records one `matvec_fused` with an RMSNorm prologue; `Ok(false)` (nothing recorded) when
     /// the weights cannot share a dispatch (`Unfusable`: mixed types, split weights).
     #[allow(clippy::too_many_arguments)]
-    fn try_fused_matvec(
+    pub(super) fn try_fused_matvec(
         &mut self,
         ws: &[&Linear],
         x: Tensor,

@@ -13,9 +13,10 @@ use vkllm_kernels::gated_delta_rule::{
     CHUNKED_MAX_K_DIM, DeltaShape as DeltaShapeK, GatedDeltaRule, StateRows,
 };
 use vkllm_kernels::gated_rmsnorm::GatedRmsNorm;
+use vkllm_kernels::matvec_fused::{Epilogue, NormPrologue};
 use vkllm_kernels::moe_experts::{MoeExperts, MoeShape};
 use vkllm_kernels::moe_experts_grouped::MoeExpertsGrouped;
-use vkllm_kernels::moe_experts_q8a::MoeExpertsQ8a;
+use vkllm_kernels::moe_experts_q8a::{MoeExpertsQ8a, MoeFusions};
 use vkllm_kernels::moe_experts_quant::{MoeExpertsQuant, MoeQuantShape};
 use vkllm_vk::BufSlice;
 
@@ -24,7 +25,9 @@ use vkllm_kernels::moe_route::MoeRoute;
 use vkllm_kernels::sigmoid_mul::SigmoidMul;
 
 use super::VulkanBackend;
-use crate::backend::{Backend, Experts, HybridOps, KvRows, StateView, Tensor};
+use crate::backend::{
+    Backend, Experts, HybridOps, KvRows, MoeFfn, StateView, Tensor, moe_ffn_unfused,
+};
 use crate::error::ModelError;
 use crate::family::Activation;
 
@@ -175,16 +178,18 @@ impl HybridOps for VulkanBackend {
         n_experts: usize,
         top_k: usize,
         renormalize: bool,
+        shared: bool,
         ids: Tensor,
         weights: Tensor,
     ) -> Result<(), ModelError> {
+        let (ew, kk) = (n_experts + shared as usize, top_k + shared as usize);
         self.record(|me, r| {
             let d = MoeRoute {
-                logits: me.head(logits, n * n_experts)?,
-                ids: me.head(ids, n * top_k)?,
-                weights: me.head(weights, n * top_k)?,
+                logits: me.head(logits, n * ew)?,
+                ids: me.head(ids, n * kk)?,
+                weights: me.head(weights, n * kk)?,
             }
-            .dispatch(n, n_experts, top_k, renormalize)?;
+            .dispatch_shared(n, n_experts, top_k, renormalize, shared)?;
             Ok(r.dispatch(d)?)
         })
     }
@@ -341,6 +346,78 @@ impl VulkanBackend {
 }
 
 impl VulkanBackend {
+    /// `Backend::moe_ffn`: where the experts run on the int8 launches (few tokens,
+    /// [`vkllm_vk::moe_q8a_runs`]) and the router takes the fused matvec, the norm goes into
+    /// the router's and gate/up's products and the residual add into down's (four launches:
+    /// router, routing, gate/up, down); otherwise the separate ops.
+    pub(super) fn moe_ffn_op(&mut self, a: &MoeFfn<'_>) -> Result<(), ModelError> {
+        let ex = a.experts;
+        let (n, h, k) = (a.n, ex.hidden, a.top_k + a.shared as usize);
+        let mats = [ex.gate, ex.up, ex.down].map(|t| self.matrix(t));
+        if !self.fused || a.router.bias.is_some() || mats.iter().any(|m| m.parts.len() != 1) {
+            return moe_ffn_unfused(self, a);
+        }
+        let shape = MoeQuantShape {
+            n,
+            top_k: k,
+            hidden: h,
+            ff: ex.ff,
+            n_experts: ex.n_experts,
+            gate: mats[0].dtype,
+            up: mats[1].dtype,
+            down: mats[2].dtype,
+        };
+        let min = self.dev.tuning().moe_grouped_min as usize;
+        let grouped = min > 0 && n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(&shape);
+        if grouped
+            || !vkllm_vk::moe_q8a_runs(&self.dev, &shape)
+            || n > self.columns_max(&[a.router])
+        {
+            return moe_ffn_unfused(self, a);
+        }
+        let norm = (a.norm, a.eps, a.norm_offset);
+        let (rows, logits) = (a.router.rows, a.logits);
+        let store = Epilogue::Store;
+        if !self.try_fused_matvec(&[a.router], a.x, n, logits, rows, &[0], norm, store)? {
+            return moe_ffn_unfused(self, a);
+        }
+        let (ne, renorm) = (a.n_experts, a.renormalize);
+        self.moe_route(logits, n, ne, a.top_k, renorm, a.shared, a.ids, a.weights)?;
+        let [act, _, _] = moe_scratch_parts(n, k, h, ex.ff, ex.n_experts);
+        self.record(|me, r| {
+            // The routing entries are read as 16-byte words (the scratch is padded).
+            let kw = (n * k).next_multiple_of(4);
+            let w = |t: Tensor| me.matrix(t).parts[0].buffer.all();
+            let fusions = MoeFusions {
+                norm: Some((
+                    me.head(a.norm, h)?,
+                    NormPrologue {
+                        eps: a.eps,
+                        offset: a.norm_offset,
+                    },
+                )),
+                accumulate: true,
+            };
+            let ds = MoeExpertsQ8a {
+                x: me.head(a.x, n * h)?,
+                ids: me.head(a.ids, kw)?,
+                weights: me.head(a.weights, kw)?,
+                gate: w(ex.gate),
+                up: w(ex.up),
+                down: w(ex.down),
+                act: me
+                    .buf(a.scratch)
+                    .slice(4 * act.0 as u64, 4 * act.1 as u64)?,
+                out: me.head(a.x, n * h)?,
+            }
+            .dispatch_fused(&shape, fusions)?;
+            for d in ds {
+                r.dispatch(d)?;
+            }
+            Ok(())
+        })
+    }
+
     /// The storage format of a weight matrix (`None` for an activation buffer): tells a test or
     /// a report whether a weight is kept in its block format.
     pub fn matrix_dtype(&self, t: Tensor) -> Option<WeightType> {
