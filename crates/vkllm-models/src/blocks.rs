@@ -1,11 +1,11 @@
 //! The pieces of a decoder layer that every family shares, written once over the `Backend` ops:
-//! the attention block (projections, q/k norm, RoPE, KV store, causal attention, output
-//! projection), the gated MLP, the residual add and the final norm + LM head. The dense forward
+//! the attention block of the hybrid families (norm and projections, q/k norm, RoPE, KV store,
+//! causal attention, gate, output projection added to the residual stream), the gated MLP, the residual add and the final norm + LM head. The dense forward
 //! (`crate::forward`) and the hybrid forward (`crate::hybrid`) are both made of them.
 
 use vkllm_cpu::AttnParams;
 
-use crate::backend::{Backend, KvView, Linear, Tensor};
+use crate::backend::{Backend, KvView, Linear, RopeKv, Tensor};
 use crate::config::{LayerConfig, ModelConfig};
 use crate::error::ModelError;
 use crate::family::Activation;
@@ -38,7 +38,12 @@ pub(crate) struct AttnScratch {
     pub g: Tensor,
 }
 
-/// Attention of the `n` normed rows `h` at `pos`, through the output projection into `out`.
+/// The attention block of the `n` rows of the residual stream `x` at `pos`, added into `x`:
+/// RMSNorm (`norm`: weight, eps, offset) folded into the q/k/v (and gate) products
+/// ([`Backend::norm_linears`]), per-head q/k norm + RoPE + KV append + attention
+/// ([`Backend::rope_attention`]), the output gate, and the output projection added into `x`
+/// ([`Backend::linear_add`]). `h` and `tmp` are `[n, hidden]` scratch for the backends that
+/// run these as separate ops (the reference).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention<B: Backend>(
     b: &mut B,
@@ -46,35 +51,37 @@ pub(crate) fn attention<B: Backend>(
     lc: &LayerConfig,
     w: &AttnRefs<'_>,
     s: &AttnScratch,
-    h: Tensor,
+    x: Tensor,
+    norm: (Tensor, f32, f32),
+    (h, tmp): (Tensor, Tensor),
     n: usize,
     pos: Tensor,
     kv: &KvView,
-    out: Tensor,
 ) -> Result<(), ModelError> {
     let hd = c.head_dim;
-    b.linear(w.q, h, n, s.q)?;
-    b.linear(w.k, h, n, s.k)?;
-    b.linear(w.v, h, n, s.v)?;
-    let (q, k) = match (w.q_norm, w.k_norm) {
-        (Some(qw), Some(kw)) => {
-            b.rmsnorm(s.q, qw, n * c.n_heads, hd, c.rms_eps, c.norm_offset, s.qn)?;
-            b.rmsnorm(
-                s.k,
-                kw,
-                n * c.n_kv_heads,
-                hd,
-                c.rms_eps,
-                c.norm_offset,
-                s.kn,
-            )?;
-            (s.qn, s.kn)
-        }
-        _ => (s.q, s.k),
+    b.mark("qkv");
+    let mut ws = vec![(w.q, s.q), (w.k, s.k), (w.v, s.v)];
+    if let Some(g) = w.gate {
+        ws.push((g, s.g));
+    }
+    b.norm_linears(x, norm, n, h, &ws)?;
+    let rk = RopeKv {
+        q: s.q,
+        k: s.k,
+        v: s.v,
+        q_out: s.qn,
+        k_tmp: s.kn,
+        n,
+        n_heads: c.n_heads,
+        n_kv_heads: c.n_kv_heads,
+        head_dim: hd,
+        norm: w.q_norm.zip(w.k_norm),
+        eps: c.rms_eps,
+        norm_offset: c.norm_offset,
+        positions: pos,
+        rope: &lc.rope,
+        packed: None,
     };
-    b.rope(q, n, c.n_heads, hd, pos, &lc.rope)?;
-    b.rope(k, n, c.n_kv_heads, hd, pos, &lc.rope)?;
-    b.kv_store(k, s.v, n, c.kv_dim(), pos, kv)?;
     let p = AttnParams {
         n_heads: c.n_heads,
         n_kv_heads: c.n_kv_heads,
@@ -83,12 +90,12 @@ pub(crate) fn attention<B: Backend>(
         softcap: c.attn_softcap,
         window: lc.window,
     };
-    b.attention(q, kv, n, pos, &p, s.att)?;
-    if let Some(gate) = w.gate {
-        b.linear(gate, h, n, s.g)?;
+    b.rope_attention(&rk, kv, &p, s.att)?;
+    if w.gate.is_some() {
         b.sigmoid_mul(s.att, s.g, n, c.q_dim(), false)?;
     }
-    b.linear(w.o, s.att, n, out)
+    b.mark("o_proj");
+    b.linear_add(w.o, s.att, n, x, tmp)
 }
 
 /// The gated MLP of the `n` normed rows `h` into `out`: `down(act(gate h) * up h)`, with

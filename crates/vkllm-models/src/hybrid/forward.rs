@@ -477,8 +477,6 @@ impl HybridModel {
             let attn_norm = (lw.attn_norm, c.rms_eps, c.norm_offset);
             match (&lw.mixer, st.layers[i]) {
                 (MixerWeights::Attention(aw), LayerState::Attention { k, v }) => {
-                    b.mark("norm");
-                    b.rmsnorm(s.x, lw.attn_norm, n, h, c.rms_eps, c.norm_offset, s.h)?;
                     let refs = AttnRefs {
                         q: &aw.q,
                         k: &aw.k,
@@ -490,8 +488,8 @@ impl HybridModel {
                     };
                     let kv = st.kv_view(k, v, inp.rows);
                     let lc = &c.layers[i];
-                    b.mark("attention");
-                    blocks::attention(b, c, lc, &refs, &s.att, s.h, n, inp.pos, &kv, s.o)?;
+                    let (att, tmp) = (&s.att, (s.h, s.o));
+                    blocks::attention(b, c, lc, &refs, att, s.x, attn_norm, tmp, n, inp.pos, &kv)?;
                 }
                 (MixerWeights::DeltaNet(dw), LayerState::DeltaNet { conv, delta }) => {
                     let hy = c
@@ -518,10 +516,6 @@ impl HybridModel {
                     b.linear_add(&dw.out, s.normed, n, s.x, s.o)?;
                 }
                 _ => panic!("layer {i}: weights and state disagree on the mixer"),
-            }
-            if matches!(lw.mixer, MixerWeights::Attention(_)) {
-                b.mark("residual");
-                blocks::residual_add(b, s.x, s.o, None, s.h, n, c)?;
             }
 
             let tmp = (s.gate, s.up, s.act);
