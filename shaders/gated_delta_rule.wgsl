@@ -16,7 +16,8 @@
 //
 // Shapes: qkv: [n, 2 HK DK + HV DV] f32 rows [q (HK DK) | k (HK DK) | v (HV DV)] (the conv
 // output); a, b: [n, HV]; a_log, dt_bias: [HV]; state: [slots, HV, DK, DV] (read and updated);
-// out: [n, HV DV]; pos: [n] u32 (read in per-row mode only).
+// out: [n, HV DV]; pos: [n] u32 (read in per-row mode only); z: [n, HV DV], norm_w: [DV] (read by
+// main_wide with NORM = 1 only).
 // Workgroup: WG invocations (default 64) per (row in per-row mode, head, block of WG columns
 // of S); invocation j owns
 // column j: per token it reads the column once to form S^T k, then writes the updated column and
@@ -39,7 +40,7 @@ struct Params {
     per_row: u32,
     slot: u32,
     capacity: u32,
-    pad0: u32,
+    eps: f32,
     pad1: u32,
 }
 var<immediate> p: Params;
@@ -52,6 +53,9 @@ var<immediate> p: Params;
 @group(0) @binding(5) var<storage, read_write> state: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 @group(0) @binding(7) var<storage, read> pos: array<u32>;
+// main_wide with NORM = 1 only: the gate z ([n, HV DV]) and weight ([DV]) of the output norm.
+@group(0) @binding(8) var<storage, read> z: array<f32>;
+@group(0) @binding(9) var<storage, read> norm_w: array<f32>;
 
 var<workgroup> qs: array<f32, 256>;
 var<workgroup> ks: array<f32, 256>;
@@ -170,6 +174,10 @@ override RG: u32 = 8;
 override RPT: u32 = 16;
 // CW * RG.
 override WGW: u32 = 256;
+// 1: each output row is written through the layer's gated RMSNorm (gated_rmsnorm.wgsl's
+// formula, eps the push constant `eps`): out = (norm_w * (o * r)) * silu(z), r = 1 / sqrt(mean
+// over the head of o^2 + eps); needs CW >= DV (one workgroup per head and row).
+override NORM: u32 = 0;
 
 var<workgroup> parts: array<f32, 1024>;
 var<workgroup> red_qw: array<f32, 256>;
@@ -289,12 +297,33 @@ fn main_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
         }
         parts[rg * CW + c] = o_part;
         workgroupBarrier();
+        var o = 0.0;
         if (owns_col && rg == 0u) {
-            var o = 0.0;
             for (var q = 0u; q < RG; q++) {
                 o += parts[q * CW + c];
             }
-            out[t * p.hv * p.dv + h * p.dv + j] = o;
+        }
+        let oi = t * p.hv * p.dv + h * p.dv + j;
+        if (NORM == 0u) {
+            if (owns_col && rg == 0u) {
+                out[oi] = o;
+            }
+        } else {
+            // The head's sum of squares (red_qw is free: read before the barriers above).
+            let so = subgroupAdd(o * o);
+            if (sg_lane == 0u) {
+                red_qw[sg_id] = so;
+            }
+            workgroupBarrier();
+            var ss = 0.0;
+            for (var g = 0u; g < n_sg; g++) {
+                ss += red_qw[g];
+            }
+            if (owns_col && rg == 0u) {
+                let r = 1.0 / sqrt(ss / f32(p.dv) + p.eps);
+                let zv = z[oi];
+                out[oi] = (norm_w[j] * (o * r)) * (zv / (1.0 + exp(-zv)));
+            }
         }
         // qs, ks, the norm sums and parts are rewritten for the next token.
         workgroupBarrier();

@@ -57,7 +57,7 @@ pub use gated_rmsnorm::gated_rmsnorm;
 pub use l2norm::{l2norm, l2norm_f64, l2norm_inplace};
 pub use matmul::matmul;
 pub use matvec::matvec;
-pub use moe_experts::{MoeShape, moe_experts};
+pub use moe_experts::{MoeShape, moe_experts, moe_experts_f16};
 pub use moe_routing::{moe_route, moe_route_shared};
 pub use quant::{QuantType, dequantize_row, matvec_quant, quantize_row, quantize_rows};
 pub use rmsnorm::{add_rmsnorm, rmsnorm, rmsnorm_inplace};

@@ -37,6 +37,46 @@ pub fn moe_experts(
     weights: &[f32],
     out: &mut [f32],
 ) {
+    experts(s, x, gate, up, down, ids, weights, false, out);
+}
+
+/// [`moe_experts`] with the rounding of the cooperative-matrix kernels: each token's `x` and
+/// each expert's activation `silu(gate x) * up x` rounded to f16 before their products (the
+/// weights are used as given: pass them f16-rounded for those kernels).
+///
+/// # Panics
+/// As [`moe_experts`].
+#[allow(clippy::too_many_arguments)]
+pub fn moe_experts_f16(
+    s: &MoeShape,
+    x: &[f32],
+    gate: &[f32],
+    up: &[f32],
+    down: &[f32],
+    ids: &[u32],
+    weights: &[f32],
+    out: &mut [f32],
+) {
+    experts(s, x, gate, up, down, ids, weights, true, out);
+}
+
+fn round_f16(v: &mut [f32]) {
+    v.iter_mut()
+        .for_each(|x| *x = half::f16::from_f32(*x).to_f32());
+}
+
+#[allow(clippy::too_many_arguments)]
+fn experts(
+    s: &MoeShape,
+    x: &[f32],
+    gate: &[f32],
+    up: &[f32],
+    down: &[f32],
+    ids: &[u32],
+    weights: &[f32],
+    f16_act: bool,
+    out: &mut [f32],
+) {
     let (h, ff, k) = (s.hidden, s.ff, s.top_k);
     assert!(h > 0 && ff > 0 && k > 0, "moe_experts: empty shape {s:?}");
     let n = x.len() / h;
@@ -55,8 +95,14 @@ pub fn moe_experts(
         vec![0f32; ff],
         vec![0f32; h],
     );
+    let mut xh = vec![0f32; h];
     for t in 0..n {
-        let xr = &x[t * h..(t + 1) * h];
+        let mut xr = &x[t * h..(t + 1) * h];
+        if f16_act {
+            xh.copy_from_slice(xr);
+            round_f16(&mut xh);
+            xr = &xh;
+        }
         let orow = &mut out[t * h..(t + 1) * h];
         orow.fill(0.0);
         for i in 0..k {
@@ -69,6 +115,9 @@ pub fn moe_experts(
             matvec(&gate[e * ff * h..(e + 1) * ff * h], ff, h, xr, &mut g);
             matvec(&up[e * ff * h..(e + 1) * ff * h], ff, h, xr, &mut u);
             silu_mul(&g, &u, &mut a);
+            if f16_act {
+                round_f16(&mut a);
+            }
             matvec(&down[e * h * ff..(e + 1) * h * ff], h, ff, &a, &mut y);
             let w = weights[t * k + i];
             orow.iter_mut().zip(&y).for_each(|(o, &v)| *o += w * v);
@@ -109,6 +158,32 @@ mod tests {
         let a = 3.0 * 2.0 / (1.0 + (-2f64).exp());
         assert!((f64::from(out[0]) - 0.5 * a).abs() < 1e-6, "{out:?}");
         assert!((f64::from(out[1]) - 0.5 * 2.0 * a).abs() < 1e-6, "{out:?}");
+    }
+
+    #[test]
+    fn f16_rounds_input_and_activation() {
+        // The hand_values block with x = [2 + 2^-12, 3]: the f16 form sees x = [2, 3] and the
+        // activation silu(2) * 3 rounded to f16 (spacing 2^-9 in [2, 4)).
+        let s = MoeShape {
+            n_experts: 2,
+            hidden: 2,
+            ff: 1,
+            top_k: 2,
+        };
+        let (gate, up, down) = (
+            [1.0, 0.0, 0.0, 0.0],
+            [0.0, 1.0, 1.0, 1.0],
+            [1.0, 2.0, 5.0, 5.0],
+        );
+        let x = [2.0 + 2f32.powi(-12), 3.0];
+        let mut out = [f32::NAN; 2];
+        moe_experts_f16(&s, &x, &gate, &up, &down, &[1, 0], &[0.25, 0.5], &mut out);
+        let a = half::f16::from_f64(3.0 * 2.0 / (1.0 + (-2f64).exp())).to_f64();
+        assert!((f64::from(out[0]) - 0.5 * a).abs() < 1e-6, "{out:?}");
+        assert!((f64::from(out[1]) - a).abs() < 1e-6, "{out:?}");
+        let mut exact = [f32::NAN; 2];
+        moe_experts(&s, &x, &gate, &up, &down, &[1, 0], &[0.25, 0.5], &mut exact);
+        assert!((exact[1] - out[1]).abs() > 1e-4, "{exact:?} vs {out:?}");
     }
 
     #[test]

@@ -6,6 +6,9 @@ use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
 
 const WG: u32 = 64;
+/// Rows per invocation (the shader's TB; at least kernel - 1, so that only the first row block
+/// reads the state).
+const TB: usize = 16;
 
 pub static CAUSAL_CONV1D: KernelSpec = KernelSpec {
     name: "causal_conv1d",
@@ -73,6 +76,7 @@ impl<B: KernelBuffer> CausalConv1d<B> {
             need(k, "pos", &self.pos, 4 * s.n as u64)?;
         }
         let (per_row, slot, capacity) = s.rows.words(k)?;
+        let tb = TB.max(s.kernel - 1);
         let p = ConvParams {
             n: to_u32(k, "n", s.n)?,
             channels: to_u32(k, "channels", s.channels)?,
@@ -85,10 +89,13 @@ impl<B: KernelBuffer> CausalConv1d<B> {
         };
         Ok(Dispatch::new(
             k,
-            Overrides::new().set("WG", WG as f64),
+            Overrides::new().set("WG", WG as f64).set("TB", tb as f64),
             vec![self.x, self.w, self.state, self.out, self.pos],
             &p,
-            grid_for(k, (s.channels as u64).div_ceil(WG as u64))?,
+            grid_for(
+                k,
+                (s.channels as u64).div_ceil(WG as u64) * s.n.div_ceil(tb) as u64,
+            )?,
         ))
     }
 }

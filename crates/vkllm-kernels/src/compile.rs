@@ -131,7 +131,7 @@ pub fn compile_spirv(
 }
 
 /// Kernels that get `vmm::workgroup_coherent`.
-const COHERENT_WORKGROUP: &[&str] = &["attn_prefill_coop2"];
+const COHERENT_WORKGROUP: &[&str] = &["attn_prefill_coop2", "moe_grouped_coop"];
 
 const OP_DECORATE: u32 = 71;
 const OP_FADD: u32 = 129;

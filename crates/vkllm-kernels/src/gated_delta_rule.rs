@@ -24,6 +24,8 @@ pub static GATED_DELTA_RULE: KernelSpec = KernelSpec {
         rw("state"),
         rw("out"),
         rd("pos"),
+        rd("z"),
+        rd("norm_w"),
     ],
     push_size: 48,
     exact_fp: false,
@@ -42,7 +44,9 @@ pub struct DeltaParams {
     pub per_row: u32,
     pub slot: u32,
     pub capacity: u32,
-    pub pad: [u32; 2],
+    /// The fused output norm's epsilon (`main_wide` with NORM = 1), else 0.
+    pub eps: f32,
+    pub pad: u32,
 }
 
 /// Which sequences of a slot-major recurrent state (`[slots, per-slot state]`) a call
@@ -85,6 +89,36 @@ pub struct DeltaShape {
     /// Value heads in tiled order (key head `h % n_k_heads`), see `vkllm_cpu::DeltaShape`.
     pub tiled_v_heads: bool,
     pub rows: StateRows,
+}
+
+/// The push constants of the recurrent form over blocks of `cols` columns, and its workgroup
+/// count.
+fn delta_params(
+    k: &'static KernelSpec,
+    s: &DeltaShape,
+    cols: usize,
+) -> Result<(DeltaParams, usize), Error> {
+    let col_blocks = s.v_dim.div_ceil(cols);
+    let (per_row, slot, capacity) = s.rows.words(k)?;
+    let p = DeltaParams {
+        n: to_u32(k, "n", s.n)?,
+        hk: to_u32(k, "n_k_heads", s.n_k_heads)?,
+        hv: to_u32(k, "n_v_heads", s.n_v_heads)?,
+        dk: to_u32(k, "k_dim", s.k_dim)?,
+        dv: to_u32(k, "v_dim", s.v_dim)?,
+        col_blocks: to_u32(k, "col_blocks", col_blocks)?,
+        tiled: s.tiled_v_heads as u32,
+        per_row,
+        slot,
+        capacity,
+        eps: 0.0,
+        pad: 0,
+    };
+    let groups = match s.rows {
+        StateRows::Sequence { .. } => s.n_v_heads * col_blocks,
+        StateRows::PerRow { .. } => s.n * s.n_v_heads * col_blocks,
+    };
+    Ok((p, groups))
 }
 
 /// `n` tokens of the gated delta rule: `qkv` rows `[q | k | v]`, gate inputs `a`, `b`, the
@@ -140,25 +174,7 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
             &self.out,
             4 * (s.n * s.n_v_heads * s.v_dim) as u64,
         )?;
-        let col_blocks = s.v_dim.div_ceil(WG as usize);
-        let (per_row, slot, capacity) = s.rows.words(k)?;
-        let p = DeltaParams {
-            n: to_u32(k, "n", s.n)?,
-            hk: to_u32(k, "n_k_heads", s.n_k_heads)?,
-            hv: to_u32(k, "n_v_heads", s.n_v_heads)?,
-            dk: to_u32(k, "k_dim", s.k_dim)?,
-            dv: to_u32(k, "v_dim", s.v_dim)?,
-            col_blocks: to_u32(k, "col_blocks", col_blocks)?,
-            tiled: s.tiled_v_heads as u32,
-            per_row,
-            slot,
-            capacity,
-            pad: [0; 2],
-        };
-        let groups = match s.rows {
-            StateRows::Sequence { .. } => s.n_v_heads * col_blocks,
-            StateRows::PerRow { .. } => s.n * s.n_v_heads * col_blocks,
-        };
+        let (p, groups) = delta_params(k, s, WG as usize)?;
         Ok(Dispatch::new(
             k,
             Overrides::new().set("WG", WG as f64),
@@ -171,6 +187,9 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
                 self.state,
                 self.out,
                 self.pos,
+                // z and norm_w: read by the fused output norm only.
+                self.a_log,
+                self.a_log,
             ],
             &p,
             grid_for(k, groups as u64)?,
@@ -188,6 +207,16 @@ pub static GATED_DELTA_RULE_WIDE: KernelSpec = KernelSpec {
 const WIDE_COLS: usize = 32;
 const WIDE_ROW_GROUPS: usize = 8;
 
+/// The register-resident entry points' workgroup shape (both shaders name it alike): column
+/// `c` of row group `rg` holds rows `rg, rg + 8, ...` of its column.
+fn wide_overrides(s: &DeltaShape) -> Overrides {
+    Overrides::new()
+        .set("CW", WIDE_COLS as f64)
+        .set("RG", WIDE_ROW_GROUPS as f64)
+        .set("RPT", s.k_dim.div_ceil(WIDE_ROW_GROUPS) as f64)
+        .set("WGW", (WIDE_COLS * WIDE_ROW_GROUPS) as f64)
+}
+
 impl<B: KernelBuffer> GatedDeltaRule<B> {
     /// The recurrence with the state in registers (the shader's `main_wide`): workgroups of
     /// 256 invocations over 32 columns of a head's state, each invocation holding
@@ -196,32 +225,59 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
     pub fn dispatch_wide(self, s: &DeltaShape) -> Result<Dispatch<B>, Error> {
         let k = &GATED_DELTA_RULE_WIDE;
         let mut d = self.dispatch(s)?;
-        let col_blocks = s.v_dim.div_ceil(WIDE_COLS);
-        let (per_row, slot, capacity) = s.rows.words(k)?;
-        let p = DeltaParams {
-            n: to_u32(k, "n", s.n)?,
-            hk: to_u32(k, "n_k_heads", s.n_k_heads)?,
-            hv: to_u32(k, "n_v_heads", s.n_v_heads)?,
-            dk: to_u32(k, "k_dim", s.k_dim)?,
-            dv: to_u32(k, "v_dim", s.v_dim)?,
-            col_blocks: to_u32(k, "col_blocks", col_blocks)?,
-            tiled: s.tiled_v_heads as u32,
-            per_row,
-            slot,
-            capacity,
-            pad: [0; 2],
-        };
-        let groups = match s.rows {
-            StateRows::Sequence { .. } => s.n_v_heads * col_blocks,
-            StateRows::PerRow { .. } => s.n * s.n_v_heads * col_blocks,
-        };
-        let rpt = s.k_dim.div_ceil(WIDE_ROW_GROUPS);
+        let (p, groups) = delta_params(k, s, WIDE_COLS)?;
         d.kernel = k;
-        d.overrides = Overrides::new()
-            .set("CW", WIDE_COLS as f64)
-            .set("RG", WIDE_ROW_GROUPS as f64)
-            .set("RPT", rpt as f64)
-            .set("WGW", (WIDE_COLS * WIDE_ROW_GROUPS) as f64);
+        d.overrides = wide_overrides(s);
+        d.push = bytemuck::bytes_of(&p).to_vec();
+        d.groups = grid_for(k, groups as u64)?;
+        Ok(d)
+    }
+}
+
+/// The gated RMSNorm of a Gated DeltaNet layer's output (`vkllm_cpu::gated_rmsnorm`), fused into
+/// [`GatedDeltaRule::dispatch_wide_norm`].
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaNorm<B> {
+    /// `[n, v_heads * v_dim]`.
+    pub z: B,
+    /// `[v_dim]`.
+    pub weight: B,
+    pub eps: f32,
+}
+
+/// Largest value head size [`GatedDeltaRule::dispatch_wide_norm`] takes (one workgroup per head
+/// and row: 32 * ceil(v_dim / 32) columns x 8 row groups <= 1024 invocations).
+pub const NORM_MAX_V_DIM: usize = 128;
+
+impl<B: KernelBuffer> GatedDeltaRule<B> {
+    /// [`GatedDeltaRule::dispatch_wide`] with each output row written through the layer's gated
+    /// RMSNorm: `out = (weight * (o * r)) * silu(z)`, `r = 1 / sqrt(mean(o^2) + eps)` over each
+    /// head's `v_dim` values (one launch instead of two). `v_dim <= NORM_MAX_V_DIM`.
+    pub fn dispatch_wide_norm(
+        self,
+        s: &DeltaShape,
+        norm: DeltaNorm<B>,
+    ) -> Result<Dispatch<B>, Error> {
+        let k = &GATED_DELTA_RULE_WIDE;
+        if s.v_dim > NORM_MAX_V_DIM {
+            return Err(shape_err(
+                k,
+                format!("fused norm: v_dim {} > {NORM_MAX_V_DIM}", s.v_dim),
+            ));
+        }
+        need(k, "z", &norm.z, 4 * (s.n * s.n_v_heads * s.v_dim) as u64)?;
+        need(k, "norm_w", &norm.weight, 4 * s.v_dim as u64)?;
+        let mut d = self.dispatch(s)?;
+        let cols = s.v_dim.next_multiple_of(WIDE_COLS);
+        let (mut p, groups) = delta_params(k, s, cols)?;
+        p.eps = norm.eps;
+        d.kernel = k;
+        d.overrides = wide_overrides(s)
+            .set("CW", cols as f64)
+            .set("WGW", (cols * WIDE_ROW_GROUPS) as f64)
+            .set("NORM", 1.0);
+        d.buffers[8] = norm.z;
+        d.buffers[9] = norm.weight;
         d.push = bytemuck::bytes_of(&p).to_vec();
         d.groups = grid_for(k, groups as u64)?;
         Ok(d)
@@ -268,12 +324,12 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
     /// CHUNKED_MAX_K_DIM`. `pos` is not read.
     pub fn dispatch_chunked(self, s: &DeltaShape) -> Result<Dispatch<B>, Error> {
         let k = &GATED_DELTA_RULE_CHUNKED;
-        let StateRows::Sequence { slot } = s.rows else {
+        if !matches!(s.rows, StateRows::Sequence { .. }) {
             return Err(shape_err(
                 k,
                 "the chunked form runs one sequence (Sequence rows)",
             ));
-        };
+        }
         if s.k_dim > CHUNKED_MAX_K_DIM {
             return Err(shape_err(
                 k,
@@ -282,17 +338,7 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
         }
         // The shape and buffer checks of the recurrent form (same bindings, same sizes).
         let d = self.dispatch(s)?;
-        let col_blocks = s.v_dim.div_ceil(WG as usize);
-        let p = DeltaChunkedParams {
-            n: to_u32(k, "n", s.n)?,
-            hk: to_u32(k, "n_k_heads", s.n_k_heads)?,
-            hv: to_u32(k, "n_v_heads", s.n_v_heads)?,
-            dk: to_u32(k, "k_dim", s.k_dim)?,
-            dv: to_u32(k, "v_dim", s.v_dim)?,
-            col_blocks: to_u32(k, "col_blocks", col_blocks)?,
-            tiled: s.tiled_v_heads as u32,
-            slot: to_u32(k, "slot", slot)?,
-        };
+        let (p, groups) = chunked_params(k, s, WG as usize)?;
         let mut bufs = d.buffers;
         bufs.truncate(7);
         Ok(Dispatch::new(
@@ -300,7 +346,50 @@ impl<B: KernelBuffer> GatedDeltaRule<B> {
             Overrides::new().set("WG", WG as f64),
             bufs,
             &p,
-            grid_for(k, (s.n_v_heads * col_blocks) as u64)?,
+            grid_for(k, groups as u64)?,
         ))
     }
+
+    /// The chunked form with the state in registers (the shader's `main_wide`): workgroups of
+    /// 256 invocations over 32 columns of a head's state, each invocation holding
+    /// `ceil(k_dim / 8)` of its column's values from the first chunk to the last. Same shapes,
+    /// rows and buffers as [`GatedDeltaRule::dispatch_chunked`].
+    pub fn dispatch_chunked_wide(self, s: &DeltaShape) -> Result<Dispatch<B>, Error> {
+        let k = &GATED_DELTA_RULE_CHUNKED_WIDE;
+        let mut d = self.dispatch_chunked(s)?;
+        let (p, groups) = chunked_params(k, s, WIDE_COLS)?;
+        d.kernel = k;
+        d.overrides = wide_overrides(s);
+        d.push = bytemuck::bytes_of(&p).to_vec();
+        d.groups = grid_for(k, groups as u64)?;
+        Ok(d)
+    }
+}
+
+pub static GATED_DELTA_RULE_CHUNKED_WIDE: KernelSpec = KernelSpec {
+    name: "gated_delta_rule_chunked_wide",
+    entry: "main_wide",
+    ..GATED_DELTA_RULE_CHUNKED
+};
+
+/// The chunked form's push constants over blocks of `cols` columns, and its workgroup count
+/// (`s.rows` is `Sequence`: checked by `dispatch_chunked`).
+fn chunked_params(
+    k: &'static KernelSpec,
+    s: &DeltaShape,
+    cols: usize,
+) -> Result<(DeltaChunkedParams, usize), Error> {
+    let col_blocks = s.v_dim.div_ceil(cols);
+    let (_, slot, _) = s.rows.words(k)?;
+    let p = DeltaChunkedParams {
+        n: to_u32(k, "n", s.n)?,
+        hk: to_u32(k, "n_k_heads", s.n_k_heads)?,
+        hv: to_u32(k, "n_v_heads", s.n_v_heads)?,
+        dk: to_u32(k, "k_dim", s.k_dim)?,
+        dv: to_u32(k, "v_dim", s.v_dim)?,
+        col_blocks: to_u32(k, "col_blocks", col_blocks)?,
+        tiled: s.tiled_v_heads as u32,
+        slot,
+    };
+    Ok((p, s.n_v_heads * col_blocks))
 }

@@ -119,6 +119,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &gated_delta_rule::GATED_DELTA_RULE,
         &gated_delta_rule::GATED_DELTA_RULE_WIDE,
         &gated_delta_rule::GATED_DELTA_RULE_CHUNKED,
+        &gated_delta_rule::GATED_DELTA_RULE_CHUNKED_WIDE,
         &gated_rmsnorm::GATED_RMSNORM,
         &sigmoid_mul::SIGMOID_MUL,
         &moe_route::MOE_ROUTE,
@@ -129,5 +130,6 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &moe_experts_grouped::MOE_GROUP,
         &moe_experts_grouped::MOE_GROUPED,
         &moe_experts_grouped::MOE_GROUPED_SUM,
+        &moe_experts_grouped::MOE_GROUPED_COOP,
     ]
 }

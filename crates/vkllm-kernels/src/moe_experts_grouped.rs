@@ -1,10 +1,13 @@
 //! `shaders/moe_experts_grouped.wgsl`: the routed experts of many tokens grouped by expert
 //! (prompt prefill): the slots routed to each expert are listed on the device, then tiles of an
 //! expert's weight rows (llama.cpp blocks, dequantized once per tile) meet tiles of its slots.
-//! Five dispatches: group, gate, up (SiLU-gated), down into per-slot rows, and the weighted sum.
+//! Five dispatches: group, gate, up (SiLU-gated), down into per-slot rows, and the weighted sum;
+//! the three products either on scalar f32 tiles or on cooperative matrices
+//! (`shaders/moe_experts_coop.wgsl`, [`MoeExpertsGrouped::dispatch_coop`]).
 
 use crate::mat_quant::format_overrides;
 use crate::moe_experts_quant::MoeQuantShape;
+use crate::sources::MOE_EXPERTS_COOP as SRC_COOP;
 use crate::sources::MOE_EXPERTS_GROUPED as SRC;
 use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, WeightType};
@@ -52,6 +55,20 @@ pub static MOE_GROUPED_SUM: KernelSpec = KernelSpec {
     exact_fp: false,
 };
 
+/// The products of `grouped` on cooperative matrices (same bindings and push constants).
+pub static MOE_GROUPED_COOP: KernelSpec = KernelSpec {
+    name: "moe_grouped_coop",
+    file: "moe_experts_coop.wgsl",
+    entry: "main",
+    source: SRC_COOP,
+    bindings: BINDINGS,
+    push_size: 32,
+    exact_fp: false,
+};
+/// Slots and weight rows of one [`MOE_GROUPED_COOP`] tile.
+const COOP_SLOTS: usize = 32;
+const COOP_ROWS: usize = 128;
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct GroupedParams {
@@ -98,6 +115,41 @@ impl<B> MoeExpertsGrouped<B> {
 }
 
 impl<B: KernelBuffer> MoeExpertsGrouped<B> {
+    /// [`MoeExpertsGrouped::dispatch`] with the gate, up and down products on cooperative
+    /// matrices (f16 inputs, f32 sums: `vkllm_cpu::moe_experts_f16`), for a device that runs
+    /// them with subgroups of `subgroup_size` (16, 32 or 64).
+    pub fn dispatch_coop(
+        self,
+        s: &MoeQuantShape,
+        subgroup_size: u32,
+    ) -> Result<[Dispatch<B>; 5], Error> {
+        let k = &MOE_GROUPED_COOP;
+        if !matches!(subgroup_size, 16 | 32 | 64) {
+            return Err(shape_err(k, format!("subgroups of {subgroup_size}")));
+        }
+        let mut ds = self.dispatch(s)?;
+        let wg = 4 * subgroup_size;
+        for (d, rows) in ds[1..4].iter_mut().zip([s.ff, s.ff, s.hidden]) {
+            let t = [
+                rows.div_ceil(COOP_ROWS),
+                s.n.div_ceil(COOP_SLOTS),
+                s.n_experts,
+            ];
+            if t.iter().any(|&v| v > 65535) {
+                return Err(shape_err(k, format!("grid {t:?}")));
+            }
+            d.kernel = k;
+            d.overrides = d
+                .overrides
+                .clone()
+                .set("SG", subgroup_size as f64)
+                .set("WG", wg as f64)
+                .set("NPI", (256 / wg) as f64);
+            d.groups = t.map(|v| v as u32);
+        }
+        Ok(ds)
+    }
+
     pub fn dispatch(self, s: &MoeQuantShape) -> Result<[Dispatch<B>; 5], Error> {
         let k = &MOE_GROUPED;
         if s.n == 0 || s.top_k == 0 || s.top_k > s.n_experts || s.hidden == 0 || s.ff == 0 {

@@ -104,6 +104,11 @@ pub(crate) const MOE_EXPERTS_GROUPED: &str = concat!(
     include_str!("../shaders/quant_blocks.inc.wgsl"),
     include_str!("../shaders/quant_words.inc.wgsl")
 );
+pub(crate) const MOE_EXPERTS_COOP: &str = concat!(
+    include_str!("../shaders/moe_experts_coop.wgsl"),
+    include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/quant_words.inc.wgsl")
+);
 pub(crate) const MOE_ROUTE: &str = include_str!("../shaders/moe_route.wgsl");
 pub(crate) const RMSNORM: &str = concat!(
     include_str!("../shaders/rmsnorm.wgsl"),
@@ -144,6 +149,8 @@ mod tests {
             ("quantize_act_q8.wgsl", super::QUANTIZE_ACT_Q8),
             ("matmul_coop.wgsl", super::MATMUL_COOP),
             ("moe_experts_quant.wgsl", super::MOE_EXPERTS_QUANT),
+            ("moe_experts_grouped.wgsl", super::MOE_EXPERTS_GROUPED),
+            ("moe_experts_coop.wgsl", super::MOE_EXPERTS_COOP),
             ("rmsnorm.wgsl", super::RMSNORM),
             ("gated_rmsnorm.wgsl", super::GATED_RMSNORM),
             ("softmax.wgsl", super::SOFTMAX),

@@ -25,12 +25,16 @@ pub(crate) struct MoeCase {
     pub gate: Vec<u8>,
     pub up: Vec<u8>,
     pub down: Vec<u8>,
+    /// The blocks dequantized (`[e * ff, h]`, `[e * ff, h]`, `[e * h, ff]`).
+    pub dequant: [Vec<f32>; 3],
     pub want: Vec<f32>,
     pub tol: Tol,
 }
 
 /// Random inputs for `n` tokens routed to `k` distinct of `e` experts (hidden `h`, expert
-/// width `ff`; gate/up in `gu`, down in `dn`) and `vkllm_cpu::moe_experts` on them.
+/// width `ff`; gate/up in `gu`, down in `dn`) and `vkllm_cpu::moe_experts` on them. The up
+/// blocks are random bytes (any scale) unless `f16_range`, which quantizes all three from
+/// values in [-1, 1] (what the f16 inputs of the cooperative-matrix kernels can hold).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_case(
     rng: &mut Rng,
@@ -41,10 +45,11 @@ pub(crate) fn moe_case(
     ff: usize,
     gu: WeightType,
     dn: WeightType,
+    f16_range: bool,
 ) -> Result<MoeCase> {
     let x = rng.vec(n * h, -1.0, 1.0);
     let (gate_b, _) = weights(rng, gu, e * ff, h, true)?;
-    let (up_b, _) = weights(rng, gu, e * ff, h, false)?;
+    let (up_b, _) = weights(rng, gu, e * ff, h, f16_range)?;
     let (down_b, _) = weights(rng, dn, e * h, ff, true)?;
     let gate = dequantize(gu, &gate_b, e * ff * h)?;
     let up = dequantize(gu, &up_b, e * ff * h)?;
@@ -81,6 +86,7 @@ pub(crate) fn moe_case(
         gate: pad4(&gate_b),
         up: pad4(&up_b),
         down: pad4(&down_b),
+        dequant: [gate, up, down],
         want,
         tol,
     })
@@ -97,7 +103,7 @@ pub(crate) fn moe_experts_quant(dev: &Device, seed: u64) -> Result<Vec<KernelPar
         (3, 6, 2, 512, 256, q4k, q4k),
         (1, 5, 2, 256, 256, q4k, q6k),
     ] {
-        let c = moe_case(&mut rng, n, e, k, h, ff, gu, dn)?;
+        let c = moe_case(&mut rng, n, e, k, h, ff, gu, dn, false)?;
         let bufs = (
             cx.input("x", &c.x)?,
             cx.input("ids", &c.ids)?,

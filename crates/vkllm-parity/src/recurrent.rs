@@ -7,11 +7,14 @@
 //! op on each slot's part of the state; the whole state is compared after every call, so a
 //! write into another slot (or into the idle one) fails, and the idle row's output must be zero.
 //! Outputs are NaN-poisoned before each dispatch; sizes are odd and not multiples of the
-//! workgroup sizes; value heads of 70 span two 64-column blocks.
+//! workgroup sizes; value heads of 70 span two 64-column blocks; convolutions run prompts over
+//! several row blocks.
 
 use vkllm_cpu::DeltaShape;
 use vkllm_kernels::causal_conv1d::{CausalConv1d, ConvShape};
-use vkllm_kernels::gated_delta_rule::{DeltaShape as DeltaShapeK, GatedDeltaRule, StateRows};
+use vkllm_kernels::gated_delta_rule::{
+    DeltaNorm, DeltaShape as DeltaShapeK, GatedDeltaRule, StateRows,
+};
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, row};
 use vkllm_vk::Device;
@@ -61,7 +64,15 @@ pub(crate) fn causal_conv1d(dev: &Device, seed: u64) -> Result<Vec<KernelParityR
     let mut rng = Rng::new(seed);
     let mut out_rows = Vec::new();
     let pos = cx.input("pos", &positions())?;
-    for (c, k, n) in [(131usize, 4usize, 7usize), (70, 2, 3)] {
+    // n past one 16-row block (37), shorter than the state (2 < k - 1), and a kernel longer
+    // than a row block (20 taps: blocks of 19 rows).
+    for (c, k, n) in [
+        (131usize, 4usize, 7usize),
+        (70, 2, 3),
+        (67, 4, 37),
+        (40, 4, 2),
+        (33, 20, 45),
+    ] {
         let len = (k - 1) * c;
         let w = rng.vec(c * k, -0.7, 0.7);
         let st0 = rng.vec(SLOTS * len, -2.0, 2.0);
@@ -186,15 +197,55 @@ fn delta_shapes() -> [(DeltaShape, usize); 3] {
     ]
 }
 
-/// The recurrent form's two launches (`main`, then the register-resident `main_wide`), each
-/// over its own run of the calls.
+/// Which launch of the recurrent form a run of the calls takes.
+#[derive(Clone, Copy, PartialEq)]
+enum DeltaLaunch {
+    /// `main`.
+    Plain,
+    /// The register-resident `main_wide`.
+    Wide,
+    /// `main_wide` with the layer's gated RMSNorm fused into its output.
+    WideNorm,
+}
+
+/// The recurrent form's launches, each over its own run of the calls.
 pub(crate) fn gated_delta_rule(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
-    let mut rows = delta_rule_rows(dev, seed, false)?;
-    rows.extend(delta_rule_rows(dev, seed, true)?);
+    let mut rows = delta_rule_rows(dev, seed, DeltaLaunch::Plain)?;
+    rows.extend(delta_rule_rows(dev, seed, DeltaLaunch::Wide)?);
+    rows.extend(delta_rule_rows(dev, seed, DeltaLaunch::WideNorm)?);
     Ok(rows)
 }
 
-fn delta_rule_rows(dev: &Device, seed: u64, wide: bool) -> Result<Vec<KernelParityRow>> {
+/// The gated RMSNorm of the rule's output `o` (`vkllm_cpu::gated_rmsnorm`, rows of `z.len() /
+/// rows` heads), and its tolerance given the rule output's `tol_o`: per head row
+/// `max |w silu(z)| * 2 tol_o / rms(o)` (an error `d` in o moves o / rms by at most 2 d / rms),
+/// plus f32 rounding of the norm itself.
+fn norm_ref(o: &[f32], z: &[f32], w: &[f32], eps: f32, tol_o: f64) -> (Vec<f32>, Tol) {
+    let mut want = vec![0.0; o.len()];
+    vkllm_cpu::gated_rmsnorm(o, z, w, eps, &mut want);
+    let dv = w.len();
+    let mut bound = 0f64;
+    for (orow, zrow) in o.chunks_exact(dv).zip(z.chunks_exact(dv)) {
+        let ms = orow
+            .iter()
+            .map(|&v| f64::from(v) * f64::from(v))
+            .sum::<f64>()
+            / dv as f64;
+        let rms = (ms + f64::from(eps)).sqrt();
+        let gain = w.iter().zip(zrow).fold(0f64, |m, (&wj, &zj)| {
+            let zj = f64::from(zj);
+            m.max((f64::from(wj) * zj / (1.0 + (-zj).exp())).abs())
+        });
+        bound = bound.max(gain * 2.0 * tol_o / rms);
+    }
+    let tol = Tol {
+        max_abs: bound + 1e-6 * max_abs(&want).max(1.0),
+        nmse: 1e-9,
+    };
+    (want, tol)
+}
+
+fn delta_rule_rows(dev: &Device, seed: u64, launch: DeltaLaunch) -> Result<Vec<KernelParityRow>> {
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
     let mut rows_out = Vec::new();
@@ -212,10 +263,10 @@ fn delta_rule_rows(dev: &Device, seed: u64, wide: bool) -> Result<Vec<KernelPari
         );
         let mut cpu_state = st0.clone();
         for (label, rows, t) in calls(n) {
-            let label = if wide {
-                format!("wide {label}")
-            } else {
-                label.to_string()
+            let label = match launch {
+                DeltaLaunch::Plain => label.to_string(),
+                DeltaLaunch::Wide => format!("wide {label}"),
+                DeltaLaunch::WideNorm => format!("wide + norm {label}"),
             };
             let qkv = rng.vec(t * width, -1.5, 1.5);
             let (a, b) = (rng.vec(t * hv, -3.0, 3.0), rng.vec(t * hv, -3.0, 3.0));
@@ -225,6 +276,8 @@ fn delta_rule_rows(dev: &Device, seed: u64, wide: bool) -> Result<Vec<KernelPari
                 cx.input("b", &b)?,
             );
             let out = cx.output("out", t * vw)?;
+            let (z, nw, eps) = (rng.vec(t * vw, -3.0, 3.0), rng.vec(d.v_dim, 0.5, 1.5), 1e-6);
+            let (zb, nwb) = (cx.input("z", &z)?, cx.input("norm_w", &nw)?);
             let before = cx.read(&sb, SLOTS * len)?;
             cx.run(&[&out], |r| {
                 let k = GatedDeltaRule {
@@ -246,10 +299,17 @@ fn delta_rule_rows(dev: &Device, seed: u64, wide: bool) -> Result<Vec<KernelPari
                     tiled_v_heads: d.tiled_v_heads,
                     rows,
                 };
-                r.dispatch(if wide {
-                    k.dispatch_wide(&shape)?
-                } else {
-                    k.dispatch(&shape)?
+                r.dispatch(match launch {
+                    DeltaLaunch::Plain => k.dispatch(&shape)?,
+                    DeltaLaunch::Wide => k.dispatch_wide(&shape)?,
+                    DeltaLaunch::WideNorm => {
+                        let dn = DeltaNorm {
+                            z: zb.all(),
+                            weight: nwb.all(),
+                            eps,
+                        };
+                        k.dispatch_wide_norm(&shape, dn)?
+                    }
                 })
             })?;
             let mut want = vec![0.0; t * vw];
@@ -285,6 +345,10 @@ fn delta_rule_rows(dev: &Device, seed: u64, wide: bool) -> Result<Vec<KernelPari
             let tol = Tol {
                 max_abs: 1e-6 * max_abs(&want).max(1.0),
                 nmse: 1e-9,
+            };
+            let (want, tol) = match launch {
+                DeltaLaunch::WideNorm => norm_ref(&want, &z, &nw, eps, tol.max_abs),
+                _ => (want, tol),
             };
             rows_out.push(row("gated_delta_rule", &label, &shape, &got, &want, tol));
             let st = cx.read(&sb, SLOTS * len)?;
@@ -334,9 +398,18 @@ fn delta_rule_rows(dev: &Device, seed: u64, wide: bool) -> Result<Vec<KernelPari
 
 /// The chunked form (prefill) against the CPU recurrence: prompts of several 16-token chunks
 /// (the last one partial) into slot 1 of the state, then a second prompt continuing from the
-/// state the first left.
+/// state the first left. Both launches (`main`, then the register-resident `main_wide`: 32
+/// columns by 8 row groups, which k_dim 20 and v_dim 70 / 33 do not fill), each on inputs of
+/// its own.
 pub(crate) fn gated_delta_rule_chunked(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let mut rows = chunked_rows(dev, seed, false)?;
+    rows.extend(chunked_rows(dev, seed ^ 0x9e37_79b9_7f4a_7c15, true)?);
+    Ok(rows)
+}
+
+fn chunked_rows(dev: &Device, seed: u64, wide: bool) -> Result<Vec<KernelParityRow>> {
     let cx = Ctx { dev };
+    let kind = if wide { "chunked wide" } else { "chunked" };
     let mut rng = Rng::new(seed);
     let mut rows_out = Vec::new();
     let pos = cx.input("pos", &positions())?;
@@ -364,27 +437,30 @@ pub(crate) fn gated_delta_rule_chunked(dev: &Device, seed: u64) -> Result<Vec<Ke
             let out = cx.output("out", t * vw)?;
             let before = cx.read(&sb, SLOTS * len)?;
             cx.run(&[&out], |r| {
-                r.dispatch(
-                    GatedDeltaRule {
-                        qkv: qb.all(),
-                        a: ab.all(),
-                        b: bb.all(),
-                        a_log: lb.all(),
-                        dt_bias: db.all(),
-                        state: sb.all(),
-                        out: out.all(),
-                        pos: pos.all(),
-                    }
-                    .dispatch_chunked(&DeltaShapeK {
-                        n: t,
-                        n_k_heads: d.n_k_heads,
-                        n_v_heads: hv,
-                        k_dim: d.k_dim,
-                        v_dim: d.v_dim,
-                        tiled_v_heads: d.tiled_v_heads,
-                        rows: StateRows::Sequence { slot: 1 },
-                    })?,
-                )
+                let k = GatedDeltaRule {
+                    qkv: qb.all(),
+                    a: ab.all(),
+                    b: bb.all(),
+                    a_log: lb.all(),
+                    dt_bias: db.all(),
+                    state: sb.all(),
+                    out: out.all(),
+                    pos: pos.all(),
+                };
+                let shape = DeltaShapeK {
+                    n: t,
+                    n_k_heads: d.n_k_heads,
+                    n_v_heads: hv,
+                    k_dim: d.k_dim,
+                    v_dim: d.v_dim,
+                    tiled_v_heads: d.tiled_v_heads,
+                    rows: StateRows::Sequence { slot: 1 },
+                };
+                r.dispatch(if wide {
+                    k.dispatch_chunked_wide(&shape)?
+                } else {
+                    k.dispatch_chunked(&shape)?
+                })
             })?;
             let mut want = vec![0.0; t * vw];
             let st = &mut cpu_state[len..2 * len];
@@ -403,19 +479,19 @@ pub(crate) fn gated_delta_rule_chunked(dev: &Device, seed: u64) -> Result<Vec<Ke
                 max_abs: 1e-6 * max_abs(&want).max(1.0),
                 nmse: 1e-9,
             };
-            let v = format!("chunked {label}");
+            let v = format!("{kind} {label}");
             rows_out.push(row("gated_delta_rule", v, &shape, &got, &want, tol));
             let st = cx.read(&sb, SLOTS * len)?;
             let tol = Tol {
                 max_abs: 2e-6 * max_abs(&cpu_state[len..2 * len]).max(1.0),
                 nmse: 1e-9,
             };
-            let v = format!("chunked {label} state");
+            let v = format!("{kind} {label} state");
             let (g, w) = (&st[len..2 * len], &cpu_state[len..2 * len]);
             rows_out.push(row("gated_delta_rule", v, &shape, g, w, tol));
             let kept: Vec<f32> = [&st[..len], &st[2 * len..]].concat();
             let kept_want: Vec<f32> = [&before[..len], &before[2 * len..]].concat();
-            let v = format!("chunked {label} other slots");
+            let v = format!("{kind} {label} other slots");
             rows_out.push(row("gated_delta_rule", v, &shape, &kept, &kept_want, EXACT));
         }
     }

@@ -168,6 +168,14 @@ pub struct Tuning {
     /// registers over 256-invocation workgroups (`main_wide`); `false`: one invocation per
     /// column walking it twice per token (the reference). Key `delta_wide`.
     pub delta_wide: bool,
+    /// Model backends: decode steps on the register-resident delta rule (`delta_wide`) write
+    /// each head's output through the layer's gated RMSNorm in the same launch (value heads up
+    /// to 128); `false`: a separate `gated_rmsnorm` launch (the reference). Key `delta_norm`.
+    pub delta_norm: bool,
+    /// Model backends: the chunked gated delta rule (prompts) keeps the state in registers
+    /// over 256-invocation workgroups (`main_wide`); `false`: one invocation per column walking
+    /// it twice per chunk (the reference). Key `delta_chunked_wide`.
+    pub delta_chunked_wide: bool,
     /// Model backends: MoE expert products over at least this many tokens group the tokens by
     /// expert (tiled products reading each expert's weights once per tile); fewer, or 0, run
     /// one workgroup per output row (the reference). Key `moe_grouped_min`.
@@ -184,6 +192,10 @@ pub struct Tuning {
     /// them and routed as one more expert (one set of expert launches); `false`: its own gated
     /// MLP, gate and residual adds (the reference). Key `moe_shared`.
     pub moe_shared: bool,
+    /// Model backends: the grouped MoE expert products (prompts) run on cooperative matrices
+    /// (`moe_experts_coop.wgsl`) where the device runs them; `false`: the scalar f32 tiles of
+    /// `moe_experts_grouped.wgsl` (the reference). Key `moe_coop`.
+    pub moe_coop: bool,
     /// Model backends: a forward's dispatches share one submit where possible. Key `one_submit`.
     pub one_submit: bool,
     /// Model backends: dispatches in a forward's first submitted part (parts double up to 256);
@@ -233,10 +245,13 @@ impl Default for Tuning {
             rope_kv_tpw: None,
             delta_chunked: true,
             delta_wide: true,
+            delta_norm: true,
+            delta_chunked_wide: true,
             moe_grouped_min: 16,
             moe_lanes: 16,
             moe_q8a: true,
             moe_shared: true,
+            moe_coop: true,
             one_submit: true,
             split_submit: Some(SPLIT_SUBMIT_FIRST),
         }
@@ -298,10 +313,13 @@ pub const TUNING_KEYS: &[&str] = &[
     "rope_kv_tpw",
     "delta_chunked",
     "delta_wide",
+    "delta_norm",
+    "delta_chunked_wide",
     "moe_grouped_min",
     "moe_lanes",
     "moe_q8a",
     "moe_shared",
+    "moe_coop",
     "one_submit",
     "split_submit",
 ];
@@ -510,6 +528,8 @@ impl Tuning {
             }
             "delta_chunked" => self.delta_chunked = flag()?,
             "delta_wide" => self.delta_wide = flag()?,
+            "delta_norm" => self.delta_norm = flag()?,
+            "delta_chunked_wide" => self.delta_chunked_wide = flag()?,
             "moe_grouped_min" => self.moe_grouped_min = in_range(0, 1 << 20)? as u32,
             "moe_lanes" => {
                 let l = in_range(0, 128)? as u32;
@@ -520,6 +540,7 @@ impl Tuning {
             }
             "moe_q8a" => self.moe_q8a = flag()?,
             "moe_shared" => self.moe_shared = flag()?,
+            "moe_coop" => self.moe_coop = flag()?,
             "one_submit" => self.one_submit = flag()?,
             "split_submit" => {
                 self.split_submit = match num()? {
@@ -607,8 +628,8 @@ impl fmt::Display for Tuning {
              coop_x_f16={},coop_tile={},coop_glu={},coop_glu_half={},coop_group={group},\
              {dequant},wg_coherent={},prune={},recycle={},fence_spin_us={},pipeline_stats={},\
              attn={attn},attn_chunk={},attn_adaptive={},attn_wide={},attn_prefill={prefill},attn_coop_nsg={},\
-             attn_coop_split={},fused={},rope_kv_tpw={},delta_chunked={},delta_wide={},moe_grouped_min={},\
-             moe_lanes={},moe_q8a={},moe_shared={},one_submit={},split_submit={}",
+             attn_coop_split={},fused={},rope_kv_tpw={},delta_chunked={},delta_wide={},delta_norm={},delta_chunked_wide={},moe_grouped_min={},\
+             moe_lanes={},moe_q8a={},moe_shared={},moe_coop={},one_submit={},split_submit={}",
             b(self.q8a_wide),
             b(self.q8a_quad),
             self.q8a_workgroups,
@@ -638,10 +659,13 @@ impl fmt::Display for Tuning {
             opt(self.rope_kv_tpw.map(|t| t.to_string())),
             b(self.delta_chunked),
             b(self.delta_wide),
+            b(self.delta_norm),
+            b(self.delta_chunked_wide),
             self.moe_grouped_min,
             self.moe_lanes,
             b(self.moe_q8a),
             b(self.moe_shared),
+            b(self.moe_coop),
             b(self.one_submit),
             self.split_submit.unwrap_or(0),
         )
@@ -699,7 +723,7 @@ mod tests {
                     dequant=auto,dequant_min=4096,dequant_tokens=64,wg_coherent=0,prune=1,\
                     recycle=0,fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,\
                     attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,fused=0,\
-                    rope_kv_tpw=3,delta_chunked=0,delta_wide=0,moe_grouped_min=0,moe_lanes=0,moe_q8a=0,moe_shared=0,one_submit=0,\
+                    rope_kv_tpw=3,delta_chunked=0,delta_wide=0,delta_norm=0,delta_chunked_wide=0,moe_grouped_min=0,moe_lanes=0,moe_q8a=0,moe_shared=0,moe_coop=0,one_submit=0,\
                     split_submit=0";
         let t = Tuning::parse(spec).unwrap();
         assert_ne!(t, Tuning::default());

@@ -321,10 +321,10 @@ impl Net for HybridNet<'_> {
     }
     fn prefill_profile(
         &self,
-        _b: &mut VulkanBackend,
-        _ids: &[u32],
+        b: &mut VulkanBackend,
+        ids: &[u32],
     ) -> Result<Vec<ProfiledDispatch>, ModelError> {
-        Ok(Vec::new())
+        b.hybrid_forward_profile(self.g.0, self.g.1, ids)
     }
 }
 

@@ -6,6 +6,17 @@ use crate::family::Activation;
 use super::{Experts, StateView, Tensor};
 use vkllm_cpu::DeltaShape;
 
+/// The gated RMSNorm after a Gated DeltaNet layer's delta rule
+/// ([`HybridOps::gated_delta_rule_norm`]): gate `z` (`[n, v_width]`), weight (`[v_dim]`, no
+/// offset), epsilon, and `core`, where a backend that does not fuse them puts the rule's output.
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaOutNorm {
+    pub z: Tensor,
+    pub weight: Tensor,
+    pub eps: f32,
+    pub core: Tensor,
+}
+
 /// Hybrid and MoE ops (a supertrait of [`super::Backend`]); a backend that cannot run one with
 /// its arguments returns [`ModelError::UnsupportedOp`].
 pub trait HybridOps {
@@ -44,6 +55,29 @@ pub trait HybridOps {
         state: &StateView,
         out: Tensor,
     ) -> Result<(), ModelError>;
+
+    /// [`HybridOps::gated_delta_rule`] into `norm.core`, then [`HybridOps::gated_rmsnorm`] of
+    /// each head's `v_dim` values gated by `norm.z` into `out`: the token mixer of a Gated
+    /// DeltaNet layer up to its output projection (one launch where the backend fuses them).
+    #[allow(clippy::too_many_arguments)]
+    fn gated_delta_rule_norm(
+        &mut self,
+        qkv: Tensor,
+        n: usize,
+        shape: &DeltaShape,
+        a: Tensor,
+        b: Tensor,
+        a_log: Tensor,
+        dt_bias: Tensor,
+        state: &StateView,
+        norm: &DeltaOutNorm,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        self.gated_delta_rule(qkv, n, shape, a, b, a_log, dt_bias, state, norm.core)?;
+        let rows = n * shape.n_v_heads;
+        let dim = shape.v_dim;
+        self.gated_rmsnorm(norm.core, norm.z, norm.weight, rows, dim, norm.eps, out)
+    }
 
     /// RMSNorm of `rows` rows of `dim` with weight `w` (no offset), gated by `silu(z)`:
     /// `vkllm_cpu::gated_rmsnorm`.

@@ -36,7 +36,7 @@ impl Tensor {
 pub use vkllm_kernels::kv_append::{KvType, KvTypes};
 
 mod hybrid_ops;
-pub use hybrid_ops::HybridOps;
+pub use hybrid_ops::{DeltaOutNorm, HybridOps};
 mod moe_ffn;
 pub use moe_ffn::{MoeFfn, moe_ffn_unfused};
 

@@ -12,7 +12,8 @@
 use std::cell::Cell;
 
 use crate::backend::{
-    Backend, KvRows, KvType, KvTypes, KvView, MoeFfn, NormMlp, StateView, Tensor, moe_scratch_words,
+    Backend, DeltaOutNorm, KvRows, KvType, KvTypes, KvView, MoeFfn, NormMlp, StateView, Tensor,
+    moe_scratch_words,
 };
 use crate::blocks::{self, AttnRefs, AttnScratch};
 use crate::config::ModelConfig;
@@ -506,11 +507,15 @@ impl HybridModel {
                     b.mark("delta_conv");
                     b.causal_conv1d(s.qkv, n, cd, hy.conv_kernel, dw.conv, &conv, s.qkv_conv)?;
                     b.mark("delta_rule");
-                    b.gated_delta_rule(
-                        s.qkv_conv, n, &d, s.a, s.b, dw.a_log, dw.dt_bias, &delta, s.core,
-                    )?;
-                    let rows = n * d.n_v_heads;
-                    b.gated_rmsnorm(s.core, s.z, dw.norm, rows, d.v_dim, c.rms_eps, s.normed)?;
+                    let norm = DeltaOutNorm {
+                        z: s.z,
+                        weight: dw.norm,
+                        eps: c.rms_eps,
+                        core: s.core,
+                    };
+                    let (a, bb, al, dt) = (s.a, s.b, dw.a_log, dw.dt_bias);
+                    let q = s.qkv_conv;
+                    b.gated_delta_rule_norm(q, n, &d, a, bb, al, dt, &delta, &norm, s.normed)?;
                     // out_proj with the residual add in its epilogue.
                     b.mark("delta_out");
                     b.linear_add(&dw.out, s.normed, n, s.x, s.o)?;

@@ -10,7 +10,8 @@ use vkllm_cpu::DeltaShape;
 use vkllm_kernels::WeightType;
 use vkllm_kernels::causal_conv1d::{CausalConv1d, ConvShape};
 use vkllm_kernels::gated_delta_rule::{
-    CHUNKED_MAX_K_DIM, DeltaShape as DeltaShapeK, GatedDeltaRule, StateRows,
+    CHUNKED_MAX_K_DIM, DeltaNorm, DeltaShape as DeltaShapeK, GatedDeltaRule, NORM_MAX_V_DIM,
+    StateRows,
 };
 use vkllm_kernels::gated_rmsnorm::GatedRmsNorm;
 use vkllm_kernels::matvec_fused::{Epilogue, NormPrologue};
@@ -26,7 +27,7 @@ use vkllm_kernels::sigmoid_mul::SigmoidMul;
 
 use super::VulkanBackend;
 use crate::backend::{
-    Backend, Experts, HybridOps, KvRows, MoeFfn, StateView, Tensor, moe_ffn_unfused,
+    Backend, DeltaOutNorm, Experts, HybridOps, KvRows, MoeFfn, StateView, Tensor, moe_ffn_unfused,
 };
 use crate::error::ModelError;
 use crate::family::Activation;
@@ -91,12 +92,14 @@ impl HybridOps for VulkanBackend {
         let rows = state_rows(st);
         let hv = s.n_v_heads;
         // Prompts of one sequence take the chunked form unless the tuning's delta_chunked=0 asks
-        // for the reference recurrence (both are parity-tested against vkllm-cpu).
+        // for the reference recurrence (both are parity-tested against vkllm-cpu); each form
+        // keeps the state in registers unless delta_wide=0 / delta_chunked_wide=0.
+        let tuning = self.dev.tuning();
         let chunked = n > 1
             && matches!(rows, StateRows::Sequence { .. })
             && s.k_dim <= CHUNKED_MAX_K_DIM
-            && self.dev.tuning().delta_chunked;
-        let wide = self.dev.tuning().delta_wide;
+            && tuning.delta_chunked;
+        let (wide, chunked_wide) = (tuning.delta_wide, tuning.delta_chunked_wide);
         self.record(|me, r| {
             let k = GatedDeltaRule {
                 qkv: me.head(qkv, n * (2 * s.qk_width() + s.v_width()))?,
@@ -117,7 +120,9 @@ impl HybridOps for VulkanBackend {
                 tiled_v_heads: s.tiled_v_heads,
                 rows,
             };
-            let d = if chunked {
+            let d = if chunked && chunked_wide {
+                k.dispatch_chunked_wide(&shape)?
+            } else if chunked {
                 k.dispatch_chunked(&shape)?
             } else if wide {
                 k.dispatch_wide(&shape)?
@@ -125,6 +130,64 @@ impl HybridOps for VulkanBackend {
                 k.dispatch(&shape)?
             };
             Ok(r.dispatch(d)?)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gated_delta_rule_norm(
+        &mut self,
+        qkv: Tensor,
+        n: usize,
+        s: &DeltaShape,
+        a: Tensor,
+        b: Tensor,
+        a_log: Tensor,
+        dt_bias: Tensor,
+        st: &StateView,
+        norm: &DeltaOutNorm,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        let rows = state_rows(st);
+        // Decode steps on the register-resident recurrence take the norm into the same launch
+        // (tuning `delta_norm`); prompts keep the chunked form and a separate norm.
+        let t = self.dev.tuning();
+        let fused = (n == 1 || matches!(rows, StateRows::PerRow { .. }))
+            && t.delta_wide
+            && t.delta_norm
+            && s.v_dim <= NORM_MAX_V_DIM;
+        if !fused {
+            self.gated_delta_rule(qkv, n, s, a, b, a_log, dt_bias, st, norm.core)?;
+            let hr = n * s.n_v_heads;
+            return self.gated_rmsnorm(norm.core, norm.z, norm.weight, hr, s.v_dim, norm.eps, out);
+        }
+        st.check(n);
+        let hv = s.n_v_heads;
+        self.record(|me, r| {
+            let k = GatedDeltaRule {
+                qkv: me.head(qkv, n * (2 * s.qk_width() + s.v_width()))?,
+                a: me.head(a, n * hv)?,
+                b: me.head(b, n * hv)?,
+                a_log: me.head(a_log, hv)?,
+                dt_bias: me.head(dt_bias, hv)?,
+                state: me.all(st.state),
+                out: me.head(out, n * s.v_width())?,
+                pos: me.all(st.positions),
+            };
+            let shape = DeltaShapeK {
+                n,
+                n_k_heads: s.n_k_heads,
+                n_v_heads: hv,
+                k_dim: s.k_dim,
+                v_dim: s.v_dim,
+                tiled_v_heads: s.tiled_v_heads,
+                rows,
+            };
+            let dn = DeltaNorm {
+                z: me.head(norm.z, n * s.v_width())?,
+                weight: me.head(norm.weight, s.v_dim)?,
+                eps: norm.eps,
+            };
+            Ok(r.dispatch(k.dispatch_wide_norm(&shape, dn)?)?)
         })
     }
 
@@ -280,6 +343,10 @@ impl VulkanBackend {
         let lanes = self.dev.tuning().moe_lanes;
         let grouped = min > 0 && n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(&shape);
         let int8 = !grouped && vkllm_vk::moe_q8a_runs(&self.dev, &shape);
+        // The grouped products on cooperative matrices (tuning `moe_coop`) where they run.
+        let sg = self.dev.info().subgroup_size;
+        let coop = (self.dev.tuning().moe_coop && self.dev.coopmat() && matches!(sg, 16 | 32 | 64))
+            .then_some(sg);
         let [a, y, l] = moe_scratch_parts(n, top_k, h, ff, ex.n_experts);
         let (ids_t, weights_t) = (ids, weights);
         self.record(|me, r| {
@@ -294,7 +361,7 @@ impl VulkanBackend {
             let (gate, up, down, out) = (w(ex.gate), w(ex.up), w(ex.down), me.head(out, n * h)?);
             let ds: Vec<_> = if grouped {
                 let (act, y, lists) = (part(a)?, part(y)?, part(l)?);
-                MoeExpertsGrouped {
+                let g = MoeExpertsGrouped {
                     x,
                     ids,
                     weights,
@@ -305,9 +372,11 @@ impl VulkanBackend {
                     y,
                     lists,
                     out,
+                };
+                match coop {
+                    Some(sg) => g.dispatch_coop(&shape, sg)?.into(),
+                    None => g.dispatch(&shape)?.into(),
                 }
-                .dispatch(&shape)?
-                .into()
             } else if int8 {
                 // The routing entries are read as 16-byte words (the scratch is padded).
                 let kw = (n * top_k).next_multiple_of(4);

@@ -5,6 +5,7 @@ use super::VulkanBackend;
 use super::slots::ProfiledDispatch;
 use crate::error::ModelError;
 use crate::forward::{KvCache, Logits, Model};
+use crate::hybrid::{HybridModel, HybridState};
 
 impl VulkanBackend {
     /// Runs `model` over `ids` at positions `0..ids.len()` in slot 0 of `kv` with GPU
@@ -17,13 +18,39 @@ impl VulkanBackend {
         kv: &KvCache,
         ids: &[u32],
     ) -> Result<Vec<ProfiledDispatch>, ModelError> {
+        self.profile_with(|b| {
+            model
+                .forward_slot(b, kv, 0, ids, 0, Logits::Last)
+                .map(|_| ())
+        })
+    }
+
+    /// [`VulkanBackend::forward_profile`] for a hybrid model: slot 0 of `st` is reset first
+    /// (outside the timed work).
+    pub fn hybrid_forward_profile(
+        &mut self,
+        model: &HybridModel,
+        st: &HybridState,
+        ids: &[u32],
+    ) -> Result<Vec<ProfiledDispatch>, ModelError> {
+        model.reset_slot(self, st, 0)?;
+        self.profile_with(|b| {
+            model
+                .forward_slot(b, st, 0, ids, 0, Logits::Last)
+                .map(|_| ())
+        })
+    }
+
+    /// Times every dispatch `run` records (flushed before and after).
+    fn profile_with(
+        &mut self,
+        run: impl FnOnce(&mut Self) -> Result<(), ModelError>,
+    ) -> Result<Vec<ProfiledDispatch>, ModelError> {
         self.flush()?;
         self.timestamps = 16384;
         self.marks.clear();
         self.profiled = Some(Vec::new());
-        let res = model
-            .forward_slot(self, kv, 0, ids, 0, Logits::Last)
-            .and_then(|_| self.flush());
+        let res = run(self).and_then(|_| self.flush());
         self.timestamps = 0;
         let t = self.profiled.take().unwrap_or_default();
         let marks = std::mem::take(&mut self.marks);
