@@ -58,44 +58,64 @@ pub(crate) fn attention<B: Backend>(
     pos: Tensor,
     kv: &KvView,
 ) -> Result<(), ModelError> {
-    let hd = c.head_dim;
     b.mark("qkv");
     let mut ws = vec![(w.q, s.q), (w.k, s.k), (w.v, s.v)];
     if let Some(g) = w.gate {
         ws.push((g, s.g));
     }
     b.norm_linears(x, norm, n, h, &ws)?;
-    let rk = RopeKv {
-        q: s.q,
-        k: s.k,
-        v: s.v,
-        q_out: s.qn,
-        k_tmp: s.kn,
-        n,
-        n_heads: c.n_heads,
-        n_kv_heads: c.n_kv_heads,
-        head_dim: hd,
-        norm: w.q_norm.zip(w.k_norm),
-        eps: c.rms_eps,
-        norm_offset: c.norm_offset,
-        positions: pos,
-        rope: &lc.rope,
-        packed: None,
-    };
-    let p = AttnParams {
-        n_heads: c.n_heads,
-        n_kv_heads: c.n_kv_heads,
-        head_dim: hd,
-        scale: c.attn_scale,
-        softcap: c.attn_softcap,
-        window: lc.window,
-    };
+    let qkv = (s.q, s.k, s.v, s.qn, s.kn);
+    let rk = rope_kv(c, lc, qkv, w.q_norm.zip(w.k_norm), n, pos, None);
+    let p = attn_params(c, lc);
     b.rope_attention(&rk, kv, &p, s.att)?;
     if w.gate.is_some() {
         b.sigmoid_mul(s.att, s.g, n, c.q_dim(), false)?;
     }
     b.mark("o_proj");
     b.linear_add(w.o, s.att, n, x, tmp)
+}
+
+/// The attention input step of a layer (per-head q/k norm, RoPE, KV append): q, k, v in,
+/// `qn` (and `kn` scratch) out, as [`Backend::rope_attention`] takes it; `packed` is the fused
+/// q/k/v buffer when the projections wrote one.
+pub(crate) fn rope_kv<'a>(
+    c: &ModelConfig,
+    lc: &'a LayerConfig,
+    (q, k, v, qn, kn): (Tensor, Tensor, Tensor, Tensor, Tensor),
+    norm: Option<(Tensor, Tensor)>,
+    n: usize,
+    positions: Tensor,
+    packed: Option<Tensor>,
+) -> RopeKv<'a> {
+    RopeKv {
+        q,
+        k,
+        v,
+        q_out: qn,
+        k_tmp: kn,
+        n,
+        n_heads: c.n_heads,
+        n_kv_heads: c.n_kv_heads,
+        head_dim: c.head_dim,
+        norm,
+        eps: c.rms_eps,
+        norm_offset: c.norm_offset,
+        positions,
+        rope: &lc.rope,
+        packed,
+    }
+}
+
+/// A layer's attention shape, scale, softcap and window.
+pub(crate) fn attn_params(c: &ModelConfig, lc: &LayerConfig) -> AttnParams {
+    AttnParams {
+        n_heads: c.n_heads,
+        n_kv_heads: c.n_kv_heads,
+        head_dim: c.head_dim,
+        scale: c.attn_scale,
+        softcap: c.attn_softcap,
+        window: lc.window,
+    }
 }
 
 /// The gated MLP of the `n` normed rows `h` into `out`: `down(act(gate h) * up h)`, with

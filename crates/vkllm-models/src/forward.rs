@@ -5,9 +5,8 @@
 //! Prompts are processed in chunks of at most `chunk` tokens over a fixed set of scratch
 //! tensors, so memory does not grow with the prompt.
 
-use vkllm_cpu::AttnParams;
-
-use crate::backend::{Backend, KvRows, KvType, KvTypes, NormMlp, NormQkv, RopeKv, Tensor};
+use crate::backend::{Backend, KvRows, KvType, KvTypes, NormMlp, NormQkv, Tensor};
+use crate::blocks;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 pub use crate::kv_cache::{KV_ROW_ALIGN, KvCache, KvLayer};
@@ -419,31 +418,10 @@ impl Model {
                 v_out: s.v,
                 packed: s.qkv,
             })?;
-            let rk = RopeKv {
-                q: s.q,
-                k: s.k,
-                v: s.v,
-                q_out: s.qn,
-                k_tmp: s.kn,
-                n,
-                n_heads: c.n_heads,
-                n_kv_heads: c.n_kv_heads,
-                head_dim: hd,
-                norm: lw.q_norm.zip(lw.k_norm),
-                eps: c.rms_eps,
-                norm_offset: c.norm_offset,
-                positions: inp.pos,
-                rope: &lc.rope,
-                packed: packed.then_some(s.qkv),
-            };
-            let p = AttnParams {
-                n_heads: c.n_heads,
-                n_kv_heads: c.n_kv_heads,
-                head_dim: hd,
-                scale: c.attn_scale,
-                softcap: c.attn_softcap,
-                window: lc.window,
-            };
+            let qkv = (s.q, s.k, s.v, s.qn, s.kn);
+            let norm = lw.q_norm.zip(lw.k_norm);
+            let rk = blocks::rope_kv(c, lc, qkv, norm, n, inp.pos, packed.then_some(s.qkv));
+            let p = blocks::attn_params(c, lc);
             // The input step (q/k norm, RoPE, KV append) and attention (a backend may run them
             // as one dispatch; it marks the profile regions).
             b.rope_attention(&rk, &view, &p, s.att)?;
@@ -453,7 +431,7 @@ impl Model {
             } else {
                 b.linear(&lw.o, s.att, n, s.o)?;
                 b.mark("residual");
-                residual_add(b, s.x, s.o, lw.post_attn_norm, s.h, n, c)?;
+                blocks::residual_add(b, s.x, s.o, lw.post_attn_norm, s.h, n, c)?;
             }
 
             // MLP block
@@ -478,7 +456,7 @@ impl Model {
             } else {
                 b.linear(&lw.down, s.act, n, s.o)?;
                 b.mark("residual");
-                residual_add(b, s.x, s.o, lw.post_ffn_norm, s.h, n, c)?;
+                blocks::residual_add(b, s.x, s.o, lw.post_ffn_norm, s.h, n, c)?;
             }
         }
         Ok(())
@@ -512,24 +490,4 @@ struct StepInputs {
     ids: Tensor,
     pos: Tensor,
     rows: KvRows,
-}
-
-/// `x += y`, or `x += norm(y)` through `tmp` when the block has a post-norm (Gemma 2/3).
-fn residual_add<B: Backend>(
-    b: &mut B,
-    x: Tensor,
-    y: Tensor,
-    post_norm: Option<Tensor>,
-    tmp: Tensor,
-    n: usize,
-    c: &ModelConfig,
-) -> Result<(), ModelError> {
-    let h = c.hidden_size;
-    match post_norm {
-        Some(w) => {
-            b.rmsnorm(y, w, n, h, c.rms_eps, c.norm_offset, tmp)?;
-            b.add_inplace(x, tmp, n * h)
-        }
-        None => b.add_inplace(x, y, n * h),
-    }
 }

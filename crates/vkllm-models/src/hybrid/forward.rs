@@ -493,10 +493,10 @@ impl HybridModel {
                     blocks::attention(b, c, lc, &refs, att, s.x, attn_norm, tmp, n, inp.pos, &kv)?;
                 }
                 (MixerWeights::DeltaNet(dw), LayerState::DeltaNet { conv, delta }) => {
-                    let hy = c
-                        .hybrid
-                        .as_ref()
-                        .expect("DeltaNet weights come from a hybrid config");
+                    let hy = c.hybrid.as_ref().ok_or_else(|| ModelError::Config {
+                        field: format!("layers[{i}]"),
+                        msg: "DeltaNet weights without a hybrid config".into(),
+                    })?;
                     let d = hy.delta;
                     b.mark("delta_in_proj");
                     let ws = [(&dw.qkv, s.qkv), (&dw.z, s.z), (&dw.b, s.b), (&dw.a, s.a)];
@@ -520,7 +520,12 @@ impl HybridModel {
                     b.mark("delta_out");
                     b.linear_add(&dw.out, s.normed, n, s.x, s.o)?;
                 }
-                _ => panic!("layer {i}: weights and state disagree on the mixer"),
+                _ => {
+                    return Err(ModelError::Config {
+                        field: format!("layers[{i}]"),
+                        msg: "the weights and the recurrent state disagree on the mixer".into(),
+                    });
+                }
             }
 
             let tmp = (s.gate, s.up, s.act);
@@ -547,7 +552,10 @@ impl HybridModel {
                     continue;
                 }
                 FfnWeights::Moe(m) => {
-                    let mc = c.moe.as_ref().expect("MoE weights come from a MoE config");
+                    let mc = c.moe.as_ref().ok_or_else(|| ModelError::Config {
+                        field: format!("layers[{i}]"),
+                        msg: "MoE weights without a MoE config".into(),
+                    })?;
                     let (ids, ew) = (s.expert_ids, s.expert_w);
                     let (ne, k, act) = (mc.n_experts, mc.top_k, c.activation);
                     if m.shared.is_none() {
