@@ -1,0 +1,364 @@
+//! Tuning: every kernel and launch choice of the Vulkan runtime and of the model backends built
+//! on it, as one typed value a [`crate::Device`] carries (from [`crate::DeviceOptions`]), so two
+//! devices in one process can run two settings side by side. Defaults are the measured choices
+//! (docs/benchmarks.md); each non-default value selects the reference or an alternative path.
+//!
+//! This is also vkllm-vk's one options module: the only place the crate reads the environment
+//! (`VKLLM_DEVICE`, `VKLLM_VALIDATE`, the developers' `VKLLM_TUNE="key=value,..."`, the cache
+//! directory `VKLLM_CACHE` and the parity seed `VKLLM_SEED`).
+
+use vkllm_kernels::matmul_coop::CoopTile;
+use vkllm_kernels::matvec_fused::MatvecImpl;
+use vkllm_kernels::matvec_rows::MatvecLayout;
+
+use crate::coop_dequant::DequantPolicy;
+use crate::info::DeviceChoice;
+use crate::instance::Validation;
+
+mod text;
+
+/// The split-K rule of automatic cooperative-matrix launches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SplitK {
+    /// Per weight type: [`crate::SPLIT_TARGET_FLOAT`] or [`crate::SPLIT_TARGET_QUANT`]
+    /// workgroups.
+    Auto,
+    /// No split-K: the kernel's original launch (the reference).
+    Off,
+    /// This many target workgroups for every type.
+    Target(usize),
+}
+
+/// Which graph steps group their cooperative-matrix products into one launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoopGroup {
+    /// q/k/v only (grouped gate + up lose: the two products overlap on the GPU otherwise).
+    Qkv,
+    /// gate + up only.
+    Mlp,
+    /// Both.
+    All,
+    /// Neither: one launch per weight (the reference).
+    None,
+}
+
+/// The decode attention of the model backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeAttn {
+    /// Split over key chunks, then a merge (two launches).
+    Split,
+    /// Split and merge in one launch (the last workgroup merges).
+    Fused,
+    /// One workgroup per head over every key (the reference).
+    Reference,
+}
+
+/// The prefill attention kernel on devices with cooperative matrices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefillAttn {
+    /// The second cooperative-matrix kernel where its shapes allow, else the first.
+    Auto,
+    /// Always the first cooperative-matrix kernel.
+    Coop1,
+    /// The portable tiled kernel (the reference).
+    Portable,
+}
+
+/// Every tuning choice; see the module docs. `Tuning::default()` is the measured default.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tuning {
+    /// Decode matrix-vector kernel; `None`: per device (int8 dot products on GPUs that have
+    /// them, else the fast kernel). Key `matvec` = auto | reference | fast | int8.
+    pub matvec: Option<MatvecImpl>,
+    /// Fast matvec layout; `None`: per device (teams on GPUs, rows on CPU devices). Key
+    /// `matvec_layout` = auto | teams | rows.
+    pub matvec_layout: Option<MatvecLayout>,
+    /// int8 matvec: wide teams for K-quant weights where measured faster. Key `q8a_wide`.
+    pub q8a_wide: bool,
+    /// int8 matvec: four rows per team where it fits. Key `q8a_quad`.
+    pub q8a_quad: bool,
+    /// int8 matvec: workgroups a launch aims for; 0 picks per op. Key `q8a_workgroups`.
+    pub q8a_workgroups: u32,
+    /// Batched decode steps (2 or more rows) run the int8 matvec on activations quantized once
+    /// per product into a buffer every workgroup reads (`quantize_act_q8`), up to
+    /// `decode_int8_max_n` rows; `false`: each workgroup quantizes in shared memory where that
+    /// fits (at most 16384 elements), the float kernel elsewhere (the reference). Prompt
+    /// prefill keeps the reference either way. Key `q8a_xg`.
+    pub q8a_xg: bool,
+    /// Lanes per row of those launches; 0 by row length. Key `q8a_xg_lanes`.
+    pub q8a_xg_lanes: u32,
+    /// Rows per team of those launches; 0 the default (2). Key `q8a_xg_rows`.
+    pub q8a_xg_rows: u32,
+    /// Decode products of at most this many tokens take the int8 matvec (16 columns per
+    /// launch) where the weights and device allow, more take the matmul; values up to 8 keep
+    /// the earlier bound of the multi-column matvec. Key `decode_int8_max_n`.
+    pub decode_int8_max_n: u32,
+    /// Cooperative-matrix prefill matmuls where the device has them; `false` keeps the portable
+    /// kernels (the reference). Key `coopmat`.
+    pub coopmat: bool,
+    /// Key `splitk` = auto | off | N (target workgroups).
+    pub splitk: SplitK,
+    /// K step of automatic cooperative launches (32 or 64). Key `coop_bk`.
+    pub coop_bk: u32,
+    /// Direct epilogue for split-K and accumulating launches (else through shared memory, the
+    /// reference). Key `coop_direct`.
+    pub coop_direct: bool,
+    /// Split float weights' short grids to the float target (else the earlier tilings). Key
+    /// `coop_float_split`.
+    pub coop_float_split: bool,
+    /// Read X as f16 converted once per source (else f32). Key `coop_x_f16`.
+    pub coop_x_f16: bool,
+    /// One tiling for every automatic launch where it fits; `None`: per shape. Key `coop_tile` =
+    /// auto | tiny | small | large | wide | tall.
+    pub coop_tile: Option<CoopTile>,
+    /// Gated MLP up-projections (gate and up) in one cooperative launch. Key `coop_glu`.
+    pub coop_glu: bool,
+    /// The gated launch writes its product as f16. Key `coop_glu_half`.
+    pub coop_glu_half: bool,
+    /// Key `coop_group` = qkv | mlp | all | none.
+    pub coop_group: CoopGroup,
+    /// Quantized prefill weights multiplied through an f16 copy. Keys `dequant` = auto | off |
+    /// all, `dequant_min` (weight elements), `dequant_tokens`.
+    pub dequant: DequantPolicy,
+    /// Workgroup-memory coherence pass on the kernels that rely on it (else naga's output). Key
+    /// `wg_coherent`.
+    pub wg_coherent: bool,
+    /// Drop the branches resolved overrides make dead before writing SPIR-V (off: it slowed the
+    /// cooperative prefill attention at head_dim 64). Key `prune`.
+    pub prune: bool,
+    /// Reuse command pools, fences and descriptor pools of dropped recordings. Key `recycle`.
+    pub recycle: bool,
+    /// How long a submit polls its fence before blocking, in microseconds; `None`: 50 ms on GPUs,
+    /// 0 on CPU devices. Key `fence_spin_us`.
+    pub fence_spin_us: Option<u64>,
+    /// Print every pipeline's driver statistics (registers, spills) when it is created. Key
+    /// `pipeline_stats`.
+    pub pipeline_stats: bool,
+    /// Model backends: decode attention. Key `attn` = split | fused | reference.
+    pub attn: DecodeAttn,
+    /// Model backends: keys per chunk of split attention (a power of two in 8..=256); `None`:
+    /// from the context length. Key `attn_chunk`.
+    pub attn_chunk: Option<usize>,
+    /// Model backends: recorded decode steps pick each query's chunk of the grouped split from
+    /// its position on the device (`false`: the chunk sized for the whole cache). Key
+    /// `attn_adaptive`.
+    pub attn_adaptive: bool,
+    /// Model backends: the grouped split over f16 caches reads 16-byte slots with the queries in
+    /// registers (`shaders/attention_wide.wgsl`; `false`: the grouped split, its reference). Key
+    /// `attn_wide`.
+    pub attn_wide: bool,
+    /// Model backends: key `attn_prefill` = auto | coop1 | portable.
+    pub attn_prefill: PrefillAttn,
+    /// Model backends: subgroups per workgroup of the second prefill kernel (1..=4). Key
+    /// `attn_coop_nsg`.
+    pub attn_coop_nsg: u32,
+    /// Model backends: workgroups the second prefill kernel splits a heavy query tile's keys
+    /// over (1..=4; 1 is the reference). Key `attn_coop_split`.
+    pub attn_coop_split: u32,
+    /// Model backends: fused decode launches (norm into matvec, gated MLP, ...); `false` runs
+    /// one op per launch (the reference). Key `fused`.
+    pub fused: bool,
+    /// Model backends: tokens per workgroup of the prefill RoPE + KV append; `None`: the pair
+    /// layout. Key `rope_kv_tpw` = auto | 1..=4.
+    pub rope_kv_tpw: Option<usize>,
+    /// Model backends: hybrid prompts take the chunked gated-delta form (else the recurrence,
+    /// the reference). Key `delta_chunked`.
+    pub delta_chunked: bool,
+    /// Model backends: the gated delta rule's recurrent form (decode steps) keeps the state in
+    /// registers over 256-invocation workgroups (`main_wide`); `false`: one invocation per
+    /// column walking it twice per token (the reference). Key `delta_wide`.
+    pub delta_wide: bool,
+    /// Model backends: decode steps on the register-resident delta rule (`delta_wide`) write
+    /// each head's output through the layer's gated RMSNorm in the same launch (value heads up
+    /// to 128); `false`: a separate `gated_rmsnorm` launch (the reference). Key `delta_norm`.
+    pub delta_norm: bool,
+    /// Model backends: the chunked gated delta rule (prompts) keeps the state in registers
+    /// over 256-invocation workgroups (`main_wide`); `false`: one invocation per column walking
+    /// it twice per chunk (the reference). Key `delta_chunked_wide`.
+    pub delta_chunked_wide: bool,
+    /// Model backends: MoE expert products over at least this many tokens group the tokens by
+    /// expert (tiled products reading each expert's weights once per tile); fewer, or 0, run
+    /// one workgroup per output row (the reference). Key `moe_grouped_min`.
+    pub moe_grouped_min: u32,
+    /// Model backends: invocations per output row of the per-row MoE expert products (a power
+    /// of two <= 128, 128 / lanes rows per workgroup); 0: one 64-invocation workgroup per row
+    /// (the reference). Key `moe_lanes`.
+    pub moe_lanes: u32,
+    /// Model backends: per-row MoE expert products of block-format weights run on int8 dot
+    /// products (`matvec_q8a`'s MoE launches) where the device runs the int8 matvec; `false`:
+    /// the float kernel of `moe_lanes`. Key `moe_q8a`.
+    pub moe_q8a: bool,
+    /// Model backends: a MoE block's shared expert as wide as the routed ones is stacked with
+    /// them and routed as one more expert (one set of expert launches); `false`: its own gated
+    /// MLP, gate and residual adds (the reference). Key `moe_shared`.
+    pub moe_shared: bool,
+    /// Model backends: the grouped MoE expert products (prompts) run on cooperative matrices
+    /// (`moe_experts_coop.wgsl`) where the device runs them; `false`: the scalar f32 tiles of
+    /// `moe_experts_grouped.wgsl` (the reference). Key `moe_coop`.
+    pub moe_coop: bool,
+    /// Model backends: a forward's dispatches share one submit where possible. Key `one_submit`.
+    pub one_submit: bool,
+    /// Model backends: dispatches in a forward's first submitted part (parts double up to 256);
+    /// `None`: the whole forward in one submit. Key `split_submit` = 0 | N (N > 1).
+    pub split_submit: Option<usize>,
+}
+
+/// The first part of a split forward submit by default.
+pub const SPLIT_SUBMIT_FIRST: usize = 16;
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            matvec: None,
+            matvec_layout: None,
+            q8a_wide: true,
+            q8a_quad: true,
+            q8a_workgroups: 0,
+            q8a_xg: true,
+            q8a_xg_lanes: 0,
+            q8a_xg_rows: 0,
+            decode_int8_max_n: 16,
+            coopmat: true,
+            splitk: SplitK::Auto,
+            coop_bk: 64,
+            coop_direct: true,
+            coop_float_split: true,
+            coop_x_f16: true,
+            coop_tile: None,
+            coop_glu: true,
+            coop_glu_half: true,
+            coop_group: CoopGroup::Qkv,
+            dequant: DequantPolicy::AUTO,
+            wg_coherent: true,
+            prune: false,
+            recycle: true,
+            fence_spin_us: None,
+            pipeline_stats: false,
+            attn: DecodeAttn::Split,
+            attn_chunk: None,
+            attn_adaptive: true,
+            attn_wide: true,
+            attn_prefill: PrefillAttn::Auto,
+            attn_coop_nsg: 4,
+            attn_coop_split: 2,
+            fused: true,
+            rope_kv_tpw: None,
+            delta_chunked: true,
+            delta_wide: true,
+            delta_norm: true,
+            delta_chunked_wide: true,
+            moe_grouped_min: 16,
+            moe_lanes: 16,
+            moe_q8a: true,
+            moe_shared: true,
+            moe_coop: true,
+            one_submit: true,
+            split_submit: Some(SPLIT_SUBMIT_FIRST),
+        }
+    }
+}
+
+/// A `key=value` the tuning does not accept.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TuneError {
+    #[error("tuning: `{0}` is not key=value")]
+    Syntax(String),
+    #[error("tuning: unknown key `{key}` (known: {known})")]
+    UnknownKey { key: String, known: String },
+    #[error("tuning: {key}={value}: expected {expected}")]
+    BadValue {
+        key: String,
+        value: String,
+        expected: &'static str,
+    },
+}
+
+/// Every key [`Tuning::set`] accepts.
+pub const TUNING_KEYS: &[&str] = &[
+    "matvec",
+    "matvec_layout",
+    "q8a_wide",
+    "q8a_quad",
+    "q8a_workgroups",
+    "q8a_xg",
+    "q8a_xg_lanes",
+    "q8a_xg_rows",
+    "decode_int8_max_n",
+    "coopmat",
+    "splitk",
+    "coop_bk",
+    "coop_direct",
+    "coop_float_split",
+    "coop_x_f16",
+    "coop_tile",
+    "coop_glu",
+    "coop_glu_half",
+    "coop_group",
+    "dequant",
+    "dequant_min",
+    "dequant_tokens",
+    "wg_coherent",
+    "prune",
+    "recycle",
+    "fence_spin_us",
+    "pipeline_stats",
+    "attn",
+    "attn_chunk",
+    "attn_adaptive",
+    "attn_wide",
+    "attn_prefill",
+    "attn_coop_nsg",
+    "attn_coop_split",
+    "fused",
+    "rope_kv_tpw",
+    "delta_chunked",
+    "delta_wide",
+    "delta_norm",
+    "delta_chunked_wide",
+    "moe_grouped_min",
+    "moe_lanes",
+    "moe_q8a",
+    "moe_shared",
+    "moe_coop",
+    "one_submit",
+    "split_submit",
+];
+
+/// `VKLLM_TUNE` applied to the defaults (unset or empty: the defaults).
+pub fn tuning_from_env() -> Result<Tuning, TuneError> {
+    Tuning::parse(&std::env::var("VKLLM_TUNE").unwrap_or_default())
+}
+
+impl DeviceChoice {
+    /// From `VKLLM_DEVICE` (a number is an index, anything else a name substring); `Auto` when
+    /// unset or empty.
+    pub fn from_env() -> Self {
+        match std::env::var("VKLLM_DEVICE") {
+            Ok(v) if !v.trim().is_empty() => Self::parse(v.trim()),
+            _ => DeviceChoice::Auto,
+        }
+    }
+}
+
+impl Validation {
+    /// `On` when `VKLLM_VALIDATE` is set to something other than `0` or empty.
+    pub fn from_env() -> Self {
+        match std::env::var("VKLLM_VALIDATE") {
+            Ok(v) if !v.is_empty() && v != "0" => Validation::On,
+            _ => Validation::Off,
+        }
+    }
+}
+
+/// The parity suite's seed: `VKLLM_SEED` when set to a number, else one from the clock.
+pub fn seed_from_env() -> u64 {
+    match std::env::var("VKLLM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        Some(s) => s,
+        None => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0x5eed, |d| d.as_nanos() as u64),
+    }
+}
