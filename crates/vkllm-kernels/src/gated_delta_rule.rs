@@ -379,17 +379,16 @@ fn chunked_params(
     s: &DeltaShape,
     cols: usize,
 ) -> Result<(DeltaChunkedParams, usize), Error> {
-    let col_blocks = s.v_dim.div_ceil(cols);
-    let (_, slot, _) = s.rows.words(k)?;
+    let (d, groups) = delta_params(k, s, cols)?;
     let p = DeltaChunkedParams {
-        n: to_u32(k, "n", s.n)?,
-        hk: to_u32(k, "n_k_heads", s.n_k_heads)?,
-        hv: to_u32(k, "n_v_heads", s.n_v_heads)?,
-        dk: to_u32(k, "k_dim", s.k_dim)?,
-        dv: to_u32(k, "v_dim", s.v_dim)?,
-        col_blocks: to_u32(k, "col_blocks", col_blocks)?,
-        tiled: s.tiled_v_heads as u32,
-        slot,
+        n: d.n,
+        hk: d.hk,
+        hv: d.hv,
+        dk: d.dk,
+        dv: d.dv,
+        col_blocks: d.col_blocks,
+        tiled: d.tiled,
+        slot: d.slot,
     };
-    Ok((p, s.n_v_heads * col_blocks))
+    Ok((p, groups))
 }

@@ -136,6 +136,19 @@ pub(crate) fn causal_conv1d(dev: &Device, seed: u64) -> Result<Vec<KernelParityR
     Ok(out_rows)
 }
 
+/// The kernels' shape of `n` rows of `d`.
+fn kernel_shape(d: &DeltaShape, n: usize, rows: StateRows) -> DeltaShapeK {
+    DeltaShapeK {
+        n,
+        n_k_heads: d.n_k_heads,
+        n_v_heads: d.n_v_heads,
+        k_dim: d.k_dim,
+        v_dim: d.v_dim,
+        tiled_v_heads: d.tiled_v_heads,
+        rows,
+    }
+}
+
 /// The CPU gated delta rule of `t` rows of `qkv` on one slot's state.
 #[allow(clippy::too_many_arguments)]
 fn delta_ref(
@@ -290,15 +303,7 @@ fn delta_rule_rows(dev: &Device, seed: u64, launch: DeltaLaunch) -> Result<Vec<K
                     out: out.all(),
                     pos: pos.all(),
                 };
-                let shape = DeltaShapeK {
-                    n: t,
-                    n_k_heads: d.n_k_heads,
-                    n_v_heads: hv,
-                    k_dim: d.k_dim,
-                    v_dim: d.v_dim,
-                    tiled_v_heads: d.tiled_v_heads,
-                    rows,
-                };
+                let shape = kernel_shape(&d, t, rows);
                 r.dispatch(match launch {
                     DeltaLaunch::Plain => k.dispatch(&shape)?,
                     DeltaLaunch::Wide => k.dispatch_wide(&shape)?,
@@ -447,15 +452,7 @@ fn chunked_rows(dev: &Device, seed: u64, wide: bool) -> Result<Vec<KernelParityR
                     out: out.all(),
                     pos: pos.all(),
                 };
-                let shape = DeltaShapeK {
-                    n: t,
-                    n_k_heads: d.n_k_heads,
-                    n_v_heads: hv,
-                    k_dim: d.k_dim,
-                    v_dim: d.v_dim,
-                    tiled_v_heads: d.tiled_v_heads,
-                    rows: StateRows::Sequence { slot: 1 },
-                };
+                let shape = kernel_shape(&d, t, StateRows::Sequence { slot: 1 });
                 r.dispatch(if wide {
                     k.dispatch_chunked_wide(&shape)?
                 } else {

@@ -88,49 +88,7 @@ impl HybridOps for VulkanBackend {
         st: &StateView,
         out: Tensor,
     ) -> Result<(), ModelError> {
-        st.check(n);
-        let rows = state_rows(st);
-        let hv = s.n_v_heads;
-        // Prompts of one sequence take the chunked form unless the tuning's delta_chunked=0 asks
-        // for the reference recurrence (both are parity-tested against vkllm-cpu); each form
-        // keeps the state in registers unless delta_wide=0 / delta_chunked_wide=0.
-        let tuning = self.dev.tuning();
-        let chunked = n > 1
-            && matches!(rows, StateRows::Sequence { .. })
-            && s.k_dim <= CHUNKED_MAX_K_DIM
-            && tuning.delta_chunked;
-        let (wide, chunked_wide) = (tuning.delta_wide, tuning.delta_chunked_wide);
-        self.record(|me, r| {
-            let k = GatedDeltaRule {
-                qkv: me.head(qkv, n * (2 * s.qk_width() + s.v_width()))?,
-                a: me.head(a, n * hv)?,
-                b: me.head(b, n * hv)?,
-                a_log: me.head(a_log, hv)?,
-                dt_bias: me.head(dt_bias, hv)?,
-                state: me.all(st.state),
-                out: me.head(out, n * s.v_width())?,
-                pos: me.all(st.positions),
-            };
-            let shape = DeltaShapeK {
-                n,
-                n_k_heads: s.n_k_heads,
-                n_v_heads: hv,
-                k_dim: s.k_dim,
-                v_dim: s.v_dim,
-                tiled_v_heads: s.tiled_v_heads,
-                rows,
-            };
-            let d = if chunked && chunked_wide {
-                k.dispatch_chunked_wide(&shape)?
-            } else if chunked {
-                k.dispatch_chunked(&shape)?
-            } else if wide {
-                k.dispatch_wide(&shape)?
-            } else {
-                k.dispatch(&shape)?
-            };
-            Ok(r.dispatch(d)?)
-        })
+        self.delta_rule_launch(qkv, n, s, (a, b, a_log, dt_bias), st, None, out)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -147,48 +105,17 @@ impl HybridOps for VulkanBackend {
         norm: &DeltaOutNorm,
         out: Tensor,
     ) -> Result<(), ModelError> {
-        let rows = state_rows(st);
         // Decode steps on the register-resident recurrence take the norm into the same launch
         // (tuning `delta_norm`); prompts keep the chunked form and a separate norm.
         let t = self.dev.tuning();
-        let fused = (n == 1 || matches!(rows, StateRows::PerRow { .. }))
-            && t.delta_wide
-            && t.delta_norm
-            && s.v_dim <= NORM_MAX_V_DIM;
-        if !fused {
-            self.gated_delta_rule(qkv, n, s, a, b, a_log, dt_bias, st, norm.core)?;
-            let hr = n * s.n_v_heads;
-            return self.gated_rmsnorm(norm.core, norm.z, norm.weight, hr, s.v_dim, norm.eps, out);
+        let decode = n == 1 || matches!(state_rows(st), StateRows::PerRow { .. });
+        if decode && t.delta_wide && t.delta_norm && s.v_dim <= NORM_MAX_V_DIM {
+            let gates = (a, b, a_log, dt_bias);
+            return self.delta_rule_launch(qkv, n, s, gates, st, Some(norm), out);
         }
-        st.check(n);
-        let hv = s.n_v_heads;
-        self.record(|me, r| {
-            let k = GatedDeltaRule {
-                qkv: me.head(qkv, n * (2 * s.qk_width() + s.v_width()))?,
-                a: me.head(a, n * hv)?,
-                b: me.head(b, n * hv)?,
-                a_log: me.head(a_log, hv)?,
-                dt_bias: me.head(dt_bias, hv)?,
-                state: me.all(st.state),
-                out: me.head(out, n * s.v_width())?,
-                pos: me.all(st.positions),
-            };
-            let shape = DeltaShapeK {
-                n,
-                n_k_heads: s.n_k_heads,
-                n_v_heads: hv,
-                k_dim: s.k_dim,
-                v_dim: s.v_dim,
-                tiled_v_heads: s.tiled_v_heads,
-                rows,
-            };
-            let dn = DeltaNorm {
-                z: me.head(norm.z, n * s.v_width())?,
-                weight: me.head(norm.weight, s.v_dim)?,
-                eps: norm.eps,
-            };
-            Ok(r.dispatch(k.dispatch_wide_norm(&shape, dn)?)?)
-        })
+        self.gated_delta_rule(qkv, n, s, a, b, a_log, dt_bias, st, norm.core)?;
+        let hr = n * s.n_v_heads;
+        self.gated_rmsnorm(norm.core, norm.z, norm.weight, hr, s.v_dim, norm.eps, out)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -308,6 +235,71 @@ impl HybridOps for VulkanBackend {
                 r.dispatch(d)?;
             }
             Ok(())
+        })
+    }
+}
+
+impl VulkanBackend {
+    /// One launch of the gated delta rule (`HybridOps::gated_delta_rule`'s arguments, the gate
+    /// tensors as `(a, b, a_log, dt_bias)`): the form the call and the tuning pick (chunked for
+    /// a prompt of one sequence unless `delta_chunked=0`, each form register-resident unless
+    /// `delta_wide=0` / `delta_chunked_wide=0`), or with `norm` the register-resident
+    /// recurrence writing its rows through the layer's gated RMSNorm.
+    #[allow(clippy::too_many_arguments)]
+    fn delta_rule_launch(
+        &mut self,
+        qkv: Tensor,
+        n: usize,
+        s: &DeltaShape,
+        (a, b, a_log, dt_bias): (Tensor, Tensor, Tensor, Tensor),
+        st: &StateView,
+        norm: Option<&DeltaOutNorm>,
+        out: Tensor,
+    ) -> Result<(), ModelError> {
+        st.check(n);
+        let rows = state_rows(st);
+        let hv = s.n_v_heads;
+        let tuning = self.dev.tuning();
+        let chunked = n > 1
+            && matches!(rows, StateRows::Sequence { .. })
+            && s.k_dim <= CHUNKED_MAX_K_DIM
+            && tuning.delta_chunked;
+        let (wide, chunked_wide) = (tuning.delta_wide, tuning.delta_chunked_wide);
+        self.record(|me, r| {
+            let k = GatedDeltaRule {
+                qkv: me.head(qkv, n * (2 * s.qk_width() + s.v_width()))?,
+                a: me.head(a, n * hv)?,
+                b: me.head(b, n * hv)?,
+                a_log: me.head(a_log, hv)?,
+                dt_bias: me.head(dt_bias, hv)?,
+                state: me.all(st.state),
+                out: me.head(out, n * s.v_width())?,
+                pos: me.all(st.positions),
+            };
+            let shape = DeltaShapeK {
+                n,
+                n_k_heads: s.n_k_heads,
+                n_v_heads: hv,
+                k_dim: s.k_dim,
+                v_dim: s.v_dim,
+                tiled_v_heads: s.tiled_v_heads,
+                rows,
+            };
+            let d = match norm {
+                Some(nm) => {
+                    let dn = DeltaNorm {
+                        z: me.head(nm.z, n * s.v_width())?,
+                        weight: me.head(nm.weight, s.v_dim)?,
+                        eps: nm.eps,
+                    };
+                    k.dispatch_wide_norm(&shape, dn)?
+                }
+                None if chunked && chunked_wide => k.dispatch_chunked_wide(&shape)?,
+                None if chunked => k.dispatch_chunked(&shape)?,
+                None if wide => k.dispatch_wide(&shape)?,
+                None => k.dispatch(&shape)?,
+            };
+            Ok(r.dispatch(d)?)
         })
     }
 }
