@@ -41,6 +41,9 @@ fn main() {
         if let Err(e) = validator.validate(&module) {
             failures.push(e.emit_to_string_with_path(&src, &name));
         }
+        if src.contains("enable wgpu_cooperative_matrix;") {
+            failures.extend(unaligned_workgroup_vars(&module, &name));
+        }
     }
     if !failures.is_empty() {
         for f in &failures {
@@ -78,4 +81,37 @@ fn read(path: &Path) -> String {
         Ok(s) => s,
         Err(e) => panic!("vkllm-kernels: cannot read {}: {e}", path.display()),
     }
+}
+
+/// A cooperative-matrix kernel's workgroup variables of a fixed size that is not a whole number
+/// of 16-byte words: drivers lay the variables out in an order of their own and cooperative
+/// loads and stores need 16-byte aligned addresses (a lone u32 misaligned every load on the
+/// H200). Override-sized arrays are checked by the Rust side that sizes them.
+fn unaligned_workgroup_vars(module: &naga::Module, name: &str) -> Vec<String> {
+    let mut layouter = naga::proc::Layouter::default();
+    if let Err(e) = layouter.update(module.to_ctx()) {
+        return vec![format!("{name}: type layout failed: {e}")];
+    }
+    module
+        .global_variables
+        .iter()
+        .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
+        .filter(|(_, v)| {
+            !matches!(
+                module.types[v.ty].inner,
+                naga::TypeInner::Array {
+                    size: naga::ArraySize::Pending(_),
+                    ..
+                }
+            )
+        })
+        .filter(|(_, v)| layouter[v.ty].size % 16 != 0)
+        .map(|(_, v)| {
+            format!(
+                "{name}: workgroup variable `{}` is {} bytes, not a multiple of 16 (pad it)",
+                v.name.as_deref().unwrap_or("?"),
+                layouter[v.ty].size
+            )
+        })
+        .collect()
 }
