@@ -44,7 +44,11 @@ enable wgpu_cooperative_matrix;
 //
 // Shapes: q [n_q, n_heads, HD] f32; k, v [rows, n_kv_heads, HD] as u32 words (KV_DTYPE 0: f32
 // bits, 1: f16 pairs), the key at position j in row j % ring; out [n_q, n_heads, HD] f32.
-// HD: a multiple of 16 in 32..=128. BK: 32 keys per step.
+// HD: a multiple of 16 in 32..=256. BK: 32 keys per step.
+// Value columns (VD < HD, for head dims past 128): workgroup z computes output columns
+// [z VD, (z + 1) VD) only (its P V products and output tiles), the scores over all HD dims (so
+// HD / VD workgroups per tile repeat Q K^T); VD <= 128 keeps the output accumulators at <= 8
+// tiles per subgroup. Rust runs such launches unsplit (SPLIT = 1).
 // Shared memory (HD 128, NSG 4): Q 17 KiB, K/V 8.5 KiB, scores 9 KiB, P 5 KiB: 40 KiB.
 // Every workgroup variable's size is a multiple of 16 bytes: cooperative loads need 16-byte
 // aligned addresses and the driver places the variables in an order of its choosing (a 4-byte
@@ -56,6 +60,8 @@ enable wgpu_cooperative_matrix;
 // 2c + 1) of each tile row, each element by the same expression as without it.
 
 override HD: u32 = 128;
+// Output (value) columns per workgroup: HD, or a divisor of it (see the header).
+override VD: u32 = 128;
 override NSG: u32 = 4;
 override SG: u32 = 32;
 override WG: u32 = 128;
@@ -120,6 +126,9 @@ var<workgroup> row_l: array<f32, NSG * 16u>;
 var<workgroup> resc: array<atomic<u32>, 4>;
 
 
+// The first output column of this workgroup (z VD), set once from the workgroup id.
+var<private> cm_d0: u32;
+
 // First visible key of a query at position qp.
 fn first_key(qp: u32) -> u32 {
     if (p.window > 0u && qp + 1u > p.window) {
@@ -179,6 +188,8 @@ fn scale_rows(sbase: u32, sb: u32, lane: u32) {
 // Writes the subgroup's output tile for columns 16 d.., divided by the row sums.
 fn emit(o: coop_mat16x16<f32, C>, d: u32, sbase: u32, sb: u32, lane: u32, q0: u32, kvh: u32,
         g: u32, bq: u32) {
+    // This workgroup's first value column.
+    let d0 = cm_d0;
     coopStoreT(o, &sc[sbase], SLD);
     workgroupBarrier();
     if (HALF == 1u) {
@@ -193,7 +204,7 @@ fn emit(o: coop_mat16x16<f32, C>, d: u32, sbase: u32, sb: u32, lane: u32, q0: u3
                 if (l > 0.0) {
                     x = vec2<f32>(sc[sbase + r * SLD + c] / l, sc[sbase + r * SLD + c + 1u] / l);
                 }
-                let o = (qi * p.n_heads + kvh * g + t % g) * HD + 16u * d + c;
+                let o = (qi * p.n_heads + kvh * g + t % g) * HD + d0 + 16u * d + c;
                 out[o] = x.x;
                 out[o + 1u] = x.y;
                 out16[o / 2u] = pack2x16float(x);
@@ -213,7 +224,7 @@ fn emit(o: coop_mat16x16<f32, C>, d: u32, sbase: u32, sb: u32, lane: u32, q0: u3
             if (l > 0.0) {
                 x = sc[sbase + r * SLD + c] / l;
             }
-            out[(qi * p.n_heads + kvh * g + t % g) * HD + 16u * d + c] = x;
+            out[(qi * p.n_heads + kvh * g + t % g) * HD + d0 + 16u * d + c] = x;
         }
     }
     workgroupBarrier();
@@ -282,6 +293,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let sp = wid.x % SPLIT;
     let q0 = tile * bq;
     let kvh = wid.y;
+    cm_d0 = wid.z * VD;
+    // V columns of this workgroup's output tiles, in vec4<f16> units of a staged row.
+    let vb = cm_d0 / 4u;
     let q_last = min(q0 + bq, p.n_q) - 1u;
     let t_lo = first_key(p.pos0 + q0);
     let t_hi = min(p.pos0 + q_last, p.n_kv - 1u);
@@ -465,7 +479,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             workgroupBarrier();
             o1 = coopLoadT<coop_mat16x16<f32, C>>(&sc[sbase], SLD);
             workgroupBarrier();
-            if (HD > 32u) {
+            if (VD > 32u) {
                 coopStoreT(o2, &sc[sbase], SLD);
                 workgroupBarrier();
                 scale_rows(sbase, sb, lane);
@@ -473,7 +487,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                 o2 = coopLoadT<coop_mat16x16<f32, C>>(&sc[sbase], SLD);
                 workgroupBarrier();
             }
-            if (HD > 48u) {
+            if (VD > 48u) {
                 coopStoreT(o3, &sc[sbase], SLD);
                 workgroupBarrier();
                 scale_rows(sbase, sb, lane);
@@ -481,7 +495,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                 o3 = coopLoadT<coop_mat16x16<f32, C>>(&sc[sbase], SLD);
                 workgroupBarrier();
             }
-            if (HD > 64u) {
+            if (VD > 64u) {
                 coopStoreT(o4, &sc[sbase], SLD);
                 workgroupBarrier();
                 scale_rows(sbase, sb, lane);
@@ -489,7 +503,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                 o4 = coopLoadT<coop_mat16x16<f32, C>>(&sc[sbase], SLD);
                 workgroupBarrier();
             }
-            if (HD > 80u) {
+            if (VD > 80u) {
                 coopStoreT(o5, &sc[sbase], SLD);
                 workgroupBarrier();
                 scale_rows(sbase, sb, lane);
@@ -497,7 +511,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                 o5 = coopLoadT<coop_mat16x16<f32, C>>(&sc[sbase], SLD);
                 workgroupBarrier();
             }
-            if (HD > 96u) {
+            if (VD > 96u) {
                 coopStoreT(o6, &sc[sbase], SLD);
                 workgroupBarrier();
                 scale_rows(sbase, sb, lane);
@@ -505,7 +519,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                 o6 = coopLoadT<coop_mat16x16<f32, C>>(&sc[sbase], SLD);
                 workgroupBarrier();
             }
-            if (HD > 112u) {
+            if (VD > 112u) {
                 coopStoreT(o7, &sc[sbase], SLD);
                 workgroupBarrier();
                 scale_rows(sbase, sb, lane);
@@ -518,33 +532,33 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         let p0 = coopLoadT<coop_mat16x16<f16, A>>(&ps[pbase], PLD);
         let p1 = coopLoadT<coop_mat16x16<f16, A>>(&ps[pbase + 4u], PLD);
         if ((SKIP & 8u) == 0u) {
-            o0 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[0u], QLD), o0);
-            o0 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 0u], QLD), o0);
-            o1 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[4u], QLD), o1);
-            o1 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 4u], QLD), o1);
-            if (HD > 32u) {
-                o2 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[8u], QLD), o2);
-                o2 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 8u], QLD), o2);
+            o0 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 0u], QLD), o0);
+            o0 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 0u], QLD), o0);
+            o1 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 4u], QLD), o1);
+            o1 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 4u], QLD), o1);
+            if (VD > 32u) {
+                o2 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 8u], QLD), o2);
+                o2 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 8u], QLD), o2);
             }
-            if (HD > 48u) {
-                o3 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[12u], QLD), o3);
-                o3 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 12u], QLD), o3);
+            if (VD > 48u) {
+                o3 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 12u], QLD), o3);
+                o3 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 12u], QLD), o3);
             }
-            if (HD > 64u) {
-                o4 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u], QLD), o4);
-                o4 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 16u], QLD), o4);
+            if (VD > 64u) {
+                o4 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 16u], QLD), o4);
+                o4 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 16u], QLD), o4);
             }
-            if (HD > 80u) {
-                o5 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[20u], QLD), o5);
-                o5 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 20u], QLD), o5);
+            if (VD > 80u) {
+                o5 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 20u], QLD), o5);
+                o5 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 20u], QLD), o5);
             }
-            if (HD > 96u) {
-                o6 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[24u], QLD), o6);
-                o6 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 24u], QLD), o6);
+            if (VD > 96u) {
+                o6 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 24u], QLD), o6);
+                o6 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 24u], QLD), o6);
             }
-            if (HD > 112u) {
-                o7 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[28u], QLD), o7);
-                o7 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 28u], QLD), o7);
+            if (VD > 112u) {
+                o7 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 28u], QLD), o7);
+                o7 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 28u], QLD), o7);
             }
         }
         // V consumed: stage the next K.
@@ -565,22 +579,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
         emit_part(o0, 0u, sbase, sb, lane, pb);
         emit_part(o1, 1u, sbase, sb, lane, pb);
-        if (HD > 32u) {
+        if (VD > 32u) {
             emit_part(o2, 2u, sbase, sb, lane, pb);
         }
-        if (HD > 48u) {
+        if (VD > 48u) {
             emit_part(o3, 3u, sbase, sb, lane, pb);
         }
-        if (HD > 64u) {
+        if (VD > 64u) {
             emit_part(o4, 4u, sbase, sb, lane, pb);
         }
-        if (HD > 80u) {
+        if (VD > 80u) {
             emit_part(o5, 5u, sbase, sb, lane, pb);
         }
-        if (HD > 96u) {
+        if (VD > 96u) {
             emit_part(o6, 6u, sbase, sb, lane, pb);
         }
-        if (HD > 112u) {
+        if (VD > 112u) {
             emit_part(o7, 7u, sbase, sb, lane, pb);
         }
         storageBarrier();
@@ -611,22 +625,22 @@ fn finish(o0: coop_mat16x16<f32, C>, o1: coop_mat16x16<f32, C>, o2: coop_mat16x1
     }
     emit(o0, 0u, sbase, sb, lane, q0, kvh, g, bq);
     emit(o1, 1u, sbase, sb, lane, q0, kvh, g, bq);
-    if (HD > 32u) {
+    if (VD > 32u) {
         emit(o2, 2u, sbase, sb, lane, q0, kvh, g, bq);
     }
-    if (HD > 48u) {
+    if (VD > 48u) {
         emit(o3, 3u, sbase, sb, lane, q0, kvh, g, bq);
     }
-    if (HD > 64u) {
+    if (VD > 64u) {
         emit(o4, 4u, sbase, sb, lane, q0, kvh, g, bq);
     }
-    if (HD > 80u) {
+    if (VD > 80u) {
         emit(o5, 5u, sbase, sb, lane, q0, kvh, g, bq);
     }
-    if (HD > 96u) {
+    if (VD > 96u) {
         emit(o6, 6u, sbase, sb, lane, q0, kvh, g, bq);
     }
-    if (HD > 112u) {
+    if (VD > 112u) {
         emit(o7, 7u, sbase, sb, lane, q0, kvh, g, bq);
     }
 }

@@ -25,7 +25,7 @@
 // columns are coalesced across the workgroup). q and k of the token are normalised cooperatively
 // into shared memory (subgroupAdd, then across subgroups: any subgroup size >= 4). Prefill walks
 // the tokens in order (the chunked parallel form is the CPU's; both agree, see vkllm-cpu).
-// Shared memory: 2 * 256 + 2 * 64 f32 (2.5 KiB); DK <= 256.
+// Shared memory: 4 * 256 f32 (4 KiB; main_wide adds its partial sums); DK <= 256.
 
 override WG: u32 = 64;
 
@@ -59,9 +59,40 @@ var<immediate> p: Params;
 
 var<workgroup> qs: array<f32, 256>;
 var<workgroup> ks: array<f32, 256>;
-var<workgroup> red_q: array<f32, 64>;
-var<workgroup> red_k: array<f32, 64>;
+// Per-subgroup partial sums (up to 1,024 invocations in subgroups of at least 4).
+var<workgroup> red_q: array<f32, 256>;
+var<workgroup> red_k: array<f32, 256>;
 var<workgroup> idle_wg: u32;
+
+// Token row `row`'s q and k of key head kh into qs / ks (invocations lid, lid + wg, ...) and
+// their inverse L2 norms (q's times 1 / sqrt(DK)), summed over the workgroup through red_q /
+// red_k. Uniform control flow (it has a barrier).
+fn load_qk(row: u32, kh: u32, lid: u32, wg: u32, sg_id: u32, sg_lane: u32, n_sg: u32) -> vec2<f32> {
+    var sq = 0.0;
+    var sk = 0.0;
+    for (var i = lid; i < p.dk; i += wg) {
+        let qv = qkv[row + kh * p.dk + i];
+        let kv = qkv[row + p.hk * p.dk + kh * p.dk + i];
+        qs[i] = qv;
+        ks[i] = kv;
+        sq += qv * qv;
+        sk += kv * kv;
+    }
+    let s1 = subgroupAdd(sq);
+    let s2 = subgroupAdd(sk);
+    if (sg_lane == 0u) {
+        red_q[sg_id] = s1;
+        red_k[sg_id] = s2;
+    }
+    workgroupBarrier();
+    var tq = 0.0;
+    var tk = 0.0;
+    for (var g = 0u; g < n_sg; g++) {
+        tq += red_q[g];
+        tk += red_k[g];
+    }
+    return vec2<f32>((1.0 / sqrt(f32(p.dk))) / sqrt(tq + 1e-6), 1.0 / sqrt(tk + 1e-6));
+}
 
 fn softplus(x: f32) -> f32 {
     if (x > 20.0) {
@@ -111,36 +142,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         kh = h % p.hk;
     }
     let width = 2u * p.hk * p.dk + p.hv * p.dv;
-    let scale = 1.0 / sqrt(f32(p.dk));
     let decay_a = exp(a_log[h]);
     let sbase = (slot * p.hv + h) * p.dk * p.dv + j;
     for (var t = t0; t < t1; t++) {
         let row = t * width;
-        var sq = 0.0;
-        var sk = 0.0;
-        for (var i = lid; i < p.dk; i += WG) {
-            let qv = qkv[row + kh * p.dk + i];
-            let kv = qkv[row + p.hk * p.dk + kh * p.dk + i];
-            qs[i] = qv;
-            ks[i] = kv;
-            sq += qv * qv;
-            sk += kv * kv;
-        }
-        let s1 = subgroupAdd(sq);
-        let s2 = subgroupAdd(sk);
-        if (sg_lane == 0u) {
-            red_q[sg_id] = s1;
-            red_k[sg_id] = s2;
-        }
-        workgroupBarrier();
-        var tq = 0.0;
-        var tk = 0.0;
-        for (var s = 0u; s < n_sg; s++) {
-            tq += red_q[s];
-            tk += red_k[s];
-        }
-        let rq = scale / sqrt(tq + 1e-6);
-        let rk = 1.0 / sqrt(tk + 1e-6);
+        let r = load_qk(row, kh, lid, WG, sg_id, sg_lane, n_sg);
+        let rq = r.x;
+        let rk = r.y;
         let g = -decay_a * softplus(a[t * p.hv + h] + dt_bias[h]);
         let beta = 1.0 / (1.0 + exp(-b[t * p.hv + h]));
         let decay = exp(g);
@@ -180,8 +188,6 @@ override WGW: u32 = 256;
 override NORM: u32 = 0;
 
 var<workgroup> parts: array<f32, 1024>;
-var<workgroup> red_qw: array<f32, 256>;
-var<workgroup> red_kw: array<f32, 256>;
 
 @compute @workgroup_size(WGW)
 fn main_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -226,7 +232,6 @@ fn main_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
         kh = h % p.hk;
     }
     let width = 2u * p.hk * p.dk + p.hv * p.dv;
-    let scale = 1.0 / sqrt(f32(p.dk));
     let decay_a = exp(a_log[h]);
     let sbase = (slot * p.hv + h) * p.dk * p.dv + j;
     var s: array<f32, 32>;
@@ -239,31 +244,9 @@ fn main_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     }
     for (var t = t0; t < t1; t++) {
         let row = t * width;
-        var sq = 0.0;
-        var sk = 0.0;
-        for (var i = lid; i < p.dk; i += WGW) {
-            let qv = qkv[row + kh * p.dk + i];
-            let kv = qkv[row + p.hk * p.dk + kh * p.dk + i];
-            qs[i] = qv;
-            ks[i] = kv;
-            sq += qv * qv;
-            sk += kv * kv;
-        }
-        let s1 = subgroupAdd(sq);
-        let s2 = subgroupAdd(sk);
-        if (sg_lane == 0u) {
-            red_qw[sg_id] = s1;
-            red_kw[sg_id] = s2;
-        }
-        workgroupBarrier();
-        var tq = 0.0;
-        var tk = 0.0;
-        for (var g = 0u; g < n_sg; g++) {
-            tq += red_qw[g];
-            tk += red_kw[g];
-        }
-        let rq = scale / sqrt(tq + 1e-6);
-        let rk = 1.0 / sqrt(tk + 1e-6);
+        let r = load_qk(row, kh, lid, WGW, sg_id, sg_lane, n_sg);
+        let rq = r.x;
+        let rk = r.y;
         let g = -decay_a * softplus(a[t * p.hv + h] + dt_bias[h]);
         let beta = 1.0 / (1.0 + exp(-b[t * p.hv + h]));
         let decay = exp(g);
@@ -309,15 +292,15 @@ fn main_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
                 out[oi] = o;
             }
         } else {
-            // The head's sum of squares (red_qw is free: read before the barriers above).
+            // The head's sum of squares (red_q is free: read before the barriers above).
             let so = subgroupAdd(o * o);
             if (sg_lane == 0u) {
-                red_qw[sg_id] = so;
+                red_q[sg_id] = so;
             }
             workgroupBarrier();
             var ss = 0.0;
             for (var g = 0u; g < n_sg; g++) {
-                ss += red_qw[g];
+                ss += red_q[g];
             }
             if (owns_col && rg == 0u) {
                 let r = 1.0 / sqrt(ss / f32(p.dv) + p.eps);

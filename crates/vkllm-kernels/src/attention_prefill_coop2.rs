@@ -36,6 +36,9 @@ const BK: usize = 32;
 /// The shader's K/V register slots per invocation.
 const MAX_SPT: usize = 16;
 
+/// Largest head dim (past 128: a multiple of 32, two workgroups per tile over the value columns).
+pub const MAX_HEAD_DIM: usize = 256;
+
 /// Most workgroups one tile's keys are split over.
 pub const MAX_SPLIT: u32 = 4;
 
@@ -96,7 +99,10 @@ impl CoopAttn2Tile {
         subgroup_size: u32,
         kv: KvType,
     ) -> Option<CoopAttn2Tile> {
-        Self::with_nsg(4, head_dim, group, subgroup_size, kv)
+        // Four subgroups where they fit (head dims past 128 need fewer: shared memory).
+        (1..=4)
+            .rev()
+            .find_map(|nsg| Self::with_nsg(nsg, head_dim, group, subgroup_size, kv))
     }
 
     /// [`Self::for_shape`] with `nsg` subgroups per workgroup (1..=4).
@@ -107,7 +113,8 @@ impl CoopAttn2Tile {
         subgroup_size: u32,
         kv: KvType,
     ) -> Option<CoopAttn2Tile> {
-        if !head_dim.is_multiple_of(16) || !(32..=128).contains(&head_dim) {
+        let step = if head_dim > 128 { 32 } else { 16 };
+        if !head_dim.is_multiple_of(step) || !(32..=MAX_HEAD_DIM).contains(&head_dim) {
             return None;
         }
         if !subgroup_size.is_power_of_two() || !(16..=64).contains(&subgroup_size) {
@@ -132,6 +139,23 @@ impl CoopAttn2Tile {
     /// `ceil(steps / split)` steps, `steps` being the heaviest tile's of `n_q` queries at
     /// `pos0..` (so no part is longer than that), or unsplit where no tile can be split.
     pub fn with_split(self, split: u32, n_q: usize, pos0: usize) -> CoopAttn2Tile {
+        self.with_split_for(split, n_q, pos0, 0)
+    }
+
+    /// [`CoopAttn2Tile::with_split`] for `head_dim`: launches over part of the value columns
+    /// (head dims past 128) stay unsplit.
+    pub fn with_split_for(
+        self,
+        split: u32,
+        n_q: usize,
+        pos0: usize,
+        head_dim: usize,
+    ) -> CoopAttn2Tile {
+        let split = if Self::value_cols(head_dim) < head_dim {
+            1
+        } else {
+            split
+        };
         let steps = (pos0 + n_q).div_ceil(BK) as u32;
         let split = split.clamp(1, MAX_SPLIT);
         let min = steps.div_ceil(split) + 1;
@@ -161,6 +185,16 @@ impl CoopAttn2Tile {
     pub fn counter_bytes(&self, s: &AttnShape) -> u64 {
         let tiles = s.n_q.div_ceil(self.bq(s.n_heads / s.n_kv_heads.max(1)));
         4 * (s.n_kv_heads * tiles) as u64
+    }
+
+    /// Output columns per workgroup for `head_dim`: all of them up to 128, else half (the
+    /// shader's VD: at most 8 accumulator tiles per subgroup).
+    pub fn value_cols(head_dim: usize) -> usize {
+        if head_dim > 128 {
+            head_dim / 2
+        } else {
+            head_dim
+        }
     }
 
     /// Queries per workgroup for GQA `group`.
@@ -243,8 +277,8 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
                 k,
                 format!(
                     "head_dim {} with GQA group {group}, {} subgroups of {subgroup_size}: needs \
-                     a multiple of 16 in 32..=128, a group of 1..=16, 1..=4 subgroups of \
-                     16..=64 lanes",
+                     a multiple of 16 in 32..=128 (or of 32 up to {MAX_HEAD_DIM}), a group of \
+                     1..=16, 1..=4 subgroups of 16..=64 lanes within the shared memory",
                     s.head_dim, t.nsg
                 ),
             ));
@@ -280,6 +314,13 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
         s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
         let tiles = s.n_q.div_ceil(t.bq(group));
         let groups_x = tiles * t.split as usize;
+        let vd = CoopAttn2Tile::value_cols(s.head_dim);
+        if vd < s.head_dim && t.split > 1 {
+            return Err(shape_err(
+                k,
+                format!("head_dim {} runs over value halves: no split", s.head_dim),
+            ));
+        }
         if groups_x > MAX_GROUPS_X as usize || s.n_kv_heads > MAX_GROUPS_X as usize {
             return Err(shape_err(k, "grid out of range"));
         }
@@ -307,6 +348,7 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
         let spt = t.slots(s.head_dim, subgroup_size, s.kv);
         let mut o = Overrides::new()
             .set("HD", s.head_dim as f64)
+            .set("VD", vd as f64)
             .set("NSG", t.nsg as f64)
             .set("SG", subgroup_size as f64)
             .set("WG", (t.nsg * subgroup_size) as f64)
@@ -333,7 +375,11 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
                 ctr,
             ],
             &p,
-            [groups_x as u32, s.n_kv_heads as u32, 1],
+            [
+                groups_x as u32,
+                s.n_kv_heads as u32,
+                (s.head_dim / vd) as u32,
+            ],
         ))
     }
 }
@@ -367,7 +413,20 @@ mod tests {
         assert_eq!(t.bq(3), 21);
         // One subgroup of 16 lanes would need 64 f32 slots per invocation.
         assert_eq!(CoopAttn2Tile::with_nsg(1, 128, 1, 16, KvType::F32), None);
-        assert_eq!(CoopAttn2Tile::for_shape(256, 2, 32, KvType::F16), None);
+        // HD 256 (f16 K): two subgroups (four would need 65 KiB), 16 K slots per invocation,
+        // half the value columns per workgroup; f32 K would need 32 slots.
+        let t = CoopAttn2Tile::for_shape(256, 8, 32, KvType::F16).unwrap();
+        assert_eq!(t.nsg, 2);
+        assert_eq!(t.slots(256, 32, KvType::F16), 16);
+        assert_eq!(shared_bytes(256, t), 16896 + 16896 + 4608 + 2560 + 256 + 16);
+        assert_eq!(CoopAttn2Tile::value_cols(256), 128);
+        assert_eq!(CoopAttn2Tile::value_cols(128), 128);
+        assert_eq!(CoopAttn2Tile::for_shape(256, 2, 32, KvType::F32), None);
+        assert_eq!(CoopAttn2Tile::for_shape(144, 2, 32, KvType::F16), None);
+        assert_eq!(CoopAttn2Tile::for_shape(288, 2, 32, KvType::F16), None);
+        // Value halves run unsplit.
+        assert_eq!(t.with_split_for(4, 512, 0, 256).split, 1);
+        assert_eq!(t.with_split_for(4, 512, 0, 128).split, 4);
         assert_eq!(CoopAttn2Tile::for_shape(72, 2, 32, KvType::F16), None);
         assert_eq!(CoopAttn2Tile::for_shape(128, 17, 32, KvType::F16), None);
         assert_eq!(CoopAttn2Tile::with_nsg(5, 128, 2, 32, KvType::F16), None);

@@ -128,6 +128,21 @@ fn cases() -> Vec<Case> {
             window: Some(40),
             ..case(90, 120, 30, (8, 4), 80, f32_, 4, None)
         },
+        // Head dims past 128 (Qwen3.5/3.6 and Gemma 3 use 256): two workgroups per tile over
+        // the value columns, fewer subgroups (shared memory).
+        case(100, 161, 61, (16, 2), 256, f16_, 2, None),
+        case(129, 129, 0, (8, 2), 256, f16_, 2, Some(0.0)),
+        Case {
+            qk: 8.0,
+            softcap: Some(30.0),
+            window: Some(20),
+            ..case(70, 90, 20, (4, 4), 192, f16_, 2, None)
+        },
+        Case {
+            window: Some(32),
+            ring: Some(96),
+            ..case(64, 264, 200, (4, 1), 256, f16_, 1, None)
+        },
         // Split launches.
         Case {
             split: Some((2, 1)),

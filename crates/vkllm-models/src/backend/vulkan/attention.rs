@@ -216,9 +216,15 @@ impl VulkanBackend {
         let coop2 = match coop_pos0 {
             Some(pos0) => self
                 .coop2_tile(&shape)
-                .map(|t| t.with_split(self.dev.tuning().attn_coop_split, n, pos0)),
+                .map(|t| t.with_split_for(self.dev.tuning().attn_coop_split, n, pos0, p.head_dim)),
             None => None,
         };
+        // A head dim only the second kernel takes, on a shape outside it: the portable kernel.
+        let sg = self.dev.info().subgroup_size;
+        let first_ok = || {
+            vkllm_kernels::attention_prefill_coop::CoopAttnTile::for_shape(p.head_dim, sg).is_some()
+        };
+        let coop_pos0 = coop_pos0.filter(|_| coop2.is_some() || first_ok());
         if let Some(t) = coop2.filter(|t| t.split > 1) {
             self.attn_parts(4, t.part_bytes(&shape))?;
             self.attn_counters(t.counter_bytes(&shape))?;

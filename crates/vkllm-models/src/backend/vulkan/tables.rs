@@ -24,7 +24,13 @@ impl VulkanBackend {
         if !self.dev.coopmat() || self.capture_ctx.is_some() || portable {
             return None;
         }
-        CoopAttnTile::for_shape(head_dim, self.dev.info().subgroup_size)?;
+        // Either kernel may take the shape (head dims past 128: only the second, which
+        // `coop2_tile` then picks or, failing that, leaves the launch to the portable kernel).
+        let sg = self.dev.info().subgroup_size;
+        let first = CoopAttnTile::for_shape(head_dim, sg).is_some();
+        if !first && head_dim > vkllm_kernels::attention_prefill_coop2::MAX_HEAD_DIM {
+            return None;
+        }
         let pos = self.host_u32(positions, n);
         let p0 = *pos.first()?;
         let consecutive = pos.iter().enumerate().all(|(i, &p)| p == p0 + i as u32);
