@@ -15,3 +15,11 @@ fn conversations_resume_from_the_prefix_store() {
         s.python_env("test_prefix_store.py", &[("VKLLM_PREFIX_STORE", store)]);
     }
 }
+
+/// A 20-turn tool-using agent conversation (tests/py/test_agent_cache.py): from the second turn
+/// on only the turn's new tokens are computed, and >= 90% of all prompt tokens are cache hits.
+#[test]
+fn agent_turns_prefill_only_what_they_add() {
+    let s = serve_harness::Server::start_on(None, &["--slots", "2", "--ctx", "4096"]);
+    s.python("test_agent_cache.py");
+}
