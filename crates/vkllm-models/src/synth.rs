@@ -76,11 +76,28 @@ impl PlannedTensor {
     }
 }
 
+/// How the quantized matrices' blocks are made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fill {
+    /// Every row drawn and quantized on its own (the default).
+    #[default]
+    Exact,
+    /// Rows assembled from a seeded pool of [`POOL_BLOCKS`] blocks per tensor (each drawn and
+    /// quantized as in `Exact`), picked at random: the same types, layout and value
+    /// distribution per block, with none of the per-row quantization cost (most of a large
+    /// synth's time). For benchmark files; float tensors are always exact.
+    Pool,
+}
+
+/// Distinct blocks per tensor with [`Fill::Pool`].
+pub const POOL_BLOCKS: usize = 1024;
+
 /// Everything the file will hold.
 pub struct SynthPlan {
     pub shape: SynthShape,
     pub scheme: QuantScheme,
     pub seed: u64,
+    pub fill: Fill,
     pub metadata: Vec<(String, MetaValue)>,
     pub tensors: Vec<PlannedTensor>,
 }
@@ -96,9 +113,16 @@ impl SynthPlan {
             shape: *shape,
             scheme,
             seed,
+            fill: Fill::Exact,
             metadata,
             tensors,
         }
+    }
+
+    /// The same plan with its quantized blocks made by `fill`.
+    pub fn with_fill(mut self, fill: Fill) -> Self {
+        self.fill = fill;
+        self
     }
 
     /// Parameters (elements of every tensor).
@@ -136,9 +160,9 @@ impl SynthPlan {
                     ty: t.ty.name().to_string(),
                 }
             })?;
-            let (seed, done, progress) = (self.seed, &done, &progress);
+            let (seed, mode, done, progress) = (self.seed, self.fill, &done, &progress);
             let fill = move |out: &mut dyn Write| -> std::io::Result<()> {
-                write_tensor(t, seed, index as u64, out, &mut |n| {
+                write_tensor(t, seed, mode, index as u64, out, &mut |n| {
                     done.set(done.get() + n);
                     if let Ok(mut p) = progress.try_borrow_mut() {
                         p(done.get(), total);
@@ -532,10 +556,39 @@ pub fn llama3_rope_factors(r: &Llama3Rope, theta: f32, head_dim: usize) -> Vec<f
         .collect()
 }
 
+/// `POOL_BLOCKS` blocks of `t`'s type drawn like its rows (pool block k is the first block of
+/// a row `u64::MAX - k`, outside the tensor's own rows), or `None` where `Fill::Pool` does not
+/// apply (float types, non-normal values).
+fn block_pool(t: &PlannedTensor, seed: u64, index: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let normal = matches!(t.init, Init::Normal(_) | Init::OnePlusNormal(_));
+    if !normal || matches!(t.ty, QuantType::F32 | QuantType::F16 | QuantType::BF16) {
+        return Ok(None);
+    }
+    let (be, ts) = (t.ty.block_size(), t.ty.type_size());
+    let mut pool = vec![0u8; POOL_BLOCKS * ts];
+    let mut x = vec![0f32; be];
+    for (k, dst) in pool.chunks_exact_mut(ts).enumerate() {
+        fill_row(t.init, seed, index, u64::MAX - k as u64, &mut x);
+        quantize_row_into(t.ty, &x, dst).map_err(|e| std::io::Error::other(e.to_string()))?;
+    }
+    Ok(Some(pool))
+}
+
+/// Row `row` of a pooled tensor: its blocks picked from `pool` by a generator seeded like
+/// `fill_row`'s.
+fn pool_row(pool: &[u8], ts: usize, seed: u64, tensor: u64, row: u64, dst: &mut [u8]) {
+    let mut rng = Xoshiro::new(seed ^ splitmix(tensor << 40 ^ row));
+    for blk in dst.chunks_exact_mut(ts) {
+        let k = (rng.next() >> 32) as usize % POOL_BLOCKS;
+        blk.copy_from_slice(&pool[k * ts..(k + 1) * ts]);
+    }
+}
+
 /// Generates, quantizes and writes one tensor in slabs.
 fn write_tensor(
     t: &PlannedTensor,
     seed: u64,
+    mode: Fill,
     index: u64,
     out: &mut dyn Write,
     progress: &mut dyn FnMut(u64),
@@ -544,6 +597,10 @@ fn write_tensor(
     let row_bytes =
         t.ty.row_bytes(cols)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let pool = match mode {
+        Fill::Pool => block_pool(t, seed, index)?,
+        Fill::Exact => None,
+    };
     let slab_rows = ((32usize << 20) / row_bytes.max(1)).clamp(1, rows.max(1));
     let per_part = ((1usize << 18) / cols.max(1)).max(1);
     let mut buf = vec![0u8; slab_rows * row_bytes];
@@ -553,9 +610,13 @@ fn write_tensor(
         let slab = &mut buf[..n * row_bytes];
         let ok = std::sync::atomic::AtomicBool::new(true);
         vkllm_cpu::threads::for_each_part(slab, row_bytes, per_part, |first, part| {
-            let mut x = vec![0f32; cols];
+            let mut x = vec![0f32; if pool.is_some() { 0 } else { cols }];
             for (i, dst) in part.chunks_exact_mut(row_bytes).enumerate() {
                 let row = (r0 + first + i) as u64;
+                if let Some(pool) = &pool {
+                    pool_row(pool, t.ty.type_size(), seed, index, row, dst);
+                    continue;
+                }
                 fill_row(t.init, seed, index, row, &mut x);
                 if quantize_row_into(t.ty, &x, dst).is_err() {
                     ok.store(false, std::sync::atomic::Ordering::Relaxed);

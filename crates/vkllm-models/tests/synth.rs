@@ -310,3 +310,94 @@ fn qwen35_0_8b_plan_has_the_published_shapes() {
     assert_eq!(ty("blk.0.ssm_conv1d.weight"), vkllm_cpu::QuantType::F32);
     assert_eq!(ty("blk.0.attn_qkv.weight"), vkllm_cpu::QuantType::Q8_0);
 }
+
+/// `Fill::Pool` (`vkllm synth --fill pool`): the same tensors, types and shapes as the exact
+/// file, float tensors byte-identical to it, every quantized tensor made of at most
+/// `POOL_BLOCKS` distinct blocks whose values have the exact file's spread, the same file for
+/// the same seed; the model loads and gives finite logits (hybrid and dense).
+#[test]
+fn pooled_files_have_the_exact_layout_and_spread() {
+    use vkllm_cpu::QuantType;
+    for (shape, q) in [
+        ("tiny-qwen3", QuantScheme::Q4_K_M),
+        ("tiny-qwen3.5", QuantScheme::Q8_0),
+    ] {
+        let exact = write(shape, q, 11);
+        let plan = SynthPlan::new(synth::shape(shape).unwrap(), q, 11).with_fill(synth::Fill::Pool);
+        let pooled = tmp(&format!("{shape}-{q}-pool.gguf"));
+        plan.write(&pooled, &mut |_, _| {}).unwrap();
+        let again = tmp(&format!("{shape}-{q}-pool-again.gguf"));
+        plan.write(&again, &mut |_, _| {}).unwrap();
+        assert_eq!(
+            std::fs::read(&pooled).unwrap(),
+            std::fs::read(&again).unwrap()
+        );
+        let (ge, gp) = (
+            GgufFile::open(&exact).unwrap(),
+            GgufFile::open(&pooled).unwrap(),
+        );
+        let mut pooled_tensors = 0;
+        for t in &plan.tensors {
+            let (be, bp) = (
+                ge.tensor_data(&t.name).unwrap(),
+                gp.tensor_data(&t.name).unwrap(),
+            );
+            assert_eq!(be.len(), bp.len(), "{}", t.name);
+            if matches!(t.ty, QuantType::F32 | QuantType::F16 | QuantType::BF16) {
+                assert_eq!(be, bp, "{}: float tensors are exact", t.name);
+                continue;
+            }
+            let ts = t.ty.type_size();
+            let distinct: BTreeSet<&[u8]> = bp.chunks_exact(ts).collect();
+            let blocks = bp.len() / ts;
+            assert!(distinct.len() <= synth::POOL_BLOCKS, "{}", t.name);
+            if blocks >= 16 {
+                // Picks spread over the pool: near the expected number of distinct blocks of
+                // `blocks` uniform draws.
+                pooled_tensors += 1;
+                let p = synth::POOL_BLOCKS as f64;
+                let want = p * (1.0 - (1.0 - 1.0 / p).powi(blocks as i32));
+                assert!(
+                    distinct.len() as f64 > 0.8 * want,
+                    "{}: {} of {want:.0}",
+                    t.name,
+                    distinct.len()
+                );
+            }
+            let rms = |b: &[u8]| {
+                let v =
+                    vkllm_cpu::quant::dequantize_to_vec(t.ty, b, b.len() / ts * t.ty.block_size())
+                        .unwrap();
+                assert!(v.iter().all(|x| x.is_finite()));
+                let mean = v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
+                (v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt()
+            };
+            let (re, rp) = (rms(be), rms(bp));
+            assert!(
+                (rp / re - 1.0).abs() < 0.1,
+                "{}: spread {rp} vs {re}",
+                t.name
+            );
+        }
+        assert!(
+            pooled_tensors > 0,
+            "{shape}: no tensor large enough to check"
+        );
+        let g = GgufModel::open(&pooled).unwrap();
+        let mut b = CpuBackend::new();
+        let ids: Vec<u32> = (0..12).map(|i| (i * 41 + 3) % 1000).collect();
+        let logits = if g.config.family.is_hybrid() {
+            let model = HybridModel::load(g.config.clone(), &g, &mut b, 16).unwrap();
+            let st = model.new_state(&mut b, 32).unwrap();
+            model.forward(&mut b, &st, &ids, 0, Logits::All).unwrap()
+        } else {
+            let model = Model::load(g.config.clone(), &g, &mut b, 16).unwrap();
+            let kv = model.new_kv(&mut b, 32).unwrap();
+            model.forward(&mut b, &kv, &ids, 0, Logits::All).unwrap()
+        };
+        assert!(logits.iter().all(|x| x.is_finite()) && logits.iter().any(|&x| x != 0.0));
+        for p in [exact, pooled, again] {
+            std::fs::remove_file(p).ok();
+        }
+    }
+}

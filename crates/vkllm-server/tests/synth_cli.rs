@@ -142,3 +142,62 @@ fn layers_keeps_a_slice_of_the_model() {
     std::fs::remove_file(&path).ok();
     std::fs::remove_file(&full).ok();
 }
+
+/// `--fill pool`: a file of the same size as the exact one that `vkllm run` generates from;
+/// `--fill` takes only its two values.
+#[test]
+fn pooled_fill_makes_a_runnable_file_of_the_same_size() {
+    let dir = std::env::temp_dir();
+    let pid = std::process::id();
+    let (exact, pool) = (
+        dir.join(format!("vkllm-synth-cli-{pid}-exact.gguf")),
+        dir.join(format!("vkllm-synth-cli-{pid}-pool.gguf")),
+    );
+    for (path, fill) in [(&exact, "exact"), (&pool, "pool")] {
+        let p = path.to_str().unwrap();
+        let o = vkllm(&[
+            "synth",
+            "--shape",
+            "tiny-qwen3.6-moe",
+            "--quant",
+            "q4_k_m",
+            "--fill",
+            fill,
+            "-o",
+            p,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    assert_eq!(
+        std::fs::metadata(&exact).unwrap().len(),
+        std::fs::metadata(&pool).unwrap().len()
+    );
+    let o = vkllm(&[
+        "run",
+        "--device",
+        "cpu",
+        "--raw",
+        "--max-tokens",
+        "3",
+        "--temperature",
+        "0",
+        "--model",
+        pool.to_str().unwrap(),
+        "hello",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let bad = vkllm(&[
+        "synth",
+        "--shape",
+        "tiny-qwen3",
+        "--fill",
+        "zeros",
+        "-o",
+        "/dev/null",
+    ]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("pool"));
+    for p in [exact, pool] {
+        std::fs::remove_file(p).ok();
+    }
+}

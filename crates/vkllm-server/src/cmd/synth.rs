@@ -40,6 +40,19 @@ pub struct Args {
     /// profiling one layer's kernels without writing the whole file).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
     layers: Option<u32>,
+
+    /// How quantized matrices are filled: `exact` draws and quantizes every row; `pool` builds
+    /// each row from a seeded pool of 1024 blocks per tensor drawn and quantized the same way
+    /// (same layout and per-block values, no per-row quantization: many times faster for
+    /// large benchmark files).
+    #[arg(long, value_enum, default_value_t = FillArg::Exact)]
+    fill: FillArg,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum FillArg {
+    Exact,
+    Pool,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -48,10 +61,14 @@ pub fn run(args: Args) -> Result<()> {
         shape.layers = n as usize;
     }
     let quant: QuantScheme = args.quant.parse()?;
-    let plan = SynthPlan::new(&shape, quant, args.seed);
+    let fill = match args.fill {
+        FillArg::Exact => synth::Fill::Exact,
+        FillArg::Pool => synth::Fill::Pool,
+    };
+    let plan = SynthPlan::new(&shape, quant, args.seed).with_fill(fill);
     let total = plan.tensor_bytes();
     eprintln!(
-        "vkllm synth: {} ({} parameters, {} layers) in {quant}: {} tensors, {:.1} MiB of weights -> {}",
+        "vkllm synth: {} ({} parameters, {} layers) in {quant} ({fill:?} fill): {} tensors, {:.1} MiB of weights -> {}",
         shape.name,
         plan.n_params(),
         shape.layers,
