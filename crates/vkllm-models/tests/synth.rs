@@ -30,6 +30,20 @@ fn write(shape: &str, q: QuantScheme, seed: u64) -> PathBuf {
     path
 }
 
+/// Every position's logits of `ids` from position 0 on the CPU (dense or hybrid).
+fn cpu_logits(g: &GgufModel, ids: &[u32]) -> Vec<f32> {
+    let mut b = CpuBackend::new();
+    if g.config.family.is_hybrid() {
+        let model = HybridModel::load(g.config.clone(), g, &mut b, 16).unwrap();
+        let st = model.new_state(&mut b, 32).unwrap();
+        model.forward(&mut b, &st, ids, 0, Logits::All).unwrap()
+    } else {
+        let model = Model::load(g.config.clone(), g, &mut b, 16).unwrap();
+        let kv = model.new_kv(&mut b, 32).unwrap();
+        model.forward(&mut b, &kv, ids, 0, Logits::All).unwrap()
+    }
+}
+
 #[test]
 fn tiny_shapes_load_and_run_in_every_synth_quant() {
     for shape in [
@@ -68,17 +82,8 @@ fn tiny_shapes_load_and_run_in_every_synth_quant() {
                     "{types:?}"
                 );
             }
-            let mut b = CpuBackend::new();
             let ids: Vec<u32> = (0..20).map(|i| (i * 37 + 5) % 1000).collect();
-            let logits = if g.config.family.is_hybrid() {
-                let model = HybridModel::load(g.config.clone(), &g, &mut b, 16).unwrap();
-                let st = model.new_state(&mut b, 32).unwrap();
-                model.forward(&mut b, &st, &ids, 0, Logits::All).unwrap()
-            } else {
-                let model = Model::load(g.config.clone(), &g, &mut b, 16).unwrap();
-                let kv = model.new_kv(&mut b, 32).unwrap();
-                model.forward(&mut b, &kv, &ids, 0, Logits::All).unwrap()
-            };
+            let logits = cpu_logits(&g, &ids);
             assert_eq!(logits.len(), ids.len() * 1024);
             assert!(
                 logits.iter().all(|x| x.is_finite()),
@@ -384,17 +389,8 @@ fn pooled_files_have_the_exact_layout_and_spread() {
             "{shape}: no tensor large enough to check"
         );
         let g = GgufModel::open(&pooled).unwrap();
-        let mut b = CpuBackend::new();
         let ids: Vec<u32> = (0..12).map(|i| (i * 41 + 3) % 1000).collect();
-        let logits = if g.config.family.is_hybrid() {
-            let model = HybridModel::load(g.config.clone(), &g, &mut b, 16).unwrap();
-            let st = model.new_state(&mut b, 32).unwrap();
-            model.forward(&mut b, &st, &ids, 0, Logits::All).unwrap()
-        } else {
-            let model = Model::load(g.config.clone(), &g, &mut b, 16).unwrap();
-            let kv = model.new_kv(&mut b, 32).unwrap();
-            model.forward(&mut b, &kv, &ids, 0, Logits::All).unwrap()
-        };
+        let logits = cpu_logits(&g, &ids);
         assert!(logits.iter().all(|x| x.is_finite()) && logits.iter().any(|&x| x != 0.0));
         for p in [exact, pooled, again] {
             std::fs::remove_file(p).ok();

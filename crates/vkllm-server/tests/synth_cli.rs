@@ -12,6 +12,24 @@ fn vkllm(args: &[&str]) -> std::process::Output {
         .expect("running vkllm")
 }
 
+/// `vkllm run` on the CPU generates three greedy tokens from the file at `path`.
+fn generates(path: &str) {
+    let o = vkllm(&[
+        "run",
+        "--device",
+        "cpu",
+        "--raw",
+        "--max-tokens",
+        "3",
+        "--temperature",
+        "0",
+        "--model",
+        path,
+        "hello",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 #[test]
 fn synth_files_carry_a_loadable_vocabulary() {
     let dir = std::env::temp_dir();
@@ -112,20 +130,7 @@ fn layers_keeps_a_slice_of_the_model() {
     );
     assert!(one < all, "one layer {one} bytes, every layer {all}");
     // The slice loads and generates (its block count matches its tensors).
-    let o = vkllm(&[
-        "run",
-        "--device",
-        "cpu",
-        "--raw",
-        "--max-tokens",
-        "3",
-        "--temperature",
-        "0",
-        "--model",
-        p,
-        "hello",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    generates(p);
     let info = vkllm(&["info", "-m", p]);
     let text = String::from_utf8_lossy(&info.stdout).to_string();
     assert!(text.contains(", 1 layers,"), "{text}");
@@ -172,20 +177,7 @@ fn pooled_fill_makes_a_runnable_file_of_the_same_size() {
         std::fs::metadata(&exact).unwrap().len(),
         std::fs::metadata(&pool).unwrap().len()
     );
-    let o = vkllm(&[
-        "run",
-        "--device",
-        "cpu",
-        "--raw",
-        "--max-tokens",
-        "3",
-        "--temperature",
-        "0",
-        "--model",
-        pool.to_str().unwrap(),
-        "hello",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    generates(pool.to_str().unwrap());
     let bad = vkllm(&[
         "synth",
         "--shape",
