@@ -37,7 +37,9 @@ fn run_bench(args: &[String]) -> Result<()> {
 }
 
 fn run_parity(json: bool) -> Result<()> {
-    let (rows, errors) = parity::full_report();
+    let seed = parity::seed_from_env();
+    eprintln!("parity: kernel inputs from seed {seed} (VKLLM_SEED={seed} draws them again)");
+    let (rows, errors) = parity::full_report_seeded(seed);
     if json {
         println!("{}", parity::render_json(&rows));
     } else {
@@ -51,7 +53,7 @@ fn run_parity(json: bool) -> Result<()> {
     if failed > 0 || !errors.is_empty() {
         bail!(
             "{failed} parity row(s) failed, {} could not run, {not_applicable} not applicable \
-             on this device",
+             on this device (seed {seed})",
             errors.len()
         );
     }

@@ -172,6 +172,8 @@ pub fn gpu_vs_cpu_with(
     })
 }
 
+pub use vkllm_parity::seed_from_env;
+
 /// The kernel suite of `vkllm-vk` (tier "gpu op vs cpu op") as rows of this table.
 pub fn gpu_kernels(dev: &Device, seed: u64) -> Result<Vec<ParityRow>, ModelError> {
     Ok(vkllm_parity::run_kernel_parity(dev, seed)?
@@ -290,6 +292,12 @@ fn finite_or_null(x: f64) -> serde_json::Value {
 /// compute one (a missing fixture, no Vulkan device, ...) as a message. Used by
 /// `cargo xtask parity` and `vkllm parity`.
 pub fn full_report() -> (Vec<ParityRow>, Vec<String>) {
+    full_report_seeded(vkllm_parity::seed_from_env())
+}
+
+/// [`full_report`] with the kernel tier's random inputs drawn from `seed` (print it: a failing
+/// row is reproduced with `VKLLM_SEED=seed`).
+pub fn full_report_seeded(seed: u64) -> (Vec<ParityRow>, Vec<String>) {
     let mut rows = Vec::new();
     let mut errors = Vec::new();
     let mut take = |rs: Vec<RowResult>| {
@@ -303,7 +311,6 @@ pub fn full_report() -> (Vec<ParityRow>, Vec<String>) {
     take(all_families(cpu_vs_transformers));
     match Device::from_env() {
         Ok(dev) => {
-            let seed = vkllm_parity::seed_from_env();
             match gpu_kernels(&dev, seed) {
                 Ok(k) => take(k.into_iter().map(Ok).collect()),
                 Err(e) => take(vec![Err((format!("gpu kernels (seed {seed})"), e))]),
