@@ -79,7 +79,16 @@ fn submissions_signal_the_timeline_and_wait_for_the_host() {
         .create_buffer("c", 4 * n as u64, MemoryKind::Device)
         .unwrap();
     // Staged uploads are submissions too (mapped ones are not): the counter follows them.
+    // (Uploads wait on their fence; lavapipe may set it before the semaphore, so the timeline
+    // is waited for rather than read.)
     let uploads = dev.timeline().unwrap().1;
+    let up_sems = [tl];
+    let up_vals = [uploads];
+    let up_wait = vk::SemaphoreWaitInfo::default()
+        .semaphores(&up_sems)
+        .values(&up_vals);
+    // SAFETY: valid semaphore of this device.
+    unsafe { host.raw().wait_semaphores(&up_wait, 5_000_000_000) }.unwrap();
     assert!(counter(&dev, tl) >= uploads);
 
     // The host's frame semaphore at 0; vkllm's work must wait for 1.
