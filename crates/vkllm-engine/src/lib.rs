@@ -39,5 +39,5 @@ pub use runner::{
     Sink,
 };
 pub use session::{FinishReason, GenerateParams, Session, Usage};
-pub use slot_generator::SlotGenerator;
+pub use slot_generator::{DEFAULT_MARKS_PER_SLOT, SlotGenerator};
 pub use slot_session::{Decoder, STEPS_PER_SUBMIT, SlotSession};

@@ -79,6 +79,15 @@ impl PrefixStore {
             .max_by_key(|&(i, r, _)| (r, Reverse(i)))
     }
 
+    /// The longest prefix of `prompt` an entry's history shares.
+    pub(crate) fn longest_common(&self, prompt: &[u32]) -> usize {
+        self.entries
+            .iter()
+            .map(|e| crate::generator::common_prefix(&e.history, prompt))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Whether an entry holds exactly `history` (a hybrid mark is usable only where it is).
     pub(crate) fn holds(&self, history: &[u32]) -> bool {
         self.entries.iter().any(|e| e.history == history)

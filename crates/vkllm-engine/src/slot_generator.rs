@@ -7,11 +7,13 @@
 //!
 //! Dense models keep a slot-major KV cache; hybrid (Gated DeltaNet) and MoE models a
 //! [`HybridState`] (KV + recurrent states per slot). A recurrent state cannot be rewound, so a
-//! hybrid slot reuses its history only when the new prompt extends all of it; otherwise the
-//! slot is reset and the prompt prefilled from position 0.
+//! hybrid slot reuses its history when the new prompt extends all of it, else from one of its
+//! recurrent marks ([`RecurrentMarks`]): copies of the state at the end of each prompt and at
+//! the point where a prompt leaves a prefix that another slot or stored conversation holds (a
+//! shared system prompt, an edited turn), so the next prompt diverging there starts from it.
 //!
 //! Conversations may also be kept past their slots ([`SlotGenerator::with_prefix_store`], `serve
-//! --prefix-cache-mb`; see `prefix_store.rs`): a hybrid's as its last prompt's mark.
+//! --prefix-cache-mb`; see `prefix_store.rs`): a hybrid's as its furthest mark.
 
 use vkllm_models::hybrid::{HybridModel, HybridState, RecurrentMarks};
 use vkllm_models::{
@@ -26,6 +28,10 @@ use crate::generator::{
 };
 use crate::grammar::Constraint;
 use crate::prefix_store::{PrefixStore, STORE_MIN, StoreRows};
+
+/// Recurrent marks a hybrid slot keeps by default: the end of its last prompts and the points
+/// where its prompts left a shared prefix (each mark is one slot's recurrent state in size).
+pub const DEFAULT_MARKS_PER_SLOT: usize = 4;
 
 struct Slot {
     /// Tokens whose keys and values are in the slot's cache region, from position 0.
@@ -52,6 +58,9 @@ struct PendingPrompt {
     /// Prompt tokens in the cache so far.
     done: usize,
     params: SlotParams,
+    /// Hybrid models: a position inside the prompt to mark on the way (where it leaves a
+    /// prefix another conversation holds).
+    mark_at: Option<usize>,
 }
 
 /// The model and its per-slot state.
@@ -63,7 +72,7 @@ enum Net {
     Hybrid {
         model: HybridModel,
         st: HybridState,
-        /// Each slot's recurrent state at the end of its last prompt (`None`: no room for them).
+        /// Each slot's recurrent states at marked positions (`None`: no room for them).
         marks: Option<RecurrentMarks>,
     },
 }
@@ -100,20 +109,43 @@ impl SlotGenerator {
     }
 
     /// [`SlotGenerator::new`] for a hybrid (Gated DeltaNet) or MoE model (`kv`: the attention
-    /// layers' cache type; recurrent states are f32).
+    /// layers' cache type; recurrent states are f32), with [`DEFAULT_MARKS_PER_SLOT`] marks.
     pub fn new_hybrid(
-        mut b: VulkanBackend,
+        b: VulkanBackend,
         model: HybridModel,
         slots: usize,
         ctx: usize,
         kv: impl Into<KvTypes>,
         steps_per_submit: usize,
     ) -> Result<Self, EngineError> {
+        let marks = DEFAULT_MARKS_PER_SLOT;
+        Self::new_hybrid_marks(b, model, slots, ctx, kv, steps_per_submit, marks)
+    }
+
+    /// [`SlotGenerator::new_hybrid`] keeping `marks_per_slot` recurrent marks per slot (each
+    /// as large as a slot's recurrent state; 0: none, prefix reuse keeps to whole-history
+    /// continuations).
+    pub fn new_hybrid_marks(
+        mut b: VulkanBackend,
+        model: HybridModel,
+        slots: usize,
+        ctx: usize,
+        kv: impl Into<KvTypes>,
+        steps_per_submit: usize,
+        marks_per_slot: usize,
+    ) -> Result<Self, EngineError> {
         let slots = slots.max(1);
         let st = model.new_state_kv(&mut b, ctx.max(2), slots, kv)?;
         let dec = b.hybrid_slot_decoder(&model, &st, decoder_config(steps_per_submit))?;
-        // Without memory for the marks, prefix reuse keeps to whole-history continuations.
-        let marks = model.new_marks(&mut b, &st).ok();
+        // Without memory for the marks, fewer; without any, prefix reuse keeps to
+        // whole-history continuations.
+        let marks = match marks_per_slot {
+            0 => None,
+            n => model
+                .new_marks_per_slot(&mut b, &st, n)
+                .or_else(|_| model.new_marks(&mut b, &st))
+                .ok(),
+        };
         let net = Net::Hybrid { model, st, marks };
         Ok(Self::with(b, net, dec, slots, steps_per_submit))
     }
@@ -194,7 +226,7 @@ impl SlotGenerator {
                 model,
                 st,
                 marks: Some(_),
-            } => model.slot_bytes(st),
+            } => model.slot_bytes(st, 1),
             Net::Hybrid { marks: None, .. } => 0,
         }
     }
@@ -237,7 +269,7 @@ impl SlotGenerator {
                 store.holds(hist)
                     || (0..self.slots.len()).any(|t| {
                         t != slot
-                            && marks.as_ref().and_then(|m| m.pos(t)) == Some(hist.len())
+                            && marks.as_ref().is_some_and(|m| m.has(t, hist.len()))
                             && self.slots[t].history.starts_with(hist)
                     })
             }
@@ -248,7 +280,7 @@ impl SlotGenerator {
         let Some(e) = store.victim(hist, reading) else {
             return Ok(());
         };
-        match (&self.net, &mut store.rows) {
+        match (&mut self.net, &mut store.rows) {
             (Net::Dense { model, kv }, StoreRows::Dense(skv)) => {
                 let kv_dim = model.cfg.kv_dim();
                 kv.copy_prefix(&mut self.b, slot, skv, e, hist.len(), written, kv_dim)?;
@@ -261,7 +293,7 @@ impl SlotGenerator {
                 },
                 StoreRows::Hybrid { st: sst, marks: sm },
             ) => {
-                model.copy_mark(&mut self.b, st, m, slot, sst, sm, e, false)?;
+                model.copy_mark(&mut self.b, st, m, slot, hist.len(), sst, sm, e, false)?;
             }
             _ => return Ok(()),
         }
@@ -315,8 +347,7 @@ impl SlotGenerator {
                 Net::Hybrid { marks, .. } => {
                     let marked = marks
                         .as_ref()
-                        .and_then(|m| m.pos(s))
-                        .filter(|&p| p <= common && p < prompt.len())
+                        .and_then(|m| m.best(s, common.min(prompt.len() - 1)))
                         .unwrap_or(0);
                     if common == sl.history.len() && common < prompt.len() {
                         common.max(marked)
@@ -375,8 +406,8 @@ impl SlotGenerator {
                 .filter(|&t| t != slot)
                 .filter_map(|t| {
                     let common = common_prefix(&self.slots[t].history, prompt);
-                    m.pos(t)
-                        .filter(|&p| p <= common && p < prompt.len() && p > reuse)
+                    m.best(t, common.min(prompt.len() - 1))
+                        .filter(|&p| p > reuse)
                         .map(|p| (t, p))
                 })
                 .max_by_key(|&(t, p)| (p, std::cmp::Reverse(t)));
@@ -389,7 +420,7 @@ impl SlotGenerator {
         if let (Net::Hybrid { .. }, Some((e, r, _))) = (&self.net, stored)
             && r > reuse
         {
-            stored_mark = Some(e);
+            stored_mark = Some((e, r));
             mark_source = None;
             reuse = r;
         }
@@ -428,9 +459,9 @@ impl SlotGenerator {
         if let Net::Hybrid { model, st, marks } = &mut self.net {
             let whole = self.slots[slot].history.len();
             let from_store = match (stored_mark, self.store.as_mut(), marks.as_mut()) {
-                (Some(e), Some(store), Some(m)) => match &store.rows {
+                (Some((e, r)), Some(store), Some(m)) => match &mut store.rows {
                     StoreRows::Hybrid { st: sst, marks: sm } => {
-                        model.copy_mark(&mut self.b, sst, sm, e, st, m, slot, true)?;
+                        model.copy_mark(&mut self.b, sst, sm, e, r, st, m, slot, true)?;
                         self.clock += 1;
                         store.touch(e, self.clock);
                         true
@@ -441,8 +472,8 @@ impl SlotGenerator {
             };
             if from_store {
                 // The slot now holds the stored mark (rows, state and mark).
-            } else if let (Some((t, _)), Some(m)) = (mark_source, marks.as_mut()) {
-                model.restore_mark_from(&mut self.b, st, t, slot, m)?;
+            } else if let (Some((t, p)), Some(m)) = (mark_source, marks.as_mut()) {
+                model.restore_mark_from(&mut self.b, st, t, p, slot, m)?;
             } else if reuse == 0 {
                 model.reset_slot(&mut self.b, st, slot)?;
                 // The prefill rewrites the slot's rows from 0: its mark no longer holds.
@@ -451,10 +482,11 @@ impl SlotGenerator {
                 }
             } else if reuse == whole && common_prefix(&self.slots[slot].history, prompt) == whole {
                 st.next[slot].set(reuse);
-            } else if let Some(m) = marks.as_ref() {
-                model.restore_mark(&mut self.b, st, slot, m)?;
+            } else if let Some(m) = marks.as_mut() {
+                model.restore_mark(&mut self.b, st, slot, reuse, m)?;
             }
         }
+        let mark_at = self.branch_point(slot, prompt, reuse);
         let s = &mut self.slots[slot];
         s.history = prompt[..reuse].to_vec();
         s.reused = reuse;
@@ -462,12 +494,32 @@ impl SlotGenerator {
             prompt: prompt.to_vec(),
             done: reuse,
             params: p.clone(),
+            mark_at,
         });
         Ok(slot)
     }
 }
 
 impl SlotGenerator {
+    /// Hybrid models: where `prompt`, about to be prefilled into `slot` from `reuse`, leaves
+    /// the longest prefix it shares with any slot's history or stored conversation, when a mark
+    /// there saves a later prompt at least [`STORE_MIN`] tokens (the third conversation behind
+    /// one system prompt starts from it; dense models copy rows from any position instead).
+    fn branch_point(&self, slot: SlotId, prompt: &[u32], reuse: usize) -> Option<usize> {
+        let Net::Hybrid { marks: Some(m), .. } = &self.net else {
+            return None;
+        };
+        let shared = self
+            .slots
+            .iter()
+            .map(|s| common_prefix(&s.history, prompt))
+            .chain(self.store.as_ref().map(|st| st.longest_common(prompt)))
+            .max()
+            .unwrap_or(0);
+        (shared >= reuse + STORE_MIN && shared + 1 < prompt.len() && !m.has(slot, shared))
+            .then_some(shared)
+    }
+
     /// Computes the masks of the live constrained slots whose constraint moved on, one thread
     /// per slot (a mask over a 150k-token vocabulary can take a millisecond), and uploads them.
     fn upload_due_masks(&mut self) -> Result<(), EngineError> {
@@ -556,10 +608,13 @@ impl Generator for SlotGenerator {
         let Some(mut pend) = self.slots.get_mut(slot).and_then(|s| s.pending.take()) else {
             return Err(EngineError::NotPrefilling { slot });
         };
-        let end = pend
+        let mut end = pend
             .prompt
             .len()
             .min(pend.done.saturating_add(budget.max(1)));
+        if let Some(m) = pend.mark_at.filter(|&m| m > pend.done) {
+            end = end.min(m);
+        }
         let piece = &pend.prompt[pend.done..end];
         let logits = match &self.net {
             Net::Dense { model, kv } => {
@@ -573,6 +628,15 @@ impl Generator for SlotGenerator {
         sl.history.extend_from_slice(piece);
         pend.done = end;
         if end < pend.prompt.len() {
+            if pend.mark_at == Some(end)
+                && let Net::Hybrid {
+                    model,
+                    st,
+                    marks: Some(m),
+                } = &mut self.net
+            {
+                model.mark_slot(&mut self.b, st, slot, m)?;
+            }
             sl.pending = Some(pend);
             return Ok(None);
         }

@@ -545,3 +545,78 @@ fn chunked_prefill_matches_whole_prompts() {
         assert_eq!(again.id, want[0], "{family}");
     }
 }
+
+/// Hybrid prompts behind one shared prefix (a system prompt): the second marks its recurrent
+/// state where it leaves the prefix the first one holds, so the third starts there (from the
+/// same slot's marks, or from another slot's while both run) and every request gives the
+/// reference tokens; without marks each one starts over.
+#[test]
+fn hybrid_prompts_start_where_they_leave_a_shared_prefix() {
+    let dev = device();
+    let fx = Fixture::load("qwen3_5").expect("fixture");
+    let vocab = fx.config.vocab_size as u32;
+    let system: Vec<u32> = (0..24).map(|i| (11 + 13 * i) % vocab).collect();
+    let turn = |seed: u32| -> Vec<u32> {
+        let mut p = system.clone();
+        p.extend((0..6).map(|i| (seed + 5 * i) % vocab));
+        p
+    };
+    let (a, b, c) = (turn(1), turn(2), turn(3));
+    let greedy = SlotParams::default();
+    let ids = |v: &[TokenOut]| v.iter().map(|t| t.id).collect::<Vec<u32>>();
+    let hybrid = |slots: usize, marks: usize| {
+        let mut bk = VulkanBackend::new(dev.clone());
+        let m = HybridModel::load(fx.config.clone(), &fx.weights, &mut bk, DEFAULT_CHUNK)
+            .expect("load");
+        SlotGenerator::new_hybrid_marks(bk, m, slots, 64, KvType::F32, 1, marks)
+            .expect("slot generator")
+    };
+    let mut rb = VulkanBackend::new(dev.clone());
+    let m =
+        HybridModel::load(fx.config.clone(), &fx.weights, &mut rb, DEFAULT_CHUNK).expect("load");
+    let want: Vec<Vec<u32>> = [&a, &b, &c]
+        .iter()
+        .map(|p| hybrid_reference(&mut rb, &m, p, &greedy, 5))
+        .collect();
+
+    // One slot, one request after another: a's end mark does not cover b, so b starts over
+    // and marks position 24 on the way; c starts from that mark.
+    for marks in [4usize, 0] {
+        let mut g = hybrid(1, marks);
+        let mut reused = Vec::new();
+        for (i, p) in [&a, &b, &c].into_iter().enumerate() {
+            let got = drive(&mut g, &[(p.clone(), greedy.clone(), 5, 0)]);
+            reused.push(g.reused(0));
+            assert_eq!(ids(&got[0]), want[i], "request {i}, {marks} marks");
+        }
+        let expect = if marks > 0 {
+            [0, 0, system.len()]
+        } else {
+            [0; 3]
+        };
+        assert_eq!(reused, expect, "{marks} marks");
+        // a again: its own end mark went with b's prefill; the branch mark gives the prefix.
+        let got = drive(&mut g, &[(a.clone(), greedy.clone(), 5, 0)]);
+        assert_eq!(ids(&got[0]), want[0], "a again, {marks} marks");
+        assert_eq!(g.reused(0), if marks > 0 { system.len() } else { 0 });
+    }
+
+    // Three slots, all running: b joins while a runs (and marks where it leaves a's prefix in
+    // its own slot), c joins while both run and starts from b's slot's mark.
+    let mut g = hybrid(3, 4);
+    let reqs = vec![
+        (a.clone(), greedy.clone(), 5, 0),
+        (b.clone(), greedy.clone(), 5, 1),
+        (c.clone(), greedy.clone(), 5, 2),
+    ];
+    let got = drive(&mut g, &reqs);
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(&ids(&got[i]), w, "concurrent request {i}");
+    }
+    let reused: Vec<usize> = (0..3).map(|s| g.reused(s)).collect();
+    assert_eq!(
+        reused.iter().filter(|&&r| r == system.len()).count(),
+        1,
+        "only c starts from the shared prefix: {reused:?}"
+    );
+}

@@ -165,8 +165,8 @@ impl AnyModel {
         to: usize,
     ) -> Result<(), ModelError> {
         if let (AnyModel::Hybrid(m), AnyState::Hybrid(s), Some(marks)) = (self, st, marks) {
-            if to > 0 && to != s.next[0].get() && marks.pos(0) == Some(to) {
-                m.restore_mark(b, s, 0, marks)?;
+            if to > 0 && to != s.next[0].get() && marks.has(0, to) {
+                m.restore_mark(b, s, 0, to, marks)?;
                 return Ok(());
             }
             if to == 0 {
@@ -205,8 +205,7 @@ impl AnyState {
         len: usize,
     ) -> usize {
         let marked = marks
-            .and_then(|m| m.pos(0))
-            .filter(|&p| p <= common && p < len)
+            .and_then(|m| m.best(0, common.min(len.saturating_sub(1))))
             .unwrap_or(0);
         self.reusable(written, held, common.min(len.saturating_sub(1)))
             .max(marked)

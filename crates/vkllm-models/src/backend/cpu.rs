@@ -383,9 +383,27 @@ impl Backend for CpuBackend {
         dst_offset: usize,
         len: usize,
     ) -> Result<(), ModelError> {
+        let range_err = |t: Tensor, off: usize, have: usize| ModelError::TensorShape {
+            name: format!("copy range of {t:?}"),
+            expected: vec![off.saturating_add(len)],
+            found: vec![have],
+        };
+        let src_len = self.f32(src).len();
+        let dst_len = self.f32(dst).len();
+        if src_offset.checked_add(len).is_none_or(|e| e > src_len) {
+            return Err(range_err(src, src_offset, src_len));
+        }
+        if dst_offset.checked_add(len).is_none_or(|e| e > dst_len) {
+            return Err(range_err(dst, dst_offset, dst_len));
+        }
         let mut d = self.take(dst);
-        d[dst_offset..dst_offset + len]
-            .copy_from_slice(&self.f32(src)[src_offset..src_offset + len]);
+        if src == dst {
+            // Two ranges of one tensor (a mark copied to another mark of the same layer).
+            d.copy_within(src_offset..src_offset + len, dst_offset);
+        } else {
+            d[dst_offset..dst_offset + len]
+                .copy_from_slice(&self.f32(src)[src_offset..src_offset + len]);
+        }
         self.put(dst, d);
         Ok(())
     }

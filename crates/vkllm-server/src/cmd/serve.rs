@@ -53,6 +53,12 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     prefix_cache_mb: u64,
 
+    /// Hybrid models (the batched GPU decoder): recurrent-state snapshots each slot keeps, at
+    /// the end of its prompts and where a prompt leaves a prefix another conversation shares
+    /// (each one slot's recurrent state in size; 0: reuse only whole-history continuations).
+    #[arg(long, default_value_t = vkllm_engine::DEFAULT_MARKS_PER_SLOT)]
+    recurrent_marks: usize,
+
     /// Requests that may wait for a free slot; more are answered 429.
     #[arg(long, default_value_t = 64)]
     queue: usize,
@@ -227,7 +233,10 @@ fn start_slot_runner(
     let ctx = args.ctx.min(model.cfg().max_position).max(2);
     let generator = match model {
         AnyModel::Dense(m) => SlotGenerator::new(b, m, slots, ctx, args.kv.types()?, 4)?,
-        AnyModel::Hybrid(m) => SlotGenerator::new_hybrid(b, m, slots, ctx, args.kv.types()?, 4)?,
+        AnyModel::Hybrid(m) => {
+            let marks = args.recurrent_marks;
+            SlotGenerator::new_hybrid_marks(b, m, slots, ctx, args.kv.types()?, 4, marks)?
+        }
     };
     let generator = generator.with_prefix_store(args.prefix_cache_mb << 20)?;
     if args.prefix_cache_mb > 0 {
