@@ -3,18 +3,19 @@
 // Shapes: k_new, v_new [n_tok, kv_dim] f32; pos [n_tok] u32 (destination row of each token, from a
 // device buffer so a recorded step replays); k_cache, v_cache [max_tok, kv_dim] as u32 words:
 // KV_DTYPE 0 f32 bits, 1 f16 pairs (kv_dim even; element e in the low half of word e/2 when e is
-// even; rounding to nearest even by pack2x16float), 2 q8_0 and 3 q4_0 units of 64 values
-// (kv_quant.inc.wgsl; kv_dim a multiple of 64). One dispatch appends both K and V.
+// even; rounding to nearest even by pack2x16float), 2 q8_0, 3 q4_0 and 4 tq4 units of 64 values
+// (kv_quant.inc.wgsl; kv_dim a multiple of 64; tq4 units are rotated first). One dispatch appends both K and V.
 // Slots: token t's row is t * row_stride + pos[t] % ring (row_stride 0: every token writes into the
 // same rows; row_stride >= the rows of a slot: token t is slot t of a slot-major cache). ring: the
 // rows a slot keeps (>= max_tok for a full cache, where the row is the position; a sliding-window
 // layer keeps a ring of its window plus a prefill chunk and wraps). A position >= max_tok is
 // skipped: that is how an inactive slot (position 0xffffffff) writes nothing.
 // Workgroup (`main`, f32 and f16): WG invocations (default 256), one cache word each (K and V),
-// 2-D grid; shared memory none. `quant` (q8_0, q4_0): one workgroup of 64 invocations per unit
-// of 64 values (token t's unit u = workgroup t * kv_dim / 64 + u), one value each: the values go
-// to shared memory, four invocations find the blocks' scales (K's two, V's two; a sequential
-// scan, so the first of equal magnitudes wins as in the reference), each invocation codes its
+// 2-D grid; shared memory none. `quant` (q8_0, q4_0, tq4): one workgroup of 64 invocations per
+// unit of 64 values (token t's unit u = workgroup t * kv_dim / 64 + u), one value each: the values
+// go to shared memory (rotated: K with KV_ROT_K, V when tq4), four invocations find the blocks'
+// scales (K's two, V's two; a sequential scan, so the first of equal magnitudes wins and the
+// squares are summed in order as in the reference), each invocation codes its
 // value, the first code-words invocations pack the words. Shared memory: 2 x 64 f32 + 4 f32 +
 // 128 u32 (1.5 KiB).
 //
@@ -24,7 +25,7 @@ override WG: u32 = 256;
 override KV_DTYPE: u32 = 0;
 // V's type (KV_DTYPE's codes; the quantizing entry takes any two quantized types).
 override KV_DTYPE_V: u32 = 0;
-// 1: K units are stored rotated (kv_quant.inc.wgsl), q8_0 only.
+// 1: K units are stored rotated (kv_quant.inc.wgsl): q8_0 keys by the cache's choice, tq4 keys.
 override KV_ROT_K: u32 = 0;
 
 struct Params {
@@ -93,9 +94,20 @@ fn quant(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     }
     let src = t * p.kv_dim + 64u * j;
     var xk = k_new[src + lid];
-    let xv = v_new[src + lid];
+    var xv = v_new[src + lid];
     qk[lid] = xk;
     qv[lid] = xv;
+    if (KV_DTYPE_V == 4u) {
+        qv[lid] = xv * kvq_sign(lid);
+        workgroupBarrier();
+        var r = 0.0;
+        for (var jj = 0u; jj < 64u; jj++) {
+            r += kvq_hadamard(lid, jj) * qv[jj];
+        }
+        xv = r * 0.125;
+        workgroupBarrier();
+        qv[lid] = xv;
+    }
     if (KV_ROT_K == 1u) {
         // y_i = (1/8) sum_j H_ij D_jj x_j.
         qk[lid] = xk * kvq_sign(lid);
@@ -111,14 +123,16 @@ fn quant(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     workgroupBarrier();
     if (lid < 4u) {
         var m = 0.0;
+        var ss = 0.0;
         for (var i = 0u; i < 32u; i++) {
             let e = 32u * (lid % 2u) + i;
             let x = select(qk[e], qv[e], lid >= 2u);
             if (abs(x) > abs(m)) {
                 m = x;
             }
+            ss += x * x;
         }
-        qscale[lid] = kvq_block_scale(select(KV_DTYPE, KV_DTYPE_V, lid >= 2u), m);
+        qscale[lid] = kvq_block_scale(select(KV_DTYPE, KV_DTYPE_V, lid >= 2u), m, ss);
     }
     workgroupBarrier();
     // K in KV_DTYPE, V in KV_DTYPE_V (their code widths may differ).

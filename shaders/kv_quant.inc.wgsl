@@ -1,5 +1,5 @@
-// Quantized KV caches (type t: 2 q8_0, 3 q4_0; the including file passes its KV_DTYPE for K and
-// KV_DTYPE_V for V): not a kernel on its own. Values go in units of 64 (two blocks of 32, one f16 scale each), UW words per unit:
+// Quantized KV caches (type t: 2 q8_0, 3 q4_0, 4 tq4; the including file passes its KV_DTYPE for
+// K and KV_DTYPE_V for V): not a kernel on its own. Values go in units of 64 (two blocks of 32, one f16 scale each), UW words per unit:
 // the codes (q8_0: 16 words, byte i of word w is value 4w + i as an i8; q4_0: 8 words, nibble i
 // of word w is value 8w + i plus 8), then one word with the two blocks' scales (f16 pair, the
 // first block in the low half). Value = scale * code (q4_0: scale * (nibble - 8)). A cache row of
@@ -9,6 +9,10 @@
 // code = clamp(round(x / scale), -127, 127); q4_0 m = the value of largest magnitude (the first
 // on a tie), scale = f16(m * -0.125), code = clamp(floor(x / scale + 8.5), 0, 15). A zero scale
 // gives code 0 (q4_0: 8).
+// tq4: q4_0's layout; its units are always stored rotated (R below, keys and values), a block's
+// scale is f16(sqrt(sum x^2 / 32)) (squares summed in order) and a code is the nearest of 16
+// levels (kvq_tq4_level: the Lloyd-Max quantizer of a unit Gaussian; the lower code on a tie),
+// value = scale * level.
 
 // Code words of a unit.
 fn kvq_code_words(t: u32) -> u32 {
@@ -40,10 +44,30 @@ fn kvq_scale(sw: u32, e: u32) -> f32 {
     return select(s.x, s.y, (e % 64u) >= 32u);
 }
 
-// Code i of a code word as a signed integer value (q4_0: nibble - 8).
+// tq4's level of code c (vkllm_cpu::kv_quant::TQ4_LEVELS).
+fn kvq_tq4_level(c: u32) -> f32 {
+    var m = 2.7326;
+    switch (c ^ select(0u, 15u, c < 8u)) {
+        case 8u: { m = 0.1284; }
+        case 9u: { m = 0.3881; }
+        case 10u: { m = 0.6568; }
+        case 11u: { m = 0.9424; }
+        case 12u: { m = 1.2562; }
+        case 13u: { m = 1.6181; }
+        case 14u: { m = 2.0690; }
+        default: {}
+    }
+    return select(m, -m, c < 8u);
+}
+
+// Code i of a code word as a value in units of the scale (q8_0 the i8, q4_0 nibble - 8, tq4 its
+// level).
 fn kvq_code(t: u32, w: u32, i: u32) -> f32 {
     if (t == 2u) {
         return f32(extractBits(bitcast<i32>(w), 8u * i, 8u));
+    }
+    if (t == 4u) {
+        return kvq_tq4_level(extractBits(w, 4u * i, 4u));
     }
     return f32(extractBits(w, 4u * i, 4u)) - 8.0;
 }
@@ -54,11 +78,14 @@ fn kvq_value(t: u32, cw: u32, sw: u32, e: u32) -> f32 {
 }
 
 // The f16-rounded scale of a block: q8_0 from its largest magnitude, q4_0 from its value of
-// largest magnitude (signed).
-fn kvq_block_scale(t: u32, m: f32) -> f32 {
+// largest magnitude (signed) m, tq4 from its sum of squares ss.
+fn kvq_block_scale(t: u32, m: f32, ss: f32) -> f32 {
     var d = m * -0.125;
     if (t == 2u) {
         d = abs(m) * (1.0 / 127.0);
+    }
+    if (t == 4u) {
+        d = sqrt(ss * (1.0 / 32.0));
     }
     return kvq_half_to_f32(pack2x16float(vec2<f32>(d, 0.0)) & 0xffffu);
 }
@@ -76,6 +103,17 @@ fn kvq_half_to_f32(h: u32) -> f32 {
 
 // The code (as stored bits, not yet shifted into place) of x in a block of scale d.
 fn kvq_encode(t: u32, x: f32, d: f32) -> u32 {
+    if (t == 4u) {
+        var r = 0.0;
+        if (d != 0.0) {
+            r = x / d;
+        }
+        var c = 0u;
+        for (var i = 0u; i < 15u; i++) {
+            c += select(0u, 1u, r > 0.5 * (kvq_tq4_level(i) + kvq_tq4_level(i + 1u)));
+        }
+        return c;
+    }
     if (t == 2u) {
         var q = 0.0;
         if (d != 0.0) {
@@ -90,8 +128,8 @@ fn kvq_encode(t: u32, x: f32, d: f32) -> u32 {
     return u32(q);
 }
 
-// K rotation (q8_0 caches whose heads are whole units; the including file's override KV_ROT_K =
-// 1): each 64-value unit of K is stored as y = R x, R = H D / 8 with H the 64 x 64 Walsh-Hadamard
+// Rotation (K of q8_0 caches whose heads are whole units, the including file's override KV_ROT_K
+// = 1; K and V of tq4 caches): each 64-value unit of K is stored as y = R x, R = H D / 8 with H the 64 x 64 Walsh-Hadamard
 // matrix (H_ij = (-1)^popcount(i & j)) and D the fixed signs below, so the unit's large channels
 // are spread over all its values before the blocks take their scales. R is orthogonal, so q . k =
 // (R q) . (R k): attention rotates each 64-value segment of the query alike and reads the blocks

@@ -1,13 +1,15 @@
 // Quantized KV rows -> f16 pairs: the copy the cooperative-matrix prefill attention reads (its
 // tiles are f16), made once per layer and chunk from the blocks kv_append.wgsl wrote.
 //
-// Shapes: k, v: n values of a q8_0 (KV_DTYPE 2) or q4_0 (3) cache as kv_quant.inc.wgsl lays them
-// out (n a multiple of 64); k_out, v_out [n / 2] u32, value 2i in the low half of word i.
-// Arithmetic: scale * code in f32 (exact: an f16 scale times an integer of at most 8 bits), then
-// rounded to f16 by pack2x16float (nearest even; the reference is vkllm_cpu::kv_quant + f16).
+// Shapes: k, v: n values of a q8_0 (KV_DTYPE 2), q4_0 (3) or tq4 (4) cache as kv_quant.inc.wgsl
+// lays them out (n a multiple of 64); k_out, v_out [n / 2] u32, value 2i in the low half of word i.
+// Arithmetic: scale * code in f32 (q8_0, q4_0: exact, an f16 scale times an integer of at most 8
+// bits; tq4: scale * level rounded once), then rounded to f16 by pack2x16float (nearest even; the
+// reference is vkllm_cpu::kv_quant + f16).
 // Workgroup: 64 invocations per unit of 64 values (2-D grid: unit = wid.y * num_workgroups.x +
 // wid.x), one value of K and of V each, through shared memory (2 x 64 f32); with KV_ROT_K = 1
-// the K unit is rotated back, x_j = D_jj (1/8) sum_i H_ji y_i (kv_quant.inc.wgsl). Memory bound.
+// the K unit is rotated back, x_j = D_jj (1/8) sum_i H_ji y_i (kv_quant.inc.wgsl), and so is a
+// tq4 V unit. Memory bound.
 //
 // #include kv_quant.inc.wgsl
 
@@ -49,6 +51,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
         kx[lid] = r * 0.125 * kvq_sign(lid);
+    }
+    if (KV_DTYPE_V == 4u) {
+        workgroupBarrier();
+        var r = 0.0;
+        for (var i = 0u; i < 64u; i++) {
+            r += kvq_hadamard(lid, i) * vx[i];
+        }
+        workgroupBarrier();
+        vx[lid] = r * 0.125 * kvq_sign(lid);
     }
     workgroupBarrier();
     if (lid < 32u) {

@@ -10,7 +10,9 @@
 //! -127, 127)` (ties to even); q4_0 `m` = the value of largest magnitude (the first on a tie),
 //! `scale = f16(m * -0.125)`, `code = clamp(floor(x / scale + 8.5), 0, 15)`. The codes are taken
 //! against the stored (f16) scale, so each is the nearest the stored block can represent. A zero
-//! scale gives code 0 (q4_0: 8, value 0).
+//! scale gives code 0 (q4_0: 8, value 0). tq4 takes q4_0's layout for units that are always
+//! rotated ([`rotate`]): `scale = f16(sqrt(sum x^2 / 32))`, the code of the nearest of
+//! [`TQ4_LEVELS`] (the lower on a tie), value `scale * level`.
 
 use half::f16;
 
@@ -66,19 +68,30 @@ pub fn unrotate(y: &mut [f32]) {
     }
 }
 
+/// TQ4's 16 levels in units of a block's scale: the Lloyd-Max quantizer of a unit-variance
+/// Gaussian (what a rotated unit's values are close to), in code order.
+pub const TQ4_LEVELS: [f32; 16] = [
+    -2.7326, -2.0690, -1.6181, -1.2562, -0.9424, -0.6568, -0.3881, -0.1284, 0.1284, 0.3881, 0.6568,
+    0.9424, 1.2562, 1.6181, 2.0690, 2.7326,
+];
+
 /// A quantized KV format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KvQuant {
     Q8_0,
     Q4_0,
+    /// Rotated units ([`rotate`], keys and values), 4-bit codes into [`TQ4_LEVELS`] with one f16
+    /// scale per block of 32: the block's root mean square.
+    Tq4,
 }
 
 impl KvQuant {
-    /// `q8_0` or `q4_0` (the names `--kv-type` takes); `None` for anything else.
+    /// `q8_0`, `q4_0` or `tq4` (the names `--kv-type` takes); `None` for anything else.
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "q8_0" => Some(KvQuant::Q8_0),
             "q4_0" => Some(KvQuant::Q4_0),
+            "tq4" => Some(KvQuant::Tq4),
             _ => None,
         }
     }
@@ -87,8 +100,14 @@ impl KvQuant {
     pub fn code_words(self) -> usize {
         match self {
             KvQuant::Q8_0 => 16,
-            KvQuant::Q4_0 => 8,
+            KvQuant::Q4_0 | KvQuant::Tq4 => 8,
         }
+    }
+
+    /// Whether the units are stored rotated whatever they hold (tq4; a cache may rotate q8_0
+    /// keys too, see [`KvQuant::round_trip`]).
+    pub fn always_rotated(self) -> bool {
+        self == KvQuant::Tq4
     }
 
     /// Words of a unit: the codes and the scale word.
@@ -113,6 +132,11 @@ impl KvQuant {
         let d = match self {
             KvQuant::Q8_0 => m.abs() * (1.0 / 127.0),
             KvQuant::Q4_0 => m * -0.125,
+            KvQuant::Tq4 => {
+                // Squares summed in order, as the append kernel does.
+                let ss = block.iter().fold(0.0f32, |acc, &x| acc + x * x);
+                (ss * (1.0 / BLOCK as f32)).sqrt()
+            }
         };
         f16::from_f32(d).to_f32()
     }
@@ -136,14 +160,23 @@ impl KvQuant {
                 };
                 q as u32
             }
+            KvQuant::Tq4 => {
+                // The nearest level: the midpoints below x / d (the lower code on a tie).
+                let r = if d != 0.0 { x / d } else { 0.0 };
+                (0..15)
+                    .filter(|&i| r > 0.5 * (TQ4_LEVELS[i] + TQ4_LEVELS[i + 1]))
+                    .count() as u32
+            }
         }
     }
 
-    /// The integer value of stored code bits (q8_0: the i8; q4_0: nibble - 8).
+    /// The value of stored code bits in units of the scale (q8_0: the i8; q4_0: nibble - 8;
+    /// tq4: its level).
     pub fn code_value(self, bits: u32) -> f32 {
         match self {
             KvQuant::Q8_0 => bits as u8 as i8 as f32,
             KvQuant::Q4_0 => (bits & 0xf) as f32 - 8.0,
+            KvQuant::Tq4 => TQ4_LEVELS[(bits & 0xf) as usize],
         }
     }
 
@@ -219,6 +252,7 @@ impl KvQuant {
     /// `x` replaced by what a cache of this format stores for it (the CPU backend's KV append);
     /// `rotated`: the units are stored rotated ([`rotate`], then [`unrotate`] on the way back).
     pub fn round_trip(self, x: &mut [f32], rotated: bool) {
+        let rotated = rotated || self.always_rotated();
         if rotated {
             rotate(x);
         }
@@ -260,6 +294,7 @@ mod tests {
                 let room = match q {
                     KvQuant::Q4_0 => (0.5 * d).max(amax - 7.0 * d),
                     KvQuant::Q8_0 => 0.5 * d,
+                    KvQuant::Tq4 => unreachable!("checked by tq4_codes_are_the_nearest_levels"),
                 };
                 assert!(
                     (a - b).abs() <= room * 1.0001,
@@ -293,6 +328,57 @@ mod tests {
         assert_eq!(w[0] & 0xf, 8, "0 is code 8");
         assert_eq!(w[0] >> 16 & 0xf, 10, "1.0 is code 10 (value 2 * 0.5)");
         assert_eq!(KvQuant::Q4_0.dequantize(&w, UNIT)[3], -4.0);
+    }
+
+    /// tq4: a block's scale is its root mean square (f16), each code the nearest level to x /
+    /// scale (checked against every level), an all-zero block decodes to zeros, and the round
+    /// trip (rotated) keeps a Gaussian-like unit within the levels' error.
+    #[test]
+    fn tq4_codes_are_the_nearest_levels() {
+        let q = KvQuant::Tq4;
+        assert!(q.always_rotated() && KvQuant::from_name("tq4") == Some(q));
+        let x = values();
+        let w = q.quantize(&x);
+        assert_eq!(w.len(), q.words(x.len()));
+        let (scales, codes) = q.unpack(&w, x.len());
+        for (b, block) in x.chunks(BLOCK).enumerate() {
+            let rms = (block.iter().map(|v| v * v).sum::<f32>() / BLOCK as f32).sqrt();
+            assert_eq!(scales[b], f16::from_f32(rms).to_f32(), "block {b}");
+        }
+        for (e, &v) in x.iter().enumerate() {
+            let r = v / scales[e / BLOCK];
+            let best = TQ4_LEVELS
+                .iter()
+                .map(|l| (l - r).abs())
+                .fold(f32::INFINITY, f32::min);
+            assert_eq!(
+                (codes[e] - r).abs(),
+                best,
+                "value {e}: {r} coded {}",
+                codes[e]
+            );
+        }
+        let zeros = q.dequantize(&q.quantize(&[0.0; UNIT]), UNIT);
+        assert!(zeros.iter().all(|&v| v == 0.0));
+        // Equal magnitudes: r = +-1, the levels +-0.9424.
+        let flat: Vec<f32> = (0..UNIT)
+            .map(|i| if i % 3 == 0 { -2.0 } else { 2.0 })
+            .collect();
+        let back = q.dequantize(&q.quantize(&flat), UNIT);
+        assert!(
+            back.iter()
+                .zip(&flat)
+                .all(|(b, f)| *b == f.signum() * 2.0 * 0.9424)
+        );
+        let mut y = x.clone();
+        q.round_trip(&mut y, false);
+        let err: f32 = x.iter().zip(&y).map(|(a, b)| (a - b) * (a - b)).sum();
+        let energy: f32 = x.iter().map(|a| a * a).sum();
+        assert!(
+            err / energy < 0.03,
+            "relative squared error {}",
+            err / energy
+        );
     }
 
     /// The rotation is orthogonal: unrotate(rotate(x)) == x within f32 rounding, norms kept,

@@ -195,12 +195,14 @@ impl AttnShape {
         types
             .check_width(self.n_kv_heads * self.head_dim, self.head_dim)
             .map_err(|m| shape_err(k, m))?;
-        if self.rot_k && (self.kv != KvType::Q8_0 || !self.head_dim.is_multiple_of(64)) {
+        if let Err(m) = self.kv.check_rot_k(self.rot_k) {
+            return Err(shape_err(k, m));
+        }
+        if self.rot_k && !self.head_dim.is_multiple_of(64) {
             return Err(shape_err(
                 k,
                 format!(
-                    "rotated keys need a q8_0 cache and heads of whole 64-value units, not {} \
-                     with head_dim {}",
+                    "rotated keys need heads of whole 64-value units, not {} with head_dim {}",
                     self.kv.name(),
                     self.head_dim
                 ),

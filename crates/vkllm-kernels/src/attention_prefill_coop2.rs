@@ -207,7 +207,7 @@ impl CoopAttn2Tile {
         let per = match kv {
             KvType::F32 => 4,
             // Quantized caches are refused before (check_unquantized).
-            KvType::F16 | KvType::Q8_0 | KvType::Q4_0 => 8,
+            KvType::F16 | KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => 8,
         };
         (BK * head_dim / per).div_ceil(self.nsg as usize * subgroup_size as usize)
     }

@@ -45,11 +45,20 @@ pub enum KvType {
     Q8_0,
     /// 4-bit codes with one f16 scale per block of 32 values (18 bytes per 32 values).
     Q4_0,
+    /// q4_0's layout for rotated units (keys and values, heads of whole 64-value units): codes
+    /// into 16 Gaussian levels, scale the block's root mean square (`vkllm_cpu::kv_quant`).
+    Tq4,
 }
 
 impl KvType {
     /// Every type, in the order `--kv-type` lists them.
-    pub const ALL: [KvType; 4] = [KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0];
+    pub const ALL: [KvType; 5] = [
+        KvType::F32,
+        KvType::F16,
+        KvType::Q8_0,
+        KvType::Q4_0,
+        KvType::Tq4,
+    ];
 
     /// The kernels' KV_DTYPE override value.
     pub fn code(self) -> f64 {
@@ -58,12 +67,13 @@ impl KvType {
             KvType::F16 => 1.0,
             KvType::Q8_0 => 2.0,
             KvType::Q4_0 => 3.0,
+            KvType::Tq4 => 4.0,
         }
     }
 
-    /// Stored in blocks with scales (q8_0, q4_0).
+    /// Stored in blocks with scales (q8_0, q4_0, tq4).
     pub fn is_quantized(self) -> bool {
-        matches!(self, KvType::Q8_0 | KvType::Q4_0)
+        matches!(self, KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4)
     }
 
     /// Bytes of `n` values: whole rows of a width [`KvType::check_width`] accepts.
@@ -71,7 +81,7 @@ impl KvType {
         match self {
             KvType::F32 => 4 * n,
             KvType::F16 => 2 * n,
-            KvType::Q8_0 | KvType::Q4_0 => {
+            KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => {
                 n.div_ceil(KV_UNIT as u64) * 4 * self.unit_words() as u64
             }
         }
@@ -87,7 +97,7 @@ impl KvType {
     pub fn unit_words(self) -> usize {
         match self {
             KvType::Q8_0 => 17,
-            KvType::Q4_0 => 9,
+            KvType::Q4_0 | KvType::Tq4 => 9,
             _ => 0,
         }
     }
@@ -100,6 +110,10 @@ impl KvType {
             KvType::F32 => Ok(()),
             KvType::F16 if kv_dim.is_multiple_of(2) => Ok(()),
             KvType::F16 => Err(format!("an f16 cache needs an even kv_dim, got {kv_dim}")),
+            KvType::Tq4 if !head_dim.is_multiple_of(64) => Err(format!(
+                "a tq4 cache rotates whole 64-value units of each head: head_dim must be a \
+                 multiple of 64, got {head_dim}"
+            )),
             _ if kv_dim.is_multiple_of(64) && head_dim.is_multiple_of(32) => Ok(()),
             _ => Err(format!(
                 "a {} cache needs kv_dim a multiple of 64 and head_dim of 32, got {kv_dim} and \
@@ -115,10 +129,22 @@ impl KvType {
             KvType::F16 => "f16",
             KvType::Q8_0 => "q8_0",
             KvType::Q4_0 => "q4_0",
+            KvType::Tq4 => "tq4",
         }
     }
 
-    /// `f32`, `f16`, `q8_0` or `q4_0`.
+    /// Why K stored as this type cannot have `rot_k` (its units stored rotated), if it cannot:
+    /// q8_0 keys may be rotated, tq4 keys always are, other types never.
+    pub fn check_rot_k(self, rot_k: bool) -> Result<(), String> {
+        match (self, rot_k) {
+            (KvType::Q8_0, _) | (KvType::Tq4, true) => Ok(()),
+            (KvType::Tq4, false) => Err("tq4 keys are always stored rotated".into()),
+            (_, false) => Ok(()),
+            (t, true) => Err(format!("rotated keys in a {} cache", t.name())),
+        }
+    }
+
+    /// `f32`, `f16`, `q8_0`, `q4_0` or `tq4`.
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|t| t.name() == s)
     }
@@ -253,12 +279,7 @@ impl<B: KernelBuffer> KvAppend<B> {
             false => &KV_APPEND,
         };
         KvTypes::new(types.k, types.v).map_err(|m| shape_err(k, m))?;
-        if rot_k && dtype != KvType::Q8_0 {
-            return Err(shape_err(
-                k,
-                format!("rotated keys in a {} cache", dtype.name()),
-            ));
-        }
+        dtype.check_rot_k(rot_k).map_err(|m| shape_err(k, m))?;
         if ring == 0 {
             return Err(shape_err(k, "ring of 0 rows"));
         }
@@ -269,8 +290,9 @@ impl<B: KernelBuffer> KvAppend<B> {
                 format!("{n_tok} tokens overwrite each other in a ring of {ring} rows"),
             ));
         }
-        // Units of 64 never straddle rows; the head split does not matter to the append.
-        types.check_width(kv_dim, 32).map_err(|m| shape_err(k, m))?;
+        // Units of 64 never straddle rows; the head split does not matter to the append (any
+        // split into whole units passes the check).
+        types.check_width(kv_dim, 64).map_err(|m| shape_err(k, m))?;
         let src = 4 * (n_tok * kv_dim) as u64;
         need(k, "k_new", &self.k_new, src)?;
         need(k, "v_new", &self.v_new, src)?;
@@ -289,7 +311,7 @@ impl<B: KernelBuffer> KvAppend<B> {
         let groups = match dtype {
             KvType::F32 => ((n_tok * kv_dim) as u64).div_ceil(WG as u64),
             KvType::F16 => ((n_tok * kv_dim / 2) as u64).div_ceil(WG as u64),
-            KvType::Q8_0 | KvType::Q4_0 => (n_tok * kv_dim / KV_UNIT) as u64,
+            KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => (n_tok * kv_dim / KV_UNIT) as u64,
         };
         let p = KvAppendParams {
             n_tok: to_u32(k, "n_tok", n_tok)?,

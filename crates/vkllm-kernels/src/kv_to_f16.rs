@@ -1,7 +1,7 @@
-//! `shaders/kv_to_f16.wgsl`: f16 copies of quantized K and V rows (q8_0, q4_0), for the
+//! `shaders/kv_to_f16.wgsl`: f16 copies of quantized K and V rows (q8_0, q4_0, tq4), for the
 //! cooperative-matrix prefill attention.
 
-use crate::kv_append::{KV_UNIT, KvType, KvTypes};
+use crate::kv_append::{KV_UNIT, KvTypes};
 use crate::sources::KV_TO_F16 as SRC;
 use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
 use crate::to_f16::packed_bytes;
@@ -27,7 +27,7 @@ pub struct KvToF16<B> {
 
 impl<B: KernelBuffer> KvToF16<B> {
     /// `n`: a multiple of 64 (whole rows of a quantized cache of `types`); `rot_k`: K's units
-    /// are stored rotated (q8_0; the copy rotates them back).
+    /// are stored rotated (q8_0, tq4; the copy rotates them back, and tq4 V units too).
     pub fn dispatch(
         self,
         types: impl Into<KvTypes>,
@@ -37,12 +37,7 @@ impl<B: KernelBuffer> KvToF16<B> {
         let k = &KV_TO_F16;
         let types = types.into();
         let dtype = types.k;
-        if rot_k && dtype != KvType::Q8_0 {
-            return Err(shape_err(
-                k,
-                format!("rotated keys in a {} cache", dtype.name()),
-            ));
-        }
+        dtype.check_rot_k(rot_k).map_err(|m| shape_err(k, m))?;
         if !dtype.is_quantized() || !types.v.is_quantized() {
             return Err(shape_err(
                 k,

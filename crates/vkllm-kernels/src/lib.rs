@@ -39,6 +39,7 @@ pub mod gated_delta_rule;
 pub mod gated_rmsnorm;
 pub mod kv_append;
 pub mod kv_to_f16;
+pub mod kv_unrotate;
 pub mod logprobs;
 pub mod mat_quant;
 pub mod matmul;
@@ -108,6 +109,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &kv_append::KV_APPEND,
         &kv_append::KV_APPEND_QUANT,
         &kv_to_f16::KV_TO_F16,
+        &kv_unrotate::KV_UNROTATE,
         &argmax::ARGMAX,
         &sample::SAMPLE_PREP,
         &sample::SAMPLE_SIEVE,

@@ -55,6 +55,10 @@ pub(crate) const KV_TO_F16: &str = concat!(
     include_str!("../shaders/kv_to_f16.wgsl"),
     include_str!("../shaders/kv_quant.inc.wgsl")
 );
+pub(crate) const KV_UNROTATE: &str = concat!(
+    include_str!("../shaders/kv_unrotate.wgsl"),
+    include_str!("../shaders/kv_quant.inc.wgsl")
+);
 pub(crate) const LOGPROBS: &str = include_str!("../shaders/logprobs.wgsl");
 pub(crate) const MAT_QUANT: &str = concat!(
     include_str!("../shaders/mat_quant.wgsl"),
@@ -141,6 +145,7 @@ mod tests {
             ("attention_prefill.wgsl", super::ATTENTION_PREFILL),
             ("kv_append.wgsl", super::KV_APPEND),
             ("kv_to_f16.wgsl", super::KV_TO_F16),
+            ("kv_unrotate.wgsl", super::KV_UNROTATE),
             ("dequant_f16.wgsl", super::DEQUANT_F16),
             ("mat_quant.wgsl", super::MAT_QUANT),
             ("matvec_fused.wgsl", super::MATVEC_FUSED),

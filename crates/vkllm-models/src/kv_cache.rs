@@ -25,9 +25,10 @@ pub struct KvCache {
 }
 
 /// Whether a cache of `dtype` for heads of `head_dim` stores its keys rotated: q8_0 does when the
-/// heads are whole 64-value units (the quality table in docs/quantization.md), other types never.
+/// heads are whole 64-value units (the quality table in docs/quantization.md), tq4 always (its
+/// heads are whole units), other types never.
 pub fn rot_k_for(dtype: KvType, head_dim: usize) -> bool {
-    dtype == KvType::Q8_0 && head_dim.is_multiple_of(64)
+    dtype == KvType::Tq4 || (dtype == KvType::Q8_0 && head_dim.is_multiple_of(64))
 }
 
 /// One layer of a [`KvCache`].

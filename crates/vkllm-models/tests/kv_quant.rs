@@ -96,10 +96,27 @@ fn quantized_kv_matches_the_cpu() {
     }
 }
 
-/// Heads of 16 values (the llama fixture) cannot hold blocks of 32: a typed error, on both
-/// backends.
+/// Heads of 16 values (the llama fixture) cannot hold blocks of 32, heads of 32 (qwen3) not
+/// tq4's rotated units of 64: typed errors.
 #[test]
 fn heads_that_do_not_split_into_blocks_are_refused() {
+    let fx = Fixture::load("qwen3").expect("fixture");
+    let mut cpu = CpuBackend::new();
+    let m = load(&fx, &mut cpu);
+    let tq4_v = KvTypes {
+        k: KvType::Q8_0,
+        v: KvType::Tq4,
+    };
+    for kv in [KvType::Tq4.into(), tq4_v] {
+        match m.new_state(&mut cpu, 64, kv) {
+            Err(ModelError::Config { field, msg }) => {
+                assert_eq!(field, "kv dtype");
+                assert!(msg.contains("tq4") && msg.contains("64"), "{msg}");
+            }
+            Err(e) => panic!("{}: {e}", kv.name()),
+            Ok(_) => panic!("{}: a tq4 cache of 32-value heads was made", kv.name()),
+        }
+    }
     let fx = Fixture::load("llama").expect("fixture");
     let mut cpu = CpuBackend::new();
     let m = load(&fx, &mut cpu);

@@ -188,7 +188,7 @@ pub(super) fn stored(x: &[f32], kv: KvType) -> (Vec<u32>, Vec<f32>) {
             let (h, back) = to_f16(x);
             (pack16(&h), back)
         }
-        KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
+        KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
     }
 }
 

@@ -203,7 +203,7 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
         let (kb, vb) = match kv {
             KvType::F32 => (cx.input("k", &k)?, cx.input("v", &v)?),
             KvType::F16 => (cx.input("k", &pack16(&kh))?, cx.input("v", &pack16(&vh))?),
-            KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
+            KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
         };
         let positions: Vec<usize> = (pos0..pos0 + n_q).collect();
         let pos32: Vec<u32> = positions.iter().map(|&p| p as u32).collect();

@@ -298,7 +298,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
                     .map(|&h| half::f16::from_bits(h).to_f32())
                     .collect()
             }
-            KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
+            KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
         })
     };
     let ctr: Vec<u32> = cx.dev.read_vec(&counters, n_ctr)?;
@@ -332,7 +332,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
                 nmse: 1e-6,
             },
         ),
-        KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
+        KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
     };
     let variant = format!("{} {}", c.label, c.kv.name());
     let shape_s = format!(

@@ -4,6 +4,7 @@ use vkllm_cpu::kv_quant::KvQuant;
 use vkllm_cpu::{AttnParams, Rope, RopeScaling, RopeStyle};
 use vkllm_kernels::attention::{AttnDecode, AttnPrefill, AttnShape, Chunking};
 use vkllm_kernels::kv_append::KvType;
+use vkllm_kernels::kv_unrotate::KvUnrotate;
 use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
 
 use super::{Ctx, KernelParityRow, Rng, Tol, pack16, row, to_f16};
@@ -147,7 +148,7 @@ struct AttnCase {
     softcap: Option<f32>,
     window: Option<usize>,
     kv: KvType,
-    /// K stored rotated (q8_0, heads of whole 64-value units).
+    /// K stored rotated (q8_0, tq4; heads of whole 64-value units).
     rot_k: bool,
     /// V's type when it differs from K's.
     kv_v: Option<KvType>,
@@ -187,7 +188,7 @@ const ATTN_TOL: Tol = Tol {
 };
 
 /// `x` as a cache of `t` stores it (words) and the values the CPU attends over: the blocks
-/// dequantized (rotated back when `rot`).
+/// dequantized (rotated back when `rot`, and always for tq4).
 fn stored(x: &[f32], t: KvType, rot: bool) -> (Vec<u32>, Vec<f32>) {
     match t {
         KvType::F32 => (bytemuck::cast_slice(x).to_vec(), x.to_vec()),
@@ -195,8 +196,9 @@ fn stored(x: &[f32], t: KvType, rot: bool) -> (Vec<u32>, Vec<f32>) {
             let (h, back) = to_f16(x);
             (pack16(&h), back)
         }
-        KvType::Q8_0 | KvType::Q4_0 => {
+        KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => {
             let f = KvQuant::from_name(t.name()).expect("a quantized type");
+            let rot = rot || f.always_rotated();
             let mut xq = x.to_vec();
             if rot {
                 vkllm_cpu::kv_quant::rotate(&mut xq);
@@ -209,6 +211,14 @@ fn stored(x: &[f32], t: KvType, rot: bool) -> (Vec<u32>, Vec<f32>) {
             (w, back)
         }
     }
+}
+
+/// A tq4 V cache's attention sums rotated values: its output rotated back, as the backend does.
+fn unrotate_out(r: &mut vkllm_vk::Recorder, d: &AttnData) -> Result<()> {
+    if d.shape.kv_v == KvType::Tq4 {
+        r.dispatch(KvUnrotate { x: d.out.all() }.dispatch(d.want.len())?)?;
+    }
+    Ok(())
 }
 
 fn attn_data(cx: &Ctx<'_>, rng: &mut Rng, c: &AttnCase) -> Result<AttnData> {
@@ -435,6 +445,18 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
             case(2, 333, 300, 14, 2, 64, Some(20.0), Some(100), KvType::Q4_0).values(KvType::Q8_0),
             16,
         ),
+        // tq4 values (rotated; the output is rotated back by kv_unrotate) with rotated q8_0 keys
+        // at 8B's grouping, and tq4 keys and values windowed and softcapped with two queries.
+        (
+            case(1, 700, 699, 32, 8, 128, None, None, KvType::Q8_0)
+                .rotated()
+                .values(KvType::Tq4),
+            64,
+        ),
+        (
+            case(2, 517, 400, 8, 2, 64, Some(30.0), Some(100), KvType::Tq4).rotated(),
+            16,
+        ),
     ];
     for (c, chunk) in cases {
         let d = attn_data(&cx, &mut rng, &c)?;
@@ -455,7 +477,8 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
                     part_o: part_o.all(),
                     out: d.out.all(),
                 };
-                r.dispatch_all(form.dispatch(a, &d.shape, chunk.into())?)
+                r.dispatch_all(form.dispatch(a, &d.shape, chunk.into())?)?;
+                unrotate_out(r, &d)
             })?;
             let got = cx.read(&d.out, d.want.len())?;
             rows.push(row(
@@ -488,6 +511,10 @@ pub(crate) fn attention_prefill(dev: &Device, seed: u64) -> Result<Vec<KernelPar
         case(21, 40, 19, 8, 2, 128, None, None, KvType::Q8_0)
             .rotated()
             .values(KvType::Q4_0),
+        case(37, 50, 13, 4, 2, 64, Some(30.0), Some(8), KvType::Q8_0)
+            .rotated()
+            .values(KvType::Tq4),
+        case(21, 40, 19, 8, 2, 128, None, None, KvType::Tq4).rotated(),
     ];
     for c in cases {
         let d = attn_data(&cx, &mut rng, &c)?;
@@ -501,7 +528,8 @@ pub(crate) fn attention_prefill(dev: &Device, seed: u64) -> Result<Vec<KernelPar
                     out: d.out.all(),
                 }
                 .dispatch(&d.shape)?,
-            )
+            )?;
+            unrotate_out(r, &d)
         })?;
         let (variant, shape) = describe(&c);
         let got = cx.read(&d.out, d.want.len())?;

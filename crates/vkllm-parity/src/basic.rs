@@ -559,7 +559,7 @@ pub(crate) fn kv_append(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
                     let (h, b) = to_f16(x);
                     (pack16(&h), b)
                 }
-                KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
+                KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
             }
         };
         let (ck, mut want_k) = conv(&init_k);
@@ -592,7 +592,7 @@ pub(crate) fn kv_append(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
                         .map(|&h| half::f16::from_bits(h).to_f32())
                         .collect()
                 }
-                KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
+                KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
             })
         };
         // f16: the reference rounds to nearest even; the shader's pack2x16float should too. The
@@ -603,7 +603,7 @@ pub(crate) fn kv_append(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
                 max_abs: 1.0 / 512.0,
                 nmse: 1e-7,
             },
-            KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
+            KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
         };
         let shape = format!("{n_tok} tok, kv_dim {kv_dim}, cache {max_tok}");
         rows.push(row(

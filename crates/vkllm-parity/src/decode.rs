@@ -110,7 +110,7 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     vr,
                 )
             }
-            KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
+            KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
         };
         let pos: Vec<u32> = if fixed.is_empty() {
             (0..slots).map(|_| rng.below(cap as u64) as u32).collect()

@@ -1,12 +1,16 @@
-//! Parity of the quantized KV kernels. The append (`kv_append.wgsl` with KV_DTYPE q8_0 / q4_0) against
-//! `vkllm_cpu::kv_quant`: the scales bit for bit, every code the reference's (where x / scale
-//! sits within 1e-4 of a rounding boundary the neighbouring code is accepted too: the shader
-//! divides with the GPU's precision), the words of rows nobody writes untouched.
+//! Parity of the quantized KV kernels. The append (`kv_append.wgsl` with KV_DTYPE q8_0 / q4_0 /
+//! tq4) against `vkllm_cpu::kv_quant`: the scales bit for bit (tq4: or the neighbouring f16 where
+//! the root sits within 1e-5 of the rounding midpoint: the shader's sqrt has the GPU's
+//! precision), every code the reference's against the stored scale (where x / scale sits within
+//! 1e-4 of a rounding boundary the neighbouring code is accepted too: the shader divides with the
+//! GPU's precision), the words of rows nobody writes untouched. Then the f16 copy
+//! (`kv_to_f16.wgsl`) and the output rotation of tq4 values (`kv_unrotate.wgsl`).
 
 use vkllm_cpu::decode::IDLE;
-use vkllm_cpu::kv_quant::{BLOCK, KvQuant};
+use vkllm_cpu::kv_quant::{BLOCK, KvQuant, TQ4_LEVELS};
 use vkllm_kernels::kv_append::{KvAppend, KvType, KvTypes};
 use vkllm_kernels::kv_to_f16::KvToF16;
+use vkllm_kernels::kv_unrotate::KvUnrotate;
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, row, to_f16};
 use vkllm_vk::Device;
@@ -21,19 +25,41 @@ fn want_codes(f: KvQuant, x: &[f32], scales: &[f32], got: &[f32]) -> Vec<f32> {
             let d = scales[e / BLOCK];
             let want = f.code_value(f.encode(v, d));
             let r = if d != 0.0 { v / d } else { 0.0 };
-            // q8_0 rounds at .5; q4_0 (code - 8 = floor(r + 0.5)) too.
-            let near_tie = ((r - r.floor()) - 0.5).abs() < 1e-4;
-            if near_tie && (got[e] - want).abs() == 1.0 {
-                got[e]
-            } else {
-                want
-            }
+            let neighbour = match f {
+                // The levels on both sides of a midpoint within 1e-4 of r.
+                KvQuant::Tq4 => TQ4_LEVELS.windows(2).any(|l| {
+                    (r - 0.5 * (l[0] + l[1])).abs() < 1e-4
+                        && [l[0], l[1]].contains(&got[e])
+                        && [l[0], l[1]].contains(&want)
+                }),
+                // q8_0 rounds at .5; q4_0 (code - 8 = floor(r + 0.5)) too.
+                _ => ((r - r.floor()) - 0.5).abs() < 1e-4 && (got[e] - want).abs() == 1.0,
+            };
+            if neighbour { got[e] } else { want }
         })
         .collect()
 }
 
-/// Slot-major appends into q8_0 and q4_0 caches: one idle slot, values with outliers (a block
-/// whose largest magnitude is negative, one all zero).
+/// tq4's stored scale `got` for a block whose reference scale is `want`: the same, or the
+/// neighbouring f16 when the f32 root sits within 1e-5 of the midpoint between the two.
+fn tq4_scale(block: &[f32], got: f32, want: f32) -> f32 {
+    let ss = block.iter().fold(0.0f32, |acc, &x| acc + x * x);
+    let root = (ss * (1.0 / BLOCK as f32)).sqrt();
+    let mid = 0.5 * (got + want);
+    let next = |a: f32| {
+        half::f16::from_f32(a)
+            .to_bits()
+            .abs_diff(half::f16::from_f32(want).to_bits())
+    };
+    if got != want && next(got) == 1 && (root - mid).abs() <= 1e-5 * root {
+        got
+    } else {
+        want
+    }
+}
+
+/// Slot-major appends into q8_0, q4_0 and tq4 caches: one idle slot, values with outliers (a
+/// block whose largest magnitude is negative, one all zero).
 pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
@@ -41,12 +67,15 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
     let mut pos: Vec<u32> = (0..slots).map(|_| rng.below(cap as u64) as u32).collect();
     pos[1] = IDLE;
     let mut rows = Vec::new();
-    // (K type, V type, rotated K): the last is rotated q8_0 keys with q4_0 values.
+    // (K type, V type, rotated K): rotated q8_0 keys with q4_0 and with tq4 values, tq4 keys
+    // and values.
     for (ty, ty_v, rot) in [
         (KvType::Q8_0, KvType::Q8_0, false),
         (KvType::Q4_0, KvType::Q4_0, false),
         (KvType::Q8_0, KvType::Q8_0, true),
         (KvType::Q8_0, KvType::Q4_0, true),
+        (KvType::Q8_0, KvType::Tq4, true),
+        (KvType::Tq4, KvType::Tq4, true),
     ] {
         let types = KvTypes { k: ty, v: ty_v };
         let mut k_new = rng.vec(slots * kv_dim, -3.0, 3.0);
@@ -101,13 +130,18 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     // Rotated K: the reference rotates first (the shader's sums, in the same
                     // order, every term exact: the same values).
                     let mut x = src[slot * kv_dim..(slot + 1) * kv_dim].to_vec();
-                    if rot && name == "K" {
+                    if (rot && name == "K") || f.always_rotated() {
                         vkllm_cpu::kv_quant::rotate(&mut x);
                     }
                     let x = &x[..];
                     let want = f.quantize(x);
-                    let (want_s, _) = f.unpack(&want, kv_dim);
+                    let (mut want_s, _) = f.unpack(&want, kv_dim);
                     let (got_s, got_c) = f.unpack(stored, kv_dim);
+                    if f == KvQuant::Tq4 {
+                        for (b, w) in want_s.iter_mut().enumerate() {
+                            *w = tq4_scale(&x[b * BLOCK..(b + 1) * BLOCK], got_s[b], *w);
+                        }
+                    }
                     wc.extend(want_codes(f, x, &want_s, &got_c));
                     gs.extend(got_s);
                     ws.extend(want_s);
@@ -132,9 +166,9 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
     Ok(rows)
 }
 
-/// f16 copies of quantized rows (`kv_to_f16.wgsl`): the reference dequantizes and rounds to f16
-/// (exact: scale * code is exact in f32, one rounding to f16); the output words past the copy
-/// keep their poison.
+/// f16 copies of quantized rows (`kv_to_f16.wgsl`): the reference dequantizes (scale * code, one
+/// f32 rounding at most), rotates back (rotated keys, tq4 values; the shader's order) and rounds
+/// to f16; the output words past the copy keep their poison.
 pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
@@ -144,6 +178,8 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
         (KvType::Q4_0, KvType::Q4_0, false, 7 * 64),
         (KvType::Q8_0, KvType::Q8_0, true, 6 * 64),
         (KvType::Q8_0, KvType::Q4_0, true, 3 * 64),
+        (KvType::Q8_0, KvType::Tq4, true, 5 * 64),
+        (KvType::Tq4, KvType::Tq4, true, 7 * 64),
     ] {
         let types = KvTypes { k: ty, v: ty_v };
         let (f, fv) = (
@@ -173,7 +209,7 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
         for (name, g, words, out) in [("K", f, &kw, &ko), ("V", fv, &vw, &vo)] {
             // Rotated back term by term in the shader's order: the same f32 values.
             let mut deq = g.dequantize(words, n);
-            if rot && name == "K" {
+            if (rot && name == "K") || g.always_rotated() {
                 vkllm_cpu::kv_quant::unrotate(&mut deq);
             }
             let (_, want) = to_f16(&deq);
@@ -201,6 +237,50 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
                 EXACT,
             ));
         }
+    }
+    Ok(rows)
+}
+
+/// The output rotation of tq4 values (`kv_unrotate.wgsl`) against `vkllm_cpu::kv_quant::unrotate`
+/// (the same sums in the same order, every product exact), in place over 1 and 7 units; the
+/// values past them keep their poison.
+pub(crate) fn kv_unrotate(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let mut rows = Vec::new();
+    for units in [1usize, 7] {
+        let n = units * 64;
+        let mut x = rng.vec(n, -2.0, 2.0);
+        x[3] = 50.0;
+        let mut want = x.clone();
+        vkllm_cpu::kv_quant::unrotate(&mut want);
+        // NaN past the values.
+        let mut init = x.clone();
+        init.extend([f32::NAN; 64]);
+        let xb = cx.input("x", &init)?;
+        cx.run(&[], |r| r.dispatch(KvUnrotate { x: xb.all() }.dispatch(n)?))?;
+        let got = cx.read(&xb, n + 64)?;
+        let shape = format!("{units} units");
+        rows.push(row(
+            "kv_unrotate",
+            "in place",
+            &shape,
+            &got[..n],
+            &want,
+            EXACT,
+        ));
+        let tail: Vec<f32> = got[n..]
+            .iter()
+            .map(|v| f32::from(u8::from(v.is_nan())))
+            .collect();
+        rows.push(row(
+            "kv_unrotate",
+            "past the end",
+            shape,
+            &tail,
+            &[1.0; 64],
+            EXACT,
+        ));
     }
     Ok(rows)
 }

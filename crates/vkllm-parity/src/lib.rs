@@ -121,6 +121,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("kv_append", basic::kv_append),
     ("kv_append_quant", kv_quant::kv_append_quant),
     ("kv_to_f16", kv_quant::kv_to_f16),
+    ("kv_unrotate", kv_quant::kv_unrotate),
     ("matvec", mat::matvec),
     ("matmul", mat::matmul),
     ("matmul_coop", matmul_coop::matmul_coop),

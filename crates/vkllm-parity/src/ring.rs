@@ -40,7 +40,7 @@ fn store(cx: &Ctx<'_>, label: &str, x: &[f32], kv: KvType) -> Result<(Buffer, Ve
             let (h, back) = to_f16(x);
             (cx.input(label, &pack16(&h))?, back)
         }
-        KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
+        KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
     })
 }
 
@@ -53,7 +53,7 @@ fn read_cache(cx: &Ctx<'_>, b: &Buffer, n: usize, kv: KvType) -> Result<Vec<f32>
                 .map(|&h| half::f16::from_bits(h).to_f32())
                 .collect()
         }
-        KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
+        KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
     })
 }
 
@@ -127,7 +127,7 @@ pub(crate) fn kv_append_ring(dev: &Device, seed: u64) -> Result<Vec<KernelParity
                 max_abs: 1.0 / 512.0,
                 nmse: 1e-7,
             },
-            KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
+            KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
         };
         let shape = format!("{n} tok kv_dim {width} ring {ring} stride {stride} cap {cap}");
         for (name, b, want) in [("K", &kc, &want_k), ("V", &vc, &want_v)] {
@@ -149,7 +149,7 @@ fn to_kv(x: &[f32], kv: KvType) -> Vec<f32> {
     match kv {
         KvType::F32 => x.to_vec(),
         KvType::F16 => to_f16(x).1,
-        KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
+        KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
     }
 }
 

@@ -171,7 +171,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
                     let (h, b) = to_f16(x);
                     (pack16(&h), b)
                 }
-                KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
+                KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
             }
         };
         let (init_words, init_back) = conv(&init);
@@ -287,7 +287,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
                         .map(|&h| half::f16::from_bits(h).to_f32())
                         .collect()
                 }
-                KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
+                KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
             })
         };
         // q and k: the norm's sum of squares is reduced in another order than the CPU's f64 sum
@@ -308,7 +308,7 @@ pub(crate) fn rope_kv_append_case(dev: &Device, seed: u64) -> Result<Vec<KernelP
                     max_abs: 1.0 / 128.0,
                     nmse: 1e-6,
                 },
-                KvType::Q8_0 | KvType::Q4_0 => unreachable!("an f32 or f16 case"),
+                KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
             },
         );
         let q_len = c.n_heads * hd;

@@ -71,6 +71,7 @@ parity_tests!(
     kv_append,
     kv_append_quant,
     kv_to_f16,
+    kv_unrotate,
     matvec,
     matmul,
     matmul_coop,

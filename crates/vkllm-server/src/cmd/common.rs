@@ -66,12 +66,13 @@ fn parse_decoder(s: &str) -> Result<Decoder, String> {
 /// The KV cache's element types: `--kv-type`, or `--kv-type-k` / `--kv-type-v` apart.
 #[derive(clap::Args, Debug, Clone)]
 pub struct KvArgs {
-    /// KV cache element type: f32, f16 (half the memory), q8_0 (53% of f16) or q4_0 (28%);
-    /// the quantized types need heads that split into blocks of 32 (docs/quantization.md).
+    /// KV cache element type: f32, f16 (half the memory), q8_0 (53% of f16), q4_0 (28%) or tq4
+    /// (28%, rotated units; heads a multiple of 64); the quantized types need heads that split
+    /// into blocks of 32 (docs/quantization.md: 4-bit keys lose much more than 4-bit values).
     #[arg(long, default_value = "f32", value_parser = parse_kv_type)]
     pub kv_type: KvType,
     /// The keys' type when it differs from the values' (both quantized; e.g. `--kv-type-k q8_0
-    /// --kv-type-v q4_0`, 41% of f16). Defaults to --kv-type.
+    /// --kv-type-v tq4`, 41% of f16). Defaults to --kv-type.
     #[arg(long, value_parser = parse_kv_type)]
     pub kv_type_k: Option<KvType>,
     /// The values' type. Defaults to --kv-type.
@@ -90,7 +91,7 @@ impl KvArgs {
 
 /// `--kv-type` values.
 pub fn parse_kv_type(s: &str) -> Result<KvType, String> {
-    KvType::parse(s).ok_or_else(|| format!("`{s}`: expected f32, f16, q8_0 or q4_0"))
+    KvType::parse(s).ok_or_else(|| format!("`{s}`: expected f32, f16, q8_0, q4_0 or tq4"))
 }
 
 /// How tokens are chosen and when generation stops.

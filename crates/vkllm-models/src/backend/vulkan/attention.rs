@@ -13,6 +13,7 @@ use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
 use vkllm_kernels::attention_prefill_coop2::CoopAttn2Scratch;
 use vkllm_kernels::kv_append::KvType;
 use vkllm_kernels::kv_to_f16::KvToF16;
+use vkllm_kernels::kv_unrotate::KvUnrotate;
 use vkllm_kernels::rope_kv_append::HeadNorm;
 use vkllm_kernels::to_f16::packed_bytes;
 use vkllm_vk::{BufSlice, DecodeAttn};
@@ -334,6 +335,11 @@ impl VulkanBackend {
                     out: os,
                 };
                 r.dispatch(a.dispatch(&shape)?)?;
+            }
+            // A tq4 V cache read in place gave sums of rotated values (its f16 copy is rotated
+            // back): rotate the output back.
+            if kv.types().v == KvType::Tq4 && half_values.is_none() {
+                r.dispatch(KvUnrotate { x: os }.dispatch(qw)?)?;
             }
             Ok(())
         })
