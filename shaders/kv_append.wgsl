@@ -97,28 +97,29 @@ fn quant(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     var xv = v_new[src + lid];
     qk[lid] = xk;
     qv[lid] = xv;
-    if (KV_DTYPE_V == 4u) {
+    // Rotated units (K with KV_ROT_K, tq4 V): y_i = (1/8) sum_j H_ij D_jj x_j, both sums in one
+    // pass.
+    let rot_v = KV_DTYPE_V == 4u;
+    if (KV_ROT_K == 1u || rot_v) {
+        qk[lid] = xk * kvq_sign(lid);
         qv[lid] = xv * kvq_sign(lid);
         workgroupBarrier();
-        var r = 0.0;
+        var rk = 0.0;
+        var rv = 0.0;
         for (var jj = 0u; jj < 64u; jj++) {
-            r += kvq_hadamard(lid, jj) * qv[jj];
+            let hj = kvq_hadamard(lid, jj);
+            rk += hj * qk[jj];
+            rv += hj * qv[jj];
         }
-        xv = r * 0.125;
         workgroupBarrier();
-        qv[lid] = xv;
-    }
-    if (KV_ROT_K == 1u) {
-        // y_i = (1/8) sum_j H_ij D_jj x_j.
-        qk[lid] = xk * kvq_sign(lid);
-        workgroupBarrier();
-        var r = 0.0;
-        for (var jj = 0u; jj < 64u; jj++) {
-            r += kvq_hadamard(lid, jj) * qk[jj];
+        if (KV_ROT_K == 1u) {
+            xk = rk * 0.125;
         }
-        xk = r * 0.125;
-        workgroupBarrier();
+        if (rot_v) {
+            xv = rv * 0.125;
+        }
         qk[lid] = xk;
+        qv[lid] = xv;
     }
     workgroupBarrier();
     if (lid < 4u) {

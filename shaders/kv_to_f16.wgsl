@@ -43,23 +43,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let tv = KV_DTYPE_V;
     kx[lid] = kvq_value(tk, k[kvq_code_word(tk, e)], k[kvq_scale_word(tk, e)], e);
     vx[lid] = kvq_value(tv, v[kvq_code_word(tv, e)], v[kvq_scale_word(tv, e)], e);
-    if (KV_ROT_K == 1u) {
+    // Rotated units back (K with KV_ROT_K, tq4 V): x_j = D_jj (1/8) sum_i H_ji y_i, both sums
+    // in one pass.
+    let rot_v = KV_DTYPE_V == 4u;
+    if (KV_ROT_K == 1u || rot_v) {
         workgroupBarrier();
-        var r = 0.0;
+        var rk = 0.0;
+        var rv = 0.0;
         for (var i = 0u; i < 64u; i++) {
-            r += kvq_hadamard(lid, i) * kx[i];
+            let hi = kvq_hadamard(lid, i);
+            rk += hi * kx[i];
+            rv += hi * vx[i];
         }
         workgroupBarrier();
-        kx[lid] = r * 0.125 * kvq_sign(lid);
-    }
-    if (KV_DTYPE_V == 4u) {
-        workgroupBarrier();
-        var r = 0.0;
-        for (var i = 0u; i < 64u; i++) {
-            r += kvq_hadamard(lid, i) * vx[i];
+        if (KV_ROT_K == 1u) {
+            kx[lid] = rk * 0.125 * kvq_sign(lid);
         }
-        workgroupBarrier();
-        vx[lid] = r * 0.125 * kvq_sign(lid);
+        if (rot_v) {
+            vx[lid] = rv * 0.125 * kvq_sign(lid);
+        }
     }
     workgroupBarrier();
     if (lid < 32u) {

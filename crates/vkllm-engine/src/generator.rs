@@ -186,8 +186,8 @@ struct Slot {
     last_used: u64,
     /// Prompt tokens the last start took from the cache.
     reused: usize,
-    /// Hybrid models: the recurrent state at the end of the last prompt (`None` for dense
-    /// models, or without memory for it).
+    /// Hybrid models: the recurrent state at marked positions (the end of the last prompts,
+    /// where a prompt left a shared prefix; `None` for dense models, or without memory).
     marks: Option<RecurrentMarks>,
 }
 
@@ -216,7 +216,7 @@ impl<B: Backend> SimpleGenerator<B> {
         let slots = (0..slots.max(1))
             .map(|_| {
                 let kv = model.new_state(&mut backend, ctx, KvType::F32)?;
-                let marks = model.new_marks(&mut backend, &kv);
+                let marks = model.new_marks(&mut backend, &kv, DEFAULT_MARKS_PER_SLOT);
                 Ok(Slot {
                     kv,
                     history: Vec::new(),
@@ -338,6 +338,15 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
             slots: self.slots.len(),
         })?;
         let (reuse, copied_written) = self.copy_longer_prefix(id, prompt, reuse)?;
+        // Hybrid models: marked on the way where the prompt leaves the longest prefix a slot
+        // holds, so the next prompt behind it (a shared system prompt) starts there.
+        let shared = self
+            .slots
+            .iter()
+            .map(|s| common_prefix(&s.history, prompt))
+            .max()
+            .unwrap_or(0);
+        let branch = branch_point(shared, reuse, prompt.len());
         let slot = &mut self.slots[id];
         // A recurrent state is reset unless it continues its whole history or restarts from
         // its mark.
@@ -353,12 +362,13 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
         }
         slot.written = slot.written.max(prompt.len());
         slot.reused = reuse;
-        let logits = self.model.forward(
+        let logits = self.model.forward_marking(
             &mut self.backend,
             &slot.kv,
+            slot.marks.as_mut(),
             &prompt[reuse..],
             reuse,
-            Logits::Last,
+            branch,
         )?;
         slot.history.extend_from_slice(&prompt[reuse..]);
         self.model
@@ -417,6 +427,20 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
             s.last_used = self.clock;
         }
     }
+}
+
+/// Recurrent marks a hybrid sequence keeps by default: the end of its last prompts and the
+/// points where its prompts left a shared prefix (each mark is one sequence's recurrent state in
+/// size).
+pub const DEFAULT_MARKS_PER_SLOT: usize = 4;
+
+/// Where a hybrid prompt of `len` tokens, prefilled from `reuse`, is marked on the way: the end
+/// of the longest prefix `shared` it has in common with a cached history, when a mark there
+/// saves a later prompt at least [`STORE_MIN`] tokens and is not the prompt's own end.
+///
+/// [`STORE_MIN`]: crate::prefix_store::STORE_MIN
+pub(crate) fn branch_point(shared: usize, reuse: usize, len: usize) -> Option<usize> {
+    (shared >= reuse + crate::prefix_store::STORE_MIN && shared + 1 < len).then_some(shared)
 }
 
 /// The length of the common prefix of `a` and `b`.

@@ -32,12 +32,14 @@ mod text_out;
 
 pub use error::EngineError;
 pub use frame::{FrameDecoder, FrameOut, LayerView};
-pub use generator::{Generator, SimpleGenerator, SlotId, SlotParams, TokenOut};
+pub use generator::{
+    DEFAULT_MARKS_PER_SLOT, Generator, SimpleGenerator, SlotId, SlotParams, TokenOut,
+};
 pub use grammar::{Constraint, Grammar, GrammarSpec, Grammars};
 pub use runner::{
     Event, InferenceRunner, Prompt, Request, RequestId, RunnerConfig, RunnerHandle, RunnerStats,
     Sink,
 };
 pub use session::{FinishReason, GenerateParams, Session, Usage};
-pub use slot_generator::{DEFAULT_MARKS_PER_SLOT, SlotGenerator};
+pub use slot_generator::SlotGenerator;
 pub use slot_session::{Decoder, STEPS_PER_SUBMIT, SlotSession};

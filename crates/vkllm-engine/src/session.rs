@@ -11,7 +11,7 @@ use vkllm_models::{AnyModel, AnyState, Backend, KvType, KvTypes, Logits};
 use vkllm_tokenizer::Tokenizer;
 
 use crate::error::EngineError;
-use crate::generator::common_prefix;
+use crate::generator::{DEFAULT_MARKS_PER_SLOT, branch_point, common_prefix};
 use crate::grammar::{Constraint, Grammar};
 use crate::text_out::TextOut;
 
@@ -98,7 +98,7 @@ impl<B: Backend> Session<B> {
     ) -> Result<Self, EngineError> {
         let model = model.into();
         let state = model.new_state(&mut backend, ctx, dtype)?;
-        let marks = model.new_marks(&mut backend, &state);
+        let marks = model.new_marks(&mut backend, &state, DEFAULT_MARKS_PER_SLOT);
         Ok(Session {
             backend,
             model,
@@ -192,9 +192,17 @@ impl<B: Backend> Session<B> {
         let vocab = self.model.cfg().vocab_size;
         let mut counts = vec![0u32; vocab];
         let start = Instant::now();
-        let logits =
-            self.model
-                .forward(&mut self.backend, &self.state, new, reuse, Logits::Last)?;
+        // Hybrid models: an edit marks where it leaves the cached history, so the next edit
+        // there starts from it.
+        let branch = branch_point(common, reuse, context.len());
+        let logits = self.model.forward_marking(
+            &mut self.backend,
+            &self.state,
+            self.marks.as_mut(),
+            new,
+            reuse,
+            branch,
+        )?;
         self.history.extend_from_slice(new);
         self.model
             .mark(&mut self.backend, &self.state, self.marks.as_mut())?;

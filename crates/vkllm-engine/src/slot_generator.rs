@@ -23,15 +23,11 @@ use vkllm_models::{
 
 use crate::error::EngineError;
 use crate::generator::{
-    Generator, MAX_TOP_LOGPROBS, SEQ_ID, SlotId, SlotParams, TokenOut, best_source, common_prefix,
-    pick_constrained, validate_params,
+    DEFAULT_MARKS_PER_SLOT, Generator, MAX_TOP_LOGPROBS, SEQ_ID, SlotId, SlotParams, TokenOut,
+    best_source, branch_point, common_prefix, pick_constrained, validate_params,
 };
 use crate::grammar::Constraint;
 use crate::prefix_store::{PrefixStore, STORE_MIN, StoreRows};
-
-/// Recurrent marks a hybrid slot keeps by default: the end of its last prompts and the points
-/// where its prompts left a shared prefix (each mark is one slot's recurrent state in size).
-pub const DEFAULT_MARKS_PER_SLOT: usize = 4;
 
 struct Slot {
     /// Tokens whose keys and values are in the slot's cache region, from position 0.
@@ -516,8 +512,7 @@ impl SlotGenerator {
             .chain(self.store.as_ref().map(|st| st.longest_common(prompt)))
             .max()
             .unwrap_or(0);
-        (shared >= reuse + STORE_MIN && shared + 1 < prompt.len() && !m.has(slot, shared))
-            .then_some(shared)
+        branch_point(shared, reuse, prompt.len()).filter(|&p| !m.has(slot, p))
     }
 
     /// Computes the masks of the live constrained slots whose constraint moved on, one thread

@@ -58,3 +58,28 @@ fn prompts_restart_from_the_last_prompts_mark() {
         );
     }
 }
+
+/// Prompts behind one shared prefix (a system prompt): the second is marked where it leaves the
+/// prefix the first one holds, so the third starts there, and so does the second one resent
+/// (its end mark went when the third rewrote the rows after the prefix); every answer is a
+/// fresh generator's.
+#[test]
+fn prompts_start_where_they_leave_a_shared_prefix() {
+    let family = "qwen3_5";
+    let fx = Fixture::load(family).expect("fixture");
+    let vocab = fx.config.vocab_size as u32;
+    let system: Vec<u32> = (0..24).map(|i| (11 + 13 * i) % vocab).collect();
+    let turn = |seed: u32| -> Vec<u32> {
+        let mut p = system.clone();
+        p.extend((0..6).map(|i| (seed + 5 * i) % vocab));
+        p
+    };
+    let mut g = generator(family);
+    let mut reused = Vec::new();
+    for p in [turn(1), turn(2), turn(3), turn(2)] {
+        let (got, r) = generate(&mut g, &p, 4);
+        reused.push(r);
+        assert_eq!(got, generate(&mut generator(family), &p, 4).0, "{p:?}");
+    }
+    assert_eq!(reused, [0, 0, system.len(), system.len()]);
+}

@@ -146,13 +146,42 @@ impl AnyModel {
 /// Prefix reuse with recurrent marks ([`RecurrentMarks`]): a hybrid sequence may also restart
 /// from the end of its last prompt. Dense states have no marks (`None` everywhere).
 impl AnyModel {
-    /// Marks for a one-sequence hybrid state (`None` for a dense one, or without memory for
-    /// them: reuse then keeps to whole-history continuations).
-    pub fn new_marks<B: Backend>(&self, b: &mut B, st: &AnyState) -> Option<RecurrentMarks> {
+    /// `per_slot` marks for a one-sequence hybrid state (`None` for a dense one, or without
+    /// memory for them: reuse then keeps to whole-history continuations).
+    pub fn new_marks<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &AnyState,
+        per_slot: usize,
+    ) -> Option<RecurrentMarks> {
         match (self, st) {
-            (AnyModel::Hybrid(m), AnyState::Hybrid(s)) => m.new_marks(b, s).ok(),
+            (AnyModel::Hybrid(m), AnyState::Hybrid(s)) => m.new_marks_per_slot(b, s, per_slot).ok(),
             _ => None,
         }
+    }
+
+    /// `forward` of `ids` from `start` (the last token's logits) that, for a hybrid state with
+    /// room for more than one mark, also marks the state at `branch` on the way (a position
+    /// inside the run: where the prompt leaves a prefix another conversation holds).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_marking<B: Backend>(
+        &self,
+        b: &mut B,
+        st: &AnyState,
+        marks: Option<&mut RecurrentMarks>,
+        ids: &[u32],
+        start: usize,
+        branch: Option<usize>,
+    ) -> Result<Vec<f32>, ModelError> {
+        let split = branch
+            .filter(|&p| p > start && p < start + ids.len())
+            .filter(|_| marks.as_ref().is_some_and(|m| m.per_slot() > 1));
+        if let Some(p) = split {
+            self.forward(b, st, &ids[..p - start], start, Logits::Last)?;
+            self.mark(b, st, marks)?;
+            return self.forward(b, st, &ids[p - start..], p, Logits::Last);
+        }
+        self.forward(b, st, ids, start, Logits::Last)
     }
 
     /// [`AnyModel::rewind`] that can also go back to the mark: restores it when `to` is the
