@@ -253,3 +253,75 @@ fn forced_tool_calls_in_qwen35s_xml_form() {
     drop(server);
     std::fs::remove_file(&model).ok();
 }
+
+/// Three chats behind one system prompt through `vkllm serve` (one slot) on both backends: the
+/// first two compute their prompts (the second is marked where it leaves the first's prefix), the
+/// third reads the shared system prompt from that mark, reported in
+/// `usage.prompt_tokens_details.cached_tokens`; with `--recurrent-marks 0` (the device's slot
+/// decoder) nothing is reused.
+#[test]
+fn chats_behind_one_system_prompt_reuse_its_mark() {
+    let model = synth();
+    let system = "You are a terse assistant for a shipping company. Answer in one short line, \
+                  never ask questions back, and keep every number exactly as given.";
+    for (device, marks) in [("cpu", "4"), ("0", "4"), ("0", "0")] {
+        let server = Server::start_args(&[
+            "--model",
+            model.to_str().expect("utf-8 path"),
+            "--served-model-name",
+            "m",
+            "--device",
+            device,
+            "--slots",
+            "1",
+            "--recurrent-marks",
+            marks,
+        ]);
+        let mut cached = Vec::new();
+        for user in [
+            "Where is parcel 17?",
+            "Cancel order 4.",
+            "Track box 9 please.",
+        ] {
+            let body = serde_json::json!({
+                "model": "m",
+                "messages": [{"role": "system", "content": system},
+                             {"role": "user", "content": user}],
+                "max_tokens": 3,
+                "temperature": 0,
+                "chat_template_kwargs": {"enable_thinking": false},
+            })
+            .to_string();
+            let resp = server.raw(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: \
+                 application/json",
+                &body,
+            );
+            assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+            let v: serde_json::Value =
+                serde_json::from_str(resp.split("\r\n\r\n").nth(1).expect("a body")).expect("JSON");
+            let u = &v["usage"];
+            let hit = u["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap_or(0);
+            cached.push((hit, u["prompt_tokens"].as_u64().expect("prompt_tokens")));
+        }
+        eprintln!("{device}/{marks}: (cached, prompt) tokens {cached:?}");
+        // The tiny synthetic vocabulary spells the system prompt nearly byte by byte.
+        let (first, second, third) = (cached[0], cached[1], cached[2]);
+        assert!(
+            first.0 == 0 && second.0 == 0,
+            "{device}/{marks}: {cached:?}"
+        );
+        if marks == "0" {
+            assert_eq!(third.0, 0, "{device}/{marks}: {cached:?}");
+        } else {
+            assert!(
+                third.0 as usize >= system.len() / 2 && third.0 < third.1,
+                "{device}/{marks}: {cached:?}"
+            );
+        }
+        drop(server);
+    }
+    std::fs::remove_file(&model).ok();
+}
