@@ -46,7 +46,7 @@ pub struct Args {
     #[arg(long, default_value_t = 16)]
     steps: usize,
 
-    /// KV cache type: f32, f16, q8_0 or q4_0. Default: f16 (llama-bench's default cache
+    /// KV cache type: f32, f16, q8_0, q4_0 or tq4. Default: f16 (llama-bench's default cache
     /// type, so figures compare with the anchors; hybrid/MoE models: their attention layers').
     #[arg(long)]
     kv_type: Option<String>,
@@ -115,7 +115,8 @@ fn commit() -> String {
 pub fn run(args: Args) -> Result<()> {
     let kv_arg = args.kv_type.as_deref();
     let parse = |flag: &str, t: &str| {
-        KvType::parse(t).with_context(|| format!("{flag} {t}: expected f32, f16, q8_0 or q4_0"))
+        KvType::parse(t)
+            .with_context(|| format!("{flag} {t}: expected f32, f16, q8_0, q4_0 or tq4"))
     };
     let kv = match kv_arg {
         Some(t) => parse("--kv-type", t)?,
