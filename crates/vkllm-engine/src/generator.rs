@@ -283,12 +283,7 @@ impl<B: Backend> SimpleGenerator<B> {
             .enumerate()
             .filter(|(_, s)| s.active.is_none())
             .map(|(i, s)| {
-                let common = s
-                    .history
-                    .iter()
-                    .zip(prompt)
-                    .take_while(|(a, b)| a == b)
-                    .count();
+                let common = common_prefix(&s.history, prompt);
                 // The last prompt token is always recomputed: its logits are needed. A hybrid
                 // slot may also restart from the end of its last prompt (its mark).
                 let reuse = s.kv.reusable_marked(

@@ -26,6 +26,28 @@ fn ok(out: Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `vkllm serve` of `model` as `m`, with `extra` arguments.
+fn serve(model: &std::path::Path, extra: &[&str]) -> Server {
+    let mut args = vec![
+        "--model",
+        model.to_str().expect("utf-8 path"),
+        "--served-model-name",
+        "m",
+    ];
+    args.extend_from_slice(extra);
+    Server::start_args(&args)
+}
+
+/// A chat completion through `server` (expected to succeed): the response body.
+fn chat(server: &Server, body: &serde_json::Value) -> serde_json::Value {
+    let resp = server.raw(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json",
+        &body.to_string(),
+    );
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    serde_json::from_str(resp.split("\r\n\r\n").nth(1).expect("a body")).expect("JSON")
+}
+
 fn synth() -> PathBuf {
     synth_shape("tiny-qwen3.5")
 }
@@ -131,14 +153,7 @@ fn run_and_perplexity_on_a_hybrid_gguf() {
     // `vkllm serve` on both backends (the CPU's reference generator, the device's slot decoder)
     // answers a raw completion with `run`'s text.
     for d in [&["--device", "cpu"][..], &[]] {
-        let mut args = vec![
-            "--model",
-            model.to_str().expect("utf-8 path"),
-            "--served-model-name",
-            "m",
-        ];
-        args.extend_from_slice(d);
-        let server = Server::start_args(&args);
+        let server = serve(&model, d);
         let body = r#"{"model":"m","prompt":"the quick brown fox","max_tokens":6,"temperature":0}"#;
         let resp = server.raw(
             "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json",
@@ -200,14 +215,7 @@ fn f16_kv_cache_on_a_hybrid_gguf() {
 #[test]
 fn forced_tool_calls_in_qwen35s_xml_form() {
     let model = synth_shape("tiny-qwen3.6-moe");
-    let server = Server::start_args(&[
-        "--model",
-        model.to_str().expect("utf-8 path"),
-        "--served-model-name",
-        "m",
-        "--device",
-        "cpu",
-    ]);
+    let server = serve(&model, &["--device", "cpu"]);
     let body = serde_json::json!({
         "model": "m",
         "messages": [{"role": "user", "content": "Weather in Oslo for two days?"}],
@@ -223,15 +231,8 @@ fn forced_tool_calls_in_qwen35s_xml_form() {
         "temperature": 0.7,
         "seed": 3,
         "chat_template_kwargs": {"enable_thinking": false},
-    })
-    .to_string();
-    let resp = server.raw(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json",
-        &body,
-    );
-    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
-    let v: serde_json::Value =
-        serde_json::from_str(resp.split("\r\n\r\n").nth(1).expect("a body")).expect("JSON");
+    });
+    let v = chat(&server, &body);
     let choice = &v["choices"][0];
     assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
     let call = &choice["message"]["tool_calls"][0]["function"];
@@ -265,18 +266,17 @@ fn chats_behind_one_system_prompt_reuse_its_mark() {
     let system = "You are a terse assistant for a shipping company. Answer in one short line, \
                   never ask questions back, and keep every number exactly as given.";
     for (device, marks) in [("cpu", "4"), ("0", "4"), ("0", "0")] {
-        let server = Server::start_args(&[
-            "--model",
-            model.to_str().expect("utf-8 path"),
-            "--served-model-name",
-            "m",
-            "--device",
-            device,
-            "--slots",
-            "1",
-            "--recurrent-marks",
-            marks,
-        ]);
+        let server = serve(
+            &model,
+            &[
+                "--device",
+                device,
+                "--slots",
+                "1",
+                "--recurrent-marks",
+                marks,
+            ],
+        );
         let mut cached = Vec::new();
         for user in [
             "Where is parcel 17?",
@@ -290,16 +290,8 @@ fn chats_behind_one_system_prompt_reuse_its_mark() {
                 "max_tokens": 3,
                 "temperature": 0,
                 "chat_template_kwargs": {"enable_thinking": false},
-            })
-            .to_string();
-            let resp = server.raw(
-                "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: \
-                 application/json",
-                &body,
-            );
-            assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
-            let v: serde_json::Value =
-                serde_json::from_str(resp.split("\r\n\r\n").nth(1).expect("a body")).expect("JSON");
+            });
+            let v = chat(&server, &body);
             let u = &v["usage"];
             let hit = u["prompt_tokens_details"]["cached_tokens"]
                 .as_u64()
