@@ -26,6 +26,7 @@ diagnostic(off, derivative_uniformity);
 // Needs cols a multiple of 32 and of BLOCK (Rust checks).
 // #include quant_blocks.inc.wgsl
 // #include quant_words.inc.wgsl
+// #include moe_grouped_io.inc.wgsl
 
 override SG: u32 = 32;
 override WG: u32 = 128;
@@ -39,25 +40,6 @@ const LDV: u32 = 10u;
 const SA: u32 = 320u;
 const SB: u32 = 1280u;
 
-struct Params {
-    n: u32,
-    top_k: u32,
-    rows: u32,
-    cols: u32,
-    n_experts: u32,
-    stage: u32,
-    pad0: u32,
-    pad1: u32,
-}
-var<immediate> p: Params;
-
-@group(0) @binding(0) var<storage, read> w: array<u32>;
-@group(0) @binding(1) var<storage, read> src: array<f32>;
-@group(0) @binding(2) var<storage, read> ids: array<u32>;
-@group(0) @binding(3) var<storage, read> weights: array<f32>;
-@group(0) @binding(4) var<storage, read_write> lists: array<u32>;
-@group(0) @binding(5) var<storage, read_write> dst: array<f32>;
-
 var<workgroup> sa: array<vec4<f16>, 640>; // [stage][BM][LDV]
 var<workgroup> sb: array<vec4<f16>, 2560>; // [stage][BN][LDV]
 var<workgroup> sc: array<f32, 1024>; // [subgroup][16 x 16]
@@ -65,11 +47,6 @@ var<workgroup> tile_slots: array<u32, 32>;
 // Every workgroup variable is a whole number of 16-byte words: a driver may lay them out in any
 // order, and the cooperative loads and stores need 16-byte aligned stage and scratch arrays.
 var<workgroup> wg_count: array<u32, 4>;
-
-// What quant_blocks.inc.wgsl reads the weight through.
-fn wd(i: u32) -> u32 {
-    return w[i];
-}
 
 // The prefetch registers: NPI source slots and NPI dequantized weight units.
 var<private> px: array<vec4<f32>, 4>;

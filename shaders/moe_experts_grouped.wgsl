@@ -19,6 +19,7 @@
 // The block decoding (QTYPE/BLOCK/TS overrides, `dequant16`) is quant_blocks.inc.wgsl:
 // #include quant_blocks.inc.wgsl
 // #include quant_words.inc.wgsl
+// #include moe_grouped_io.inc.wgsl
 
 override WG: u32 = 256;
 const TR: u32 = 64u;
@@ -26,36 +27,11 @@ const TT: u32 = 32u;
 const KC: u32 = 32u;
 const LD: u32 = 33u;
 
-struct Params {
-    n: u32,
-    top_k: u32,
-    // Rows and columns of one expert's matrix (grouped), hidden (sum).
-    rows: u32,
-    cols: u32,
-    n_experts: u32,
-    stage: u32,
-    pad0: u32,
-    pad1: u32,
-}
-var<immediate> p: Params;
-
-@group(0) @binding(0) var<storage, read> w: array<u32>;
-@group(0) @binding(1) var<storage, read> src: array<f32>;
-@group(0) @binding(2) var<storage, read> ids: array<u32>;
-@group(0) @binding(3) var<storage, read> weights: array<f32>;
-@group(0) @binding(4) var<storage, read_write> lists: array<u32>;
-@group(0) @binding(5) var<storage, read_write> dst: array<f32>;
-
 var<workgroup> ws: array<f32, 2112>;
 var<workgroup> xs: array<f32, 1056>;
 var<workgroup> tile_slots: array<u32, 32>;
 var<workgroup> sg_count: array<u32, 64>;
 var<workgroup> wg_count: u32;
-
-// What quant_blocks.inc.wgsl reads the weight through.
-fn wd(i: u32) -> u32 {
-    return w[i];
-}
 
 @compute @workgroup_size(WG)
 fn group(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

@@ -106,12 +106,14 @@ pub(crate) const MOE_EXPERTS_QUANT: &str = concat!(
 pub(crate) const MOE_EXPERTS_GROUPED: &str = concat!(
     include_str!("../shaders/moe_experts_grouped.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
-    include_str!("../shaders/quant_words.inc.wgsl")
+    include_str!("../shaders/quant_words.inc.wgsl"),
+    include_str!("../shaders/moe_grouped_io.inc.wgsl")
 );
 pub(crate) const MOE_EXPERTS_COOP: &str = concat!(
     include_str!("../shaders/moe_experts_coop.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
-    include_str!("../shaders/quant_words.inc.wgsl")
+    include_str!("../shaders/quant_words.inc.wgsl"),
+    include_str!("../shaders/moe_grouped_io.inc.wgsl")
 );
 pub(crate) const MOE_ROUTE: &str = include_str!("../shaders/moe_route.wgsl");
 pub(crate) const RMSNORM: &str = concat!(
