@@ -37,8 +37,68 @@ pub struct FrameOut {
     pub remaining: Duration,
 }
 
-/// Weight of the newest measurement in the per-layer and head cost estimates.
+/// Weight of the newest measurement in the slice and head cost estimates.
 const EMA: f64 = 0.25;
+
+/// The cost of a slice of `k` layers, `fixed + k * per_layer` (the fixed part: recording,
+/// submitting and waiting for a slice), fitted by exponentially weighted least squares over
+/// the slices run so far; while every slice had the same size the whole cost is per layer.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SliceCost {
+    w: f64,
+    k: f64,
+    kk: f64,
+    t: f64,
+    kt: f64,
+}
+
+impl SliceCost {
+    /// Adds a slice of `k` layers that took `secs`.
+    pub fn observe(&mut self, k: usize, secs: f64) {
+        let k = k as f64;
+        let first = self.w == 0.0;
+        let a = if first { 1.0 } else { EMA };
+        let mix = |old: f64, new: f64| if first { new } else { old + a * (new - old) };
+        self.w = 1.0;
+        self.k = mix(self.k, k);
+        self.kk = mix(self.kk, k * k);
+        self.t = mix(self.t, secs);
+        self.kt = mix(self.kt, k * secs);
+    }
+
+    /// `(fixed, per_layer)` in seconds, both >= 0 (`None` before the first slice).
+    pub fn estimate(&self) -> Option<(f64, f64)> {
+        if self.w == 0.0 || self.k <= 0.0 {
+            return None;
+        }
+        let var = self.kk - self.k * self.k;
+        // Slices of (nearly) one size cannot separate the two parts.
+        if var < 0.25 {
+            return Some((0.0, (self.t / self.k).max(0.0)));
+        }
+        let per = (self.kt - self.k * self.t) / var;
+        let fixed = self.t - per * self.k;
+        if per <= 0.0 {
+            return Some((self.t.max(0.0), 0.0));
+        }
+        if fixed < 0.0 {
+            return Some((0.0, (self.t / self.k).max(0.0)));
+        }
+        Some((fixed, per))
+    }
+
+    /// Layers (at least 0) whose slice is estimated to fit in `secs`; `None` before the first
+    /// slice.
+    pub fn layers_within(&self, secs: f64) -> Option<usize> {
+        let (fixed, per) = self.estimate()?;
+        let room = secs - fixed;
+        Some(match (room > 0.0, per > 0.0) {
+            (false, _) => 0,
+            (true, true) => (room / per).floor().min(usize::MAX as f64) as usize,
+            (true, false) => usize::MAX,
+        })
+    }
+}
 
 /// One sequence decoded within frame budgets on a dense model.
 pub struct FrameDecoder<B: Backend> {
@@ -56,8 +116,8 @@ pub struct FrameDecoder<B: Backend> {
     generated: u64,
     /// How often each token was generated (the sampler's penalties), as `Session` counts.
     counts: Vec<u32>,
-    /// Seconds per layer (slices of one token) and for embedding + head + sampling.
-    per_layer: Option<f64>,
+    /// The cost of a slice of layers, and seconds for embedding + head + sampling.
+    slices: SliceCost,
     head: Option<f64>,
 }
 
@@ -86,7 +146,7 @@ impl<B: Backend> FrameDecoder<B> {
             done: None,
             generated: 0,
             counts,
-            per_layer: None,
+            slices: SliceCost::default(),
             head: None,
         })
     }
@@ -106,7 +166,17 @@ impl<B: Backend> FrameDecoder<B> {
 
     /// The estimated cost of one layer of a decode step (after the first slice ran).
     pub fn layer_cost(&self) -> Option<Duration> {
-        self.per_layer.map(Duration::from_secs_f64)
+        self.slices
+            .estimate()
+            .map(|(_, p)| Duration::from_secs_f64(p))
+    }
+
+    /// The estimated fixed cost of a slice (recording, submit, wait), beside
+    /// [`FrameDecoder::layer_cost`]: zero until slices of different sizes have run.
+    pub fn slice_overhead(&self) -> Option<Duration> {
+        self.slices
+            .estimate()
+            .map(|(f, _)| Duration::from_secs_f64(f))
     }
 
     /// Runs the prompt (one forward, not budgeted) and samples the first token, which the next
@@ -168,7 +238,7 @@ impl<B: Backend> FrameDecoder<B> {
     }
 
     /// Runs decode work for about `budget`: slices of layers of the current token's forward,
-    /// as many layers per slice as the measured cost per layer fits in what is left, each
+    /// as many layers per slice as the fitted slice cost ([`SliceCost`]) fits in what is left, each
     /// submitted and waited for; the head (final norm, LM head, sampling) runs when its
     /// measured cost fits. A call's first piece of work (one layer, or the head) runs whatever
     /// the budget, so a budget below one layer's cost still makes progress. `hook` sees the residual stream after each slice. Returns the
@@ -209,10 +279,7 @@ impl<B: Backend> FrameDecoder<B> {
             };
             if done < n_layers {
                 // A call's first work always runs; later slices only when they fit.
-                let fit = match self.per_layer {
-                    Some(c) if c > 0.0 => (left(t0) / c).floor() as usize,
-                    _ => 1,
-                };
+                let fit = self.slices.layers_within(left(t0)).unwrap_or(1);
                 if fit == 0 && worked(&out) {
                     self.done = Some(done);
                     break;
@@ -222,8 +289,7 @@ impl<B: Backend> FrameDecoder<B> {
                 self.model
                     .sliced_layers(&mut self.backend, &self.kv, done..done + k)?;
                 self.backend.sync()?;
-                let per = ts.elapsed().as_secs_f64() / k as f64;
-                self.per_layer = Some(self.per_layer.map_or(per, |c| c + EMA * (per - c)));
+                self.slices.observe(k, ts.elapsed().as_secs_f64());
                 out.layers += k;
                 self.done = Some(done + k);
                 hook(
@@ -263,4 +329,59 @@ impl<B: Backend> FrameDecoder<B> {
 /// Whether a call has done any work yet (its first piece of work runs whatever the budget).
 fn worked(out: &FrameOut) -> bool {
     out.layers > 0 || !out.tokens.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SliceCost;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn slices_of_different_sizes_separate_the_fixed_part() {
+        let mut c = SliceCost::default();
+        assert_eq!(c.estimate(), None);
+        assert_eq!(c.layers_within(1.0), None);
+        // 300 us per slice plus 60 us per layer.
+        for k in [1usize, 7, 3, 12, 2, 9, 5] {
+            c.observe(k, 300e-6 + 60e-6 * k as f64);
+        }
+        let (fixed, per) = c.estimate().unwrap();
+        assert!(close(fixed, 300e-6), "fixed {fixed}");
+        assert!(close(per, 60e-6), "per layer {per}");
+        // 4 ms left: (4000 - 300) / 60 = 61.67 layers.
+        assert_eq!(c.layers_within(4e-3), Some(61));
+        assert_eq!(c.layers_within(250e-6), Some(0));
+    }
+
+    #[test]
+    fn slices_of_one_size_charge_everything_per_layer() {
+        let mut c = SliceCost::default();
+        for _ in 0..5 {
+            c.observe(4, 400e-6);
+        }
+        let (fixed, per) = c.estimate().unwrap();
+        assert_eq!(fixed, 0.0);
+        assert!(close(per, 100e-6), "per layer {per}");
+        assert_eq!(c.layers_within(1e-3), Some(10));
+    }
+
+    #[test]
+    fn the_newest_slices_weigh_most() {
+        let mut c = SliceCost::default();
+        for k in [1usize, 4, 2, 8] {
+            c.observe(k, 1e-3 * k as f64);
+        }
+        // The device got faster: 100 us per layer, no fixed part.
+        for _ in 0..40 {
+            for k in [1usize, 4, 2, 8] {
+                c.observe(k, 1e-4 * k as f64);
+            }
+        }
+        let (fixed, per) = c.estimate().unwrap();
+        assert!((per - 1e-4).abs() < 1e-6, "per layer {per}");
+        assert!(fixed < 1e-5, "fixed {fixed}");
+    }
 }

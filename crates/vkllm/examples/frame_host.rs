@@ -208,6 +208,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "budgeted: {generated} tokens in {secs:.2} s = {:.1} tok/s",
         generated as f64 / secs
     );
+    let us = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e6);
+    println!(
+        "slice cost estimate: {:.1} us + {:.1} us per layer",
+        us(dec.slice_overhead()),
+        us(dec.layer_cost())
+    );
 
     // The model alone, no budget to speak of, for comparison.
     let free_tps = free_running(&mut dec)?;
