@@ -37,6 +37,11 @@
 // slot s = pu / (steps per FF), reads expert e's row e rows + r, and is weighed by the routing
 // weight of slot s. Expert ids (u32) come in binding w2, routing weights (f32) in norm_w; expert
 // ids are clamped to E - 1.
+// MOE 3 / 4 (moe_experts_grouped.rs's int8 launches, decode batches): the slots routed to expert
+// wid.z as listed by moe_experts_grouped.wgsl's `group` (binding w2: lists [E, n] then counts
+// [E]; p.col0 holds n), NC at a time as the columns. MOE 3, gate and up (gated; rows FF of the
+// expert): x row slot / TOPK, y (act) row slot. MOE 4, down (rows: the expert's p.rows0): x (act)
+// row slot, y row slot (one product per slot; the grouped `sum` weighs and adds them).
 
 // #include act_q8.inc.wgsl
 // #include matvec_epilogue.inc.wgsl
@@ -149,8 +154,25 @@ fn x_sum(t: u32, u: u32) -> i32 {
 
 // The part the next weight read goes to.
 var<private> cur: u32;
-// MOE: the token this workgroup takes (wid.z).
+// MOE: the token this workgroup takes (wid.z); MOE 3 / 4: its expert.
 var<private> tok: u32 = 0u;
+// MOE 3 / 4: the expert's listed slots, and the first of this pass's NC columns.
+var<private> g_count: u32 = 0u;
+var<private> g_c0: u32 = 0u;
+var<workgroup> g_count_wg: u32;
+
+fn list_word(i: u32) -> u32 {
+    return w2q[i >> 2u][i & 3u];
+}
+
+// MOE 3 / 4: whether column t of this pass holds a slot, and that slot.
+fn g_live(t: u32) -> bool {
+    return g_c0 + t < g_count;
+}
+
+fn g_slot(t: u32) -> u32 {
+    return list_word(tok * p.col0 + g_c0 + t);
+}
 
 // MOE: the expert of the token's slot s, and its routing weight.
 fn moe_expert(s: u32) -> u32 {
@@ -179,6 +201,12 @@ fn wrow(row: u32, pu: u32) -> u32 {
     }
     if (MOE == 2u) {
         return moe_expert(pu / moe_spr()) * p.rows0 + row;
+    }
+    if (MOE == 3u) {
+        return tok * MOE_FF + row;
+    }
+    if (MOE == 4u) {
+        return tok * p.rows0 + row;
     }
     return row;
 }
@@ -478,223 +506,259 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         tok = wid.z;
     }
     let v = sg_id * sg_size + sg_lane;
-    let team = v / LPR;
-    let tl = v % LPR;
-
-    var part = 0u;
-    var first_wg = 0u;
-    var rows = p.rows0;
-    var yoff = p.off0;
-    if (NPARTS > 2u && !gated() && g >= p.wg2) {
-        part = 2u;
-        first_wg = p.wg2;
-        rows = p.rows2;
-        yoff = p.off2;
-    } else if (NPARTS > 1u && !gated() && g >= p.wg1) {
-        part = 1u;
-        first_wg = p.wg1;
-        rows = p.rows1;
-        yoff = p.off1;
-    }
-    let c4 = p.cols / 4u;
-    let uc = p.cols / 32u;
-    let n_units = NC * uc;
-
-    // Norm prologue and quantization in one pass over x (x is read once: the sum of squares
-    // of each column is taken from the chunks being quantized, whose weighting by the norm
-    // does not depend on it; inv_rms multiplies the finished dot products, as in matvec_fused).
-    // Quantize x: chunk ch (8 elements: unit ch / 4, words 2 (ch % 4), 2 (ch % 4) + 1). The
-    // chunk count is a multiple of 4 and of no concern to WG (a multiple of 32): the 4 lanes of a
-    // unit run the loop alike.
-    var inv: array<f32, 16>;
-    var ss: array<f32, 16>;
-    for (var t = 0u; t < NC; t++) {
-        ss[t] = 0.0;
-    }
-    if (XG == 1u && NORM != 0u) {
-        // inv_rms from the quantization's chunk sums, in chunk order.
-        let ms = xg_ms();
-        let nch = (uc + 31u) / 32u;
-        for (var t = 0u; t < NC; t++) {
-            var total = 0.0;
-            for (var c = 0u; c < nch; c++) {
-                total += bitcast<f32>(qm_word((p.col0 + t) * ms + 2u * uc + c));
-            }
-            inv[t] = 1.0 / sqrt(total / f32(p.cols) + p.eps);
+    // One pass, or (MOE 3 / 4) one per NC listed slots of the expert (a workgroup-uniform count).
+    var passes = 1u;
+    if (MOE >= 3u) {
+        if (v == 0u) {
+            g_count_wg = min(list_word(MOE_E * p.col0 + tok), p.col0);
         }
+        g_count = workgroupUniformLoad(&g_count_wg);
+        passes = (g_count + NC - 1u) / NC;
     }
-    for (var ch = v; ch < select(4u * n_units, 0u, XG == 1u); ch += WG) {
-        let un = ch / 4u;
-        let e4 = 2u * ch + tok * c4;
-        var a = bitcast<vec4<f32>>(x4[e4]);
-        var b = bitcast<vec4<f32>>(x4[e4 + 1u]);
-        if (NORM != 0u) {
-            let col = un / uc;
-            let sq = dot(a, a) + dot(b, b);
+    for (var ps = 0u; ps < passes; ps++) {
+        g_c0 = ps * NC;
+        let team = v / LPR;
+        let tl = v % LPR;
+
+        var part = 0u;
+        var first_wg = 0u;
+        var rows = p.rows0;
+        var yoff = p.off0;
+        if (NPARTS > 2u && !gated() && g >= p.wg2) {
+            part = 2u;
+            first_wg = p.wg2;
+            rows = p.rows2;
+            yoff = p.off2;
+        } else if (NPARTS > 1u && !gated() && g >= p.wg1) {
+            part = 1u;
+            first_wg = p.wg1;
+            rows = p.rows1;
+            yoff = p.off1;
+        }
+        let c4 = p.cols / 4u;
+        let uc = p.cols / 32u;
+        let n_units = NC * uc;
+
+        // Norm prologue and quantization in one pass over x (x is read once: the sum of squares
+        // of each column is taken from the chunks being quantized, whose weighting by the norm
+        // does not depend on it; inv_rms multiplies the finished dot products, as in matvec_fused).
+        // Quantize x: chunk ch (8 elements: unit ch / 4, words 2 (ch % 4), 2 (ch % 4) + 1). The
+        // chunk count is a multiple of 4 and of no concern to WG (a multiple of 32): the 4 lanes of a
+        // unit run the loop alike.
+        var inv: array<f32, 16>;
+        var ss: array<f32, 16>;
+        for (var t = 0u; t < NC; t++) {
+            ss[t] = 0.0;
+        }
+        if (XG == 1u && NORM != 0u) {
+            // inv_rms from the quantization's chunk sums, in chunk order.
+            let ms = xg_ms();
+            let nch = (uc + 31u) / 32u;
             for (var t = 0u; t < NC; t++) {
-                ss[t] += select(0.0, sq, t == col);
-            }
-            let c = e4 % c4;
-            a *= p.norm_offset + bitcast<vec4<f32>>(nw4[c]);
-            b *= p.norm_offset + bitcast<vec4<f32>>(nw4[c + 1u]);
-        }
-        let q = act_q8_chunk(a, b);
-        let j = 2u * (ch % 4u);
-        xq[j * n_units + un] = q.qa;
-        xq[(j + 1u) * n_units + un] = q.qb;
-        if (ch % 4u == 0u) {
-            xd[un] = q.d;
-            xs[un] = q.s;
-        }
-    }
-    if (XG == 0u && NORM != 0u) {
-        for (var t = 0u; t < NC; t++) {
-            let s = subgroupAdd(ss[t]);
-            if (sg_lane == 0u) {
-                red[sg_id * NC + t] = s;
+                var total = 0.0;
+                for (var c = 0u; c < nch; c++) {
+                    total += bitcast<f32>(qm_word((p.col0 + t) * ms + 2u * uc + c));
+                }
+                inv[t] = 1.0 / sqrt(total / f32(p.cols) + p.eps);
             }
         }
-    }
-    workgroupBarrier();
-    if (XG == 0u && NORM != 0u) {
-        for (var t = 0u; t < NC; t++) {
-            var total = 0.0;
-            for (var i = 0u; i < n_sg; i++) {
-                total += red[i * NC + t];
+        for (var ch = v; ch < select(4u * n_units, 0u, XG == 1u); ch += WG) {
+            let un = ch / 4u;
+            var e4 = 2u * ch + tok * c4;
+            var live = true;
+            if (MOE >= 3u) {
+                // Column un / uc is a listed slot's row (MOE 3: its token's) or zeros.
+                let col = un / uc;
+                live = g_live(col);
+                var src = 0u;
+                if (live) {
+                    src = g_slot(col);
+                    if (MOE == 3u) {
+                        src = src / MOE_K;
+                    }
+                }
+                e4 = 2u * (ch - col * 4u * uc) + src * c4;
             }
-            inv[t] = 1.0 / sqrt(total / f32(p.cols) + p.eps);
+            var a = bitcast<vec4<f32>>(x4[e4]);
+            var b = bitcast<vec4<f32>>(x4[e4 + 1u]);
+            if (!live) {
+                a = vec4<f32>(0.0);
+                b = vec4<f32>(0.0);
+            }
+            if (NORM != 0u) {
+                let col = un / uc;
+                let sq = dot(a, a) + dot(b, b);
+                for (var t = 0u; t < NC; t++) {
+                    ss[t] += select(0.0, sq, t == col);
+                }
+                let c = e4 % c4;
+                a *= p.norm_offset + bitcast<vec4<f32>>(nw4[c]);
+                b *= p.norm_offset + bitcast<vec4<f32>>(nw4[c + 1u]);
+            }
+            let q = act_q8_chunk(a, b);
+            let j = 2u * (ch % 4u);
+            xq[j * n_units + un] = q.qa;
+            xq[(j + 1u) * n_units + un] = q.qb;
+            if (ch % 4u == 0u) {
+                xd[un] = q.d;
+                xs[un] = q.s;
+            }
         }
-        // `red` is written again by the team sums below.
+        if (XG == 0u && NORM != 0u) {
+            for (var t = 0u; t < NC; t++) {
+                let s = subgroupAdd(ss[t]);
+                if (sg_lane == 0u) {
+                    red[sg_id * NC + t] = s;
+                }
+            }
+        }
         workgroupBarrier();
-    }
-
-    for (var it = 0u; it < NIT; it++) {
-        let base = ((g - first_wg) * NIT + it) * (WG / LPR) * R;
-        // Uniform: past the part's end for the whole workgroup.
-        if (base >= rows) {
-            break;
-        }
-        let row0 = base + team * R;
-        var acc: array<f32, 32>;
-        for (var k = 0u; k < 32u; k++) {
-            acc[k] = 0.0;
-        }
-        if (QUAD == 1u) {
-            // Q6_K, R = 1, ungated: step pu is half super-block pu % 2 of super-block pu / 2;
-            // its unit (h, k, i) multiplies x unit 8 (pu / 2) + 4 h + k + 2 i.
-            let blk0 = min(row0, rows - 1u) * (p.cols / 256u) * 210u;
-            for (var pu = tl; pu < uc / 4u; pu += LPR) {
-                cur = part;
-                let un = q6k_quad(blk0 + (pu / 2u) * 210u, pu % 2u);
-                for (var t = 0u; t < NC; t++) {
-                    for (var hq = 0u; hq < 4u; hq++) {
-                        let xu = (pu / 2u) * 8u + (pu % 2u) * 4u + hq / 2u + 2u * (hq % 2u);
-                        let xw = x_words(t, xu, n_units);
-                        let w = un[hq];
-                        var lo = 0;
-                        var hi = 0;
-                        for (var j = 0u; j < 4u; j++) {
-                            lo = lo + dot4I8Packed(w.q[j], xw[j]);
-                            hi = hi + dot4I8Packed(w.q[j + 4u], xw[j + 4u]);
-                        }
-                        acc[t] += (w.sa * f32(lo) + w.sb * f32(hi)) * x_scale(t, xu);
-                    }
+        if (XG == 0u && NORM != 0u) {
+            for (var t = 0u; t < NC; t++) {
+                var total = 0.0;
+                for (var i = 0u; i < n_sg; i++) {
+                    total += red[i * NC + t];
                 }
+                inv[t] = 1.0 / sqrt(total / f32(p.cols) + p.eps);
             }
-        } else {
-            for (var pu = tl; pu < uc / upl(); pu += LPR) {
-                var un: array<Unit, 8>;
-                for (var k = 0u; k < slots(); k++) {
+            // `red` is written again by the team sums below.
+            workgroupBarrier();
+        }
+
+        for (var it = 0u; it < NIT; it++) {
+            let base = ((g - first_wg) * NIT + it) * (WG / LPR) * R;
+            // Uniform: past the part's end for the whole workgroup.
+            if (base >= rows) {
+                break;
+            }
+            let row0 = base + team * R;
+            var acc: array<f32, 32>;
+            for (var k = 0u; k < 32u; k++) {
+                acc[k] = 0.0;
+            }
+            if (QUAD == 1u) {
+                // Q6_K, R = 1, ungated: step pu is half super-block pu % 2 of super-block pu / 2;
+                // its unit (h, k, i) multiplies x unit 8 (pu / 2) + 4 h + k + 2 i.
+                let blk0 = min(row0, rows - 1u) * (p.cols / 256u) * 210u;
+                for (var pu = tl; pu < uc / 4u; pu += LPR) {
                     cur = part;
-                    if (gated()) {
-                        cur = k / R;
-                    }
-                    let pr = units_of(wrow(min(row0 + k % R, rows - 1u), pu), wpu(pu));
-                    un[2u * k] = pr[0];
-                    un[2u * k + 1u] = pr[1];
-                }
-                var rw = 1.0;
-                if (MOE == 2u) {
-                    rw = moe_weight(pu / moe_spr());
-                }
-                for (var t = 0u; t < NC; t++) {
-                    for (var h = 0u; h < upl(); h++) {
-                        let xu = xunit(pu, h);
-                        let xw = x_words(t, xu, n_units);
-                        let sum = x_sum(t, xu);
-                        let dx = x_scale(t, xu);
-                        for (var k = 0u; k < slots(); k++) {
-                            let w = un[2u * k + h];
+                    let un = q6k_quad(blk0 + (pu / 2u) * 210u, pu % 2u);
+                    for (var t = 0u; t < NC; t++) {
+                        for (var hq = 0u; hq < 4u; hq++) {
+                            let xu = (pu / 2u) * 8u + (pu % 2u) * 4u + hq / 2u + 2u * (hq % 2u);
+                            let xw = x_words(t, xu, n_units);
+                            let w = un[hq];
                             var lo = 0;
                             var hi = 0;
                             for (var j = 0u; j < 4u; j++) {
                                 lo = lo + dot4I8Packed(w.q[j], xw[j]);
                                 hi = hi + dot4I8Packed(w.q[j + 4u], xw[j + 4u]);
                             }
-                            var c: f32;
-                            if (QTYPE == 14u) {
-                                c = w.sa * f32(lo) + w.sb * f32(hi);
-                            } else {
-                                c = w.sa * f32(lo + hi + w.zb * sum) - w.sm * f32(sum);
-                            }
-                            acc[k * NC + t] += c * dx * rw;
+                            acc[t] += (w.sa * f32(lo) + w.sb * f32(hi)) * x_scale(t, xu);
                         }
                     }
                 }
+            } else {
+                for (var pu = tl; pu < uc / upl(); pu += LPR) {
+                    var un: array<Unit, 8>;
+                    for (var k = 0u; k < slots(); k++) {
+                        cur = part;
+                        if (gated()) {
+                            cur = k / R;
+                        }
+                        let pr = units_of(wrow(min(row0 + k % R, rows - 1u), pu), wpu(pu));
+                        un[2u * k] = pr[0];
+                        un[2u * k + 1u] = pr[1];
+                    }
+                    var rw = 1.0;
+                    if (MOE == 2u) {
+                        rw = moe_weight(pu / moe_spr());
+                    }
+                    for (var t = 0u; t < NC; t++) {
+                        for (var h = 0u; h < upl(); h++) {
+                            let xu = xunit(pu, h);
+                            let xw = x_words(t, xu, n_units);
+                            let sum = x_sum(t, xu);
+                            let dx = x_scale(t, xu);
+                            for (var k = 0u; k < slots(); k++) {
+                                let w = un[2u * k + h];
+                                var lo = 0;
+                                var hi = 0;
+                                for (var j = 0u; j < 4u; j++) {
+                                    lo = lo + dot4I8Packed(w.q[j], xw[j]);
+                                    hi = hi + dot4I8Packed(w.q[j + 4u], xw[j + 4u]);
+                                }
+                                var c: f32;
+                                if (QTYPE == 14u) {
+                                    c = w.sa * f32(lo) + w.sb * f32(hi);
+                                } else {
+                                    c = w.sa * f32(lo + hi + w.zb * sum) - w.sm * f32(sum);
+                                }
+                                acc[k * NC + t] += c * dx * rw;
+                            }
+                        }
+                    }
+                }
+
             }
 
-        }
+            // Team sums and the epilogue, as matvec_fused.
+            let sn = slots() * NC;
+            if (sg_size <= LPR) {
+                for (var k = 0u; k < sn; k++) {
+                    acc[k] = subgroupAdd(acc[k]);
+                }
+            } else if (XG == 1u) {
+                // A team is LPR consecutive lanes of one subgroup: a butterfly within it.
+                for (var k = 0u; k < sn; k++) {
+                    for (var o = LPR / 2u; o > 0u; o >>= 1u) {
+                        acc[k] += subgroupShuffleXor(acc[k], o);
+                    }
+                }
+            } else {
+                let cl = sg_lane / LPR;
+                for (var k = 0u; k < sn; k++) {
+                    acc[k] = cluster_sum(acc[k], cl, sg_size);
+                }
+            }
+            if (sg_size < LPR && sg_lane == 0u) {
+                for (var k = 0u; k < sn; k++) {
+                    red[sg_id * sn + k] = acc[k];
+                }
+            }
+            workgroupBarrier();
+            if (sg_size < LPR) {
+                for (var k = 0u; k < sn; k++) {
+                    acc[k] = red_team_sum(team, k, sn, sg_size);
+                }
+            }
 
-        // Team sums and the epilogue, as matvec_fused.
-        let sn = slots() * NC;
-        if (sg_size <= LPR) {
-            for (var k = 0u; k < sn; k++) {
-                acc[k] = subgroupAdd(acc[k]);
-            }
-        } else if (XG == 1u) {
-            // A team is LPR consecutive lanes of one subgroup: a butterfly within it.
-            for (var k = 0u; k < sn; k++) {
-                for (var o = LPR / 2u; o > 0u; o >>= 1u) {
-                    acc[k] += subgroupShuffleXor(acc[k], o);
+            for (var r = 0u; r < R; r++) {
+                let row = row0 + r;
+                for (var t = 0u; t < NC; t++) {
+                    if (row >= rows || (r * NC + t) % LPR != tl) {
+                        continue;
+                    }
+                    var scale = 1.0;
+                    if (NORM != 0u) {
+                        scale = inv[t];
+                    }
+                    var up = 0.0;
+                    if (EPI == 2u || EPI == 3u) {
+                        up = acc[(R + r) * NC + t] * scale;
+                    }
+                    var o = (p.col0 + tok + t) * p.y_stride + yoff + row;
+                    if (MOE >= 3u) {
+                        if (!g_live(t)) {
+                            continue;
+                        }
+                        o = g_slot(t) * p.y_stride + yoff + row;
+                    }
+                    epilogue_store(o, acc[r * NC + t] * scale, up);
                 }
             }
-        } else {
-            let cl = sg_lane / LPR;
-            for (var k = 0u; k < sn; k++) {
-                acc[k] = cluster_sum(acc[k], cl, sg_size);
-            }
+            // `red` is written again by the next group (and xq by the next pass).
+            workgroupBarrier();
         }
-        if (sg_size < LPR && sg_lane == 0u) {
-            for (var k = 0u; k < sn; k++) {
-                red[sg_id * sn + k] = acc[k];
-            }
-        }
-        workgroupBarrier();
-        if (sg_size < LPR) {
-            for (var k = 0u; k < sn; k++) {
-                acc[k] = red_team_sum(team, k, sn, sg_size);
-            }
-        }
-
-        for (var r = 0u; r < R; r++) {
-            let row = row0 + r;
-            for (var t = 0u; t < NC; t++) {
-                if (row >= rows || (r * NC + t) % LPR != tl) {
-                    continue;
-                }
-                var scale = 1.0;
-                if (NORM != 0u) {
-                    scale = inv[t];
-                }
-                var up = 0.0;
-                if (EPI == 2u || EPI == 3u) {
-                    up = acc[(R + r) * NC + t] * scale;
-                }
-                let o = (p.col0 + tok + t) * p.y_stride + yoff + row;
-                epilogue_store(o, acc[r * NC + t] * scale, up);
-            }
-        }
-        // `red` is written again by the next group.
-        workgroupBarrier();
     }
 }

@@ -264,16 +264,31 @@ impl<B: KernelBuffer> MatvecFused<B> {
     ) -> Result<Dispatch<B>, Error> {
         let k = &crate::matvec_q8a::MATVEC_Q8A;
         // Only gate/up may normalize x first (down's norm_w binding holds the routing weights).
-        if op.n_cols != 1 || (op.norm.is_some() && moe.stage != 1) {
+        let grouped = moe.stage >= 3;
+        if (op.n_cols != 1 && !grouped) || (op.norm.is_some() && moe.stage != 1) {
             return Err(shape_err(
                 k,
-                "a MoE launch takes one column, and a norm only in gate/up",
+                "a per-token MoE launch takes one column, and a norm only in its gate/up",
             ));
         }
-        // Read as 16-byte words: whole words of the routing entries.
-        let words = (moe.tokens * moe.top_k).next_multiple_of(4) as u64;
-        need(k, "ids", &ids, 4 * words)?;
-        need(k, "weights", &weights, 4 * words)?;
+        // Read as 16-byte words: whole words of the routing entries (grouped: the slot lists).
+        let words = if grouped {
+            crate::moe_experts_grouped::MoeExpertsGrouped::<B>::list_words(
+                moe.tokens,
+                moe.n_experts,
+            )
+        } else {
+            moe.tokens * moe.top_k
+        };
+        need(k, "ids", &ids, 4 * words.next_multiple_of(4) as u64)?;
+        // (The grouped launches bind the routing weights unread: the grouped `sum` weighs.)
+        let routing = moe.tokens * moe.top_k;
+        let routing = if grouped {
+            routing
+        } else {
+            routing.next_multiple_of(4)
+        };
+        need(k, "weights", &weights, 4 * routing as u64)?;
         let normed = self.norm_w.is_some();
         let mut d = self.dispatch_on(op, Kind::Moe(moe))?;
         // The ids go where a third part's weights would, the routing weights in norm_w's place
@@ -430,13 +445,19 @@ impl<B: KernelBuffer> MatvecFused<B> {
             .max()
             .unwrap_or(0);
         let col0 = xg.map_or(0, |(_, c)| c);
-        // Columns of x and y the launch covers (a MoE launch: one per token).
-        let cols_used = moe.map_or(col0 + op.n_cols, |m| m.tokens);
+        // Rows of x and y the launch covers (a MoE launch: one per token; grouped, y one per
+        // slot, x one per token for gate/up and per slot for down).
+        let (x_rows, y_rows) = match moe {
+            Some(m) if m.stage == 3 => (m.tokens, m.tokens * m.top_k),
+            Some(m) if m.stage == 4 => (m.tokens * m.top_k, m.tokens * m.top_k),
+            Some(m) => (m.tokens, m.tokens),
+            None => (col0 + op.n_cols, col0 + op.n_cols),
+        };
         need(
             k,
             "y",
             &self.y,
-            4 * ((cols_used - 1) * op.y_stride + ends) as u64,
+            4 * ((y_rows - 1) * op.y_stride + ends) as u64,
         )?;
         match (xg, &op.norm, &self.norm_w) {
             (Some((src, _)), _, Some(meta)) => {
@@ -450,7 +471,7 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 need(k, "x", &self.x, 4 * (op.n_cols * op.cols) as u64)?;
                 need(k, "norm_w", nw, 4 * op.cols as u64)?;
             }
-            (None, None, None) => need(k, "x", &self.x, 4 * (cols_used * op.cols) as u64)?,
+            (None, None, None) => need(k, "x", &self.x, 4 * (x_rows * op.cols) as u64)?,
             _ => {
                 return Err(shape_err(
                     k,
@@ -472,8 +493,10 @@ impl<B: KernelBuffer> MatvecFused<B> {
             total += rows.div_ceil(rows_per_wg) as u64;
         }
         let mut grid = grid_for(k, total)?;
-        if let Some(m) = moe {
-            grid[2] = to_u32(k, "tokens", m.tokens)?;
+        match moe {
+            Some(m) if m.stage >= 3 => grid[2] = to_u32(k, "experts", m.n_experts)?,
+            Some(m) => grid[2] = to_u32(k, "tokens", m.tokens)?,
+            None => {}
         }
         let mut rows = [0u32; 3];
         let mut y_offset = [0u32; 3];
@@ -549,6 +572,11 @@ impl<B: KernelBuffer> MatvecFused<B> {
         let nw = self.norm_w.unwrap_or(self.x);
         let buffers = vec![w0, self.x, self.y, w1, w2, nw];
         Ok(if q8a {
+            // A grouped MoE launch reads the slot lists' stride (tokens) from col0.
+            let col0 = match moe {
+                Some(m) if m.stage >= 3 => m.tokens,
+                _ => col0,
+            };
             let p = Q8aParams {
                 base: p,
                 col0: to_u32(k, "col0", col0)?,

@@ -3,7 +3,9 @@
 //! expert's weight rows (llama.cpp blocks, dequantized once per tile) meet tiles of its slots.
 //! Five dispatches: group, gate, up (SiLU-gated), down into per-slot rows, and the weighted sum;
 //! the three products either on scalar f32 tiles or on cooperative matrices
-//! (`shaders/moe_experts_coop.wgsl`, [`MoeExpertsGrouped::dispatch_coop`]).
+//! (`shaders/moe_experts_coop.wgsl`, [`MoeExpertsGrouped::dispatch_coop`]), or for decode
+//! batches gate/up and down on int8 dot products over each expert's listed slots
+//! (`matvec_q8a.wgsl`'s grouped MOE modes, [`MoeExpertsGrouped::dispatch_q8a`]).
 
 use crate::mat_quant::format_overrides;
 use crate::moe_experts_quant::MoeQuantShape;
@@ -99,9 +101,21 @@ pub struct MoeExpertsGrouped<B> {
 }
 
 impl<B> MoeExpertsGrouped<B> {
-    /// Words of the slot lists: `[n_experts, n]` then `n_experts` counts.
+    /// Words of the slot lists: `[n_experts, n]` then `n_experts` counts (padded to whole
+    /// 16-byte words, as the int8 launches read them).
     pub fn list_words(n: usize, n_experts: usize) -> usize {
-        n_experts * (n + 1)
+        (n_experts * (n + 1)).next_multiple_of(4)
+    }
+
+    /// Whether [`MoeExpertsGrouped::dispatch_q8a`] takes this shape with `columns` slots per
+    /// pass: what the grouped kernels and the per-token int8 launches take, and `columns`
+    /// rows of x (and of the activations) within the int8 kernel's shared copy.
+    pub fn supports_q8a(s: &MoeQuantShape, columns: usize) -> bool {
+        let elems = crate::matvec_q8a::MAX_ELEMS;
+        Self::supports(s)
+            && crate::moe_experts_q8a::supported(s)
+            && (1..=crate::matvec_fused::MAX_COLUMNS).contains(&columns)
+            && columns * s.hidden.max(s.ff) <= elems
     }
 
     /// Whether the grouped kernels take this shape (block formats, rows of whole 32-column
@@ -148,6 +162,62 @@ impl<B: KernelBuffer> MoeExpertsGrouped<B> {
             d.groups = t.map(|v| v as u32);
         }
         Ok(ds)
+    }
+
+    /// [`MoeExpertsGrouped::dispatch`] with gate/up (one gated launch) and down on int8 dot
+    /// products (`matvec_q8a.wgsl`, MOE 3 and 4): a workgroup per (row group, expert) takes the
+    /// expert's listed slots `columns` at a time, so each routed expert's blocks are read once
+    /// per step however many tokens chose it (decode batches). Not exact: x and the
+    /// activations are quantized per 32 elements (`vkllm_cpu::quant::moe_gate_up_q8act` /
+    /// `moe_down_q8act`, up to the order of the down sums). Four dispatches: group, gate/up,
+    /// down into per-slot rows, sum.
+    pub fn dispatch_q8a(
+        self,
+        s: &MoeQuantShape,
+        columns: usize,
+    ) -> Result<[Dispatch<B>; 4], Error> {
+        use crate::matvec_fused::{Epilogue, GatedAct, MatvecFused, MatvecOp, MatvecPart};
+        use crate::moe_experts_q8a::MoeGather;
+        if !Self::supports_q8a(s, columns) {
+            return Err(shape_err(
+                &crate::matvec_q8a::MATVEC_Q8A,
+                format!("not a grouped int8 MoE launch: {s:?}, {columns} columns"),
+            ));
+        }
+        let (x, act, y, lists, weights) = (self.x, self.act, self.y, self.lists, self.weights);
+        let (gate, up, down) = (self.gate, self.up, self.down);
+        let [group, _, _, _, sum] = self.dispatch(s)?;
+        let gather = |stage| MoeGather {
+            stage,
+            tokens: s.n,
+            top_k: s.top_k,
+            ff: s.ff,
+            n_experts: s.n_experts,
+        };
+        let part = |rows| MatvecPart { rows, y_offset: 0 };
+        let mut gu = MatvecOp::plain(s.gate, s.ff, s.hidden);
+        gu.parts = vec![part(s.ff), part(s.ff)];
+        gu.epilogue = Epilogue::Gated {
+            act: GatedAct::Silu,
+        };
+        gu.n_cols = columns;
+        let gate_up = MatvecFused {
+            w: vec![gate, up],
+            x,
+            y: act,
+            norm_w: None,
+        }
+        .dispatch_q8a_moe(&gu, gather(3), lists, weights)?;
+        let mut dn = MatvecOp::plain(s.down, s.hidden, s.ff);
+        dn.n_cols = columns;
+        let down = MatvecFused {
+            w: vec![down],
+            x: act,
+            y,
+            norm_w: None,
+        }
+        .dispatch_q8a_moe(&dn, gather(4), lists, weights)?;
+        Ok([group, gate_up, down, sum])
     }
 
     pub fn dispatch(self, s: &MoeQuantShape) -> Result<[Dispatch<B>; 5], Error> {

@@ -13,7 +13,8 @@ use crate::moe_experts_quant::MoeQuantShape;
 use crate::spec::shape_err;
 use crate::{Dispatch, Error, KernelBuffer, WeightType};
 
-/// What a `MOE` launch of `matvec_q8a.wgsl` gathers: `stage` 1 (gate/up) or 2 (down).
+/// What a `MOE` launch of `matvec_q8a.wgsl` gathers: `stage` 1 (gate/up) or 2 (down) per
+/// token, 3 (gate/up) or 4 (down) per expert over the grouped kernels' slot lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MoeGather {
     pub stage: u32,

@@ -101,3 +101,61 @@ fn q8_0_experts_match_cpu_with(grouped_min: u32, lanes: u32) {
         "moe_grouped_min={grouped_min} moe_lanes={lanes}: greedy tokens"
     );
 }
+
+/// The grouped int8 expert launches (tuning `moe_q8g_min`: each expert's slots a few at a time)
+/// against the per-token int8 launches on the same device: the same quantized products summed
+/// in another order, so the prompt's logits agree closely and the greedy tokens match, for
+/// every slots-per-pass setting (prompt products of 1 to 8 tokens per pass, decode steps of one).
+#[test]
+fn grouped_int8_experts_match_per_token_int8() {
+    let fx = Fixture::load("qwen3_moe").expect("fixture");
+    let src = QuantizingSource::new(&fx.weights, &fx.config, QuantScheme::Q8_0);
+    let ids = fx.prompt("short").expect("prompt").ids;
+    let run_with = |q8g_min: u32, cols: u32| {
+        let mut opts = common::options();
+        // The int8 matvec (CPU devices such as lavapipe default to the float one).
+        opts.tuning.matvec = Some(vkllm_vk::kernels::matvec_fused::MatvecImpl::Int8);
+        opts.tuning.moe_grouped_min = 0;
+        opts.tuning.moe_q8g_min = q8g_min;
+        opts.tuning.moe_q8g_cols = cols;
+        let dev = common::open(&opts);
+        let mut gpu = VulkanBackend::new(dev.clone());
+        let gm = HybridModel::load(fx.config.clone(), &src, &mut gpu, DEFAULT_CHUNK).expect("gpu");
+        let shape = gm
+            .weights
+            .layers
+            .iter()
+            .find_map(|l| match &l.ffn {
+                FfnWeights::Moe(m) => Some(MoeQuantShape {
+                    n: ids.len(),
+                    top_k: m.experts.n_experts.min(2),
+                    hidden: m.experts.hidden,
+                    ff: m.experts.ff,
+                    n_experts: m.experts.n_experts,
+                    gate: WeightType::Q8_0,
+                    up: WeightType::Q8_0,
+                    down: WeightType::Q8_0,
+                }),
+                _ => None,
+            })
+            .expect("the fixture has MoE layers");
+        assert!(
+            vkllm_vk::moe_q8a_runs(&dev, &shape)
+                && MoeExpertsGrouped::<()>::supports_q8a(&shape, cols as usize),
+            "the int8 expert launches run on this device and take the fixture's experts"
+        );
+        run(&mut gpu, &gm, &ids, 12)
+    };
+    let (want, want_toks) = run_with(0, 4);
+    for cols in [1, 3, 4, 8] {
+        let (got, got_toks) = run_with(1, cols);
+        let d = vkllm_cpu::compare::diff(&got, &want);
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert!(
+            d.max_abs <= 1e-4 * f64::from(scale.max(1.0)),
+            "moe_q8g_cols={cols}: logits max abs {} (largest logit {scale})",
+            d.max_abs
+        );
+        assert_eq!(got_toks, want_toks, "moe_q8g_cols={cols}: greedy tokens");
+    }
+}

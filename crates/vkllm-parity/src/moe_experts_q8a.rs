@@ -7,7 +7,10 @@
 //! (|w_i| + off_u) |q_i|` plus `d_u |w_i|` for codes near a rounding tie. Outputs NaN-poisoned
 //! (down's, when it accumulates, prefilled with random values); odd token counts, top-k and block
 //! counts, mixed gate/up and down formats; fused cases normalize x in gate/up (RMSNorm weights,
-//! offsets 0 and 1) and add down's result into the prefilled output.
+//! offsets 0 and 1) and add down's result into the prefilled output. Grouped cases run the
+//! per-expert launches (`MoeExpertsGrouped::dispatch_q8a`: slot lists, then each expert's slots
+//! a few columns at a time) against the same oracles: several passes per expert, a partial last
+//! pass, experts no token chose.
 
 use vkllm_cpu::MoeShape;
 use vkllm_cpu::quant::{
@@ -16,6 +19,7 @@ use vkllm_cpu::quant::{
 };
 use vkllm_kernels::WeightType;
 use vkllm_kernels::matvec_fused::NormPrologue;
+use vkllm_kernels::moe_experts_grouped::MoeExpertsGrouped;
 use vkllm_kernels::moe_experts_q8a::{MoeExpertsQ8a, MoeFusions};
 use vkllm_kernels::moe_experts_quant::MoeQuantShape;
 use vkllm_vk::{Device, Result};
@@ -97,15 +101,23 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
         WeightType::Q4_K,
         WeightType::Q6_K,
     );
-    // (tokens, experts, top-k, hidden, ff, gate/up type, down type, fused: norm offset)
-    for (n, e, k, h, ff, gu, dn, fused) in [
-        (1usize, 6usize, 2usize, 512usize, 256usize, q4k, q4k, None),
-        (3, 7, 3, 96, 64, q8, q8, None),
-        (2, 5, 3, 256, 512, q4k, q6k, None),
-        (5, 9, 4, 160, 96, q40, q8, None),
-        (1, 4, 1, 768, 256, q6k, q4k, None),
-        (1, 9, 3, 512, 256, q4k, q6k, Some(0.0f32)),
-        (3, 7, 3, 96, 64, q8, q8, Some(1.0)),
+    // (tokens, experts, top-k, hidden, ff, gate/up type, down type, fused: norm offset,
+    // grouped: slots per pass or 0 for the per-token launches)
+    for (n, e, k, h, ff, gu, dn, fused, cols) in [
+        (
+            1usize, 6usize, 2usize, 512usize, 256usize, q4k, q4k, None, 0usize,
+        ),
+        (3, 7, 3, 96, 64, q8, q8, None, 0),
+        (2, 5, 3, 256, 512, q4k, q6k, None, 0),
+        (5, 9, 4, 160, 96, q40, q8, None, 0),
+        (1, 4, 1, 768, 256, q6k, q4k, None, 0),
+        (1, 9, 3, 512, 256, q4k, q6k, Some(0.0f32), 0),
+        (3, 7, 3, 96, 64, q8, q8, Some(1.0), 0),
+        (13, 5, 3, 256, 512, q4k, q6k, None, 4),
+        (9, 6, 2, 96, 64, q8, q8, None, 3),
+        (20, 4, 4, 512, 256, q4k, q4k, None, 8),
+        (2, 9, 2, 160, 96, q40, q8, None, 1),
+        (16, 40, 8, 256, 256, q6k, q4k, None, 4),
     ] {
         let s = MoeQuantShape {
             n,
@@ -152,15 +164,38 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             cx.input("down", &down_b)?,
         );
         let act = cx.output("act", n * k * ff)?;
+        let (y_rows, lists) = (
+            cx.output("y", n * k * h)?,
+            cx.output("lists", MoeExpertsGrouped::<()>::list_words(n, e))?,
+        );
         let out = match fused {
             Some(_) => cx.input("out", &y0)?,
             None => cx.output("out", n * h)?,
         };
         let poison: Vec<&vkllm_vk::Buffer> = match fused {
             Some(_) => vec![&act],
-            None => vec![&act, &out],
+            None => vec![&act, &out, &y_rows],
         };
         cx.run(&poison, |r| {
+            if cols > 0 {
+                let ds = MoeExpertsGrouped {
+                    x: bufs.0.all(),
+                    ids: bufs.1.all(),
+                    weights: bufs.2.all(),
+                    gate: bufs.3.all(),
+                    up: bufs.4.all(),
+                    down: bufs.5.all(),
+                    act: act.all(),
+                    y: y_rows.all(),
+                    lists: lists.all(),
+                    out: out.all(),
+                }
+                .dispatch_q8a(&s, cols)?;
+                for d in ds {
+                    r.dispatch(d)?;
+                }
+                return Ok(());
+            }
             let f = MoeFusions {
                 norm: fused.map(|offset| (nwb.all(), NormPrologue { eps, offset })),
                 accumulate: fused.is_some(),
@@ -184,9 +219,10 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
         let got_act = cx.read(&act, n * k * ff)?;
         let got = cx.read(&out, n * h)?;
         let shape = format!("n {n} experts {e} top {k} H {h} F {ff}");
-        let variant = |stage: &str| match fused {
-            Some(o) => format!("{stage} {}/{} norm+{o} acc", gu.name(), dn.name()),
-            None => format!("{stage} {}/{}", gu.name(), dn.name()),
+        let variant = |stage: &str| match (fused, cols) {
+            (Some(o), _) => format!("{stage} {}/{} norm+{o} acc", gu.name(), dn.name()),
+            (None, 0) => format!("{stage} {}/{}", gu.name(), dn.name()),
+            (None, c) => format!("{stage} {}/{} grouped x{c}", gu.name(), dn.name()),
         };
         let norm = fused.map(|offset| ActNormQ8 {
             weight: &nw,

@@ -532,6 +532,6 @@ pub fn moe_scratch_parts(
     let up = |w: usize| w.div_ceil(64) * 64;
     let act = (0, n * top_k * ff);
     let y = (up(act.1), n * top_k * hidden);
-    let lists = (y.0 + up(y.1), experts * (n + 1));
+    let lists = (y.0 + up(y.1), (experts * (n + 1)).next_multiple_of(4));
     [act, y, lists]
 }

@@ -180,6 +180,13 @@ pub struct Tuning {
     /// expert (tiled products reading each expert's weights once per tile); fewer, or 0, run
     /// one workgroup per output row (the reference). Key `moe_grouped_min`.
     pub moe_grouped_min: u32,
+    /// Model backends: MoE expert products over at least this many tokens (and fewer than
+    /// `moe_grouped_min`) run on int8 dot products per expert over its listed slots, each
+    /// routed expert's blocks read once per step (decode batches); 0, or fewer tokens: one
+    /// token's experts per workgroup row (`moe_q8a`, the reference). Key `moe_q8g_min`.
+    pub moe_q8g_min: u32,
+    /// Slots per pass of those launches (1 to 8). Key `moe_q8g_cols`.
+    pub moe_q8g_cols: u32,
     /// Model backends: invocations per output row of the per-row MoE expert products (a power
     /// of two <= 128, 128 / lanes rows per workgroup); 0: one 64-invocation workgroup per row
     /// (the reference). Key `moe_lanes`.
@@ -248,6 +255,8 @@ impl Default for Tuning {
             delta_norm: true,
             delta_chunked_wide: true,
             moe_grouped_min: 16,
+            moe_q8g_min: 0,
+            moe_q8g_cols: 4,
             moe_lanes: 16,
             moe_q8a: true,
             moe_shared: true,

@@ -305,9 +305,24 @@ impl VulkanBackend {
 }
 
 impl VulkanBackend {
+    /// Slots per pass where `s`'s expert products take the grouped int8 launches (tuning
+    /// `moe_q8g_min` <= n < `moe_grouped_min`, where the per-token int8 launches run).
+    fn moe_q8g_columns(&self, s: &MoeQuantShape) -> Option<usize> {
+        let t = self.dev.tuning();
+        let (min, max) = (t.moe_q8g_min as usize, t.moe_grouped_min as usize);
+        let cols = t.moe_q8g_cols as usize;
+        let below_grouped = max == 0 || s.n < max;
+        (min > 0
+            && s.n >= min
+            && below_grouped
+            && vkllm_vk::moe_q8a_runs(&self.dev, s)
+            && MoeExpertsGrouped::<BufSlice<'_>>::supports_q8a(s, cols))
+        .then_some(cols)
+    }
+
     /// The experts over block-format weights: for few tokens three dispatches reading only the
     /// selected experts' rows per token, for many (tuning `moe_grouped_min`) the tokens grouped
-    /// by expert.
+    /// by expert; in between (tuning `moe_q8g_min`) int8 products over each expert's slots.
     #[allow(clippy::too_many_arguments)]
     fn moe_experts_quant(
         &mut self,
@@ -335,6 +350,8 @@ impl VulkanBackend {
         let lanes = self.dev.tuning().moe_lanes;
         let grouped = min > 0 && n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(&shape);
         let int8 = !grouped && vkllm_vk::moe_q8a_runs(&self.dev, &shape);
+        let q8g = int8 && self.moe_q8g_columns(&shape).is_some();
+        let q8g_cols = self.moe_q8g_columns(&shape).unwrap_or(1);
         // The grouped products on cooperative matrices (tuning `moe_coop`) where they run.
         let sg = self.dev.info().subgroup_size;
         let coop = (self.dev.tuning().moe_coop && self.dev.coopmat() && matches!(sg, 16 | 32 | 64))
@@ -351,7 +368,22 @@ impl VulkanBackend {
                 me.head(weights, n * top_k)?,
             );
             let (gate, up, down, out) = (w(ex.gate), w(ex.up), w(ex.down), me.head(out, n * h)?);
-            let ds: Vec<_> = if grouped {
+            let ds: Vec<_> = if q8g {
+                MoeExpertsGrouped {
+                    x,
+                    ids,
+                    weights,
+                    gate,
+                    up,
+                    down,
+                    act: part(a)?,
+                    y: part(y)?,
+                    lists: part(l)?,
+                    out,
+                }
+                .dispatch_q8a(&shape, q8g_cols)?
+                .into()
+            } else if grouped {
                 let (act, y, lists) = (part(a)?, part(y)?, part(l)?);
                 let g = MoeExpertsGrouped {
                     x,
@@ -431,6 +463,7 @@ impl VulkanBackend {
         let min = self.dev.tuning().moe_grouped_min as usize;
         let grouped = min > 0 && n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(&shape);
         if grouped
+            || self.moe_q8g_columns(&shape).is_some()
             || !vkllm_vk::moe_q8a_runs(&self.dev, &shape)
             || n > self.columns_max(&[a.router])
         {
