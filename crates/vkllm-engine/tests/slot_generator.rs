@@ -620,3 +620,55 @@ fn hybrid_prompts_start_where_they_leave_a_shared_prefix() {
         "only c starts from the shared prefix: {reused:?}"
     );
 }
+
+/// A MoE model with block-format experts (Q8_0 at load) on the int8 kernels, its batched decode
+/// steps on the grouped int8 expert launches (tuning `moe_q8g_min=2`: every routed expert's
+/// blocks read once per step for all slots), gives each of four requests (greedy and sampled,
+/// joining at different rounds) the tokens of the per-token reference, whose one-token steps
+/// take the per-token int8 launches (prompts take the grouped ones in both). The qwen3_moe
+/// fixture: its experts' rows are whole Q8_0 blocks.
+#[test]
+fn moe_grouped_int8_decode_matches_reference() {
+    use vkllm_models::{QuantScheme, QuantizingSource};
+    let mut opts = vkllm_vk::DeviceOptions {
+        choice: vkllm_vk::DeviceChoice::from_env(),
+        ..Default::default()
+    };
+    opts.tuning.matvec = Some(vkllm_vk::kernels::matvec_fused::MatvecImpl::Int8);
+    opts.tuning.moe_grouped_min = 0;
+    opts.tuning.moe_q8g_min = 2;
+    let dev = Device::new(&opts).unwrap_or_else(|e| panic!("this test needs a Vulkan device: {e}"));
+    let fx = Fixture::load("qwen3_moe").expect("fixture");
+    let src = QuantizingSource::new(&fx.weights, &fx.config, QuantScheme::Q8_0);
+    let prompt = fx.prompt("short").expect("prompt").ids;
+    let other: Vec<u32> = prompt.iter().rev().copied().collect();
+    let mut third = prompt.clone();
+    third.rotate_left(3);
+    let sampled = |seed| SlotParams {
+        sampling: SamplingParams {
+            temperature: 0.8,
+            top_k: 20,
+            seed,
+            ..Default::default()
+        },
+        logprobs: None,
+        grammar: None,
+    };
+    let reqs = vec![
+        (prompt.clone(), SlotParams::default(), 8, 0),
+        (other.clone(), sampled(5), 8, 0),
+        (third, SlotParams::default(), 7, 1),
+        (other, sampled(11), 6, 2),
+    ];
+    let mut b = VulkanBackend::new(dev.clone());
+    let model = HybridModel::load(fx.config.clone(), &src, &mut b, DEFAULT_CHUNK).expect("load");
+    let mut g = SlotGenerator::new_hybrid(b, model, 4, 64, KvType::F32, 1).expect("slot generator");
+    let got = drive(&mut g, &reqs);
+    let mut b = VulkanBackend::new(dev);
+    let m = HybridModel::load(fx.config.clone(), &src, &mut b, DEFAULT_CHUNK).expect("load");
+    for (i, r) in reqs.iter().enumerate() {
+        let want = hybrid_reference(&mut b, &m, &r.0, &r.1, r.2);
+        let ids: Vec<u32> = got[i].iter().map(|t| t.id).collect();
+        assert_eq!(ids, want, "request {i}");
+    }
+}
