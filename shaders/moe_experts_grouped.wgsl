@@ -8,7 +8,8 @@
 //   grouped (stage 0, w = gate, src = x):   act[slot, r] = gate[e] . x[t]
 //   grouped (stage 1, w = up,   src = x):   act[slot, r] = silu(act[slot, r]) * (up[e] . x[t])
 //   grouped (stage 2, w = down, src = act): y[slot, c] = down[e] . act[slot]
-//   sum:                  out[t, c] = sum_s weights[t, s] * y[t * K + s, c]  (s ascending)
+//   sum:                  out[t, c] = sum_s weights[t, s] * y[t * K + s, c]  (s ascending;
+//                         stage 1: out[t, c] += that sum)
 // Shapes: w: [E R, C] blocks (R rows of C columns per expert, C a multiple of BLOCK and of 32);
 // x: [n, H]; act: [n K, F]; y: [n K, H]; out: [n, H]; ids, weights: [n, K].
 // Workgroup (grouped): 256 invocations, a tile of 64 rows x 32 slots of one expert, 32 columns
@@ -174,5 +175,10 @@ fn sum(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         let slot = t * p.top_k + s;
         total += weights[slot] * src[slot * p.rows + c];
     }
-    dst[idx] = total;
+    // Stage 1: added to what dst holds (the residual stream).
+    if (p.stage == 1u) {
+        dst[idx] = dst[idx] + total;
+    } else {
+        dst[idx] = total;
+    }
 }

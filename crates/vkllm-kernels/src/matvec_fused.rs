@@ -265,10 +265,10 @@ impl<B: KernelBuffer> MatvecFused<B> {
         let k = &crate::matvec_q8a::MATVEC_Q8A;
         // Only gate/up may normalize x first (down's norm_w binding holds the routing weights).
         let grouped = moe.stage >= 3;
-        if (op.n_cols != 1 && !grouped) || (op.norm.is_some() && moe.stage != 1) {
+        if (op.n_cols != 1 && !grouped) || (op.norm.is_some() && !matches!(moe.stage, 1 | 3)) {
             return Err(shape_err(
                 k,
-                "a per-token MoE launch takes one column, and a norm only in its gate/up",
+                "a per-token MoE launch takes one column, and a norm only in gate/up",
             ));
         }
         // Read as 16-byte words: whole words of the routing entries (grouped: the slot lists).
@@ -468,7 +468,7 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 return Err(shape_err(k, "norm_w must hold the quantized x's scales"));
             }
             (None, Some(_), Some(nw)) => {
-                need(k, "x", &self.x, 4 * (op.n_cols * op.cols) as u64)?;
+                need(k, "x", &self.x, 4 * (x_rows * op.cols) as u64)?;
                 need(k, "norm_w", nw, 4 * op.cols as u64)?;
             }
             (None, None, None) => need(k, "x", &self.x, 4 * (x_rows * op.cols) as u64)?,

@@ -8,6 +8,7 @@
 //! (`matvec_q8a.wgsl`'s grouped MOE modes, [`MoeExpertsGrouped::dispatch_q8a`]).
 
 use crate::mat_quant::format_overrides;
+use crate::moe_experts_q8a::MoeFusions;
 use crate::moe_experts_quant::MoeQuantShape;
 use crate::sources::MOE_EXPERTS_COOP as SRC_COOP;
 use crate::sources::MOE_EXPERTS_GROUPED as SRC;
@@ -176,6 +177,21 @@ impl<B: KernelBuffer> MoeExpertsGrouped<B> {
         s: &MoeQuantShape,
         columns: usize,
     ) -> Result<[Dispatch<B>; 4], Error> {
+        let none = MoeFusions {
+            norm: None,
+            accumulate: false,
+        };
+        self.dispatch_q8a_fused(s, columns, none)
+    }
+
+    /// [`MoeExpertsGrouped::dispatch_q8a`] with `f`'s fusions: x normalized in gate/up's
+    /// quantization (as `matvec_q8a`'s prologue), the weighted sum added into `out`.
+    pub fn dispatch_q8a_fused(
+        self,
+        s: &MoeQuantShape,
+        columns: usize,
+        f: MoeFusions<B>,
+    ) -> Result<[Dispatch<B>; 4], Error> {
         use crate::matvec_fused::{Epilogue, GatedAct, MatvecFused, MatvecOp, MatvecPart};
         use crate::moe_experts_q8a::MoeGather;
         if !Self::supports_q8a(s, columns) {
@@ -186,7 +202,7 @@ impl<B: KernelBuffer> MoeExpertsGrouped<B> {
         }
         let (x, act, y, lists, weights) = (self.x, self.act, self.y, self.lists, self.weights);
         let (gate, up, down) = (self.gate, self.up, self.down);
-        let [group, _, _, _, sum] = self.dispatch(s)?;
+        let [group, _, _, _, sum] = self.dispatch_stages(s, f.accumulate)?;
         let gather = |stage| MoeGather {
             stage,
             tokens: s.n,
@@ -201,11 +217,12 @@ impl<B: KernelBuffer> MoeExpertsGrouped<B> {
             act: GatedAct::Silu,
         };
         gu.n_cols = columns;
+        gu.norm = f.norm.as_ref().map(|n| n.1);
         let gate_up = MatvecFused {
             w: vec![gate, up],
             x,
             y: act,
-            norm_w: None,
+            norm_w: f.norm.map(|n| n.0),
         }
         .dispatch_q8a_moe(&gu, gather(3), lists, weights)?;
         let mut dn = MatvecOp::plain(s.down, s.hidden, s.ff);
@@ -221,6 +238,15 @@ impl<B: KernelBuffer> MoeExpertsGrouped<B> {
     }
 
     pub fn dispatch(self, s: &MoeQuantShape) -> Result<[Dispatch<B>; 5], Error> {
+        self.dispatch_stages(s, false)
+    }
+
+    /// [`MoeExpertsGrouped::dispatch`], the sum adding into `out` when `accumulate`.
+    fn dispatch_stages(
+        self,
+        s: &MoeQuantShape,
+        accumulate: bool,
+    ) -> Result<[Dispatch<B>; 5], Error> {
         let k = &MOE_GROUPED;
         if s.n == 0 || s.top_k == 0 || s.top_k > s.n_experts || s.hidden == 0 || s.ff == 0 {
             return Err(shape_err(k, format!("bad shape {s:?}")));
@@ -330,7 +356,7 @@ impl<B: KernelBuffer> MoeExpertsGrouped<B> {
                 &MOE_GROUPED_SUM,
                 ov(s.down),
                 bufs(self.down, self.y, self.out),
-                &p(s.hidden, s.ff, 0)?,
+                &p(s.hidden, s.ff, accumulate as u32)?,
                 grid_for(&MOE_GROUPED_SUM, (n * h).div_ceil(WG as u64))?,
             ),
         ])

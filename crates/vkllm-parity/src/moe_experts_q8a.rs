@@ -118,6 +118,8 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
         (20, 4, 4, 512, 256, q4k, q4k, None, 8),
         (2, 9, 2, 160, 96, q40, q8, None, 1),
         (16, 40, 8, 256, 256, q6k, q4k, None, 4),
+        (6, 7, 3, 96, 64, q8, q8, Some(1.0), 4),
+        (10, 9, 3, 512, 256, q4k, q6k, Some(0.0), 3),
     ] {
         let s = MoeQuantShape {
             n,
@@ -177,6 +179,10 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             None => vec![&act, &out, &y_rows],
         };
         cx.run(&poison, |r| {
+            let f = MoeFusions {
+                norm: fused.map(|offset| (nwb.all(), NormPrologue { eps, offset })),
+                accumulate: fused.is_some(),
+            };
             if cols > 0 {
                 let ds = MoeExpertsGrouped {
                     x: bufs.0.all(),
@@ -190,16 +196,12 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     lists: lists.all(),
                     out: out.all(),
                 }
-                .dispatch_q8a(&s, cols)?;
+                .dispatch_q8a_fused(&s, cols, f)?;
                 for d in ds {
                     r.dispatch(d)?;
                 }
                 return Ok(());
             }
-            let f = MoeFusions {
-                norm: fused.map(|offset| (nwb.all(), NormPrologue { eps, offset })),
-                accumulate: fused.is_some(),
-            };
             let ds = MoeExpertsQ8a {
                 x: bufs.0.all(),
                 ids: bufs.1.all(),
@@ -219,10 +221,15 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
         let got_act = cx.read(&act, n * k * ff)?;
         let got = cx.read(&out, n * h)?;
         let shape = format!("n {n} experts {e} top {k} H {h} F {ff}");
-        let variant = |stage: &str| match (fused, cols) {
-            (Some(o), _) => format!("{stage} {}/{} norm+{o} acc", gu.name(), dn.name()),
-            (None, 0) => format!("{stage} {}/{}", gu.name(), dn.name()),
-            (None, c) => format!("{stage} {}/{} grouped x{c}", gu.name(), dn.name()),
+        let variant = |stage: &str| {
+            let g = match cols {
+                0 => String::new(),
+                c => format!(" grouped x{c}"),
+            };
+            match fused {
+                Some(o) => format!("{stage} {}/{}{g} norm+{o} acc", gu.name(), dn.name()),
+                None => format!("{stage} {}/{}{g}", gu.name(), dn.name()),
+            }
         };
         let norm = fused.map(|offset| ActNormQ8 {
             weight: &nw,

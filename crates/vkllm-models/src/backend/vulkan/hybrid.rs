@@ -462,8 +462,8 @@ impl VulkanBackend {
         };
         let min = self.dev.tuning().moe_grouped_min as usize;
         let grouped = min > 0 && n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(&shape);
+        let q8g = self.moe_q8g_columns(&shape);
         if grouped
-            || self.moe_q8g_columns(&shape).is_some()
             || !vkllm_vk::moe_q8a_runs(&self.dev, &shape)
             || n > self.columns_max(&[a.router])
         {
@@ -477,11 +477,15 @@ impl VulkanBackend {
         }
         let (ne, renorm) = (a.n_experts, a.renormalize);
         self.moe_route(logits, n, ne, a.top_k, renorm, a.shared, a.ids, a.weights)?;
-        let [act, _, _] = moe_scratch_parts(n, k, h, ex.ff, ex.n_experts);
+        let parts = moe_scratch_parts(n, k, h, ex.ff, ex.n_experts);
+        let act = parts[0];
         self.record(|me, r| {
             // The routing entries are read as 16-byte words (the scratch is padded).
             let kw = (n * k).next_multiple_of(4);
             let w = |t: Tensor| me.matrix(t).parts[0].buffer.all();
+            let part = |(off, len): (usize, usize)| {
+                me.buf(a.scratch).slice(4 * off as u64, 4 * len as u64)
+            };
             let fusions = MoeFusions {
                 norm: Some((
                     me.head(a.norm, h)?,
@@ -492,6 +496,26 @@ impl VulkanBackend {
                 )),
                 accumulate: true,
             };
+            // Decode batches (tuning `moe_q8g_min`): the grouped int8 launches, same fusions.
+            if let Some(cols) = q8g {
+                let ds = MoeExpertsGrouped {
+                    x: me.head(a.x, n * h)?,
+                    ids: me.head(a.ids, n * k)?,
+                    weights: me.head(a.weights, n * k)?,
+                    gate: w(ex.gate),
+                    up: w(ex.up),
+                    down: w(ex.down),
+                    act: part(parts[0])?,
+                    y: part(parts[1])?,
+                    lists: part(parts[2])?,
+                    out: me.head(a.x, n * h)?,
+                }
+                .dispatch_q8a_fused(&shape, cols, fusions)?;
+                for d in ds {
+                    r.dispatch(d)?;
+                }
+                return Ok(());
+            }
             let ds = MoeExpertsQ8a {
                 x: me.head(a.x, n * h)?,
                 ids: me.head(a.ids, kw)?,
@@ -499,9 +523,7 @@ impl VulkanBackend {
                 gate: w(ex.gate),
                 up: w(ex.up),
                 down: w(ex.down),
-                act: me
-                    .buf(a.scratch)
-                    .slice(4 * act.0 as u64, 4 * act.1 as u64)?,
+                act: part(act)?,
                 out: me.head(a.x, n * h)?,
             }
             .dispatch_fused(&shape, fusions)?;
