@@ -192,8 +192,8 @@ impl<B: KernelBuffer> MoeExpertsGrouped<B> {
         columns: usize,
         f: MoeFusions<B>,
     ) -> Result<[Dispatch<B>; 4], Error> {
-        use crate::matvec_fused::{Epilogue, GatedAct, MatvecFused, MatvecOp, MatvecPart};
-        use crate::moe_experts_q8a::MoeGather;
+        use crate::matvec_fused::{MatvecFused, MatvecOp};
+        use crate::moe_experts_q8a::{MoeGather, gate_up_op};
         if !Self::supports_q8a(s, columns) {
             return Err(shape_err(
                 &crate::matvec_q8a::MATVEC_Q8A,
@@ -203,21 +203,8 @@ impl<B: KernelBuffer> MoeExpertsGrouped<B> {
         let (x, act, y, lists, weights) = (self.x, self.act, self.y, self.lists, self.weights);
         let (gate, up, down) = (self.gate, self.up, self.down);
         let [group, _, _, _, sum] = self.dispatch_stages(s, f.accumulate)?;
-        let gather = |stage| MoeGather {
-            stage,
-            tokens: s.n,
-            top_k: s.top_k,
-            ff: s.ff,
-            n_experts: s.n_experts,
-        };
-        let part = |rows| MatvecPart { rows, y_offset: 0 };
-        let mut gu = MatvecOp::plain(s.gate, s.ff, s.hidden);
-        gu.parts = vec![part(s.ff), part(s.ff)];
-        gu.epilogue = Epilogue::Gated {
-            act: GatedAct::Silu,
-        };
-        gu.n_cols = columns;
-        gu.norm = f.norm.as_ref().map(|n| n.1);
+        let gather = |stage| MoeGather::of(s, stage);
+        let gu = gate_up_op(s, s.ff, columns, f.norm.as_ref().map(|n| n.1));
         let gate_up = MatvecFused {
             w: vec![gate, up],
             x,

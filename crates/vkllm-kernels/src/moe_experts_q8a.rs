@@ -24,6 +24,38 @@ pub struct MoeGather {
     pub n_experts: usize,
 }
 
+impl MoeGather {
+    /// Stage `stage` of the experts of `s`.
+    pub fn of(s: &MoeQuantShape, stage: u32) -> Self {
+        MoeGather {
+            stage,
+            tokens: s.n,
+            top_k: s.top_k,
+            ff: s.ff,
+            n_experts: s.n_experts,
+        }
+    }
+}
+
+/// The gated gate/up product over `rows` output rows per column (SiLU), `n_cols` columns, x
+/// normalized first by `norm`.
+pub(crate) fn gate_up_op(
+    s: &MoeQuantShape,
+    rows: usize,
+    n_cols: usize,
+    norm: Option<NormPrologue>,
+) -> MatvecOp {
+    let part = MatvecPart { rows, y_offset: 0 };
+    let mut gu = MatvecOp::plain(s.gate, rows, s.hidden);
+    gu.parts = vec![part, part];
+    gu.epilogue = Epilogue::Gated {
+        act: GatedAct::Silu,
+    };
+    gu.n_cols = n_cols;
+    gu.norm = norm;
+    gu
+}
+
 /// Most tokens one launch takes (workgroup rows of the grid).
 pub const MAX_TOKENS: usize = 65535;
 
@@ -97,20 +129,8 @@ impl<B: KernelBuffer> MoeExpertsQ8a<B> {
             return Err(shape_err(k, format!("not an int8 MoE launch: {s:?}")));
         }
         let rows = s.top_k * s.ff;
-        let gather = |stage| MoeGather {
-            stage,
-            tokens: s.n,
-            top_k: s.top_k,
-            ff: s.ff,
-            n_experts: s.n_experts,
-        };
-        let part = |rows| MatvecPart { rows, y_offset: 0 };
-        let mut gu = MatvecOp::plain(s.gate, rows, s.hidden);
-        gu.parts = vec![part(rows), part(rows)];
-        gu.epilogue = Epilogue::Gated {
-            act: GatedAct::Silu,
-        };
-        gu.norm = f.norm.as_ref().map(|n| n.1);
+        let gather = |stage| MoeGather::of(s, stage);
+        let gu = gate_up_op(s, rows, 1, f.norm.as_ref().map(|n| n.1));
         let gate_up = MatvecFused {
             w: vec![self.gate, self.up],
             x: self.x,

@@ -38,6 +38,20 @@ fn run<B: Backend>(b: &mut B, m: &HybridModel, ids: &[u32], n_gen: usize) -> (Ve
     (logits, toks)
 }
 
+/// The expert products of `n` tokens over `m`'s experts as Q8_0 (top 2, or fewer experts).
+fn q8_0_shape(m: &vkllm_models::hybrid::weights::MoeWeights, n: usize) -> MoeQuantShape {
+    MoeQuantShape {
+        n,
+        top_k: m.experts.n_experts.min(2),
+        hidden: m.experts.hidden,
+        ff: m.experts.ff,
+        n_experts: m.experts.n_experts,
+        gate: WeightType::Q8_0,
+        up: WeightType::Q8_0,
+        down: WeightType::Q8_0,
+    }
+}
+
 #[test]
 fn q8_0_experts_match_cpu() {
     // Per-row expert kernels for every product (the reference launch, then teams of 16 lanes),
@@ -72,16 +86,7 @@ fn q8_0_experts_match_cpu_with(grouped_min: u32, lanes: u32) {
                 );
                 checked += 1;
             }
-            let shape = MoeQuantShape {
-                n: ids.len(),
-                top_k: m.experts.n_experts.min(2),
-                hidden: m.experts.hidden,
-                ff: m.experts.ff,
-                n_experts: m.experts.n_experts,
-                gate: WeightType::Q8_0,
-                up: WeightType::Q8_0,
-                down: WeightType::Q8_0,
-            };
+            let shape = q8_0_shape(m, ids.len());
             assert!(
                 MoeExpertsGrouped::<()>::supports(&shape),
                 "the grouped kernels take the fixture's experts"
@@ -126,16 +131,7 @@ fn grouped_int8_experts_match_per_token_int8() {
             .layers
             .iter()
             .find_map(|l| match &l.ffn {
-                FfnWeights::Moe(m) => Some(MoeQuantShape {
-                    n: ids.len(),
-                    top_k: m.experts.n_experts.min(2),
-                    hidden: m.experts.hidden,
-                    ff: m.experts.ff,
-                    n_experts: m.experts.n_experts,
-                    gate: WeightType::Q8_0,
-                    up: WeightType::Q8_0,
-                    down: WeightType::Q8_0,
-                }),
+                FfnWeights::Moe(m) => Some(q8_0_shape(m, ids.len())),
                 _ => None,
             })
             .expect("the fixture has MoE layers");
