@@ -84,6 +84,15 @@ pub struct GroupedParams {
     pub pad: [u32; 2],
 }
 
+/// How [`MoeExpertsGrouped::dispatch_q8a`] launches: `columns` (1 to 8) slots per pass, and
+/// `per_expert` workgroups per expert it aims for (each then takes up to 16 row groups, sharing
+/// one quantization of its slots' x; 0: one row group per workgroup).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Q8gLaunch {
+    pub columns: usize,
+    pub per_expert: u32,
+}
+
 /// The grouped expert computation: `act` (`[n, top_k, ff]`), `y` (`[n, top_k, hidden]`) and
 /// `lists` ([`MoeExpertsGrouped::list_words`]) are scratch; the result goes to `out`
 /// (`[n, hidden]`).
@@ -175,13 +184,13 @@ impl<B: KernelBuffer> MoeExpertsGrouped<B> {
     pub fn dispatch_q8a(
         self,
         s: &MoeQuantShape,
-        columns: usize,
+        launch: Q8gLaunch,
     ) -> Result<[Dispatch<B>; 4], Error> {
         let none = MoeFusions {
             norm: None,
             accumulate: false,
         };
-        self.dispatch_q8a_fused(s, columns, none)
+        self.dispatch_q8a_fused(s, launch, none)
     }
 
     /// [`MoeExpertsGrouped::dispatch_q8a`] with `f`'s fusions: x normalized in gate/up's
@@ -189,9 +198,10 @@ impl<B: KernelBuffer> MoeExpertsGrouped<B> {
     pub fn dispatch_q8a_fused(
         self,
         s: &MoeQuantShape,
-        columns: usize,
+        launch: Q8gLaunch,
         f: MoeFusions<B>,
     ) -> Result<[Dispatch<B>; 4], Error> {
+        let columns = launch.columns;
         use crate::matvec_fused::{MatvecFused, MatvecOp};
         use crate::moe_experts_q8a::{MoeGather, gate_up_op};
         if !Self::supports_q8a(s, columns) {
@@ -204,7 +214,8 @@ impl<B: KernelBuffer> MoeExpertsGrouped<B> {
         let (gate, up, down) = (self.gate, self.up, self.down);
         let [group, _, _, _, sum] = self.dispatch_stages(s, f.accumulate)?;
         let gather = |stage| MoeGather::of(s, stage);
-        let gu = gate_up_op(s, s.ff, columns, f.norm.as_ref().map(|n| n.1));
+        let mut gu = gate_up_op(s, s.ff, columns, f.norm.as_ref().map(|n| n.1));
+        gu.q8a.workgroups = launch.per_expert;
         let gate_up = MatvecFused {
             w: vec![gate, up],
             x,
@@ -214,6 +225,7 @@ impl<B: KernelBuffer> MoeExpertsGrouped<B> {
         .dispatch_q8a_moe(&gu, gather(3), lists, weights)?;
         let mut dn = MatvecOp::plain(s.down, s.hidden, s.ff);
         dn.n_cols = columns;
+        dn.q8a.workgroups = launch.per_expert;
         let down = MatvecFused {
             w: vec![down],
             x: act,

@@ -19,7 +19,7 @@ use vkllm_cpu::quant::{
 };
 use vkllm_kernels::WeightType;
 use vkllm_kernels::matvec_fused::NormPrologue;
-use vkllm_kernels::moe_experts_grouped::MoeExpertsGrouped;
+use vkllm_kernels::moe_experts_grouped::{MoeExpertsGrouped, Q8gLaunch};
 use vkllm_kernels::moe_experts_q8a::{MoeExpertsQ8a, MoeFusions};
 use vkllm_kernels::moe_experts_quant::MoeQuantShape;
 use vkllm_vk::{Device, Result};
@@ -102,24 +102,24 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
         WeightType::Q6_K,
     );
     // (tokens, experts, top-k, hidden, ff, gate/up type, down type, fused: norm offset,
-    // grouped: slots per pass or 0 for the per-token launches)
-    for (n, e, k, h, ff, gu, dn, fused, cols) in [
+    // grouped: slots per pass or 0 for the per-token launches, and workgroups per expert)
+    for (n, e, k, h, ff, gu, dn, fused, cols, wpe) in [
         (
-            1usize, 6usize, 2usize, 512usize, 256usize, q4k, q4k, None, 0usize,
+            1usize, 6usize, 2usize, 512usize, 256usize, q4k, q4k, None, 0usize, 0u32,
         ),
-        (3, 7, 3, 96, 64, q8, q8, None, 0),
-        (2, 5, 3, 256, 512, q4k, q6k, None, 0),
-        (5, 9, 4, 160, 96, q40, q8, None, 0),
-        (1, 4, 1, 768, 256, q6k, q4k, None, 0),
-        (1, 9, 3, 512, 256, q4k, q6k, Some(0.0f32), 0),
-        (3, 7, 3, 96, 64, q8, q8, Some(1.0), 0),
-        (13, 5, 3, 256, 512, q4k, q6k, None, 4),
-        (9, 6, 2, 96, 64, q8, q8, None, 3),
-        (20, 4, 4, 512, 256, q4k, q4k, None, 8),
-        (2, 9, 2, 160, 96, q40, q8, None, 1),
-        (16, 40, 8, 256, 256, q6k, q4k, None, 4),
-        (6, 7, 3, 96, 64, q8, q8, Some(1.0), 4),
-        (10, 9, 3, 512, 256, q4k, q6k, Some(0.0), 3),
+        (3, 7, 3, 96, 64, q8, q8, None, 0, 0),
+        (2, 5, 3, 256, 512, q4k, q6k, None, 0, 0),
+        (5, 9, 4, 160, 96, q40, q8, None, 0, 0),
+        (1, 4, 1, 768, 256, q6k, q4k, None, 0, 0),
+        (1, 9, 3, 512, 256, q4k, q6k, Some(0.0f32), 0, 0),
+        (3, 7, 3, 96, 64, q8, q8, Some(1.0), 0, 0),
+        (13, 5, 3, 256, 512, q4k, q6k, None, 4, 0),
+        (9, 6, 2, 96, 64, q8, q8, None, 3, 0),
+        (20, 4, 4, 512, 256, q4k, q4k, None, 8, 0),
+        (2, 9, 2, 160, 96, q40, q8, None, 1, 0),
+        (16, 40, 8, 256, 256, q6k, q4k, None, 4, 1),
+        (6, 7, 3, 96, 64, q8, q8, Some(1.0), 4, 0),
+        (10, 9, 3, 512, 256, q4k, q6k, Some(0.0), 3, 1),
     ] {
         let s = MoeQuantShape {
             n,
@@ -196,7 +196,14 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     lists: lists.all(),
                     out: out.all(),
                 }
-                .dispatch_q8a_fused(&s, cols, f)?;
+                .dispatch_q8a_fused(
+                    &s,
+                    Q8gLaunch {
+                        columns: cols,
+                        per_expert: wpe,
+                    },
+                    f,
+                )?;
                 for d in ds {
                     r.dispatch(d)?;
                 }
@@ -224,6 +231,7 @@ pub(crate) fn moe_experts_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParit
         let variant = |stage: &str| {
             let g = match cols {
                 0 => String::new(),
+                c if wpe > 0 => format!(" grouped x{c} {wpe}/expert"),
                 c => format!(" grouped x{c}"),
             };
             match fused {

@@ -187,6 +187,9 @@ pub struct Tuning {
     pub moe_q8g_min: u32,
     /// Slots per pass of those launches (1 to 8). Key `moe_q8g_cols`.
     pub moe_q8g_cols: u32,
+    /// Workgroups per expert those launches aim for (each takes up to 16 row groups over one
+    /// quantization of its slots); 0: one row group per workgroup. Key `moe_q8g_wpe`.
+    pub moe_q8g_wpe: u32,
     /// Model backends: invocations per output row of the per-row MoE expert products (a power
     /// of two <= 128, 128 / lanes rows per workgroup); 0: one 64-invocation workgroup per row
     /// (the reference). Key `moe_lanes`.
@@ -257,6 +260,7 @@ impl Default for Tuning {
             moe_grouped_min: 16,
             moe_q8g_min: 0,
             moe_q8g_cols: 4,
+            moe_q8g_wpe: 0,
             moe_lanes: 16,
             moe_q8a: true,
             moe_shared: true,

@@ -16,7 +16,7 @@ use vkllm_kernels::gated_delta_rule::{
 use vkllm_kernels::gated_rmsnorm::GatedRmsNorm;
 use vkllm_kernels::matvec_fused::{Epilogue, NormPrologue};
 use vkllm_kernels::moe_experts::{MoeExperts, MoeShape};
-use vkllm_kernels::moe_experts_grouped::MoeExpertsGrouped;
+use vkllm_kernels::moe_experts_grouped::{MoeExpertsGrouped, Q8gLaunch};
 use vkllm_kernels::moe_experts_q8a::{MoeExpertsQ8a, MoeFusions};
 use vkllm_kernels::moe_experts_quant::{MoeExpertsQuant, MoeQuantShape};
 use vkllm_vk::BufSlice;
@@ -305,19 +305,23 @@ impl VulkanBackend {
 }
 
 impl VulkanBackend {
-    /// Slots per pass where `s`'s expert products take the grouped int8 launches (tuning
-    /// `moe_q8g_min` <= n < `moe_grouped_min`, where the per-token int8 launches run).
-    fn moe_q8g_columns(&self, s: &MoeQuantShape) -> Option<usize> {
+    /// The grouped int8 launch where `s`'s expert products take it (tuning `moe_q8g_min` <= n
+    /// < `moe_grouped_min`, where the per-token int8 launches run).
+    fn moe_q8g_launch(&self, s: &MoeQuantShape) -> Option<Q8gLaunch> {
         let t = self.dev.tuning();
         let (min, max) = (t.moe_q8g_min as usize, t.moe_grouped_min as usize);
         let cols = t.moe_q8g_cols as usize;
+        let launch = Q8gLaunch {
+            columns: cols,
+            per_expert: t.moe_q8g_wpe,
+        };
         let below_grouped = max == 0 || s.n < max;
         (min > 0
             && s.n >= min
             && below_grouped
             && vkllm_vk::moe_q8a_runs(&self.dev, s)
             && MoeExpertsGrouped::<BufSlice<'_>>::supports_q8a(s, cols))
-        .then_some(cols)
+        .then_some(launch)
     }
 
     /// The experts over block-format weights: for few tokens three dispatches reading only the
@@ -350,8 +354,11 @@ impl VulkanBackend {
         let lanes = self.dev.tuning().moe_lanes;
         let grouped = min > 0 && n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(&shape);
         let int8 = !grouped && vkllm_vk::moe_q8a_runs(&self.dev, &shape);
-        let q8g = int8 && self.moe_q8g_columns(&shape).is_some();
-        let q8g_cols = self.moe_q8g_columns(&shape).unwrap_or(1);
+        let q8g = if int8 {
+            self.moe_q8g_launch(&shape)
+        } else {
+            None
+        };
         // The grouped products on cooperative matrices (tuning `moe_coop`) where they run.
         let sg = self.dev.info().subgroup_size;
         let coop = (self.dev.tuning().moe_coop && self.dev.coopmat() && matches!(sg, 16 | 32 | 64))
@@ -368,7 +375,7 @@ impl VulkanBackend {
                 me.head(weights, n * top_k)?,
             );
             let (gate, up, down, out) = (w(ex.gate), w(ex.up), w(ex.down), me.head(out, n * h)?);
-            let ds: Vec<_> = if q8g {
+            let ds: Vec<_> = if let Some(launch) = q8g {
                 MoeExpertsGrouped {
                     x,
                     ids,
@@ -381,7 +388,7 @@ impl VulkanBackend {
                     lists: part(l)?,
                     out,
                 }
-                .dispatch_q8a(&shape, q8g_cols)?
+                .dispatch_q8a(&shape, launch)?
                 .into()
             } else if grouped {
                 let (act, y, lists) = (part(a)?, part(y)?, part(l)?);
@@ -462,7 +469,7 @@ impl VulkanBackend {
         };
         let min = self.dev.tuning().moe_grouped_min as usize;
         let grouped = min > 0 && n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(&shape);
-        let q8g = self.moe_q8g_columns(&shape);
+        let q8g = self.moe_q8g_launch(&shape);
         if grouped
             || !vkllm_vk::moe_q8a_runs(&self.dev, &shape)
             || n > self.columns_max(&[a.router])
@@ -497,7 +504,7 @@ impl VulkanBackend {
                 accumulate: true,
             };
             // Decode batches (tuning `moe_q8g_min`): the grouped int8 launches, same fusions.
-            if let Some(cols) = q8g {
+            if let Some(launch) = q8g {
                 let ds = MoeExpertsGrouped {
                     x: me.head(a.x, n * h)?,
                     ids: me.head(a.ids, n * k)?,
@@ -510,7 +517,7 @@ impl VulkanBackend {
                     lists: part(parts[2])?,
                     out: me.head(a.x, n * h)?,
                 }
-                .dispatch_q8a_fused(&shape, cols, fusions)?;
+                .dispatch_q8a_fused(&shape, launch, fusions)?;
                 for d in ds {
                     r.dispatch(d)?;
                 }
