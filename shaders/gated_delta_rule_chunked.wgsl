@@ -63,6 +63,14 @@ fn softplus(x: f32) -> f32 {
     return log(1.0 + exp(x));
 }
 
+// Token t's gates for value head h (decay_a = exp(a_log[h])): the log decay
+// g = -decay_a * softplus(a + dt_bias) and the write strength beta = sigmoid(b).
+fn gate_of(t: u32, h: u32, decay_a: f32) -> vec2<f32> {
+    let g = -decay_a * softplus(a[t * p.hv + h] + dt_bias[h]);
+    let beta = 1.0 / (1.0 + exp(-b[t * p.hv + h]));
+    return vec2<f32>(g, beta);
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
@@ -99,15 +107,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             ks[i * DKM + d] = kv;
         }
         if (lid < C) {
-            var g = 0.0;
-            var beta = 0.0;
+            var gb = vec2<f32>(0.0);
             if (lid < len) {
-                let t = c0 + lid;
-                g = -decay_a * softplus(a[t * p.hv + h] + dt_bias[h]);
-                beta = 1.0 / (1.0 + exp(-b[t * p.hv + h]));
+                gb = gate_of(c0 + lid, h, decay_a);
             }
-            gs[lid] = g;
-            bt[lid] = beta;
+            gs[lid] = gb.x;
+            bt[lid] = gb.y;
         }
         workgroupBarrier();
         // 2. norms (one token per invocation) and the cumulative decay.
@@ -335,15 +340,12 @@ fn main_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
             uv[(i / 4u) * CW + cc][i % 4u] = v;
         }
         if (lid < C) {
-            var g = 0.0;
-            var beta = 0.0;
+            var gb = vec2<f32>(0.0);
             if (lid < len) {
-                let t = c0 + lid;
-                g = -decay_a * softplus(a[t * p.hv + h] + dt_bias[h]);
-                beta = 1.0 / (1.0 + exp(-b[t * p.hv + h]));
+                gb = gate_of(c0 + lid, h, decay_a);
             }
-            gs[lid] = g;
-            bt[lid] = beta;
+            gs[lid] = gb.x;
+            bt[lid] = gb.y;
         }
         workgroupBarrier();
         // B.
