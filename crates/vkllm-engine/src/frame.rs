@@ -45,7 +45,7 @@ const EMA: f64 = 0.25;
 /// the slices run so far; while every slice had the same size the whole cost is per layer.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SliceCost {
-    w: f64,
+    seen: bool,
     k: f64,
     kk: f64,
     t: f64,
@@ -56,10 +56,9 @@ impl SliceCost {
     /// Adds a slice of `k` layers that took `secs`.
     pub fn observe(&mut self, k: usize, secs: f64) {
         let k = k as f64;
-        let first = self.w == 0.0;
-        let a = if first { 1.0 } else { EMA };
-        let mix = |old: f64, new: f64| if first { new } else { old + a * (new - old) };
-        self.w = 1.0;
+        let first = !self.seen;
+        let mix = |old: f64, new: f64| if first { new } else { old + EMA * (new - old) };
+        self.seen = true;
         self.k = mix(self.k, k);
         self.kk = mix(self.kk, k * k);
         self.t = mix(self.t, secs);
@@ -68,7 +67,7 @@ impl SliceCost {
 
     /// `(fixed, per_layer)` in seconds, both >= 0 (`None` before the first slice).
     pub fn estimate(&self) -> Option<(f64, f64)> {
-        if self.w == 0.0 || self.k <= 0.0 {
+        if !self.seen || self.k <= 0.0 {
             return None;
         }
         let var = self.kk - self.k * self.k;

@@ -354,11 +354,9 @@ impl VulkanBackend {
         let lanes = self.dev.tuning().moe_lanes;
         let grouped = min > 0 && n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(&shape);
         let int8 = !grouped && vkllm_vk::moe_q8a_runs(&self.dev, &shape);
-        let q8g = if int8 {
-            self.moe_q8g_launch(&shape)
-        } else {
-            None
-        };
+        // (Implies `int8`: the per-token int8 launches' conditions and fewer tokens than
+        // `moe_grouped_min`.)
+        let q8g = self.moe_q8g_launch(&shape);
         // The grouped products on cooperative matrices (tuning `moe_coop`) where they run.
         let sg = self.dev.info().subgroup_size;
         let coop = (self.dev.tuning().moe_coop && self.dev.coopmat() && matches!(sg, 16 | 32 | 64))
@@ -485,7 +483,6 @@ impl VulkanBackend {
         let (ne, renorm) = (a.n_experts, a.renormalize);
         self.moe_route(logits, n, ne, a.top_k, renorm, a.shared, a.ids, a.weights)?;
         let parts = moe_scratch_parts(n, k, h, ex.ff, ex.n_experts);
-        let act = parts[0];
         self.record(|me, r| {
             // The routing entries are read as 16-byte words (the scratch is padded).
             let kw = (n * k).next_multiple_of(4);
@@ -530,7 +527,7 @@ impl VulkanBackend {
                 gate: w(ex.gate),
                 up: w(ex.up),
                 down: w(ex.down),
-                act: part(act)?,
+                act: part(parts[0])?,
                 out: me.head(a.x, n * h)?,
             }
             .dispatch_fused(&shape, fusions)?;
