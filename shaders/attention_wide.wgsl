@@ -18,6 +18,7 @@
 // KB, VB and CL are measured (docs/benchmarks.md): more keys in flight per lane cost registers
 // and occupancy; 16-lane clusters (half the query registers) were slower.
 //
+// #include attention_wide.inc.wgsl
 // #include attention_keys.inc.wgsl
 
 override WG: u32 = 128;
@@ -27,49 +28,25 @@ override CHUNK_MIN: u32 = 0;
 // queries and accumulators live in registers.
 override GQ: u32 = 4;
 override HD: u32 = 128;
+// V: 8-value slots per row, one per invocation of a key group.
+override NS: u32 = HD / 8u;
 // Lanes per key while scoring.
 const CL: u32 = 8u;
-// 16-byte slots per row, and per lane of a K cluster.
-override NS: u32 = HD / 8u;
+// 16-byte slots per lane of a K cluster.
 override SPL: u32 = (NS + CL - 1u) / CL;
 
-struct Params {
-    n_q: u32,
-    n_heads: u32,
-    n_kv_heads: u32,
-    head_dim: u32,
-    n_kv: u32,
-    n_chunks: u32,
-    scale: f32,
-    softcap: f32,
-    window: u32,
-    kv_stride: u32,
-    ring: u32,
-}
-var<immediate> p: Params;
-
-@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> k: array<vec4<u32>>;
-@group(0) @binding(2) var<storage, read> v: array<vec4<u32>>;
-@group(0) @binding(3) var<storage, read> q_pos: array<u32>;
-@group(0) @binding(4) var<storage, read_write> part_ml: array<f32>;
-@group(0) @binding(5) var<storage, read_write> part_o: array<f32>;
-@group(0) @binding(6) var<storage, read_write> out: array<f32>;
-
-// Array bounds of the per-lane registers: GQ <= 8, SPL <= 4 (HD <= 256).
-const WIDE_GQ_MAX: u32 = 8u;
-const WIDE_SPL_MAX: u32 = 4u;
 // Keys per lane in flight while scoring (KB), and per invocation while accumulating V (VB; the
-// next batch's loads are issued before the current one is used), at most WIDE_B_MAX.
+// next batch's loads are issued before the current one is used).
 override KB: u32 = 2;
 override VB: u32 = 8;
-const WIDE_B_MAX: u32 = 8u;
-const WIDE_PW: u32 = 4096u;
-
-var<workgroup> wg_skip: u32;
+// The chunk's scores, then their exponentials, per head.
 var<workgroup> sc: array<f32, GQ * CHUNK>;
-var<workgroup> ml: array<f32, 16>;
-var<workgroup> pw: array<f32, WIDE_PW>;
+
+@group(0) @binding(1) var<storage, read> k: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> v: array<vec4<u32>>;
+
+// Array bound of the per-lane query registers: SPL <= 4 (HD <= 256).
+const WIDE_SPL_MAX: u32 = 4u;
 
 // 8 f16 values of a slot as two vec4s.
 fn wide_unpack(w: vec4<u32>) -> array<vec4<f32>, 2> {
@@ -87,15 +64,10 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     let c = wid.x;
     let kvh = wid.y;
     let i = wid.z;
-    let neg_inf = bitcast<f32>(0xff800000u);
-    let vis = visible_keys(i);
-    let ck = chunk_keys(vis.x, vis.y);
-    let j0 = vis.x + c * ck;
-    let j1 = min(j0 + ck, vis.y + 1u);
-    // A chunk past the visible keys has nothing to do: the merge reads only live chunks.
-    if (lid == 0u) {
-        wg_skip = select(0u, 1u, j0 > vis.y);
-    }
+    let bounds = wide_chunk(i, c, lid);
+    let j0 = bounds.x;
+    let j1 = bounds.y;
+    let ck = bounds.z;
     if (workgroupUniformLoad(&wg_skip) != 0u) {
         return;
     }
@@ -155,22 +127,8 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
         }
         for (var b = 0u; b < KB; b++) {
             let jj = cl + n_cl * (t * KB + b);
-            let live = jj < ck && j0 + jj < j1;
             for (var g = 0u; g < GQ; g++) {
-                var d = acc[b * GQ + g];
-                d += subgroupShuffleXor(d, 4u);
-                d += subgroupShuffleXor(d, 2u);
-                d += subgroupShuffleXor(d, 1u);
-                if (cl_lane == 0u && jj < ck) {
-                    var s = neg_inf;
-                    if (live) {
-                        s = d * p.scale;
-                        if (p.softcap > 0.0) {
-                            s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
-                        }
-                    }
-                    sc[g * CHUNK + jj] = s;
-                }
+                wide_score(acc[b * GQ + g], g, jj, ck, jj < ck && j0 + jj < j1, cl_lane);
             }
         }
     }
@@ -193,34 +151,7 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
         }
         vr[b] = w;
     }
-
-    // Softmax pieces per head: subgroup s takes heads s, s + n_sg, ...; lanes across keys.
-    let htrips = (GQ + n_sg - 1u) / n_sg;
-    for (var t = 0u; t < htrips; t++) {
-        let g = sg_id + t * n_sg;
-        let gl = min(g, GQ - 1u);
-        var m = neg_inf;
-        for (var jj = sg_lane; jj < ck; jj += sg_size) {
-            m = max(m, sc[gl * CHUNK + jj]);
-        }
-        m = subgroupMax(m);
-        var l = 0.0;
-        for (var jj = sg_lane; jj < ck; jj += sg_size) {
-            var e = 0.0;
-            if (m != neg_inf) {
-                e = exp(sc[gl * CHUNK + jj] - m);
-            }
-            if (g < GQ) {
-                sc[gl * CHUNK + jj] = e;
-            }
-            l += e;
-        }
-        l = subgroupAdd(l);
-        if (sg_lane == 0u && g < GQ) {
-            ml[2u * g] = m;
-            ml[2u * g + 1u] = l;
-        }
-    }
+    wide_softmax(ck, sg_id, sg_lane, sg_size, n_sg);
     workgroupBarrier();
 
     var o: array<vec4<f32>, 2u * WIDE_GQ_MAX>;
@@ -254,38 +185,5 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
             vr = vn;
         }
     }
-
-    // The key groups' partials, hp heads at a time: pw[((kg * hp + g - g0) * HD + d].
-    let hp = max(1u, WIDE_PW / (kg_n * HD));
-    for (var g0 = 0u; g0 < GQ; g0 += hp) {
-        workgroupBarrier();
-        if (kg < kg_n) {
-            for (var g = 0u; g < GQ; g++) {
-                if (g >= g0 && g < g0 + hp) {
-                    let e = (kg * hp + g - g0) * HD + 8u * s;
-                    for (var x = 0u; x < 4u; x++) {
-                        pw[e + x] = o[2u * g][x];
-                        pw[e + 4u + x] = o[2u * g + 1u][x];
-                    }
-                }
-            }
-        }
-        workgroupBarrier();
-        for (var e = lid; e < hp * HD; e += WG) {
-            let g = g0 + e / HD;
-            if (g < GQ) {
-                var t = 0.0;
-                for (var kk = 0u; kk < kg_n; kk++) {
-                    t += pw[(kk * hp) * HD + e];
-                }
-                let part = (i * p.n_heads + kvh * GQ + g) * p.n_chunks + c;
-                part_o[part * HD + e % HD] = t;
-            }
-        }
-    }
-    if (lid < GQ) {
-        let part = (i * p.n_heads + kvh * GQ + lid) * p.n_chunks + c;
-        part_ml[2u * part] = ml[2u * lid];
-        part_ml[2u * part + 1u] = ml[2u * lid + 1u];
-    }
+    wide_parts(o, i, kvh, c, lid, kg, kg_n, s);
 }

@@ -2,7 +2,7 @@
 //! (prefill: tiled, online softmax).
 
 use crate::kv_append::{KvType, KvTypes};
-use crate::sources::{ATTENTION, ATTENTION_PREFILL, ATTENTION_WIDE};
+use crate::sources::{ATTENTION, ATTENTION_PREFILL, ATTENTION_WIDE, ATTENTION_WIDE_QUANT};
 use crate::spec::{MAX_GROUPS_X, need, rd, rw, shape_err, to_u32, wr};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
 
@@ -59,6 +59,27 @@ pub static ATTN_SPLIT_WIDE: KernelSpec = KernelSpec {
     file: "attention_wide.wgsl",
     entry: "split",
     source: ATTENTION_WIDE,
+    bindings: &[
+        rd("q"),
+        rd("k"),
+        rd("v"),
+        rd("q_pos"),
+        wr("part_ml"),
+        wr("part_o"),
+        rd("out"),
+    ],
+    push_size: 44,
+    exact_fp: false,
+};
+
+/// Pass 1 over q8_0 / q4_0 / tq4 caches in the wide split's organisation
+/// (`shaders/attention_wide_quant.wgsl`): the grouped split's partials (see
+/// [`AttnDecode::dispatch_wide`]).
+pub static ATTN_SPLIT_WIDE_QUANT: KernelSpec = KernelSpec {
+    name: "attn_decode_split_wide_quant",
+    file: "attention_wide_quant.wgsl",
+    entry: "split",
+    source: ATTENTION_WIDE_QUANT,
     bindings: &[
         rd("q"),
         rd("k"),
@@ -402,23 +423,28 @@ impl<B: KernelBuffer> AttnDecode<B> {
         self.dispatch_with(k, s, c)
     }
 
-    /// The grouped split for f16 caches with 16-byte loads and the group's queries in registers
-    /// (the same partials as [`AttnDecode::dispatch_gqa`], its reference): K and V f16,
-    /// head_dim a multiple of 8, every binding 16-byte aligned (the caller's duty: Vulkan checks
-    /// only the device's offset alignment), the grouped split's chunking limits; subgroups of at
-    /// least 8 lanes.
+    /// The grouped split with the group's queries in registers and several keys in flight per
+    /// lane (the same partials as [`AttnDecode::dispatch_gqa`], its reference): f16 K and V
+    /// with head_dim a multiple of 8 (16-byte loads: every binding 16-byte aligned, the caller's
+    /// duty, as Vulkan checks only the device's offset alignment), or K and V each q8_0, q4_0 or
+    /// tq4 with heads of whole 64-value units; the grouped split's chunking limits; subgroups of
+    /// at least 8 lanes.
     pub fn dispatch_wide(
         self,
         s: &AttnShape,
         chunking: impl Into<Chunking>,
     ) -> Result<[Dispatch<B>; 2], Error> {
-        let k = &ATTN_SPLIT_WIDE;
+        let k = match s.kv.is_quantized() {
+            true => &ATTN_SPLIT_WIDE_QUANT,
+            false => &ATTN_SPLIT_WIDE,
+        };
         let c = chunking.into();
         if !Self::wide_applies(s) {
             return Err(shape_err(
                 k,
                 format!(
-                    "reads f16 caches with head_dim a multiple of 8, not {} with head_dim {}",
+                    "reads f16 caches with head_dim a multiple of 8 or quantized ones with heads \
+                     of whole 64-value units, not {} with head_dim {}",
                     KvTypes { k: s.kv, v: s.kv_v }.name(),
                     s.head_dim
                 ),
@@ -431,11 +457,12 @@ impl<B: KernelBuffer> AttnDecode<B> {
 
     /// The shapes [`AttnDecode::dispatch_wide`] takes (besides the grouped split's limits).
     pub fn wide_applies(s: &AttnShape) -> bool {
-        s.kv == KvType::F16
+        let f16 = s.kv == KvType::F16
             && s.kv_v == KvType::F16
             && !s.rot_k
-            && s.head_dim.is_multiple_of(8)
-            && s.head_dim <= 256
+            && s.head_dim.is_multiple_of(8);
+        let quant = s.kv.is_quantized() && s.kv_v.is_quantized() && s.head_dim.is_multiple_of(64);
+        (f16 || quant) && s.head_dim <= 256
     }
 
     fn dispatch_with(
@@ -446,7 +473,9 @@ impl<B: KernelBuffer> AttnDecode<B> {
     ) -> Result<[Dispatch<B>; 2], Error> {
         let chunk = chunking.chunk;
         s.check(k)?;
-        let grouped = std::ptr::eq(k, &ATTN_SPLIT_GQA) || std::ptr::eq(k, &ATTN_SPLIT_WIDE);
+        let wide_quant = std::ptr::eq(k, &ATTN_SPLIT_WIDE_QUANT);
+        let wide = std::ptr::eq(k, &ATTN_SPLIT_WIDE) || wide_quant;
+        let grouped = std::ptr::eq(k, &ATTN_SPLIT_GQA) || wide;
         // (The grouped splits' own check, `check_gqa`, admits chunks from 8.)
         let min = if grouped { 8 } else { 16 };
         if !(min..=1024).contains(&chunk) || !chunk.is_power_of_two() {
@@ -474,15 +503,23 @@ impl<B: KernelBuffer> AttnDecode<B> {
             .set("KV_DTYPE", s.kv.code())
             .set("KV_DTYPE_V", s.kv_v.code())
             .set("KV_ROT_K", f64::from(u8::from(s.rot_k)));
-        let split_ov = if std::ptr::eq(k, &ATTN_SPLIT_WIDE) {
-            Overrides::new()
-                .set("WG", WG as f64)
-                .set("CHUNK", chunk as f64)
-                .set("CHUNK_MIN", chunking.min as f64)
-                .set("GQ", (s.n_heads / s.n_kv_heads) as f64)
-                .set("HD", s.head_dim as f64)
-        } else {
-            ov.clone()
+        let split_ov = match wide {
+            true => {
+                let o = Overrides::new()
+                    .set("WG", WG as f64)
+                    .set("CHUNK", chunk as f64)
+                    .set("CHUNK_MIN", chunking.min as f64)
+                    .set("GQ", (s.n_heads / s.n_kv_heads) as f64)
+                    .set("HD", s.head_dim as f64);
+                match wide_quant {
+                    true => o
+                        .set("KV_DTYPE", s.kv.code())
+                        .set("KV_DTYPE_V", s.kv_v.code())
+                        .set("KV_ROT_K", f64::from(u8::from(s.rot_k))),
+                    false => o,
+                }
+            }
+            false => ov.clone(),
         };
         let split = Dispatch::new(
             k,

@@ -92,6 +92,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &attention::ATTN_SPLIT,
         &attention::ATTN_SPLIT_GQA,
         &attention::ATTN_SPLIT_WIDE,
+        &attention::ATTN_SPLIT_WIDE_QUANT,
         &attention::ATTN_MERGE,
         &attention::ATTN_DECODE_FUSED,
         &attention::ATTN_PREFILL,

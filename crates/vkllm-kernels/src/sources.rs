@@ -20,6 +20,13 @@ pub(crate) const ATTENTION_FUSED: &str = concat!(
 );
 pub(crate) const ATTENTION_WIDE: &str = concat!(
     include_str!("../shaders/attention_wide.wgsl"),
+    include_str!("../shaders/attention_wide.inc.wgsl"),
+    include_str!("../shaders/attention_keys.inc.wgsl")
+);
+pub(crate) const ATTENTION_WIDE_QUANT: &str = concat!(
+    include_str!("../shaders/attention_wide_quant.wgsl"),
+    include_str!("../shaders/attention_wide.inc.wgsl"),
+    include_str!("../shaders/kv_quant.inc.wgsl"),
     include_str!("../shaders/attention_keys.inc.wgsl")
 );
 pub(crate) const CAUSAL_CONV1D: &str = include_str!("../shaders/causal_conv1d.wgsl");
@@ -144,6 +151,7 @@ mod tests {
             ("attention.wgsl", super::ATTENTION),
             ("attention_fused.wgsl", super::ATTENTION_FUSED),
             ("attention_wide.wgsl", super::ATTENTION_WIDE),
+            ("attention_wide_quant.wgsl", super::ATTENTION_WIDE_QUANT),
             ("attention_prefill.wgsl", super::ATTENTION_PREFILL),
             ("kv_append.wgsl", super::KV_APPEND),
             ("kv_to_f16.wgsl", super::KV_TO_F16),

@@ -103,7 +103,7 @@ fn adaptive_chunk_settings_are_checked() {
 }
 
 #[test]
-fn wide_split_takes_f16_heads_of_whole_slots() {
+fn wide_split_takes_f16_slots_and_quantized_units() {
     let s = shape(2, 33_408, None);
     let adaptive = Chunking::adaptive(256, 16);
     let [split, merge] = op(&s, adaptive).dispatch_wide(&s, adaptive).unwrap();
@@ -115,19 +115,36 @@ fn wide_split_takes_f16_heads_of_whole_slots() {
     assert_eq!(merge.kernel.name, "attn_decode_merge");
     let ov = split.overrides.to_string();
     assert!(ov.contains("GQ=4") && ov.contains("HD=128"), "{ov}");
-    // Quantized caches, heads that are not whole 16-byte slots, groups past GQA_MAX and chunks
-    // past 256 are refused.
+    // Quantized caches take the quantized form with its types and rotation as constants.
+    let q = AttnShape {
+        kv: KvType::Q8_0,
+        kv_v: KvType::Tq4,
+        rot_k: true,
+        ..s
+    };
+    let [split, _] = op(&q, adaptive).dispatch_wide(&q, adaptive).unwrap();
+    assert_eq!(split.kernel.name, "attn_decode_split_wide_quant");
+    assert_eq!(split.groups, [131, 8, 2]);
+    let ov = split.overrides.to_string();
+    assert!(
+        ov.contains("KV_DTYPE=2") && ov.contains("KV_DTYPE_V=4") && ov.contains("KV_ROT_K=1"),
+        "{ov}"
+    );
+    // f16 mixed with another type, f16 heads that are not whole 16-byte slots, quantized heads
+    // that are not whole 64-value units, groups past GQA_MAX and chunks past 256 are refused.
     let refused = [
-        AttnShape {
-            kv: KvType::Q8_0,
-            kv_v: KvType::Q8_0,
-            ..s
-        },
         AttnShape {
             kv_v: KvType::F32,
             ..s
         },
         AttnShape { head_dim: 68, ..s },
+        AttnShape {
+            kv: KvType::Q8_0,
+            kv_v: KvType::Q8_0,
+            head_dim: 96,
+            n_kv_heads: 8,
+            ..s
+        },
         AttnShape { n_heads: 72, ..s },
     ];
     for bad in refused {

@@ -218,3 +218,119 @@ fn kv_type_pairs() {
         }
     }
 }
+
+/// The logits of `n` decode steps after prefilling `ids` (concatenated), and the n + 1 tokens
+/// fed: `forced`'s, or each step's greedy token.
+fn decode_steps<B: Backend>(
+    b: &mut B,
+    m: &AnyModel,
+    ids: &[u32],
+    kv: KvTypes,
+    forced: Option<&[u32]>,
+    n: usize,
+) -> (Vec<f32>, Vec<u32>) {
+    let st = m.new_state(b, ids.len() + n + 1, kv).expect("state");
+    let first = m.forward(b, &st, ids, 0, Logits::Last).expect("prefill");
+    let pick = |l: &[f32], i: usize| forced.map_or_else(|| argmax(l), |f| f[i]);
+    let mut toks = vec![pick(&first, 0)];
+    let mut logits = Vec::new();
+    for step in 0..n {
+        let l = m
+            .forward(b, &st, &[toks[step]], ids.len() + step, Logits::Last)
+            .expect("decode");
+        toks.push(pick(&l, step + 1));
+        logits.extend_from_slice(&l);
+    }
+    (logits, toks)
+}
+
+/// A real model's heads through the wide quantized decode split (the default, tuning
+/// `attn_wide`), which the fixtures' 32-value heads never reach: SmolLM2-135M (heads of 64, 3
+/// query heads per kv head), q8_0 (rotated keys), tq4 and q8_0 K + q4_0 V caches. Each decode
+/// step's logits, fed the grouped split's greedy tokens, agree with the grouped split's (its
+/// reference) far inside what quantizing the cache moves them against an f16 cache.
+#[test]
+fn wide_split_on_real_heads() {
+    let _one_at_a_time = device();
+    let golden = vkllm_models::fixtures::fixtures_dir()
+        .join("real")
+        .join("smollm2-135m.json");
+    let text = std::fs::read_to_string(&golden).expect("golden");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("golden JSON");
+    let path = vkllm_models::fixtures::cache_dir()
+        .join("models")
+        .join(doc["file"].as_str().expect("file"));
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        path.display()
+    );
+    let gguf = vkllm_models::gguf::GgufModel::open(&path).expect("open");
+    let ids: Vec<u32> = doc["cases"][0]["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|v| v.as_u64().expect("id") as u32)
+        .collect();
+    let kinds = [
+        KvType::Q8_0.into(),
+        KvType::Tq4.into(),
+        KvTypes {
+            k: KvType::Q8_0,
+            v: KvType::Q4_0,
+        },
+    ];
+    let mut runs = Vec::new();
+    for wide in [false, true] {
+        let mut opts = common::options();
+        opts.tuning.attn_wide = wide;
+        let dev = common::open(&opts);
+        let mut gpu = VulkanBackend::new(dev.clone());
+        let m = AnyModel::load(
+            gguf.config.clone(),
+            &gguf,
+            &mut gpu,
+            DEFAULT_CHUNK,
+            &mut |_| {},
+        )
+        .expect("load");
+        let (f16, _) = decode_steps(&mut gpu, &m, &ids, KvType::F16.into(), None, 6);
+        let mut per_kind = Vec::new();
+        for (i, kv) in kinds.iter().enumerate() {
+            let forced = runs
+                .first()
+                .map(|r: &Vec<(Vec<f32>, Vec<u32>)>| r[i].1.clone());
+            let (logits, toks) = decode_steps(&mut gpu, &m, &ids, *kv, forced.as_deref(), 6);
+            let moved = vkllm_cpu::compare::diff(&logits, &f16).max_abs;
+            assert!(moved > 0.0, "{}: the cache did not quantize", kv.name());
+            per_kind.push((logits, toks));
+        }
+        per_kind.push((f16, Vec::new()));
+        // The path asked for is the one that ran.
+        assert_eq!(dev.has_pipeline("attn_decode_split_wide_quant"), wide);
+        assert_eq!(dev.has_pipeline("attn_decode_split_gqa"), !wide);
+        runs.push(per_kind);
+    }
+    // Both read the same kernels' blocks, but an f32 rounding difference in one layer's output
+    // can move a value of the next layer's cache across a code boundary (a whole step): the paths
+    // may differ by such flips, a small fraction of what quantizing moves the logits (measured
+    // 2e-4 to 5e-4 of it on lavapipe); a wrong scale, code or row moves them by its order.
+    for (i, kv) in kinds.iter().enumerate() {
+        let d = vkllm_cpu::compare::diff(&runs[1][i].0, &runs[0][i].0);
+        let q = vkllm_cpu::compare::diff(&runs[0][i].0, &runs[0][kinds.len()].0);
+        eprintln!(
+            "{}: wide vs grouped nmse {:.3e}, quantization moves {:.3e}",
+            kv.name(),
+            d.nmse,
+            q.nmse
+        );
+        assert!(
+            d.within(f64::INFINITY, 0.01 * q.nmse),
+            "{}: wide vs grouped logits nmse {:.3e} > 1% of quantization's {:.3e} (non-finite {})",
+            kv.name(),
+            d.nmse,
+            q.nmse,
+            d.non_finite
+        );
+    }
+}

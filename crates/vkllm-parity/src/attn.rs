@@ -189,7 +189,7 @@ const ATTN_TOL: Tol = Tol {
 
 /// `x` as a cache of `t` stores it (words) and the values the CPU attends over: the blocks
 /// dequantized (rotated back when `rot`, and always for tq4).
-fn stored(x: &[f32], t: KvType, rot: bool) -> (Vec<u32>, Vec<f32>) {
+pub(crate) fn stored(x: &[f32], t: KvType, rot: bool) -> (Vec<u32>, Vec<f32>) {
     match t {
         KvType::F32 => (bytemuck::cast_slice(x).to_vec(), x.to_vec()),
         KvType::F16 => {
@@ -417,6 +417,11 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
             16,
         ),
         (case(1, 145, 144, 16, 8, 128, None, None, KvType::Q4_0), 8),
+        // The most query heads per kv head the grouped and wide splits take (8) over q4_0.
+        (
+            case(1, 1100, 1099, 64, 8, 128, None, None, KvType::Q4_0),
+            128,
+        ),
         (case(1, 300, 299, 14, 2, 64, None, None, KvType::Q8_0), 16),
         // Rotated keys (q8_0's default where heads are whole units): 8B's grouping, and a
         // windowed softcapped case with two queries and heads of 64.

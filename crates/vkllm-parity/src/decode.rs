@@ -9,7 +9,7 @@ use vkllm_kernels::kv_append::{KvAppend, KvType};
 use vkllm_kernels::logprobs::{Logprobs, LogprobsShape};
 use vkllm_kernels::sample::SampleSettings;
 
-use super::attn::{Split, split_forms};
+use super::attn::{Split, split_forms, stored};
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, pack16, row, to_f16};
 use vkllm_vk::Device;
 use vkllm_vk::Result;
@@ -94,6 +94,9 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
         ),
         (4, 130, 6, 3, 80, Some(50usize), KvType::F16, &[]),
         (4, 4100, 8, 2, 64, None, KvType::F16, deep),
+        // Quantized caches read in place (rotated q8_0 keys at 8B's heads; q4_0 windowed).
+        (3, 700, 16, 4, 128, None, KvType::Q8_0, &[]),
+        (2, 333, 8, 2, 64, Some(100), KvType::Q4_0, &[]),
     ] {
         let q = rng.vec(slots * n_heads * hd, -2.0, 2.0);
         let kn = slots * cap * n_kv_heads * hd;
@@ -110,7 +113,11 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     vr,
                 )
             }
-            KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => unreachable!("an f32 or f16 case"),
+            KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => {
+                let (kw, kr) = stored(&k, kv, kv == KvType::Q8_0);
+                let (vw, vr) = stored(&v, kv, false);
+                (cx.input("k", &kw)?, kr, cx.input("v", &vw)?, vr)
+            }
         };
         let pos: Vec<u32> = if fixed.is_empty() {
             (0..slots).map(|_| rng.below(cap as u64) as u32).collect()
@@ -152,7 +159,7 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             window,
             kv,
             kv_v: kv,
-            rot_k: false,
+            rot_k: kv == KvType::Q8_0,
             kv_stride: cap,
             ring: None,
         };

@@ -276,8 +276,9 @@ impl VulkanBackend {
                     part_o: o.all(),
                     out: os,
                 };
-                // f16 caches: the wide form (tuning `attn_wide`; its 16-byte bindings hold: the
-                // head buffers start at 0, cache regions at multiples of whole f16 heads of 8).
+                // The wide form (tuning `attn_wide`) for f16 caches (its 16-byte bindings hold:
+                // the head buffers start at 0, cache regions at multiples of whole f16 heads of
+                // 8) and quantized ones with heads of whole units (word bindings).
                 let ds = if gqa && wide {
                     a.dispatch_wide(&shape, chunking)?
                 } else if gqa {
