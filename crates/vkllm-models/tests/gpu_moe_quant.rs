@@ -65,6 +65,7 @@ fn q8_0_experts_match_cpu_with(grouped_min: u32, lanes: u32) {
     let mut opts = common::options();
     opts.tuning.matvec = Some(vkllm_vk::kernels::matvec_fused::MatvecImpl::Fast);
     opts.tuning.moe_grouped_min = grouped_min;
+    opts.tuning.moe_grouped_min_f32 = grouped_min;
     opts.tuning.moe_lanes = lanes;
     let dev = common::open(&opts);
     let fx = Fixture::load("qwen3_moe").expect("fixture");

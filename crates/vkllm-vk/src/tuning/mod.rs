@@ -176,10 +176,15 @@ pub struct Tuning {
     /// over 256-invocation workgroups (`main_wide`); `false`: one invocation per column walking
     /// it twice per chunk (the reference). Key `delta_chunked_wide`.
     pub delta_chunked_wide: bool,
-    /// Model backends: MoE expert products over at least this many tokens group the tokens by
-    /// expert (tiled products reading each expert's weights once per tile); fewer, or 0, run
-    /// one workgroup per output row (the reference). Key `moe_grouped_min`.
+    /// Model backends, where the per-token int8 expert launches run (`moe_q8a`): MoE expert
+    /// products over at least this many tokens group the tokens by expert (tiled products
+    /// reading each expert's weights once per tile); fewer, or 0, run one token's experts per
+    /// workgroup row (the reference; on the H200 the faster up to 128 rows:
+    /// docs/benchmarks.md). Key `moe_grouped_min`.
     pub moe_grouped_min: u32,
+    /// The same where the int8 launches do not run (f32 rows per workgroup, which the tiles
+    /// beat from far fewer tokens). Key `moe_grouped_min_f32`.
+    pub moe_grouped_min_f32: u32,
     /// Model backends: MoE expert products over at least this many tokens (and fewer than
     /// `moe_grouped_min`) run on int8 dot products per expert over its listed slots, each
     /// routed expert's blocks read once per step (decode batches); 0, or fewer tokens: one
@@ -257,7 +262,8 @@ impl Default for Tuning {
             delta_wide: true,
             delta_norm: true,
             delta_chunked_wide: true,
-            moe_grouped_min: 16,
+            moe_grouped_min: 128,
+            moe_grouped_min_f32: 16,
             moe_q8g_min: 0,
             moe_q8g_cols: 4,
             moe_q8g_wpe: 0,
@@ -329,6 +335,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "delta_norm",
     "delta_chunked_wide",
     "moe_grouped_min",
+    "moe_grouped_min_f32",
     "moe_lanes",
     "moe_q8a",
     "moe_shared",

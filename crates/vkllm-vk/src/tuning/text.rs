@@ -214,6 +214,7 @@ impl Tuning {
             "delta_norm" => self.delta_norm = flag()?,
             "delta_chunked_wide" => self.delta_chunked_wide = flag()?,
             "moe_grouped_min" => self.moe_grouped_min = in_range(0, 1 << 20)? as u32,
+            "moe_grouped_min_f32" => self.moe_grouped_min_f32 = in_range(0, 1 << 20)? as u32,
             "moe_q8g_min" => self.moe_q8g_min = in_range(0, 1 << 20)? as u32,
             "moe_q8g_cols" => self.moe_q8g_cols = in_range(1, 8)? as u32,
             "moe_q8g_wpe" => self.moe_q8g_wpe = in_range(0, 1 << 20)? as u32,
@@ -315,7 +316,7 @@ impl fmt::Display for Tuning {
              {dequant},wg_coherent={},prune={},recycle={},fence_spin_us={},pipeline_stats={},\
              attn={attn},attn_chunk={},attn_adaptive={},attn_wide={},attn_prefill={prefill},attn_coop_nsg={},\
              attn_coop_split={},fused={},rope_kv_tpw={},delta_chunked={},delta_wide={},delta_norm={},delta_chunked_wide={},moe_grouped_min={},\
-             moe_q8g_min={},moe_q8g_cols={},moe_q8g_wpe={},moe_lanes={},moe_q8a={},moe_shared={},moe_coop={},one_submit={},split_submit={}",
+             moe_grouped_min_f32={},moe_q8g_min={},moe_q8g_cols={},moe_q8g_wpe={},moe_lanes={},moe_q8a={},moe_shared={},moe_coop={},one_submit={},split_submit={}",
             b(self.q8a_wide),
             b(self.q8a_quad),
             self.q8a_workgroups,
@@ -348,6 +349,7 @@ impl fmt::Display for Tuning {
             b(self.delta_norm),
             b(self.delta_chunked_wide),
             self.moe_grouped_min,
+            self.moe_grouped_min_f32,
             self.moe_q8g_min,
             self.moe_q8g_cols,
             self.moe_q8g_wpe,
@@ -373,7 +375,7 @@ mod tests {
                     dequant=auto,dequant_min=4096,dequant_tokens=64,wg_coherent=0,prune=1,\
                     recycle=0,fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,\
                     attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,fused=0,\
-                    rope_kv_tpw=3,delta_chunked=0,delta_wide=0,delta_norm=0,delta_chunked_wide=0,moe_grouped_min=0,moe_q8g_min=2,moe_q8g_cols=2,moe_q8g_wpe=4,moe_lanes=0,moe_q8a=0,moe_shared=0,moe_coop=0,one_submit=0,\
+                    rope_kv_tpw=3,delta_chunked=0,delta_wide=0,delta_norm=0,delta_chunked_wide=0,moe_grouped_min=0,moe_grouped_min_f32=0,moe_q8g_min=2,moe_q8g_cols=2,moe_q8g_wpe=4,moe_lanes=0,moe_q8a=0,moe_shared=0,moe_coop=0,one_submit=0,\
                     split_submit=0";
         let t = Tuning::parse(spec).unwrap();
         assert_ne!(t, Tuning::default());

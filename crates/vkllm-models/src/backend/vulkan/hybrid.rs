@@ -305,6 +305,18 @@ impl VulkanBackend {
 }
 
 impl VulkanBackend {
+    /// Whether `s`'s expert products group the tokens by expert (tiled products): from tuning
+    /// `moe_grouped_min` tokens where the per-token int8 launches run, `moe_grouped_min_f32`
+    /// where they do not.
+    fn moe_grouped(&self, s: &MoeQuantShape) -> bool {
+        let t = self.dev.tuning();
+        let min = match vkllm_vk::moe_q8a_runs(&self.dev, s) {
+            true => t.moe_grouped_min,
+            false => t.moe_grouped_min_f32,
+        } as usize;
+        min > 0 && s.n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(s)
+    }
+
     /// The grouped int8 launch where `s`'s expert products take it (tuning `moe_q8g_min` <= n
     /// < `moe_grouped_min`, where the per-token int8 launches run).
     fn moe_q8g_launch(&self, s: &MoeQuantShape) -> Option<Q8gLaunch> {
@@ -350,9 +362,8 @@ impl VulkanBackend {
             up: self.matrix(ex.up).dtype,
             down: self.matrix(ex.down).dtype,
         };
-        let min = self.dev.tuning().moe_grouped_min as usize;
         let lanes = self.dev.tuning().moe_lanes;
-        let grouped = min > 0 && n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(&shape);
+        let grouped = self.moe_grouped(&shape);
         let int8 = !grouped && vkllm_vk::moe_q8a_runs(&self.dev, &shape);
         // (Implies `int8`: the per-token int8 launches' conditions and fewer tokens than
         // `moe_grouped_min`.)
@@ -465,8 +476,7 @@ impl VulkanBackend {
             up: mats[1].dtype,
             down: mats[2].dtype,
         };
-        let min = self.dev.tuning().moe_grouped_min as usize;
-        let grouped = min > 0 && n >= min && MoeExpertsGrouped::<BufSlice<'_>>::supports(&shape);
+        let grouped = self.moe_grouped(&shape);
         let q8g = self.moe_q8g_launch(&shape);
         if grouped
             || !vkllm_vk::moe_q8a_runs(&self.dev, &shape)
