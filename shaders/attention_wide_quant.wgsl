@@ -7,8 +7,9 @@
 //   K: clusters of CL = 8 lanes, one key each. A head is HD / 64 whole units; lane l of a cluster
 //      takes the head's code words l, l + 8, ... (8 consecutive words per load across the
 //      cluster) and every unit's scale word, and holds the group's queries for its values in
-//      registers (staged in shared memory first, rotated like the keys when KV_ROT_K = 1);
-//      KB keys per lane are loaded before any is used; a cluster's partial dots are summed with
+//      registers (staged in shared memory first, rotated like the keys when KV_ROT_K = 1 by a
+//      fast Walsh-Hadamard transform: 6 butterfly passes, not 64 multiply-adds per value; tq4
+//      levels come from a 16-entry table, not a branch per code); KB keys per lane are loaded before any is used; a cluster's partial dots are summed with
 //      subgroupShuffleXor 4, 2, 1.
 //   softmax and the partials: attention_wide.inc.wgsl.
 //   V: HD / 8 invocations per key, each one 8-value slot (q8_0 two code words, q4_0 and tq4 one)
@@ -18,7 +19,7 @@
 // Shapes: as attention.wgsl, with head_dim = HD a multiple of 64 (whole units), <= 256; GQ <= 8,
 // CHUNK <= 256, subgroups of at least 8 lanes (the caller checks). The bindings are plain words:
 // no alignment beyond 4 bytes. Shared memory: scores GQ * CHUNK f32 + 4096 f32 (pw, which also
-// stages the queries) + 16 f32: at most 24.1 KiB.
+// stages the queries) + 32 f32: at most 24.1 KiB.
 //
 // #include attention_wide.inc.wgsl
 // #include kv_quant.inc.wgsl
@@ -55,30 +56,23 @@ const CL: u32 = 8u;
 const WQ_KW_MAX: u32 = 8u;
 const WQ_QV_MAX: u32 = 8u;
 const WQ_U_MAX: u32 = 4u;
-// Staged query values per invocation while rotating (GQ * HD <= 2048 over WG >= 64).
-const WQ_ROT_MAX: u32 = 32u;
+// tq4's 16 levels (kvq_tq4_level), looked up instead of branching per code.
+var<workgroup> wq_lv: array<f32, 16>;
 
-// Rotates the n staged query values in pw as their 64-value segments (kv_quant.inc.wgsl's
-// rotation; attention.wgsl's rotate_qg): every value is read, then all are written back.
+// Rotates the n staged query values in pw, already multiplied by the signs D (staging), by H as
+// butterflies over each 64-value segment (the fast Walsh-Hadamard transform: y_i = sum_j
+// (-1)^popcount(i & j) x_j, attention.wgsl's rotate_qg up to f32 rounding; the 1/8 is applied
+// when the registers are loaded). Six passes of n / 2 pairs, a barrier before each and after.
 fn wide_rotate_q(n: u32, lid: u32) {
-    var rq: array<f32, WQ_ROT_MAX>;
-    for (var t = 0u; t < WQ_ROT_MAX; t++) {
-        let e = lid + t * WG;
-        rq[t] = 0.0;
-        if (e < n) {
-            let s = e - e % 64u;
-            var r = 0.0;
-            for (var j = 0u; j < 64u; j++) {
-                r += kvq_hadamard(e % 64u, j) * (pw[s + j] * kvq_sign(j));
-            }
-            rq[t] = r * 0.125;
-        }
-    }
-    workgroupBarrier();
-    for (var t = 0u; t < WQ_ROT_MAX; t++) {
-        let e = lid + t * WG;
-        if (e < n) {
-            pw[e] = rq[t];
+    for (var h = 1u; h < 64u; h *= 2u) {
+        workgroupBarrier();
+        for (var t = lid; t < n / 2u; t += WG) {
+            let k = t % 32u;
+            let i0 = (t / 32u) * 64u + (k / h) * 2u * h + k % h;
+            let x = pw[i0];
+            let y = pw[i0 + h];
+            pw[i0] = x + y;
+            pw[i0 + h] = x - y;
         }
     }
     workgroupBarrier();
@@ -86,6 +80,11 @@ fn wide_rotate_q(n: u32, lid: u32) {
 
 // Four codes of a code word from code i0, in units of the scale.
 fn wq_codes(t: u32, w: u32, i0: u32) -> vec4<f32> {
+    if (t == 4u) {
+        return vec4<f32>(wq_lv[extractBits(w, 4u * i0, 4u)], wq_lv[extractBits(w, 4u * i0 + 4u, 4u)],
+                         wq_lv[extractBits(w, 4u * i0 + 8u, 4u)],
+                         wq_lv[extractBits(w, 4u * i0 + 12u, 4u)]);
+    }
     return vec4<f32>(kvq_code(t, w, i0), kvq_code(t, w, i0 + 1u), kvq_code(t, w, i0 + 2u),
                      kvq_code(t, w, i0 + 3u));
 }
@@ -137,19 +136,28 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     // Query vec4s per code word.
     let qv = kpw / 4u;
 
-    // The group's queries (GQ heads of HD values, contiguous) staged in pw, rotated with the keys.
+    // The group's queries (GQ heads of HD values, contiguous) staged in pw, rotated with the keys
+    // (times the signs here, H below, 1/8 as the registers are loaded).
     let qb = (i * p.n_heads + kvh * GQ) * (HD / 4u);
     for (var e = lid; e < GQ * HD / 4u; e += WG) {
-        let x = q[qb + e];
+        var x = q[qb + e];
+        if (KV_ROT_K == 1u) {
+            let j = (4u * e) % 64u;
+            x *= vec4<f32>(kvq_sign(j), kvq_sign(j + 1u), kvq_sign(j + 2u), kvq_sign(j + 3u));
+        }
         pw[4u * e] = x.x;
         pw[4u * e + 1u] = x.y;
         pw[4u * e + 2u] = x.z;
         pw[4u * e + 3u] = x.w;
     }
-    workgroupBarrier();
+    if (lid < 16u) {
+        wq_lv[lid] = kvq_tq4_level(lid);
+    }
     if (KV_ROT_K == 1u) {
         wide_rotate_q(GQ * HD, lid);
     }
+    workgroupBarrier();
+    let rs = select(1.0, 0.125, KV_ROT_K == 1u);
 
     // The lane's query values, all GQ heads: qr[(w * qv + h) * GQ + g] holds head g's values
     // 4h .. 4h + 3 of code word l + 8w.
@@ -163,7 +171,8 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
             let d = (cl_lane + CL * w) * kpw + 4u * h;
             for (var g = 0u; g < GQ; g++) {
                 let e = g * HD + d;
-                qr[(w * qv + h) * GQ + g] = vec4<f32>(pw[e], pw[e + 1u], pw[e + 2u], pw[e + 3u]);
+                qr[(w * qv + h) * GQ + g] =
+                    rs * vec4<f32>(pw[e], pw[e + 1u], pw[e + 2u], pw[e + 3u]);
             }
         }
     }
