@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use vkllm_cpu::sampler::{SamplingParams, sample};
-use vkllm_models::{Backend, KvCache, KvTypes, Logits, Model, Tensor};
+use vkllm_models::{Backend, KvCache, KvTypes, Logits, Model, ModelError, SlicedCaptures, Tensor};
 
 use crate::error::EngineError;
 
@@ -35,6 +35,22 @@ pub struct FrameOut {
     pub elapsed: Duration,
     /// The budget left (zero when it was used up or overrun).
     pub remaining: Duration,
+}
+
+/// How a [`FrameDecoder`] runs its slices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameOptions {
+    /// Replay the forward's pieces (embedding, each layer, head) captured once, a slice being
+    /// one submission of its layers' captures, where the backend captures
+    /// ([`Model::capture_sliced`]); `false` (or a backend that runs ops as they come): record
+    /// each slice's ops afresh (the reference).
+    pub recorded: bool,
+}
+
+impl Default for FrameOptions {
+    fn default() -> Self {
+        FrameOptions { recorded: true }
+    }
 }
 
 /// Weight of the newest measurement in the slice and head cost estimates.
@@ -118,18 +134,47 @@ pub struct FrameDecoder<B: Backend> {
     /// The cost of a slice of layers, and seconds for embedding + head + sampling.
     slices: SliceCost,
     head: Option<f64>,
+    opts: FrameOptions,
+    /// The captured pieces while `opts.recorded` and the backend captures (made on first use,
+    /// again when later work made them stale).
+    captured: Option<SlicedCaptures>,
+    /// The backend turned out not to capture: record slices afresh.
+    no_capture: bool,
+    /// The current token's embedding is still to run with its first replayed slice.
+    embed_pending: bool,
 }
 
 impl<B: Backend> FrameDecoder<B> {
     /// A decoder with a `ctx`-position KV cache stored as `kv`, sampling with `sampling` (its
     /// RNG counter keyed by `seq_id`).
     pub fn new(
+        backend: B,
+        model: Model,
+        ctx: usize,
+        kv: impl Into<KvTypes>,
+        sampling: SamplingParams,
+        seq_id: u64,
+    ) -> Result<Self, EngineError> {
+        Self::with_options(
+            backend,
+            model,
+            ctx,
+            kv,
+            sampling,
+            seq_id,
+            FrameOptions::default(),
+        )
+    }
+
+    /// [`FrameDecoder::new`] with `opts`.
+    pub fn with_options(
         mut backend: B,
         model: Model,
         ctx: usize,
         kv: impl Into<KvTypes>,
         sampling: SamplingParams,
         seq_id: u64,
+        opts: FrameOptions,
     ) -> Result<Self, EngineError> {
         sampling.validate(model.cfg.vocab_size)?;
         let kv = model.new_kv_slots(&mut backend, ctx, 1, kv)?;
@@ -147,7 +192,65 @@ impl<B: Backend> FrameDecoder<B> {
             counts,
             slices: SliceCost::default(),
             head: None,
+            opts,
+            captured: None,
+            no_capture: false,
+            embed_pending: false,
         })
+    }
+
+    /// Whether slices run as replayed captures (after the first token began; see
+    /// [`FrameOptions::recorded`]).
+    pub fn replays_captures(&self) -> bool {
+        self.captured.is_some()
+    }
+
+    /// The captured pieces, made on first use; `None` where slices are recorded afresh.
+    fn captures(&mut self) -> Result<Option<&SlicedCaptures>, EngineError> {
+        if !self.opts.recorded || self.no_capture {
+            return Ok(None);
+        }
+        if self.captured.is_none() {
+            match self.model.capture_sliced(&mut self.backend, &self.kv)? {
+                Some(c) => self.captured = Some(c),
+                None => self.no_capture = true,
+            }
+        }
+        Ok(self.captured.as_ref())
+    }
+
+    /// Replays captured pieces (the pending embedding first), capturing them again once when
+    /// later work (a prompt's forward) replaced the scratch they were recorded over.
+    fn replay(&mut self, layers: std::ops::Range<usize>, head: bool) -> Result<(), EngineError> {
+        for _ in 0..2 {
+            let Some(c) = self.captured.as_ref() else {
+                break;
+            };
+            let r = self.model.replay_sliced(
+                &mut self.backend,
+                c,
+                self.embed_pending,
+                layers.clone(),
+                head,
+            );
+            match r {
+                Err(ModelError::CaptureStale { .. }) => {
+                    if let Some(c) = self.captured.take() {
+                        self.model.release_sliced(&mut self.backend, c);
+                    }
+                    self.captures()?;
+                }
+                r => {
+                    r?;
+                    self.embed_pending = false;
+                    return Ok(());
+                }
+            }
+        }
+        Err(EngineError::Model(ModelError::Config {
+            field: "capture".into(),
+            msg: "the sliced forward's captures went stale twice in a row".into(),
+        }))
     }
 
     pub fn backend(&self) -> &B {
@@ -270,8 +373,14 @@ impl<B: Backend> FrameDecoder<B> {
                             ctx: self.kv.capacity,
                         });
                     }
-                    self.model
-                        .sliced_begin(&mut self.backend, &self.kv, token, pos)?;
+                    if self.captures()?.is_some() {
+                        self.model
+                            .sliced_inputs(&mut self.backend, &self.kv, token, pos)?;
+                        self.embed_pending = true;
+                    } else {
+                        self.model
+                            .sliced_begin(&mut self.backend, &self.kv, token, pos)?;
+                    }
                     self.counts[token as usize] += 1;
                     0
                 }
@@ -285,9 +394,13 @@ impl<B: Backend> FrameDecoder<B> {
                 }
                 let k = fit.clamp(1, n_layers - done);
                 let ts = Instant::now();
-                self.model
-                    .sliced_layers(&mut self.backend, &self.kv, done..done + k)?;
-                self.backend.sync()?;
+                if self.captured.is_some() {
+                    self.replay(done..done + k, false)?;
+                } else {
+                    self.model
+                        .sliced_layers(&mut self.backend, &self.kv, done..done + k)?;
+                    self.backend.sync()?;
+                }
                 self.slices.observe(k, ts.elapsed().as_secs_f64());
                 out.layers += k;
                 self.done = Some(done + k);
@@ -307,7 +420,11 @@ impl<B: Backend> FrameDecoder<B> {
                 break;
             }
             let ts = Instant::now();
-            self.model.sliced_head(&mut self.backend)?;
+            if self.captured.is_some() {
+                self.replay(n_layers..n_layers, true)?;
+            } else {
+                self.model.sliced_head(&mut self.backend)?;
+            }
             let id = self.draw_head()?;
             let h = ts.elapsed().as_secs_f64();
             self.head = Some(self.head.map_or(h, |c| c + EMA * (h - c)));

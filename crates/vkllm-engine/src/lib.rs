@@ -31,7 +31,7 @@ mod slot_session;
 mod text_out;
 
 pub use error::EngineError;
-pub use frame::{FrameDecoder, FrameOut, LayerView, SliceCost};
+pub use frame::{FrameDecoder, FrameOptions, FrameOut, LayerView, SliceCost};
 pub use generator::{
     DEFAULT_MARKS_PER_SLOT, Generator, SimpleGenerator, SlotId, SlotParams, TokenOut,
 };

@@ -1,5 +1,6 @@
 //! `FrameDecoder` (decode within frame budgets, in slices of layers) on a Vulkan device: the
-//! tokens are those of a `Session` on the same prompt and settings whatever the budget; a budget
+//! tokens are those of a `Session` on the same prompt and settings whatever the budget, with
+//! slices replayed from captures (the default) and recorded afresh (the reference); a budget
 //! below one layer's cost runs exactly one layer (or the head) per call; the layer hook sees
 //! every layer of every token in order, on the device's residual-stream buffer. Needs a Vulkan
 //! device (lavapipe in CI).
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use common::{char_tokenizer_eos, lcg_ids as ids};
 use vkllm_cpu::sampler::SamplingParams;
-use vkllm_engine::{FrameDecoder, GenerateParams, LayerView, Session};
+use vkllm_engine::{FrameDecoder, FrameOptions, GenerateParams, LayerView, Session};
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::{DEFAULT_CHUNK, KvType, Model, VulkanBackend};
 use vkllm_vk::Device;
@@ -60,8 +61,12 @@ fn session_tokens(dev: &Device, prompt: &[u32], s: &SamplingParams, n: usize) ->
 }
 
 fn frame(dev: &Device, s: &SamplingParams) -> FrameDecoder<VulkanBackend> {
+    frame_with(dev, s, FrameOptions::default())
+}
+
+fn frame_with(dev: &Device, s: &SamplingParams, opts: FrameOptions) -> FrameDecoder<VulkanBackend> {
     let (b, m) = model(dev);
-    FrameDecoder::new(b, m, CTX, KvType::F32, s.clone(), 0).expect("frame decoder")
+    FrameDecoder::with_options(b, m, CTX, KvType::F32, s.clone(), 0, opts).expect("frame decoder")
 }
 
 #[test]
@@ -71,12 +76,14 @@ fn tokens_match_the_session_at_any_budget() {
     for s in [SamplingParams::default(), sampling()] {
         let want = session_tokens(&dev, &prompt, &s, 12);
         assert!(want.len() >= 4, "the session stopped early: {want:?}");
-        for budget in [
-            Duration::ZERO,
-            Duration::from_millis(3),
-            Duration::from_secs(1),
+        for (budget, recorded) in [
+            (Duration::ZERO, true),
+            (Duration::ZERO, false),
+            (Duration::from_millis(3), true),
+            (Duration::from_secs(1), true),
+            (Duration::from_secs(1), false),
         ] {
-            let mut f = frame(&dev, &s);
+            let mut f = frame_with(&dev, &s, FrameOptions { recorded });
             let mut got = vec![f.prefill(&prompt).expect("prefill")];
             let mut calls = 0;
             while got.len() <= want.len() {
@@ -85,8 +92,14 @@ fn tokens_match_the_session_at_any_budget() {
                 calls += 1;
                 assert!(calls < 10_000, "no progress");
             }
+            // The path asked for is the one that ran.
+            assert_eq!(f.replays_captures(), recorded);
             // The session feeds back every token it drew but the last.
-            assert_eq!(&got[..want.len()], &want[..], "budget {budget:?}");
+            assert_eq!(
+                &got[..want.len()],
+                &want[..],
+                "budget {budget:?}, recorded {recorded}"
+            );
         }
     }
 }

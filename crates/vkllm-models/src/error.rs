@@ -71,4 +71,6 @@ pub enum ModelError {
     UnsupportedOp { backend: String, op: &'static str },
     #[error("not supported: {0}")]
     Unsupported(String),
+    #[error("capture {index} was made before its scratch buffers were replaced: capture it again")]
+    CaptureStale { index: usize },
 }

@@ -5,7 +5,7 @@
 //! Prompts are processed in chunks of at most `chunk` tokens over a fixed set of scratch
 //! tensors, so memory does not grow with the prompt.
 
-use crate::backend::{Backend, KvRows, KvType, KvTypes, NormMlp, NormQkv, Tensor};
+use crate::backend::{Backend, CaptureId, KvRows, KvType, KvTypes, NormMlp, NormQkv, Tensor};
 use crate::blocks;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
@@ -60,6 +60,13 @@ pub const DEFAULT_CHUNK: usize = 128;
 /// this many tokens (the logits buffer is `min(chunk, LOGITS_ROWS) x vocab`, so large chunks do
 /// not cost `chunk x vocab` floats: 311 MB for a 151936-token vocabulary at 512).
 pub const LOGITS_ROWS: usize = 128;
+
+/// A sliced forward's pieces captured for replay ([`Model::capture_sliced`]): the embedding,
+/// each layer, the head.
+#[derive(Debug)]
+pub struct SlicedCaptures {
+    ids: Vec<CaptureId>,
+}
 
 impl Model {
     /// Loads the weights and allocates scratch for chunks of up to `chunk` tokens.
@@ -248,14 +255,37 @@ impl Model {
         id: u32,
         pos: usize,
     ) -> Result<(), ModelError> {
+        self.sliced_inputs(b, kv, id, pos)?;
+        self.sliced_embed(b)
+    }
+
+    /// Writes a sliced forward's inputs (token `id` at `pos`) without recording anything: what
+    /// [`Model::sliced_begin`] does before the embedding, for replayed captures
+    /// ([`Model::capture_sliced`]).
+    pub fn sliced_inputs<B: Backend>(
+        &self,
+        b: &mut B,
+        kv: &KvCache,
+        id: u32,
+        pos: usize,
+    ) -> Result<(), ModelError> {
         if pos >= kv.capacity {
             return Err(ModelError::ContextFull {
                 pos,
                 capacity: kv.capacity,
             });
         }
+        if id as usize >= self.cfg.vocab_size {
+            return Err(ModelError::TokenOutOfRange {
+                id,
+                vocab: self.cfg.vocab_size,
+            });
+        }
         b.write_u32(self.s.ids, &[id])?;
-        b.write_u32(self.s.pos, &[pos as u32])?;
+        b.write_u32(self.s.pos, &[pos as u32])
+    }
+
+    fn sliced_embed<B: Backend>(&self, b: &mut B) -> Result<(), ModelError> {
         let c = &self.cfg;
         b.mark("embed");
         b.embedding(
@@ -267,6 +297,82 @@ impl Model {
             c.embed_scale,
             self.s.x,
         )
+    }
+
+    /// The pieces of a sliced forward over `kv` captured once for replay (the embedding, each
+    /// layer, the head) on a backend that captures (`None` on one that runs ops as they come).
+    /// Replay them with [`Model::replay_sliced`] after [`Model::sliced_inputs`]; release them
+    /// with [`Model::release_sliced`].
+    pub fn capture_sliced<B: Backend>(
+        &self,
+        b: &mut B,
+        kv: &KvCache,
+    ) -> Result<Option<SlicedCaptures>, ModelError> {
+        // Capturing may grow scratch the earlier pieces were recorded over: a second pass
+        // finds it grown.
+        for _ in 0..2 {
+            let cap = kv.capacity;
+            let Some(embed) = b.capture(cap, |b| self.sliced_embed(b))? else {
+                return Ok(None);
+            };
+            let mut ids = vec![embed];
+            for l in 0..self.cfg.layers.len() {
+                match b.capture(cap, |b| self.sliced_layers(b, kv, l..l + 1))? {
+                    Some(id) => ids.push(id),
+                    None => return Ok(None),
+                }
+            }
+            match b.capture(cap, |b| self.sliced_head(b))? {
+                Some(id) => ids.push(id),
+                None => return Ok(None),
+            }
+            // Replaying nothing flushes: a pass that replaced scratch shows as a new generation.
+            b.replay_captures(&[])?;
+            let c = SlicedCaptures { ids };
+            match b.replay_captures(&c.ids[..1]) {
+                Err(ModelError::CaptureStale { .. }) => b.release_captures(&c.ids),
+                Err(e) => return Err(e),
+                Ok(()) => return Ok(Some(c)),
+            }
+        }
+        Err(ModelError::Config {
+            field: "capture".into(),
+            msg: "the sliced forward's scratch grew while it was captured twice".into(),
+        })
+    }
+
+    /// Runs captured pieces as one submission and waits: the embedding when `embed` (the
+    /// inputs written by [`Model::sliced_inputs`]), layers `layers`, the head when `head`.
+    /// [`ModelError::CaptureStale`] when later work replaced their scratch: capture again.
+    pub fn replay_sliced<B: Backend>(
+        &self,
+        b: &mut B,
+        c: &SlicedCaptures,
+        embed: bool,
+        layers: std::ops::Range<usize>,
+        head: bool,
+    ) -> Result<(), ModelError> {
+        let n = self.cfg.layers.len();
+        if layers.end > n || layers.start > layers.end {
+            return Err(ModelError::Config {
+                field: "layers".into(),
+                msg: format!("{layers:?} of {n} layers"),
+            });
+        }
+        let mut ids = Vec::with_capacity(layers.len() + 2);
+        if embed {
+            ids.push(c.ids[0]);
+        }
+        ids.extend_from_slice(&c.ids[1 + layers.start..1 + layers.end]);
+        if head {
+            ids.push(c.ids[n + 1]);
+        }
+        b.replay_captures(&ids)
+    }
+
+    /// Drops captured pieces.
+    pub fn release_sliced<B: Backend>(&self, b: &mut B, c: SlicedCaptures) {
+        b.release_captures(&c.ids);
     }
 
     /// Records layers `range` of the forward [`Model::sliced_begin`] started.

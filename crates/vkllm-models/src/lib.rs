@@ -40,14 +40,16 @@ pub use backend::vulkan::{
     TokenLogprobs, VulkanBackend,
 };
 pub use backend::{
-    Backend, KvRows, KvType, KvTypes, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor,
+    Backend, CaptureId, KvRows, KvType, KvTypes, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor,
     norm_gated_mlp_unfused, norm_qkv_unfused, rope_kv_unfused,
 };
 pub use checkpoint::{Checkpoint, load_checkpoint};
 pub use config::{LayerConfig, ModelConfig};
 pub use error::ModelError;
 pub use family::{Activation, FAMILIES, Family, FamilySpec};
-pub use forward::{DEFAULT_CHUNK, KV_ROW_ALIGN, KvCache, KvLayer, LOGITS_ROWS, Logits, Model};
+pub use forward::{
+    DEFAULT_CHUNK, KV_ROW_ALIGN, KvCache, KvLayer, LOGITS_ROWS, Logits, Model, SlicedCaptures,
+};
 pub use progress::LoadProgress;
 pub use quantize::{QuantScheme, QuantizingSource};
 pub use weights::{HostTensor, RawTensor, TensorSource, Weights};

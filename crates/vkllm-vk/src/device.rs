@@ -472,8 +472,13 @@ impl Device {
     /// semaphores on, the batch also signals vkllm's timeline's next value and waits for the
     /// host timeline value set by [`Device::wait_host_timeline`].
     pub(crate) fn submit(&self, cb: vk::CommandBuffer, fence: vk::Fence) -> Result<()> {
+        self.submit_all(&[cb], fence)
+    }
+
+    /// [`Device::submit`] of several command buffers in one batch (executed in order; `fence`
+    /// signals when all are done).
+    pub(crate) fn submit_all(&self, cbs: &[vk::CommandBuffer], fence: vk::Fence) -> Result<()> {
         let raw = &self.shared.raw;
-        let cbs = [cb];
         let host_wait = *self
             .shared
             .host_wait
@@ -492,7 +497,7 @@ impl Device {
             .map(|(sem, last)| ([*sem], [last.load(Ordering::Acquire) + 1]));
         let wait = host_wait.map(|(sem, v)| ([sem], [v], [vk::PipelineStageFlags::ALL_COMMANDS]));
         let mut values = vk::TimelineSemaphoreSubmitInfo::default();
-        let mut submit = vk::SubmitInfo::default().command_buffers(&cbs);
+        let mut submit = vk::SubmitInfo::default().command_buffers(cbs);
         if let Some((sems, vals)) = &signal {
             submit = submit.signal_semaphores(sems);
             values = values.signal_semaphore_values(vals);
@@ -504,7 +509,7 @@ impl Device {
         if signal.is_some() || wait.is_some() {
             submit = submit.push_next(&mut values);
         }
-        // SAFETY: cb is fully recorded and not pending (we always wait before resubmitting);
+        // SAFETY: the cbs are fully recorded and not pending (we always wait before resubmitting);
         // the fence is unsignalled after the reset; the semaphores are timeline semaphores of
         // this device and the signalled value exceeds every earlier one.
         unsafe {

@@ -627,6 +627,26 @@ impl Recording {
         self.obj.dev.submit_and_wait(self.obj.cb, self.obj.fence)
     }
 
+    /// Submits `chain` (recordings of one device) as one batch, in order, and waits for all of
+    /// it: one queue submission and one host wait however many recordings (each begins with a
+    /// full barrier, so each sees what the ones before it wrote). None of them may be pending.
+    pub fn submit_chain(chain: &[&Recording]) -> Result<()> {
+        let Some(last) = chain.last() else {
+            return Ok(());
+        };
+        if chain
+            .iter()
+            .any(|r| !std::sync::Arc::ptr_eq(&r.obj.dev.shared, &last.obj.dev.shared))
+        {
+            return Err(Error::Recording(
+                "a chain of recordings of different devices",
+            ));
+        }
+        let cbs: Vec<vk::CommandBuffer> = chain.iter().map(|r| r.obj.cb).collect();
+        last.obj.dev.submit_all(&cbs, last.obj.fence)?;
+        last.obj.dev.wait_fence(last.obj.fence)
+    }
+
     /// Submits without waiting; [`Recording::wait`] (or dropping the recording) waits. Work
     /// submitted after it on the queue starts after it (every recording begins with a full
     /// barrier). Do not submit it again before it has been waited for.

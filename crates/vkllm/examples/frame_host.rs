@@ -210,9 +210,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let us = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e6);
     println!(
-        "slice cost estimate: {:.1} us + {:.1} us per layer",
+        "slice cost estimate: {:.1} us + {:.1} us per layer ({})",
         us(dec.slice_overhead()),
-        us(dec.layer_cost())
+        us(dec.layer_cost()),
+        match dec.replays_captures() {
+            true => "slices replayed from captures",
+            false => "slices recorded afresh",
+        }
     );
 
     // The model alone, no budget to speak of, for comparison.

@@ -35,6 +35,15 @@ impl Tensor {
 
 pub use vkllm_kernels::kv_append::{KvType, KvTypes};
 
+/// A capture a backend recorded for replay ([`Backend::capture`]): its index and the backend's
+/// scratch generation when it was made (a capture replayed after its scratch was replaced is
+/// refused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CaptureId {
+    pub index: usize,
+    pub generation: u64,
+}
+
 mod hybrid_ops;
 pub use hybrid_ops::{DeltaOutNorm, HybridOps};
 mod moe_ffn;
@@ -169,6 +178,28 @@ pub trait Backend: HybridOps {
     fn sync(&mut self) -> Result<(), ModelError> {
         Ok(())
     }
+
+    /// Records the ops `f` issues into a capture replayed by [`Backend::replay_captures`]
+    /// instead of running them, for positions below `capacity` (shapes that would depend on
+    /// positions use it; the ops read positions and ids from their tensors when replayed).
+    /// `Ok(None)`, `f` not called: this backend runs ops as they come and captures nothing.
+    fn capture<F>(&mut self, _capacity: usize, _f: F) -> Result<Option<CaptureId>, ModelError>
+    where
+        F: FnOnce(&mut Self) -> Result<(), ModelError>,
+        Self: Sized,
+    {
+        Ok(None)
+    }
+
+    /// Runs `ids` in order as one submission after the work before it, and waits. A capture
+    /// whose scratch was replaced since it was made (a later op needed larger scratch) is a
+    /// [`ModelError::CaptureStale`]: capture it again.
+    fn replay_captures(&mut self, _ids: &[CaptureId]) -> Result<(), ModelError> {
+        Err(ModelError::Unsupported("captures on this backend".into()))
+    }
+
+    /// Drops captures (their handles are not valid afterwards).
+    fn release_captures(&mut self, _ids: &[CaptureId]) {}
 
     /// Draws one token from the `[vocab]` logits at the start of `logits` as
     /// `vkllm_cpu::sampler::sample(logits, p, counts, seq, step)` does (`counts`: `[vocab]`,

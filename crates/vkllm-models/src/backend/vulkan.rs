@@ -38,7 +38,7 @@ pub use slots::{
     ProfiledDispatch, SlotDecoderConfig, SlotDecoderId, SlotStart, SlotSteps, TokenLogprobs,
 };
 
-use super::{Backend, KvRows, KvType, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor};
+use super::{Backend, CaptureId, KvRows, KvType, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor};
 use crate::error::ModelError;
 
 use crate::family::Activation;
@@ -115,6 +115,10 @@ pub struct VulkanBackend {
     split_scratch: vkllm_vk::SplitSlots,
     /// Parts submitted early so far (`record`), for tests.
     parts_submitted: u64,
+    /// Captures made by `Backend::capture` (`recorded.rs`; `None` once released).
+    captures: Vec<Option<vkllm_vk::Recording>>,
+    /// Bumped by every flush that drops replaced scratch: captures made before it are stale.
+    scratch_gen: u64,
 }
 
 impl VulkanBackend {
@@ -148,6 +152,8 @@ impl VulkanBackend {
             first_part: t.split_submit,
             split_scratch: Default::default(),
             parts_submitted: 0,
+            captures: Vec::new(),
+            scratch_gen: 0,
         }
     }
 
@@ -311,6 +317,21 @@ impl Backend for VulkanBackend {
 
     fn sync(&mut self) -> Result<(), ModelError> {
         self.flush()
+    }
+
+    fn capture<F>(&mut self, capacity: usize, f: F) -> Result<Option<CaptureId>, ModelError>
+    where
+        F: FnOnce(&mut Self) -> Result<(), ModelError>,
+    {
+        self.capture_recording(capacity, f).map(Some)
+    }
+
+    fn replay_captures(&mut self, ids: &[CaptureId]) -> Result<(), ModelError> {
+        self.replay_recordings(ids)
+    }
+
+    fn release_captures(&mut self, ids: &[CaptureId]) {
+        self.release_recordings(ids)
     }
 
     fn sample_token(

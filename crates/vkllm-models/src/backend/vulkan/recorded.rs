@@ -1,10 +1,11 @@
 //! The single-sequence decode step recorded once and replayed every token (the step the
-//! recorded-decode tests compare with the per-dispatch path; the batched form is `slots.rs`).
+//! recorded-decode tests compare with the per-dispatch path; the batched form is `slots.rs`),
+//! and `Backend::capture`'s recordings (a frame-budget decoder's slices of layers).
 
 use vkllm_vk::{Recording, Validation};
 
 use super::VulkanBackend;
-use crate::backend::Backend;
+use crate::backend::{Backend, CaptureId};
 use crate::error::ModelError;
 use crate::forward::{KvCache, Model};
 
@@ -68,5 +69,65 @@ impl VulkanBackend {
         let mut out = vec![0f32; vocab];
         self.read_f32(model.logits_tensor(), 0, &mut out)?;
         Ok(out)
+    }
+}
+
+impl VulkanBackend {
+    /// `Backend::capture`: what `f` records, as a recording of its own (the work before it is
+    /// submitted first).
+    pub(super) fn capture_recording(
+        &mut self,
+        capacity: usize,
+        f: impl FnOnce(&mut Self) -> Result<(), ModelError>,
+    ) -> Result<CaptureId, ModelError> {
+        self.flush()?;
+        let rec = self.capture_steps(capacity, f)?;
+        let index = match self.captures.iter().position(Option::is_none) {
+            Some(i) => {
+                self.captures[i] = Some(rec);
+                i
+            }
+            None => {
+                self.captures.push(Some(rec));
+                self.captures.len() - 1
+            }
+        };
+        Ok(CaptureId {
+            index,
+            generation: self.scratch_gen,
+        })
+    }
+
+    /// `Backend::replay_captures`: the work before them, then `ids` as one submission.
+    pub(super) fn replay_recordings(&mut self, ids: &[CaptureId]) -> Result<(), ModelError> {
+        self.flush()?;
+        let mut chain = Vec::with_capacity(ids.len());
+        for id in ids {
+            let rec = self.captures.get(id.index).and_then(Option::as_ref);
+            match rec {
+                Some(r) if id.generation == self.scratch_gen => chain.push(r),
+                Some(_) => return Err(ModelError::CaptureStale { index: id.index }),
+                None => {
+                    return Err(ModelError::Config {
+                        field: "capture".into(),
+                        msg: format!("capture {} was released or never made", id.index),
+                    });
+                }
+            }
+        }
+        Recording::submit_chain(&chain)?;
+        if self.dev.validation() == Validation::On {
+            self.dev.check_validation()?;
+        }
+        Ok(())
+    }
+
+    /// `Backend::release_captures`.
+    pub(super) fn release_recordings(&mut self, ids: &[CaptureId]) {
+        for id in ids {
+            if let Some(slot) = self.captures.get_mut(id.index) {
+                *slot = None;
+            }
+        }
     }
 }

@@ -70,7 +70,11 @@ impl VulkanBackend {
             part.wait()?;
         }
         self.next_part = self.first_part.unwrap_or(FIRST_PART);
-        self.retired.clear();
+        if !self.retired.is_empty() {
+            // Replaced scratch is freed: captures recorded over it must not run.
+            self.scratch_gen += 1;
+            self.retired.clear();
+        }
         Ok(())
     }
 
