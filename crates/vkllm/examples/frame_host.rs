@@ -6,14 +6,15 @@
 //! running free for comparison.
 //!
 //! `cargo run --release -p vkllm --example frame_host -- [MODEL] [--frames N] [--budget-ms B]
-//! [--frame-ms F] [--host-elems N] [--compare-own]` (default smollm2, 120 frames;
-//! `--compare-own`: also the same decoder on a device vkllm opens itself). The host device here is
+//! [--frame-ms F] [--host-elems N] [--compare-own] [--fresh-slices]` (default smollm2, 120
+//! frames; `--compare-own`: also the same decoder on a device vkllm opens itself;
+//! `--fresh-slices`: record every slice afresh instead of replaying captures). The host device here is
 //! opened by `vkllm_vk::Device::new` for brevity; a real host passes its own handles and
 //! `HostFeatures::from_create_info` of its device's create info.
 
 use std::time::{Duration, Instant};
 
-use vkllm::engine::{FrameDecoder, LayerView};
+use vkllm::engine::{FrameDecoder, FrameOptions, LayerView};
 use vkllm::models::{AnyModel, Backend, Checkpoint, KvType, VulkanBackend};
 use vkllm::tokenizer::{EncodeOptions, Tokenizer};
 use vkllm::vk::kernels::elementwise::Add;
@@ -28,6 +29,7 @@ struct Args {
     budget: Duration,
     frame: Duration,
     host_elems: usize,
+    opts: FrameOptions,
 }
 
 fn args() -> Result<Args, Box<dyn std::error::Error>> {
@@ -37,6 +39,7 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
         budget: Duration::from_millis(4),
         frame: Duration::from_micros(16_667),
         host_elems: 1 << 22,
+        opts: FrameOptions::default(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(s) = it.next() {
@@ -47,6 +50,7 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
             "--frame-ms" => a.frame = Duration::from_secs_f64(value()?.parse::<f64>()? / 1e3),
             "--host-elems" => a.host_elems = value()?.parse()?,
             "--compare-own" => {}
+            "--fresh-slices" => a.opts.recorded = false,
             m if !m.starts_with("--") => a.model = m.to_string(),
             other => return Err(format!("unknown argument {other}").into()),
         }
@@ -129,7 +133,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("frame-budget decoding runs dense models".into());
     };
     let layers = model.cfg.layers.len();
-    let mut dec = FrameDecoder::new(b, model, CTX, KvType::F16, sampling_params(), 0)?;
+    let mut dec =
+        FrameDecoder::with_options(b, model, CTX, KvType::F16, sampling_params(), 0, a.opts)?;
     let prompt = tokenizer.encode(
         "The capital of France is",
         EncodeOptions {
@@ -234,7 +239,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         else {
             unreachable!("loaded as dense above");
         };
-        let mut own = FrameDecoder::new(b, m, CTX, KvType::F16, sampling_params(), 0)?;
+        let mut own =
+            FrameDecoder::with_options(b, m, CTX, KvType::F16, sampling_params(), 0, a.opts)?;
         own.prefill(&prompt)?;
         let own_tps = free_running(&mut own)?;
         let again = free_running(&mut dec)?;
