@@ -3,7 +3,7 @@
 
 use crate::kv_append::{KvType, KvTypes};
 use crate::sources::{ATTENTION, ATTENTION_PREFILL, ATTENTION_WIDE, ATTENTION_WIDE_QUANT};
-use crate::spec::{MAX_GROUPS_X, need, rd, rw, shape_err, to_u32, wr};
+use crate::spec::{BindingSpec, MAX_GROUPS_X, need, rd, rw, shape_err, to_u32, wr};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
 
 /// Workgroup size of the decode kernels.
@@ -13,21 +13,24 @@ pub use crate::attention_fused::{ATTN_DECODE_FUSED, AttnDecodeFused, AttnDecodeR
 /// Query tile of the prefill kernel.
 pub const PREFILL_BQ: usize = 16;
 
+/// The decode split passes' bindings (`out` bound but not used).
+const SPLIT_BINDINGS: &[BindingSpec] = &[
+    rd("q"),
+    rd("k"),
+    rd("v"),
+    rd("q_pos"),
+    wr("part_ml"),
+    wr("part_o"),
+    rd("out"),
+];
+
 /// Pass 1: per (chunk, head, query) partial softmax. `out` is bound but not used.
 pub static ATTN_SPLIT: KernelSpec = KernelSpec {
     name: "attn_decode_split",
     file: "attention.wgsl",
     entry: "split",
     source: ATTENTION,
-    bindings: &[
-        rd("q"),
-        rd("k"),
-        rd("v"),
-        rd("q_pos"),
-        wr("part_ml"),
-        wr("part_o"),
-        rd("out"),
-    ],
+    bindings: SPLIT_BINDINGS,
     push_size: 44,
     exact_fp: false,
 };
@@ -39,15 +42,7 @@ pub static ATTN_SPLIT_GQA: KernelSpec = KernelSpec {
     file: "attention.wgsl",
     entry: "split_gqa",
     source: ATTENTION,
-    bindings: &[
-        rd("q"),
-        rd("k"),
-        rd("v"),
-        rd("q_pos"),
-        wr("part_ml"),
-        wr("part_o"),
-        rd("out"),
-    ],
+    bindings: SPLIT_BINDINGS,
     push_size: 44,
     exact_fp: false,
 };
@@ -59,15 +54,7 @@ pub static ATTN_SPLIT_WIDE: KernelSpec = KernelSpec {
     file: "attention_wide.wgsl",
     entry: "split",
     source: ATTENTION_WIDE,
-    bindings: &[
-        rd("q"),
-        rd("k"),
-        rd("v"),
-        rd("q_pos"),
-        wr("part_ml"),
-        wr("part_o"),
-        rd("out"),
-    ],
+    bindings: SPLIT_BINDINGS,
     push_size: 44,
     exact_fp: false,
 };
@@ -80,15 +67,7 @@ pub static ATTN_SPLIT_WIDE_QUANT: KernelSpec = KernelSpec {
     file: "attention_wide_quant.wgsl",
     entry: "split",
     source: ATTENTION_WIDE_QUANT,
-    bindings: &[
-        rd("q"),
-        rd("k"),
-        rd("v"),
-        rd("q_pos"),
-        wr("part_ml"),
-        wr("part_o"),
-        rd("out"),
-    ],
+    bindings: SPLIT_BINDINGS,
     push_size: 44,
     exact_fp: false,
 };
