@@ -384,8 +384,8 @@ impl VulkanBackend {
                 me.head(weights, n * top_k)?,
             );
             let (gate, up, down, out) = (w(ex.gate), w(ex.up), w(ex.down), me.head(out, n * h)?);
-            let ds: Vec<_> = if let Some(launch) = q8g {
-                MoeExpertsGrouped {
+            let grouped_op = || -> Result<_, vkllm_vk::Error> {
+                Ok(MoeExpertsGrouped {
                     x,
                     ids,
                     weights,
@@ -396,23 +396,12 @@ impl VulkanBackend {
                     y: part(y)?,
                     lists: part(l)?,
                     out,
-                }
-                .dispatch_q8a(&shape, launch)?
-                .into()
+                })
+            };
+            let ds: Vec<_> = if let Some(launch) = q8g {
+                grouped_op()?.dispatch_q8a(&shape, launch)?.into()
             } else if grouped {
-                let (act, y, lists) = (part(a)?, part(y)?, part(l)?);
-                let g = MoeExpertsGrouped {
-                    x,
-                    ids,
-                    weights,
-                    gate,
-                    up,
-                    down,
-                    act,
-                    y,
-                    lists,
-                    out,
-                };
+                let g = grouped_op()?;
                 match coop {
                     Some(sg) => g.dispatch_coop(&shape, sg)?.into(),
                     None => g.dispatch(&shape)?.into(),
