@@ -82,6 +82,24 @@ impl SlotSession {
         })
     }
 
+    /// Keeps conversations past the slot in a prefix store of about `bytes` of device memory
+    /// ([`SlotGenerator::with_prefix_store`]): a conversation that comes back (a chat's `/load`)
+    /// copies its rows back instead of computing them again. 0: none.
+    pub fn with_prefix_store(self, bytes: u64) -> Result<Self, EngineError> {
+        Ok(SlotSession {
+            generator: self.generator.with_prefix_store(bytes)?,
+            ..self
+        })
+    }
+
+    /// Conversations the prefix store holds at most (0: no store), and the device bytes of one.
+    pub fn prefix_store(&self) -> (usize, u64) {
+        (
+            self.generator.prefix_store_entries(),
+            self.generator.prefix_entry_bytes(),
+        )
+    }
+
     /// Positions of the context.
     pub fn vocab(&self) -> usize {
         self.vocab

@@ -302,3 +302,76 @@ fn scripted_session_from_a_pipe() {
     assert_eq!(saved.as_array().unwrap().len(), 4);
     assert_eq!(saved[3]["content"], answer.as_str());
 }
+
+/// The last `/stats` of a piped chat session with `extra` flags (the Vulkan device: lavapipe in
+/// CI), greedy, 8 tokens per answer.
+fn piped_last_stats(input: &str, extra: &[&str]) -> Stats {
+    let mut child = vkllm()
+        .args([
+            "chat",
+            "--temperature",
+            "0",
+            "--no-history",
+            "--max-tokens",
+            "8",
+        ])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vkllm chat");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let at = stdout
+        .rfind("context:")
+        .unwrap_or_else(|| panic!("{stdout}"));
+    stats(&stdout[at..])
+}
+
+/// `--prefix-cache-mb` on the batched GPU decoder: a conversation /loaded again after another
+/// took the cache is copied back from the store (every prompt token reused but the last, whose
+/// logits start the answer); without the store only what the two conversations share (the
+/// template's system prompt) is.
+#[test]
+fn a_loaded_conversation_comes_back_from_the_prefix_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
+    let conv_a = json!([
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "The capital of France is Paris."},
+    ]);
+    let conv_b = json!([
+        {"role": "user", "content": "Name three colours of the rainbow."},
+        {"role": "assistant", "content": "Red, orange and yellow."},
+    ]);
+    std::fs::write(&a, conv_a.to_string()).unwrap();
+    std::fs::write(&b, conv_b.to_string()).unwrap();
+    let input = format!(
+        "/load {a}\nAnd of Germany?\n/load {b}\nAnd two more?\n/load {a}\nAnd of Germany?\n/stats\n",
+        a = a.display(),
+        b = b.display()
+    );
+    let slots = ["--decoder", "slots", "--ctx", "512", "--prefix-cache-mb"];
+    let with = piped_last_stats(&input, &[&slots[..], &["64"]].concat());
+    let without = piped_last_stats(&input, &[&slots[..], &["0"]].concat());
+    let mut asked = conv_a.as_array().unwrap().clone();
+    asked.push(json!({"role": "user", "content": "And of Germany?"}));
+    let prompt = chat_tokens(dir.path(), Json::Array(asked));
+    assert_eq!((with.prompt, without.prompt), (prompt, prompt));
+    assert_eq!(with.reused, prompt - 1, "{with:?}");
+    assert!(
+        without.reused > 0 && without.reused < prompt / 2,
+        "{without:?} of {prompt}"
+    );
+}

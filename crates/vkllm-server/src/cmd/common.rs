@@ -275,6 +275,12 @@ pub struct Loaded {
 /// Resolves (fetching if needed) and loads the model on the chosen device, with a session of
 /// `min(--ctx, the model's context)` positions. Prints `vkllm: PATH on DEVICE` to stderr.
 pub fn load(args: &ModelArgs) -> Result<Loaded> {
+    load_with_store(args, 0)
+}
+
+/// [`load`] with a prefix store of `store_mb` MiB on the batched GPU decoder (`vkllm chat
+/// --prefix-cache-mb`): conversations that come back are copied back, not computed again.
+pub fn load_with_store(args: &ModelArgs, store_mb: u64) -> Result<Loaded> {
     let path = model::resolve(args.model.as_deref())?;
     let t0 = Instant::now();
     let ck = Checkpoint::open(&path).with_context(|| format!("loading {}", path.display()))?;
@@ -288,6 +294,11 @@ pub fn load(args: &ModelArgs) -> Result<Loaded> {
             anyhow::bail!("--decoder slots needs a Vulkan device (not --device cpu)");
         }
         eprintln!("vkllm: {} on the CPU reference backend", path.display());
+        if store_mb > 0 {
+            eprintln!(
+                "vkllm: --prefix-cache-mb applies to the batched GPU decoder (not --device cpu)"
+            );
+        }
         Box::new(session(CpuBackend::new(), ck, tokenizer, args, "loading")?)
     } else {
         let dev = Device::new(&device_options(
@@ -303,8 +314,30 @@ pub fn load(args: &ModelArgs) -> Result<Loaded> {
         let mut b = VulkanBackend::new(dev);
         if decoder == Decoder::Slots {
             let (model, ctx, kv) = load_model(&mut b, ck, args, "uploading")?;
-            Box::new(SlotSession::new(b, model, tokenizer, ctx, kv)?)
+            let s = SlotSession::new(b, model, tokenizer, ctx, kv)?
+                .with_prefix_store(store_mb << 20)?;
+            if store_mb > 0 {
+                match s.prefix_store() {
+                    (0, 0) => eprintln!(
+                        "vkllm: --prefix-cache-mb: no room for this hybrid model's marks (no store)"
+                    ),
+                    (0, each) => eprintln!(
+                        "vkllm: --prefix-cache-mb {store_mb} holds no conversation (one takes {} MiB)",
+                        each.div_ceil(1 << 20)
+                    ),
+                    (n, each) => eprintln!(
+                        "vkllm: prefix store: {n} conversations of {ctx} positions ({} MiB each)",
+                        each.div_ceil(1 << 20)
+                    ),
+                }
+            }
+            Box::new(s)
         } else {
+            if store_mb > 0 {
+                eprintln!(
+                    "vkllm: --prefix-cache-mb applies to the batched GPU decoder (--decoder slots)"
+                );
+            }
             Box::new(session(b, ck, tokenizer, args, "uploading")?)
         }
     };

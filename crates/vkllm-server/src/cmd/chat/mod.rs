@@ -48,6 +48,11 @@ pub struct Args {
     /// Keep no history file.
     #[arg(long, conflicts_with = "history")]
     no_history: bool,
+
+    /// Device memory (MiB) for conversations kept past the cache (the batched GPU decoder): a
+    /// conversation /loaded again is copied back instead of computed. 0: off.
+    #[arg(long, default_value_t = 0, value_name = "MB")]
+    prefix_cache_mb: u64,
 }
 
 const HELP: &str = "\
@@ -102,7 +107,7 @@ struct Chat {
 pub fn run(args: Args) -> Result<()> {
     let terminal = std::io::stdin().is_terminal();
     let styled = std::io::stdout().is_terminal();
-    let loaded = common::load(&args.model)?;
+    let loaded = common::load_with_store(&args.model, args.prefix_cache_mb)?;
     let mut conv = Conversation::new(args.system.clone());
     if let Some(f) = &args.load {
         conv = Conversation::load(f)?;
