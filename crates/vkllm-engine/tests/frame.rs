@@ -150,3 +150,38 @@ fn a_tight_budget_runs_one_layer_per_call_and_the_hook_sees_each() {
     assert!(f.layer_cost().is_some());
     assert_eq!(f.history().len(), prompt.len() + 3);
 }
+
+/// A backend that runs ops as they come (the CPU reference) captures nothing: the decoder
+/// records every slice afresh, with the same tokens as a `Session` on that backend.
+#[test]
+fn a_backend_without_captures_records_slices_afresh() {
+    let fx = Fixture::load("qwen3").expect("fixture");
+    let load = || {
+        let mut b = vkllm_models::CpuBackend::new();
+        let m = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("model");
+        (b, m)
+    };
+    let prompt = ids(9, 4);
+    let s = sampling();
+    let (b, m) = load();
+    let mut sess = Session::new(b, m, char_tokenizer_eos(EOS), CTX).expect("session");
+    let p = GenerateParams {
+        sampling: s.clone(),
+        max_tokens: 6,
+        ..Default::default()
+    };
+    sess.generate(&prompt, &p, |_| {}).expect("generate");
+    let want = sess.history()[prompt.len()..].to_vec();
+    assert!(want.len() >= 3, "the session stopped early: {want:?}");
+    let (b, m) = load();
+    let mut f = FrameDecoder::new(b, m, CTX, KvType::F32, s, 0).expect("frame decoder");
+    let mut got = vec![f.prefill(&prompt).expect("prefill")];
+    while got.len() <= want.len() {
+        let out = f
+            .step(Duration::from_millis(1), &mut |_, _| {})
+            .expect("step");
+        got.extend(out.tokens);
+    }
+    assert!(!f.replays_captures());
+    assert_eq!(&got[..want.len()], &want[..]);
+}

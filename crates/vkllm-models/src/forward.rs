@@ -359,6 +359,15 @@ impl Model {
                 msg: format!("{layers:?} of {n} layers"),
             });
         }
+        if c.ids.len() != n + 2 {
+            return Err(ModelError::Config {
+                field: "capture".into(),
+                msg: format!(
+                    "captures of a {}-layer forward replayed on a {n}-layer model",
+                    c.ids.len().saturating_sub(2)
+                ),
+            });
+        }
         let mut ids = Vec::with_capacity(layers.len() + 2);
         if embed {
             ids.push(c.ids[0]);
