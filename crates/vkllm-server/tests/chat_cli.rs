@@ -244,34 +244,11 @@ fn scripted_session_from_a_pipe() {
         "/stats\nAnd of \\\nGermany?\n/stats\n/save {}\n/quit\n/stats\n",
         out_file.display()
     );
-    let mut child = vkllm()
-        .args([
-            "chat",
-            "--device",
-            "cpu",
-            "--temperature",
-            "0",
-            "--no-history",
-        ])
-        .args(["--max-tokens", &MAX_TOKENS.to_string(), "--load"])
-        .arg(&conv)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vkllm chat");
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(input.as_bytes()).unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut args = vec!["--device", "cpu", "--temperature", "0", "--no-history"];
+    let max = MAX_TOKENS.to_string();
+    let conv_arg = conv.display().to_string();
+    args.extend(["--max-tokens", &max, "--load", &conv_arg]);
+    let stdout = piped_chat(&input, &args);
     // Plain text: no prompts, no terminal escapes.
     assert!(
         !stdout.contains(">>>") && !stdout.contains('\x1b'),
@@ -303,19 +280,11 @@ fn scripted_session_from_a_pipe() {
     assert_eq!(saved[3]["content"], answer.as_str());
 }
 
-/// The last `/stats` of a piped chat session with `extra` flags (the Vulkan device: lavapipe in
-/// CI), greedy, 8 tokens per answer.
-fn piped_last_stats(input: &str, extra: &[&str]) -> Stats {
+/// The stdout of `vkllm chat ARGS` fed `input` on a pipe (it must exit successfully).
+fn piped_chat(input: &str, args: &[&str]) -> String {
     let mut child = vkllm()
-        .args([
-            "chat",
-            "--temperature",
-            "0",
-            "--no-history",
-            "--max-tokens",
-            "8",
-        ])
-        .args(extra)
+        .arg("chat")
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -327,12 +296,19 @@ fn piped_last_stats(input: &str, extra: &[&str]) -> Stats {
         stdin.write_all(input.as_bytes()).unwrap();
     }
     let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The last `/stats` of a piped chat session with `extra` flags (the Vulkan device: lavapipe in
+/// CI), greedy, 8 tokens per answer.
+fn piped_last_stats(input: &str, extra: &[&str]) -> Stats {
+    let base = ["--temperature", "0", "--no-history", "--max-tokens", "8"];
+    let stdout = piped_chat(input, &[&base[..], extra].concat());
     let at = stdout
         .rfind("context:")
         .unwrap_or_else(|| panic!("{stdout}"));
