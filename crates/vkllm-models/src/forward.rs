@@ -326,14 +326,10 @@ impl Model {
                 Some(id) => ids.push(id),
                 None => return Ok(None),
             }
-            // Replaying nothing flushes: a pass that replaced scratch shows as a new generation.
-            b.replay_captures(&[])?;
-            let c = SlicedCaptures { ids };
-            match b.replay_captures(&c.ids[..1]) {
-                Err(ModelError::CaptureStale { .. }) => b.release_captures(&c.ids),
-                Err(e) => return Err(e),
-                Ok(()) => return Ok(Some(c)),
+            if b.captures_current(&ids)? {
+                return Ok(Some(SlicedCaptures { ids }));
             }
+            b.release_captures(&ids);
         }
         Err(ModelError::Config {
             field: "capture".into(),

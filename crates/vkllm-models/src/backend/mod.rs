@@ -198,6 +198,12 @@ pub trait Backend: HybridOps {
         Err(ModelError::Unsupported("captures on this backend".into()))
     }
 
+    /// Whether every one of `ids` may still be replayed, after the work before it (a capture
+    /// is stale once scratch it uses was replaced).
+    fn captures_current(&mut self, _ids: &[CaptureId]) -> Result<bool, ModelError> {
+        Ok(false)
+    }
+
     /// Drops captures (their handles are not valid afterwards).
     fn release_captures(&mut self, _ids: &[CaptureId]) {}
 

@@ -330,6 +330,11 @@ impl Backend for VulkanBackend {
         self.replay_recordings(ids)
     }
 
+    fn captures_current(&mut self, ids: &[CaptureId]) -> Result<bool, ModelError> {
+        self.flush()?;
+        Ok(ids.iter().all(|id| id.generation == self.scratch_gen))
+    }
+
     fn release_captures(&mut self, ids: &[CaptureId]) {
         self.release_recordings(ids)
     }
