@@ -11,6 +11,10 @@ request). Standard library only, so it runs on a bare GPU machine.
       [--prompt-words 16,256,2000 --max-tokens 64,256]
   loadgen.py --spawn target/debug/vkllm --stream --check ...   # a CPU `vkllm serve` of a tiny
       synthetic model started (and stopped) here; --check fails on errors or missing figures
+  loadgen.py --turns 20 --system-words 3000 --turn-words 150 --max-tokens 32 ...
+      # agent-style conversations (the prefix cache): each turn resends the whole conversation
+      # plus new words; per turn the prompt and cached tokens (usage.prompt_tokens_details) and
+      # the time to first token, against the TTFT of a fresh prompt of one turn's size
 """
 import argparse
 import json
@@ -50,12 +54,13 @@ def one(url, body):
     return out["usage"]["completion_tokens"], time.time() - t0, None, []
 
 
-def one_stream(url, body):
+def one_stream(url, body, details=None):
     """A streaming request: (completion tokens, seconds, time to first text, gaps between text
-    chunks)."""
+    chunks); `details` (a dict), when given, receives the final usage and the answer's text."""
     body = dict(body, stream=True, stream_options={"include_usage": True})
+    answer = []
     t0 = time.time()
-    first, last, gaps, chunks, tokens = None, None, [], 0, None
+    first, last, gaps, chunks, tokens, usage = None, None, [], 0, None, None
     with urllib.request.urlopen(post(url, body), timeout=600) as r:
         for raw in r:
             line = raw.decode().strip()
@@ -68,8 +73,11 @@ def one_stream(url, body):
             if "error" in ev:
                 raise RuntimeError(ev["error"])
             if ev.get("usage"):
-                tokens = ev["usage"]["completion_tokens"]
-            if any(c.get("text") for c in ev.get("choices", [])):
+                usage = ev["usage"]
+                tokens = usage["completion_tokens"]
+            text = "".join(c.get("text") or "" for c in ev.get("choices", []))
+            if text:
+                answer.append(text)
                 now = time.time()
                 if first is None:
                     first = now - t0
@@ -77,7 +85,10 @@ def one_stream(url, body):
                     gaps.append(now - last)
                 last = now
                 chunks += 1
-    return (tokens if tokens is not None else chunks), time.time() - t0, first, gaps
+    n = tokens if tokens is not None else chunks
+    if details is not None:
+        details.update(usage=usage or {}, text="".join(answer))
+    return n, time.time() - t0, first, gaps
 
 
 def pct(xs, p):
@@ -132,19 +143,33 @@ def main():
     ap.add_argument("--json-schema", help="a JSON Schema file: every request asks for it "
                     "(response_format json_schema, structured outputs)")
     ap.add_argument("--check", action="store_true",
-                    help="exit non-zero on any error or a missing figure")
+                    help="exit non-zero on any error or a missing figure (with --turns: also "
+                    "when a later turn reuses nothing)")
+    ap.add_argument("--turns", type=int, default=0,
+                    help="agent-style conversations of this many turns (--concurrency of them, "
+                    "--requests ignored), streaming; reports each turn's cached tokens and TTFT")
+    ap.add_argument("--system-words", type=int, default=3000,
+                    help="with --turns: the system prompt every conversation starts with")
+    ap.add_argument("--turn-words", type=int, default=150,
+                    help="with --turns: the words each turn adds (besides the answer)")
     a = ap.parse_args()
     srv = None
     if a.spawn:
         srv, a.url = spawn(a.spawn)
     try:
-        report = run(a)
+        report = conversations(a) if a.turns else run(a)
     finally:
         if srv is not None:
             srv.terminate()
             srv.wait(timeout=30)
     print(json.dumps(report))
-    if a.check:
+    if a.check and a.turns:
+        later = [t for c in report["conversations"] for t in c if t["turn"] > 1]
+        bad = (report["errors"] > 0 or not later or report["baseline_ttft_ms"] is None
+               or any(t["cached_tokens"] <= 0 or t["ttft_ms"] is None for t in later))
+        if bad:
+            sys.exit("loadgen --turns check failed")
+    elif a.check:
         bad = report["errors"] > 0 or report["completion_tokens"] <= 0
         if a.stream:
             bad = bad or report["ttft_ms"]["p50"] is None or report["itl_ms"]["p50"] is None
@@ -218,6 +243,84 @@ def run(a):
         report["ttft_ms"] = {"p50": pct(ttft, 0.5), "p99": pct(ttft, 0.99)}
         report["itl_ms"] = {"p50": pct(itl, 0.5), "p99": pct(itl, 0.99)}
     return report
+
+
+def words_at(n, salt):
+    """`n` words of the fixed text, starting at a place chosen by `salt`, led by the salt
+    itself so that two salts never share a prefix."""
+    k = len(WORDS)
+    return f"[{salt}] " + " ".join(WORDS[(i + 7 * salt) % k] for i in range(n))
+
+
+def conversations(a):
+    """--turns: each of --concurrency conversations starts with the same system prompt and
+    resends the whole conversation each turn (earlier prompts, answers, then --turn-words new
+    words), like an agent loop on a completions API. The baseline is the TTFT of fresh prompts
+    of one turn's size (nothing to reuse), taken before the conversations."""
+    if not a.model:
+        with urllib.request.urlopen(a.url + "/v1/models", timeout=60) as r:
+            a.model = json.load(r)["data"][0]["id"]
+    sampling = {"temperature": a.temperature, "top_k": a.top_k, "top_p": a.top_p,
+                "min_p": a.min_p}
+    one(a.url, {"model": a.model, "prompt": a.prompt, "max_tokens": 8})
+    base = []
+    for i in range(3):
+        body = dict(sampling, model=a.model, prompt=words_at(a.turn_words, 900_000 + i),
+                    max_tokens=1, seed=i)
+        base.append(one_stream(a.url, body)[2])
+    system = "System: " + words_at(a.system_words, 0) + "\n"
+    lock = threading.Lock()
+    convs, errors = [[] for _ in range(a.concurrency)], []
+
+    def worker(w):
+        prompt = system
+        for t in range(1, a.turns + 1):
+            prompt += f"User: {words_at(a.turn_words, 1000 * (w + 1) + t)}\nAssistant:"
+            body = dict(sampling, model=a.model, prompt=prompt, seed=1000 * w + t,
+                        max_tokens=a.max_tokens[(t - 1) % len(a.max_tokens)])
+            d = {}
+            try:
+                n, dt, first, _ = one_stream(a.url, body, d)
+            except Exception as e:  # counted and reported; this conversation stops
+                why = e.read().decode(errors="replace")[:300] if hasattr(e, "read") else ""
+                with lock:
+                    errors.append(f"turn {t}: {type(e).__name__}: {e} {why}")
+                return
+            u = d["usage"]
+            cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+            convs[w].append({"turn": t, "prompt_tokens": u.get("prompt_tokens"),
+                             "cached_tokens": cached, "completion_tokens": n,
+                             "ttft_ms": None if first is None else round(1e3 * first, 2)})
+            prompt += d["text"] + "\n"
+
+    t0 = time.time()
+    ts = [threading.Thread(target=worker, args=(w,)) for w in range(a.concurrency)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    later = [t for c in convs for t in c if t["turn"] > 1]
+    prompt_sum = sum(t["prompt_tokens"] or 0 for t in later)
+    ttfts = [t["ttft_ms"] / 1e3 for t in later if t["ttft_ms"] is not None]
+    b50 = pct([b for b in base if b is not None], 0.5)
+    return {
+        "label": a.label, "turns": a.turns, "concurrency": a.concurrency,
+        "system_words": a.system_words, "turn_words": a.turn_words,
+        "max_tokens": a.max_tokens, "sampling": sampling, "wall_s": round(time.time() - t0, 3),
+        "baseline_ttft_ms": b50,
+        "later_turns": {
+            "hit_rate": round(sum(t["cached_tokens"] for t in later) / prompt_sum, 4)
+            if prompt_sum else None,
+            "computed_tokens_p50": sorted(
+                (t["prompt_tokens"] or 0) - t["cached_tokens"] for t in later
+            )[len(later) // 2] if later else None,
+            "ttft_ms": {"p50": pct(ttfts, 0.5), "p99": pct(ttfts, 0.99)},
+            "ttft_over_baseline_p50": round(pct(ttfts, 0.5) / b50, 3)
+            if ttfts and b50 else None,
+        },
+        "errors": len(errors), "error_samples": errors[:3],
+        "conversations": convs,
+    }
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ python3 scripts/reliability.py --bin target/debug/vkllm --soak 20
 # The load generator against a CPU server: streaming clients, mixed lengths, TTFT and ITL.
 python3 scripts/loadgen.py --spawn target/debug/vkllm --stream --check --concurrency 4 \
     --requests 2 --max-tokens 16,32 --prompt-words 8,64
+# Its agent-style mode: two conversations resent each turn must reuse their earlier turns.
+python3 scripts/loadgen.py --spawn target/debug/vkllm --check --turns 4 --system-words 60 \
+    --turn-words 10 --max-tokens 4 --concurrency 2 >/dev/null
 # GPUs decode quantized weights through the int8 matvec by default, lavapipe (a CPU device) does
 # not: check its greedy tokens against transformers on a Q4_K/Q6_K model here too.
 VKLLM_TUNE=matvec=int8 cargo test -p vkllm-models --test real_models qwen2_5_coder_0_5b_gpu

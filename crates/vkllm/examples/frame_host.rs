@@ -12,9 +12,10 @@
 //! opened by `vkllm_vk::Device::new` for brevity; a real host passes its own handles and
 //! `HostFeatures::from_create_info` of its device's create info.
 
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use vkllm::engine::{FrameDecoder, FrameOptions, LayerView};
+use vkllm::engine::{FrameDecoder, FrameOptions, GenerateParams, LayerView, SlotSession};
 use vkllm::models::{AnyModel, Backend, Checkpoint, KvType, VulkanBackend};
 use vkllm::tokenizer::{EncodeOptions, Tokenizer};
 use vkllm::vk::kernels::elementwise::Add;
@@ -106,6 +107,34 @@ fn free_running(dec: &mut FrameDecoder<VulkanBackend>) -> Result<f64, Box<dyn st
             .len();
     }
     Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// Tokens generated per run of `--compare-own`'s recorded decoder.
+const COMPARE_TOKENS: usize = 256;
+
+/// Decode tokens per second of the recorded slot decoder on `dev`: the model loaded there,
+/// one untimed run, then `COMPARE_TOKENS` greedy tokens after `prompt`.
+fn recorded_tps(
+    dev: Device,
+    path: &std::path::Path,
+    ck: &Checkpoint,
+    prompt: &[u32],
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let mut b = VulkanBackend::new(dev);
+    let chunk = b.prefill_chunk();
+    let model = AnyModel::load_checkpoint(ck, None, &mut b, chunk, &mut |_| {})?;
+    let mut s = SlotSession::new(b, model, Tokenizer::from_path(path)?, CTX, KvType::F16)?;
+    let p = GenerateParams {
+        sampling: vkllm::cpu::sampler::SamplingParams::default(),
+        max_tokens: COMPARE_TOKENS,
+        stop: Vec::new(),
+        grammar: None,
+    };
+    let cancel = AtomicBool::new(false);
+    s.generate_with(prompt, &p, &cancel, |_| {})?;
+    s.reset();
+    let u = s.generate_with(prompt, &p, &cancel, |_| {})?;
+    Ok(u.decode_tokens_per_s)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -233,23 +262,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("text: {}", tokenizer.decode(&out, true)?);
     if std::env::args().any(|a| a == "--compare-own") {
-        // The same decoder on a device vkllm opens itself: what attaching costs.
-        let mut b = VulkanBackend::new(Device::new(&DeviceOptions::from_env()?)?);
-        let AnyModel::Dense(m) = AnyModel::load_checkpoint(&ck, None, &mut b, chunk, &mut |_| {})?
-        else {
-            unreachable!("loaded as dense above");
-        };
-        let mut own =
-            FrameDecoder::with_options(b, m, CTX, KvType::F16, sampling_params(), 0, a.opts)?;
-        own.prefill(&prompt)?;
-        let own_tps = free_running(&mut own)?;
-        let again = free_running(&mut dec)?;
+        // What attaching costs: the recorded decoder (what `generate` runs on a GPU) on a second
+        // attachment to the host's device against a device vkllm opens itself, alternated.
+        drop(dec);
+        let (mut attached, mut own) = (Vec::new(), Vec::new());
+        for round in 0..6 {
+            let on_own = round % 2 == 1;
+            let d = if on_own {
+                Device::new(&DeviceOptions::from_env()?)?
+            } else {
+                attach(&host)?
+            };
+            let tps = recorded_tps(d, &path, &ck, &prompt)?;
+            if on_own { &mut own } else { &mut attached }.push(tps);
+        }
+        attached.sort_by(f64::total_cmp);
+        own.sort_by(f64::total_cmp);
+        let (a50, o50) = (percentile(&attached, 0.5), percentile(&own, 0.5));
         println!(
-            "free-running, own device {own_tps:.1} tok/s, attached {again:.1} tok/s ({:.3})",
-            again / own_tps
+            "recorded decoder, {COMPARE_TOKENS} tokens, 3 runs each (median): attached {a50:.1} \
+             tok/s {attached:.1?}, own device {o50:.1} tok/s {own:.1?}; attached / own {:.3}",
+            a50 / o50
         );
+    } else {
+        drop(dec);
     }
-    drop(dec);
     drop(dev);
     host.check_validation()?;
     Ok(())
