@@ -256,7 +256,9 @@ def conversations(a):
     """--turns: each of --concurrency conversations starts with the same system prompt and
     resends the whole conversation each turn (earlier prompts, answers, then --turn-words new
     words), like an agent loop on a completions API. The baseline is the TTFT of fresh prompts
-    of one turn's size (nothing to reuse), taken before the conversations."""
+    of one turn's size (nothing to reuse; one-token answers), taken before the conversations.
+    With --max-tokens 1 a turn adds only its words (a random-weight model's answers re-tokenize
+    into many more tokens than were generated)."""
     if not a.model:
         with urllib.request.urlopen(a.url + "/v1/models", timeout=60) as r:
             a.model = json.load(r)["data"][0]["id"]
@@ -264,10 +266,13 @@ def conversations(a):
                 "min_p": a.min_p}
     one(a.url, {"model": a.model, "prompt": a.prompt, "max_tokens": 8})
     base = []
-    for i in range(3):
+    # Two untimed fresh prompts first (pipelines for the shape), then five timed.
+    for i in range(7):
         body = dict(sampling, model=a.model, prompt=words_at(a.turn_words, 900_000 + i),
                     max_tokens=1, seed=i)
-        base.append(one_stream(a.url, body)[2])
+        ttft = one_stream(a.url, body)[2]
+        if i >= 2:
+            base.append(ttft)
     system = "System: " + words_at(a.system_words, 0) + "\n"
     lock = threading.Lock()
     convs, errors = [[] for _ in range(a.concurrency)], []

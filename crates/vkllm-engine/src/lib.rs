@@ -36,6 +36,7 @@ pub use generator::{
     DEFAULT_MARKS_PER_SLOT, Generator, SimpleGenerator, SlotId, SlotParams, TokenOut,
 };
 pub use grammar::{Constraint, Grammar, GrammarSpec, Grammars};
+pub use prefix_store::BLOCK as PREFIX_BLOCK;
 pub use runner::{
     Event, InferenceRunner, Prompt, Request, RequestId, RunnerConfig, RunnerHandle, RunnerStats,
     Sink,

@@ -1,23 +1,30 @@
 //! Conversations kept past their slots (the batched GPU decoder): when a free slot is taken by a
-//! prompt that does not continue what the slot holds, its rows are first copied into a store
-//! entry; a later prompt that starts with a stored conversation copies those rows back instead of
-//! recomputing them. An entry has the shape of one slot of the generator's cache (so one
-//! `KvCache::copy_prefix` each way; for hybrid models the slot's recurrent mark, the state at the
-//! end of its last prompt, with the KV rows before it: `HybridModel::copy_mark`), the store as
-//! many entries as its byte budget holds, evicted least recently used. Rows are copied, not
-//! shared in place (no block table yet).
+//! prompt that does not continue what the slot holds, its rows are first copied into the store;
+//! a later prompt that shares a prefix with a stored conversation copies those rows back instead
+//! of recomputing them. Dense models store rows in a pool of [`BLOCK`]-row blocks, an entry
+//! taking as many as its conversation needs (the least recently used entries make room); hybrid
+//! entries have the shape of one slot (`HybridModel::copy_mark`: the slot's recurrent mark, the
+//! state at the end of its last prompt, with the KV rows before it), as many as the byte budget
+//! holds. Rows are copied, not shared in place (no block table yet).
 
 use std::cmp::Reverse;
 
-use vkllm_models::KvCache;
 use vkllm_models::hybrid::{HybridState, RecurrentMarks};
+use vkllm_models::{Backend, KvCache, ModelError};
 
 /// Histories shorter than this are not worth an entry (tokens).
 pub(crate) const STORE_MIN: usize = 16;
 
-/// Where the entries' rows live: one slot per entry, the generator state's shape.
+/// Rows per block of a dense store (a multiple of `KV_ROW_ALIGN`, so a block is one slot of the
+/// pool's cache).
+pub const BLOCK: usize = vkllm_models::KV_ROW_ALIGN;
+
+/// Where the entries' rows live.
 pub(crate) enum StoreRows {
-    Dense(KvCache),
+    /// Dense models: a pool of blocks (the slots of a cache of `BLOCK` positions, no rings),
+    /// `free` the unused ones in ascending order (taken lowest first, so an entry's blocks are
+    /// mostly consecutive and copy as runs).
+    Dense { pool: KvCache, free: Vec<usize> },
     /// A hybrid entry holds a mark (its history is exactly the marked tokens).
     Hybrid {
         st: HybridState,
@@ -32,18 +39,21 @@ pub(crate) struct PrefixStore {
 }
 
 /// A stored conversation: `history` (empty: a free entry) from position 0, `written` as the
-/// slot it came from had written (what its sliding-window rings hold, `KvCache::reusable`).
+/// slot it came from had written (what its sliding-window rings hold, `KvCache::reusable`);
+/// a dense entry's rows are in `blocks` (block `j` holds rows `j * BLOCK ..` of every layer).
 #[derive(Default)]
 struct Entry {
     history: Vec<u32>,
     written: usize,
     last_used: u64,
+    blocks: Vec<usize>,
 }
 
 impl PrefixStore {
     pub(crate) fn new(rows: StoreRows, bytes: u64) -> Self {
+        // A dense store's entries come and go with its blocks.
         let n = match &rows {
-            StoreRows::Dense(kv) => kv.slots,
+            StoreRows::Dense { .. } => 0,
             StoreRows::Hybrid { st, .. } => st.slots,
         };
         let entries = (0..n).map(|_| Entry::default()).collect();
@@ -59,8 +69,74 @@ impl PrefixStore {
         self.bytes
     }
 
+    /// Entries a hybrid store holds; a dense store's blocks.
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        match &self.rows {
+            StoreRows::Dense { pool, .. } => pool.slots,
+            StoreRows::Hybrid { .. } => self.entries.len(),
+        }
+    }
+
+    /// The blocks of dense entry `i` (empty for hybrid entries).
+    pub(crate) fn blocks(&self, i: usize) -> &[usize] {
+        self.entries.get(i).map_or(&[], |e| &e.blocks[..])
+    }
+
+    /// A dense entry for `history` with `need` blocks taken from the pool: the entry of an
+    /// earlier turn of it (superseded) or a new one, making room by dropping the least recently
+    /// used entries, never `except`. `None` (nothing dropped) when even then the blocks would
+    /// not suffice, or on a hybrid store.
+    pub(crate) fn take_blocks(
+        &mut self,
+        history: &[u32],
+        need: usize,
+        except: Option<usize>,
+    ) -> Option<usize> {
+        let StoreRows::Dense { pool, free } = &mut self.rows else {
+            return None;
+        };
+        let pinned: usize = except
+            .and_then(|i| self.entries.get(i))
+            .map_or(0, |e| e.blocks.len());
+        if need == 0 || need > pool.slots - pinned {
+            return None;
+        }
+        let release = |e: &mut Entry, free: &mut Vec<usize>| {
+            free.append(&mut e.blocks);
+            e.history.clear();
+        };
+        let earlier = self
+            .entries
+            .iter()
+            .position(|e| !e.history.is_empty() && history.starts_with(&e.history));
+        let earlier = earlier.filter(|&i| Some(i) != except);
+        if let Some(i) = earlier {
+            release(&mut self.entries[i], free);
+        }
+        while free.len() < need {
+            let lru = self
+                .entries
+                .iter()
+                .enumerate()
+                .filter(|&(i, e)| Some(i) != except && !e.history.is_empty())
+                .min_by_key(|&(i, e)| (e.last_used, i))
+                .map(|(i, _)| i)?;
+            release(&mut self.entries[lru], free);
+        }
+        free.sort_unstable();
+        let blocks: Vec<usize> = free.drain(..need).collect();
+        let i = match earlier {
+            Some(i) => i,
+            None => match self.entries.iter().position(|e| e.history.is_empty()) {
+                Some(i) => i,
+                None => {
+                    self.entries.push(Entry::default());
+                    self.entries.len() - 1
+                }
+            },
+        };
+        self.entries[i].blocks = blocks;
+        Some(i)
     }
 
     /// The entry that gives a prompt more reusable tokens than `floor`, the most of any:
@@ -98,7 +174,7 @@ impl PrefixStore {
         self.entries.iter().any(|e| e.history.starts_with(history))
     }
 
-    /// The entry `history` should go into: one holding an earlier turn of it (the new one
+    /// The hybrid entry `history` should go into: one holding an earlier turn of it (the new one
     /// supersedes it), else a free one, else the least recently used; never `except` (`None`
     /// when that leaves nothing).
     pub(crate) fn victim(&self, history: &[u32], except: Option<usize>) -> Option<usize> {
@@ -120,7 +196,8 @@ impl PrefixStore {
         earlier.or_else(free).or_else(lru)
     }
 
-    /// Entry `i` now holds `history` (its rows were just copied in).
+    /// Entry `i` now holds `history` (its rows were just copied in; a dense entry's into
+    /// the blocks [`PrefixStore::take_blocks`] gave it).
     pub(crate) fn set(&mut self, i: usize, history: &[u32], written: usize, clock: u64) {
         if let Some(e) = self.entries.get_mut(i) {
             e.history = history.to_vec();
@@ -134,5 +211,92 @@ impl PrefixStore {
         if let Some(e) = self.entries.get_mut(i) {
             e.last_used = clock;
         }
+    }
+}
+
+/// Copies the first rows of `slot` of `kv` (`kept[l]` of layer `l`, [`KvCache::rows_kept`])
+/// into an entry's `blocks` of the pool (`into_pool`) or back; consecutive blocks copy as one
+/// run per layer.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn copy_blocks<B: Backend>(
+    b: &mut B,
+    kv: &KvCache,
+    slot: usize,
+    pool: &KvCache,
+    blocks: &[usize],
+    kept: &[usize],
+    kv_dim: usize,
+    into_pool: bool,
+) -> Result<(), ModelError> {
+    for (l, &n) in kept.iter().enumerate() {
+        if n > blocks.len() * BLOCK {
+            return Err(ModelError::Config {
+                field: "prefix store".into(),
+                msg: format!("layer {l}: {n} rows in {} blocks", blocks.len()),
+            });
+        }
+        let mut j = 0;
+        while j * BLOCK < n {
+            let mut run = 1;
+            while j + run < blocks.len() && blocks[j + run] == blocks[j] + run {
+                run += 1;
+            }
+            let rows = (n - j * BLOCK).min(run * BLOCK);
+            if into_pool {
+                kv.copy_layer_rows(b, l, slot, j * BLOCK, pool, blocks[j], 0, rows, kv_dim)?;
+            } else {
+                pool.copy_layer_rows(b, l, blocks[j], 0, kv, slot, j * BLOCK, rows, kv_dim)?;
+            }
+            j += run;
+        }
+    }
+    Ok(())
+}
+
+/// Blocks an entry of a slot's first `rows` positions needs.
+pub(crate) fn blocks_for(kv: &KvCache, rows: usize, written: usize) -> usize {
+    kv.rows_kept(rows, written)
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+        .div_ceil(BLOCK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vkllm_models::{CpuBackend, KvType};
+
+    fn store(blocks: usize) -> PrefixStore {
+        let mut b = CpuBackend::new();
+        let pool = KvCache::alloc(&mut b, &[None, None], 8, BLOCK, 1, blocks, KvType::F32)
+            .expect("pool");
+        let free = (0..blocks).collect();
+        PrefixStore::new(StoreRows::Dense { pool, free }, 0)
+    }
+
+    #[test]
+    fn blocks_go_to_new_turns_then_to_the_least_recently_used() {
+        let mut s = store(4);
+        let (a, b, c) = (vec![1, 2, 3], vec![7, 8], vec![9]);
+        let e = s.take_blocks(&a, 2, None).expect("a");
+        assert_eq!(s.blocks(e), &[0, 1]);
+        s.set(e, &a, 3, 1);
+        let f = s.take_blocks(&b, 1, None).expect("b");
+        assert_eq!(s.blocks(f), &[2]);
+        s.set(f, &b, 2, 2);
+        // More than the pool, or than what `except` leaves: nothing is dropped.
+        assert_eq!(s.take_blocks(&c, 5, None), None);
+        assert_eq!(s.take_blocks(&c, 3, Some(e)), None);
+        assert_eq!((s.blocks(e), s.blocks(f)), (&[0, 1][..], &[2][..]));
+        // A later turn of a replaces a's entry (its blocks come back first).
+        let a2 = [&a[..], &[4, 5]].concat();
+        let g = s.take_blocks(&a2, 2, None).expect("a2");
+        assert_eq!((g, s.blocks(g)), (e, &[0, 1][..]));
+        s.set(g, &a2, 5, 3);
+        // Two blocks for c, one free: b goes (a2 is protected) and its entry takes c.
+        assert_eq!(s.take_blocks(&c, 2, Some(g)), Some(f));
+        assert_eq!(s.blocks(f), &[2, 3]);
+        assert_eq!(s.blocks(g), &[0, 1]);
     }
 }

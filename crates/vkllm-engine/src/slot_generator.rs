@@ -27,7 +27,7 @@ use crate::generator::{
     best_source, branch_point, common_prefix, pick_constrained, validate_params,
 };
 use crate::grammar::Constraint;
-use crate::prefix_store::{PrefixStore, STORE_MIN, StoreRows};
+use crate::prefix_store::{BLOCK, PrefixStore, STORE_MIN, StoreRows, blocks_for, copy_blocks};
 
 struct Slot {
     /// Tokens whose keys and values are in the slot's cache region, from position 0.
@@ -186,7 +186,10 @@ impl SlotGenerator {
     /// recurrent mark), so the store holds `budget / that` of them. Fails with the cache's
     /// out-of-memory error when the device cannot hold them.
     pub fn with_prefix_store(mut self, budget: u64) -> Result<Self, EngineError> {
-        let per = self.prefix_entry_bytes();
+        let per = match &self.net {
+            Net::Dense { .. } => self.prefix_block_bytes(),
+            Net::Hybrid { .. } => self.prefix_entry_bytes(),
+        };
         let entries = budget.checked_div(per).unwrap_or(0) as usize;
         if entries == 0 {
             return Ok(self);
@@ -197,7 +200,15 @@ impl SlotGenerator {
                     k: kv.dtype,
                     v: kv.v_dtype,
                 };
-                StoreRows::Dense(model.new_kv_slots(&mut self.b, kv.capacity, entries, types)?)
+                let none = vec![None; kv.layers.len()];
+                let kv_dim = model.cfg.kv_dim();
+                let mut pool =
+                    KvCache::alloc(&mut self.b, &none, kv_dim, BLOCK, 1, entries, types)?;
+                pool.rot_k = kv.rot_k;
+                StoreRows::Dense {
+                    pool,
+                    free: (0..entries).collect(),
+                }
             }
             Net::Hybrid { model, st, .. } => {
                 let types = KvTypes {
@@ -213,8 +224,25 @@ impl SlotGenerator {
         Ok(self)
     }
 
-    /// Device bytes one stored conversation takes: one slot of the cache (a hybrid's with its
-    /// recurrent state and mark; 0 when the model has no room for marks).
+    /// Device bytes of one block of a dense prefix store ([`BLOCK`] positions of every layer's
+    /// keys and values; 0 for hybrid models, whose entries are whole slots).
+    pub fn prefix_block_bytes(&self) -> u64 {
+        match &self.net {
+            Net::Dense { model, kv } => {
+                let types = KvTypes {
+                    k: kv.dtype,
+                    v: kv.v_dtype,
+                };
+                let none = vec![None; kv.layers.len()];
+                KvCache::bytes_for(&none, model.cfg.kv_dim(), BLOCK, 1, 1, types)
+            }
+            Net::Hybrid { .. } => 0,
+        }
+    }
+
+    /// Device bytes a stored conversation of the whole context takes: one slot of the cache (a
+    /// hybrid's with its recurrent state and mark; 0 when the model has no room for marks). A
+    /// dense store keeps shorter conversations in fewer bytes (blocks of [`BLOCK`] positions).
     pub fn prefix_entry_bytes(&self) -> u64 {
         match &self.net {
             Net::Dense { model, kv } => kv.slot_bytes(model.cfg.kv_dim()),
@@ -227,9 +255,25 @@ impl SlotGenerator {
         }
     }
 
-    /// Conversations the prefix store holds at most (0: no store).
+    /// Conversations of the whole context the prefix store holds at least (0: no store); a
+    /// dense store holds more of shorter ones ([`SlotGenerator::prefix_store_rows`]).
     pub fn prefix_store_entries(&self) -> usize {
-        self.store.as_ref().map_or(0, PrefixStore::len)
+        match (&self.net, &self.store) {
+            (_, None) => 0,
+            (Net::Dense { kv, .. }, Some(st)) => {
+                st.len() / blocks_for(kv, kv.capacity, kv.capacity).max(1)
+            }
+            (Net::Hybrid { .. }, Some(st)) => st.len(),
+        }
+    }
+
+    /// Positions a dense prefix store holds in all (its blocks; 0 without one or for hybrid
+    /// models, whose entries are whole slots).
+    pub fn prefix_store_rows(&self) -> usize {
+        match (&self.net, &self.store) {
+            (Net::Dense { .. }, Some(st)) => st.len() * BLOCK,
+            _ => 0,
+        }
     }
 
     /// Before a free `slot` is overwritten past its first `keep` positions: its conversation
@@ -273,13 +317,21 @@ impl SlotGenerator {
         if hist.len() < STORE_MIN || keep >= hist.len() || held_elsewhere {
             return Ok(());
         }
-        let Some(e) = store.victim(hist, reading) else {
+        let e = match &self.net {
+            Net::Dense { kv, .. } => {
+                store.take_blocks(hist, blocks_for(kv, hist.len(), written), reading)
+            }
+            Net::Hybrid { .. } => store.victim(hist, reading),
+        };
+        let Some(e) = e else {
             return Ok(());
         };
+        let blocks = store.blocks(e).to_vec();
         match (&mut self.net, &mut store.rows) {
-            (Net::Dense { model, kv }, StoreRows::Dense(skv)) => {
+            (Net::Dense { model, kv }, StoreRows::Dense { pool, .. }) => {
+                let kept = kv.rows_kept(hist.len(), written);
                 let kv_dim = model.cfg.kv_dim();
-                kv.copy_prefix(&mut self.b, slot, skv, e, hist.len(), written, kv_dim)?;
+                copy_blocks(&mut self.b, kv, slot, pool, &blocks, &kept, kv_dim, true)?;
             }
             (
                 Net::Hybrid {
@@ -430,9 +482,12 @@ impl SlotGenerator {
             let floor = best.map_or(reuse, |(_, r)| r.max(reuse));
             let stored = stored.filter(|&(_, r, _)| r > floor);
             if let (Some((e, r, written)), Some(st)) = (stored, self.store.as_mut())
-                && let StoreRows::Dense(skv) = &st.rows
+                && let StoreRows::Dense { pool, .. } = &st.rows
             {
-                skv.copy_prefix(&mut self.b, e, kv, slot, r, written, model.cfg.kv_dim())?;
+                let kept = kv.rows_kept(r, written);
+                let blocks = st.blocks(e);
+                let kv_dim = model.cfg.kv_dim();
+                copy_blocks(&mut self.b, kv, slot, pool, blocks, &kept, kv_dim, false)?;
                 self.clock += 1;
                 st.touch(e, self.clock);
                 reuse = r;
@@ -462,7 +517,7 @@ impl SlotGenerator {
                         store.touch(e, self.clock);
                         true
                     }
-                    StoreRows::Dense(_) => false,
+                    StoreRows::Dense { .. } => false,
                 },
                 _ => false,
             };

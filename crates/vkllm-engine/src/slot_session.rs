@@ -92,12 +92,22 @@ impl SlotSession {
         })
     }
 
-    /// Conversations the prefix store holds at most (0: no store), and the device bytes of one.
+    /// Conversations of the whole context the prefix store holds at least (0: no store), and
+    /// the device bytes of one ([`SlotGenerator::prefix_store_entries`]).
     pub fn prefix_store(&self) -> (usize, u64) {
         (
             self.generator.prefix_store_entries(),
             self.generator.prefix_entry_bytes(),
         )
+    }
+
+    /// Positions a dense model's prefix store holds in all, and the device bytes of one of its
+    /// blocks of [`crate::PREFIX_BLOCK`] positions (0, 0: no store, or a hybrid model's).
+    pub fn prefix_store_rows(&self) -> (usize, u64) {
+        match self.generator.prefix_store_rows() {
+            0 => (0, 0),
+            rows => (rows, self.generator.prefix_block_bytes()),
+        }
     }
 
     /// Positions of the context.

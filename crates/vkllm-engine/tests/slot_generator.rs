@@ -308,6 +308,67 @@ fn stored_conversations_outlive_their_slot() {
     assert_eq!(g.prefix_store_entries(), 0);
 }
 
+/// A dense store keeps rows in blocks: four blocks (on qwen3 the bytes of one whole-context
+/// conversation) hold three shorter ones (one of two blocks), each resumed from the store after
+/// the others took the one slot, with the reference tokens; on a model with sliding-window
+/// rings too.
+#[test]
+fn a_block_store_keeps_several_short_conversations() {
+    let dev = device();
+    for family in ["qwen3", "gemma3"] {
+        let fx = Fixture::load(family).expect("fixture");
+        let vocab = fx.config.vocab_size as u32;
+        let conv =
+            |seed: u32, n: u32| -> Vec<u32> { (0..n).map(|i| (seed + 7 * i) % vocab).collect() };
+        let convs = [conv(3, 150), conv(101, 20), conv(211, 20)];
+        let greedy = SlotParams::default();
+        let one = |p: &[u32], n: usize| vec![(p.to_vec(), greedy.clone(), n, 0)];
+        let ids = |v: &[TokenOut]| v.iter().map(|t| t.id).collect::<Vec<u32>>();
+        let load = |dev: &Device| {
+            let mut b = VulkanBackend::new(dev.clone());
+            let model =
+                Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+            (b, model)
+        };
+        let (b, model) = load(&dev);
+        let g = SlotGenerator::new(b, model, 1, 512, KvType::F16, 1).expect("slot generator");
+        let block = g.prefix_block_bytes();
+        assert!(block > 0, "{family}");
+        if family == "qwen3" {
+            // No rings: four blocks are the bytes of one whole-context conversation.
+            assert_eq!(g.prefix_entry_bytes(), 4 * block);
+        }
+        let mut g = g.with_prefix_store(4 * block).expect("store");
+        assert_eq!(
+            g.prefix_store_rows(),
+            4 * vkllm_engine::PREFIX_BLOCK,
+            "{family}"
+        );
+        // Each conversation's first turn, one after another in the one slot.
+        let answers: Vec<Vec<u32>> = convs
+            .iter()
+            .map(|c| ids(&drive(&mut g, &one(c, 6))[0]))
+            .collect();
+        // Then each resumed with its answer and a new turn: from the store (the slot held the
+        // last one only), reused as far as the answer's last fed token.
+        let (b, model) = load(&dev);
+        let mut reference = SimpleGenerator::new(b, model, 1, 512).expect("simple generator");
+        for (i, c) in convs.iter().enumerate() {
+            let mut resumed = c.clone();
+            resumed.extend(&answers[i]);
+            resumed.extend([5, 9]);
+            let got = ids(&drive(&mut g, &one(&resumed, 6))[0]);
+            let want = ids(&drive(&mut reference, &one(&resumed, 6))[0]);
+            assert_eq!(got, want, "{family}: conversation {i} resumed");
+            assert_eq!(
+                g.reused(0),
+                c.len() + 5,
+                "{family}: conversation {i} reused"
+            );
+        }
+    }
+}
+
 /// A hybrid conversation is stored as its last prompt's mark (KV rows and recurrent states):
 /// with one slot, a chat resent with its answer re-rendered after another request took the slot
 /// starts from the stored mark (reference tokens); without the store it starts over.

@@ -217,12 +217,12 @@ impl KvCache {
                 ),
             });
         }
-        for (l, d) in self.layers.iter().zip(&dst.layers) {
-            let n = if l.wraps(self.capacity) {
-                l.ring.min(written.max(rows))
-            } else {
-                rows
-            };
+        for ((l, d), n) in self
+            .layers
+            .iter()
+            .zip(&dst.layers)
+            .zip(self.rows_kept(rows, written))
+        {
             if n == 0 || (from == to && l.k == d.k) {
                 continue;
             }
@@ -231,6 +231,73 @@ impl KvCache {
             b.copy_kv(l.v, src, d.v, dsto, n * kv_dim, self.v_dtype)?;
         }
         Ok(())
+    }
+
+    /// Per layer, the rows (from row 0) that hold a slot's first `rows` positions when
+    /// forwards wrote it up to `written`: `rows` for full-attention layers, a sliding layer's
+    /// ring as far as it was written (what [`KvCache::copy_prefix`] copies).
+    pub fn rows_kept(&self, rows: usize, written: usize) -> Vec<usize> {
+        self.layers
+            .iter()
+            .map(|l| {
+                if l.wraps(self.capacity) {
+                    l.ring.min(written.max(rows))
+                } else {
+                    rows
+                }
+            })
+            .collect()
+    }
+
+    /// Copies rows `src_row..src_row + n` of layer `l` of slot `from` into rows `dst_row..` of
+    /// layer `l` of slot `to` of `dst` (keys and values as stored, no ring arithmetic): the
+    /// prefix store's block copies. Both caches need the layer and the same types; the rows
+    /// may run on into the next slots' regions (consecutive blocks of a pool), not past the
+    /// last.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_layer_rows<B: Backend>(
+        &self,
+        b: &mut B,
+        l: usize,
+        from: usize,
+        src_row: usize,
+        dst: &KvCache,
+        to: usize,
+        dst_row: usize,
+        n: usize,
+        kv_dim: usize,
+    ) -> Result<(), ModelError> {
+        let (Some(s), Some(d)) = (self.layers.get(l), dst.layers.get(l)) else {
+            return Err(ModelError::Config {
+                field: "kv copy".into(),
+                msg: format!(
+                    "layer {l} of {} and {}",
+                    self.layers.len(),
+                    dst.layers.len()
+                ),
+            });
+        };
+        let fits = from * s.stride + src_row + n <= self.slots * s.stride
+            && to * d.stride + dst_row + n <= dst.slots * d.stride
+            && self.dtype == dst.dtype
+            && self.v_dtype == dst.v_dtype;
+        if !fits {
+            return Err(ModelError::Config {
+                field: "kv copy".into(),
+                msg: format!(
+                    "layer {l}: rows {src_row}+{n} from slot {from} of {} ({} rows each) -> row \
+                     {dst_row} of slot {to} of {} ({} rows each), same types needed",
+                    self.slots, s.stride, dst.slots, d.stride
+                ),
+            });
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let src = (from * s.stride + src_row) * kv_dim;
+        let dsto = (to * d.stride + dst_row) * kv_dim;
+        b.copy_kv(s.k, src, d.k, dsto, n * kv_dim, self.dtype)?;
+        b.copy_kv(s.v, src, d.v, dsto, n * kv_dim, self.v_dtype)
     }
 
     /// How many of the first `common` cached positions of a slot a new forward may keep, when

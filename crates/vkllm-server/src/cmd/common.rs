@@ -10,8 +10,8 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use vkllm_cpu::sampler::SamplingParams;
 use vkllm_engine::{
-    Decoder, EngineError, GenerateParams, Grammar, GrammarSpec, Grammars, Session, SlotSession,
-    Usage,
+    Decoder, EngineError, GenerateParams, Grammar, GrammarSpec, Grammars, PREFIX_BLOCK, Session,
+    SlotSession, Usage,
 };
 use vkllm_models::{
     AnyModel, Backend, Checkpoint, CpuBackend, KvType, KvTypes, LoadProgress, QuantScheme,
@@ -317,7 +317,12 @@ pub fn load_with_store(args: &ModelArgs, store_mb: u64) -> Result<Loaded> {
             let s = SlotSession::new(b, model, tokenizer, ctx, kv)?
                 .with_prefix_store(store_mb << 20)?;
             if store_mb > 0 {
+                let (rows, block) = s.prefix_store_rows();
                 match s.prefix_store() {
+                    _ if rows > 0 => eprintln!(
+                        "vkllm: prefix store: {rows} positions in blocks of {PREFIX_BLOCK} ({} MiB)",
+                        ((rows / PREFIX_BLOCK) as u64 * block) >> 20
+                    ),
                     (0, 0) => eprintln!(
                         "vkllm: --prefix-cache-mb: no room for this hybrid model's marks (no store)"
                     ),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use vkllm_engine::{InferenceRunner, RunnerConfig, SimpleGenerator, SlotGenerator};
+use vkllm_engine::{InferenceRunner, PREFIX_BLOCK, RunnerConfig, SimpleGenerator, SlotGenerator};
 use vkllm_models::{AnyModel, Backend, Checkpoint, CpuBackend, QuantScheme, VulkanBackend};
 use vkllm_tokenizer::{Tokenizer, cache};
 use vkllm_vk::Device;
@@ -240,7 +240,14 @@ fn start_slot_runner(
     };
     let generator = generator.with_prefix_store(args.prefix_cache_mb << 20)?;
     if args.prefix_cache_mb > 0 {
+        let rows = generator.prefix_store_rows();
         match generator.prefix_store_entries() {
+            _ if rows > 0 => eprintln!(
+                "vkllm: prefix store: {rows} positions in blocks of {PREFIX_BLOCK} ({} MiB; {} \
+                 conversations of {ctx} positions at least)",
+                ((rows / PREFIX_BLOCK) as u64 * generator.prefix_block_bytes()) >> 20,
+                generator.prefix_store_entries()
+            ),
             0 if generator.prefix_entry_bytes() == 0 => eprintln!(
                 "vkllm: --prefix-cache-mb: no room for this hybrid model's marks (no store)"
             ),
