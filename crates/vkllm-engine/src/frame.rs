@@ -45,11 +45,18 @@ pub struct FrameOptions {
     /// ([`Model::capture_sliced`]); `false` (or a backend that runs ops as they come): record
     /// each slice's ops afresh (the reference).
     pub recorded: bool,
+    /// With `recorded`: submit the head's capture without waiting for it, so the sampling
+    /// that reads its logits waits once for both (one host round trip less per token);
+    /// `false`: wait for the head, then sample (the reference).
+    pub overlap_head: bool,
 }
 
 impl Default for FrameOptions {
     fn default() -> Self {
-        FrameOptions { recorded: true }
+        FrameOptions {
+            recorded: true,
+            overlap_head: true,
+        }
     }
 }
 
@@ -232,6 +239,7 @@ impl<B: Backend> FrameDecoder<B> {
                 self.embed_pending,
                 layers.clone(),
                 head,
+                head && self.opts.overlap_head,
             );
             match r {
                 Err(ModelError::CaptureStale { .. }) => {

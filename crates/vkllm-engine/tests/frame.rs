@@ -76,14 +76,20 @@ fn tokens_match_the_session_at_any_budget() {
     for s in [SamplingParams::default(), sampling()] {
         let want = session_tokens(&dev, &prompt, &s, 12);
         assert!(want.len() >= 4, "the session stopped early: {want:?}");
-        for (budget, recorded) in [
-            (Duration::ZERO, true),
-            (Duration::ZERO, false),
-            (Duration::from_millis(3), true),
-            (Duration::from_secs(1), true),
-            (Duration::from_secs(1), false),
+        for (budget, recorded, overlap_head) in [
+            (Duration::ZERO, true, true),
+            (Duration::ZERO, true, false),
+            (Duration::ZERO, false, true),
+            (Duration::from_millis(3), true, true),
+            (Duration::from_secs(1), true, true),
+            (Duration::from_secs(1), true, false),
+            (Duration::from_secs(1), false, true),
         ] {
-            let mut f = frame_with(&dev, &s, FrameOptions { recorded });
+            let opts = FrameOptions {
+                recorded,
+                overlap_head,
+            };
+            let mut f = frame_with(&dev, &s, opts);
             let mut got = vec![f.prefill(&prompt).expect("prefill")];
             let mut calls = 0;
             while got.len() <= want.len() {
@@ -95,11 +101,7 @@ fn tokens_match_the_session_at_any_budget() {
             // The path asked for is the one that ran.
             assert_eq!(f.replays_captures(), recorded);
             // The session feeds back every token it drew but the last.
-            assert_eq!(
-                &got[..want.len()],
-                &want[..],
-                "budget {budget:?}, recorded {recorded}"
-            );
+            assert_eq!(&got[..want.len()], &want[..], "budget {budget:?}, {opts:?}");
         }
     }
 }

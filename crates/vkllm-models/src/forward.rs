@@ -337,8 +337,10 @@ impl Model {
         })
     }
 
-    /// Runs captured pieces as one submission and waits: the embedding when `embed` (the
-    /// inputs written by [`Model::sliced_inputs`]), layers `layers`, the head when `head`.
+    /// Runs captured pieces as one submission: the embedding when `embed` (the inputs written
+    /// by [`Model::sliced_inputs`]), layers `layers`, the head when `head`, and waits for them;
+    /// with `nowait` only submits them ([`Backend::replay_captures_nowait`]: with the head, whose
+    /// logits are read next anyway, that read or sampling waits, one host round trip less).
     /// [`ModelError::CaptureStale`] when later work replaced their scratch: capture again.
     pub fn replay_sliced<B: Backend>(
         &self,
@@ -347,6 +349,7 @@ impl Model {
         embed: bool,
         layers: std::ops::Range<usize>,
         head: bool,
+        nowait: bool,
     ) -> Result<(), ModelError> {
         let n = self.cfg.layers.len();
         if layers.end > n || layers.start > layers.end {
@@ -371,6 +374,9 @@ impl Model {
         ids.extend_from_slice(&c.ids[1 + layers.start..1 + layers.end]);
         if head {
             ids.push(c.ids[n + 1]);
+        }
+        if nowait {
+            return b.replay_captures_nowait(&ids);
         }
         b.replay_captures(&ids)
     }

@@ -29,10 +29,10 @@ fn replayed<B: Backend>(
     let mut l = 0;
     while l < n {
         let k = slice.min(n - l);
-        m.replay_sliced(b, c, l == 0, l..l + k, false)?;
+        m.replay_sliced(b, c, l == 0, l..l + k, false, false)?;
         l += k;
     }
-    m.replay_sliced(b, c, false, n..n, true)?;
+    m.replay_sliced(b, c, false, n..n, true, true)?;
     let mut out = vec![0f32; m.cfg.vocab_size];
     b.read_f32(m.logits_tensor(), 0, &mut out)?;
     Ok(out)

@@ -631,6 +631,16 @@ impl Recording {
     /// it: one queue submission and one host wait however many recordings (each begins with a
     /// full barrier, so each sees what the ones before it wrote). None of them may be pending.
     pub fn submit_chain(chain: &[&Recording]) -> Result<()> {
+        Self::submit_chain_nowait(chain)?;
+        match chain.last() {
+            Some(last) => last.obj.dev.wait_fence(last.obj.fence),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Recording::submit_chain`] without the wait: [`Recording::wait`] on the chain's last
+    /// recording waits for all of it. None of them may be submitted again before that.
+    pub fn submit_chain_nowait(chain: &[&Recording]) -> Result<()> {
         let Some(last) = chain.last() else {
             return Ok(());
         };
@@ -643,8 +653,7 @@ impl Recording {
             ));
         }
         let cbs: Vec<vk::CommandBuffer> = chain.iter().map(|r| r.obj.cb).collect();
-        last.obj.dev.submit_all(&cbs, last.obj.fence)?;
-        last.obj.dev.wait_fence(last.obj.fence)
+        last.obj.dev.submit_all(&cbs, last.obj.fence)
     }
 
     /// Submits without waiting; [`Recording::wait`] (or dropping the recording) waits. Work

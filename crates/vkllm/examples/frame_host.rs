@@ -6,8 +6,9 @@
 //! running free for comparison.
 //!
 //! `cargo run --release -p vkllm --example frame_host -- [MODEL] [--frames N] [--budget-ms B]
-//! [--frame-ms F] [--host-elems N] [--compare-own] [--fresh-slices]` (default smollm2, 120
-//! frames; `--compare-own`: also the same decoder on a device vkllm opens itself;
+//! [--frame-ms F] [--host-elems N] [--compare-own] [--fresh-slices] [--wait-head]` (default smollm2, 120
+//! frames; `--compare-own`: also the recorded decoder on an attachment and on a device vkllm
+//! opens itself; `--wait-head`: wait for the head's replay before sampling;
 //! `--fresh-slices`: record every slice afresh instead of replaying captures). The host device here is
 //! opened by `vkllm_vk::Device::new` for brevity; a real host passes its own handles and
 //! `HostFeatures::from_create_info` of its device's create info.
@@ -52,6 +53,7 @@ fn args() -> Result<Args, Box<dyn std::error::Error>> {
             "--host-elems" => a.host_elems = value()?.parse()?,
             "--compare-own" => {}
             "--fresh-slices" => a.opts.recorded = false,
+            "--wait-head" => a.opts.overlap_head = false,
             m if !m.starts_with("--") => a.model = m.to_string(),
             other => return Err(format!("unknown argument {other}").into()),
         }

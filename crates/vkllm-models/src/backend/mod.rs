@@ -198,6 +198,13 @@ pub trait Backend: HybridOps {
         Err(ModelError::Unsupported("captures on this backend".into()))
     }
 
+    /// [`Backend::replay_captures`] without the wait where the backend can: the next op that
+    /// waits for the device (a read, sampling, [`Backend::sync`]) waits for it too. The
+    /// default waits.
+    fn replay_captures_nowait(&mut self, ids: &[CaptureId]) -> Result<(), ModelError> {
+        self.replay_captures(ids)
+    }
+
     /// Whether every one of `ids` may still be replayed, after the work before it (a capture
     /// is stale once scratch it uses was replaced).
     fn captures_current(&mut self, _ids: &[CaptureId]) -> Result<bool, ModelError> {

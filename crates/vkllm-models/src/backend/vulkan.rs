@@ -117,6 +117,9 @@ pub struct VulkanBackend {
     parts_submitted: u64,
     /// Captures made by `Backend::capture` (`recorded.rs`; `None` once released).
     captures: Vec<Option<vkllm_vk::Recording>>,
+    /// The last capture of a chain submitted without waiting (`replay_captures_nowait`):
+    /// `flush` waits for it.
+    replay_pending: Option<usize>,
     /// Bumped by every flush that drops replaced scratch: captures made before it are stale.
     scratch_gen: u64,
 }
@@ -153,6 +156,7 @@ impl VulkanBackend {
             split_scratch: Default::default(),
             parts_submitted: 0,
             captures: Vec::new(),
+            replay_pending: None,
             scratch_gen: 0,
         }
     }
@@ -327,7 +331,11 @@ impl Backend for VulkanBackend {
     }
 
     fn replay_captures(&mut self, ids: &[CaptureId]) -> Result<(), ModelError> {
-        self.replay_recordings(ids)
+        self.replay_recordings(ids, true)
+    }
+
+    fn replay_captures_nowait(&mut self, ids: &[CaptureId]) -> Result<(), ModelError> {
+        self.replay_recordings(ids, false)
     }
 
     fn captures_current(&mut self, ids: &[CaptureId]) -> Result<bool, ModelError> {
@@ -336,6 +344,8 @@ impl Backend for VulkanBackend {
     }
 
     fn release_captures(&mut self, ids: &[CaptureId]) {
+        // A capture in flight is waited for before it goes.
+        let _ = self.wait_replay();
         self.release_recordings(ids)
     }
 

@@ -98,8 +98,13 @@ impl VulkanBackend {
         })
     }
 
-    /// `Backend::replay_captures`: the work before them, then `ids` as one submission.
-    pub(super) fn replay_recordings(&mut self, ids: &[CaptureId]) -> Result<(), ModelError> {
+    /// `Backend::replay_captures` (`wait`) and `replay_captures_nowait`: the work before them,
+    /// then `ids` as one submission.
+    pub(super) fn replay_recordings(
+        &mut self,
+        ids: &[CaptureId],
+        wait: bool,
+    ) -> Result<(), ModelError> {
         self.flush()?;
         let mut chain = Vec::with_capacity(ids.len());
         for id in ids {
@@ -115,9 +120,28 @@ impl VulkanBackend {
                 }
             }
         }
-        Recording::submit_chain(&chain)?;
+        if wait {
+            Recording::submit_chain(&chain)?;
+        } else {
+            Recording::submit_chain_nowait(&chain)?;
+            self.replay_pending = ids.last().map(|id| id.index);
+            return Ok(());
+        }
         if self.dev.validation() == Validation::On {
             self.dev.check_validation()?;
+        }
+        Ok(())
+    }
+
+    /// Waits for a chain `replay_captures_nowait` submitted, if one is pending.
+    pub(super) fn wait_replay(&mut self) -> Result<(), ModelError> {
+        if let Some(i) = self.replay_pending.take()
+            && let Some(Some(r)) = self.captures.get(i)
+        {
+            r.wait()?;
+            if self.dev.validation() == Validation::On {
+                self.dev.check_validation()?;
+            }
         }
         Ok(())
     }

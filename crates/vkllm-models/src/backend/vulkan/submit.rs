@@ -69,6 +69,8 @@ impl VulkanBackend {
         for part in self.in_flight.drain(..) {
             part.wait()?;
         }
+        // A replayed chain submitted before the work above finished before it too.
+        self.wait_replay()?;
         self.next_part = self.first_part.unwrap_or(FIRST_PART);
         if !self.retired.is_empty() {
             // Replaced scratch is freed: captures recorded over it must not run.
