@@ -15,6 +15,18 @@ use vkllm_models::{Backend, KvCache, ModelError};
 /// Histories shorter than this are not worth an entry (tokens).
 pub(crate) const STORE_MIN: usize = 16;
 
+/// An entry all of whose tokens but at most this many another history holds is stale: a
+/// conversation's earlier turn, its answer re-tokenized (or re-rendered) a little differently
+/// in the next prompt.
+pub(crate) const STALE_TAIL: usize = 64;
+
+/// Whether `newer` holds all of `entry` but at most [`STALE_TAIL`] tokens at its end (and at
+/// least half of it, so that a short entry is not covered by any history at all).
+pub(crate) fn covers_most(newer: &[u32], entry: &[u32]) -> bool {
+    let common = crate::generator::common_prefix(newer, entry);
+    common + STALE_TAIL >= entry.len() && 2 * common >= entry.len()
+}
+
 /// Rows per block of a dense store (a multiple of `KV_ROW_ALIGN`, so a block is one slot of the
 /// pool's cache).
 pub const BLOCK: usize = vkllm_models::KV_ROW_ALIGN;
@@ -83,14 +95,17 @@ impl PrefixStore {
     }
 
     /// A dense entry for `history` with `need` blocks taken from the pool: the entry of an
-    /// earlier turn of it (superseded) or a new one, making room by dropping the least recently
-    /// used entries, never `except`. `None` (nothing dropped) when even then the blocks would
-    /// not suffice, or on a hybrid store.
+    /// earlier turn of it (superseded: `history` covers most of it, [`covers_most`]) or a new
+    /// one, making room by dropping entries, never `except`: first those a slot holds anyway
+    /// (`held`: a conversation read back into a slot and running there), then the least
+    /// recently used. `None` (nothing dropped) when even
+    /// then the blocks would not suffice, or on a hybrid store.
     pub(crate) fn take_blocks(
         &mut self,
         history: &[u32],
         need: usize,
         except: Option<usize>,
+        held: impl Fn(&[u32]) -> bool,
     ) -> Option<usize> {
         let StoreRows::Dense { pool, free } = &mut self.rows else {
             return None;
@@ -108,7 +123,7 @@ impl PrefixStore {
         let earlier = self
             .entries
             .iter()
-            .position(|e| !e.history.is_empty() && history.starts_with(&e.history));
+            .position(|e| !e.history.is_empty() && covers_most(history, &e.history));
         let earlier = earlier.filter(|&i| Some(i) != except);
         if let Some(i) = earlier {
             release(&mut self.entries[i], free);
@@ -119,7 +134,7 @@ impl PrefixStore {
                 .iter()
                 .enumerate()
                 .filter(|&(i, e)| Some(i) != except && !e.history.is_empty())
-                .min_by_key(|&(i, e)| (e.last_used, i))
+                .min_by_key(|&(i, e)| (!held(&e.history), e.last_used, i))
                 .map(|(i, _)| i)?;
             release(&mut self.entries[lru], free);
         }
@@ -267,10 +282,14 @@ mod tests {
     use super::*;
     use vkllm_models::{CpuBackend, KvType};
 
+    fn none(_: &[u32]) -> bool {
+        false
+    }
+
     fn store(blocks: usize) -> PrefixStore {
         let mut b = CpuBackend::new();
-        let pool = KvCache::alloc(&mut b, &[None, None], 8, BLOCK, 1, blocks, KvType::F32)
-            .expect("pool");
+        let pool =
+            KvCache::alloc(&mut b, &[None, None], 8, BLOCK, 1, blocks, KvType::F32).expect("pool");
         let free = (0..blocks).collect();
         PrefixStore::new(StoreRows::Dense { pool, free }, 0)
     }
@@ -278,25 +297,41 @@ mod tests {
     #[test]
     fn blocks_go_to_new_turns_then_to_the_least_recently_used() {
         let mut s = store(4);
-        let (a, b, c) = (vec![1, 2, 3], vec![7, 8], vec![9]);
-        let e = s.take_blocks(&a, 2, None).expect("a");
+        let (a, b) = (vec![1, 2, 3], vec![7, 8]);
+        let c: Vec<u32> = (100..300).collect();
+        let e = s.take_blocks(&a, 2, None, none).expect("a");
         assert_eq!(s.blocks(e), &[0, 1]);
         s.set(e, &a, 3, 1);
-        let f = s.take_blocks(&b, 1, None).expect("b");
+        let f = s.take_blocks(&b, 1, None, none).expect("b");
         assert_eq!(s.blocks(f), &[2]);
         s.set(f, &b, 2, 2);
         // More than the pool, or than what `except` leaves: nothing is dropped.
-        assert_eq!(s.take_blocks(&c, 5, None), None);
-        assert_eq!(s.take_blocks(&c, 3, Some(e)), None);
+        assert_eq!(s.take_blocks(&c, 5, None, none), None);
+        assert_eq!(s.take_blocks(&c, 3, Some(e), none), None);
         assert_eq!((s.blocks(e), s.blocks(f)), (&[0, 1][..], &[2][..]));
         // A later turn of a replaces a's entry (its blocks come back first).
         let a2 = [&a[..], &[4, 5]].concat();
-        let g = s.take_blocks(&a2, 2, None).expect("a2");
+        let g = s.take_blocks(&a2, 2, None, none).expect("a2");
         assert_eq!((g, s.blocks(g)), (e, &[0, 1][..]));
         s.set(g, &a2, 5, 3);
         // Two blocks for c, one free: b goes (a2 is protected) and its entry takes c.
-        assert_eq!(s.take_blocks(&c, 2, Some(g)), Some(f));
+        assert_eq!(s.take_blocks(&c, 2, Some(g), none), Some(f));
         assert_eq!(s.blocks(f), &[2, 3]);
         assert_eq!(s.blocks(g), &[0, 1]);
+        s.set(f, &c, 200, 4);
+        // c's next turn with its last token re-tokenized still supersedes c's entry; a history
+        // sharing only c's first half does not.
+        let half = [&c[..100], &[7; 60]].concat();
+        assert!(!covers_most(&half, &c));
+        let c2 = [&c[..199], &[777], &[5; 40]].concat();
+        assert_eq!(s.take_blocks(&c2, 1, None, none), Some(f));
+        assert_eq!(s.blocks(f), &[2]);
+        s.set(f, &c2, 240, 5);
+        // A conversation a slot runs goes before the least recently used one: a2 (used at 3,
+        // held) makes way for d rather than c2 (used at 5, not held).
+        let d = vec![11];
+        let held = |h: &[u32]| h == &a2[..];
+        assert_eq!(s.take_blocks(&d, 2, None, held), Some(g));
+        assert_eq!((s.blocks(g), s.blocks(f)), (&[0, 1][..], &[2][..]));
     }
 }

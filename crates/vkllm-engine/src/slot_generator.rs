@@ -27,7 +27,9 @@ use crate::generator::{
     best_source, branch_point, common_prefix, pick_constrained, validate_params,
 };
 use crate::grammar::Constraint;
-use crate::prefix_store::{BLOCK, PrefixStore, STORE_MIN, StoreRows, blocks_for, copy_blocks};
+use crate::prefix_store::{
+    BLOCK, PrefixStore, STORE_MIN, StoreRows, blocks_for, copy_blocks, covers_most,
+};
 
 struct Slot {
     /// Tokens whose keys and values are in the slot's cache region, from position 0.
@@ -319,7 +321,12 @@ impl SlotGenerator {
         }
         let e = match &self.net {
             Net::Dense { kv, .. } => {
-                store.take_blocks(hist, blocks_for(kv, hist.len(), written), reading)
+                let need = blocks_for(kv, hist.len(), written);
+                let slots = &self.slots;
+                let held = |h: &[u32]| {
+                    (0..slots.len()).any(|t| t != slot && covers_most(&slots[t].history, h))
+                };
+                store.take_blocks(hist, need, reading, held)
             }
             Net::Hybrid { .. } => store.victim(hist, reading),
         };
