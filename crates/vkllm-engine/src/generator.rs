@@ -334,14 +334,16 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
         })?;
         let (reuse, copied_written) = self.copy_longer_prefix(id, prompt, reuse)?;
         // Hybrid models: marked on the way where the prompt leaves the longest prefix a slot
-        // holds, so the next prompt behind it (a shared system prompt) starts there.
+        // holds, so the next prompt behind it (a shared system prompt) starts there, else a
+        // little before its end ([`tail_point`]).
         let shared = self
             .slots
             .iter()
             .map(|s| common_prefix(&s.history, prompt))
             .max()
             .unwrap_or(0);
-        let branch = branch_point(shared, reuse, prompt.len());
+        let branch =
+            branch_point(shared, reuse, prompt.len()).or_else(|| tail_point(reuse, prompt.len()));
         let slot = &mut self.slots[id];
         // A recurrent state is reset unless it continues its whole history or restarts from
         // its mark.
@@ -436,6 +438,21 @@ pub const DEFAULT_MARKS_PER_SLOT: usize = 4;
 /// [`STORE_MIN`]: crate::prefix_store::STORE_MIN
 pub(crate) fn branch_point(shared: usize, reuse: usize, len: usize) -> Option<usize> {
     (shared >= reuse + crate::prefix_store::STORE_MIN && shared + 1 < len).then_some(shared)
+}
+
+/// Tokens before a hybrid prompt's end where it is also marked when nothing else marks it on
+/// the way: a next prompt that re-tokenizes the last few tokens differently (text resent on a
+/// completions API) starts there instead of from 0.
+pub(crate) const TAIL_MARK: usize = 64;
+
+/// Where a hybrid prompt of `len` tokens, prefilled from `reuse`, is marked before its end when
+/// no shared prefix asks for a mark ([`branch_point`]): [`TAIL_MARK`] tokens before its end,
+/// when that saves at least [`STORE_MIN`] tokens.
+///
+/// [`STORE_MIN`]: crate::prefix_store::STORE_MIN
+pub(crate) fn tail_point(reuse: usize, len: usize) -> Option<usize> {
+    let p = len.saturating_sub(TAIL_MARK);
+    (p >= reuse + crate::prefix_store::STORE_MIN).then_some(p)
 }
 
 /// The length of the common prefix of `a` and `b`.

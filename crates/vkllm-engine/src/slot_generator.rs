@@ -24,7 +24,7 @@ use vkllm_models::{
 use crate::error::EngineError;
 use crate::generator::{
     DEFAULT_MARKS_PER_SLOT, Generator, MAX_TOP_LOGPROBS, SEQ_ID, SlotId, SlotParams, TokenOut,
-    best_source, branch_point, common_prefix, pick_constrained, validate_params,
+    best_source, branch_point, common_prefix, pick_constrained, tail_point, validate_params,
 };
 use crate::grammar::Constraint;
 use crate::prefix_store::{
@@ -562,7 +562,9 @@ impl SlotGenerator {
     /// Hybrid models: where `prompt`, about to be prefilled into `slot` from `reuse`, leaves
     /// the longest prefix it shares with any slot's history or stored conversation, when a mark
     /// there saves a later prompt at least [`STORE_MIN`] tokens (the third conversation behind
-    /// one system prompt starts from it; dense models copy rows from any position instead).
+    /// one system prompt starts from it; dense models copy rows from any position instead);
+    /// else [`TAIL_MARK`](crate::generator::TAIL_MARK) tokens before its end, for a next prompt
+    /// whose text re-tokenizes this one's last tokens differently.
     fn branch_point(&self, slot: SlotId, prompt: &[u32], reuse: usize) -> Option<usize> {
         let Net::Hybrid { marks: Some(m), .. } = &self.net else {
             return None;
@@ -574,7 +576,9 @@ impl SlotGenerator {
             .chain(self.store.as_ref().map(|st| st.longest_common(prompt)))
             .max()
             .unwrap_or(0);
-        branch_point(shared, reuse, prompt.len()).filter(|&p| !m.has(slot, p))
+        branch_point(shared, reuse, prompt.len())
+            .or_else(|| tail_point(reuse, prompt.len()))
+            .filter(|&p| !m.has(slot, p))
     }
 
     /// Computes the masks of the live constrained slots whose constraint moved on, one thread

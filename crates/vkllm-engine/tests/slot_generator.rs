@@ -127,7 +127,9 @@ fn hybrid_reference_kv(
     n: usize,
     kv: KvType,
 ) -> Vec<u32> {
-    let st = m.new_state_kv(b, 64, 1, kv).expect("state");
+    let st = m
+        .new_state_kv(b, (prompt.len() + n + 1).max(64), 1, kv)
+        .expect("state");
     let mut counts = vec![0u32; m.cfg.vocab_size];
     let mut logits = m.forward(b, &st, prompt, 0, Logits::Last).expect("prefill");
     let mut toks = Vec::new();
@@ -414,6 +416,40 @@ fn stored_hybrid_marks_outlive_their_slot() {
         );
     }
     assert!(!resent.is_empty());
+}
+
+/// A hybrid prompt is also marked 64 tokens before its end: a next prompt that changes the
+/// last token (text resent and re-tokenized differently at the boundary) starts there instead
+/// of from 0, with the reference tokens.
+#[test]
+fn hybrid_prompts_are_marked_before_their_end() {
+    let dev = device();
+    let fx = Fixture::load("qwen3_5").expect("fixture");
+    let vocab = fx.config.vocab_size as u32;
+    let prompt: Vec<u32> = (0..100).map(|i| (3 + 7 * i) % vocab).collect();
+    let mut resent = prompt[..99].to_vec();
+    resent.extend([(prompt[99] + 1) % vocab, 5, 7]);
+    let greedy = SlotParams::default();
+    let mut b = VulkanBackend::new(dev.clone());
+    let model =
+        HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+    let mut g =
+        SlotGenerator::new_hybrid(b, model, 1, 256, KvType::F32, 4).expect("slot generator");
+    drive(&mut g, &[(prompt.clone(), greedy.clone(), 4, 0)]);
+    let got = drive(&mut g, &[(resent.clone(), greedy.clone(), 5, 0)]);
+    assert_eq!(
+        g.reused(0),
+        prompt.len() - 64,
+        "restored from the tail mark"
+    );
+    let mut rb = VulkanBackend::new(dev);
+    let m =
+        HybridModel::load(fx.config.clone(), &fx.weights, &mut rb, DEFAULT_CHUNK).expect("load");
+    let ids = |v: &[TokenOut]| v.iter().map(|t| t.id).collect::<Vec<u32>>();
+    assert_eq!(
+        ids(&got[0]),
+        hybrid_reference(&mut rb, &m, &resent, &greedy, 5)
+    );
 }
 
 /// A hybrid slot marks its recurrent state at the end of each prompt: a prompt that repeats a

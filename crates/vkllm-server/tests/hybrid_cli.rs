@@ -256,8 +256,9 @@ fn forced_tool_calls_in_qwen35s_xml_form() {
 }
 
 /// Three chats behind one system prompt through `vkllm serve` (one slot) on both backends: the
-/// first two compute their prompts (the second is marked where it leaves the first's prefix), the
-/// third reads the shared system prompt from that mark, reported in
+/// first computes its prompt, the second computes its prompt or starts from the first's tail
+/// mark (and is marked where it leaves the first's prefix, unless that is within 16 tokens of
+/// where it started), the third reads most of the shared system prompt from a mark, reported in
 /// `usage.prompt_tokens_details.cached_tokens`; with `--recurrent-marks 0` (the device's slot
 /// decoder) nothing is reused.
 #[test]
@@ -301,13 +302,16 @@ fn chats_behind_one_system_prompt_reuse_its_mark() {
         eprintln!("{device}/{marks}: (cached, prompt) tokens {cached:?}");
         // The tiny synthetic vocabulary spells the system prompt nearly byte by byte.
         let (first, second, third) = (cached[0], cached[1], cached[2]);
-        assert!(
-            first.0 == 0 && second.0 == 0,
-            "{device}/{marks}: {cached:?}"
-        );
+        assert_eq!(first.0, 0, "{device}/{marks}: {cached:?}");
         if marks == "0" {
-            assert_eq!(third.0, 0, "{device}/{marks}: {cached:?}");
+            assert_eq!((second.0, third.0), (0, 0), "{device}/{marks}: {cached:?}");
         } else {
+            // The second starts from the first's tail mark (64 tokens before its end) where
+            // that lies in the shared prefix, else computes its prompt.
+            assert!(
+                second.0 == 0 || second.0 + 64 == first.1,
+                "{device}/{marks}: {cached:?}"
+            );
             assert!(
                 third.0 as usize >= system.len() / 2 && third.0 < third.1,
                 "{device}/{marks}: {cached:?}"
