@@ -98,8 +98,8 @@ impl PrefixStore {
     /// earlier turn of it (superseded: `history` covers most of it, [`covers_most`]) or a new
     /// one, making room by dropping entries, never `except`: first those a slot holds anyway
     /// (`held`: a conversation read back into a slot and running there), then the least
-    /// recently used. `None` (nothing dropped) when even
-    /// then the blocks would not suffice, or on a hybrid store.
+    /// recently used. `None` (nothing dropped) when even then the blocks would not suffice,
+    /// or on a hybrid store.
     pub(crate) fn take_blocks(
         &mut self,
         history: &[u32],
@@ -120,11 +120,9 @@ impl PrefixStore {
             free.append(&mut e.blocks);
             e.history.clear();
         };
-        let earlier = self
-            .entries
-            .iter()
-            .position(|e| !e.history.is_empty() && covers_most(history, &e.history));
-        let earlier = earlier.filter(|&i| Some(i) != except);
+        let earlier = self.entries.iter().enumerate().position(|(i, e)| {
+            Some(i) != except && !e.history.is_empty() && covers_most(history, &e.history)
+        });
         if let Some(i) = earlier {
             release(&mut self.entries[i], free);
         }

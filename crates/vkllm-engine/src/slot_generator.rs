@@ -183,10 +183,12 @@ impl SlotGenerator {
         }
     }
 
-    /// Keeps conversations past their slots in up to `budget` bytes of device memory: each
-    /// entry holds one slot's rows ([`SlotGenerator::prefix_entry_bytes`]; a hybrid's with its
-    /// recurrent mark), so the store holds `budget / that` of them. Fails with the cache's
-    /// out-of-memory error when the device cannot hold them.
+    /// Keeps conversations past their slots in up to `budget` bytes of device memory: a dense
+    /// model's in `budget / `[`SlotGenerator::prefix_block_bytes`] blocks of [`BLOCK`]
+    /// positions, each conversation taking its rows' blocks; a hybrid's as entries of one
+    /// slot's rows with its recurrent mark ([`SlotGenerator::prefix_entry_bytes`]), `budget /
+    /// that` of them. Fails with the cache's out-of-memory error when the device cannot hold
+    /// them.
     pub fn with_prefix_store(mut self, budget: u64) -> Result<Self, EngineError> {
         let per = match &self.net {
             Net::Dense { .. } => self.prefix_block_bytes(),

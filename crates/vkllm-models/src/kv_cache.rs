@@ -410,4 +410,34 @@ mod tests {
         let full = KvCache::alloc(&mut b, &[None, None], 4, 1000, 64, 1, KvType::F32).unwrap();
         assert_eq!(full.reusable(900, 3), 3);
     }
+
+    #[test]
+    fn layer_rows_run_on_into_the_next_slots_not_past_the_last() {
+        let mut b = CpuBackend::new();
+        // One slot of 200 positions (256 rows), kv_dim 4; a pool of 3 slots of 128 rows.
+        let kv = KvCache::alloc(&mut b, &[None], 4, 200, 1, 1, KvType::F32).unwrap();
+        let pool = KvCache::alloc(&mut b, &[None], 4, 128, 1, 3, KvType::F32).unwrap();
+        let data: Vec<f32> = (0..256 * 4).map(|i| i as f32).collect();
+        let t = b.upload_f32(&data).unwrap();
+        b.copy(t, 0, kv.layers[0].k, 0, data.len()).unwrap();
+        b.copy(t, 0, kv.layers[0].v, 0, data.len()).unwrap();
+        // Rows 10..210 into pool slot 1 onwards: 128 rows there, 72 in slot 2.
+        kv.copy_layer_rows(&mut b, 0, 0, 10, &pool, 1, 0, 200, 4)
+            .unwrap();
+        for t in [pool.layers[0].k, pool.layers[0].v] {
+            let mut out = vec![0f32; 200 * 4];
+            b.read_f32(t, 128 * 4, &mut out).unwrap();
+            assert_eq!(out, data[40..840]);
+        }
+        // Past the pool's last slot, or a layer it lacks: typed errors, nothing copied.
+        assert!(
+            kv.copy_layer_rows(&mut b, 0, 0, 0, &pool, 2, 0, 129, 4)
+                .is_err()
+        );
+        assert!(
+            kv.copy_layer_rows(&mut b, 1, 0, 0, &pool, 0, 0, 1, 4)
+                .is_err()
+        );
+        assert_eq!(kv.rows_kept(50, 90), vec![50]);
+    }
 }
