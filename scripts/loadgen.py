@@ -116,6 +116,15 @@ def spawn(binary):
     sys.exit("vkllm serve did not start")
 
 
+def run_workers(worker, n):
+    """`worker(0)` ... `worker(n - 1)` on threads of their own; returns when all are done."""
+    ts = [threading.Thread(target=worker, args=(w,)) for w in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
 def ints(s):
     return [int(x) for x in s.split(",") if x.strip()]
 
@@ -217,11 +226,7 @@ def run(a):
     # One untimed request first (pipeline warm-up).
     one(a.url, {"model": a.model, "prompt": a.prompt, "max_tokens": 8})
     t0 = time.time()
-    ts = [threading.Thread(target=worker, args=(w,)) for w in range(a.concurrency)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_workers(worker, a.concurrency)
     wall = time.time() - t0
     toks = sum(n for n, _, _, _ in results)
     per = sorted(n / dt for n, dt, _, _ in results if dt > 0)
@@ -299,11 +304,7 @@ def conversations(a):
             prompt += d["text"] + "\n"
 
     t0 = time.time()
-    ts = [threading.Thread(target=worker, args=(w,)) for w in range(a.concurrency)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    run_workers(worker, a.concurrency)
     later = [t for c in convs for t in c if t["turn"] > 1]
     prompt_sum = sum(t["prompt_tokens"] or 0 for t in later)
     ttfts = [t["ttft_ms"] / 1e3 for t in later if t["ttft_ms"] is not None]
