@@ -358,6 +358,10 @@ fn plan_metadata(sh: &SynthShape, scheme: QuantScheme) -> Vec<(String, MetaValue
     if let Some(w) = sh.sliding_window {
         arch.push(("attention.sliding_window", MetaValue::U32(w)));
     }
+    if let Some(f) = sh.rope_linear {
+        arch.push(("rope.scaling.type", s("linear")));
+        arch.push(("rope.scaling.factor", MetaValue::F32(f)));
+    }
     if a == "llama" {
         arch.push(("vocab_size", u(sh.vocab)));
         arch.push(("rope.dimension_count", u(sh.head_dim)));
@@ -403,7 +407,7 @@ fn plan_metadata(sh: &SynthShape, scheme: QuantScheme) -> Vec<(String, MetaValue
             n_pad,
             ..
         } => vocab::bpe(sh.vocab, specials, special_base, n_pad),
-        VocabKind::Spm => vocab::spm(sh.vocab),
+        VocabKind::Spm { head, controls } => vocab::spm(sh.vocab, head, controls),
     };
     let id = |t: &str| vocab.id(t).map(MetaValue::U32);
     let mut ids = Vec::new();
@@ -419,7 +423,7 @@ fn plan_metadata(sh: &SynthShape, scheme: QuantScheme) -> Vec<(String, MetaValue
     }
     let (model, pre) = match sh.vocab_kind {
         VocabKind::Bpe { pre, .. } => ("gpt2", pre),
-        VocabKind::Spm => ("llama", "default"),
+        VocabKind::Spm { .. } => ("llama", "default"),
     };
     if let Some(p) = sh.add_space_prefix.filter(|_| model == "gpt2") {
         m.push(("tokenizer.ggml.add_space_prefix".into(), MetaValue::Bool(p)));

@@ -53,6 +53,8 @@ fn tiny_shapes_load_and_run_in_every_synth_quant() {
         "tiny-smollm2",
         "tiny-gemma3",
         "tiny-qwen3.5",
+        "tiny-mistral",
+        "tiny-gemma3-scaled",
     ] {
         for q in [
             QuantScheme::F16,
@@ -396,4 +398,75 @@ fn pooled_files_have_the_exact_layout_and_spread() {
             std::fs::remove_file(p).ok();
         }
     }
+}
+
+/// The 8B-32B shapes people run: parameter counts as published on the model cards (the
+/// safetensors totals; Gemma 3 12B's text model without its vision tower), key metadata as
+/// llama.cpp's converter writes it.
+#[test]
+fn large_dense_plans_have_the_published_sizes() {
+    for (shape, params) in [
+        ("qwen3-8b", 8_190_735_360u64),
+        ("qwen3-14b", 14_768_307_200),
+        ("qwen3-32b", 32_762_123_264),
+        ("mistral-7b", 7_248_023_552),
+    ] {
+        let plan = SynthPlan::new(synth::shape(shape).unwrap(), QuantScheme::Q4_K_M, 0);
+        assert_eq!(plan.n_params(), params, "{shape}");
+    }
+    let plan = SynthPlan::new(synth::shape("gemma3-12b").unwrap(), QuantScheme::Q4_K_M, 0);
+    let p = plan.n_params();
+    assert!((11_700_000_000..11_800_000_000).contains(&p), "{p}");
+    let meta: BTreeMap<&str, &vkllm_gguf::MetaValue> =
+        plan.metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    assert_eq!(
+        meta["gemma3.rope.scaling.type"],
+        &vkllm_gguf::MetaValue::String("linear".into())
+    );
+    assert_eq!(
+        meta["gemma3.rope.scaling.factor"],
+        &vkllm_gguf::MetaValue::F32(8.0)
+    );
+    assert_eq!(
+        meta["gemma3.attention.sliding_window"],
+        &vkllm_gguf::MetaValue::U32(1024)
+    );
+}
+
+/// Gemma 3's linear RoPE scaling reads back on the global layers only (the sliding ones keep
+/// their local base unscaled), and Mistral's SentencePiece vocabulary carries its control
+/// tokens before the bytes.
+#[test]
+fn scaled_gemma3_and_mistral_vocab_read_back() {
+    let path = write("tiny-gemma3-scaled", QuantScheme::Q8_0, 5);
+    let g = GgufModel::open(&path).unwrap();
+    let scaled: Vec<bool> = g
+        .config
+        .layers
+        .iter()
+        .map(|l| l.rope.scaling == RopeScaling::Linear { factor: 8.0 })
+        .collect();
+    let global: Vec<bool> = g.config.layers.iter().map(|l| l.window.is_none()).collect();
+    assert_eq!(
+        scaled, global,
+        "linear scaling on exactly the global layers"
+    );
+    assert!(scaled.iter().any(|&s| s) && !scaled.iter().all(|&s| s));
+    std::fs::remove_file(&path).ok();
+
+    let path = write("tiny-mistral", QuantScheme::Q8_0, 5);
+    let f = GgufFile::open(&path).unwrap();
+    let tokens: Vec<String> = f
+        .get("tokenizer.ggml.tokens")
+        .and_then(|v| v.as_array())
+        .and_then(|a| a.as_strs())
+        .unwrap()
+        .iter()
+        .map(String::from)
+        .collect();
+    assert_eq!(&tokens[..4], &["<unk>", "<s>", "</s>", "[INST]"]);
+    assert_eq!(tokens[63], "[control_63]");
+    assert_eq!(tokens[64], "<0x00>");
+    assert_eq!(tokens.len(), 1024);
+    std::fs::remove_file(&path).ok();
 }

@@ -90,6 +90,8 @@ pub struct SynthShape {
     /// `value_length`.
     pub explicit_head_dim: bool,
     pub rope_llama3: Option<Llama3Rope>,
+    /// Linear RoPE scaling (`rope_scaling` type linear: Gemma 3 12B+ on its global layers).
+    pub rope_linear: Option<f32>,
     /// Gemma 3's sliding window.
     pub sliding_window: Option<u32>,
     /// Qwen3.5's Gated DeltaNet layers (the full-attention layers are gated: `attn_q` projects
@@ -184,6 +186,39 @@ const SMOLLM_SPECIALS: &[&str] = &[
     "<empty_output>",
 ];
 
+/// Gemma's leading SentencePiece tokens (a shortened layout: the real one reserves ids up to 105
+/// for `<start_of_turn>`).
+const GEMMA_SPM_HEAD: &[&str] = &[
+    "<pad>",
+    "<eos>",
+    "<bos>",
+    "<unk>",
+    "<mask>",
+    "<start_of_turn>",
+    "<end_of_turn>",
+];
+
+/// Mistral v0.3's leading SentencePiece tokens; ids 3..771 are control tokens (`[control_<i>]`
+/// after the tool-calling ones), then the 256 bytes.
+const MISTRAL_SPM_HEAD: &[&str] = &[
+    "<unk>",
+    "<s>",
+    "</s>",
+    "[INST]",
+    "[/INST]",
+    "[TOOL_CALLS]",
+    "[AVAILABLE_TOOLS]",
+    "[/AVAILABLE_TOOLS]",
+    "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]",
+];
+
+/// Mistral's instruction format, shortened (the published template also renders tools).
+const MISTRAL_CHAT: &str = "{{ bos_token }}{% for message in messages %}\
+{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + '[/INST]' }}\
+{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'] + eos_token }}{% endif %}\
+{% endfor %}";
+
 const QWEN3_0_6B: SynthShape = SynthShape {
     name: "qwen3-0.6b",
     arch: "qwen3",
@@ -200,6 +235,7 @@ const QWEN3_0_6B: SynthShape = SynthShape {
     tied: true,
     explicit_head_dim: true,
     rope_llama3: None,
+    rope_linear: None,
     sliding_window: None,
     hybrid: None,
     moe: None,
@@ -246,6 +282,7 @@ const LLAMA_3_2_1B: SynthShape = SynthShape {
         high_freq_factor: 4.0,
         original_max_position: 8192,
     }),
+    rope_linear: None,
     sliding_window: None,
     hybrid: None,
     moe: None,
@@ -304,6 +341,7 @@ const QWEN2_5_0_5B: SynthShape = SynthShape {
     tied: true,
     explicit_head_dim: false,
     rope_llama3: None,
+    rope_linear: None,
     sliding_window: None,
     hybrid: None,
     moe: None,
@@ -345,6 +383,7 @@ const SMOLLM2_135M: SynthShape = SynthShape {
     tied: true,
     explicit_head_dim: false,
     rope_llama3: None,
+    rope_linear: None,
     sliding_window: None,
     hybrid: None,
     moe: None,
@@ -388,10 +427,14 @@ const GEMMA3_270M: SynthShape = SynthShape {
     tied: true,
     explicit_head_dim: true,
     rope_llama3: None,
+    rope_linear: None,
     sliding_window: Some(512),
     hybrid: None,
     moe: None,
-    vocab_kind: VocabKind::Spm,
+    vocab_kind: VocabKind::Spm {
+        head: GEMMA_SPM_HEAD,
+        controls: 0,
+    },
     bos: Some("<bos>"),
     eos: "<eos>",
     unk: Some("<unk>"),
@@ -430,6 +473,7 @@ const QWEN3_5_0_8B: SynthShape = SynthShape {
     tied: true,
     explicit_head_dim: true,
     rope_llama3: None,
+    rope_linear: None,
     sliding_window: None,
     hybrid: Some(HybridShape {
         k_heads: 16,
@@ -480,6 +524,13 @@ const fn tiny(base: SynthShape, name: &'static str, vocab: usize) -> SynthShape 
     s.context = 2048;
     if let Some(w) = s.sliding_window {
         s.sliding_window = Some(if w > 64 { 64 } else { w });
+    }
+    if let VocabKind::Spm { head, controls } = s.vocab_kind {
+        // Room for the bytes and pieces in a vocabulary of ~1k.
+        s.vocab_kind = VocabKind::Spm {
+            head,
+            controls: if controls > 64 { 64 } else { controls },
+        };
     }
     if let Some(mut m) = s.moe {
         // Eight experts of 256, two per token (rows multiples of 256).
@@ -632,6 +683,128 @@ const QWEN3_30B_A3B: SynthShape = {
     s
 };
 
+/// Qwen3-8B: 36 blocks, 32 query / 8 KV heads of 128, MLP 12,288, untied LM head.
+const QWEN3_8B: SynthShape = {
+    let mut s = QWEN3_0_6B;
+    s.name = "qwen3-8b";
+    s.hidden = 4096;
+    s.ff = 12288;
+    s.layers = 36;
+    s.heads = 32;
+    s.kv_heads = 8;
+    s.tied = false;
+    s.general = &[
+        ("general.name", "Qwen3 8B"),
+        ("general.basename", "Qwen3"),
+        ("general.size_label", "8B"),
+        ("general.license", "apache-2.0"),
+    ];
+    s
+};
+
+/// Qwen3-14B: 40 blocks, 40 query / 8 KV heads of 128, hidden 5,120, MLP 17,408, untied.
+const QWEN3_14B: SynthShape = {
+    let mut s = QWEN3_8B;
+    s.name = "qwen3-14b";
+    s.hidden = 5120;
+    s.ff = 17408;
+    s.layers = 40;
+    s.heads = 40;
+    s.general = &[
+        ("general.name", "Qwen3 14B"),
+        ("general.basename", "Qwen3"),
+        ("general.size_label", "14B"),
+        ("general.license", "apache-2.0"),
+    ];
+    s
+};
+
+/// Qwen3-32B: 64 blocks, 64 query / 8 KV heads of 128, hidden 5,120, MLP 25,600, untied.
+const QWEN3_32B: SynthShape = {
+    let mut s = QWEN3_8B;
+    s.name = "qwen3-32b";
+    s.hidden = 5120;
+    s.ff = 25600;
+    s.layers = 64;
+    s.heads = 64;
+    s.general = &[
+        ("general.name", "Qwen3 32B"),
+        ("general.basename", "Qwen3"),
+        ("general.size_label", "32B"),
+        ("general.license", "apache-2.0"),
+    ];
+    s
+};
+
+/// Gemma 3 12B's text model: 48 blocks (five sliding-window layers of 1,024 to one global),
+/// 16 query / 8 KV heads of 256, hidden 3,840, MLP 15,360, the global layers' RoPE scaled
+/// linearly by 8; 262,208 tokens (the tokenizer's 262,144 padded to the embedding's rows).
+const GEMMA3_12B: SynthShape = {
+    let mut s = GEMMA3_270M;
+    s.name = "gemma3-12b";
+    s.vocab = 262208;
+    s.hidden = 3840;
+    s.ff = 15360;
+    s.layers = 48;
+    s.heads = 16;
+    s.kv_heads = 8;
+    s.context = 131072;
+    s.sliding_window = Some(1024);
+    s.rope_linear = Some(8.0);
+    s.general = &[
+        ("general.name", "Gemma 3 12b It"),
+        ("general.finetune", "it"),
+        ("general.basename", "gemma-3"),
+        ("general.size_label", "12B"),
+        ("general.license", "gemma"),
+    ];
+    s
+};
+
+/// Mistral-7B-Instruct-v0.3 (converted as `llama`): 32 blocks, 32 query / 8 KV heads of 128,
+/// MLP 14,336, untied LM head, RoPE base 1e6, a SentencePiece vocabulary of 32,768 (synthetic
+/// pieces after Mistral's control tokens and bytes).
+const MISTRAL_7B: SynthShape = SynthShape {
+    name: "mistral-7b",
+    arch: "llama",
+    vocab: 32768,
+    hidden: 4096,
+    ff: 14336,
+    layers: 32,
+    heads: 32,
+    kv_heads: 8,
+    head_dim: 128,
+    context: 32768,
+    rope_theta: 1_000_000.0,
+    rms_eps: 1e-5,
+    tied: false,
+    explicit_head_dim: false,
+    rope_llama3: None,
+    rope_linear: None,
+    sliding_window: None,
+    hybrid: None,
+    moe: None,
+    vocab_kind: VocabKind::Spm {
+        head: MISTRAL_SPM_HEAD,
+        controls: 771,
+    },
+    bos: Some("<s>"),
+    eos: "</s>",
+    unk: Some("<unk>"),
+    pad: None,
+    add_bos: true,
+    add_space_prefix: Some(true),
+    chat_template: Some(MISTRAL_CHAT),
+    general: &[
+        ("general.name", "Mistral 7B Instruct v0.3"),
+        ("general.finetune", "Instruct-v0.3"),
+        ("general.basename", "Mistral"),
+        ("general.size_label", "7B"),
+        ("general.license", "apache-2.0"),
+    ],
+    general_arrays: &[],
+};
+
 /// Every shape `--shape` accepts.
 pub const SHAPES: &[SynthShape] = &[
     QWEN3_0_6B,
@@ -652,4 +825,19 @@ pub const SHAPES: &[SynthShape] = &[
     tiny(QWEN3_5_0_8B, "tiny-qwen3.5", 1024),
     tiny(QWEN3_6_35B_A3B, "tiny-qwen3.6-moe", 1024),
     tiny(QWEN3_30B_A3B, "tiny-qwen3-moe", 1024),
+    QWEN3_8B,
+    QWEN3_14B,
+    QWEN3_32B,
+    GEMMA3_12B,
+    MISTRAL_7B,
+    tiny(MISTRAL_7B, "tiny-mistral", 1024),
+    TINY_GEMMA3_SCALED,
 ];
+
+/// Gemma 3 12B's layout in six tiny blocks: five sliding-window layers, then the one global
+/// layer that the linear RoPE scaling applies to.
+const TINY_GEMMA3_SCALED: SynthShape = {
+    let mut s = tiny(GEMMA3_12B, "tiny-gemma3-scaled", 1024);
+    s.layers = 6;
+    s
+};

@@ -6,8 +6,10 @@
 //!   256 byte symbols (GPT-2's byte-to-unicode map), then tokens made by merging two earlier
 //!   tokens (each with its merge rule, so every token is reachable), then `[PAD<i>]` filler like
 //!   llama.cpp's converter writes for ids the tokenizer leaves unused.
-//! - SentencePiece (`llama`, Gemma): `<pad> <eos> <bos> <unk>` and a few control tokens, the 256
-//!   byte tokens `<0x00>`..`<0xFF>`, then pieces with decreasing scores.
+//! - SentencePiece (`llama`: Gemma, Mistral): the model's leading specials (Gemma's `<pad> <eos>
+//!   <bos> <unk>` ..., Mistral's `<unk> <s> </s> [INST]` ...) and `[control_<i>]` filler up to
+//!   its reserved count, the 256 byte tokens `<0x00>`..`<0xFF>`, then pieces with decreasing
+//!   scores.
 
 use std::collections::HashSet;
 
@@ -31,8 +33,12 @@ pub enum VocabKind {
         special_base: SpecialBase,
         n_pad: usize,
     },
-    /// SentencePiece (Gemma).
-    Spm,
+    /// SentencePiece: `head` first (`<unk>` typed unknown, the rest control), then
+    /// `[control_<i>]` tokens until `controls` ids are taken.
+    Spm {
+        head: &'static [&'static str],
+        controls: usize,
+    },
 }
 
 /// Where a BPE vocabulary's special tokens sit.
@@ -181,18 +187,21 @@ pub fn bpe(size: usize, specials: &[&str], base: SpecialBase, n_pad: usize) -> V
     }
 }
 
-/// A SentencePiece vocabulary of exactly `size` tokens (Gemma's layout at the start).
+/// A SentencePiece vocabulary of exactly `size` tokens: `head`, control filler up to id
+/// `controls`, the byte tokens, pieces.
 ///
 /// # Panics
-/// If `size` is below 300 (a shape-table bug).
-pub fn spm(size: usize) -> Vocab {
-    assert!(size >= 300, "vocabulary of {size} too small");
-    let mut tokens: Vec<String> = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
-        .map(String::from)
-        .to_vec();
-    let mut types = vec![CONTROL, CONTROL, CONTROL, UNKNOWN, CONTROL];
-    for t in ["<start_of_turn>", "<end_of_turn>"] {
-        tokens.push(t.into());
+/// If `size` leaves fewer than 300 ids for the bytes and pieces (a shape-table bug).
+pub fn spm(size: usize, head: &[&str], controls: usize) -> Vocab {
+    let n_special = controls.max(head.len());
+    assert!(size >= n_special + 300, "vocabulary of {size} too small");
+    let mut tokens: Vec<String> = head.iter().map(|t| t.to_string()).collect();
+    let mut types: Vec<i32> = head
+        .iter()
+        .map(|t| if *t == "<unk>" { UNKNOWN } else { CONTROL })
+        .collect();
+    for i in tokens.len()..n_special {
+        tokens.push(format!("[control_{i}]"));
         types.push(CONTROL);
     }
     for b in 0..256 {
