@@ -18,13 +18,20 @@ use vkllm_vk::{Device, DeviceOptions, Validation};
 const COOP_MAX_NMSE: f64 = 1e-4;
 
 fn check(family: &str) {
+    check_with(
+        family,
+        vkllm_vk::tuning_from_env().unwrap_or_else(|e| panic!("VKLLM_TUNE: {e}")),
+    );
+}
+
+fn check_with(family: &str, tuning: vkllm_vk::Tuning) {
     let opts = DeviceOptions {
         choice: vkllm_vk::DeviceChoice::from_env(),
         validation: match std::env::var("VKLLM_TEST_NO_VALIDATION") {
             Ok(v) if v == "1" => Validation::Off,
             _ => Validation::On,
         },
-        tuning: vkllm_vk::tuning_from_env().unwrap_or_else(|e| panic!("VKLLM_TUNE: {e}")),
+        tuning,
         ..Default::default()
     };
     let dev = Device::new(&opts)
@@ -83,4 +90,18 @@ fn gemma2() {
 #[test]
 fn gemma3() {
     check("gemma3");
+}
+
+/// Tuning `attn_f32_kv=direct`: the coop prefill attention reads the f32 cache in place (the
+/// default reads an f16 copy of the visible rows, which the tests above check: the kernels round
+/// K and V to f16 as they load them anyway, so the bound is the same, and a wrong copy (region,
+/// length, ring) gives nmse of order 1). Dense, sliding-window ring (gemma3) and hybrid
+/// attention layers (qwen3_5).
+#[test]
+fn f32_cache_read_in_place() {
+    for family in ["qwen3", "gemma3", "qwen3_5"] {
+        let mut t = vkllm_vk::tuning_from_env().unwrap_or_else(|e| panic!("VKLLM_TUNE: {e}"));
+        t.attn_f32_kv = vkllm_vk::F32KvPrefill::Direct;
+        check_with(family, t);
+    }
 }

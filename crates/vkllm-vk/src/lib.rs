@@ -63,7 +63,7 @@ pub use tensor::{
     default_matvec_layout, fused_matvec_impl, moe_q8a_runs,
 };
 pub use tuning::{
-    CoopGroup, DecodeAttn, PrefillAttn, SPLIT_SUBMIT_FIRST, SplitK, TUNING_KEYS, TuneError, Tuning,
-    seed_from_env, tuning_from_env,
+    CoopGroup, DecodeAttn, F32KvPrefill, PrefillAttn, SPLIT_SUBMIT_FIRST, SplitK, TUNING_KEYS,
+    TuneError, Tuning, seed_from_env, tuning_from_env,
 };
 pub use vkllm_kernels as kernels;

@@ -64,6 +64,18 @@ pub enum PrefillAttn {
     Portable,
 }
 
+/// How the cooperative-matrix prefill attention reads an f32 KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum F32KvPrefill {
+    /// From an f16 copy of the visible rows (half the bytes per tile; every head dim the
+    /// second kernel takes over f16).
+    Half,
+    /// In place where a coop kernel takes the f32 shape, else from the f16 copy.
+    Auto,
+    /// Never a copy (the reference): shapes no coop kernel takes over f32 run portable.
+    Direct,
+}
+
 /// Every tuning choice; see the module docs. `Tuning::default()` is the measured default.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tuning {
@@ -155,6 +167,8 @@ pub struct Tuning {
     /// Model backends: workgroups the second prefill kernel splits a heavy query tile's keys
     /// over (1..=4; 1 is the reference). Key `attn_coop_split`.
     pub attn_coop_split: u32,
+    /// Model backends: key `attn_f32_kv` = half | auto | direct.
+    pub attn_f32_kv: F32KvPrefill,
     /// Model backends: fused decode launches (norm into matvec, gated MLP, ...); `false` runs
     /// one op per launch (the reference). Key `fused`.
     pub fused: bool,
@@ -256,6 +270,7 @@ impl Default for Tuning {
             attn_prefill: PrefillAttn::Auto,
             attn_coop_nsg: 4,
             attn_coop_split: 2,
+            attn_f32_kv: F32KvPrefill::Half,
             fused: true,
             rope_kv_tpw: None,
             delta_chunked: true,
@@ -328,6 +343,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "attn_prefill",
     "attn_coop_nsg",
     "attn_coop_split",
+    "attn_f32_kv",
     "fused",
     "rope_kv_tpw",
     "delta_chunked",

@@ -202,6 +202,14 @@ impl Tuning {
             }
             "attn_coop_nsg" => self.attn_coop_nsg = in_range(1, 4)? as u32,
             "attn_coop_split" => self.attn_coop_split = in_range(1, 4)? as u32,
+            "attn_f32_kv" => {
+                self.attn_f32_kv = match value {
+                    "auto" => F32KvPrefill::Auto,
+                    "half" => F32KvPrefill::Half,
+                    "direct" => F32KvPrefill::Direct,
+                    _ => return Err(bad("half, auto or direct")),
+                }
+            }
             "fused" => self.fused = flag()?,
             "rope_kv_tpw" => {
                 self.rope_kv_tpw = match value {
@@ -308,6 +316,11 @@ impl fmt::Display for Tuning {
             PrefillAttn::Coop1 => "coop1",
             PrefillAttn::Portable => "portable",
         };
+        let f32_kv = match self.attn_f32_kv {
+            F32KvPrefill::Auto => "auto",
+            F32KvPrefill::Half => "half",
+            F32KvPrefill::Direct => "direct",
+        };
         write!(
             f,
             "matvec={matvec},matvec_layout={layout},q8a_wide={},q8a_quad={},q8a_workgroups={},\
@@ -315,7 +328,7 @@ impl fmt::Display for Tuning {
              coop_x_f16={},coop_tile={},coop_glu={},coop_glu_half={},coop_group={group},\
              {dequant},wg_coherent={},prune={},recycle={},fence_spin_us={},pipeline_stats={},\
              attn={attn},attn_chunk={},attn_adaptive={},attn_wide={},attn_prefill={prefill},attn_coop_nsg={},\
-             attn_coop_split={},fused={},rope_kv_tpw={},delta_chunked={},delta_wide={},delta_norm={},delta_chunked_wide={},moe_grouped_min={},\
+             attn_coop_split={},attn_f32_kv={f32_kv},fused={},rope_kv_tpw={},delta_chunked={},delta_wide={},delta_norm={},delta_chunked_wide={},moe_grouped_min={},\
              moe_grouped_min_f32={},moe_q8g_min={},moe_q8g_cols={},moe_q8g_wpe={},moe_lanes={},moe_q8a={},moe_shared={},moe_coop={},one_submit={},split_submit={}",
             b(self.q8a_wide),
             b(self.q8a_quad),
@@ -374,7 +387,7 @@ mod tests {
                     coop_x_f16=0,coop_tile=wide,coop_glu=0,coop_glu_half=0,coop_group=none,\
                     dequant=auto,dequant_min=4096,dequant_tokens=64,wg_coherent=0,prune=1,\
                     recycle=0,fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,\
-                    attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,fused=0,\
+                    attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,attn_f32_kv=auto,fused=0,\
                     rope_kv_tpw=3,delta_chunked=0,delta_wide=0,delta_norm=0,delta_chunked_wide=0,moe_grouped_min=0,moe_grouped_min_f32=0,moe_q8g_min=2,moe_q8g_cols=2,moe_q8g_wpe=4,moe_lanes=0,moe_q8a=0,moe_shared=0,moe_coop=0,one_submit=0,\
                     split_submit=0";
         let t = Tuning::parse(spec).unwrap();
@@ -410,6 +423,7 @@ mod tests {
             "attn_chunk=48",
             "attn_chunk=512",
             "attn_coop_nsg=5",
+            "attn_f32_kv=f16",
             "q8a_wide=yes",
             "split_submit=1",
             "matvec=fastest",

@@ -15,8 +15,8 @@ use vkllm_kernels::kv_append::KvType;
 use vkllm_kernels::kv_to_f16::KvToF16;
 use vkllm_kernels::kv_unrotate::KvUnrotate;
 use vkllm_kernels::rope_kv_append::HeadNorm;
-use vkllm_kernels::to_f16::packed_bytes;
-use vkllm_vk::{BufSlice, DecodeAttn};
+use vkllm_kernels::to_f16::{ToF16, packed_bytes};
+use vkllm_vk::{BufSlice, DecodeAttn, F32KvPrefill};
 
 use super::fused::rope_layout;
 
@@ -164,6 +164,33 @@ impl VulkanBackend {
             && min_sg >= 8
     }
 
+    /// A cooperative-matrix prefill over the f32 cache of `shape` reads an f16 copy of its rows:
+    /// by default (tuning `attn_f32_kv=half`) always; with `auto` only where neither coop kernel
+    /// takes the f32 shape but the second takes it over f16 (head dims past 128: f32 tiles
+    /// overflow its registers or shared memory). The kernels round K and V to f16 as they load
+    /// them anyway.
+    fn f32_kv_half(&self, shape: &AttnShape) -> bool {
+        use vkllm_kernels::attention_prefill_coop::CoopAttnTile;
+        if shape.kv != KvType::F32 {
+            return false;
+        }
+        match self.dev.tuning().attn_f32_kv {
+            F32KvPrefill::Half => true,
+            F32KvPrefill::Direct => false,
+            F32KvPrefill::Auto => {
+                let sg = self.dev.info().subgroup_size;
+                let half = AttnShape {
+                    kv: KvType::F16,
+                    kv_v: KvType::F16,
+                    ..*shape
+                };
+                self.coop2_tile(shape).is_none()
+                    && CoopAttnTile::for_shape(shape.head_dim, sg).is_none()
+                    && self.coop2_tile(&half).is_some()
+            }
+        }
+    }
+
     pub(super) fn attention_op(
         &mut self,
         q: Tensor,
@@ -195,9 +222,11 @@ impl VulkanBackend {
         };
         // The cooperative-matrix kernels read f32 and f16 caches: a quantized one's visible rows
         // are copied to f16 first (the tiled kernel, tuning `attn_prefill=portable`, reads the
-        // blocks in place).
+        // blocks in place), and so are an f32 one's where tuning `attn_f32_kv` asks.
         let half_values = match coop_pos0 {
-            Some(_) if kv.dtype.is_quantized() => Some(shape.n_kv.min(kv.ring) * width),
+            Some(_) if kv.dtype.is_quantized() || self.f32_kv_half(&shape) => {
+                Some(shape.n_kv.min(kv.ring) * width)
+            }
             _ => None,
         };
         let shape = match half_values {
@@ -238,13 +267,18 @@ impl VulkanBackend {
                         "prefill attention over a quantized cache without its f16 copy",
                     ))?;
                     let (hk, hv) = (hk.all(), hv.all());
-                    let copy = KvToF16 {
-                        k: ks,
-                        v: vs,
-                        k_out: hk,
-                        v_out: hv,
-                    };
-                    r.dispatch(copy.dispatch(kv.types(), kv.rot_k, values)?)?;
+                    if kv.dtype == KvType::F32 {
+                        r.dispatch(ToF16 { a: ks, out: hk }.dispatch(values)?)?;
+                        r.dispatch(ToF16 { a: vs, out: hv }.dispatch(values)?)?;
+                    } else {
+                        let copy = KvToF16 {
+                            k: ks,
+                            v: vs,
+                            k_out: hk,
+                            v_out: hv,
+                        };
+                        r.dispatch(copy.dispatch(kv.types(), kv.rot_k, values)?)?;
+                    }
                     (hk, hv)
                 }
                 None => (ks, vs),
