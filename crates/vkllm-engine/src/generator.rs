@@ -342,8 +342,8 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
             .map(|s| common_prefix(&s.history, prompt))
             .max()
             .unwrap_or(0);
-        let branch =
-            branch_point(shared, reuse, prompt.len()).or_else(|| tail_point(reuse, prompt.len()));
+        let branch = branch_point(shared, reuse, prompt.len())
+            .or_else(|| tail_point(reuse, prompt.len(), TAIL_MARK));
         let slot = &mut self.slots[id];
         // A recurrent state is reset unless it continues its whole history or restarts from
         // its mark.
@@ -441,17 +441,19 @@ pub(crate) fn branch_point(shared: usize, reuse: usize, len: usize) -> Option<us
 }
 
 /// Tokens before a hybrid prompt's end where it is also marked when nothing else marks it on
-/// the way: a next prompt that re-tokenizes the last few tokens differently (text resent on a
-/// completions API) starts there instead of from 0.
-pub(crate) const TAIL_MARK: usize = 64;
+/// the way (the default of [`SlotGenerator::with_tail_mark`](crate::SlotGenerator::with_tail_mark)):
+/// a next prompt that re-tokenizes the last few tokens differently (text resent on a completions
+/// API) starts there instead of from 0. The prompt is then prefilled in two pieces, the last one
+/// this long.
+pub const TAIL_MARK: usize = 64;
 
 /// Where a hybrid prompt of `len` tokens, prefilled from `reuse`, is marked before its end when
-/// no shared prefix asks for a mark ([`branch_point`]): [`TAIL_MARK`] tokens before its end,
-/// when that saves at least [`STORE_MIN`] tokens.
+/// no shared prefix asks for a mark ([`branch_point`]): `tail` tokens before its end, when that
+/// saves at least [`STORE_MIN`] tokens (`tail` 0: never).
 ///
 /// [`STORE_MIN`]: crate::prefix_store::STORE_MIN
-pub(crate) fn tail_point(reuse: usize, len: usize) -> Option<usize> {
-    let p = len.saturating_sub(TAIL_MARK);
+pub(crate) fn tail_point(reuse: usize, len: usize, tail: usize) -> Option<usize> {
+    let p = len.checked_sub(tail).filter(|_| tail > 0)?;
     (p >= reuse + crate::prefix_store::STORE_MIN).then_some(p)
 }
 

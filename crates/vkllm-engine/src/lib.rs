@@ -33,7 +33,7 @@ mod text_out;
 pub use error::EngineError;
 pub use frame::{FrameDecoder, FrameOptions, FrameOut, LayerView, SliceCost};
 pub use generator::{
-    DEFAULT_MARKS_PER_SLOT, Generator, SimpleGenerator, SlotId, SlotParams, TokenOut,
+    DEFAULT_MARKS_PER_SLOT, Generator, SimpleGenerator, SlotId, SlotParams, TAIL_MARK, TokenOut,
 };
 pub use grammar::{Constraint, Grammar, GrammarSpec, Grammars};
 pub use prefix_store::BLOCK as PREFIX_BLOCK;

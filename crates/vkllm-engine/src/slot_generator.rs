@@ -87,6 +87,9 @@ pub struct SlotGenerator {
     clock: u64,
     /// Conversations kept past their slots (dense models; `None`: off).
     store: Option<PrefixStore>,
+    /// Hybrid models: tokens before a prompt's end where it is marked when nothing else marks
+    /// it (0: never).
+    tail_mark: usize,
 }
 
 impl SlotGenerator {
@@ -180,6 +183,7 @@ impl SlotGenerator {
             steps_per_submit: steps_per_submit.max(1),
             clock: 0,
             store: None,
+            tail_mark: crate::generator::TAIL_MARK,
         }
     }
 
@@ -385,12 +389,22 @@ impl SlotGenerator {
 }
 
 impl SlotGenerator {
+    /// Hybrid models: a prompt that nothing else marks on the way is marked `tokens` before its
+    /// end (default [`TAIL_MARK`](crate::generator::TAIL_MARK); 0: never), so that a next prompt
+    /// re-tokenizing this one's last tokens differently starts there. The prompt is prefilled
+    /// in two pieces, the second `tokens` long: a shorter tail costs less (small batches run
+    /// the per-token expert launches) but covers fewer re-tokenized tokens.
+    pub fn with_tail_mark(mut self, tokens: usize) -> Self {
+        self.tail_mark = tokens;
+        self
+    }
+
     /// Hybrid models: where `prompt`, about to be prefilled into `slot` from `reuse`, leaves
     /// the longest prefix it shares with any slot's history or stored conversation, when a mark
     /// there saves a later prompt at least [`STORE_MIN`] tokens (the third conversation behind
     /// one system prompt starts from it; dense models copy rows from any position instead);
-    /// else [`TAIL_MARK`](crate::generator::TAIL_MARK) tokens before its end, for a next prompt
-    /// whose text re-tokenizes this one's last tokens differently.
+    /// else [`SlotGenerator::with_tail_mark`] tokens before its end, for a next prompt whose text
+    /// re-tokenizes this one's last tokens differently.
     fn branch_point(&self, slot: SlotId, prompt: &[u32], reuse: usize) -> Option<usize> {
         let Net::Hybrid { marks: Some(m), .. } = &self.net else {
             return None;
@@ -403,7 +417,7 @@ impl SlotGenerator {
             .max()
             .unwrap_or(0);
         branch_point(shared, reuse, prompt.len())
-            .or_else(|| tail_point(reuse, prompt.len()))
+            .or_else(|| tail_point(reuse, prompt.len(), self.tail_mark))
             .filter(|&p| !m.has(slot, p))
     }
 

@@ -418,9 +418,9 @@ fn stored_hybrid_marks_outlive_their_slot() {
     assert!(!resent.is_empty());
 }
 
-/// A hybrid prompt is also marked 64 tokens before its end: a next prompt that changes the
-/// last token (text resent and re-tokenized differently at the boundary) starts there instead
-/// of from 0, with the reference tokens.
+/// A hybrid prompt is also marked `with_tail_mark` tokens (default 64) before its end: a next
+/// prompt that changes the last token (text resent and re-tokenized differently at the
+/// boundary) starts there instead of from 0, with the reference tokens; 0 turns it off.
 #[test]
 fn hybrid_prompts_are_marked_before_their_end() {
     let dev = device();
@@ -430,26 +430,26 @@ fn hybrid_prompts_are_marked_before_their_end() {
     let mut resent = prompt[..99].to_vec();
     resent.extend([(prompt[99] + 1) % vocab, 5, 7]);
     let greedy = SlotParams::default();
-    let mut b = VulkanBackend::new(dev.clone());
-    let model =
-        HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
-    let mut g =
-        SlotGenerator::new_hybrid(b, model, 1, 256, KvType::F32, 4).expect("slot generator");
-    drive(&mut g, &[(prompt.clone(), greedy.clone(), 4, 0)]);
-    let got = drive(&mut g, &[(resent.clone(), greedy.clone(), 5, 0)]);
-    assert_eq!(
-        g.reused(0),
-        prompt.len() - 64,
-        "restored from the tail mark"
-    );
-    let mut rb = VulkanBackend::new(dev);
+    let mut rb = VulkanBackend::new(dev.clone());
     let m =
         HybridModel::load(fx.config.clone(), &fx.weights, &mut rb, DEFAULT_CHUNK).expect("load");
-    let ids = |v: &[TokenOut]| v.iter().map(|t| t.id).collect::<Vec<u32>>();
-    assert_eq!(
-        ids(&got[0]),
-        hybrid_reference(&mut rb, &m, &resent, &greedy, 5)
-    );
+    let want = hybrid_reference(&mut rb, &m, &resent, &greedy, 5);
+    assert_eq!(vkllm_engine::TAIL_MARK, 64);
+    for (tail, reused) in [(None, 100 - 64), (Some(16), 100 - 16), (Some(0), 0)] {
+        let mut b = VulkanBackend::new(dev.clone());
+        let model = HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK)
+            .expect("load");
+        let mut g =
+            SlotGenerator::new_hybrid(b, model, 1, 256, KvType::F32, 4).expect("slot generator");
+        if let Some(t) = tail {
+            g = g.with_tail_mark(t);
+        }
+        drive(&mut g, &[(prompt.clone(), greedy.clone(), 4, 0)]);
+        let got = drive(&mut g, &[(resent.clone(), greedy.clone(), 5, 0)]);
+        assert_eq!(g.reused(0), reused, "tail mark {tail:?}");
+        let ids = |v: &[TokenOut]| v.iter().map(|t| t.id).collect::<Vec<u32>>();
+        assert_eq!(ids(&got[0]), want, "tail mark {tail:?}");
+    }
 }
 
 /// A hybrid slot marks its recurrent state at the end of each prompt: a prompt that repeats a

@@ -59,6 +59,12 @@ pub struct Args {
     #[arg(long, default_value_t = vkllm_engine::DEFAULT_MARKS_PER_SLOT)]
     recurrent_marks: usize,
 
+    /// Hybrid models: a prompt nothing else marks is also marked this many tokens before its
+    /// end, so that a resent conversation whose text re-tokenizes the end differently starts
+    /// there (0: off; the prompt is prefilled in two pieces, the second this long).
+    #[arg(long, default_value_t = vkllm_engine::TAIL_MARK)]
+    tail_mark: usize,
+
     /// Requests that may wait for a free slot; more are answered 429.
     #[arg(long, default_value_t = 64)]
     queue: usize,
@@ -238,7 +244,9 @@ fn start_slot_runner(
             SlotGenerator::new_hybrid_marks(b, m, slots, ctx, args.kv.types()?, 4, marks)?
         }
     };
-    let generator = generator.with_prefix_store(args.prefix_cache_mb << 20)?;
+    let generator = generator
+        .with_tail_mark(args.tail_mark)
+        .with_prefix_store(args.prefix_cache_mb << 20)?;
     if args.prefix_cache_mb > 0 {
         let rows = generator.prefix_store_rows();
         match generator.prefix_store_entries() {
