@@ -38,6 +38,7 @@ enable wgpu_cooperative_matrix;
 //   with one workgroup per SM the chunk waited on the heaviest (Qwen3-0.6B pp512: 128
 //   workgroups, 1 to 16 steps). The counters must be zero before the first dispatch; a dispatch
 //   that completes leaves them zero. SPLIT = 1: `kv_part` and `kv_ctr` are bound but never touched.
+//   SPLIT is a push constant (`split`) behind the SPLIT_ON override.
 // Barriers per step: K visible; scores visible and K consumed; P and V visible (with the rescale
 // decision, workgroupUniformLoad); V consumed. Cooperative operations run in uniform control
 // flow (loop bounds and branches depend on overrides, push constants and uniform loads only).
@@ -48,7 +49,8 @@ enable wgpu_cooperative_matrix;
 // Value columns (VD < HD, for head dims past 128): workgroup z computes output columns
 // [z VD, (z + 1) VD) only (its P V products and output tiles), the scores over all HD dims (so
 // HD / VD workgroups per tile repeat Q K^T); VD <= 128 keeps the output accumulators at <= 8
-// tiles per subgroup. Rust runs such launches unsplit (SPLIT = 1).
+// tiles per subgroup. Split, each column group writes its columns of the parts' rows (and the
+// same running max and sum: the scores are the same) and counts and merges on its own counter.
 // Shared memory (HD 128, NSG 4): Q 17 KiB, K/V 8.5 KiB, scores 9 KiB, P 5 KiB: 40 KiB.
 // Every workgroup variable's size is a multiple of 16 bytes: cooperative loads need 16-byte
 // aligned addresses and the driver places the variables in an order of its choosing (a 4-byte
@@ -70,7 +72,9 @@ override KV_DTYPE: u32 = 0;
 override SPT: u32 = 8;
 override RESCALE_T: f32 = 8.0;
 override HALF: u32 = 0;
-override SPLIT: u32 = 1;
+// 1: the launch may split tiles (their count is the push constant `split`, so every count
+// shares one pipeline); 0: the split code is left out.
+override SPLIT_ON: u32 = 0;
 // Timing diagnostics (Rust's CoopAttn2Tile::skip; 0 computes attention): parts of every step
 // left out, a mask of 1 (probabilities without exp), 2 (no K/V loads), 4 (no Q K^T), 8 (no
 // P V). The P V block sits in its branch on purpose: with that block structure NVIDIA's compiler
@@ -99,6 +103,8 @@ struct Params {
     pos0: u32,
     // Fewest steps of a tile that is split (SPLIT > 1).
     split_min: u32,
+    // SPLIT: workgroups a split tile's keys are walked by (1: no split).
+    split: u32,
 }
 var<immediate> p: Params;
 
@@ -238,7 +244,7 @@ fn emit_part(o: coop_mat16x16<f32, C>, d: u32, sbase: u32, sb: u32, lane: u32, p
     for (var e = lane; e < 256u; e += SG) {
         let r = e / 16u;
         let c = e % 16u;
-        kv_part[(pb + sb + r) * (HD + 2u) + 16u * d + c] = sc[sbase + r * SLD + c];
+        kv_part[(pb + sb + r) * (HD + 2u) + cm_d0 + 16u * d + c] = sc[sbase + r * SLD + c];
     }
     workgroupBarrier();
 }
@@ -247,18 +253,18 @@ fn emit_part(o: coop_mat16x16<f32, C>, d: u32, sbase: u32, sb: u32, lane: u32, p
 // merged in part order: m = max of the parts' maxima, then sum and output weighted by
 // exp(m_s - m), divided by the sum (0 where it is 0, as unsplit).
 fn merge_parts(pb: u32, q0: u32, kvh: u32, g: u32, bq: u32, lid: u32) {
-    for (var e = lid; e < NSG * 16u * (HD / 2u); e += WG) {
-        let t = e / (HD / 2u);
-        let c = 2u * (e % (HD / 2u));
+    for (var e = lid; e < NSG * 16u * (VD / 2u); e += WG) {
+        let t = e / (VD / 2u);
+        let c = cm_d0 + 2u * (e % (VD / 2u));
         let qi = q0 + t / g;
         if (t < bq * g && qi < p.n_q) {
             var m = FLOOR;
-            for (var s = 0u; s < SPLIT; s++) {
+            for (var s = 0u; s < p.split; s++) {
                 m = max(m, kv_part[(pb + s * NSG * 16u + t) * (HD + 2u) + HD]);
             }
             var l = 0.0;
             var x = vec2<f32>(0.0);
-            for (var s = 0u; s < SPLIT; s++) {
+            for (var s = 0u; s < p.split; s++) {
                 let r = (pb + s * NSG * 16u + t) * (HD + 2u);
                 let w = exp(kv_part[r + HD] - m);
                 l += kv_part[r + HD + 1u] * w;
@@ -288,9 +294,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let g = p.n_heads / p.n_kv_heads;
     let bq = (NSG * 16u) / g;
     // Heavy tiles first; x runs over (tile, part).
-    let tiles = nwg.x / SPLIT;
-    let tile = tiles - 1u - wid.x / SPLIT;
-    let sp = wid.x % SPLIT;
+    let tiles = nwg.x / p.split;
+    let tile = tiles - 1u - wid.x / p.split;
+    let sp = wid.x % p.split;
     let q0 = tile * bq;
     let kvh = wid.y;
     cm_d0 = wid.z * VD;
@@ -301,7 +307,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     let t_hi = min(p.pos0 + q_last, p.n_kv - 1u);
     // This part's keys [lo, hi] (empty when lo > hi).
     let steps = (t_hi - t_lo) / BK + 1u;
-    let split = SPLIT > 1u && steps >= p.split_min;
+    let split = SPLIT_ON == 1u && p.split > 1u && steps >= p.split_min;
     // An unsplit tile's other parts walk no keys and write nothing (no early return: naga's
     // uniformity analysis would then reject the cooperative operations below).
     let idle = !split && sp > 0u;
@@ -312,7 +318,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         hi = 0u;
     }
     if (split) {
-        let per = (steps + SPLIT - 1u) / SPLIT;
+        let per = (steps + p.split - 1u) / p.split;
         lo = t_lo + sp * per * BK;
         hi = min(lo + per * BK - 1u, t_hi);
     }
@@ -572,7 +578,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
 
     if (split) {
         // This part's rows: unnormalised output, running max and sum.
-        let pb = ((kvh * tiles + tile) * SPLIT + sp) * NSG * 16u;
+        let pb = ((kvh * tiles + tile) * p.split + sp) * NSG * 16u;
         if (part == 0u) {
             kv_part[(pb + t) * (HD + 2u) + HD] = m_run;
             kv_part[(pb + t) * (HD + 2u) + HD + 1u] = l_run;
@@ -598,17 +604,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             emit_part(o7, 7u, sbase, sb, lane, pb);
         }
         storageBarrier();
-        let c = kvh * tiles + tile;
+        // One counter per (value-column group, kv head, tile): each group merges its columns.
+        let c = (wid.z * nwg.y + kvh) * tiles + tile;
         if (lid == 0u) {
             let before = atomicAdd(&kv_ctr[c], 1u);
-            atomicStore(&resc[1], select(0u, 1u, before == SPLIT - 1u));
+            atomicStore(&resc[1], select(0u, 1u, before == p.split - 1u));
         }
         storageBarrier();
         if (workgroupUniformLoad(&resc[1]) != 0u) {
             if (lid == 0u) {
                 atomicStore(&kv_ctr[c], 0u);
             }
-            merge_parts(c * SPLIT * NSG * 16u, q0, kvh, g, bq, lid);
+            merge_parts((kvh * tiles + tile) * p.split * NSG * 16u, q0, kvh, g, bq, lid);
         }
     } else if (!idle) {
         finish(o0, o1, o2, o3, o4, o5, o6, o7, t, l_run, part, sbase, sb, lane, q0, kvh, g, bq);

@@ -437,8 +437,8 @@ fn hybrid_prompts_are_marked_before_their_end() {
     assert_eq!(vkllm_engine::TAIL_MARK, 64);
     for (tail, reused) in [(None, 100 - 64), (Some(16), 100 - 16), (Some(0), 0)] {
         let mut b = VulkanBackend::new(dev.clone());
-        let model = HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK)
-            .expect("load");
+        let model =
+            HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
         let mut g =
             SlotGenerator::new_hybrid(b, model, 1, 256, KvType::F32, 4).expect("slot generator");
         if let Some(t) = tail {

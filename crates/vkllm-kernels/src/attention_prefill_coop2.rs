@@ -27,7 +27,7 @@ pub static ATTN_PREFILL_COOP2: KernelSpec = KernelSpec {
         rw("kv_part"),
         rw("kv_ctr"),
     ],
-    push_size: 40,
+    push_size: 44,
     exact_fp: false,
 };
 
@@ -40,14 +40,21 @@ const MAX_SPT: usize = 16;
 pub const MAX_HEAD_DIM: usize = 256;
 
 /// Most workgroups one tile's keys are split over.
-pub const MAX_SPLIT: u32 = 4;
+pub const MAX_SPLIT: u32 = 16;
 
-/// The shader's push constants: the first kernel's, then the fewest steps of a split tile.
+/// Workgroups [`CoopAttn2Tile::auto_split`] aims a launch at (a few per SM of a large GPU), and
+/// the fewest 32-key steps it leaves each part.
+pub const SPLIT_TARGET_WGS: usize = 512;
+const SPLIT_MIN_STEPS: usize = 8;
+
+/// The shader's push constants: the first kernel's, then the fewest steps of a split tile and
+/// the split (a push constant, so that every split shares one pipeline).
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct Params {
     base: AttnPrefillCoopParams,
     split_min: u32,
+    split: u32,
 }
 
 /// Scratch of a split launch ([`CoopAttn2Tile::split`] > 1): `part` holds
@@ -135,27 +142,25 @@ impl CoopAttn2Tile {
         ok.then_some(t)
     }
 
+    /// The split for `s` whose queries start at `pos0`: enough parts that the launch reaches
+    /// [`SPLIT_TARGET_WGS`] workgroups (a short chunk deep in the cache has few query tiles,
+    /// each walking every key), at least 2 (the measured default of full chunks), at most
+    /// [`MAX_SPLIT`], each part at least 8 steps of the heaviest tile.
+    pub fn auto_split(&self, s: &AttnShape, pos0: usize) -> u32 {
+        let group = s.n_heads / s.n_kv_heads.max(1);
+        let tiles = s.n_q.div_ceil(self.bq(group).max(1));
+        let cols = s.head_dim / Self::value_cols(s.head_dim).max(1);
+        let wgs = (tiles * s.n_kv_heads * cols).max(1);
+        let steps = (pos0 + s.n_q).div_ceil(BK);
+        let by_grid = SPLIT_TARGET_WGS.div_ceil(wgs);
+        let by_steps = (steps / SPLIT_MIN_STEPS).max(2);
+        by_grid.min(by_steps).clamp(2, MAX_SPLIT as usize) as u32
+    }
+
     /// This configuration with tiles split `split` ways where they take more than
     /// `ceil(steps / split)` steps, `steps` being the heaviest tile's of `n_q` queries at
     /// `pos0..` (so no part is longer than that), or unsplit where no tile can be split.
     pub fn with_split(self, split: u32, n_q: usize, pos0: usize) -> CoopAttn2Tile {
-        self.with_split_for(split, n_q, pos0, 0)
-    }
-
-    /// [`CoopAttn2Tile::with_split`] for `head_dim`: launches over part of the value columns
-    /// (head dims past 128) stay unsplit.
-    pub fn with_split_for(
-        self,
-        split: u32,
-        n_q: usize,
-        pos0: usize,
-        head_dim: usize,
-    ) -> CoopAttn2Tile {
-        let split = if Self::value_cols(head_dim) < head_dim {
-            1
-        } else {
-            split
-        };
         let steps = (pos0 + n_q).div_ceil(BK) as u32;
         let split = split.clamp(1, MAX_SPLIT);
         let min = steps.div_ceil(split) + 1;
@@ -181,10 +186,12 @@ impl CoopAttn2Tile {
         rows * (s.head_dim as u64 + 2) * 4
     }
 
-    /// Bytes of `ctr` a split launch of `s` needs: one u32 per (kv head, query tile).
+    /// Bytes of `ctr` a split launch of `s` needs: one u32 per (value-column group, kv head,
+    /// query tile).
     pub fn counter_bytes(&self, s: &AttnShape) -> u64 {
         let tiles = s.n_q.div_ceil(self.bq(s.n_heads / s.n_kv_heads.max(1)));
-        4 * (s.n_kv_heads * tiles) as u64
+        let cols = s.head_dim / Self::value_cols(s.head_dim).max(1);
+        4 * (cols * s.n_kv_heads * tiles) as u64
     }
 
     /// Output columns per workgroup for `head_dim`: all of them up to 128, else half (the
@@ -315,12 +322,6 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
         let tiles = s.n_q.div_ceil(t.bq(group));
         let groups_x = tiles * t.split as usize;
         let vd = CoopAttn2Tile::value_cols(s.head_dim);
-        if vd < s.head_dim && t.split > 1 {
-            return Err(shape_err(
-                k,
-                format!("head_dim {} runs over value halves: no split", s.head_dim),
-            ));
-        }
         if groups_x > MAX_GROUPS_X as usize || s.n_kv_heads > MAX_GROUPS_X as usize {
             return Err(shape_err(k, "grid out of range"));
         }
@@ -344,6 +345,7 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
                 pos0: to_u32(k, "pos0", pos0)?,
             },
             split_min: t.split_min,
+            split: t.split,
         };
         let spt = t.slots(s.head_dim, subgroup_size, s.kv);
         let mut o = Overrides::new()
@@ -355,7 +357,7 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("KV_DTYPE", s.kv.code())
             .set("SPT", spt as f64)
             .set("RESCALE_T", t.rescale_t as f64)
-            .set("SPLIT", t.split as f64)
+            .set("SPLIT_ON", f64::from(u8::from(t.split > 1)))
             .set("SKIP", t.skip as f64);
         if let Some(h) = &out16 {
             crate::spec::need(k, "out16", h, 2 * (s.n_q * s.n_heads * s.head_dim) as u64)?;
@@ -424,9 +426,8 @@ mod tests {
         assert_eq!(CoopAttn2Tile::for_shape(256, 2, 32, KvType::F32), None);
         assert_eq!(CoopAttn2Tile::for_shape(144, 2, 32, KvType::F16), None);
         assert_eq!(CoopAttn2Tile::for_shape(288, 2, 32, KvType::F16), None);
-        // Value halves run unsplit.
-        assert_eq!(t.with_split_for(4, 512, 0, 256).split, 1);
-        assert_eq!(t.with_split_for(4, 512, 0, 128).split, 4);
+        // Value halves split too.
+        assert_eq!(t.with_split(4, 512, 0).split, 4);
         assert_eq!(CoopAttn2Tile::for_shape(72, 2, 32, KvType::F16), None);
         assert_eq!(CoopAttn2Tile::for_shape(128, 17, 32, KvType::F16), None);
         assert_eq!(CoopAttn2Tile::with_nsg(5, 128, 2, 32, KvType::F16), None);

@@ -152,7 +152,7 @@ fn split_launches() {
     assert_eq!(d.groups, [32, 8, 1]);
     compile_spirv(&ATTN_PREFILL_COOP2, &d.overrides, SpirvOptions::default())
         .unwrap_or_else(|e| panic!("split: {e}"));
-    // Missing or short scratch, and splits outside 1..=4, are errors.
+    // Missing or short scratch, and splits outside 1..=MAX_SPLIT, are errors.
     assert!(op().dispatch_v2_full(&s, 0, 32, t2, None, None).is_err());
     assert!(
         op().dispatch_v2_full(&s, 0, 32, t2, None, sc(pb - 4, cb))
@@ -162,7 +162,8 @@ fn split_launches() {
         op().dispatch_v2_full(&s, 0, 32, t2, None, sc(pb, cb - 4))
             .is_err()
     );
-    for bad in [(0, 1), (5, 1), (2, 0)] {
+    let over = vkllm_kernels::attention_prefill_coop2::MAX_SPLIT + 1;
+    for bad in [(0, 1), (over, 1), (2, 0)] {
         let b = CoopAttn2Tile {
             split: bad.0,
             split_min: bad.1,
@@ -174,4 +175,48 @@ fn split_launches() {
             "{bad:?}"
         );
     }
+}
+
+/// The default split: a full chunk from position 0 keeps 2 parts; a short chunk deep in the
+/// cache gets enough parts for ~512 workgroups (Llama-3.1-8B: 4 query tiles x 8 kv heads; the
+/// 35B-A3B's head dim 256: 16 tiles x 2 kv heads x 2 column halves), capped at MAX_SPLIT and
+/// at 8 steps per part; value-column launches split and count per column half.
+#[test]
+fn auto_split_fills_the_grid() {
+    use vkllm_kernels::attention_prefill_coop2::{CoopAttn2Scratch, MAX_SPLIT};
+    let t128 = CoopAttn2Tile::with_nsg(4, 128, 4, 32, KvType::F16).expect("supported");
+    assert_eq!(t128.auto_split(&shape(512, 32, 8, 128, KvType::F16), 0), 2);
+    assert_eq!(
+        t128.auto_split(&shape(64, 32, 8, 128, KvType::F16), 8192),
+        16
+    );
+    // 9 steps at position 200: parts of at least 8 steps allow only the minimum 2.
+    assert_eq!(t128.auto_split(&shape(64, 32, 8, 128, KvType::F16), 200), 2);
+    assert_eq!(
+        t128.auto_split(&shape(64, 32, 8, 128, KvType::F16), 1000),
+        4
+    );
+    assert_eq!(t128.auto_split(&shape(20, 32, 8, 128, KvType::F16), 0), 2);
+    let t256 = CoopAttn2Tile::with_nsg(2, 256, 8, 32, KvType::F16).expect("supported");
+    let s = shape(64, 16, 2, 256, KvType::F16);
+    assert_eq!(t256.auto_split(&s, 8192), 8);
+    assert!(t256.auto_split(&s, 1 << 20) <= MAX_SPLIT);
+    let t = t256.with_split(8, 64, 8192);
+    assert_eq!(t.split, 8);
+    // One counter per (column half, kv head, tile): 2 x 2 x 16.
+    assert_eq!(t.counter_bytes(&s), 4 * 64);
+    let deep = AttnShape {
+        n_kv: 8192 + 64,
+        ..s
+    };
+    let scratch = CoopAttn2Scratch {
+        part: Fake(t.part_bytes(&deep)),
+        ctr: Fake(t.counter_bytes(&deep)),
+    };
+    let d = op()
+        .dispatch_v2_full(&deep, 8192, 32, t, None, Some(scratch))
+        .expect("a split launch over column halves");
+    assert_eq!(d.groups, [16 * 8, 2, 2]);
+    compile_spirv(&ATTN_PREFILL_COOP2, &d.overrides, SpirvOptions::default())
+        .unwrap_or_else(|e| panic!("split over column halves: {e}"));
 }

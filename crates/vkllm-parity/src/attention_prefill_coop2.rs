@@ -10,8 +10,9 @@
 //! mid-cache, GQA groups of 1, 2, 3 and 4, head dims 32..128, softcap, windows, a ring that
 //! wraps, both KV types, 2 and 4 subgroups per workgroup, the rescale path (threshold 0,
 //! and wide score ranges that move the max by more than the default threshold), and split
-//! launches (2, 3 and 4 parts; every tile split, with parts past a short tile's keys empty, or
-//! only the heavy tiles as `with_split` picks), whose counters must be back at zero after.
+//! launches (2 to 16 parts; every tile split, with parts past a short tile's keys empty, or
+//! only the heavy tiles as `with_split` picks; short chunks deep in the cache; head dim 256 over
+//! value-column halves), whose counters must be back at zero after.
 //! On a device that does not run the kernel the case reports one "n/a" row, never a pass.
 
 use vkllm_cpu::AttnParams;
@@ -172,6 +173,31 @@ fn cases() -> Vec<Case> {
             window: Some(40),
             split: Some((3, 2)),
             ..case(90, 120, 30, (8, 4), 80, f32_, 4, None)
+        },
+        // Short chunks deep in the cache (a turn after a cached conversation): many parts.
+        Case {
+            split: Some((16, 1)),
+            ..case(40, 1500, 1460, (32, 8), 128, f16_, 4, None)
+        },
+        Case {
+            qk: 8.0,
+            split: Some((8, 0)),
+            ..case(33, 1033, 1000, (16, 8), 64, f32_, 2, None)
+        },
+        // Split launches over value-column halves (head dim 256, the hybrids' attention).
+        Case {
+            split: Some((2, 1)),
+            ..case(100, 161, 61, (16, 2), 256, f16_, 2, None)
+        },
+        Case {
+            split: Some((4, 0)),
+            ..case(64, 1200, 1136, (16, 2), 256, f16_, 2, None)
+        },
+        Case {
+            window: Some(32),
+            ring: Some(96),
+            split: Some((3, 1)),
+            ..case(64, 264, 200, (4, 1), 256, f16_, 1, None)
         },
     ]
 }

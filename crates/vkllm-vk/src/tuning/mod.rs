@@ -165,8 +165,9 @@ pub struct Tuning {
     /// `attn_coop_nsg`.
     pub attn_coop_nsg: u32,
     /// Model backends: workgroups the second prefill kernel splits a heavy query tile's keys
-    /// over (1..=4; 1 is the reference). Key `attn_coop_split`.
-    pub attn_coop_split: u32,
+    /// over (1..=16; 1 is the reference); `None`: enough for a full grid (`CoopAttn2Tile::
+    /// auto_split`). Key `attn_coop_split` = auto | 1..=16.
+    pub attn_coop_split: Option<u32>,
     /// Model backends: key `attn_f32_kv` = half | auto | direct.
     pub attn_f32_kv: F32KvPrefill,
     /// Model backends: fused decode launches (norm into matvec, gated MLP, ...); `false` runs
@@ -269,7 +270,7 @@ impl Default for Tuning {
             attn_wide: true,
             attn_prefill: PrefillAttn::Auto,
             attn_coop_nsg: 4,
-            attn_coop_split: 2,
+            attn_coop_split: None,
             attn_f32_kv: F32KvPrefill::Half,
             fused: true,
             rope_kv_tpw: None,

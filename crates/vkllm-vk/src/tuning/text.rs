@@ -201,7 +201,12 @@ impl Tuning {
                 }
             }
             "attn_coop_nsg" => self.attn_coop_nsg = in_range(1, 4)? as u32,
-            "attn_coop_split" => self.attn_coop_split = in_range(1, 4)? as u32,
+            "attn_coop_split" => {
+                self.attn_coop_split = match value {
+                    "auto" => None,
+                    _ => Some(in_range(1, 16)? as u32),
+                }
+            }
             "attn_f32_kv" => {
                 self.attn_f32_kv = match value {
                     "auto" => F32KvPrefill::Auto,
@@ -354,7 +359,7 @@ impl fmt::Display for Tuning {
             b(self.attn_adaptive),
             b(self.attn_wide),
             self.attn_coop_nsg,
-            self.attn_coop_split,
+            opt(self.attn_coop_split.map(|s| s.to_string())),
             b(self.fused),
             opt(self.rope_kv_tpw.map(|t| t.to_string())),
             b(self.delta_chunked),
@@ -424,6 +429,7 @@ mod tests {
             "attn_chunk=512",
             "attn_coop_nsg=5",
             "attn_f32_kv=f16",
+            "attn_coop_split=17",
             "q8a_wide=yes",
             "split_submit=1",
             "matvec=fastest",

@@ -242,11 +242,13 @@ impl VulkanBackend {
             }
             None => shape,
         };
-        // The second coop kernel, its heavy tiles' keys split as tuning `attn_coop_split` asks.
+        // The second coop kernel, its heavy tiles' keys split as tuning `attn_coop_split` asks
+        // (by default enough parts for a full grid).
         let coop2 = match coop_pos0 {
-            Some(pos0) => self
-                .coop2_tile(&shape)
-                .map(|t| t.with_split_for(self.dev.tuning().attn_coop_split, n, pos0, p.head_dim)),
+            Some(pos0) => self.coop2_tile(&shape).map(|t| {
+                let split = self.dev.tuning().attn_coop_split;
+                t.with_split(split.unwrap_or_else(|| t.auto_split(&shape, pos0)), n, pos0)
+            }),
             None => None,
         };
         // A head dim only the second kernel takes, on a shape outside it: the portable kernel.
