@@ -445,7 +445,7 @@ pub(crate) fn branch_point(shared: usize, reuse: usize, len: usize) -> Option<us
 /// a next prompt that re-tokenizes the last few tokens differently (text resent on a completions
 /// API) starts there instead of from 0. The prompt is then prefilled in two pieces, the last one
 /// this long.
-pub const TAIL_MARK: usize = 64;
+pub const TAIL_MARK: usize = 16;
 
 /// Where a hybrid prompt of `len` tokens, prefilled from `reuse`, is marked before its end when
 /// no shared prefix asks for a mark ([`branch_point`]): `tail` tokens before its end, when that

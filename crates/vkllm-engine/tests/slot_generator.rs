@@ -418,7 +418,7 @@ fn stored_hybrid_marks_outlive_their_slot() {
     assert!(!resent.is_empty());
 }
 
-/// A hybrid prompt is also marked `with_tail_mark` tokens (default 64) before its end: a next
+/// A hybrid prompt is also marked `with_tail_mark` tokens (default 16) before its end: a next
 /// prompt that changes the last token (text resent and re-tokenized differently at the
 /// boundary) starts there instead of from 0, with the reference tokens; 0 turns it off.
 #[test]
@@ -434,8 +434,8 @@ fn hybrid_prompts_are_marked_before_their_end() {
     let m =
         HybridModel::load(fx.config.clone(), &fx.weights, &mut rb, DEFAULT_CHUNK).expect("load");
     let want = hybrid_reference(&mut rb, &m, &resent, &greedy, 5);
-    assert_eq!(vkllm_engine::TAIL_MARK, 64);
-    for (tail, reused) in [(None, 100 - 64), (Some(16), 100 - 16), (Some(0), 0)] {
+    assert_eq!(vkllm_engine::TAIL_MARK, 16);
+    for (tail, reused) in [(None, 100 - 16), (Some(64), 100 - 64), (Some(0), 0)] {
         let mut b = VulkanBackend::new(dev.clone());
         let model =
             HybridModel::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");

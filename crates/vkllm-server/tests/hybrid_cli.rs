@@ -306,10 +306,11 @@ fn chats_behind_one_system_prompt_reuse_its_mark() {
         if marks == "0" {
             assert_eq!((second.0, third.0), (0, 0), "{device}/{marks}: {cached:?}");
         } else {
-            // The second starts from the first's tail mark (64 tokens before its end) where
-            // that lies in the shared prefix, else computes its prompt.
+            // The second starts from the first's tail mark (`TAIL_MARK` tokens before its end)
+            // where that lies in the shared prefix, else computes its prompt.
+            let tail = vkllm_engine::TAIL_MARK as u64;
             assert!(
-                second.0 == 0 || second.0 + 64 == first.1,
+                second.0 == 0 || second.0 + tail == first.1,
                 "{device}/{marks}: {cached:?}"
             );
             assert!(
