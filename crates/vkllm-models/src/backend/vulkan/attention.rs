@@ -164,29 +164,28 @@ impl VulkanBackend {
             && min_sg >= 8
     }
 
-    /// A cooperative-matrix prefill over the f32 cache of `shape` reads an f16 copy of its rows:
-    /// by default (tuning `attn_f32_kv=half`) always; with `auto` only where neither coop kernel
-    /// takes the f32 shape but the second takes it over f16 (head dims past 128: f32 tiles
-    /// overflow its registers or shared memory). The kernels round K and V to f16 as they load
-    /// them anyway.
+    /// A cooperative-matrix prefill over the f32 cache of `shape` reads an f16 copy of its rows,
+    /// when a coop kernel takes the shape over f16: by default (tuning `attn_f32_kv=half`)
+    /// always; with `auto` only where neither takes it over f32 (head dims past 128: f32 tiles
+    /// overflow the second kernel's registers or shared memory). The kernels round K and V to
+    /// f16 as they load them anyway; shapes no coop kernel takes stay f32 (the portable kernel).
     fn f32_kv_half(&self, shape: &AttnShape) -> bool {
         use vkllm_kernels::attention_prefill_coop::CoopAttnTile;
         if shape.kv != KvType::F32 {
             return false;
         }
+        let first = CoopAttnTile::for_shape(shape.head_dim, self.dev.info().subgroup_size);
+        let half = AttnShape {
+            kv: KvType::F16,
+            kv_v: KvType::F16,
+            ..*shape
+        };
+        let coop_takes_half = first.is_some() || self.coop2_tile(&half).is_some();
         match self.dev.tuning().attn_f32_kv {
-            F32KvPrefill::Half => true,
+            F32KvPrefill::Half => coop_takes_half,
             F32KvPrefill::Direct => false,
             F32KvPrefill::Auto => {
-                let sg = self.dev.info().subgroup_size;
-                let half = AttnShape {
-                    kv: KvType::F16,
-                    kv_v: KvType::F16,
-                    ..*shape
-                };
-                self.coop2_tile(shape).is_none()
-                    && CoopAttnTile::for_shape(shape.head_dim, sg).is_none()
-                    && self.coop2_tile(&half).is_some()
+                coop_takes_half && first.is_none() && self.coop2_tile(shape).is_none()
             }
         }
     }
