@@ -154,58 +154,72 @@ pub(super) const QWEN3_30B_A3B: SynthShape = {
     s
 };
 
-/// Qwen3-8B: 36 blocks, 32 query / 8 KV heads of 128, MLP 12,288, untied LM head.
-pub(super) const QWEN3_8B: SynthShape = {
+/// Qwen3's dense sizes: Qwen3-0.6B's layout (q/k norms, heads of 128, 8 KV heads) with an
+/// untied LM head at `hidden` / `ff` / `layers` / `heads`.
+const fn qwen3_dense(
+    name: &'static str,
+    general: &'static [(&'static str, &'static str)],
+    hidden: usize,
+    ff: usize,
+    layers: usize,
+    heads: usize,
+) -> SynthShape {
     let mut s = QWEN3_0_6B;
-    s.name = "qwen3-8b";
-    s.hidden = 4096;
-    s.ff = 12288;
-    s.layers = 36;
-    s.heads = 32;
+    s.name = name;
+    s.general = general;
+    s.hidden = hidden;
+    s.ff = ff;
+    s.layers = layers;
+    s.heads = heads;
     s.kv_heads = 8;
     s.tied = false;
-    s.general = &[
+    s
+}
+
+/// Qwen3-8B: 36 blocks, 32 query / 8 KV heads, MLP 12,288.
+pub(super) const QWEN3_8B: SynthShape = qwen3_dense(
+    "qwen3-8b",
+    &[
         ("general.name", "Qwen3 8B"),
         ("general.basename", "Qwen3"),
         ("general.size_label", "8B"),
         ("general.license", "apache-2.0"),
-    ];
-    s
-};
+    ],
+    4096,
+    12288,
+    36,
+    32,
+);
 
-/// Qwen3-14B: 40 blocks, 40 query / 8 KV heads of 128, hidden 5,120, MLP 17,408, untied.
-pub(super) const QWEN3_14B: SynthShape = {
-    let mut s = QWEN3_8B;
-    s.name = "qwen3-14b";
-    s.hidden = 5120;
-    s.ff = 17408;
-    s.layers = 40;
-    s.heads = 40;
-    s.general = &[
+/// Qwen3-14B: 40 blocks, 40 query / 8 KV heads, hidden 5,120, MLP 17,408.
+pub(super) const QWEN3_14B: SynthShape = qwen3_dense(
+    "qwen3-14b",
+    &[
         ("general.name", "Qwen3 14B"),
         ("general.basename", "Qwen3"),
         ("general.size_label", "14B"),
         ("general.license", "apache-2.0"),
-    ];
-    s
-};
+    ],
+    5120,
+    17408,
+    40,
+    40,
+);
 
-/// Qwen3-32B: 64 blocks, 64 query / 8 KV heads of 128, hidden 5,120, MLP 25,600, untied.
-pub(super) const QWEN3_32B: SynthShape = {
-    let mut s = QWEN3_8B;
-    s.name = "qwen3-32b";
-    s.hidden = 5120;
-    s.ff = 25600;
-    s.layers = 64;
-    s.heads = 64;
-    s.general = &[
+/// Qwen3-32B: 64 blocks, 64 query / 8 KV heads, hidden 5,120, MLP 25,600.
+pub(super) const QWEN3_32B: SynthShape = qwen3_dense(
+    "qwen3-32b",
+    &[
         ("general.name", "Qwen3 32B"),
         ("general.basename", "Qwen3"),
         ("general.size_label", "32B"),
         ("general.license", "apache-2.0"),
-    ];
-    s
-};
+    ],
+    5120,
+    25600,
+    64,
+    64,
+);
 
 /// Gemma 3 12B's text model: 48 blocks (five sliding-window layers of 1,024 to one global),
 /// 16 query / 8 KV heads of 256, hidden 3,840, MLP 15,360, the global layers' RoPE scaled
