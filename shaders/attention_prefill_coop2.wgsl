@@ -43,15 +43,18 @@ enable wgpu_cooperative_matrix;
 // decision, workgroupUniformLoad); V consumed. Cooperative operations run in uniform control
 // flow (loop bounds and branches depend on overrides, push constants and uniform loads only).
 //
-// Shapes: q [n_q, n_heads, HD] f32; k, v [rows, n_kv_heads, HD] as u32 words (KV_DTYPE 0: f32
+// Shapes: q [n_q, n_heads, HD] f32; k, v [rows, n_kv_heads, HD] as 16-byte words (KV_DTYPE 0: f32
 // bits, 1: f16 pairs), the key at position j in row j % ring; out [n_q, n_heads, HD] f32.
-// HD: a multiple of 16 in 32..=256. BK: 32 keys per step.
+// HD: a multiple of 16 in 32..=256. BK: 32 keys per step, or 64 (HD <= 128, f16 K/V,
+// subgroups of 32 or more): the queries then stay in cooperative-matrix registers (QREG),
+// staged once through the K/V buffer, which leaves the shared memory to the wider tiles.
 // Value columns (VD < HD, for head dims past 128): workgroup z computes output columns
 // [z VD, (z + 1) VD) only (its P V products and output tiles), the scores over all HD dims (so
 // HD / VD workgroups per tile repeat Q K^T); VD <= 128 keeps the output accumulators at <= 8
 // tiles per subgroup. Split, each column group writes its columns of the parts' rows (and the
 // same running max and sum: the scores are the same) and counts and merges on its own counter.
-// Shared memory (HD 128, NSG 4): Q 17 KiB, K/V 8.5 KiB, scores 9 KiB, P 5 KiB: 40 KiB.
+// Shared memory (HD 128, NSG 4): Q 17 KiB, K/V 8.5 KiB, scores 9 KiB, P 5 KiB: 40 KiB; with
+// BK 64 (Q in registers) K/V 17 KiB, scores 17 KiB, P 9 KiB: 44 KiB.
 // Every workgroup variable's size is a multiple of 16 bytes: cooperative loads need 16-byte
 // aligned addresses and the driver places the variables in an order of its choosing (a 4-byte
 // flag placed first broke every load on the H200). Rust applies `vmm.rs`'s pass to this kernel
@@ -80,14 +83,22 @@ override SPLIT_ON: u32 = 0;
 // P V). The P V block sits in its branch on purpose: with that block structure NVIDIA's compiler
 // emits much faster code for head_dim 64 (head_dim 128 unchanged; docs/benchmarks.md).
 override SKIP: u32 = 0;
+override BK: u32 = 32u;
+// 1: Q in registers (BK 64), 0: Q staged in `qs` and read every step.
+override QREG: u32 = BK / 64u;
 // Row strides: staged Q, K/V rows and P rows in vec4<f16> units, score rows in floats.
 override QLD: u32 = HD / 4u + 2u;
-override PLD: u32 = 8u + 2u;
-override SLD: u32 = 32u + 4u;
+override PLD: u32 = BK / 4u + 2u;
+override SLD: u32 = BK + 4u;
+// Offsets of key rows 32 and 48 of a 64-key tile (BK - 32 and BK - 16: in range whatever BK,
+// since naga checks constant indices in branches a smaller BK leaves dead).
+override K2: u32 = (BK - 32u) * QLD;
+override K3: u32 = (BK - 16u) * QLD;
+// Rows of `qs`: the workgroup's, or one (unused) with Q in registers.
+override QSR: u32 = NSG * 16u * (1u - QREG) + QREG;
 // 16-byte slots per staged K/V row: f32 4 elements, f16 8.
 override SPR: u32 = HD / (8u - 4u * (1u - KV_DTYPE));
 
-const BK: u32 = 32u;
 const FLOOR: f32 = -1e30;
 const MASKED: f32 = -3e38;
 
@@ -109,8 +120,9 @@ struct Params {
 var<immediate> p: Params;
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k: array<u32>;
-@group(0) @binding(2) var<storage, read> v: array<u32>;
+// K and V as 16-byte words (every row is whole 16-byte slots: HD a multiple of 16).
+@group(0) @binding(1) var<storage, read> k: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> v: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read> q_pos: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out16: array<u32>;
@@ -118,7 +130,7 @@ var<immediate> p: Params;
 @group(0) @binding(7) var<storage, read_write> kv_ctr: array<atomic<u32>>;
 
 // Staged rows: HD + 8 halves (16-byte aligned rows, consecutive rows in different banks).
-var<workgroup> qs: array<vec4<f16>, NSG * 16u * (HD / 4u + 2u)>;
+var<workgroup> qs: array<vec4<f16>, QSR * (HD / 4u + 2u)>;
 // The K tile, then the V tile of the same keys (one buffer: K is consumed before V is stored).
 var<workgroup> kvs: array<vec4<f16>, BK * (HD / 4u + 2u)>;
 // Per subgroup: scores [16, BK] f32 (row stride BK + 4), reused as a 16 x 16 tile scratch.
@@ -151,17 +163,18 @@ fn load_slot(is_v: bool, kb: u32, hi: u32, kvh: u32, s: u32) -> vec4<u32> {
     let j = kb + jj;
     var w = vec4<u32>(0u);
     if ((SKIP & 2u) == 0u && jj < BK && j <= hi) {
-        let row = (j % p.ring) * p.n_kv_heads + kvh;
-        var e = 0u;
-        if (KV_DTYPE == 0u) {
-            e = row * HD + 4u * c;
-        } else {
-            e = row * (HD / 2u) + 4u * c;
+        // Without a ring (ring = n_kv) the row is the position: no division.
+        var jr = j;
+        if (p.ring < p.n_kv) {
+            jr = j % p.ring;
         }
+        let row = jr * p.n_kv_heads + kvh;
+        // 16-byte slot index: rows of HD / 4 (f32) or HD / 8 (f16) slots.
+        let e = row * SPR + c;
         if (is_v) {
-            w = vec4<u32>(v[e], v[e + 1u], v[e + 2u], v[e + 3u]);
+            w = v[e];
         } else {
-            w = vec4<u32>(k[e], k[e + 1u], k[e + 2u], k[e + 3u]);
+            w = k[e];
         }
     }
     return w;
@@ -342,14 +355,51 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             let e = (qi * p.n_heads + kvh * g + t % g) * HD + 4u * c;
             x = vec4<f32>(q[e], q[e + 1u], q[e + 2u], q[e + 3u]);
         }
-        qs[t * QLD + c] = vec4<f16>(x);
+        if (QREG == 0u) {
+            qs[t * QLD + c] = vec4<f16>(x);
+        } else {
+            kvs[t * QLD + c] = vec4<f16>(x);
+        }
+    }
+    // This subgroup's rows and scratch; this lane's row and share of the keys.
+    let sb = sg_id * 16u;
+    // With QREG, each subgroup takes its rows' HD / 16 query tiles from the K/V buffer.
+    var qa0: coop_mat16x16<f16, A>;
+    var qa1: coop_mat16x16<f16, A>;
+    var qa2: coop_mat16x16<f16, A>;
+    var qa3: coop_mat16x16<f16, A>;
+    var qa4: coop_mat16x16<f16, A>;
+    var qa5: coop_mat16x16<f16, A>;
+    var qa6: coop_mat16x16<f16, A>;
+    var qa7: coop_mat16x16<f16, A>;
+    if (QREG == 1u) {
+        workgroupBarrier();
+        qa0 = coopLoadT<coop_mat16x16<f16, A>>(&kvs[sb * QLD], QLD);
+        qa1 = coopLoadT<coop_mat16x16<f16, A>>(&kvs[sb * QLD + 4u], QLD);
+        if (HD > 32u) {
+            qa2 = coopLoadT<coop_mat16x16<f16, A>>(&kvs[sb * QLD + 8u], QLD);
+        }
+        if (HD > 48u) {
+            qa3 = coopLoadT<coop_mat16x16<f16, A>>(&kvs[sb * QLD + 12u], QLD);
+        }
+        if (HD > 64u) {
+            qa4 = coopLoadT<coop_mat16x16<f16, A>>(&kvs[sb * QLD + 16u], QLD);
+        }
+        if (HD > 80u) {
+            qa5 = coopLoadT<coop_mat16x16<f16, A>>(&kvs[sb * QLD + 20u], QLD);
+        }
+        if (HD > 96u) {
+            qa6 = coopLoadT<coop_mat16x16<f16, A>>(&kvs[sb * QLD + 24u], QLD);
+        }
+        if (HD > 112u) {
+            qa7 = coopLoadT<coop_mat16x16<f16, A>>(&kvs[sb * QLD + 28u], QLD);
+        }
+        workgroupBarrier();
     }
     for (var i = 0u; i < SPT; i++) {
         store_slot(lid + i * WG, kr[i]);
     }
 
-    // This subgroup's rows and scratch; this lane's row and share of the keys.
-    let sb = sg_id * 16u;
     let sbase = sb * SLD;
     let pbase = sb * PLD;
     let lpr = SG / 16u;
@@ -392,20 +442,75 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
                 kr[i] = load_slot(false, nxt, hi, kvh, lid + i * WG);
             }
         }
-        // S[16, 32] = Q K^T.
+        // S[16, BK] = Q K^T.
         var s0 = zero;
         var s1 = zero;
-        for (var d = 0u; d < HD / 16u; d++) {
-            let a = coopLoadT<coop_mat16x16<f16, A>>(&qs[sb * QLD + 4u * d], QLD);
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&kvs[4u * d], QLD);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 4u * d], QLD);
+        var s2 = zero;
+        var s3 = zero;
+        if (QREG == 0u) {
+            for (var d = 0u; d < HD / 16u; d++) {
+                let a = coopLoadT<coop_mat16x16<f16, A>>(&qs[sb * QLD + 4u * d], QLD);
+                let b0 = coopLoad<coop_mat16x16<f16, B>>(&kvs[4u * d], QLD);
+                let b1 = coopLoad<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 4u * d], QLD);
+                if ((SKIP & 4u) == 0u) {
+                    s0 = coopMultiplyAdd(a, b0, s0);
+                    s1 = coopMultiplyAdd(a, b1, s1);
+                }
+            }
+        } else {
             if ((SKIP & 4u) == 0u) {
-                s0 = coopMultiplyAdd(a, b0, s0);
-                s1 = coopMultiplyAdd(a, b1, s1);
+                s0 = coopMultiplyAdd(qa0, coopLoad<coop_mat16x16<f16, B>>(&kvs[0u], QLD), s0);
+                s1 = coopMultiplyAdd(qa0, coopLoad<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 0u], QLD), s1);
+                s2 = coopMultiplyAdd(qa0, coopLoad<coop_mat16x16<f16, B>>(&kvs[K2 + 0u], QLD), s2);
+                s3 = coopMultiplyAdd(qa0, coopLoad<coop_mat16x16<f16, B>>(&kvs[K3 + 0u], QLD), s3);
+                s0 = coopMultiplyAdd(qa1, coopLoad<coop_mat16x16<f16, B>>(&kvs[4u], QLD), s0);
+                s1 = coopMultiplyAdd(qa1, coopLoad<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 4u], QLD), s1);
+                s2 = coopMultiplyAdd(qa1, coopLoad<coop_mat16x16<f16, B>>(&kvs[K2 + 4u], QLD), s2);
+                s3 = coopMultiplyAdd(qa1, coopLoad<coop_mat16x16<f16, B>>(&kvs[K3 + 4u], QLD), s3);
+                if (HD > 32u) {
+                    s0 = coopMultiplyAdd(qa2, coopLoad<coop_mat16x16<f16, B>>(&kvs[8u], QLD), s0);
+                    s1 = coopMultiplyAdd(qa2, coopLoad<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 8u], QLD), s1);
+                    s2 = coopMultiplyAdd(qa2, coopLoad<coop_mat16x16<f16, B>>(&kvs[K2 + 8u], QLD), s2);
+                    s3 = coopMultiplyAdd(qa2, coopLoad<coop_mat16x16<f16, B>>(&kvs[K3 + 8u], QLD), s3);
+                }
+                if (HD > 48u) {
+                    s0 = coopMultiplyAdd(qa3, coopLoad<coop_mat16x16<f16, B>>(&kvs[12u], QLD), s0);
+                    s1 = coopMultiplyAdd(qa3, coopLoad<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 12u], QLD), s1);
+                    s2 = coopMultiplyAdd(qa3, coopLoad<coop_mat16x16<f16, B>>(&kvs[K2 + 12u], QLD), s2);
+                    s3 = coopMultiplyAdd(qa3, coopLoad<coop_mat16x16<f16, B>>(&kvs[K3 + 12u], QLD), s3);
+                }
+                if (HD > 64u) {
+                    s0 = coopMultiplyAdd(qa4, coopLoad<coop_mat16x16<f16, B>>(&kvs[16u], QLD), s0);
+                    s1 = coopMultiplyAdd(qa4, coopLoad<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 16u], QLD), s1);
+                    s2 = coopMultiplyAdd(qa4, coopLoad<coop_mat16x16<f16, B>>(&kvs[K2 + 16u], QLD), s2);
+                    s3 = coopMultiplyAdd(qa4, coopLoad<coop_mat16x16<f16, B>>(&kvs[K3 + 16u], QLD), s3);
+                }
+                if (HD > 80u) {
+                    s0 = coopMultiplyAdd(qa5, coopLoad<coop_mat16x16<f16, B>>(&kvs[20u], QLD), s0);
+                    s1 = coopMultiplyAdd(qa5, coopLoad<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 20u], QLD), s1);
+                    s2 = coopMultiplyAdd(qa5, coopLoad<coop_mat16x16<f16, B>>(&kvs[K2 + 20u], QLD), s2);
+                    s3 = coopMultiplyAdd(qa5, coopLoad<coop_mat16x16<f16, B>>(&kvs[K3 + 20u], QLD), s3);
+                }
+                if (HD > 96u) {
+                    s0 = coopMultiplyAdd(qa6, coopLoad<coop_mat16x16<f16, B>>(&kvs[24u], QLD), s0);
+                    s1 = coopMultiplyAdd(qa6, coopLoad<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 24u], QLD), s1);
+                    s2 = coopMultiplyAdd(qa6, coopLoad<coop_mat16x16<f16, B>>(&kvs[K2 + 24u], QLD), s2);
+                    s3 = coopMultiplyAdd(qa6, coopLoad<coop_mat16x16<f16, B>>(&kvs[K3 + 24u], QLD), s3);
+                }
+                if (HD > 112u) {
+                    s0 = coopMultiplyAdd(qa7, coopLoad<coop_mat16x16<f16, B>>(&kvs[28u], QLD), s0);
+                    s1 = coopMultiplyAdd(qa7, coopLoad<coop_mat16x16<f16, B>>(&kvs[16u * QLD + 28u], QLD), s1);
+                    s2 = coopMultiplyAdd(qa7, coopLoad<coop_mat16x16<f16, B>>(&kvs[K2 + 28u], QLD), s2);
+                    s3 = coopMultiplyAdd(qa7, coopLoad<coop_mat16x16<f16, B>>(&kvs[K3 + 28u], QLD), s3);
+                }
             }
         }
         coopStoreT(s0, &sc[sbase], SLD);
         coopStoreT(s1, &sc[sbase + 16u], SLD);
+        if (BK > 32u) {
+            coopStoreT(s2, &sc[sbase + 32u], SLD);
+            coopStoreT(s3, &sc[sbase + 48u], SLD);
+        }
         workgroupBarrier();
         // K consumed: stage this step's V, load the next V.
         for (var i = 0u; i < SPT; i++) {
@@ -537,34 +642,72 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         // O += P V.
         let p0 = coopLoadT<coop_mat16x16<f16, A>>(&ps[pbase], PLD);
         let p1 = coopLoadT<coop_mat16x16<f16, A>>(&ps[pbase + 4u], PLD);
+        var p2: coop_mat16x16<f16, A>;
+        var p3: coop_mat16x16<f16, A>;
+        if (BK > 32u) {
+            p2 = coopLoadT<coop_mat16x16<f16, A>>(&ps[pbase + 8u], PLD);
+            p3 = coopLoadT<coop_mat16x16<f16, A>>(&ps[pbase + 12u], PLD);
+        }
         if ((SKIP & 8u) == 0u) {
             o0 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 0u], QLD), o0);
             o0 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 0u], QLD), o0);
+            if (BK > 32u) {
+                o0 = coopMultiplyAdd(p2, coopLoadT<coop_mat16x16<f16, B>>(&kvs[32u * QLD + vb + 0u], QLD), o0);
+                o0 = coopMultiplyAdd(p3, coopLoadT<coop_mat16x16<f16, B>>(&kvs[48u * QLD + vb + 0u], QLD), o0);
+            }
             o1 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 4u], QLD), o1);
             o1 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 4u], QLD), o1);
+            if (BK > 32u) {
+                o1 = coopMultiplyAdd(p2, coopLoadT<coop_mat16x16<f16, B>>(&kvs[32u * QLD + vb + 4u], QLD), o1);
+                o1 = coopMultiplyAdd(p3, coopLoadT<coop_mat16x16<f16, B>>(&kvs[48u * QLD + vb + 4u], QLD), o1);
+            }
             if (VD > 32u) {
                 o2 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 8u], QLD), o2);
                 o2 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 8u], QLD), o2);
+                if (BK > 32u) {
+                    o2 = coopMultiplyAdd(p2, coopLoadT<coop_mat16x16<f16, B>>(&kvs[32u * QLD + vb + 8u], QLD), o2);
+                    o2 = coopMultiplyAdd(p3, coopLoadT<coop_mat16x16<f16, B>>(&kvs[48u * QLD + vb + 8u], QLD), o2);
+                }
             }
             if (VD > 48u) {
                 o3 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 12u], QLD), o3);
                 o3 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 12u], QLD), o3);
+                if (BK > 32u) {
+                    o3 = coopMultiplyAdd(p2, coopLoadT<coop_mat16x16<f16, B>>(&kvs[32u * QLD + vb + 12u], QLD), o3);
+                    o3 = coopMultiplyAdd(p3, coopLoadT<coop_mat16x16<f16, B>>(&kvs[48u * QLD + vb + 12u], QLD), o3);
+                }
             }
             if (VD > 64u) {
                 o4 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 16u], QLD), o4);
                 o4 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 16u], QLD), o4);
+                if (BK > 32u) {
+                    o4 = coopMultiplyAdd(p2, coopLoadT<coop_mat16x16<f16, B>>(&kvs[32u * QLD + vb + 16u], QLD), o4);
+                    o4 = coopMultiplyAdd(p3, coopLoadT<coop_mat16x16<f16, B>>(&kvs[48u * QLD + vb + 16u], QLD), o4);
+                }
             }
             if (VD > 80u) {
                 o5 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 20u], QLD), o5);
                 o5 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 20u], QLD), o5);
+                if (BK > 32u) {
+                    o5 = coopMultiplyAdd(p2, coopLoadT<coop_mat16x16<f16, B>>(&kvs[32u * QLD + vb + 20u], QLD), o5);
+                    o5 = coopMultiplyAdd(p3, coopLoadT<coop_mat16x16<f16, B>>(&kvs[48u * QLD + vb + 20u], QLD), o5);
+                }
             }
             if (VD > 96u) {
                 o6 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 24u], QLD), o6);
                 o6 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 24u], QLD), o6);
+                if (BK > 32u) {
+                    o6 = coopMultiplyAdd(p2, coopLoadT<coop_mat16x16<f16, B>>(&kvs[32u * QLD + vb + 24u], QLD), o6);
+                    o6 = coopMultiplyAdd(p3, coopLoadT<coop_mat16x16<f16, B>>(&kvs[48u * QLD + vb + 24u], QLD), o6);
+                }
             }
             if (VD > 112u) {
                 o7 = coopMultiplyAdd(p0, coopLoadT<coop_mat16x16<f16, B>>(&kvs[vb + 28u], QLD), o7);
                 o7 = coopMultiplyAdd(p1, coopLoadT<coop_mat16x16<f16, B>>(&kvs[16u * QLD + vb + 28u], QLD), o7);
+                if (BK > 32u) {
+                    o7 = coopMultiplyAdd(p2, coopLoadT<coop_mat16x16<f16, B>>(&kvs[32u * QLD + vb + 28u], QLD), o7);
+                    o7 = coopMultiplyAdd(p3, coopLoadT<coop_mat16x16<f16, B>>(&kvs[48u * QLD + vb + 28u], QLD), o7);
+                }
             }
         }
         // V consumed: stage the next K.

@@ -31,8 +31,6 @@ pub static ATTN_PREFILL_COOP2: KernelSpec = KernelSpec {
     exact_fp: false,
 };
 
-/// Keys per step (fixed in the shader).
-const BK: usize = 32;
 /// The shader's K/V register slots per invocation.
 const MAX_SPT: usize = 16;
 
@@ -43,7 +41,7 @@ pub const MAX_HEAD_DIM: usize = 256;
 pub const MAX_SPLIT: u32 = 16;
 
 /// Workgroups [`CoopAttn2Tile::auto_split`] aims a launch at (a few per SM of a large GPU), and
-/// the fewest 32-key steps it leaves each part.
+/// the fewest key steps it leaves each part.
 pub const SPLIT_TARGET_WGS: usize = 512;
 const SPLIT_MIN_STEPS: usize = 8;
 
@@ -79,8 +77,11 @@ pub struct CoopAttn2Tile {
     pub rescale_t: f32,
     /// Workgroups a split tile's keys are walked by (1 ..= [`MAX_SPLIT`]; 1: no split).
     pub split: u32,
-    /// Fewest 32-key steps of a tile that is split (>= 1).
+    /// Fewest key steps of a tile that is split (>= 1).
     pub split_min: u32,
+    /// Keys per step: 32, or 64 (head dims up to 128 over f16 K/V; the queries then stay in
+    /// cooperative-matrix registers instead of shared memory).
+    pub bk: u32,
     /// Timing diagnostics: parts of every step left out, a mask of [`SKIP_EXP`], [`SKIP_KV_LOADS`],
     /// [`SKIP_QK`] and [`SKIP_PV`] (the output is then wrong). 0 computes attention.
     pub skip: u32,
@@ -135,9 +136,32 @@ impl CoopAttn2Tile {
             rescale_t: RESCALE_T,
             split: 1,
             split_min: 1,
+            bk: 32,
             skip: 0,
         };
         let ok = t.slots(head_dim, subgroup_size, kv) <= MAX_SPT
+            && shared_bytes(head_dim, t) <= MAX_SHARED;
+        ok.then_some(t)
+    }
+
+    /// This configuration with `bk` keys per step (32 or 64), if the shader runs it for
+    /// `head_dim`, subgroups of `subgroup_size` and KV type `kv`: 64 needs head_dim <= 128, f16
+    /// K/V and subgroups of at least 32 lanes (each lane's share of a score row is at most 32).
+    pub fn with_bk(
+        self,
+        bk: u32,
+        head_dim: usize,
+        subgroup_size: u32,
+        kv: KvType,
+    ) -> Option<CoopAttn2Tile> {
+        let t = CoopAttn2Tile { bk, ..self };
+        let ok = match bk {
+            32 => true,
+            64 => head_dim <= 128 && kv == KvType::F16 && subgroup_size >= 32,
+            _ => false,
+        };
+        let ok = ok
+            && t.slots(head_dim, subgroup_size, kv) <= MAX_SPT
             && shared_bytes(head_dim, t) <= MAX_SHARED;
         ok.then_some(t)
     }
@@ -151,7 +175,7 @@ impl CoopAttn2Tile {
         let tiles = s.n_q.div_ceil(self.bq(group).max(1));
         let cols = s.head_dim / Self::value_cols(s.head_dim).max(1);
         let wgs = (tiles * s.n_kv_heads * cols).max(1);
-        let steps = (pos0 + s.n_q).div_ceil(BK);
+        let steps = (pos0 + s.n_q).div_ceil(self.bk as usize);
         let by_grid = SPLIT_TARGET_WGS.div_ceil(wgs);
         let by_steps = (steps / SPLIT_MIN_STEPS).max(2);
         by_grid.min(by_steps).clamp(2, MAX_SPLIT as usize) as u32
@@ -161,7 +185,7 @@ impl CoopAttn2Tile {
     /// `ceil(steps / split)` steps, `steps` being the heaviest tile's of `n_q` queries at
     /// `pos0..` (so no part is longer than that), or unsplit where no tile can be split.
     pub fn with_split(self, split: u32, n_q: usize, pos0: usize) -> CoopAttn2Tile {
-        let steps = (pos0 + n_q).div_ceil(BK) as u32;
+        let steps = (pos0 + n_q).div_ceil(self.bk as usize) as u32;
         let split = split.clamp(1, MAX_SPLIT);
         let min = steps.div_ceil(split) + 1;
         match split > 1 && steps >= min {
@@ -216,18 +240,19 @@ impl CoopAttn2Tile {
             // Quantized caches are refused before (check_unquantized).
             KvType::F16 | KvType::Q8_0 | KvType::Q4_0 | KvType::Tq4 => 8,
         };
-        (BK * head_dim / per).div_ceil(self.nsg as usize * subgroup_size as usize)
+        (self.bk as usize * head_dim / per).div_ceil(self.nsg as usize * subgroup_size as usize)
     }
 }
 
 /// Shared memory one workgroup of the shader declares, bytes.
 pub fn shared_bytes(head_dim: usize, t: CoopAttn2Tile) -> usize {
-    let (hd, rows) = (head_dim, 16 * t.nsg as usize);
+    let (hd, rows, bk) = (head_dim, 16 * t.nsg as usize, t.bk as usize);
     let row = (hd / 4 + 2) * 8;
-    let q = rows * row;
-    let kv = BK * row;
-    let scores = rows * (BK / 4 + 1) * 16;
-    let p = rows * (BK / 4 + 2) * 8;
+    // With 64 keys per step Q stays in registers (one unused row is declared).
+    let q = if bk == 64 { row } else { rows * row };
+    let kv = bk * row;
+    let scores = rows * (bk / 4 + 1) * 16;
+    let p = rows * (bk / 4 + 2) * 8;
     q + kv + scores + p + 2 * rows * 4 + 16
 }
 
@@ -287,6 +312,18 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
                      a multiple of 16 in 32..=128 (or of 32 up to {MAX_HEAD_DIM}), a group of \
                      1..=16, 1..=4 subgroups of 16..=64 lanes within the shared memory",
                     s.head_dim, t.nsg
+                ),
+            ));
+        }
+        if t.with_bk(t.bk, s.head_dim, subgroup_size, s.kv).is_none() {
+            return Err(shape_err(
+                k,
+                format!(
+                    "{} keys per step at head dim {} over {} K/V, subgroups of {subgroup_size}: \
+                     32, or 64 up to head dim 128 over f16 with subgroups of 32+",
+                    t.bk,
+                    s.head_dim,
+                    s.kv.name()
                 ),
             ));
         }
@@ -356,6 +393,7 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("WG", (t.nsg * subgroup_size) as f64)
             .set("KV_DTYPE", s.kv.code())
             .set("SPT", spt as f64)
+            .set("BK", t.bk as f64)
             .set("RESCALE_T", t.rescale_t as f64)
             .set("SPLIT_ON", f64::from(u8::from(t.split > 1)))
             .set("SKIP", t.skip as f64);
@@ -431,5 +469,30 @@ mod tests {
         assert_eq!(CoopAttn2Tile::for_shape(72, 2, 32, KvType::F16), None);
         assert_eq!(CoopAttn2Tile::for_shape(128, 17, 32, KvType::F16), None);
         assert_eq!(CoopAttn2Tile::with_nsg(5, 128, 2, 32, KvType::F16), None);
+    }
+
+    #[test]
+    fn wide_key_steps_fit_where_the_shader_runs_them() {
+        // HD 128, 4 subgroups, 64 keys: Q in registers (one unused 272-byte row), K/V 64 x 272,
+        // scores 64 x 272, P 64 x 144, row factors and sums, the flags: under 48 KiB.
+        let t = CoopAttn2Tile::for_shape(128, 4, 32, KvType::F16).unwrap();
+        let w = t
+            .with_bk(64, 128, 32, KvType::F16)
+            .expect("64 keys at HD 128");
+        assert_eq!(shared_bytes(128, w), 272 + 17408 + 17408 + 9216 + 512 + 16);
+        assert!(shared_bytes(128, w) <= MAX_SHARED);
+        assert_eq!(w.slots(128, 32, KvType::F16), 8);
+        // Steps of 64 keys halve the split's step count.
+        assert_eq!(t.with_split(2, 512, 0).split_min, 9);
+        assert_eq!(w.with_split(2, 512, 0).split_min, 5);
+        // Not past head dim 128, not over f32, not on 16-lane subgroups, only 32 or 64.
+        let t256 = CoopAttn2Tile::for_shape(256, 8, 32, KvType::F16).unwrap();
+        assert_eq!(t256.with_bk(64, 256, 32, KvType::F16), None);
+        let t32 = CoopAttn2Tile::for_shape(128, 4, 32, KvType::F32).unwrap();
+        assert_eq!(t32.with_bk(64, 128, 32, KvType::F32), None);
+        let t16 = CoopAttn2Tile::for_shape(64, 4, 16, KvType::F16).unwrap();
+        assert_eq!(t16.with_bk(64, 64, 16, KvType::F16), None);
+        assert_eq!(t.with_bk(48, 128, 32, KvType::F16), None);
+        assert_eq!(t.with_bk(32, 128, 32, KvType::F16), Some(t));
     }
 }

@@ -62,7 +62,8 @@ pub fn compile_spirv(
     .map_err(|e| Error::Override {
         kernel: kernel.name,
         overrides: overrides.to_string(),
-        message: e.to_string(),
+        // The debug form names the failing expression (Display stops at the entry point).
+        message: format!("{e} ({e:?})"),
     })?;
     let (module, info) = if opts.prune_dead_branches {
         let mut m = module.into_owned();

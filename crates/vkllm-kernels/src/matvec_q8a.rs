@@ -76,6 +76,10 @@ pub struct Q8aRules {
     pub xg_lanes: u32,
     /// Rows per team of launches on quantized x; 0: 1.
     pub xg_rows: u32,
+    /// With `xg`, single-column products on quantized x too (one `quantize_act_q8`, then every
+    /// workgroup reads the codes) instead of each workgroup quantizing x in shared memory;
+    /// rows past [`MAX_ELEMS`] take it either way.
+    pub xg_single: bool,
 }
 
 impl Default for Q8aRules {
@@ -87,6 +91,7 @@ impl Default for Q8aRules {
             xg: true,
             xg_lanes: 0,
             xg_rows: 0,
+            xg_single: false,
         }
     }
 }

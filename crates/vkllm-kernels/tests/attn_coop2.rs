@@ -50,10 +50,12 @@ fn variants_emit_spirv() {
     for hd in [32, 64, 96, 128] {
         for kv in [KvType::F32, KvType::F16] {
             for sg in [16, 32, 64] {
-                for nsg in [2, 4] {
+                for (nsg, bk) in [(2, 32), (4, 32), (2, 64), (4, 64)] {
                     for (heads, kv_heads) in [(16, 8), (32, 8), (6, 2)] {
                         let group = heads / kv_heads;
-                        let Some(t) = CoopAttn2Tile::with_nsg(nsg, hd, group, sg, kv) else {
+                        let Some(t) = CoopAttn2Tile::with_nsg(nsg, hd, group, sg, kv)
+                            .and_then(|t| t.with_bk(bk, hd, sg, kv))
+                        else {
                             continue;
                         };
                         let s = shape(100, heads, kv_heads, hd, kv);
@@ -66,13 +68,15 @@ fn variants_emit_spirv() {
                             &d.overrides,
                             SpirvOptions::default(),
                         )
-                        .unwrap_or_else(|e| panic!("hd {hd} sg {sg} nsg {nsg}: {e}"));
+                        .unwrap_or_else(|e| panic!("hd {hd} sg {sg} nsg {nsg} bk {bk}: {e}"));
                         assert_eq!(words[0], 0x0723_0203);
                         if let Ok(dir) = std::env::var("VKLLM_DUMP_SPIRV") {
                             let bytes: Vec<u8> =
                                 words.iter().flat_map(|w| w.to_le_bytes()).collect();
-                            let name =
-                                format!("{dir}/coop2_{hd}_{}_{sg}_{nsg}_{group}.spv", kv.name());
+                            let name = format!(
+                                "{dir}/coop2_{hd}_{}_{sg}_{nsg}_{group}_{bk}.spv",
+                                kv.name()
+                            );
                             std::fs::write(name, bytes).expect("dump");
                         }
                         n += 1;
@@ -81,7 +85,7 @@ fn variants_emit_spirv() {
             }
         }
     }
-    assert!(n >= 100, "only {n} variants");
+    assert!(n >= 150, "only {n} variants");
 }
 
 #[test]
@@ -107,6 +111,28 @@ fn rejects_what_it_cannot_run() {
     };
     assert!(
         op().dispatch_v2(&shape(10, 16, 8, 128, KvType::F16), 0, 32, bad)
+            .is_err()
+    );
+    // 64 keys per step past head dim 128, over f32, or 48 keys.
+    let s5 = shape(10, 16, 8, 256, KvType::F16);
+    let t5 = CoopAttn2Tile::for_shape(256, 2, 32, KvType::F16).expect("hd 256");
+    assert!(op().dispatch_v2(&s5, 0, 32, t5).is_ok());
+    assert!(
+        op().dispatch_v2(&s5, 0, 32, CoopAttn2Tile { bk: 64, ..t5 })
+            .is_err()
+    );
+    let s6 = shape(10, 16, 8, 128, KvType::F32);
+    assert!(
+        op().dispatch_v2(&s6, 0, 32, CoopAttn2Tile { bk: 64, ..t })
+            .is_err()
+    );
+    let s7 = shape(10, 16, 8, 128, KvType::F16);
+    assert!(
+        op().dispatch_v2(&s7, 0, 32, CoopAttn2Tile { bk: 64, ..t })
+            .is_ok()
+    );
+    assert!(
+        op().dispatch_v2(&s7, 0, 32, CoopAttn2Tile { bk: 48, ..t })
             .is_err()
     );
     // An unknown skip bit.

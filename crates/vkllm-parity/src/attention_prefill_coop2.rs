@@ -54,6 +54,8 @@ struct Case {
     /// Key split: (parts, fewest steps of a split tile), or (parts, 0) for
     /// `CoopAttn2Tile::with_split`'s choice; None: unsplit.
     split: Option<(u32, u32)>,
+    /// Keys per step (32 or 64).
+    bk: u32,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -82,7 +84,13 @@ fn case(
         qk: 2.0,
         scale: None,
         split: None,
+        bk: 32,
     }
+}
+
+/// `c` with 64 keys per step.
+fn bk64(c: Case) -> Case {
+    Case { bk: 64, ..c }
 }
 
 fn cases() -> Vec<Case> {
@@ -199,6 +207,39 @@ fn cases() -> Vec<Case> {
             split: Some((3, 1)),
             ..case(64, 264, 200, (4, 1), 256, f16_, 1, None)
         },
+        // 64 keys per step (queries in registers): partial tiles, GQA 1..4, rescales, softcap,
+        // windows, a ring, splits.
+        bk64(case(100, 161, 61, (16, 8), 128, f16_, 4, None)),
+        bk64(case(129, 129, 0, (8, 2), 128, f16_, 4, Some(0.0))),
+        bk64(case(33, 33, 0, (3, 3), 32, f16_, 4, Some(0.0))),
+        bk64(Case {
+            softcap: Some(30.0),
+            window: Some(8),
+            ..case(37, 50, 13, (4, 2), 64, f16_, 4, None)
+        }),
+        bk64(Case {
+            window: Some(20),
+            ..case(70, 70, 0, (6, 2), 96, f16_, 2, None)
+        }),
+        bk64(Case {
+            window: Some(32),
+            ring: Some(96),
+            split: Some((4, 2)),
+            ..case(64, 264, 200, (4, 1), 64, f16_, 4, None)
+        }),
+        bk64(Case {
+            qk: 8.0,
+            split: Some((2, 0)),
+            ..case(300, 300, 0, (16, 8), 128, f16_, 4, None)
+        }),
+        bk64(Case {
+            split: Some((16, 1)),
+            ..case(40, 1500, 1460, (32, 8), 128, f16_, 4, None)
+        }),
+        bk64(Case {
+            scale: Some(0.0),
+            ..case(45, 90, 45, (8, 8), 64, f16_, 2, None)
+        }),
     ]
 }
 
@@ -262,11 +303,18 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
         };
         let group = n_heads / n_kv_heads;
         let mut variant = format!("{} nsg {}", kv.name(), c.nsg);
-        let Some(mut t) = CoopAttn2Tile::with_nsg(c.nsg, hd, group, sg, kv) else {
+        if c.bk != 32 {
+            variant += &format!(" bk {}", c.bk);
+        }
+        let tile = CoopAttn2Tile::with_nsg(c.nsg, hd, group, sg, kv);
+        let Some(mut t) = tile.and_then(|t| t.with_bk(c.bk, hd, sg, kv)) else {
             rows.push(KernelParityRow::not_applicable(
                 KERNEL,
                 variant,
-                format!("{} subgroups of {sg} lanes at head dim {hd}", c.nsg),
+                format!(
+                    "{} subgroups of {sg} lanes, {} keys per step at head dim {hd}",
+                    c.nsg, c.bk
+                ),
             ));
             continue;
         };

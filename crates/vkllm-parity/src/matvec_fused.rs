@@ -480,6 +480,16 @@ fn cases_for(dtype: WeightType, cols: [usize; 4], int8: bool) -> Vec<Case> {
     .chain(int8.then(|| case(&[29, 29], c2, 16, Some(1.0), silu, None)))
     .chain(int8.then(|| case(&[13, 13], c3, 10, Some(0.0), gelu, tune(128, 4, 2))))
     .chain(int8.then(|| case(&[67], 4096, 5, Some(0.0), Epilogue::Accumulate, None)))
+    // One column past the shared-memory launch's 16384 elements (the down projection of a
+    // 17408-wide MLP): quantized x too.
+    .chain(int8.then(|| {
+        let long = (vkllm_kernels::matvec_q8a::MAX_ELEMS / c3 + 1) * c3;
+        case(&[45], long, 1, None, Epilogue::Accumulate, None)
+    }))
+    .chain(int8.then(|| {
+        let long = (vkllm_kernels::matvec_q8a::MAX_ELEMS / c1 + 1) * c1;
+        case(&[21, 21], long, 1, Some(1.0), silu, None)
+    }))
     .collect()
 }
 
@@ -647,6 +657,23 @@ pub(crate) fn matvec_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
     );
     for mut r in kept? {
         r.variant.push_str(" shared");
+        rows.push(r);
+    }
+    // The single-column cases again on quantized x (`xg_single`, tuning `q8a_xg1`).
+    let single = Q8aRules {
+        xg_single: true,
+        ..Q8aRules::default()
+    };
+    let xg1 = run_types_where(
+        dev,
+        seed ^ 3,
+        &vkllm_kernels::matvec_q8a::TYPES,
+        true,
+        Some(single),
+        |c| c.n == 1,
+    );
+    for mut r in xg1? {
+        r.variant.push_str(" xg1");
         rows.push(r);
     }
     Ok(rows)

@@ -380,6 +380,7 @@ impl Recorder {
                 xg: t.q8a_xg,
                 xg_lanes: t.q8a_xg_lanes,
                 xg_rows: t.q8a_xg_rows,
+                xg_single: t.q8a_xg1,
             }
         })
     }

@@ -97,6 +97,10 @@ pub struct Tuning {
     /// fits (at most 16384 elements), the float kernel elsewhere (the reference). Prompt
     /// prefill keeps the reference either way. Key `q8a_xg`.
     pub q8a_xg: bool,
+    /// With `q8a_xg`, single-token decode products on the quantized-x launch too (`false`: each
+    /// workgroup quantizes x in shared memory, the reference; rows past 16384 elements take the
+    /// quantized-x launch either way). Key `q8a_xg1`.
+    pub q8a_xg1: bool,
     /// Lanes per row of those launches; 0 by row length. Key `q8a_xg_lanes`.
     pub q8a_xg_lanes: u32,
     /// Rows per team of those launches; 0 the default (2). Key `q8a_xg_rows`.
@@ -168,6 +172,10 @@ pub struct Tuning {
     /// over (1..=16; 1 is the reference); `None`: enough for a full grid (`CoopAttn2Tile::
     /// auto_split`). Key `attn_coop_split` = auto | 1..=16.
     pub attn_coop_split: Option<u32>,
+    /// Model backends: keys per step of the second prefill kernel, 32 (the reference) or 64
+    /// (the default: head dims up to 128 over f16 caches; other shapes keep 32). Key
+    /// `attn_coop_bk`.
+    pub attn_coop_bk: u32,
     /// Model backends: key `attn_f32_kv` = half | auto | direct.
     pub attn_f32_kv: F32KvPrefill,
     /// Model backends: fused decode launches (norm into matvec, gated MLP, ...); `false` runs
@@ -245,6 +253,7 @@ impl Default for Tuning {
             q8a_quad: true,
             q8a_workgroups: 0,
             q8a_xg: true,
+            q8a_xg1: false,
             q8a_xg_lanes: 0,
             q8a_xg_rows: 0,
             decode_int8_max_n: 16,
@@ -271,6 +280,7 @@ impl Default for Tuning {
             attn_prefill: PrefillAttn::Auto,
             attn_coop_nsg: 4,
             attn_coop_split: None,
+            attn_coop_bk: 64,
             attn_f32_kv: F32KvPrefill::Half,
             fused: true,
             rope_kv_tpw: None,
@@ -316,6 +326,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "q8a_quad",
     "q8a_workgroups",
     "q8a_xg",
+    "q8a_xg1",
     "q8a_xg_lanes",
     "q8a_xg_rows",
     "decode_int8_max_n",
@@ -344,6 +355,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "attn_prefill",
     "attn_coop_nsg",
     "attn_coop_split",
+    "attn_coop_bk",
     "attn_f32_kv",
     "fused",
     "rope_kv_tpw",

@@ -84,6 +84,7 @@ impl Tuning {
             "q8a_quad" => self.q8a_quad = flag()?,
             "q8a_workgroups" => self.q8a_workgroups = in_range(0, 1 << 20)? as u32,
             "q8a_xg" => self.q8a_xg = flag()?,
+            "q8a_xg1" => self.q8a_xg1 = flag()?,
             "q8a_xg_lanes" => {
                 let l = in_range(0, 32)? as u32;
                 if l != 0 && !l.is_power_of_two() {
@@ -205,6 +206,13 @@ impl Tuning {
                 self.attn_coop_split = match value {
                     "auto" => None,
                     _ => Some(in_range(1, 16)? as u32),
+                }
+            }
+            "attn_coop_bk" => {
+                self.attn_coop_bk = match value {
+                    "32" => 32,
+                    "64" => 64,
+                    _ => return Err(bad("32 or 64")),
                 }
             }
             "attn_f32_kv" => {
@@ -329,16 +337,17 @@ impl fmt::Display for Tuning {
         write!(
             f,
             "matvec={matvec},matvec_layout={layout},q8a_wide={},q8a_quad={},q8a_workgroups={},\
-             q8a_xg={},q8a_xg_lanes={},q8a_xg_rows={},decode_int8_max_n={},coopmat={},splitk={splitk},coop_bk={},coop_direct={},coop_float_split={},\
+             q8a_xg={},q8a_xg1={},q8a_xg_lanes={},q8a_xg_rows={},decode_int8_max_n={},coopmat={},splitk={splitk},coop_bk={},coop_direct={},coop_float_split={},\
              coop_x_f16={},coop_tile={},coop_glu={},coop_glu_half={},coop_group={group},\
              {dequant},wg_coherent={},prune={},recycle={},fence_spin_us={},pipeline_stats={},\
              attn={attn},attn_chunk={},attn_adaptive={},attn_wide={},attn_prefill={prefill},attn_coop_nsg={},\
-             attn_coop_split={},attn_f32_kv={f32_kv},fused={},rope_kv_tpw={},delta_chunked={},delta_wide={},delta_norm={},delta_chunked_wide={},moe_grouped_min={},\
+             attn_coop_split={},attn_coop_bk={},attn_f32_kv={f32_kv},fused={},rope_kv_tpw={},delta_chunked={},delta_wide={},delta_norm={},delta_chunked_wide={},moe_grouped_min={},\
              moe_grouped_min_f32={},moe_q8g_min={},moe_q8g_cols={},moe_q8g_wpe={},moe_lanes={},moe_q8a={},moe_shared={},moe_coop={},one_submit={},split_submit={}",
             b(self.q8a_wide),
             b(self.q8a_quad),
             self.q8a_workgroups,
             b(self.q8a_xg),
+            b(self.q8a_xg1),
             self.q8a_xg_lanes,
             self.q8a_xg_rows,
             self.decode_int8_max_n,
@@ -360,6 +369,7 @@ impl fmt::Display for Tuning {
             b(self.attn_wide),
             self.attn_coop_nsg,
             opt(self.attn_coop_split.map(|s| s.to_string())),
+            self.attn_coop_bk,
             b(self.fused),
             opt(self.rope_kv_tpw.map(|t| t.to_string())),
             b(self.delta_chunked),
@@ -388,11 +398,11 @@ mod tests {
     #[test]
     fn display_parses_back_for_every_key_changed() {
         let spec = "matvec=int8,matvec_layout=rows,q8a_wide=0,q8a_quad=0,q8a_workgroups=512,\
-                    q8a_xg=0,q8a_xg_lanes=4,q8a_xg_rows=1,decode_int8_max_n=32,coopmat=0,splitk=96,coop_bk=32,coop_direct=0,coop_float_split=0,\
+                    q8a_xg=0,q8a_xg1=1,q8a_xg_lanes=4,q8a_xg_rows=1,decode_int8_max_n=32,coopmat=0,splitk=96,coop_bk=32,coop_direct=0,coop_float_split=0,\
                     coop_x_f16=0,coop_tile=wide,coop_glu=0,coop_glu_half=0,coop_group=none,\
                     dequant=auto,dequant_min=4096,dequant_tokens=64,wg_coherent=0,prune=1,\
                     recycle=0,fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,\
-                    attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,attn_f32_kv=auto,fused=0,\
+                    attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,attn_coop_bk=32,attn_f32_kv=auto,fused=0,\
                     rope_kv_tpw=3,delta_chunked=0,delta_wide=0,delta_norm=0,delta_chunked_wide=0,moe_grouped_min=0,moe_grouped_min_f32=0,moe_q8g_min=2,moe_q8g_cols=2,moe_q8g_wpe=4,moe_lanes=0,moe_q8a=0,moe_shared=0,moe_coop=0,one_submit=0,\
                     split_submit=0";
         let t = Tuning::parse(spec).unwrap();
@@ -430,6 +440,7 @@ mod tests {
             "attn_coop_nsg=5",
             "attn_f32_kv=f16",
             "attn_coop_split=17",
+            "attn_coop_bk=48",
             "q8a_wide=yes",
             "split_submit=1",
             "matvec=fastest",

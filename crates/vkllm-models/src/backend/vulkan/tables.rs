@@ -50,8 +50,13 @@ impl VulkanBackend {
         }
         let group = shape.n_heads / shape.n_kv_heads.max(1);
         let sg = self.dev.info().subgroup_size;
-        CoopAttn2Tile::with_nsg(t.attn_coop_nsg, shape.head_dim, group, sg, shape.kv)
-            .or_else(|| CoopAttn2Tile::for_shape(shape.head_dim, group, sg, shape.kv))
+        let tile = CoopAttn2Tile::with_nsg(t.attn_coop_nsg, shape.head_dim, group, sg, shape.kv)
+            .or_else(|| CoopAttn2Tile::for_shape(shape.head_dim, group, sg, shape.kv))?;
+        // Wider key steps where the shape takes them.
+        Some(
+            tile.with_bk(t.attn_coop_bk, shape.head_dim, sg, shape.kv)
+                .unwrap_or(tile),
+        )
     }
 
     pub(super) fn rope_table(&mut self, rope: &Rope, need: usize) -> Result<usize, ModelError> {

@@ -1,0 +1,235 @@
+//! Prefill-attention micro-benchmark: `attn_prefill_coop2` alone on chunks deep in a cache, by
+//! timestamp queries. Prints a markdown table of the median GPU time of one launch and its
+//! TFLOP/s (4 x head_dim per visible (query head, key) pair: Q K^T and P V).
+//!
+//! `cargo run --release -p vkllm-vk --example attn_bench -- [--chunks 512@32768,256@8192]
+//! [--heads 32/8] [--hd 128] [--kv f16|f32] [--nsg 4,2] [--split auto,1,2] [--skip 0,15]
+//! [--bk 32,64] [--iters N]`
+//!
+//! A chunk `N@P` is N queries at positions P..P + N over a cache of P + N keys (causal, no
+//! window). Inputs are uniform in [-1, 1] (q, k) and [-1, 1] (v). `--skip` takes the kernel's
+//! timing-diagnostic masks (1 exp, 2 K/V loads, 4 Q K^T, 8 P V; the output is then wrong).
+//! The device comes from `VKLLM_DEVICE`.
+
+use vkllm_vk::kernels::attention::AttnShape;
+use vkllm_vk::kernels::attention_prefill_coop::AttnPrefillCoop;
+use vkllm_vk::kernels::attention_prefill_coop2::{CoopAttn2Scratch, CoopAttn2Tile};
+use vkllm_vk::kernels::kv_append::KvType;
+use vkllm_vk::{Device, MemoryKind, Recorder};
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn list<T: std::str::FromStr>(s: &str) -> Result<Vec<T>, String> {
+    s.split(',')
+        .map(|x| x.parse::<T>().map_err(|_| format!("bad list entry {x}")))
+        .collect()
+}
+
+/// Uniform values in [-1, 1) from a 64-bit LCG, rounded to f16 and packed in pairs.
+fn halves(n: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = || {
+        s = s
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let u = ((s >> 40) as f32) / (1u64 << 24) as f32;
+        half::f16::from_f32(2.0 * u - 1.0).to_bits() as u32
+    };
+    (0..n.div_ceil(2))
+        .map(|_| next() | (next() << 16))
+        .collect()
+}
+
+struct Args {
+    chunks: Vec<(usize, usize)>,
+    heads: (usize, usize),
+    hd: usize,
+    kv: KvType,
+    nsg: Vec<u32>,
+    split: Vec<Option<u32>>,
+    skip: Vec<u32>,
+    bk: Vec<u32>,
+    iters: u32,
+}
+
+fn parse() -> Result<Args, Box<dyn std::error::Error>> {
+    let mut a = Args {
+        chunks: vec![(512, 32768), (256, 8192), (64, 8192)],
+        heads: (32, 8),
+        hd: 128,
+        kv: KvType::F16,
+        nsg: vec![4],
+        split: vec![None],
+        skip: vec![0],
+        bk: vec![32],
+        iters: 5,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(k) = args.next() {
+        let v = args.next().ok_or(format!("{k} needs a value"))?;
+        match k.as_str() {
+            "--chunks" => {
+                a.chunks = v
+                    .split(',')
+                    .map(|c| {
+                        let (n, p) = c.split_once('@').ok_or(format!("chunk {c}: N@POS"))?;
+                        Ok::<_, String>((
+                            n.parse().map_err(|_| format!("chunk {c}"))?,
+                            p.parse().map_err(|_| format!("chunk {c}"))?,
+                        ))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "--heads" => {
+                let (h, kvh) = v.split_once('/').ok_or("--heads H/KVH")?;
+                a.heads = (h.parse()?, kvh.parse()?);
+            }
+            "--hd" => a.hd = v.parse()?,
+            "--kv" => {
+                a.kv = match v.as_str() {
+                    "f16" => KvType::F16,
+                    "f32" => KvType::F32,
+                    _ => return Err("--kv f16|f32".into()),
+                }
+            }
+            "--nsg" => a.nsg = list(&v)?,
+            "--split" => {
+                a.split = v
+                    .split(',')
+                    .map(|s| match s {
+                        "auto" => Ok(None),
+                        s => s.parse().map(Some).map_err(|_| format!("split {s}")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--skip" => a.skip = list(&v)?,
+            "--bk" => a.bk = list(&v)?,
+            "--iters" => a.iters = v.parse()?,
+            _ => return Err(format!("unknown option {k}").into()),
+        }
+    }
+    Ok(a)
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let a = parse()?;
+    let dev = Device::from_env()?;
+    println!("device: {}", dev.info().summary());
+    if !dev.coopmat() {
+        return Err("the kernel needs cooperative matrices".into());
+    }
+    let sg = dev.info().subgroup_size;
+    let (n_heads, n_kv_heads) = a.heads;
+    let hd = a.hd;
+    println!("\n| chunk | heads | hd | kv | nsg | bk | split | skip | us | TFLOP/s |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for &(n_q, pos0) in &a.chunks {
+        let n_kv = pos0 + n_q;
+        let kv_words = match a.kv {
+            KvType::F32 => n_kv * n_kv_heads * hd,
+            _ => n_kv * n_kv_heads * hd / 2,
+        };
+        let k_data: Vec<u32> = match a.kv {
+            KvType::F32 => halves(2 * kv_words, 1)
+                .iter()
+                .flat_map(|w| [w & 0xffff, w >> 16])
+                .map(|h| half::f16::from_bits(h as u16).to_f32().to_bits())
+                .collect(),
+            _ => halves(2 * kv_words, 1),
+        };
+        let q: Vec<f32> = halves(n_q * n_heads * hd, 3)
+            .iter()
+            .flat_map(|w| [w & 0xffff, w >> 16])
+            .map(|h| half::f16::from_bits(h as u16).to_f32())
+            .collect();
+        let pos: Vec<u32> = (pos0..pos0 + n_q).map(|p| p as u32).collect();
+        let qb = dev.buffer_from("bench-q", &q)?;
+        let kb = dev.buffer_from("bench-k", &k_data)?;
+        let vb = dev.buffer_from("bench-v", &k_data)?;
+        let pb = dev.buffer_from("bench-pos", &pos)?;
+        let out = dev.create_buffer(
+            "bench-out",
+            4 * (n_q * n_heads * hd) as u64,
+            MemoryKind::Device,
+        )?;
+        drop(k_data);
+        let shape = AttnShape {
+            n_q,
+            n_heads,
+            n_kv_heads,
+            head_dim: hd,
+            n_kv,
+            scale: 1.0 / (hd as f32).sqrt(),
+            softcap: None,
+            window: None,
+            kv: a.kv,
+            kv_v: a.kv,
+            rot_k: false,
+            kv_stride: 0,
+            ring: None,
+        };
+        let pairs: f64 = (0..n_q).map(|i| (pos0 + i + 1) as f64).sum();
+        let flops = 4.0 * hd as f64 * n_heads as f64 * pairs;
+        for &nsg in &a.nsg {
+            for &bk in &a.bk {
+                let group = n_heads / n_kv_heads;
+                let Some(t0) = CoopAttn2Tile::with_nsg(nsg, hd, group, sg, a.kv) else {
+                    println!("| {n_q}@{pos0} | nsg {nsg} does not fit |");
+                    continue;
+                };
+                let t0 = CoopAttn2Tile { bk, ..t0 };
+                for &split in &a.split {
+                    let want = split.unwrap_or_else(|| t0.auto_split(&shape, pos0));
+                    let t = t0.with_split(want, n_q, pos0);
+                    let part = dev.create_buffer(
+                        "bench-part",
+                        t.part_bytes(&shape).max(4),
+                        MemoryKind::Device,
+                    )?;
+                    let ctr = dev.create_buffer(
+                        "bench-ctr",
+                        t.counter_bytes(&shape).max(4),
+                        MemoryKind::Device,
+                    )?;
+                    for &skip in &a.skip {
+                        let t = CoopAttn2Tile { skip, ..t };
+                        let mut r = Recorder::with_timestamps(&dev, a.iters)?;
+                        r.fill(ctr.all(), 0)?;
+                        for _ in 0..a.iters {
+                            let d = AttnPrefillCoop {
+                                q: qb.all(),
+                                k: kb.all(),
+                                v: vb.all(),
+                                q_pos: pb.all(),
+                                out: out.all(),
+                            };
+                            let scratch = (t.split > 1).then(|| CoopAttn2Scratch {
+                                part: part.all(),
+                                ctr: ctr.all(),
+                            });
+                            r.dispatch(d.dispatch_v2_full(&shape, pos0, sg, t, None, scratch)?)?;
+                        }
+                        let ns = vkllm_vk::bench::median_dispatch_ns(&r.finish()?)?;
+                        println!(
+                            "| {n_q}@{pos0} | {n_heads}/{n_kv_heads} | {hd} | {} | {nsg} | {} | {} \
+                             (from {}) | {skip} | {:.1} | {:.1} |",
+                            a.kv.name(),
+                            t.bk,
+                            t.split,
+                            t.split_min,
+                            ns / 1e3,
+                            flops / ns / 1e3
+                        );
+                    }
+                }
+            }
+        }
+    }
+    dev.check_validation()?;
+    Ok(())
+}
