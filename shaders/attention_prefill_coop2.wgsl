@@ -78,6 +78,9 @@ override HALF: u32 = 0;
 // 1: the launch may split tiles (their count is the push constant `split`, so every count
 // shares one pipeline); 0: the split code is left out.
 override SPLIT_ON: u32 = 0;
+// 1: V is loaded into registers one step ahead, like K; 0: each step loads its V when it stages
+// it (fewer registers: head dims past 128 hold 16 slots of each).
+override VAHEAD: u32 = 1;
 // Timing diagnostics (Rust's CoopAttn2Tile::skip; 0 computes attention): parts of every step
 // left out, a mask of 1 (probabilities without exp), 2 (no K/V loads), 4 (no Q K^T), 8 (no
 // P V). The P V block sits in its branch on purpose: with that block structure NVIDIA's compiler
@@ -344,7 +347,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     var vr: array<vec4<u32>, 16>;
     for (var i = 0u; i < SPT; i++) {
         kr[i] = load_slot(false, lo, hi, kvh, lid + i * WG);
-        vr[i] = load_slot(true, lo, hi, kvh, lid + i * WG);
+        if (VAHEAD == 1u) {
+            vr[i] = load_slot(true, lo, hi, kvh, lid + i * WG);
+        }
     }
     for (var i = lid; i < NSG * 16u * (HD / 4u); i += WG) {
         let t = i / (HD / 4u);
@@ -512,11 +517,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             coopStoreT(s3, &sc[sbase + 48u], SLD);
         }
         workgroupBarrier();
-        // K consumed: stage this step's V, load the next V.
+        // K consumed: stage this step's V, load the next V (VAHEAD 0: load this step's now).
         for (var i = 0u; i < SPT; i++) {
-            store_slot(lid + i * WG, vr[i]);
+            if (VAHEAD == 1u) {
+                store_slot(lid + i * WG, vr[i]);
+            } else {
+                store_slot(lid + i * WG, load_slot(true, kb, hi, kvh, lid + i * WG));
+            }
         }
-        if (more) {
+        if (more && VAHEAD == 1u) {
             for (var i = 0u; i < SPT; i++) {
                 vr[i] = load_slot(true, nxt, hi, kvh, lid + i * WG);
             }

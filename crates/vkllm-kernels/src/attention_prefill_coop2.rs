@@ -82,6 +82,9 @@ pub struct CoopAttn2Tile {
     /// Keys per step: 32, or 64 (head dims up to 128 over f16 K/V; the queries then stay in
     /// cooperative-matrix registers instead of shared memory).
     pub bk: u32,
+    /// V loaded into registers one step ahead (as K is); `false`: each step loads its V as it
+    /// stages it (64 fewer registers per invocation at head dim 256).
+    pub v_ahead: bool,
     /// Timing diagnostics: parts of every step left out, a mask of [`SKIP_EXP`], [`SKIP_KV_LOADS`],
     /// [`SKIP_QK`] and [`SKIP_PV`] (the output is then wrong). 0 computes attention.
     pub skip: u32,
@@ -137,6 +140,7 @@ impl CoopAttn2Tile {
             split: 1,
             split_min: 1,
             bk: 32,
+            v_ahead: true,
             skip: 0,
         };
         let ok = t.slots(head_dim, subgroup_size, kv) <= MAX_SPT
@@ -166,19 +170,41 @@ impl CoopAttn2Tile {
         ok.then_some(t)
     }
 
-    /// The split for `s` whose queries start at `pos0`: enough parts that the launch reaches
-    /// [`SPLIT_TARGET_WGS`] workgroups (a short chunk deep in the cache has few query tiles,
-    /// each walking every key), at least 2 (the measured default of full chunks), at most
-    /// [`MAX_SPLIT`], each part at least 8 steps of the heaviest tile.
-    pub fn auto_split(&self, s: &AttnShape, pos0: usize) -> u32 {
+    /// The split for `s` whose queries start at `pos0` on a GPU of `compute_units`
+    /// multiprocessors (`None`: unknown). Known: the split whose launch fills whole waves of
+    /// resident workgroups best ([`Self::wave`]): the fewest of ceil(workgroups x split / wave)
+    /// / split (time in units of an unsplit tile), the smaller split on ties, among splits up to
+    /// the first that reaches one full wave (past it every part adds merge work: measured
+    /// slower), each part at least 8 steps of the heaviest tile, at most [`MAX_SPLIT`]. Unknown:
+    /// enough parts that the launch reaches [`SPLIT_TARGET_WGS`] workgroups, at least 2 (the
+    /// first rule, measured before the wave one).
+    pub fn auto_split(&self, s: &AttnShape, pos0: usize, compute_units: Option<u32>) -> u32 {
         let group = s.n_heads / s.n_kv_heads.max(1);
         let tiles = s.n_q.div_ceil(self.bq(group).max(1));
         let cols = s.head_dim / Self::value_cols(s.head_dim).max(1);
         let wgs = (tiles * s.n_kv_heads * cols).max(1);
         let steps = (pos0 + s.n_q).div_ceil(self.bk as usize);
-        let by_grid = SPLIT_TARGET_WGS.div_ceil(wgs);
-        let by_steps = (steps / SPLIT_MIN_STEPS).max(2);
-        by_grid.min(by_steps).clamp(2, MAX_SPLIT as usize) as u32
+        let Some(cu) = compute_units else {
+            let by_grid = SPLIT_TARGET_WGS.div_ceil(wgs);
+            let by_steps = (steps / SPLIT_MIN_STEPS).max(2);
+            return by_grid.min(by_steps).clamp(2, MAX_SPLIT as usize) as u32;
+        };
+        let wave = self.wave(cu);
+        let most = (steps / SPLIT_MIN_STEPS)
+            .min(wave.div_ceil(wgs))
+            .clamp(1, MAX_SPLIT as usize);
+        // Waves per part, compared as fractions ceil(w s / wave) / s.
+        let waves = |sp: usize| (wgs * sp).div_ceil(wave);
+        (1..=most)
+            .min_by(|&a, &b| (waves(a) * b).cmp(&(waves(b) * a)).then(a.cmp(&b)))
+            .unwrap_or(1) as u32
+    }
+
+    /// Workgroups of this configuration resident at once on `compute_units` multiprocessors:
+    /// eight subgroups per multiprocessor (the kernel's ~185-255 registers per invocation allow
+    /// two 4-subgroup workgroups on an H200 SM), at least one workgroup each.
+    pub fn wave(&self, compute_units: u32) -> usize {
+        compute_units.max(1) as usize * (8 / self.nsg.max(1) as usize).max(1)
     }
 
     /// This configuration with tiles split `split` ways where they take more than
@@ -394,6 +420,7 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("KV_DTYPE", s.kv.code())
             .set("SPT", spt as f64)
             .set("BK", t.bk as f64)
+            .set("VAHEAD", f64::from(u8::from(t.v_ahead)))
             .set("RESCALE_T", t.rescale_t as f64)
             .set("SPLIT_ON", f64::from(u8::from(t.split > 1)))
             .set("SKIP", t.skip as f64);

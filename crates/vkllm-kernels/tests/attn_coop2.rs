@@ -58,6 +58,11 @@ fn variants_emit_spirv() {
                         else {
                             continue;
                         };
+                        // Every other variant loads V as it stages it.
+                        let t = CoopAttn2Tile {
+                            v_ahead: n % 2 == 0,
+                            ..t
+                        };
                         let s = shape(100, heads, kv_heads, hd, kv);
                         let d = op().dispatch_v2(&s, 7, sg, t).expect("valid shape");
                         // Tiles of 16 * nsg / group queries, one workgroup per kv head.
@@ -211,22 +216,66 @@ fn split_launches() {
 fn auto_split_fills_the_grid() {
     use vkllm_kernels::attention_prefill_coop2::{CoopAttn2Scratch, MAX_SPLIT};
     let t128 = CoopAttn2Tile::with_nsg(4, 128, 4, 32, KvType::F16).expect("supported");
-    assert_eq!(t128.auto_split(&shape(512, 32, 8, 128, KvType::F16), 0), 2);
     assert_eq!(
-        t128.auto_split(&shape(64, 32, 8, 128, KvType::F16), 8192),
+        t128.auto_split(&shape(512, 32, 8, 128, KvType::F16), 0, None),
+        2
+    );
+    assert_eq!(
+        t128.auto_split(&shape(64, 32, 8, 128, KvType::F16), 8192, None),
         16
     );
     // 9 steps at position 200: parts of at least 8 steps allow only the minimum 2.
-    assert_eq!(t128.auto_split(&shape(64, 32, 8, 128, KvType::F16), 200), 2);
     assert_eq!(
-        t128.auto_split(&shape(64, 32, 8, 128, KvType::F16), 1000),
+        t128.auto_split(&shape(64, 32, 8, 128, KvType::F16), 200, None),
+        2
+    );
+    assert_eq!(
+        t128.auto_split(&shape(64, 32, 8, 128, KvType::F16), 1000, None),
         4
     );
-    assert_eq!(t128.auto_split(&shape(20, 32, 8, 128, KvType::F16), 0), 2);
+    assert_eq!(
+        t128.auto_split(&shape(20, 32, 8, 128, KvType::F16), 0, None),
+        2
+    );
     let t256 = CoopAttn2Tile::with_nsg(2, 256, 8, 32, KvType::F16).expect("supported");
     let s = shape(64, 16, 2, 256, KvType::F16);
-    assert_eq!(t256.auto_split(&s, 8192), 8);
-    assert!(t256.auto_split(&s, 1 << 20) <= MAX_SPLIT);
+    assert_eq!(t256.auto_split(&s, 8192, None), 8);
+    assert!(t256.auto_split(&s, 1 << 20, None) <= MAX_SPLIT);
+    // The wave rule on 132 multiprocessors (8 subgroups each: 264 workgroups of 4, 528 of 2),
+    // against the H200 sweep of session 32 (the kernel alone, 64-key steps):
+    // 240 queries at 8192: 120 workgroups, split 2 fills one wave (422 us; auto before: 5, 507).
+    let w64 = t128.with_bk(64, 128, 32, KvType::F16).expect("64 keys");
+    let cu = Some(132);
+    assert_eq!(
+        w64.auto_split(&shape(240, 32, 8, 128, KvType::F16), 8192, cu),
+        2
+    );
+    // 64 queries at 8192: 32 workgroups, 8 parts fill 256 of 264 (190 us; 16: 288).
+    assert_eq!(
+        w64.auto_split(&shape(64, 32, 8, 128, KvType::F16), 8192, cu),
+        8
+    );
+    // 512 queries: 256 workgroups already fill a wave (4096: 410 us unsplit, 467 split 2).
+    assert_eq!(
+        w64.auto_split(&shape(512, 32, 8, 128, KvType::F16), 4096, cu),
+        1
+    );
+    assert_eq!(
+        w64.auto_split(&shape(512, 32, 8, 128, KvType::F16), 32768, cu),
+        1
+    );
+    // Few steps: no split (parts of at least 8 steps).
+    assert_eq!(
+        w64.auto_split(&shape(64, 32, 8, 128, KvType::F16), 100, cu),
+        1
+    );
+    // Head dim 256, 16/2 heads, 240 queries at 8192: 60 tiles x 2 kv heads x 2 column halves
+    // = 240 workgroups of 2 subgroups; 2 parts fill one wave of 528.
+    assert_eq!(t256.wave(132), 528);
+    assert_eq!(
+        t256.auto_split(&shape(240, 16, 2, 256, KvType::F16), 8192, cu),
+        2
+    );
     let t = t256.with_split(8, 64, 8192);
     assert_eq!(t.split, 8);
     // One counter per (column half, kv head, tile): 2 x 2 x 16.
@@ -245,4 +294,18 @@ fn auto_split_fills_the_grid() {
     assert_eq!(d.groups, [16 * 8, 2, 2]);
     compile_spirv(&ATTN_PREFILL_COOP2, &d.overrides, SpirvOptions::default())
         .unwrap_or_else(|e| panic!("split over column halves: {e}"));
+    // The same with V loaded as each step stages it.
+    let staged = CoopAttn2Tile {
+        v_ahead: false,
+        ..t
+    };
+    let scratch = CoopAttn2Scratch {
+        part: Fake(t.part_bytes(&deep)),
+        ctr: Fake(t.counter_bytes(&deep)),
+    };
+    let d = op()
+        .dispatch_v2_full(&deep, 8192, 32, staged, None, Some(scratch))
+        .expect("V staged");
+    compile_spirv(&ATTN_PREFILL_COOP2, &d.overrides, SpirvOptions::default())
+        .unwrap_or_else(|e| panic!("V staged at head dim 256: {e}"));
 }

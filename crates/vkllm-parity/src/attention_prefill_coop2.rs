@@ -56,6 +56,8 @@ struct Case {
     split: Option<(u32, u32)>,
     /// Keys per step (32 or 64).
     bk: u32,
+    /// V loaded one step ahead (the kernel's VAHEAD).
+    v_ahead: bool,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -85,6 +87,15 @@ fn case(
         scale: None,
         split: None,
         bk: 32,
+        v_ahead: true,
+    }
+}
+
+/// `c` with each step's V loaded as it is staged.
+fn v_staged(c: Case) -> Case {
+    Case {
+        v_ahead: false,
+        ..c
     }
 }
 
@@ -240,6 +251,25 @@ fn cases() -> Vec<Case> {
             scale: Some(0.0),
             ..case(45, 90, 45, (8, 8), 64, f16_, 2, None)
         }),
+        // V loaded as each step stages it (the default past head dim 128).
+        v_staged(case(100, 161, 61, (16, 2), 256, f16_, 2, None)),
+        v_staged(Case {
+            qk: 8.0,
+            softcap: Some(30.0),
+            window: Some(20),
+            ..case(70, 90, 20, (4, 4), 192, f16_, 2, None)
+        }),
+        v_staged(Case {
+            split: Some((4, 0)),
+            ..case(64, 1200, 1136, (16, 2), 256, f16_, 2, None)
+        }),
+        v_staged(bk64(Case {
+            window: Some(32),
+            ring: Some(96),
+            split: Some((4, 2)),
+            ..case(64, 264, 200, (4, 1), 64, f16_, 4, None)
+        })),
+        v_staged(case(37, 37, 0, (4, 2), 64, f32_, 4, Some(0.0))),
     ]
 }
 
@@ -306,6 +336,9 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
         if c.bk != 32 {
             variant += &format!(" bk {}", c.bk);
         }
+        if !c.v_ahead {
+            variant += " v staged";
+        }
         let tile = CoopAttn2Tile::with_nsg(c.nsg, hd, group, sg, kv);
         let Some(mut t) = tile.and_then(|t| t.with_bk(c.bk, hd, sg, kv)) else {
             rows.push(KernelParityRow::not_applicable(
@@ -318,6 +351,7 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
             ));
             continue;
         };
+        t.v_ahead = c.v_ahead;
         if let Some(th) = c.rescale_t {
             t.rescale_t = th;
             variant += &format!(" rescale_t {th}");

@@ -4,7 +4,7 @@
 //!
 //! `cargo run --release -p vkllm-vk --example attn_bench -- [--chunks 512@32768,256@8192]
 //! [--heads 32/8] [--hd 128] [--kv f16|f32] [--nsg 4,2] [--split auto,1,2] [--skip 0,15]
-//! [--bk 32,64] [--iters N]`
+//! [--bk 32,64] [--vahead 1,0] [--iters N]`
 //!
 //! A chunk `N@P` is N queries at positions P..P + N over a cache of P + N keys (causal, no
 //! window). Inputs are uniform in [-1, 1] (q, k) and [-1, 1] (v). `--skip` takes the kernel's
@@ -54,6 +54,7 @@ struct Args {
     split: Vec<Option<u32>>,
     skip: Vec<u32>,
     bk: Vec<u32>,
+    vahead: Vec<bool>,
     iters: u32,
 }
 
@@ -67,6 +68,7 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
         split: vec![None],
         skip: vec![0],
         bk: vec![32],
+        vahead: vec![true],
         iters: 5,
     };
     let mut args = std::env::args().skip(1);
@@ -109,6 +111,7 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
             }
             "--skip" => a.skip = list(&v)?,
             "--bk" => a.bk = list(&v)?,
+            "--vahead" => a.vahead = list::<u8>(&v)?.into_iter().map(|x| x != 0).collect(),
             "--iters" => a.iters = v.parse()?,
             _ => return Err(format!("unknown option {k}").into()),
         }
@@ -126,8 +129,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let sg = dev.info().subgroup_size;
     let (n_heads, n_kv_heads) = a.heads;
     let hd = a.hd;
-    println!("\n| chunk | heads | hd | kv | nsg | bk | split | skip | us | TFLOP/s |");
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("\n| chunk | heads | hd | kv | nsg | bk | v ahead | split | skip | us | TFLOP/s |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for &(n_q, pos0) in &a.chunks {
         let n_kv = pos0 + n_q;
         let kv_words = match a.kv {
@@ -184,7 +187,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 };
                 let t0 = CoopAttn2Tile { bk, ..t0 };
                 for &split in &a.split {
-                    let want = split.unwrap_or_else(|| t0.auto_split(&shape, pos0));
+                    let cu = dev.info().compute_units;
+                    let want = split.unwrap_or_else(|| t0.auto_split(&shape, pos0, cu));
                     let t = t0.with_split(want, n_q, pos0);
                     let part = dev.create_buffer(
                         "bench-part",
@@ -196,8 +200,12 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                         t.counter_bytes(&shape).max(4),
                         MemoryKind::Device,
                     )?;
-                    for &skip in &a.skip {
-                        let t = CoopAttn2Tile { skip, ..t };
+                    for (&skip, &v_ahead) in a
+                        .skip
+                        .iter()
+                        .flat_map(|s| a.vahead.iter().map(move |v| (s, v)))
+                    {
+                        let t = CoopAttn2Tile { skip, v_ahead, ..t };
                         let mut r = Recorder::with_timestamps(&dev, a.iters)?;
                         r.fill(ctr.all(), 0)?;
                         for _ in 0..a.iters {
@@ -216,10 +224,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                         }
                         let ns = vkllm_vk::bench::median_dispatch_ns(&r.finish()?)?;
                         println!(
-                            "| {n_q}@{pos0} | {n_heads}/{n_kv_heads} | {hd} | {} | {nsg} | {} | {} \
-                             (from {}) | {skip} | {:.1} | {:.1} |",
+                            "| {n_q}@{pos0} | {n_heads}/{n_kv_heads} | {hd} | {} | {nsg} | {} | {} | \
+                             {} (from {}) | {skip} | {:.1} | {:.1} |",
                             a.kv.name(),
                             t.bk,
+                            u8::from(v_ahead),
                             t.split,
                             t.split_min,
                             ns / 1e3,

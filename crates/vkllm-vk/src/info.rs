@@ -76,6 +76,9 @@ pub struct DeviceInfo {
     pub compute_queue_family: Option<u32>,
     pub timestamps: bool,
     pub extensions: Vec<String>,
+    /// Streaming multiprocessors / compute units, where the driver says (VK_NV_shader_sm_builtins,
+    /// VK_AMD_shader_core_properties): launches sized to fill whole waves use it.
+    pub compute_units: Option<u32>,
 }
 
 impl DeviceInfo {
@@ -165,8 +168,30 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
         if sgc {
             p2 = p2.push_next(&mut sg_control);
         }
+        let mut sm = vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV::default();
+        let has_sm = has("VK_NV_shader_sm_builtins");
+        if has_sm {
+            p2 = p2.push_next(&mut sm);
+        }
+        let mut amd = vk::PhysicalDeviceShaderCorePropertiesAMD::default();
+        let has_amd = has("VK_AMD_shader_core_properties");
+        if has_amd {
+            p2 = p2.push_next(&mut amd);
+        }
         raw.get_physical_device_properties2(pd, &mut p2);
         let props = p2.properties;
+        let compute_units = if has_sm {
+            Some(sm.shader_sm_count)
+        } else if has_amd {
+            Some(
+                amd.shader_engine_count
+                    * amd.shader_arrays_per_engine_count
+                    * amd.compute_units_per_shader_array,
+            )
+        } else {
+            None
+        }
+        .filter(|&n| n > 0);
 
         let mut f11 = vk::PhysicalDevice16BitStorageFeatures::default();
         let mut f12 = vk::PhysicalDeviceShaderFloat16Int8Features::default();
@@ -295,6 +320,7 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
             compute_queue_family: compute.map(|c| c.0),
             timestamps: compute.is_some_and(|c| c.1),
             extensions: exts,
+            compute_units,
         })
     }
 }
@@ -412,6 +438,7 @@ mod tests {
             compute_queue_family: Some(0),
             timestamps: true,
             extensions: Vec::new(),
+            compute_units: None,
         }
     }
 

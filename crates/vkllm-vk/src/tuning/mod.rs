@@ -176,6 +176,10 @@ pub struct Tuning {
     /// (the default: head dims up to 128 over f16 caches; other shapes keep 32). Key
     /// `attn_coop_bk`.
     pub attn_coop_bk: u32,
+    /// Model backends: the second prefill kernel loads V one step ahead into registers (`Some(true)`,
+    /// the reference), or as it stages it (`Some(false)`); `None`: ahead up to head dim 128,
+    /// as staged past it. Key `attn_coop_vahead` = auto | 0 | 1.
+    pub attn_coop_vahead: Option<bool>,
     /// Model backends: key `attn_f32_kv` = half | auto | direct.
     pub attn_f32_kv: F32KvPrefill,
     /// Model backends: fused decode launches (norm into matvec, gated MLP, ...); `false` runs
@@ -281,6 +285,7 @@ impl Default for Tuning {
             attn_coop_nsg: 4,
             attn_coop_split: None,
             attn_coop_bk: 64,
+            attn_coop_vahead: None,
             attn_f32_kv: F32KvPrefill::Half,
             fused: true,
             rope_kv_tpw: None,
@@ -356,6 +361,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "attn_coop_nsg",
     "attn_coop_split",
     "attn_coop_bk",
+    "attn_coop_vahead",
     "attn_f32_kv",
     "fused",
     "rope_kv_tpw",

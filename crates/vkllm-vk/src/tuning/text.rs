@@ -208,6 +208,12 @@ impl Tuning {
                     _ => Some(in_range(1, 16)? as u32),
                 }
             }
+            "attn_coop_vahead" => {
+                self.attn_coop_vahead = match value {
+                    "auto" => None,
+                    _ => Some(flag()?),
+                }
+            }
             "attn_coop_bk" => {
                 self.attn_coop_bk = match value {
                     "32" => 32,
@@ -341,7 +347,7 @@ impl fmt::Display for Tuning {
              coop_x_f16={},coop_tile={},coop_glu={},coop_glu_half={},coop_group={group},\
              {dequant},wg_coherent={},prune={},recycle={},fence_spin_us={},pipeline_stats={},\
              attn={attn},attn_chunk={},attn_adaptive={},attn_wide={},attn_prefill={prefill},attn_coop_nsg={},\
-             attn_coop_split={},attn_coop_bk={},attn_f32_kv={f32_kv},fused={},rope_kv_tpw={},delta_chunked={},delta_wide={},delta_norm={},delta_chunked_wide={},moe_grouped_min={},\
+             attn_coop_split={},attn_coop_bk={},attn_coop_vahead={},attn_f32_kv={f32_kv},fused={},rope_kv_tpw={},delta_chunked={},delta_wide={},delta_norm={},delta_chunked_wide={},moe_grouped_min={},\
              moe_grouped_min_f32={},moe_q8g_min={},moe_q8g_cols={},moe_q8g_wpe={},moe_lanes={},moe_q8a={},moe_shared={},moe_coop={},one_submit={},split_submit={}",
             b(self.q8a_wide),
             b(self.q8a_quad),
@@ -370,6 +376,7 @@ impl fmt::Display for Tuning {
             self.attn_coop_nsg,
             opt(self.attn_coop_split.map(|s| s.to_string())),
             self.attn_coop_bk,
+            opt(self.attn_coop_vahead.map(|v| b(v).to_string())),
             b(self.fused),
             opt(self.rope_kv_tpw.map(|t| t.to_string())),
             b(self.delta_chunked),
@@ -402,7 +409,7 @@ mod tests {
                     coop_x_f16=0,coop_tile=wide,coop_glu=0,coop_glu_half=0,coop_group=none,\
                     dequant=auto,dequant_min=4096,dequant_tokens=64,wg_coherent=0,prune=1,\
                     recycle=0,fence_spin_us=0,pipeline_stats=1,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,\
-                    attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,attn_coop_bk=32,attn_f32_kv=auto,fused=0,\
+                    attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,attn_coop_bk=32,attn_coop_vahead=1,attn_f32_kv=auto,fused=0,\
                     rope_kv_tpw=3,delta_chunked=0,delta_wide=0,delta_norm=0,delta_chunked_wide=0,moe_grouped_min=0,moe_grouped_min_f32=0,moe_q8g_min=2,moe_q8g_cols=2,moe_q8g_wpe=4,moe_lanes=0,moe_q8a=0,moe_shared=0,moe_coop=0,one_submit=0,\
                     split_submit=0";
         let t = Tuning::parse(spec).unwrap();
@@ -441,6 +448,7 @@ mod tests {
             "attn_f32_kv=f16",
             "attn_coop_split=17",
             "attn_coop_bk=48",
+            "attn_coop_vahead=2",
             "q8a_wide=yes",
             "split_submit=1",
             "matvec=fastest",

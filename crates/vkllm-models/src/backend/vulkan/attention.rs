@@ -242,11 +242,16 @@ impl VulkanBackend {
             None => shape,
         };
         // The second coop kernel, its heavy tiles' keys split as tuning `attn_coop_split` asks
-        // (by default enough parts for a full grid).
+        // (by default the split that fills whole waves of the GPU: `CoopAttn2Tile::auto_split`).
         let coop2 = match coop_pos0 {
             Some(pos0) => self.coop2_tile(&shape).map(|t| {
                 let split = self.dev.tuning().attn_coop_split;
-                t.with_split(split.unwrap_or_else(|| t.auto_split(&shape, pos0)), n, pos0)
+                let cu = self.dev.info().compute_units;
+                t.with_split(
+                    split.unwrap_or_else(|| t.auto_split(&shape, pos0, cu)),
+                    n,
+                    pos0,
+                )
             }),
             None => None,
         };

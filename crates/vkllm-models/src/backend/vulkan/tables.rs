@@ -53,10 +53,11 @@ impl VulkanBackend {
         let tile = CoopAttn2Tile::with_nsg(t.attn_coop_nsg, shape.head_dim, group, sg, shape.kv)
             .or_else(|| CoopAttn2Tile::for_shape(shape.head_dim, group, sg, shape.kv))?;
         // Wider key steps where the shape takes them.
-        Some(
-            tile.with_bk(t.attn_coop_bk, shape.head_dim, sg, shape.kv)
-                .unwrap_or(tile),
-        )
+        let tile = tile
+            .with_bk(t.attn_coop_bk, shape.head_dim, sg, shape.kv)
+            .unwrap_or(tile);
+        let v_ahead = t.attn_coop_vahead.unwrap_or(shape.head_dim <= 128);
+        Some(CoopAttn2Tile { v_ahead, ..tile })
     }
 
     pub(super) fn rope_table(&mut self, rope: &Rope, need: usize) -> Result<usize, ModelError> {
