@@ -208,67 +208,48 @@ fn split_launches() {
     }
 }
 
-/// The default split: a full chunk from position 0 keeps 2 parts; a short chunk deep in the
-/// cache gets enough parts for ~512 workgroups (Llama-3.1-8B: 4 query tiles x 8 kv heads; the
-/// 35B-A3B's head dim 256: 16 tiles x 2 kv heads x 2 column halves), capped at MAX_SPLIT and
-/// at 8 steps per part; value-column launches split and count per column half.
+/// The default split. Without a multiprocessor count: a full chunk from position 0 keeps 2
+/// parts, a short chunk deep in the cache gets enough parts for ~512 workgroups (Llama-3.1-8B:
+/// 4 query tiles x 8 kv heads; the 35B-A3B's head dim 256: 16 tiles x 2 kv heads x 2 column
+/// halves), capped at MAX_SPLIT and at 8 steps per part. With one: the wave rule. Value-column
+/// launches split and count per column half.
 #[test]
-fn auto_split_fills_the_grid() {
+fn auto_split_fills_the_grid_and_its_waves() {
     use vkllm_kernels::attention_prefill_coop2::{CoopAttn2Scratch, MAX_SPLIT};
     let t128 = CoopAttn2Tile::with_nsg(4, 128, 4, 32, KvType::F16).expect("supported");
-    assert_eq!(
-        t128.auto_split(&shape(512, 32, 8, 128, KvType::F16), 0, None),
-        2
-    );
-    assert_eq!(
-        t128.auto_split(&shape(64, 32, 8, 128, KvType::F16), 8192, None),
-        16
-    );
-    // 9 steps at position 200: parts of at least 8 steps allow only the minimum 2.
-    assert_eq!(
-        t128.auto_split(&shape(64, 32, 8, 128, KvType::F16), 200, None),
-        2
-    );
-    assert_eq!(
-        t128.auto_split(&shape(64, 32, 8, 128, KvType::F16), 1000, None),
-        4
-    );
-    assert_eq!(
-        t128.auto_split(&shape(20, 32, 8, 128, KvType::F16), 0, None),
-        2
-    );
+    // Without a multiprocessor count: ~512 workgroups, at least 2; 9 steps at position 200
+    // (parts of at least 8 steps) allow only the minimum 2.
+    for (n_q, pos0, want) in [
+        (512, 0, 2),
+        (64, 8192, 16),
+        (64, 200, 2),
+        (64, 1000, 4),
+        (20, 0, 2),
+    ] {
+        let s = shape(n_q, 32, 8, 128, KvType::F16);
+        assert_eq!(t128.auto_split(&s, pos0, None), want, "{n_q}@{pos0}");
+    }
     let t256 = CoopAttn2Tile::with_nsg(2, 256, 8, 32, KvType::F16).expect("supported");
     let s = shape(64, 16, 2, 256, KvType::F16);
     assert_eq!(t256.auto_split(&s, 8192, None), 8);
     assert!(t256.auto_split(&s, 1 << 20, None) <= MAX_SPLIT);
     // The wave rule on 132 multiprocessors (8 subgroups each: 264 workgroups of 4, 528 of 2),
-    // against the H200 sweep of session 32 (the kernel alone, 64-key steps):
-    // 240 queries at 8192: 120 workgroups, split 2 fills one wave (422 us; auto before: 5, 507).
+    // against the H200 sweep of session 32 (the kernel alone, 64-key steps, us): 240 queries at
+    // 8192, 120 workgroups: 2 fills one wave (422; the first rule's 5: 507); 64 at 8192, 32
+    // workgroups: 8 fill 256 of 264 (190; 16: 288); 512 queries, 256 workgroups, already a wave
+    // (4096: 410 unsplit, 467 split 2); few steps: no split (parts of at least 8 steps).
     let w64 = t128.with_bk(64, 128, 32, KvType::F16).expect("64 keys");
     let cu = Some(132);
-    assert_eq!(
-        w64.auto_split(&shape(240, 32, 8, 128, KvType::F16), 8192, cu),
-        2
-    );
-    // 64 queries at 8192: 32 workgroups, 8 parts fill 256 of 264 (190 us; 16: 288).
-    assert_eq!(
-        w64.auto_split(&shape(64, 32, 8, 128, KvType::F16), 8192, cu),
-        8
-    );
-    // 512 queries: 256 workgroups already fill a wave (4096: 410 us unsplit, 467 split 2).
-    assert_eq!(
-        w64.auto_split(&shape(512, 32, 8, 128, KvType::F16), 4096, cu),
-        1
-    );
-    assert_eq!(
-        w64.auto_split(&shape(512, 32, 8, 128, KvType::F16), 32768, cu),
-        1
-    );
-    // Few steps: no split (parts of at least 8 steps).
-    assert_eq!(
-        w64.auto_split(&shape(64, 32, 8, 128, KvType::F16), 100, cu),
-        1
-    );
+    for (n_q, pos0, want) in [
+        (240, 8192, 2),
+        (64, 8192, 8),
+        (512, 4096, 1),
+        (512, 32768, 1),
+        (64, 100, 1),
+    ] {
+        let s = shape(n_q, 32, 8, 128, KvType::F16);
+        assert_eq!(w64.auto_split(&s, pos0, cu), want, "{n_q}@{pos0}");
+    }
     // Head dim 256, 16/2 heads, 240 queries at 8192: 60 tiles x 2 kv heads x 2 column halves
     // = 240 workgroups of 2 subgroups; 2 parts fill one wave of 528.
     assert_eq!(t256.wave(132), 528);

@@ -642,39 +642,30 @@ pub(crate) fn matvec_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
         rows.push(r);
     }
     // The multi-column cases again on the shared-memory launch (`xg` off: each workgroup
-    // quantizes x itself), where it takes them.
+    // quantizes x itself), where it takes them; the single-column cases again on quantized x
+    // (`xg_single`, tuning `q8a_xg1`).
     let shared = Q8aRules {
         xg: false,
         ..Q8aRules::default()
     };
-    let kept = run_types_where(
-        dev,
-        seed ^ 2,
-        &vkllm_kernels::matvec_q8a::TYPES,
-        true,
-        Some(shared),
-        |c| c.n > 1 && c.n <= 8 && c.n * c.cols <= vkllm_kernels::matvec_q8a::MAX_ELEMS,
-    );
-    for mut r in kept? {
-        r.variant.push_str(" shared");
-        rows.push(r);
-    }
-    // The single-column cases again on quantized x (`xg_single`, tuning `q8a_xg1`).
     let single = Q8aRules {
         xg_single: true,
         ..Q8aRules::default()
     };
-    let xg1 = run_types_where(
-        dev,
-        seed ^ 3,
-        &vkllm_kernels::matvec_q8a::TYPES,
-        true,
-        Some(single),
-        |c| c.n == 1,
-    );
-    for mut r in xg1? {
-        r.variant.push_str(" xg1");
-        rows.push(r);
+    /// Which cases a pass runs.
+    type Keep = fn(&Case) -> bool;
+    let passes: [(u64, Q8aRules, &str, Keep); 2] = [
+        (2, shared, " shared", |c| {
+            c.n > 1 && c.n <= 8 && c.n * c.cols <= vkllm_kernels::matvec_q8a::MAX_ELEMS
+        }),
+        (3, single, " xg1", |c| c.n == 1),
+    ];
+    let types = &vkllm_kernels::matvec_q8a::TYPES;
+    for (salt, rules, suffix, keep) in passes {
+        for mut r in run_types_where(dev, seed ^ salt, types, true, Some(rules), keep)? {
+            r.variant.push_str(suffix);
+            rows.push(r);
+        }
     }
     Ok(rows)
 }
