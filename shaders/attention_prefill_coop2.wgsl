@@ -101,6 +101,9 @@ override K3: u32 = (BK - 16u) * QLD;
 override QSR: u32 = NSG * 16u * (1u - QREG) + QREG;
 // 16-byte slots per staged K/V row: f32 4 elements, f16 8.
 override SPR: u32 = HD / (8u - 4u * (1u - KV_DTYPE));
+// V slots per row this workgroup loads (its VD value columns) and per invocation and step.
+override SPRV: u32 = SPR * VD / HD;
+override SPTV: u32 = (BK * SPRV + WG - 1u) / WG;
 
 const FLOOR: f32 = -1e30;
 const MASKED: f32 = -3e38;
@@ -158,11 +161,20 @@ fn first_key(qp: u32) -> u32 {
     return 0u;
 }
 
-// Slot s (row s / SPR, slot s % SPR) of the K or V tile at key kb, as raw words; zero past
-// key hi.
+// Row and 16-byte column of slot s of a K tile (rows of SPR slots) or of this workgroup's V
+// columns (rows of SPRV slots from its first value column).
+fn slot_at(is_v: bool, s: u32) -> vec2<u32> {
+    if (is_v) {
+        return vec2<u32>(s / SPRV, s % SPRV + cm_d0 / (HD / SPR));
+    }
+    return vec2<u32>(s / SPR, s % SPR);
+}
+
+// Slot s (`slot_at`) of the K or V tile at key kb, as raw words; zero past key hi.
 fn load_slot(is_v: bool, kb: u32, hi: u32, kvh: u32, s: u32) -> vec4<u32> {
-    let jj = s / SPR;
-    let c = s % SPR;
+    let rc = slot_at(is_v, s);
+    let jj = rc.x;
+    let c = rc.y;
     let j = kb + jj;
     var w = vec4<u32>(0u);
     if ((SKIP & 2u) == 0u && jj < BK && j <= hi) {
@@ -183,9 +195,10 @@ fn load_slot(is_v: bool, kb: u32, hi: u32, kvh: u32, s: u32) -> vec4<u32> {
     return w;
 }
 
-fn store_slot(s: u32, w: vec4<u32>) {
-    let jj = s / SPR;
-    let c = s % SPR;
+fn store_slot(is_v: bool, s: u32, w: vec4<u32>) {
+    let rc = slot_at(is_v, s);
+    let jj = rc.x;
+    let c = rc.y;
     if (jj >= BK) {
         return;
     }
@@ -347,7 +360,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
     var vr: array<vec4<u32>, 16>;
     for (var i = 0u; i < SPT; i++) {
         kr[i] = load_slot(false, lo, hi, kvh, lid + i * WG);
-        if (VAHEAD == 1u) {
+    }
+    if (VAHEAD == 1u) {
+        for (var i = 0u; i < SPTV; i++) {
             vr[i] = load_slot(true, lo, hi, kvh, lid + i * WG);
         }
     }
@@ -402,7 +417,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         workgroupBarrier();
     }
     for (var i = 0u; i < SPT; i++) {
-        store_slot(lid + i * WG, kr[i]);
+        store_slot(false, lid + i * WG, kr[i]);
     }
 
     let sbase = sb * SLD;
@@ -518,15 +533,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         }
         workgroupBarrier();
         // K consumed: stage this step's V, load the next V (VAHEAD 0: load this step's now).
-        for (var i = 0u; i < SPT; i++) {
+        for (var i = 0u; i < SPTV; i++) {
             if (VAHEAD == 1u) {
-                store_slot(lid + i * WG, vr[i]);
+                store_slot(true, lid + i * WG, vr[i]);
             } else {
-                store_slot(lid + i * WG, load_slot(true, kb, hi, kvh, lid + i * WG));
+                store_slot(true, lid + i * WG, load_slot(true, kb, hi, kvh, lid + i * WG));
             }
         }
         if (more && VAHEAD == 1u) {
-            for (var i = 0u; i < SPT; i++) {
+            for (var i = 0u; i < SPTV; i++) {
                 vr[i] = load_slot(true, nxt, hi, kvh, lid + i * WG);
             }
         }
@@ -723,7 +738,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
         workgroupBarrier();
         if (more) {
             for (var i = 0u; i < SPT; i++) {
-                store_slot(lid + i * WG, kr[i]);
+                store_slot(false, lid + i * WG, kr[i]);
             }
         }
     }

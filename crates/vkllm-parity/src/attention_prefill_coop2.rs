@@ -251,7 +251,7 @@ fn cases() -> Vec<Case> {
             scale: Some(0.0),
             ..case(45, 90, 45, (8, 8), 64, f16_, 2, None)
         }),
-        // V loaded as each step stages it (the default past head dim 128).
+        // V loaded as each step stages it (tuning `attn_coop_vahead=0`).
         v_staged(case(100, 161, 61, (16, 2), 256, f16_, 2, None)),
         v_staged(Case {
             qk: 8.0,

@@ -177,8 +177,9 @@ pub struct Tuning {
     /// `attn_coop_bk`.
     pub attn_coop_bk: u32,
     /// Model backends: the second prefill kernel loads V one step ahead into registers (`Some(true)`,
-    /// the reference), or as it stages it (`Some(false)`); `None`: ahead up to head dim 128,
-    /// as staged past it. Key `attn_coop_vahead` = auto | 0 | 1.
+    /// the reference), or as it stages it (`Some(false)`); `None`: ahead (measured faster at
+    /// head dims 128 and 256 since each workgroup loads only its value columns). Key
+    /// `attn_coop_vahead` = auto | 0 | 1.
     pub attn_coop_vahead: Option<bool>,
     /// Model backends: key `attn_f32_kv` = half | auto | direct.
     pub attn_f32_kv: F32KvPrefill,

@@ -56,7 +56,7 @@ impl VulkanBackend {
         let tile = tile
             .with_bk(t.attn_coop_bk, shape.head_dim, sg, shape.kv)
             .unwrap_or(tile);
-        let v_ahead = t.attn_coop_vahead.unwrap_or(shape.head_dim <= 128);
+        let v_ahead = t.attn_coop_vahead.unwrap_or(true);
         Some(CoopAttn2Tile { v_ahead, ..tile })
     }
 
