@@ -36,8 +36,10 @@ pub(crate) const ATTENTION_PREFILL: &str = concat!(
 );
 pub(crate) const ATTENTION_PREFILL_COOP: &str =
     include_str!("../shaders/attention_prefill_coop.wgsl");
-pub(crate) const ATTENTION_PREFILL_COOP2: &str =
-    include_str!("../shaders/attention_prefill_coop2.wgsl");
+pub(crate) const ATTENTION_PREFILL_COOP2: &str = concat!(
+    include_str!("../shaders/attention_prefill_coop2.wgsl"),
+    include_str!("../shaders/attention_prefill_coop2_out.inc.wgsl")
+);
 pub(crate) const DECODE_ADVANCE: &str = include_str!("../shaders/decode_advance.wgsl");
 pub(crate) const DEQUANT_F16: &str = concat!(
     include_str!("../shaders/dequant_f16.wgsl"),
@@ -163,6 +165,10 @@ mod tests {
             ("matvec_q8a.wgsl", super::MATVEC_Q8A),
             ("quantize_act_q8.wgsl", super::QUANTIZE_ACT_Q8),
             ("matmul_coop.wgsl", super::MATMUL_COOP),
+            (
+                "attention_prefill_coop2.wgsl",
+                super::ATTENTION_PREFILL_COOP2,
+            ),
             ("moe_experts_quant.wgsl", super::MOE_EXPERTS_QUANT),
             ("moe_experts_grouped.wgsl", super::MOE_EXPERTS_GROUPED),
             ("moe_experts_coop.wgsl", super::MOE_EXPERTS_COOP),
