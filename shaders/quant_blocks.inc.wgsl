@@ -11,8 +11,8 @@
 // every read goes through `byte_at`, `u16_at`, `u32_at` or `load16`, which assemble unaligned
 // fields from the words they straddle.
 // `dequant16` returns 16 consecutive elements exactly as vkllm-cpu's `dequantize_row` computes
-// them (same f32 operations in the same order; every scale product is exact in f32, so FMA
-// contraction cannot change them).
+// them (same f32 operations in the same order, the integer codes reaching f32 exactly through
+// `u2f`; every scale product is exact in f32, so FMA contraction cannot change them).
 
 override QTYPE: u32 = 8;
 override BLOCK: u32 = 32;
@@ -35,7 +35,11 @@ fn u16_at(off: u32) -> u32 {
 // block scales are often f16 subnormals (Q4_K/Q6_K super-block scales of small weights fall
 // below 2^-14), and Vulkan lets implementations flush 16-bit denormals. Exact for every input.
 fn f16_at(off: u32) -> f32 {
-    let h = u16_at(off);
+    return f16_bits(u16_at(off));
+}
+
+// The f16 with bits h (low 16) as f32, as `f16_at`.
+fn f16_bits(h: u32) -> f32 {
     let e = (h >> 10u) & 31u;
     let m = h & 1023u;
     if (e == 0u) {
@@ -57,12 +61,14 @@ fn u32_at(off: u32) -> u32 {
     return (wd(i) >> sh) | (wd(i + 1u) << (32u - sh));
 }
 
-fn byte_of(v: vec4<u32>, i: u32) -> u32 {
-    return (v[i >> 2u] >> ((i & 3u) * 8u)) & 0xffu;
+// An integer below 2^23 as f32 without a conversion instruction (those issue at a fraction of
+// the ALU rate on some GPUs): the bits 0x4B000000 | v are the float 2^23 + v, exactly.
+fn u2f(v: u32) -> f32 {
+    return bitcast<f32>(v | 0x4B000000u) - 8388608.0;
 }
 
-fn sbyte_of(v: vec4<u32>, i: u32) -> i32 {
-    return extractBits(bitcast<i32>(v[i >> 2u]), (i & 3u) * 8u, 8u);
+fn byte_of(v: vec4<u32>, i: u32) -> u32 {
+    return (v[i >> 2u] >> ((i & 3u) * 8u)) & 0xffu;
 }
 
 // The 6-bit (scale, min) of sub-block s (0..8) of a Q4_K/Q5_K block's 12 scale bytes at `sc`.
@@ -91,9 +97,9 @@ fn dequant16(blk: u32, q: u32) -> array<f32, 16> {
         for (var i = 0u; i < 16u; i++) {
             let nib = (byte_of(qs, i) >> (4u * q)) & 15u;
             if (QTYPE == 2u) {
-                o[i] = d * f32(i32(nib) - 8);
+                o[i] = d * (u2f(nib) - 8.0);
             } else if (QTYPE == 3u) {
-                o[i] = d * f32(nib) + m;
+                o[i] = d * u2f(nib) + m;
             } else {
                 o[i] = d * KV[nib];
             }
@@ -113,9 +119,9 @@ fn dequant16(blk: u32, q: u32) -> array<f32, 16> {
             let nib = (byte_of(qs, i) >> (4u * q)) & 15u;
             let v = nib | (((qh >> (16u * q + i)) & 1u) << 4u);
             if (QTYPE == 6u) {
-                o[i] = d * f32(i32(v) - 16);
+                o[i] = d * (u2f(v) - 16.0);
             } else {
-                o[i] = d * f32(v) + m;
+                o[i] = d * u2f(v) + m;
             }
         }
     } else if (QTYPE == 8u) {
@@ -123,7 +129,7 @@ fn dequant16(blk: u32, q: u32) -> array<f32, 16> {
         let d = f16_at(blk);
         let qs = load16(blk + 2u + 16u * q);
         for (var i = 0u; i < 16u; i++) {
-            o[i] = f32(sbyte_of(qs, i)) * d;
+            o[i] = (u2f(byte_of(qs, i) ^ 0x80u) - 128.0) * d;
         }
     } else if (QTYPE == 10u) {
         // Q2_K: scales[16], qs[64], d, dmin; element 128 h + 32 j + l.
@@ -134,7 +140,7 @@ fn dequant16(blk: u32, q: u32) -> array<f32, 16> {
         let dl = f16_at(blk + 80u) * f32(sc & 15u);
         let ml = f16_at(blk + 82u) * f32(sc >> 4u);
         for (var i = 0u; i < 16u; i++) {
-            o[i] = dl * f32((byte_of(qs, i) >> (2u * j)) & 3u) - ml;
+            o[i] = dl * u2f((byte_of(qs, i) >> (2u * j)) & 3u) - ml;
         }
     } else if (QTYPE == 11u) {
         // Q3_K: hmask[32], qs[64], scales[12], d.
@@ -147,9 +153,9 @@ fn dequant16(blk: u32, q: u32) -> array<f32, 16> {
         let hi = (byte_at(blk + 104u + q % 4u) >> (2u * (q / 4u))) & 3u;
         let dl = f16_at(blk + 108u) * f32(i32(lo | (hi << 4u)) - 32);
         for (var i = 0u; i < 16u; i++) {
-            let lo2 = i32((byte_of(qs, i) >> (2u * j)) & 3u);
+            let lo2 = u2f((byte_of(qs, i) >> (2u * j)) & 3u);
             let hbit = (byte_of(hm, i) >> (q / 2u)) & 1u;
-            o[i] = dl * f32(select(lo2 - 4, lo2, hbit == 1u));
+            o[i] = dl * select(lo2 - 4.0, lo2, hbit == 1u);
         }
     } else if (QTYPE == 12u || QTYPE == 13u) {
         // Q4_K, Q5_K: d, dmin, scales[12], (Q5_K: qh[32]), qs[128]; sub-block s = q / 2.
@@ -167,7 +173,7 @@ fn dequant16(blk: u32, q: u32) -> array<f32, 16> {
         let qs = load16(qoff + 32u * (s / 2u) + half);
         for (var i = 0u; i < 16u; i++) {
             let v = ((byte_of(qs, i) >> (4u * (s % 2u))) & 15u) | (((byte_of(qh, i) >> s) & 1u) << 4u);
-            o[i] = d1 * f32(v) - m1;
+            o[i] = d1 * u2f(v) - m1;
         }
     } else if (QTYPE == 14u) {
         // Q6_K: ql[128], qh[64], scales[16] (i8), d; element 128 h + 32 k + l.
@@ -181,7 +187,7 @@ fn dequant16(blk: u32, q: u32) -> array<f32, 16> {
         for (var i = 0u; i < 16u; i++) {
             let lo = (byte_of(ql, i) >> (4u * (k / 2u))) & 15u;
             let hi = (byte_of(qh, i) >> (2u * k)) & 3u;
-            o[i] = ds * f32(i32(lo | (hi << 4u)) - 32);
+            o[i] = ds * (u2f(lo | (hi << 4u)) - 32.0);
         }
     } else if (QTYPE == 23u) {
         // IQ4_XS: d, scales_h (u16), scales_l[4], qs[128]; sub-block ib = q / 2.

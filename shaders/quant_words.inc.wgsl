@@ -1,5 +1,5 @@
 // Shared by the kernels that read quantized weights as 4-byte words through `fn wd(i: u32) ->
-// u32` (mat_quant.wgsl, matmul_coop.wgsl, matvec_rows.wgsl, moe_experts_quant.wgsl,
+// u32` (mat_quant.wgsl, matmul_coop.wgsl, matmul_narrow.wgsl, matvec_rows.wgsl, moe_experts_quant.wgsl,
 // dequant_f16.wgsl): quant_blocks.inc.wgsl's `load16`, and where a 16-element unit starts. Not a
 // kernel on its own: appended to each file that names it in a `// #include quant_words.inc.wgsl`
 // line (with quant_blocks.inc.wgsl, whose BLOCK and TS it uses).

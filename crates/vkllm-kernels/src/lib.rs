@@ -44,6 +44,7 @@ pub mod logprobs;
 pub mod mat_quant;
 pub mod matmul;
 pub mod matmul_coop;
+pub mod matmul_narrow;
 pub mod matvec;
 pub mod matvec_fused;
 pub mod matvec_q8a;
@@ -83,6 +84,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &matvec_rows::MATVEC_ROWS,
         &matmul::MATMUL,
         &matmul_coop::MATMUL_COOP,
+        &matmul_narrow::MATMUL_NARROW,
         &mat_quant::MATVEC_QUANT,
         &mat_quant::MATMUL_QUANT,
         &mat_quant::EMBEDDING_QUANT,

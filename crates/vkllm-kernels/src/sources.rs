@@ -75,6 +75,11 @@ pub(crate) const MAT_QUANT: &str = concat!(
     include_str!("../shaders/quant_words.inc.wgsl")
 );
 pub(crate) const MATMUL: &str = include_str!("../shaders/matmul.wgsl");
+pub(crate) const MATMUL_NARROW: &str = concat!(
+    include_str!("../shaders/matmul_narrow.wgsl"),
+    include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/quant_words.inc.wgsl")
+);
 pub(crate) const MATMUL_COOP: &str = concat!(
     include_str!("../shaders/matmul_coop.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
@@ -165,6 +170,7 @@ mod tests {
             ("matvec_q8a.wgsl", super::MATVEC_Q8A),
             ("quantize_act_q8.wgsl", super::QUANTIZE_ACT_Q8),
             ("matmul_coop.wgsl", super::MATMUL_COOP),
+            ("matmul_narrow.wgsl", super::MATMUL_NARROW),
             (
                 "attention_prefill_coop2.wgsl",
                 super::ATTENTION_PREFILL_COOP2,

@@ -26,6 +26,7 @@ mod mat;
 mod matmul_coop;
 mod matmul_coop_glu;
 mod matmul_coop_group;
+mod matmul_narrow;
 mod matvec_fused;
 mod moe_experts_grouped;
 mod moe_experts_q8a;
@@ -127,6 +128,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("matmul_coop", matmul_coop::matmul_coop),
     ("matmul_coop_group", matmul_coop_group::matmul_coop_group),
     ("matmul_coop_glu", matmul_coop_glu::matmul_coop_glu),
+    ("matmul_narrow", matmul_narrow::matmul_narrow),
     ("matvec_fused_float", matvec_fused::matvec_fused_float),
     ("matvec_fused_legacy", matvec_fused::matvec_fused_legacy),
     ("matvec_fused_kquant", matvec_fused::matvec_fused_kquant),

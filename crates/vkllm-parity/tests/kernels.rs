@@ -77,6 +77,7 @@ parity_tests!(
     matmul_coop,
     matmul_coop_group,
     matmul_coop_glu,
+    matmul_narrow,
     matvec_fused_float,
     matvec_fused_legacy,
     matvec_fused_kquant,

@@ -130,6 +130,11 @@ pub fn bench_matmul_with(
                 t.wm,
                 t.wn
             ),
+            MatmulKernel::Narrow(c) => format!(
+                "matmul narrow split {}{}",
+                c.split,
+                if c.x_f16 { " x16" } else { "" }
+            ),
             MatmulKernel::CoopWith(c) => format!(
                 "matmul coop {}x{} ({}x{} sg, {}x{} tiles) bk {} split {} stages {}",
                 c.tile.bm(),

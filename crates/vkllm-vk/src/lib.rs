@@ -22,12 +22,14 @@ mod buffer;
 mod coop_dequant;
 mod coop_split;
 mod coopmat;
+mod decode_route;
 mod device;
 mod error;
 mod info;
 mod instance;
 mod matmul_glu;
 mod matmul_group;
+mod matmul_narrow;
 mod pipeline;
 mod pipeline_stats;
 mod recorder;
@@ -47,6 +49,7 @@ pub use coop_split::{
     split_target as coop_split_target, with_split as coop_with_split,
 };
 pub use coopmat::{CoopComponent, CoopMatShape};
+pub use decode_route::{decode_columns_max, fused_matvec_impl, moe_q8a_runs};
 pub use device::{Device, DeviceOptions};
 pub use error::{Error, Result};
 pub use info::{DeviceChoice, DeviceInfo, DeviceKind, Heap, Limits, list_devices, select};
@@ -55,12 +58,13 @@ pub use instance::{
 };
 pub use matmul_glu::glu_config as coop_glu_config;
 pub use matmul_group::{group_config as coop_group_config, group_step as coop_group_step};
+pub use matmul_narrow::narrow_config;
 pub use pipeline::{Pipeline, PipelineCacheMode};
 pub use recorder::{DispatchTiming, Recorder, Recording, RecordingCache};
 pub use recycle::MAX_SPARES;
 pub use tensor::{
-    COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, MatvecPlan, Tensor, TensorPart, decode_columns_max,
-    default_matvec_layout, fused_matvec_impl, moe_q8a_runs,
+    COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, MatvecPlan, Tensor, TensorPart,
+    default_matvec_layout,
 };
 pub use tuning::{
     CoopGroup, DecodeAttn, F32KvPrefill, PrefillAttn, SPLIT_SUBMIT_FIRST, SplitK, TUNING_KEYS,

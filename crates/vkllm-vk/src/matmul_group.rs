@@ -132,8 +132,12 @@ impl Recorder {
             true => WeightType::F16,
             false => f.dtype,
         };
+        // Few-token products run apart on `matmul_narrow` (matmul_narrow.rs).
+        let narrow = kernel == MatmulKernel::Auto
+            && crate::matmul_narrow::narrow_config(self.device(), f.dtype, f.rows, n, f.cols)
+                .is_some();
         let cfg = match f.parts.len() {
-            1 => group_config(self.device(), dtype, &rows, n, f.cols, kernel),
+            1 if !narrow => group_config(self.device(), dtype, &rows, n, f.cols, kernel),
             _ => None,
         };
         let Some(c) = cfg else {

@@ -7,6 +7,7 @@ use vkllm_kernels::WeightType;
 use vkllm_kernels::embedding::{Embedding, EmbeddingShape};
 use vkllm_kernels::matmul::Matmul;
 use vkllm_kernels::matmul_coop::{CoopConfig, CoopTile, MatmulCoop};
+use vkllm_kernels::matmul_narrow::NarrowConfig;
 use vkllm_kernels::matvec::{MatShape, Matvec};
 use vkllm_kernels::matvec_fused::{
     Epilogue, MatvecFused, MatvecImpl, MatvecOp, MatvecPart, MatvecTuning, NormPrologue,
@@ -15,6 +16,7 @@ use vkllm_kernels::matvec_rows::MatvecLayout;
 
 use crate::Error;
 use crate::buffer::{BufSlice, Buffer, MemoryKind};
+use crate::decode_route::fused_matvec_impl;
 use crate::device::Device;
 use crate::error::Result;
 use crate::recorder::Recorder;
@@ -172,6 +174,9 @@ pub enum MatmulKernel {
     /// `matmul_coop.wgsl` with this launch (K step, split-K; an error on devices without
     /// cooperative matrices or where it does not fit).
     CoopWith(CoopConfig),
+    /// `matmul_narrow.wgsl` with this launch (an error on devices without cooperative matrices
+    /// or for shapes it does not take).
+    Narrow(NarrowConfig),
 }
 
 /// Fewest tokens for which [`MatmulKernel::Auto`] takes the cooperative-matrix kernel (its
@@ -182,59 +187,6 @@ pub const COOP_MIN_N: usize = 16;
 /// the smallest: about one workgroup per multiprocessor of a large GPU (132 SMs). At n = 512,
 /// 4096 and 3072 rows then take 128 x 128 tiles and 1024 rows 64 x 64 (docs/benchmarks.md).
 pub const COOP_MIN_GROUPS: usize = 96;
-
-/// The kernel [`Recorder::matvec`] and [`Recorder::matvec_fused`] (the decode graph's matvecs)
-/// use on `dev`:
-/// [`crate::Tuning::matvec`], else [`MatvecImpl::Int8`] on GPUs (int8 dot products over
-/// activations quantized per 32 for Q8_0/Q4_0/Q4_K/Q6_K weights, the fast kernel for the other
-/// types: much faster quantized decode, docs/benchmarks-history.md) and [`MatvecImpl::Fast`] on
-/// CPU devices (lavapipe), whose own matvec layout is tuned for them. `matvec=fast` keeps the
-/// exact kernel everywhere.
-pub fn fused_matvec_impl(dev: &crate::Device) -> MatvecImpl {
-    dev.tuning()
-        .matvec
-        .unwrap_or(if dev.info().kind == crate::info::DeviceKind::Cpu {
-            MatvecImpl::Fast
-        } else {
-            MatvecImpl::Int8
-        })
-}
-
-/// Whether the per-row MoE expert products of `s` run on int8 dot products
-/// ([`vkllm_kernels::moe_experts_q8a`]) on `dev`: the tuning's `moe_q8a`, the device runs the
-/// int8 matvec ([`fused_matvec_impl`], integer dot products, subgroups of 4+ lanes, the kernel's
-/// shared memory) and the kernel takes the shape.
-pub fn moe_q8a_runs(
-    dev: &crate::Device,
-    s: &vkllm_kernels::moe_experts_quant::MoeQuantShape,
-) -> bool {
-    dev.tuning().moe_q8a
-        && fused_matvec_impl(dev) == MatvecImpl::Int8
-        && dev.int8_dot()
-        && dev.info().min_subgroup_size >= 4
-        && dev.info().limits.max_shared_memory as usize >= vkllm_kernels::matvec_q8a::SHARED_BYTES
-        && vkllm_kernels::moe_experts_q8a::supported(s)
-}
-
-/// The most tokens one decode product of a `dtype` weight with rows of `cols` elements takes
-/// through the multi-column matvec on `dev` ([`Recorder::matvec_fused`]; more take the matmul):
-/// the tuning's `decode_int8_max_n` where the int8 kernel runs it on quantized x (tuning
-/// `q8a_xg`; at least [`vkllm_kernels::matvec_fused::MAX_COLUMNS`]), else `MAX_COLUMNS`.
-pub fn decode_columns_max(dev: &crate::Device, dtype: WeightType, cols: usize) -> usize {
-    let mc = vkllm_kernels::matvec_fused::MAX_COLUMNS;
-    let int8 = dev.tuning().q8a_xg
-        && fused_matvec_impl(dev) == MatvecImpl::Int8
-        && dev.int8_dot()
-        && dev.info().min_subgroup_size >= 4
-        && vkllm_kernels::matvec_q8a::TYPES.contains(&dtype)
-        && cols > 0
-        && cols.is_multiple_of(dtype.block_size());
-    if int8 {
-        (dev.tuning().decode_int8_max_n as usize).max(mc)
-    } else {
-        mc
-    }
-}
 
 /// What a [`Recorder::matvec_fused`] computes besides `y = W x` (see
 /// [`vkllm_kernels::matvec_fused`]).
@@ -647,6 +599,16 @@ impl Recorder {
         kernel: MatmulKernel,
     ) -> Result<()> {
         let dev = self.device().clone();
+        let narrow = match kernel {
+            MatmulKernel::Narrow(c) if dev.coopmat() => Some(c),
+            MatmulKernel::Auto => {
+                crate::matmul_narrow::narrow_config(&dev, w.dtype, w.rows, n, w.cols)
+            }
+            _ => None,
+        };
+        if let Some(c) = narrow {
+            return self.matmul_narrow(w, x, n, y, accumulate, c);
+        }
         for p in &w.parts {
             let sg = dev.info().subgroup_size;
             let cfg = match kernel {
@@ -661,7 +623,9 @@ impl Recorder {
                     sg,
                     COOP_MIN_GROUPS,
                 ),
-                MatmulKernel::Coop(_) | MatmulKernel::CoopWith(_) if !dev.coopmat() => {
+                MatmulKernel::Coop(_) | MatmulKernel::CoopWith(_) | MatmulKernel::Narrow(_)
+                    if !dev.coopmat() =>
+                {
                     return Err(Error::MissingFeature {
                         device: dev.info().name.clone(),
                         feature: "cooperative matrices (VK_KHR_cooperative_matrix, f16 16x16x16) \
@@ -671,6 +635,8 @@ impl Recorder {
                 }
                 MatmulKernel::Coop(t) => Some(CoopConfig::plain(t)),
                 MatmulKernel::CoopWith(c) => Some(c),
+                // (Recorded above.)
+                MatmulKernel::Narrow(_) => None,
             };
             let mut shape = w.shape(p, accumulate);
             // A quantized weight may be multiplied as its f16 copy (coop_dequant.rs), with the

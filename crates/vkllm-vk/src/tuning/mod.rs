@@ -112,6 +112,17 @@ pub struct Tuning {
     /// Cooperative-matrix prefill matmuls where the device has them; `false` keeps the portable
     /// kernels (the reference). Key `coopmat`.
     pub coopmat: bool,
+    /// Quantized products of 2 to this many tokens (at most 64; 0: never) that reach the
+    /// matmul take the few-token cooperative kernel (`matmul_narrow`) instead of `matmul_coop`.
+    /// Key `coop_narrow`.
+    pub coop_narrow: u32,
+    /// Split-K of those launches; `None`: two workgroups per multiprocessor. Key
+    /// `coop_narrow_split` = auto | 1..=16.
+    pub coop_narrow_split: Option<u32>,
+    /// Decode products of Q4_K weights that `matmul_narrow` reads straight into registers take
+    /// it from this many tokens on (below: the int8 matvec up to `decode_int8_max_n`). Key
+    /// `coop_narrow_min` (2..=65; 65: never in decode).
+    pub coop_narrow_min: u32,
     /// Key `splitk` = auto | off | N (target workgroups).
     pub splitk: SplitK,
     /// K step of automatic cooperative launches (32 or 64). Key `coop_bk`.
@@ -263,6 +274,9 @@ impl Default for Tuning {
             q8a_xg_rows: 0,
             decode_int8_max_n: 16,
             coopmat: true,
+            coop_narrow: 32,
+            coop_narrow_split: None,
+            coop_narrow_min: 9,
             splitk: SplitK::Auto,
             coop_bk: 64,
             coop_direct: true,
@@ -336,6 +350,9 @@ pub const TUNING_KEYS: &[&str] = &[
     "q8a_xg_lanes",
     "q8a_xg_rows",
     "decode_int8_max_n",
+    "coop_narrow",
+    "coop_narrow_split",
+    "coop_narrow_min",
     "coopmat",
     "splitk",
     "coop_bk",

@@ -1,0 +1,95 @@
+//! Few-token products of quantized weights on `matmul_narrow` ([`Recorder::matmul_narrow`]):
+//! batched decode steps of 17-64 rows and short prompt chunks, where `matmul_coop`'s 64-token
+//! tiles are mostly padding and its per-step loads keep too few weight bytes in flight.
+
+use vkllm_kernels::WeightType;
+use vkllm_kernels::matmul_narrow::{MAX_N, MatmulNarrow, NarrowConfig, direct_q4k, supported};
+
+use crate::buffer::BufSlice;
+use crate::error::Result;
+use crate::recorder::Recorder;
+use crate::tensor::Tensor;
+
+/// The launch [`crate::MatmulKernel::Auto`] takes for `rows` x `n` outputs over `cols` columns
+/// of `dtype` weights on `dev`, or `None` where the kernel does not apply: cooperative matrices
+/// off, `n` outside `2..=`[`crate::Tuning::coop_narrow`] (at most [`MAX_N`]), a weight type or
+/// subgroup size the kernel does not take. Split-K from [`crate::Tuning::coop_narrow_split`], by
+/// default enough workgroups for two per multiprocessor; X as f16 where
+/// [`crate::Tuning::coop_x_f16`] (one conversion shared by the products of one source).
+pub fn narrow_config(
+    dev: &crate::Device,
+    dtype: WeightType,
+    rows: usize,
+    n: usize,
+    cols: usize,
+) -> Option<NarrowConfig> {
+    let t = dev.tuning();
+    let sg = dev.info().subgroup_size;
+    let on = dev.coopmat()
+        && (2..=(t.coop_narrow as usize).min(MAX_N)).contains(&n)
+        && supported(dtype, cols, sg);
+    if !on {
+        return None;
+    }
+    let cu = dev.info().compute_units.unwrap_or(64);
+    let split = t
+        .coop_narrow_split
+        .unwrap_or_else(|| NarrowConfig::auto_split(rows, cols, cu, 2));
+    Some(NarrowConfig {
+        split,
+        x_f16: t.coop_x_f16 && cols.is_multiple_of(8),
+    })
+}
+
+/// Whether a decode product of `n` tokens of `dtype` weights with rows of `cols` takes
+/// `matmul_narrow` with Q4_K read straight into registers on `dev` (the case measured faster than
+/// the int8 matvec at 16 tokens).
+pub(crate) fn direct_applies(
+    dev: &crate::Device,
+    dtype: WeightType,
+    n: usize,
+    cols: usize,
+) -> bool {
+    dtype == WeightType::Q4_K
+        && direct_q4k(dtype, dev.info().subgroup_size)
+        && narrow_config(dev, dtype, 4096, n, cols).is_some()
+}
+
+impl Recorder {
+    /// `Y[n, rows] (+)= X[n, cols] W^T` over every part of `w` on `matmul_narrow` with `cfg`
+    /// (see [`narrow_config`]); an error where the kernel does not take the shape.
+    pub fn matmul_narrow(
+        &mut self,
+        w: &Tensor,
+        x: BufSlice<'_>,
+        n: usize,
+        y: BufSlice<'_>,
+        accumulate: bool,
+        cfg: NarrowConfig,
+    ) -> Result<()> {
+        let sg = self.device().info().subgroup_size;
+        let half = match cfg.x_f16 {
+            true => Some(self.half_x(x, n * w.cols)?),
+            false => None,
+        };
+        let x = match &half {
+            Some(h) => h.all(),
+            None => x,
+        };
+        for p in &w.parts {
+            let shape = w.shape(p, accumulate);
+            let (pb, cb) = cfg.scratch_bytes(p.rows, n);
+            // (The kernel binds the counters even unsplit: at least one word.)
+            let (buf, ctr) = self.split_slot(pb, cb.max(4))?;
+            let scratch = crate::coop_split::scratch_slices(&buf, ctr)?;
+            let d = MatmulNarrow {
+                w: p.buffer.all(),
+                x,
+                y,
+            }
+            .dispatch(&shape, n, w.rows, sg, &cfg, scratch)?;
+            self.dispatch(d)?;
+        }
+        Ok(())
+    }
+}
