@@ -21,8 +21,8 @@ diagnostic(off, derivative_uniformity);
 // step is dequantized from shared memory in sub-chunks of KC = 64 elements by the shared
 // `dequant16` (through this file's `wd`) into an f16 tile `nm_b` [64 rows][KC + 8], X's
 // sub-chunk is staged beside it as f16 (`nm_x` [MT * 16 tokens][KC + 8]), and every subgroup
-// multiplies its rows by all token tiles. Q4_K with 128 invocations (QDIRECT = 1) skips the
-// raw staging: each invocation loads its row's block header and quant bytes with 16-byte loads
+// multiplies its rows by all token tiles. Q4_K with 128 invocations (entry point `main_q4k`)
+// skips the raw staging: each invocation loads its row's block header and quant bytes with 16-byte loads
 // (`w4`) a step ahead and decodes them from registers. f16 X (XH = 1) is loaded into registers
 // a sub-chunk ahead. Split-K (SPLIT > 1, grid z): workgroup z walks only
 // its share of the raw steps.
@@ -32,7 +32,7 @@ diagnostic(off, derivative_uniformity);
 // "last block" pattern of matmul_coop.wgsl; it resets the counter) sums the partials in split
 // order, so the result does not depend on which workgroup ran first.
 // Shared memory: 4416 words of raw blocks (64 rows x up to 69 words: Q8_0's 272 bytes per step)
-// + 2 x 64 x 18 vec4<f16> tiles = 36 KiB.
+// + 2 x 64 x 18 vec4<f16> tiles = 36 KiB (`main_q4k`: the tiles alone, 18 KiB).
 // Precision: as matmul_coop: X and the dequantized W rounded to f16, f32 accumulation.
 
 override SG: u32 = 32;
@@ -49,8 +49,6 @@ override NSLOT: u32 = 5;
 override SPLIT: u32 = 1;
 // X as f16 pairs (XH = 1, `to_f16.wgsl`'s layout) or f32.
 override XH: u32 = 0;
-// Q4_K read straight into registers (1; see `nm_q4k_fetch`) instead of staged raw.
-override QDIRECT: u32 = 0;
 
 const BN: u32 = 64u;
 const RK: u32 = 256u;
@@ -231,6 +229,52 @@ fn nm_dequant_q4k(lid: u32, r0: u32, k0: u32, ks: u32, ke: u32) {
                                    u2f((hi >> 16u) & 0xffu), u2f(hi >> 24u));
                 nm_b[o + w] = vec4<f16>(dl * fl - ml);
                 nm_b[o + 8u + w] = vec4<f16>(dh * fh - mh);
+            }
+        } else {
+            for (var w = 0u; w < 4u; w++) {
+                nm_b[o + w] = vec4<f16>(0.0);
+                nm_b[o + 8u + w] = vec4<f16>(0.0);
+            }
+        }
+    }
+}
+
+// Q6_K (QTYPE 14) form of `nm_dequant`: 128 tasks of 32 elements, row lr and half t: elements
+// l = 16 t .. 16 t + 16 of both 32-element groups k0 = 2 (j % 2) and k0 + 1 of half h = j / 2 of
+// the block (quant bytes ql at 64 h + 16 t and 64 h + 32 + 16 t, nibble j % 2; high bits qh at
+// 128 + 32 h + 16 t, bits 2 k0 and 2 k0 + 2; scales 8 h + 2 k0 + t and + 2). Same values as
+// `dequant16`.
+fn nm_dequant_q6k(lid: u32, r0: u32, k0: u32, ks: u32, ke: u32) {
+    let rb = nm_rb();
+    for (var u = lid; u < BN * 2u; u += NWG) {
+        let lr = u / 2u;
+        let t = u % 2u;
+        let r = r0 + lr;
+        let o = lr * LDV + 4u * t;
+        if (r < p.rows && ks < ke) {
+            nm_sh = lr * RW - nm_g0(r, k0);
+            let blk = r * rb + (ks / 256u) * 210u;
+            let j = (ks % 256u) / 64u;
+            let h = j / 2u;
+            let nib = 4u * (j % 2u);
+            let kb = 2u * (j % 2u);
+            let ql0 = load16(blk + 64u * h + 16u * t);
+            let ql1 = load16(blk + 64u * h + 32u + 16u * t);
+            let qh = load16(blk + 128u + 32u * h + 16u * t);
+            let d = f16_at(blk + 208u);
+            let sc = blk + 192u + 8u * h + 2u * kb + t;
+            let ds0 = d * f32(extractBits(i32(byte_at(sc)), 0u, 8u));
+            let ds1 = d * f32(extractBits(i32(byte_at(sc + 2u)), 0u, 8u));
+            for (var w = 0u; w < 4u; w++) {
+                let a = ((ql0[w] >> nib) & 0x0f0f0f0fu) | (((qh[w] >> (2u * kb)) & 0x03030303u) << 4u);
+                let b = ((ql1[w] >> nib) & 0x0f0f0f0fu)
+                    | (((qh[w] >> (2u * kb + 2u)) & 0x03030303u) << 4u);
+                let fa = vec4<f32>(u2f(a & 0xffu), u2f((a >> 8u) & 0xffu), u2f((a >> 16u) & 0xffu),
+                                   u2f(a >> 24u));
+                let fb = vec4<f32>(u2f(b & 0xffu), u2f((b >> 8u) & 0xffu), u2f((b >> 16u) & 0xffu),
+                                   u2f(b >> 24u));
+                nm_b[o + w] = vec4<f16>(ds0 * (fa - 32.0));
+                nm_b[o + 8u + w] = vec4<f16>(ds1 * (fb - 32.0));
             }
         } else {
             for (var w = 0u; w < 4u; w++) {
@@ -423,97 +467,28 @@ fn nm_write(tile: u32, sg: u32, lane: u32, rs: u32) {
     }
 }
 
-@compute @workgroup_size(NWG)
-fn main(@builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32,
-        @builtin(subgroup_id) sg: u32,
-        @builtin(subgroup_invocation_id) lane: u32) {
-    let r0 = wid.x * BN;
-    let rs = r0 + 16u * sg;
-    // This workgroup's raw steps: [kb, ke) of K.
+// This workgroup's share of K: [x, y) of whole raw steps (all of K without split-K).
+fn nm_share(z: u32) -> vec2<u32> {
     let steps = (p.cols + RK - 1u) / RK;
     let share = (steps + SPLIT - 1u) / SPLIT;
-    let kb = min(wid.z * share, steps) * RK;
-    let ke = min(kb + share * RK, p.cols);
-    var c0: coop_mat16x16<f32, C>;
-    var c1: coop_mat16x16<f32, C>;
-    var c2: coop_mat16x16<f32, C>;
-    var c3: coop_mat16x16<f32, C>;
-    if (kb < ke) {
-        if (QDIRECT == 1u) {
-            nm_q4k_fetch(lid, r0, kb);
-        } else {
-            nm_fetch(lid, r0, kb);
-            nm_stash(lid);
-        }
-        if (XH == 1u) {
-            nm_xfetch(lid, kb, ke);
-        }
+    let kb = min(z * share, steps) * RK;
+    return vec2<u32>(kb, min(kb + share * RK, p.cols));
+}
+
+// X's sub-chunk at ks into nm_x (f16 X: from the registers loaded a sub-chunk ahead, whose
+// loads for the next sub-chunk then go out).
+fn nm_x_phase(lid: u32, ks: u32, ke: u32) {
+    if (XH == 1u) {
+        nm_xstash(lid);
+        nm_xfetch(lid, ks + KC, ke);
+    } else {
+        nm_stage_x(lid, ks, ke);
     }
-    workgroupBarrier();
-    for (var k0 = kb; k0 < ke; k0 += RK) {
-        let kn = k0 + RK;
-        if (QDIRECT == 1u) {
-            nm_q4k_advance();
-            if (kn < ke) {
-                nm_q4k_fetch(lid, r0, kn);
-            }
-        } else if (kn < ke) {
-            nm_fetch(lid, r0, kn);
-        }
-        for (var ks = k0; ks < k0 + RK; ks += KC) {
-            if (QDIRECT == 1u) {
-                let j = (ks - k0) / KC;
-                let live = ks < ke;
-                if (j == 0u) {
-                    nm_q4k_put(lid, r0, 0u, nm_q0, live);
-                } else if (j == 1u) {
-                    nm_q4k_put(lid, r0, 1u, nm_q1, live);
-                } else if (j == 2u) {
-                    nm_q4k_put(lid, r0, 2u, nm_q2, live);
-                } else {
-                    nm_q4k_put(lid, r0, 3u, nm_q3, live);
-                }
-            } else if (QTYPE == 12u) {
-                nm_dequant_q4k(lid, r0, k0, ks, ke);
-            } else {
-                nm_dequant(lid, r0, k0, ks, ke);
-            }
-            if (XH == 1u) {
-                // This sub-chunk's X (loaded a sub-chunk ahead) goes in; the next one's loads go out.
-                nm_xstash(lid);
-                nm_xfetch(lid, ks + KC, ke);
-            } else {
-                nm_stage_x(lid, ks, ke);
-            }
-            workgroupBarrier();
-            for (var kk = 0u; kk < KC / 4u; kk += 4u) {
-                let b = coopLoad<coop_mat16x16<f16, B>>(&nm_b[16u * sg * LDV + kk], LDV);
-                let a0 = coopLoadT<coop_mat16x16<f16, A>>(&nm_x[kk], LDV);
-                c0 = coopMultiplyAdd(a0, b, c0);
-                if (MT > 1u) {
-                    let a1 = coopLoadT<coop_mat16x16<f16, A>>(&nm_x[16u * LDV + kk], LDV);
-                    c1 = coopMultiplyAdd(a1, b, c1);
-                }
-                if (MT > 2u) {
-                    let a2 = coopLoadT<coop_mat16x16<f16, A>>(&nm_x[32u * LDV + kk], LDV);
-                    c2 = coopMultiplyAdd(a2, b, c2);
-                }
-                if (MT > 3u) {
-                    let a3 = coopLoadT<coop_mat16x16<f16, A>>(&nm_x[48u * LDV + kk], LDV);
-                    c3 = coopMultiplyAdd(a3, b, c3);
-                }
-            }
-            workgroupBarrier();
-        }
-        if (QDIRECT == 0u) {
-            if (kn < ke) {
-                nm_stash(lid);
-            }
-            workgroupBarrier();
-        }
-    }
-    // Epilogue: partials out, then Y from them (SPLIT = 1: this workgroup's own).
+}
+
+// Epilogue: partials out, then Y from them (SPLIT = 1: this workgroup's own).
+fn nm_epilogue(c0: coop_mat16x16<f32, C>, c1: coop_mat16x16<f32, C>, c2: coop_mat16x16<f32, C>,
+               c3: coop_mat16x16<f32, C>, wid: vec3<u32>, lid: u32, sg: u32, lane: u32) {
     let tile = wid.x;
     let pb = nm_part_base(tile, wid.z, sg);
     coopStoreT(c0, &part[pb], 16u);
@@ -534,5 +509,132 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             atomicStore(&ctr[tile], 0u);
         }
     }
-    nm_write(tile, sg, lane, rs);
+    nm_write(tile, sg, lane, wid.x * BN + 16u * sg);
+}
+
+// Every type through the raw staging (entry point `main`).
+@compute @workgroup_size(NWG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32,
+        @builtin(subgroup_id) sg: u32,
+        @builtin(subgroup_invocation_id) lane: u32) {
+    let r0 = wid.x * BN;
+    let kr = nm_share(wid.z);
+    let kb = kr.x;
+    let ke = kr.y;
+    var c0: coop_mat16x16<f32, C>;
+    var c1: coop_mat16x16<f32, C>;
+    var c2: coop_mat16x16<f32, C>;
+    var c3: coop_mat16x16<f32, C>;
+    if (kb < ke) {
+        nm_fetch(lid, r0, kb);
+        nm_stash(lid);
+        if (XH == 1u) {
+            nm_xfetch(lid, kb, ke);
+        }
+    }
+    workgroupBarrier();
+    for (var k0 = kb; k0 < ke; k0 += RK) {
+        let kn = k0 + RK;
+        if (kn < ke) {
+            nm_fetch(lid, r0, kn);
+        }
+        for (var ks = k0; ks < k0 + RK; ks += KC) {
+            if (QTYPE == 12u) {
+                nm_dequant_q4k(lid, r0, k0, ks, ke);
+            } else if (QTYPE == 14u) {
+                nm_dequant_q6k(lid, r0, k0, ks, ke);
+            } else {
+                nm_dequant(lid, r0, k0, ks, ke);
+            }
+            nm_x_phase(lid, ks, ke);
+            workgroupBarrier();
+            for (var kk = 0u; kk < KC / 4u; kk += 4u) {
+                let b = coopLoad<coop_mat16x16<f16, B>>(&nm_b[16u * sg * LDV + kk], LDV);
+                let a0 = coopLoadT<coop_mat16x16<f16, A>>(&nm_x[kk], LDV);
+                c0 = coopMultiplyAdd(a0, b, c0);
+                if (MT > 1u) {
+                    let a1 = coopLoadT<coop_mat16x16<f16, A>>(&nm_x[16u * LDV + kk], LDV);
+                    c1 = coopMultiplyAdd(a1, b, c1);
+                }
+                if (MT > 2u) {
+                    let a2 = coopLoadT<coop_mat16x16<f16, A>>(&nm_x[32u * LDV + kk], LDV);
+                    c2 = coopMultiplyAdd(a2, b, c2);
+                }
+                if (MT > 3u) {
+                    let a3 = coopLoadT<coop_mat16x16<f16, A>>(&nm_x[48u * LDV + kk], LDV);
+                    c3 = coopMultiplyAdd(a3, b, c3);
+                }
+            }
+            workgroupBarrier();
+        }
+        if (kn < ke) {
+            nm_stash(lid);
+        }
+        workgroupBarrier();
+    }
+    nm_epilogue(c0, c1, c2, c3, wid, lid, sg, lane);
+}
+
+// Q4_K straight into registers (entry point `main_q4k`: no raw staging, so its shared memory is
+// the two f16 tiles alone and more workgroups fit on a multiprocessor).
+@compute @workgroup_size(NWG)
+fn main_q4k(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32,
+            @builtin(subgroup_id) sg: u32,
+            @builtin(subgroup_invocation_id) lane: u32) {
+    let r0 = wid.x * BN;
+    let kr = nm_share(wid.z);
+    let kb = kr.x;
+    let ke = kr.y;
+    var c0: coop_mat16x16<f32, C>;
+    var c1: coop_mat16x16<f32, C>;
+    var c2: coop_mat16x16<f32, C>;
+    var c3: coop_mat16x16<f32, C>;
+    if (kb < ke) {
+        nm_q4k_fetch(lid, r0, kb);
+        if (XH == 1u) {
+            nm_xfetch(lid, kb, ke);
+        }
+    }
+    for (var k0 = kb; k0 < ke; k0 += RK) {
+        nm_q4k_advance();
+        if (k0 + RK < ke) {
+            nm_q4k_fetch(lid, r0, k0 + RK);
+        }
+        for (var j = 0u; j < RK / KC; j++) {
+            let ks = k0 + j * KC;
+            let live = ks < ke;
+            if (j == 0u) {
+                nm_q4k_put(lid, r0, 0u, nm_q0, live);
+            } else if (j == 1u) {
+                nm_q4k_put(lid, r0, 1u, nm_q1, live);
+            } else if (j == 2u) {
+                nm_q4k_put(lid, r0, 2u, nm_q2, live);
+            } else {
+                nm_q4k_put(lid, r0, 3u, nm_q3, live);
+            }
+            nm_x_phase(lid, ks, ke);
+            workgroupBarrier();
+            for (var kk = 0u; kk < KC / 4u; kk += 4u) {
+                let b = coopLoad<coop_mat16x16<f16, B>>(&nm_b[16u * sg * LDV + kk], LDV);
+                let a0 = coopLoadT<coop_mat16x16<f16, A>>(&nm_x[kk], LDV);
+                c0 = coopMultiplyAdd(a0, b, c0);
+                if (MT > 1u) {
+                    let a1 = coopLoadT<coop_mat16x16<f16, A>>(&nm_x[16u * LDV + kk], LDV);
+                    c1 = coopMultiplyAdd(a1, b, c1);
+                }
+                if (MT > 2u) {
+                    let a2 = coopLoadT<coop_mat16x16<f16, A>>(&nm_x[32u * LDV + kk], LDV);
+                    c2 = coopMultiplyAdd(a2, b, c2);
+                }
+                if (MT > 3u) {
+                    let a3 = coopLoadT<coop_mat16x16<f16, A>>(&nm_x[48u * LDV + kk], LDV);
+                    c3 = coopMultiplyAdd(a3, b, c3);
+                }
+            }
+            workgroupBarrier();
+        }
+    }
+    nm_epilogue(c0, c1, c2, c3, wid, lid, sg, lane);
 }

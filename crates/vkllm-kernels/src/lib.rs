@@ -85,6 +85,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &matmul::MATMUL,
         &matmul_coop::MATMUL_COOP,
         &matmul_narrow::MATMUL_NARROW,
+        &matmul_narrow::MATMUL_NARROW_Q4K,
         &mat_quant::MATVEC_QUANT,
         &mat_quant::MATMUL_QUANT,
         &mat_quant::EMBEDDING_QUANT,

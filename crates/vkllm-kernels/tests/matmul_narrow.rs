@@ -43,12 +43,20 @@ fn scratch() -> SplitScratch<Fake> {
 #[test]
 fn every_type_tile_count_and_split_specialises() {
     for t in TYPES {
-        for (n, split, x_f16) in [(16, 1, false), (33, 3, true), (64, 2, false), (5, 1, true)] {
+        for (n, split, x_f16, sg) in [
+            (16, 1, false, 32),
+            (33, 3, true, 32),
+            (64, 2, false, 64),
+            (5, 1, true, 32),
+        ] {
             let cfg = NarrowConfig { split, x_f16 };
             let d = op()
-                .dispatch(&shape(t, 4096), n, 1000, 32, &cfg, scratch())
+                .dispatch(&shape(t, 4096), n, 1000, sg, &cfg, scratch())
                 .unwrap();
             assert_eq!(d.groups, [16, 1, split]);
+            // Q4_K with 128 invocations reads straight into registers (its own entry point).
+            let direct = t == WeightType::Q4_K && sg == 32;
+            assert_eq!(d.kernel.entry == "main_q4k", direct, "{}", t.name());
             for prune in [false, true] {
                 let opts = SpirvOptions {
                     prune_dead_branches: prune,

@@ -14,7 +14,7 @@ use crate::tensor::Tensor;
 /// of `dtype` weights on `dev`, or `None` where the kernel does not apply: cooperative matrices
 /// off, `n` outside `2..=`[`crate::Tuning::coop_narrow`] (at most [`MAX_N`]), a weight type or
 /// subgroup size the kernel does not take. Split-K from [`crate::Tuning::coop_narrow_split`], by
-/// default enough workgroups for two per multiprocessor; X as f16 where
+/// default enough workgroups for four per multiprocessor; X as f16 where
 /// [`crate::Tuning::coop_x_f16`] (one conversion shared by the products of one source).
 pub fn narrow_config(
     dev: &crate::Device,
@@ -34,7 +34,7 @@ pub fn narrow_config(
     let cu = dev.info().compute_units.unwrap_or(64);
     let split = t
         .coop_narrow_split
-        .unwrap_or_else(|| NarrowConfig::auto_split(rows, cols, cu, 2));
+        .unwrap_or_else(|| NarrowConfig::auto_split(rows, cols, cu, 4));
     Some(NarrowConfig {
         split,
         x_f16: t.coop_x_f16 && cols.is_multiple_of(8),

@@ -116,7 +116,7 @@ pub struct Tuning {
     /// matmul take the few-token cooperative kernel (`matmul_narrow`) instead of `matmul_coop`.
     /// Key `coop_narrow`.
     pub coop_narrow: u32,
-    /// Split-K of those launches; `None`: two workgroups per multiprocessor. Key
+    /// Split-K of those launches; `None`: four workgroups per multiprocessor. Key
     /// `coop_narrow_split` = auto | 1..=16.
     pub coop_narrow_split: Option<u32>,
     /// Decode products of Q4_K weights that `matmul_narrow` reads straight into registers take
@@ -274,7 +274,7 @@ impl Default for Tuning {
             q8a_xg_rows: 0,
             decode_int8_max_n: 16,
             coopmat: true,
-            coop_narrow: 32,
+            coop_narrow: 48,
             coop_narrow_split: None,
             coop_narrow_min: 9,
             splitk: SplitK::Auto,
