@@ -222,6 +222,23 @@ impl SlotDecoder {
     }
 }
 
+/// Row counts the slot decoder records steps for, up to `slots`: 1, 2, 4, ... and from 32 on
+/// also 3 x 2^k (48, 96, ...), then `slots`. A step runs the smallest recording that covers
+/// the live rows, so 33-48 live rows run 48 rows rather than 64 (Llama-3.1-8B on the H200, 48
+/// streams: 17.7 -> 14.6 ms per step).
+fn row_counts(slots: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = std::iter::successors(Some(1usize), |&k| Some(k * 2))
+        .take_while(|&k| k < slots)
+        .flat_map(|k| match k >= 32 {
+            true => vec![k, k + k / 2],
+            false => vec![k],
+        })
+        .filter(|&k| k < slots)
+        .collect();
+    v.push(slots.max(1));
+    v
+}
+
 /// 1, 2, 4, ... below `n`, then `n`.
 fn powers_up_to(n: usize) -> Vec<usize> {
     let mut v: Vec<usize> = std::iter::successors(Some(1usize), |&k| Some(k * 2))
@@ -383,7 +400,7 @@ impl VulkanBackend {
             true => &[false, true],
             false => &[false],
         };
-        for rows in powers_up_to(slots) {
+        for rows in row_counts(slots) {
             for k in powers_up_to(c.max_steps) {
                 for &lp in lps {
                     for all in [false, true] {
@@ -729,5 +746,29 @@ impl VulkanBackend {
             ids,
             logprobs,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row_counts;
+
+    #[test]
+    fn row_counts_leave_at_most_a_third_of_the_rows_idle_past_32() {
+        assert_eq!(row_counts(1), vec![1]);
+        assert_eq!(row_counts(4), vec![1, 2, 4]);
+        assert_eq!(row_counts(20), vec![1, 2, 4, 8, 16, 20]);
+        assert_eq!(row_counts(64), vec![1, 2, 4, 8, 16, 32, 48, 64]);
+        assert_eq!(row_counts(100), vec![1, 2, 4, 8, 16, 32, 48, 64, 96, 100]);
+        for slots in 1..300 {
+            let c = row_counts(slots);
+            assert_eq!(*c.last().unwrap(), slots);
+            assert!(c.windows(2).all(|w| w[0] < w[1]), "{c:?}");
+            for live in 33..=slots {
+                let r = c.iter().copied().find(|&r| r >= live).unwrap();
+                // At most a third of the rows run are idle.
+                assert!(2 * r <= 3 * live, "{live} live run {r} rows");
+            }
+        }
     }
 }
