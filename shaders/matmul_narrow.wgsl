@@ -18,14 +18,14 @@ diagnostic(off, derivative_uniformity);
 // with coalesced word loads (consecutive invocations, consecutive words; 16-byte groups where
 // rows and steps are 16-byte aligned, RV = 1) into registers (NSLOT slots of 4 words) before the
 // current step's work and stored to shared memory (`nm_raw`, RW words per row) after it. Each
-// step is dequantized from shared memory in sub-chunks of KC = 64 elements by the shared
-// `dequant16` (through this file's `wd`) into an f16 tile `nm_b` [64 rows][KC + 8], X's
-// sub-chunk is staged beside it as f16 (`nm_x` [MT * 16 tokens][KC + 8]), and every subgroup
-// multiplies its rows by all token tiles. Q4_K with 128 invocations (entry point `main_q4k`)
-// skips the raw staging: each invocation loads its row's block header and quant bytes with 16-byte loads
-// (`w4`) a step ahead and decodes them from registers. f16 X (XH = 1) is loaded into registers
-// a sub-chunk ahead. Split-K (SPLIT > 1, grid z): workgroup z walks only
-// its share of the raw steps.
+// step is dequantized from shared memory in sub-chunks of KC = 64 elements (by the shared
+// `dequant16` through this file's `wd`; Q4_K and Q6_K by 32-element decoders of their own) into
+// an f16 tile `nm_b` [64 rows][KC + 8], X's sub-chunk is staged beside it as f16 (`nm_x`
+// [MT * 16 tokens][KC + 8]), and every subgroup multiplies its rows by all token tiles. Q4_K
+// with 128 invocations (entry point `main_q4k`) skips the raw staging: each invocation loads its
+// row's block header and quant bytes with 16-byte loads (`w4`) a step ahead and decodes them
+// from registers. f16 X (XH = 1) is loaded into registers a sub-chunk ahead. Split-K (SPLIT > 1,
+// grid z): workgroup z walks only its share of the raw steps.
 // Epilogue: each subgroup stores its accumulator tiles to `part` [tile][split][subgroup][MT]
 // [16 x 16] (Coherent); with SPLIT = 1 it reads them back and writes Y (bounds-checked, added to
 // Y when accumulating); with SPLIT > 1 the last workgroup of a tile (counted in `ctr`, the CUB

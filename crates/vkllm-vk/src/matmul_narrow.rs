@@ -1,6 +1,8 @@
 //! Few-token products of quantized weights on `matmul_narrow` ([`Recorder::matmul_narrow`]):
-//! batched decode steps of 17-64 rows and short prompt chunks, where `matmul_coop`'s 64-token
-//! tiles are mostly padding and its per-step loads keep too few weight bytes in flight.
+//! batched decode steps (Q4_K from `coop_narrow_min` rows, other types past the int8 matvec's
+//! `decode_int8_max_n`) and short prompt chunks, up to `coop_narrow` tokens, where
+//! `matmul_coop`'s 64-token tiles are mostly padding and its per-step loads keep too few weight
+//! bytes in flight.
 
 use vkllm_kernels::WeightType;
 use vkllm_kernels::matmul_narrow::{MAX_N, MatmulNarrow, NarrowConfig, direct_q4k, supported};
@@ -50,9 +52,10 @@ pub(crate) fn direct_applies(
     n: usize,
     cols: usize,
 ) -> bool {
+    // (The row count only sets the split: any will do here.)
     dtype == WeightType::Q4_K
         && direct_q4k(dtype, dev.info().subgroup_size)
-        && narrow_config(dev, dtype, 4096, n, cols).is_some()
+        && narrow_config(dev, dtype, 1, n, cols).is_some()
 }
 
 impl Recorder {

@@ -161,11 +161,12 @@ impl Tensor {
 /// Which kernel runs [`Recorder::matmul_with`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatmulKernel {
-    /// Cooperative matrices when the device enabled them ([`Device::coopmat`]), `n >=
-    /// COOP_MIN_N` and a tiling runs with the device's subgroup size, with the tiling
-    /// [`CoopTile::for_shape`] picks and split-K where the grid is small
-    /// ([`crate::coop_auto_config`]; tuning `splitk=off` keeps the original launch); else
-    /// the portable kernels.
+    /// Cooperative matrices when the device enabled them ([`Device::coopmat`]): quantized
+    /// products of 2 to the tuning's `coop_narrow` tokens on `matmul_narrow`
+    /// ([`crate::narrow_config`]); else for `n >= COOP_MIN_N`, where a tiling runs with the
+    /// device's subgroup size, `matmul_coop` with the tiling [`CoopTile::for_shape`] picks and
+    /// split-K where the grid is small ([`crate::coop_auto_config`]; tuning `splitk=off` keeps
+    /// the original launch); else the portable kernels.
     Auto,
     /// The portable tiled kernels (`matmul.wgsl`, `mat_quant.wgsl`): the reference path.
     Portable,
