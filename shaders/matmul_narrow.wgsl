@@ -19,7 +19,7 @@ diagnostic(off, derivative_uniformity);
 // rows and steps are 16-byte aligned, RV = 1) into registers (NSLOT slots of 4 words) before the
 // current step's work and stored to shared memory (`nm_raw`, RW words per row) after it. Each
 // step is dequantized from shared memory in sub-chunks of KC = 64 elements (by the shared
-// `dequant16` through this file's `wd`; Q4_K and Q6_K by 32-element decoders of their own) into
+// `dequant16` through this file's `wd`; Q6_K by a 32-element decoder of its own) into
 // an f16 tile `nm_b` [64 rows][KC + 8], X's sub-chunk is staged beside it as f16 (`nm_x`
 // [MT * 16 tokens][KC + 8]), and every subgroup multiplies its rows by all token tiles. Q4_K
 // with 128 invocations (entry point `main_q4k`) skips the raw staging: each invocation loads its
@@ -196,49 +196,6 @@ fn nm_dequant(lid: u32, r0: u32, k0: u32, ks: u32, ke: u32) {
     }
 }
 
-// Q4_K (QTYPE 12) form of `nm_dequant`: 128 tasks of 32 elements, row lr and half t of the
-// sub-chunk's 32 quant bytes (one 16-byte group): its low nibbles are elements 16 t .. 16 t + 16
-// of sub-block 2 j, its high nibbles the same of sub-block 2 j + 1 (j = the sub-chunk within its
-// block). The codes reach f32 through `u2f` and the same FMA as `dequant16`: identical values.
-fn nm_dequant_q4k(lid: u32, r0: u32, k0: u32, ks: u32, ke: u32) {
-    let rb = nm_rb();
-    for (var u = lid; u < BN * 2u; u += NWG) {
-        let lr = u / 2u;
-        let t = u % 2u;
-        let r = r0 + lr;
-        let o = lr * LDV + 4u * t;
-        if (r < p.rows && ks < ke) {
-            nm_sh = lr * RW - nm_g0(r, k0);
-            let blk = r * rb + (ks / 256u) * 144u;
-            let j = (ks % 256u) / 64u;
-            let sm0 = scale_min_k4(blk + 4u, 2u * j);
-            let sm1 = scale_min_k4(blk + 4u, 2u * j + 1u);
-            let d = f16_at(blk);
-            let dm = f16_at(blk + 2u);
-            let dl = d * f32(sm0.x);
-            let ml = dm * f32(sm0.y);
-            let dh = d * f32(sm1.x);
-            let mh = dm * f32(sm1.y);
-            let qs = load16(blk + 16u + 32u * j + 16u * t);
-            for (var w = 0u; w < 4u; w++) {
-                let lo = qs[w] & 0x0f0f0f0fu;
-                let hi = (qs[w] >> 4u) & 0x0f0f0f0fu;
-                let fl = vec4<f32>(u2f(lo & 0xffu), u2f((lo >> 8u) & 0xffu),
-                                   u2f((lo >> 16u) & 0xffu), u2f(lo >> 24u));
-                let fh = vec4<f32>(u2f(hi & 0xffu), u2f((hi >> 8u) & 0xffu),
-                                   u2f((hi >> 16u) & 0xffu), u2f(hi >> 24u));
-                nm_b[o + w] = vec4<f16>(dl * fl - ml);
-                nm_b[o + 8u + w] = vec4<f16>(dh * fh - mh);
-            }
-        } else {
-            for (var w = 0u; w < 4u; w++) {
-                nm_b[o + w] = vec4<f16>(0.0);
-                nm_b[o + 8u + w] = vec4<f16>(0.0);
-            }
-        }
-    }
-}
-
 // Q6_K (QTYPE 14) form of `nm_dequant`: 128 tasks of 32 elements, row lr and half t: elements
 // l = 16 t .. 16 t + 16 of both 32-element groups k0 = 2 (j % 2) and k0 + 1 of half h = j / 2 of
 // the block (quant bytes ql at 64 h + 16 t and 64 h + 32 + 16 t, nibble j % 2; high bits qh at
@@ -338,7 +295,7 @@ fn nm_sm4(h: vec4<u32>, s: u32) -> vec2<u32> {
 }
 
 // Sub-chunk j's 32 elements of this invocation (quant bytes qs, header nm_h) into nm_b, as
-// `nm_dequant_q4k` computes them; zeros past rows or this workgroup's share (`live` false).
+// `dequant16` computes them; zeros past rows or this workgroup's share (`live` false).
 fn nm_q4k_put(lid: u32, r0: u32, j: u32, qs: vec4<u32>, live: bool) {
     let lr = lid / 2u;
     let t = lid % 2u;
@@ -540,9 +497,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>,
             nm_fetch(lid, r0, kn);
         }
         for (var ks = k0; ks < k0 + RK; ks += KC) {
-            if (QTYPE == 12u) {
-                nm_dequant_q4k(lid, r0, k0, ks, ke);
-            } else if (QTYPE == 14u) {
+            if (QTYPE == 14u) {
                 nm_dequant_q6k(lid, r0, k0, ks, ke);
             } else {
                 nm_dequant(lid, r0, k0, ks, ke);

@@ -267,9 +267,8 @@ mod tests {
 
     #[test]
     fn auto_split_fills_the_gpu() {
-        // The runtime's rule (four workgroups per multiprocessor) on the H200's 132: 4096 rows
-        // make 64 row tiles -> 9 shares of 16 steps (8 measured best of 2/4/5/8 at 16 tokens);
-        // 28672 rows 448 tiles -> 2 (best of 1/2/4/8).
+        // The runtime's rule (four workgroups per multiprocessor) with 132 of them: 4096 rows
+        // make 64 row tiles -> 9 shares of 16 steps; 28672 rows 448 tiles -> 2.
         assert_eq!(NarrowConfig::auto_split(4096, 4096, 132, 4), 9);
         assert_eq!(NarrowConfig::auto_split(28672, 4096, 132, 4), 2);
         // The LM head's 2004 tiles stay unsplit; never more shares than steps.

@@ -56,7 +56,7 @@ pub fn decode_columns_max(dev: &crate::Device, dtype: WeightType, cols: usize) -
     }
     let max = (dev.tuning().decode_int8_max_n as usize).max(mc);
     // Q4_K weights that `matmul_narrow` reads straight into registers take it from
-    // `coop_narrow_min` rows on (measured faster than the int8 launch at 16).
+    // `coop_narrow_min` rows on (docs/benchmarks.md, "Few-token products").
     let from = dev.tuning().coop_narrow_min as usize;
     if crate::matmul_narrow::direct_applies(dev, dtype, from, cols) {
         max.min(from - 1).max(mc)

@@ -44,8 +44,8 @@ pub fn narrow_config(
 }
 
 /// Whether a decode product of `n` tokens of `dtype` weights with rows of `cols` takes
-/// `matmul_narrow` with Q4_K read straight into registers on `dev` (the case measured faster than
-/// the int8 matvec at 16 tokens).
+/// `matmul_narrow` with Q4_K read straight into registers on `dev` (the case that beats the int8
+/// matvec from `coop_narrow_min` tokens).
 pub(crate) fn direct_applies(
     dev: &crate::Device,
     dtype: WeightType,
