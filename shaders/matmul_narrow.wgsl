@@ -312,19 +312,22 @@ fn nm_q4k_put(lid: u32, r0: u32, j: u32, qs: vec4<u32>, live: bool) {
     let sm1 = nm_sm4(h, 2u * j + 1u);
     let d = f16_bits(h.x & 0xffffu);
     let dm = f16_bits(h.x >> 16u);
-    let dl = d * f32(sm0.x);
-    let ml = dm * f32(sm0.y);
-    let dh = d * f32(sm1.x);
-    let mh = dm * f32(sm1.y);
+    // Each code q becomes the float 1 + q / 16 (q in the top 4 mantissa bits: a shift and a
+    // mask), so a single fma gives d sc q - dmin m: 16 d sc (1 + q / 16) - (16 d sc + dmin m).
+    let sl = 16.0 * d * f32(sm0.x);
+    let bl = -(sl + dm * f32(sm0.y));
+    let sh = 16.0 * d * f32(sm1.x);
+    let bh = -(sh + dm * f32(sm1.y));
+    let m = 0x00780000u;
+    let one = 0x3f800000u;
     for (var w = 0u; w < 4u; w++) {
-        let lo = qs[w] & 0x0f0f0f0fu;
-        let hi = (qs[w] >> 4u) & 0x0f0f0f0fu;
-        let fl = vec4<f32>(u2f(lo & 0xffu), u2f((lo >> 8u) & 0xffu), u2f((lo >> 16u) & 0xffu),
-                           u2f(lo >> 24u));
-        let fh = vec4<f32>(u2f(hi & 0xffu), u2f((hi >> 8u) & 0xffu), u2f((hi >> 16u) & 0xffu),
-                           u2f(hi >> 24u));
-        nm_b[o + w] = vec4<f16>(dl * fl - ml);
-        nm_b[o + 8u + w] = vec4<f16>(dh * fh - mh);
+        let q = qs[w];
+        let fl = vec4<f32>(bitcast<f32>(((q << 19u) & m) | one), bitcast<f32>(((q << 11u) & m) | one),
+                           bitcast<f32>(((q << 3u) & m) | one), bitcast<f32>(((q >> 5u) & m) | one));
+        let fh = vec4<f32>(bitcast<f32>(((q << 15u) & m) | one), bitcast<f32>(((q << 7u) & m) | one),
+                           bitcast<f32>(((q >> 1u) & m) | one), bitcast<f32>(((q >> 9u) & m) | one));
+        nm_b[o + w] = vec4<f16>(fma(fl, vec4<f32>(sl), vec4<f32>(bl)));
+        nm_b[o + 8u + w] = vec4<f16>(fma(fh, vec4<f32>(sh), vec4<f32>(bh)));
     }
 }
 
