@@ -41,7 +41,8 @@ pub fn moe_q8a_runs(
 /// through the multi-column matvec on `dev` ([`crate::Recorder::matvec_fused`]; more take the matmul):
 /// the tuning's `decode_int8_max_n` where the int8 kernel runs it on quantized x (tuning
 /// `q8a_xg`; at least [`vkllm_kernels::matvec_fused::MAX_COLUMNS`]), but below the tuning's
-/// `coop_narrow_min` for Q4_K weights that `matmul_narrow` reads directly; else `MAX_COLUMNS`.
+/// `coop_narrow_min` for the Q4_K and Q6_K weights `matmul_narrow` takes in decode; else
+/// `MAX_COLUMNS`.
 pub fn decode_columns_max(dev: &crate::Device, dtype: WeightType, cols: usize) -> usize {
     let mc = vkllm_kernels::matvec_fused::MAX_COLUMNS;
     let int8 = dev.tuning().q8a_xg
@@ -55,10 +56,9 @@ pub fn decode_columns_max(dev: &crate::Device, dtype: WeightType, cols: usize) -
         return mc;
     }
     let max = (dev.tuning().decode_int8_max_n as usize).max(mc);
-    // Q4_K weights that `matmul_narrow` reads straight into registers take it from
-    // `coop_narrow_min` rows on (docs/benchmarks.md, "Few-token products").
+    // Q4_K and Q6_K weights take `matmul_narrow` from `coop_narrow_min` rows on.
     let from = dev.tuning().coop_narrow_min as usize;
-    if crate::matmul_narrow::direct_applies(dev, dtype, from, cols) {
+    if crate::matmul_narrow::decode_applies(dev, dtype, from, cols) {
         max.min(from - 1).max(mc)
     } else {
         max

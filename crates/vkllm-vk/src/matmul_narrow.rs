@@ -1,5 +1,5 @@
 //! Few-token products of quantized weights on `matmul_narrow` ([`Recorder::matmul_narrow`]):
-//! batched decode steps (Q4_K from `coop_narrow_min` rows, other types past the int8 matvec's
+//! batched decode steps (Q4_K and Q6_K from `coop_narrow_min` rows, other types past the int8 matvec's
 //! `decode_int8_max_n`) and short prompt chunks, up to `coop_narrow` tokens, where
 //! `matmul_coop`'s 64-token tiles are mostly padding and its per-step loads keep too few weight
 //! bytes in flight.
@@ -44,18 +44,23 @@ pub fn narrow_config(
 }
 
 /// Whether a decode product of `n` tokens of `dtype` weights with rows of `cols` takes
-/// `matmul_narrow` with Q4_K read straight into registers on `dev` (the case that beats the int8
-/// matvec from `coop_narrow_min` tokens).
-pub(crate) fn direct_applies(
+/// `matmul_narrow` ahead of the int8 matvec on `dev` from `coop_narrow_min` tokens: Q4_K read
+/// straight into registers, and Q6_K, whose int8 decoding costs the matvec more than the
+/// staged decoding costs this kernel (other types stay on the int8 matvec up to
+/// `decode_int8_max_n`: docs/benchmarks.md, "Few-token products").
+pub(crate) fn decode_applies(
     dev: &crate::Device,
     dtype: WeightType,
     n: usize,
     cols: usize,
 ) -> bool {
+    let kind = match dtype {
+        WeightType::Q4_K => direct_q4k(dtype, dev.info().subgroup_size),
+        WeightType::Q6_K => true,
+        _ => false,
+    };
     // (The row count only sets the split: any will do here.)
-    dtype == WeightType::Q4_K
-        && direct_q4k(dtype, dev.info().subgroup_size)
-        && narrow_config(dev, dtype, 1, n, cols).is_some()
+    kind && narrow_config(dev, dtype, 1, n, cols).is_some()
 }
 
 impl Recorder {

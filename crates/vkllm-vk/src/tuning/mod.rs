@@ -119,9 +119,9 @@ pub struct Tuning {
     /// Split-K of those launches; `None`: four workgroups per multiprocessor. Key
     /// `coop_narrow_split` = auto | 1..=16.
     pub coop_narrow_split: Option<u32>,
-    /// Decode products of Q4_K weights that `matmul_narrow` reads straight into registers take
-    /// it from this many tokens on (below: the int8 matvec up to `decode_int8_max_n`). Key
-    /// `coop_narrow_min` (2..=65; 65: never in decode).
+    /// Decode products of Q4_K weights (which `matmul_narrow` reads straight into registers) and
+    /// Q6_K weights take it from this many tokens on (below: the int8 matvec up to
+    /// `decode_int8_max_n`). Key `coop_narrow_min` (2..=65; 65: never in decode).
     pub coop_narrow_min: u32,
     /// Key `splitk` = auto | off | N (target workgroups).
     pub splitk: SplitK,
