@@ -74,7 +74,8 @@ pub struct Q8aRules {
     pub xg: bool,
     /// Lanes per row of launches on quantized x ([`xg_tuning`]); 0: by row length.
     pub xg_lanes: u32,
-    /// Rows per team of launches on quantized x; 0: 1.
+    /// Rows per team of launches on quantized x; 0: two where that still makes
+    /// [`XG_PAIR_MIN_GROUPS`] workgroups, else one.
     pub xg_rows: u32,
     /// With `xg`, single-column products on quantized x too (one `quantize_act_q8`, then every
     /// workgroup reads the codes) instead of each workgroup quantizing x in shared memory;
@@ -105,10 +106,15 @@ pub fn supported_xg(op: &MatvecOp) -> bool {
         && op.n_cols > 0
 }
 
+/// Launches on quantized x with two rows per team need this many workgroups (else one row per
+/// team: small matrices fill the GPU first).
+pub const XG_PAIR_MIN_GROUPS: usize = 256;
+
 /// The launch on quantized x when the op names none: 128 invocations, teams of 16 lanes (fewer
 /// for rows of fewer lane steps; `q8a.xg_lanes`) and two rows per team (`q8a.xg_rows`: each x
-/// word loaded serves both). Found by a launch sweep on the H200 (4, 8, 16, 32 lanes x 1, 2
-/// rows over 2 to 16 columns; docs/benchmarks.md).
+/// word loaded serves both) where that makes [`XG_PAIR_MIN_GROUPS`] workgroups. Found by
+/// launch sweeps on the H200 (4, 8, 16, 32 lanes x 1, 2 rows over 2 to 16 columns;
+/// docs/benchmarks.md).
 pub fn xg_tuning(op: &MatvecOp) -> MatvecTuning {
     let step = if matches!(op.dtype, WeightType::Q4_K | WeightType::Q6_K) {
         64
@@ -123,7 +129,8 @@ pub fn xg_tuning(op: &MatvecOp) -> MatvecTuning {
         wg: 128,
         lanes,
         rows_per_team: match op.q8a.xg_rows {
-            0 => 2,
+            0 if plain_rows(op).div_ceil(2 * (128 / lanes) as usize) >= XG_PAIR_MIN_GROUPS => 2,
+            0 => 1,
             r => r,
         },
     }
@@ -236,4 +243,27 @@ pub fn groups_per_workgroup(op: &MatvecOp, t: MatvecTuning) -> u32 {
         t => t as usize,
     };
     (groups / target).clamp(1, 16) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xg_pairs_rows_only_where_the_grid_stays_full() {
+        let op = |rows, cols, xg_rows| {
+            let mut op = MatvecOp::plain(WeightType::Q4_K, rows, cols);
+            op.n_cols = 4;
+            op.q8a.xg_rows = xg_rows;
+            op
+        };
+        // 2048-wide rows take 16 lanes: 8 teams per workgroup, 16 rows with pairs. 2048 rows
+        // would make 128 workgroups with pairs: one row per team; 4096 rows make 256: pairs.
+        assert_eq!(xg_tuning(&op(2048, 2048, 0)).rows_per_team, 1);
+        assert_eq!(xg_tuning(&op(4096, 2048, 0)).rows_per_team, 2);
+        assert_eq!(xg_tuning(&op(128256, 4096, 0)).rows_per_team, 2);
+        // The tuning's count wins either way.
+        assert_eq!(xg_tuning(&op(2048, 2048, 2)).rows_per_team, 2);
+        assert_eq!(xg_tuning(&op(4096, 2048, 1)).rows_per_team, 1);
+    }
 }

@@ -642,10 +642,15 @@ pub(crate) fn matvec_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
         rows.push(r);
     }
     // The multi-column cases again on the shared-memory launch (`xg` off: each workgroup
-    // quantizes x itself), where it takes them; the single-column cases again on quantized x
-    // (`xg_single`, tuning `q8a_xg1`).
+    // quantizes x itself), where it takes them, and on quantized x with two rows per team (the
+    // launch of large matrices; these cases' few rows take one); the single-column cases again
+    // on quantized x (`xg_single`, tuning `q8a_xg1`).
     let shared = Q8aRules {
         xg: false,
+        ..Q8aRules::default()
+    };
+    let pairs = Q8aRules {
+        xg_rows: 2,
         ..Q8aRules::default()
     };
     let single = Q8aRules {
@@ -654,11 +659,12 @@ pub(crate) fn matvec_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
     };
     /// Which cases a pass runs.
     type Keep = fn(&Case) -> bool;
-    let passes: [(u64, Q8aRules, &str, Keep); 2] = [
+    let passes: [(u64, Q8aRules, &str, Keep); 3] = [
         (2, shared, " shared", |c| {
             c.n > 1 && c.n <= 8 && c.n * c.cols <= vkllm_kernels::matvec_q8a::MAX_ELEMS
         }),
         (3, single, " xg1", |c| c.n == 1),
+        (4, pairs, " pairs", |c| c.n > 1),
     ];
     let types = &vkllm_kernels::matvec_q8a::TYPES;
     for (salt, rules, suffix, keep) in passes {
