@@ -78,14 +78,8 @@ impl Recorder {
         let Some(c) = glu_config(dev.tuning(), dtype, rows, n, cols, sg) else {
             return Ok(false);
         };
-        let half = match c.x_f16 {
-            true => Some(self.half_x(x, n * cols)?),
-            false => None,
-        };
-        let x = match &half {
-            Some(h) => h.all(),
-            None => x,
-        };
+        let half = c.x_f16.then(|| self.half_x(x, n * cols)).transpose()?;
+        let x = half.as_ref().map_or(x, |h| h.all());
         let copies = match copied {
             true => vec![self.f16_weight(gate)?, self.f16_weight(up)?],
             false => Vec::new(),

@@ -146,14 +146,8 @@ impl Recorder {
             }
             return Ok(());
         };
-        let half = match c.x_f16 {
-            true => Some(self.half_x(x, n * f.cols)?),
-            false => None,
-        };
-        let x = match &half {
-            Some(h) => h.all(),
-            None => x,
-        };
+        let half = c.x_f16.then(|| self.half_x(x, n * f.cols)).transpose()?;
+        let x = half.as_ref().map_or(x, |h| h.all());
         let copies = match copied {
             true => ws
                 .iter()

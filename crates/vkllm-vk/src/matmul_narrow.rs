@@ -76,14 +76,8 @@ impl Recorder {
         cfg: NarrowConfig,
     ) -> Result<()> {
         let sg = self.device().info().subgroup_size;
-        let half = match cfg.x_f16 {
-            true => Some(self.half_x(x, n * w.cols)?),
-            false => None,
-        };
-        let x = match &half {
-            Some(h) => h.all(),
-            None => x,
-        };
+        let half = cfg.x_f16.then(|| self.half_x(x, n * w.cols)).transpose()?;
+        let x = half.as_ref().map_or(x, |h| h.all());
         for p in &w.parts {
             let shape = w.shape(p, accumulate);
             let (pb, cb) = cfg.scratch_bytes(p.rows, n);

@@ -682,14 +682,11 @@ impl Recorder {
                 None => p.buffer.all(),
             };
             // f16 X: converted once per source (the parts and q/k/v share it).
-            let half = match cfg {
-                Some(c) if c.x_f16 => Some(self.half_x(x, n * w.cols)?),
-                _ => None,
-            };
-            let x = match &half {
-                Some(h) => h.all(),
-                None => x,
-            };
+            let half = cfg
+                .is_some_and(|c| c.x_f16)
+                .then(|| self.half_x(x, n * w.cols))
+                .transpose()?;
+            let x = half.as_ref().map_or(x, |h| h.all());
             let d = match cfg {
                 None => Matmul {
                     w: p.buffer.all(),
