@@ -1,6 +1,6 @@
 //! Few-token products of quantized weights on `matmul_narrow` ([`Recorder::matmul_narrow`]):
-//! batched decode steps (Q4_K and Q6_K from `coop_narrow_min` rows, other types past the int8 matvec's
-//! `decode_int8_max_n`) and short prompt chunks, up to `coop_narrow` tokens, where
+//! batched decode steps (Q4_K and Q6_K from `coop_narrow_min` rows, other types past the int8
+//! matvec's `decode_int8_max_n`) and short prompt chunks, up to `coop_narrow` tokens, where
 //! `matmul_coop`'s 64-token tiles are mostly padding and its per-step loads keep too few weight
 //! bytes in flight.
 
