@@ -14,6 +14,7 @@ pub static SILU_MUL: KernelSpec = KernelSpec {
     bindings: &[rd("gate"), rd("up"), rw("out"), rw("out16")],
     push_size: 4,
     exact_fp: false,
+    glsl: None,
 };
 pub static GELU_TANH_MUL: KernelSpec = KernelSpec {
     name: "gelu_tanh_mul",
@@ -23,6 +24,7 @@ pub static GELU_TANH_MUL: KernelSpec = KernelSpec {
     bindings: &[rd("gate"), rd("up"), rw("out"), rw("out16")],
     push_size: 4,
     exact_fp: false,
+    glsl: None,
 };
 
 /// The activation applied to `gate`.

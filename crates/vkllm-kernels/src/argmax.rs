@@ -12,6 +12,7 @@ pub static ARGMAX: KernelSpec = KernelSpec {
     bindings: &[rd("logits"), rw("out")],
     push_size: 8,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

@@ -33,6 +33,7 @@ pub static ATTN_SPLIT: KernelSpec = KernelSpec {
     bindings: SPLIT_BINDINGS,
     push_size: 44,
     exact_fp: false,
+    glsl: None,
 };
 
 /// Pass 1, grouped-query form: per (chunk, kv head, query) partials of every query head of the
@@ -45,6 +46,7 @@ pub static ATTN_SPLIT_GQA: KernelSpec = KernelSpec {
     bindings: SPLIT_BINDINGS,
     push_size: 44,
     exact_fp: false,
+    glsl: None,
 };
 
 /// Pass 1 over f16 caches with 16-byte loads (`shaders/attention_wide.wgsl`): the grouped split's
@@ -57,6 +59,7 @@ pub static ATTN_SPLIT_WIDE: KernelSpec = KernelSpec {
     bindings: SPLIT_BINDINGS,
     push_size: 44,
     exact_fp: false,
+    glsl: None,
 };
 
 /// Pass 1 over q8_0 / q4_0 / tq4 caches in the wide split's organisation
@@ -70,6 +73,7 @@ pub static ATTN_SPLIT_WIDE_QUANT: KernelSpec = KernelSpec {
     bindings: SPLIT_BINDINGS,
     push_size: 44,
     exact_fp: false,
+    glsl: None,
 };
 
 /// Head dims per merge workgroup (`MERGE_D` in attention.wgsl).
@@ -127,6 +131,7 @@ pub static ATTN_MERGE: KernelSpec = KernelSpec {
     ],
     push_size: 44,
     exact_fp: false,
+    glsl: None,
 };
 
 pub static ATTN_PREFILL: KernelSpec = KernelSpec {
@@ -137,6 +142,7 @@ pub static ATTN_PREFILL: KernelSpec = KernelSpec {
     bindings: &[rd("q"), rd("k"), rd("v"), rd("q_pos"), rw("out")],
     push_size: 32,
     exact_fp: false,
+    glsl: None,
 };
 
 /// Attention problem: `n_q` queries (positions in a `q_pos` buffer) against the keys at positions

@@ -33,6 +33,7 @@ pub static ATTN_DECODE_FUSED: KernelSpec = KernelSpec {
     ],
     push_size: 84,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

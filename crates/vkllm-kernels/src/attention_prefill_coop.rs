@@ -17,6 +17,7 @@ pub static ATTN_PREFILL_COOP: KernelSpec = KernelSpec {
     bindings: &[rd("q"), rd("k"), rd("v"), rd("q_pos"), rw("out")],
     push_size: 36,
     exact_fp: false,
+    glsl: None,
 };
 
 /// The portable prefill kernel's push constants, then the first query's position.

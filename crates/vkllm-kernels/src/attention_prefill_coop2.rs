@@ -29,6 +29,7 @@ pub static ATTN_PREFILL_COOP2: KernelSpec = KernelSpec {
     ],
     push_size: 44,
     exact_fp: false,
+    glsl: None,
 };
 
 /// The shader's K/V register slots per invocation.

@@ -18,6 +18,7 @@ pub static CAUSAL_CONV1D: KernelSpec = KernelSpec {
     bindings: &[rd("x"), rd("w"), rw("state"), rw("out"), rd("pos")],
     push_size: 32,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

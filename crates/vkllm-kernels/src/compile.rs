@@ -28,12 +28,16 @@ impl Default for SpirvOptions {
 }
 
 /// Parses and validates `kernel`'s WGSL, resolves its `override` constants to `overrides`
-/// (unset ones keep their WGSL defaults) and emits SPIR-V for its entry point alone.
+/// (unset ones keep their WGSL defaults) and emits SPIR-V for its entry point alone; a GLSL
+/// kernel's checked-in SPIR-V with its specialization constants set to `overrides` instead.
 pub fn compile_spirv(
     kernel: &'static KernelSpec,
     overrides: &Overrides,
     opts: SpirvOptions,
 ) -> Result<Vec<u32>, Error> {
+    if let Some(g) = kernel.glsl {
+        return crate::glsl::specialize(kernel, g, overrides);
+    }
     let module = naga::front::wgsl::parse_str(kernel.source).map_err(|e| Error::Parse {
         kernel: kernel.name,
         file: kernel.file,

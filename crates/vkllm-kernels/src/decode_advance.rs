@@ -22,6 +22,7 @@ pub static DECODE_ADVANCE: KernelSpec = KernelSpec {
     ],
     push_size: 16,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

@@ -24,6 +24,7 @@ pub static DEQUANT_F16: KernelSpec = KernelSpec {
     bindings: &[rd("w"), rw("out")],
     push_size: 8,
     exact_fp: false,
+    glsl: None,
 };
 
 /// Bytes of the f16 copy of a `rows` x `cols` weight.

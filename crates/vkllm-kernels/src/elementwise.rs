@@ -16,6 +16,7 @@ macro_rules! spec {
             bindings: &[rd("a"), rd("b"), rw("out")],
             push_size: 8,
             exact_fp: false,
+            glsl: None,
         };
     };
 }

@@ -14,6 +14,7 @@ pub static EMBEDDING: KernelSpec = KernelSpec {
     bindings: &[rd("table"), rd("ids"), rw("out")],
     push_size: 20,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

@@ -29,6 +29,7 @@ pub static GATED_DELTA_RULE: KernelSpec = KernelSpec {
     ],
     push_size: 48,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]
@@ -303,6 +304,7 @@ pub static GATED_DELTA_RULE_CHUNKED: KernelSpec = KernelSpec {
     ],
     push_size: 32,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

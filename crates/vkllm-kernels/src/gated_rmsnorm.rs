@@ -14,6 +14,7 @@ pub static GATED_RMSNORM: KernelSpec = KernelSpec {
     bindings: &[rd("x"), rd("z"), rd("weight"), rw("out")],
     push_size: 16,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

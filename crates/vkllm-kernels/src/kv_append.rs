@@ -21,6 +21,7 @@ pub static KV_APPEND: KernelSpec = KernelSpec {
     ],
     push_size: 20,
     exact_fp: false,
+    glsl: None,
 };
 
 /// The quantizing append (q8_0, q4_0): one workgroup of 64 per unit (`quant` entry point).

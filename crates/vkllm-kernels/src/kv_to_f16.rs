@@ -15,6 +15,7 @@ pub static KV_TO_F16: KernelSpec = KernelSpec {
     bindings: &[rd("k"), rd("v"), rw("k_out"), rw("v_out")],
     push_size: 4,
     exact_fp: false,
+    glsl: None,
 };
 
 /// `k_out`, `v_out` = the first `n` values of the quantized caches `k`, `v` as f16 pairs.

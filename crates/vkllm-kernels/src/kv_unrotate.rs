@@ -13,6 +13,7 @@ pub static KV_UNROTATE: KernelSpec = KernelSpec {
     bindings: &[rw("x")],
     push_size: 4,
     exact_fp: false,
+    glsl: None,
 };
 
 /// `x` (its first `n` values) rotated back unit by unit (`vkllm_cpu::kv_quant::unrotate`).

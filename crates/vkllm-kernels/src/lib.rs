@@ -19,6 +19,7 @@
 
 mod compile;
 mod error;
+mod glsl;
 mod prune;
 mod sources;
 mod spec;
@@ -66,8 +67,8 @@ pub mod to_f16;
 pub use compile::{SpirvOptions, compile_spirv};
 pub use error::Error;
 pub use spec::{
-    Access, BindingSpec, Dispatch, Indirect, KernelBuffer, KernelSpec, Overrides, WeightType,
-    grid_for,
+    Access, BindingSpec, Dispatch, GlslKernel, Indirect, KernelBuffer, KernelSpec, Overrides,
+    WeightType, grid_for,
 };
 
 /// Every kernel entry point of the set (for build checks, pipeline warm-up and docs).

@@ -16,6 +16,7 @@ pub static LOGPROBS: KernelSpec = KernelSpec {
     bindings: &[rd("logits"), rd("chosen"), rd("want"), rd("ctl"), rw("out")],
     push_size: 16,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

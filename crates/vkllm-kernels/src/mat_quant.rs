@@ -30,6 +30,7 @@ pub static MATVEC_QUANT: KernelSpec = KernelSpec {
     bindings: &[rd("w"), rd("x"), rw("y")],
     push_size: 24,
     exact_fp: false,
+    glsl: None,
 };
 
 pub static MATMUL_QUANT: KernelSpec = KernelSpec {
@@ -40,6 +41,7 @@ pub static MATMUL_QUANT: KernelSpec = KernelSpec {
     bindings: &[rd("w"), rd("x"), rw("y")],
     push_size: 24,
     exact_fp: false,
+    glsl: None,
 };
 
 pub static EMBEDDING_QUANT: KernelSpec = KernelSpec {
@@ -50,6 +52,7 @@ pub static EMBEDDING_QUANT: KernelSpec = KernelSpec {
     bindings: &[rd("table"), rd("ids"), rw("out")],
     push_size: 24,
     exact_fp: false,
+    glsl: None,
 };
 
 /// The format overrides of `mat_quant.wgsl` for `dtype` (a quantized type).

@@ -16,6 +16,7 @@ pub static MATMUL: KernelSpec = KernelSpec {
     bindings: &[rd("w"), rd("x"), rw("y")],
     push_size: 24,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

@@ -35,6 +35,7 @@ pub static MATMUL_COOP: KernelSpec = KernelSpec {
     ],
     push_size: 48,
     exact_fp: false,
+    glsl: None,
 };
 
 /// Workgroup tiling: `sgm x sgn` subgroups, each owning `wm x wn` 16 x 16 accumulator tiles, so

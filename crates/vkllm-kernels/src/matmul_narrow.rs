@@ -32,6 +32,7 @@ pub static MATMUL_NARROW: KernelSpec = KernelSpec {
     bindings: BINDINGS,
     push_size: 32,
     exact_fp: false,
+    glsl: None,
 };
 
 /// Q4_K read straight into registers (subgroups of 32; half the shared memory).
@@ -43,6 +44,7 @@ pub static MATMUL_NARROW_Q4K: KernelSpec = KernelSpec {
     bindings: BINDINGS,
     push_size: 32,
     exact_fp: false,
+    glsl: None,
 };
 
 /// Most tokens one launch takes (four 16-token accumulator tiles per subgroup).

@@ -16,6 +16,7 @@ pub static MATVEC: KernelSpec = KernelSpec {
     bindings: &[rd("w"), rd("x"), rw("y")],
     push_size: 16,
     exact_fp: false,
+    glsl: None,
 };
 
 /// The 16-byte-load variant, chosen when each row is a whole number of vec4 words
@@ -28,6 +29,7 @@ pub static MATVEC_VEC: KernelSpec = KernelSpec {
     bindings: &[rd("w"), rd("x"), rw("y")],
     push_size: 16,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

@@ -24,6 +24,7 @@ pub static MATVEC_Q8A: KernelSpec = KernelSpec {
     bindings: &[rd("w0"), rd("x"), rw("y"), rd("w1"), rd("w2"), rd("norm_w")],
     push_size: 56,
     exact_fp: false,
+    glsl: None,
 };
 
 /// Most activation elements (columns x tokens) one dispatch takes: the kernel's shared copy of

@@ -20,6 +20,7 @@ pub static MATVEC_ROWS: KernelSpec = KernelSpec {
     bindings: &[rd("w0"), rd("x"), rw("y"), rd("w1"), rd("w2"), rd("norm_w")],
     push_size: 52,
     exact_fp: false,
+    glsl: None,
 };
 
 /// Most invocations per workgroup of [`MATVEC_ROWS`].

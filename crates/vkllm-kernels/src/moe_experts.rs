@@ -27,6 +27,7 @@ pub static MOE_GATE_UP: KernelSpec = KernelSpec {
     bindings: BINDINGS,
     push_size: 32,
     exact_fp: false,
+    glsl: None,
 };
 pub static MOE_DOWN: KernelSpec = KernelSpec {
     name: "moe_down",
@@ -36,6 +37,7 @@ pub static MOE_DOWN: KernelSpec = KernelSpec {
     bindings: BINDINGS,
     push_size: 32,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

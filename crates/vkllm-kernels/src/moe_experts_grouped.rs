@@ -38,6 +38,7 @@ pub static MOE_GROUP: KernelSpec = KernelSpec {
     bindings: BINDINGS,
     push_size: 32,
     exact_fp: false,
+    glsl: None,
 };
 pub static MOE_GROUPED: KernelSpec = KernelSpec {
     name: "moe_grouped",
@@ -47,6 +48,7 @@ pub static MOE_GROUPED: KernelSpec = KernelSpec {
     bindings: BINDINGS,
     push_size: 32,
     exact_fp: false,
+    glsl: None,
 };
 pub static MOE_GROUPED_SUM: KernelSpec = KernelSpec {
     name: "moe_grouped_sum",
@@ -56,6 +58,7 @@ pub static MOE_GROUPED_SUM: KernelSpec = KernelSpec {
     bindings: BINDINGS,
     push_size: 32,
     exact_fp: false,
+    glsl: None,
 };
 
 /// The products of `grouped` on cooperative matrices (same bindings and push constants).
@@ -67,6 +70,7 @@ pub static MOE_GROUPED_COOP: KernelSpec = KernelSpec {
     bindings: BINDINGS,
     push_size: 32,
     exact_fp: false,
+    glsl: None,
 };
 /// Slots and weight rows of one [`MOE_GROUPED_COOP`] tile.
 const COOP_SLOTS: usize = 32;

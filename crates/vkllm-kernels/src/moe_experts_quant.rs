@@ -33,6 +33,7 @@ pub static MOE_GATE_UP_QUANT: KernelSpec = KernelSpec {
     bindings: BINDINGS,
     push_size: 32,
     exact_fp: false,
+    glsl: None,
 };
 pub static MOE_DOWN_QUANT: KernelSpec = KernelSpec {
     name: "moe_down_quant",
@@ -42,6 +43,7 @@ pub static MOE_DOWN_QUANT: KernelSpec = KernelSpec {
     bindings: BINDINGS,
     push_size: 32,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

@@ -22,6 +22,7 @@ pub static MOE_ROUTE: KernelSpec = KernelSpec {
     bindings: &[rd("logits"), rw("ids"), rw("weights")],
     push_size: 32,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

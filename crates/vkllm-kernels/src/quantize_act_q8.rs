@@ -16,6 +16,7 @@ pub static QUANTIZE_ACT_Q8: KernelSpec = KernelSpec {
     bindings: &[rd("x"), rd("norm_w"), rw("q"), rw("meta")],
     push_size: 8,
     exact_fp: false,
+    glsl: None,
 };
 
 /// Units (32 elements) per workgroup, and per sum-of-squares chunk.

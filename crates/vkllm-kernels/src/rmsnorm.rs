@@ -15,6 +15,7 @@ pub static RMSNORM: KernelSpec = KernelSpec {
     bindings: &[rd("x"), rd("weight"), rw("out"), rw("unused"), rw("out16")],
     push_size: 16,
     exact_fp: false,
+    glsl: None,
 };
 pub static ADD_RMSNORM: KernelSpec = KernelSpec {
     name: "add_rmsnorm",
@@ -24,6 +25,7 @@ pub static ADD_RMSNORM: KernelSpec = KernelSpec {
     bindings: &[rd("x"), rd("weight"), rw("out"), rw("residual")],
     push_size: 16,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

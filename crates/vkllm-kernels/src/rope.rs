@@ -14,6 +14,7 @@ pub static ROPE: KernelSpec = KernelSpec {
     bindings: &[rw("x"), rd("pos"), rd("table")],
     push_size: 24,
     exact_fp: false,
+    glsl: None,
 };
 
 /// Which dimensions are rotated together.

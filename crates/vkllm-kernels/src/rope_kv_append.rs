@@ -29,6 +29,7 @@ pub static ROPE_KV_APPEND: KernelSpec = KernelSpec {
     ],
     push_size: 60,
     exact_fp: false,
+    glsl: None,
 };
 
 /// The same step, one invocation per element pair (`pairs` entry point; [`RopeKvGrid::Pairs`]).

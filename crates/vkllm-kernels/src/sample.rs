@@ -26,6 +26,7 @@ const fn pass(name: &'static str, entry: &'static str) -> KernelSpec {
         bindings: BINDINGS,
         push_size: 20,
         exact_fp: true,
+        glsl: None,
     }
 }
 

@@ -14,6 +14,7 @@ pub static SIGMOID_MUL: KernelSpec = KernelSpec {
     bindings: &[rw("x"), rd("gate")],
     push_size: 16,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

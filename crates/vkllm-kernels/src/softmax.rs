@@ -14,6 +14,7 @@ pub static SOFTMAX: KernelSpec = KernelSpec {
     bindings: &[rd("x"), rw("out")],
     push_size: 8,
     exact_fp: false,
+    glsl: None,
 };
 
 #[repr(C)]

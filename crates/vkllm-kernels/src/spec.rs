@@ -32,7 +32,7 @@ pub struct BindingSpec {
 pub struct KernelSpec {
     /// Unique name, used in errors, timings and the pipeline cache key.
     pub name: &'static str,
-    /// File under `shaders/`.
+    /// File under `shaders/` (GLSL kernels: `glsl/NAME.comp`).
     pub file: &'static str,
     /// WGSL entry point.
     pub entry: &'static str,
@@ -46,6 +46,19 @@ pub struct KernelSpec {
     /// into FMAs (naga has no WGSL syntax for it): for kernels that must match the CPU bit for
     /// bit (the sampler).
     pub exact_fp: bool,
+    /// A kernel written in GLSL instead (`source` then empty): its checked-in SPIR-V.
+    pub glsl: Option<&'static GlslKernel>,
+}
+
+/// A kernel written in GLSL, where naga cannot reach (integer cooperative matrices): the SPIR-V
+/// glslc wrote from `shaders/glsl/NAME.comp` (`scripts/glsl.sh`), and the
+/// `layout(constant_id = ID)` of each override name. Overrides become the specialization
+/// constants' values ([`crate::compile_spirv`]); the workgroup size is one of them
+/// (`local_size_x_id`).
+#[derive(Debug)]
+pub struct GlslKernel {
+    pub spirv: &'static [u8],
+    pub spec_ids: &'static [(&'static str, u32)],
 }
 
 pub(crate) const fn rd(name: &'static str) -> BindingSpec {

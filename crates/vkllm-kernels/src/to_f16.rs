@@ -15,6 +15,7 @@ pub static TO_F16: KernelSpec = KernelSpec {
     bindings: &[rd("a"), rw("out")],
     push_size: 4,
     exact_fp: false,
+    glsl: None,
 };
 
 /// Bytes of `n` halves packed two per word (the last word padded).

@@ -6,6 +6,8 @@ mod attach;
 #[path = "runtime/bench.rs"]
 mod bench;
 mod common;
+#[path = "runtime/glsl.rs"]
+mod glsl;
 #[path = "runtime/recycle.rs"]
 mod recycle;
 #[path = "runtime/timeline.rs"]

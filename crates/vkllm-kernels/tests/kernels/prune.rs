@@ -89,6 +89,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     bindings: &[],
     push_size: 0,
     exact_fp: false,
+    glsl: None,
 };
 
 fn opts(prune: bool) -> SpirvOptions {
