@@ -2,35 +2,11 @@
 //! the checked-in SPIR-V (the fixture `data/spec_fill.comp`, compiled by glslc), and names or
 //! values the module cannot take are errors naming the kernel.
 
-use vkllm_kernels::{
-    Access, BindingSpec, GlslKernel, KernelSpec, Overrides, SpirvOptions, compile_spirv,
-};
+#[path = "data/spec_fill.rs"]
+mod spec_fill;
 
-static FILL_GLSL: GlslKernel = GlslKernel {
-    spirv: include_bytes!("data/spec_fill.spv"),
-    spec_ids: &[
-        ("WG", 0),
-        ("MUL", 1),
-        ("OFF", 2),
-        ("ADD", 3),
-        ("NEG", 4),
-        ("GONE", 9),
-    ],
-};
-
-static FILL: KernelSpec = KernelSpec {
-    name: "spec_fill",
-    file: "spec_fill.comp",
-    entry: "main",
-    source: "",
-    bindings: &[BindingSpec {
-        name: "y",
-        access: Access::Write,
-    }],
-    push_size: 4,
-    exact_fp: false,
-    glsl: Some(&FILL_GLSL),
-};
+use spec_fill::FILL;
+use vkllm_kernels::{GlslKernel, KernelSpec, Overrides, SpirvOptions, compile_spirv};
 
 /// (spec id -> (opcode, value word)) of the module's specialization constants.
 fn spec_constants(words: &[u32]) -> std::collections::HashMap<u32, (u32, u32)> {

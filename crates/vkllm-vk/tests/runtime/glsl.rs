@@ -2,28 +2,14 @@
 //! `spec_fill.comp`) specialized by overrides, bound, pushed and dispatched like a WGSL kernel.
 
 use vkllm_vk::Recorder;
-use vkllm_vk::kernels::{Access, BindingSpec, Dispatch, GlslKernel, KernelSpec, Overrides};
+use vkllm_vk::kernels::{Dispatch, Overrides};
 
 use super::common;
 
-static FILL_GLSL: GlslKernel = GlslKernel {
-    spirv: include_bytes!("../../../vkllm-kernels/tests/data/spec_fill.spv"),
-    spec_ids: &[("WG", 0), ("MUL", 1), ("OFF", 2), ("ADD", 3), ("NEG", 4)],
-};
+#[path = "../../../vkllm-kernels/tests/data/spec_fill.rs"]
+mod spec_fill;
 
-static FILL: KernelSpec = KernelSpec {
-    name: "spec_fill",
-    file: "spec_fill.comp",
-    entry: "main",
-    source: "",
-    bindings: &[BindingSpec {
-        name: "y",
-        access: Access::Write,
-    }],
-    push_size: 4,
-    exact_fp: false,
-    glsl: Some(&FILL_GLSL),
-};
+use spec_fill::FILL;
 
 #[test]
 fn glsl_kernel_runs_with_its_specialization() {
