@@ -50,22 +50,12 @@ pub(crate) fn specialize(
     if words[0] != MAGIC {
         return Err(malformed());
     }
-    // (offset, opcode, word count) of every instruction.
-    let mut insts = Vec::new();
-    let mut i = 5;
-    while i < words.len() {
-        let n = (words[i] >> 16) as usize;
-        if n == 0 || i + n > words.len() {
-            return Err(malformed());
-        }
-        insts.push((i, words[i] & 0xffff, n));
-        i += n;
-    }
+    let insts = crate::vmm::instructions(&words).ok_or_else(malformed)?;
     let mut types = std::collections::HashMap::new();
     let mut by_spec_id = std::collections::HashMap::new();
     let mut constants = std::collections::HashMap::new();
-    for &(i, op, n) in &insts {
-        match (op, n) {
+    for &(i, n) in &insts {
+        match (words[i] & 0xffff, n) {
             (OP_TYPE_BOOL, 2) => {
                 types.insert(words[i + 1], Scalar::Bool);
             }

@@ -37,7 +37,7 @@ pub(crate) fn uses_vulkan_memory_model(words: &[u32]) -> bool {
 }
 
 /// (offset, word count) of every instruction after the header; None on a malformed module.
-fn instructions(words: &[u32]) -> Option<Vec<(usize, usize)>> {
+pub(crate) fn instructions(words: &[u32]) -> Option<Vec<(usize, usize)>> {
     let mut out = Vec::new();
     let mut i = 5;
     if words.len() < i {
