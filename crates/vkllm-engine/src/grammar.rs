@@ -41,10 +41,10 @@ impl GrammarSpec {
     fn top_level(&self) -> TopLevelGrammar {
         match self {
             GrammarSpec::JsonObject => {
-                TopLevelGrammar::from_json_schema(with_whitespace(json!({"type": "object"})))
+                TopLevelGrammar::from_json_schema(bound_whitespace(json!({"type": "object"})))
             }
             GrammarSpec::JsonSchema(s) => {
-                TopLevelGrammar::from_json_schema(with_whitespace(s.clone()))
+                TopLevelGrammar::from_json_schema(bound_whitespace(s.clone()))
             }
             GrammarSpec::Lark(g) => {
                 TopLevelGrammar::from_grammar(GrammarWithLexer::from_lark(g.clone()))
@@ -57,8 +57,9 @@ impl GrammarSpec {
 /// llguidance lets JSON take any run of whitespace between tokens; a model that keeps writing
 /// spaces would then never finish. Between two tokens of the JSON at most one space, or a
 /// newline and an indentation of up to 20 spaces or tabs, fit (pretty-printed JSON; the bound
-/// llama.cpp's JSON grammars use), unless the schema sets its own `x-guidance` options.
-fn with_whitespace(mut schema: Json) -> Json {
+/// llama.cpp's JSON grammars use), unless the schema sets its own `x-guidance` options. Lark
+/// grammars that embed `%json` schemas pass them through this too.
+pub fn bound_whitespace(mut schema: Json) -> Json {
     if let Some(o) = schema.as_object_mut()
         && !o.contains_key("x-guidance")
     {

@@ -35,7 +35,7 @@ pub use frame::{FrameDecoder, FrameOptions, FrameOut, LayerView, SliceCost};
 pub use generator::{
     DEFAULT_MARKS_PER_SLOT, Generator, SimpleGenerator, SlotId, SlotParams, TAIL_MARK, TokenOut,
 };
-pub use grammar::{Constraint, Grammar, GrammarSpec, Grammars};
+pub use grammar::{Constraint, Grammar, GrammarSpec, Grammars, bound_whitespace};
 pub use prefix_store::BLOCK as PREFIX_BLOCK;
 pub use runner::{
     Event, InferenceRunner, Prompt, Request, RequestId, RunnerConfig, RunnerHandle, RunnerStats,

@@ -13,7 +13,7 @@ use common::{char_tokenizer, lcg_ids as ids};
 use vkllm_cpu::sampler::SamplingParams;
 use vkllm_engine::{
     EngineError, FinishReason, GenerateParams, Generator, Grammar, GrammarSpec, Grammars, Session,
-    SimpleGenerator, SlotGenerator, SlotParams, SlotSession, TokenOut,
+    SimpleGenerator, SlotGenerator, SlotParams, SlotSession, TokenOut, bound_whitespace,
 };
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::{CpuBackend, DEFAULT_CHUNK, KvType, Model, VulkanBackend};
@@ -264,4 +264,30 @@ fn grammar_errors_and_the_compile_cache() {
         c.commit(common::ids("a")[0]),
         Err(EngineError::Grammar { .. })
     ));
+}
+
+/// A `%json` schema inside a Lark grammar (the server's forced tool calls) takes the whitespace
+/// bound too: after one space between JSON tokens a second is refused, where llguidance's own
+/// default would take any run.
+#[test]
+fn embedded_json_whitespace_is_bounded() {
+    let g = grammars();
+    let lark = |schema: serde_json::Value| {
+        GrammarSpec::Lark(format!("start: \"<\" args \">\"\nargs: %json {schema}\n"))
+    };
+    let space_after = |spec: GrammarSpec, prefix: &str| {
+        let mut c = compile(&g, spec).start();
+        for t in common::ids(prefix) {
+            c.commit(t).expect("a valid token");
+        }
+        let id = common::ids(" ")[0] as usize;
+        c.mask()[id / 32] >> (id % 32) & 1 == 1
+    };
+    let bounded = lark(bound_whitespace(loose_schema()));
+    assert!(space_after(bounded.clone(), "<{\"k\":\"ab\","));
+    assert!(!space_after(bounded, "<{\"k\":\"ab\", "));
+    assert!(
+        space_after(lark(loose_schema()), "<{\"k\":\"ab\", "),
+        "without the bound llguidance takes a second space"
+    );
 }

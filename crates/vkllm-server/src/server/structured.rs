@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value as Json, json};
-use vkllm_engine::{Grammar, GrammarSpec, Grammars};
+use vkllm_engine::{Grammar, GrammarSpec, Grammars, bound_whitespace};
 
 use super::error::{Api, ApiError};
 use super::output::ToolFormat;
@@ -185,7 +185,10 @@ pub fn forced_call(format: ToolFormat, name: Option<&str>, tools: &[Json]) -> Gr
         };
         alts.push(format!("call{i}"));
         rules.push(format!("call{i}: {head} args{i} {}", lit(close)));
-        rules.push(format!("args{i}: %json {}", tool_schema(t)));
+        rules.push(format!(
+            "args{i}: %json {}",
+            bound_whitespace(tool_schema(t))
+        ));
     }
     GrammarSpec::Lark(format!(
         "start: {}\n{}\n",
@@ -237,7 +240,7 @@ fn forced_xml_call(name: Option<&str>, tools: &[Json]) -> GrammarSpec {
                 let value = if prop.get("type").and_then(Json::as_str) == Some("string") {
                     format!("v{i}_{j}: {}", xml_string(prop))
                 } else {
-                    format!("v{i}_{j}: %json {prop}")
+                    format!("v{i}_{j}: %json {}", bound_whitespace(prop.clone()))
                 };
                 rules.push(value);
                 let block = format!(
@@ -284,10 +287,16 @@ mod tests {
         let GrammarSpec::Lark(g) = forced_call(ToolFormat::Hermes, Some("now"), &tools) else {
             panic!("lark")
         };
+        // The arguments' schema carries the whitespace bound (a sampled model that keeps
+        // writing newlines inside a forced call would otherwise never close it).
         assert_eq!(
             g,
-            "start: call1\ncall1:  args1 \"}\\n</tool_call>\"\nargs1: %json {\"type\":\"object\"}\n"
+            format!(
+                "start: call1\ncall1:  args1 \"}}\\n</tool_call>\"\nargs1: %json {}\n",
+                bound_whitespace(json!({"type": "object"}))
+            )
         );
+        assert!(g.contains("whitespace_pattern"), "{g}");
         let GrammarSpec::Lark(g) = forced_call(ToolFormat::JsonObject, None, &tools) else {
             panic!("lark")
         };
