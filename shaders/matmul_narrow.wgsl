@@ -11,6 +11,7 @@ diagnostic(off, derivative_uniformity);
 //
 // #include quant_blocks.inc.wgsl
 // #include quant_words.inc.wgsl
+// #include matmul_narrow_q6k.inc.wgsl
 // Why its own kernel: with few tokens the product is a read of the weights, and what limits it
 // is how many weight bytes are in flight per multiprocessor. A workgroup owns 64 weight rows
 // (4 subgroups of 16) and all MT * 16 tokens (one to four accumulator tiles per subgroup). It
@@ -24,7 +25,7 @@ diagnostic(off, derivative_uniformity);
 // [MT * 16 tokens][KC + 8]), and every subgroup multiplies its rows by all token tiles. Q4_K
 // with 128 invocations (entry point `main_q4k`) skips the raw staging: each invocation loads its
 // row's block header and quant bytes with 16-byte loads (`w4`) a step ahead and decodes them
-// from registers. f16 X (XH = 1) is loaded into registers a sub-chunk ahead. Split-K (SPLIT > 1,
+// from registers; Q6_K likewise in `main_q6k` (matmul_narrow_q6k.inc.wgsl). f16 X (XH = 1) is loaded into registers a sub-chunk ahead. Split-K (SPLIT > 1,
 // grid z): workgroup z walks only its share of the raw steps.
 // Epilogue: each subgroup stores its accumulator tiles to `part` [tile][split][subgroup][MT]
 // [16 x 16] (Coherent); with SPLIT = 1 it reads them back and writes Y (bounds-checked, added to

@@ -87,6 +87,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &matmul_coop::MATMUL_COOP,
         &matmul_narrow::MATMUL_NARROW,
         &matmul_narrow::MATMUL_NARROW_Q4K,
+        &matmul_narrow::MATMUL_NARROW_Q6K,
         &mat_quant::MATVEC_QUANT,
         &mat_quant::MATMUL_QUANT,
         &mat_quant::EMBEDDING_QUANT,

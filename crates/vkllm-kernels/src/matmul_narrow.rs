@@ -47,6 +47,18 @@ pub static MATMUL_NARROW_Q4K: KernelSpec = KernelSpec {
     glsl: None,
 };
 
+/// Q6_K read straight into registers (subgroups of 32; half the shared memory).
+pub static MATMUL_NARROW_Q6K: KernelSpec = KernelSpec {
+    name: "matmul_narrow_q6k",
+    file: "matmul_narrow.wgsl",
+    entry: "main_q6k",
+    source: SRC,
+    bindings: BINDINGS,
+    push_size: 32,
+    exact_fp: false,
+    glsl: None,
+};
+
 /// Most tokens one launch takes (four 16-token accumulator tiles per subgroup).
 pub const MAX_N: usize = 64;
 
@@ -85,6 +97,9 @@ pub struct NarrowConfig {
     pub split: u32,
     /// X holds f16, two per u32 word (`to_f16`), instead of f32.
     pub x_f16: bool,
+    /// Q6_K rows straight into registers (`main_q6k`, where [`direct_q6k`] allows) instead of
+    /// through the raw staging.
+    pub q6k_direct: bool,
 }
 
 impl NarrowConfig {
@@ -124,6 +139,11 @@ fn staging(dtype: WeightType, cols: usize) -> (usize, bool) {
 /// invocations, subgroups of 32) instead of through the raw staging.
 pub fn direct_q4k(dtype: WeightType, subgroup_size: u32) -> bool {
     dtype == WeightType::Q4_K && 4 * subgroup_size as usize == 2 * ROWS_PER_GROUP
+}
+
+/// Whether Q6_K rows can go straight into registers (as [`direct_q4k`]: 128 invocations).
+pub fn direct_q6k(dtype: WeightType, subgroup_size: u32) -> bool {
+    dtype == WeightType::Q6_K && 4 * subgroup_size as usize == 2 * ROWS_PER_GROUP
 }
 
 /// Whether the kernel takes `dtype` rows of `cols` elements with subgroups of `subgroup_size`:
@@ -174,9 +194,12 @@ impl<B: KernelBuffer> MatmulNarrow<B> {
         cfg: &NarrowConfig,
         scratch: SplitScratch<B>,
     ) -> Result<Dispatch<B>, Error> {
-        let k = match direct_q4k(s.dtype, subgroup_size) {
-            true => &MATMUL_NARROW_Q4K,
-            false => &MATMUL_NARROW,
+        let k = if direct_q4k(s.dtype, subgroup_size) {
+            &MATMUL_NARROW_Q4K
+        } else if cfg.q6k_direct && direct_q6k(s.dtype, subgroup_size) {
+            &MATMUL_NARROW_Q6K
+        } else {
+            &MATMUL_NARROW
         };
         if !supported(s.dtype, s.cols, subgroup_size) {
             return Err(shape_err(

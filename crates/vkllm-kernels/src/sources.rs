@@ -78,7 +78,8 @@ pub(crate) const MATMUL: &str = include_str!("../shaders/matmul.wgsl");
 pub(crate) const MATMUL_NARROW: &str = concat!(
     include_str!("../shaders/matmul_narrow.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
-    include_str!("../shaders/quant_words.inc.wgsl")
+    include_str!("../shaders/quant_words.inc.wgsl"),
+    include_str!("../shaders/matmul_narrow_q6k.inc.wgsl")
 );
 pub(crate) const MATMUL_COOP: &str = concat!(
     include_str!("../shaders/matmul_coop.wgsl"),

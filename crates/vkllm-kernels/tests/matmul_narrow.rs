@@ -43,20 +43,28 @@ fn scratch() -> SplitScratch<Fake> {
 #[test]
 fn every_type_tile_count_and_split_specialises() {
     for t in TYPES {
-        for (n, split, x_f16, sg) in [
-            (16, 1, false, 32),
-            (33, 3, true, 32),
-            (64, 2, false, 64),
-            (5, 1, true, 32),
+        for (n, split, x_f16, sg, q6k_direct) in [
+            (16, 1, false, 32, false),
+            (33, 3, true, 32, true),
+            (64, 2, false, 64, true),
+            (5, 1, true, 32, false),
+            (48, 1, false, 32, true),
         ] {
-            let cfg = NarrowConfig { split, x_f16 };
+            let cfg = NarrowConfig {
+                split,
+                x_f16,
+                q6k_direct,
+            };
             let d = op()
                 .dispatch(&shape(t, 4096), n, 1000, sg, &cfg, scratch())
                 .unwrap();
             assert_eq!(d.groups, [16, 1, split]);
-            // Q4_K with 128 invocations reads straight into registers (its own entry point).
+            // Q4_K with 128 invocations reads straight into registers (its own entry point);
+            // Q6_K too where asked.
             let direct = t == WeightType::Q4_K && sg == 32;
             assert_eq!(d.kernel.entry == "main_q4k", direct, "{}", t.name());
+            let direct6 = t == WeightType::Q6_K && sg == 32 && q6k_direct;
+            assert_eq!(d.kernel.entry == "main_q6k", direct6, "{}", t.name());
             for prune in [false, true] {
                 let opts = SpirvOptions {
                     prune_dead_branches: prune,
@@ -74,6 +82,7 @@ fn rejects_what_it_does_not_run() {
     let cfg = NarrowConfig {
         split: 1,
         x_f16: false,
+        q6k_direct: false,
     };
     let f16 = op().dispatch(&shape(WeightType::F16, 4096), 16, 1000, 32, &cfg, scratch());
     assert!(f16.is_err());
@@ -102,6 +111,7 @@ fn rejects_what_it_does_not_run() {
     let too_split = NarrowConfig {
         split: 17,
         x_f16: false,
+        q6k_direct: false,
     };
     let s = op().dispatch(
         &shape(WeightType::Q8_0, 4096),

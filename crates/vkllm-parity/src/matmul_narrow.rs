@@ -29,10 +29,25 @@ pub(crate) fn matmul_narrow(dev: &Device, seed: u64) -> Result<Vec<KernelParityR
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
     let mut out = Vec::new();
-    let nc = |split, x_f16| Some(NarrowConfig { split, x_f16 });
+    let nc = |split, x_f16| {
+        Some(NarrowConfig {
+            split,
+            x_f16,
+            q6k_direct: false,
+        })
+    };
+    // Q6_K straight into registers (`main_q6k`; the staged path where the subgroup size does
+    // not allow it).
+    let direct = |split, x_f16| {
+        Some(NarrowConfig {
+            split,
+            x_f16,
+            q6k_direct: true,
+        })
+    };
     use WeightType as T;
     // (dtype, n, rows, cols, accumulate, launch; None: MatmulKernel::Auto)
-    let cases: [(T, usize, usize, usize, bool, Option<NarrowConfig>); 22] = [
+    let cases: [(T, usize, usize, usize, bool, Option<NarrowConfig>); 27] = [
         (T::Q4_K, 16, 100, 768, false, nc(1, false)),
         (T::Q4_K, 2, 64, 256, false, nc(1, true)),
         (T::Q4_K, 33, 129, 1280, true, nc(3, true)),
@@ -41,6 +56,11 @@ pub(crate) fn matmul_narrow(dev: &Device, seed: u64) -> Result<Vec<KernelParityR
         (T::Q6_K, 17, 100, 768, false, nc(1, true)),
         (T::Q6_K, 64, 65, 1024, true, nc(2, false)),
         (T::Q6_K, 5, 333, 256 * 7, false, nc(4, true)),
+        (T::Q6_K, 16, 100, 768, false, direct(1, true)),
+        (T::Q6_K, 33, 129, 256 * 7, true, direct(3, true)),
+        (T::Q6_K, 64, 65, 1024, false, direct(2, false)),
+        (T::Q6_K, 2, 64, 256 * 5, true, direct(1, false)),
+        (T::Q6_K, 47, 1000, 512, false, direct(4, true)),
         (T::Q8_0, 16, 100, 32 * 37, false, nc(1, false)),
         (T::Q8_0, 48, 129, 4096, true, nc(3, true)),
         (T::Q8_0, 31, 64, 512, false, nc(3, true)),
@@ -79,7 +99,12 @@ pub(crate) fn matmul_narrow(dev: &Device, seed: u64) -> Result<Vec<KernelParityR
             }
         }
         let name = match c {
-            Some(c) => format!("split {}{}", c.split, if c.x_f16 { " x16" } else { "" }),
+            Some(c) => format!(
+                "split {}{}{}",
+                c.split,
+                if c.x_f16 { " x16" } else { "" },
+                if c.q6k_direct { " direct" } else { "" }
+            ),
             None => "auto".into(),
         };
         out.push(row(

@@ -40,6 +40,7 @@ pub fn narrow_config(
     Some(NarrowConfig {
         split,
         x_f16: t.coop_x_f16 && cols.is_multiple_of(8),
+        q6k_direct: t.coop_narrow_q6k,
     })
 }
 
