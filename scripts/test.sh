@@ -26,6 +26,9 @@ python3 scripts/loadgen.py --spawn target/debug/vkllm --check --turns 4 --system
 # not: check its greedy tokens against transformers on a Q4_K/Q6_K model here too.
 VKLLM_TUNE=matvec=int8 cargo test -p vkllm-models --test real_models qwen2_5_coder_0_5b_gpu
 cargo xtask parity
+# Every kernel's SPIR-V passes the Khronos validator for Vulkan 1.3 (drivers other than the ones
+# tested may reject or miscompile what one driver tolerates).
+cargo xtask spirv-val
 # Every library crate packages for a registry (versions on internal dependencies, metadata,
 # the shader sources inside vkllm-kernels); --no-verify: the tests above already built them.
 cargo package --workspace --exclude xtask --no-verify --allow-dirty --quiet

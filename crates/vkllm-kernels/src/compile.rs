@@ -9,8 +9,9 @@ use crate::{Error, KernelSpec, Overrides};
 pub struct SpirvOptions {
     /// SPIR-V version (major, minor). 1.3 is the minimum for subgroup built-ins (Vulkan 1.1).
     pub version: (u8, u8),
-    /// Apply the workgroup-coherence pass to the kernels that rely on it (`vmm.rs`); `false`
-    /// keeps naga's output (the device tuning's `wg_coherent`).
+    /// Apply the Vulkan-memory-model passes (`vmm.rs`: storage-buffer coherence on every module
+    /// under that model, workgroup coherence on the kernels that rely on it); `false` keeps
+    /// naga's output (the device tuning's `wg_coherent`).
     pub workgroup_coherent: bool,
     /// Drop the branches the resolved overrides make dead before writing SPIR-V (`prune.rs`);
     /// `false` (the default) keeps naga's output (the device tuning's `prune`).
@@ -112,16 +113,22 @@ pub fn compile_spirv(
                 message: e.to_string(),
             }
         })?;
-    // Kernels whose workgroup-memory traffic relies on barriers under the Vulkan memory model
-    // (see `vmm.rs`); the other cooperative-matrix kernels keep naga's output as measured.
-    let words = if COHERENT_WORKGROUP.contains(&kernel.name)
-        && opts.workgroup_coherent
-        && crate::vmm::uses_vulkan_memory_model(&words)
-    {
-        crate::vmm::workgroup_coherent(&words).ok_or(Error::Spirv {
-            kernel: kernel.name,
-            message: "malformed SPIR-V from naga (workgroup coherence pass)".into(),
-        })?
+    // Under the Vulkan memory model (the cooperative-matrix kernels): every module gets the
+    // storage-buffer pass that makes it valid there; kernels whose workgroup-memory traffic
+    // relies on barriers also get the workgroup pass (see `vmm.rs`), the others keep naga's
+    // workgroup accesses as measured.
+    let vmm = opts.workgroup_coherent && crate::vmm::uses_vulkan_memory_model(&words);
+    let malformed = |pass: &str| Error::Spirv {
+        kernel: kernel.name,
+        message: format!("malformed SPIR-V from naga ({pass} pass)"),
+    };
+    let words = if vmm && COHERENT_WORKGROUP.contains(&kernel.name) {
+        crate::vmm::workgroup_coherent(&words).ok_or_else(|| malformed("workgroup coherence"))?
+    } else {
+        words
+    };
+    let words = if vmm {
+        crate::vmm::storage_coherent(&words).ok_or_else(|| malformed("storage coherence"))?
     } else {
         words
     };

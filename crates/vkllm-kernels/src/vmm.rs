@@ -4,7 +4,10 @@
 //! barriers. This pass marks every access through a Workgroup-storage pointer (OpLoad,
 //! OpStore, cooperative-matrix loads and stores) `NonPrivatePointer`, and gives every barrier
 //! whose semantics name WorkgroupMemory the `MakeAvailable | MakeVisible` bits, so barriers order
-//! workgroup memory as WGSL's `workgroupBarrier` means.
+//! workgroup memory as WGSL's `workgroupBarrier` means. A second pass
+//! ([`storage_coherent`]) makes every such module valid under that model: naga decorates
+//! `@coherent` storage buffers `Coherent` (banned there) and uses device scope without its
+//! capability.
 
 use std::collections::{HashMap, HashSet};
 
@@ -21,7 +24,11 @@ const OP_CONTROL_BARRIER: u32 = 224;
 const OP_MEMORY_BARRIER: u32 = 225;
 const OP_COOP_LOAD: u32 = 4457;
 const OP_COOP_STORE: u32 = 4458;
+const OP_DECORATE: u32 = 71;
 const CAPABILITY_VULKAN_MEMORY_MODEL: u32 = 5345;
+const CAPABILITY_DEVICE_SCOPE: u32 = 5346;
+const DECORATION_COHERENT: u32 = 23;
+const SEMANTICS_UNIFORM_MEMORY: u32 = 0x40;
 const STORAGE_WORKGROUP: u32 = 4;
 const NON_PRIVATE_POINTER: u32 = 0x20;
 const SEMANTICS_WORKGROUP_MEMORY: u32 = 0x100;
@@ -54,28 +61,66 @@ pub(crate) fn instructions(words: &[u32]) -> Option<Vec<(usize, usize)>> {
     Some(out)
 }
 
-/// The pass (module description above). None on a malformed module.
+/// The workgroup pass (module description above). None on a malformed module.
 pub(crate) fn workgroup_coherent(words: &[u32]) -> Option<Vec<u32>> {
     let insts = instructions(words)?;
+    let roots = insts
+        .iter()
+        .filter(|&&(i, n)| {
+            words[i] & 0xffff == OP_VARIABLE && n >= 4 && words[i + 3] == STORAGE_WORKGROUP
+        })
+        .map(|&(i, _)| words[i + 2])
+        .collect();
+    mark_non_private(words, &insts, roots, SEMANTICS_WORKGROUP_MEMORY, false)
+}
+
+/// The storage-buffer pass for every module under the Vulkan memory model, where `Coherent`
+/// is not allowed and device scope needs its own capability: each `Coherent` variable loses
+/// the decoration and its accesses become `NonPrivatePointer`, every barrier whose semantics
+/// name UniformMemory makes them available and visible (what `Coherent` meant for the
+/// cross-workgroup partial sums), and the module declares `VulkanMemoryModelDeviceScope`
+/// (the device enables it with cooperative matrices). None on a malformed module.
+pub(crate) fn storage_coherent(words: &[u32]) -> Option<Vec<u32>> {
+    let insts = instructions(words)?;
+    let roots = insts
+        .iter()
+        .filter(|&&(i, n)| {
+            words[i] & 0xffff == OP_DECORATE && n == 3 && words[i + 2] == DECORATION_COHERENT
+        })
+        .map(|&(i, _)| words[i + 1])
+        .collect();
+    mark_non_private(words, &insts, roots, SEMANTICS_UNIFORM_MEMORY, true)
+}
+
+/// Accesses through pointers derived from `roots` become `NonPrivatePointer`; barriers whose
+/// semantics include any of `storage` bits also make memory available and visible; with
+/// `storage_pass`, `Coherent` decorations go and the device-scope capability is declared.
+fn mark_non_private(
+    words: &[u32],
+    insts: &[(usize, usize)],
+    mut ptrs: HashSet<u32>,
+    storage: u32,
+    storage_pass: bool,
+) -> Option<Vec<u32>> {
     let op = |i: usize| words[i] & 0xffff;
-    // Pointers into workgroup memory, and the semantics constants barriers use.
-    let mut wg: HashSet<u32> = HashSet::new();
+    // Pointers derived from the roots, and the semantics constants barriers use.
     let mut semantics: HashSet<u32> = HashSet::new();
-    for &(i, n) in &insts {
+    let mut has_device_scope = false;
+    for &(i, n) in insts {
         match op(i) {
-            OP_VARIABLE if n >= 4 && words[i + 3] == STORAGE_WORKGROUP => {
-                wg.insert(words[i + 2]);
-            }
             OP_ACCESS_CHAIN | OP_IN_BOUNDS_ACCESS_CHAIN | OP_PTR_ACCESS_CHAIN | OP_COPY_OBJECT
-                if n >= 4 && wg.contains(&words[i + 3]) =>
+                if n >= 4 && ptrs.contains(&words[i + 3]) =>
             {
-                wg.insert(words[i + 2]);
+                ptrs.insert(words[i + 2]);
             }
             OP_CONTROL_BARRIER if n == 4 => {
                 semantics.insert(words[i + 3]);
             }
             OP_MEMORY_BARRIER if n == 3 => {
                 semantics.insert(words[i + 2]);
+            }
+            OP_CAPABILITY if n == 2 && words[i + 1] == CAPABILITY_DEVICE_SCOPE => {
+                has_device_scope = true;
             }
             _ => {}
         }
@@ -85,9 +130,12 @@ pub(crate) fn workgroup_coherent(words: &[u32]) -> Option<Vec<u32>> {
     let mut remap: HashMap<u32, u32> = HashMap::new();
     let mut out = Vec::with_capacity(words.len() + words.len() / 8);
     out.extend_from_slice(&words[..5]);
-    for &(i, n) in &insts {
+    for &(i, n) in insts {
         let mut inst = words[i..i + n].to_vec();
         let code = op(i);
+        if storage_pass && code == OP_DECORATE && n == 3 && inst[2] == DECORATION_COHERENT {
+            continue;
+        }
         // Index of the memory-operand mask, if the instruction has one here.
         let (ptr_at, mask_at) = match code {
             OP_LOAD => (3, 4),
@@ -96,7 +144,7 @@ pub(crate) fn workgroup_coherent(words: &[u32]) -> Option<Vec<u32>> {
             OP_COOP_STORE => (1, 5),
             _ => (0, 0),
         };
-        if mask_at > 0 && n > ptr_at && wg.contains(&inst[ptr_at]) {
+        if mask_at > 0 && n > ptr_at && ptrs.contains(&inst[ptr_at]) {
             if n > mask_at {
                 inst[mask_at] |= NON_PRIVATE_POINTER;
             } else if n == mask_at {
@@ -120,10 +168,19 @@ pub(crate) fn workgroup_coherent(words: &[u32]) -> Option<Vec<u32>> {
             _ => {}
         }
         out.extend_from_slice(&inst);
+        if storage_pass
+            && !has_device_scope
+            && code == OP_CAPABILITY
+            && n == 2
+            && inst[1] == CAPABILITY_VULKAN_MEMORY_MODEL
+        {
+            out.extend_from_slice(&[(2 << 16) | OP_CAPABILITY, CAPABILITY_DEVICE_SCOPE]);
+        }
         if code == OP_CONSTANT
             && n == 4
             && semantics.contains(&words[i + 2])
-            && words[i + 3] & SEMANTICS_WORKGROUP_MEMORY != 0
+            && words[i + 3] & storage != 0
+            && words[i + 3] & SEMANTICS_MAKE_AVAILABLE_VISIBLE != SEMANTICS_MAKE_AVAILABLE_VISIBLE
         {
             let id = bound;
             bound += 1;
@@ -235,6 +292,121 @@ mod tests {
             find(OP_CONTROL_BARRIER)[0],
             &[(4 << 16) | OP_CONTROL_BARRIER, 11, 11, 100]
         );
+    }
+
+    /// A `Coherent` storage buffer: the decoration goes, its accesses become non-private, the
+    /// storage barrier makes them available and visible, and device scope gets its capability;
+    /// the workgroup pass leaves the same module's storage accesses alone.
+    #[test]
+    fn marks_coherent_storage_accesses_and_device_scope() {
+        let words = vec![
+            0x0723_0203,
+            0x0001_0600,
+            0,
+            50,
+            0,
+            (2 << 16) | OP_CAPABILITY,
+            CAPABILITY_VULKAN_MEMORY_MODEL,
+            // OpDecorate %20 Coherent ; OpDecorate %21 Coherent-free (NonWritable 24)
+            (3 << 16) | OP_DECORATE,
+            20,
+            DECORATION_COHERENT,
+            (3 << 16) | OP_DECORATE,
+            21,
+            24,
+            // %10 = OpConstant %1 0x48 (AcquireRelease | UniformMemory); %11 = OpConstant %1 1
+            (4 << 16) | OP_CONSTANT,
+            1,
+            10,
+            0x48,
+            (4 << 16) | OP_CONSTANT,
+            1,
+            11,
+            1,
+            // %20, %21 = OpVariable %2 StorageBuffer
+            (4 << 16) | OP_VARIABLE,
+            2,
+            20,
+            12,
+            (4 << 16) | OP_VARIABLE,
+            2,
+            21,
+            12,
+            // %22 = OpAccessChain %4 %20 %11 ; %23 = OpAccessChain %4 %21 %11
+            (5 << 16) | OP_ACCESS_CHAIN,
+            4,
+            22,
+            20,
+            11,
+            (5 << 16) | OP_ACCESS_CHAIN,
+            4,
+            23,
+            21,
+            11,
+            // OpStore %22 %11 ; %24 = OpLoad %1 %23 ; %25 = OpLoad %1 %22
+            (3 << 16) | OP_STORE,
+            22,
+            11,
+            (4 << 16) | OP_LOAD,
+            1,
+            24,
+            23,
+            (4 << 16) | OP_LOAD,
+            1,
+            25,
+            22,
+            // OpControlBarrier %11 %11 %10 (workgroup execution... any scope ids will do here)
+            (4 << 16) | OP_CONTROL_BARRIER,
+            11,
+            11,
+            10,
+        ];
+        assert_eq!(
+            workgroup_coherent(&words).as_deref(),
+            Some(&words[..]),
+            "no workgroup memory: unchanged"
+        );
+        let out = storage_coherent(&words).expect("well formed");
+        assert_eq!(out[3], 51);
+        let insts = instructions(&out).unwrap();
+        let find = |code: u32| -> Vec<&[u32]> {
+            insts
+                .iter()
+                .filter(|&&(i, _)| out[i] & 0xffff == code)
+                .map(|&(i, n)| &out[i..i + n])
+                .collect()
+        };
+        assert_eq!(
+            find(OP_CAPABILITY),
+            vec![
+                &[(2 << 16) | OP_CAPABILITY, CAPABILITY_VULKAN_MEMORY_MODEL][..],
+                &[(2 << 16) | OP_CAPABILITY, CAPABILITY_DEVICE_SCOPE][..]
+            ]
+        );
+        assert_eq!(
+            find(OP_DECORATE),
+            vec![&[(3 << 16) | OP_DECORATE, 21, 24][..]]
+        );
+        assert_eq!(
+            find(OP_STORE)[0],
+            &[(4 << 16) | OP_STORE, 22, 11, NON_PRIVATE_POINTER]
+        );
+        let loads = find(OP_LOAD);
+        assert_eq!(loads[0], &[(4 << 16) | OP_LOAD, 1, 24, 23], "not coherent");
+        assert_eq!(
+            loads[1],
+            &[(5 << 16) | OP_LOAD, 1, 25, 22, NON_PRIVATE_POINTER]
+        );
+        assert_eq!(
+            find(OP_CONSTANT)[1],
+            &[(4 << 16) | OP_CONSTANT, 1, 50, 0x48 | 0x6000]
+        );
+        assert_eq!(
+            find(OP_CONTROL_BARRIER)[0],
+            &[(4 << 16) | OP_CONTROL_BARRIER, 11, 11, 50]
+        );
+        // A second run finds nothing left to do.
+        assert_eq!(storage_coherent(&out), Some(out.clone()));
     }
 
     #[test]

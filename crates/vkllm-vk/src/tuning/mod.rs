@@ -150,7 +150,8 @@ pub struct Tuning {
     /// Quantized prefill weights multiplied through an f16 copy. Keys `dequant` = auto | off |
     /// all, `dequant_min` (weight elements), `dequant_tokens`.
     pub dequant: DequantPolicy,
-    /// Workgroup-memory coherence pass on the kernels that rely on it (else naga's output). Key
+    /// The Vulkan-memory-model SPIR-V passes: storage-buffer coherence on every cooperative
+    /// kernel, workgroup-memory coherence on those that rely on it (else naga's output). Key
     /// `wg_coherent`.
     pub wg_coherent: bool,
     /// Drop the branches resolved overrides make dead before writing SPIR-V (off: it slowed the
