@@ -202,6 +202,16 @@ fn mark_non_private(
 mod tests {
     use super::*;
 
+    /// Every instruction of `code` in `words`.
+    fn find(words: &[u32], code: u32) -> Vec<&[u32]> {
+        instructions(words)
+            .unwrap()
+            .into_iter()
+            .filter(|&(i, _)| words[i] & 0xffff == code)
+            .map(|(i, n)| &words[i..i + n])
+            .collect()
+    }
+
     /// A hand-assembled fragment: a workgroup variable, an access chain into it, a load and a
     /// store through the chain, a load through a function variable, and a barrier.
     #[test]
@@ -263,14 +273,7 @@ mod tests {
         let out = workgroup_coherent(&words).expect("well formed");
         // One new constant (id 100), bound 101.
         assert_eq!(out[3], 101);
-        let insts = instructions(&out).unwrap();
-        let find = |code: u32| -> Vec<&[u32]> {
-            insts
-                .iter()
-                .filter(|&&(i, _)| out[i] & 0xffff == code)
-                .map(|&(i, n)| &out[i..i + n])
-                .collect()
-        };
+        let find = |code: u32| find(&out, code);
         let consts = find(OP_CONSTANT);
         assert_eq!(consts.len(), 3);
         assert_eq!(
@@ -368,14 +371,7 @@ mod tests {
         );
         let out = storage_coherent(&words).expect("well formed");
         assert_eq!(out[3], 51);
-        let insts = instructions(&out).unwrap();
-        let find = |code: u32| -> Vec<&[u32]> {
-            insts
-                .iter()
-                .filter(|&&(i, _)| out[i] & 0xffff == code)
-                .map(|&(i, n)| &out[i..i + n])
-                .collect()
-        };
+        let find = |code: u32| find(&out, code);
         assert_eq!(
             find(OP_CAPABILITY),
             vec![
