@@ -3,8 +3,8 @@
 //! - `bench [flags]`: `vkllm bench` from a release build (see `vkllm bench --help`).
 //! - `parity [--json]`: the parity ladder as one table (computed in-process through the
 //!   libraries, the same code a `vkllm parity` subcommand runs); exits non-zero if a row fails.
-//! - `spirv-val`: every kernel's SPIR-V (default overrides, with and without dead-branch
-//!   pruning) through SPIRV-Tools' validator for Vulkan 1.3 (`$SPIRV_VAL`, else
+//! - `spirv-val`: every kernel's SPIR-V (default overrides; with and without dead-branch
+//!   pruning and the workgroup pass on every cooperative kernel, `wg_coherent_all`) through SPIRV-Tools' validator for Vulkan 1.3 (`$SPIRV_VAL`, else
 //!   `.cache/spirv-tools/spirv-val` from `scripts/spirv-tools.sh`, else `spirv-val` on PATH:
 //!   a release from 2024 on, which knows the cooperative-matrix extension).
 
@@ -93,13 +93,14 @@ fn run_spirv_val() -> Result<()> {
     let mut failed = Vec::new();
     let mut modules = 0;
     for k in all_kernels() {
-        for prune in [false, true] {
+        for (prune, all) in [(false, false), (true, false), (false, true), (true, true)] {
             let opts = SpirvOptions {
                 prune_dead_branches: prune,
+                workgroup_coherent_all: all,
                 ..SpirvOptions::default()
             };
             let words = compile_spirv(k, &Overrides::default(), opts)?;
-            let path = dir.join(format!("{}-{}-{prune}.spv", k.name, k.entry));
+            let path = dir.join(format!("{}-{}-{prune}-{all}.spv", k.name, k.entry));
             let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
             std::fs::write(&path, bytes)?;
             let out = std::process::Command::new(&val)
@@ -115,7 +116,7 @@ fn run_spirv_val() -> Result<()> {
             if !out.status.success() {
                 let msg = String::from_utf8_lossy(&out.stderr);
                 failed.push(format!(
-                    "{} ({}, prune {prune}): {}",
+                    "{} ({}, prune {prune}, wg_coherent_all {all}): {}",
                     k.name,
                     k.entry,
                     msg.trim()

@@ -13,6 +13,10 @@ pub struct SpirvOptions {
     /// under that model, workgroup coherence on the kernels that rely on it); `false` keeps
     /// naga's output (the device tuning's `wg_coherent`).
     pub workgroup_coherent: bool,
+    /// With `workgroup_coherent`, the workgroup pass on every module under the Vulkan memory
+    /// model, not only the kernels listed as relying on it (the device tuning's
+    /// `wg_coherent_all`; off: the others keep naga's workgroup accesses as measured).
+    pub workgroup_coherent_all: bool,
     /// Drop the branches the resolved overrides make dead before writing SPIR-V (`prune.rs`);
     /// `false` (the default) keeps naga's output (the device tuning's `prune`).
     pub prune_dead_branches: bool,
@@ -23,6 +27,7 @@ impl Default for SpirvOptions {
         SpirvOptions {
             version: (1, 3),
             workgroup_coherent: true,
+            workgroup_coherent_all: false,
             prune_dead_branches: false,
         }
     }
@@ -122,7 +127,8 @@ pub fn compile_spirv(
         kernel: kernel.name,
         message: format!("malformed SPIR-V from naga ({pass} pass)"),
     };
-    let words = if vmm && COHERENT_WORKGROUP.contains(&kernel.name) {
+    let words = if vmm && (opts.workgroup_coherent_all || COHERENT_WORKGROUP.contains(&kernel.name))
+    {
         crate::vmm::workgroup_coherent(&words).ok_or_else(|| malformed("workgroup coherence"))?
     } else {
         words

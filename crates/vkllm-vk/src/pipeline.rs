@@ -133,6 +133,7 @@ impl Device {
         }
         let opts = SpirvOptions {
             workgroup_coherent: self.tuning().wg_coherent,
+            workgroup_coherent_all: self.tuning().wg_coherent_all,
             prune_dead_branches: self.tuning().prune,
             ..SpirvOptions::default()
         };

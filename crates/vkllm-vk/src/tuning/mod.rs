@@ -154,6 +154,10 @@ pub struct Tuning {
     /// kernel, workgroup-memory coherence on those that rely on it (else naga's output). Key
     /// `wg_coherent`.
     pub wg_coherent: bool,
+    /// With `wg_coherent`, the workgroup-memory pass on every cooperative kernel (their shared
+    /// memory is then ordered by barriers as the Vulkan memory model asks; off: only the kernels
+    /// listed as relying on it, the others as measured). Key `wg_coherent_all`.
+    pub wg_coherent_all: bool,
     /// Drop the branches resolved overrides make dead before writing SPIR-V (off: it slowed the
     /// cooperative prefill attention at head_dim 64). Key `prune`.
     pub prune: bool,
@@ -293,6 +297,7 @@ impl Default for Tuning {
             coop_group: CoopGroup::Qkv,
             dequant: DequantPolicy::AUTO,
             wg_coherent: true,
+            wg_coherent_all: false,
             prune: false,
             recycle: true,
             fence_spin_us: None,
@@ -373,6 +378,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "dequant_min",
     "dequant_tokens",
     "wg_coherent",
+    "wg_coherent_all",
     "prune",
     "recycle",
     "fence_spin_us",
