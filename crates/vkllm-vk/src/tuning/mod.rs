@@ -123,8 +123,9 @@ pub struct Tuning {
     /// Q6_K weights take it from this many tokens on (below: the int8 matvec up to
     /// `decode_int8_max_n`). Key `coop_narrow_min` (2..=65; 65: never in decode).
     pub coop_narrow_min: u32,
-    /// `matmul_narrow` reads Q6_K rows straight into registers (`main_q6k`); `false` stages
-    /// them through shared memory (the reference). Key `coop_narrow_q6k`.
+    /// `matmul_narrow` reads Q6_K rows straight into registers (`main_q6k`, the default: faster
+    /// on the H200); `false` stages them through shared memory (the reference). Key
+    /// `coop_narrow_q6k`.
     pub coop_narrow_q6k: bool,
     /// Key `splitk` = auto | off | N (target workgroups).
     pub splitk: SplitK,
@@ -285,7 +286,7 @@ impl Default for Tuning {
             coop_narrow: 48,
             coop_narrow_split: None,
             coop_narrow_min: 9,
-            coop_narrow_q6k: false,
+            coop_narrow_q6k: true,
             splitk: SplitK::Auto,
             coop_bk: 64,
             coop_direct: true,
