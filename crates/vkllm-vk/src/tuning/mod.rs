@@ -283,7 +283,7 @@ impl Default for Tuning {
             q8a_xg_rows: 0,
             decode_int8_max_n: 16,
             coopmat: true,
-            coop_narrow: 48,
+            coop_narrow: 64,
             coop_narrow_split: None,
             coop_narrow_min: 9,
             coop_narrow_q6k: true,
