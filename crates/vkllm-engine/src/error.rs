@@ -42,4 +42,7 @@ pub enum EngineError {
     /// A structured-output grammar, JSON Schema or regex that cannot be used.
     #[error("invalid grammar: {reason}")]
     Grammar { reason: String },
+    /// The start-up warm-up requests (`runner::warm_up`) did not end in time.
+    #[error("the warm-up requests did not finish within {seconds} s")]
+    WarmUpTimeout { seconds: u64 },
 }

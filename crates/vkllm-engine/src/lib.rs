@@ -39,7 +39,7 @@ pub use grammar::{Constraint, Grammar, GrammarSpec, Grammars, bound_whitespace};
 pub use prefix_store::BLOCK as PREFIX_BLOCK;
 pub use runner::{
     Event, InferenceRunner, Prompt, Request, RequestId, RunnerConfig, RunnerHandle, RunnerStats,
-    Sink,
+    Sink, WarmUpReport, warm_up, warm_up_lengths,
 };
 pub use session::{FinishReason, GenerateParams, Session, Usage};
 pub use slot_generator::SlotGenerator;

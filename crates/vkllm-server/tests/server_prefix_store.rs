@@ -16,6 +16,25 @@ fn conversations_resume_from_the_prefix_store() {
     }
 }
 
+/// `--warm-up on` (the default on GPUs; off on lavapipe) runs its requests before the server
+/// listens, and the server then answers: 19 short prompts and a long one, capped by `--ctx`.
+#[test]
+fn warm_up_runs_before_listening() {
+    let s =
+        serve_harness::Server::start_on(None, &["--slots", "2", "--ctx", "64", "--warm-up", "on"]);
+    let log = s.log();
+    let warm = log.find("vkllm: warm-up: 20 requests").expect(&log);
+    assert!(warm < log.find("listening on").expect("listening"), "{log}");
+    let resp = s.raw(
+        &format!(
+            "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAuthorization: Bearer {}",
+            serve_harness::KEY
+        ),
+        r#"{"model": "smollm2", "prompt": "The sky is", "max_tokens": 4, "temperature": 0}"#,
+    );
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+}
+
 /// A 20-turn tool-using agent conversation (tests/py/test_agent_cache.py): from the second turn
 /// on only the turn's new tokens are computed, and >= 90% of all prompt tokens are cache hits.
 /// On the CPU backend (`VKLLM_SERVE_TEST_DEVICE`): the reuse is the generator's, the same on

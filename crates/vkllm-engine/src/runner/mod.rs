@@ -12,6 +12,7 @@
 //! [`InferenceRunner::threaded`], which runs the same loop on its own worker thread. Either way
 //! [`RunnerHandle`]s submit, cancel and read statistics from any thread.
 
+mod warm_up;
 mod worker;
 
 use std::collections::VecDeque;
@@ -25,6 +26,7 @@ use vkllm_tokenizer::{EncodeOptions, Tokenizer};
 use crate::error::EngineError;
 use crate::generator::{Generator, SlotParams, TokenOut, validate_params};
 use crate::session::{FinishReason, Usage};
+pub use warm_up::{WarmUpReport, warm_up, warm_up_lengths};
 use worker::Core;
 
 /// A request's number, unique within one runner.

@@ -141,9 +141,24 @@ pub struct Args {
     /// the batched slot decoder.
     #[arg(long)]
     simple_generator: bool,
+
+    /// Throwaway requests before listening (a long prompt, then four short sampled ones
+    /// together), so the pipelines the driver compiles on first use are built at start, not in
+    /// the first users' time to first token. `auto`: on GPUs, off on CPU devices (lavapipe and
+    /// `--device cpu`, where compiles are quick and the requests slow).
+    #[arg(long, value_enum, default_value_t = WarmUp::Auto)]
+    warm_up: WarmUp,
 }
 
 /// The id a model is served under when none is given.
+/// `--warm-up`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum WarmUp {
+    Auto,
+    On,
+    Off,
+}
+
 fn default_name(arg: Option<&str>, path: &Path) -> String {
     match arg {
         None => vkllm::fetch::default_model().name.to_string(),
@@ -301,13 +316,39 @@ pub fn run(args: Args) -> Result<()> {
         )?)
         .context("opening the Vulkan device (use --device cpu for the CPU reference path)")?;
         eprintln!("vkllm: {} on {}", path.display(), dev.info().summary());
+        let gpu = dev.info().kind != vkllm_vk::DeviceKind::Cpu;
         let r = if args.simple_generator {
-            start_runner(VulkanBackend::new(dev), ck, tokenizer.clone(), &args)?
+            start_runner(
+                VulkanBackend::new(dev.clone()),
+                ck,
+                tokenizer.clone(),
+                &args,
+            )?
         } else {
-            start_slot_runner(VulkanBackend::new(dev), ck, tokenizer.clone(), &args)?
+            start_slot_runner(
+                VulkanBackend::new(dev.clone()),
+                ck,
+                tokenizer.clone(),
+                &args,
+            )?
         };
+        if args.warm_up == WarmUp::On || (args.warm_up == WarmUp::Auto && gpu) {
+            let (t, built) = (std::time::Instant::now(), dev.pipelines_created());
+            let w = vkllm_engine::warm_up(&r.handle(), args.prefill_chunk)
+                .context("warm-up requests (--warm-up off skips them)")?;
+            eprintln!(
+                "vkllm: warm-up: {} requests ({} prompt tokens) in {:.2} s, {} pipelines built",
+                w.requests,
+                w.prompt_tokens,
+                t.elapsed().as_secs_f64(),
+                dev.pipelines_created().saturating_sub(built)
+            );
+        }
         (r, "vulkan")
     };
+    if args.device.as_deref() == Some("cpu") && args.warm_up == WarmUp::On {
+        eprintln!("vkllm: --warm-up on: the CPU reference backend compiles nothing; skipped");
+    }
     let mut names = args.served_model_name.clone();
     if names.is_empty() {
         names.push(default_name(args.model.as_deref(), &path));

@@ -100,6 +100,11 @@ impl Server {
         Server { child, url, log }
     }
 
+    /// What the server wrote to stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
     /// The port the server listens on.
     pub fn port(&self) -> u16 {
         self.url
