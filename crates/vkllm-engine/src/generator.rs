@@ -75,6 +75,12 @@ pub trait Generator: Send {
         let _ = budget;
         Err(EngineError::NotPrefilling { slot })
     }
+    /// Prompt tokens of a slot from [`Generator::begin`] not computed yet; `None`: not known
+    /// (the runner then gives that prompt a whole turn's prefill budget).
+    fn prefill_left(&self, slot: SlotId) -> Option<usize> {
+        let _ = slot;
+        None
+    }
     /// The slot stops being active (finished/cancelled); its KV may be kept for prefix reuse.
     fn release(&mut self, slot: SlotId);
     /// Prompt tokens the last start in `slot` took from its cache instead of computing them

@@ -501,6 +501,11 @@ impl Generator for SlotGenerator {
         self.claim(prompt, p).map(Some)
     }
 
+    fn prefill_left(&self, slot: SlotId) -> Option<usize> {
+        let pend = self.slots.get(slot)?.pending.as_ref()?;
+        Some(pend.prompt.len() - pend.done)
+    }
+
     fn prefill_some(
         &mut self,
         slot: SlotId,

@@ -119,6 +119,10 @@ impl Generator for Fake {
         self.log.lock().unwrap().push(format!("begin {i}"));
         Ok(Some(i))
     }
+    fn prefill_left(&self, slot: SlotId) -> Option<usize> {
+        let (prompt, done) = self.pending.get(slot)?.as_ref()?;
+        Some(prompt.len() - done)
+    }
     fn prefill_some(
         &mut self,
         slot: SlotId,
@@ -576,6 +580,7 @@ fn long_prompts_prefill_in_pieces_between_decode_steps() {
             queue_capacity: 4,
             timeout: None,
             prefill_chunk: 3,
+            pack_prompts: true,
         },
     );
     let (a, b, c) = (Shared::default(), Shared::default(), Shared::default());
@@ -624,4 +629,72 @@ fn long_prompts_prefill_in_pieces_between_decode_steps() {
     assert_eq!(l.last().map(String::as_str), Some("release 0"), "{l:?}");
     assert_eq!(r.stats().active, 0);
     assert!(!r.tick(), "idle");
+}
+
+/// Short prompts share a turn's prefill budget (`pack_prompts`): when one ends with tokens of
+/// the chunk left, the next queued prompt takes them before the decode step; the reference
+/// (`pack_prompts: false`) prefills one prompt's piece per turn. The tokens are the same.
+#[test]
+fn short_prompts_share_a_turns_prefill_budget() {
+    let mut texts = Vec::new();
+    for pack in [true, false] {
+        let log = Log::default();
+        let mut fake = Fake::new(4, &log);
+        fake.chunked = true;
+        let mut r = InferenceRunner::inline(
+            Box::new(fake),
+            Arc::new(char_tokenizer()),
+            RunnerConfig {
+                prefill_chunk: 8,
+                pack_prompts: pack,
+                ..RunnerConfig::default()
+            },
+        );
+        let outs: Vec<Shared> = (0..4).map(|_| Shared::default()).collect();
+        for (p, o) in ["ab", "cde", "fghijk", "lm"].iter().zip(&outs) {
+            r.submit(request(p, 3), sink_into(o)).unwrap();
+        }
+        r.run_until_idle();
+        let l = log_of(&log);
+        let head: &[&str] = if pack {
+            &[
+                "begin 0",
+                "piece 0 2",
+                "begin 1",
+                "piece 1 3",
+                "begin 2",
+                "piece 2 3",
+                "step",
+                "piece 2 3",
+                "begin 3",
+                "piece 3 2",
+                "step",
+            ]
+        } else {
+            &[
+                "begin 0",
+                "piece 0 2",
+                "step",
+                "begin 1",
+                "piece 1 3",
+                "step",
+                "release 0",
+                "begin 0",
+                "piece 0 6",
+                "step",
+                "release 1",
+                "begin 1",
+                "piece 1 2",
+                "step",
+            ]
+        };
+        assert_eq!(&l[..head.len()], head, "pack_prompts {pack}: {l:?}");
+        texts.push(
+            outs.iter()
+                .map(|o| o.lock().unwrap().text.clone())
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(texts[0], ["aba", "cde", "fgh", "lml"]);
+    assert_eq!(texts[0], texts[1]);
 }

@@ -103,6 +103,11 @@ pub struct RunnerConfig {
     /// stall them for its whole prefill (generators that prefill whole prompts only ignore it).
     /// 0: whole prompts, the running requests waiting. Default [`DEFAULT_PREFILL_CHUNK`].
     pub prefill_chunk: usize,
+    /// With chunked prefill, a turn's `prefill_chunk` tokens are shared: when a prompt's last
+    /// piece leaves some, the next queued prompts take them, so several short prompts join
+    /// between two decode steps instead of one per step (the running requests wait at most
+    /// one chunk either way). `false`: one prompt's piece per turn (the reference).
+    pub pack_prompts: bool,
 }
 
 /// One prefill chunk of the model on devices with cooperative matrices (the size its prefill
@@ -115,6 +120,7 @@ impl Default for RunnerConfig {
             queue_capacity: 64,
             timeout: None,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            pack_prompts: true,
         }
     }
 }

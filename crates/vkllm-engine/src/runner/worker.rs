@@ -227,53 +227,64 @@ impl Core {
             self.abandon_prefill(FinishReason::Timeout);
             did = true;
         }
-        let room = self.running.len() < self.generator.max_slots() && self.prefilling.is_none();
-        let next = if room {
-            let mut inbox = self.shared.lock();
-            let p = inbox.queue.pop_front();
-            if p.is_some() {
-                // Counted as running from here (under the queue's lock): a request is never
-                // invisible to `stats` during its prefill.
-                self.shared
-                    .active
-                    .store(self.running.len() + 1, Ordering::Relaxed);
-            }
-            p
-        } else {
-            None
-        };
+        // Prompt pieces of up to `prefill_chunk` tokens in all (with `pack_prompts`: a prompt
+        // that ends with some left hands them to the next queued one), then a decode step of
+        // the running requests.
         let chunk = self.shared.config.prefill_chunk;
-        if let Some(p) = next {
-            if chunk == 0 {
-                self.prefill(p);
-                self.publish();
-                return true;
-            }
-            match self.generator.begin(&p.prompt, &p.req.params) {
-                Ok(Some(slot)) => {
-                    self.prefilling = Some(Prefilling {
-                        p,
-                        slot,
-                        spent: Duration::ZERO,
-                    })
-                }
-                Ok(None) => {
+        let mut budget = chunk;
+        loop {
+            if self.prefilling.is_none() {
+                let Some(p) = self.next_queued() else {
+                    break;
+                };
+                did = true;
+                if chunk == 0 {
                     self.prefill(p);
                     self.publish();
                     return true;
                 }
-                Err(e) => {
-                    let mut p = p;
-                    (p.sink)(Event::Error(e));
-                    self.shared.ended.fetch_add(1, Ordering::Relaxed);
+                match self.generator.begin(&p.prompt, &p.req.params) {
+                    Ok(Some(slot)) => {
+                        self.prefilling = Some(Prefilling {
+                            p,
+                            slot,
+                            spent: Duration::ZERO,
+                        })
+                    }
+                    Ok(None) => {
+                        self.prefill(p);
+                        self.publish();
+                        return true;
+                    }
+                    Err(e) => {
+                        let mut p = p;
+                        (p.sink)(Event::Error(e));
+                        self.shared.ended.fetch_add(1, Ordering::Relaxed);
+                        if !self.shared.config.pack_prompts {
+                            break;
+                        }
+                        continue;
+                    }
                 }
             }
+            let Some(slot) = self.prefilling.as_ref().map(|f| f.slot) else {
+                break;
+            };
+            let left = self.generator.prefill_left(slot);
+            self.prefill_piece(budget);
             did = true;
-        }
-        // One piece of the prompt being prefilled, then a decode step of the running requests.
-        if self.prefilling.is_some() {
-            self.prefill_piece(chunk);
-            did = true;
+            // Tokens the piece computed (all of the budget when the generator cannot say).
+            let used = match (left, self.prefilling.as_ref()) {
+                (Some(before), None) => before,
+                (Some(before), Some(_)) => {
+                    before.saturating_sub(self.generator.prefill_left(slot).unwrap_or(0))
+                }
+                (None, _) => budget,
+            };
+            budget = budget.saturating_sub(used.max(1));
+            if budget == 0 || !self.shared.config.pack_prompts {
+                break;
+            }
         }
         if !self.running.is_empty() {
             self.step();
@@ -281,6 +292,23 @@ impl Core {
         }
         self.publish();
         did
+    }
+
+    /// The next queued request when a slot is free and no prompt is being prefilled, counted
+    /// as running from here (under the queue's lock: a request is never invisible to `stats`
+    /// during its prefill).
+    fn next_queued(&mut self) -> Option<Pending> {
+        if self.running.len() >= self.generator.max_slots() || self.prefilling.is_some() {
+            return None;
+        }
+        let mut inbox = self.shared.lock();
+        let p = inbox.queue.pop_front();
+        if p.is_some() {
+            self.shared
+                .active
+                .store(self.running.len() + 1, Ordering::Relaxed);
+        }
+        p
     }
 
     /// Computes the next piece of the prompt being prefilled; with its last piece the request

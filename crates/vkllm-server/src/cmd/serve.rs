@@ -79,6 +79,12 @@ pub struct Args {
     #[arg(long, default_value_t = vkllm_engine::runner::DEFAULT_PREFILL_CHUNK)]
     prefill_chunk: usize,
 
+    /// Prefill at most one prompt's piece between two decode steps (the reference scheduling);
+    /// by default a prompt that ends with some of the `--prefill-chunk` tokens left hands them
+    /// to the next queued prompts, so several short prompts start per step.
+    #[arg(long)]
+    one_prompt_per_step: bool,
+
     /// Require this key (`Authorization: Bearer KEY` or `x-api-key: KEY`) on every route but
     /// /health.
     #[arg(long, env = "VKLLM_API_KEY", hide_env_values = true)]
@@ -235,6 +241,7 @@ fn start_runner<B: Backend + Send + 'static>(
             queue_capacity: args.queue,
             timeout: (args.timeout > 0).then(|| Duration::from_secs(args.timeout)),
             prefill_chunk: args.prefill_chunk,
+            pack_prompts: !args.one_prompt_per_step,
         },
     ))
 }
@@ -292,6 +299,7 @@ fn start_slot_runner(
             queue_capacity: args.queue,
             timeout: (args.timeout > 0).then(|| Duration::from_secs(args.timeout)),
             prefill_chunk: args.prefill_chunk,
+            pack_prompts: !args.one_prompt_per_step,
         },
     ))
 }
