@@ -212,6 +212,13 @@ fn runner(fake: Fake, capacity: usize) -> InferenceRunner {
     )
 }
 
+/// An inline runner over a chunked-prefill [`Fake`] of `slots` slots logging to `log`.
+fn chunked_runner(slots: usize, log: &Log, config: RunnerConfig) -> InferenceRunner {
+    let mut fake = Fake::new(slots, log);
+    fake.chunked = true;
+    InferenceRunner::inline(Box::new(fake), Arc::new(char_tokenizer()), config)
+}
+
 fn log_of(log: &Log) -> Vec<String> {
     log.lock().unwrap().clone()
 }
@@ -571,16 +578,13 @@ fn threaded_runner_serves_concurrent_submitters() {
 #[test]
 fn long_prompts_prefill_in_pieces_between_decode_steps() {
     let log = Log::default();
-    let mut fake = Fake::new(2, &log);
-    fake.chunked = true;
-    let mut r = InferenceRunner::inline(
-        Box::new(fake),
-        Arc::new(char_tokenizer()),
+    let mut r = chunked_runner(
+        2,
+        &log,
         RunnerConfig {
             queue_capacity: 4,
-            timeout: None,
             prefill_chunk: 3,
-            pack_prompts: true,
+            ..RunnerConfig::default()
         },
     );
     let (a, b, c) = (Shared::default(), Shared::default(), Shared::default());
@@ -639,11 +643,9 @@ fn short_prompts_share_a_turns_prefill_budget() {
     let mut texts = Vec::new();
     for pack in [true, false] {
         let log = Log::default();
-        let mut fake = Fake::new(4, &log);
-        fake.chunked = true;
-        let mut r = InferenceRunner::inline(
-            Box::new(fake),
-            Arc::new(char_tokenizer()),
+        let mut r = chunked_runner(
+            4,
+            &log,
             RunnerConfig {
                 prefill_chunk: 8,
                 pack_prompts: pack,
