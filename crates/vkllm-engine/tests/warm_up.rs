@@ -102,3 +102,22 @@ fn after_warm_up_other_requests_build_no_pipelines() {
     );
     r.shutdown();
 }
+
+/// A queue shorter than the warm-up's 19 short prompts: they go in groups that fit it, so no
+/// submission is refused.
+#[test]
+fn warm_up_fits_a_short_queue() {
+    let dev = Device::from_env().unwrap_or_else(|e| panic!("this test needs a Vulkan device: {e}"));
+    let fx = Fixture::load("llama").expect("fixture");
+    let mut b = VulkanBackend::new(dev.clone());
+    let m = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+    let g = SlotGenerator::new(b, m, 2, 96, KvType::F32, 2).expect("generator");
+    let config = RunnerConfig {
+        queue_capacity: 3,
+        ..RunnerConfig::default()
+    };
+    let r = InferenceRunner::threaded(Box::new(g), Arc::new(char_tokenizer_eos(EOS)), config);
+    let w = warm_up(&r.handle(), 512).expect("warm-up");
+    assert_eq!(w.requests, 20);
+    r.shutdown();
+}

@@ -87,44 +87,61 @@ pub fn warm_up(handle: &RunnerHandle, prefill_chunk: usize) -> Result<WarmUpRepo
             .map(|(i, &n)| (n, 2 + i % (MAX_TOKENS - 1), sampled.clone()))
             .collect(),
     ];
+    // Groups no larger than the queue, so that no submission is refused as QueueFull.
+    let group = handle.queue_capacity().max(1);
     for round in rounds {
-        let (tx, rx) = mpsc::channel();
-        for (i, (len, max_tokens, params)) in round.iter().enumerate() {
-            let tokens = (0..*len)
-                .map(|j| ((j * 7919 + i * 104_729 + 13) % vocab) as u32)
-                .collect();
-            let mut req = Request::new(Prompt::Tokens(tokens), *max_tokens);
-            req.params = params.clone();
-            req.timeout = Some(TIMEOUT);
-            let tx = tx.clone();
-            handle.submit(
-                req,
-                Box::new(move |e| {
-                    if let Event::Finished { usage, .. } = e {
-                        let _ = tx.send(Ok(usage.generated_tokens));
-                    } else if let Event::Error(err) = e {
-                        let _ = tx.send(Err(err));
-                    }
-                    true
-                }),
-            )?;
-            report.requests += 1;
-            report.prompt_tokens += len;
-        }
-        drop(tx);
-        for _ in 0..round.len() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(r) => report.generated_tokens += r?,
-                Err(_) => {
-                    return Err(EngineError::WarmUpTimeout {
-                        seconds: TIMEOUT.as_secs(),
-                    });
-                }
-            }
+        for (g, part) in round.chunks(group).enumerate() {
+            run_group(handle, part, g * group, vocab, deadline, &mut report)?;
         }
     }
     Ok(report)
+}
+
+/// Submits `part` (request `first + i` gets prompt ids of its own) and waits for all of it.
+fn run_group(
+    handle: &RunnerHandle,
+    part: &[(usize, usize, SlotParams)],
+    first: usize,
+    vocab: usize,
+    deadline: Instant,
+    report: &mut WarmUpReport,
+) -> Result<(), EngineError> {
+    let (tx, rx) = mpsc::channel();
+    for (i, (len, max_tokens, params)) in part.iter().enumerate() {
+        let tokens = (0..*len)
+            .map(|j| ((j * 7919 + (first + i) * 104_729 + 13) % vocab) as u32)
+            .collect();
+        let mut req = Request::new(Prompt::Tokens(tokens), *max_tokens);
+        req.params = params.clone();
+        req.timeout = Some(TIMEOUT);
+        let tx = tx.clone();
+        handle.submit(
+            req,
+            Box::new(move |e| {
+                if let Event::Finished { usage, .. } = e {
+                    let _ = tx.send(Ok(usage.generated_tokens));
+                } else if let Event::Error(err) = e {
+                    let _ = tx.send(Err(err));
+                }
+                true
+            }),
+        )?;
+        report.requests += 1;
+        report.prompt_tokens += len;
+    }
+    drop(tx);
+    for _ in 0..part.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(r) => report.generated_tokens += r?,
+            Err(_) => {
+                return Err(EngineError::WarmUpTimeout {
+                    seconds: TIMEOUT.as_secs(),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
