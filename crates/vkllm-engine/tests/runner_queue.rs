@@ -636,12 +636,60 @@ fn long_prompts_prefill_in_pieces_between_decode_steps() {
 }
 
 /// Short prompts share a turn's prefill budget (`pack_prompts`): when one ends with tokens of
-/// the chunk left, the next queued prompt takes them before the decode step; the reference
-/// (`pack_prompts: false`) prefills one prompt's piece per turn. The tokens are the same.
+/// the chunk left, the next queued prompt takes them before the decode step, each piece counted
+/// as at least `min_piece_tokens`; the reference (`pack_prompts: false`) prefills one prompt's
+/// piece per turn. The tokens are the same.
 #[test]
 fn short_prompts_share_a_turns_prefill_budget() {
+    let packed = [
+        "begin 0",
+        "piece 0 2",
+        "begin 1",
+        "piece 1 3",
+        "begin 2",
+        "piece 2 3",
+        "step",
+        "piece 2 3",
+        "begin 3",
+        "piece 3 2",
+        "step",
+    ];
+    // Pieces of 2 and 3 tokens count as 4.
+    let least_4 = [
+        "begin 0",
+        "piece 0 2",
+        "begin 1",
+        "piece 1 3",
+        "step",
+        "begin 2",
+        "piece 2 6",
+        "begin 3",
+        "piece 3 2",
+        "step",
+    ];
+    let reference = [
+        "begin 0",
+        "piece 0 2",
+        "step",
+        "begin 1",
+        "piece 1 3",
+        "step",
+        "release 0",
+        "begin 0",
+        "piece 0 6",
+        "step",
+        "release 1",
+        "begin 1",
+        "piece 1 2",
+        "step",
+    ];
+    let cases: [(bool, usize, &[&str]); 3] = [
+        (true, 1, &packed),
+        (true, 4, &least_4),
+        (false, 1, &reference),
+    ];
     let mut texts = Vec::new();
-    for pack in [true, false] {
+    for (pack, least, head) in cases {
         let log = Log::default();
         let mut r = chunked_runner(
             4,
@@ -649,6 +697,7 @@ fn short_prompts_share_a_turns_prefill_budget() {
             RunnerConfig {
                 prefill_chunk: 8,
                 pack_prompts: pack,
+                min_piece_tokens: least,
                 ..RunnerConfig::default()
             },
         );
@@ -658,39 +707,7 @@ fn short_prompts_share_a_turns_prefill_budget() {
         }
         r.run_until_idle();
         let l = log_of(&log);
-        let head: &[&str] = if pack {
-            &[
-                "begin 0",
-                "piece 0 2",
-                "begin 1",
-                "piece 1 3",
-                "begin 2",
-                "piece 2 3",
-                "step",
-                "piece 2 3",
-                "begin 3",
-                "piece 3 2",
-                "step",
-            ]
-        } else {
-            &[
-                "begin 0",
-                "piece 0 2",
-                "step",
-                "begin 1",
-                "piece 1 3",
-                "step",
-                "release 0",
-                "begin 0",
-                "piece 0 6",
-                "step",
-                "release 1",
-                "begin 1",
-                "piece 1 2",
-                "step",
-            ]
-        };
-        assert_eq!(&l[..head.len()], head, "pack_prompts {pack}: {l:?}");
+        assert_eq!(&l[..head.len()], head, "pack {pack}, least {least}: {l:?}");
         texts.push(
             outs.iter()
                 .map(|o| o.lock().unwrap().text.clone())
@@ -698,5 +715,5 @@ fn short_prompts_share_a_turns_prefill_budget() {
         );
     }
     assert_eq!(texts[0], ["aba", "cde", "fgh", "lml"]);
-    assert_eq!(texts[0], texts[1]);
+    assert!(texts.iter().all(|t| *t == texts[0]));
 }

@@ -281,7 +281,8 @@ impl Core {
                 }
                 (None, _) => budget,
             };
-            budget = budget.saturating_sub(used.max(1));
+            let least = self.shared.config.min_piece_tokens.max(1);
+            budget = budget.saturating_sub(used.max(least));
             if budget == 0 || !self.shared.config.pack_prompts {
                 break;
             }

@@ -242,6 +242,7 @@ fn start_runner<B: Backend + Send + 'static>(
             timeout: (args.timeout > 0).then(|| Duration::from_secs(args.timeout)),
             prefill_chunk: args.prefill_chunk,
             pack_prompts: !args.one_prompt_per_step,
+            ..RunnerConfig::default()
         },
     ))
 }
@@ -300,6 +301,7 @@ fn start_slot_runner(
             timeout: (args.timeout > 0).then(|| Duration::from_secs(args.timeout)),
             prefill_chunk: args.prefill_chunk,
             pack_prompts: !args.one_prompt_per_step,
+            ..RunnerConfig::default()
         },
     ))
 }
