@@ -13,9 +13,9 @@ use crate::error::EngineError;
 use crate::generator::SlotParams;
 
 /// Lengths of the short prompts sent together: every remainder of the 8-column products alone
-/// and after a full pass, one to four 16-token tiles of the few-token products. They join the batch one by one and end one by
-/// one (each generates a different number of tokens), so decode steps run at every row count up
-/// to their number (or the slots).
+/// and after a full pass, one to four 16-token tiles of the few-token products. They join the
+/// batch a few per step and end at different steps (each generates its own number of tokens),
+/// so decode steps run at many row counts up to their number (or the slots).
 const SHORT_PROMPTS: [usize; 19] = [
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 21, 40, 61,
 ];
