@@ -64,18 +64,21 @@ fn run_together(h: &RunnerHandle, reqs: &[(usize, bool)], seed: u64) -> Vec<usiz
         .collect()
 }
 
-#[test]
-fn after_warm_up_other_requests_build_no_pipelines() {
+/// A threaded runner over the batched GPU generator of the llama fixture (`slots` x `ctx`),
+/// and its device.
+fn fixture_runner(slots: usize, ctx: usize, config: RunnerConfig) -> (Device, InferenceRunner) {
     let dev = Device::from_env().unwrap_or_else(|e| panic!("this test needs a Vulkan device: {e}"));
     let fx = Fixture::load("llama").expect("fixture");
     let mut b = VulkanBackend::new(dev.clone());
     let m = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
-    let g = SlotGenerator::new(b, m, 4, CTX, KvType::F32, 2).expect("generator");
-    let r = InferenceRunner::threaded(
-        Box::new(g),
-        Arc::new(char_tokenizer_eos(EOS)),
-        RunnerConfig::default(),
-    );
+    let g = SlotGenerator::new(b, m, slots, ctx, KvType::F32, 2).expect("generator");
+    let tok = Arc::new(char_tokenizer_eos(EOS));
+    (dev, InferenceRunner::threaded(Box::new(g), tok, config))
+}
+
+#[test]
+fn after_warm_up_other_requests_build_no_pipelines() {
+    let (dev, r) = fixture_runner(4, CTX, RunnerConfig::default());
     let chunk = RunnerConfig::default().prefill_chunk;
     let w = warm_up(&r.handle(), chunk).expect("warm-up");
     let (long, short) = warm_up_lengths(CTX, chunk);
@@ -107,16 +110,11 @@ fn after_warm_up_other_requests_build_no_pipelines() {
 /// submission is refused.
 #[test]
 fn warm_up_fits_a_short_queue() {
-    let dev = Device::from_env().unwrap_or_else(|e| panic!("this test needs a Vulkan device: {e}"));
-    let fx = Fixture::load("llama").expect("fixture");
-    let mut b = VulkanBackend::new(dev.clone());
-    let m = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
-    let g = SlotGenerator::new(b, m, 2, 96, KvType::F32, 2).expect("generator");
     let config = RunnerConfig {
         queue_capacity: 3,
         ..RunnerConfig::default()
     };
-    let r = InferenceRunner::threaded(Box::new(g), Arc::new(char_tokenizer_eos(EOS)), config);
+    let (_, r) = fixture_runner(2, 96, config);
     let w = warm_up(&r.handle(), 512).expect("warm-up");
     assert_eq!(w.requests, 20);
     r.shutdown();
