@@ -30,13 +30,21 @@ impl MemoryKind {
     }
 }
 
+/// What backs a buffer's memory.
+pub(crate) enum Backing {
+    /// One vk-mem allocation.
+    Vma(Mutex<vk_mem::Allocation>),
+    /// Pages bound one by one (a paged buffer, `paged.rs`).
+    Paged(crate::paged::PageTable),
+}
+
 pub(crate) struct BufferInner {
     pub(crate) shared: Arc<Shared>,
     pub(crate) raw: vk::Buffer,
-    alloc: Mutex<vk_mem::Allocation>,
+    pub(crate) backing: Backing,
     pub(crate) size: u64,
     pub(crate) kind: MemoryKind,
-    mapped: *mut u8,
+    pub(crate) mapped: *mut u8,
     pub(crate) label: String,
 }
 
@@ -48,10 +56,16 @@ unsafe impl Sync for BufferInner {}
 
 impl Drop for BufferInner {
     fn drop(&mut self) {
-        if let Ok(mut a) = self.alloc.lock() {
-            // SAFETY: created by this allocator; Recordings that use the buffer hold a clone of
-            // the Arc, so no pending command buffer references it.
-            unsafe { self.shared.allocator.destroy_buffer(self.raw, &mut a) };
+        match &self.backing {
+            Backing::Vma(alloc) => {
+                if let Ok(mut a) = alloc.lock() {
+                    // SAFETY: created by this allocator; Recordings that use the buffer hold a
+                    // clone of the Arc, so no pending command buffer references it.
+                    unsafe { self.shared.allocator.destroy_buffer(self.raw, &mut a) };
+                }
+            }
+            // SAFETY: as above; its pages go back to the pool when the table drops.
+            Backing::Paged(_) => unsafe { self.shared.raw.destroy_buffer(self.raw, None) },
         }
     }
 }
@@ -146,7 +160,9 @@ impl Buffer {
     pub fn read_host(&self, offset: u64, out: &mut [u8]) -> Result<()> {
         self.check_host(offset, out.len() as u64)?;
         let sh = &self.inner.shared;
-        if let Ok(a) = self.inner.alloc.lock() {
+        if let Backing::Vma(alloc) = &self.inner.backing
+            && let Ok(a) = alloc.lock()
+        {
             sh.allocator
                 .invalidate_allocation(&a, offset, out.len() as u64)
                 .map_err(vk_err("vmaInvalidateAllocation"))?;
@@ -164,7 +180,9 @@ impl Buffer {
 
     fn flush(&self, offset: u64, len: u64) -> Result<()> {
         let sh = &self.inner.shared;
-        if let Ok(a) = self.inner.alloc.lock() {
+        if let Backing::Vma(alloc) = &self.inner.backing
+            && let Ok(a) = alloc.lock()
+        {
             sh.allocator
                 .flush_allocation(&a, offset, len)
                 .map_err(vk_err("vmaFlushAllocation"))?;
@@ -239,7 +257,7 @@ impl Device {
             inner: Arc::new(BufferInner {
                 shared: sh.clone(),
                 raw,
-                alloc: Mutex::new(alloc),
+                backing: Backing::Vma(Mutex::new(alloc)),
                 size,
                 kind,
                 mapped,

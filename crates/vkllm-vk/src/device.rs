@@ -93,6 +93,10 @@ pub(crate) struct Shared {
     timeline: Option<(vk::Semaphore, AtomicU64)>,
     /// A host timeline semaphore and value every submission waits for on the GPU.
     host_wait: Mutex<Option<(vk::Semaphore, u64)>>,
+    /// Sparse, aliased buffers were enabled (paged buffers may be made).
+    pub(crate) paged: bool,
+    /// Pages of paged buffers (`paged.rs`).
+    pub(crate) pages: Mutex<crate::paged::PagePool>,
 }
 
 impl Drop for Shared {
@@ -110,6 +114,9 @@ impl Drop for Shared {
             self.cache.save_and_destroy(&self.raw);
             if let Some((sem, _)) = &self.timeline {
                 self.raw.destroy_semaphore(*sem, None);
+            }
+            if let Ok(mut p) = self.pages.lock() {
+                p.release(&self.allocator);
             }
             ManuallyDrop::drop(&mut self.allocator);
             if self.owned {
@@ -158,9 +165,16 @@ impl Device {
         let mut stats_feature =
             vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
                 .pipeline_executable_info(true);
+        // Sparse, aliased buffers: KV pages shared in place between sequences (`paged.rs`).
+        let use_paged = info.sparse_aliased;
+        let base = vk::PhysicalDeviceFeatures::default()
+            .sparse_binding(use_paged)
+            .sparse_residency_buffer(use_paged)
+            .sparse_residency_aliased(use_paged);
         let mut dinfo = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
-            .enabled_extension_names(&exts);
+            .enabled_extension_names(&exts)
+            .enabled_features(&base);
         if use_stats {
             dinfo = dinfo.push_next(&mut stats_feature);
         }
@@ -345,6 +359,8 @@ impl Device {
         } else {
             None
         };
+        // An attached device has what its host enabled: paged buffers only on vkllm's own.
+        let paged = owned && info.sparse_aliased;
         let l = &info.limits;
         let mut max_part = l.max_storage_buffer_range.min(l.max_allocation_size);
         if let Some(m) = opts.max_buffer_bytes {
@@ -376,6 +392,8 @@ impl Device {
                 spares: Default::default(),
                 timeline,
                 host_wait: Mutex::new(None),
+                paged,
+                pages: Default::default(),
             }),
         })
     }

@@ -74,6 +74,10 @@ pub struct DeviceInfo {
     pub limits: Limits,
     /// A queue family with compute, and whether it supports timestamps.
     pub compute_queue_family: Option<u32>,
+    /// Sparse, aliased buffers on that family's queue (`sparseBinding`, `sparseResidencyBuffer`,
+    /// `sparseResidencyAliased` and a queue with sparse binding): paged buffers
+    /// ([`crate::Device::page_bytes`]).
+    pub sparse_aliased: bool,
     pub timestamps: bool,
     pub extensions: Vec<String>,
     /// Streaming multiprocessors / compute units, where the driver says (VK_NV_shader_sm_builtins,
@@ -219,6 +223,7 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
             f2 = f2.push_next(&mut timeline);
         }
         raw.get_physical_device_features2(pd, &mut f2);
+        let base = f2.features;
         let mut coop_props = vk::PhysicalDeviceCooperativeMatrixPropertiesKHR::default();
         if has_coop {
             let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut coop_props);
@@ -250,7 +255,13 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
             .enumerate()
             .filter(|(_, f)| f.queue_flags.contains(vk::QueueFlags::COMPUTE))
             .min_by_key(|(_, f)| f.queue_flags.contains(vk::QueueFlags::GRAPHICS) as u8)
-            .map(|(i, f)| (i as u32, f.timestamp_valid_bits > 0));
+            .map(|(i, f)| {
+                (
+                    i as u32,
+                    f.timestamp_valid_bits > 0,
+                    f.queue_flags.contains(vk::QueueFlags::SPARSE_BINDING),
+                )
+            });
         let l = &props.limits;
         let kind = match props.device_type {
             vk::PhysicalDeviceType::DISCRETE_GPU => DeviceKind::Discrete,
@@ -319,6 +330,10 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
             },
             compute_queue_family: compute.map(|c| c.0),
             timestamps: compute.is_some_and(|c| c.1),
+            sparse_aliased: compute.is_some_and(|c| c.2)
+                && base.sparse_binding == vk::TRUE
+                && base.sparse_residency_buffer == vk::TRUE
+                && base.sparse_residency_aliased == vk::TRUE,
             extensions: exts,
             compute_units,
         })
@@ -436,6 +451,7 @@ mod tests {
                 timestamp_period_ns: 1.0,
             },
             compute_queue_family: Some(0),
+            sparse_aliased: false,
             timestamps: true,
             extensions: Vec::new(),
             compute_units: None,

@@ -30,6 +30,7 @@ mod instance;
 mod matmul_glu;
 mod matmul_group;
 mod matmul_narrow;
+mod paged;
 mod pipeline;
 mod pipeline_stats;
 mod recorder;
@@ -59,6 +60,7 @@ pub use instance::{
 pub use matmul_glu::glu_config as coop_glu_config;
 pub use matmul_group::{group_config as coop_group_config, group_step as coop_group_step};
 pub use matmul_narrow::narrow_config;
+pub use paged::{PageShare, PoolPages};
 pub use pipeline::{Pipeline, PipelineCacheMode};
 pub use recorder::{DispatchTiming, Recorder, Recording, RecordingCache};
 pub use recycle::MAX_SPARES;

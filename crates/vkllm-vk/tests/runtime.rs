@@ -8,6 +8,8 @@ mod bench;
 mod common;
 #[path = "runtime/glsl.rs"]
 mod glsl;
+#[path = "runtime/paged.rs"]
+mod paged;
 #[path = "runtime/recycle.rs"]
 mod recycle;
 #[path = "runtime/timeline.rs"]

@@ -1,0 +1,441 @@
+//! Paged buffers: sparse, aliased buffers bound page by page from a device-wide pool, so one page
+//! can back ranges of several buffers at once. A KV block shared by sequences is then read in
+//! place by every kernel (the block table is the GPU's own page table). Pages are reference
+//! counted; a range is made private again (copy-on-write) before it is written.
+
+use std::sync::{Arc, Mutex};
+
+use ash::vk;
+use vk_mem::Alloc;
+
+use crate::Error;
+use crate::buffer::{Backing, Buffer, BufferInner, MemoryKind};
+use crate::device::{Device, Shared};
+use crate::error::{Result, vk_err};
+
+/// Pages per pool chunk (one device allocation).
+const CHUNK_PAGES: u64 = 256;
+
+/// The device's page pool: chunks of device memory and the free pages in them.
+#[derive(Default)]
+pub(crate) struct PagePool {
+    /// Bytes per page (the sparse buffers' alignment); 0 until first asked.
+    page: u64,
+    /// Memory types a sparse buffer accepts.
+    type_bits: u32,
+    chunks: Vec<(vk_mem::Allocation, vk::DeviceMemory, u64)>,
+    free: Vec<u32>,
+}
+
+impl PagePool {
+    /// Frees every chunk.
+    ///
+    /// # Safety
+    /// The device is idle and no page is bound or handed out any more.
+    pub(crate) unsafe fn release(&mut self, allocator: &vk_mem::Allocator) {
+        for (mut a, _, _) in self.chunks.drain(..) {
+            // SAFETY: allocated by this allocator, no longer bound (the caller's contract).
+            unsafe { allocator.free_memory(&mut a) };
+        }
+        self.free.clear();
+    }
+
+    /// Where page `id` lives.
+    fn place(&self, id: u32) -> (vk::DeviceMemory, u64) {
+        let (_, mem, off) = self.chunks[(id as u64 / CHUNK_PAGES) as usize];
+        (mem, off + (id as u64 % CHUNK_PAGES) * self.page)
+    }
+}
+
+/// One page of the pool; it returns to the pool when its last handle goes.
+pub(crate) struct Page {
+    shared: Arc<Shared>,
+    id: u32,
+}
+
+impl Drop for Page {
+    fn drop(&mut self) {
+        if let Ok(mut p) = self.shared.pages.lock() {
+            p.free.push(self.id);
+        }
+    }
+}
+
+/// A paged buffer's pages: entry `i` backs bytes `i * page .. (i + 1) * page`. One more page of
+/// address space past the last entry stays unbound except while a copy-on-write uses it.
+pub(crate) struct PageTable {
+    pages: Mutex<Vec<Arc<Page>>>,
+}
+
+/// `dst`'s pages `dst_page .. dst_page + count` become `src`'s pages from `src_page` (the same
+/// memory, read and written through either buffer).
+#[derive(Clone, Copy, Debug)]
+pub struct PageShare<'a> {
+    pub src: &'a Buffer,
+    pub src_page: usize,
+    pub dst: &'a Buffer,
+    pub dst_page: usize,
+    pub count: usize,
+}
+
+/// Page counts of the device's pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolPages {
+    pub total: usize,
+    pub free: usize,
+}
+
+fn table(b: &Buffer) -> Result<&PageTable> {
+    match &b.inner.backing {
+        Backing::Paged(t) => Ok(t),
+        Backing::Vma(_) => Err(Error::Shape(format!(
+            "buffer {} is not a paged buffer",
+            b.inner.label
+        ))),
+    }
+}
+
+fn lock(t: &PageTable) -> Result<std::sync::MutexGuard<'_, Vec<Arc<Page>>>> {
+    t.pages
+        .lock()
+        .map_err(|_| Error::Recording("page table lock poisoned"))
+}
+
+fn range_err(b: &Buffer, first: usize, count: usize, pages: usize) -> Error {
+    Error::Shape(format!(
+        "pages {first}..{} of buffer {} ({pages} pages)",
+        first + count,
+        b.inner.label
+    ))
+}
+
+impl Buffer {
+    /// Pages of a paged buffer ([`Device::create_paged_buffer`]), `None` for other buffers.
+    pub fn page_count(&self) -> Option<usize> {
+        table(self).ok().and_then(|t| lock(t).ok().map(|p| p.len()))
+    }
+}
+
+impl Device {
+    /// Bytes per page of paged buffers, or `None` where the device has no sparse, aliased
+    /// buffers (or they were not enabled).
+    pub fn page_bytes(&self) -> Option<u64> {
+        if !self.shared.paged {
+            return None;
+        }
+        let mut pool = self.shared.pages.lock().ok()?;
+        if pool.page == 0 {
+            // The page size is the alignment a sparse buffer asks for: probe one.
+            let (raw, req) = self.sparse_buffer(1 << 20).ok()?;
+            // SAFETY: created above, never bound or used.
+            unsafe { self.shared.raw.destroy_buffer(raw, None) };
+            pool.page = req.alignment.max(1);
+            pool.type_bits = req.memory_type_bits;
+        }
+        Some(pool.page)
+    }
+
+    /// The pool's pages: allocated so far, and free among them.
+    pub fn pool_pages(&self) -> PoolPages {
+        self.shared
+            .pages
+            .lock()
+            .map_or(PoolPages { total: 0, free: 0 }, |p| PoolPages {
+                total: p.chunks.len() * CHUNK_PAGES as usize,
+                free: p.free.len(),
+            })
+    }
+
+    fn sparse_buffer(&self, size: u64) -> Result<(vk::Buffer, vk::MemoryRequirements)> {
+        let bi = vk::BufferCreateInfo::default()
+            .size(size)
+            .flags(
+                vk::BufferCreateFlags::SPARSE_BINDING
+                    | vk::BufferCreateFlags::SPARSE_RESIDENCY
+                    | vk::BufferCreateFlags::SPARSE_ALIASED,
+            )
+            .usage(
+                vk::BufferUsageFlags::STORAGE_BUFFER
+                    | vk::BufferUsageFlags::TRANSFER_SRC
+                    | vk::BufferUsageFlags::TRANSFER_DST,
+            );
+        let raw = &self.shared.raw;
+        // SAFETY: valid device with the sparse features enabled (`paged`).
+        unsafe {
+            let b = raw
+                .create_buffer(&bi, None)
+                .map_err(vk_err("vkCreateBuffer (sparse)"))?;
+            Ok((b, raw.get_buffer_memory_requirements(b)))
+        }
+    }
+
+    /// A device buffer of `size` bytes (rounded up to whole pages) whose pages can be shared
+    /// with other paged buffers ([`Device::share_pages`]); each page starts private and zeroed
+    /// by the caller as needed (contents undefined).
+    pub fn create_paged_buffer(&self, label: &str, size: u64) -> Result<Buffer> {
+        let page = self.page_bytes().ok_or_else(|| Error::MissingFeature {
+            device: self.shared.info.name.clone(),
+            feature: "sparse aliased buffers (paged KV)".into(),
+        })?;
+        let n = size.max(4).div_ceil(page);
+        if n * page > self.max_buffer_bytes() {
+            return Err(Error::BufferRange {
+                what: label.to_string(),
+                len: n * page,
+                max: self.max_buffer_bytes(),
+            });
+        }
+        let (raw, req) = self.sparse_buffer((n + 1) * page)?;
+        let buf = Buffer {
+            inner: Arc::new(BufferInner {
+                shared: self.shared.clone(),
+                raw,
+                backing: Backing::Paged(PageTable {
+                    pages: Mutex::new(Vec::new()),
+                }),
+                size: n * page,
+                kind: MemoryKind::Device,
+                mapped: std::ptr::null_mut(),
+                label: label.to_string(),
+            }),
+        };
+        if req.alignment != page {
+            return Err(Error::Shape(format!(
+                "{label}: sparse alignment {} differs from the pool's page {page}",
+                req.alignment
+            )));
+        }
+        let pages = self.alloc_pages(n as usize)?;
+        let binds = self.binds_for(&pages, 0)?;
+        self.bind(&[(raw, binds)])?;
+        *lock(table(&buf)?)? = pages;
+        Ok(buf)
+    }
+
+    /// `n` pages from the pool (growing it by whole chunks), in ascending order.
+    fn alloc_pages(&self, n: usize) -> Result<Vec<Arc<Page>>> {
+        let page = self.page_bytes().unwrap_or(0);
+        let mut pool = self
+            .shared
+            .pages
+            .lock()
+            .map_err(|_| Error::Recording("page pool lock poisoned"))?;
+        while pool.free.len() < n {
+            let req = vk::MemoryRequirements {
+                size: CHUNK_PAGES * page,
+                alignment: page,
+                memory_type_bits: pool.type_bits,
+            };
+            let ci = vk_mem::AllocationCreateInfo {
+                required_flags: vk::MemoryPropertyFlags::DEVICE_LOCAL,
+                ..Default::default()
+            };
+            // SAFETY: valid allocator; the requirements come from a sparse buffer's.
+            let a = unsafe { self.shared.allocator.allocate_memory(&req, &ci) }.map_err(
+                |r| match r {
+                    vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
+                    | vk::Result::ERROR_OUT_OF_HOST_MEMORY => Error::OutOfDeviceMemory {
+                        what: "KV pages",
+                        bytes: req.size,
+                    },
+                    r => vk_err("vmaAllocateMemory")(r),
+                },
+            )?;
+            let info = self.shared.allocator.get_allocation_info(&a);
+            let first = (pool.chunks.len() as u64 * CHUNK_PAGES) as u32;
+            pool.chunks.push((a, info.device_memory, info.offset));
+            pool.free.extend((first..first + CHUNK_PAGES as u32).rev());
+        }
+        let at = pool.free.len() - n;
+        let mut ids = pool.free.split_off(at);
+        drop(pool);
+        ids.sort_unstable();
+        Ok(ids
+            .into_iter()
+            .map(|id| {
+                Arc::new(Page {
+                    shared: self.shared.clone(),
+                    id,
+                })
+            })
+            .collect())
+    }
+
+    /// Binds for `pages` placed from page `first` of a buffer, consecutive memory merged.
+    fn binds_for(&self, pages: &[Arc<Page>], first: usize) -> Result<Vec<vk::SparseMemoryBind>> {
+        let pool = self
+            .shared
+            .pages
+            .lock()
+            .map_err(|_| Error::Recording("page pool lock poisoned"))?;
+        let mut out: Vec<vk::SparseMemoryBind> = Vec::new();
+        for (i, p) in pages.iter().enumerate() {
+            let (mem, off) = pool.place(p.id);
+            let at = (first + i) as u64 * pool.page;
+            if let Some(last) = out.last_mut()
+                && last.memory == mem
+                && last.resource_offset + last.size == at
+                && last.memory_offset + last.size == off
+            {
+                last.size += pool.page;
+                continue;
+            }
+            out.push(
+                vk::SparseMemoryBind::default()
+                    .resource_offset(at)
+                    .size(pool.page)
+                    .memory(mem)
+                    .memory_offset(off),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Runs sparse binds once the queue is idle, and waits for them.
+    fn bind(&self, ops: &[(vk::Buffer, Vec<vk::SparseMemoryBind>)]) -> Result<()> {
+        let infos: Vec<vk::SparseBufferMemoryBindInfo> = ops
+            .iter()
+            .filter(|(_, b)| !b.is_empty())
+            .map(|(buf, b)| {
+                vk::SparseBufferMemoryBindInfo::default()
+                    .buffer(*buf)
+                    .binds(b)
+            })
+            .collect();
+        if infos.is_empty() {
+            return Ok(());
+        }
+        let raw = &self.shared.raw;
+        // SAFETY: the queue is idle before the binds (no submitted work reads a range being
+        // rebound); the fence is waited for before it is destroyed.
+        unsafe {
+            let fence = raw
+                .create_fence(&vk::FenceCreateInfo::default(), None)
+                .map_err(vk_err("vkCreateFence"))?;
+            let r = (|| {
+                let q = self
+                    .shared
+                    .queue
+                    .lock()
+                    .map_err(|_| Error::Recording("queue lock poisoned"))?;
+                raw.queue_wait_idle(*q).map_err(vk_err("vkQueueWaitIdle"))?;
+                let bi = vk::BindSparseInfo::default().buffer_binds(&infos);
+                raw.queue_bind_sparse(*q, &[bi], fence)
+                    .map_err(vk_err("vkQueueBindSparse"))?;
+                drop(q);
+                self.wait_fence(fence)
+            })();
+            if !matches!(r, Err(Error::Timeout { .. })) {
+                raw.destroy_fence(fence, None);
+            }
+            r
+        }
+    }
+
+    /// Makes each share's `dst` pages the `src` pages (both buffers paged; the pages `dst` held
+    /// return to the pool unless another range still uses them). The queue is drained first;
+    /// the caller records nothing that writes a shared page afterwards (see
+    /// [`Device::own_pages`]).
+    pub fn share_pages(&self, shares: &[PageShare<'_>]) -> Result<()> {
+        let mut plan = Vec::with_capacity(shares.len());
+        for s in shares {
+            let src: Vec<Arc<Page>> = {
+                let t = lock(table(s.src)?)?;
+                if s.src_page + s.count > t.len() {
+                    return Err(range_err(s.src, s.src_page, s.count, t.len()));
+                }
+                t[s.src_page..s.src_page + s.count].to_vec()
+            };
+            let pages = lock(table(s.dst)?)?.len();
+            if s.dst_page + s.count > pages {
+                return Err(range_err(s.dst, s.dst_page, s.count, pages));
+            }
+            plan.push((s.dst, s.dst_page, src));
+        }
+        let mut ops = Vec::with_capacity(plan.len());
+        for (dst, at, src) in &plan {
+            ops.push((dst.raw(), self.binds_for(src, *at)?));
+        }
+        self.bind(&ops)?;
+        let mut old = Vec::new();
+        for (dst, at, src) in plan {
+            let mut t = lock(table(dst)?)?;
+            for (i, p) in src.into_iter().enumerate() {
+                old.push(std::mem::replace(&mut t[at + i], p));
+            }
+        }
+        drop(old);
+        Ok(())
+    }
+
+    /// Gives each page of `b` in `first .. first + count` that another range shares a private
+    /// page of its own; `keep`: with its contents copied (else undefined). Returns how many
+    /// pages were replaced. Call before recording writes to a range that may be shared.
+    pub fn own_pages(&self, b: &Buffer, first: usize, count: usize, keep: bool) -> Result<usize> {
+        let shared: Vec<usize> = {
+            let t = lock(table(b)?)?;
+            if first + count > t.len() {
+                return Err(range_err(b, first, count, t.len()));
+            }
+            (first..first + count)
+                .filter(|&i| Arc::strong_count(&t[i]) > 1)
+                .collect()
+        };
+        if shared.is_empty() {
+            return Ok(0);
+        }
+        let fresh = self.alloc_pages(shared.len())?;
+        let page = self.page_bytes().unwrap_or(0);
+        let spare = lock(table(b)?)?.len();
+        if keep {
+            // One page at a time through the spare page past the end: bind the new page there,
+            // copy the shared page into it, then move it in place.
+            for (&i, p) in shared.iter().zip(&fresh) {
+                let one = std::slice::from_ref(p);
+                self.bind(&[(b.raw(), self.binds_for(one, spare)?)])?;
+                let region = vk::BufferCopy::default()
+                    .src_offset(i as u64 * page)
+                    .dst_offset(spare as u64 * page)
+                    .size(page);
+                self.one_shot(|d, cb| {
+                    // SAFETY: both ranges are bound and inside the buffer.
+                    unsafe { d.cmd_copy_buffer(cb, b.raw(), b.raw(), &[region]) }
+                })?;
+                let mut binds = self.binds_for(one, i)?;
+                binds.push(
+                    vk::SparseMemoryBind::default()
+                        .resource_offset(spare as u64 * page)
+                        .size(page),
+                );
+                self.bind(&[(b.raw(), binds)])?;
+            }
+        } else {
+            let mut binds = Vec::new();
+            for (&i, p) in shared.iter().zip(&fresh) {
+                binds.extend(self.binds_for(std::slice::from_ref(p), i)?);
+            }
+            self.bind(&[(b.raw(), binds)])?;
+        }
+        let mut old = Vec::with_capacity(shared.len());
+        {
+            let mut t = lock(table(b)?)?;
+            for (&i, p) in shared.iter().zip(fresh) {
+                old.push(std::mem::replace(&mut t[i], p));
+            }
+        }
+        drop(old);
+        Ok(shared.len())
+    }
+
+    /// How many of `b`'s pages in `first .. first + count` another range shares.
+    pub fn shared_pages(&self, b: &Buffer, first: usize, count: usize) -> Result<usize> {
+        let t = lock(table(b)?)?;
+        if first + count > t.len() {
+            return Err(range_err(b, first, count, t.len()));
+        }
+        Ok(t[first..first + count]
+            .iter()
+            .filter(|p| Arc::strong_count(p) > 1)
+            .count())
+    }
+}
