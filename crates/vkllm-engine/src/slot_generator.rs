@@ -17,8 +17,8 @@
 
 use vkllm_models::hybrid::{HybridModel, HybridState, RecurrentMarks};
 use vkllm_models::{
-    Backend, KvCache, KvTypes, Logits, Model, SlotDecoderConfig, SlotDecoderId, SlotStart,
-    VulkanBackend,
+    Backend, KvCache, KvSharing, KvTypes, Logits, Model, SlotDecoderConfig, SlotDecoderId,
+    SlotStart, VulkanBackend,
 };
 
 use crate::error::EngineError;
@@ -90,20 +90,38 @@ pub struct SlotGenerator {
     /// Hybrid models: tokens before a prompt's end where it is marked when nothing else marks
     /// it (0: never).
     tail_mark: usize,
+    /// Rows another slot's prefix gave in place (paged KV blocks), over all starts.
+    kv_rows_shared: u64,
+    /// Shared KV pages a start made its slot's own before writing them (copy-on-write).
+    kv_pages_copied: u64,
 }
 
 impl SlotGenerator {
     /// Records the slot decoder (`steps_per_submit` decode steps per submit at most).
     pub fn new(
-        mut b: VulkanBackend,
+        b: VulkanBackend,
         model: Model,
         slots: usize,
         ctx: usize,
         kv: impl Into<KvTypes>,
         steps_per_submit: usize,
     ) -> Result<Self, EngineError> {
+        Self::new_sharing(b, model, slots, ctx, kv, steps_per_submit, KvSharing::Copy)
+    }
+
+    /// [`SlotGenerator::new`] giving one slot's prefix to another as `sharing` says
+    /// ([`KvSharing::InPlace`]: whole KV blocks shared in place where the device can).
+    pub fn new_sharing(
+        mut b: VulkanBackend,
+        model: Model,
+        slots: usize,
+        ctx: usize,
+        kv: impl Into<KvTypes>,
+        steps_per_submit: usize,
+        sharing: KvSharing,
+    ) -> Result<Self, EngineError> {
         let slots = slots.max(1);
-        let kv = model.new_kv_slots(&mut b, ctx.max(2), slots, kv)?;
+        let kv = model.new_kv_slots_sharing(&mut b, ctx.max(2), slots, kv, sharing)?;
         let dec = b.slot_decoder(&model, &kv, decoder_config(steps_per_submit))?;
         let net = Net::Dense { model, kv };
         Ok(Self::with(b, net, dec, slots, steps_per_submit))
@@ -184,7 +202,27 @@ impl SlotGenerator {
             clock: 0,
             store: None,
             tail_mark: crate::generator::TAIL_MARK,
+            kv_rows_shared: 0,
+            kv_pages_copied: 0,
         }
+    }
+
+    /// How prefixes pass between slots (dense models; hybrids copy).
+    pub fn kv_sharing(&self) -> KvSharing {
+        match &self.net {
+            Net::Dense { kv, .. } => kv.sharing(),
+            Net::Hybrid { .. } => KvSharing::Copy,
+        }
+    }
+
+    /// Rows that starts took from another slot's prefix in place (shared KV blocks), in all.
+    pub fn kv_rows_shared(&self) -> u64 {
+        self.kv_rows_shared
+    }
+
+    /// Shared KV pages that starts made their slot's own before writing (copy-on-write).
+    pub fn kv_pages_copied(&self) -> u64 {
+        self.kv_pages_copied
     }
 
     /// The tokens `slot`'s state holds, from position 0 (its prefix for reuse).
@@ -331,10 +369,15 @@ impl SlotGenerator {
                 copied_written = Some(written);
             } else if let Some((t, r)) = best {
                 let written = self.slots[t].written;
-                kv.copy_prefix(&mut self.b, t, kv, slot, r, written, model.cfg.kv_dim())?;
+                let kv_dim = model.cfg.kv_dim();
+                let shared = kv.copy_prefix(&mut self.b, t, kv, slot, r, written, kv_dim)?;
+                self.kv_rows_shared += shared as u64;
                 reuse = r;
                 copied_written = Some(written);
             }
+            // Paged layers: the blocks the prompt writes are the slot's own (copy-on-write).
+            let pages = kv.own_from(&mut self.b, slot, reuse)?;
+            self.kv_pages_copied += pages as u64;
         }
         let sl = &mut self.slots[slot];
         if let Some(w) = copied_written {

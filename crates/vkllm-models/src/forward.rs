@@ -9,7 +9,7 @@ use crate::backend::{Backend, CaptureId, KvRows, KvType, KvTypes, NormMlp, NormQ
 use crate::blocks;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-pub use crate::kv_cache::{KV_ROW_ALIGN, KvCache, KvLayer};
+pub use crate::kv_cache::{KV_ROW_ALIGN, KvCache, KvLayer, KvSharing};
 use crate::weights::{TensorSource, Weights};
 
 /// The activations of one chunk: allocated once, reused by every forward.
@@ -125,6 +125,18 @@ impl Model {
         slots: usize,
         types: impl Into<KvTypes>,
     ) -> Result<KvCache, ModelError> {
+        self.new_kv_slots_sharing(b, capacity, slots, types, KvSharing::Copy)
+    }
+
+    /// [`Model::new_kv_slots`] giving prefixes to other slots as `sharing` says.
+    pub fn new_kv_slots_sharing<B: Backend>(
+        &self,
+        b: &mut B,
+        capacity: usize,
+        slots: usize,
+        types: impl Into<KvTypes>,
+        sharing: KvSharing,
+    ) -> Result<KvCache, ModelError> {
         let types = types.into();
         KvTypes::new(types.k, types.v).map_err(|msg| ModelError::Config {
             field: "kv dtype".into(),
@@ -137,15 +149,8 @@ impl Model {
                 msg,
             })?;
         let windows: Vec<Option<usize>> = self.cfg.layers.iter().map(|l| l.window).collect();
-        let mut kv = KvCache::alloc(
-            b,
-            &windows,
-            self.cfg.kv_dim(),
-            capacity,
-            self.chunk,
-            slots,
-            types,
-        )?;
+        let shape = (self.cfg.kv_dim(), capacity, self.chunk, slots);
+        let mut kv = KvCache::alloc_sharing(b, &windows, shape, types, sharing)?;
         kv.rot_k = crate::kv_cache::rot_k_for(types.k, self.cfg.head_dim);
         Ok(kv)
     }

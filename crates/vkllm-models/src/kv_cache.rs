@@ -22,6 +22,24 @@ pub struct KvCache {
     /// [`rot_k_for`]).
     pub rot_k: bool,
     pub layers: Vec<KvLayer>,
+    /// Rows per block that slots share in place (paged layers, `kv_pages.rs`); 0: rows are
+    /// copied.
+    pub block: usize,
+    /// Values per row (keys or values of one position).
+    pub kv_dim: usize,
+    /// Bytes per page of the paged layers (0: none).
+    pub(crate) page: u64,
+}
+
+/// How a KV cache gives one slot the prefix another holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvSharing {
+    /// Rows are copied (the reference).
+    #[default]
+    Copy,
+    /// Whole blocks are shared in place (one copy in memory, read by both slots' attention)
+    /// where the backend has paged KV tensors; rows past the last whole block are copied.
+    InPlace,
 }
 
 /// Whether a cache of `dtype` for heads of `head_dim` stores its keys rotated: q8_0 does when the
@@ -43,6 +61,8 @@ pub struct KvLayer {
     pub stride: usize,
     /// The layer's sliding window, if any.
     pub window: Option<usize>,
+    /// Its tensors are paged: whole blocks of [`KvCache::block`] rows may be shared in place.
+    pub paged: bool,
 }
 
 /// Slot regions of a KV cache start at multiples of this many rows.
@@ -84,7 +104,20 @@ impl KvCache {
         slots: usize,
         types: impl Into<KvTypes>,
     ) -> Result<KvCache, ModelError> {
-        let types = types.into();
+        let shape = (kv_dim, capacity, chunk, slots);
+        Self::alloc_sharing(b, windows, shape, types.into(), KvSharing::Copy)
+    }
+
+    /// [`KvCache::alloc`] for `(kv_dim, capacity, chunk, slots)`, with prefixes shared as
+    /// `sharing` says: [`KvSharing::InPlace`] pages the layers that keep every position when
+    /// the backend can (else it copies, as [`KvSharing::Copy`]).
+    pub fn alloc_sharing<B: Backend>(
+        b: &mut B,
+        windows: &[Option<usize>],
+        (kv_dim, capacity, chunk, slots): (usize, usize, usize, usize),
+        types: KvTypes,
+        sharing: KvSharing,
+    ) -> Result<KvCache, ModelError> {
         if capacity == 0 || slots == 0 {
             return Err(ModelError::Config {
                 field: "kv cache".into(),
@@ -108,17 +141,36 @@ impl KvCache {
                 total,
             });
         }
+        let (block, page) = match sharing {
+            KvSharing::InPlace => crate::kv_pages::block_rows(b, kv_dim, capacity, types),
+            KvSharing::Copy => (0, 0),
+        };
         let layers = windows
             .iter()
             .map(|&window| {
                 let ring = KvLayer::ring_for(window, capacity, chunk);
-                let stride = align_rows(ring);
+                let paged = block > 0 && ring >= capacity;
+                let stride = if paged {
+                    ring.next_multiple_of(crate::kv_pages::lcm(block, KV_ROW_ALIGN))
+                } else {
+                    align_rows(ring)
+                };
+                let len = slots * stride * kv_dim;
+                let (k, v) = if paged {
+                    (
+                        b.alloc_kv_paged(len, types.k)?,
+                        b.alloc_kv_paged(len, types.v)?,
+                    )
+                } else {
+                    (b.alloc_kv(len, types.k)?, b.alloc_kv(len, types.v)?)
+                };
                 Ok(KvLayer {
-                    k: b.alloc_kv(slots * stride * kv_dim, types.k)?,
-                    v: b.alloc_kv(slots * stride * kv_dim, types.v)?,
+                    k,
+                    v,
                     ring,
                     stride,
                     window,
+                    paged,
                 })
             })
             .collect::<Result<_, ModelError>>()?;
@@ -129,6 +181,9 @@ impl KvCache {
             v_dtype: types.v,
             rot_k: false,
             layers,
+            block,
+            kv_dim,
+            page,
         })
     }
 
@@ -187,7 +242,8 @@ impl KvCache {
     /// if it had computed them: full-attention layers copy those rows, sliding-window layers
     /// their whole ring as `from` wrote it (`written`: `from`'s furthest position, see
     /// [`KvCache::reusable`]; check `rows` with it first). A device copy, ordered with the
-    /// slots' other work.
+    /// slots' other work; paged layers ([`KvSharing::InPlace`]) share their whole blocks in
+    /// place instead. Returns the rows shared in place (most over the layers; 0 when copied).
     #[allow(clippy::too_many_arguments)]
     pub fn copy_prefix<B: Backend>(
         &self,
@@ -198,7 +254,7 @@ impl KvCache {
         rows: usize,
         written: usize,
         kv_dim: usize,
-    ) -> Result<(), ModelError> {
+    ) -> Result<usize, ModelError> {
         let same_shape = dst.layers.len() == self.layers.len()
             && dst.dtype == self.dtype
             && dst.capacity == self.capacity
@@ -217,20 +273,31 @@ impl KvCache {
                 ),
             });
         }
+        let mut shared = 0;
         for ((l, d), n) in self
             .layers
             .iter()
             .zip(&dst.layers)
             .zip(self.rows_kept(rows, written))
         {
-            if n == 0 || (from == to && l.k == d.k) {
+            if from == to && l.k == d.k {
                 continue;
             }
-            let (src, dsto) = (from * l.stride * kv_dim, to * d.stride * kv_dim);
+            // Paged: whole blocks shared in place, the slot's other blocks its own again.
+            let n0 = self.share_blocks(b, l, from, dst, d, to, n)?;
+            shared = shared.max(n0);
+            let n = n - n0;
+            if n == 0 {
+                continue;
+            }
+            let (src, dsto) = (
+                (from * l.stride + n0) * kv_dim,
+                (to * d.stride + n0) * kv_dim,
+            );
             b.copy_kv(l.k, src, d.k, dsto, n * kv_dim, self.dtype)?;
             b.copy_kv(l.v, src, d.v, dsto, n * kv_dim, self.v_dtype)?;
         }
-        Ok(())
+        Ok(shared)
     }
 
     /// Per layer, the rows (from row 0) that hold a slot's first `rows` positions when
@@ -294,6 +361,8 @@ impl KvCache {
         if n == 0 {
             return Ok(());
         }
+        let r0 = to * d.stride + dst_row;
+        dst.own_rows(b, d, r0, r0 + n)?;
         let src = (from * s.stride + src_row) * kv_dim;
         let dsto = (to * d.stride + dst_row) * kv_dim;
         b.copy_kv(s.k, src, d.k, dsto, n * kv_dim, self.dtype)?;

@@ -24,6 +24,7 @@ pub mod gguf;
 mod gguf_hybrid;
 pub mod hybrid;
 mod kv_cache;
+mod kv_pages;
 #[cfg(feature = "test-support")]
 pub mod parity;
 pub mod perplexity;
@@ -48,7 +49,8 @@ pub use config::{LayerConfig, ModelConfig};
 pub use error::ModelError;
 pub use family::{Activation, FAMILIES, Family, FamilySpec};
 pub use forward::{
-    DEFAULT_CHUNK, KV_ROW_ALIGN, KvCache, KvLayer, LOGITS_ROWS, Logits, Model, SlicedCaptures,
+    DEFAULT_CHUNK, KV_ROW_ALIGN, KvCache, KvLayer, KvSharing, LOGITS_ROWS, Logits, Model,
+    SlicedCaptures,
 };
 pub use progress::LoadProgress;
 pub use quantize::{QuantScheme, QuantizingSource};

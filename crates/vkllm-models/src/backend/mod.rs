@@ -143,6 +143,34 @@ pub trait Backend: HybridOps {
     }
     /// A zero-initialised KV cache tensor of `len` values stored as `dtype`.
     fn alloc_kv(&mut self, len: usize, dtype: KvType) -> Result<Tensor, ModelError>;
+    /// Bytes per page where KV tensors can share pages in place ([`Backend::alloc_kv_paged`]);
+    /// `None` where they cannot.
+    fn kv_page_bytes(&self) -> Option<u64> {
+        None
+    }
+    /// [`Backend::alloc_kv`] whose pages can be shared with other paged KV tensors.
+    fn alloc_kv_paged(&mut self, len: usize, dtype: KvType) -> Result<Tensor, ModelError> {
+        let _ = (len, dtype);
+        Err(self.unsupported("alloc_kv_paged"))
+    }
+    /// Makes pages of paged KV tensors the pages of others (read and written in place by both);
+    /// ordered after the work recorded so far.
+    fn kv_share_pages(&mut self, shares: &[KvPageShare]) -> Result<(), ModelError> {
+        let _ = shares;
+        Err(self.unsupported("kv_share_pages"))
+    }
+    /// Gives pages `first .. first + count` of paged KV tensor `t` that another range shares a
+    /// private page each (`keep`: with the contents); returns how many were replaced.
+    fn kv_own_pages(
+        &mut self,
+        t: Tensor,
+        first: usize,
+        count: usize,
+        keep: bool,
+    ) -> Result<usize, ModelError> {
+        let _ = (t, first, count, keep);
+        Err(self.unsupported("kv_own_pages"))
+    }
     /// A tensor holding `data` (norm weights, biases, constants).
     fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError>;
     /// A `[rows, cols]` weight matrix (a `Linear`'s weight or an embedding table).
@@ -427,6 +455,17 @@ pub trait Backend: HybridOps {
             op,
         }
     }
+}
+
+/// One range of [`Backend::kv_share_pages`]: `dst`'s pages `dst_page .. dst_page + count`
+/// become `src`'s from `src_page`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvPageShare {
+    pub src: Tensor,
+    pub src_page: usize,
+    pub dst: Tensor,
+    pub dst_page: usize,
+    pub count: usize,
 }
 
 /// Arguments of [`Backend::rope_kv`].

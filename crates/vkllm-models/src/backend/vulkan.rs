@@ -20,6 +20,7 @@ mod attention;
 mod fused;
 // The hybrid / MoE ops (HybridOps).
 mod hybrid;
+mod kv_pages;
 mod profile;
 mod recorded;
 mod sample_one;
@@ -395,6 +396,28 @@ impl Backend for VulkanBackend {
         let t = self.push(Slot::Buf { buf, host: None });
         self.record(|me, r| Ok(r.fill(me.all(t), 0)?))?;
         Ok(t)
+    }
+
+    fn kv_page_bytes(&self) -> Option<u64> {
+        self.kv_page_bytes_()
+    }
+
+    fn alloc_kv_paged(&mut self, len: usize, dtype: KvType) -> Result<Tensor, ModelError> {
+        self.alloc_kv_paged_(len, dtype)
+    }
+
+    fn kv_share_pages(&mut self, shares: &[super::KvPageShare]) -> Result<(), ModelError> {
+        self.kv_share_pages_(shares)
+    }
+
+    fn kv_own_pages(
+        &mut self,
+        t: Tensor,
+        first: usize,
+        count: usize,
+        keep: bool,
+    ) -> Result<usize, ModelError> {
+        self.kv_own_pages_(t, first, count, keep)
     }
 
     fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError> {

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use vkllm_engine::{InferenceRunner, PREFIX_BLOCK, RunnerConfig, SimpleGenerator, SlotGenerator};
-use vkllm_models::{AnyModel, Backend, Checkpoint, CpuBackend, QuantScheme, VulkanBackend};
+use vkllm_models::{
+    AnyModel, Backend, Checkpoint, CpuBackend, KvSharing, QuantScheme, VulkanBackend,
+};
 use vkllm_tokenizer::{Tokenizer, cache};
 use vkllm_vk::Device;
 
@@ -154,9 +156,15 @@ pub struct Args {
     /// `--device cpu`, where compiles are quick and the requests slow).
     #[arg(long, value_enum, default_value_t = WarmUp::Auto)]
     warm_up: WarmUp,
+
+    /// How a request gets the KV rows of a prefix another slot holds (dense models, the
+    /// batched GPU decoder): `copy`, a device copy into its slot; `in-place`, the prefix's
+    /// whole blocks shared (one copy in memory, read where they are; the rows past the last
+    /// whole block copied), where the device has sparse, aliased buffers (else `copy`).
+    #[arg(long, value_enum, default_value_t = KvSharingArg::Copy)]
+    kv_sharing: KvSharingArg,
 }
 
-/// The id a model is served under when none is given.
 /// `--warm-up`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum WarmUp {
@@ -165,6 +173,14 @@ enum WarmUp {
     Off,
 }
 
+/// `--kv-sharing`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum KvSharingArg {
+    Copy,
+    InPlace,
+}
+
+/// The id a model is served under when none is given.
 fn default_name(arg: Option<&str>, path: &Path) -> String {
     match arg {
         None => vkllm::fetch::default_model().name.to_string(),
@@ -261,7 +277,20 @@ fn start_slot_runner(
     drop(ck);
     let ctx = args.ctx.min(model.cfg().max_position).max(2);
     let generator = match model {
-        AnyModel::Dense(m) => SlotGenerator::new(b, m, slots, ctx, args.kv.types()?, 4)?,
+        AnyModel::Dense(m) => {
+            let sharing = match args.kv_sharing {
+                KvSharingArg::Copy => KvSharing::Copy,
+                KvSharingArg::InPlace => KvSharing::InPlace,
+            };
+            let g = SlotGenerator::new_sharing(b, m, slots, ctx, args.kv.types()?, 4, sharing)?;
+            if sharing != g.kv_sharing() {
+                eprintln!(
+                    "vkllm: --kv-sharing in-place: this device has no sparse, aliased buffers \
+                     (or the blocks would exceed the context); prefixes are copied"
+                );
+            }
+            g
+        }
         AnyModel::Hybrid(m) => {
             let marks = args.recurrent_marks;
             SlotGenerator::new_hybrid_marks(b, m, slots, ctx, args.kv.types()?, 4, marks)?

@@ -1,0 +1,202 @@
+//! Paged KV layers ([`KvSharing::InPlace`]): a full-attention layer's K and V tensors are paged
+//! ([`Backend::alloc_kv_paged`]), and a slot given another's prefix takes that slot's whole
+//! blocks in place (the same pages, one copy in memory, read by both slots' attention) and
+//! copies only the rows past the last whole block. Before a slot writes rows, the blocks it
+//! writes become its own again (copy-on-write; `own_from`). Sliding-window rings are copied.
+
+use crate::backend::{Backend, KvPageShare, KvType, KvTypes, Tensor};
+use crate::error::ModelError;
+use crate::kv_cache::{KvCache, KvLayer, KvSharing};
+
+/// The largest block worth paging: a prefix shorter than a block shares nothing.
+const MAX_BLOCK: usize = 1024;
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+pub(crate) fn lcm(a: usize, b: usize) -> usize {
+    a / gcd(a as u64, b as u64) as usize * b
+}
+
+/// Rows per shared block and bytes per page for rows of `kv_dim` values of `types` on `b`: the
+/// fewest rows whose keys and values are whole pages each; `(0, 0)` (rows are copied) where the
+/// backend has no paged KV tensors or the block would exceed [`MAX_BLOCK`] or `capacity`.
+pub(crate) fn block_rows<B: Backend>(
+    b: &B,
+    kv_dim: usize,
+    capacity: usize,
+    types: KvTypes,
+) -> (usize, u64) {
+    match b.kv_page_bytes().filter(|&p| p > 0) {
+        Some(page) => match block_for(page, kv_dim, capacity, types) {
+            0 => (0, 0),
+            block => (block, page),
+        },
+        None => (0, 0),
+    }
+}
+
+/// [`block_rows`]'s block for pages of `page` bytes (0: none).
+fn block_for(page: u64, kv_dim: usize, capacity: usize, types: KvTypes) -> usize {
+    let rows_for = |t: KvType| (page / gcd(page, t.bytes(kv_dim as u64))) as usize;
+    let block = lcm(rows_for(types.k), rows_for(types.v));
+    if block > MAX_BLOCK || block > capacity {
+        0
+    } else {
+        block
+    }
+}
+
+impl KvCache {
+    /// How prefixes are given to other slots.
+    pub fn sharing(&self) -> KvSharing {
+        if self.block > 0 {
+            KvSharing::InPlace
+        } else {
+            KvSharing::Copy
+        }
+    }
+
+    /// Layer `l`'s K and V pages holding global rows `r0..r1` (whole blocks): (tensor, first
+    /// page, pages).
+    fn pages(&self, l: &KvLayer, r0: usize, r1: usize) -> [(Tensor, usize, usize); 2] {
+        let at = |t: KvType, r: usize| (t.bytes((r * self.kv_dim) as u64) / self.page) as usize;
+        let p = |t: Tensor, ty: KvType| (t, at(ty, r0), at(ty, r1) - at(ty, r0));
+        [p(l.k, self.dtype), p(l.v, self.v_dtype)]
+    }
+
+    /// For [`KvCache::copy_prefix`] into paged layer `d` of `dst`: slot `to` takes the whole
+    /// blocks of the first `n` rows of slot `from` in place (when `l` is paged alike), and its
+    /// other blocks become its own; returns the rows shared (the rest are to be copied).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn share_blocks<B: Backend>(
+        &self,
+        b: &mut B,
+        l: &KvLayer,
+        from: usize,
+        dst: &KvCache,
+        d: &KvLayer,
+        to: usize,
+        n: usize,
+    ) -> Result<usize, ModelError> {
+        if !d.paged {
+            return Ok(0);
+        }
+        let alike = l.paged
+            && self.block == dst.block
+            && self.page == dst.page
+            && self.kv_dim == dst.kv_dim
+            && (self.dtype, self.v_dtype) == (dst.dtype, dst.v_dtype);
+        let full = if alike { n / dst.block * dst.block } else { 0 };
+        if full > 0 {
+            let src = self.pages(l, from * l.stride, from * l.stride + full);
+            let to_ = dst.pages(d, to * d.stride, to * d.stride + full);
+            let shares: Vec<KvPageShare> = src
+                .iter()
+                .zip(&to_)
+                .map(|(s, t)| KvPageShare {
+                    src: s.0,
+                    src_page: s.1,
+                    dst: t.0,
+                    dst_page: t.1,
+                    count: t.2,
+                })
+                .collect();
+            b.kv_share_pages(&shares)?;
+        }
+        // Every row of `to` past the shared blocks is copied or computed anew.
+        dst.own_rows(b, d, to * d.stride + full, (to + 1) * d.stride)?;
+        Ok(full)
+    }
+
+    /// Before slot `slot` writes its rows from `row` on (a prompt keeping its first `row`
+    /// positions): the paged layers' blocks from the one holding `row` become the slot's own
+    /// (that block with its rows before `row`). Nothing to do for copied layers. Returns the
+    /// pages that were shared and are now copies of the slot's own.
+    pub fn own_from<B: Backend>(
+        &self,
+        b: &mut B,
+        slot: usize,
+        row: usize,
+    ) -> Result<usize, ModelError> {
+        let mut pages = 0;
+        for l in &self.layers {
+            let base = slot * l.stride;
+            pages += self.own_rows(b, l, base + row.min(l.stride), base + l.stride)?;
+        }
+        Ok(pages)
+    }
+
+    /// Makes global rows `r0..r1` of layer `l` private before they are written: blocks wholly
+    /// inside without their contents, partly covered ones with them. Returns the pages
+    /// replaced.
+    pub(crate) fn own_rows<B: Backend>(
+        &self,
+        b: &mut B,
+        l: &KvLayer,
+        r0: usize,
+        r1: usize,
+    ) -> Result<usize, ModelError> {
+        if !l.paged || r0 >= r1 {
+            return Ok(0);
+        }
+        let bl = self.block;
+        let (first, last) = (r0 / bl, r1.div_ceil(bl));
+        let (whole0, whole1) = (r0.div_ceil(bl), r1 / bl);
+        let mut runs = Vec::new();
+        if whole0 < whole1 {
+            runs.push((first, whole0, true));
+            runs.push((whole0, whole1, false));
+            runs.push((whole1, last, true));
+        } else {
+            runs.push((first, last, true));
+        }
+        let mut replaced = 0;
+        for (b0, b1, keep) in runs {
+            if b0 >= b1 {
+                continue;
+            }
+            for (t, p0, np) in self.pages(l, b0 * bl, b1 * bl) {
+                replaced += b.kv_own_pages(t, p0, np, keep)?;
+            }
+        }
+        Ok(replaced)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_the_fewest_rows_of_whole_pages() {
+        let f16 = KvTypes::new(KvType::F16, KvType::F16).unwrap();
+        let q8 = KvTypes::new(KvType::Q8_0, KvType::Q8_0).unwrap();
+        let mixed = KvTypes::new(KvType::Q8_0, KvType::Q4_0).unwrap();
+        // Llama-3.1-8B (8 KV heads of 128): 2 KiB f16 rows, 32 per 64 KiB page.
+        assert_eq!(block_for(65536, 1024, 32768, f16), 32);
+        // SmolLM2 (3 heads of 64): 384-byte rows; 512 rows are 3 pages.
+        assert_eq!(block_for(65536, 192, 2048, f16), 512);
+        assert_eq!(block_for(4096, 192, 2048, f16), 32);
+        // q8_0: 68 bytes per 64 values, 1,088 per 8B row: 1,024 rows are 17 pages.
+        assert_eq!(block_for(65536, 1024, 32768, q8), 1024);
+        assert_eq!(block_for(65536, 1024, 32768, mixed), 1024);
+        // Blocks past MAX_BLOCK or the context: nothing is paged.
+        assert_eq!(block_for(65536, 1024, 512, q8), 0);
+        assert_eq!(block_for(65536, 192 + 64, 1 << 20, q8), 0);
+        assert_eq!((lcm(4, 6), lcm(32, 128), lcm(7, 1)), (12, 128, 7));
+    }
+
+    #[test]
+    fn backends_without_pages_copy() {
+        let b = crate::CpuBackend::new();
+        let f16 = KvTypes::new(KvType::F16, KvType::F16).unwrap();
+        assert_eq!(block_rows(&b, 64, 256, f16), (0, 0));
+        let mut b = b;
+        let kv = KvCache::alloc_sharing(&mut b, &[None], (64, 256, 16, 2), f16, KvSharing::InPlace)
+            .unwrap();
+        assert_eq!((kv.block, kv.sharing()), (0, KvSharing::Copy));
+        assert!(!kv.layers[0].paged);
+    }
+}
