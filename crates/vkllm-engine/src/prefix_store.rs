@@ -229,7 +229,8 @@ impl PrefixStore {
 
 /// Copies the first rows of `slot` of `kv` (`kept[l]` of layer `l`, [`KvCache::rows_kept`])
 /// into an entry's `blocks` of the pool (`into_pool`) or back; consecutive blocks copy as one
-/// run per layer.
+/// run per layer; paged layers share whole KV blocks in place. Returns the rows shared in
+/// place (most over the layers).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn copy_blocks<B: Backend>(
     b: &mut B,
@@ -240,8 +241,10 @@ pub(crate) fn copy_blocks<B: Backend>(
     kept: &[usize],
     kv_dim: usize,
     into_pool: bool,
-) -> Result<(), ModelError> {
+) -> Result<usize, ModelError> {
+    let mut shared = 0;
     for (l, &n) in kept.iter().enumerate() {
+        let mut in_layer = 0;
         if n > blocks.len() * BLOCK {
             return Err(ModelError::Config {
                 field: "prefix store".into(),
@@ -255,15 +258,16 @@ pub(crate) fn copy_blocks<B: Backend>(
                 run += 1;
             }
             let rows = (n - j * BLOCK).min(run * BLOCK);
-            if into_pool {
-                kv.copy_layer_rows(b, l, slot, j * BLOCK, pool, blocks[j], 0, rows, kv_dim)?;
+            in_layer += if into_pool {
+                kv.copy_layer_rows(b, l, slot, j * BLOCK, pool, blocks[j], 0, rows, kv_dim)?
             } else {
-                pool.copy_layer_rows(b, l, blocks[j], 0, kv, slot, j * BLOCK, rows, kv_dim)?;
-            }
+                pool.copy_layer_rows(b, l, blocks[j], 0, kv, slot, j * BLOCK, rows, kv_dim)?
+            };
             j += run;
         }
+        shared = shared.max(in_layer);
     }
-    Ok(())
+    Ok(shared)
 }
 
 /// Blocks an entry of a slot's first `rows` positions needs.

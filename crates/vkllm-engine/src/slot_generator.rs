@@ -90,7 +90,7 @@ pub struct SlotGenerator {
     /// Hybrid models: tokens before a prompt's end where it is marked when nothing else marks
     /// it (0: never).
     tail_mark: usize,
-    /// Rows another slot's prefix gave in place (paged KV blocks), over all starts.
+    /// Rows given in place (paged KV blocks) between slots and the prefix store, in all.
     kv_rows_shared: u64,
     /// Shared KV pages a start made its slot's own before writing them (copy-on-write).
     kv_pages_copied: u64,
@@ -215,7 +215,8 @@ impl SlotGenerator {
         }
     }
 
-    /// Rows that starts took from another slot's prefix in place (shared KV blocks), in all.
+    /// Rows given in place (shared KV blocks) from slot to slot and to and from the prefix
+    /// store, in all.
     pub fn kv_rows_shared(&self) -> u64 {
         self.kv_rows_shared
     }
@@ -362,7 +363,9 @@ impl SlotGenerator {
                 let kept = kv.rows_kept(r, written);
                 let blocks = st.blocks(e);
                 let kv_dim = model.cfg.kv_dim();
-                copy_blocks(&mut self.b, kv, slot, pool, blocks, &kept, kv_dim, false)?;
+                let shared =
+                    copy_blocks(&mut self.b, kv, slot, pool, blocks, &kept, kv_dim, false)?;
+                self.kv_rows_shared += shared as u64;
                 self.clock += 1;
                 st.touch(e, self.clock);
                 reuse = r;

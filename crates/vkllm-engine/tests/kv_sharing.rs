@@ -57,20 +57,44 @@ fn drive(g: &mut dyn Generator, reqs: &[(Vec<u32>, SlotParams, usize, usize)]) -
 fn slot_generator(
     dev: &Device,
     fx: &Fixture,
-    slots: usize,
+    (slots, ctx): (usize, usize),
     kv: KvType,
     sharing: KvSharing,
 ) -> SlotGenerator {
     let mut b = VulkanBackend::new(dev.clone());
     let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
-    SlotGenerator::new_sharing(b, model, slots, 256, kv, 1, sharing).expect("slot generator")
+    SlotGenerator::new_sharing(b, model, slots, ctx, kv, 1, sharing).expect("slot generator")
 }
 
-/// Requests behind one 100-token prefix join while another decodes (sharing its whole blocks
-/// and copying the rest; one leaves the prefix mid-block), and a later request in the first
-/// slot keeps 40 of its rows while the others still read them: its block holding row 40 is
-/// copied on write. On a model with only full-attention layers and on one with sliding-window rings
-/// (copied) beside them; f16 and f32 caches.
+fn simple_generator(
+    dev: &Device,
+    fx: &Fixture,
+    slots: usize,
+    ctx: usize,
+) -> SimpleGenerator<VulkanBackend> {
+    let mut b = VulkanBackend::new(dev.clone());
+    let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+    SimpleGenerator::new(b, model, slots, ctx).expect("simple generator")
+}
+
+/// Rows per shared block for rows of `row_bytes` on `dev`'s pages (lavapipe: 4 KiB pages, 32
+/// rows of a 64-value f16 row): the fewest rows whose bytes are whole pages.
+fn block_rows(dev: &Device, row_bytes: u64) -> usize {
+    let page = dev
+        .page_bytes()
+        .expect("the test devices (lavapipe, the H200) offer sparse aliased buffers");
+    let mut rows = 1;
+    while !(rows * row_bytes).is_multiple_of(page) {
+        rows += 1;
+    }
+    rows as usize
+}
+
+/// Requests behind one prefix of three blocks and 4 rows join while another decodes (sharing
+/// its whole blocks and copying the rest; one leaves the prefix mid-block), and a later request
+/// in the first slot keeps a block and 8 rows while the others still read them: its block
+/// holding that row is copied on write. On a model with only full-attention layers and on one
+/// with sliding-window rings (copied) beside them; f16 and f32 caches.
 #[test]
 fn shared_blocks_give_the_reference_tokens() {
     let dev = device();
@@ -80,8 +104,12 @@ fn shared_blocks_give_the_reference_tokens() {
         ("gemma3", KvType::F16),
     ] {
         let fx = Fixture::load(family).expect("fixture");
+        let block = block_rows(&dev, kv.bytes(fx.config.kv_dim() as u64));
+        let ctx = 3 * block + 64;
         let vocab = fx.config.vocab_size as u32;
-        let prefix: Vec<u32> = (0..100).map(|i| (13 + 7 * i) % vocab).collect();
+        let prefix: Vec<u32> = (0..3 * block as u32 + 4)
+            .map(|i| (13 + 7 * i) % vocab)
+            .collect();
         let with = |tail: &[u32]| [prefix.as_slice(), tail].concat();
         let greedy = SlotParams::default();
         let sampled = SlotParams {
@@ -93,9 +121,9 @@ fn shared_blocks_give_the_reference_tokens() {
             },
             ..SlotParams::default()
         };
-        let mut diverge = prefix[..40].to_vec();
+        let mut diverge = prefix[..block + 8].to_vec();
         diverge.extend([1, 2, 3, 4, 5]);
-        let mut mid = prefix[..70].to_vec();
+        let mut mid = prefix[..2 * block + 6].to_vec();
         mid.extend([9, 8, 7]);
         let reqs = vec![
             (with(&[]), greedy.clone(), 3, 0),
@@ -104,42 +132,45 @@ fn shared_blocks_give_the_reference_tokens() {
             // Joins the first slot once request 0 has left it, while 1 and 2 decode on.
             (diverge, greedy.clone(), 6, 4),
         ];
-        let mut g = slot_generator(&dev, &fx, 3, kv, KvSharing::InPlace);
-        assert_eq!(g.kv_sharing(), KvSharing::InPlace, "{family} {kv:?}: paged");
+        let case = format!("{family} {kv:?} (blocks of {block} rows)");
+        let mut g = slot_generator(&dev, &fx, (3, ctx), kv, KvSharing::InPlace);
+        assert_eq!(g.kv_sharing(), KvSharing::InPlace, "{case}: paged");
         let got = drive(&mut g, &reqs);
         assert!(
-            g.kv_rows_shared() >= 96 + 64,
-            "{family} {kv:?}: rows shared in place: {}",
+            g.kv_rows_shared() >= 5 * block as u64,
+            "{case}: rows shared in place: {}",
             g.kv_rows_shared()
         );
         assert!(
             g.kv_pages_copied() > 0,
-            "{family} {kv:?}: the diverging request copied a shared block on write"
+            "{case}: the diverging request copied a shared block on write"
         );
-        let mut copying = slot_generator(&dev, &fx, 3, kv, KvSharing::Copy);
+        let mut copying = slot_generator(&dev, &fx, (3, ctx), kv, KvSharing::Copy);
         assert_eq!(copying.kv_sharing(), KvSharing::Copy);
         let copied = drive(&mut copying, &reqs);
         assert_eq!(copying.kv_rows_shared(), 0);
-        let mut b = VulkanBackend::new(dev.clone());
-        let model =
-            Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
-        let mut simple = SimpleGenerator::new(b, model, 3, 256).expect("simple generator");
-        let want = drive(&mut simple, &reqs);
+        let want = drive(&mut simple_generator(&dev, &fx, 3, ctx), &reqs);
         for i in 0..reqs.len() {
-            assert_eq!(got[i], want[i], "{family} {kv:?}: request {i} in place");
-            assert_eq!(copied[i], want[i], "{family} {kv:?}: request {i} copied");
+            assert_eq!(got[i], want[i], "{case}: request {i} in place");
+            assert_eq!(copied[i], want[i], "{case}: request {i} copied");
         }
     }
 }
 
-/// With one slot and the prefix store, a conversation resumed after another took the slot is
-/// copied back into pages the slot shares with nobody, and gives the reference tokens.
+/// With one slot and the prefix store, a conversation goes into the store and back in place
+/// (its whole blocks shared, the rest copied) around another that takes the slot, and gives the
+/// reference tokens; so does the copying store.
 #[test]
 fn stored_conversations_return_into_paged_blocks() {
     let dev = device();
     let fx = Fixture::load("qwen3").expect("fixture");
+    let block = block_rows(&dev, KvType::F16.bytes(fx.config.kv_dim() as u64));
+    // The store's blocks are PREFIX_BLOCK rows: paged alike only when ours divide them.
+    let store_paged = vkllm_engine::PREFIX_BLOCK.is_multiple_of(block);
+    let len = 2 * block as u32 + 26;
+    let ctx = 2 * block + 64;
     let vocab = fx.config.vocab_size as u32;
-    let conv = |seed: u32| -> Vec<u32> { (0..90).map(|i| (seed + 7 * i) % vocab).collect() };
+    let conv = |seed: u32| -> Vec<u32> { (0..len).map(|i| (seed + 7 * i) % vocab).collect() };
     let (a, b) = (conv(3), conv(101));
     let one = |p: &[u32]| vec![(p.to_vec(), SlotParams::default(), 6, 0)];
     let session = |g: &mut dyn Generator| {
@@ -150,14 +181,23 @@ fn stored_conversations_return_into_paged_blocks() {
         resumed.extend([5, 9]);
         (drive(g, &one(&resumed)), g.reused(0))
     };
-    let g = slot_generator(&dev, &fx, 1, KvType::F16, KvSharing::InPlace);
-    let per = g.prefix_entry_bytes();
-    let mut g = g.with_prefix_store(2 * per).expect("store");
-    let (got, reused) = session(&mut g);
-    assert_eq!(reused, a.len() + 5, "from the store");
-    let mut b = VulkanBackend::new(dev.clone());
-    let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
-    let mut simple = SimpleGenerator::new(b, model, 1, 256).expect("simple generator");
-    let (want, _) = session(&mut simple);
-    assert_eq!(got, want);
+    let (want, _) = session(&mut simple_generator(&dev, &fx, 1, ctx));
+    for sharing in [KvSharing::InPlace, KvSharing::Copy] {
+        let g = slot_generator(&dev, &fx, (1, ctx), KvType::F16, sharing);
+        let per = g.prefix_entry_bytes();
+        let mut g = g.with_prefix_store(2 * per).expect("store");
+        let (got, reused) = session(&mut g);
+        assert_eq!(reused, a.len() + 5, "{sharing:?}: from the store");
+        assert_eq!(got, want, "{sharing:?}");
+        if sharing == KvSharing::InPlace && store_paged {
+            // Two whole blocks of a in and out, two of b in.
+            assert!(
+                g.kv_rows_shared() >= 6 * block as u64,
+                "{}",
+                g.kv_rows_shared()
+            );
+        } else {
+            assert_eq!(g.kv_rows_shared(), 0);
+        }
+    }
 }

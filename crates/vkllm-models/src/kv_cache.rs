@@ -318,7 +318,8 @@ impl KvCache {
 
     /// Copies rows `src_row..src_row + n` of layer `l` of slot `from` into rows `dst_row..` of
     /// layer `l` of slot `to` of `dst` (keys and values as stored, no ring arithmetic): the
-    /// prefix store's block copies. Both caches need the layer and the same types; the rows
+    /// prefix store's block copies. Layers paged alike share their whole blocks in place
+    /// instead; returns the rows shared. Both caches need the layer and the same types; the rows
     /// may run on into the next slots' regions (consecutive blocks of a pool), not past the
     /// last.
     #[allow(clippy::too_many_arguments)]
@@ -333,7 +334,7 @@ impl KvCache {
         dst_row: usize,
         n: usize,
         kv_dim: usize,
-    ) -> Result<(), ModelError> {
+    ) -> Result<usize, ModelError> {
         let (Some(s), Some(d)) = (self.layers.get(l), dst.layers.get(l)) else {
             return Err(ModelError::Config {
                 field: "kv copy".into(),
@@ -359,14 +360,19 @@ impl KvCache {
             });
         }
         if n == 0 {
-            return Ok(());
+            return Ok(0);
         }
-        let r0 = to * d.stride + dst_row;
-        dst.own_rows(b, d, r0, r0 + n)?;
-        let src = (from * s.stride + src_row) * kv_dim;
-        let dsto = (to * d.stride + dst_row) * kv_dim;
-        b.copy_kv(s.k, src, d.k, dsto, n * kv_dim, self.dtype)?;
-        b.copy_kv(s.v, src, d.v, dsto, n * kv_dim, self.v_dtype)
+        // Paged alike: whole blocks shared in place; the rest copied into private pages.
+        let (r_src, r_dst) = (from * s.stride + src_row, to * d.stride + dst_row);
+        let shared = self.share_rows(b, s, r_src, dst, d, r_dst, n)?;
+        dst.own_rows(b, d, r_dst + shared, r_dst + n)?;
+        if shared < n {
+            let (src, dsto) = ((r_src + shared) * kv_dim, (r_dst + shared) * kv_dim);
+            let len = (n - shared) * kv_dim;
+            b.copy_kv(s.k, src, d.k, dsto, len, self.dtype)?;
+            b.copy_kv(s.v, src, d.v, dsto, len, self.v_dtype)?;
+        }
+        Ok(shared)
     }
 
     /// How many of the first `common` cached positions of a slot a new forward may keep, when

@@ -83,18 +83,41 @@ impl KvCache {
         if !d.paged {
             return Ok(0);
         }
+        let full = self.share_rows(b, l, from * l.stride, dst, d, to * d.stride, n)?;
+        // Every row of `to` past the shared blocks is copied or computed anew.
+        dst.own_rows(b, d, to * d.stride + full, (to + 1) * d.stride)?;
+        Ok(full)
+    }
+
+    /// Global rows `r_src..` of layer `l` given to rows `r_dst..` of layer `d` of `dst` in
+    /// place, as many whole blocks of the `n` rows as both layers page alike (both starts on a
+    /// block); returns the rows shared.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn share_rows<B: Backend>(
+        &self,
+        b: &mut B,
+        l: &KvLayer,
+        r_src: usize,
+        dst: &KvCache,
+        d: &KvLayer,
+        r_dst: usize,
+        n: usize,
+    ) -> Result<usize, ModelError> {
         let alike = l.paged
+            && d.paged
             && self.block == dst.block
             && self.page == dst.page
             && self.kv_dim == dst.kv_dim
-            && (self.dtype, self.v_dtype) == (dst.dtype, dst.v_dtype);
+            && (self.dtype, self.v_dtype) == (dst.dtype, dst.v_dtype)
+            && r_src.is_multiple_of(self.block)
+            && r_dst.is_multiple_of(self.block);
         let full = if alike { n / dst.block * dst.block } else { 0 };
         if full > 0 {
-            let src = self.pages(l, from * l.stride, from * l.stride + full);
-            let to_ = dst.pages(d, to * d.stride, to * d.stride + full);
+            let src = self.pages(l, r_src, r_src + full);
+            let to = dst.pages(d, r_dst, r_dst + full);
             let shares: Vec<KvPageShare> = src
                 .iter()
-                .zip(&to_)
+                .zip(&to)
                 .map(|(s, t)| KvPageShare {
                     src: s.0,
                     src_page: s.1,
@@ -105,8 +128,6 @@ impl KvCache {
                 .collect();
             b.kv_share_pages(&shares)?;
         }
-        // Every row of `to` past the shared blocks is copied or computed anew.
-        dst.own_rows(b, d, to * d.stride + full, (to + 1) * d.stride)?;
         Ok(full)
     }
 

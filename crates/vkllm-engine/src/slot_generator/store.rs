@@ -35,8 +35,11 @@ impl SlotGenerator {
                 };
                 let none = vec![None; kv.layers.len()];
                 let kv_dim = model.cfg.kv_dim();
-                let mut pool =
-                    KvCache::alloc(&mut self.b, &none, kv_dim, BLOCK, 1, entries, types)?;
+                // Paged like the slots' cache where its blocks divide BLOCK: conversations go
+                // in and out in place.
+                let shape = (kv_dim, BLOCK, 1, entries);
+                let sharing = kv.sharing();
+                let mut pool = KvCache::alloc_sharing(&mut self.b, &none, shape, types, sharing)?;
                 pool.rot_k = kv.rot_k;
                 StoreRows::Dense {
                     pool,
@@ -169,7 +172,9 @@ impl SlotGenerator {
             (Net::Dense { model, kv }, StoreRows::Dense { pool, .. }) => {
                 let kept = kv.rows_kept(hist.len(), written);
                 let kv_dim = model.cfg.kv_dim();
-                copy_blocks(&mut self.b, kv, slot, pool, &blocks, &kept, kv_dim, true)?;
+                let shared =
+                    copy_blocks(&mut self.b, kv, slot, pool, &blocks, &kept, kv_dim, true)?;
+                self.kv_rows_shared += shared as u64;
             }
             (
                 Net::Hybrid {
