@@ -369,8 +369,10 @@ impl Device {
     }
 
     /// Gives each page of `b` in `first .. first + count` that another range shares a private
-    /// page of its own; `keep`: with its contents copied (else undefined). Returns how many
-    /// pages were replaced. Call before recording writes to a range that may be shared.
+    /// page of its own; `keep`: with its contents copied, else zeroed (a pool page may never
+    /// have been written, and kernels read whole tiles past the last position, masked). Returns
+    /// how many pages were replaced. Call before recording writes to a range that may be
+    /// shared.
     pub fn own_pages(&self, b: &Buffer, first: usize, count: usize, keep: bool) -> Result<usize> {
         let shared: Vec<usize> = {
             let t = lock(table(b)?)?;
@@ -415,6 +417,12 @@ impl Device {
                 binds.extend(self.binds_for(std::slice::from_ref(p), i)?);
             }
             self.bind(&[(b.raw(), binds)])?;
+            self.one_shot(|d, cb| {
+                for &i in &shared {
+                    // SAFETY: the page is bound and inside the buffer.
+                    unsafe { d.cmd_fill_buffer(cb, b.raw(), i as u64 * page, page, 0) };
+                }
+            })?;
         }
         let mut old = Vec::with_capacity(shared.len());
         {

@@ -81,8 +81,11 @@ fn shared_pages_are_read_in_place_and_copied_on_write() {
     let w4 = words(page, 4, 1);
     dev.upload(&b, 0, bytemuck::cast_slice(&w4)).unwrap();
     assert_eq!(read(&dev, &a, page, 1, 1), w2, "a keeps its page");
-    // Without the contents: page 1 of b is private, a's page 2 untouched by writes to it.
+    // Without the contents: page 1 of b is private and zeroed, a's page 2 untouched by writes
+    // to it (page 2 of b was b's own all along and keeps its words).
     assert_eq!(dev.own_pages(&b, 1, 2, false).unwrap(), 1);
+    assert_eq!(read(&dev, &b, page, 1, 1), vec![0; q]);
+    assert_eq!(read(&dev, &b, page, 2, 1), wb[2 * q..]);
     dev.upload(&b, page, bytemuck::cast_slice(&w4)).unwrap();
     assert_eq!(read(&dev, &a, page, 2, 1), wa[2 * q..3 * q]);
     assert_eq!(dev.shared_pages(&a, 0, 4).unwrap(), 0);
