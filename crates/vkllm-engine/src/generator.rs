@@ -94,6 +94,12 @@ pub trait Generator: Send {
     fn prefix_cache_bytes(&self) -> u64 {
         0
     }
+
+    /// KV rows given in place (shared blocks, no copy) between slots and the prefix store so
+    /// far (0 where prefixes are copied).
+    fn kv_rows_shared(&self) -> u64 {
+        0
+    }
 }
 
 /// Checks the parts of `p` a generator depends on.

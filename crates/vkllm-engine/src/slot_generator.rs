@@ -215,12 +215,6 @@ impl SlotGenerator {
         }
     }
 
-    /// Rows given in place (shared KV blocks) from slot to slot and to and from the prefix
-    /// store, in all.
-    pub fn kv_rows_shared(&self) -> u64 {
-        self.kv_rows_shared
-    }
-
     /// Shared KV pages that starts made their slot's own before writing (copy-on-write).
     pub fn kv_pages_copied(&self) -> u64 {
         self.kv_pages_copied
@@ -520,6 +514,10 @@ impl Generator for SlotGenerator {
 
     fn prefix_cache_bytes(&self) -> u64 {
         self.store.as_ref().map_or(0, PrefixStore::bytes)
+    }
+
+    fn kv_rows_shared(&self) -> u64 {
+        self.kv_rows_shared
     }
 
     fn max_slots(&self) -> usize {

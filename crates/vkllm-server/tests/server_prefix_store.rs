@@ -1,19 +1,46 @@
 //! The prefix store of `vkllm serve` (`--prefix-cache-mb`) on the Vulkan device (lavapipe in
 //! CI) through the official `anthropic` client (tests/py/test_prefix_store.py): one slot, two
 //! conversations taking turns; with the store each turn reads its conversation's previous prompt
-//! from it, without it (`--prefix-cache-mb 0`) nothing is cached.
+//! from it (copied, or shared in place with `--kv-sharing in-place`), without it
+//! (`--prefix-cache-mb 0`) nothing is cached.
 
 mod serve_harness;
 
 #[test]
 fn conversations_resume_from_the_prefix_store() {
-    for (mb, store) in [("128", "1"), ("0", "0")] {
+    for (mb, store, sharing) in [
+        ("128", "1", "copy"),
+        ("128", "1", "in-place"),
+        ("0", "0", "in-place"),
+    ] {
         let s = serve_harness::Server::start_on(
             None,
-            &["--slots", "1", "--ctx", "1024", "--prefix-cache-mb", mb],
+            &[
+                "--slots",
+                "1",
+                "--ctx",
+                "1024",
+                "--prefix-cache-mb",
+                mb,
+                "--kv-sharing",
+                sharing,
+            ],
         );
-        s.python_env("test_prefix_store.py", &[("VKLLM_PREFIX_STORE", store)]);
+        let env = [("VKLLM_PREFIX_STORE", store), ("VKLLM_KV_SHARING", sharing)];
+        s.python_env("test_prefix_store.py", &env);
     }
+}
+
+/// `--kv-sharing in-place` on the Vulkan device: chats behind one system prompt on two slots
+/// take its KV blocks from each other in place and answer as they do alone
+/// (tests/py/test_kv_sharing.py).
+#[test]
+fn concurrent_chats_share_kv_blocks_in_place() {
+    let s = serve_harness::Server::start_on(
+        None,
+        &["--slots", "2", "--ctx", "512", "--kv-sharing", "in-place"],
+    );
+    s.python("test_kv_sharing.py");
 }
 
 /// `--warm-up on` (the default on GPUs; off on lavapipe) runs its requests before the server

@@ -156,6 +156,8 @@ pub struct RunnerStats {
     pub steps: u64,
     /// Device bytes of the prefix store (conversations kept past their slots).
     pub prefix_cache_bytes: u64,
+    /// KV rows given in place (shared blocks) between slots and the prefix store so far.
+    pub kv_rows_shared: u64,
 }
 
 struct Pending {
@@ -186,6 +188,7 @@ struct Shared {
     vocab: usize,
     active: AtomicUsize,
     kv_used: AtomicUsize,
+    kv_rows_shared: AtomicU64,
     accepted: AtomicU64,
     ended: AtomicU64,
     steps: AtomicU64,
@@ -296,6 +299,7 @@ impl RunnerHandle {
             ended: s.ended.load(Ordering::Relaxed),
             steps: s.steps.load(Ordering::Relaxed),
             prefix_cache_bytes: s.prefix_cache_bytes,
+            kv_rows_shared: s.kv_rows_shared.load(Ordering::Relaxed),
         }
     }
 

@@ -140,6 +140,7 @@ impl Core {
             vocab: generator.vocab(),
             active: AtomicUsize::new(0),
             kv_used: AtomicUsize::new(0),
+            kv_rows_shared: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             ended: AtomicU64::new(0),
             steps: AtomicU64::new(0),
@@ -365,6 +366,8 @@ impl Core {
             .sum::<usize>()
             + prefilling;
         s.kv_used.store(kv, Ordering::Relaxed);
+        s.kv_rows_shared
+            .store(self.generator.kv_rows_shared(), Ordering::Relaxed);
     }
 
     /// Removes the queued requests `pred` selects and finishes them with `reason`.

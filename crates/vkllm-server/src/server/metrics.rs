@@ -209,6 +209,13 @@ impl Metrics {
             runner.prefix_cache_bytes.to_string(),
         );
         gauge(
+            "vkllm_kv_shared_rows_total",
+            "KV rows given in place (shared blocks, no copy) between slots and the prefix store \
+             (serve --kv-sharing in-place).",
+            "counter",
+            runner.kv_rows_shared.to_string(),
+        );
+        gauge(
             "vkllm_generated_tokens_total",
             "Generated tokens of finished sequences.",
             "counter",

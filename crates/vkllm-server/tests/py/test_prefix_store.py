@@ -12,6 +12,7 @@ from harness import KEY, MODEL, URL, check, main, metric
 
 client = anthropic.Anthropic(base_url=URL, api_key=KEY or "none", max_retries=0, timeout=300)
 STORE = os.environ.get("VKLLM_PREFIX_STORE", "1") == "1"
+IN_PLACE = os.environ.get("VKLLM_KV_SHARING", "copy") == "in-place"
 TOPICS = ["rivers of Europe, vkllm store check", "the planets of the solar system, store check"]
 # Each conversation has its own system prompt, so the two share only the template's first tokens.
 SYSTEMS = ["You answer in one line about geography.", "Astronomy tutor: be brief."]
@@ -45,6 +46,8 @@ def conversations_resume_from_the_store():
                      {"role": "user", "content": f"Go on ({k})."}]
     size = metric("vkllm_prefix_cache_bytes")
     assert (size > 0) == STORE, size
+    shared = metric("vkllm_kv_shared_rows_total")
+    assert (shared > 0) == (STORE and IN_PLACE), shared
 
 
 if __name__ == "__main__":
