@@ -72,3 +72,63 @@ fn depths_add_rows_for_every_test() {
         std::fs::remove_file(&json).ok();
     }
 }
+
+/// `vkllm bench --kv-sharing in-place`: paged caches, and the decode tests' second sequence
+/// takes the first's depth rows in place; every test runs at a finite speed and the JSON says
+/// how the cache was shared.
+#[test]
+fn in_place_sharing_runs_the_decode_tests_at_depth() {
+    let dir = std::env::temp_dir();
+    let model = dir.join(format!("vkllm-bench-shared-{}.gguf", std::process::id()));
+    let json = dir.join(format!("vkllm-bench-shared-{}.json", std::process::id()));
+    let m = model.to_str().unwrap();
+    let out = vkllm(&["synth", "--shape", "tiny-qwen3", "--seed", "2", "-o", m]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = vkllm(&[
+        "bench",
+        "-m",
+        m,
+        "--pp",
+        "16",
+        "--tg",
+        "6",
+        "--depth",
+        "0,80",
+        "--batch",
+        "1,2",
+        "--reps",
+        "1",
+        "--sampling",
+        "greedy",
+        "--kv-sharing",
+        "in-place",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
+    assert_eq!(v["meta"]["kv_sharing"], "InPlace");
+    let rows = v["rows"].as_array().expect("rows");
+    for (test, batch) in [("tg6", 1), ("tg6", 2), ("tg6 @ d80", 1), ("tg6 @ d80", 2)] {
+        let row = rows
+            .iter()
+            .find(|r| r["test"] == test && r["batch"] == batch);
+        assert!(
+            row.is_some_and(|r| r["tok_s"]
+                .as_f64()
+                .is_some_and(|s| s.is_finite() && s > 0.0)),
+            "{test} x{batch} in {rows:?}"
+        );
+    }
+    std::fs::remove_file(&model).ok();
+    std::fs::remove_file(&json).ok();
+}

@@ -10,8 +10,8 @@ use vkllm_cpu::sampler::SamplingParams;
 use vkllm_models::hybrid::weights::{FfnWeights, MixerWeights, MlpWeights};
 use vkllm_models::hybrid::{HybridModel, HybridState};
 use vkllm_models::{
-    KvCache, KvType, KvTypes, Logits, Model, ModelError, ProfiledDispatch, SlotDecoderConfig,
-    SlotGraph, SlotStart, VulkanBackend,
+    KvCache, KvSharing, KvType, KvTypes, Logits, Model, ModelError, ProfiledDispatch,
+    SlotDecoderConfig, SlotGraph, SlotStart, VulkanBackend,
 };
 use vkllm_vk::kernels::elementwise::Copy;
 use vkllm_vk::{MemoryKind, Recorder};
@@ -50,6 +50,10 @@ pub struct BenchOptions {
     /// Tokens already in the cache before each prefill and decode test, one set of rows per
     /// depth (llama-bench's `-d`; default: 0 only).
     pub depths: Vec<usize>,
+    /// [`KvSharing::InPlace`]: dense caches are paged, and in the decode tests at a depth the
+    /// sequences after the first take its depth rows in place (one prefix read by all, as
+    /// behind a shared system prompt) instead of prefilling their own.
+    pub kv_sharing: KvSharing,
 }
 
 impl BenchOptions {
@@ -80,6 +84,7 @@ impl Default for BenchOptions {
             profile_by_kernel: false,
             sampling: vec![BenchSampling::Greedy, BenchSampling::Default],
             depths: vec![0],
+            kv_sharing: KvSharing::Copy,
         }
     }
 }
@@ -132,6 +137,8 @@ pub struct BenchReport {
     pub prefill_profile: Vec<ProfileRow>,
     pub prefill_busy_us: f64,
     pub prefill_span_us: f64,
+    /// How the decode tests' caches shared prefixes (in place only where they were paged).
+    pub kv_sharing: KvSharing,
 }
 
 fn median_spread(mut t: Vec<f64>) -> (f64, f64, f64) {
@@ -256,6 +263,15 @@ trait Net {
         pos: usize,
     ) -> Result<Vec<f32>, ModelError>;
     fn graph(&self) -> &dyn SlotGraph;
+    /// Gives slot `to` the first `rows` positions of slot `from` in place where the state is
+    /// paged; false where it is not (the caller prefills instead).
+    fn share_prefix(
+        &self,
+        b: &mut VulkanBackend,
+        from: usize,
+        to: usize,
+        rows: usize,
+    ) -> Result<bool, ModelError>;
     /// GPU timestamps of one prefill chunk, where the model has that profile.
     fn prefill_profile(
         &self,
@@ -285,6 +301,20 @@ impl Net for DenseNet<'_> {
     }
     fn graph(&self) -> &dyn SlotGraph {
         &self.g
+    }
+    fn share_prefix(
+        &self,
+        b: &mut VulkanBackend,
+        from: usize,
+        to: usize,
+        rows: usize,
+    ) -> Result<bool, ModelError> {
+        let (model, kv) = self.g;
+        if kv.sharing() != KvSharing::InPlace {
+            return Ok(false);
+        }
+        kv.copy_prefix(b, from, kv, to, rows, rows, model.cfg.kv_dim())?;
+        Ok(true)
     }
     fn prefill_profile(
         &self,
@@ -318,6 +348,15 @@ impl Net for HybridNet<'_> {
     }
     fn graph(&self) -> &dyn SlotGraph {
         &self.g
+    }
+    fn share_prefix(
+        &self,
+        _: &mut VulkanBackend,
+        _: usize,
+        _: usize,
+        _: usize,
+    ) -> Result<bool, ModelError> {
+        Ok(false)
     }
     fn prefill_profile(
         &self,
@@ -355,14 +394,16 @@ pub fn run(
     o: &BenchOptions,
 ) -> Result<BenchReport, ModelError> {
     let (ctx, slots) = state_size(o);
-    let kv = model.new_kv_slots(b, ctx, slots, o.kv)?;
-    let kv_tg = model.new_kv_slots(b, decode_ctx(o), slots, o.kv)?;
+    let kv = model.new_kv_slots_sharing(b, ctx, slots, o.kv, o.kv_sharing)?;
+    let kv_tg = model.new_kv_slots_sharing(b, decode_ctx(o), slots, o.kv, o.kv_sharing)?;
     let weight_bytes = decode_weight_bytes(b, model);
     let nets = [
         DenseNet { g: (model, &kv) },
         DenseNet { g: (model, &kv_tg) },
     ];
-    run_net(b, &nets[0], &nets[1], weight_bytes, o)
+    let mut r = run_net(b, &nets[0], &nets[1], weight_bytes, o)?;
+    r.kv_sharing = kv_tg.sharing();
+    Ok(r)
 }
 
 /// [`run`] for a hybrid (Gated DeltaNet) or MoE model: f32 KV next to the recurrent state; no
@@ -499,19 +540,25 @@ fn run_net(
         let dec = b.slot_decoder_for(net_tg.graph(), cfg)?;
         let greedy = SamplingParams::default();
         // Decode `tg` tokens in each of `batch` slots of `net` (decoder `dec`) after a
-        // `pp`-token prefill; returns the decode time and the time to the first token.
+        // `pp`-token prefill (the first `shared` positions of slots after the first taken from
+        // it in place where the state is paged); returns the decode time and the time to the
+        // first token.
         let decode = |b: &mut VulkanBackend,
                       net: &dyn Net,
                       dec,
                       batch: usize,
-                      pp: usize,
+                      (pp, shared): (usize, usize),
                       sampling: &SamplingParams|
          -> Result<(f64, f64), ModelError> {
             let t_start = Instant::now();
             let mut ttft = 0.0;
             for s in 0..batch {
                 let p = ids(pp, vocab, 1000 + s as u64);
-                let logits = net.prefill(b, s, &p, 0)?;
+                let logits = if s > 0 && shared > 0 && net.share_prefix(b, 0, s, shared)? {
+                    net.prefill(b, s, &p[shared..], shared)?
+                } else {
+                    net.prefill(b, s, &p, 0)?
+                };
                 if s == 0 {
                     ttft = t_start.elapsed().as_secs_f64();
                 }
@@ -548,8 +595,9 @@ fn run_net(
                 .flat_map(move |m| o.batches.iter().map(move |b| (d, *m, b)))
         }) {
             let sp = mode.params();
-            // The depth's tokens are part of each sequence's (untimed) prompt.
-            let prompt = d + prompt;
+            // The depth's tokens are part of each sequence's (untimed) prompt; shared in place
+            // with `kv_sharing`.
+            let prompt = (d + prompt, d);
             warm_up(&dev, least(), || {
                 decode(b, net_tg, dec, batch, prompt, &sp).map(drop)
             })?;
@@ -578,11 +626,11 @@ fn run_net(
             let mut times = Vec::new();
             let mut ttfts = Vec::new();
             warm_up(&dev, least(), || {
-                decode(b, net, dec_pp, 1, pp, &greedy).map(drop)
+                decode(b, net, dec_pp, 1, (pp, 0), &greedy).map(drop)
             })?;
             for _ in 0..reps {
                 let t0 = Instant::now();
-                let (_, ttft) = decode(b, net, dec_pp, 1, pp, &greedy)?;
+                let (_, ttft) = decode(b, net, dec_pp, 1, (pp, 0), &greedy)?;
                 times.push(t0.elapsed().as_secs_f64());
                 ttfts.push(ttft);
             }
@@ -652,6 +700,7 @@ fn run_net(
             prefill_profile: prefill.0,
             prefill_busy_us: prefill.1,
             prefill_span_us: prefill.2,
+            kv_sharing: KvSharing::Copy,
         });
     }
     Ok(BenchReport {
@@ -664,6 +713,7 @@ fn run_net(
         prefill_profile: Vec::new(),
         prefill_busy_us: 0.0,
         prefill_span_us: 0.0,
+        kv_sharing: KvSharing::Copy,
     })
 }
 

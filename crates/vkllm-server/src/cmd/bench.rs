@@ -11,6 +11,7 @@ use vkllm_models::hybrid::HybridModel;
 use vkllm_models::{Backend, KvType, KvTypes, Model, VulkanBackend};
 use vkllm_vk::Device;
 
+use super::common::KvSharingArg;
 use super::model;
 
 #[derive(Debug, clap::Args)]
@@ -58,6 +59,12 @@ pub struct Args {
     /// The values' cache type. Default: --kv-type.
     #[arg(long)]
     kv_type_v: Option<String>,
+
+    /// `in-place`: dense KV caches are paged (as `serve --kv-sharing in-place`), and in the
+    /// decode tests at a depth the sequences after the first take its depth rows in place
+    /// (one prefix read by all) instead of prefilling their own; `copy`: contiguous caches.
+    #[arg(long, value_enum, default_value_t = KvSharingArg::Copy)]
+    kv_sharing: KvSharingArg,
 
     /// Prefill chunk (tokens per forward); 0: the device's choice (512 with cooperative
     /// matrices, else 128).
@@ -170,6 +177,7 @@ pub fn run(args: Args) -> Result<()> {
         profile_by_kernel: args.profile_by_kernel,
         sampling: args.sampling.clone(),
         depths: args.depth.clone(),
+        kv_sharing: args.kv_sharing.into(),
     };
     let report = if hybrid {
         let model = HybridModel::load(cfg.clone(), &gguf, &mut b, chunk)?;
@@ -180,6 +188,12 @@ pub fn run(args: Args) -> Result<()> {
         drop(gguf);
         bench::run(&mut b, &model, &opts)?
     };
+    if opts.kv_sharing != report.kv_sharing {
+        eprintln!(
+            "vkllm: --kv-sharing in-place: this cache is not paged (no sparse, aliased buffers, \
+             a hybrid model, or blocks past the context); prefixes were prefilled"
+        );
+    }
     let c = &cfg;
     let settings = vkllm_settings(std::env::vars());
     let meta = serde_json::json!({
@@ -201,6 +215,7 @@ pub fn run(args: Args) -> Result<()> {
         "decode_context": bench::decode_ctx(&opts),
         "batches": opts.batches,
         "depths": opts.depths,
+        "kv_sharing": format!("{:?}", report.kv_sharing),
         "steps_per_submit": opts.steps_per_submit,
         "prefill_chunk": chunk,
         "reps": opts.reps,

@@ -418,3 +418,19 @@ pub fn device_options(device: Option<&str>, tune: Option<&str>) -> Result<Device
         ..Default::default()
     })
 }
+
+/// `--kv-sharing` (serve, bench).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KvSharingArg {
+    Copy,
+    InPlace,
+}
+
+impl From<KvSharingArg> for vkllm_models::KvSharing {
+    fn from(a: KvSharingArg) -> Self {
+        match a {
+            KvSharingArg::Copy => vkllm_models::KvSharing::Copy,
+            KvSharingArg::InPlace => vkllm_models::KvSharing::InPlace,
+        }
+    }
+}

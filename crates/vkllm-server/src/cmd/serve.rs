@@ -13,6 +13,7 @@ use vkllm_models::{
 use vkllm_tokenizer::{Tokenizer, cache};
 use vkllm_vk::Device;
 
+use super::common::KvSharingArg;
 use super::model;
 use vkllm_server::server::{self, AppState};
 
@@ -173,13 +174,6 @@ enum WarmUp {
     Off,
 }
 
-/// `--kv-sharing`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum KvSharingArg {
-    Copy,
-    InPlace,
-}
-
 /// The id a model is served under when none is given.
 fn default_name(arg: Option<&str>, path: &Path) -> String {
     match arg {
@@ -278,10 +272,7 @@ fn start_slot_runner(
     let ctx = args.ctx.min(model.cfg().max_position).max(2);
     let generator = match model {
         AnyModel::Dense(m) => {
-            let sharing = match args.kv_sharing {
-                KvSharingArg::Copy => KvSharing::Copy,
-                KvSharingArg::InPlace => KvSharing::InPlace,
-            };
+            let sharing: KvSharing = args.kv_sharing.into();
             let g = SlotGenerator::new_sharing(b, m, slots, ctx, args.kv.types()?, 4, sharing)?;
             if sharing != g.kv_sharing() {
                 eprintln!(
