@@ -35,6 +35,12 @@ pub enum Error {
     OutOfDeviceMemory { what: &'static str, bytes: u64 },
     #[error("out of host memory in {call}")]
     OutOfHostMemory { call: &'static str },
+    #[error("the page budget is spent: {want} pages wanted, {free} of {limit} left")]
+    PageBudget {
+        want: usize,
+        free: usize,
+        limit: usize,
+    },
     #[error("GPU work did not finish within {ms} ms (fence wait timed out)")]
     Timeout { ms: u64 },
     #[error("{call} failed: {result}")]

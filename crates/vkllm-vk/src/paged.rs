@@ -25,6 +25,8 @@ pub(crate) struct PagePool {
     type_bits: u32,
     chunks: Vec<(vk_mem::Allocation, vk::DeviceMemory, u64)>,
     free: Vec<u32>,
+    /// Most pages handed out at once (`None`: as many as device memory holds).
+    limit: Option<usize>,
 }
 
 impl PagePool {
@@ -61,10 +63,11 @@ impl Drop for Page {
     }
 }
 
-/// A paged buffer's pages: entry `i` backs bytes `i * page .. (i + 1) * page`. One more page of
-/// address space past the last entry stays unbound except while a copy-on-write uses it.
+/// A paged buffer's pages: entry `i` backs bytes `i * page .. (i + 1) * page` (`None`: unbound,
+/// no memory). One more page of address space past the last entry stays unbound except while a
+/// copy-on-write uses it.
 pub(crate) struct PageTable {
-    pages: Mutex<Vec<Arc<Page>>>,
+    pages: Mutex<Vec<Option<Arc<Page>>>>,
 }
 
 /// `dst`'s pages `dst_page .. dst_page + count` become `src`'s pages from `src_page` (the same
@@ -81,8 +84,12 @@ pub struct PageShare<'a> {
 /// Page counts of the device's pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolPages {
+    /// Pages allocated from device memory so far.
     pub total: usize,
+    /// Of those, pages no buffer holds.
     pub free: usize,
+    /// Most pages buffers may hold at once ([`Device::set_page_limit`]).
+    pub limit: Option<usize>,
 }
 
 fn table(b: &Buffer) -> Result<&PageTable> {
@@ -95,7 +102,9 @@ fn table(b: &Buffer) -> Result<&PageTable> {
     }
 }
 
-fn lock(t: &PageTable) -> Result<std::sync::MutexGuard<'_, Vec<Arc<Page>>>> {
+type Entries = Vec<Option<Arc<Page>>>;
+
+fn lock(t: &PageTable) -> Result<std::sync::MutexGuard<'_, Entries>> {
     t.pages
         .lock()
         .map_err(|_| Error::Recording("page table lock poisoned"))
@@ -135,15 +144,26 @@ impl Device {
         Some(pool.page)
     }
 
-    /// The pool's pages: allocated so far, and free among them.
+    /// The pool's pages: allocated so far, free among them, and the limit.
     pub fn pool_pages(&self) -> PoolPages {
-        self.shared
-            .pages
-            .lock()
-            .map_or(PoolPages { total: 0, free: 0 }, |p| PoolPages {
-                total: p.chunks.len() * CHUNK_PAGES as usize,
-                free: p.free.len(),
-            })
+        let none = PoolPages {
+            total: 0,
+            free: 0,
+            limit: None,
+        };
+        self.shared.pages.lock().map_or(none, |p| PoolPages {
+            total: p.chunks.len() * CHUNK_PAGES as usize,
+            free: p.free.len(),
+            limit: p.limit,
+        })
+    }
+
+    /// Caps the pages paged buffers hold at once (`None`: no cap but device memory): binding
+    /// more fails with [`Error::PageBudget`]. Pages already held stay.
+    pub fn set_page_limit(&self, limit: Option<usize>) {
+        if let Ok(mut p) = self.shared.pages.lock() {
+            p.limit = limit;
+        }
     }
 
     fn sparse_buffer(&self, size: u64) -> Result<(vk::Buffer, vk::MemoryRequirements)> {
@@ -173,6 +193,17 @@ impl Device {
     /// with other paged buffers ([`Device::share_pages`]); each page starts private and zeroed
     /// by the caller as needed (contents undefined).
     pub fn create_paged_buffer(&self, label: &str, size: u64) -> Result<Buffer> {
+        self.paged_buffer(label, size, true)
+    }
+
+    /// [`Device::create_paged_buffer`] with no page bound: no memory until
+    /// [`Device::bind_pages`]. A kernel must not touch an unbound page (devices need not read
+    /// them as zeros).
+    pub fn create_paged_buffer_unbound(&self, label: &str, size: u64) -> Result<Buffer> {
+        self.paged_buffer(label, size, false)
+    }
+
+    fn paged_buffer(&self, label: &str, size: u64, resident: bool) -> Result<Buffer> {
         let page = self.page_bytes().ok_or_else(|| Error::MissingFeature {
             device: self.shared.info.name.clone(),
             feature: "sparse aliased buffers (paged KV)".into(),
@@ -205,10 +236,14 @@ impl Device {
                 req.alignment
             )));
         }
+        if !resident {
+            *lock(table(&buf)?)? = vec![None; n as usize];
+            return Ok(buf);
+        }
         let pages = self.alloc_pages(n as usize)?;
         let binds = self.binds_for(&pages, 0)?;
         self.bind(&[(raw, binds)])?;
-        *lock(table(&buf)?)? = pages;
+        *lock(table(&buf)?)? = pages.into_iter().map(Some).collect();
         Ok(buf)
     }
 
@@ -220,6 +255,16 @@ impl Device {
             .pages
             .lock()
             .map_err(|_| Error::Recording("page pool lock poisoned"))?;
+        if let Some(limit) = pool.limit {
+            let held = pool.chunks.len() * CHUNK_PAGES as usize - pool.free.len();
+            if held + n > limit {
+                return Err(Error::PageBudget {
+                    want: n,
+                    free: limit.saturating_sub(held),
+                    limit,
+                });
+            }
+        }
         while pool.free.len() < n {
             let req = vk::MemoryRequirements {
                 size: CHUNK_PAGES * page,
@@ -291,6 +336,39 @@ impl Device {
         Ok(out)
     }
 
+    /// Binds (or, for `None`, unbinds) page `i` of a buffer for each `(i, page)`.
+    fn binds_at(
+        &self,
+        entries: &[(usize, Option<&Arc<Page>>)],
+    ) -> Result<Vec<vk::SparseMemoryBind>> {
+        let pool = self
+            .shared
+            .pages
+            .lock()
+            .map_err(|_| Error::Recording("page pool lock poisoned"))?;
+        let mut out: Vec<vk::SparseMemoryBind> = Vec::new();
+        for &(i, p) in entries {
+            let at = i as u64 * pool.page;
+            let (mem, off) = p.map_or((vk::DeviceMemory::null(), 0), |p| pool.place(p.id));
+            if let Some(last) = out.last_mut()
+                && last.memory == mem
+                && last.resource_offset + last.size == at
+                && (mem == vk::DeviceMemory::null() || last.memory_offset + last.size == off)
+            {
+                last.size += pool.page;
+                continue;
+            }
+            out.push(
+                vk::SparseMemoryBind::default()
+                    .resource_offset(at)
+                    .size(pool.page)
+                    .memory(mem)
+                    .memory_offset(off),
+            );
+        }
+        Ok(out)
+    }
+
     /// Runs sparse binds once the queue is idle, and waits for them.
     fn bind(&self, ops: &[(vk::Buffer, Vec<vk::SparseMemoryBind>)]) -> Result<()> {
         let infos: Vec<vk::SparseBufferMemoryBindInfo> = ops
@@ -332,14 +410,14 @@ impl Device {
         }
     }
 
-    /// Makes each share's `dst` pages the `src` pages (both buffers paged; the pages `dst` held
-    /// return to the pool unless another range still uses them). The queue is drained first;
-    /// the caller records nothing that writes a shared page afterwards (see
-    /// [`Device::own_pages`]).
+    /// Makes each share's `dst` pages the `src` pages (both buffers paged; an unbound source
+    /// page leaves the destination unbound; the pages `dst` held return to the pool unless
+    /// another range still uses them). The queue is drained first; the caller records nothing
+    /// that writes a shared page afterwards (see [`Device::own_pages`]).
     pub fn share_pages(&self, shares: &[PageShare<'_>]) -> Result<()> {
         let mut plan = Vec::with_capacity(shares.len());
         for s in shares {
-            let src: Vec<Arc<Page>> = {
+            let src: Entries = {
                 let t = lock(table(s.src)?)?;
                 if s.src_page + s.count > t.len() {
                     return Err(range_err(s.src, s.src_page, s.count, t.len()));
@@ -354,7 +432,12 @@ impl Device {
         }
         let mut ops = Vec::with_capacity(plan.len());
         for (dst, at, src) in &plan {
-            ops.push((dst.raw(), self.binds_for(src, *at)?));
+            let entries: Vec<(usize, Option<&Arc<Page>>)> = src
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (at + i, p.as_ref()))
+                .collect();
+            ops.push((dst.raw(), self.binds_at(&entries)?));
         }
         self.bind(&ops)?;
         let mut old = Vec::new();
@@ -370,9 +453,9 @@ impl Device {
 
     /// Gives each page of `b` in `first .. first + count` that another range shares a private
     /// page of its own; `keep`: with its contents copied, else zeroed (a pool page may never
-    /// have been written, and kernels read whole tiles past the last position, masked). Returns
-    /// how many pages were replaced. Call before recording writes to a range that may be
-    /// shared.
+    /// have been written, and kernels read whole tiles past the last position, masked). Unbound
+    /// pages stay unbound. Returns how many pages were replaced. Call before recording writes
+    /// to a range that may be shared.
     pub fn own_pages(&self, b: &Buffer, first: usize, count: usize, keep: bool) -> Result<usize> {
         let shared: Vec<usize> = {
             let t = lock(table(b)?)?;
@@ -380,7 +463,7 @@ impl Device {
                 return Err(range_err(b, first, count, t.len()));
             }
             (first..first + count)
-                .filter(|&i| Arc::strong_count(&t[i]) > 1)
+                .filter(|&i| t[i].as_ref().is_some_and(|p| Arc::strong_count(p) > 1))
                 .collect()
         };
         if shared.is_empty() {
@@ -393,8 +476,7 @@ impl Device {
             // One page at a time through the spare page past the end: bind the new page there,
             // copy the shared page into it, then move it in place.
             for (&i, p) in shared.iter().zip(&fresh) {
-                let one = std::slice::from_ref(p);
-                self.bind(&[(b.raw(), self.binds_for(one, spare)?)])?;
+                self.bind(&[(b.raw(), self.binds_at(&[(spare, Some(p))])?)])?;
                 let region = vk::BufferCopy::default()
                     .src_offset(i as u64 * page)
                     .dst_offset(spare as u64 * page)
@@ -403,36 +485,120 @@ impl Device {
                     // SAFETY: both ranges are bound and inside the buffer.
                     unsafe { d.cmd_copy_buffer(cb, b.raw(), b.raw(), &[region]) }
                 })?;
-                let mut binds = self.binds_for(one, i)?;
-                binds.push(
-                    vk::SparseMemoryBind::default()
-                        .resource_offset(spare as u64 * page)
-                        .size(page),
-                );
+                let binds = self.binds_at(&[(i, Some(p)), (spare, None)])?;
                 self.bind(&[(b.raw(), binds)])?;
             }
         } else {
-            let mut binds = Vec::new();
-            for (&i, p) in shared.iter().zip(&fresh) {
-                binds.extend(self.binds_for(std::slice::from_ref(p), i)?);
-            }
-            self.bind(&[(b.raw(), binds)])?;
-            self.one_shot(|d, cb| {
-                for &i in &shared {
-                    // SAFETY: the page is bound and inside the buffer.
-                    unsafe { d.cmd_fill_buffer(cb, b.raw(), i as u64 * page, page, 0) };
-                }
-            })?;
+            let entries: Vec<(usize, Option<&Arc<Page>>)> = shared
+                .iter()
+                .zip(&fresh)
+                .map(|(&i, p)| (i, Some(p)))
+                .collect();
+            self.bind(&[(b.raw(), self.binds_at(&entries)?)])?;
+            self.zero(&[(b, &shared)])?;
         }
         let mut old = Vec::with_capacity(shared.len());
         {
             let mut t = lock(table(b)?)?;
             for (&i, p) in shared.iter().zip(fresh) {
-                old.push(std::mem::replace(&mut t[i], p));
+                old.push(t[i].replace(p));
             }
         }
         drop(old);
         Ok(shared.len())
+    }
+
+    /// Fills the given (bound) pages of each buffer with zeros, in one submission.
+    fn zero(&self, pages: &[(&Buffer, &[usize])]) -> Result<()> {
+        let page = self.page_bytes().unwrap_or(0);
+        self.one_shot(|d, cb| {
+            for (b, idx) in pages {
+                for &i in *idx {
+                    // SAFETY: the page is bound and inside the buffer.
+                    unsafe { d.cmd_fill_buffer(cb, b.raw(), i as u64 * page, page, 0) };
+                }
+            }
+        })
+    }
+
+    /// Binds a fresh, zeroed page of the pool to every unbound page of each `(buffer, first,
+    /// count)` range, in one bind; returns how many. Fails with [`Error::PageBudget`] (binding
+    /// nothing) when the pool's limit would be passed.
+    pub fn bind_pages(&self, ranges: &[(&Buffer, usize, usize)]) -> Result<usize> {
+        let mut want: Vec<(&Buffer, Vec<usize>)> = Vec::new();
+        for &(b, first, count) in ranges {
+            let t = lock(table(b)?)?;
+            if first + count > t.len() {
+                return Err(range_err(b, first, count, t.len()));
+            }
+            let idle: Vec<usize> = (first..first + count).filter(|&i| t[i].is_none()).collect();
+            if !idle.is_empty() {
+                want.push((b, idle));
+            }
+        }
+        let n: usize = want.iter().map(|(_, v)| v.len()).sum();
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut fresh = self.alloc_pages(n)?.into_iter();
+        let mut plan = Vec::with_capacity(want.len());
+        for (b, idle) in want {
+            let pages: Vec<Arc<Page>> = fresh.by_ref().take(idle.len()).collect();
+            plan.push((b, idle, pages));
+        }
+        let mut ops = Vec::with_capacity(plan.len());
+        for (b, idle, pages) in &plan {
+            let entries: Vec<(usize, Option<&Arc<Page>>)> =
+                idle.iter().zip(pages).map(|(&i, p)| (i, Some(p))).collect();
+            ops.push((b.raw(), self.binds_at(&entries)?));
+        }
+        self.bind(&ops)?;
+        let zeros: Vec<(&Buffer, &[usize])> =
+            plan.iter().map(|(b, i, _)| (*b, i.as_slice())).collect();
+        self.zero(&zeros)?;
+        for (b, idle, pages) in plan {
+            let mut t = lock(table(b)?)?;
+            for (i, p) in idle.into_iter().zip(pages) {
+                t[i] = Some(p);
+            }
+        }
+        Ok(n)
+    }
+
+    /// Unbinds every bound page of each `(buffer, first, count)` range (the memory returns to
+    /// the pool unless another range still uses it); returns how many were unbound.
+    pub fn release_pages(&self, ranges: &[(&Buffer, usize, usize)]) -> Result<usize> {
+        let mut plan: Vec<(&Buffer, Vec<usize>)> = Vec::new();
+        for &(b, first, count) in ranges {
+            let t = lock(table(b)?)?;
+            if first + count > t.len() {
+                return Err(range_err(b, first, count, t.len()));
+            }
+            let held: Vec<usize> = (first..first + count).filter(|&i| t[i].is_some()).collect();
+            if !held.is_empty() {
+                plan.push((b, held));
+            }
+        }
+        let n: usize = plan.iter().map(|(_, v)| v.len()).sum();
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut ops = Vec::with_capacity(plan.len());
+        for (b, held) in &plan {
+            let entries: Vec<(usize, Option<&Arc<Page>>)> =
+                held.iter().map(|&i| (i, None)).collect();
+            ops.push((b.raw(), self.binds_at(&entries)?));
+        }
+        self.bind(&ops)?;
+        let mut old = Vec::with_capacity(n);
+        for (b, held) in plan {
+            let mut t = lock(table(b)?)?;
+            for i in held {
+                old.push(t[i].take());
+            }
+        }
+        drop(old);
+        Ok(n)
     }
 
     /// How many of `b`'s pages in `first .. first + count` another range shares.
@@ -443,7 +609,19 @@ impl Device {
         }
         Ok(t[first..first + count]
             .iter()
-            .filter(|p| Arc::strong_count(p) > 1)
+            .filter(|p| p.as_ref().is_some_and(|p| Arc::strong_count(p) > 1))
+            .count())
+    }
+
+    /// How many of `b`'s pages in `first .. first + count` are bound.
+    pub fn bound_pages(&self, b: &Buffer, first: usize, count: usize) -> Result<usize> {
+        let t = lock(table(b)?)?;
+        if first + count > t.len() {
+            return Err(range_err(b, first, count, t.len()));
+        }
+        Ok(t[first..first + count]
+            .iter()
+            .filter(|p| p.is_some())
             .count())
     }
 }

@@ -139,3 +139,65 @@ fn page_ranges_and_plain_buffers_are_errors() {
     assert_eq!(read(&dev, &a, page, 1, 1), w);
     dev.check_validation().unwrap();
 }
+
+#[test]
+fn unbound_pages_bind_on_demand_within_the_limit() {
+    let dev = common::device();
+    let page = dev.page_bytes().expect("sparse aliased buffers");
+    let a = dev.create_paged_buffer_unbound("a", 6 * page).unwrap();
+    assert_eq!(dev.bound_pages(&a, 0, 6).unwrap(), 0);
+    let base = dev.pool_pages();
+    let held = |p: vkllm_vk::PoolPages| p.total - p.free;
+    dev.set_page_limit(Some(held(base) + 3));
+    // Pages 1..3 bound, zeroed; binding them again binds nothing.
+    assert_eq!(dev.bind_pages(&[(&a, 1, 2)]).unwrap(), 2);
+    assert_eq!(dev.bind_pages(&[(&a, 0, 3)]).unwrap(), 1);
+    assert_eq!(dev.bound_pages(&a, 0, 6).unwrap(), 3);
+    assert_eq!(read(&dev, &a, page, 0, 3), vec![0; 3 * (page / 4) as usize]);
+    let w = words(page, 7, 3);
+    dev.upload(&a, 0, bytemuck::cast_slice(&w)).unwrap();
+    assert_eq!(read(&dev, &a, page, 0, 3), w);
+    // The limit: a fourth page is refused, nothing bound.
+    match dev.bind_pages(&[(&a, 3, 2)]) {
+        Err(Error::PageBudget {
+            want: 2, free: 0, ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(dev.bound_pages(&a, 0, 6).unwrap(), 3);
+    // A page shared with another buffer counts once; released pages make room.
+    let b = dev.create_paged_buffer_unbound("b", 2 * page).unwrap();
+    dev.share_pages(&[PageShare {
+        src: &a,
+        src_page: 1,
+        dst: &b,
+        dst_page: 0,
+        count: 2,
+    }])
+    .unwrap();
+    assert_eq!(read(&dev, &b, page, 0, 2), w[(page / 4) as usize..]);
+    assert_eq!(dev.release_pages(&[(&a, 0, 3)]).unwrap(), 3);
+    assert_eq!(dev.bound_pages(&a, 0, 6).unwrap(), 0);
+    // b still holds two; one more fits.
+    assert_eq!(read(&dev, &b, page, 0, 2), w[(page / 4) as usize..]);
+    assert_eq!(dev.bind_pages(&[(&a, 5, 1)]).unwrap(), 1);
+    assert!(matches!(
+        dev.bind_pages(&[(&a, 4, 1)]),
+        Err(Error::PageBudget { .. })
+    ));
+    // Sharing an unbound range unbinds the destination.
+    dev.share_pages(&[PageShare {
+        src: &a,
+        src_page: 0,
+        dst: &b,
+        dst_page: 0,
+        count: 2,
+    }])
+    .unwrap();
+    assert_eq!(dev.bound_pages(&b, 0, 2).unwrap(), 0);
+    assert_eq!(dev.bind_pages(&[(&a, 4, 1)]).unwrap(), 1);
+    dev.set_page_limit(None);
+    dev.check_validation().unwrap();
+    drop((a, b));
+    assert_eq!(held(dev.pool_pages()), held(base));
+}
