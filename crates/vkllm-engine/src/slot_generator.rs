@@ -24,12 +24,15 @@ use vkllm_models::{
 use crate::error::EngineError;
 use crate::generator::{
     DEFAULT_MARKS_PER_SLOT, Generator, MAX_TOP_LOGPROBS, SEQ_ID, SlotId, SlotParams, TokenOut,
-    best_source, branch_point, common_prefix, pick_constrained, tail_point, validate_params,
+    branch_point, common_prefix, pick_constrained, tail_point, validate_params,
 };
 use crate::grammar::Constraint;
-use crate::prefix_store::{PrefixStore, StoreRows, copy_blocks};
+use crate::prefix_store::{PrefixStore, StoreRows};
 
+mod dense_prefix;
 mod store;
+
+pub use dense_prefix::KV_GROW_ROWS;
 
 struct Slot {
     /// Tokens whose keys and values are in the slot's cache region, from position 0.
@@ -49,6 +52,8 @@ struct Slot {
     constraint: Option<Constraint>,
     /// The constraint moved on since its mask was last uploaded.
     mask_due: bool,
+    /// On-demand KV memory: rows from the slot's position up to here are bound.
+    bound_to: usize,
 }
 
 struct PendingPrompt {
@@ -94,6 +99,10 @@ pub struct SlotGenerator {
     kv_rows_shared: u64,
     /// Shared KV pages a start made its slot's own before writing them (copy-on-write).
     kv_pages_copied: u64,
+    /// On-demand KV memory: rows a slot's memory grows by at a time.
+    kv_grow: usize,
+    /// Idle slots whose KV memory was given back for others (their conversations forgotten).
+    kv_slots_reclaimed: u64,
 }
 
 impl SlotGenerator {
@@ -196,6 +205,7 @@ impl SlotGenerator {
                     pending: None,
                     constraint: None,
                     mask_due: false,
+                    bound_to: 0,
                 })
                 .collect(),
             steps_per_submit: steps_per_submit.max(1),
@@ -204,6 +214,8 @@ impl SlotGenerator {
             tail_mark: crate::generator::TAIL_MARK,
             kv_rows_shared: 0,
             kv_pages_copied: 0,
+            kv_grow: KV_GROW_ROWS,
+            kv_slots_reclaimed: 0,
         }
     }
 
@@ -218,6 +230,22 @@ impl SlotGenerator {
     /// Shared KV pages that starts made their slot's own before writing (copy-on-write).
     pub fn kv_pages_copied(&self) -> u64 {
         self.kv_pages_copied
+    }
+
+    /// Idle slots whose KV memory was given back for other requests (on demand).
+    pub fn kv_slots_reclaimed(&self) -> u64 {
+        self.kv_slots_reclaimed
+    }
+
+    /// On-demand KV memory ([`KvSharing::OnDemand`]): at most `bytes` of KV blocks bound
+    /// beyond what the device holds now (`None`: device memory is the cap), each slot growing
+    /// by `grow` rows at a time ([`KV_GROW_ROWS`] by default). Does nothing for other caches.
+    pub fn with_kv_memory(mut self, bytes: Option<u64>, grow: usize) -> Self {
+        if matches!(&self.net, Net::Dense { kv, .. } if kv.on_demand) {
+            self.b.set_kv_page_budget(bytes);
+            self.kv_grow = grow.max(1);
+        }
+        self
     }
 
     /// The tokens `slot`'s state holds, from position 0 (its prefix for reuse).
@@ -315,7 +343,7 @@ impl SlotGenerator {
         // Dense models: the longest reusable prefix in any slot, busy ones included (a slot's
         // rows before its position never change while it runs), is copied into the chosen slot
         // when it beats the slot's own: concurrent requests behind one system prompt compute
-        // it once.
+        // it once (`dense_prefix.rs`).
         let mut copied_written = None;
         // Hybrid models: another slot's mark (a running one too) when it covers more.
         let mut mark_source = None;
@@ -342,39 +370,8 @@ impl SlotGenerator {
             mark_source = None;
             reuse = r;
         }
-        if let Net::Dense { model, kv } = &self.net {
-            let best = best_source(self.slots.len(), slot, reuse, |t| {
-                let sl = &self.slots[t];
-                let common = common_prefix(&sl.history, prompt).min(prompt.len() - 1);
-                kv.reusable(sl.written, common)
-            });
-            // The stored conversation when it gives more than any slot.
-            let floor = best.map_or(reuse, |(_, r)| r.max(reuse));
-            let stored = stored.filter(|&(_, r, _)| r > floor);
-            if let (Some((e, r, written)), Some(st)) = (stored, self.store.as_mut())
-                && let StoreRows::Dense { pool, .. } = &st.rows
-            {
-                let kept = kv.rows_kept(r, written);
-                let blocks = st.blocks(e);
-                let kv_dim = model.cfg.kv_dim();
-                let shared =
-                    copy_blocks(&mut self.b, kv, slot, pool, blocks, &kept, kv_dim, false)?;
-                self.kv_rows_shared += shared as u64;
-                self.clock += 1;
-                st.touch(e, self.clock);
-                reuse = r;
-                copied_written = Some(written);
-            } else if let Some((t, r)) = best {
-                let written = self.slots[t].written;
-                let kv_dim = model.cfg.kv_dim();
-                let shared = kv.copy_prefix(&mut self.b, t, kv, slot, r, written, kv_dim)?;
-                self.kv_rows_shared += shared as u64;
-                reuse = r;
-                copied_written = Some(written);
-            }
-            // Paged layers: the blocks the prompt writes are the slot's own (copy-on-write).
-            let pages = kv.own_from(&mut self.b, slot, reuse)?;
-            self.kv_pages_copied += pages as u64;
+        if let Net::Dense { .. } = &self.net {
+            (reuse, copied_written) = self.take_dense_prefix(slot, reuse, prompt, stored)?;
         }
         let sl = &mut self.slots[slot];
         if let Some(w) = copied_written {
@@ -654,6 +651,19 @@ impl Generator for SlotGenerator {
             .slots
             .iter()
             .any(|s| s.next.is_some() && s.constraint.is_some());
+        let steps = if constrained {
+            1
+        } else {
+            self.steps_per_submit
+        };
+        for s in self.reserve_steps(steps)? {
+            // No KV memory left for it: its request ends as if its context were full.
+            self.slots[s].next = None;
+            self.b.slot_stop(self.dec, s)?;
+        }
+        if self.slots.iter().all(|s| s.next.is_none()) {
+            return Ok(Vec::new());
+        }
         let got = if constrained {
             // One step in two submits: the forward runs while the host computes the masks of
             // the constrained slots that moved on (they depend only on tokens already drawn).

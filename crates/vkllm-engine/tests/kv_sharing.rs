@@ -34,7 +34,18 @@ fn drive(g: &mut dyn Generator, reqs: &[(Vec<u32>, SlotParams, usize, usize)]) -
                 .map(|v| v.iter().map(|t| t.id).collect())
                 .collect();
         }
-        for (s, toks) in g.step().expect("step") {
+        let stepped = g.step().expect("step");
+        for (i, s) in slot_of.iter_mut().enumerate() {
+            // A live slot the step left out ended (as at a full context; the runner's rule).
+            if let Some(slot) = *s
+                && !stepped.iter().any(|(t, _)| *t == slot)
+            {
+                g.release(slot);
+                *s = None;
+                out[i].truncate(reqs[i].2);
+            }
+        }
+        for (s, toks) in stepped {
             let i = slot_of
                 .iter()
                 .position(|x| *x == Some(s))
@@ -200,4 +211,63 @@ fn stored_conversations_return_into_paged_blocks() {
             assert_eq!(g.kv_rows_shared(), 0);
         }
     }
+}
+
+/// KV memory on demand (`KvSharing::OnDemand`) with a page budget: three requests, two of them
+/// long; a short one's slot holds memory once idle, and when the long ones grow past the budget
+/// its memory is given back (its conversation forgotten): every request gets the reference
+/// tokens. With a budget too small for both long ones, requests end early (as at a full
+/// context) with a prefix of the reference tokens, and nothing fails.
+#[test]
+fn on_demand_memory_reclaims_idle_slots_within_a_budget() {
+    let dev = device();
+    let fx = Fixture::load("qwen3").expect("fixture");
+    let kv = KvType::F16;
+    let row = kv.bytes(fx.config.kv_dim() as u64);
+    let bl = block_rows(&dev, row);
+    let page = dev.page_bytes().expect("pages");
+    // Pages per block of all layers' keys and values.
+    let per_block = 2 * fx.config.layers.len() * (bl as u64 * row / page) as usize;
+    let ctx = 8 * bl;
+    let vocab = fx.config.vocab_size as u32;
+    let prompt = |seed: u32| -> Vec<u32> {
+        (0..2 * bl as u32 - 4)
+            .map(|i| (seed + 11 * i) % vocab)
+            .collect()
+    };
+    let long = 4 * bl + 22;
+    let greedy = SlotParams::default();
+    let reqs = vec![
+        (prompt(3), greedy.clone(), 5, 0),
+        (prompt(50), greedy.clone(), long, 0),
+        (prompt(97), greedy.clone(), long, 2),
+    ];
+    let want = drive(&mut simple_generator(&dev, &fx, 3, ctx), &reqs);
+    let on_demand = |pages: usize| {
+        slot_generator(&dev, &fx, (3, ctx), kv, KvSharing::OnDemand)
+            .with_kv_memory(Some((pages as u64) * page), bl)
+    };
+    // Room for both long requests (7 blocks each) but not the short one's blocks besides.
+    let mut g = on_demand(14 * per_block + per_block / 2);
+    assert_eq!(g.kv_sharing(), KvSharing::OnDemand);
+    let got = drive(&mut g, &reqs);
+    assert_eq!(got, want, "within the budget");
+    assert!(
+        g.kv_slots_reclaimed() >= 1,
+        "the idle slot gave its memory back"
+    );
+    // Room for ten blocks: the long requests cannot both finish.
+    let mut g = on_demand(10 * per_block);
+    let got = drive(&mut g, &reqs);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            w.starts_with(g),
+            "request {i}: {g:?} is not a prefix of {w:?}"
+        );
+    }
+    assert!(
+        got.iter().zip(&want).any(|(g, w)| g.len() < w.len()),
+        "some request ended early"
+    );
+    dev.set_page_limit(None);
 }

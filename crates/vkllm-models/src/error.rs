@@ -53,6 +53,15 @@ pub enum ModelError {
         available: u64,
         total: u64,
     },
+    #[error(
+        "KV memory is full: {want} more pages of KV blocks wanted, {free} of the {limit} allowed \
+         left"
+    )]
+    KvPagesFull {
+        want: usize,
+        free: usize,
+        limit: usize,
+    },
     #[error("unknown quantization `{name}` (known: {known})")]
     UnknownQuantScheme { name: String, known: String },
     #[error("quantizing tensor `{name}` to {ty}: {source}")]

@@ -29,6 +29,8 @@ pub struct KvCache {
     pub kv_dim: usize,
     /// Bytes per page of the paged layers (0: none).
     pub(crate) page: u64,
+    /// The paged layers' pages are bound as rows are needed ([`KvCache::bind_rows`]).
+    pub on_demand: bool,
 }
 
 /// How a KV cache gives one slot the prefix another holds.
@@ -40,6 +42,10 @@ pub enum KvSharing {
     /// Whole blocks are shared in place (one copy in memory, read by both slots' attention)
     /// where the backend has paged KV tensors; rows past the last whole block are copied.
     InPlace,
+    /// [`KvSharing::InPlace`], and a slot's blocks take memory only once bound
+    /// ([`KvCache::bind_rows`]): device memory follows the positions in use, not slots x
+    /// context.
+    OnDemand,
 }
 
 /// Whether a cache of `dtype` for heads of `head_dim` stores its keys rotated: q8_0 does when the
@@ -109,8 +115,10 @@ impl KvCache {
     }
 
     /// [`KvCache::alloc`] for `(kv_dim, capacity, chunk, slots)`, with prefixes shared as
-    /// `sharing` says: [`KvSharing::InPlace`] pages the layers that keep every position when
-    /// the backend can (else it copies, as [`KvSharing::Copy`]).
+    /// `sharing` says: [`KvSharing::InPlace`] and [`KvSharing::OnDemand`] page the layers that
+    /// keep every position when the backend can (else they copy, as [`KvSharing::Copy`]);
+    /// on demand, those layers hold no memory until [`KvCache::bind_rows`] (the memory check
+    /// counts only the other layers).
     pub fn alloc_sharing<B: Backend>(
         b: &mut B,
         windows: &[Option<usize>],
@@ -124,7 +132,23 @@ impl KvCache {
                 msg: format!("capacity {capacity} and slots {slots} must be > 0"),
             });
         }
-        let need = KvCache::bytes_for(windows, kv_dim, capacity, chunk, slots, types);
+        let (block, page) = match sharing {
+            KvSharing::InPlace | KvSharing::OnDemand => {
+                crate::kv_pages::block_rows(b, kv_dim, capacity, types)
+            }
+            KvSharing::Copy => (0, 0),
+        };
+        let on_demand = block > 0 && sharing == KvSharing::OnDemand;
+        let resident: Vec<Option<usize>> = match on_demand {
+            // The paged layers (the full ones) take memory as they fill.
+            true => windows
+                .iter()
+                .filter(|&&w| KvLayer::ring_for(w, capacity, chunk) < capacity)
+                .copied()
+                .collect(),
+            false => windows.to_vec(),
+        };
+        let need = KvCache::bytes_for(&resident, kv_dim, capacity, chunk, slots, types);
         if let Some((free, total)) = b.memory_free()
             && need > free.saturating_sub(total / 16)
         {
@@ -141,10 +165,6 @@ impl KvCache {
                 total,
             });
         }
-        let (block, page) = match sharing {
-            KvSharing::InPlace => crate::kv_pages::block_rows(b, kv_dim, capacity, types),
-            KvSharing::Copy => (0, 0),
-        };
         let layers = windows
             .iter()
             .map(|&window| {
@@ -158,8 +178,8 @@ impl KvCache {
                 let len = slots * stride * kv_dim;
                 let (k, v) = if paged {
                     (
-                        b.alloc_kv_paged(len, types.k)?,
-                        b.alloc_kv_paged(len, types.v)?,
+                        b.alloc_kv_paged(len, types.k, !on_demand)?,
+                        b.alloc_kv_paged(len, types.v, !on_demand)?,
                     )
                 } else {
                     (b.alloc_kv(len, types.k)?, b.alloc_kv(len, types.v)?)
@@ -184,6 +204,7 @@ impl KvCache {
             block,
             kv_dim,
             page,
+            on_demand,
         })
     }
 
@@ -366,6 +387,7 @@ impl KvCache {
         let (r_src, r_dst) = (from * s.stride + src_row, to * d.stride + dst_row);
         let shared = self.share_rows(b, s, r_src, dst, d, r_dst, n)?;
         dst.own_rows(b, d, r_dst + shared, r_dst + n)?;
+        dst.bind_layer_rows(b, d, r_dst + shared, r_dst + n)?;
         if shared < n {
             let (src, dsto) = ((r_src + shared) * kv_dim, (r_dst + shared) * kv_dim);
             let len = (n - shared) * kv_dim;

@@ -4,7 +4,7 @@
 //! copies only the rows past the last whole block. Before a slot writes rows, the blocks it
 //! writes become its own again (copy-on-write; `own_from`). Sliding-window rings are copied.
 
-use crate::backend::{Backend, KvPageShare, KvType, KvTypes, Tensor};
+use crate::backend::{Backend, KvPageOp, KvPageShare, KvType, KvTypes, Tensor};
 use crate::error::ModelError;
 use crate::kv_cache::{KvCache, KvLayer, KvSharing};
 
@@ -51,11 +51,94 @@ fn block_for(page: u64, kv_dim: usize, capacity: usize, types: KvTypes) -> usize
 impl KvCache {
     /// How prefixes are given to other slots.
     pub fn sharing(&self) -> KvSharing {
-        if self.block > 0 {
-            KvSharing::InPlace
-        } else {
-            KvSharing::Copy
+        match (self.block > 0, self.on_demand) {
+            (true, true) => KvSharing::OnDemand,
+            (true, false) => KvSharing::InPlace,
+            _ => KvSharing::Copy,
         }
+    }
+
+    /// Binds memory (zeroed) to slot `slot`'s blocks holding rows `r0..r1` of every paged layer
+    /// where they have none ([`KvSharing::OnDemand`]; nothing to do otherwise); fails with
+    /// [`ModelError::KvPagesFull`], binding nothing, past the backend's page limit. Returns the
+    /// pages bound.
+    pub fn bind_rows<B: Backend>(
+        &self,
+        b: &mut B,
+        slot: usize,
+        r0: usize,
+        r1: usize,
+    ) -> Result<usize, ModelError> {
+        let ranges = self.slot_ranges(slot, r0.div_euclid(self.block.max(1)), r1, true);
+        if ranges.is_empty() {
+            return Ok(0);
+        }
+        b.kv_pages(KvPageOp::Bind(&ranges))
+    }
+
+    /// Unbinds slot `slot`'s blocks from the first wholly at or past row `from` on (their memory
+    /// returns to the pool unless another slot or the store shares it); on demand only.
+    /// Returns the pages unbound.
+    pub fn release_rows<B: Backend>(
+        &self,
+        b: &mut B,
+        slot: usize,
+        from: usize,
+    ) -> Result<usize, ModelError> {
+        let first = from.div_ceil(self.block.max(1));
+        let ranges = self.slot_ranges(slot, first, usize::MAX, false);
+        if ranges.is_empty() {
+            return Ok(0);
+        }
+        b.kv_pages(KvPageOp::Release(&ranges))
+    }
+
+    /// The page ranges of slot `slot`'s blocks `first_block..` up to row `r1` (`round_up`: the
+    /// block holding row `r1 - 1` included) in every paged layer; none unless on demand.
+    fn slot_ranges(
+        &self,
+        slot: usize,
+        first_block: usize,
+        r1: usize,
+        round_up: bool,
+    ) -> Vec<(Tensor, usize, usize)> {
+        if !self.on_demand || slot >= self.slots {
+            return Vec::new();
+        }
+        let bl = self.block;
+        let mut out = Vec::new();
+        for l in self.layers.iter().filter(|l| l.paged) {
+            let blocks = l.stride / bl;
+            let last = match round_up {
+                true => r1.div_ceil(bl),
+                false => r1 / bl,
+            }
+            .min(blocks);
+            if first_block >= last {
+                continue;
+            }
+            let base = slot * l.stride;
+            for (t, p0, np) in self.pages(l, base + first_block * bl, base + last * bl) {
+                out.push((t, p0, np));
+            }
+        }
+        out
+    }
+
+    /// On demand: binds global rows `r0..r1` of paged layer `l` before they are written.
+    pub(crate) fn bind_layer_rows<B: Backend>(
+        &self,
+        b: &mut B,
+        l: &KvLayer,
+        r0: usize,
+        r1: usize,
+    ) -> Result<(), ModelError> {
+        if !self.on_demand || !l.paged || r0 >= r1 {
+            return Ok(());
+        }
+        let bl = self.block;
+        let ranges = self.pages(l, r0 / bl * bl, r1.div_ceil(bl) * bl);
+        b.kv_pages(KvPageOp::Bind(&ranges)).map(drop)
     }
 
     /// Layer `l`'s K and V pages holding global rows `r0..r1` (whole blocks): (tensor, first
@@ -86,6 +169,7 @@ impl KvCache {
         let full = self.share_rows(b, l, from * l.stride, dst, d, to * d.stride, n)?;
         // Every row of `to` past the shared blocks is copied or computed anew.
         dst.own_rows(b, d, to * d.stride + full, (to + 1) * d.stride)?;
+        dst.bind_layer_rows(b, d, to * d.stride + full, to * d.stride + n)?;
         Ok(full)
     }
 
@@ -126,7 +210,7 @@ impl KvCache {
                     count: t.2,
                 })
                 .collect();
-            b.kv_share_pages(&shares)?;
+            b.kv_pages(KvPageOp::Share(&shares))?;
         }
         Ok(full)
     }
@@ -150,8 +234,8 @@ impl KvCache {
     }
 
     /// Makes global rows `r0..r1` of layer `l` private before they are written: blocks wholly
-    /// inside without their contents, partly covered ones with them. Returns the pages
-    /// replaced.
+    /// inside without their contents, partly covered ones with them (unbound blocks stay
+    /// unbound). Returns the pages replaced.
     pub(crate) fn own_rows<B: Backend>(
         &self,
         b: &mut B,
@@ -164,6 +248,7 @@ impl KvCache {
         }
         let bl = self.block;
         let (first, last) = (r0 / bl, r1.div_ceil(bl));
+
         let (whole0, whole1) = (r0.div_ceil(bl), r1 / bl);
         let mut runs = Vec::new();
         if whole0 < whole1 {
@@ -179,7 +264,12 @@ impl KvCache {
                 continue;
             }
             for (t, p0, np) in self.pages(l, b0 * bl, b1 * bl) {
-                replaced += b.kv_own_pages(t, p0, np, keep)?;
+                replaced += b.kv_pages(KvPageOp::Own {
+                    t,
+                    first: p0,
+                    count: np,
+                    keep,
+                })?;
             }
         }
         Ok(replaced)

@@ -2,7 +2,7 @@
 //! slot's conversation copied into it before the slot is overwritten (`prefix_store.rs` keeps
 //! the entries; `claim` reads them back).
 
-use vkllm_models::{KvCache, KvTypes};
+use vkllm_models::{KvCache, KvSharing, KvTypes};
 
 use super::{Net, SlotGenerator};
 use crate::error::EngineError;
@@ -38,7 +38,11 @@ impl SlotGenerator {
                 // Paged like the slots' cache where its blocks divide BLOCK: conversations go
                 // in and out in place.
                 let shape = (kv_dim, BLOCK, 1, entries);
-                let sharing = kv.sharing();
+                // The pool is resident: its budget is its own, not the on-demand slots'.
+                let sharing = match kv.sharing() {
+                    KvSharing::OnDemand => KvSharing::InPlace,
+                    s => s,
+                };
                 let mut pool = KvCache::alloc_sharing(&mut self.b, &none, shape, types, sharing)?;
                 pool.rot_k = kv.rot_k;
                 StoreRows::Dense {

@@ -148,28 +148,22 @@ pub trait Backend: HybridOps {
     fn kv_page_bytes(&self) -> Option<u64> {
         None
     }
-    /// [`Backend::alloc_kv`] whose pages can be shared with other paged KV tensors.
-    fn alloc_kv_paged(&mut self, len: usize, dtype: KvType) -> Result<Tensor, ModelError> {
-        let _ = (len, dtype);
+    /// [`Backend::alloc_kv`] whose pages can be shared with other paged KV tensors; `resident`
+    /// false: no page bound (no memory) until [`Backend::kv_bind_pages`].
+    fn alloc_kv_paged(
+        &mut self,
+        len: usize,
+        dtype: KvType,
+        resident: bool,
+    ) -> Result<Tensor, ModelError> {
+        let _ = (len, dtype, resident);
         Err(self.unsupported("alloc_kv_paged"))
     }
-    /// Makes pages of paged KV tensors the pages of others (read and written in place by both);
-    /// ordered after the work recorded so far.
-    fn kv_share_pages(&mut self, shares: &[KvPageShare]) -> Result<(), ModelError> {
-        let _ = shares;
-        Err(self.unsupported("kv_share_pages"))
-    }
-    /// Gives pages `first .. first + count` of paged KV tensor `t` that another range shares a
-    /// private page each (`keep`: with the contents); returns how many were replaced.
-    fn kv_own_pages(
-        &mut self,
-        t: Tensor,
-        first: usize,
-        count: usize,
-        keep: bool,
-    ) -> Result<usize, ModelError> {
-        let _ = (t, first, count, keep);
-        Err(self.unsupported("kv_own_pages"))
+    /// Changes the pages of paged KV tensors ([`KvPageOp`]), ordered after the work recorded
+    /// so far; returns the pages the op bound, replaced or unbound.
+    fn kv_pages(&mut self, op: KvPageOp<'_>) -> Result<usize, ModelError> {
+        let _ = op;
+        Err(self.unsupported("kv_pages"))
     }
     /// A tensor holding `data` (norm weights, biases, constants).
     fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError>;
@@ -457,8 +451,29 @@ pub trait Backend: HybridOps {
     }
 }
 
-/// One range of [`Backend::kv_share_pages`]: `dst`'s pages `dst_page .. dst_page + count`
-/// become `src`'s from `src_page`.
+/// What [`Backend::kv_pages`] does to paged KV tensors (ranges are `(tensor, first page,
+/// pages)`).
+#[derive(Clone, Copy, Debug)]
+pub enum KvPageOp<'a> {
+    /// Each share's destination pages become its source's (read and written in place by both).
+    Share(&'a [KvPageShare]),
+    /// The pages of the range that another range shares become private (`keep`: with their
+    /// contents, else zeroed); unbound pages stay unbound.
+    Own {
+        t: Tensor,
+        first: usize,
+        count: usize,
+        keep: bool,
+    },
+    /// Zeroed pages for the unbound pages of each range; [`ModelError::KvPagesFull`] (binding
+    /// nothing) past the page limit.
+    Bind(&'a [(Tensor, usize, usize)]),
+    /// Each range's pages unbound (their memory returns to the pool unless shared).
+    Release(&'a [(Tensor, usize, usize)]),
+}
+
+/// One range of [`KvPageOp::Share`]: `dst`'s pages `dst_page .. dst_page + count` become
+/// `src`'s from `src_page`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvPageShare {
     pub src: Tensor,

@@ -402,22 +402,17 @@ impl Backend for VulkanBackend {
         self.kv_page_bytes_()
     }
 
-    fn alloc_kv_paged(&mut self, len: usize, dtype: KvType) -> Result<Tensor, ModelError> {
-        self.alloc_kv_paged_(len, dtype)
-    }
-
-    fn kv_share_pages(&mut self, shares: &[super::KvPageShare]) -> Result<(), ModelError> {
-        self.kv_share_pages_(shares)
-    }
-
-    fn kv_own_pages(
+    fn alloc_kv_paged(
         &mut self,
-        t: Tensor,
-        first: usize,
-        count: usize,
-        keep: bool,
-    ) -> Result<usize, ModelError> {
-        self.kv_own_pages_(t, first, count, keep)
+        len: usize,
+        dtype: KvType,
+        resident: bool,
+    ) -> Result<Tensor, ModelError> {
+        self.alloc_kv_paged_(len, dtype, resident)
+    }
+
+    fn kv_pages(&mut self, op: super::KvPageOp<'_>) -> Result<usize, ModelError> {
+        self.kv_pages_(op)
     }
 
     fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError> {

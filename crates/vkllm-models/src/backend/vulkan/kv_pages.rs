@@ -1,10 +1,13 @@
 //! Paged KV tensors ([`Backend::alloc_kv_paged`]): sparse, aliased device buffers whose pages a
-//! KV block shared by several slots occupies once, read in place by every kernel.
+//! KV block shared by several slots occupies once, read in place by every kernel, and bound on
+//! demand where the cache asks ([`KvPageOp`]).
+//!
+//! [`Backend::alloc_kv_paged`]: crate::backend::Backend::alloc_kv_paged
 
 use vkllm_vk::{Buffer, PageShare};
 
 use super::{Slot, VulkanBackend};
-use crate::backend::{KvPageShare, KvType, Tensor};
+use crate::backend::{KvPageOp, KvPageShare, KvType, Tensor};
 use crate::error::ModelError;
 
 impl VulkanBackend {
@@ -26,15 +29,47 @@ impl VulkanBackend {
         &mut self,
         len: usize,
         dtype: KvType,
+        resident: bool,
     ) -> Result<Tensor, ModelError> {
         let bytes = dtype.bytes(len as u64).next_multiple_of(4).max(4);
+        if !resident {
+            let buf = self
+                .dev
+                .create_paged_buffer_unbound("kv cache (paged)", bytes)?;
+            return Ok(self.push(Slot::Buf { buf, host: None }));
+        }
         let buf = self.dev.create_paged_buffer("kv cache (paged)", bytes)?;
         let t = self.push(Slot::Buf { buf, host: None });
         self.record(|me, r| Ok(r.fill(me.all(t), 0)?))?;
         Ok(t)
     }
 
-    pub(super) fn kv_share_pages_(&mut self, shares: &[KvPageShare]) -> Result<(), ModelError> {
+    /// Caps the pages of paged KV tensors at those held now plus `bytes` more (`None`: device
+    /// memory is the only cap); returns the pages allowed in all, and past it
+    /// [`KvPageOp::Bind`] fails with [`ModelError::KvPagesFull`].
+    pub fn set_kv_page_budget(&mut self, bytes: Option<u64>) -> Option<usize> {
+        let page = self.dev.page_bytes()?;
+        let p = self.dev.pool_pages();
+        let limit = bytes.map(|b| p.total - p.free + (b / page) as usize);
+        self.dev.set_page_limit(limit);
+        limit
+    }
+
+    pub(super) fn kv_pages_(&mut self, op: KvPageOp<'_>) -> Result<usize, ModelError> {
+        match op {
+            KvPageOp::Share(s) => self.share(s).map(|()| s.iter().map(|s| s.count).sum()),
+            KvPageOp::Own {
+                t,
+                first,
+                count,
+                keep,
+            } => self.own(t, first, count, keep),
+            KvPageOp::Bind(r) => self.bind_ranges(r),
+            KvPageOp::Release(r) => self.release_ranges(r),
+        }
+    }
+
+    fn share(&mut self, shares: &[KvPageShare]) -> Result<(), ModelError> {
         // The work recorded so far runs with the pages as they were.
         self.flush()?;
         let mut ops = Vec::with_capacity(shares.len());
@@ -50,7 +85,7 @@ impl VulkanBackend {
         Ok(self.dev.share_pages(&ops)?)
     }
 
-    pub(super) fn kv_own_pages_(
+    fn own(
         &mut self,
         t: Tensor,
         first: usize,
@@ -62,6 +97,53 @@ impl VulkanBackend {
             return Ok(0);
         }
         self.flush()?;
-        Ok(self.dev.own_pages(self.paged_buf(t)?, first, count, keep)?)
+        match self.dev.own_pages(self.paged_buf(t)?, first, count, keep) {
+            Err(vkllm_vk::Error::PageBudget { want, free, limit }) => {
+                Err(ModelError::KvPagesFull { want, free, limit })
+            }
+            r => Ok(r?),
+        }
+    }
+
+    fn bind_ranges(&mut self, ranges: &[(Tensor, usize, usize)]) -> Result<usize, ModelError> {
+        let mut want = Vec::with_capacity(ranges.len());
+        for &(t, first, count) in ranges {
+            if self.dev.bound_pages(self.paged_buf(t)?, first, count)? < count {
+                want.push((t, first, count));
+            }
+        }
+        if want.is_empty() {
+            return Ok(0);
+        }
+        self.flush()?;
+        let mut bufs = Vec::with_capacity(want.len());
+        for &(t, first, count) in &want {
+            bufs.push((self.paged_buf(t)?, first, count));
+        }
+        match self.dev.bind_pages(&bufs) {
+            Err(vkllm_vk::Error::PageBudget { want, free, limit }) => {
+                Err(ModelError::KvPagesFull { want, free, limit })
+            }
+            // Device memory is the cap when no budget is set.
+            Err(vkllm_vk::Error::OutOfDeviceMemory { .. }) => {
+                let p = self.dev.pool_pages();
+                let n = want.iter().map(|w| w.2).sum();
+                Err(ModelError::KvPagesFull {
+                    want: n,
+                    free: p.free,
+                    limit: p.total,
+                })
+            }
+            r => Ok(r?),
+        }
+    }
+
+    fn release_ranges(&mut self, ranges: &[(Tensor, usize, usize)]) -> Result<usize, ModelError> {
+        self.flush()?;
+        let mut bufs = Vec::with_capacity(ranges.len());
+        for &(t, first, count) in ranges {
+            bufs.push((self.paged_buf(t)?, first, count));
+        }
+        Ok(self.dev.release_pages(&bufs)?)
     }
 }
