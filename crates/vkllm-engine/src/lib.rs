@@ -42,5 +42,5 @@ pub use runner::{
     Sink, WarmUpReport, warm_up, warm_up_lengths,
 };
 pub use session::{FinishReason, GenerateParams, Session, Usage};
-pub use slot_generator::SlotGenerator;
+pub use slot_generator::{KV_GROW_ROWS, SlotGenerator};
 pub use slot_session::{Decoder, STEPS_PER_SUBMIT, SlotSession};

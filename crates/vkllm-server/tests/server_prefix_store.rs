@@ -33,14 +33,53 @@ fn conversations_resume_from_the_prefix_store() {
 
 /// `--kv-sharing in-place` on the Vulkan device: chats behind one system prompt on two slots
 /// take its KV blocks from each other in place and answer as they do alone
-/// (tests/py/test_kv_sharing.py).
+/// (tests/py/test_kv_sharing.py); so do they with `on-demand` KV memory of 32 MiB (SmolLM2's
+/// f32 cache takes 46 KB a position: two slots' first 256 rows each).
 #[test]
 fn concurrent_chats_share_kv_blocks_in_place() {
+    for extra in [
+        &["--kv-sharing", "in-place"][..],
+        &["--kv-sharing", "on-demand", "--kv-memory-mb", "32"][..],
+    ] {
+        let mut args = vec!["--slots", "2", "--ctx", "512"];
+        args.extend_from_slice(extra);
+        let s = serve_harness::Server::start_on(None, &args);
+        s.python("test_kv_sharing.py");
+    }
+}
+
+/// On-demand KV memory too small for a prompt, with no idle slot to take it from: the request
+/// is answered 503 `kv_memory_full`, and a short one still runs. SmolLM2's f32 cache takes 46
+/// KB a position and a slot binds 256 rows at a time: 16 MiB hold 256 rows, not 512.
+#[test]
+fn a_prompt_past_the_kv_memory_is_a_503() {
     let s = serve_harness::Server::start_on(
         None,
-        &["--slots", "2", "--ctx", "512", "--kv-sharing", "in-place"],
+        &[
+            "--slots",
+            "1",
+            "--ctx",
+            "1024",
+            "--kv-sharing",
+            "on-demand",
+            "--kv-memory-mb",
+            "16",
+        ],
     );
-    s.python("test_kv_sharing.py");
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAuthorization: Bearer {}",
+        serve_harness::KEY
+    );
+    let long = "the sky is blue and ".repeat(80);
+    let body = format!(r#"{{"model": "smollm2", "prompt": "{long}", "max_tokens": 4}}"#);
+    let resp = s.raw(&head, &body);
+    assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
+    assert!(resp.contains("kv_memory_full"), "{resp}");
+    let resp = s.raw(
+        &head,
+        r#"{"model": "smollm2", "prompt": "Hi", "max_tokens": 2, "temperature": 0}"#,
+    );
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}\n{}", s.log());
 }
 
 /// `--warm-up on` (the default on GPUs; off on lavapipe) runs its requests before the server

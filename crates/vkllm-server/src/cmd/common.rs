@@ -424,6 +424,7 @@ pub fn device_options(device: Option<&str>, tune: Option<&str>) -> Result<Device
 pub enum KvSharingArg {
     Copy,
     InPlace,
+    OnDemand,
 }
 
 impl From<KvSharingArg> for vkllm_models::KvSharing {
@@ -431,6 +432,7 @@ impl From<KvSharingArg> for vkllm_models::KvSharing {
         match a {
             KvSharingArg::Copy => vkllm_models::KvSharing::Copy,
             KvSharingArg::InPlace => vkllm_models::KvSharing::InPlace,
+            KvSharingArg::OnDemand => vkllm_models::KvSharing::OnDemand,
         }
     }
 }

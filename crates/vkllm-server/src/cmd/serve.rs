@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use vkllm_engine::{InferenceRunner, PREFIX_BLOCK, RunnerConfig, SimpleGenerator, SlotGenerator};
+use vkllm_engine::{
+    InferenceRunner, KV_GROW_ROWS, PREFIX_BLOCK, RunnerConfig, SimpleGenerator, SlotGenerator,
+};
 use vkllm_models::{
     AnyModel, Backend, Checkpoint, CpuBackend, KvSharing, QuantScheme, VulkanBackend,
 };
@@ -161,9 +163,16 @@ pub struct Args {
     /// How a request gets the KV rows of a prefix another slot holds (dense models, the
     /// batched GPU decoder): `copy`, a device copy into its slot; `in-place`, the prefix's
     /// whole blocks shared (one copy in memory, read where they are; the rows past the last
-    /// whole block copied), where the device has sparse, aliased buffers (else `copy`).
+    /// whole block copied), where the device has sparse, aliased buffers (else `copy`);
+    /// `on-demand`, in place and each slot's KV memory bound only as its positions need it
+    /// (idle slots give theirs back when it runs out: --kv-memory-mb).
     #[arg(long, value_enum, default_value_t = KvSharingArg::Copy)]
     kv_sharing: KvSharingArg,
+
+    /// With --kv-sharing on-demand: device memory (MiB) the slots' KV blocks may take in all
+    /// (0: as much as the device has).
+    #[arg(long, default_value_t = 0)]
+    kv_memory_mb: u64,
 }
 
 /// `--warm-up`.
@@ -276,8 +285,8 @@ fn start_slot_runner(
             let g = SlotGenerator::new_sharing(b, m, slots, ctx, args.kv.types()?, 4, sharing)?;
             if sharing != g.kv_sharing() {
                 eprintln!(
-                    "vkllm: --kv-sharing in-place: this device has no sparse, aliased buffers \
-                     (or the blocks would exceed the context); prefixes are copied"
+                    "vkllm: --kv-sharing: this device has no sparse, aliased buffers (or the \
+                     blocks would exceed the context); prefixes are copied"
                 );
             }
             g
@@ -290,6 +299,12 @@ fn start_slot_runner(
     let generator = generator
         .with_tail_mark(args.tail_mark)
         .with_prefix_store(args.prefix_cache_mb << 20)?;
+    // Last: the budget counts from the pages held now (the store's pool included).
+    let budget = (args.kv_memory_mb > 0).then_some(args.kv_memory_mb << 20);
+    if budget.is_some() && generator.kv_sharing() != KvSharing::OnDemand {
+        eprintln!("vkllm: --kv-memory-mb applies to --kv-sharing on-demand only");
+    }
+    let generator = generator.with_kv_memory(budget, KV_GROW_ROWS);
     if args.prefix_cache_mb > 0 {
         let rows = generator.prefix_store_rows();
         match generator.prefix_store_entries() {

@@ -160,6 +160,10 @@ impl ApiError {
                 (Kind::QueueFull, Some("queue_full"))
             }
             EngineError::Shutdown => (Kind::Unavailable, None),
+            // On-demand KV memory spent by the running requests: try again later.
+            EngineError::Model(vkllm_models::ModelError::KvPagesFull { .. }) => {
+                (Kind::Unavailable, Some("kv_memory_full"))
+            }
             _ => (Kind::Internal, None),
         };
         ApiError {

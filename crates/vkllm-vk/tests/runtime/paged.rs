@@ -201,3 +201,12 @@ fn unbound_pages_bind_on_demand_within_the_limit() {
     drop((a, b));
     assert_eq!(held(dev.pool_pages()), held(base));
 }
+
+#[test]
+fn many_pages_bind_across_chunks() {
+    let dev = common::device();
+    let page = dev.page_bytes().expect("pages");
+    let a = dev.create_paged_buffer_unbound("a", 3000 * page).unwrap();
+    let n = dev.bind_pages(&[(&a, 0, 3000)]);
+    assert_eq!(n.unwrap(), 3000);
+}
