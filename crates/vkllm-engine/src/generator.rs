@@ -100,6 +100,12 @@ pub trait Generator: Send {
     fn kv_rows_shared(&self) -> u64 {
         0
     }
+
+    /// Paged KV memory: device bytes its pages hold now, and idle slots whose memory was given
+    /// back for other requests so far (on demand); zeros where the cache is not paged.
+    fn kv_paged_memory(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 /// Checks the parts of `p` a generator depends on.

@@ -517,6 +517,10 @@ impl Generator for SlotGenerator {
         self.kv_rows_shared
     }
 
+    fn kv_paged_memory(&self) -> (u64, u64) {
+        (self.b.kv_paged_bytes(), self.kv_slots_reclaimed)
+    }
+
     fn max_slots(&self) -> usize {
         self.slots.len()
     }

@@ -158,6 +158,10 @@ pub struct RunnerStats {
     pub prefix_cache_bytes: u64,
     /// KV rows given in place (shared blocks) between slots and the prefix store so far.
     pub kv_rows_shared: u64,
+    /// Device bytes of paged KV memory held now.
+    pub kv_paged_bytes: u64,
+    /// Idle slots whose KV memory was given back for other requests (on demand) so far.
+    pub kv_slots_reclaimed: u64,
 }
 
 struct Pending {
@@ -189,6 +193,8 @@ struct Shared {
     active: AtomicUsize,
     kv_used: AtomicUsize,
     kv_rows_shared: AtomicU64,
+    kv_paged_bytes: AtomicU64,
+    kv_slots_reclaimed: AtomicU64,
     accepted: AtomicU64,
     ended: AtomicU64,
     steps: AtomicU64,
@@ -300,6 +306,8 @@ impl RunnerHandle {
             steps: s.steps.load(Ordering::Relaxed),
             prefix_cache_bytes: s.prefix_cache_bytes,
             kv_rows_shared: s.kv_rows_shared.load(Ordering::Relaxed),
+            kv_paged_bytes: s.kv_paged_bytes.load(Ordering::Relaxed),
+            kv_slots_reclaimed: s.kv_slots_reclaimed.load(Ordering::Relaxed),
         }
     }
 

@@ -141,6 +141,8 @@ impl Core {
             active: AtomicUsize::new(0),
             kv_used: AtomicUsize::new(0),
             kv_rows_shared: AtomicU64::new(0),
+            kv_paged_bytes: AtomicU64::new(0),
+            kv_slots_reclaimed: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             ended: AtomicU64::new(0),
             steps: AtomicU64::new(0),
@@ -368,6 +370,9 @@ impl Core {
         s.kv_used.store(kv, Ordering::Relaxed);
         s.kv_rows_shared
             .store(self.generator.kv_rows_shared(), Ordering::Relaxed);
+        let (bytes, reclaimed) = self.generator.kv_paged_memory();
+        s.kv_paged_bytes.store(bytes, Ordering::Relaxed);
+        s.kv_slots_reclaimed.store(reclaimed, Ordering::Relaxed);
     }
 
     /// Removes the queued requests `pred` selects and finishes them with `reason`.

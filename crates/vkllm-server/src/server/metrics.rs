@@ -216,6 +216,19 @@ impl Metrics {
             runner.kv_rows_shared.to_string(),
         );
         gauge(
+            "vkllm_kv_paged_bytes",
+            "Device bytes paged KV blocks hold now (serve --kv-sharing in-place or on-demand).",
+            "gauge",
+            runner.kv_paged_bytes.to_string(),
+        );
+        gauge(
+            "vkllm_kv_slots_reclaimed_total",
+            "Idle slots whose KV memory was given back for other requests (--kv-sharing \
+             on-demand).",
+            "counter",
+            runner.kv_slots_reclaimed.to_string(),
+        );
+        gauge(
             "vkllm_generated_tokens_total",
             "Generated tokens of finished sequences.",
             "counter",

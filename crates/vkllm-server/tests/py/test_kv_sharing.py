@@ -36,6 +36,8 @@ def concurrent_chats_share_the_system_prompt_in_place():
     shared = metric("vkllm_kv_shared_rows_total")
     # Alone, each chat took the system prompt from the other slot's history too.
     assert shared > 0 and shared >= before, (before, shared)
+    # Paged KV memory is reported (resident in place, bound so far on demand).
+    assert metric("vkllm_kv_paged_bytes") > 0
     print(f"    {shared:.0f} KV rows shared in place")
 
 

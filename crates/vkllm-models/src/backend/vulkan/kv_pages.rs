@@ -55,6 +55,12 @@ impl VulkanBackend {
         limit
     }
 
+    /// Device bytes the pages of paged KV tensors hold now (slots and the prefix store).
+    pub fn kv_paged_bytes(&self) -> u64 {
+        let p = self.dev.pool_pages();
+        (p.total - p.free) as u64 * self.dev.page_bytes().unwrap_or(0)
+    }
+
     pub(super) fn kv_pages_(&mut self, op: KvPageOp<'_>) -> Result<usize, ModelError> {
         match op {
             KvPageOp::Share(s) => self.share(s).map(|()| s.iter().map(|s| s.count).sum()),
