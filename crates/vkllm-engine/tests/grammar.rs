@@ -13,7 +13,7 @@ use common::{char_tokenizer, lcg_ids as ids};
 use vkllm_cpu::sampler::SamplingParams;
 use vkllm_engine::{
     EngineError, FinishReason, GenerateParams, Generator, Grammar, GrammarSpec, Grammars, Session,
-    SimpleGenerator, SlotGenerator, SlotParams, SlotSession, TokenOut, bound_whitespace,
+    SimpleGenerator, SlotGenerator, SlotParams, SlotSession, bound_whitespace,
 };
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::{CpuBackend, DEFAULT_CHUNK, KvType, Model, VulkanBackend};
@@ -94,32 +94,16 @@ fn valid_json(s: &str) -> bool {
         && o["s"].as_str().is_some_and(|s| s.chars().count() <= 6)
 }
 
-/// Runs `reqs` (prompt, params, tokens) together on `g`; every request joins at once.
+/// Runs `reqs` (prompt, params, tokens) together on `g` ([`common::drive`], every request
+/// joining at once); the ids.
 fn drive(g: &mut dyn Generator, reqs: &[(Vec<u32>, SlotParams, usize)]) -> Vec<Vec<u32>> {
-    let mut out: Vec<Vec<TokenOut>> = Vec::new();
-    let mut slot_of = Vec::new();
-    for r in reqs {
-        let (s, first) = g.start(&r.0, &r.1).expect("start");
-        slot_of.push(Some(s));
-        out.push(vec![first]);
-    }
-    while slot_of.iter().any(Option::is_some) {
-        for (s, toks) in g.step().expect("step") {
-            let i = slot_of.iter().position(|x| *x == Some(s)).expect("owned");
-            out[i].extend(toks);
-        }
-        for (i, r) in reqs.iter().enumerate() {
-            if let Some(s) = slot_of[i]
-                && out[i].len() >= r.2
-            {
-                out[i].truncate(r.2);
-                g.release(s);
-                slot_of[i] = None;
-            }
-        }
-    }
-    out.into_iter()
-        .map(|t| t.into_iter().map(|t| t.id).collect())
+    let reqs: Vec<_> = reqs
+        .iter()
+        .map(|(p, s, n)| (p.clone(), s.clone(), *n, 0))
+        .collect();
+    common::drive(g, &reqs)
+        .iter()
+        .map(|v| v.iter().map(|t| t.id).collect())
         .collect()
 }
 

@@ -5,7 +5,9 @@
 //! aliased buffers (lavapipe in CI).
 
 use vkllm_cpu::sampler::SamplingParams;
-use vkllm_engine::{Generator, SimpleGenerator, SlotGenerator, SlotParams, TokenOut};
+mod common;
+
+use vkllm_engine::{Generator, SimpleGenerator, SlotGenerator, SlotParams};
 use vkllm_models::fixtures::Fixture;
 use vkllm_models::{DEFAULT_CHUNK, KvSharing, KvType, Model, VulkanBackend};
 use vkllm_vk::Device;
@@ -14,55 +16,12 @@ fn device() -> Device {
     Device::from_env().unwrap_or_else(|e| panic!("this test needs a Vulkan device: {e}"))
 }
 
-/// Runs `reqs` (prompt, params, tokens wanted, the round it joins at) on `g`.
+/// [`common::drive`]'s tokens as ids.
 fn drive(g: &mut dyn Generator, reqs: &[(Vec<u32>, SlotParams, usize, usize)]) -> Vec<Vec<u32>> {
-    let mut out: Vec<Vec<TokenOut>> = vec![Vec::new(); reqs.len()];
-    let mut slot_of: Vec<Option<usize>> = vec![None; reqs.len()];
-    let mut round = 0;
-    loop {
-        for (i, r) in reqs.iter().enumerate() {
-            if r.3 == round && slot_of[i].is_none() && out[i].is_empty() {
-                let (s, first) = g.start(&r.0, &r.1).expect("start");
-                slot_of[i] = Some(s);
-                out[i].push(first);
-            }
-        }
-        let pending = reqs.iter().any(|r| r.3 > round);
-        if slot_of.iter().all(Option::is_none) && !pending {
-            return out
-                .iter()
-                .map(|v| v.iter().map(|t| t.id).collect())
-                .collect();
-        }
-        let stepped = g.step().expect("step");
-        for (i, s) in slot_of.iter_mut().enumerate() {
-            // A live slot the step left out ended (as at a full context; the runner's rule).
-            if let Some(slot) = *s
-                && !stepped.iter().any(|(t, _)| *t == slot)
-            {
-                g.release(slot);
-                *s = None;
-                out[i].truncate(reqs[i].2);
-            }
-        }
-        for (s, toks) in stepped {
-            let i = slot_of
-                .iter()
-                .position(|x| *x == Some(s))
-                .expect("owned slot");
-            out[i].extend(toks);
-        }
-        for (i, r) in reqs.iter().enumerate() {
-            if let Some(s) = slot_of[i]
-                && out[i].len() >= r.2
-            {
-                out[i].truncate(r.2);
-                g.release(s);
-                slot_of[i] = None;
-            }
-        }
-        round += 1;
-    }
+    common::drive(g, reqs)
+        .iter()
+        .map(|v| v.iter().map(|t| t.id).collect())
+        .collect()
 }
 
 fn slot_generator(

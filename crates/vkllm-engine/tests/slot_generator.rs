@@ -2,6 +2,9 @@
 //! batched-vs-single logits difference) of the reference SimpleGenerator, with requests
 //! starting at different steps and one released early. Needs a Vulkan device (lavapipe in CI).
 
+mod common;
+
+use common::drive;
 use vkllm_cpu::sampler::SamplingParams;
 use vkllm_engine::generator::pick;
 use vkllm_engine::{Generator, SimpleGenerator, SlotGenerator, SlotParams, TokenOut};
@@ -12,46 +15,6 @@ use vkllm_vk::Device;
 
 fn device() -> Device {
     Device::from_env().unwrap_or_else(|e| panic!("this test needs a Vulkan device: {e}"))
-}
-
-/// Runs `reqs` (prompt, params, tokens wanted, the step index it joins at) on `g`.
-fn drive(
-    g: &mut dyn Generator,
-    reqs: &[(Vec<u32>, SlotParams, usize, usize)],
-) -> Vec<Vec<TokenOut>> {
-    let mut out: Vec<Vec<TokenOut>> = vec![Vec::new(); reqs.len()];
-    let mut slot_of: Vec<Option<usize>> = vec![None; reqs.len()];
-    let mut round = 0;
-    loop {
-        for (i, r) in reqs.iter().enumerate() {
-            if r.3 == round && slot_of[i].is_none() && out[i].is_empty() {
-                let (s, first) = g.start(&r.0, &r.1).expect("start");
-                slot_of[i] = Some(s);
-                out[i].push(first);
-            }
-        }
-        let pending = reqs.iter().any(|r| r.3 > round);
-        if slot_of.iter().all(Option::is_none) && !pending {
-            return out;
-        }
-        for (s, toks) in g.step().expect("step") {
-            let i = slot_of
-                .iter()
-                .position(|x| *x == Some(s))
-                .expect("owned slot");
-            out[i].extend(toks);
-        }
-        for (i, r) in reqs.iter().enumerate() {
-            if let Some(s) = slot_of[i]
-                && out[i].len() >= r.2
-            {
-                out[i].truncate(r.2);
-                g.release(s);
-                slot_of[i] = None;
-            }
-        }
-        round += 1;
-    }
 }
 
 #[test]

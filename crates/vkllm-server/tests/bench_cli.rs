@@ -12,43 +12,52 @@ fn vkllm(args: &[&str]) -> std::process::Output {
         .expect("running vkllm")
 }
 
+/// `vkllm synth --shape SHAPE` into a temporary file (named after `tag`), then `vkllm bench` on
+/// it with `args` and `--json`: the JSON report. Both files are removed.
+fn bench_json(shape: &str, tag: &str, args: &[&str]) -> serde_json::Value {
+    let dir = std::env::temp_dir();
+    let model = dir.join(format!("vkllm-bench-{tag}-{}.gguf", std::process::id()));
+    let json = dir.join(format!("vkllm-bench-{tag}-{}.json", std::process::id()));
+    let m = model.to_str().unwrap();
+    let out = vkllm(&["synth", "--shape", shape, "--seed", "2", "-o", m]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut all = vec!["bench", "-m", m, "--json", json.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let out = vkllm(&all);
+    assert!(
+        out.status.success(),
+        "{tag}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
+    std::fs::remove_file(&model).ok();
+    std::fs::remove_file(&json).ok();
+    v
+}
+
 #[test]
 fn depths_add_rows_for_every_test() {
     for shape in ["tiny-qwen3", "tiny-qwen3.5"] {
-        let dir = std::env::temp_dir();
-        let model = dir.join(format!("vkllm-bench-{shape}-{}.gguf", std::process::id()));
-        let json = dir.join(format!("vkllm-bench-{shape}-{}.json", std::process::id()));
-        let m = model.to_str().unwrap();
-        let out = vkllm(&["synth", "--shape", shape, "--seed", "2", "-o", m]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let v = bench_json(
+            shape,
+            shape,
+            &[
+                "--pp",
+                "16",
+                "--tg",
+                "6",
+                "--depth",
+                "0,40",
+                "--reps",
+                "1",
+                "--sampling",
+                "greedy",
+            ],
         );
-        let out = vkllm(&[
-            "bench",
-            "-m",
-            m,
-            "--pp",
-            "16",
-            "--tg",
-            "6",
-            "--depth",
-            "0,40",
-            "--reps",
-            "1",
-            "--sampling",
-            "greedy",
-            "--json",
-            json.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{shape}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
         assert_eq!(v["meta"]["depths"], serde_json::json!([0, 40]), "{shape}");
         let tests: Vec<(String, f64)> = v["rows"]
             .as_array()
@@ -68,8 +77,6 @@ fn depths_add_rows_for_every_test() {
                 "{shape}: {want} in {tests:?}"
             );
         }
-        std::fs::remove_file(&model).ok();
-        std::fs::remove_file(&json).ok();
     }
 }
 
@@ -78,44 +85,26 @@ fn depths_add_rows_for_every_test() {
 /// how the cache was shared.
 #[test]
 fn in_place_sharing_runs_the_decode_tests_at_depth() {
-    let dir = std::env::temp_dir();
-    let model = dir.join(format!("vkllm-bench-shared-{}.gguf", std::process::id()));
-    let json = dir.join(format!("vkllm-bench-shared-{}.json", std::process::id()));
-    let m = model.to_str().unwrap();
-    let out = vkllm(&["synth", "--shape", "tiny-qwen3", "--seed", "2", "-o", m]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = bench_json(
+        "tiny-qwen3",
+        "shared",
+        &[
+            "--pp",
+            "16",
+            "--tg",
+            "6",
+            "--depth",
+            "0,80",
+            "--batch",
+            "1,2",
+            "--reps",
+            "1",
+            "--sampling",
+            "greedy",
+            "--kv-sharing",
+            "in-place",
+        ],
     );
-    let out = vkllm(&[
-        "bench",
-        "-m",
-        m,
-        "--pp",
-        "16",
-        "--tg",
-        "6",
-        "--depth",
-        "0,80",
-        "--batch",
-        "1,2",
-        "--reps",
-        "1",
-        "--sampling",
-        "greedy",
-        "--kv-sharing",
-        "in-place",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
     assert_eq!(v["meta"]["kv_sharing"], "InPlace");
     let rows = v["rows"].as_array().expect("rows");
     for (test, batch) in [("tg6", 1), ("tg6", 2), ("tg6 @ d80", 1), ("tg6 @ d80", 2)] {
@@ -129,6 +118,4 @@ fn in_place_sharing_runs_the_decode_tests_at_depth() {
             "{test} x{batch} in {rows:?}"
         );
     }
-    std::fs::remove_file(&model).ok();
-    std::fs::remove_file(&json).ok();
 }

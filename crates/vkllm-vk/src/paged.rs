@@ -118,6 +118,31 @@ fn range_err(b: &Buffer, first: usize, count: usize, pages: usize) -> Error {
     ))
 }
 
+/// The pages of each `(buffer, first, count)` range that are bound (`bound`) or unbound, per
+/// buffer, and how many in all.
+#[allow(clippy::type_complexity)]
+fn pick<'a>(
+    ranges: &[(&'a Buffer, usize, usize)],
+    bound: bool,
+) -> Result<(Vec<(&'a Buffer, Vec<usize>)>, usize)> {
+    let mut out = Vec::new();
+    let mut n = 0;
+    for &(b, first, count) in ranges {
+        let t = lock(table(b)?)?;
+        if first + count > t.len() {
+            return Err(range_err(b, first, count, t.len()));
+        }
+        let idx: Vec<usize> = (first..first + count)
+            .filter(|&i| t[i].is_some() == bound)
+            .collect();
+        n += idx.len();
+        if !idx.is_empty() {
+            out.push((b, idx));
+        }
+    }
+    Ok((out, n))
+}
+
 impl Buffer {
     /// Pages of a paged buffer ([`Device::create_paged_buffer`]), `None` for other buffers.
     pub fn page_count(&self) -> Option<usize> {
@@ -241,7 +266,12 @@ impl Device {
             return Ok(buf);
         }
         let pages = self.alloc_pages(n as usize)?;
-        let binds = self.binds_for(&pages, 0)?;
+        let entries: Vec<(usize, Option<&Arc<Page>>)> = pages
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i, Some(p)))
+            .collect();
+        let binds = self.binds_at(&entries)?;
         self.bind(&[(raw, binds)])?;
         *lock(table(&buf)?)? = pages.into_iter().map(Some).collect();
         Ok(buf)
@@ -306,37 +336,8 @@ impl Device {
             .collect())
     }
 
-    /// Binds for `pages` placed from page `first` of a buffer, consecutive memory merged.
-    fn binds_for(&self, pages: &[Arc<Page>], first: usize) -> Result<Vec<vk::SparseMemoryBind>> {
-        let pool = self
-            .shared
-            .pages
-            .lock()
-            .map_err(|_| Error::Recording("page pool lock poisoned"))?;
-        let mut out: Vec<vk::SparseMemoryBind> = Vec::new();
-        for (i, p) in pages.iter().enumerate() {
-            let (mem, off) = pool.place(p.id);
-            let at = (first + i) as u64 * pool.page;
-            if let Some(last) = out.last_mut()
-                && last.memory == mem
-                && last.resource_offset + last.size == at
-                && last.memory_offset + last.size == off
-            {
-                last.size += pool.page;
-                continue;
-            }
-            out.push(
-                vk::SparseMemoryBind::default()
-                    .resource_offset(at)
-                    .size(pool.page)
-                    .memory(mem)
-                    .memory_offset(off),
-            );
-        }
-        Ok(out)
-    }
-
-    /// Binds (or, for `None`, unbinds) page `i` of a buffer for each `(i, page)`.
+    /// Binds (or, for `None`, unbinds) page `i` of a buffer for each `(i, page)`, consecutive
+    /// memory merged.
     fn binds_at(
         &self,
         entries: &[(usize, Option<&Arc<Page>>)],
@@ -525,18 +526,7 @@ impl Device {
     /// count)` range, in one bind; returns how many. Fails with [`Error::PageBudget`] (binding
     /// nothing) when the pool's limit would be passed.
     pub fn bind_pages(&self, ranges: &[(&Buffer, usize, usize)]) -> Result<usize> {
-        let mut want: Vec<(&Buffer, Vec<usize>)> = Vec::new();
-        for &(b, first, count) in ranges {
-            let t = lock(table(b)?)?;
-            if first + count > t.len() {
-                return Err(range_err(b, first, count, t.len()));
-            }
-            let idle: Vec<usize> = (first..first + count).filter(|&i| t[i].is_none()).collect();
-            if !idle.is_empty() {
-                want.push((b, idle));
-            }
-        }
-        let n: usize = want.iter().map(|(_, v)| v.len()).sum();
+        let (want, n) = pick(ranges, false)?;
         if n == 0 {
             return Ok(0);
         }
@@ -568,18 +558,7 @@ impl Device {
     /// Unbinds every bound page of each `(buffer, first, count)` range (the memory returns to
     /// the pool unless another range still uses it); returns how many were unbound.
     pub fn release_pages(&self, ranges: &[(&Buffer, usize, usize)]) -> Result<usize> {
-        let mut plan: Vec<(&Buffer, Vec<usize>)> = Vec::new();
-        for &(b, first, count) in ranges {
-            let t = lock(table(b)?)?;
-            if first + count > t.len() {
-                return Err(range_err(b, first, count, t.len()));
-            }
-            let held: Vec<usize> = (first..first + count).filter(|&i| t[i].is_some()).collect();
-            if !held.is_empty() {
-                plan.push((b, held));
-            }
-        }
-        let n: usize = plan.iter().map(|(_, v)| v.len()).sum();
+        let (plan, n) = pick(ranges, true)?;
         if n == 0 {
             return Ok(0);
         }

@@ -1,7 +1,9 @@
-//! A 256-token test vocabulary: one character per id, `</s>` (id 255) the end of generation.
+//! A 256-token test vocabulary: one character per id, `</s>` (id 255) the end of generation;
+//! [`drive`], requests joining and leaving a generator step by step.
 
 #![allow(dead_code)]
 
+use vkllm_engine::{Generator, SlotParams, TokenOut};
 use vkllm_tokenizer::Tokenizer;
 
 /// The end-of-generation id of [`char_tokenizer`].
@@ -83,4 +85,56 @@ pub fn lcg_ids(n: usize, seed: u64) -> Vec<u32> {
             3 + ((s >> 33) as u32) % 253
         })
         .collect()
+}
+
+/// Runs `reqs` (prompt, params, tokens wanted, the step index it joins at) on `g`: each starts
+/// at its round, and ends with its tokens or when a step leaves its slot out (as the runner
+/// treats a full context).
+pub fn drive(
+    g: &mut dyn Generator,
+    reqs: &[(Vec<u32>, SlotParams, usize, usize)],
+) -> Vec<Vec<TokenOut>> {
+    let mut out: Vec<Vec<TokenOut>> = vec![Vec::new(); reqs.len()];
+    let mut slot_of: Vec<Option<usize>> = vec![None; reqs.len()];
+    let mut round = 0;
+    loop {
+        for (i, r) in reqs.iter().enumerate() {
+            if r.3 == round && slot_of[i].is_none() && out[i].is_empty() {
+                let (s, first) = g.start(&r.0, &r.1).expect("start");
+                slot_of[i] = Some(s);
+                out[i].push(first);
+            }
+        }
+        let pending = reqs.iter().any(|r| r.3 > round);
+        if slot_of.iter().all(Option::is_none) && !pending {
+            return out;
+        }
+        let stepped = g.step().expect("step");
+        for (i, s) in slot_of.iter_mut().enumerate() {
+            if let Some(slot) = *s
+                && !stepped.iter().any(|(t, _)| *t == slot)
+            {
+                g.release(slot);
+                *s = None;
+                out[i].truncate(reqs[i].2);
+            }
+        }
+        for (s, toks) in stepped {
+            let i = slot_of
+                .iter()
+                .position(|x| *x == Some(s))
+                .expect("owned slot");
+            out[i].extend(toks);
+        }
+        for (i, r) in reqs.iter().enumerate() {
+            if let Some(s) = slot_of[i]
+                && out[i].len() >= r.2
+            {
+                out[i].truncate(r.2);
+                g.release(s);
+                slot_of[i] = None;
+            }
+        }
+        round += 1;
+    }
 }
