@@ -292,6 +292,12 @@ fn start_slot_runner(
             g
         }
         AnyModel::Hybrid(m) => {
+            if args.kv_sharing != KvSharingArg::Copy {
+                eprintln!(
+                    "vkllm: --kv-sharing applies to dense models; this hybrid model copies \
+                     (its recurrent marks carry the shared prefixes)"
+                );
+            }
             let marks = args.recurrent_marks;
             SlotGenerator::new_hybrid_marks(b, m, slots, ctx, args.kv.types()?, 4, marks)?
         }
