@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use vkllm_models::{AnyModel, KvTypes, VulkanBackend};
+use vkllm_models::{AnyModel, KvSharing, KvTypes, VulkanBackend};
 use vkllm_tokenizer::Tokenizer;
 use vkllm_vk::DeviceKind;
 
@@ -70,9 +70,24 @@ impl SlotSession {
         ctx: usize,
         kv: impl Into<KvTypes>,
     ) -> Result<Self, EngineError> {
+        Self::new_sharing(b, model, tokenizer, ctx, kv, KvSharing::Copy)
+    }
+
+    /// [`SlotSession::new`] with a dense model's KV cache managed as `sharing` says
+    /// ([`KvSharing::OnDemand`]: memory for the positions the conversation has, not the whole
+    /// context; hybrid models copy).
+    pub fn new_sharing(
+        b: VulkanBackend,
+        model: AnyModel,
+        tokenizer: Tokenizer,
+        ctx: usize,
+        kv: impl Into<KvTypes>,
+        sharing: KvSharing,
+    ) -> Result<Self, EngineError> {
         let vocab = model.cfg().vocab_size;
+        let steps = STEPS_PER_SUBMIT;
         let generator = match model {
-            AnyModel::Dense(m) => SlotGenerator::new(b, m, 1, ctx, kv, STEPS_PER_SUBMIT)?,
+            AnyModel::Dense(m) => SlotGenerator::new_sharing(b, m, 1, ctx, kv, steps, sharing)?,
             AnyModel::Hybrid(m) => SlotGenerator::new_hybrid(b, m, 1, ctx, kv, STEPS_PER_SUBMIT)?,
         };
         Ok(SlotSession {

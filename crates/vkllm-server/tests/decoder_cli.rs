@@ -1,6 +1,7 @@
 //! `vkllm run --decoder`: the recorded slot decoder (what `auto` picks on GPUs) and the
 //! per-token path (what it picks on CPU Vulkan devices such as lavapipe) answer a dense
-//! `vkllm synth --shape tiny-llama` GGUF with the same text, greedy and sampled with a seed;
+//! `vkllm synth --shape tiny-llama` GGUF with the same text, greedy and sampled with a seed, and
+//! so does the slot decoder with KV memory on demand (`--kv-sharing on-demand`, a long `--ctx`);
 //! the slot decoder on the CPU backend is a clear error.
 
 use std::path::PathBuf;
@@ -31,9 +32,14 @@ fn synth() -> PathBuf {
 }
 
 fn run(model: &PathBuf, decoder: &str, sampling: &[&str]) -> String {
+    run_with(model, decoder, sampling, &[])
+}
+
+fn run_with(model: &PathBuf, decoder: &str, sampling: &[&str], extra: &[&str]) -> String {
     ok(vkllm()
         .args(["run", "--raw", "--max-tokens", "12", "--decoder", decoder])
         .args(sampling)
+        .args(extra)
         .arg("--model")
         .arg(model)
         .arg("one two three four")
@@ -59,6 +65,9 @@ fn slot_decoder_and_per_token_agree() {
         let per_token = run(&model, "per-token", sampling);
         assert!(!slots.trim().is_empty(), "no text for {sampling:?}");
         assert_eq!(slots, per_token, "{sampling:?}");
+        let on_demand = ["--kv-sharing", "on-demand", "--ctx", "4096"];
+        let paged = run_with(&model, "slots", sampling, &on_demand);
+        assert_eq!(paged, per_token, "{sampling:?} on demand");
     }
     let out = vkllm()
         .args(["run", "--device", "cpu", "--decoder", "slots", "--model"])

@@ -56,6 +56,12 @@ pub struct ModelArgs {
     /// GPUs, per token on CPU Vulkan devices such as lavapipe; docs/cli.md).
     #[arg(long, default_value = "auto", value_parser = parse_decoder)]
     pub decoder: Decoder,
+
+    /// The slots decoder's KV memory (dense models): `copy` (the whole context resident),
+    /// `in-place` (paged), `on-demand` (paged, memory bound only for the positions the
+    /// conversation reaches: a long --ctx costs nothing until used).
+    #[arg(long, value_enum, default_value_t = KvSharingArg::Copy)]
+    pub kv_sharing: KvSharingArg,
 }
 
 /// `--decoder` values.
@@ -314,7 +320,8 @@ pub fn load_with_store(args: &ModelArgs, store_mb: u64) -> Result<Loaded> {
         let mut b = VulkanBackend::new(dev);
         if decoder == Decoder::Slots {
             let (model, ctx, kv) = load_model(&mut b, ck, args, "uploading")?;
-            let s = SlotSession::new(b, model, tokenizer, ctx, kv)?
+            let sharing = args.kv_sharing.into();
+            let s = SlotSession::new_sharing(b, model, tokenizer, ctx, kv, sharing)?
                 .with_prefix_store(store_mb << 20)?;
             if store_mb > 0 {
                 let (rows, block) = s.prefix_store_rows();
@@ -341,6 +348,11 @@ pub fn load_with_store(args: &ModelArgs, store_mb: u64) -> Result<Loaded> {
             if store_mb > 0 {
                 eprintln!(
                     "vkllm: --prefix-cache-mb applies to the batched GPU decoder (--decoder slots)"
+                );
+            }
+            if args.kv_sharing != KvSharingArg::Copy {
+                eprintln!(
+                    "vkllm: --kv-sharing applies to the batched GPU decoder (--decoder slots)"
                 );
             }
             Box::new(session(b, ck, tokenizer, args, "uploading")?)
