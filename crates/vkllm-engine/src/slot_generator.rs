@@ -219,6 +219,14 @@ impl SlotGenerator {
         }
     }
 
+    /// Positions per KV block shared in place (0 where prefixes are copied).
+    pub fn kv_block(&self) -> usize {
+        match &self.net {
+            Net::Dense { kv, .. } => kv.block,
+            Net::Hybrid { .. } => 0,
+        }
+    }
+
     /// How prefixes pass between slots (dense models; hybrids copy).
     pub fn kv_sharing(&self) -> KvSharing {
         match &self.net {

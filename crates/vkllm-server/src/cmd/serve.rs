@@ -288,6 +288,16 @@ fn start_slot_runner(
                     "vkllm: --kv-sharing: this device has no sparse, aliased buffers (or the \
                      blocks would exceed the context); prefixes are copied"
                 );
+            } else if sharing != KvSharing::Copy {
+                eprintln!(
+                    "vkllm: KV blocks of {} positions shared in place{}",
+                    g.kv_block(),
+                    if sharing == KvSharing::OnDemand {
+                        ", memory bound on demand"
+                    } else {
+                        ""
+                    }
+                );
             }
             g
         }
