@@ -166,7 +166,7 @@ impl Device {
             vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
                 .pipeline_executable_info(true);
         // Sparse, aliased buffers: KV pages shared in place between sequences (`paged.rs`).
-        let use_paged = info.sparse_aliased;
+        let use_paged = info.sparse_aliased && opts.tuning.sparse;
         let base = vk::PhysicalDeviceFeatures::default()
             .sparse_binding(use_paged)
             .sparse_residency_buffer(use_paged)
@@ -360,7 +360,7 @@ impl Device {
             None
         };
         // An attached device has what its host enabled: paged buffers only on vkllm's own.
-        let paged = owned && info.sparse_aliased;
+        let paged = owned && info.sparse_aliased && opts.tuning.sparse;
         let l = &info.limits;
         let mut max_part = l.max_storage_buffer_range.min(l.max_allocation_size);
         if let Some(m) = opts.max_buffer_bytes {

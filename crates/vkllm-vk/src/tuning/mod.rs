@@ -170,6 +170,9 @@ pub struct Tuning {
     /// Print every pipeline's driver statistics (registers, spills) when it is created. Key
     /// `pipeline_stats`.
     pub pipeline_stats: bool,
+    /// Enable sparse, aliased buffers at device creation where offered (paged KV: blocks
+    /// shared in place, memory on demand); off: every KV cache copies. Key `sparse`.
+    pub sparse: bool,
     /// Model backends: decode attention. Key `attn` = split | fused | reference.
     pub attn: DecodeAttn,
     /// Model backends: keys per chunk of split attention (a power of two in 8..=256); `None`:
@@ -303,6 +306,7 @@ impl Default for Tuning {
             recycle: true,
             fence_spin_us: None,
             pipeline_stats: false,
+            sparse: true,
             attn: DecodeAttn::Split,
             attn_chunk: None,
             attn_adaptive: true,
@@ -384,6 +388,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "recycle",
     "fence_spin_us",
     "pipeline_stats",
+    "sparse",
     "attn",
     "attn_chunk",
     "attn_adaptive",
