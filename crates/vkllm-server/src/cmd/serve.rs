@@ -253,6 +253,9 @@ fn start_runner<B: Backend + Send + 'static>(
              prefixes per slot"
         );
     }
+    if args.kv_sharing != KvSharingArg::Copy || args.kv_memory_mb > 0 {
+        eprintln!("vkllm: --kv-sharing and --kv-memory-mb apply to the batched GPU decoder");
+    }
     Ok(InferenceRunner::threaded(
         Box::new(generator),
         tokenizer,
