@@ -230,3 +230,66 @@ fn on_demand_memory_reclaims_idle_slots_within_a_budget() {
     );
     dev.set_page_limit(None);
 }
+
+/// Through the runner: a prompt that finds no KV memory while another request holds it waits at
+/// the head of the queue and runs once that request ends (its slot's memory then goes to it),
+/// instead of failing.
+#[test]
+fn a_prompt_without_kv_memory_waits_for_running_requests() {
+    use std::sync::{Arc, mpsc};
+    use vkllm_engine::{Event, InferenceRunner, Prompt, Request, RunnerConfig};
+
+    let dev = device();
+    let fx = Fixture::load("qwen3").expect("fixture");
+    let kv = KvType::F16;
+    let row = kv.bytes(fx.config.kv_dim() as u64);
+    let bl = block_rows(&dev, row);
+    let page = dev.page_bytes().expect("pages");
+    let per_block = 2 * fx.config.layers.len() * (bl as u64 * row / page) as usize;
+    let vocab = fx.config.vocab_size as u32;
+    let ids = |n: usize, seed: u32| -> Vec<u32> {
+        (0..n as u32)
+            .map(|i| 1 + (seed + 7 * i) % (vocab - 1))
+            .collect()
+    };
+    // The first request holds 2 blocks at its start, up to 6 as it decodes; the second's
+    // prompt needs 6 at its start: 2 + 6 > 7.5 blocks, 6 alone fit.
+    let g = slot_generator(&dev, &fx, (2, 8 * bl), kv, KvSharing::OnDemand)
+        .with_kv_memory(Some((7 * per_block + per_block / 2) as u64 * page), bl);
+    let tok = Arc::new(common::char_tokenizer_eos(0));
+    let r = InferenceRunner::threaded(Box::new(g), tok, RunnerConfig::default());
+    let (tx, rx) = mpsc::channel();
+    for (i, (prompt, max)) in [(ids(2 * bl - 4, 3), 4 * bl), (ids(6 * bl - 8, 50), 4)]
+        .into_iter()
+        .enumerate()
+    {
+        let tx = tx.clone();
+        r.handle()
+            .submit(
+                Request::new(Prompt::Tokens(prompt), max),
+                Box::new(move |e| {
+                    match e {
+                        Event::Finished { usage, .. } => {
+                            tx.send((i, Ok(usage.generated_tokens))).expect("send")
+                        }
+                        Event::Error(e) => tx.send((i, Err(e.to_string()))).expect("send"),
+                        _ => {}
+                    }
+                    true
+                }),
+            )
+            .expect("submit");
+    }
+    let mut done: Vec<(usize, Result<usize, String>)> = (0..2)
+        .map(|_| {
+            rx.recv_timeout(std::time::Duration::from_secs(300))
+                .expect("ended")
+        })
+        .collect();
+    done.sort_by_key(|d| d.0);
+    for (i, d) in &done {
+        assert!(d.as_ref().is_ok_and(|&n| n > 0), "request {i}: {d:?}");
+    }
+    r.shutdown();
+    dev.set_page_limit(None);
+}

@@ -96,6 +96,9 @@ pub(super) struct Core {
     running: Vec<Running>,
     /// The request whose prompt is being prefilled in pieces, if any.
     prefilling: Option<Prefilling>,
+    /// A prompt found no KV memory (on demand) while this many requests ran: it waits at the
+    /// head of the queue until fewer run.
+    kv_wait: Option<usize>,
 }
 
 /// A request between `Generator::begin` and its first token.
@@ -155,6 +158,7 @@ impl Core {
             shared,
             running: Vec::new(),
             prefilling: None,
+            kv_wait: None,
         };
         (handle, core)
     }
@@ -260,7 +264,9 @@ impl Core {
                         return true;
                     }
                     Err(e) => {
-                        let mut p = p;
+                        let Some(mut p) = self.wait_for_kv(p, &e) else {
+                            break;
+                        };
                         (p.sink)(Event::Error(e));
                         self.shared.ended.fetch_add(1, Ordering::Relaxed);
                         if !self.shared.config.pack_prompts {
@@ -304,6 +310,10 @@ impl Core {
     fn next_queued(&mut self) -> Option<Pending> {
         if self.running.len() >= self.generator.max_slots() || self.prefilling.is_some() {
             return None;
+        }
+        match self.kv_wait {
+            Some(n) if self.running.len() >= n && !self.running.is_empty() => return None,
+            _ => self.kv_wait = None,
         }
         let mut inbox = self.shared.lock();
         let p = inbox.queue.pop_front();
@@ -398,12 +408,29 @@ impl Core {
         any
     }
 
-    fn prefill(&mut self, mut p: Pending) {
+    /// A prompt that found no KV memory while other requests run goes back to the head of the
+    /// queue until one of them ends (their memory frees; `None`); other errors are its own.
+    fn wait_for_kv(&mut self, p: Pending, e: &EngineError) -> Option<Pending> {
+        let kv_full = matches!(
+            e,
+            EngineError::Model(vkllm_models::ModelError::KvPagesFull { .. })
+        );
+        if !kv_full || self.running.is_empty() {
+            return Some(p);
+        }
+        self.kv_wait = Some(self.running.len());
+        self.shared.lock().queue.push_front(p);
+        None
+    }
+
+    fn prefill(&mut self, p: Pending) {
         let t0 = Instant::now();
         match self.generator.start(&p.prompt, &p.req.params) {
             Err(e) => {
-                (p.sink)(Event::Error(e));
-                self.shared.ended.fetch_add(1, Ordering::Relaxed);
+                if let Some(mut p) = self.wait_for_kv(p, &e) {
+                    (p.sink)(Event::Error(e));
+                    self.shared.ended.fetch_add(1, Ordering::Relaxed);
+                }
             }
             Ok((slot, tok)) => {
                 let now = Instant::now();
