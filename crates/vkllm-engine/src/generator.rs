@@ -274,7 +274,7 @@ impl<B: Backend> SimpleGenerator<B> {
         prompt: &[u32],
         own: usize,
     ) -> Result<(usize, Option<usize>), EngineError> {
-        let AnyModel::Dense(m) = &self.model else {
+        let AnyModel::Dense(_) = &self.model else {
             return Ok((own, None));
         };
         let best = best_source(self.slots.len(), id, own, |t| {
@@ -289,7 +289,7 @@ impl<B: Backend> SimpleGenerator<B> {
             return Ok((own, None));
         };
         let written = self.slots[t].written;
-        src.copy_prefix(&mut self.backend, 0, dst, 0, r, written, m.cfg.kv_dim())?;
+        src.copy_prefix(&mut self.backend, 0, dst, 0, r, written)?;
         Ok((r, Some(written)))
     }
 

@@ -239,7 +239,6 @@ pub(crate) fn copy_blocks<B: Backend>(
     pool: &KvCache,
     blocks: &[usize],
     kept: &[usize],
-    kv_dim: usize,
     into_pool: bool,
 ) -> Result<usize, ModelError> {
     let mut shared = 0;
@@ -259,9 +258,9 @@ pub(crate) fn copy_blocks<B: Backend>(
             }
             let rows = (n - j * BLOCK).min(run * BLOCK);
             in_layer += if into_pool {
-                kv.copy_layer_rows(b, l, slot, j * BLOCK, pool, blocks[j], 0, rows, kv_dim)?
+                kv.copy_layer_rows(b, l, slot, j * BLOCK, pool, blocks[j], 0, rows)?
             } else {
-                pool.copy_layer_rows(b, l, blocks[j], 0, kv, slot, j * BLOCK, rows, kv_dim)?
+                pool.copy_layer_rows(b, l, blocks[j], 0, kv, slot, j * BLOCK, rows)?
             };
             j += run;
         }

@@ -60,6 +60,16 @@ fn block_rows(dev: &Device, row_bytes: u64) -> usize {
     rows as usize
 }
 
+/// `fx`'s f16 cache on `dev`: rows per block, bytes per page, and pages per block of all its
+/// layers' keys and values.
+fn f16_blocks(dev: &Device, fx: &Fixture) -> (usize, u64, usize) {
+    let row = KvType::F16.bytes(fx.config.kv_dim() as u64);
+    let bl = block_rows(dev, row);
+    let page = dev.page_bytes().expect("pages");
+    let per_block = 2 * fx.config.layers.len() * (bl as u64 * row / page) as usize;
+    (bl, page, per_block)
+}
+
 /// Requests behind one prefix of three blocks and 4 rows join while another decodes (sharing
 /// its whole blocks and copying the rest; one leaves the prefix mid-block), and a later request
 /// in the first slot keeps a block and 8 rows while the others still read them: its block
@@ -182,11 +192,7 @@ fn on_demand_memory_reclaims_idle_slots_within_a_budget() {
     let dev = device();
     let fx = Fixture::load("qwen3").expect("fixture");
     let kv = KvType::F16;
-    let row = kv.bytes(fx.config.kv_dim() as u64);
-    let bl = block_rows(&dev, row);
-    let page = dev.page_bytes().expect("pages");
-    // Pages per block of all layers' keys and values.
-    let per_block = 2 * fx.config.layers.len() * (bl as u64 * row / page) as usize;
+    let (bl, page, per_block) = f16_blocks(&dev, &fx);
     let ctx = 8 * bl;
     let vocab = fx.config.vocab_size as u32;
     let prompt = |seed: u32| -> Vec<u32> {
@@ -242,10 +248,7 @@ fn a_prompt_without_kv_memory_waits_for_running_requests() {
     let dev = device();
     let fx = Fixture::load("qwen3").expect("fixture");
     let kv = KvType::F16;
-    let row = kv.bytes(fx.config.kv_dim() as u64);
-    let bl = block_rows(&dev, row);
-    let page = dev.page_bytes().expect("pages");
-    let per_block = 2 * fx.config.layers.len() * (bl as u64 * row / page) as usize;
+    let (bl, page, per_block) = f16_blocks(&dev, &fx);
     let vocab = fx.config.vocab_size as u32;
     let ids = |n: usize, seed: u32| -> Vec<u32> {
         (0..n as u32)

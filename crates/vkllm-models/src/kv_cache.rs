@@ -259,7 +259,7 @@ impl KvCache {
     }
 
     /// Copies slot `from`'s first `rows` positions into slot `to` of `dst` (this cache or another
-    /// of the same shape; rows `kv_dim` values wide), so `to` continues from position `rows` as
+    /// of the same shape), so `to` continues from position `rows` as
     /// if it had computed them: full-attention layers copy those rows, sliding-window layers
     /// their whole ring as `from` wrote it (`written`: `from`'s furthest position, see
     /// [`KvCache::reusable`]; check `rows` with it first). A device copy, ordered with the
@@ -274,9 +274,10 @@ impl KvCache {
         to: usize,
         rows: usize,
         written: usize,
-        kv_dim: usize,
     ) -> Result<usize, ModelError> {
+        let kv_dim = self.kv_dim;
         let same_shape = dst.layers.len() == self.layers.len()
+            && dst.kv_dim == kv_dim
             && dst.dtype == self.dtype
             && dst.capacity == self.capacity
             && dst
@@ -354,8 +355,8 @@ impl KvCache {
         to: usize,
         dst_row: usize,
         n: usize,
-        kv_dim: usize,
     ) -> Result<usize, ModelError> {
+        let kv_dim = self.kv_dim;
         let (Some(s), Some(d)) = (self.layers.get(l), dst.layers.get(l)) else {
             return Err(ModelError::Config {
                 field: "kv copy".into(),
@@ -369,13 +370,14 @@ impl KvCache {
         let fits = from * s.stride + src_row + n <= self.slots * s.stride
             && to * d.stride + dst_row + n <= dst.slots * d.stride
             && self.dtype == dst.dtype
-            && self.v_dtype == dst.v_dtype;
+            && self.v_dtype == dst.v_dtype
+            && dst.kv_dim == kv_dim;
         if !fits {
             return Err(ModelError::Config {
                 field: "kv copy".into(),
                 msg: format!(
                     "layer {l}: rows {src_row}+{n} from slot {from} of {} ({} rows each) -> row \
-                     {dst_row} of slot {to} of {} ({} rows each), same types needed",
+                     {dst_row} of slot {to} of {} ({} rows each), same types and widths needed",
                     self.slots, s.stride, dst.slots, d.stride
                 ),
             });
@@ -519,7 +521,7 @@ mod tests {
         b.copy(t, 0, kv.layers[0].k, 0, data.len()).unwrap();
         b.copy(t, 0, kv.layers[0].v, 0, data.len()).unwrap();
         // Rows 10..210 into pool slot 1 onwards: 128 rows there, 72 in slot 2.
-        kv.copy_layer_rows(&mut b, 0, 0, 10, &pool, 1, 0, 200, 4)
+        kv.copy_layer_rows(&mut b, 0, 0, 10, &pool, 1, 0, 200)
             .unwrap();
         for t in [pool.layers[0].k, pool.layers[0].v] {
             let mut out = vec![0f32; 200 * 4];
@@ -528,13 +530,10 @@ mod tests {
         }
         // Past the pool's last slot, or a layer it lacks: typed errors, nothing copied.
         assert!(
-            kv.copy_layer_rows(&mut b, 0, 0, 0, &pool, 2, 0, 129, 4)
+            kv.copy_layer_rows(&mut b, 0, 0, 0, &pool, 2, 0, 129)
                 .is_err()
         );
-        assert!(
-            kv.copy_layer_rows(&mut b, 1, 0, 0, &pool, 0, 0, 1, 4)
-                .is_err()
-        );
+        assert!(kv.copy_layer_rows(&mut b, 1, 0, 0, &pool, 0, 0, 1).is_err());
         assert_eq!(kv.rows_kept(50, 90), vec![50]);
     }
 }

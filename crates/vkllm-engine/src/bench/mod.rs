@@ -309,11 +309,11 @@ impl Net for DenseNet<'_> {
         to: usize,
         rows: usize,
     ) -> Result<bool, ModelError> {
-        let (model, kv) = self.g;
+        let kv = self.g.1;
         if kv.sharing() != KvSharing::InPlace {
             return Ok(false);
         }
-        kv.copy_prefix(b, from, kv, to, rows, rows, model.cfg.kv_dim())?;
+        kv.copy_prefix(b, from, kv, to, rows, rows)?;
         Ok(true)
     }
     fn prefill_profile(

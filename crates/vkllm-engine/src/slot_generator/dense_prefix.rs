@@ -59,10 +59,9 @@ impl SlotGenerator {
         if kv.sharing() == KvSharing::OnDemand {
             self.reserve_start(slot, reuse, prompt.len(), source)?;
         }
-        let Net::Dense { model, kv } = &self.net else {
+        let Net::Dense { kv, .. } = &self.net else {
             return Ok((reuse, None));
         };
-        let kv_dim = model.cfg.kv_dim();
         let (reuse, copied) = match source {
             Source::Store { e, r, written } => {
                 let Some(st) = self.store.as_mut() else {
@@ -73,8 +72,7 @@ impl SlotGenerator {
                 };
                 let kept = kv.rows_kept(r, written);
                 let blocks = st.blocks(e);
-                let shared =
-                    copy_blocks(&mut self.b, kv, slot, pool, blocks, &kept, kv_dim, false)?;
+                let shared = copy_blocks(&mut self.b, kv, slot, pool, blocks, &kept, false)?;
                 self.kv_rows_shared += shared as u64;
                 self.clock += 1;
                 st.touch(e, self.clock);
@@ -82,7 +80,7 @@ impl SlotGenerator {
             }
             Source::Slot { t, r } => {
                 let written = self.slots[t].written;
-                let shared = kv.copy_prefix(&mut self.b, t, kv, slot, r, written, kv_dim)?;
+                let shared = kv.copy_prefix(&mut self.b, t, kv, slot, r, written)?;
                 self.kv_rows_shared += shared as u64;
                 (r, Some(written))
             }

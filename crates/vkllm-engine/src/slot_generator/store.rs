@@ -173,11 +173,9 @@ impl SlotGenerator {
         };
         let blocks = store.blocks(e).to_vec();
         match (&mut self.net, &mut store.rows) {
-            (Net::Dense { model, kv }, StoreRows::Dense { pool, .. }) => {
+            (Net::Dense { kv, .. }, StoreRows::Dense { pool, .. }) => {
                 let kept = kv.rows_kept(hist.len(), written);
-                let kv_dim = model.cfg.kv_dim();
-                let shared =
-                    copy_blocks(&mut self.b, kv, slot, pool, &blocks, &kept, kv_dim, true)?;
+                let shared = copy_blocks(&mut self.b, kv, slot, pool, &blocks, &kept, true)?;
                 self.kv_rows_shared += shared as u64;
             }
             (
