@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use vkllm_cpu::sampler::{SamplingParams, apply_mask, log_softmax, sample, top_logprobs};
 use vkllm_models::hybrid::RecurrentMarks;
-use vkllm_models::{AnyModel, AnyState, Backend, KvType, Logits};
+use vkllm_models::{AnyModel, AnyState, Backend, KvSharing, KvType, Logits};
 
 use crate::error::EngineError;
 use crate::grammar::{Constraint, Grammar};
@@ -219,21 +219,43 @@ pub struct SimpleGenerator<B: Backend> {
     slots: Vec<Slot>,
     ctx: usize,
     clock: u64,
+    /// Rows given in place between slots so far ([`KvSharing::InPlace`]).
+    kv_rows_shared: u64,
+    /// Shared KV pages a slot made its own (copied) before writing there, so far.
+    kv_pages_copied: u64,
 }
 
 impl<B: Backend> SimpleGenerator<B> {
     /// `slots` generation slots of `ctx` positions each (at least one of each).
     pub fn new(
-        mut backend: B,
+        backend: B,
         model: impl Into<AnyModel>,
         slots: usize,
         ctx: usize,
     ) -> Result<Self, EngineError> {
+        Self::new_sharing(backend, model, slots, ctx, KvSharing::Copy)
+    }
+
+    /// [`SimpleGenerator::new`] whose slots give prefixes to each other as `sharing` says:
+    /// [`KvSharing::InPlace`] shares whole KV blocks in place where the backend has paged KV
+    /// tensors (dense models; hybrid models and backends without pages copy).
+    /// [`KvSharing::OnDemand`] is taken as in-place here (every slot's memory is held).
+    pub fn new_sharing(
+        mut backend: B,
+        model: impl Into<AnyModel>,
+        slots: usize,
+        ctx: usize,
+        sharing: KvSharing,
+    ) -> Result<Self, EngineError> {
         let model = model.into();
         let ctx = ctx.max(1);
+        let sharing = match sharing {
+            KvSharing::OnDemand => KvSharing::InPlace,
+            s => s,
+        };
         let slots = (0..slots.max(1))
             .map(|_| {
-                let kv = model.new_state(&mut backend, ctx, KvType::F32)?;
+                let kv = model.new_state_sharing(&mut backend, ctx, KvType::F32, sharing)?;
                 let marks = model.new_marks(&mut backend, &kv, DEFAULT_MARKS_PER_SLOT);
                 Ok(Slot {
                     kv,
@@ -252,7 +274,27 @@ impl<B: Backend> SimpleGenerator<B> {
             slots,
             ctx,
             clock: 0,
+            kv_rows_shared: 0,
+            kv_pages_copied: 0,
         })
+    }
+
+    /// The backend (its memory figures: `CpuBackend::kv_paged_values`).
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Shared KV pages a slot made its own (copy-on-write) before writing there, so far.
+    pub fn kv_pages_copied(&self) -> u64 {
+        self.kv_pages_copied
+    }
+
+    /// How slots give prefixes to each other (the first slot's cache: they are alike).
+    pub fn kv_sharing(&self) -> KvSharing {
+        match &self.slots[0].kv {
+            AnyState::Kv(kv) => kv.sharing(),
+            _ => KvSharing::Copy,
+        }
     }
 
     /// The model.
@@ -289,7 +331,8 @@ impl<B: Backend> SimpleGenerator<B> {
             return Ok((own, None));
         };
         let written = self.slots[t].written;
-        src.copy_prefix(&mut self.backend, 0, dst, 0, r, written)?;
+        let shared = src.copy_prefix(&mut self.backend, 0, dst, 0, r, written)?;
+        self.kv_rows_shared += shared as u64;
         Ok((r, Some(written)))
     }
 
@@ -321,6 +364,14 @@ impl<B: Backend> SimpleGenerator<B> {
 impl<B: Backend + Send> Generator for SimpleGenerator<B> {
     fn reused(&self, slot: SlotId) -> usize {
         self.slots.get(slot).map_or(0, |s| s.reused)
+    }
+
+    fn kv_rows_shared(&self) -> u64 {
+        self.kv_rows_shared
+    }
+
+    fn kv_paged_memory(&self) -> (u64, u64) {
+        (self.backend.kv_paged_bytes(), 0)
     }
 
     fn max_slots(&self) -> usize {
@@ -367,6 +418,10 @@ impl<B: Backend + Send> Generator for SimpleGenerator<B> {
         // its mark.
         self.model
             .resume(&mut self.backend, &slot.kv, slot.marks.as_mut(), reuse)?;
+        if let AnyState::Kv(kv) = &slot.kv {
+            // Blocks shared with other slots become this slot's own before it writes there.
+            self.kv_pages_copied += kv.own_from(&mut self.backend, 0, reuse)? as u64;
+        }
         slot.history.truncate(reuse);
         if let Some(w) = copied_written {
             // The rows came from another slot: its history prefix, its ring as far as written.

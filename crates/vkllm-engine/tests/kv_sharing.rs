@@ -9,7 +9,7 @@ mod common;
 
 use vkllm_engine::{Generator, SimpleGenerator, SlotGenerator, SlotParams};
 use vkllm_models::fixtures::Fixture;
-use vkllm_models::{DEFAULT_CHUNK, KvSharing, KvType, Model, VulkanBackend};
+use vkllm_models::{Backend, CpuBackend, DEFAULT_CHUNK, KvSharing, KvType, Model, VulkanBackend};
 use vkllm_vk::Device;
 
 fn device() -> Device {
@@ -133,6 +133,104 @@ fn shared_blocks_give_the_reference_tokens() {
         for i in 0..reqs.len() {
             assert_eq!(got[i], want[i], "{case}: request {i} in place");
             assert_eq!(copied[i], want[i], "{case}: request {i} copied");
+        }
+    }
+}
+
+fn simple_sharing<B: Backend>(
+    mut b: B,
+    fx: &Fixture,
+    (slots, ctx): (usize, usize),
+    sharing: KvSharing,
+) -> SimpleGenerator<B> {
+    let model = Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+    SimpleGenerator::new_sharing(b, model, slots, ctx, sharing).expect("simple generator")
+}
+
+/// The reference generator's slots share whole blocks in place too, on the CPU backend (its
+/// own pages) and on the GPU: requests joining behind a busy slot's prefix of three blocks and 4
+/// rows (one leaving it mid-block) read its blocks where they are, the first slot copies a
+/// block on write when its next request keeps a block and 8 rows, and every request gets the
+/// copying generator's tokens. A model with sliding-window rings (copied) beside its
+/// full-attention layers too.
+#[test]
+fn simple_generator_slots_share_blocks_in_place() {
+    let dev = device();
+    for family in ["qwen3", "gemma3"] {
+        let fx = Fixture::load(family).expect("fixture");
+        let cpu = || CpuBackend::new();
+        let gpu = || VulkanBackend::new(dev.clone());
+        let row = KvType::F32.bytes(fx.config.kv_dim() as u64);
+        let cpu_page = cpu().kv_page_bytes().expect("the CPU backend pages KV");
+        let gpu_page = dev.page_bytes().expect("lavapipe and the H200 page KV");
+        for (backend, page) in [("cpu", cpu_page), ("gpu", gpu_page)] {
+            let block = (1..).find(|r| (r * row).is_multiple_of(page)).unwrap() as usize;
+            let ctx = 3 * block + 64;
+            let vocab = fx.config.vocab_size as u32;
+            let prefix: Vec<u32> = (0..3 * block as u32 + 4)
+                .map(|i| (13 + 7 * i) % vocab)
+                .collect();
+            let with = |tail: &[u32]| [prefix.as_slice(), tail].concat();
+            let sampled = SlotParams {
+                sampling: SamplingParams {
+                    temperature: 0.9,
+                    top_k: 40,
+                    seed: 5,
+                    ..Default::default()
+                },
+                ..SlotParams::default()
+            };
+            let mut diverge = prefix[..block + 8].to_vec();
+            diverge.extend([1, 2, 3, 4, 5]);
+            let mut mid = prefix[..2 * block + 6].to_vec();
+            mid.extend([9, 8, 7]);
+            let greedy = SlotParams::default();
+            let reqs = vec![
+                (with(&[]), greedy.clone(), 3, 0),
+                (with(&[3, 5, 7]), greedy.clone(), 12, 1),
+                (mid, sampled, 12, 1),
+                (diverge, greedy, 6, 4),
+            ];
+            let case = format!("{family} on the {backend} (blocks of {block} rows)");
+            let (got, shared, copied, want) = if backend == "cpu" {
+                let mut g = simple_sharing(cpu(), &fx, (3, ctx), KvSharing::InPlace);
+                assert_eq!(g.kv_sharing(), KvSharing::InPlace, "{case}");
+                let full = g.backend().kv_paged_values();
+                let got = drive(&mut g, &reqs);
+                // Every slot holds its cache, the shared blocks once.
+                let held = g.backend().kv_paged_values();
+                assert!(
+                    held < full,
+                    "{case}: {held} values held, {full} unshared; {} rows shared, {} pages copied",
+                    g.kv_rows_shared(),
+                    g.kv_pages_copied()
+                );
+                let mut c = simple_sharing(cpu(), &fx, (3, ctx), KvSharing::Copy);
+                assert_eq!(c.kv_sharing(), KvSharing::Copy);
+                let want = drive(&mut c, &reqs);
+                assert_eq!(c.kv_rows_shared(), 0);
+                (got, g.kv_rows_shared(), g.kv_pages_copied(), want)
+            } else {
+                let mut g = simple_sharing(gpu(), &fx, (3, ctx), KvSharing::InPlace);
+                assert_eq!(g.kv_sharing(), KvSharing::InPlace, "{case}");
+                let got = drive(&mut g, &reqs);
+                let want = drive(
+                    &mut simple_sharing(gpu(), &fx, (3, ctx), KvSharing::Copy),
+                    &reqs,
+                );
+                (got, g.kv_rows_shared(), g.kv_pages_copied(), want)
+            };
+            assert!(
+                shared >= 5 * block as u64,
+                "{case}: rows shared in place: {shared}"
+            );
+            assert!(
+                copied > 0,
+                "{case}: the diverging request copied a shared block on write"
+            );
+            for i in 0..reqs.len() {
+                assert_eq!(got[i], want[i], "{case}: request {i}");
+            }
         }
     }
 }

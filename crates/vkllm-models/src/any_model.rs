@@ -7,7 +7,7 @@ use crate::backend::Backend;
 use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::forward::{KvCache, Logits, Model};
+use crate::forward::{KvCache, KvSharing, Logits, Model};
 use crate::hybrid::{HybridModel, HybridState, RecurrentMarks};
 use crate::progress::LoadProgress;
 use crate::quantize::{QuantScheme, QuantizingSource};
@@ -91,8 +91,22 @@ impl AnyModel {
         ctx: usize,
         dtype: impl Into<KvTypes>,
     ) -> Result<AnyState, ModelError> {
+        self.new_state_sharing(b, ctx, dtype, KvSharing::Copy)
+    }
+
+    /// [`AnyModel::new_state`] whose KV gives its prefix to other states as `sharing` says
+    /// ([`KvCache::copy_prefix`]; hybrid models copy).
+    pub fn new_state_sharing<B: Backend>(
+        &self,
+        b: &mut B,
+        ctx: usize,
+        dtype: impl Into<KvTypes>,
+        sharing: KvSharing,
+    ) -> Result<AnyState, ModelError> {
         match self {
-            AnyModel::Dense(m) => Ok(AnyState::Kv(m.new_kv_slots(b, ctx, 1, dtype)?)),
+            AnyModel::Dense(m) => Ok(AnyState::Kv(
+                m.new_kv_slots_sharing(b, ctx, 1, dtype, sharing)?,
+            )),
             AnyModel::Hybrid(m) => Ok(AnyState::Hybrid(m.new_state_kv(b, ctx, 1, dtype)?)),
         }
     }

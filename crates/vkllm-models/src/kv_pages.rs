@@ -300,12 +300,17 @@ mod tests {
     }
 
     #[test]
-    fn backends_without_pages_copy() {
-        let b = crate::CpuBackend::new();
+    fn the_cpu_backend_pages_and_blocks_past_the_capacity_copy() {
+        let mut b = crate::CpuBackend::new();
         let f16 = KvTypes::new(KvType::F16, KvType::F16).unwrap();
-        assert_eq!(block_rows(&b, 64, 256, f16), (0, 0));
-        let mut b = b;
+        // 64 f16 values: 128-byte rows, 32 per 4 KiB page.
+        assert_eq!(block_rows(&b, 64, 256, f16), (32, 4096));
         let kv = KvCache::alloc_sharing(&mut b, &[None], (64, 256, 16, 2), f16, KvSharing::InPlace)
+            .unwrap();
+        assert_eq!((kv.block, kv.sharing()), (32, KvSharing::InPlace));
+        assert!(kv.layers[0].paged);
+        // A context shorter than a block: nothing is paged.
+        let kv = KvCache::alloc_sharing(&mut b, &[None], (64, 16, 16, 2), f16, KvSharing::InPlace)
             .unwrap();
         assert_eq!((kv.block, kv.sharing()), (0, KvSharing::Copy));
         assert!(!kv.layers[0].paged);

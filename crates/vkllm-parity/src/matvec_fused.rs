@@ -348,6 +348,10 @@ fn run_case(
 /// GPU's `127 / amax` may round it the other way), times inv_rms; plus the inv_rms error term
 /// and 2 eps |y| for the final scaling. Returns (per-part `[n, rows]` results, tolerance,
 /// max |result|, the largest tie term of one result).
+/// The dots per matrix, then (as [`run_case`] names them) the tolerance per dot, max |dot|, and
+/// the largest tie-flip and summation-rounding parts of a dot's tolerance.
+type DotsAndBounds = (Vec<Vec<f32>>, f64, f64, f64, f64);
+
 fn q8a_reference(
     c: &Case,
     ws: &[W],
@@ -355,7 +359,7 @@ fn q8a_reference(
     nw: &[f32],
     eps: f32,
     t: MatvecTuning,
-) -> Result<(Vec<Vec<f32>>, f64, f64, f64, f64)> {
+) -> Result<DotsAndBounds> {
     let qt = quant_type(c.dtype)?;
     let (cols, n) = (c.cols, c.n);
     let mut acts = Vec::new();

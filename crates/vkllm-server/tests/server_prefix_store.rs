@@ -34,16 +34,21 @@ fn conversations_resume_from_the_prefix_store() {
 /// `--kv-sharing in-place` on the Vulkan device: chats behind one system prompt on two slots
 /// take its KV blocks from each other in place and answer as they do alone
 /// (tests/py/test_kv_sharing.py); so do they with `on-demand` KV memory of 32 MiB (SmolLM2's
-/// f32 cache takes 46 KB a position: two slots' first 256 rows each).
+/// f32 cache takes 46 KB a position: two slots' first 256 rows each), and on the CPU backend
+/// (the reference generator's slots, its own pages).
 #[test]
 fn concurrent_chats_share_kv_blocks_in_place() {
-    for extra in [
-        &["--kv-sharing", "in-place"][..],
-        &["--kv-sharing", "on-demand", "--kv-memory-mb", "32"][..],
+    for (device, extra) in [
+        (None, &["--kv-sharing", "in-place"][..]),
+        (
+            None,
+            &["--kv-sharing", "on-demand", "--kv-memory-mb", "32"][..],
+        ),
+        (Some("cpu"), &["--kv-sharing", "in-place"][..]),
     ] {
         let mut args = vec!["--slots", "2", "--ctx", "512"];
         args.extend_from_slice(extra);
-        let s = serve_harness::Server::start_on(None, &args);
+        let s = serve_harness::Server::start_on(device, &args);
         s.python("test_kv_sharing.py");
     }
 }

@@ -7,13 +7,18 @@ use vkllm_cpu as ops;
 use vkllm_cpu::kv_quant::KvQuant;
 use vkllm_cpu::{AttnParams, DeltaShape, Rope};
 
-use super::{Backend, Experts, HybridOps, KvRows, KvType, KvView, Linear, StateView, Tensor};
+use super::cpu_pages::{CPU_KV_PAGE_BYTES, PagePool, PagedKv};
+use super::{
+    Backend, Experts, HybridOps, KvPageOp, KvRows, KvType, KvView, Linear, StateView, Tensor,
+};
 use crate::error::ModelError;
 use crate::family::Activation;
 
-enum Buf {
+pub(super) enum Buf {
     F32(Vec<f32>),
     U32(Vec<u32>),
+    /// A paged KV tensor (`cpu_pages`).
+    Paged(PagedKv),
 }
 
 /// Tokens per chunk of the chunked delta rule (transformers' default `chunk_size`).
@@ -22,7 +27,9 @@ pub const DELTA_CHUNK: usize = 64;
 /// Runs the model graph on the host with the reference ops.
 #[derive(Default)]
 pub struct CpuBackend {
-    bufs: Vec<Buf>,
+    pub(super) bufs: Vec<Buf>,
+    /// The pages of paged KV tensors.
+    pub(super) pool: PagePool,
 }
 
 impl CpuBackend {
@@ -30,24 +37,39 @@ impl CpuBackend {
         Self::default()
     }
 
-    fn push(&mut self, b: Buf) -> Tensor {
+    pub(super) fn push(&mut self, b: Buf) -> Tensor {
         self.bufs.push(b);
         Tensor::from_index((self.bufs.len() - 1) as u32)
     }
 
-    /// The f32 contents of a tensor. Panics on a u32 tensor or a foreign handle: a programming
-    /// error in the graph code, not bad input.
+    /// The f32 contents of a tensor. Panics on a u32 or paged tensor or a foreign handle: a
+    /// programming error in the graph code, not bad input (paged KV tensors are read through
+    /// `values`).
     pub fn f32(&self, t: Tensor) -> &[f32] {
         match &self.bufs[t.index()] {
             Buf::F32(v) => v,
             Buf::U32(_) => panic!("tensor {t:?} is u32, used as f32"),
+            Buf::Paged(_) => panic!("tensor {t:?} is paged, used as a plain f32 tensor"),
+        }
+    }
+
+    /// Values held in pages of paged KV tensors now (shared pages once).
+    pub fn kv_paged_values(&self) -> usize {
+        self.pool.values()
+    }
+
+    /// Values in an f32 or paged tensor.
+    fn f32_len(&self, t: Tensor) -> usize {
+        match &self.bufs[t.index()] {
+            Buf::Paged(kv) => kv.len(),
+            _ => self.f32(t).len(),
         }
     }
 
     fn u32(&self, t: Tensor) -> &[u32] {
         match &self.bufs[t.index()] {
             Buf::U32(v) => v,
-            Buf::F32(_) => panic!("tensor {t:?} is f32, used as u32"),
+            _ => panic!("tensor {t:?} is not u32, used as u32"),
         }
     }
 
@@ -56,6 +78,7 @@ impl CpuBackend {
         match &mut self.bufs[t.index()] {
             Buf::F32(v) => std::mem::take(v),
             Buf::U32(_) => panic!("tensor {t:?} is u32, used as f32"),
+            Buf::Paged(_) => panic!("tensor {t:?} is paged, used as a plain f32 tensor"),
         }
     }
 
@@ -66,7 +89,7 @@ impl CpuBackend {
     fn u32_mut(&mut self, t: Tensor) -> &mut [u32] {
         match &mut self.bufs[t.index()] {
             Buf::U32(v) => v,
-            Buf::F32(_) => panic!("tensor {t:?} is f32, used as u32"),
+            _ => panic!("tensor {t:?} is not u32, used as u32"),
         }
     }
 
@@ -107,6 +130,28 @@ impl Backend for CpuBackend {
         self.alloc_f32(len)
     }
 
+    fn kv_page_bytes(&self) -> Option<u64> {
+        Some(CPU_KV_PAGE_BYTES)
+    }
+
+    fn alloc_kv_paged(
+        &mut self,
+        len: usize,
+        dtype: KvType,
+        resident: bool,
+    ) -> Result<Tensor, ModelError> {
+        Ok(self.alloc_kv_paged_(len, dtype, resident))
+    }
+
+    fn kv_pages(&mut self, op: KvPageOp<'_>) -> Result<usize, ModelError> {
+        self.kv_pages_(op)
+    }
+
+    fn kv_paged_bytes(&self) -> u64 {
+        // The cache stores f32 whatever its type (see kv_store).
+        4 * self.kv_paged_values() as u64
+    }
+
     fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError> {
         Ok(self.push(Buf::F32(data.to_vec())))
     }
@@ -144,13 +189,13 @@ impl Backend for CpuBackend {
     fn write_u32(&mut self, t: Tensor, data: &[u32]) -> Result<(), ModelError> {
         match &mut self.bufs[t.index()] {
             Buf::U32(v) => v[..data.len()].copy_from_slice(data),
-            Buf::F32(_) => panic!("tensor {t:?} is f32, written as u32"),
+            _ => panic!("tensor {t:?} is not u32, written as u32"),
         }
         Ok(())
     }
 
     fn read_f32(&mut self, t: Tensor, offset: usize, out: &mut [f32]) -> Result<(), ModelError> {
-        out.copy_from_slice(&self.f32(t)[offset..offset + out.len()]);
+        out.copy_from_slice(&self.values(t, offset, out.len()));
         Ok(())
     }
 
@@ -259,23 +304,21 @@ impl Backend for CpuBackend {
             }
             KvRows::PerRow => ops::kv::kv_rows(&pos, kv.capacity, kv.ring, kv.stride, 0, true),
         };
+        let mut row = vec![0.0; width];
         for (which, (src, cache)) in [(k, kv.k), (v, kv.v)].into_iter().enumerate() {
-            let mut c = self.take(cache);
-            let s = self.f32(src);
             for (i, d) in dst.iter().enumerate() {
                 let Some(r) = *d else { continue };
-                let row = &mut c[r * width..(r + 1) * width];
-                row.copy_from_slice(&s[i * width..(i + 1) * width]);
+                row.copy_from_slice(&self.f32(src)[i * width..(i + 1) * width]);
                 // The cache keeps f32; it holds what a cache of kv.dtype would read back.
                 let dtype = [kv.dtype, kv.v_dtype][which];
                 if dtype == KvType::F16 {
                     row.iter_mut()
                         .for_each(|x| *x = half::f16::from_f32(*x).to_f32());
                 } else if let Some(q) = KvQuant::from_name(dtype.name()) {
-                    q.round_trip(row, kv.rot_k && which == 0);
+                    q.round_trip(&mut row, kv.rot_k && which == 0);
                 }
+                self.write_values(cache, r * width, &row)?;
             }
-            self.put(cache, c);
         }
         Ok(())
     }
@@ -307,8 +350,8 @@ impl Backend for CpuBackend {
                 let rows = n_kv.min(kv.ring) * kv_w;
                 ops::attention_ring(
                     &self.f32(q)[..n * q_w],
-                    &self.f32(kv.k)[base..base + rows],
-                    &self.f32(kv.v)[base..base + rows],
+                    &self.values(kv.k, base, rows),
+                    &self.values(kv.v, base, rows),
                     n,
                     n_kv,
                     kv.ring,
@@ -329,8 +372,8 @@ impl Backend for CpuBackend {
                     let rows = n_kv.min(kv.ring) * kv_w;
                     ops::attention_ring(
                         &self.f32(q)[i * q_w..(i + 1) * q_w],
-                        &self.f32(kv.k)[base..base + rows],
-                        &self.f32(kv.v)[base..base + rows],
+                        &self.values(kv.k, base, rows),
+                        &self.values(kv.v, base, rows),
                         1,
                         n_kv,
                         kv.ring,
@@ -388,13 +431,20 @@ impl Backend for CpuBackend {
             expected: vec![off.saturating_add(len)],
             found: vec![have],
         };
-        let src_len = self.f32(src).len();
-        let dst_len = self.f32(dst).len();
+        let src_len = self.f32_len(src);
+        let dst_len = self.f32_len(dst);
         if src_offset.checked_add(len).is_none_or(|e| e > src_len) {
             return Err(range_err(src, src_offset, src_len));
         }
         if dst_offset.checked_add(len).is_none_or(|e| e > dst_len) {
             return Err(range_err(dst, dst_offset, dst_len));
+        }
+        if matches!(self.bufs[src.index()], Buf::Paged(_))
+            || matches!(self.bufs[dst.index()], Buf::Paged(_))
+        {
+            // Paged KV rows (a partial block given to another slot): through the pages.
+            let v = self.values(src, src_offset, len).into_owned();
+            return self.write_values(dst, dst_offset, &v);
         }
         let mut d = self.take(dst);
         if src == dst {

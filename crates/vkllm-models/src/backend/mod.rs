@@ -7,6 +7,7 @@
 //! once and replay it with new positions written into a small buffer.
 
 pub mod cpu;
+mod cpu_pages;
 mod recurrent;
 pub mod vulkan;
 
@@ -164,6 +165,10 @@ pub trait Backend: HybridOps {
     fn kv_pages(&mut self, op: KvPageOp<'_>) -> Result<usize, ModelError> {
         let _ = op;
         Err(self.unsupported("kv_pages"))
+    }
+    /// Bytes the pages of paged KV tensors hold now (a shared page once; 0 without pages).
+    fn kv_paged_bytes(&self) -> u64 {
+        0
     }
     /// A tensor holding `data` (norm weights, biases, constants).
     fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError>;

@@ -415,6 +415,10 @@ impl Backend for VulkanBackend {
         self.kv_pages_(op)
     }
 
+    fn kv_paged_bytes(&self) -> u64 {
+        self.kv_paged_bytes_()
+    }
+
     fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError> {
         let buf = self.dev.buffer_from("constant", data)?;
         Ok(self.push(Slot::Buf { buf, host: None }))

@@ -160,10 +160,10 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = WarmUp::Auto)]
     warm_up: WarmUp,
 
-    /// How a request gets the KV rows of a prefix another slot holds (dense models, the
-    /// batched GPU decoder): `copy`, a device copy into its slot; `in-place`, the prefix's
-    /// whole blocks shared (one copy in memory, read where they are; the rows past the last
-    /// whole block copied), where the device has sparse, aliased buffers (else `copy`);
+    /// How a request gets the KV rows of a prefix another slot holds (dense models): `copy`,
+    /// a copy into its slot; `in-place`, the prefix's whole blocks shared (one copy in memory,
+    /// read where they are; the rows past the last whole block copied), on the CPU backend and
+    /// where the device has sparse, aliased buffers (else `copy`);
     /// `on-demand`, in place and each slot's KV memory bound only as its positions need it
     /// (idle slots give theirs back when it runs out: --kv-memory-mb).
     #[arg(long, value_enum, default_value_t = KvSharingArg::Copy)]
@@ -246,15 +246,28 @@ fn start_runner<B: Backend + Send + 'static>(
     let model = AnyModel::load_checkpoint(&ck, args.quant, &mut b, chunk, &mut |_| {})?;
     drop(ck);
     let ctx = args.ctx.min(model.cfg().max_position).max(2);
-    let generator = SimpleGenerator::new(b, model, args.slots.max(1), ctx)?;
+    let sharing: KvSharing = args.kv_sharing.into();
+    let generator = SimpleGenerator::new_sharing(b, model, args.slots.max(1), ctx, sharing)?;
     if args.prefix_cache_mb > 0 {
         eprintln!(
             "vkllm: --prefix-cache-mb applies to the batched GPU decoder; this one keeps \
              prefixes per slot"
         );
     }
-    if args.kv_sharing != KvSharingArg::Copy || args.kv_memory_mb > 0 {
-        eprintln!("vkllm: --kv-sharing and --kv-memory-mb apply to the batched GPU decoder");
+    if sharing != KvSharing::Copy {
+        match generator.kv_sharing() {
+            KvSharing::Copy => eprintln!(
+                "vkllm: --kv-sharing: prefixes are copied (a hybrid model, a backend without \
+                 paged KV, or blocks longer than the context)"
+            ),
+            _ => eprintln!("vkllm: KV blocks shared in place between slots"),
+        }
+    }
+    if args.kv_memory_mb > 0 || sharing == KvSharing::OnDemand {
+        eprintln!(
+            "vkllm: KV memory on demand (--kv-sharing on-demand, --kv-memory-mb) applies to \
+             the batched GPU decoder; this one holds every slot's"
+        );
     }
     Ok(InferenceRunner::threaded(
         Box::new(generator),

@@ -1,7 +1,7 @@
-"""KV blocks shared in place (`vkllm serve --kv-sharing in-place` on a Vulkan device, 2 slots)
-through the official `openai` client: four chats behind one long system prompt, two at a time,
-each answer equal to the same request made alone; the slots took the prompt's blocks from each
-other in place (vkllm_kv_shared_rows_total grew)."""
+"""KV blocks shared in place (`vkllm serve --kv-sharing in-place`, 2 slots, on a Vulkan device
+or the CPU) through the official `openai` client: four chats behind one long system prompt, two
+at a time, each answer equal to the same request made alone; the slots took the prompt's blocks
+from each other in place (vkllm_kv_shared_rows_total grew)."""
 
 from concurrent.futures import ThreadPoolExecutor
 

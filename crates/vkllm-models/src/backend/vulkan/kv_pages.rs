@@ -56,7 +56,7 @@ impl VulkanBackend {
     }
 
     /// Device bytes the pages of paged KV tensors hold now (slots and the prefix store).
-    pub fn kv_paged_bytes(&self) -> u64 {
+    pub(super) fn kv_paged_bytes_(&self) -> u64 {
         let p = self.dev.pool_pages();
         (p.total - p.free) as u64 * self.dev.page_bytes().unwrap_or(0)
     }
