@@ -321,7 +321,12 @@ fn on_demand_memory_reclaims_idle_slots_within_a_budget() {
         (prompt(50), greedy.clone(), long, 0),
         (prompt(97), greedy.clone(), long, 2),
     ];
-    let want = drive(&mut simple_generator(&dev, &fx, 3, ctx), &reqs);
+    // The reference: the same decoder and f16 cache, resident (the simple generator's f32
+    // cache parts from f16 within the H200's 2,070-token answers: blocks of 512 rows there).
+    let want = drive(
+        &mut slot_generator(&dev, &fx, (3, ctx), kv, KvSharing::Copy),
+        &reqs,
+    );
     let on_demand = |pages: usize| {
         slot_generator(&dev, &fx, (3, ctx), kv, KvSharing::OnDemand)
             .with_kv_memory(Some((pages as u64) * page), bl)
