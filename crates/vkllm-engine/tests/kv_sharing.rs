@@ -87,8 +87,11 @@ fn f16_blocks(dev: &Device, fx: &Fixture) -> (usize, u64, usize) {
 /// Requests behind one prefix of three blocks and 4 rows join while another decodes (sharing
 /// its whole blocks and copying the rest; one leaves the prefix mid-block), and a later request
 /// in the first slot keeps a block and 8 rows while the others still read them: its block
-/// holding that row is copied on write. On a model with only full-attention layers and on one
-/// with sliding-window rings (copied) beside them; f16 and f32 caches.
+/// holding that row is copied on write, and so is the next one, still shared with the second
+/// request, when its answer reaches it. Every request gets the copying decoder's tokens (the
+/// same kernels), and their first 16 the reference generator's. On a model with only
+/// full-attention layers and on one with sliding-window rings (copied) beside them; f16 and f32
+/// caches.
 #[test]
 fn shared_blocks_give_the_reference_tokens() {
     let dev = device();
@@ -99,7 +102,7 @@ fn shared_blocks_give_the_reference_tokens() {
     ] {
         let fx = Fixture::load(family).expect("fixture");
         let block = block_rows(&dev, kv.bytes(fx.config.kv_dim() as u64));
-        let ctx = 3 * block + 64;
+        let ctx = 5 * block + 64;
         let vocab = fx.config.vocab_size as u32;
         let prefix: Vec<u32> = (0..3 * block as u32 + 4)
             .map(|i| (13 + 7 * i) % vocab)
@@ -121,10 +124,11 @@ fn shared_blocks_give_the_reference_tokens() {
         mid.extend([9, 8, 7]);
         let reqs = vec![
             (with(&[]), greedy.clone(), 3, 0),
-            (with(&[3, 5, 7]), greedy.clone(), 16, 1),
+            (with(&[3, 5, 7]), greedy.clone(), 2 * block, 1),
             (mid, sampled.clone(), 16, 1),
-            // Joins the first slot once request 0 has left it, while 1 and 2 decode on.
-            (diverge, greedy.clone(), 6, 4),
+            // Joins the first slot once request 0 has left it, while 1 and 2 decode on; its
+            // answer runs into the block after its prompt's (shared with request 1).
+            (diverge, greedy.clone(), block + 8, 4),
         ];
         let case = format!("{family} {kv:?} (blocks of {block} rows)");
         let mut g = slot_generator(&dev, &fx, (3, ctx), kv, KvSharing::InPlace);
@@ -146,8 +150,9 @@ fn shared_blocks_give_the_reference_tokens() {
         assert_eq!(copying.kv_rows_shared(), 0);
         let want = drive(&mut simple_generator(&dev, &fx, 3, ctx), &reqs);
         for i in 0..reqs.len() {
-            assert_eq!(got[i], want[i], "{case}: request {i} in place");
-            assert_eq!(copied[i], want[i], "{case}: request {i} copied");
+            assert_eq!(got[i], copied[i], "{case}: request {i} in place");
+            let n = want[i].len().min(16);
+            assert_eq!(copied[i][..n], want[i][..n], "{case}: request {i} copied");
         }
     }
 }
