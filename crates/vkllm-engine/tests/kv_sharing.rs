@@ -19,7 +19,7 @@ fn device() -> Device {
 }
 
 /// [`common::drive`]'s tokens as ids.
-fn drive(g: &mut dyn Generator, reqs: &[(Vec<u32>, SlotParams, usize, usize)]) -> Vec<Vec<u32>> {
+fn drive(g: &mut dyn Generator, reqs: &[Req]) -> Vec<Vec<u32>> {
     common::drive(g, reqs)
         .iter()
         .map(|v| v.iter().map(|t| t.id).collect())
@@ -84,6 +84,44 @@ fn f16_blocks(dev: &Device, fx: &Fixture) -> (usize, u64, usize) {
     (bl, page, per_block)
 }
 
+/// A request for [`common::drive`]: prompt, parameters, most tokens, the step it joins at.
+type Req = (Vec<u32>, SlotParams, usize, usize);
+
+/// The in-place tests' requests for blocks of `block` rows, and the context they need: behind
+/// one prefix of three blocks and 4 rows, one greedy request of 3 tokens; joining at step one,
+/// one extending the prefix (2 x block tokens) and one leaving it mid-block (sampled, 16);
+/// joining at step four, in the first request's slot once it is free, one keeping a block and 8
+/// rows whose answer (block + 8 tokens) runs into the block after its prompt's, still shared
+/// with the second request.
+fn joining_requests(fx: &Fixture, block: usize) -> (usize, Vec<Req>) {
+    let vocab = fx.config.vocab_size as u32;
+    let prefix: Vec<u32> = (0..3 * block as u32 + 4)
+        .map(|i| (13 + 7 * i) % vocab)
+        .collect();
+    let with = |tail: &[u32]| [prefix.as_slice(), tail].concat();
+    let greedy = SlotParams::default();
+    let sampled = SlotParams {
+        sampling: SamplingParams {
+            temperature: 0.9,
+            top_k: 40,
+            seed: 5,
+            ..Default::default()
+        },
+        ..SlotParams::default()
+    };
+    let mut diverge = prefix[..block + 8].to_vec();
+    diverge.extend([1, 2, 3, 4, 5]);
+    let mut mid = prefix[..2 * block + 6].to_vec();
+    mid.extend([9, 8, 7]);
+    let reqs = vec![
+        (with(&[]), greedy.clone(), 3, 0),
+        (with(&[3, 5, 7]), greedy.clone(), 2 * block, 1),
+        (mid, sampled, 16, 1),
+        (diverge, greedy, block + 8, 4),
+    ];
+    (5 * block + 64, reqs)
+}
+
 /// Requests behind one prefix of three blocks and 4 rows join while another decodes (sharing
 /// its whole blocks and copying the rest; one leaves the prefix mid-block), and a later request
 /// in the first slot keeps a block and 8 rows while the others still read them: its block
@@ -102,34 +140,7 @@ fn shared_blocks_give_the_reference_tokens() {
     ] {
         let fx = Fixture::load(family).expect("fixture");
         let block = block_rows(&dev, kv.bytes(fx.config.kv_dim() as u64));
-        let ctx = 5 * block + 64;
-        let vocab = fx.config.vocab_size as u32;
-        let prefix: Vec<u32> = (0..3 * block as u32 + 4)
-            .map(|i| (13 + 7 * i) % vocab)
-            .collect();
-        let with = |tail: &[u32]| [prefix.as_slice(), tail].concat();
-        let greedy = SlotParams::default();
-        let sampled = SlotParams {
-            sampling: SamplingParams {
-                temperature: 0.9,
-                top_k: 40,
-                seed: 5,
-                ..Default::default()
-            },
-            ..SlotParams::default()
-        };
-        let mut diverge = prefix[..block + 8].to_vec();
-        diverge.extend([1, 2, 3, 4, 5]);
-        let mut mid = prefix[..2 * block + 6].to_vec();
-        mid.extend([9, 8, 7]);
-        let reqs = vec![
-            (with(&[]), greedy.clone(), 3, 0),
-            (with(&[3, 5, 7]), greedy.clone(), 2 * block, 1),
-            (mid, sampled.clone(), 16, 1),
-            // Joins the first slot once request 0 has left it, while 1 and 2 decode on; its
-            // answer runs into the block after its prompt's (shared with request 1).
-            (diverge, greedy.clone(), block + 8, 4),
-        ];
+        let (ctx, reqs) = joining_requests(&fx, block);
         let case = format!("{family} {kv:?} (blocks of {block} rows)");
         let mut g = slot_generator(&dev, &fx, (3, ctx), kv, KvSharing::InPlace);
         assert_eq!(g.kv_sharing(), KvSharing::InPlace, "{case}: paged");
@@ -185,32 +196,7 @@ fn simple_generator_slots_share_blocks_in_place() {
         let gpu_page = dev.page_bytes().expect("lavapipe and the H200 page KV");
         for (backend, page) in [("cpu", cpu_page), ("gpu", gpu_page)] {
             let block = (1..).find(|r| (r * row).is_multiple_of(page)).unwrap() as usize;
-            let ctx = 3 * block + 64;
-            let vocab = fx.config.vocab_size as u32;
-            let prefix: Vec<u32> = (0..3 * block as u32 + 4)
-                .map(|i| (13 + 7 * i) % vocab)
-                .collect();
-            let with = |tail: &[u32]| [prefix.as_slice(), tail].concat();
-            let sampled = SlotParams {
-                sampling: SamplingParams {
-                    temperature: 0.9,
-                    top_k: 40,
-                    seed: 5,
-                    ..Default::default()
-                },
-                ..SlotParams::default()
-            };
-            let mut diverge = prefix[..block + 8].to_vec();
-            diverge.extend([1, 2, 3, 4, 5]);
-            let mut mid = prefix[..2 * block + 6].to_vec();
-            mid.extend([9, 8, 7]);
-            let greedy = SlotParams::default();
-            let reqs = vec![
-                (with(&[]), greedy.clone(), 3, 0),
-                (with(&[3, 5, 7]), greedy.clone(), 12, 1),
-                (mid, sampled, 12, 1),
-                (diverge, greedy, 6, 4),
-            ];
+            let (ctx, reqs) = joining_requests(&fx, block);
             let case = format!("{family} on the {backend} (blocks of {block} rows)");
             let (got, shared, copied, want) = if backend == "cpu" {
                 let mut g = simple_sharing(cpu(), &fx, (3, ctx), KvSharing::InPlace);
