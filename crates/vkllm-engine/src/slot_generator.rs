@@ -54,9 +54,6 @@ struct Slot {
     mask_due: bool,
     /// On-demand KV memory: rows from the slot's position up to here are bound.
     bound_to: usize,
-    /// Paged KV: the blocks holding rows from the slot's position up to here are its own
-    /// (made so before a prompt or a submit writes them).
-    owned_to: usize,
 }
 
 struct PendingPrompt {
@@ -209,7 +206,6 @@ impl SlotGenerator {
                     constraint: None,
                     mask_due: false,
                     bound_to: 0,
-                    owned_to: 0,
                 })
                 .collect(),
             steps_per_submit: steps_per_submit.max(1),

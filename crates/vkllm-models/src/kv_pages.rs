@@ -167,9 +167,8 @@ impl KvCache {
             return Ok(0);
         }
         let full = self.share_rows(b, l, from * l.stride, dst, d, to * d.stride, n)?;
-        // The rows past the shared blocks are copied: their blocks become `to`'s own (the
-        // caller owns the rows it writes after them).
-        dst.own_rows(b, d, to * d.stride + full, to * d.stride + n.max(full))?;
+        // Every row of `to` past the shared blocks is copied or computed anew.
+        dst.own_rows(b, d, to * d.stride + full, (to + 1) * d.stride)?;
         dst.bind_layer_rows(b, d, to * d.stride + full, to * d.stride + n)?;
         Ok(full)
     }
@@ -226,25 +225,10 @@ impl KvCache {
         slot: usize,
         row: usize,
     ) -> Result<usize, ModelError> {
-        self.own_range(b, slot, row, usize::MAX)
-    }
-
-    /// [`KvCache::own_from`] for the blocks holding rows `r0..r1` only, before those rows are
-    /// written (a prompt's, then each decode submit's): blocks past them may stay shared, so a
-    /// new prompt in a slot holding a long shared conversation re-maps what it writes, not the
-    /// slot's whole rest.
-    pub fn own_range<B: Backend>(
-        &self,
-        b: &mut B,
-        slot: usize,
-        r0: usize,
-        r1: usize,
-    ) -> Result<usize, ModelError> {
         let mut pages = 0;
         for l in &self.layers {
             let base = slot * l.stride;
-            let end = base + r1.min(l.stride);
-            pages += self.own_rows(b, l, base + r0.min(l.stride), end)?;
+            pages += self.own_rows(b, l, base + row.min(l.stride), base + l.stride)?;
         }
         Ok(pages)
     }

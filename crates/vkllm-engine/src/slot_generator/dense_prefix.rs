@@ -86,11 +86,9 @@ impl SlotGenerator {
             }
             Source::Own => (reuse, None),
         };
-        // Paged layers: the blocks the prompt writes are the slot's own (copy-on-write); those
-        // its answer writes become so before each submit (`reserve_steps`).
-        let pages = kv.own_range(&mut self.b, slot, reuse, prompt.len())?;
+        // Paged layers: the blocks the prompt writes are the slot's own (copy-on-write).
+        let pages = kv.own_from(&mut self.b, slot, reuse)?;
         self.kv_pages_copied += pages as u64;
-        self.slots[slot].owned_to = prompt.len();
         Ok((reuse, copied))
     }
 
@@ -131,7 +129,7 @@ impl SlotGenerator {
             };
             kv.bind_rows(&mut g.b, slot, from, target)?;
             if matches!(source, Source::Own) {
-                g.kv_pages_copied += kv.own_range(&mut g.b, slot, reuse, len)? as u64;
+                g.kv_pages_copied += kv.own_from(&mut g.b, slot, reuse)? as u64;
             }
             Ok(())
         })?;
@@ -139,48 +137,32 @@ impl SlotGenerator {
         Ok(())
     }
 
-    /// Before a submit of `steps` decode steps, on paged caches: the blocks holding the rows
-    /// those steps write become each live slot's own (copy-on-write: a slot's blocks past its
-    /// prompt may still be shared with the conversation it held before), and on demand they
-    /// have memory. A slot for which none is left even after every idle slot gave its back is
-    /// stopped and returned (its request ends as if its context were full).
+    /// On demand, before a submit of `steps` decode steps: every live slot has memory for the
+    /// rows those steps write. A slot for which none is left even after every idle slot gave
+    /// its back is stopped and returned (its request ends as if its context were full).
     pub(super) fn reserve_steps(&mut self, steps: usize) -> Result<Vec<usize>, EngineError> {
-        let (paged, on_demand) = match &self.net {
-            Net::Dense { kv, .. } => (kv.block > 0, kv.on_demand),
-            Net::Hybrid { .. } => (false, false),
-        };
+        let on_demand = matches!(&self.net, Net::Dense { kv, .. } if kv.on_demand);
         let mut stopped = Vec::new();
-        if !paged {
+        if !on_demand {
             return Ok(stopped);
         }
         for s in 0..self.slots.len() {
             let sl = &self.slots[s];
             let need = sl.history.len() + steps;
-            let bind = on_demand && need > sl.bound_to;
-            if sl.next.is_none() || (!bind && need <= sl.owned_to) {
+            if sl.next.is_none() || need <= sl.bound_to {
                 continue;
             }
             let from = sl.bound_to.min(sl.history.len());
-            let own_from = sl.owned_to.min(sl.history.len());
             let target = self.grow_target(need);
             let r = self.with_room(s, None, |g| {
                 let Net::Dense { kv, .. } = &g.net else {
                     return Ok(());
                 };
-                if bind {
-                    kv.bind_rows(&mut g.b, s, from, target)?;
-                }
-                g.kv_pages_copied += kv.own_range(&mut g.b, s, own_from, target)? as u64;
+                kv.bind_rows(&mut g.b, s, from, target).map(drop)?;
                 Ok(())
             });
             match r {
-                Ok(()) => {
-                    let sl = &mut self.slots[s];
-                    sl.owned_to = target;
-                    if bind {
-                        sl.bound_to = target;
-                    }
-                }
+                Ok(()) => self.slots[s].bound_to = target,
                 Err(EngineError::Model(ModelError::KvPagesFull { .. })) => {
                     eprintln!(
                         "vkllm: KV memory is full: the request in slot {s} ends at {} tokens",
@@ -236,7 +218,6 @@ impl SlotGenerator {
         s.history.clear();
         s.written = 0;
         s.bound_to = 0;
-        s.owned_to = 0;
         self.kv_slots_reclaimed += 1;
         Ok(true)
     }
