@@ -4,7 +4,7 @@
 //! copies only the rows past the last whole block. Before a slot writes rows, the blocks it
 //! writes become its own again (copy-on-write; `own_from`). Sliding-window rings are copied.
 
-use crate::backend::{Backend, KvPageOp, KvPageShare, KvType, KvTypes, Tensor};
+use crate::backend::{Backend, KvPageOp, KvPageOwn, KvPageShare, KvType, KvTypes, Tensor};
 use crate::error::ModelError;
 use crate::kv_cache::{KvCache, KvLayer, KvSharing};
 
@@ -225,12 +225,15 @@ impl KvCache {
         slot: usize,
         row: usize,
     ) -> Result<usize, ModelError> {
-        let mut pages = 0;
+        let mut ranges = Vec::new();
         for l in &self.layers {
             let base = slot * l.stride;
-            pages += self.own_rows(b, l, base + row.min(l.stride), base + l.stride)?;
+            self.own_ranges(l, base + row.min(l.stride), base + l.stride, &mut ranges);
         }
-        Ok(pages)
+        if ranges.is_empty() {
+            return Ok(0);
+        }
+        b.kv_pages(KvPageOp::Own(&ranges))
     }
 
     /// Makes global rows `r0..r1` of layer `l` private before they are written: blocks wholly
@@ -243,36 +246,44 @@ impl KvCache {
         r0: usize,
         r1: usize,
     ) -> Result<usize, ModelError> {
-        if !l.paged || r0 >= r1 {
+        let mut ranges = Vec::new();
+        self.own_ranges(l, r0, r1, &mut ranges);
+        if ranges.is_empty() {
             return Ok(0);
+        }
+        b.kv_pages(KvPageOp::Own(&ranges))
+    }
+
+    /// [`KvCache::own_rows`]'s page ranges, appended to `out`.
+    fn own_ranges(&self, l: &KvLayer, r0: usize, r1: usize, out: &mut Vec<KvPageOwn>) {
+        if !l.paged || r0 >= r1 {
+            return;
         }
         let bl = self.block;
         let (first, last) = (r0 / bl, r1.div_ceil(bl));
-
         let (whole0, whole1) = (r0.div_ceil(bl), r1 / bl);
-        let mut runs = Vec::new();
-        if whole0 < whole1 {
-            runs.push((first, whole0, true));
-            runs.push((whole0, whole1, false));
-            runs.push((whole1, last, true));
+        let runs = if whole0 < whole1 {
+            vec![
+                (first, whole0, true),
+                (whole0, whole1, false),
+                (whole1, last, true),
+            ]
         } else {
-            runs.push((first, last, true));
-        }
-        let mut replaced = 0;
+            vec![(first, last, true)]
+        };
         for (b0, b1, keep) in runs {
             if b0 >= b1 {
                 continue;
             }
-            for (t, p0, np) in self.pages(l, b0 * bl, b1 * bl) {
-                replaced += b.kv_pages(KvPageOp::Own {
+            for (t, first, count) in self.pages(l, b0 * bl, b1 * bl) {
+                out.push(KvPageOwn {
                     t,
-                    first: p0,
-                    count: np,
+                    first,
+                    count,
                     keep,
-                })?;
+                });
             }
         }
-        Ok(replaced)
     }
 }
 

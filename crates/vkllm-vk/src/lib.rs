@@ -60,7 +60,7 @@ pub use instance::{
 pub use matmul_glu::glu_config as coop_glu_config;
 pub use matmul_group::{group_config as coop_group_config, group_step as coop_group_step};
 pub use matmul_narrow::narrow_config;
-pub use paged::{PageShare, PoolPages};
+pub use paged::{PageOwn, PageShare, PoolPages};
 pub use pipeline::{Pipeline, PipelineCacheMode};
 pub use recorder::{DispatchTiming, Recorder, Recording, RecordingCache};
 pub use recycle::MAX_SPARES;

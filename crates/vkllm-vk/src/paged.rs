@@ -63,9 +63,11 @@ impl Drop for Page {
     }
 }
 
+/// `(page index, page)` pairs to bind (`None`: unbind) in one buffer.
+type BindEntries<'p> = Vec<(usize, Option<&'p Arc<Page>>)>;
+
 /// A paged buffer's pages: entry `i` backs bytes `i * page .. (i + 1) * page` (`None`: unbound,
-/// no memory). One more page of address space past the last entry stays unbound except while a
-/// copy-on-write uses it.
+/// no memory).
 pub(crate) struct PageTable {
     pages: Mutex<Vec<Option<Arc<Page>>>>,
 }
@@ -79,6 +81,16 @@ pub struct PageShare<'a> {
     pub dst: &'a Buffer,
     pub dst_page: usize,
     pub count: usize,
+}
+
+/// Pages `first .. first + count` of `b` for [`Device::own_page_ranges`]: those another range
+/// shares become private (`keep`: with their contents, else zeroed).
+#[derive(Clone, Copy, Debug)]
+pub struct PageOwn<'a> {
+    pub b: &'a Buffer,
+    pub first: usize,
+    pub count: usize,
+    pub keep: bool,
 }
 
 /// Page counts of the device's pool.
@@ -241,7 +253,7 @@ impl Device {
                 max: self.max_buffer_bytes(),
             });
         }
-        let (raw, req) = self.sparse_buffer((n + 1) * page)?;
+        let (raw, req) = self.sparse_buffer(n * page)?;
         let buf = Buffer {
             inner: Arc::new(BufferInner {
                 shared: self.shared.clone(),
@@ -458,52 +470,103 @@ impl Device {
     /// pages stay unbound. Returns how many pages were replaced. Call before recording writes
     /// to a range that may be shared.
     pub fn own_pages(&self, b: &Buffer, first: usize, count: usize, keep: bool) -> Result<usize> {
-        let shared: Vec<usize> = {
-            let t = lock(table(b)?)?;
-            if first + count > t.len() {
-                return Err(range_err(b, first, count, t.len()));
+        self.own_page_ranges(&[PageOwn {
+            b,
+            first,
+            count,
+            keep,
+        }])
+    }
+
+    /// [`Device::own_pages`] for many ranges (of one or several buffers) at once: three
+    /// submissions in all (the kept pages copied out to a staging buffer, one sparse bind of
+    /// every new page, the kept contents copied back and the others zeroed), whatever the
+    /// number of pages; fails with [`Error::PageBudget`], replacing nothing, past the limit.
+    pub fn own_page_ranges(&self, ranges: &[PageOwn<'_>]) -> Result<usize> {
+        // (buffer, page, keep) of every shared page, each page once.
+        let mut shared: Vec<(&Buffer, usize, bool)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for r in ranges {
+            let t = lock(table(r.b)?)?;
+            if r.first + r.count > t.len() {
+                return Err(range_err(r.b, r.first, r.count, t.len()));
             }
-            (first..first + count)
-                .filter(|&i| t[i].as_ref().is_some_and(|p| Arc::strong_count(p) > 1))
-                .collect()
-        };
+            for i in r.first..r.first + r.count {
+                if t[i].as_ref().is_some_and(|p| Arc::strong_count(p) > 1)
+                    && seen.insert((r.b.raw(), i))
+                {
+                    shared.push((r.b, i, r.keep));
+                }
+            }
+        }
         if shared.is_empty() {
             return Ok(0);
         }
         let fresh = self.alloc_pages(shared.len())?;
         let page = self.page_bytes().unwrap_or(0);
-        let spare = lock(table(b)?)?.len();
-        if keep {
-            // One page at a time through the spare page past the end: bind the new page there,
-            // copy the shared page into it, then move it in place.
-            for (&i, p) in shared.iter().zip(&fresh) {
-                self.bind(&[(b.raw(), self.binds_at(&[(spare, Some(p))])?)])?;
-                let region = vk::BufferCopy::default()
-                    .src_offset(i as u64 * page)
-                    .dst_offset(spare as u64 * page)
-                    .size(page);
+        let kept: Vec<(&Buffer, usize)> = shared
+            .iter()
+            .filter(|s| s.2)
+            .map(|&(b, i, _)| (b, i))
+            .collect();
+        let staging = match kept.len() {
+            0 => None,
+            n => {
+                let st = self.create_buffer(
+                    "kv pages (copy on write)",
+                    n as u64 * page,
+                    MemoryKind::Device,
+                )?;
                 self.one_shot(|d, cb| {
-                    // SAFETY: both ranges are bound and inside the buffer.
-                    unsafe { d.cmd_copy_buffer(cb, b.raw(), b.raw(), &[region]) }
+                    for (k, &(b, i)) in kept.iter().enumerate() {
+                        let region = vk::BufferCopy::default()
+                            .src_offset(i as u64 * page)
+                            .dst_offset(k as u64 * page)
+                            .size(page);
+                        // SAFETY: the page is bound and inside the buffer; the staging buffer
+                        // holds every kept page.
+                        unsafe { d.cmd_copy_buffer(cb, b.raw(), st.raw(), &[region]) }
+                    }
                 })?;
-                let binds = self.binds_at(&[(i, Some(p)), (spare, None)])?;
-                self.bind(&[(b.raw(), binds)])?;
+                Some(st)
             }
-        } else {
-            let entries: Vec<(usize, Option<&Arc<Page>>)> = shared
-                .iter()
-                .zip(&fresh)
-                .map(|(&i, p)| (i, Some(p)))
-                .collect();
-            self.bind(&[(b.raw(), self.binds_at(&entries)?)])?;
-            self.zero(&[(b, &shared)])?;
+        };
+        // One bind for every buffer's new pages.
+        let mut by_buf: Vec<(vk::Buffer, BindEntries<'_>)> = Vec::new();
+        for (&(b, i, _), p) in shared.iter().zip(&fresh) {
+            match by_buf.iter_mut().find(|(raw, _)| *raw == b.raw()) {
+                Some((_, e)) => e.push((i, Some(p))),
+                None => by_buf.push((b.raw(), vec![(i, Some(p))])),
+            }
         }
-        let mut old = Vec::with_capacity(shared.len());
-        {
-            let mut t = lock(table(b)?)?;
-            for (&i, p) in shared.iter().zip(fresh) {
-                old.push(t[i].replace(p));
+        let mut ops = Vec::with_capacity(by_buf.len());
+        for (raw, mut entries) in by_buf {
+            entries.sort_by_key(|e| e.0);
+            ops.push((raw, self.binds_at(&entries)?));
+        }
+        self.bind(&ops)?;
+        self.one_shot(|d, cb| {
+            let mut k = 0;
+            for &(b, i, keep) in &shared {
+                if keep {
+                    if let Some(st) = &staging {
+                        let region = vk::BufferCopy::default()
+                            .src_offset(k as u64 * page)
+                            .dst_offset(i as u64 * page)
+                            .size(page);
+                        // SAFETY: as for the copy out; the new page is bound now.
+                        unsafe { d.cmd_copy_buffer(cb, st.raw(), b.raw(), &[region]) }
+                    }
+                    k += 1;
+                } else {
+                    // SAFETY: the new page is bound and inside the buffer.
+                    unsafe { d.cmd_fill_buffer(cb, b.raw(), i as u64 * page, page, 0) };
+                }
             }
+        })?;
+        let mut old = Vec::with_capacity(shared.len());
+        for (&(b, i, _), p) in shared.iter().zip(fresh) {
+            old.push(lock(table(b)?)?[i].replace(p));
         }
         drop(old);
         Ok(shared.len())

@@ -230,12 +230,16 @@ impl CpuBackend {
                 }
                 Ok(n)
             }
-            KvPageOp::Own {
-                t,
-                first,
-                count,
-                keep,
-            } => self.own(t, first, count, keep),
+            KvPageOp::Own(ranges) => {
+                for r in ranges {
+                    self.paged(r.t)?.check(r.t, r.first, r.count)?;
+                }
+                let mut n = 0;
+                for r in ranges {
+                    n += self.own(r.t, r.first, r.count, r.keep)?;
+                }
+                Ok(n)
+            }
             KvPageOp::Bind(ranges) => {
                 for &(t, first, count) in ranges {
                     self.paged(t)?.check(t, first, count)?;
@@ -306,7 +310,6 @@ impl CpuBackend {
         count: usize,
         keep: bool,
     ) -> Result<usize, ModelError> {
-        self.paged(t)?.check(t, first, count)?;
         let mut n = 0;
         for p in first..first + count {
             let Some(id) = self.paged(t)?.map[p] else {
@@ -332,7 +335,7 @@ impl CpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
+    use crate::backend::{Backend, KvPageOwn};
 
     fn vals(b: &CpuBackend, t: Tensor, start: usize, len: usize) -> Vec<f32> {
         b.values(t, start, len).into_owned()
@@ -368,14 +371,14 @@ mod tests {
             ]
         );
         // Owned (kept): c's page 1 becomes a copy; writes no longer reach a.
-        let own = KvPageOp::Own {
+        let own = KvPageOwn {
             t: c,
             first: 1,
             count: 2,
             keep: true,
         };
         assert_eq!(
-            b.kv_pages(own).unwrap(),
+            b.kv_pages(KvPageOp::Own(&[own])).unwrap(),
             1,
             "only the shared page is copied"
         );
@@ -383,13 +386,13 @@ mod tests {
         assert_eq!(vals(&b, a, 1024, 1), [-1.0]);
         assert_eq!(vals(&b, c, 1024, 2), [7.0, -1.0]);
         // Owned without keeping: zeroed.
-        let own = KvPageOp::Own {
+        let own = KvPageOwn {
             t: a,
             first: 0,
             count: 1,
             keep: false,
         };
-        assert_eq!(b.kv_pages(own).unwrap(), 1);
+        assert_eq!(b.kv_pages(KvPageOp::Own(&[own])).unwrap(), 1);
         assert_eq!(vals(&b, a, 0, 4), [0.0; 4]);
         assert_eq!(vals(&b, c, 0, 4), [0.0, 1.0, 2.0, 3.0]);
         assert_eq!(b.kv_paged_values(), 6000);
@@ -419,12 +422,12 @@ mod tests {
         for op in [
             KvPageOp::Bind(&[(t, 0, 2)]),
             KvPageOp::Release(&[(plain, 0, 1)]),
-            KvPageOp::Own {
+            KvPageOp::Own(&[KvPageOwn {
                 t,
                 first: usize::MAX,
                 count: 2,
                 keep: true,
-            },
+            }]),
         ] {
             assert!(
                 matches!(b.kv_pages(op), Err(ModelError::Config { .. })),

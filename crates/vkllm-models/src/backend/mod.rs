@@ -462,19 +462,24 @@ pub trait Backend: HybridOps {
 pub enum KvPageOp<'a> {
     /// Each share's destination pages become its source's (read and written in place by both).
     Share(&'a [KvPageShare]),
-    /// The pages of the range that another range shares become private (`keep`: with their
-    /// contents, else zeroed); unbound pages stay unbound.
-    Own {
-        t: Tensor,
-        first: usize,
-        count: usize,
-        keep: bool,
-    },
+    /// The pages of each range that another range shares become private (`keep`: with their
+    /// contents, else zeroed); unbound pages stay unbound. One op for many ranges costs the
+    /// GPU backend one bind.
+    Own(&'a [KvPageOwn]),
     /// Zeroed pages for the unbound pages of each range; [`ModelError::KvPagesFull`] (binding
     /// nothing) past the page limit.
     Bind(&'a [(Tensor, usize, usize)]),
     /// Each range's pages unbound (their memory returns to the pool unless shared).
     Release(&'a [(Tensor, usize, usize)]),
+}
+
+/// One range of [`KvPageOp::Own`]: pages `first .. first + count` of `t`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvPageOwn {
+    pub t: Tensor,
+    pub first: usize,
+    pub count: usize,
+    pub keep: bool,
 }
 
 /// One range of [`KvPageOp::Share`]: `dst`'s pages `dst_page .. dst_page + count` become

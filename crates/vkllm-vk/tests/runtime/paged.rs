@@ -3,7 +3,7 @@
 //! contents, and returned to the pool when the last range lets go.
 
 use vkllm_vk::kernels::elementwise::Copy as CopyK;
-use vkllm_vk::{Device, Error, MemoryKind, PageShare, Recorder};
+use vkllm_vk::{Device, Error, MemoryKind, PageOwn, PageShare, Recorder};
 
 use super::common;
 
@@ -209,4 +209,73 @@ fn many_pages_bind_across_chunks() {
     let a = dev.create_paged_buffer_unbound("a", 3000 * page).unwrap();
     let n = dev.bind_pages(&[(&a, 0, 3000)]);
     assert_eq!(n.unwrap(), 3000);
+}
+
+/// Many ranges of several buffers made private in one op: kept pages keep their words, the
+/// others are zeroed, pages named twice or not shared are left alone, and past the page limit
+/// nothing changes.
+#[test]
+fn many_ranges_are_owned_in_one_op() {
+    let dev = common::device();
+    let page = dev.page_bytes().expect("sparse aliased buffers");
+    let q = (page / 4) as usize;
+    let a = dev.create_paged_buffer("a", 6 * page).unwrap();
+    let b = dev.create_paged_buffer("b", 3 * page).unwrap();
+    let c = dev.create_paged_buffer("c", 3 * page).unwrap();
+    let wa = words(page, 11, 6);
+    dev.upload(&a, 0, bytemuck::cast_slice(&wa)).unwrap();
+    let share = |dst, src_page| PageShare {
+        src: &a,
+        src_page,
+        dst,
+        dst_page: 0,
+        count: 3,
+    };
+    dev.share_pages(&[share(&b, 0), share(&c, 3)]).unwrap();
+    assert_eq!(dev.shared_pages(&a, 0, 6).unwrap(), 6);
+
+    // Past the limit: refused, every page still shared.
+    let held = |p: vkllm_vk::PoolPages| p.total - p.free;
+    let ranges = [
+        PageOwn {
+            b: &b,
+            first: 0,
+            count: 2,
+            keep: true,
+        },
+        PageOwn {
+            b: &c,
+            first: 0,
+            count: 3,
+            keep: false,
+        },
+        PageOwn {
+            b: &b,
+            first: 1,
+            count: 1,
+            keep: true,
+        },
+    ];
+    dev.set_page_limit(Some(held(dev.pool_pages()) + 4));
+    assert!(matches!(
+        dev.own_page_ranges(&ranges),
+        Err(Error::PageBudget { want: 5, .. })
+    ));
+    dev.set_page_limit(None);
+    assert_eq!(dev.shared_pages(&a, 0, 6).unwrap(), 6);
+
+    assert_eq!(dev.own_page_ranges(&ranges).unwrap(), 5);
+    assert_eq!(
+        dev.shared_pages(&b, 0, 3).unwrap(),
+        1,
+        "b's page 2 stays shared"
+    );
+    assert_eq!(dev.shared_pages(&c, 0, 3).unwrap(), 0);
+    assert_eq!(read(&dev, &b, page, 0, 3), wa[..3 * q]);
+    assert_eq!(read(&dev, &c, page, 0, 3), vec![0; 3 * q]);
+    // Writes to the owned pages stay there; a keeps its words.
+    let w = words(page, 12, 2);
+    dev.upload(&b, 0, bytemuck::cast_slice(&w)).unwrap();
+    assert_eq!(read(&dev, &a, page, 0, 6), wa);
+    dev.check_validation().unwrap();
 }

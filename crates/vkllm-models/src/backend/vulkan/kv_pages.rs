@@ -4,10 +4,10 @@
 //!
 //! [`Backend::alloc_kv_paged`]: crate::backend::Backend::alloc_kv_paged
 
-use vkllm_vk::{Buffer, PageShare};
+use vkllm_vk::{Buffer, PageOwn, PageShare};
 
 use super::{Slot, VulkanBackend};
-use crate::backend::{KvPageOp, KvPageShare, KvType, Tensor};
+use crate::backend::{KvPageOp, KvPageOwn, KvPageShare, KvType, Tensor};
 use crate::error::ModelError;
 
 impl VulkanBackend {
@@ -64,12 +64,7 @@ impl VulkanBackend {
     pub(super) fn kv_pages_(&mut self, op: KvPageOp<'_>) -> Result<usize, ModelError> {
         match op {
             KvPageOp::Share(s) => self.share(s).map(|()| s.iter().map(|s| s.count).sum()),
-            KvPageOp::Own {
-                t,
-                first,
-                count,
-                keep,
-            } => self.own(t, first, count, keep),
+            KvPageOp::Own(r) => self.own(r),
             KvPageOp::Bind(r) => self.bind_ranges(r),
             KvPageOp::Release(r) => self.release_ranges(r),
         }
@@ -91,19 +86,28 @@ impl VulkanBackend {
         Ok(self.dev.share_pages(&ops)?)
     }
 
-    fn own(
-        &mut self,
-        t: Tensor,
-        first: usize,
-        count: usize,
-        keep: bool,
-    ) -> Result<usize, ModelError> {
-        let shared = self.dev.shared_pages(self.paged_buf(t)?, first, count)?;
-        if shared == 0 {
+    fn own(&mut self, ranges: &[KvPageOwn]) -> Result<usize, ModelError> {
+        let mut want = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            let b = self.paged_buf(r.t)?;
+            if self.dev.shared_pages(b, r.first, r.count)? > 0 {
+                want.push(*r);
+            }
+        }
+        if want.is_empty() {
             return Ok(0);
         }
         self.flush()?;
-        match self.dev.own_pages(self.paged_buf(t)?, first, count, keep) {
+        let mut ops = Vec::with_capacity(want.len());
+        for r in &want {
+            ops.push(PageOwn {
+                b: self.paged_buf(r.t)?,
+                first: r.first,
+                count: r.count,
+                keep: r.keep,
+            });
+        }
+        match self.dev.own_page_ranges(&ops) {
             Err(vkllm_vk::Error::PageBudget { want, free, limit }) => {
                 Err(ModelError::KvPagesFull { want, free, limit })
             }
