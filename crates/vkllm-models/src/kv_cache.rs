@@ -4,6 +4,7 @@
 
 use crate::backend::{Backend, KvRows, KvType, KvTypes, KvView, Tensor};
 use crate::error::ModelError;
+use crate::kv_pages::SharePlan;
 
 /// The KV caches of `slots` sequences, positions `0..capacity` each. Per layer and slot, a
 /// full-attention layer keeps every position's keys and values; a sliding-window layer keeps a
@@ -295,7 +296,10 @@ impl KvCache {
                 ),
             });
         }
-        let mut shared = 0;
+        // Paged layers: every layer's whole blocks shared in place, the slot's other blocks
+        // its own again, in one op each (each op waits for the GPU and re-maps pages).
+        let mut plan = SharePlan::default();
+        let mut copies = Vec::new();
         for ((l, d), n) in self
             .layers
             .iter()
@@ -305,13 +309,13 @@ impl KvCache {
             if from == to && l.k == d.k {
                 continue;
             }
-            // Paged: whole blocks shared in place, the slot's other blocks its own again.
-            let n0 = self.share_blocks(b, l, from, dst, d, to, n)?;
-            shared = shared.max(n0);
-            let n = n - n0;
-            if n == 0 {
-                continue;
+            let n0 = self.plan_blocks(l, from, dst, d, to, n, &mut plan);
+            if n > n0 {
+                copies.push((l, d, n0, n - n0));
             }
+        }
+        let shared = plan.run(b)?;
+        for (l, d, n0, n) in copies {
             let (src, dsto) = (
                 (from * l.stride + n0) * kv_dim,
                 (to * d.stride + n0) * kv_dim,

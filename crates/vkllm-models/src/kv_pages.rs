@@ -11,6 +11,33 @@ use crate::kv_cache::{KvCache, KvLayer, KvSharing};
 /// The largest block worth paging: a prefix shorter than a block shares nothing.
 const MAX_BLOCK: usize = 1024;
 
+/// Page ops gathered over a cache's layers and run as one op of each kind
+/// ([`KvCache::copy_prefix`]): shares, then copy-on-write, then binds (on demand).
+#[derive(Default)]
+pub(crate) struct SharePlan {
+    shares: Vec<KvPageShare>,
+    owns: Vec<KvPageOwn>,
+    binds: Vec<(Tensor, usize, usize)>,
+    /// Rows shared in place (most over the layers).
+    shared: usize,
+}
+
+impl SharePlan {
+    /// Runs the ops; returns the rows shared in place.
+    pub(crate) fn run<B: Backend>(self, b: &mut B) -> Result<usize, ModelError> {
+        if !self.shares.is_empty() {
+            b.kv_pages(KvPageOp::Share(&self.shares))?;
+        }
+        if !self.owns.is_empty() {
+            b.kv_pages(KvPageOp::Own(&self.owns))?;
+        }
+        if !self.binds.is_empty() {
+            b.kv_pages(KvPageOp::Bind(&self.binds))?;
+        }
+        Ok(self.shared)
+    }
+}
+
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 { a } else { gcd(b, a % b) }
 }
@@ -149,28 +176,38 @@ impl KvCache {
         [p(l.k, self.dtype), p(l.v, self.v_dtype)]
     }
 
-    /// For [`KvCache::copy_prefix`] into paged layer `d` of `dst`: slot `to` takes the whole
-    /// blocks of the first `n` rows of slot `from` in place (when `l` is paged alike), and its
-    /// other blocks become its own; returns the rows shared (the rest are to be copied).
+    /// For [`KvCache::copy_prefix`] into paged layer `d` of `dst`: slot `to` is to take the
+    /// whole blocks of the first `n` rows of slot `from` in place (when `l` is paged alike),
+    /// and its other blocks become its own, bound where they are to be copied (on demand);
+    /// the ops go into `plan`. Returns the rows shared (the rest are to be copied).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn share_blocks<B: Backend>(
+    pub(crate) fn plan_blocks(
         &self,
-        b: &mut B,
         l: &KvLayer,
         from: usize,
         dst: &KvCache,
         d: &KvLayer,
         to: usize,
         n: usize,
-    ) -> Result<usize, ModelError> {
+        plan: &mut SharePlan,
+    ) -> usize {
         if !d.paged {
-            return Ok(0);
+            return 0;
         }
-        let full = self.share_rows(b, l, from * l.stride, dst, d, to * d.stride, n)?;
+        let (r_src, r_dst) = (from * l.stride, to * d.stride);
+        let full = self.share_plan(l, r_src, dst, d, r_dst, n, &mut plan.shares);
+        plan.shared = plan.shared.max(full);
         // Every row of `to` past the shared blocks is copied or computed anew.
-        dst.own_rows(b, d, to * d.stride + full, (to + 1) * d.stride)?;
-        dst.bind_layer_rows(b, d, to * d.stride + full, to * d.stride + n)?;
-        Ok(full)
+        dst.own_ranges(d, r_dst + full, (to + 1) * d.stride, &mut plan.owns);
+        if dst.on_demand && full < n {
+            let bl = dst.block;
+            plan.binds.extend(dst.pages(
+                d,
+                (r_dst + full) / bl * bl,
+                (r_dst + n).div_ceil(bl) * bl,
+            ));
+        }
+        full
     }
 
     /// Global rows `r_src..` of layer `l` given to rows `r_dst..` of layer `d` of `dst` in
@@ -187,6 +224,26 @@ impl KvCache {
         r_dst: usize,
         n: usize,
     ) -> Result<usize, ModelError> {
+        let mut shares = Vec::new();
+        let full = self.share_plan(l, r_src, dst, d, r_dst, n, &mut shares);
+        if !shares.is_empty() {
+            b.kv_pages(KvPageOp::Share(&shares))?;
+        }
+        Ok(full)
+    }
+
+    /// [`KvCache::share_rows`]'s page shares, appended to `out`; returns the rows shared.
+    #[allow(clippy::too_many_arguments)]
+    fn share_plan(
+        &self,
+        l: &KvLayer,
+        r_src: usize,
+        dst: &KvCache,
+        d: &KvLayer,
+        r_dst: usize,
+        n: usize,
+        out: &mut Vec<KvPageShare>,
+    ) -> usize {
         let alike = l.paged
             && d.paged
             && self.block == dst.block
@@ -199,20 +256,15 @@ impl KvCache {
         if full > 0 {
             let src = self.pages(l, r_src, r_src + full);
             let to = dst.pages(d, r_dst, r_dst + full);
-            let shares: Vec<KvPageShare> = src
-                .iter()
-                .zip(&to)
-                .map(|(s, t)| KvPageShare {
-                    src: s.0,
-                    src_page: s.1,
-                    dst: t.0,
-                    dst_page: t.1,
-                    count: t.2,
-                })
-                .collect();
-            b.kv_pages(KvPageOp::Share(&shares))?;
+            out.extend(src.iter().zip(&to).map(|(s, t)| KvPageShare {
+                src: s.0,
+                src_page: s.1,
+                dst: t.0,
+                dst_page: t.1,
+                count: t.2,
+            }));
         }
-        Ok(full)
+        full
     }
 
     /// Before slot `slot` writes its rows from `row` on (a prompt keeping its first `row`
