@@ -10,7 +10,7 @@
 use std::cmp::Reverse;
 
 use vkllm_models::hybrid::{HybridState, RecurrentMarks};
-use vkllm_models::{Backend, KvCache, ModelError};
+use vkllm_models::{Backend, KvCache, KvPagePlan, ModelError};
 
 /// Histories shorter than this are not worth an entry (tokens).
 pub(crate) const STORE_MIN: usize = 16;
@@ -241,6 +241,8 @@ pub(crate) fn copy_blocks<B: Backend>(
     kept: &[usize],
     into_pool: bool,
 ) -> Result<usize, ModelError> {
+    // Every layer's page ops and copies in one plan: one page op of each kind in all.
+    let mut plan = KvPagePlan::default();
     let mut shared = 0;
     for (l, &n) in kept.iter().enumerate() {
         let mut in_layer = 0;
@@ -258,14 +260,15 @@ pub(crate) fn copy_blocks<B: Backend>(
             }
             let rows = (n - j * BLOCK).min(run * BLOCK);
             in_layer += if into_pool {
-                kv.copy_layer_rows(b, l, slot, j * BLOCK, pool, blocks[j], 0, rows)?
+                kv.copy_layer_rows_into(&mut plan, l, slot, j * BLOCK, pool, blocks[j], 0, rows)?
             } else {
-                pool.copy_layer_rows(b, l, blocks[j], 0, kv, slot, j * BLOCK, rows)?
+                pool.copy_layer_rows_into(&mut plan, l, blocks[j], 0, kv, slot, j * BLOCK, rows)?
             };
             j += run;
         }
         shared = shared.max(in_layer);
     }
+    plan.run(b)?;
     Ok(shared)
 }
 

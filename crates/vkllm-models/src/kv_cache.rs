@@ -4,7 +4,7 @@
 
 use crate::backend::{Backend, KvRows, KvType, KvTypes, KvView, Tensor};
 use crate::error::ModelError;
-use crate::kv_pages::SharePlan;
+use crate::kv_pages::KvPagePlan;
 
 /// The KV caches of `slots` sequences, positions `0..capacity` each. Per layer and slot, a
 /// full-attention layer keeps every position's keys and values; a sliding-window layer keeps a
@@ -298,8 +298,7 @@ impl KvCache {
         }
         // Paged layers: every layer's whole blocks shared in place, the slot's other blocks
         // its own again, in one op each (each op waits for the GPU and re-maps pages).
-        let mut plan = SharePlan::default();
-        let mut copies = Vec::new();
+        let mut plan = KvPagePlan::default();
         for ((l, d), n) in self
             .layers
             .iter()
@@ -310,20 +309,9 @@ impl KvCache {
                 continue;
             }
             let n0 = self.plan_blocks(l, from, dst, d, to, n, &mut plan);
-            if n > n0 {
-                copies.push((l, d, n0, n - n0));
-            }
+            plan.copy_rows(self, l, from * l.stride + n0, d, to * d.stride + n0, n - n0);
         }
-        let shared = plan.run(b)?;
-        for (l, d, n0, n) in copies {
-            let (src, dsto) = (
-                (from * l.stride + n0) * kv_dim,
-                (to * d.stride + n0) * kv_dim,
-            );
-            b.copy_kv(l.k, src, d.k, dsto, n * kv_dim, self.dtype)?;
-            b.copy_kv(l.v, src, d.v, dsto, n * kv_dim, self.v_dtype)?;
-        }
-        Ok(shared)
+        plan.run(b)
     }
 
     /// Per layer, the rows (from row 0) that hold a slot's first `rows` positions when
@@ -352,6 +340,26 @@ impl KvCache {
     pub fn copy_layer_rows<B: Backend>(
         &self,
         b: &mut B,
+        l: usize,
+        from: usize,
+        src_row: usize,
+        dst: &KvCache,
+        to: usize,
+        dst_row: usize,
+        n: usize,
+    ) -> Result<usize, ModelError> {
+        let mut plan = KvPagePlan::default();
+        self.copy_layer_rows_into(&mut plan, l, from, src_row, dst, to, dst_row, n)?;
+        plan.run(b)
+    }
+
+    /// [`KvCache::copy_layer_rows`] gathered into `plan` (run it to carry the copy out, after
+    /// the other layers' and blocks': one page op of each kind for all of them). Returns the
+    /// rows to be shared in place.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_layer_rows_into(
+        &self,
+        plan: &mut KvPagePlan,
         l: usize,
         from: usize,
         src_row: usize,
@@ -391,16 +399,7 @@ impl KvCache {
         }
         // Paged alike: whole blocks shared in place; the rest copied into private pages.
         let (r_src, r_dst) = (from * s.stride + src_row, to * d.stride + dst_row);
-        let shared = self.share_rows(b, s, r_src, dst, d, r_dst, n)?;
-        dst.own_rows(b, d, r_dst + shared, r_dst + n)?;
-        dst.bind_layer_rows(b, d, r_dst + shared, r_dst + n)?;
-        if shared < n {
-            let (src, dsto) = ((r_src + shared) * kv_dim, (r_dst + shared) * kv_dim);
-            let len = (n - shared) * kv_dim;
-            b.copy_kv(s.k, src, d.k, dsto, len, self.dtype)?;
-            b.copy_kv(s.v, src, d.v, dsto, len, self.v_dtype)?;
-        }
-        Ok(shared)
+        Ok(self.plan_rows(plan, s, r_src, dst, d, r_dst, n))
     }
 
     /// How many of the first `common` cached positions of a slot a new forward may keep, when

@@ -11,20 +11,24 @@ use crate::kv_cache::{KvCache, KvLayer, KvSharing};
 /// The largest block worth paging: a prefix shorter than a block shares nothing.
 const MAX_BLOCK: usize = 1024;
 
-/// Page ops gathered over a cache's layers and run as one op of each kind
-/// ([`KvCache::copy_prefix`]): shares, then copy-on-write, then binds (on demand).
+/// KV page ops and row copies gathered over a cache's layers and run as one op of each kind
+/// ([`KvCache::copy_prefix`], [`KvCache::copy_layer_rows_into`]): shares, then copy-on-write,
+/// then binds (on demand), then the copies of rows past the shared blocks. Each page op waits
+/// for the GPU to be idle and re-maps pages, so one per kind beats one per layer.
 #[derive(Default)]
-pub(crate) struct SharePlan {
+pub struct KvPagePlan {
     shares: Vec<KvPageShare>,
     owns: Vec<KvPageOwn>,
     binds: Vec<(Tensor, usize, usize)>,
+    /// (source, offset, destination, offset, values, type) of each copy.
+    copies: Vec<(Tensor, usize, Tensor, usize, usize, KvType)>,
     /// Rows shared in place (most over the layers).
     shared: usize,
 }
 
-impl SharePlan {
-    /// Runs the ops; returns the rows shared in place.
-    pub(crate) fn run<B: Backend>(self, b: &mut B) -> Result<usize, ModelError> {
+impl KvPagePlan {
+    /// Runs the ops; returns the rows shared in place (most over the layers).
+    pub fn run<B: Backend>(self, b: &mut B) -> Result<usize, ModelError> {
         if !self.shares.is_empty() {
             b.kv_pages(KvPageOp::Share(&self.shares))?;
         }
@@ -34,7 +38,30 @@ impl SharePlan {
         if !self.binds.is_empty() {
             b.kv_pages(KvPageOp::Bind(&self.binds))?;
         }
+        for (src, so, dst, d_o, len, ty) in self.copies {
+            b.copy_kv(src, so, dst, d_o, len, ty)?;
+        }
         Ok(self.shared)
+    }
+
+    /// Rows `r_src..r_src + n` of layer `l` of `src` into rows `r_dst..` of layer `d` of `dst`
+    /// (global rows), as copies after the page ops.
+    pub(crate) fn copy_rows(
+        &mut self,
+        src: &KvCache,
+        l: &KvLayer,
+        r_src: usize,
+        d: &KvLayer,
+        r_dst: usize,
+        n: usize,
+    ) {
+        if n == 0 {
+            return;
+        }
+        let kv_dim = src.kv_dim;
+        let (so, d_o, len) = (r_src * kv_dim, r_dst * kv_dim, n * kv_dim);
+        self.copies.push((l.k, so, d.k, d_o, len, src.dtype));
+        self.copies.push((l.v, so, d.v, d_o, len, src.v_dtype));
     }
 }
 
@@ -152,22 +179,6 @@ impl KvCache {
         out
     }
 
-    /// On demand: binds global rows `r0..r1` of paged layer `l` before they are written.
-    pub(crate) fn bind_layer_rows<B: Backend>(
-        &self,
-        b: &mut B,
-        l: &KvLayer,
-        r0: usize,
-        r1: usize,
-    ) -> Result<(), ModelError> {
-        if !self.on_demand || !l.paged || r0 >= r1 {
-            return Ok(());
-        }
-        let bl = self.block;
-        let ranges = self.pages(l, r0 / bl * bl, r1.div_ceil(bl) * bl);
-        b.kv_pages(KvPageOp::Bind(&ranges)).map(drop)
-    }
-
     /// Layer `l`'s K and V pages holding global rows `r0..r1` (whole blocks): (tensor, first
     /// page, pages).
     fn pages(&self, l: &KvLayer, r0: usize, r1: usize) -> [(Tensor, usize, usize); 2] {
@@ -189,7 +200,7 @@ impl KvCache {
         d: &KvLayer,
         to: usize,
         n: usize,
-        plan: &mut SharePlan,
+        plan: &mut KvPagePlan,
     ) -> usize {
         if !d.paged {
             return 0;
@@ -199,40 +210,45 @@ impl KvCache {
         plan.shared = plan.shared.max(full);
         // Every row of `to` past the shared blocks is copied or computed anew.
         dst.own_ranges(d, r_dst + full, (to + 1) * d.stride, &mut plan.owns);
-        if dst.on_demand && full < n {
-            let bl = dst.block;
-            plan.binds.extend(dst.pages(
-                d,
-                (r_dst + full) / bl * bl,
-                (r_dst + n).div_ceil(bl) * bl,
-            ));
-        }
+        dst.plan_binds(d, r_dst + full, r_dst + n, plan);
         full
     }
 
-    /// Global rows `r_src..` of layer `l` given to rows `r_dst..` of layer `d` of `dst` in
-    /// place, as many whole blocks of the `n` rows as both layers page alike (both starts on a
-    /// block); returns the rows shared.
+    /// Global rows `r_src..r_src + n` of layer `l` into rows `r_dst..` of layer `d` of `dst`,
+    /// gathered into `plan`: the whole blocks shared where both layers page alike, the blocks
+    /// of the rest made `dst`'s own (and bound, on demand) and those rows copied. Returns the
+    /// rows shared.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn share_rows<B: Backend>(
+    pub(crate) fn plan_rows(
         &self,
-        b: &mut B,
+        plan: &mut KvPagePlan,
         l: &KvLayer,
         r_src: usize,
         dst: &KvCache,
         d: &KvLayer,
         r_dst: usize,
         n: usize,
-    ) -> Result<usize, ModelError> {
-        let mut shares = Vec::new();
-        let full = self.share_plan(l, r_src, dst, d, r_dst, n, &mut shares);
-        if !shares.is_empty() {
-            b.kv_pages(KvPageOp::Share(&shares))?;
-        }
-        Ok(full)
+    ) -> usize {
+        let full = self.share_plan(l, r_src, dst, d, r_dst, n, &mut plan.shares);
+        plan.shared = plan.shared.max(full);
+        dst.own_ranges(d, r_dst + full, r_dst + n, &mut plan.owns);
+        dst.plan_binds(d, r_dst + full, r_dst + n, plan);
+        plan.copy_rows(self, l, r_src + full, d, r_dst + full, n - full);
+        full
     }
 
-    /// [`KvCache::share_rows`]'s page shares, appended to `out`; returns the rows shared.
+    /// On demand: binds of global rows `r0..r1` (whole blocks) of paged layer `l` into `plan`.
+    fn plan_binds(&self, l: &KvLayer, r0: usize, r1: usize, plan: &mut KvPagePlan) {
+        if self.on_demand && l.paged && r0 < r1 {
+            let bl = self.block;
+            plan.binds
+                .extend(self.pages(l, r0 / bl * bl, r1.div_ceil(bl) * bl));
+        }
+    }
+
+    /// The shares giving global rows `r_src..` of layer `l` to rows `r_dst..` of layer `d` of
+    /// `dst` in place, as many whole blocks of the `n` rows as both layers page alike (both
+    /// starts on a block), appended to `out`; returns the rows shared.
     #[allow(clippy::too_many_arguments)]
     fn share_plan(
         &self,
@@ -288,25 +304,9 @@ impl KvCache {
         b.kv_pages(KvPageOp::Own(&ranges))
     }
 
-    /// Makes global rows `r0..r1` of layer `l` private before they are written: blocks wholly
-    /// inside without their contents, partly covered ones with them (unbound blocks stay
-    /// unbound). Returns the pages replaced.
-    pub(crate) fn own_rows<B: Backend>(
-        &self,
-        b: &mut B,
-        l: &KvLayer,
-        r0: usize,
-        r1: usize,
-    ) -> Result<usize, ModelError> {
-        let mut ranges = Vec::new();
-        self.own_ranges(l, r0, r1, &mut ranges);
-        if ranges.is_empty() {
-            return Ok(0);
-        }
-        b.kv_pages(KvPageOp::Own(&ranges))
-    }
-
-    /// [`KvCache::own_rows`]'s page ranges, appended to `out`.
+    /// The ranges making global rows `r0..r1` of layer `l` private before they are written,
+    /// appended to `out`: blocks wholly inside without their contents, partly covered ones with
+    /// them (unbound blocks stay unbound).
     fn own_ranges(&self, l: &KvLayer, r0: usize, r1: usize, out: &mut Vec<KvPageOwn>) {
         if !l.paged || r0 >= r1 {
             return;

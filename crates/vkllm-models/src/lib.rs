@@ -52,6 +52,7 @@ pub use forward::{
     DEFAULT_CHUNK, KV_ROW_ALIGN, KvCache, KvLayer, KvSharing, LOGITS_ROWS, Logits, Model,
     SlicedCaptures,
 };
+pub use kv_pages::KvPagePlan;
 pub use progress::LoadProgress;
 pub use quantize::{QuantScheme, QuantizingSource};
 pub use weights::{HostTensor, RawTensor, TensorSource, Weights};
