@@ -382,6 +382,17 @@ impl Device {
         Ok(out)
     }
 
+    /// Waits until the queue has run everything submitted to it.
+    fn wait_queue_idle(&self) -> Result<()> {
+        let q = self
+            .shared
+            .queue
+            .lock()
+            .map_err(|_| Error::Recording("queue lock poisoned"))?;
+        // SAFETY: the queue is externally synchronised by the lock held.
+        unsafe { self.shared.raw.queue_wait_idle(*q) }.map_err(vk_err("vkQueueWaitIdle"))
+    }
+
     /// Runs sparse binds once the queue is idle, and waits for them.
     fn bind(&self, ops: &[(vk::Buffer, Vec<vk::SparseMemoryBind>)]) -> Result<()> {
         let infos: Vec<vk::SparseBufferMemoryBindInfo> = ops
@@ -504,6 +515,8 @@ impl Device {
         }
         let fresh = self.alloc_pages(shared.len())?;
         let page = self.page_bytes().unwrap_or(0);
+        // The copy out reads pages that work already submitted may still write.
+        self.wait_queue_idle()?;
         let kept: Vec<(&Buffer, usize)> = shared
             .iter()
             .filter(|s| s.2)
