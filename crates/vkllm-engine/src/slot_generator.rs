@@ -240,6 +240,12 @@ impl SlotGenerator {
         self.kv_pages_copied
     }
 
+    /// Paged-KV ops that re-mapped pages so far (`VulkanBackend::kv_page_ops`: each waits for
+    /// the GPU to be idle).
+    pub fn kv_page_ops(&self) -> u64 {
+        self.b.kv_page_ops()
+    }
+
     /// Idle slots whose KV memory was given back for other requests (on demand).
     pub fn kv_slots_reclaimed(&self) -> u64 {
         self.kv_slots_reclaimed

@@ -406,3 +406,31 @@ fn a_prompt_without_kv_memory_waits_for_running_requests() {
     r.shutdown();
     dev.set_page_limit(None);
 }
+
+/// A request joining behind a busy slot's prefix of three blocks takes them in one page op for
+/// all layers (each op waits for the GPU to be idle: one per layer was what a join cost before),
+/// and the pages it writes were never shared, so nothing more is re-mapped.
+#[test]
+fn a_join_remaps_pages_in_one_op() {
+    let dev = device();
+    let fx = Fixture::load("qwen3").expect("fixture");
+    assert!(
+        fx.config.layers.len() > 1,
+        "one op per layer would be more than one"
+    );
+    let kv = KvType::F16;
+    let block = block_rows(&dev, kv.bytes(fx.config.kv_dim() as u64));
+    let vocab = fx.config.vocab_size as u32;
+    let prefix: Vec<u32> = (0..3 * block as u32 + 4)
+        .map(|i| (13 + 7 * i) % vocab)
+        .collect();
+    let joining = [prefix.as_slice(), &[3, 5, 7]].concat();
+    let reqs = vec![
+        (prefix, SlotParams::default(), 8, 0),
+        (joining, SlotParams::default(), 4, 1),
+    ];
+    let mut g = slot_generator(&dev, &fx, (2, 3 * block + 64), kv, KvSharing::InPlace);
+    drive(&mut g, &reqs);
+    assert_eq!(g.kv_rows_shared(), 3 * block as u64);
+    assert_eq!(g.kv_page_ops(), 1, "one share for every layer's blocks");
+}

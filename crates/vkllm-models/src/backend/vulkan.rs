@@ -107,6 +107,8 @@ pub struct VulkanBackend {
     one_sampler: Option<sample_one::OneSampler>,
     /// Parts submitted since the last `flush`, not yet waited for.
     in_flight: Vec<vkllm_vk::Recording>,
+    /// Paged-KV ops that re-mapped pages so far (each waits for the GPU to be idle).
+    kv_page_ops: u64,
     /// Dispatches at which the open recording is submitted as the next part.
     next_part: usize,
     /// Submit a forward in growing parts while it is recorded (`record`), the first of this
@@ -152,6 +154,7 @@ impl VulkanBackend {
             readback: None,
             one_sampler: None,
             in_flight: Vec::new(),
+            kv_page_ops: 0,
             next_part: submit::FIRST_PART,
             first_part: t.split_submit,
             split_scratch: Default::default(),

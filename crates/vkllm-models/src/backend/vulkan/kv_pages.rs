@@ -70,9 +70,16 @@ impl VulkanBackend {
         }
     }
 
+    /// Paged-KV ops that re-mapped pages so far: shares, copy-on-writes, binds and releases
+    /// that found work (each waits for the GPU to be idle, so a join should take few).
+    pub fn kv_page_ops(&self) -> u64 {
+        self.kv_page_ops
+    }
+
     fn share(&mut self, shares: &[KvPageShare]) -> Result<(), ModelError> {
         // The work recorded so far runs with the pages as they were.
         self.flush()?;
+        self.kv_page_ops += 1;
         let mut ops = Vec::with_capacity(shares.len());
         for s in shares {
             ops.push(PageShare {
@@ -98,6 +105,7 @@ impl VulkanBackend {
             return Ok(0);
         }
         self.flush()?;
+        self.kv_page_ops += 1;
         let mut ops = Vec::with_capacity(want.len());
         for r in &want {
             ops.push(PageOwn {
@@ -126,6 +134,7 @@ impl VulkanBackend {
             return Ok(0);
         }
         self.flush()?;
+        self.kv_page_ops += 1;
         let mut bufs = Vec::with_capacity(want.len());
         for &(t, first, count) in &want {
             bufs.push((self.paged_buf(t)?, first, count));
@@ -150,6 +159,7 @@ impl VulkanBackend {
 
     fn release_ranges(&mut self, ranges: &[(Tensor, usize, usize)]) -> Result<usize, ModelError> {
         self.flush()?;
+        self.kv_page_ops += 1;
         let mut bufs = Vec::with_capacity(ranges.len());
         for &(t, first, count) in ranges {
             bufs.push((self.paged_buf(t)?, first, count));
