@@ -308,8 +308,11 @@ impl KvCache {
             if from == to && l.k == d.k {
                 continue;
             }
-            let n0 = self.plan_blocks(l, from, dst, d, to, n, &mut plan);
-            plan.copy_rows(self, l, from * l.stride + n0, d, to * d.stride + n0, n - n0);
+            let r_dst = to * d.stride;
+            self.plan_rows(&mut plan, l, from * l.stride, dst, d, r_dst, n);
+            // Paged: every row of `to` past the prefix is computed anew, so its blocks too
+            // become its own.
+            dst.own_ranges(d, r_dst + n, r_dst + d.stride, &mut plan.owns);
         }
         plan.run(b)
     }

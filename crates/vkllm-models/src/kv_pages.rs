@@ -18,7 +18,7 @@ const MAX_BLOCK: usize = 1024;
 #[derive(Default)]
 pub struct KvPagePlan {
     shares: Vec<KvPageShare>,
-    owns: Vec<KvPageOwn>,
+    pub(crate) owns: Vec<KvPageOwn>,
     binds: Vec<(Tensor, usize, usize)>,
     /// (source, offset, destination, offset, values, type) of each copy.
     copies: Vec<(Tensor, usize, Tensor, usize, usize, KvType)>,
@@ -46,7 +46,7 @@ impl KvPagePlan {
 
     /// Rows `r_src..r_src + n` of layer `l` of `src` into rows `r_dst..` of layer `d` of `dst`
     /// (global rows), as copies after the page ops.
-    pub(crate) fn copy_rows(
+    fn copy_rows(
         &mut self,
         src: &KvCache,
         l: &KvLayer,
@@ -187,33 +187,6 @@ impl KvCache {
         [p(l.k, self.dtype), p(l.v, self.v_dtype)]
     }
 
-    /// For [`KvCache::copy_prefix`] into paged layer `d` of `dst`: slot `to` is to take the
-    /// whole blocks of the first `n` rows of slot `from` in place (when `l` is paged alike),
-    /// and its other blocks become its own, bound where they are to be copied (on demand);
-    /// the ops go into `plan`. Returns the rows shared (the rest are to be copied).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn plan_blocks(
-        &self,
-        l: &KvLayer,
-        from: usize,
-        dst: &KvCache,
-        d: &KvLayer,
-        to: usize,
-        n: usize,
-        plan: &mut KvPagePlan,
-    ) -> usize {
-        if !d.paged {
-            return 0;
-        }
-        let (r_src, r_dst) = (from * l.stride, to * d.stride);
-        let full = self.share_plan(l, r_src, dst, d, r_dst, n, &mut plan.shares);
-        plan.shared = plan.shared.max(full);
-        // Every row of `to` past the shared blocks is copied or computed anew.
-        dst.own_ranges(d, r_dst + full, (to + 1) * d.stride, &mut plan.owns);
-        dst.plan_binds(d, r_dst + full, r_dst + n, plan);
-        full
-    }
-
     /// Global rows `r_src..r_src + n` of layer `l` into rows `r_dst..` of layer `d` of `dst`,
     /// gathered into `plan`: the whole blocks shared where both layers page alike, the blocks
     /// of the rest made `dst`'s own (and bound, on demand) and those rows copied. Returns the
@@ -307,7 +280,7 @@ impl KvCache {
     /// The ranges making global rows `r0..r1` of layer `l` private before they are written,
     /// appended to `out`: blocks wholly inside without their contents, partly covered ones with
     /// them (unbound blocks stay unbound).
-    fn own_ranges(&self, l: &KvLayer, r0: usize, r1: usize, out: &mut Vec<KvPageOwn>) {
+    pub(crate) fn own_ranges(&self, l: &KvLayer, r0: usize, r1: usize, out: &mut Vec<KvPageOwn>) {
         if !l.paged || r0 >= r1 {
             return;
         }
