@@ -110,6 +110,67 @@ impl CpuBackend {
                 .collect(),
         }
     }
+    /// [`Backend::attention`] into `o` (the output tensor, taken out of the arena).
+    fn attention_into(
+        &self,
+        q: Tensor,
+        kv: &KvView,
+        n: usize,
+        pos: &[usize],
+        p: &AttnParams,
+        o: &mut [f32],
+    ) -> Result<(), ModelError> {
+        let kv_w = p.n_kv_heads * p.head_dim;
+        let q_w = p.n_heads * p.head_dim;
+        match kv.rows {
+            KvRows::Slot(s) => {
+                let n_kv = pos.iter().max().map_or(0, |&m| m + 1);
+                if n_kv > kv.capacity {
+                    return Err(ModelError::ContextFull {
+                        pos: n_kv - 1,
+                        capacity: kv.capacity,
+                    });
+                }
+                let base = s * kv.stride * kv_w;
+                let rows = n_kv.min(kv.ring) * kv_w;
+                ops::attention_ring(
+                    &self.f32(q)[..n * q_w],
+                    &self.values(kv.k, base, rows)?,
+                    &self.values(kv.v, base, rows)?,
+                    n,
+                    n_kv,
+                    kv.ring,
+                    pos,
+                    p,
+                    &mut o[..n * q_w],
+                );
+            }
+            KvRows::PerRow => {
+                for (i, &ps) in pos.iter().enumerate() {
+                    let out_row = &mut o[i * q_w..(i + 1) * q_w];
+                    if ps >= kv.capacity {
+                        out_row.fill(0.0);
+                        continue;
+                    }
+                    let base = i * kv.stride * kv_w;
+                    let n_kv = ps + 1;
+                    let rows = n_kv.min(kv.ring) * kv_w;
+                    ops::attention_ring(
+                        &self.f32(q)[i * q_w..(i + 1) * q_w],
+                        &self.values(kv.k, base, rows)?,
+                        &self.values(kv.v, base, rows)?,
+                        1,
+                        n_kv,
+                        kv.ring,
+                        &[ps],
+                        p,
+                        out_row,
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Backend for CpuBackend {
@@ -195,7 +256,7 @@ impl Backend for CpuBackend {
     }
 
     fn read_f32(&mut self, t: Tensor, offset: usize, out: &mut [f32]) -> Result<(), ModelError> {
-        out.copy_from_slice(&self.values(t, offset, out.len()));
+        out.copy_from_slice(&self.values(t, offset, out.len())?);
         Ok(())
     }
 
@@ -333,59 +394,10 @@ impl Backend for CpuBackend {
         out: Tensor,
     ) -> Result<(), ModelError> {
         let pos = self.positions(positions, n);
-        let kv_w = p.n_kv_heads * p.head_dim;
-        let q_w = p.n_heads * p.head_dim;
         let mut o = self.take(out);
-        match kv.rows {
-            KvRows::Slot(s) => {
-                let n_kv = pos.iter().max().map_or(0, |&m| m + 1);
-                if n_kv > kv.capacity {
-                    self.put(out, o);
-                    return Err(ModelError::ContextFull {
-                        pos: n_kv - 1,
-                        capacity: kv.capacity,
-                    });
-                }
-                let base = s * kv.stride * kv_w;
-                let rows = n_kv.min(kv.ring) * kv_w;
-                ops::attention_ring(
-                    &self.f32(q)[..n * q_w],
-                    &self.values(kv.k, base, rows),
-                    &self.values(kv.v, base, rows),
-                    n,
-                    n_kv,
-                    kv.ring,
-                    &pos,
-                    p,
-                    &mut o[..n * q_w],
-                );
-            }
-            KvRows::PerRow => {
-                for (i, &ps) in pos.iter().enumerate() {
-                    let out_row = &mut o[i * q_w..(i + 1) * q_w];
-                    if ps >= kv.capacity {
-                        out_row.fill(0.0);
-                        continue;
-                    }
-                    let base = i * kv.stride * kv_w;
-                    let n_kv = ps + 1;
-                    let rows = n_kv.min(kv.ring) * kv_w;
-                    ops::attention_ring(
-                        &self.f32(q)[i * q_w..(i + 1) * q_w],
-                        &self.values(kv.k, base, rows),
-                        &self.values(kv.v, base, rows),
-                        1,
-                        n_kv,
-                        kv.ring,
-                        &[ps],
-                        p,
-                        out_row,
-                    );
-                }
-            }
-        }
+        let r = self.attention_into(q, kv, n, &pos, p, &mut o);
         self.put(out, o);
-        Ok(())
+        r
     }
 
     fn gated_act(
@@ -443,7 +455,7 @@ impl Backend for CpuBackend {
             || matches!(self.bufs[dst.index()], Buf::Paged(_))
         {
             // Paged KV rows (a partial block given to another slot): through the pages.
-            let v = self.values(src, src_offset, len).into_owned();
+            let v = self.values(src, src_offset, len)?.into_owned();
             return self.write_values(dst, dst_offset, &v);
         }
         let mut d = self.take(dst);

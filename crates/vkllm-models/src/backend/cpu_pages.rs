@@ -81,6 +81,14 @@ impl PagedKv {
     }
 }
 
+fn range_err(t: Tensor, start: usize, end: usize, have: usize) -> ModelError {
+    ModelError::TensorShape {
+        name: format!("values {start}..{end} of {t:?}"),
+        expected: vec![end],
+        found: vec![have],
+    }
+}
+
 fn pages_err(msg: String) -> ModelError {
     ModelError::Config {
         field: "kv pages".into(),
@@ -153,17 +161,25 @@ impl CpuBackend {
         self.push(Buf::Paged(kv))
     }
 
-    /// Values `start..start + len` of an f32 or paged tensor (unbound pages read as zeros).
-    pub(super) fn values(&self, t: Tensor, start: usize, len: usize) -> Cow<'_, [f32]> {
+    /// Values `start..start + len` of an f32 or paged tensor (unbound pages read as zeros); a
+    /// range past the tensor is an error.
+    pub(super) fn values(
+        &self,
+        t: Tensor,
+        start: usize,
+        len: usize,
+    ) -> Result<Cow<'_, [f32]>, ModelError> {
+        let end = start.saturating_add(len);
         let Buf::Paged(kv) = &self.bufs[t.index()] else {
-            return Cow::Borrowed(&self.f32(t)[start..start + len]);
+            let v = self.f32(t);
+            return v
+                .get(start..end)
+                .map(Cow::Borrowed)
+                .ok_or_else(|| range_err(t, start, end, v.len()));
         };
-        let end = start + len;
-        assert!(
-            end <= kv.len,
-            "values: {start}..{end} of {t:?} ({})",
-            kv.len
-        );
+        if end > kv.len {
+            return Err(range_err(t, start, end, kv.len));
+        }
         let mut out = Vec::with_capacity(len);
         let mut i = start;
         while i < end {
@@ -178,7 +194,7 @@ impl CpuBackend {
             }
             i = stop;
         }
-        Cow::Owned(out)
+        Ok(Cow::Owned(out))
     }
 
     /// Writes `data` at value `start` of an f32 or paged tensor (into the pages it holds, shared
@@ -189,20 +205,22 @@ impl CpuBackend {
         start: usize,
         data: &[f32],
     ) -> Result<(), ModelError> {
-        let end = start + data.len();
+        let end = start.saturating_add(data.len());
         let kv = match &mut self.bufs[t.index()] {
             Buf::Paged(kv) => kv,
             Buf::F32(v) => {
-                v[start..end].copy_from_slice(data);
+                let have = v.len();
+                let dst = v
+                    .get_mut(start..end)
+                    .ok_or_else(|| range_err(t, start, end, have))?;
+                dst.copy_from_slice(data);
                 return Ok(());
             }
             Buf::U32(_) => panic!("tensor {t:?} is u32, written as f32"),
         };
-        assert!(
-            end <= kv.len,
-            "write_values: {start}..{end} of {t:?} ({})",
-            kv.len
-        );
+        if end > kv.len {
+            return Err(range_err(t, start, end, kv.len));
+        }
         let mut i = start;
         while i < end {
             let p = kv.page_of(i);
@@ -338,7 +356,7 @@ mod tests {
     use crate::backend::{Backend, KvPageOwn};
 
     fn vals(b: &CpuBackend, t: Tensor, start: usize, len: usize) -> Vec<f32> {
-        b.values(t, start, len).into_owned()
+        b.values(t, start, len).unwrap().into_owned()
     }
 
     #[test]
@@ -419,6 +437,14 @@ mod tests {
         assert!(b.write_values(t, 0, &[1.0]).is_err());
         assert_eq!(vals(&b, t, 0, 3), [0.0; 3]);
         let plain = b.alloc_f32(100).unwrap();
+        // Ranges past a tensor, paged or plain, are errors.
+        for u in [t, plain] {
+            assert!(matches!(
+                b.values(u, 90, 20),
+                Err(ModelError::TensorShape { .. })
+            ));
+            assert!(b.write_values(u, 99, &[1.0, 2.0]).is_err());
+        }
         for op in [
             KvPageOp::Bind(&[(t, 0, 2)]),
             KvPageOp::Release(&[(plain, 0, 1)]),
