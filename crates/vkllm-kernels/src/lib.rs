@@ -29,6 +29,7 @@ pub mod activation;
 pub mod argmax;
 pub mod attention;
 pub mod attention_fused;
+pub mod attention_prefill_cm2;
 pub mod attention_prefill_coop;
 pub mod attention_prefill_coop2;
 pub mod causal_conv1d;
@@ -103,6 +104,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &attention::ATTN_PREFILL,
         &attention_prefill_coop::ATTN_PREFILL_COOP,
         &attention_prefill_coop2::ATTN_PREFILL_COOP2,
+        &attention_prefill_cm2::ATTN_PREFILL_CM2,
         &activation::SILU_MUL,
         &activation::GELU_TANH_MUL,
         &softmax::SOFTMAX,

@@ -13,6 +13,7 @@
 //! arithmetic, not the storage format.
 
 mod attention_fused;
+mod attention_prefill_cm2;
 mod attention_prefill_coop;
 mod attention_prefill_coop2;
 mod attention_rope;
@@ -183,6 +184,10 @@ pub const CASES: &[(&str, CaseFn)] = &[
     (
         "moe_experts_grouped",
         moe_experts_grouped::moe_experts_grouped,
+    ),
+    (
+        "attention_prefill_cm2",
+        attention_prefill_cm2::attention_prefill_cm2,
     ),
 ];
 

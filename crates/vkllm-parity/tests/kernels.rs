@@ -121,4 +121,5 @@ parity_tests!(
     moe_experts_quant,
     moe_experts_q8a,
     moe_experts_grouped,
+    attention_prefill_cm2,
 );

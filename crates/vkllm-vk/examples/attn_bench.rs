@@ -4,7 +4,10 @@
 //!
 //! `cargo run --release -p vkllm-vk --example attn_bench -- [--chunks 512@32768,256@8192]
 //! [--heads 32/8] [--hd 128] [--kv f16|f32] [--nsg 4,2] [--split auto,1,2] [--skip 0,15]
-//! [--bk 32,64] [--vahead 1,0] [--iters N]`
+//! [--bk 32,64] [--vahead 1,0] [--kernel coop2,cm2] [--iters N]`
+//!
+//! `--kernel cm2` adds rows for the workgroup-scope kernel (`attn_prefill_cm2`, f16 K/V on
+//! devices with VK_NV_cooperative_matrix2), one per `--split`.
 //!
 //! A chunk `N@P` is N queries at positions P..P + N over a cache of P + N keys (causal, no
 //! window). Inputs are uniform in [-1, 1] (q, k) and [-1, 1] (v). `--skip` takes the kernel's
@@ -12,6 +15,7 @@
 //! The device comes from `VKLLM_DEVICE`.
 
 use vkllm_vk::kernels::attention::AttnShape;
+use vkllm_vk::kernels::attention_prefill_cm2::CmAttnTile;
 use vkllm_vk::kernels::attention_prefill_coop::AttnPrefillCoop;
 use vkllm_vk::kernels::attention_prefill_coop2::{CoopAttn2Scratch, CoopAttn2Tile};
 use vkllm_vk::kernels::kv_append::KvType;
@@ -55,6 +59,7 @@ struct Args {
     skip: Vec<u32>,
     bk: Vec<u32>,
     vahead: Vec<bool>,
+    kernels: Vec<String>,
     iters: u32,
 }
 
@@ -69,6 +74,7 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
         skip: vec![0],
         bk: vec![32],
         vahead: vec![true],
+        kernels: vec!["coop2".into()],
         iters: 5,
     };
     let mut args = std::env::args().skip(1);
@@ -112,6 +118,7 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
             "--skip" => a.skip = list(&v)?,
             "--bk" => a.bk = list(&v)?,
             "--vahead" => a.vahead = list::<u8>(&v)?.into_iter().map(|x| x != 0).collect(),
+            "--kernel" => a.kernels = v.split(',').map(str::to_string).collect(),
             "--iters" => a.iters = v.parse()?,
             _ => return Err(format!("unknown option {k}").into()),
         }
@@ -178,6 +185,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         };
         let pairs: f64 = (0..n_q).map(|i| (pos0 + i + 1) as f64).sum();
         let flops = 4.0 * hd as f64 * n_heads as f64 * pairs;
+        if a.kernels.iter().any(|k| k == "cm2") {
+            let bufs = [&qb, &kb, &vb, &pb, &out];
+            bench_cm2(&dev, &a, &shape, pos0, bufs, flops)?;
+        }
+        if !a.kernels.iter().any(|k| k == "coop2") {
+            continue;
+        }
         for &nsg in &a.nsg {
             for &bk in &a.bk {
                 let group = n_heads / n_kv_heads;
@@ -240,5 +254,63 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     dev.check_validation()?;
+    Ok(())
+}
+
+/// Rows for the workgroup-scope kernel (`attn_prefill_cm2`), one per `--split`.
+fn bench_cm2(
+    dev: &Device,
+    a: &Args,
+    shape: &AttnShape,
+    pos0: usize,
+    [qb, kb, vb, pb, out]: [&vkllm_vk::Buffer; 5],
+    flops: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (n_q, hd) = (shape.n_q, shape.head_dim);
+    let Some(t0) = CmAttnTile::for_shape(shape).filter(|_| dev.coopmat2()) else {
+        println!("| {n_q}@{pos0} | cm2 does not run here |");
+        return Ok(());
+    };
+    for &split in &a.split {
+        let cu = dev.info().compute_units;
+        let want = split.unwrap_or_else(|| t0.auto_split(shape, pos0, cu));
+        let t = t0.with_split(want, n_q, pos0);
+        let part =
+            dev.create_buffer("bench-part", t.part_bytes(shape).max(4), MemoryKind::Device)?;
+        let ctr = dev.create_buffer(
+            "bench-ctr",
+            t.counter_bytes(shape).max(4),
+            MemoryKind::Device,
+        )?;
+        let mut r = Recorder::with_timestamps(dev, a.iters)?;
+        r.fill(ctr.all(), 0)?;
+        for _ in 0..a.iters {
+            let d = AttnPrefillCoop {
+                q: qb.all(),
+                k: kb.all(),
+                v: vb.all(),
+                q_pos: pb.all(),
+                out: out.all(),
+            };
+            let scratch = (t.split > 1).then(|| CoopAttn2Scratch {
+                part: part.all(),
+                ctr: ctr.all(),
+            });
+            r.dispatch(d.dispatch_cm2(shape, pos0, t, None, scratch)?)?;
+        }
+        let ns = vkllm_vk::bench::median_dispatch_ns(&r.finish()?)?;
+        println!(
+            "| {n_q}@{pos0} | {}/{} | {hd} | {} | cm2 {}x{} | - | - | {} (from {}) | - | {:.1} | {:.1} |",
+            shape.n_heads,
+            shape.n_kv_heads,
+            shape.kv.name(),
+            t.br,
+            t.bc,
+            t.split,
+            t.split_min,
+            ns / 1e3,
+            flops / ns / 1e3
+        );
+    }
     Ok(())
 }

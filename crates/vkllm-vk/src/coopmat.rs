@@ -176,3 +176,72 @@ impl CoopFeatures {
 }
 
 pub(crate) const EXTENSION: &std::ffi::CStr = c"VK_KHR_cooperative_matrix";
+
+/// VK_NV_cooperative_matrix2 (workgroup-scope matrices, reductions, per-element operations,
+/// tensor addressing): the prefill attention `attention_prefill_cm2.comp` runs on it.
+pub(crate) const EXTENSION_2: &std::ffi::CStr = c"VK_NV_cooperative_matrix2";
+
+/// `VkPhysicalDeviceCooperativeMatrix2FeaturesNV` (this ash release predates the extension).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Coop2Features {
+    s_type: vk::StructureType,
+    p_next: *mut std::ffi::c_void,
+    pub workgroup_scope: vk::Bool32,
+    pub flexible_dimensions: vk::Bool32,
+    pub reductions: vk::Bool32,
+    pub conversions: vk::Bool32,
+    pub per_element_operations: vk::Bool32,
+    pub tensor_addressing: vk::Bool32,
+    pub block_loads: vk::Bool32,
+}
+
+// SAFETY: the struct has the layout of VkPhysicalDeviceCooperativeMatrix2FeaturesNV, which
+// extends both chains.
+unsafe impl vk::ExtendsPhysicalDeviceFeatures2 for Coop2Features {}
+unsafe impl vk::ExtendsDeviceCreateInfo for Coop2Features {}
+
+impl Default for Coop2Features {
+    fn default() -> Self {
+        Coop2Features {
+            s_type: vk::StructureType::from_raw(1_000_593_000),
+            p_next: std::ptr::null_mut(),
+            workgroup_scope: vk::FALSE,
+            flexible_dimensions: vk::FALSE,
+            reductions: vk::FALSE,
+            conversions: vk::FALSE,
+            per_element_operations: vk::FALSE,
+            tensor_addressing: vk::FALSE,
+            block_loads: vk::FALSE,
+        }
+    }
+}
+
+impl Coop2Features {
+    /// Everything the cm2 kernels use, as reported by a device (block loads: not used).
+    pub(crate) fn usable(&self) -> bool {
+        [
+            self.workgroup_scope,
+            self.flexible_dimensions,
+            self.reductions,
+            self.conversions,
+            self.per_element_operations,
+            self.tensor_addressing,
+        ]
+        .iter()
+        .all(|&f| f == vk::TRUE)
+    }
+
+    /// The features to enable at device creation.
+    pub(crate) fn enabled() -> Self {
+        Coop2Features {
+            workgroup_scope: vk::TRUE,
+            flexible_dimensions: vk::TRUE,
+            reductions: vk::TRUE,
+            conversions: vk::TRUE,
+            per_element_operations: vk::TRUE,
+            tensor_addressing: vk::TRUE,
+            ..Default::default()
+        }
+    }
+}

@@ -10,7 +10,9 @@ use ash::vk;
 
 use crate::Error;
 use crate::attach::HostFeatures;
-use crate::coopmat::{self, CoopFeatures};
+use crate::coopmat::{self, Coop2Features, CoopFeatures};
+
+const EXTENSION_2_NAME: &str = "VK_NV_cooperative_matrix2";
 use crate::error::{Result, vk_err};
 use crate::info::{DeviceChoice, DeviceInfo, physical_devices, query, select};
 
@@ -78,6 +80,8 @@ pub(crate) struct Shared {
     pub(crate) max_part_bytes: u64,
     /// The cooperative-matrix features were enabled at creation (`matmul_coop` may run).
     pub(crate) coopmat: bool,
+    /// VK_NV_cooperative_matrix2 was enabled at creation (the cm2 kernels may run).
+    pub(crate) coopmat2: bool,
     /// Integer dot products were enabled at creation (`matvec_q8a` may run).
     pub(crate) int8_dot: bool,
     /// Pipeline statistics are reported (`pipeline_stats`).
@@ -154,10 +158,15 @@ impl Device {
         let use_coop = opts.tuning.coopmat && info.supports_coopmat_f16();
         let use_stats = opts.tuning.pipeline_stats
             && info.has_extension(&crate::pipeline_stats::EXTENSION.to_string_lossy());
+        let use_coop2 = use_coop && info.cooperative_matrix2;
         let mut f = CoopFeatures::enabled();
+        let mut f2 = Coop2Features::enabled();
         let mut exts = Vec::new();
         if use_coop {
             exts.push(coopmat::EXTENSION.as_ptr());
+        }
+        if use_coop2 {
+            exts.push(coopmat::EXTENSION_2.as_ptr());
         }
         if use_stats {
             exts.push(crate::pipeline_stats::EXTENSION.as_ptr());
@@ -185,6 +194,9 @@ impl Device {
                 .push_next(&mut f.memory_model)
                 .push_next(&mut f.coop);
         }
+        if use_coop2 {
+            dinfo = dinfo.push_next(&mut f2);
+        }
         // Integer dot products (core in Vulkan 1.3): dot4I8Packed in matvec_q8a.wgsl.
         let use_dot = info.int8_dot_product && info.api_version >= (1, 3, 0);
         let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default()
@@ -206,7 +218,10 @@ impl Device {
         let queue = unsafe { raw.get_device_queue(family, 0) };
         let stats = use_stats
             .then(|| ash::khr::pipeline_executable_properties::Device::new(&instance.raw, &raw));
-        let enabled = HostFeatures::own(use_coop, use_dot, use_timeline);
+        let mut enabled = HostFeatures::own(use_coop, use_dot, use_timeline);
+        if use_coop2 {
+            enabled.extensions.push(EXTENSION_2_NAME.to_string());
+        }
         Self::assemble(
             instance,
             pd,
@@ -226,6 +241,13 @@ impl Device {
     /// lent it.
     pub fn coopmat(&self) -> bool {
         self.shared.coopmat
+    }
+
+    /// Whether the workgroup-scope cooperative-matrix kernels (VK_NV_cooperative_matrix2: the
+    /// cm2 prefill attention) may run: the device offers the extension with the features they
+    /// use, and vkllm enabled it with the cooperative matrices on its own device.
+    pub fn coopmat2(&self) -> bool {
+        self.shared.coopmat2
     }
 
     /// Whether `matvec_q8a` (int8 dot products over quantized activations) may run: the device
@@ -317,6 +339,12 @@ impl Device {
         stats: Option<ash::khr::pipeline_executable_properties::Device>,
     ) -> Result<Self> {
         let (coopmat, int8_dot) = (enabled.cooperative_matrix, enabled.integer_dot_product);
+        // cm2 kernels on vkllm's own devices only (a host would have to enable the extension
+        // and its features, which `HostFeatures` does not describe).
+        let coopmat2 = owned
+            && coopmat
+            && info.cooperative_matrix2
+            && enabled.extensions.iter().any(|e| e == EXTENSION_2_NAME);
         let destroy = |raw: &ash::Device| {
             if owned {
                 unsafe { raw.destroy_device(None) };
@@ -385,6 +413,7 @@ impl Device {
                 tuning: opts.tuning.clone(),
                 max_part_bytes: max_part,
                 coopmat,
+                coopmat2,
                 int8_dot,
                 stats,
                 enabled,

@@ -2,7 +2,7 @@
 
 use ash::vk;
 
-use crate::coopmat::{CoopMatShape, query_shapes};
+use crate::coopmat::{Coop2Features, CoopMatShape, EXTENSION_2, query_shapes};
 use crate::error::{Result, vk_err};
 use crate::{Error, Instance};
 
@@ -70,6 +70,9 @@ pub struct DeviceInfo {
     /// The cooperative-matrix shapes offered (`vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR`;
     /// empty without the extension).
     pub cooperative_matrix_shapes: Vec<CoopMatShape>,
+    /// VK_NV_cooperative_matrix2 with workgroup scope, flexible dimensions, reductions,
+    /// conversions, per-element operations and tensor addressing (the cm2 prefill attention).
+    pub cooperative_matrix2: bool,
     pub heaps: Vec<Heap>,
     pub limits: Limits,
     /// A queue family with compute, and whether it supports timestamps.
@@ -205,6 +208,8 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
         let mut mm = vk::PhysicalDeviceVulkanMemoryModelFeatures::default();
         let has_coop = has("VK_KHR_cooperative_matrix");
         let mut coop = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+        let has_coop2 = has_coop && has(&EXTENSION_2.to_string_lossy());
+        let mut coop2 = Coop2Features::default();
         let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f11);
         if v12 || has("VK_KHR_shader_float16_int8") {
             f2 = f2.push_next(&mut f12);
@@ -217,6 +222,9 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
         }
         if has_coop {
             f2 = f2.push_next(&mut coop);
+        }
+        if has_coop2 {
+            f2 = f2.push_next(&mut coop2);
         }
         let mut timeline = vk::PhysicalDeviceTimelineSemaphoreFeatures::default();
         if v12 {
@@ -317,6 +325,7 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
             timeline_semaphore: v12 && timeline.timeline_semaphore == vk::TRUE,
             cooperative_matrix: coop_usable,
             cooperative_matrix_shapes: coop_shapes,
+            cooperative_matrix2: coop_usable && has_coop2 && coop2.usable(),
             heaps,
             limits: Limits {
                 max_storage_buffer_range: l.max_storage_buffer_range as u64,
@@ -436,6 +445,7 @@ mod tests {
             timeline_semaphore: false,
             cooperative_matrix: false,
             cooperative_matrix_shapes: Vec::new(),
+            cooperative_matrix2: false,
             heaps: vec![Heap {
                 size: mem,
                 device_local: true,

@@ -207,9 +207,10 @@ impl Tuning {
             "attn_prefill" => {
                 self.attn_prefill = match value {
                     "auto" => PrefillAttn::Auto,
+                    "cm2" => PrefillAttn::Cm2,
                     "coop1" => PrefillAttn::Coop1,
                     "portable" => PrefillAttn::Portable,
-                    _ => return Err(bad("auto, coop1 or portable")),
+                    _ => return Err(bad("auto, cm2, coop1 or portable")),
                 }
             }
             "attn_coop_nsg" => self.attn_coop_nsg = in_range(1, 4)? as u32,
@@ -343,6 +344,7 @@ impl fmt::Display for Tuning {
         };
         let prefill = match self.attn_prefill {
             PrefillAttn::Auto => "auto",
+            PrefillAttn::Cm2 => "cm2",
             PrefillAttn::Coop1 => "coop1",
             PrefillAttn::Portable => "portable",
         };

@@ -255,15 +255,36 @@ impl VulkanBackend {
             }),
             None => None,
         };
+        // The workgroup-scope kernel where tuning `attn_prefill=cm2` asks and it takes the shape,
+        // split as the second kernel would be.
+        let cm2 = match coop_pos0 {
+            Some(pos0) => self.cm2_tile(&shape).map(|t| {
+                let split = self.dev.tuning().attn_coop_split;
+                let cu = self.dev.info().compute_units;
+                t.with_split(
+                    split.unwrap_or_else(|| t.auto_split(&shape, pos0, cu)),
+                    n,
+                    pos0,
+                )
+            }),
+            None => None,
+        };
         // A head dim only the second kernel takes, on a shape outside it: the portable kernel.
         let sg = self.dev.info().subgroup_size;
         let first_ok = || {
             vkllm_kernels::attention_prefill_coop::CoopAttnTile::for_shape(p.head_dim, sg).is_some()
         };
-        let coop_pos0 = coop_pos0.filter(|_| coop2.is_some() || first_ok());
-        if let Some(t) = coop2.filter(|t| t.split > 1) {
-            self.attn_parts(4, t.part_bytes(&shape))?;
-            self.attn_counters(t.counter_bytes(&shape))?;
+        let coop_pos0 = coop_pos0.filter(|_| cm2.is_some() || coop2.is_some() || first_ok());
+        let split_scratch = match (cm2, coop2) {
+            (Some(t), _) => (t.split > 1).then(|| (t.part_bytes(&shape), t.counter_bytes(&shape))),
+            (None, Some(t)) => {
+                (t.split > 1).then(|| (t.part_bytes(&shape), t.counter_bytes(&shape)))
+            }
+            (None, None) => None,
+        };
+        if let Some((part, ctr)) = split_scratch {
+            self.attn_parts(4, part)?;
+            self.attn_counters(ctr)?;
         }
         self.record(|me, r| {
             let (ks, vs, _) = me.kv_region(kv, width)?;
@@ -338,11 +359,15 @@ impl VulkanBackend {
                 };
                 // The f16 copy of the output for the o projection's coop matmul (its X).
                 let half = vkllm_vk::coop_half_x_wanted(&me.dev, n, p.n_heads * p.head_dim);
-                let Some(t) = coop2 else {
-                    r.dispatch(a.dispatch(&shape, pos0, sg)?)?;
-                    return Ok(());
+                let split = match (cm2, coop2) {
+                    (Some(t), _) => t.split,
+                    (None, Some(t)) => t.split,
+                    (None, None) => {
+                        r.dispatch(a.dispatch(&shape, pos0, sg)?)?;
+                        return Ok(());
+                    }
                 };
-                let scratch = match (t.split, &me.attn_parts, &me.attn_counters) {
+                let scratch = match (split, &me.attn_parts, &me.attn_counters) {
                     (1, _, _) => None,
                     (_, Some((_, part)), Some(ctr)) => Some(CoopAttn2Scratch {
                         part: part.all(),
@@ -363,7 +388,12 @@ impl VulkanBackend {
                     Some(h) => Some(h.slice(0, packed_bytes(qw))?),
                     None => None,
                 };
-                r.dispatch(a.dispatch_v2_full(&shape, pos0, sg, t, o16, scratch)?)?;
+                let d = match (cm2, coop2) {
+                    (Some(t), _) => a.dispatch_cm2(&shape, pos0, t, o16, scratch)?,
+                    (None, Some(t)) => a.dispatch_v2_full(&shape, pos0, sg, t, o16, scratch)?,
+                    (None, None) => unreachable!("returned above"),
+                };
+                r.dispatch(d)?;
                 if half {
                     r.half_copy_written(os, qw);
                 }

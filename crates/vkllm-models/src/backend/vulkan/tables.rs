@@ -60,6 +60,19 @@ impl VulkanBackend {
         Some(CoopAttn2Tile { v_ahead, ..tile })
     }
 
+    /// The workgroup-scope kernel's configuration for `shape` where tuning `attn_prefill=cm2`
+    /// asks for it, the device runs VK_NV_cooperative_matrix2 and the kernel takes the shape.
+    pub(super) fn cm2_tile(
+        &self,
+        shape: &vkllm_kernels::attention::AttnShape,
+    ) -> Option<vkllm_kernels::attention_prefill_cm2::CmAttnTile> {
+        let wanted = self.dev.tuning().attn_prefill == PrefillAttn::Cm2;
+        if !wanted || !self.dev.coopmat2() {
+            return None;
+        }
+        vkllm_kernels::attention_prefill_cm2::CmAttnTile::for_shape(shape)
+    }
+
     pub(super) fn rope_table(&mut self, rope: &Rope, need: usize) -> Result<usize, ModelError> {
         if let Some(i) = self
             .ropes

@@ -1,0 +1,335 @@
+//! `shaders/glsl/attention_prefill_cm2.comp`: the prefill attention on workgroup-scope
+//! cooperative matrices (VK_NV_cooperative_matrix2), the contract of
+//! [`crate::attention_prefill_coop2`] (same push constants, bindings and key split) for f16 K/V
+//! without a ring: scores, probabilities and the running max and sum stay in registers.
+
+use crate::attention::AttnShape;
+use crate::attention_prefill_coop::{AttnPrefillCoop, AttnPrefillCoopParams};
+use crate::attention_prefill_coop2::{CoopAttn2Scratch, MAX_SPLIT};
+use crate::kv_append::KvType;
+use crate::spec::{MAX_GROUPS_X, rd, rw, shape_err, to_u32};
+use crate::{Dispatch, Error, GlslKernel, KernelBuffer, KernelSpec, Overrides};
+
+static GLSL: GlslKernel = GlslKernel {
+    spirv: include_bytes!("../shaders/glsl/attention_prefill_cm2.spv"),
+    spec_ids: &[
+        ("HD", 1),
+        ("BR", 2),
+        ("BC", 3),
+        ("SPLIT_ON", 4),
+        ("HALF", 5),
+    ],
+};
+
+pub static ATTN_PREFILL_CM2: KernelSpec = KernelSpec {
+    name: "attn_prefill_cm2",
+    file: "glsl/attention_prefill_cm2.comp",
+    entry: "main",
+    source: "",
+    bindings: &[
+        rd("q"),
+        rd("k"),
+        rd("v"),
+        rd("q_pos"),
+        rw("out"),
+        rw("out16"),
+        rw("kv_part"),
+        rw("kv_ctr"),
+    ],
+    push_size: 44,
+    exact_fp: false,
+    glsl: Some(&GLSL),
+};
+
+/// Invocations per workgroup (fixed in the shader: a specialised LocalSizeId would need
+/// maintenance4).
+pub const WG: u32 = 128;
+
+/// Workgroup-scope matrices resident per multiprocessor assumed by [`CmAttnTile::auto_split`].
+const WAVE_PER_CU: usize = 2;
+/// Fewest key steps a split leaves each part.
+const SPLIT_MIN_STEPS: usize = 8;
+
+/// The push constants: coop2's (the first kernel's, then the fewest steps of a split tile and
+/// the split).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    base: AttnPrefillCoopParams,
+    split_min: u32,
+    split: u32,
+}
+
+/// The cm2 kernel's configuration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CmAttnTile {
+    /// Rows per workgroup ((query, head) pairs of one GQA group; a multiple of 16).
+    pub br: u32,
+    /// Keys per step (a multiple of 16).
+    pub bc: u32,
+    /// Workgroups a split tile's keys are walked by (1 ..= [`MAX_SPLIT`]; 1: no split).
+    pub split: u32,
+    /// Fewest key steps of a tile that is split (>= 1).
+    pub split_min: u32,
+}
+
+impl CmAttnTile {
+    /// The configuration for `s` if the kernel runs it: f16 K and V (plain keys), no ring
+    /// smaller than the cache, head_dim a multiple of 16 in 16..=256, a GQA group of at most
+    /// 64 heads. 64 rows; 64 keys per step up to head dim 128, 32 past it (registers).
+    pub fn for_shape(s: &AttnShape) -> Option<CmAttnTile> {
+        let ring_ok = s.ring.is_none_or(|r| r >= s.n_kv);
+        let kv_ok = s.kv == KvType::F16 && s.kv_v == KvType::F16 && !s.rot_k;
+        let hd_ok = s.head_dim.is_multiple_of(16) && (16..=256).contains(&s.head_dim);
+        let group = s.n_heads / s.n_kv_heads.max(1);
+        let br = 64;
+        if !(ring_ok && kv_ok && hd_ok && (1..=br).contains(&group)) || s.kv_stride != 0 {
+            return None;
+        }
+        Some(CmAttnTile {
+            br: br as u32,
+            bc: if s.head_dim > 128 { 32 } else { 64 },
+            split: 1,
+            split_min: 1,
+        })
+    }
+
+    /// Queries per workgroup for GQA `group`.
+    pub fn bq(&self, group: usize) -> usize {
+        self.br as usize / group.max(1)
+    }
+
+    fn tiles(&self, s: &AttnShape) -> usize {
+        s.n_q
+            .div_ceil(self.bq(s.n_heads / s.n_kv_heads.max(1)).max(1))
+    }
+
+    /// The split for `s` whose queries start at `pos0` on a GPU of `compute_units`
+    /// multiprocessors (`None`: unknown), by coop2's rule ([`crate::attention_prefill_coop2::
+    /// CoopAttn2Tile::auto_split`]) with two resident workgroups per multiprocessor.
+    pub fn auto_split(&self, s: &AttnShape, pos0: usize, compute_units: Option<u32>) -> u32 {
+        let wgs = (self.tiles(s) * s.n_kv_heads).max(1);
+        let steps = (pos0 + s.n_q).div_ceil(self.bc as usize);
+        let wave = compute_units.unwrap_or(64).max(1) as usize * WAVE_PER_CU;
+        let most = (steps / SPLIT_MIN_STEPS)
+            .min(wave.div_ceil(wgs))
+            .clamp(1, MAX_SPLIT as usize);
+        let waves = |sp: usize| (wgs * sp).div_ceil(wave);
+        (1..=most)
+            .min_by(|&a, &b| (waves(a) * b).cmp(&(waves(b) * a)).then(a.cmp(&b)))
+            .unwrap_or(1) as u32
+    }
+
+    /// This configuration with tiles split `split` ways where they take more than
+    /// `ceil(steps / split)` steps (`steps` the heaviest tile's), or unsplit.
+    pub fn with_split(self, split: u32, n_q: usize, pos0: usize) -> CmAttnTile {
+        let steps = (pos0 + n_q).div_ceil(self.bc as usize) as u32;
+        let split = split.clamp(1, MAX_SPLIT);
+        let min = steps.div_ceil(split) + 1;
+        match split > 1 && steps >= min {
+            true => CmAttnTile {
+                split,
+                split_min: min,
+                ..self
+            },
+            false => CmAttnTile {
+                split: 1,
+                split_min: 1,
+                ..self
+            },
+        }
+    }
+
+    /// Bytes of `part` a split launch of `s` needs: per (kv head, query tile, part) the
+    /// workgroup's rows of head_dim + 2 f32.
+    pub fn part_bytes(&self, s: &AttnShape) -> u64 {
+        let rows = (s.n_kv_heads * self.tiles(s)) as u64 * self.split as u64 * self.br as u64;
+        rows * (s.head_dim as u64 + 2) * 4
+    }
+
+    /// Bytes of `ctr` a split launch of `s` needs: one u32 per (kv head, query tile).
+    pub fn counter_bytes(&self, s: &AttnShape) -> u64 {
+        4 * (s.n_kv_heads * self.tiles(s)) as u64
+    }
+}
+
+impl<B: KernelBuffer> AttnPrefillCoop<B> {
+    /// The cm2 kernel: one dispatch for `s` whose queries sit at positions `pos0..pos0 + n_q`,
+    /// with configuration `t` (from [`CmAttnTile::for_shape`]), the optional f16 copy of the
+    /// output (`to_f16`'s layout) and, for a split (`t.split > 1`, required then), its scratch
+    /// ([`CmAttnTile::part_bytes`], [`CmAttnTile::counter_bytes`] of zeroed counters).
+    pub fn dispatch_cm2(
+        self,
+        s: &AttnShape,
+        pos0: usize,
+        t: CmAttnTile,
+        out16: Option<B>,
+        scratch: Option<CoopAttn2Scratch<B>>,
+    ) -> Result<Dispatch<B>, Error> {
+        let k = &ATTN_PREFILL_CM2;
+        s.check(k)?;
+        s.check_unquantized(k)?;
+        let Some(fit) = CmAttnTile::for_shape(s) else {
+            return Err(shape_err(
+                k,
+                format!(
+                    "needs f16 K/V without a ring, head_dim a multiple of 16 up to 256 (got {}) \
+                     and a GQA group of at most 64 over one cache",
+                    s.head_dim
+                ),
+            ));
+        };
+        if t.br != fit.br || t.bc != fit.bc {
+            return Err(shape_err(
+                k,
+                format!(
+                    "{} rows x {} keys per step (this build: {} x {})",
+                    t.br, t.bc, fit.br, fit.bc
+                ),
+            ));
+        }
+        if pos0 + s.n_q > s.n_kv {
+            return Err(shape_err(
+                k,
+                format!(
+                    "queries at {pos0}..{} see keys past n_kv {}",
+                    pos0 + s.n_q,
+                    s.n_kv
+                ),
+            ));
+        }
+        if !(1..=MAX_SPLIT).contains(&t.split) || t.split_min == 0 {
+            return Err(shape_err(
+                k,
+                format!(
+                    "split {} (1..={MAX_SPLIT}) from {} steps (>= 1)",
+                    t.split, t.split_min
+                ),
+            ));
+        }
+        s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
+        let groups_x = t.tiles(s) * t.split as usize;
+        if groups_x > MAX_GROUPS_X as usize || s.n_kv_heads > MAX_GROUPS_X as usize {
+            return Err(shape_err(k, "grid out of range"));
+        }
+        let (part, ctr) = match (scratch, t.split) {
+            (_, 1) => (self.out, self.out),
+            (Some(sc), _) => {
+                crate::spec::need(k, "kv_part", &sc.part, t.part_bytes(s))?;
+                crate::spec::need(k, "kv_ctr", &sc.ctr, t.counter_bytes(s))?;
+                (sc.part, sc.ctr)
+            }
+            (None, _) => {
+                return Err(shape_err(
+                    k,
+                    format!("split {} needs its scratch (part, ctr)", t.split),
+                ));
+            }
+        };
+        let p = Params {
+            base: AttnPrefillCoopParams {
+                base: s.prefill_params(k)?,
+                pos0: to_u32(k, "pos0", pos0)?,
+            },
+            split_min: t.split_min,
+            split: t.split,
+        };
+        let mut o = Overrides::new()
+            .set("HD", s.head_dim as f64)
+            .set("BR", t.br as f64)
+            .set("BC", t.bc as f64)
+            .set("SPLIT_ON", f64::from(u8::from(t.split > 1)));
+        if let Some(h) = &out16 {
+            crate::spec::need(k, "out16", h, 2 * (s.n_q * s.n_heads * s.head_dim) as u64)?;
+            o = o.set("HALF", 1.0);
+        }
+        Ok(Dispatch::new(
+            k,
+            o,
+            vec![
+                self.q,
+                self.k,
+                self.v,
+                self.q_pos,
+                self.out,
+                out16.unwrap_or(self.out),
+                part,
+                ctr,
+            ],
+            &p,
+            [groups_x as u32, s.n_kv_heads as u32, 1],
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(n_q: usize, n_kv: usize, heads: (usize, usize), hd: usize) -> AttnShape {
+        AttnShape {
+            n_q,
+            n_heads: heads.0,
+            n_kv_heads: heads.1,
+            head_dim: hd,
+            n_kv,
+            scale: 1.0,
+            softcap: None,
+            window: None,
+            kv: KvType::F16,
+            kv_v: KvType::F16,
+            rot_k: false,
+            kv_stride: 0,
+            ring: None,
+        }
+    }
+
+    #[test]
+    fn takes_f16_caches_without_a_wrapping_ring() {
+        let s = shape(240, 8432, (32, 8), 128);
+        let t = CmAttnTile::for_shape(&s).expect("the 8B shape");
+        assert_eq!((t.br, t.bc, t.bq(4)), (64, 64, 16));
+        assert_eq!(
+            CmAttnTile::for_shape(&shape(9, 9, (16, 2), 256))
+                .unwrap()
+                .bc,
+            32
+        );
+        let f32_kv = AttnShape {
+            kv: KvType::F32,
+            kv_v: KvType::F32,
+            ..s
+        };
+        assert!(CmAttnTile::for_shape(&f32_kv).is_none());
+        let ring = AttnShape {
+            ring: Some(4096),
+            window: Some(1024),
+            ..s
+        };
+        assert!(CmAttnTile::for_shape(&ring).is_none());
+        let whole_ring = AttnShape {
+            ring: Some(8432),
+            ..s
+        };
+        assert!(CmAttnTile::for_shape(&whole_ring).is_some());
+        assert!(CmAttnTile::for_shape(&shape(9, 9, (4, 4), 72)).is_none());
+    }
+
+    #[test]
+    fn split_fills_waves_and_sizes_its_scratch() {
+        let s = shape(240, 8432, (32, 8), 128);
+        let t = CmAttnTile::for_shape(&s).unwrap();
+        // 15 tiles x 8 kv heads = 120 workgroups on 132 x 2 resident: two parts.
+        let sp = t.auto_split(&s, 8192, Some(132));
+        assert_eq!(sp, 2);
+        let t = t.with_split(sp, 240, 8192);
+        assert_eq!(t.split, 2);
+        assert_eq!(t.part_bytes(&s), 8 * 15 * 2 * 64 * 130 * 4);
+        assert_eq!(t.counter_bytes(&s), 4 * 8 * 15);
+        // A short prompt at position 0 has too few steps to split.
+        let s0 = shape(64, 64, (32, 8), 128);
+        let t0 = CmAttnTile::for_shape(&s0).unwrap();
+        assert_eq!(t0.with_split(4, 64, 0).split, 1);
+        assert_eq!(t0.auto_split(&s0, 0, Some(132)), 1);
+    }
+}

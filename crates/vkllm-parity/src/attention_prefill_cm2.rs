@@ -1,0 +1,270 @@
+//! Parity cases: the workgroup-scope cooperative-matrix prefill attention
+//! (`attention_prefill_cm2.comp`) against the CPU attention of the f16-rounded q, k and v.
+//!
+//! The error budget is coop2's (q, k, v and the probabilities in the P V product rounded to
+//! f16, sums f32): 1e-3 absolute on weighted means of |v| <= 1, NMSE 1e-5. Outputs are
+//! NaN-poisoned before each run. Rows cover partial query tiles, chunks starting mid-cache (a
+//! partial first key step), GQA groups of 1 to 8, head dims 32..256, softcap, windows, a ring
+//! as long as the cache, wide score ranges (the running max moving by a lot), uniform weights,
+//! and split launches (2 to 16 parts, some parts past a tile's keys), whose counters must be
+//! back at zero after; every other case also writes the f16 copy of the output.
+//! On a device without VK_NV_cooperative_matrix2 the case reports one "n/a" row, never a pass.
+
+use vkllm_cpu::AttnParams;
+use vkllm_kernels::attention::AttnShape;
+use vkllm_kernels::attention_prefill_cm2::CmAttnTile;
+use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
+use vkllm_kernels::attention_prefill_coop2::CoopAttn2Scratch;
+
+use super::{Ctx, KernelParityRow, Rng, Tol, pack16, row, to_f16};
+use vkllm_vk::Device;
+use vkllm_vk::Result;
+
+const KERNEL: &str = "attn_prefill_cm2";
+
+const TOL: Tol = Tol {
+    max_abs: 1e-3,
+    nmse: 1e-5,
+};
+
+struct Case {
+    n_q: usize,
+    n_kv: usize,
+    pos0: usize,
+    heads: (usize, usize),
+    hd: usize,
+    softcap: Option<f32>,
+    window: Option<usize>,
+    ring: Option<usize>,
+    /// q and k drawn from [-qk, qk].
+    qk: f32,
+    /// Score scale; None: 1 / sqrt(hd). 0 gives uniform weights over the visible keys.
+    scale: Option<f32>,
+    /// Key split: (parts, fewest steps of a split tile), or (parts, 0) for `with_split`'s
+    /// choice; None: unsplit.
+    split: Option<(u32, u32)>,
+}
+
+fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) -> Case {
+    Case {
+        n_q,
+        n_kv,
+        pos0,
+        heads,
+        hd,
+        softcap: None,
+        window: None,
+        ring: None,
+        qk: 2.0,
+        scale: None,
+        split: None,
+    }
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            scale: Some(0.0),
+            ..case(37, 37, 0, (4, 2), 64)
+        },
+        case(37, 37, 0, (4, 2), 64),
+        case(100, 161, 61, (16, 8), 128),
+        case(129, 129, 0, (8, 2), 128),
+        case(77, 77, 0, (32, 8), 64),
+        case(45, 90, 45, (8, 8), 64),
+        case(33, 33, 0, (3, 3), 32),
+        case(70, 70, 0, (6, 2), 96),
+        case(20, 300, 280, (64, 8), 128),
+        Case {
+            softcap: Some(30.0),
+            window: Some(8),
+            ..case(37, 50, 13, (4, 2), 64)
+        },
+        Case {
+            window: Some(20),
+            ring: Some(70),
+            ..case(70, 70, 0, (6, 2), 80)
+        },
+        Case {
+            qk: 8.0,
+            ..case(150, 150, 0, (16, 8), 128)
+        },
+        Case {
+            qk: 8.0,
+            window: Some(40),
+            ..case(90, 120, 30, (8, 4), 80)
+        },
+        case(100, 161, 61, (16, 2), 256),
+        Case {
+            qk: 8.0,
+            softcap: Some(30.0),
+            window: Some(20),
+            ..case(70, 90, 20, (4, 4), 192)
+        },
+        // Split launches.
+        Case {
+            split: Some((2, 1)),
+            ..case(100, 161, 61, (16, 8), 128)
+        },
+        Case {
+            split: Some((3, 1)),
+            ..case(77, 77, 0, (32, 8), 64)
+        },
+        Case {
+            qk: 8.0,
+            split: Some((2, 0)),
+            ..case(300, 300, 0, (16, 8), 128)
+        },
+        Case {
+            softcap: Some(30.0),
+            window: Some(40),
+            split: Some((3, 2)),
+            ..case(90, 120, 30, (8, 4), 80)
+        },
+        Case {
+            split: Some((16, 1)),
+            ..case(40, 1500, 1460, (32, 8), 128)
+        },
+        Case {
+            qk: 8.0,
+            split: Some((8, 0)),
+            ..case(33, 1033, 1000, (16, 8), 64)
+        },
+        Case {
+            split: Some((4, 0)),
+            ..case(64, 1200, 1136, (16, 2), 256)
+        },
+    ]
+}
+
+pub(crate) fn attention_prefill_cm2(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    if !dev.coopmat2() {
+        let reason = match dev.info().cooperative_matrix2 {
+            true => "cooperative matrices switched off (tuning `coopmat=0`)",
+            false => "device lacks VK_NV_cooperative_matrix2 or its features",
+        };
+        return Ok(vec![KernelParityRow::not_applicable(
+            KERNEL, "f16 kv", reason,
+        )]);
+    }
+    let cx = Ctx { dev };
+    let mut rng = Rng::new(seed);
+    let mut rows = Vec::new();
+    for (i, c) in cases().into_iter().enumerate() {
+        let half = i % 2 == 1;
+        let (n_q, n_kv, pos0, hd) = (c.n_q, c.n_kv, c.pos0, c.hd);
+        let (n_heads, n_kv_heads) = c.heads;
+        let qn = n_q * n_heads * hd;
+        let kvn = n_kv * n_kv_heads * hd;
+        let (_, q) = to_f16(&rng.vec(qn, -c.qk, c.qk));
+        let (kh, k) = to_f16(&rng.vec(kvn, -c.qk, c.qk));
+        let (vh, v) = to_f16(&rng.vec(kvn, -1.0, 1.0));
+        let (kb, vb) = (cx.input("k", &pack16(&kh))?, cx.input("v", &pack16(&vh))?);
+        let positions: Vec<usize> = (pos0..pos0 + n_q).collect();
+        let pos32: Vec<u32> = positions.iter().map(|&p| p as u32).collect();
+        let scale = c.scale.unwrap_or(1.0 / (hd as f32).sqrt());
+        let p = AttnParams {
+            n_heads,
+            n_kv_heads,
+            head_dim: hd,
+            scale,
+            softcap: c.softcap,
+            window: c.window,
+        };
+        let mut want = vec![0.0; qn];
+        vkllm_cpu::attention_ring(&q, &k, &v, n_q, n_kv, n_kv, &positions, &p, &mut want);
+        let shape = AttnShape {
+            n_q,
+            n_heads,
+            n_kv_heads,
+            head_dim: hd,
+            n_kv,
+            scale,
+            softcap: c.softcap,
+            window: c.window,
+            kv: vkllm_kernels::kv_append::KvType::F16,
+            kv_v: vkllm_kernels::kv_append::KvType::F16,
+            rot_k: false,
+            kv_stride: 0,
+            ring: c.ring,
+        };
+        let mut variant = "f16".to_string();
+        let Some(mut t) = CmAttnTile::for_shape(&shape) else {
+            rows.push(KernelParityRow::not_applicable(
+                KERNEL,
+                variant,
+                format!("head dim {hd}, heads {n_heads}/{n_kv_heads}"),
+            ));
+            continue;
+        };
+        variant += &format!(" {}x{}", t.br, t.bc);
+        match c.split {
+            Some((n, 0)) => t = t.with_split(n, n_q, pos0),
+            Some((n, min)) => {
+                t.split = n;
+                t.split_min = min;
+            }
+            None => {}
+        }
+        if t.split > 1 {
+            variant += &format!(" split {} from {} steps", t.split, t.split_min);
+        }
+        let (qb, pb) = (cx.input("q", &q)?, cx.input("q_pos", &pos32)?);
+        let out = cx.output("out", qn)?;
+        let out16 = cx.output("out16", qn.div_ceil(2))?;
+        let part = cx.output("part", (t.part_bytes(&shape) / 4).max(1) as usize)?;
+        let n_ctr = (t.counter_bytes(&shape) / 4) as usize;
+        let ctr = cx.input("ctr", &vec![0u32; n_ctr])?;
+        cx.run(&[&out, &out16, &part], |rec| {
+            let a = AttnPrefillCoop {
+                q: qb.all(),
+                k: kb.all(),
+                v: vb.all(),
+                q_pos: pb.all(),
+                out: out.all(),
+            };
+            let scratch = (t.split > 1).then(|| CoopAttn2Scratch {
+                part: part.all(),
+                ctr: ctr.all(),
+            });
+            let o16 = half.then(|| out16.all());
+            rec.dispatch(a.dispatch_cm2(&shape, pos0, t, o16, scratch)?)
+        })?;
+        if let Some(s) = c.softcap {
+            variant += &format!(" softcap {s}");
+        }
+        if let Some(w) = c.window {
+            variant += &format!(" window {w}");
+        }
+        if let Some(r) = c.ring {
+            variant += &format!(" ring {r}");
+        }
+        if c.scale.is_some() {
+            variant += &format!(" scale {scale}");
+        }
+        if c.qk != 2.0 {
+            variant += &format!(" |qk| {}", c.qk);
+        }
+        let label = format!("q {n_q}@{pos0} kv {n_kv} h {n_heads}/{n_kv_heads} d {hd}");
+        let mut got = cx.read(&out, qn)?;
+        if half {
+            let words = cx.dev.read_vec::<u32>(&out16, qn / 2)?;
+            let v16 = format!("{variant} with f16 copy: halves");
+            rows.push(super::basic::halves_row(
+                KERNEL,
+                &v16,
+                label.clone(),
+                &words,
+                &got,
+            ));
+            variant += " with f16 copy";
+        }
+        if t.split > 1 {
+            let left = cx.dev.read_vec::<u32>(&ctr, n_ctr)?;
+            got.extend(left.iter().map(|&c| c as f32));
+            want.extend(std::iter::repeat_n(0.0, n_ctr));
+        }
+        rows.push(row(KERNEL, variant, label, &got, &want, TOL));
+    }
+    Ok(rows)
+}

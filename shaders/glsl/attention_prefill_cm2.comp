@@ -1,0 +1,305 @@
+#version 450
+// Attention for prefill on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2):
+// the contract of attention_prefill_coop2.wgsl (causal, GQA, optional window and softcap,
+// queries at positions pos0 + i, the same push constants, bindings and key split) for f16 K/V
+// without a ring (every key at row j). Where coop2 moves scores and probabilities through shared
+// memory, here they stay in registers: row max and sum by coopMatReduceNV, exp and masks by
+// coopMatPerElementNV, the output rescaled element-wise each step.
+//
+// - One workgroup per (query tile, kv head): its BR rows are (query, head) pairs of one GQA group,
+//   query-major (row r: query q0 + r / g, head kvh g + r % g), so a K/V tile serves the group's
+//   heads; BQ = floor(BR / g) queries per tile, rows past BQ g are padding (zero queries).
+// - Per step of BC keys: S = Q K^T (f16 products, f32 sums), times the scale; softcap and the
+//   mask (causal, window, the range's end) only on steps that need them; M = max(M, rowmax S),
+//   P = exp(S - M), L = L e^(Mold - M) + rowsum P, O = O e^(Mold - M) + f16(P) V.
+// - Split (SPLIT_ON, push constant split > 1): as in coop2 (part s of a tile of at least
+//   split_min steps walks steps [s per, (s + 1) per)); each part writes its unnormalised rows and
+//   their M and L to kv_part ([tile][s][row][HD + 2]), counts itself in on kv_ctr[kvh tiles +
+//   tile], and the last one resets the counter and writes the merged rows (parts in order).
+// Shapes: q [n_q, n_heads, HD] f32; k, v [n_kv, n_kv_heads, HD] f16; out [n_q, n_heads, HD] f32;
+// HALF 1 also writes out16 (the same elements as f16).
+#extension GL_EXT_control_flow_attributes : enable
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int32 : require
+#extension GL_KHR_memory_scope_semantics : enable
+#extension GL_KHR_cooperative_matrix : enable
+#extension GL_NV_cooperative_matrix2 : enable
+
+layout(local_size_x = 128) in;
+layout(constant_id = 1) const uint HD = 128;
+layout(constant_id = 2) const uint BR = 64;
+layout(constant_id = 3) const uint BC = 64;
+layout(constant_id = 4) const uint SPLIT_ON = 0;
+layout(constant_id = 5) const uint HALF = 0;
+
+layout(push_constant) uniform Params {
+    uint n_q;
+    uint n_heads;
+    uint n_kv_heads;
+    uint n_kv;
+    float scale;
+    float softcap;
+    uint window;
+    uint ring;
+    uint pos0;
+    uint split_min;
+    uint split;
+} p;
+
+layout(set = 0, binding = 0) readonly buffer Q { float q[]; };
+layout(set = 0, binding = 1) readonly buffer K { float16_t k[]; };
+layout(set = 0, binding = 2) readonly buffer V { float16_t v[]; };
+layout(set = 0, binding = 3) readonly buffer QPos { uint q_pos[]; };
+layout(set = 0, binding = 4) writeonly buffer Out { float o_f32[]; };
+layout(set = 0, binding = 5) writeonly buffer Out16 { float16_t o_f16[]; };
+layout(set = 0, binding = 6) coherent buffer Part { float kv_part[]; };
+layout(set = 0, binding = 7) coherent buffer Ctr { uint kv_ctr[]; };
+
+const float FLOOR = -1e30;
+const float MASKED = -3e38;
+// Staged query rows: HD + 8 halves (consecutive rows in different banks).
+const uint QLD = HD + 8;
+
+shared float16_t qs[BR * QLD];
+shared uint last_flag;
+
+// The workgroup's tile, read by the per-element functions.
+uint g_q0;
+uint g_kvh;
+uint g_g;
+uint g_bq;
+uint g_kb;
+uint g_hi;
+// Base row of this part in kv_part.
+uint g_pb;
+
+uint first_key(uint qp) {
+    return (p.window > 0 && qp + 1 > p.window) ? qp + 1 - p.window : 0;
+}
+
+float max_op(const in float a, const in float b) { return max(a, b); }
+float add_op(const in float a, const in float b) { return a + b; }
+float smear_op(const in float a, const in float b) { return a; }
+
+float exp_op(const in uint r, const in uint c, const in float x) { return exp(x); }
+
+float max2_op(const in uint r, const in uint c, const in float a, const in float b) {
+    return max(a, b);
+}
+
+// Scale, softcap and the mask of score (r, c): key g_kb + c for row r's query.
+float score_op(const in uint r, const in uint c, const in float x) {
+    float s = x * p.scale;
+    if (p.softcap > 0.0) {
+        s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
+    }
+    uint qp = p.pos0 + g_q0 + r / g_g;
+    uint j = g_kb + c;
+    if (j > qp || j < first_key(qp) || j > g_hi) {
+        s = MASKED;
+    }
+    return s;
+}
+
+// Scale and softcap only (a step every row sees whole).
+float soft_op(const in uint r, const in uint c, const in float x) {
+    float s = x * p.scale;
+    return p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
+}
+
+// Writes the finished element (r, c) (already divided by the row sum) to out (and out16).
+float store_op(const in uint r, const in uint c, const in float x) {
+    uint qi = g_q0 + r / g_g;
+    if (r < g_bq * g_g && qi < p.n_q && c < HD) {
+        uint o = (qi * p.n_heads + g_kvh * g_g + r % g_g) * HD + c;
+        o_f32[o] = x;
+        if (HALF == 1) {
+            o_f16[o] = float16_t(x);
+        }
+    }
+    return x;
+}
+
+// Writes this part's unnormalised element (r, c) to kv_part.
+float part_op(const in uint r, const in uint c, const in float x) {
+    if (c < HD) {
+        kv_part[(g_pb + r) * (HD + 2) + c] = x;
+    }
+    return x;
+}
+
+// Writes row r's running max (column 0 of the smeared matrix) to kv_part.
+float part_m_op(const in uint r, const in uint c, const in float x) {
+    if (c == 0) {
+        kv_part[(g_pb + r) * (HD + 2) + HD] = x;
+    }
+    return x;
+}
+
+float part_l_op(const in uint r, const in uint c, const in float x) {
+    if (c == 0) {
+        kv_part[(g_pb + r) * (HD + 2) + HD + 1] = x;
+    }
+    return x;
+}
+
+void main() {
+    const uint lid = gl_LocalInvocationIndex;
+    const uint wg = gl_WorkGroupSize.x;
+    const uint g = p.n_heads / p.n_kv_heads;
+    const uint bq = BR / g;
+    const uint tiles = gl_NumWorkGroups.x / p.split;
+    const uint tile = tiles - 1 - gl_WorkGroupID.x / p.split;
+    const uint sp = gl_WorkGroupID.x % p.split;
+    const uint q0 = tile * bq;
+    const uint kvh = gl_WorkGroupID.y;
+    const uint q_last = min(q0 + bq, p.n_q) - 1;
+    const uint t_lo = first_key(p.pos0 + q0);
+    const uint t_hi = min(p.pos0 + q_last, p.n_kv - 1);
+    const uint steps = (t_hi - t_lo) / BC + 1;
+    const bool split = SPLIT_ON == 1 && p.split > 1 && steps >= p.split_min;
+    const bool idle = !split && sp > 0;
+    uint lo = t_lo;
+    uint hi = t_hi;
+    if (split) {
+        const uint per = (steps + p.split - 1) / p.split;
+        lo = t_lo + sp * per * BC;
+        hi = min(lo + per * BC - 1, t_hi);
+    }
+    if (idle) {
+        return;
+    }
+    g_q0 = q0;
+    g_kvh = kvh;
+    g_g = g;
+    g_bq = bq;
+    g_hi = hi;
+    // Keys every row sees without a mask: [first_key(last query), first query].
+    const uint full_lo = first_key(p.pos0 + q_last);
+    const uint full_hi = p.pos0 + q0;
+
+    for (uint i = lid; i < BR * HD; i += wg) {
+        const uint t = i / HD;
+        const uint c = i % HD;
+        const uint qi = q0 + t / g;
+        float x = 0.0;
+        if (t < bq * g && qi < p.n_q) {
+            x = q[(qi * p.n_heads + kvh * g + t % g) * HD + c];
+        }
+        qs[t * QLD + c] = float16_t(x);
+    }
+    barrier();
+    coopmat<float16_t, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseA> qa;
+    coopMatLoad(qa, qs, 0, QLD, gl_CooperativeMatrixLayoutRowMajor);
+
+    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> tk =
+        createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    tk = setTensorLayoutDimensionNV(tk, p.n_kv, HD);
+    tk = setTensorLayoutStrideNV(tk, p.n_kv_heads * HD, 1);
+    tensorViewNV<2, false, 1, 0> transpose = createTensorViewNV(2, false, 1, 0);
+    const uint kv_off = kvh * HD;
+
+    coopmat<float, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator> o =
+        coopmat<float, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator>(0.0);
+    coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> m =
+        coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(FLOOR);
+    coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> l =
+        coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(0.0);
+
+    [[dont_unroll]]
+    for (uint kb = lo; kb <= hi; kb += BC) {
+        g_kb = kb;
+        coopmat<float16_t, gl_ScopeWorkgroup, HD, BC, gl_MatrixUseB> kt;
+        coopMatLoadTensorNV(kt, k, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD), transpose);
+        coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> s =
+            coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(0.0);
+        s = coopMatMulAdd(qa, kt, s);
+        const bool full = kb >= full_lo && kb + BC - 1 <= full_hi && kb + BC - 1 <= hi;
+        if (!full) {
+            coopMatPerElementNV(s, s, score_op);
+        } else if (p.softcap > 0.0) {
+            coopMatPerElementNV(s, s, soft_op);
+        } else {
+            s = s * p.scale;
+        }
+
+        coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> rmax, pr, rsum, em;
+        coopMatReduceNV(rmax, s, gl_CooperativeMatrixReduceRowNV, max_op);
+        coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> m_old = m;
+        coopMatPerElementNV(m, rmax, max2_op, m_old);
+        coopMatPerElementNV(pr, s - m, exp_op);
+        coopMatPerElementNV(em, m_old - m, exp_op);
+        coopMatReduceNV(rsum, pr, gl_CooperativeMatrixReduceRowNV, add_op);
+        l = em * l + rsum;
+
+        coopmat<float16_t, gl_ScopeWorkgroup, BC, HD, gl_MatrixUseB> vt;
+        coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD));
+        coopmat<float, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator> em_d;
+        coopMatReduceNV(em_d, em, gl_CooperativeMatrixReduceRowNV, smear_op);
+        o = o * em_d;
+        coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> pa =
+            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(pr);
+        o = coopMatMulAdd(pa, vt, o);
+    }
+
+    if (!split) {
+        coopmat<float, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator> l_d;
+        coopMatReduceNV(l_d, l, gl_CooperativeMatrixReduceRowNV, smear_op);
+        [[unroll]] for (int i = 0; i < l_d.length(); ++i) {
+            l_d[i] = l_d[i] > 0.0 ? 1.0 / l_d[i] : 0.0;
+        }
+        o = o * l_d;
+        coopMatPerElementNV(o, o, store_op);
+        return;
+    }
+
+    // This part's rows: unnormalised output, running max and sum.
+    g_pb = ((kvh * tiles + tile) * p.split + sp) * BR;
+    coopMatPerElementNV(o, o, part_op);
+    coopMatPerElementNV(m, m, part_m_op);
+    coopMatPerElementNV(l, l, part_l_op);
+    memoryBarrierBuffer();
+    barrier();
+    const uint ci = kvh * tiles + tile;
+    if (lid == 0) {
+        const uint before = atomicAdd(kv_ctr[ci], 1);
+        last_flag = before == p.split - 1 ? 1 : 0;
+    }
+    barrier();
+    if (last_flag == 0) {
+        return;
+    }
+    memoryBarrierBuffer();
+    if (lid == 0) {
+        kv_ctr[ci] = 0;
+    }
+    // Merge the parts in order: row r, column c = sum_s o_s e^(m_s - m*) / sum_s l_s e^(m_s - m*).
+    const uint pb0 = (kvh * tiles + tile) * p.split * BR;
+    for (uint e = lid; e < BR * HD; e += wg) {
+        const uint r = e / HD;
+        const uint c = e % HD;
+        const uint qi = q0 + r / g;
+        if (r >= bq * g || qi >= p.n_q) {
+            continue;
+        }
+        float mx = FLOOR;
+        for (uint s = 0; s < p.split; s++) {
+            mx = max(mx, kv_part[(pb0 + s * BR + r) * (HD + 2) + HD]);
+        }
+        float lsum = 0.0;
+        float acc = 0.0;
+        for (uint s = 0; s < p.split; s++) {
+            const uint b = (pb0 + s * BR + r) * (HD + 2);
+            const float w = exp(kv_part[b + HD] - mx);
+            lsum += kv_part[b + HD + 1] * w;
+            acc += kv_part[b + c] * w;
+        }
+        const float x = lsum > 0.0 ? acc / lsum : 0.0;
+        const uint oi = (qi * p.n_heads + kvh * g + r % g) * HD + c;
+        o_f32[oi] = x;
+        if (HALF == 1) {
+            o_f16[oi] = float16_t(x);
+        }
+    }
+}
