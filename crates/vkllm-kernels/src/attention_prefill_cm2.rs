@@ -45,6 +45,9 @@ pub static ATTN_PREFILL_CM2: KernelSpec = KernelSpec {
 /// maintenance4).
 pub const WG: u32 = 128;
 
+/// Shared memory for the staged queries (the driver reserves more for workgroup-scope matrices).
+pub const MAX_Q_SHARED: usize = 40 * 1024;
+
 /// Workgroup-scope matrices resident per multiprocessor assumed by [`CmAttnTile::auto_split`].
 const WAVE_PER_CU: usize = 2;
 /// Fewest key steps a split leaves each part.
@@ -92,6 +95,17 @@ impl CmAttnTile {
             split: 1,
             split_min: 1,
         })
+    }
+
+    /// This configuration with `br` rows and `bc` keys per step, if the kernel runs them for
+    /// `s`: multiples of 16 up to 128, `br` at least the GQA group, the staged queries (`br`
+    /// rows of head_dim + 8 halves) within [`MAX_Q_SHARED`].
+    pub fn with_tile(self, br: u32, bc: u32, s: &AttnShape) -> Option<CmAttnTile> {
+        let ok = |x: u32| x.is_multiple_of(16) && (16..=128).contains(&x);
+        let group = s.n_heads / s.n_kv_heads.max(1);
+        let q_bytes = br as usize * (s.head_dim + 8) * 2;
+        (ok(br) && ok(bc) && group <= br as usize && q_bytes <= MAX_Q_SHARED)
+            .then_some(CmAttnTile { br, bc, ..self })
     }
 
     /// Queries per workgroup for GQA `group`.
@@ -179,12 +193,13 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
                 ),
             ));
         };
-        if t.br != fit.br || t.bc != fit.bc {
+        if fit.with_tile(t.br, t.bc, s).is_none() {
             return Err(shape_err(
                 k,
                 format!(
-                    "{} rows x {} keys per step (this build: {} x {})",
-                    t.br, t.bc, fit.br, fit.bc
+                    "{} rows x {} keys per step: multiples of 16 up to 128, at least the GQA \
+                     group's rows, the staged queries within {} bytes",
+                    t.br, t.bc, MAX_Q_SHARED
                 ),
             ));
         }
@@ -313,6 +328,14 @@ mod tests {
         };
         assert!(CmAttnTile::for_shape(&whole_ring).is_some());
         assert!(CmAttnTile::for_shape(&shape(9, 9, (4, 4), 72)).is_none());
+        let t128 = t.with_tile(128, 32, &s).map(|t| (t.br, t.bc));
+        assert_eq!(t128, Some((128, 32)));
+        assert!(t.with_tile(48, 24, &s).is_none());
+        assert!(t.with_tile(16, 64, &shape(9, 9, (32, 1), 128)).is_none());
+        // 128 rows of head dim 256 would stage 67,584 bytes of queries.
+        let hd256 = shape(9, 9, (16, 2), 256);
+        assert!(t.with_tile(128, 32, &hd256).is_none());
+        assert!(t.with_tile(64, 32, &hd256).is_some());
     }
 
     #[test]

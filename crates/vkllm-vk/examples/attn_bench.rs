@@ -4,7 +4,7 @@
 //!
 //! `cargo run --release -p vkllm-vk --example attn_bench -- [--chunks 512@32768,256@8192]
 //! [--heads 32/8] [--hd 128] [--kv f16|f32] [--nsg 4,2] [--split auto,1,2] [--skip 0,15]
-//! [--bk 32,64] [--vahead 1,0] [--kernel coop2,cm2] [--iters N]`
+//! [--bk 32,64] [--vahead 1,0] [--kernel coop2,cm2] [--cm2-tile 64x64,128x32] [--iters N]`
 //!
 //! `--kernel cm2` adds rows for the workgroup-scope kernel (`attn_prefill_cm2`, f16 K/V on
 //! devices with VK_NV_cooperative_matrix2), one per `--split`.
@@ -60,6 +60,7 @@ struct Args {
     bk: Vec<u32>,
     vahead: Vec<bool>,
     kernels: Vec<String>,
+    cm2_tiles: Vec<(u32, u32)>,
     iters: u32,
 }
 
@@ -75,6 +76,7 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
         bk: vec![32],
         vahead: vec![true],
         kernels: vec!["coop2".into()],
+        cm2_tiles: Vec::new(),
         iters: 5,
     };
     let mut args = std::env::args().skip(1);
@@ -119,6 +121,18 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
             "--bk" => a.bk = list(&v)?,
             "--vahead" => a.vahead = list::<u8>(&v)?.into_iter().map(|x| x != 0).collect(),
             "--kernel" => a.kernels = v.split(',').map(str::to_string).collect(),
+            "--cm2-tile" => {
+                a.cm2_tiles = v
+                    .split(',')
+                    .map(|t| {
+                        let (r, c) = t.split_once('x').ok_or(format!("tile {t}: ROWSxKEYS"))?;
+                        Ok::<_, String>((
+                            r.parse().map_err(|_| format!("tile {t}"))?,
+                            c.parse().map_err(|_| format!("tile {t}"))?,
+                        ))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
             "--iters" => a.iters = v.parse()?,
             _ => return Err(format!("unknown option {k}").into()),
         }
@@ -266,11 +280,37 @@ fn bench_cm2(
     [qb, kb, vb, pb, out]: [&vkllm_vk::Buffer; 5],
     flops: f64,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let (n_q, hd) = (shape.n_q, shape.head_dim);
-    let Some(t0) = CmAttnTile::for_shape(shape).filter(|_| dev.coopmat2()) else {
+    let n_q = shape.n_q;
+    let Some(fit) = CmAttnTile::for_shape(shape).filter(|_| dev.coopmat2()) else {
         println!("| {n_q}@{pos0} | cm2 does not run here |");
         return Ok(());
     };
+    let tiles = match a.cm2_tiles.is_empty() {
+        true => vec![(fit.br, fit.bc)],
+        false => a.cm2_tiles.clone(),
+    };
+    for (br, bc) in tiles {
+        let Some(t0) = fit.with_tile(br, bc, shape) else {
+            println!("| {n_q}@{pos0} | cm2 {br}x{bc} does not fit |");
+            continue;
+        };
+        bench_cm2_tile(dev, a, shape, pos0, [qb, kb, vb, pb, out], flops, t0)?;
+    }
+    Ok(())
+}
+
+/// [`bench_cm2`]'s rows for one tile.
+#[allow(clippy::too_many_arguments)]
+fn bench_cm2_tile(
+    dev: &Device,
+    a: &Args,
+    shape: &AttnShape,
+    pos0: usize,
+    [qb, kb, vb, pb, out]: [&vkllm_vk::Buffer; 5],
+    flops: f64,
+    t0: CmAttnTile,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (n_q, hd) = (shape.n_q, shape.head_dim);
     for &split in &a.split {
         let cu = dev.info().compute_units;
         let want = split.unwrap_or_else(|| t0.auto_split(shape, pos0, cu));
