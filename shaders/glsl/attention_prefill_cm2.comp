@@ -32,6 +32,9 @@ layout(constant_id = 2) const uint BR = 64;
 layout(constant_id = 3) const uint BC = 64;
 layout(constant_id = 4) const uint SPLIT_ON = 0;
 layout(constant_id = 5) const uint HALF = 0;
+// 1: each row's sum of probabilities as f16(P) times a ones matrix on the tensor cores;
+// 0: coopMatReduceNV over the f32 probabilities.
+layout(constant_id = 6) const uint SUM_MMA = 0;
 
 layout(push_constant) uniform Params {
     uint n_q;
@@ -230,7 +233,16 @@ void main() {
         coopMatPerElementNV(m, rmax, max2_op, m_old);
         coopMatPerElementNV(pr, s - m, exp_op);
         coopMatPerElementNV(em, m_old - m, exp_op);
-        coopMatReduceNV(rsum, pr, gl_CooperativeMatrixReduceRowNV, add_op);
+        coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> pa =
+            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(pr);
+        if (SUM_MMA == 1) {
+            coopmat<float16_t, gl_ScopeWorkgroup, BC, BC, gl_MatrixUseB> ones =
+                coopmat<float16_t, gl_ScopeWorkgroup, BC, BC, gl_MatrixUseB>(1.0);
+            rsum = coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(0.0);
+            rsum = coopMatMulAdd(pa, ones, rsum);
+        } else {
+            coopMatReduceNV(rsum, pr, gl_CooperativeMatrixReduceRowNV, add_op);
+        }
         l = em * l + rsum;
 
         coopmat<float16_t, gl_ScopeWorkgroup, BC, HD, gl_MatrixUseB> vt;
@@ -238,8 +250,6 @@ void main() {
         coopmat<float, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator> em_d;
         coopMatReduceNV(em_d, em, gl_CooperativeMatrixReduceRowNV, smear_op);
         o = o * em_d;
-        coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> pa =
-            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(pr);
         o = coopMatMulAdd(pa, vt, o);
     }
 

@@ -18,6 +18,7 @@ static GLSL: GlslKernel = GlslKernel {
         ("BC", 3),
         ("SPLIT_ON", 4),
         ("HALF", 5),
+        ("SUM_MMA", 6),
     ],
 };
 
@@ -74,6 +75,9 @@ pub struct CmAttnTile {
     pub split: u32,
     /// Fewest key steps of a tile that is split (>= 1).
     pub split_min: u32,
+    /// Row sums of the probabilities on the tensor cores (f16 probabilities times ones)
+    /// instead of a reduction over the f32 ones.
+    pub sum_mma: bool,
 }
 
 impl CmAttnTile {
@@ -94,6 +98,7 @@ impl CmAttnTile {
             bc: if s.head_dim > 128 { 32 } else { 64 },
             split: 1,
             split_min: 1,
+            sum_mma: false,
         })
     }
 
@@ -253,7 +258,8 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("HD", s.head_dim as f64)
             .set("BR", t.br as f64)
             .set("BC", t.bc as f64)
-            .set("SPLIT_ON", f64::from(u8::from(t.split > 1)));
+            .set("SPLIT_ON", f64::from(u8::from(t.split > 1)))
+            .set("SUM_MMA", f64::from(u8::from(t.sum_mma)));
         if let Some(h) = &out16 {
             crate::spec::need(k, "out16", h, 2 * (s.n_q * s.n_heads * s.head_dim) as u64)?;
             o = o.set("HALF", 1.0);

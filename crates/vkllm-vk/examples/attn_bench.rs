@@ -61,6 +61,7 @@ struct Args {
     vahead: Vec<bool>,
     kernels: Vec<String>,
     cm2_tiles: Vec<(u32, u32)>,
+    cm2_sum: Vec<bool>,
     iters: u32,
 }
 
@@ -77,6 +78,7 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
         vahead: vec![true],
         kernels: vec!["coop2".into()],
         cm2_tiles: Vec::new(),
+        cm2_sum: vec![false],
         iters: 5,
     };
     let mut args = std::env::args().skip(1);
@@ -121,6 +123,16 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
             "--bk" => a.bk = list(&v)?,
             "--vahead" => a.vahead = list::<u8>(&v)?.into_iter().map(|x| x != 0).collect(),
             "--kernel" => a.kernels = v.split(',').map(str::to_string).collect(),
+            "--cm2-sum" => {
+                a.cm2_sum = v
+                    .split(',')
+                    .map(|x| match x {
+                        "reduce" => Ok(false),
+                        "mma" => Ok(true),
+                        _ => Err(format!("--cm2-sum reduce|mma, not {x}")),
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
             "--cm2-tile" => {
                 a.cm2_tiles = v
                     .split(',')
@@ -294,7 +306,10 @@ fn bench_cm2(
             println!("| {n_q}@{pos0} | cm2 {br}x{bc} does not fit |");
             continue;
         };
-        bench_cm2_tile(dev, a, shape, pos0, [qb, kb, vb, pb, out], flops, t0)?;
+        for &sum_mma in &a.cm2_sum {
+            let t0 = CmAttnTile { sum_mma, ..t0 };
+            bench_cm2_tile(dev, a, shape, pos0, [qb, kb, vb, pb, out], flops, t0)?;
+        }
     }
     Ok(())
 }
@@ -310,7 +325,7 @@ fn bench_cm2_tile(
     flops: f64,
     t0: CmAttnTile,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let (n_q, hd) = (shape.n_q, shape.head_dim);
+    let n_q = shape.n_q;
     for &split in &a.split {
         let cu = dev.info().compute_units;
         let want = split.unwrap_or_else(|| t0.auto_split(shape, pos0, cu));
@@ -340,12 +355,14 @@ fn bench_cm2_tile(
         }
         let ns = vkllm_vk::bench::median_dispatch_ns(&r.finish()?)?;
         println!(
-            "| {n_q}@{pos0} | {}/{} | {hd} | {} | cm2 {}x{} | - | - | {} (from {}) | - | {:.1} | {:.1} |",
+            "| {n_q}@{pos0} | {}/{} | {} | {} | cm2 {}x{}{} | - | - | {} (from {}) | - | {:.1} | {:.1} |",
             shape.n_heads,
             shape.n_kv_heads,
+            shape.head_dim,
             shape.kv.name(),
             t.br,
             t.bc,
+            if t.sum_mma { " mma sums" } else { "" },
             t.split,
             t.split_min,
             ns / 1e3,
