@@ -19,6 +19,7 @@ static GLSL: GlslKernel = GlslKernel {
         ("SPLIT_ON", 4),
         ("HALF", 5),
         ("SUM_MMA", 6),
+        ("PROBE", 7),
     ],
 };
 
@@ -78,6 +79,9 @@ pub struct CmAttnTile {
     /// Row sums of the probabilities on the tensor cores (f16 probabilities times ones)
     /// instead of a reduction over the f32 ones.
     pub sum_mma: bool,
+    /// Diagnostics: 0 computes attention; 1..=5 write an intermediate of the first key step
+    /// instead (see the shader's PROBE).
+    pub probe: u32,
 }
 
 impl CmAttnTile {
@@ -99,6 +103,7 @@ impl CmAttnTile {
             split: 1,
             split_min: 1,
             sum_mma: false,
+            probe: 0,
         })
     }
 
@@ -259,7 +264,8 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("BR", t.br as f64)
             .set("BC", t.bc as f64)
             .set("SPLIT_ON", f64::from(u8::from(t.split > 1)))
-            .set("SUM_MMA", f64::from(u8::from(t.sum_mma)));
+            .set("SUM_MMA", f64::from(u8::from(t.sum_mma)))
+            .set("PROBE", t.probe.min(5) as f64);
         if let Some(h) = &out16 {
             crate::spec::need(k, "out16", h, 2 * (s.n_q * s.n_heads * s.head_dim) as u64)?;
             o = o.set("HALF", 1.0);

@@ -1,7 +1,8 @@
 //! `vkllm bench --depth`: prefill and decode measured after D tokens already in the cache
 //! (llama-bench's `-d`), for a dense and a hybrid model from `vkllm synth`, on the Vulkan device
 //! (lavapipe in CI): every test appears once per depth with a finite speed, and the JSON says
-//! which depths ran. No timing is asserted.
+//! which depths ran; a hybrid adds the restore of a snapshot at the deepest depth. No timing is
+//! asserted.
 
 use std::process::Command;
 
@@ -76,6 +77,16 @@ fn depths_add_rows_for_every_test() {
                 row.is_some_and(|(_, s)| s.is_finite() && *s > 0.0),
                 "{shape}: {want} in {tests:?}"
             );
+        }
+        // The hybrid also times restoring a snapshot at the deepest depth (the prefix
+        // cache's hit); a dense model has no recurrent state to restore.
+        let restore = tests.iter().find(|(t, _)| t == "restore @ d40");
+        match shape {
+            "tiny-qwen3.5" => assert!(
+                restore.is_some_and(|(_, s)| s.is_finite() && *s > 0.0),
+                "{shape}: restore in {tests:?}"
+            ),
+            _ => assert!(restore.is_none(), "{shape}: {tests:?}"),
         }
     }
 }
