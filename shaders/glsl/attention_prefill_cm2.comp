@@ -35,6 +35,10 @@ layout(constant_id = 5) const uint HALF = 0;
 // 1: each row's sum of probabilities as f16(P) times a ones matrix on the tensor cores;
 // 0: coopMatReduceNV over the f32 probabilities.
 layout(constant_id = 6) const uint SUM_MMA = 0;
+// Diagnostics (0 computes attention): after the first key step the output rows hold 1 the
+// scores (scaled and masked), 2 the probabilities, 3 P V with P = 1, 4 the unnormalised output;
+// 5 the finished output's inverse row sums.
+layout(constant_id = 7) const uint PROBE = 0;
 
 layout(push_constant) uniform Params {
     uint n_q;
@@ -120,6 +124,15 @@ float store_op(const in uint r, const in uint c, const in float x) {
         if (HALF == 1) {
             o_f16[o] = float16_t(x);
         }
+    }
+    return x;
+}
+
+// PROBE: element (r, c) of a diagnostic matrix to out row r (as the output), columns < HD.
+float probe_op(const in uint r, const in uint c, const in float x) {
+    uint qi = g_q0 + r / g_g;
+    if (r < g_bq * g_g && qi < p.n_q && c < HD) {
+        o_f32[(qi * p.n_heads + g_kvh * g_g + r % g_g) * HD + c] = x;
     }
     return x;
 }
@@ -227,14 +240,25 @@ void main() {
             s = s * p.scale;
         }
 
+        if (PROBE == 1) {
+            coopMatPerElementNV(s, s, probe_op);
+            return;
+        }
         coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> rmax, pr, rsum, em;
         coopMatReduceNV(rmax, s, gl_CooperativeMatrixReduceRowNV, max_op);
         coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> m_old = m;
         coopMatPerElementNV(m, rmax, max2_op, m_old);
         coopMatPerElementNV(pr, s - m, exp_op);
         coopMatPerElementNV(em, m_old - m, exp_op);
+        if (PROBE == 2) {
+            coopMatPerElementNV(pr, pr, probe_op);
+            return;
+        }
         coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> pa =
             coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(pr);
+        if (PROBE == 3) {
+            pa = coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(1.0);
+        }
         if (SUM_MMA == 1) {
             coopmat<float16_t, gl_ScopeWorkgroup, BC, BC, gl_MatrixUseB> ones =
                 coopmat<float16_t, gl_ScopeWorkgroup, BC, BC, gl_MatrixUseB>(1.0);
@@ -251,6 +275,10 @@ void main() {
         coopMatReduceNV(em_d, em, gl_CooperativeMatrixReduceRowNV, smear_op);
         o = o * em_d;
         o = coopMatMulAdd(pa, vt, o);
+        if (PROBE == 3 || PROBE == 4) {
+            coopMatPerElementNV(o, o, probe_op);
+            return;
+        }
     }
 
     if (!split) {
@@ -258,6 +286,10 @@ void main() {
         coopMatReduceNV(l_d, l, gl_CooperativeMatrixReduceRowNV, smear_op);
         [[unroll]] for (int i = 0; i < l_d.length(); ++i) {
             l_d[i] = l_d[i] > 0.0 ? 1.0 / l_d[i] : 0.0;
+        }
+        if (PROBE == 5) {
+            coopMatPerElementNV(l_d, l_d, probe_op);
+            return;
         }
         o = o * l_d;
         coopMatPerElementNV(o, o, store_op);
