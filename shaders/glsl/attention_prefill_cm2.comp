@@ -68,8 +68,11 @@ const float MASKED = -3e38;
 // Staged query rows: HD + 8 halves (consecutive rows in different banks).
 const uint QLD = HD + 8;
 
+// Every shared variable is a whole number of 16-byte units: the cooperative load of `qs` needs
+// a 16-byte aligned start and the driver orders the variables as it likes (coop2 met a 4-byte
+// flag placed first, which broke every load on the H200).
 shared float16_t qs[BR * QLD];
-shared uint last_flag;
+shared uvec4 last_flag;
 
 // The workgroup's tile, read by the per-element functions.
 uint g_q0;
@@ -306,10 +309,10 @@ void main() {
     const uint ci = kvh * tiles + tile;
     if (lid == 0) {
         const uint before = atomicAdd(kv_ctr[ci], 1);
-        last_flag = before == p.split - 1 ? 1 : 0;
+        last_flag = uvec4(before == p.split - 1 ? 1 : 0);
     }
     barrier();
-    if (last_flag == 0) {
+    if (last_flag.x == 0) {
         return;
     }
     memoryBarrierBuffer();
