@@ -7,7 +7,8 @@
 //! partial first key step), GQA groups of 1 to 8, head dims 32..256, softcap, windows, a ring
 //! as long as the cache, wide score ranges (the running max moving by a lot), uniform weights,
 //! and split launches (2 to 16 parts, some parts past a tile's keys), whose counters must be
-//! back at zero after; every other case also writes the f16 copy of the output.
+//! back at zero after; tiles of 32..128 rows and 32 or 64 keys with the row sums on the tensor
+//! cores; every other case also writes the f16 copy of the output.
 //! On a device without VK_NV_cooperative_matrix2 the case reports one "n/a" row, never a pass.
 
 use vkllm_cpu::AttnParams;
@@ -43,6 +44,10 @@ struct Case {
     /// Key split: (parts, fewest steps of a split tile), or (parts, 0) for `with_split`'s
     /// choice; None: unsplit.
     split: Option<(u32, u32)>,
+    /// Rows x keys per step; None: `CmAttnTile::for_shape`'s.
+    tile: Option<(u32, u32)>,
+    /// Row sums on the tensor cores (`CmAttnTile::sum_mma`).
+    sum_mma: bool,
 }
 
 fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) -> Case {
@@ -58,6 +63,17 @@ fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) 
         qk: 2.0,
         scale: None,
         split: None,
+        tile: None,
+        sum_mma: false,
+    }
+}
+
+/// `c` with `rows` x `keys` per step and row sums on the tensor cores.
+fn tiled(rows: u32, keys: u32, c: Case) -> Case {
+    Case {
+        tile: Some((rows, keys)),
+        sum_mma: true,
+        ..c
     }
 }
 
@@ -134,6 +150,30 @@ fn cases() -> Vec<Case> {
             split: Some((4, 0)),
             ..case(64, 1200, 1136, (16, 2), 256)
         },
+        // Other tiles, row sums on the tensor cores.
+        tiled(64, 64, case(100, 161, 61, (16, 8), 128)),
+        tiled(64, 32, case(129, 129, 0, (8, 2), 128)),
+        tiled(32, 64, case(45, 90, 45, (8, 8), 64)),
+        tiled(128, 32, case(70, 70, 0, (6, 2), 96)),
+        tiled(
+            64,
+            32,
+            Case {
+                qk: 8.0,
+                softcap: Some(30.0),
+                window: Some(40),
+                split: Some((3, 2)),
+                ..case(90, 120, 30, (8, 4), 80)
+            },
+        ),
+        tiled(
+            32,
+            64,
+            Case {
+                split: Some((16, 1)),
+                ..case(40, 1500, 1460, (32, 8), 128)
+            },
+        ),
     ]
 }
 
@@ -197,7 +237,24 @@ pub(crate) fn attention_prefill_cm2(dev: &Device, seed: u64) -> Result<Vec<Kerne
             ));
             continue;
         };
+        if let Some((br, bc)) = c.tile {
+            match t.with_tile(br, bc, &shape) {
+                Some(tt) => t = tt,
+                None => {
+                    rows.push(KernelParityRow::not_applicable(
+                        KERNEL,
+                        variant,
+                        format!("{br}x{bc} at head dim {hd}"),
+                    ));
+                    continue;
+                }
+            }
+        }
+        t.sum_mma = c.sum_mma;
         variant += &format!(" {}x{}", t.br, t.bc);
+        if t.sum_mma {
+            variant += " mma sums";
+        }
         match c.split {
             Some((n, 0)) => t = t.with_split(n, n_q, pos0),
             Some((n, min)) => {
