@@ -39,6 +39,9 @@ layout(constant_id = 6) const uint SUM_MMA = 0;
 // scores (scaled and masked), 2 the probabilities, 3 P V with P = 1, 4 the unnormalised output;
 // 5 the finished output's inverse row sums.
 layout(constant_id = 7) const uint PROBE = 0;
+// 1: the next step's K and V tiles are loaded while this step computes (registers for a
+// second pair); 0: each step loads its own.
+layout(constant_id = 8) const uint PREFETCH = 0;
 
 layout(push_constant) uniform Params {
     uint n_q;
@@ -226,11 +229,29 @@ void main() {
     coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> l =
         coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(0.0);
 
+    // PREFETCH: the tiles of the step after the current one (past the range: rows the next
+    // step never reads, or zeros past the cache).
+    coopmat<float16_t, gl_ScopeWorkgroup, HD, BC, gl_MatrixUseB> kt_next;
+    coopmat<float16_t, gl_ScopeWorkgroup, BC, HD, gl_MatrixUseB> vt_next;
+    if (PREFETCH == 1) {
+        coopMatLoadTensorNV(kt_next, k, kv_off, sliceTensorLayoutNV(tk, lo, BC, 0, HD), transpose);
+        coopMatLoadTensorNV(vt_next, v, kv_off, sliceTensorLayoutNV(tk, lo, BC, 0, HD));
+    }
+
     [[dont_unroll]]
     for (uint kb = lo; kb <= hi; kb += BC) {
         g_kb = kb;
         coopmat<float16_t, gl_ScopeWorkgroup, HD, BC, gl_MatrixUseB> kt;
-        coopMatLoadTensorNV(kt, k, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD), transpose);
+        coopmat<float16_t, gl_ScopeWorkgroup, BC, HD, gl_MatrixUseB> vt;
+        if (PREFETCH == 1) {
+            kt = kt_next;
+            vt = vt_next;
+            coopMatLoadTensorNV(kt_next, k, kv_off, sliceTensorLayoutNV(tk, kb + BC, BC, 0, HD),
+                                transpose);
+            coopMatLoadTensorNV(vt_next, v, kv_off, sliceTensorLayoutNV(tk, kb + BC, BC, 0, HD));
+        } else {
+            coopMatLoadTensorNV(kt, k, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD), transpose);
+        }
         coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> s =
             coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(0.0);
         s = coopMatMulAdd(qa, kt, s);
@@ -272,8 +293,9 @@ void main() {
         }
         l = em * l + rsum;
 
-        coopmat<float16_t, gl_ScopeWorkgroup, BC, HD, gl_MatrixUseB> vt;
-        coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD));
+        if (PREFETCH == 0) {
+            coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD));
+        }
         coopmat<float, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator> em_d;
         coopMatReduceNV(em_d, em, gl_CooperativeMatrixReduceRowNV, smear_op);
         o = o * em_d;

@@ -20,6 +20,7 @@ static GLSL: GlslKernel = GlslKernel {
         ("HALF", 5),
         ("SUM_MMA", 6),
         ("PROBE", 7),
+        ("PREFETCH", 8),
     ],
 };
 
@@ -79,6 +80,8 @@ pub struct CmAttnTile {
     /// Row sums of the probabilities on the tensor cores (f16 probabilities times ones)
     /// instead of a reduction over the f32 ones.
     pub sum_mma: bool,
+    /// The next step's K and V tiles loaded while a step computes.
+    pub prefetch: bool,
     /// Diagnostics: 0 computes attention; 1..=5 write an intermediate of the first key step
     /// instead (see the shader's PROBE).
     pub probe: u32,
@@ -103,6 +106,7 @@ impl CmAttnTile {
             split: 1,
             split_min: 1,
             sum_mma: false,
+            prefetch: false,
             probe: 0,
         })
     }
@@ -265,7 +269,8 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("BC", t.bc as f64)
             .set("SPLIT_ON", f64::from(u8::from(t.split > 1)))
             .set("SUM_MMA", f64::from(u8::from(t.sum_mma)))
-            .set("PROBE", t.probe.min(5) as f64);
+            .set("PROBE", t.probe.min(5) as f64)
+            .set("PREFETCH", f64::from(u8::from(t.prefetch)));
         if let Some(h) = &out16 {
             crate::spec::need(k, "out16", h, 2 * (s.n_q * s.n_heads * s.head_dim) as u64)?;
             o = o.set("HALF", 1.0);

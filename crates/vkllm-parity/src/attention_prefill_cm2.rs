@@ -8,7 +8,8 @@
 //! as long as the cache, wide score ranges (the running max moving by a lot), uniform weights,
 //! and split launches (2 to 16 parts, some parts past a tile's keys), whose counters must be
 //! back at zero after; tiles of 32..128 rows and 32 or 64 keys with the row sums on the tensor
-//! cores; every other case also writes the f16 copy of the output.
+//! cores and the tiles loaded a step ahead; every other case also writes the f16 copy of the
+//! output.
 //! On a device without VK_NV_cooperative_matrix2 the case reports one "n/a" row, never a pass.
 
 use vkllm_cpu::AttnParams;
@@ -48,6 +49,8 @@ struct Case {
     tile: Option<(u32, u32)>,
     /// Row sums on the tensor cores (`CmAttnTile::sum_mma`).
     sum_mma: bool,
+    /// The next step's tiles loaded ahead (`CmAttnTile::prefetch`).
+    prefetch: bool,
 }
 
 fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) -> Case {
@@ -65,14 +68,17 @@ fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) 
         split: None,
         tile: None,
         sum_mma: false,
+        prefetch: false,
     }
 }
 
-/// `c` with `rows` x `keys` per step and row sums on the tensor cores.
+/// `c` with `rows` x `keys` per step, row sums on the tensor cores and the tiles loaded a step
+/// ahead.
 fn tiled(rows: u32, keys: u32, c: Case) -> Case {
     Case {
         tile: Some((rows, keys)),
         sum_mma: true,
+        prefetch: true,
         ..c
     }
 }
@@ -251,9 +257,13 @@ pub(crate) fn attention_prefill_cm2(dev: &Device, seed: u64) -> Result<Vec<Kerne
             }
         }
         t.sum_mma = c.sum_mma;
+        t.prefetch = c.prefetch;
         variant += &format!(" {}x{}", t.br, t.bc);
         if t.sum_mma {
             variant += " mma sums";
+        }
+        if t.prefetch {
+            variant += " prefetch";
         }
         match c.split {
             Some((n, 0)) => t = t.with_split(n, n_q, pos0),

@@ -4,10 +4,11 @@
 //!
 //! `cargo run --release -p vkllm-vk --example attn_bench -- [--chunks 512@32768,256@8192]
 //! [--heads 32/8] [--hd 128] [--kv f16|f32] [--nsg 4,2] [--split auto,1,2] [--skip 0,15]
-//! [--bk 32,64] [--vahead 1,0] [--kernel coop2,cm2] [--cm2-tile 64x64,128x32] [--iters N]`
+//! [--bk 32,64] [--vahead 1,0] [--kernel coop2,cm2] [--cm2-tile 64x64,128x32]
+//! [--cm2-sum reduce,mma] [--cm2-prefetch 0,1] [--iters N]`
 //!
 //! `--kernel cm2` adds rows for the workgroup-scope kernel (`attn_prefill_cm2`, f16 K/V on
-//! devices with VK_NV_cooperative_matrix2), one per `--split`.
+//! devices with VK_NV_cooperative_matrix2), one per tile, row-sum form, prefetch and `--split`.
 //!
 //! A chunk `N@P` is N queries at positions P..P + N over a cache of P + N keys (causal, no
 //! window). Inputs are uniform in [-1, 1] (q, k) and [-1, 1] (v). `--skip` takes the kernel's
@@ -62,6 +63,7 @@ struct Args {
     kernels: Vec<String>,
     cm2_tiles: Vec<(u32, u32)>,
     cm2_sum: Vec<bool>,
+    cm2_prefetch: Vec<bool>,
     iters: u32,
 }
 
@@ -79,6 +81,7 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
         kernels: vec!["coop2".into()],
         cm2_tiles: Vec::new(),
         cm2_sum: vec![false],
+        cm2_prefetch: vec![false],
         iters: 5,
     };
     let mut args = std::env::args().skip(1);
@@ -123,6 +126,9 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
             "--bk" => a.bk = list(&v)?,
             "--vahead" => a.vahead = list::<u8>(&v)?.into_iter().map(|x| x != 0).collect(),
             "--kernel" => a.kernels = v.split(',').map(str::to_string).collect(),
+            "--cm2-prefetch" => {
+                a.cm2_prefetch = list::<u8>(&v)?.into_iter().map(|x| x != 0).collect()
+            }
             "--cm2-sum" => {
                 a.cm2_sum = v
                     .split(',')
@@ -307,8 +313,14 @@ fn bench_cm2(
             continue;
         };
         for &sum_mma in &a.cm2_sum {
-            let t0 = CmAttnTile { sum_mma, ..t0 };
-            bench_cm2_tile(dev, a, shape, pos0, [qb, kb, vb, pb, out], flops, t0)?;
+            for &prefetch in &a.cm2_prefetch {
+                let t0 = CmAttnTile {
+                    sum_mma,
+                    prefetch,
+                    ..t0
+                };
+                bench_cm2_tile(dev, a, shape, pos0, [qb, kb, vb, pb, out], flops, t0)?;
+            }
         }
     }
     Ok(())
@@ -362,7 +374,12 @@ fn bench_cm2_tile(
             shape.kv.name(),
             t.br,
             t.bc,
-            if t.sum_mma { " mma sums" } else { "" },
+            match (t.sum_mma, t.prefetch) {
+                (false, false) => "",
+                (true, false) => " mma sums",
+                (false, true) => " prefetch",
+                (true, true) => " mma sums, prefetch",
+            },
             t.split,
             t.split_min,
             ns / 1e3,
