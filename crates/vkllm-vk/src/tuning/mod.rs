@@ -207,6 +207,16 @@ pub struct Tuning {
     /// head dims 128 and 256 since each workgroup loads only its value columns). Key
     /// `attn_coop_vahead` = auto | 0 | 1.
     pub attn_coop_vahead: Option<bool>,
+    /// Model backends: rows x keys per step of the workgroup-scope prefill kernel
+    /// (`attn_prefill=cm2`); `None`: `CmAttnTile::for_shape`'s. Key `attn_cm2_tile` = auto |
+    /// RxK (multiples of 16 up to 128).
+    pub attn_cm2_tile: Option<(u32, u32)>,
+    /// Model backends: that kernel's row sums as f16 probabilities times ones on the tensor
+    /// cores (`false`: a reduction over the f32 ones, the reference). Key `attn_cm2_mma`.
+    pub attn_cm2_mma: bool,
+    /// Model backends: that kernel loads the next step's K and V tiles ahead. Key
+    /// `attn_cm2_prefetch`.
+    pub attn_cm2_prefetch: bool,
     /// Model backends: key `attn_f32_kv` = half | auto | direct.
     pub attn_f32_kv: F32KvPrefill,
     /// Model backends: fused decode launches (norm into matvec, gated MLP, ...); `false` runs
@@ -319,6 +329,9 @@ impl Default for Tuning {
             attn_coop_split: None,
             attn_coop_bk: 64,
             attn_coop_vahead: None,
+            attn_cm2_tile: None,
+            attn_cm2_mma: false,
+            attn_cm2_prefetch: false,
             attn_f32_kv: F32KvPrefill::Half,
             fused: true,
             rope_kv_tpw: None,
@@ -401,6 +414,9 @@ pub const TUNING_KEYS: &[&str] = &[
     "attn_coop_split",
     "attn_coop_bk",
     "attn_coop_vahead",
+    "attn_cm2_tile",
+    "attn_cm2_mma",
+    "attn_cm2_prefetch",
     "attn_f32_kv",
     "fused",
     "rope_kv_tpw",

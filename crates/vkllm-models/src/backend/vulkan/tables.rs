@@ -61,16 +61,27 @@ impl VulkanBackend {
     }
 
     /// The workgroup-scope kernel's configuration for `shape` where tuning `attn_prefill=cm2`
-    /// asks for it, the device runs VK_NV_cooperative_matrix2 and the kernel takes the shape.
+    /// asks for it, the device runs VK_NV_cooperative_matrix2 and the kernel takes the shape
+    /// (tile, row sums and prefetch as tunings `attn_cm2_*` say).
     pub(super) fn cm2_tile(
         &self,
         shape: &vkllm_kernels::attention::AttnShape,
     ) -> Option<vkllm_kernels::attention_prefill_cm2::CmAttnTile> {
-        let wanted = self.dev.tuning().attn_prefill == PrefillAttn::Cm2;
-        if !wanted || !self.dev.coopmat2() {
+        let t = self.dev.tuning();
+        if t.attn_prefill != PrefillAttn::Cm2 || !self.dev.coopmat2() {
             return None;
         }
-        vkllm_kernels::attention_prefill_cm2::CmAttnTile::for_shape(shape)
+        let tile = vkllm_kernels::attention_prefill_cm2::CmAttnTile::for_shape(shape)?;
+        // A tile the shape cannot take keeps the kernel's own.
+        let tile = t
+            .attn_cm2_tile
+            .and_then(|(r, k)| tile.with_tile(r, k, shape))
+            .unwrap_or(tile);
+        Some(vkllm_kernels::attention_prefill_cm2::CmAttnTile {
+            sum_mma: t.attn_cm2_mma,
+            prefetch: t.attn_cm2_prefetch,
+            ..tile
+        })
     }
 
     pub(super) fn rope_table(&mut self, rope: &Rope, need: usize) -> Result<usize, ModelError> {
