@@ -46,13 +46,15 @@ fn print_devices() {
             for d in ds {
                 println!("  {}", d.summary());
                 println!(
-                    "     subgroup {}..{}, f16 {}, int8 {}, int8 dot {}, cooperative matrix {}, timestamps {}",
+                    "     subgroup {}..{}, f16 {}, int8 {}, int8 dot {}, cooperative matrix {} \
+                     (NV matrix 2 {}), timestamps {}",
                     d.min_subgroup_size,
                     d.max_subgroup_size,
                     yes(d.shader_f16),
                     yes(d.shader_int8),
                     yes(d.int8_dot_product),
                     yes(d.cooperative_matrix),
+                    yes(d.cooperative_matrix2),
                     yes(d.timestamps)
                 );
                 if !d.cooperative_matrix_shapes.is_empty() {
