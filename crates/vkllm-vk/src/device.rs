@@ -11,8 +11,6 @@ use ash::vk;
 use crate::Error;
 use crate::attach::HostFeatures;
 use crate::coopmat::{self, Coop2Features, CoopFeatures};
-
-const EXTENSION_2_NAME: &str = "VK_NV_cooperative_matrix2";
 use crate::error::{Result, vk_err};
 use crate::info::{DeviceChoice, DeviceInfo, physical_devices, query, select};
 
@@ -220,7 +218,8 @@ impl Device {
             .then(|| ash::khr::pipeline_executable_properties::Device::new(&instance.raw, &raw));
         let mut enabled = HostFeatures::own(use_coop, use_dot, use_timeline);
         if use_coop2 {
-            enabled.extensions.push(EXTENSION_2_NAME.to_string());
+            let name = coopmat::EXTENSION_2.to_string_lossy().into_owned();
+            enabled.extensions.push(name);
         }
         Self::assemble(
             instance,
@@ -344,7 +343,7 @@ impl Device {
         let coopmat2 = owned
             && coopmat
             && info.cooperative_matrix2
-            && enabled.extensions.iter().any(|e| e == EXTENSION_2_NAME);
+            && (enabled.extensions.iter()).any(|e| *e == coopmat::EXTENSION_2.to_string_lossy());
         let destroy = |raw: &ash::Device| {
             if owned {
                 unsafe { raw.destroy_device(None) };
