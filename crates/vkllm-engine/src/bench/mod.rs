@@ -10,13 +10,14 @@ use vkllm_cpu::sampler::SamplingParams;
 use vkllm_models::hybrid::weights::{FfnWeights, MixerWeights, MlpWeights};
 use vkllm_models::hybrid::{HybridModel, HybridState};
 use vkllm_models::{
-    Backend, KvCache, KvSharing, KvType, KvTypes, Logits, Model, ModelError, ProfiledDispatch,
+    KvCache, KvSharing, KvType, KvTypes, Logits, Model, ModelError, ProfiledDispatch,
     SlotDecoderConfig, SlotGraph, SlotStart, VulkanBackend,
 };
 use vkllm_vk::kernels::elementwise::Copy;
 use vkllm_vk::{MemoryKind, Recorder};
 
 mod report;
+mod restore;
 mod sampling;
 
 use report::by_region;
@@ -428,49 +429,9 @@ pub fn run_hybrid(
     ];
     let mut r = run_net(b, &nets[0], &nets[1], weight_bytes, o)?;
     if let Some(d) = o.depths.iter().copied().filter(|&d| d > 0).max() {
-        r.rows.push(restore_row(b, &nets[0], d, o.reps)?);
+        r.rows.push(restore::restore_row(b, &nets[0], d, o.reps)?);
     }
     Ok(r)
-}
-
-/// The `restore @ dD` row: a snapshot of a sequence at depth `d` (its KV rows and recurrent
-/// states, as a prefix-cache hit brings them back) restored into its slot, GPU work waited
-/// for; `ms_per_step` holds the median milliseconds.
-fn restore_row(
-    b: &mut VulkanBackend,
-    net: &HybridNet<'_>,
-    d: usize,
-    reps: usize,
-) -> Result<BenchRow, ModelError> {
-    let (model, st) = net.g;
-    let fill = ids(d, net.graph().vocab(), 77);
-    net.prefill(b, 0, &fill, 0)?;
-    let snap = model.snapshot_slot(b, st, 0)?;
-    Backend::sync(b)?;
-    let one = |b: &mut VulkanBackend| -> Result<f64, ModelError> {
-        let t0 = Instant::now();
-        model.restore_slot(b, &snap, st, 0)?;
-        Backend::sync(b)?;
-        Ok(t0.elapsed().as_secs_f64())
-    };
-    one(b)?;
-    let times = (0..reps.max(3))
-        .map(|_| one(b))
-        .collect::<Result<Vec<_>, _>>()?;
-    let (med, min, max) = median_spread(times);
-    Ok(BenchRow {
-        test: format!("restore @ d{d}"),
-        batch: 1,
-        sampling: "-",
-        tokens: d,
-        median_s: med,
-        min_s: min,
-        max_s: max,
-        tok_s: d as f64 / med,
-        ms_per_step: Some(med * 1e3),
-        eff_gb_s: None,
-        ttft_ms: None,
-    })
 }
 
 /// Least wall time of each test's untimed warm-up (at least one run: the first compiles
