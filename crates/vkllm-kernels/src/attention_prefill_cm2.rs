@@ -5,7 +5,9 @@
 
 use crate::attention::AttnShape;
 use crate::attention_prefill_coop::{AttnPrefillCoop, AttnPrefillCoopParams};
-use crate::attention_prefill_coop2::{CoopAttn2Scratch, MAX_SPLIT};
+use crate::attention_prefill_coop2::{
+    CoopAttn2Scratch, check_queries_and_split, split_bindings, split_parts, wave_split,
+};
 use crate::kv_append::KvType;
 use crate::spec::{MAX_GROUPS_X, rd, rw, shape_err, to_u32};
 use crate::{Dispatch, Error, GlslKernel, KernelBuffer, KernelSpec, Overrides};
@@ -53,8 +55,6 @@ pub const MAX_Q_SHARED: usize = 40 * 1024;
 
 /// Workgroup-scope matrices resident per multiprocessor assumed by [`CmAttnTile::auto_split`].
 const WAVE_PER_CU: usize = 2;
-/// Fewest key steps a split leaves each part.
-const SPLIT_MIN_STEPS: usize = 8;
 
 /// The push constants: coop2's (the first kernel's, then the fewest steps of a split tile and
 /// the split).
@@ -73,7 +73,8 @@ pub struct CmAttnTile {
     pub br: u32,
     /// Keys per step (a multiple of 16).
     pub bc: u32,
-    /// Workgroups a split tile's keys are walked by (1 ..= [`MAX_SPLIT`]; 1: no split).
+    /// Workgroups a split tile's keys are walked by (1 ..=
+    /// [`crate::attention_prefill_coop2::MAX_SPLIT`]; 1: no split).
     pub split: u32,
     /// Fewest key steps of a tile that is split (>= 1).
     pub split_min: u32,
@@ -139,32 +140,18 @@ impl CmAttnTile {
         let wgs = (self.tiles(s) * s.n_kv_heads).max(1);
         let steps = (pos0 + s.n_q).div_ceil(self.bc as usize);
         let wave = compute_units.unwrap_or(64).max(1) as usize * WAVE_PER_CU;
-        let most = (steps / SPLIT_MIN_STEPS)
-            .min(wave.div_ceil(wgs))
-            .clamp(1, MAX_SPLIT as usize);
-        let waves = |sp: usize| (wgs * sp).div_ceil(wave);
-        (1..=most)
-            .min_by(|&a, &b| (waves(a) * b).cmp(&(waves(b) * a)).then(a.cmp(&b)))
-            .unwrap_or(1) as u32
+        wave_split(wgs, steps, wave)
     }
 
     /// This configuration with tiles split `split` ways where they take more than
     /// `ceil(steps / split)` steps (`steps` the heaviest tile's), or unsplit.
     pub fn with_split(self, split: u32, n_q: usize, pos0: usize) -> CmAttnTile {
         let steps = (pos0 + n_q).div_ceil(self.bc as usize) as u32;
-        let split = split.clamp(1, MAX_SPLIT);
-        let min = steps.div_ceil(split) + 1;
-        match split > 1 && steps >= min {
-            true => CmAttnTile {
-                split,
-                split_min: min,
-                ..self
-            },
-            false => CmAttnTile {
-                split: 1,
-                split_min: 1,
-                ..self
-            },
+        let (split, split_min) = split_parts(split, steps);
+        CmAttnTile {
+            split,
+            split_min,
+            ..self
         }
     }
 
@@ -217,44 +204,14 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
                 ),
             ));
         }
-        if pos0 + s.n_q > s.n_kv {
-            return Err(shape_err(
-                k,
-                format!(
-                    "queries at {pos0}..{} see keys past n_kv {}",
-                    pos0 + s.n_q,
-                    s.n_kv
-                ),
-            ));
-        }
-        if !(1..=MAX_SPLIT).contains(&t.split) || t.split_min == 0 {
-            return Err(shape_err(
-                k,
-                format!(
-                    "split {} (1..={MAX_SPLIT}) from {} steps (>= 1)",
-                    t.split, t.split_min
-                ),
-            ));
-        }
+        check_queries_and_split(k, s, pos0, t.split, t.split_min)?;
         s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
         let groups_x = t.tiles(s) * t.split as usize;
         if groups_x > MAX_GROUPS_X as usize || s.n_kv_heads > MAX_GROUPS_X as usize {
             return Err(shape_err(k, "grid out of range"));
         }
-        let (part, ctr) = match (scratch, t.split) {
-            (_, 1) => (self.out, self.out),
-            (Some(sc), _) => {
-                crate::spec::need(k, "kv_part", &sc.part, t.part_bytes(s))?;
-                crate::spec::need(k, "kv_ctr", &sc.ctr, t.counter_bytes(s))?;
-                (sc.part, sc.ctr)
-            }
-            (None, _) => {
-                return Err(shape_err(
-                    k,
-                    format!("split {} needs its scratch (part, ctr)", t.split),
-                ));
-            }
-        };
+        let bytes = (t.part_bytes(s), t.counter_bytes(s));
+        let (part, ctr) = split_bindings(k, t.split, bytes, scratch, self.out)?;
         let p = Params {
             base: AttnPrefillCoopParams {
                 base: s.prefill_params(k)?,
@@ -263,7 +220,7 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             split_min: t.split_min,
             split: t.split,
         };
-        let mut o = Overrides::new()
+        let o = Overrides::new()
             .set("HD", s.head_dim as f64)
             .set("BR", t.br as f64)
             .set("BC", t.bc as f64)
@@ -271,26 +228,8 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("SUM_MMA", f64::from(u8::from(t.sum_mma)))
             .set("PROBE", t.probe.min(5) as f64)
             .set("PREFETCH", f64::from(u8::from(t.prefetch)));
-        if let Some(h) = &out16 {
-            crate::spec::need(k, "out16", h, 2 * (s.n_q * s.n_heads * s.head_dim) as u64)?;
-            o = o.set("HALF", 1.0);
-        }
-        Ok(Dispatch::new(
-            k,
-            o,
-            vec![
-                self.q,
-                self.k,
-                self.v,
-                self.q_pos,
-                self.out,
-                out16.unwrap_or(self.out),
-                part,
-                ctr,
-            ],
-            &p,
-            [groups_x as u32, s.n_kv_heads as u32, 1],
-        ))
+        let grid = [groups_x as u32, s.n_kv_heads as u32, 1];
+        self.bind_v2(k, s, o, out16, (part, ctr), &p, grid)
     }
 }
 

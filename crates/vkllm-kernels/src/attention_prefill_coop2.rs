@@ -190,15 +190,7 @@ impl CoopAttn2Tile {
             let by_steps = (steps / SPLIT_MIN_STEPS).max(2);
             return by_grid.min(by_steps).clamp(2, MAX_SPLIT as usize) as u32;
         };
-        let wave = self.wave(cu);
-        let most = (steps / SPLIT_MIN_STEPS)
-            .min(wave.div_ceil(wgs))
-            .clamp(1, MAX_SPLIT as usize);
-        // Waves per part, compared as fractions ceil(w s / wave) / s.
-        let waves = |sp: usize| (wgs * sp).div_ceil(wave);
-        (1..=most)
-            .min_by(|&a, &b| (waves(a) * b).cmp(&(waves(b) * a)).then(a.cmp(&b)))
-            .unwrap_or(1) as u32
+        wave_split(wgs, steps, self.wave(cu))
     }
 
     /// Workgroups of this configuration resident at once on `compute_units` multiprocessors:
@@ -213,19 +205,11 @@ impl CoopAttn2Tile {
     /// `pos0..` (so no part is longer than that), or unsplit where no tile can be split.
     pub fn with_split(self, split: u32, n_q: usize, pos0: usize) -> CoopAttn2Tile {
         let steps = (pos0 + n_q).div_ceil(self.bk as usize) as u32;
-        let split = split.clamp(1, MAX_SPLIT);
-        let min = steps.div_ceil(split) + 1;
-        match split > 1 && steps >= min {
-            true => CoopAttn2Tile {
-                split,
-                split_min: min,
-                ..self
-            },
-            false => CoopAttn2Tile {
-                split: 1,
-                split_min: 1,
-                ..self
-            },
+        let (split, split_min) = split_parts(split, steps);
+        CoopAttn2Tile {
+            split,
+            split_min,
+            ..self
         }
     }
 
@@ -281,6 +265,82 @@ pub fn shared_bytes(head_dim: usize, t: CoopAttn2Tile) -> usize {
     let scores = rows * (bk / 4 + 1) * 16;
     let p = rows * (bk / 4 + 2) * 8;
     q + kv + scores + p + 2 * rows * 4 + 16
+}
+
+/// `split` parts for a heaviest tile of `steps` key steps: (split, fewest steps of a split
+/// tile), each part at most ceil(steps / split) steps, or (1, 1) where no tile can be split.
+pub(crate) fn split_parts(split: u32, steps: u32) -> (u32, u32) {
+    let split = split.clamp(1, MAX_SPLIT);
+    let min = steps.div_ceil(split) + 1;
+    match split > 1 && steps >= min {
+        true => (split, min),
+        false => (1, 1),
+    }
+}
+
+/// The split of `wgs` unsplit workgroups whose heaviest tile takes `steps` steps on a GPU
+/// holding `wave` of them at once: the fewest of ceil(wgs x split / wave) / split (time in
+/// units of an unsplit tile), the smaller split on ties, up to the first split reaching one
+/// full wave, each part at least [`SPLIT_MIN_STEPS`] steps, at most [`MAX_SPLIT`].
+pub(crate) fn wave_split(wgs: usize, steps: usize, wave: usize) -> u32 {
+    let most = (steps / SPLIT_MIN_STEPS)
+        .min(wave.div_ceil(wgs))
+        .clamp(1, MAX_SPLIT as usize);
+    // Waves per part, compared as fractions ceil(w s / wave) / s.
+    let waves = |sp: usize| (wgs * sp).div_ceil(wave);
+    (1..=most)
+        .min_by(|&a, &b| (waves(a) * b).cmp(&(waves(b) * a)).then(a.cmp(&b)))
+        .unwrap_or(1) as u32
+}
+
+/// The prefill kernels' checks of queries at `pos0..` against the cache and of the split.
+pub(crate) fn check_queries_and_split(
+    k: &'static KernelSpec,
+    s: &AttnShape,
+    pos0: usize,
+    split: u32,
+    split_min: u32,
+) -> Result<(), Error> {
+    if pos0 + s.n_q > s.n_kv {
+        return Err(shape_err(
+            k,
+            format!(
+                "queries at {pos0}..{} see keys past n_kv {}",
+                pos0 + s.n_q,
+                s.n_kv
+            ),
+        ));
+    }
+    if !(1..=MAX_SPLIT).contains(&split) || split_min == 0 {
+        return Err(shape_err(
+            k,
+            format!("split {split} (1..={MAX_SPLIT}) from {split_min} steps (>= 1)"),
+        ));
+    }
+    Ok(())
+}
+
+/// The `kv_part` and `kv_ctr` bindings of a launch split `split` ways: `scratch` checked
+/// against (part, counter) `bytes`, or `out` twice (never touched) when unsplit.
+pub(crate) fn split_bindings<B: KernelBuffer>(
+    k: &'static KernelSpec,
+    split: u32,
+    bytes: (u64, u64),
+    scratch: Option<CoopAttn2Scratch<B>>,
+    out: B,
+) -> Result<(B, B), Error> {
+    match (scratch, split) {
+        (_, 1) => Ok((out, out)),
+        (Some(sc), _) => {
+            crate::spec::need(k, "kv_part", &sc.part, bytes.0)?;
+            crate::spec::need(k, "kv_ctr", &sc.ctr, bytes.1)?;
+            Ok((sc.part, sc.ctr))
+        }
+        (None, _) => Err(shape_err(
+            k,
+            format!("split {split} needs its scratch (part, ctr)"),
+        )),
+    }
 }
 
 impl<B: KernelBuffer> AttnPrefillCoop<B> {
@@ -363,25 +423,7 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
                 format!("rescale threshold {} outside 0..=10", t.rescale_t),
             ));
         }
-        if pos0 + s.n_q > s.n_kv {
-            return Err(shape_err(
-                k,
-                format!(
-                    "queries at {pos0}..{} see keys past n_kv {}",
-                    pos0 + s.n_q,
-                    s.n_kv
-                ),
-            ));
-        }
-        if !(1..=MAX_SPLIT).contains(&t.split) || t.split_min == 0 {
-            return Err(shape_err(
-                k,
-                format!(
-                    "split {} (1..={MAX_SPLIT}) from {} steps (>= 1)",
-                    t.split, t.split_min
-                ),
-            ));
-        }
+        check_queries_and_split(k, s, pos0, t.split, t.split_min)?;
         s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
         let tiles = s.n_q.div_ceil(t.bq(group));
         let groups_x = tiles * t.split as usize;
@@ -389,20 +431,8 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
         if groups_x > MAX_GROUPS_X as usize || s.n_kv_heads > MAX_GROUPS_X as usize {
             return Err(shape_err(k, "grid out of range"));
         }
-        let (part, ctr) = match (scratch, t.split) {
-            (_, 1) => (self.out, self.out),
-            (Some(sc), _) => {
-                crate::spec::need(k, "kv_part", &sc.part, t.part_bytes(s))?;
-                crate::spec::need(k, "kv_ctr", &sc.ctr, t.counter_bytes(s))?;
-                (sc.part, sc.ctr)
-            }
-            (None, _) => {
-                return Err(shape_err(
-                    k,
-                    format!("split {} needs its scratch (part, ctr)", t.split),
-                ));
-            }
-        };
+        let bytes = (t.part_bytes(s), t.counter_bytes(s));
+        let (part, ctr) = split_bindings(k, t.split, bytes, scratch, self.out)?;
         let p = Params {
             base: AttnPrefillCoopParams {
                 base: s.prefill_params(k)?,
@@ -412,7 +442,7 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             split: t.split,
         };
         let spt = t.slots(s.head_dim, subgroup_size, s.kv);
-        let mut o = Overrides::new()
+        let o = Overrides::new()
             .set("HD", s.head_dim as f64)
             .set("VD", vd as f64)
             .set("NSG", t.nsg as f64)
@@ -425,30 +455,36 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("RESCALE_T", t.rescale_t as f64)
             .set("SPLIT_ON", f64::from(u8::from(t.split > 1)))
             .set("SKIP", t.skip as f64);
+        let grid = [
+            groups_x as u32,
+            s.n_kv_heads as u32,
+            (s.head_dim / vd) as u32,
+        ];
+        self.bind_v2(k, s, o, out16, (part, ctr), &p, grid)
+    }
+
+    /// A dispatch of `k` on the second kernel's bindings (q, k, v, q_pos, out, out16, kv_part,
+    /// kv_ctr), with HALF set where `out16` (the f16 copy of the output, size checked) is given.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn bind_v2<P: bytemuck::Pod>(
+        self,
+        k: &'static KernelSpec,
+        s: &AttnShape,
+        mut o: Overrides,
+        out16: Option<B>,
+        (part, ctr): (B, B),
+        push: &P,
+        grid: [u32; 3],
+    ) -> Result<Dispatch<B>, Error> {
         if let Some(h) = &out16 {
             crate::spec::need(k, "out16", h, 2 * (s.n_q * s.n_heads * s.head_dim) as u64)?;
             o = o.set("HALF", 1.0);
         }
-        Ok(Dispatch::new(
-            k,
-            o,
-            vec![
-                self.q,
-                self.k,
-                self.v,
-                self.q_pos,
-                self.out,
-                out16.unwrap_or(self.out),
-                part,
-                ctr,
-            ],
-            &p,
-            [
-                groups_x as u32,
-                s.n_kv_heads as u32,
-                (s.head_dim / vd) as u32,
-            ],
-        ))
+        let out16 = out16.unwrap_or(self.out);
+        let bufs = vec![
+            self.q, self.k, self.v, self.q_pos, self.out, out16, part, ctr,
+        ];
+        Ok(Dispatch::new(k, o, bufs, push, grid))
     }
 }
 

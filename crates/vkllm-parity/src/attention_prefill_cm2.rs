@@ -18,7 +18,8 @@ use vkllm_kernels::attention_prefill_cm2::CmAttnTile;
 use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
 use vkllm_kernels::attention_prefill_coop2::CoopAttn2Scratch;
 
-use super::{Ctx, KernelParityRow, Rng, Tol, pack16, row, to_f16};
+use super::attention_prefill_coop2::{Outputs, output_rows};
+use super::{Ctx, KernelParityRow, Rng, Tol, pack16, to_f16};
 use vkllm_vk::Device;
 use vkllm_vk::Result;
 
@@ -313,25 +314,12 @@ pub(crate) fn attention_prefill_cm2(dev: &Device, seed: u64) -> Result<Vec<Kerne
             variant += &format!(" |qk| {}", c.qk);
         }
         let label = format!("q {n_q}@{pos0} kv {n_kv} h {n_heads}/{n_kv_heads} d {hd}");
-        let mut got = cx.read(&out, qn)?;
-        if half {
-            let words = cx.dev.read_vec::<u32>(&out16, qn / 2)?;
-            let v16 = format!("{variant} with f16 copy: halves");
-            rows.push(super::basic::halves_row(
-                KERNEL,
-                &v16,
-                label.clone(),
-                &words,
-                &got,
-            ));
-            variant += " with f16 copy";
-        }
-        if t.split > 1 {
-            let left = cx.dev.read_vec::<u32>(&ctr, n_ctr)?;
-            got.extend(left.iter().map(|&c| c as f32));
-            want.extend(std::iter::repeat_n(0.0, n_ctr));
-        }
-        rows.push(row(KERNEL, variant, label, &got, &want, TOL));
+        let outs = Outputs {
+            out: &out,
+            out16: half.then_some(&out16),
+            ctr: (t.split > 1).then_some((&ctr, n_ctr)),
+        };
+        rows.extend(output_rows(&cx, (KERNEL, TOL), variant, label, outs, want)?);
     }
     Ok(rows)
 }

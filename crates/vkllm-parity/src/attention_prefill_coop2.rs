@@ -406,26 +406,54 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
             variant += &format!(" |qk| {}", c.qk);
         }
         let label = format!("q {n_q}@{pos0} kv {n_kv} h {n_heads}/{n_kv_heads} d {hd}");
-        let mut got = cx.read(&out, qn)?;
-        if half {
-            let words = cx.dev.read_vec::<u32>(&out16, qn / 2)?;
-            let v16 = format!("{variant} with f16 copy: halves");
-            rows.push(super::basic::halves_row(
-                KERNEL,
-                &v16,
-                label.clone(),
-                &words,
-                &got,
-            ));
-            variant += " with f16 copy";
-        }
-        // A split launch leaves its counters at zero (checked with the values).
-        if t.split > 1 {
-            let left = cx.dev.read_vec::<u32>(&ctr, n_ctr)?;
-            got.extend(left.iter().map(|&c| c as f32));
-            want.extend(std::iter::repeat_n(0.0, n_ctr));
-        }
-        rows.push(row(KERNEL, variant, label, &got, &want, TOL));
+        let outs = Outputs {
+            out: &out,
+            out16: half.then_some(&out16),
+            ctr: (t.split > 1).then_some((&ctr, n_ctr)),
+        };
+        rows.extend(output_rows(&cx, (KERNEL, TOL), variant, label, outs, want)?);
     }
+    Ok(rows)
+}
+
+/// A prefill attention launch's outputs to check: `out`, the f16 copy where it was written, and
+/// a split launch's counters (with their count).
+pub(crate) struct Outputs<'a> {
+    pub out: &'a vkllm_vk::Buffer,
+    pub out16: Option<&'a vkllm_vk::Buffer>,
+    pub ctr: Option<(&'a vkllm_vk::Buffer, usize)>,
+}
+
+/// The rows of one prefill attention case: `out` against `want`, the f16 copy against `out`
+/// (its own row), and a split launch's counters back at zero (checked with the values).
+pub(crate) fn output_rows(
+    cx: &Ctx<'_>,
+    (kernel, tol): (&'static str, Tol),
+    mut variant: String,
+    label: String,
+    o: Outputs<'_>,
+    mut want: Vec<f32>,
+) -> Result<Vec<KernelParityRow>> {
+    let mut rows = Vec::new();
+    let qn = want.len();
+    let mut got = cx.read(o.out, qn)?;
+    if let Some(out16) = o.out16 {
+        let words = cx.dev.read_vec::<u32>(out16, qn / 2)?;
+        let v16 = format!("{variant} with f16 copy: halves");
+        rows.push(super::basic::halves_row(
+            kernel,
+            &v16,
+            label.clone(),
+            &words,
+            &got,
+        ));
+        variant += " with f16 copy";
+    }
+    if let Some((ctr, n_ctr)) = o.ctr {
+        let left = cx.dev.read_vec::<u32>(ctr, n_ctr)?;
+        got.extend(left.iter().map(|&c| c as f32));
+        want.extend(std::iter::repeat_n(0.0, n_ctr));
+    }
+    rows.push(row(kernel, variant, label, &got, &want, tol));
     Ok(rows)
 }

@@ -242,33 +242,21 @@ impl VulkanBackend {
             None => shape,
         };
         // The second coop kernel, its heavy tiles' keys split as tuning `attn_coop_split` asks
-        // (by default the split that fills whole waves of the GPU: `CoopAttn2Tile::auto_split`).
-        let coop2 = match coop_pos0 {
-            Some(pos0) => self.coop2_tile(&shape).map(|t| {
-                let split = self.dev.tuning().attn_coop_split;
-                let cu = self.dev.info().compute_units;
-                t.with_split(
-                    split.unwrap_or_else(|| t.auto_split(&shape, pos0, cu)),
-                    n,
-                    pos0,
-                )
-            }),
-            None => None,
-        };
-        // The workgroup-scope kernel where tuning `attn_prefill=cm2` asks and it takes the shape,
-        // split as the second kernel would be.
-        let cm2 = match coop_pos0 {
-            Some(pos0) => self.cm2_tile(&shape).map(|t| {
-                let split = self.dev.tuning().attn_coop_split;
-                let cu = self.dev.info().compute_units;
-                t.with_split(
-                    split.unwrap_or_else(|| t.auto_split(&shape, pos0, cu)),
-                    n,
-                    pos0,
-                )
-            }),
-            None => None,
-        };
+        // (by default the split that fills whole waves of the GPU: `CoopAttn2Tile::auto_split`);
+        // the workgroup-scope kernel instead where tuning `attn_prefill=cm2` asks and it takes
+        // the shape, split by the same rule.
+        let split = self.dev.tuning().attn_coop_split;
+        let cu = self.dev.info().compute_units;
+        let coop2 = coop_pos0.and_then(|pos0| {
+            let t = self.coop2_tile(&shape)?;
+            let parts = split.unwrap_or_else(|| t.auto_split(&shape, pos0, cu));
+            Some(t.with_split(parts, n, pos0))
+        });
+        let cm2 = coop_pos0.and_then(|pos0| {
+            let t = self.cm2_tile(&shape)?;
+            let parts = split.unwrap_or_else(|| t.auto_split(&shape, pos0, cu));
+            Some(t.with_split(parts, n, pos0))
+        });
         // A head dim only the second kernel takes, on a shape outside it: the portable kernel.
         let sg = self.dev.info().subgroup_size;
         let first_ok = || {
