@@ -18,7 +18,7 @@ use vkllm_kernels::attention_prefill_cm2::CmAttnTile;
 use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
 use vkllm_kernels::attention_prefill_coop2::CoopAttn2Scratch;
 
-use super::attention_prefill_coop2::{Outputs, output_rows};
+use super::attention_prefill_coop2::{Outputs, case_suffix, output_rows};
 use super::{Ctx, KernelParityRow, Rng, Tol, pack16, to_f16};
 use vkllm_vk::Device;
 use vkllm_vk::Result;
@@ -298,21 +298,7 @@ pub(crate) fn attention_prefill_cm2(dev: &Device, seed: u64) -> Result<Vec<Kerne
             let o16 = half.then(|| out16.all());
             rec.dispatch(a.dispatch_cm2(&shape, pos0, t, o16, scratch)?)
         })?;
-        if let Some(s) = c.softcap {
-            variant += &format!(" softcap {s}");
-        }
-        if let Some(w) = c.window {
-            variant += &format!(" window {w}");
-        }
-        if let Some(r) = c.ring {
-            variant += &format!(" ring {r}");
-        }
-        if c.scale.is_some() {
-            variant += &format!(" scale {scale}");
-        }
-        if c.qk != 2.0 {
-            variant += &format!(" |qk| {}", c.qk);
-        }
+        variant += &case_suffix(c.softcap, c.window, c.ring, c.scale.map(|_| scale), c.qk);
         let label = format!("q {n_q}@{pos0} kv {n_kv} h {n_heads}/{n_kv_heads} d {hd}");
         let outs = Outputs {
             out: &out,

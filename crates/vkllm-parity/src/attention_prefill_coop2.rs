@@ -390,21 +390,7 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
                 false => a.dispatch_v2_full(&shape, pos0, sg, t, None, scratch)?,
             })
         })?;
-        if let Some(s) = c.softcap {
-            variant += &format!(" softcap {s}");
-        }
-        if let Some(w) = c.window {
-            variant += &format!(" window {w}");
-        }
-        if let Some(r) = c.ring {
-            variant += &format!(" ring {r}");
-        }
-        if c.scale.is_some() {
-            variant += &format!(" scale {scale}");
-        }
-        if c.qk != 2.0 {
-            variant += &format!(" |qk| {}", c.qk);
-        }
+        variant += &case_suffix(c.softcap, c.window, c.ring, c.scale.map(|_| scale), c.qk);
         let label = format!("q {n_q}@{pos0} kv {n_kv} h {n_heads}/{n_kv_heads} d {hd}");
         let outs = Outputs {
             out: &out,
@@ -414,6 +400,34 @@ pub(crate) fn attention_prefill_coop2(dev: &Device, seed: u64) -> Result<Vec<Ker
         rows.extend(output_rows(&cx, (KERNEL, TOL), variant, label, outs, want)?);
     }
     Ok(rows)
+}
+
+/// The variant text of a case's options: softcap, window, ring, an explicit scale and a |q|, |k|
+/// range other than 2.
+pub(crate) fn case_suffix(
+    softcap: Option<f32>,
+    window: Option<usize>,
+    ring: Option<usize>,
+    scale: Option<f32>,
+    qk: f32,
+) -> String {
+    let mut v = String::new();
+    if let Some(s) = softcap {
+        v += &format!(" softcap {s}");
+    }
+    if let Some(w) = window {
+        v += &format!(" window {w}");
+    }
+    if let Some(r) = ring {
+        v += &format!(" ring {r}");
+    }
+    if let Some(s) = scale {
+        v += &format!(" scale {s}");
+    }
+    if qk != 2.0 {
+        v += &format!(" |qk| {qk}");
+    }
+    v
 }
 
 /// A prefill attention launch's outputs to check: `out`, the f16 copy where it was written, and
