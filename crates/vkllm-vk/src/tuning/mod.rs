@@ -61,6 +61,9 @@ pub enum PrefillAttn {
     /// The workgroup-scope kernel (`attention_prefill_cm2.comp`, VK_NV_cooperative_matrix2)
     /// where the device and shape allow it, else as `Auto`.
     Cm2,
+    /// The second cooperative-matrix kernel where its shapes allow, else the first, whatever
+    /// `Auto` picks (its reference once `Auto` prefers cm2).
+    Coop2,
     /// Always the first cooperative-matrix kernel.
     Coop1,
     /// The portable tiled kernel (the reference).
@@ -189,7 +192,7 @@ pub struct Tuning {
     /// registers (`shaders/attention_wide.wgsl`; `false`: the grouped split, its reference). Key
     /// `attn_wide`.
     pub attn_wide: bool,
-    /// Model backends: key `attn_prefill` = auto | cm2 | coop1 | portable.
+    /// Model backends: key `attn_prefill` = auto | cm2 | coop2 | coop1 | portable.
     pub attn_prefill: PrefillAttn,
     /// Model backends: subgroups per workgroup of the second prefill kernel (1..=4). Key
     /// `attn_coop_nsg`.

@@ -208,9 +208,10 @@ impl Tuning {
                 self.attn_prefill = match value {
                     "auto" => PrefillAttn::Auto,
                     "cm2" => PrefillAttn::Cm2,
+                    "coop2" => PrefillAttn::Coop2,
                     "coop1" => PrefillAttn::Coop1,
                     "portable" => PrefillAttn::Portable,
-                    _ => return Err(bad("auto, cm2, coop1 or portable")),
+                    _ => return Err(bad("auto, cm2, coop2, coop1 or portable")),
                 }
             }
             "attn_coop_nsg" => self.attn_coop_nsg = in_range(1, 4)? as u32,
@@ -361,6 +362,7 @@ impl fmt::Display for Tuning {
         let prefill = match self.attn_prefill {
             PrefillAttn::Auto => "auto",
             PrefillAttn::Cm2 => "cm2",
+            PrefillAttn::Coop2 => "coop2",
             PrefillAttn::Coop1 => "coop1",
             PrefillAttn::Portable => "portable",
         };
@@ -466,6 +468,10 @@ mod tests {
             let t = Tuning::parse(d).unwrap();
             assert_eq!(t.changes(), d);
             assert_eq!(Tuning::parse(&t.to_string()).unwrap(), t);
+        }
+        for v in ["cm2", "coop2", "coop1", "portable"] {
+            let t = Tuning::parse(&format!("attn_prefill={v}")).unwrap();
+            assert_eq!(t.changes(), format!("attn_prefill={v}"));
         }
         assert_eq!(Tuning::default().changes(), "");
         assert_eq!(Tuning::parse(" ").unwrap(), Tuning::default());
