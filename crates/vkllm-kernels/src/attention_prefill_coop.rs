@@ -113,16 +113,7 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
                 ),
             ));
         };
-        if pos0 + s.n_q > s.n_kv {
-            return Err(shape_err(
-                k,
-                format!(
-                    "queries at {pos0}..{} see keys past n_kv {}",
-                    pos0 + s.n_q,
-                    s.n_kv
-                ),
-            ));
-        }
+        crate::attention_prefill_coop2::check_queries(k, s, pos0)?;
         s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
         let tiles = s.n_q.div_ceil(t.bq());
         if tiles > MAX_GROUPS_X as usize || s.n_heads > MAX_GROUPS_X as usize {

@@ -293,7 +293,26 @@ pub(crate) fn wave_split(wgs: usize, steps: usize, wave: usize) -> u32 {
         .unwrap_or(1) as u32
 }
 
-/// The prefill kernels' checks of queries at `pos0..` against the cache and of the split.
+/// The prefill kernels' check of queries at `pos0..` against the cache.
+pub(crate) fn check_queries(
+    k: &'static KernelSpec,
+    s: &AttnShape,
+    pos0: usize,
+) -> Result<(), Error> {
+    match pos0 + s.n_q > s.n_kv {
+        true => Err(shape_err(
+            k,
+            format!(
+                "queries at {pos0}..{} see keys past n_kv {}",
+                pos0 + s.n_q,
+                s.n_kv
+            ),
+        )),
+        false => Ok(()),
+    }
+}
+
+/// [`check_queries`] and the check of a split.
 pub(crate) fn check_queries_and_split(
     k: &'static KernelSpec,
     s: &AttnShape,
@@ -301,16 +320,7 @@ pub(crate) fn check_queries_and_split(
     split: u32,
     split_min: u32,
 ) -> Result<(), Error> {
-    if pos0 + s.n_q > s.n_kv {
-        return Err(shape_err(
-            k,
-            format!(
-                "queries at {pos0}..{} see keys past n_kv {}",
-                pos0 + s.n_q,
-                s.n_kv
-            ),
-        ));
-    }
+    check_queries(k, s, pos0)?;
     if !(1..=MAX_SPLIT).contains(&split) || split_min == 0 {
         return Err(shape_err(
             k,
