@@ -1,5 +1,5 @@
 // Elementwise f32 ops: add (out = a + b), scale (out = s * a), copy (out = a),
-// softcap (out = cap * tanh(a / cap)).
+// softcap (out = cap * tanh(a / cap)), mul_rows (out[i] = a[i] * b[i % m]: b one row of m).
 //
 // Shapes: flat arrays of `n` f32; `out` may be the same buffer as `a` (each invocation reads its
 // element before writing it).
@@ -13,6 +13,8 @@ struct Params {
     n: u32,
     // scale factor for `scale`, cap for `softcap`, unused otherwise
     s: f32,
+    // row length for `mul_rows`
+    m: u32,
 }
 var<immediate> p: Params;
 
@@ -60,5 +62,14 @@ fn softcap(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
         // built from exp away from inf/inf.
         let t = clamp(a[i] / p.s, -15.0, 15.0);
         out[i] = p.s * tanh(t);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn mul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let i = index(wid, nwg, lid);
+    if (i < p.n) {
+        out[i] = a[i] * b[i % p.m];
     }
 }

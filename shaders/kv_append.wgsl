@@ -18,6 +18,9 @@
 // squares are summed in order as in the reference), each invocation codes its
 // value, the first code-words invocations pack the words. Shared memory: 2 x 64 f32 + 4 f32 +
 // 128 u32 (1.5 KiB).
+// Centred keys (KV_CENTRE 1, `quant` only): K element c is stored as (k_c - shift_c) * inv_c
+// before its unit is rotated and coded (`centre`: shift [kv_dim] then inv [kv_dim]; the
+// model's key centring, docs/quantization.md); attention then takes the query times 1 / inv.
 //
 // #include kv_quant.inc.wgsl
 
@@ -27,6 +30,8 @@ override KV_DTYPE: u32 = 0;
 override KV_DTYPE_V: u32 = 0;
 // 1: K units are stored rotated (kv_quant.inc.wgsl): q8_0 keys by the cache's choice, tq4 keys.
 override KV_ROT_K: u32 = 0;
+// 1: K elements are centred and scaled first (`centre`, quant entry).
+override KV_CENTRE: u32 = 0;
 
 struct Params {
     n_tok: u32,
@@ -42,6 +47,8 @@ var<immediate> p: Params;
 @group(0) @binding(2) var<storage, read> pos: array<u32>;
 @group(0) @binding(3) var<storage, read_write> k_cache: array<u32>;
 @group(0) @binding(4) var<storage, read_write> v_cache: array<u32>;
+// Only read by `quant` with KV_CENTRE 1 (bound to any buffer otherwise).
+@group(0) @binding(5) var<storage, read> centre: array<f32>;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -95,6 +102,10 @@ fn quant(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     let src = t * p.kv_dim + 64u * j;
     var xk = k_new[src + lid];
     var xv = v_new[src + lid];
+    if (KV_CENTRE == 1u) {
+        let c = 64u * j + lid;
+        xk = (xk - centre[c]) * centre[p.kv_dim + c];
+    }
     qk[lid] = xk;
     qv[lid] = xv;
     // Rotated units (K with KV_ROT_K, tq4 V): y_i = (1/8) sum_j H_ij D_jj x_j, both sums in one

@@ -32,6 +32,18 @@ pub fn scale(x: &mut [f32], s: f32) {
     }
 }
 
+/// `x[r, c] *= row[c]` for every row of `row.len()` values (a trailing partial row included).
+pub fn mul_rows(x: &mut [f32], row: &[f32]) {
+    if row.is_empty() {
+        return;
+    }
+    for chunk in x.chunks_mut(row.len()) {
+        for (v, &s) in chunk.iter_mut().zip(row) {
+            *v *= s;
+        }
+    }
+}
+
 /// Logit soft-capping (Gemma 2/3 attention and final logits): `x = cap * tanh(x / cap)`, in
 /// transformers' order: f32 divide, f32 `tanh`, f32 multiply.
 pub fn softcap(x: &mut [f32], cap: f32) {

@@ -53,6 +53,25 @@ pub fn rotate(x: &mut [f32]) {
     }
 }
 
+/// Centres a key row as a centred cache stores it (`shaders/kv_append.wgsl`'s KV_CENTRE, before
+/// any rotation): `x_c = (x_c - shift_c) * inv_c`, `centre` holding shift (`x.len()` values)
+/// then inv.
+///
+/// # Panics
+/// If `centre` does not hold `2 * x.len()` values.
+pub fn centre(x: &mut [f32], centre: &[f32]) {
+    assert_eq!(
+        centre.len(),
+        2 * x.len(),
+        "kv_quant: centre of a {}-value row",
+        x.len()
+    );
+    let (shift, inv) = centre.split_at(x.len());
+    for ((v, &m), &r) in x.iter_mut().zip(shift).zip(inv) {
+        *v = (*v - m) * r;
+    }
+}
+
 /// The inverse of [`rotate`]: `x_j = D_jj ((1/8) sum_i H_ji y_i)`.
 ///
 /// # Panics

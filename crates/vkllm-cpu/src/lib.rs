@@ -47,7 +47,7 @@ pub use attention::{AttnParams, attention, attention_ring};
 pub use causal_conv1d::causal_conv1d;
 pub use dequant_f16::dequant_f16;
 pub use dot::dot;
-pub use elementwise::{add, add_inplace, scale, softcap, softcap_one};
+pub use elementwise::{add, add_inplace, mul_rows, scale, softcap, softcap_one};
 pub use embedding::embedding;
 pub use error::CpuError;
 pub use gated_delta_rule::{

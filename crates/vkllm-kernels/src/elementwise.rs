@@ -1,4 +1,4 @@
-//! `shaders/elementwise.wgsl`: add, scale, copy, softcap over flat f32 arrays.
+//! `shaders/elementwise.wgsl`: add, scale, copy, softcap, row-wise multiply over flat f32 arrays.
 
 use crate::sources::ELEMENTWISE;
 use crate::spec::{grid_for, need, rd, rw, to_u32};
@@ -14,7 +14,7 @@ macro_rules! spec {
             entry: $entry,
             source: ELEMENTWISE,
             bindings: &[rd("a"), rd("b"), rw("out")],
-            push_size: 8,
+            push_size: 12,
             exact_fp: false,
             glsl: None,
         };
@@ -24,6 +24,7 @@ spec!(ADD, "add", "add");
 spec!(SCALE, "scale", "scale");
 spec!(COPY, "copy", "copy");
 spec!(SOFTCAP, "softcap", "softcap");
+spec!(MUL_ROWS, "mul_rows", "mul_rows");
 
 /// Push constants of every elementwise kernel.
 #[repr(C)]
@@ -31,6 +32,8 @@ spec!(SOFTCAP, "softcap", "softcap");
 pub struct ElementwiseParams {
     pub n: u32,
     pub s: f32,
+    /// Row length of `mul_rows` (1 elsewhere).
+    pub m: u32,
 }
 
 fn build<B: KernelBuffer>(
@@ -40,14 +43,21 @@ fn build<B: KernelBuffer>(
     out: B,
     n: usize,
     s: f32,
+    m: usize,
 ) -> Result<Dispatch<B>, Error> {
     let bytes = 4 * n as u64;
     need(k, "a", &a, bytes)?;
-    need(k, "b", &b, if std::ptr::eq(k, &ADD) { bytes } else { 0 })?;
+    let b_bytes = match () {
+        _ if std::ptr::eq(k, &ADD) => bytes,
+        _ if std::ptr::eq(k, &MUL_ROWS) => 4 * m as u64,
+        _ => 0,
+    };
+    need(k, "b", &b, b_bytes)?;
     need(k, "out", &out, bytes)?;
     let p = ElementwiseParams {
         n: to_u32(k, "n", n)?,
         s,
+        m: to_u32(k, "m", m)?,
     };
     let groups = grid_for(k, (n as u64).div_ceil(WG as u64))?;
     Ok(Dispatch::new(
@@ -67,7 +77,7 @@ pub struct Add<B> {
 }
 impl<B: KernelBuffer> Add<B> {
     pub fn dispatch(self, n: usize) -> Result<Dispatch<B>, Error> {
-        build(&ADD, self.a, self.b, self.out, n, 0.0)
+        build(&ADD, self.a, self.b, self.out, n, 0.0, 1)
     }
 }
 
@@ -79,7 +89,7 @@ pub struct Scale<B> {
 impl<B: KernelBuffer> Scale<B> {
     pub fn dispatch(self, n: usize, s: f32) -> Result<Dispatch<B>, Error> {
         // `b` is not read by this entry point; `a` fills the slot.
-        build(&SCALE, self.a, self.a, self.out, n, s)
+        build(&SCALE, self.a, self.a, self.out, n, s, 1)
     }
 }
 
@@ -90,7 +100,7 @@ pub struct Copy<B> {
 }
 impl<B: KernelBuffer> Copy<B> {
     pub fn dispatch(self, n: usize) -> Result<Dispatch<B>, Error> {
-        build(&COPY, self.a, self.a, self.out, n, 0.0)
+        build(&COPY, self.a, self.a, self.out, n, 0.0, 1)
     }
 }
 
@@ -107,6 +117,25 @@ impl<B: KernelBuffer> Softcap<B> {
                 format!("cap {cap} must be > 0"),
             ));
         }
-        build(&SOFTCAP, self.a, self.a, self.out, n, cap)
+        build(&SOFTCAP, self.a, self.a, self.out, n, cap, 1)
+    }
+}
+
+/// `out[r, c] = a[r, c] * b[c]` over `n` elements in rows of `m` (`out` may be `a`; `n` a
+/// multiple of `m`): the query scaled by a centred key cache's scales.
+pub struct MulRows<B> {
+    pub a: B,
+    pub b: B,
+    pub out: B,
+}
+impl<B: KernelBuffer> MulRows<B> {
+    pub fn dispatch(self, n: usize, m: usize) -> Result<Dispatch<B>, Error> {
+        if m == 0 || !n.is_multiple_of(m) {
+            return Err(crate::spec::shape_err(
+                &MUL_ROWS,
+                format!("{n} elements are not whole rows of {m}"),
+            ));
+        }
+        build(&MUL_ROWS, self.a, self.b, self.out, n, 0.0, m)
     }
 }

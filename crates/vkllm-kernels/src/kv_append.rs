@@ -28,6 +28,14 @@ pub static KV_APPEND: KernelSpec = KernelSpec {
 pub static KV_APPEND_QUANT: KernelSpec = KernelSpec {
     name: "kv_append_quant",
     entry: "quant",
+    bindings: &[
+        rd("k_new"),
+        rd("v_new"),
+        rd("pos"),
+        rw("k_cache"),
+        rw("v_cache"),
+        rd("centre"),
+    ],
     ..KV_APPEND
 };
 
@@ -273,6 +281,21 @@ impl<B: KernelBuffer> KvAppend<B> {
         row_stride: usize,
         ring: usize,
     ) -> Result<Dispatch<B>, Error> {
+        let geom = (n_tok, kv_dim, max_tok, row_stride, ring);
+        self.dispatch_centred(types, rot_k, None, geom)
+    }
+
+    /// [`KvAppend::dispatch_rotated`] with the keys centred first when `centre` is given
+    /// (`[2, kv_dim]` f32: shift, then inverse scale; quantized keys only). `geom`: n_tok,
+    /// kv_dim, max_tok, row_stride, ring as there.
+    pub fn dispatch_centred(
+        self,
+        types: impl Into<KvTypes>,
+        rot_k: bool,
+        centre: Option<B>,
+        geom: (usize, usize, usize, usize, usize),
+    ) -> Result<Dispatch<B>, Error> {
+        let (n_tok, kv_dim, max_tok, row_stride, ring) = geom;
         let types = types.into();
         let dtype = types.k;
         let k = match dtype.is_quantized() {
@@ -308,6 +331,12 @@ impl<B: KernelBuffer> KvAppend<B> {
         let values = (rows * kv_dim) as u64;
         need(k, "k_cache", &self.k_cache, types.k.bytes(values))?;
         need(k, "v_cache", &self.v_cache, types.v.bytes(values))?;
+        if let Some(c) = &centre {
+            if !dtype.is_quantized() {
+                return Err(shape_err(k, "centred keys need a quantized K cache"));
+            }
+            need(k, "centre", c, 8 * kv_dim as u64)?;
+        }
         // Workgroups: one per cache word batch of WG, or one per quantized unit.
         let groups = match dtype {
             KvType::F32 => ((n_tok * kv_dim) as u64).div_ceil(WG as u64),
@@ -321,14 +350,21 @@ impl<B: KernelBuffer> KvAppend<B> {
             row_stride: to_u32(k, "row_stride", row_stride)?,
             ring: to_u32(k, "ring", ring)?,
         };
+        let centred = centre.is_some();
+        let mut bufs = vec![self.k_new, self.v_new, self.pos, self.k_cache, self.v_cache];
+        if dtype.is_quantized() {
+            // Any buffer where the keys are not centred (the shader does not read it).
+            bufs.push(centre.unwrap_or(bufs[0]));
+        }
         Ok(Dispatch::new(
             k,
             Overrides::new()
                 .set("WG", WG as f64)
                 .set("KV_DTYPE", dtype.code())
                 .set("KV_DTYPE_V", types.v.code())
-                .set("KV_ROT_K", f64::from(u8::from(rot_k))),
-            vec![self.k_new, self.v_new, self.pos, self.k_cache, self.v_cache],
+                .set("KV_ROT_K", f64::from(u8::from(rot_k)))
+                .set("KV_CENTRE", f64::from(u8::from(centred))),
+            bufs,
             &p,
             grid_for(k, groups)?,
         ))

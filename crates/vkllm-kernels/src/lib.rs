@@ -112,6 +112,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &elementwise::SCALE,
         &elementwise::COPY,
         &elementwise::SOFTCAP,
+        &elementwise::MUL_ROWS,
         &to_f16::TO_F16,
         &dequant_f16::DEQUANT_F16,
         &kv_append::KV_APPEND,

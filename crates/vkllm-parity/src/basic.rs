@@ -3,7 +3,7 @@
 use vkllm_kernels::WeightType;
 use vkllm_kernels::activation::{Activation, GatedActivation};
 use vkllm_kernels::argmax::Argmax;
-use vkllm_kernels::elementwise::{Add, Copy as CopyK, Scale, Softcap};
+use vkllm_kernels::elementwise::{Add, Copy as CopyK, MulRows, Scale, Softcap};
 use vkllm_kernels::kv_append::{KvAppend, KvType};
 use vkllm_kernels::rmsnorm::{AddRmsNorm, NormShape, RmsNorm};
 use vkllm_kernels::softmax::Softmax;
@@ -284,6 +284,47 @@ pub(crate) fn elementwise(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow
     ));
 
     rows.push(to_f16_row(&cx, &a)?);
+
+    // Rows of 96 (a query row of 3 heads by a centred cache's scales): the last 7 elements of a
+    // are past the 104 whole rows and keep the output's poison.
+    let m = 96;
+    let nr = n / m * m;
+    let scales = rng.vec(m, 0.05, 4.0);
+    let sb = cx.input("scales", &scales)?;
+    cx.run(&[&out], |r| {
+        r.dispatch(
+            MulRows {
+                a: ab.all(),
+                b: sb.all(),
+                out: out.all(),
+            }
+            .dispatch(nr, m)?,
+        )
+    })?;
+    let mut want = a[..nr].to_vec();
+    vkllm_cpu::mul_rows(&mut want, &scales);
+    let got = cx.read(&out, n)?;
+    rows.push(row(
+        "mul_rows",
+        "f32 rows of 96",
+        format!("n {nr}"),
+        &got[..nr],
+        &want,
+        EXACT,
+    ));
+    // Past the rows: still poisoned (1 marks a written element).
+    let touched: Vec<f32> = got[nr..]
+        .iter()
+        .map(|v| f32::from(u8::from(!v.is_nan())))
+        .collect();
+    rows.push(row(
+        "mul_rows",
+        "elements past the rows untouched",
+        format!("{} elements", n - nr),
+        &touched,
+        &vec![0.0; n - nr],
+        EXACT,
+    ));
 
     let cap = 30.0;
     cx.run(&[&out], |r| {

@@ -67,15 +67,21 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
     let mut pos: Vec<u32> = (0..slots).map(|_| rng.below(cap as u64) as u32).collect();
     pos[1] = IDLE;
     let mut rows = Vec::new();
-    // (K type, V type, rotated K): rotated q8_0 keys with q4_0 and with tq4 values, tq4 keys
-    // and values.
-    for (ty, ty_v, rot) in [
-        (KvType::Q8_0, KvType::Q8_0, false),
-        (KvType::Q4_0, KvType::Q4_0, false),
-        (KvType::Q8_0, KvType::Q8_0, true),
-        (KvType::Q8_0, KvType::Q4_0, true),
-        (KvType::Q8_0, KvType::Tq4, true),
-        (KvType::Tq4, KvType::Tq4, true),
+    // Centred keys: a shift and inverse scale per element of the row.
+    let mut centre = rng.vec(kv_dim, -2.0, 2.0);
+    centre.extend(rng.vec(kv_dim, 0.05, 4.0));
+    let cb = cx.input("centre", &centre)?;
+    // (K type, V type, rotated K, centred K): rotated q8_0 keys with q4_0 and with tq4 values,
+    // tq4 keys and values; centred 4-bit keys.
+    for (ty, ty_v, rot, centred) in [
+        (KvType::Q8_0, KvType::Q8_0, false, false),
+        (KvType::Q4_0, KvType::Q4_0, false, false),
+        (KvType::Q8_0, KvType::Q8_0, true, false),
+        (KvType::Q8_0, KvType::Q4_0, true, false),
+        (KvType::Q8_0, KvType::Tq4, true, false),
+        (KvType::Tq4, KvType::Tq4, true, false),
+        (KvType::Q4_0, KvType::Q8_0, false, true),
+        (KvType::Tq4, KvType::Tq4, true, true),
     ] {
         let types = KvTypes { k: ty, v: ty_v };
         let mut k_new = rng.vec(slots * kv_dim, -3.0, 3.0);
@@ -104,7 +110,12 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     k_cache: kc.all(),
                     v_cache: vc.all(),
                 }
-                .dispatch_rotated(types, rot, slots, kv_dim, cap, cap, cap)?,
+                .dispatch_centred(
+                    types,
+                    rot,
+                    centred.then(|| cb.all()),
+                    (slots, kv_dim, cap, cap, cap),
+                )?,
             )
         })?;
         let shape = format!("{slots} slots x {cap} rows, kv_dim {kv_dim}, one idle");
@@ -130,6 +141,9 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     // Rotated K: the reference rotates first (the shader's sums, in the same
                     // order, every term exact: the same values).
                     let mut x = src[slot * kv_dim..(slot + 1) * kv_dim].to_vec();
+                    if centred && name == "K" {
+                        vkllm_cpu::kv_quant::centre(&mut x, &centre);
+                    }
                     if (rot && name == "K") || f.always_rotated() {
                         vkllm_cpu::kv_quant::rotate(&mut x);
                     }
@@ -149,7 +163,11 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                 }
             }
             let want_untouched = vec![0x7fc0 as f32; untouched_got.len()];
-            let rot_name = if rot { " rotated-K cache," } else { "" };
+            let rot_name = match (rot, centred) {
+                (_, true) => " centred-K cache,",
+                (true, false) => " rotated-K cache,",
+                (false, false) => "",
+            };
             let variant = |what: &str| format!("{}{rot_name} {name} {what}", types.name());
             rows.push(row("kv_append", variant("scales"), &shape, &gs, &ws, EXACT));
             rows.push(row("kv_append", variant("codes"), &shape, &gc, &wc, EXACT));
