@@ -5,7 +5,9 @@
 //! Prompts are processed in chunks of at most `chunk` tokens over a fixed set of scratch
 //! tensors, so memory does not grow with the prompt.
 
-use crate::backend::{Backend, CaptureId, KvRows, KvType, KvTypes, NormMlp, NormQkv, Tensor};
+use crate::backend::{
+    Backend, CaptureId, KeyCentre, KvRows, KvType, KvTypes, NormMlp, NormQkv, Tensor,
+};
 use crate::blocks;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
@@ -51,6 +53,8 @@ pub struct Model {
     pub weights: Weights,
     chunk: usize,
     s: Scratch,
+    /// Per layer, the key centring of quantized K caches, measured on the first such cache.
+    centre: std::sync::OnceLock<Vec<KeyCentre>>,
 }
 
 /// Default prefill chunk: prompts longer than this run as several forwards.
@@ -103,6 +107,7 @@ impl Model {
             weights,
             chunk,
             s,
+            centre: std::sync::OnceLock::new(),
         })
     }
 
@@ -152,7 +157,35 @@ impl Model {
         let shape = (self.cfg.kv_dim(), capacity, self.chunk, slots);
         let mut kv = KvCache::alloc_sharing(b, &windows, shape, types, sharing)?;
         kv.rot_k = crate::kv_cache::rot_k_for(types.k, self.cfg.head_dim);
+        if crate::key_centre::centred(types) && b.centre_keys() {
+            kv.centre = self.key_centre(b)?;
+        }
         Ok(kv)
+    }
+
+    /// The key centring of this model's quantized K caches (`crate::key_centre`): measured once,
+    /// from the f32 keys of a calibration forward, then kept (the calibration cache stays
+    /// allocated: backends free tensors with the backend).
+    fn key_centre<B: Backend>(&self, b: &mut B) -> Result<Vec<KeyCentre>, ModelError> {
+        if let Some(c) = self.centre.get() {
+            return Ok(c.clone());
+        }
+        use crate::key_centre as kc;
+        let n = kc::calibration_len(&self.cfg);
+        let ids = kc::calibration_ids(self.cfg.vocab_size, n);
+        let tmp = self.new_kv_slots(b, n, 1, KvType::F32)?;
+        self.forward(b, &tmp, &ids, 0, Logits::Last)?;
+        // A ring (sliding window) keeps rows of its last positions.
+        let keys: Vec<_> = tmp
+            .layers
+            .iter()
+            .map(|l| Some((l.k, l.ring.min(n))))
+            .collect();
+        let out = kc::from_caches(b, &keys, &self.cfg)?
+            .into_iter()
+            .flatten()
+            .collect();
+        Ok(self.centre.get_or_init(|| out).clone())
     }
 
     /// Runs `ids` at positions `start..start + ids.len()`, writing their keys and values into

@@ -2,7 +2,7 @@
 //! layers keep only a ring of their window plus a prefill chunk (position `p` in row `p % ring`),
 //! so their memory does not grow with the context; full-attention layers keep every position.
 
-use crate::backend::{Backend, KvRows, KvType, KvTypes, KvView, Tensor};
+use crate::backend::{Backend, KeyCentre, KvRows, KvType, KvTypes, KvView, Tensor};
 use crate::error::ModelError;
 use crate::kv_pages::KvPagePlan;
 
@@ -22,6 +22,8 @@ pub struct KvCache {
     /// K units stored rotated (q8_0 with heads of whole 64-value units; the model sets it, see
     /// [`rot_k_for`]).
     pub rot_k: bool,
+    /// Per layer, the keys' centring (quantized K caches; empty otherwise).
+    pub centre: Vec<KeyCentre>,
     pub layers: Vec<KvLayer>,
     /// Rows per block that slots share in place (paged layers, `kv_pages.rs`); 0: rows are
     /// copied.
@@ -201,6 +203,7 @@ impl KvCache {
             dtype: types.k,
             v_dtype: types.v,
             rot_k: false,
+            centre: Vec::new(),
             layers,
             block,
             kv_dim,
@@ -222,6 +225,7 @@ impl KvCache {
             dtype: self.dtype,
             v_dtype: self.v_dtype,
             rot_k: self.rot_k,
+            centre: self.centre.get(l).copied(),
             rows,
         }
     }

@@ -23,6 +23,7 @@ pub mod forward;
 pub mod gguf;
 mod gguf_hybrid;
 pub mod hybrid;
+pub mod key_centre;
 mod kv_cache;
 mod kv_pages;
 #[cfg(feature = "test-support")]
@@ -41,8 +42,8 @@ pub use backend::vulkan::{
     TokenLogprobs, VulkanBackend,
 };
 pub use backend::{
-    Backend, CaptureId, KvRows, KvType, KvTypes, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor,
-    norm_gated_mlp_unfused, norm_qkv_unfused, rope_kv_unfused,
+    Backend, CaptureId, KeyCentre, KvRows, KvType, KvTypes, KvView, Linear, NormMlp, NormQkv,
+    RopeKv, Tensor, norm_gated_mlp_unfused, norm_qkv_unfused, rope_kv_unfused,
 };
 pub use checkpoint::{Checkpoint, load_checkpoint};
 pub use config::{LayerConfig, ModelConfig};

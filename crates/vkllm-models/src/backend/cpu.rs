@@ -30,6 +30,9 @@ pub struct CpuBackend {
     pub(super) bufs: Vec<Buf>,
     /// The pages of paged KV tensors.
     pub(super) pool: PagePool,
+    /// Quantized K caches store their keys as they are (`Backend::centre_keys` false; tuning
+    /// `kv_centre=0`).
+    pub uncentred_keys: bool,
 }
 
 impl CpuBackend {
@@ -213,6 +216,10 @@ impl Backend for CpuBackend {
         4 * self.kv_paged_values() as u64
     }
 
+    fn centre_keys(&self) -> bool {
+        !self.uncentred_keys
+    }
+
     fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError> {
         Ok(self.push(Buf::F32(data.to_vec())))
     }
@@ -366,6 +373,22 @@ impl Backend for CpuBackend {
             KvRows::PerRow => ops::kv::kv_rows(&pos, kv.capacity, kv.ring, kv.stride, 0, true),
         };
         let mut row = vec![0.0; width];
+        // Centred keys: stored as scale * code((k - shift) / scale), what attention over the
+        // GPU's blocks with the query times the scales sees (the shift moves no softmax).
+        let centre = match kv.centre {
+            Some(c) => {
+                let all = self.f32(c.append);
+                let part = all
+                    .get(..2 * width)
+                    .ok_or_else(|| ModelError::TensorShape {
+                        name: "key centring".into(),
+                        expected: vec![2, width],
+                        found: vec![all.len()],
+                    })?;
+                Some(part.to_vec())
+            }
+            None => None,
+        };
         for (which, (src, cache)) in [(k, kv.k), (v, kv.v)].into_iter().enumerate() {
             for (i, d) in dst.iter().enumerate() {
                 let Some(r) = *d else { continue };
@@ -376,7 +399,14 @@ impl Backend for CpuBackend {
                     row.iter_mut()
                         .for_each(|x| *x = half::f16::from_f32(*x).to_f32());
                 } else if let Some(q) = KvQuant::from_name(dtype.name()) {
-                    q.round_trip(&mut row, kv.rot_k && which == 0);
+                    match (&centre, which) {
+                        (Some(c), 0) => {
+                            ops::kv_quant::centre(&mut row, c);
+                            q.round_trip(&mut row, kv.rot_k);
+                            row.iter_mut().zip(&c[width..]).for_each(|(x, r)| *x /= r);
+                        }
+                        _ => q.round_trip(&mut row, kv.rot_k && which == 0),
+                    }
                 }
                 self.write_values(cache, r * width, &row)?;
             }

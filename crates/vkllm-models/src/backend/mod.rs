@@ -77,7 +77,19 @@ pub struct KvView {
     pub v_dtype: KvType,
     /// K units stored rotated (`shaders/kv_quant.inc.wgsl`; q8_0 with heads of whole units).
     pub rot_k: bool,
+    /// Keys stored centred (quantized K caches, `crate::key_centre`): the backend stores
+    /// `(k - shift) / scale` and attention takes the query times the scales.
+    pub centre: Option<KeyCentre>,
     pub rows: KvRows,
+}
+
+/// One layer's key centring on a backend (`crate::key_centre`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyCentre {
+    /// `[2, kv_dim]` f32: the shift per K channel, then the inverse scale.
+    pub append: Tensor,
+    /// `[n_heads * head_dim]` f32: the scale each query channel is multiplied by.
+    pub q_scale: Tensor,
 }
 
 impl KvView {
@@ -138,6 +150,12 @@ pub trait Backend: HybridOps {
     fn alloc_u32_scratch(&mut self, len: usize) -> Result<Tensor, ModelError> {
         self.alloc_u32(len)
     }
+    /// Whether quantized K caches store their keys centred (`crate::key_centre`; tuning
+    /// `kv_centre`).
+    fn centre_keys(&self) -> bool {
+        true
+    }
+
     /// Device memory (free, total) in bytes where the backend knows it; `None` on the host.
     fn memory_free(&self) -> Option<(u64, u64)> {
         None

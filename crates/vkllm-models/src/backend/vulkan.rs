@@ -309,6 +309,10 @@ impl Backend for VulkanBackend {
         }
     }
 
+    fn centre_keys(&self) -> bool {
+        self.dev.tuning().kv_centre
+    }
+
     fn memory_free(&self) -> Option<(u64, u64)> {
         let total = self.dev.info().device_local_bytes();
         let (w, other) = self.memory_bytes();
@@ -629,6 +633,10 @@ impl Backend for VulkanBackend {
         }
         self.record(|me, r| {
             let (kc, vc, stride) = me.kv_region(kv, width)?;
+            let centre = match kv.centre {
+                Some(c) => Some(me.head(c.append, 2 * width)?),
+                None => None,
+            };
             let d = KvAppend {
                 k_new: me.head(k, n * width)?,
                 v_new: me.head(v, n * width)?,
@@ -636,14 +644,11 @@ impl Backend for VulkanBackend {
                 k_cache: kc,
                 v_cache: vc,
             }
-            .dispatch_rotated(
+            .dispatch_centred(
                 kv.types(),
                 kv.rot_k,
-                n,
-                width,
-                kv.capacity,
-                stride,
-                kv.ring,
+                centre,
+                (n, width, kv.capacity, stride, kv.ring),
             )?;
             Ok(r.dispatch(d)?)
         })

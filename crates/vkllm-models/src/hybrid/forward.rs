@@ -12,8 +12,8 @@
 use std::cell::Cell;
 
 use crate::backend::{
-    Backend, DeltaOutNorm, KvRows, KvType, KvTypes, KvView, MoeFfn, NormMlp, StateView, Tensor,
-    moe_scratch_words,
+    Backend, DeltaOutNorm, KeyCentre, KvRows, KvType, KvTypes, KvView, MoeFfn, NormMlp, StateView,
+    Tensor, moe_scratch_words,
 };
 use crate::blocks::{self, AttnRefs, AttnScratch};
 use crate::config::ModelConfig;
@@ -48,6 +48,8 @@ pub struct HybridState {
     pub v_dtype: KvType,
     /// Their K units stored rotated (`kv_cache::rot_k_for`).
     pub rot_k: bool,
+    /// Per layer, the attention layers' key centring (quantized K; empty otherwise).
+    pub centre: Vec<Option<KeyCentre>>,
     /// Rows between the slots' KV regions (`capacity` rounded up to [`KV_ROW_ALIGN`]).
     pub stride: usize,
     pub slots: usize,
@@ -59,7 +61,7 @@ pub struct HybridState {
 
 impl HybridState {
     /// The view of attention layer `(k, v)` caches that ops addressing `rows` use.
-    pub fn kv_view(&self, k: Tensor, v: Tensor, rows: KvRows) -> KvView {
+    pub fn kv_view(&self, layer: usize, k: Tensor, v: Tensor, rows: KvRows) -> KvView {
         KvView {
             k,
             v,
@@ -71,6 +73,7 @@ impl HybridState {
             dtype: self.dtype,
             v_dtype: self.v_dtype,
             rot_k: self.rot_k,
+            centre: self.centre.get(layer).copied().flatten(),
             rows,
         }
     }
@@ -138,6 +141,8 @@ pub struct HybridModel {
     pub weights: HybridWeights,
     chunk: usize,
     s: Scratch,
+    /// Per layer, the key centring of quantized K caches, measured on the first such state.
+    centre: std::sync::OnceLock<Vec<Option<KeyCentre>>>,
 }
 
 impl HybridModel {
@@ -208,7 +213,31 @@ impl HybridModel {
             weights,
             chunk: n,
             s,
+            centre: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The key centring of this model's quantized K caches (`crate::key_centre`), per layer (`None`
+    /// for DeltaNet layers): measured once from a calibration forward's f32 keys, then kept.
+    fn key_centre<B: Backend>(&self, b: &mut B) -> Result<Vec<Option<KeyCentre>>, ModelError> {
+        if let Some(c) = self.centre.get() {
+            return Ok(c.clone());
+        }
+        use crate::key_centre as kc;
+        let n = kc::calibration_len(&self.cfg);
+        let ids = kc::calibration_ids(self.cfg.vocab_size, n);
+        let tmp = self.new_state_kv(b, n, 1, KvType::F32)?;
+        self.forward(b, &tmp, &ids, 0, Logits::Last)?;
+        let keys: Vec<_> = tmp
+            .layers
+            .iter()
+            .map(|l| match *l {
+                LayerState::Attention { k, .. } => Some((k, n)),
+                LayerState::DeltaNet { .. } => None,
+            })
+            .collect();
+        let out = kc::from_caches(b, &keys, &self.cfg)?;
+        Ok(self.centre.get_or_init(|| out).clone())
     }
 
     /// Tokens per prefill chunk.
@@ -316,6 +345,10 @@ impl HybridModel {
             dtype,
             v_dtype: types.v,
             rot_k: crate::kv_cache::rot_k_for(dtype, self.cfg.head_dim),
+            centre: match crate::key_centre::centred(types) && b.centre_keys() {
+                true => self.key_centre(b)?,
+                false => Vec::new(),
+            },
             stride,
             slots,
             layers,
@@ -487,7 +520,7 @@ impl HybridModel {
                         k_norm: Some(aw.k_norm),
                         gate: aw.gate.as_ref(),
                     };
-                    let kv = st.kv_view(k, v, inp.rows);
+                    let kv = st.kv_view(i, k, v, inp.rows);
                     let lc = &c.layers[i];
                     let (att, tmp) = (&s.att, (s.h, s.o));
                     blocks::attention(b, c, lc, &refs, att, s.x, attn_norm, tmp, n, inp.pos, &kv)?;

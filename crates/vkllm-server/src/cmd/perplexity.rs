@@ -77,7 +77,10 @@ pub fn run(args: Args) -> Result<()> {
     }
     if args.device.as_deref() == Some("cpu") {
         eprintln!("vkllm: {} on the CPU reference backend", path.display());
-        return score(CpuBackend::new(), &ck, quant, &tokens, bos, &args);
+        let tuning = super::common::device_options(None, args.tune.as_deref())?.tuning;
+        let mut b = CpuBackend::new();
+        b.uncentred_keys = !tuning.kv_centre;
+        return score(b, &ck, quant, &tokens, bos, &args);
     }
     let dev = Device::new(&DeviceOptions {
         // Batch work: a software device on a busy machine may take minutes per forward.

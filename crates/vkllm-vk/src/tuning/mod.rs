@@ -220,6 +220,9 @@ pub struct Tuning {
     /// Model backends: that kernel loads the next step's K and V tiles ahead. Key
     /// `attn_cm2_prefetch`.
     pub attn_cm2_prefetch: bool,
+    /// Quantized K caches (q8_0, q4_0, tq4) store their keys centred and scaled per channel
+    /// (`vkllm_models::key_centre`; `false`: as they are, the reference). Key `kv_centre`.
+    pub kv_centre: bool,
     /// Model backends: key `attn_f32_kv` = half | auto | direct.
     pub attn_f32_kv: F32KvPrefill,
     /// Model backends: fused decode launches (norm into matvec, gated MLP, ...); `false` runs
@@ -335,6 +338,7 @@ impl Default for Tuning {
             attn_cm2_tile: None,
             attn_cm2_mma: false,
             attn_cm2_prefetch: false,
+            kv_centre: true,
             attn_f32_kv: F32KvPrefill::Half,
             fused: true,
             rope_kv_tpw: None,
@@ -420,6 +424,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "attn_cm2_tile",
     "attn_cm2_mma",
     "attn_cm2_prefetch",
+    "kv_centre",
     "attn_f32_kv",
     "fused",
     "rope_kv_tpw",

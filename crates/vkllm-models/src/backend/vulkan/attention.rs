@@ -11,6 +11,7 @@ use vkllm_kernels::attention::{
 };
 use vkllm_kernels::attention_prefill_coop::AttnPrefillCoop;
 use vkllm_kernels::attention_prefill_coop2::CoopAttn2Scratch;
+use vkllm_kernels::elementwise::MulRows;
 use vkllm_kernels::kv_append::KvType;
 use vkllm_kernels::kv_to_f16::KvToF16;
 use vkllm_kernels::kv_unrotate::KvUnrotate;
@@ -199,6 +200,20 @@ impl VulkanBackend {
         p: &AttnParams,
         out: Tensor,
     ) -> Result<(), ModelError> {
+        // Centred keys: the query takes the scales the keys were divided by.
+        if let Some(c) = kv.centre {
+            let (qw, m) = (n * p.n_heads * p.head_dim, p.n_heads * p.head_dim);
+            self.record(|me, r| {
+                let qb = me.head(q, qw)?;
+                let d = MulRows {
+                    a: qb,
+                    b: me.head(c.q_scale, m)?,
+                    out: qb,
+                }
+                .dispatch(qw, m)?;
+                Ok(r.dispatch(d)?)
+            })?;
+        }
         // Split and merge in one dispatch when tuning `attn=fused` asks for it (f32 and f16
         // caches only).
         let one_pass = self.dev.tuning().attn == DecodeAttn::Fused

@@ -190,6 +190,10 @@ impl VulkanBackend {
                 ..shape
             })?;
             r.dispatch(staged)?;
+            let centre = match kv.centre {
+                Some(c) => Some(me.head(c.append, 2 * width)?),
+                None => None,
+            };
             let append = KvAppend {
                 k_new: sk,
                 v_new: sv,
@@ -197,14 +201,11 @@ impl VulkanBackend {
                 k_cache: kc,
                 v_cache: vc,
             }
-            .dispatch_rotated(
+            .dispatch_centred(
                 kv.types(),
                 kv.rot_k,
-                n,
-                width,
-                kv.capacity,
-                stride,
-                kv.ring,
+                centre,
+                (n, width, kv.capacity, stride, kv.ring),
             )?;
             Ok(r.dispatch(append)?)
         })
