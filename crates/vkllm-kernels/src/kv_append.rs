@@ -2,23 +2,27 @@
 //! write: q8_0, q4_0).
 
 use crate::sources::KV_APPEND as SRC;
-use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
+use crate::spec::{BindingSpec, grid_for, need, rd, rw, shape_err, to_u32};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
 
 const WG: u32 = 256;
+
+/// The quantizing entry's bindings; the float one takes all but the last (`centre`).
+const BINDINGS: &[BindingSpec] = &[
+    rd("k_new"),
+    rd("v_new"),
+    rd("pos"),
+    rw("k_cache"),
+    rw("v_cache"),
+    rd("centre"),
+];
 
 pub static KV_APPEND: KernelSpec = KernelSpec {
     name: "kv_append",
     file: "kv_append.wgsl",
     entry: "main",
     source: SRC,
-    bindings: &[
-        rd("k_new"),
-        rd("v_new"),
-        rd("pos"),
-        rw("k_cache"),
-        rw("v_cache"),
-    ],
+    bindings: BINDINGS.split_at(5).0,
     push_size: 20,
     exact_fp: false,
     glsl: None,
@@ -28,14 +32,7 @@ pub static KV_APPEND: KernelSpec = KernelSpec {
 pub static KV_APPEND_QUANT: KernelSpec = KernelSpec {
     name: "kv_append_quant",
     entry: "quant",
-    bindings: &[
-        rd("k_new"),
-        rd("v_new"),
-        rd("pos"),
-        rw("k_cache"),
-        rw("v_cache"),
-        rd("centre"),
-    ],
+    bindings: BINDINGS,
     ..KV_APPEND
 };
 

@@ -54,7 +54,7 @@ pub struct Model {
     chunk: usize,
     s: Scratch,
     /// Per layer, the key centring of quantized K caches, measured on the first such cache.
-    centre: std::sync::OnceLock<Vec<KeyCentre>>,
+    centre: std::sync::OnceLock<Vec<Option<KeyCentre>>>,
 }
 
 /// Default prefill chunk: prompts longer than this run as several forwards.
@@ -163,29 +163,20 @@ impl Model {
         Ok(kv)
     }
 
-    /// The key centring of this model's quantized K caches (`crate::key_centre`): measured once,
-    /// from the f32 keys of a calibration forward, then kept (the calibration cache stays
-    /// allocated: backends free tensors with the backend).
-    fn key_centre<B: Backend>(&self, b: &mut B) -> Result<Vec<KeyCentre>, ModelError> {
-        if let Some(c) = self.centre.get() {
-            return Ok(c.clone());
-        }
-        use crate::key_centre as kc;
-        let n = kc::calibration_len(&self.cfg);
-        let ids = kc::calibration_ids(self.cfg.vocab_size, n);
-        let tmp = self.new_kv_slots(b, n, 1, KvType::F32)?;
-        self.forward(b, &tmp, &ids, 0, Logits::Last)?;
-        // A ring (sliding window) keeps rows of its last positions.
-        let keys: Vec<_> = tmp
-            .layers
-            .iter()
-            .map(|l| Some((l.k, l.ring.min(n))))
-            .collect();
-        let out = kc::from_caches(b, &keys, &self.cfg)?
-            .into_iter()
-            .flatten()
-            .collect();
-        Ok(self.centre.get_or_init(|| out).clone())
+    /// The key centring of this model's quantized K caches (`crate::key_centre`), measured once
+    /// (the calibration cache stays allocated: backends free tensors with the backend).
+    fn key_centre<B: Backend>(&self, b: &mut B) -> Result<Vec<Option<KeyCentre>>, ModelError> {
+        crate::key_centre::measured(&self.centre, b, &self.cfg, |b, ids| {
+            let tmp = self.new_kv_slots(b, ids.len(), 1, KvType::F32)?;
+            self.forward(b, &tmp, ids, 0, Logits::Last)?;
+            // A ring (sliding window) keeps rows of its last positions.
+            let n = ids.len();
+            Ok(tmp
+                .layers
+                .iter()
+                .map(|l| Some((l.k, l.ring.min(n))))
+                .collect())
+        })
     }
 
     /// Runs `ids` at positions `start..start + ids.len()`, writing their keys and values into

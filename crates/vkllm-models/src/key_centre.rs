@@ -6,6 +6,8 @@
 //! times the scales; the shift only moves every score of a query by the same `q . shift`, which
 //! softmax ignores. Method and perplexity: docs/quantization.md.
 
+use std::sync::OnceLock;
+
 use vkllm_kernels::kv_append::KvTypes;
 
 use crate::backend::{Backend, KeyCentre, Tensor};
@@ -97,6 +99,24 @@ pub fn stats(rows: &[f32], n_heads: usize, n_kv_heads: usize, head_dim: usize) -
         inv,
         q_scale,
     }
+}
+
+/// The model's centring, measured on first use and kept in `cell`: `run` feeds the calibration
+/// ids through a fresh f32 state and returns, per layer, its key cache and the rows it kept
+/// (`None`: a layer without attention).
+pub fn measured<B: Backend>(
+    cell: &OnceLock<Vec<Option<KeyCentre>>>,
+    b: &mut B,
+    cfg: &ModelConfig,
+    run: impl FnOnce(&mut B, &[u32]) -> Result<Vec<Option<(Tensor, usize)>>, ModelError>,
+) -> Result<Vec<Option<KeyCentre>>, ModelError> {
+    if let Some(c) = cell.get() {
+        return Ok(c.clone());
+    }
+    let ids = calibration_ids(cfg.vocab_size, calibration_len(cfg));
+    let keys = run(b, &ids)?;
+    let out = from_caches(b, &keys, cfg)?;
+    Ok(cell.get_or_init(|| out).clone())
 }
 
 /// The centring of every layer from a calibration state's f32 key caches: `keys[l]` is layer

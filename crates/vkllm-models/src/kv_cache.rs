@@ -23,7 +23,7 @@ pub struct KvCache {
     /// [`rot_k_for`]).
     pub rot_k: bool,
     /// Per layer, the keys' centring (quantized K caches; empty otherwise).
-    pub centre: Vec<KeyCentre>,
+    pub centre: Vec<Option<KeyCentre>>,
     pub layers: Vec<KvLayer>,
     /// Rows per block that slots share in place (paged layers, `kv_pages.rs`); 0: rows are
     /// copied.
@@ -225,7 +225,7 @@ impl KvCache {
             dtype: self.dtype,
             v_dtype: self.v_dtype,
             rot_k: self.rot_k,
-            centre: self.centre.get(l).copied(),
+            centre: self.centre.get(l).copied().flatten(),
             rows,
         }
     }

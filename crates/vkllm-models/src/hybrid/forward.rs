@@ -217,27 +217,22 @@ impl HybridModel {
         })
     }
 
-    /// The key centring of this model's quantized K caches (`crate::key_centre`), per layer (`None`
-    /// for DeltaNet layers): measured once from a calibration forward's f32 keys, then kept.
+    /// The key centring of this model's quantized K caches (`crate::key_centre`), per layer
+    /// (`None` for DeltaNet layers), measured once.
     fn key_centre<B: Backend>(&self, b: &mut B) -> Result<Vec<Option<KeyCentre>>, ModelError> {
-        if let Some(c) = self.centre.get() {
-            return Ok(c.clone());
-        }
-        use crate::key_centre as kc;
-        let n = kc::calibration_len(&self.cfg);
-        let ids = kc::calibration_ids(self.cfg.vocab_size, n);
-        let tmp = self.new_state_kv(b, n, 1, KvType::F32)?;
-        self.forward(b, &tmp, &ids, 0, Logits::Last)?;
-        let keys: Vec<_> = tmp
-            .layers
-            .iter()
-            .map(|l| match *l {
-                LayerState::Attention { k, .. } => Some((k, n)),
-                LayerState::DeltaNet { .. } => None,
-            })
-            .collect();
-        let out = kc::from_caches(b, &keys, &self.cfg)?;
-        Ok(self.centre.get_or_init(|| out).clone())
+        crate::key_centre::measured(&self.centre, b, &self.cfg, |b, ids| {
+            let tmp = self.new_state_kv(b, ids.len(), 1, KvType::F32)?;
+            self.forward(b, &tmp, ids, 0, Logits::Last)?;
+            let n = ids.len();
+            Ok(tmp
+                .layers
+                .iter()
+                .map(|l| match *l {
+                    LayerState::Attention { k, .. } => Some((k, n)),
+                    LayerState::DeltaNet { .. } => None,
+                })
+                .collect())
+        })
     }
 
     /// Tokens per prefill chunk.
