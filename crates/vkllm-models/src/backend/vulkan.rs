@@ -633,10 +633,7 @@ impl Backend for VulkanBackend {
         }
         self.record(|me, r| {
             let (kc, vc, stride) = me.kv_region(kv, width)?;
-            let centre = match kv.centre {
-                Some(c) => Some(me.head(c.append, 2 * width)?),
-                None => None,
-            };
+            let centre = me.kv_centre(kv, width)?;
             let d = KvAppend {
                 k_new: me.head(k, n * width)?,
                 v_new: me.head(v, n * width)?,

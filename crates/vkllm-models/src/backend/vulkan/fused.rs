@@ -11,9 +11,9 @@ use vkllm_kernels::rope_kv_append::{
 };
 
 use super::VulkanBackend;
-use vkllm_vk::MatvecPlan;
 use vkllm_vk::kernels::matvec_fused::{Epilogue, GatedAct, MAX_COLUMNS, MatvecOp, NormPrologue};
 use vkllm_vk::kernels::matvec_rows::MatvecLayout;
+use vkllm_vk::{BufSlice, MatvecPlan};
 
 use crate::backend::{
     Backend, KvRows, KvView, Linear, NormMlp, NormQkv, RopeKv, Tensor, norm_gated_mlp_unfused,
@@ -48,6 +48,17 @@ pub(super) fn rope_layout(style: RopeStyle) -> RopeLayout {
 }
 
 impl VulkanBackend {
+    /// A centred K cache's shift and inverse scale (`[2, width]`), for the append.
+    pub(super) fn kv_centre(
+        &self,
+        kv: &KvView,
+        width: usize,
+    ) -> Result<Option<BufSlice<'_>>, ModelError> {
+        kv.centre
+            .map(|c| self.head(c.append, 2 * width))
+            .transpose()
+    }
+
     /// What every fused form of the attention input step checks and needs first: a position
     /// past the slot is `ContextFull` (outside a recorded step, whose positions live on the
     /// device), and the RoPE table covering the positions (its index in `ropes`).
@@ -190,10 +201,7 @@ impl VulkanBackend {
                 ..shape
             })?;
             r.dispatch(staged)?;
-            let centre = match kv.centre {
-                Some(c) => Some(me.head(c.append, 2 * width)?),
-                None => None,
-            };
+            let centre = me.kv_centre(kv, width)?;
             let append = KvAppend {
                 k_new: sk,
                 v_new: sv,
