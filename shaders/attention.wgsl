@@ -42,6 +42,9 @@ override KV_DTYPE_V: u32 = 0;
 // 1: the cache's K units are stored rotated (kv_quant.inc.wgsl): the query's 64-value segments
 // are rotated alike when staged (head_dim a multiple of 64).
 override KV_ROT_K: u32 = 0;
+// 1: the key at position 0 is read as its stored value plus `sink` (the attention sink's offset,
+// [kv_dim] in the stored space; centred quantized keys, docs/quantization.md).
+override KV_SINK: u32 = 0;
 
 struct Params {
     n_q: u32,
@@ -65,6 +68,13 @@ var<immediate> p: Params;
 @group(0) @binding(4) var<storage, read_write> part_ml: array<f32>;
 @group(0) @binding(5) var<storage, read_write> part_o: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
+// Read only with KV_SINK 1 (the split passes; bound to any buffer otherwise).
+@group(0) @binding(7) var<storage, read> sink: array<f32>;
+
+// The offset of value e (kv head * head_dim + dim) of the key at position 0 (gqa_chunk's hook).
+fn kv_sink(e: u32) -> f32 {
+    return sink[e];
+}
 
 // The grouped split's queries: a plain copy of query i's group.
 fn gqa_stage(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: u32,
@@ -206,8 +216,14 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
     for (var j = j0 + lid; j < j1; j += WG) {
         let kb = (row0 + j % p.ring) * kv_dim + kvh * hd;
         var acc = 0.0;
-        for (var d = 0u; d < hd; d++) {
-            acc += qs[d] * load_k(kb + d);
+        if (KV_SINK == 1u && j == 0u) {
+            for (var d = 0u; d < hd; d++) {
+                acc += qs[d] * (load_k(kb + d) + sink[kvh * hd + d]);
+            }
+        } else {
+            for (var d = 0u; d < hd; d++) {
+                acc += qs[d] * load_k(kb + d);
+            }
         }
         var s = acc * p.scale;
         if (p.softcap > 0.0) {

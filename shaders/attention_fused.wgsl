@@ -92,6 +92,12 @@ var<immediate> p: Params;
 
 // #include attention_gqa.inc.wgsl
 
+// Caches of f32 and f16 only: no attention-sink offsets (gqa_chunk's hooks).
+const KV_SINK: u32 = 0u;
+fn kv_sink(e: u32) -> f32 {
+    return 0.0;
+}
+
 var<workgroup> wg_last: u32;
 // ROPE = 1: 1 / rms of the staged heads (the group's query heads, then the key head).
 var<workgroup> rn: array<f32, 9>;

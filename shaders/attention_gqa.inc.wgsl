@@ -5,8 +5,9 @@
 //
 // The including file provides `p` (its Params: n_heads, n_kv_heads, head_dim, n_kv, scale,
 // softcap, window, kv_stride, ring), the bindings `q` (f32), `k`, `v` (u32 words), `q_pos`, the
-// override constants WG, CHUNK, KV_DTYPE (K: 0 f32 words, 1 f16 pairs, 2 q8_0 / 3 q4_0 units)
-// and KV_DTYPE_V (V, the same codes), and
+// override constants WG, CHUNK, KV_DTYPE (K: 0 f32 words, 1 f16 pairs, 2 q8_0 / 3 q4_0 units),
+// KV_DTYPE_V (V, the same codes) and KV_SINK (1: quantized keys at position 0 read plus
+// `kv_sink(e)`, the including file's function of the value e of the row), and
 // `gqa_stage(i, kvh, j0, j1, lid, sg_id, sg_lane, sg_size, n_sg)`, which leaves query i's heads
 // kvh * G .. (kvh + 1) * G in qg[0 .. G * head_dim] and ends with a workgroup barrier (called in
 // uniform control flow by every invocation, before keys [j0, j1) are scored).
@@ -123,6 +124,13 @@ fn gqa_chunk(i: u32, kvh: u32, j0: u32, j1: u32, ck: u32, lid: u32, sg_id: u32, 
                                         dq += qg[g * hd + per * w + c] * kvq_code(KV_DTYPE, kr[u], c);
                                     }
                                     acc[g] += sc * dq;
+                                    if (KV_SINK == 1u && j == 0u) {
+                                        var ds = 0.0;
+                                        for (var c = 0u; c < per; c++) {
+                                            ds += qg[g * hd + per * w + c] * kv_sink(kvh * hd + per * w + c);
+                                        }
+                                        acc[g] += ds;
+                                    }
                                 }
                             }
                         } else if (KV_DTYPE == 0u) {

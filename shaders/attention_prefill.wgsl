@@ -25,6 +25,8 @@ override KV_DTYPE_V: u32 = 0;
 // 1: K units stored rotated (kv_quant.inc.wgsl): the Q tile's 64-value segments are rotated
 // alike (HD a multiple of 64).
 override KV_ROT_K: u32 = 0;
+// 1: the key at position 0 is read as its stored value plus `sink` (attention.wgsl's KV_SINK).
+override KV_SINK: u32 = 0;
 const BQ: u32 = 16u;
 const WG: u32 = 128u;
 
@@ -45,6 +47,8 @@ var<immediate> p: Params;
 @group(0) @binding(2) var<storage, read> v: array<u32>;
 @group(0) @binding(3) var<storage, read> q_pos: array<u32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// [kv_dim] f32 in the stored space, read only with KV_SINK 1 (bound to any buffer otherwise).
+@group(0) @binding(5) var<storage, read> sink: array<f32>;
 
 var<workgroup> qs: array<f32, BQ * HD>;
 var<workgroup> kvs: array<f32, BK * HD>;
@@ -161,6 +165,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             var val = 0.0;
             if (j < p.n_kv) {
                 val = load_kv(false, (j % p.ring) * kv_dim + kvh * HD + idx % HD);
+                if (KV_SINK == 1u && j == 0u) {
+                    val += sink[kvh * HD + idx % HD];
+                }
             }
             kvs[idx] = val;
         }

@@ -43,6 +43,8 @@ override VB: u32 = 8;
 override KV_DTYPE: u32 = 2;
 override KV_DTYPE_V: u32 = 2;
 override KV_ROT_K: u32 = 0;
+// 1: the key at position 0 is read as its blocks plus `sink` (attention.wgsl's KV_SINK).
+override KV_SINK: u32 = 0;
 // The chunk's scores, then their exponentials, per head.
 var<workgroup> sc: array<f32, GQ * CHUNK>;
 // Lanes per key while scoring.
@@ -50,6 +52,8 @@ const CL: u32 = 8u;
 
 @group(0) @binding(1) var<storage, read> k: array<u32>;
 @group(0) @binding(2) var<storage, read> v: array<u32>;
+// [kv_dim] f32 in the stored space, read only with KV_SINK 1.
+@group(0) @binding(7) var<storage, read> sink: array<f32>;
 
 // Array bounds of the per-lane registers (HD <= 256): K code words per lane (q8_0: HD / 32),
 // query vec4s per lane and head (HD / 32), units per head (HD / 64).
@@ -209,13 +213,18 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
             for (var g = 0u; g < GQ; g++) {
                 acc[b * GQ + g] = 0.0;
             }
+            let first = KV_SINK == 1u && j0 + cl + n_cl * (t * KB + b) == 0u;
             for (var w = 0u; w < kpl; w++) {
                 // Code word l + 8w lies in unit 8w / kcw (l < 8, kcw a multiple of 8).
                 let e = (cl_lane + CL * w) * kpw;
                 let d = kvq_scale(ks[b * WQ_U_MAX + (CL * w) / kcw], e);
                 let word = kr[b * WQ_KW_MAX + w];
                 for (var h = 0u; h < qv; h++) {
-                    let kx = d * wq_codes(KV_DTYPE, word, 4u * h);
+                    var kx = d * wq_codes(KV_DTYPE, word, 4u * h);
+                    if (first) {
+                        let s0 = kvh * HD + e + 4u * h;
+                        kx += vec4<f32>(sink[s0], sink[s0 + 1u], sink[s0 + 2u], sink[s0 + 3u]);
+                    }
                     for (var g = 0u; g < GQ; g++) {
                         acc[b * GQ + g] += dot(qr[(w * qv + h) * GQ + g], kx);
                     }

@@ -19,8 +19,9 @@
 // value, the first code-words invocations pack the words. Shared memory: 2 x 64 f32 + 4 f32 +
 // 128 u32 (1.5 KiB).
 // Centred keys (KV_CENTRE 1, `quant` only): K element c is stored as (k_c - shift_c) * inv_c
-// before its unit is rotated and coded (`centre`: shift [kv_dim] then inv [kv_dim]; the
-// model's key centring, docs/quantization.md); attention then takes the query times 1 / inv.
+// before its unit is rotated and coded, and the key at position 0 less sink_c as well
+// (`centre`: shift, inv, sink, each [kv_dim]; the model's key centring, docs/quantization.md);
+// attention takes the query times 1 / inv and reads the key at position 0 plus the sink.
 //
 // #include kv_quant.inc.wgsl
 
@@ -105,6 +106,11 @@ fn quant(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     if (KV_CENTRE == 1u) {
         let c = 64u * j + lid;
         xk = (xk - centre[c]) * centre[p.kv_dim + c];
+        // Position 0 (the attention sink) is stored relative to the model's sink: attention
+        // reads it plus the same offset.
+        if (ps == 0u) {
+            xk -= centre[2u * p.kv_dim + c];
+        }
     }
     qk[lid] = xk;
     qv[lid] = xv;

@@ -16,9 +16,13 @@
 override KV_DTYPE: u32 = 2;
 override KV_DTYPE_V: u32 = 2;
 override KV_ROT_K: u32 = 0;
+// 1: the first `sink_n` K values (the row of position 0) take `sink` (plain, added after the
+// rotation back): the attention sink's offset of centred keys (docs/quantization.md).
+override KV_SINK: u32 = 0;
 
 struct Params {
     n: u32,
+    sink_n: u32,
 }
 var<immediate> p: Params;
 
@@ -26,6 +30,8 @@ var<immediate> p: Params;
 @group(0) @binding(1) var<storage, read> v: array<u32>;
 @group(0) @binding(2) var<storage, read_write> k_out: array<u32>;
 @group(0) @binding(3) var<storage, read_write> v_out: array<u32>;
+// Read only with KV_SINK 1 (bound to any buffer otherwise).
+@group(0) @binding(4) var<storage, read> sink: array<f32>;
 
 var<workgroup> kx: array<f32, 64>;
 var<workgroup> vx: array<f32, 64>;
@@ -62,6 +68,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (rot_v) {
             vx[lid] = rv * 0.125 * kvq_sign(lid);
         }
+    }
+    if (KV_SINK == 1u && e < p.sink_n) {
+        kx[lid] += sink[e];
     }
     workgroupBarrier();
     if (lid < 32u) {

@@ -13,7 +13,7 @@ pub use crate::attention_fused::{ATTN_DECODE_FUSED, AttnDecodeFused, AttnDecodeR
 /// Query tile of the prefill kernel.
 pub const PREFILL_BQ: usize = 16;
 
-/// The decode split passes' bindings (`out` bound but not used).
+/// The decode split passes' bindings (`out` bound but not used; `sink` read only with a sink).
 const SPLIT_BINDINGS: &[BindingSpec] = &[
     rd("q"),
     rd("k"),
@@ -22,6 +22,7 @@ const SPLIT_BINDINGS: &[BindingSpec] = &[
     wr("part_ml"),
     wr("part_o"),
     rd("out"),
+    rd("sink"),
 ];
 
 /// Pass 1: per (chunk, head, query) partial softmax. `out` is bound but not used.
@@ -139,7 +140,14 @@ pub static ATTN_PREFILL: KernelSpec = KernelSpec {
     file: "attention_prefill.wgsl",
     entry: "main",
     source: ATTENTION_PREFILL,
-    bindings: &[rd("q"), rd("k"), rd("v"), rd("q_pos"), rw("out")],
+    bindings: &[
+        rd("q"),
+        rd("k"),
+        rd("v"),
+        rd("q_pos"),
+        rw("out"),
+        rd("sink"),
+    ],
     push_size: 32,
     exact_fp: false,
     glsl: None,
@@ -364,6 +372,28 @@ pub struct AttnDecode<B> {
     pub part_ml: B,
     pub part_o: B,
     pub out: B,
+    /// Centred quantized keys: the offset the key at position 0 is read plus (`[n_kv_heads *
+    /// head_dim]` f32, in the cache's stored space: rotated like its units with `rot_k`).
+    pub sink: Option<B>,
+}
+
+/// Checks an attention sink's offset: quantized keys only, `n_kv_heads * head_dim` values.
+pub(crate) fn check_sink<B: KernelBuffer>(
+    k: &'static KernelSpec,
+    s: &AttnShape,
+    sink: &Option<B>,
+) -> Result<(), Error> {
+    let Some(b) = sink else { return Ok(()) };
+    if !s.kv.is_quantized() {
+        return Err(shape_err(
+            k,
+            format!(
+                "a sink offset over {} keys (quantized keys only)",
+                s.kv.name()
+            ),
+        ));
+    }
+    need(k, "sink", b, 4 * (s.n_kv_heads * s.head_dim) as u64)
 }
 
 impl<B: KernelBuffer> AttnDecode<B> {
@@ -470,6 +500,7 @@ impl<B: KernelBuffer> AttnDecode<B> {
             ));
         }
         s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
+        check_sink(k, s, &self.sink)?;
         let p = decode_params(k, s, chunking, &self.part_ml, &self.part_o)?;
         let n_chunks = p.n_chunks as usize;
         let buffers = vec![
@@ -481,13 +512,18 @@ impl<B: KernelBuffer> AttnDecode<B> {
             self.part_o,
             self.out,
         ];
+        let sinked = f64::from(u8::from(self.sink.is_some()));
+        // Any buffer where there is no sink (the shaders do not read it).
+        let mut split_buffers = buffers.clone();
+        split_buffers.push(self.sink.unwrap_or(self.q));
         let ov = Overrides::new()
             .set("WG", WG as f64)
             .set("CHUNK", chunk as f64)
             .set("CHUNK_MIN", chunking.min as f64)
             .set("KV_DTYPE", s.kv.code())
             .set("KV_DTYPE_V", s.kv_v.code())
-            .set("KV_ROT_K", f64::from(u8::from(s.rot_k)));
+            .set("KV_ROT_K", f64::from(u8::from(s.rot_k)))
+            .set("KV_SINK", sinked);
         let split_ov = match wide {
             true => {
                 let o = Overrides::new()
@@ -500,7 +536,8 @@ impl<B: KernelBuffer> AttnDecode<B> {
                     true => o
                         .set("KV_DTYPE", s.kv.code())
                         .set("KV_DTYPE_V", s.kv_v.code())
-                        .set("KV_ROT_K", f64::from(u8::from(s.rot_k))),
+                        .set("KV_ROT_K", f64::from(u8::from(s.rot_k)))
+                        .set("KV_SINK", sinked),
                     false => o,
                 }
             }
@@ -509,7 +546,7 @@ impl<B: KernelBuffer> AttnDecode<B> {
         let split = Dispatch::new(
             k,
             split_ov,
-            buffers.clone(),
+            split_buffers,
             &p,
             [
                 n_chunks as u32,
@@ -617,6 +654,9 @@ pub struct AttnPrefill<B> {
     pub v: B,
     pub q_pos: B,
     pub out: B,
+    /// Centred quantized keys: the offset the key at position 0 is read plus
+    /// ([`AttnDecode::sink`]).
+    pub sink: Option<B>,
 }
 
 impl<B: KernelBuffer> AttnPrefill<B> {
@@ -636,6 +676,7 @@ impl<B: KernelBuffer> AttnPrefill<B> {
             ));
         }
         s.check_buffers(k, &self.q, &self.k, &self.v, &self.q_pos, &self.out)?;
+        check_sink(k, s, &self.sink)?;
         let tiles = s.n_q.div_ceil(PREFILL_BQ);
         if tiles > MAX_GROUPS_X as usize || s.n_heads > MAX_GROUPS_X as usize {
             return Err(shape_err(k, "grid out of range"));
@@ -649,8 +690,17 @@ impl<B: KernelBuffer> AttnPrefill<B> {
                 .set("BK", bk as f64)
                 .set("KV_DTYPE", s.kv.code())
                 .set("KV_DTYPE_V", s.kv_v.code())
-                .set("KV_ROT_K", f64::from(u8::from(s.rot_k))),
-            vec![self.q, self.k, self.v, self.q_pos, self.out],
+                .set("KV_ROT_K", f64::from(u8::from(s.rot_k)))
+                .set("KV_SINK", f64::from(u8::from(self.sink.is_some()))),
+            vec![
+                self.q,
+                self.k,
+                self.v,
+                self.q_pos,
+                self.out,
+                // Any buffer where there is no sink (the shader does not read it).
+                self.sink.unwrap_or(self.q),
+            ],
             &p,
             [tiles as u32, s.n_heads as u32, 1],
         ))

@@ -283,8 +283,9 @@ impl<B: KernelBuffer> KvAppend<B> {
     }
 
     /// [`KvAppend::dispatch_rotated`] with the keys centred first when `centre` is given
-    /// (`[2, kv_dim]` f32: shift, then inverse scale; quantized keys only). `geom`: n_tok,
-    /// kv_dim, max_tok, row_stride, ring as there.
+    /// (`[3, kv_dim]` f32: shift, inverse scale, and the sink offset the key at position 0 is
+    /// stored less, after the scaling; quantized keys only). `geom`: n_tok, kv_dim, max_tok,
+    /// row_stride, ring as there.
     pub fn dispatch_centred(
         self,
         types: impl Into<KvTypes>,
@@ -332,7 +333,7 @@ impl<B: KernelBuffer> KvAppend<B> {
             if !dtype.is_quantized() {
                 return Err(shape_err(k, "centred keys need a quantized K cache"));
             }
-            need(k, "centre", c, 8 * kv_dim as u64)?;
+            need(k, "centre", c, 12 * kv_dim as u64)?;
         }
         // Workgroups: one per cache word batch of WG, or one per quantized unit.
         let groups = match dtype {

@@ -12,8 +12,8 @@ pub static KV_TO_F16: KernelSpec = KernelSpec {
     file: "kv_to_f16.wgsl",
     entry: "main",
     source: SRC,
-    bindings: &[rd("k"), rd("v"), rw("k_out"), rw("v_out")],
-    push_size: 4,
+    bindings: &[rd("k"), rd("v"), rw("k_out"), rw("v_out"), rd("sink")],
+    push_size: 8,
     exact_fp: false,
     glsl: None,
 };
@@ -24,6 +24,16 @@ pub struct KvToF16<B> {
     pub v: B,
     pub k_out: B,
     pub v_out: B,
+    /// `(offset, m)`: the first `m` K values (the row of position 0 of centred keys) are copied
+    /// plus `offset[..m]` (f32, added after the rotation back).
+    pub sink: Option<(B, usize)>,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+struct KvToF16Params {
+    n: u32,
+    sink_n: u32,
 }
 
 impl<B: KernelBuffer> KvToF16<B> {
@@ -55,15 +65,41 @@ impl<B: KernelBuffer> KvToF16<B> {
         need(k, "v", &self.v, types.v.bytes(n as u64))?;
         need(k, "k_out", &self.k_out, packed_bytes(n))?;
         need(k, "v_out", &self.v_out, packed_bytes(n))?;
-        let n32 = to_u32(k, "n", n)?;
+        let sink_n = match &self.sink {
+            Some((b, m)) if *m <= n => {
+                need(k, "sink", b, 4 * *m as u64)?;
+                *m
+            }
+            Some((_, m)) => {
+                return Err(shape_err(
+                    k,
+                    format!("a sink of {m} values past the copy of {n}"),
+                ));
+            }
+            None => 0,
+        };
+        let params = KvToF16Params {
+            n: to_u32(k, "n", n)?,
+            sink_n: to_u32(k, "sink_n", sink_n)?,
+        };
+        let sink = self.sink.as_ref().map(|s| s.0);
+        let sinked = sink.is_some();
         Ok(Dispatch::new(
             k,
             Overrides::new()
                 .set("KV_DTYPE", dtype.code())
                 .set("KV_DTYPE_V", types.v.code())
-                .set("KV_ROT_K", f64::from(u8::from(rot_k))),
-            vec![self.k, self.v, self.k_out, self.v_out],
-            &n32,
+                .set("KV_ROT_K", f64::from(u8::from(rot_k)))
+                .set("KV_SINK", f64::from(u8::from(sinked))),
+            // Any buffer where there is no sink (the shader does not read it).
+            vec![
+                self.k,
+                self.v,
+                self.k_out,
+                self.v_out,
+                sink.unwrap_or(self.k),
+            ],
+            &params,
             grid_for(k, (n / KV_UNIT) as u64)?,
         ))
     }

@@ -43,6 +43,7 @@ fn op(s: &AttnShape, c: Chunking) -> AttnDecode<Fake> {
         part_ml: Fake(ml),
         part_o: Fake(o),
         out: Fake(qb),
+        sink: None,
     }
 }
 
@@ -160,4 +161,30 @@ fn wide_split_takes_f16_slots_and_quantized_units() {
             .dispatch_wide(&s, Chunking::adaptive(64, 4))
             .is_err()
     );
+}
+
+/// A sink offset goes with quantized keys only and covers a whole K row (8 heads of 128).
+#[test]
+fn sink_offsets_are_checked() {
+    let c = Chunking::from(64);
+    let f16 = shape(1, 300, None);
+    let q = AttnShape {
+        kv: KvType::Q4_0,
+        kv_v: KvType::Q4_0,
+        ..f16
+    };
+    let with = |s: &AttnShape, bytes: u64| AttnDecode {
+        sink: Some(Fake(bytes)),
+        ..op(s, c)
+    };
+    assert!(matches!(
+        with(&f16, 4096).dispatch_gqa(&f16, c),
+        Err(Error::Shape { .. })
+    ));
+    assert!(matches!(
+        with(&q, 4 * 1024 - 4).dispatch_gqa(&q, c),
+        Err(Error::BufferTooSmall { .. })
+    ));
+    let [split, _] = with(&q, 4 * 1024).dispatch_gqa(&q, c).unwrap();
+    assert_eq!(split.buffers.len(), 8);
 }

@@ -53,6 +53,8 @@ pub struct ModelConfig {
     pub max_position: usize,
     pub layers: Vec<LayerConfig>,
     pub bos_token_id: Option<u32>,
+    /// Prompts start with the BOS token (the tokenizer adds it).
+    pub add_bos: bool,
     pub eos_token_ids: Vec<u32>,
     /// Gated DeltaNet layers (Qwen3-Next, Qwen3.5); `None` for models of attention layers only.
     pub hybrid: Option<HybridConfig>,
@@ -223,6 +225,10 @@ impl ModelConfig {
                 .get("bos_token_id")
                 .and_then(Value::as_u64)
                 .map(|x| x as u32),
+            add_bos: c
+                .get("add_bos_token")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
             eos_token_ids,
             hybrid,
             moe,

@@ -211,6 +211,13 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
     {
         c.insert("bos_token_id".into(), json!(bos));
     }
+    // Whether prompts start with BOS: the file's flag, else llama.cpp's default (SentencePiece
+    // vocabularies add it, BPE ones do not).
+    let add_bos = match f.get("tokenizer.ggml.add_bos_token") {
+        Some(MetaValueRef::Bool(b)) => b,
+        _ => matches!(f.get("tokenizer.ggml.model"), Some(MetaValueRef::String(m)) if m == "llama"),
+    };
+    c.insert("add_bos_token".into(), json!(add_bos));
     if let Some(eos) = f
         .get("tokenizer.ggml.eos_token_id")
         .and_then(|v| v.as_u64())

@@ -4,7 +4,9 @@
 //! mean) and scale (its standard deviation to the power [`SCALE_EXPONENT`]) measured once per
 //! model from the keys of a calibration forward ([`calibration_ids`]). Attention takes the query
 //! times the scales; the shift only moves every score of a query by the same `q . shift`, which
-//! softmax ignores. Method and perplexity: docs/quantization.md.
+//! softmax ignores. The key at position 0, the attention sink, lies far from the others: it is
+//! stored less a sink offset measured the same way (the calibration's position-0 key, centred),
+//! and attention reads it plus that offset. Method and perplexity: docs/quantization.md.
 
 use std::sync::OnceLock;
 
@@ -15,7 +17,8 @@ use crate::config::ModelConfig;
 use crate::error::ModelError;
 
 /// Tokens of the calibration forward (positions 0..; the first row is left out of the
-/// statistics: the first position's key is an attention sink, unlike the rest).
+/// statistics: the first position's key is an attention sink, unlike the rest, and gives the
+/// sink offset).
 pub const CALIBRATION_TOKENS: usize = 256;
 
 /// `scale_c = std_c ^ SCALE_EXPONENT`: 0.5 was the best of 0 / 0.5 / 0.75 / 1 in the perplexity
@@ -47,13 +50,47 @@ pub fn calibration_ids(vocab: usize, n: usize) -> Vec<u32> {
         .collect()
 }
 
+/// The calibration sequence: [`calibration_ids`], starting with BOS where the model's prompts
+/// do (their later keys are those of a sequence with that sink; measured: Gemma 3's tq4 keys
+/// +2.1% against +4.3% from a random first token).
+pub fn calibration_tokens(cfg: &ModelConfig) -> Vec<u32> {
+    let mut ids = calibration_ids(cfg.vocab_size, calibration_len(cfg));
+    if let (Some(first), Some(bos)) = (ids.first_mut(), first_bos(cfg)) {
+        *first = bos;
+    }
+    ids
+}
+
+/// The BOS token where the model's prompts start with it.
+fn first_bos(cfg: &ModelConfig) -> Option<u32> {
+    cfg.bos_token_id
+        .filter(|&b| cfg.add_bos && (b as usize) < cfg.vocab_size)
+}
+
+/// First tokens whose position-0 keys the sink offset averages where prompts do not start
+/// with BOS (one-token forwards).
+pub const SINK_SAMPLES: usize = 16;
+
+/// The first tokens the sink offset is measured from: the model's BOS where its prompts start
+/// with it (every sequence's key at position 0 is then that one), else [`SINK_SAMPLES`] ids of
+/// the calibration sequence (their mean position-0 key; measured: a random first token's key
+/// alone made Gemma 3's 4-bit keys worse than no offset, docs/quantization.md).
+pub fn sink_tokens(cfg: &ModelConfig) -> Vec<u32> {
+    match first_bos(cfg) {
+        Some(bos) => vec![bos],
+        None => calibration_ids(cfg.vocab_size, SINK_SAMPLES),
+    }
+}
+
 /// One layer's centring, host side: `shift` and `inv` (1 / scale) per K channel (`kv_dim`),
-/// `q_scale` per query channel (`n_heads * head_dim`: each query head takes its KV head's
-/// scales).
+/// `sink` per K channel (the offset the key at position 0 is stored less, centred and scaled;
+/// zeros for none), `q_scale` per query channel (`n_heads * head_dim`: each query head takes
+/// its KV head's scales).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CentreStats {
     pub shift: Vec<f32>,
     pub inv: Vec<f32>,
+    pub sink: Vec<f32>,
     pub q_scale: Vec<f32>,
 }
 
@@ -97,35 +134,79 @@ pub fn stats(rows: &[f32], n_heads: usize, n_kv_heads: usize, head_dim: usize) -
     CentreStats {
         shift,
         inv,
+        sink: vec![0.0; kv_dim],
         q_scale,
     }
 }
 
-/// The model's centring, measured on first use and kept in `cell`: `run` feeds the calibration
-/// ids through a fresh f32 state and returns, per layer, its key cache and the rows it kept
-/// (`None`: a layer without attention).
+impl CentreStats {
+    /// Sets the sink offset from the key at position 0 (`[kv_dim]`), centred and scaled as the
+    /// cache stores keys.
+    pub fn set_sink(&mut self, first: &[f32]) {
+        self.sink = first
+            .iter()
+            .zip(self.shift.iter().zip(&self.inv))
+            .map(|(&k, (&m, &r))| (k - m) * r)
+            .collect();
+    }
+}
+
+/// The model's centring, measured on first use and kept in `cell`: `run` feeds ids at positions
+/// 0.. through a fresh f32 state and returns, per layer, its key cache and the rows it kept
+/// (`None`: a layer without attention). The calibration sequence gives the statistics; where
+/// `b` stores a sink offset ([`Backend::sink_keys`]), one-token runs of [`sink_tokens`] give it.
 pub fn measured<B: Backend>(
     cell: &OnceLock<Vec<Option<KeyCentre>>>,
     b: &mut B,
     cfg: &ModelConfig,
-    run: impl FnOnce(&mut B, &[u32]) -> Result<Vec<Option<(Tensor, usize)>>, ModelError>,
+    mut run: impl FnMut(&mut B, &[u32]) -> Result<Vec<Option<(Tensor, usize)>>, ModelError>,
 ) -> Result<Vec<Option<KeyCentre>>, ModelError> {
     if let Some(c) = cell.get() {
         return Ok(c.clone());
     }
-    let ids = calibration_ids(cfg.vocab_size, calibration_len(cfg));
-    let keys = run(b, &ids)?;
-    let out = from_caches(b, &keys, cfg)?;
+    let keys = run(b, &calibration_tokens(cfg))?;
+    let mut stats = from_caches(b, &keys, cfg)?;
+    if b.sink_keys() {
+        let kv_dim = cfg.kv_dim();
+        let firsts = sink_tokens(cfg);
+        let mut sums: Vec<Vec<f64>> = vec![vec![0.0; kv_dim]; stats.len()];
+        let mut row = vec![0.0; kv_dim];
+        for &id in &firsts {
+            for (l, k) in run(b, &[id])?.into_iter().enumerate() {
+                let (Some((t, _)), Some(sum)) = (k, sums.get_mut(l)) else {
+                    continue;
+                };
+                b.read_f32(t, 0, &mut row)?;
+                sum.iter_mut()
+                    .zip(&row)
+                    .for_each(|(s, &x)| *s += f64::from(x));
+            }
+        }
+        for (s, sum) in stats.iter_mut().zip(&sums) {
+            if let Some(s) = s {
+                let mean: Vec<f32> = sum
+                    .iter()
+                    .map(|x| (x / firsts.len() as f64) as f32)
+                    .collect();
+                s.set_sink(&mean);
+            }
+        }
+    }
+    let out = stats
+        .iter()
+        .map(|s| s.as_ref().map(|s| upload(b, s)).transpose())
+        .collect::<Result<Vec<_>, ModelError>>()?;
     Ok(cell.get_or_init(|| out).clone())
 }
 
-/// The centring of every layer from a calibration state's f32 key caches: `keys[l]` is layer
-/// `l`'s cache and the rows it kept (`None`: a layer without attention), read from row 1.
+/// The centring statistics of every layer from a calibration state's f32 key caches: `keys[l]`
+/// is layer `l`'s cache and the rows it kept (`None`: a layer without attention), read from
+/// row 1 (no sink offset yet).
 pub fn from_caches<B: Backend>(
     b: &mut B,
     keys: &[Option<(Tensor, usize)>],
     cfg: &ModelConfig,
-) -> Result<Vec<Option<KeyCentre>>, ModelError> {
+) -> Result<Vec<Option<CentreStats>>, ModelError> {
     let kv_dim = cfg.kv_dim();
     let mut rows = Vec::new();
     keys.iter()
@@ -134,18 +215,29 @@ pub fn from_caches<B: Backend>(
             rows.resize(kept * kv_dim, 0.0);
             b.read_f32(t, 0, &mut rows)?;
             let from = kv_dim.min(rows.len());
-            let s = stats(&rows[from..], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
-            upload(b, &s).map(Some)
+            Ok(Some(stats(
+                &rows[from..],
+                cfg.n_heads,
+                cfg.n_kv_heads,
+                cfg.head_dim,
+            )))
         })
         .collect()
 }
 
-/// Uploads one layer's centring to `b`.
+/// Uploads one layer's centring to `b`: the table [`KeyCentre::table`] and the query scales.
 pub fn upload<B: Backend>(b: &mut B, s: &CentreStats) -> Result<KeyCentre, ModelError> {
-    let mut append = s.shift.clone();
-    append.extend_from_slice(&s.inv);
+    let mut table = s.shift.clone();
+    table.extend_from_slice(&s.inv);
+    table.extend_from_slice(&s.sink);
+    // The offset as caches with rotated keys read it (rotated like their 64-value units).
+    let mut rotated = s.sink.clone();
+    if rotated.len().is_multiple_of(vkllm_cpu::kv_quant::UNIT) {
+        vkllm_cpu::kv_quant::rotate(&mut rotated);
+    }
+    table.extend_from_slice(&rotated);
     Ok(KeyCentre {
-        append: b.upload_f32(&append)?,
+        table: b.upload_f32(&table)?,
         q_scale: b.upload_f32(&s.q_scale)?,
     })
 }
@@ -181,6 +273,55 @@ mod tests {
         assert_eq!(s.q_scale[hd + 1], scale[1]);
         assert_eq!(s.q_scale[2 * hd + 1], scale[hd + 1]);
         assert_eq!(s.q_scale.len(), n_heads * hd);
+    }
+
+    /// The sink offset is the first key centred and scaled like the rest.
+    #[test]
+    fn sink_offset_is_the_first_key_centred() {
+        let rows: Vec<f32> = (0..32)
+            .map(|i| (i % 8) as f32 * if i % 3 == 0 { 2.0 } else { -1.0 })
+            .collect();
+        let mut s = stats(&rows, 2, 1, 8);
+        assert_eq!(s.sink, vec![0.0; 8]);
+        let first = [40.0, -3.0, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0];
+        s.set_sink(&first);
+        for (c, &k) in first.iter().enumerate() {
+            let want = (k - s.shift[c]) * s.inv[c];
+            assert!(
+                (s.sink[c] - want).abs() < 1e-6,
+                "{c}: {} vs {want}",
+                s.sink[c]
+            );
+        }
+        assert!(s.sink[0] > 10.0, "{:?}", s.sink);
+    }
+
+    /// Models whose prompts start with BOS calibrate from it; others average the first keys of
+    /// several ids (a BOS id past the vocabulary is ignored).
+    #[test]
+    fn sink_tokens_follow_the_tokenizer() {
+        let json = |add_bos: bool, bos: u32| {
+            serde_json::json!({
+                "model_type": "llama", "vocab_size": 1000, "hidden_size": 64,
+                "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 2,
+                "num_key_value_heads": 1, "rms_norm_eps": 1e-6, "bos_token_id": bos,
+                "add_bos_token": add_bos,
+            })
+        };
+        let cfg =
+            |add_bos, bos| ModelConfig::from_hf_json(&json(add_bos, bos).to_string()).unwrap();
+        let with = cfg(true, 7);
+        assert_eq!(sink_tokens(&with), vec![7]);
+        let ids = calibration_tokens(&with);
+        assert_eq!((ids[0], ids.len()), (7, calibration_len(&with)));
+        assert_eq!(ids[1..], calibration_ids(1000, ids.len())[1..]);
+        for plain in [cfg(false, 7), cfg(true, 5000)] {
+            assert_eq!(sink_tokens(&plain), calibration_ids(1000, SINK_SAMPLES));
+            assert_eq!(
+                calibration_tokens(&plain),
+                calibration_ids(1000, calibration_len(&plain))
+            );
+        }
     }
 
     #[test]

@@ -337,8 +337,11 @@ fn wide_split_on_real_heads() {
                 d.non_finite
             );
         }
-        // The path asked for is the one that ran.
+        // The path asked for is the one that ran (the grouped split runs either way: the key
+        // centring's one-token calibration forwards decode over f32 caches; the reference
+        // split never).
         assert_eq!(dev.has_pipeline("attn_decode_split_wide_quant"), wide);
-        assert_eq!(dev.has_pipeline("attn_decode_split_gqa"), !wide);
+        assert!(dev.has_pipeline("attn_decode_split_gqa"));
+        assert!(!dev.has_pipeline("attn_decode_split"));
     }
 }

@@ -118,6 +118,19 @@ fn llama3_rope_freqs_are_read_back_as_llama3_scaling() {
     std::fs::remove_file(&path).ok();
 }
 
+/// Whether prompts start with BOS reaches the config from the file's flag (Llama 3 adds it,
+/// Qwen3 does not): the key centring's sink offset is measured from BOS only where it is added.
+#[test]
+fn add_bos_is_read_back() {
+    for (shape, add) in [("tiny-llama", true), ("tiny-qwen3", false)] {
+        let path = write(shape, QuantScheme::Q8_0, 3);
+        let g = GgufModel::open(&path).unwrap();
+        assert_eq!(g.config.add_bos, add, "{shape}");
+        assert!(g.config.bos_token_id.is_some(), "{shape}");
+        std::fs::remove_file(&path).ok();
+    }
+}
+
 #[test]
 fn same_seed_same_file_other_seed_other_weights() {
     let a = std::fs::read(write("tiny-qwen3", QuantScheme::Q4_K_M, 3)).unwrap();

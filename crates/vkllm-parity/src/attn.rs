@@ -152,6 +152,8 @@ struct AttnCase {
     rot_k: bool,
     /// V's type when it differs from K's.
     kv_v: Option<KvType>,
+    /// The key at position 0 read plus a sink offset (centred quantized keys).
+    sink: bool,
 }
 
 impl AttnCase {
@@ -168,6 +170,10 @@ impl AttnCase {
             ..self
         }
     }
+
+    const fn sinked(self) -> Self {
+        AttnCase { sink: true, ..self }
+    }
 }
 
 struct AttnData {
@@ -176,6 +182,8 @@ struct AttnData {
     v: Buffer,
     pos: Buffer,
     out: Buffer,
+    /// The sink offset in the cache's stored space.
+    sink: Option<Buffer>,
     want: Vec<f32>,
     shape: AttnShape,
 }
@@ -227,8 +235,24 @@ fn attn_data(cx: &Ctx<'_>, rng: &mut Rng, c: &AttnCase) -> Result<AttnData> {
     let q = rng.vec(qn, -2.0, 2.0);
     let k = rng.vec(kvn, -2.0, 2.0);
     let v = rng.vec(kvn, -1.0, 1.0);
-    let (kw, kr) = stored(&k, c.kv, c.rot_k);
+    let (kw, mut kr) = stored(&k, c.kv, c.rot_k);
     let (vw, vr) = stored(&v, c.kv_v.unwrap_or(c.kv), false);
+    // A sink offset (one large channel, like a real model's first key): the reference adds it
+    // to the dequantized key at position 0, the kernels read it rotated like the blocks.
+    let sink = match c.sink {
+        true => {
+            let kv_dim = c.n_kv_heads * c.head_dim;
+            let mut off = rng.vec(kv_dim, -3.0, 3.0);
+            off[1] = 12.0;
+            kr[..kv_dim].iter_mut().zip(&off).for_each(|(x, o)| *x += o);
+            let rotated = c.rot_k || c.kv == KvType::Tq4;
+            if rotated {
+                vkllm_cpu::kv_quant::rotate(&mut off);
+            }
+            Some(cx.input("sink", &off)?)
+        }
+        false => None,
+    };
     let (kb, vb) = (cx.input("k", &kw)?, cx.input("v", &vw)?);
     let positions: Vec<usize> = (0..c.n_q).map(|i| c.q_pos0 + i).collect();
     let pos32: Vec<u32> = positions.iter().map(|&p| p as u32).collect();
@@ -249,6 +273,7 @@ fn attn_data(cx: &Ctx<'_>, rng: &mut Rng, c: &AttnCase) -> Result<AttnData> {
         v: vb,
         pos: cx.input("q_pos", &pos32)?,
         out: cx.output("out", qn)?,
+        sink,
         want,
         shape: AttnShape {
             n_q: c.n_q,
@@ -275,6 +300,9 @@ fn describe(c: &AttnCase) -> (String, String) {
     }
     if let Some(t) = c.kv_v {
         variant += &format!(", V {}", t.name());
+    }
+    if c.sink {
+        variant += " sink";
     }
     if let Some(s) = c.softcap {
         variant += &format!(" softcap {s}");
@@ -313,6 +341,7 @@ const fn case(
         kv,
         rot_k: false,
         kv_v: None,
+        sink: false,
     }
 }
 
@@ -462,6 +491,35 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
             case(2, 517, 400, 8, 2, 64, Some(30.0), Some(100), KvType::Tq4).rotated(),
             16,
         ),
+        // Centred keys' sink offset at position 0: 8B's grouping over q4_0, rotated q8_0 at the
+        // smallest chunk, Gemma 3's tq4 heads, a window that still sees position 0 (and one
+        // above that does not).
+        (
+            case(1, 700, 699, 32, 8, 128, None, None, KvType::Q4_0).sinked(),
+            64,
+        ),
+        (
+            case(2, 145, 143, 16, 8, 128, None, None, KvType::Q8_0)
+                .rotated()
+                .sinked(),
+            8,
+        ),
+        (
+            case(1, 300, 299, 4, 1, 256, None, None, KvType::Tq4)
+                .rotated()
+                .sinked(),
+            16,
+        ),
+        (
+            case(2, 90, 88, 8, 2, 64, Some(30.0), Some(100), KvType::Q4_0)
+                .values(KvType::Q8_0)
+                .sinked(),
+            16,
+        ),
+        (
+            case(2, 517, 400, 8, 2, 64, None, Some(100), KvType::Q4_0).sinked(),
+            16,
+        ),
     ];
     for (c, chunk) in cases {
         let d = attn_data(&cx, &mut rng, &c)?;
@@ -481,6 +539,7 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
                     part_ml: part_ml.all(),
                     part_o: part_o.all(),
                     out: d.out.all(),
+                    sink: d.sink.as_ref().map(|b| b.all()),
                 };
                 r.dispatch_all(form.dispatch(a, &d.shape, chunk.into())?)?;
                 unrotate_out(r, &d)
@@ -520,6 +579,14 @@ pub(crate) fn attention_prefill(dev: &Device, seed: u64) -> Result<Vec<KernelPar
             .rotated()
             .values(KvType::Tq4),
         case(21, 40, 19, 8, 2, 128, None, None, KvType::Tq4).rotated(),
+        // Centred keys' sink offset at position 0 (a window that sees it for the first queries).
+        case(21, 40, 19, 8, 2, 128, None, None, KvType::Q4_0).sinked(),
+        case(37, 37, 0, 4, 2, 64, Some(30.0), Some(8), KvType::Tq4)
+            .rotated()
+            .sinked(),
+        case(20, 20, 0, 2, 1, 256, None, None, KvType::Q8_0)
+            .rotated()
+            .sinked(),
     ];
     for c in cases {
         let d = attn_data(&cx, &mut rng, &c)?;
@@ -531,6 +598,7 @@ pub(crate) fn attention_prefill(dev: &Device, seed: u64) -> Result<Vec<KernelPar
                     v: d.v.all(),
                     q_pos: d.pos.all(),
                     out: d.out.all(),
+                    sink: d.sink.as_ref().map(|b| b.all()),
                 }
                 .dispatch(&d.shape)?,
             )?;

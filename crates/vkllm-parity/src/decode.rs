@@ -197,6 +197,7 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     part_ml: part_ml.all(),
                     part_o: part_o.all(),
                     out: out.all(),
+                    sink: None,
                 };
                 r.dispatch_all(form.dispatch(a, &shape, chunking)?)
             })?;

@@ -66,10 +66,13 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
     let (slots, kv_dim, cap) = (4usize, 192usize, 9usize);
     let mut pos: Vec<u32> = (0..slots).map(|_| rng.below(cap as u64) as u32).collect();
     pos[1] = IDLE;
+    // Position 0: centred keys store it less the sink offset.
+    pos[2] = 0;
     let mut rows = Vec::new();
-    // Centred keys: a shift and inverse scale per element of the row.
+    // Centred keys: a shift, inverse scale and sink offset per element of the row.
     let mut centre = rng.vec(kv_dim, -2.0, 2.0);
     centre.extend(rng.vec(kv_dim, 0.05, 4.0));
+    centre.extend(rng.vec(kv_dim, -5.0, 5.0));
     let cb = cx.input("centre", &centre)?;
     // (K type, V type, rotated K, centred K): rotated q8_0 keys with q4_0 and with tq4 values,
     // tq4 keys and values; centred 4-bit keys.
@@ -142,7 +145,11 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     // order, every term exact: the same values).
                     let mut x = src[slot * kv_dim..(slot + 1) * kv_dim].to_vec();
                     if centred && name == "K" {
-                        vkllm_cpu::kv_quant::centre(&mut x, &centre);
+                        vkllm_cpu::kv_quant::centre(&mut x, &centre[..2 * kv_dim]);
+                        if pos[slot] == 0 {
+                            let sink = &centre[2 * kv_dim..];
+                            x.iter_mut().zip(sink).for_each(|(v, o)| *v -= o);
+                        }
                     }
                     if (rot && name == "K") || f.always_rotated() {
                         vkllm_cpu::kv_quant::rotate(&mut x);
@@ -191,13 +198,17 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
     let mut rows = Vec::new();
-    for (ty, ty_v, rot, n) in [
-        (KvType::Q8_0, KvType::Q8_0, false, 5 * 64usize),
-        (KvType::Q4_0, KvType::Q4_0, false, 7 * 64),
-        (KvType::Q8_0, KvType::Q8_0, true, 6 * 64),
-        (KvType::Q8_0, KvType::Q4_0, true, 3 * 64),
-        (KvType::Q8_0, KvType::Tq4, true, 5 * 64),
-        (KvType::Tq4, KvType::Tq4, true, 7 * 64),
+    // (K type, V type, rotated K, values, values of the sink offset: centred keys' row at
+    // position 0).
+    for (ty, ty_v, rot, n, sink_n) in [
+        (KvType::Q8_0, KvType::Q8_0, false, 5 * 64usize, 0usize),
+        (KvType::Q4_0, KvType::Q4_0, false, 7 * 64, 0),
+        (KvType::Q8_0, KvType::Q8_0, true, 6 * 64, 0),
+        (KvType::Q8_0, KvType::Q4_0, true, 3 * 64, 0),
+        (KvType::Q8_0, KvType::Tq4, true, 5 * 64, 0),
+        (KvType::Tq4, KvType::Tq4, true, 7 * 64, 0),
+        (KvType::Q4_0, KvType::Q8_0, false, 5 * 64, 192),
+        (KvType::Tq4, KvType::Tq4, true, 6 * 64, 128),
     ] {
         let types = KvTypes { k: ty, v: ty_v };
         let (f, fv) = (
@@ -208,8 +219,14 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
         k[7] = 90.0;
         let v = rng.vec(n, -1.0, 1.0);
         let (kw, vw) = (f.quantize(&k), fv.quantize(&v));
-        let rot_name = if rot { " rotated-K cache," } else { "" };
+        let rot_name = match (rot, sink_n) {
+            (_, 1..) => " sink-offset K,",
+            (true, 0) => " rotated-K cache,",
+            (false, 0) => "",
+        };
         let (kb, vb) = (cx.input("k", &kw)?, cx.input("v", &vw)?);
+        let sink = rng.vec(sink_n.max(1), -5.0, 5.0);
+        let sb = cx.input("sink", &sink)?;
         // Poison: f16 NaN pairs, and one word more than the copy needs.
         let poison = vec![0x7e00_7e00u32; n / 2 + 1];
         let (ko, vo) = (cx.input("k_out", &poison)?, cx.input("v_out", &poison)?);
@@ -220,6 +237,7 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
                     v: vb.all(),
                     k_out: ko.all(),
                     v_out: vo.all(),
+                    sink: (sink_n > 0).then(|| (sb.all(), sink_n)),
                 }
                 .dispatch(types, rot, n)?,
             )
@@ -229,6 +247,11 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
             let mut deq = g.dequantize(words, n);
             if (rot && name == "K") || g.always_rotated() {
                 vkllm_cpu::kv_quant::unrotate(&mut deq);
+            }
+            if name == "K" {
+                deq.iter_mut()
+                    .zip(&sink[..sink_n])
+                    .for_each(|(x, o)| *x += o);
             }
             let (_, want) = to_f16(&deq);
             let got: Vec<u16> = dev.read_vec(out, n + 2)?;

@@ -282,6 +282,7 @@ fn ring_attention(
                     part_ml: part_ml.all(),
                     part_o: part_o.all(),
                     out: ob.all(),
+                    sink: None,
                 };
                 r.dispatch_all(form.dispatch(a, &shape, ch.into())?)
             })?;
@@ -296,6 +297,7 @@ fn ring_attention(
                         v: vb.all(),
                         q_pos: pb.all(),
                         out: ob.all(),
+                        sink: None,
                     }
                     .dispatch(&shape)?,
                 )

@@ -33,6 +33,9 @@ pub struct CpuBackend {
     /// Quantized K caches store their keys as they are (`Backend::centre_keys` false; tuning
     /// `kv_centre=0`).
     pub uncentred_keys: bool,
+    /// Centred keys store the key at position 0 like the rest, with no sink offset
+    /// (`Backend::sink_keys` false; tuning `kv_sink=0`).
+    pub no_sink_offset: bool,
 }
 
 impl CpuBackend {
@@ -219,6 +222,9 @@ impl Backend for CpuBackend {
     fn centre_keys(&self) -> bool {
         !self.uncentred_keys
     }
+    fn sink_keys(&self) -> bool {
+        !self.no_sink_offset
+    }
 
     fn upload_f32(&mut self, data: &[f32]) -> Result<Tensor, ModelError> {
         Ok(self.push(Buf::F32(data.to_vec())))
@@ -374,15 +380,16 @@ impl Backend for CpuBackend {
         };
         let mut row = vec![0.0; width];
         // Centred keys: stored as scale * code((k - shift) / scale), what attention over the
-        // GPU's blocks with the query times the scales sees (the shift moves no softmax).
+        // GPU's blocks with the query times the scales sees (the shift moves no softmax); the
+        // key at position 0 as scale * (code((k - shift) / scale - sink) + sink).
         let centre = match kv.centre {
             Some(c) => {
-                let all = self.f32(c.append);
+                let all = self.f32(c.table);
                 let part = all
-                    .get(..2 * width)
+                    .get(..3 * width)
                     .ok_or_else(|| ModelError::TensorShape {
                         name: "key centring".into(),
-                        expected: vec![2, width],
+                        expected: vec![3, width],
                         found: vec![all.len()],
                     })?;
                 Some(part.to_vec())
@@ -401,9 +408,19 @@ impl Backend for CpuBackend {
                 } else if let Some(q) = KvQuant::from_name(dtype.name()) {
                     match (&centre, which) {
                         (Some(c), 0) => {
-                            ops::kv_quant::centre(&mut row, c);
+                            let (shift_inv, sink) = c.split_at(2 * width);
+                            ops::kv_quant::centre(&mut row, shift_inv);
+                            let first = pos[i] == 0;
+                            if first {
+                                row.iter_mut().zip(sink).for_each(|(x, o)| *x -= o);
+                            }
                             q.round_trip(&mut row, kv.rot_k);
-                            row.iter_mut().zip(&c[width..]).for_each(|(x, r)| *x /= r);
+                            if first {
+                                row.iter_mut().zip(sink).for_each(|(x, o)| *x += o);
+                            }
+                            row.iter_mut()
+                                .zip(&shift_inv[width..])
+                                .for_each(|(x, r)| *x /= r);
                         }
                         _ => q.round_trip(&mut row, kv.rot_k && which == 0),
                     }

@@ -86,8 +86,10 @@ pub struct KvView {
 /// One layer's key centring on a backend (`crate::key_centre`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyCentre {
-    /// `[2, kv_dim]` f32: the shift per K channel, then the inverse scale.
-    pub append: Tensor,
+    /// `[4, kv_dim]` f32 per K channel: the shift, the inverse scale, the sink offset (the key
+    /// at position 0 is stored less it and read plus it) and that offset rotated like the
+    /// units of a cache with rotated keys. The append reads the first three rows.
+    pub table: Tensor,
     /// `[n_heads * head_dim]` f32: the scale each query channel is multiplied by.
     pub q_scale: Tensor,
 }
@@ -153,6 +155,11 @@ pub trait Backend: HybridOps {
     /// Whether quantized K caches store their keys centred (`crate::key_centre`; tuning
     /// `kv_centre`).
     fn centre_keys(&self) -> bool {
+        true
+    }
+    /// Whether centred keys store the key at position 0 relative to the model's sink offset
+    /// (`crate::key_centre`; tuning `kv_sink`). Read when a model first measures its centring.
+    fn sink_keys(&self) -> bool {
         true
     }
 

@@ -10,7 +10,6 @@ use vkllm_cpu::{AttnParams, Rope, RopeStyle};
 use vkllm_kernels::WeightType;
 use vkllm_kernels::activation::{Activation as KAct, GatedActivation};
 use vkllm_kernels::elementwise::{Add, Softcap};
-use vkllm_kernels::kv_append::KvAppend;
 use vkllm_kernels::rmsnorm::{NormShape, RmsNorm};
 use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
 use vkllm_kernels::to_f16::packed_bytes;
@@ -311,6 +310,9 @@ impl Backend for VulkanBackend {
 
     fn centre_keys(&self) -> bool {
         self.dev.tuning().kv_centre
+    }
+    fn sink_keys(&self) -> bool {
+        self.dev.tuning().kv_sink
     }
 
     fn memory_free(&self) -> Option<(u64, u64)> {
@@ -618,37 +620,7 @@ impl Backend for VulkanBackend {
         positions: Tensor,
         kv: &KvView,
     ) -> Result<(), ModelError> {
-        // Replayed steps get their positions checked by the replaying code.
-        if self.capture_ctx.is_none()
-            && let KvRows::Slot(_) = kv.rows
-            && let Some(&p) = self
-                .host_u32(positions, n)
-                .iter()
-                .find(|&&p| p as usize >= kv.capacity)
-        {
-            return Err(ModelError::ContextFull {
-                pos: p as usize,
-                capacity: kv.capacity,
-            });
-        }
-        self.record(|me, r| {
-            let (kc, vc, stride) = me.kv_region(kv, width)?;
-            let centre = me.kv_centre(kv, width)?;
-            let d = KvAppend {
-                k_new: me.head(k, n * width)?,
-                v_new: me.head(v, n * width)?,
-                pos: me.head(positions, n)?,
-                k_cache: kc,
-                v_cache: vc,
-            }
-            .dispatch_centred(
-                kv.types(),
-                kv.rot_k,
-                centre,
-                (n, width, kv.capacity, stride, kv.ring),
-            )?;
-            Ok(r.dispatch(d)?)
-        })
+        self.kv_store_op(k, v, n, width, positions, kv)
     }
 
     fn rope_kv(&mut self, a: &RopeKv<'_>, kv: &KvView) -> Result<(), ModelError> {

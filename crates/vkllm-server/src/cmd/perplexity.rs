@@ -80,6 +80,7 @@ pub fn run(args: Args) -> Result<()> {
         let tuning = super::common::device_options(None, args.tune.as_deref())?.tuning;
         let mut b = CpuBackend::new();
         b.uncentred_keys = !tuning.kv_centre;
+        b.no_sink_offset = !tuning.kv_sink;
         return score(b, &ck, quant, &tokens, bos, &args);
     }
     let dev = Device::new(&DeviceOptions {

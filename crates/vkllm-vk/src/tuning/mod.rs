@@ -223,6 +223,10 @@ pub struct Tuning {
     /// Quantized K caches (q8_0, q4_0, tq4) store their keys centred and scaled per channel
     /// (`vkllm_models::key_centre`; `false`: as they are, the reference). Key `kv_centre`.
     pub kv_centre: bool,
+    /// Centred keys store the key at position 0 less the model's sink offset, and attention
+    /// reads it plus that offset (`vkllm_models::key_centre`; `false`: centred like the rest,
+    /// the reference). Key `kv_sink`.
+    pub kv_sink: bool,
     /// Model backends: key `attn_f32_kv` = half | auto | direct.
     pub attn_f32_kv: F32KvPrefill,
     /// Model backends: fused decode launches (norm into matvec, gated MLP, ...); `false` runs
@@ -339,6 +343,7 @@ impl Default for Tuning {
             attn_cm2_mma: false,
             attn_cm2_prefetch: false,
             kv_centre: true,
+            kv_sink: true,
             attn_f32_kv: F32KvPrefill::Half,
             fused: true,
             rope_kv_tpw: None,
@@ -425,6 +430,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "attn_cm2_mma",
     "attn_cm2_prefetch",
     "kv_centre",
+    "kv_sink",
     "attn_f32_kv",
     "fused",
     "rope_kv_tpw",

@@ -301,11 +301,17 @@ impl VulkanBackend {
                         r.dispatch(ToF16 { a: ks, out: hk }.dispatch(values)?)?;
                         r.dispatch(ToF16 { a: vs, out: hv }.dispatch(values)?)?;
                     } else {
+                        // Row 0 holds position 0 until a ring wraps.
+                        let sink = match shape.n_kv <= kv.ring {
+                            true => me.kv_sink(kv, width, true)?.map(|s| (s, width)),
+                            false => None,
+                        };
                         let copy = KvToF16 {
                             k: ks,
                             v: vs,
                             k_out: hk,
                             v_out: hv,
+                            sink,
                         };
                         r.dispatch(copy.dispatch(kv.types(), kv.rot_k, values)?)?;
                     }
@@ -339,6 +345,7 @@ impl VulkanBackend {
                     part_ml: ml.all(),
                     part_o: o.all(),
                     out: os,
+                    sink: me.kv_sink(kv, width, false)?,
                 };
                 // The wide form (tuning `attn_wide`) for f16 caches (its 16-byte bindings hold:
                 // the head buffers start at 0, cache regions at multiples of whole f16 heads of
@@ -407,6 +414,7 @@ impl VulkanBackend {
                     v: vs,
                     q_pos: ps,
                     out: os,
+                    sink: me.kv_sink(kv, width, false)?,
                 };
                 r.dispatch(a.dispatch(&shape)?)?;
             }

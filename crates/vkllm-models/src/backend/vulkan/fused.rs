@@ -48,15 +48,74 @@ pub(super) fn rope_layout(style: RopeStyle) -> RopeLayout {
 }
 
 impl VulkanBackend {
-    /// A centred K cache's shift and inverse scale (`[2, width]`), for the append.
+    /// A centred K cache's shift, inverse scale and sink offset (`[3, width]`), for the append.
     pub(super) fn kv_centre(
         &self,
         kv: &KvView,
         width: usize,
     ) -> Result<Option<BufSlice<'_>>, ModelError> {
+        kv.centre.map(|c| self.head(c.table, 3 * width)).transpose()
+    }
+
+    /// A centred K cache's sink offset (`width` values): as attention reads the blocks
+    /// (rotated for caches with rotated keys) or, `plain`, as the f16 copy holds them.
+    pub(super) fn kv_sink(
+        &self,
+        kv: &KvView,
+        width: usize,
+        plain: bool,
+    ) -> Result<Option<BufSlice<'_>>, ModelError> {
+        let row = match plain || !kv.rot_k {
+            true => 2,
+            false => 3,
+        };
+        let bytes = 4 * width as u64;
         kv.centre
-            .map(|c| self.head(c.append, 2 * width))
+            .map(|c| Ok(self.buf(c.table).slice(row * bytes, bytes)?))
             .transpose()
+    }
+
+    /// `Backend::kv_store`: the K and V rows appended (quantized, centred as the cache asks).
+    pub(super) fn kv_store_op(
+        &mut self,
+        k: Tensor,
+        v: Tensor,
+        n: usize,
+        width: usize,
+        positions: Tensor,
+        kv: &KvView,
+    ) -> Result<(), ModelError> {
+        // Replayed steps get their positions checked by the replaying code.
+        if self.capture_ctx.is_none()
+            && let KvRows::Slot(_) = kv.rows
+            && let Some(&p) = self
+                .host_u32(positions, n)
+                .iter()
+                .find(|&&p| p as usize >= kv.capacity)
+        {
+            return Err(ModelError::ContextFull {
+                pos: p as usize,
+                capacity: kv.capacity,
+            });
+        }
+        self.record(|me, r| {
+            let (kc, vc, stride) = me.kv_region(kv, width)?;
+            let centre = me.kv_centre(kv, width)?;
+            let d = KvAppend {
+                k_new: me.head(k, n * width)?,
+                v_new: me.head(v, n * width)?,
+                pos: me.head(positions, n)?,
+                k_cache: kc,
+                v_cache: vc,
+            }
+            .dispatch_centred(
+                kv.types(),
+                kv.rot_k,
+                centre,
+                (n, width, kv.capacity, stride, kv.ring),
+            )?;
+            Ok(r.dispatch(d)?)
+        })
     }
 
     /// What every fused form of the attention input step checks and needs first: a position
