@@ -305,7 +305,8 @@ pub fn load_with_store(args: &ModelArgs, store_mb: u64) -> Result<Loaded> {
                 "vkllm: --prefix-cache-mb applies to the batched GPU decoder (not --device cpu)"
             );
         }
-        Box::new(session(CpuBackend::new(), ck, tokenizer, args, "loading")?)
+        let b = cpu_backend(args.tune.as_deref())?;
+        Box::new(session(b, ck, tokenizer, args, "loading")?)
     } else {
         let dev = Device::new(&device_options(
             args.device.as_deref(),
@@ -415,6 +416,15 @@ fn progress_bar(verb: &str) -> ProgressBar {
 
 /// A command's device options: `--device` (clap reads `VKLLM_DEVICE` too), `VKLLM_VALIDATE`,
 /// and the tuning: the defaults, then `--tune`, then the developers' `VKLLM_TUNE`.
+/// The CPU reference backend with the `--tune` keys that apply to it (`kv_centre`, `kv_sink`).
+pub fn cpu_backend(tune: Option<&str>) -> Result<CpuBackend> {
+    let tuning = device_options(None, tune)?.tuning;
+    let mut b = CpuBackend::new();
+    b.uncentred_keys = !tuning.kv_centre;
+    b.no_sink_offset = !tuning.kv_sink;
+    Ok(b)
+}
+
 pub fn device_options(device: Option<&str>, tune: Option<&str>) -> Result<DeviceOptions> {
     let mut tuning = Tuning::default();
     if let Some(t) = tune {

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use vkllm_models::perplexity::perplexity_kv;
-use vkllm_models::{AnyModel, Backend, Checkpoint, CpuBackend, QuantScheme, VulkanBackend};
+use vkllm_models::{AnyModel, Backend, Checkpoint, QuantScheme, VulkanBackend};
 use vkllm_tokenizer::{EncodeOptions, Tokenizer};
 use vkllm_vk::{Device, DeviceOptions};
 
@@ -77,10 +77,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     if args.device.as_deref() == Some("cpu") {
         eprintln!("vkllm: {} on the CPU reference backend", path.display());
-        let tuning = super::common::device_options(None, args.tune.as_deref())?.tuning;
-        let mut b = CpuBackend::new();
-        b.uncentred_keys = !tuning.kv_centre;
-        b.no_sink_offset = !tuning.kv_sink;
+        let b = super::common::cpu_backend(args.tune.as_deref())?;
         return score(b, &ck, quant, &tokens, bos, &args);
     }
     let dev = Device::new(&DeviceOptions {

@@ -9,9 +9,7 @@ use anyhow::{Context, Result};
 use vkllm_engine::{
     InferenceRunner, KV_GROW_ROWS, PREFIX_BLOCK, RunnerConfig, SimpleGenerator, SlotGenerator,
 };
-use vkllm_models::{
-    AnyModel, Backend, Checkpoint, CpuBackend, KvSharing, QuantScheme, VulkanBackend,
-};
+use vkllm_models::{AnyModel, Backend, Checkpoint, KvSharing, QuantScheme, VulkanBackend};
 use vkllm_tokenizer::{Tokenizer, cache};
 use vkllm_vk::Device;
 
@@ -384,7 +382,8 @@ pub fn run(args: Args) -> Result<()> {
     );
     let (runner, backend) = if args.device.as_deref() == Some("cpu") {
         eprintln!("vkllm: {} on the CPU reference backend", path.display());
-        let r = start_runner(CpuBackend::new(), ck, tokenizer.clone(), &args)?;
+        let b = super::common::cpu_backend(args.tune.as_deref())?;
+        let r = start_runner(b, ck, tokenizer.clone(), &args)?;
         (r, "cpu")
     } else {
         let dev = Device::new(&super::common::device_options(
