@@ -54,7 +54,7 @@ pub struct Model {
     chunk: usize,
     s: Scratch,
     /// Per layer, the key centring of quantized K caches, measured on the first such cache.
-    centre: std::sync::OnceLock<Vec<Option<KeyCentre>>>,
+    centre: crate::key_centre::Centres,
 }
 
 /// Default prefill chunk: prompts longer than this run as several forwards.
@@ -107,7 +107,7 @@ impl Model {
             weights,
             chunk,
             s,
-            centre: std::sync::OnceLock::new(),
+            centre: Default::default(),
         })
     }
 
@@ -158,15 +158,19 @@ impl Model {
         let mut kv = KvCache::alloc_sharing(b, &windows, shape, types, sharing)?;
         kv.rot_k = crate::kv_cache::rot_k_for(types.k, self.cfg.head_dim);
         if crate::key_centre::centred(types) && b.centre_keys() {
-            kv.centre = self.key_centre(b)?;
+            kv.centre = self.key_centre(b, types.k)?;
         }
         Ok(kv)
     }
 
     /// The key centring of this model's quantized K caches (`crate::key_centre`), measured once
     /// (the calibration cache stays allocated: backends free tensors with the backend).
-    fn key_centre<B: Backend>(&self, b: &mut B) -> Result<Vec<Option<KeyCentre>>, ModelError> {
-        crate::key_centre::measured(&self.centre, b, &self.cfg, |b, ids| {
+    fn key_centre<B: Backend>(
+        &self,
+        b: &mut B,
+        k: KvType,
+    ) -> Result<Vec<Option<KeyCentre>>, ModelError> {
+        crate::key_centre::measured(&self.centre, b, &self.cfg, k, |b, ids| {
             let tmp = self.new_kv_slots(b, ids.len(), 1, KvType::F32)?;
             self.forward(b, &tmp, ids, 0, Logits::Last)?;
             // A ring (sliding window) keeps rows of its last positions.

@@ -10,7 +10,7 @@
 
 use std::sync::OnceLock;
 
-use vkllm_kernels::kv_append::KvTypes;
+use vkllm_kernels::kv_append::{KvType, KvTypes};
 
 use crate::backend::{Backend, KeyCentre, Tensor};
 use crate::config::ModelConfig;
@@ -21,9 +21,22 @@ use crate::error::ModelError;
 /// sink offset).
 pub const CALIBRATION_TOKENS: usize = 256;
 
-/// `scale_c = std_c ^ SCALE_EXPONENT`: 0.5 was the best of 0 / 0.5 / 0.75 / 1 in the perplexity
-/// table (docs/quantization.md); 1 equalises the channels fully and loses to it.
+/// `scale_c = std_c ^ SCALE_EXPONENT` for q8_0 and q4_0 keys: 0.5 was the best of 0 / 0.25 /
+/// 0.5 / 0.75 / 1 for q4_0 in the perplexity table (docs/quantization.md); 1 equalises the
+/// channels fully and loses to it.
 pub const SCALE_EXPONENT: f32 = 0.5;
+
+/// The exponent for tq4 keys (rotated, coded against each block's RMS): 0.25 beat 0.5 on SmolLM2
+/// and Gemma 3 (docs/quantization.md).
+pub const TQ4_SCALE_EXPONENT: f32 = 0.25;
+
+/// The scale exponent of a K cache of type `k`.
+pub fn scale_exponent(k: KvType) -> f32 {
+    match k {
+        KvType::Tq4 => TQ4_SCALE_EXPONENT,
+        _ => SCALE_EXPONENT,
+    }
+}
 
 /// Positions of a model's calibration forward.
 pub fn calibration_len(cfg: &ModelConfig) -> usize {
@@ -94,49 +107,90 @@ pub struct CentreStats {
     pub q_scale: Vec<f32>,
 }
 
-/// The centring of keys `rows` (`[n, n_kv_heads * head_dim]`, f32): per channel the mean and
-/// the standard deviation; the scales of each KV head are normalised to a mean of 1 (only
-/// their ratios matter to the blocks) and kept above 1e-3 of the head's largest.
+/// One layer's calibration, host side: per K channel the mean and standard deviation of the
+/// calibration keys, and the position-0 key the sink offset comes from (`None`: no offset).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Calibration {
+    pub mean: Vec<f32>,
+    pub std: Vec<f32>,
+    pub first: Option<Vec<f32>>,
+}
+
+impl Calibration {
+    /// The statistics of keys `rows` (`[n, kv_dim]`, f32).
+    pub fn from_rows(rows: &[f32], kv_dim: usize) -> Self {
+        let n = rows.len() / kv_dim.max(1);
+        let (mut sum, mut sq) = (vec![0f64; kv_dim], vec![0f64; kv_dim]);
+        for row in rows.chunks_exact(kv_dim.max(1)) {
+            for (c, &x) in row.iter().enumerate() {
+                sum[c] += f64::from(x);
+                sq[c] += f64::from(x) * f64::from(x);
+            }
+        }
+        let nf = n.max(1) as f64;
+        let (mean, std) = sum
+            .iter()
+            .zip(&sq)
+            .map(|(s, q)| {
+                let m = s / nf;
+                (m as f32, (q / nf - m * m).max(0.0).sqrt() as f32)
+            })
+            .unzip();
+        Calibration {
+            mean,
+            std,
+            first: None,
+        }
+    }
+
+    /// The centring with `scale_c = std_c ^ exponent`: the scales of each KV head are
+    /// normalised to a mean of 1 (only their ratios matter to the blocks) and kept above 1e-3 of
+    /// the head's largest.
+    pub fn stats(
+        &self,
+        exponent: f32,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+    ) -> CentreStats {
+        let mut scale: Vec<f32> = self.std.iter().map(|s| s.powf(exponent)).collect();
+        for head in scale.chunks_mut(head_dim.max(1)) {
+            let top = head.iter().fold(0f32, |a, &b| a.max(b));
+            if top <= 0.0 || !top.is_finite() {
+                head.fill(1.0);
+                continue;
+            }
+            head.iter_mut().for_each(|s| *s = s.max(top * 1e-3));
+            let mean = head.iter().sum::<f32>() / head.len() as f32;
+            head.iter_mut().for_each(|s| *s /= mean);
+        }
+        let inv = scale.iter().map(|s| 1.0 / s).collect();
+        let group = (n_heads / n_kv_heads.max(1)).max(1);
+        let q_scale = (0..n_heads * head_dim)
+            .map(|i| scale[(i / head_dim / group) * head_dim + i % head_dim])
+            .collect();
+        let mut s = CentreStats {
+            shift: self.mean.clone(),
+            inv,
+            sink: vec![0.0; self.mean.len()],
+            q_scale,
+        };
+        if let Some(first) = &self.first {
+            s.set_sink(first);
+        }
+        s
+    }
+}
+
+/// The centring of keys `rows` (`[n, n_kv_heads * head_dim]`, f32) with [`SCALE_EXPONENT`]
+/// ([`Calibration::stats`]).
 pub fn stats(rows: &[f32], n_heads: usize, n_kv_heads: usize, head_dim: usize) -> CentreStats {
-    let kv_dim = n_kv_heads * head_dim;
-    let n = rows.len() / kv_dim.max(1);
-    let (mut sum, mut sq) = (vec![0f64; kv_dim], vec![0f64; kv_dim]);
-    for row in rows.chunks_exact(kv_dim) {
-        for (c, &x) in row.iter().enumerate() {
-            sum[c] += f64::from(x);
-            sq[c] += f64::from(x) * f64::from(x);
-        }
-    }
-    let nf = n.max(1) as f64;
-    let shift: Vec<f32> = sum.iter().map(|s| (s / nf) as f32).collect();
-    let mut scale: Vec<f32> = (0..kv_dim)
-        .map(|c| {
-            let m = sum[c] / nf;
-            let var = (sq[c] / nf - m * m).max(0.0);
-            (var.sqrt() as f32).powf(SCALE_EXPONENT)
-        })
-        .collect();
-    for head in scale.chunks_mut(head_dim.max(1)) {
-        let top = head.iter().fold(0f32, |a, &b| a.max(b));
-        if top <= 0.0 || !top.is_finite() {
-            head.fill(1.0);
-            continue;
-        }
-        head.iter_mut().for_each(|s| *s = s.max(top * 1e-3));
-        let mean = head.iter().sum::<f32>() / head.len() as f32;
-        head.iter_mut().for_each(|s| *s /= mean);
-    }
-    let inv = scale.iter().map(|s| 1.0 / s).collect();
-    let group = (n_heads / n_kv_heads.max(1)).max(1);
-    let q_scale = (0..n_heads * head_dim)
-        .map(|i| scale[(i / head_dim / group) * head_dim + i % head_dim])
-        .collect();
-    CentreStats {
-        shift,
-        inv,
-        sink: vec![0.0; kv_dim],
-        q_scale,
-    }
+    Calibration::from_rows(rows, n_kv_heads * head_dim).stats(
+        SCALE_EXPONENT,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    )
 }
 
 impl CentreStats {
@@ -151,62 +205,92 @@ impl CentreStats {
     }
 }
 
-/// The model's centring, measured on first use and kept in `cell`: `run` feeds ids at positions
-/// 0.. through a fresh f32 state and returns, per layer, its key cache and the rows it kept
-/// (`None`: a layer without attention). The calibration sequence gives the statistics; where
-/// `b` stores a sink offset ([`Backend::sink_keys`]), one-token runs of [`sink_tokens`] give it.
+/// A model's key centring, measured on first use: the calibration, and the uploaded tables
+/// for each scale exponent (q8_0 and q4_0 keys, tq4 keys).
+#[derive(Debug, Default)]
+pub struct Centres {
+    calibration: OnceLock<Vec<Option<Calibration>>>,
+    tables: [OnceLock<Vec<Option<KeyCentre>>>; 2],
+}
+
+/// The centring of a K cache of type `k` for the model whose cells `cells` are, measured on
+/// first use: `run` feeds ids at positions 0.. through a fresh f32 state and returns, per layer,
+/// its key cache and the rows it kept (`None`: a layer without attention). The calibration
+/// sequence gives the statistics; where `b` stores a sink offset ([`Backend::sink_keys`]),
+/// one-token runs of [`sink_tokens`] give it.
 pub fn measured<B: Backend>(
-    cell: &OnceLock<Vec<Option<KeyCentre>>>,
+    cells: &Centres,
     b: &mut B,
     cfg: &ModelConfig,
+    k: KvType,
     mut run: impl FnMut(&mut B, &[u32]) -> Result<Vec<Option<(Tensor, usize)>>, ModelError>,
 ) -> Result<Vec<Option<KeyCentre>>, ModelError> {
+    let cell = &cells.tables[usize::from(k == KvType::Tq4)];
     if let Some(c) = cell.get() {
         return Ok(c.clone());
     }
-    let keys = run(b, &calibration_tokens(cfg))?;
-    let mut stats = from_caches(b, &keys, cfg)?;
-    if b.sink_keys() {
-        let kv_dim = cfg.kv_dim();
-        let firsts = sink_tokens(cfg);
-        let mut sums: Vec<Vec<f64>> = vec![vec![0.0; kv_dim]; stats.len()];
-        let mut row = vec![0.0; kv_dim];
-        for &id in &firsts {
-            for (l, k) in run(b, &[id])?.into_iter().enumerate() {
-                let (Some((t, _)), Some(sum)) = (k, sums.get_mut(l)) else {
-                    continue;
-                };
-                b.read_f32(t, 0, &mut row)?;
-                sum.iter_mut()
-                    .zip(&row)
-                    .for_each(|(s, &x)| *s += f64::from(x));
-            }
+    let calib = match cells.calibration.get() {
+        Some(c) => c,
+        None => {
+            let c = calibrate(b, cfg, &mut run)?;
+            cells.calibration.get_or_init(|| c)
         }
-        for (s, sum) in stats.iter_mut().zip(&sums) {
-            if let Some(s) = s {
-                let mean: Vec<f32> = sum
-                    .iter()
-                    .map(|x| (x / firsts.len() as f64) as f32)
-                    .collect();
-                s.set_sink(&mean);
-            }
-        }
-    }
-    let out = stats
+    };
+    let e = scale_exponent(k);
+    let out = calib
         .iter()
-        .map(|s| s.as_ref().map(|s| upload(b, s)).transpose())
+        .map(|c| {
+            c.as_ref()
+                .map(|c| upload(b, &c.stats(e, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)))
+                .transpose()
+        })
         .collect::<Result<Vec<_>, ModelError>>()?;
     Ok(cell.get_or_init(|| out).clone())
 }
 
-/// The centring statistics of every layer from a calibration state's f32 key caches: `keys[l]`
-/// is layer `l`'s cache and the rows it kept (`None`: a layer without attention), read from
-/// row 1 (no sink offset yet).
+/// The calibration forwards of [`measured`].
+fn calibrate<B: Backend>(
+    b: &mut B,
+    cfg: &ModelConfig,
+    run: &mut impl FnMut(&mut B, &[u32]) -> Result<Vec<Option<(Tensor, usize)>>, ModelError>,
+) -> Result<Vec<Option<Calibration>>, ModelError> {
+    let keys = run(b, &calibration_tokens(cfg))?;
+    let mut calib = from_caches(b, &keys, cfg)?;
+    if !b.sink_keys() {
+        return Ok(calib);
+    }
+    let kv_dim = cfg.kv_dim();
+    let firsts = sink_tokens(cfg);
+    let mut sums: Vec<Vec<f64>> = vec![vec![0.0; kv_dim]; calib.len()];
+    let mut row = vec![0.0; kv_dim];
+    for &id in &firsts {
+        for (l, k) in run(b, &[id])?.into_iter().enumerate() {
+            let (Some((t, _)), Some(sum)) = (k, sums.get_mut(l)) else {
+                continue;
+            };
+            b.read_f32(t, 0, &mut row)?;
+            sum.iter_mut()
+                .zip(&row)
+                .for_each(|(s, &x)| *s += f64::from(x));
+        }
+    }
+    for (c, sum) in calib.iter_mut().zip(&sums) {
+        if let Some(c) = c {
+            let n = firsts.len() as f64;
+            c.first = Some(sum.iter().map(|x| (x / n) as f32).collect());
+        }
+    }
+    Ok(calib)
+}
+
+/// The calibration of every layer from a calibration state's f32 key caches: `keys[l]` is
+/// layer `l`'s cache and the rows it kept (`None`: a layer without attention), read from row 1
+/// (no sink offset yet).
 pub fn from_caches<B: Backend>(
     b: &mut B,
     keys: &[Option<(Tensor, usize)>],
     cfg: &ModelConfig,
-) -> Result<Vec<Option<CentreStats>>, ModelError> {
+) -> Result<Vec<Option<Calibration>>, ModelError> {
     let kv_dim = cfg.kv_dim();
     let mut rows = Vec::new();
     keys.iter()
@@ -215,12 +299,7 @@ pub fn from_caches<B: Backend>(
             rows.resize(kept * kv_dim, 0.0);
             b.read_f32(t, 0, &mut rows)?;
             let from = kv_dim.min(rows.len());
-            Ok(Some(stats(
-                &rows[from..],
-                cfg.n_heads,
-                cfg.n_kv_heads,
-                cfg.head_dim,
-            )))
+            Ok(Some(Calibration::from_rows(&rows[from..], kv_dim)))
         })
         .collect()
 }
@@ -273,6 +352,33 @@ mod tests {
         assert_eq!(s.q_scale[hd + 1], scale[1]);
         assert_eq!(s.q_scale[2 * hd + 1], scale[hd + 1]);
         assert_eq!(s.q_scale.len(), n_heads * hd);
+    }
+
+    /// tq4 keys take the smaller exponent: std 16 vs 1 gives scales 4 : 1 at 0.5, 2 : 1 at 0.25;
+    /// the first key becomes the offset in either.
+    #[test]
+    fn each_key_type_takes_its_exponent() {
+        let rows: Vec<f32> = (0..64)
+            .flat_map(|t| {
+                let sgn = if t % 2 == 0 { 1.0 } else { -1.0 };
+                [16.0 * sgn, sgn]
+            })
+            .collect();
+        let mut c = Calibration::from_rows(&rows, 2);
+        c.first = Some(vec![32.0, 0.0]);
+        for (k, ratio) in [(KvType::Q4_0, 4.0), (KvType::Q8_0, 4.0), (KvType::Tq4, 2.0)] {
+            let s = c.stats(scale_exponent(k), 1, 1, 2);
+            assert!(
+                (s.inv[1] / s.inv[0] - ratio).abs() < 1e-4,
+                "{k:?}: {:?}",
+                s.inv
+            );
+            assert!(
+                (s.sink[0] - 32.0 * s.inv[0]).abs() < 1e-4,
+                "{k:?}: {:?}",
+                s.sink
+            );
+        }
     }
 
     /// The sink offset is the first key centred and scaled like the rest.

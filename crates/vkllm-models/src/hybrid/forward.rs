@@ -142,7 +142,7 @@ pub struct HybridModel {
     chunk: usize,
     s: Scratch,
     /// Per layer, the key centring of quantized K caches, measured on the first such state.
-    centre: std::sync::OnceLock<Vec<Option<KeyCentre>>>,
+    centre: crate::key_centre::Centres,
 }
 
 impl HybridModel {
@@ -213,14 +213,18 @@ impl HybridModel {
             weights,
             chunk: n,
             s,
-            centre: std::sync::OnceLock::new(),
+            centre: Default::default(),
         })
     }
 
     /// The key centring of this model's quantized K caches (`crate::key_centre`), per layer
     /// (`None` for DeltaNet layers), measured once.
-    fn key_centre<B: Backend>(&self, b: &mut B) -> Result<Vec<Option<KeyCentre>>, ModelError> {
-        crate::key_centre::measured(&self.centre, b, &self.cfg, |b, ids| {
+    fn key_centre<B: Backend>(
+        &self,
+        b: &mut B,
+        k: KvType,
+    ) -> Result<Vec<Option<KeyCentre>>, ModelError> {
+        crate::key_centre::measured(&self.centre, b, &self.cfg, k, |b, ids| {
             let tmp = self.new_state_kv(b, ids.len(), 1, KvType::F32)?;
             self.forward(b, &tmp, ids, 0, Logits::Last)?;
             let n = ids.len();
@@ -341,7 +345,7 @@ impl HybridModel {
             v_dtype: types.v,
             rot_k: crate::kv_cache::rot_k_for(dtype, self.cfg.head_dim),
             centre: match crate::key_centre::centred(types) && b.centre_keys() {
-                true => self.key_centre(b)?,
+                true => self.key_centre(b, types.k)?,
                 false => Vec::new(),
             },
             stride,
