@@ -99,23 +99,35 @@ impl VulkanBackend {
             });
         }
         self.record(|me, r| {
-            let (kc, vc, stride) = me.kv_region(kv, width)?;
-            let centre = me.kv_centre(kv, width)?;
-            let d = KvAppend {
-                k_new: me.head(k, n * width)?,
-                v_new: me.head(v, n * width)?,
-                pos: me.head(positions, n)?,
-                k_cache: kc,
-                v_cache: vc,
-            }
-            .dispatch_centred(
-                kv.types(),
-                kv.rot_k,
-                centre,
-                (n, width, kv.capacity, stride, kv.ring),
-            )?;
-            Ok(r.dispatch(d)?)
+            let (kn, vn) = (me.head(k, n * width)?, me.head(v, n * width)?);
+            Ok(r.dispatch(me.kv_append(kv, width, n, (kn, vn), positions)?)?)
         })
+    }
+
+    /// The append of `n` f32 rows (`rows`: K, V) at `positions` into `kv`: quantized and
+    /// centred as the cache asks.
+    fn kv_append<'a>(
+        &'a self,
+        kv: &KvView,
+        width: usize,
+        n: usize,
+        rows: (BufSlice<'a>, BufSlice<'a>),
+        positions: Tensor,
+    ) -> Result<vkllm_kernels::Dispatch<BufSlice<'a>>, ModelError> {
+        let (kc, vc, stride) = self.kv_region(kv, width)?;
+        Ok(KvAppend {
+            k_new: rows.0,
+            v_new: rows.1,
+            pos: self.head(positions, n)?,
+            k_cache: kc,
+            v_cache: vc,
+        }
+        .dispatch_centred(
+            kv.types(),
+            kv.rot_k,
+            self.kv_centre(kv, width)?,
+            (n, width, kv.capacity, stride, kv.ring),
+        )?)
     }
 
     /// What every fused form of the attention input step checks and needs first: a position
@@ -260,21 +272,7 @@ impl VulkanBackend {
                 ..shape
             })?;
             r.dispatch(staged)?;
-            let centre = me.kv_centre(kv, width)?;
-            let append = KvAppend {
-                k_new: sk,
-                v_new: sv,
-                pos: me.head(a.positions, n)?,
-                k_cache: kc,
-                v_cache: vc,
-            }
-            .dispatch_centred(
-                kv.types(),
-                kv.rot_k,
-                centre,
-                (n, width, kv.capacity, stride, kv.ring),
-            )?;
-            Ok(r.dispatch(append)?)
+            Ok(r.dispatch(me.kv_append(kv, width, n, (sk, sv), a.positions)?)?)
         })
     }
 
