@@ -225,7 +225,9 @@ pub fn measured<B: Backend>(
     k: KvType,
     mut run: impl FnMut(&mut B, &[u32]) -> Result<Vec<Option<(Tensor, usize)>>, ModelError>,
 ) -> Result<Vec<Option<KeyCentre>>, ModelError> {
-    let cell = &cells.tables[usize::from(k == KvType::Tq4)];
+    // One table per exponent: the slot follows scale_exponent.
+    let e = scale_exponent(k);
+    let cell = &cells.tables[usize::from(e != SCALE_EXPONENT)];
     if let Some(c) = cell.get() {
         return Ok(c.clone());
     }
@@ -236,7 +238,6 @@ pub fn measured<B: Backend>(
             cells.calibration.get_or_init(|| c)
         }
     };
-    let e = scale_exponent(k);
     let out = calib
         .iter()
         .map(|c| {
