@@ -1,9 +1,10 @@
-//! `perplexity` (llama.cpp's method) against a direct f64 recomputation from whole-chunk
-//! `Logits::All` forwards, written out here independently; and the NLL of a hand-made case.
+//! `perplexity` (llama.cpp's method) and `divergence_kv` against a direct f64 recomputation
+//! from whole-chunk `Logits::All` forwards, written out here independently; and the NLL and KL
+//! divergence of hand-made cases.
 
 use vkllm_models::fixtures::Fixture;
-use vkllm_models::perplexity::{nll, perplexity};
-use vkllm_models::{AnyModel, CpuBackend, Logits, Model, ModelError};
+use vkllm_models::perplexity::{divergence_kv, kl_divergence, nll, perplexity};
+use vkllm_models::{AnyModel, CpuBackend, KvType, Logits, Model, ModelError};
 
 #[test]
 fn nll_of_a_hand_made_case() {
@@ -11,6 +12,111 @@ fn nll_of_a_hand_made_case() {
     let l = [0.0f32, 3f32.ln()];
     assert!((nll(&l, 1) - (4.0f64 / 3.0).ln()).abs() < 1e-7);
     assert!((nll(&l, 0) - 4f64.ln()).abs() < 1e-7);
+}
+
+#[test]
+fn kl_divergence_of_a_hand_made_case() {
+    // P = softmax([0, ln 3]) = [1/4, 3/4], Q = [1/2, 1/2]: KL = 1/4 ln(1/2) + 3/4 ln(3/2).
+    let (p, q) = ([0.0f32, 3f32.ln()], [5.0f32, 5.0]);
+    let (kl, same) = kl_divergence(&p, &q);
+    let want = 0.25 * 0.5f64.ln() + 0.75 * 1.5f64.ln();
+    assert!((kl - want).abs() < 1e-7, "{kl} vs {want}");
+    assert!(!same, "argmax 1 against a tie (first index)");
+    let (kl, same) = kl_divergence(&p, &[1.0, 1.0 + 3f32.ln()]);
+    assert!(kl.abs() < 1e-7 && same, "{kl}");
+}
+
+/// The logits of every position of each chunk (BOS in front), one forward per chunk from an
+/// empty cache of `kv`.
+fn chunk_logits(
+    model: &Model,
+    b: &mut CpuBackend,
+    tokens: &[u32],
+    ctx: usize,
+    kv: KvType,
+) -> Vec<(Vec<u32>, Vec<f32>)> {
+    tokens
+        .chunks_exact(ctx)
+        .map(|c| {
+            let cache = model.new_kv_slots(b, ctx, 1, kv).unwrap();
+            let logits = model.forward(b, &cache, c, 0, Logits::All).unwrap();
+            (c.to_vec(), logits)
+        })
+        .collect()
+}
+
+/// `divergence_kv` of an f16 cache against f32 against the KL divergence, perplexities and
+/// top-token agreement computed here from whole-chunk forwards of each cache; and a cache
+/// against itself diverges by nothing.
+#[test]
+fn divergence_matches_a_direct_recomputation() {
+    let fx = Fixture::load("llama").unwrap();
+    let mut tokens = fx.prompt("long").unwrap().ids;
+    tokens.extend(fx.prompt("short").unwrap().ids);
+    let ctx = 48;
+    let mut b = CpuBackend::new();
+    let any = AnyModel::from(Model::load(fx.config.clone(), &fx.weights, &mut b, 16).unwrap());
+    let model = any.as_dense().unwrap();
+    let vocab = model.cfg.vocab_size;
+    let r = divergence_kv(
+        &any,
+        &mut b,
+        &tokens,
+        ctx,
+        None,
+        KvType::F16.into(),
+        KvType::F32.into(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    let base = chunk_logits(model, &mut b, &tokens, ctx, KvType::F32);
+    let test = chunk_logits(model, &mut b, &tokens, ctx, KvType::F16);
+    let (mut kls, mut same, mut nll_p, mut nll_q) = (Vec::new(), 0, 0.0, 0.0);
+    for ((ids, lp), (_, lq)) in base.iter().zip(&test) {
+        for j in ctx / 2..ctx - 1 {
+            let lsm = |l: &[f32]| -> Vec<f64> {
+                let row: Vec<f64> = l[j * vocab..(j + 1) * vocab]
+                    .iter()
+                    .map(|&x| f64::from(x))
+                    .collect();
+                let m = row.iter().cloned().fold(f64::MIN, f64::max);
+                let lse = m + row.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
+                row.iter().map(|x| x - lse).collect()
+            };
+            let (p, q) = (lsm(lp), lsm(lq));
+            kls.push(
+                p.iter()
+                    .zip(&q)
+                    .map(|(a, b)| a.exp() * (a - b))
+                    .sum::<f64>(),
+            );
+            let top = |x: &[f64]| (0..x.len()).fold(0, |m, i| if x[i] > x[m] { i } else { m });
+            same += usize::from(top(&p) == top(&q));
+            nll_p -= p[ids[j + 1] as usize];
+            nll_q -= q[ids[j + 1] as usize];
+        }
+    }
+    let n = kls.len() as f64;
+    let kl = kls.iter().sum::<f64>() / n;
+    assert_eq!(r.test.count, kls.len());
+    assert!(kl > 0.0, "f16 keys and values change the logits");
+    assert!((r.mean_kl - kl).abs() <= 1e-6 * kl, "{} vs {kl}", r.mean_kl);
+    assert_eq!(r.same_top, same as f64 / n);
+    assert!((r.reference.mean_nll - nll_p / n).abs() < 1e-9);
+    assert!((r.test.mean_nll - nll_q / n).abs() < 1e-9);
+    let own = divergence_kv(
+        &any,
+        &mut b,
+        &tokens,
+        ctx,
+        None,
+        KvType::F16.into(),
+        KvType::F16.into(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert!(own.mean_kl.abs() < 1e-12 && own.same_top == 1.0, "{own:?}");
+    assert_eq!(own.test.ppl, r.test.ppl);
 }
 
 /// The reference: each chunk in one forward from an empty cache, every position's logits, the

@@ -1,11 +1,11 @@
 //! `vkllm perplexity` on a safetensors fixture (byte tokens, CPU), plain and quantized at load,
 //! and with an f16 KV cache: the printed PPL and error are those of `vkllm_models::perplexity`
-//! on the same tokens.
+//! on the same tokens; `--kl-against` prints `divergence_kv`'s figures.
 
 use std::process::Command;
 
 use vkllm_models::fixtures::fixtures_dir;
-use vkllm_models::perplexity::perplexity_kv;
+use vkllm_models::perplexity::{divergence_kv, perplexity_kv};
 use vkllm_models::{Checkpoint, CpuBackend, KvType, QuantScheme};
 
 #[test]
@@ -74,6 +74,65 @@ fn cli_prints_the_library_result() {
             stdout.starts_with(&expect),
             "{quant:?} {kv:?}: {stdout} (want {expect})"
         );
+    }
+    std::fs::remove_file(&file).ok();
+}
+
+#[test]
+fn kl_against_prints_the_divergence() {
+    let text =
+        "Tide tables pinned by the door, the ferry left at six and came back at nine.\n".repeat(3);
+    let file = std::env::temp_dir().join(format!("vkllm-kld-cli-{}.txt", std::process::id()));
+    std::fs::write(&file, &text).unwrap();
+    let dir = fixtures_dir().join("llama");
+    let ck = Checkpoint::open(&dir).unwrap();
+    let tokens: Vec<u32> = text.bytes().map(u32::from).collect();
+    let mut b = CpuBackend::new();
+    let model = vkllm_models::AnyModel::from(ck.load(None, &mut b, 64).unwrap());
+    let want = divergence_kv(
+        &model,
+        &mut b,
+        &tokens,
+        64,
+        None,
+        KvType::F16.into(),
+        KvType::F32.into(),
+        &mut |_, _, _| {},
+    )
+    .unwrap();
+    assert!(want.mean_kl > 0.0);
+    let out = Command::new(env!("CARGO_BIN_EXE_vkllm"))
+        .args([
+            "perplexity",
+            "--device",
+            "cpu",
+            "--byte-tokens",
+            "--ctx",
+            "64",
+        ])
+        .args(["--kv-type", "f16", "--kl-against", "f32", "--model"])
+        .arg(&dir)
+        .arg("--file")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        format!("PPL = {:.4} +/- {:.5}", want.test.ppl, want.test.stderr),
+        format!("reference (f32) PPL = {:.4}", want.reference.ppl),
+        format!(
+            "KLD = {:.6} +/- {:.6} nats per token; same top token {:.2}%",
+            want.mean_kl,
+            want.kl_stderr,
+            want.same_top * 100.0
+        ),
+    ] {
+        assert!(stdout.contains(&line), "{stdout} (want {line})");
     }
     std::fs::remove_file(&file).ok();
 }

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use vkllm_models::perplexity::perplexity_kv;
+use vkllm_models::perplexity::{divergence_kv, perplexity_kv};
 use vkllm_models::{AnyModel, Backend, Checkpoint, QuantScheme, VulkanBackend};
 use vkllm_tokenizer::{EncodeOptions, Tokenizer};
 use vkllm_vk::{Device, DeviceOptions};
@@ -45,6 +45,13 @@ pub struct Args {
 
     #[command(flatten)]
     kv: super::common::KvArgs,
+
+    /// Also run every chunk with the KV cache stored as this type (e.g. `f16`) and report how
+    /// far the `--kv-type` distributions are from it: mean KL divergence per token and how
+    /// often both pick the same top token (far steadier than the difference of the two
+    /// perplexities).
+    #[arg(long, value_parser = super::common::parse_kv_type)]
+    kl_against: Option<vkllm_models::KvType>,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -110,27 +117,46 @@ fn score<B: Backend>(
     );
     let t1 = Instant::now();
     let mut err = std::io::stderr();
-    let r = perplexity_kv(
-        &model,
-        &mut b,
-        tokens,
-        ctx,
-        bos,
-        args.kv.types()?,
-        &mut |i, _, ppl| {
-            let _ = write!(err, "[{}]{ppl:.4},", i + 1);
-            let _ = err.flush();
-        },
-    )?;
+    let mut progress = |i: usize, _: usize, ppl: f64| {
+        let _ = write!(err, "[{}]{ppl:.4},", i + 1);
+        let _ = err.flush();
+    };
+    let line = |r: &vkllm_models::perplexity::Perplexity| {
+        format!(
+            "PPL = {:.4} +/- {:.5} ({} tokens scored in {} chunks of {ctx}; mean NLL {:.5} nats",
+            r.ppl, r.stderr, r.count, r.chunks, r.mean_nll
+        )
+    };
+    let types = args.kv.types()?;
+    if let Some(reference) = args.kl_against {
+        let d = divergence_kv(
+            &model,
+            &mut b,
+            tokens,
+            ctx,
+            bos,
+            types,
+            reference.into(),
+            &mut progress,
+        )?;
+        eprintln!();
+        println!("{}; {:.1} s)", line(&d.test), t1.elapsed().as_secs_f64());
+        println!(
+            "reference ({}) {}); PPL ratio {:+.3}%",
+            reference.name(),
+            line(&d.reference),
+            (d.test.ppl / d.reference.ppl - 1.0) * 100.0
+        );
+        println!(
+            "KLD = {:.6} +/- {:.6} nats per token; same top token {:.2}%",
+            d.mean_kl,
+            d.kl_stderr,
+            d.same_top * 100.0
+        );
+        return Ok(());
+    }
+    let r = perplexity_kv(&model, &mut b, tokens, ctx, bos, types, &mut progress)?;
     eprintln!();
-    println!(
-        "PPL = {:.4} +/- {:.5} ({} tokens scored in {} chunks of {ctx}; mean NLL {:.5} nats; {:.1} s)",
-        r.ppl,
-        r.stderr,
-        r.count,
-        r.chunks,
-        r.mean_nll,
-        t1.elapsed().as_secs_f64()
-    );
+    println!("{}; {:.1} s)", line(&r), t1.elapsed().as_secs_f64());
     Ok(())
 }
