@@ -2,13 +2,16 @@
 //! larger than the rest (biases, outlier channels), and a block's codes follow its largest value.
 //! Each K channel `c` is stored as `(k_c - shift_c) / scale_c`, with the shift (the channel's
 //! mean) and scale (its standard deviation to the power [`SCALE_EXPONENT`]) measured once per
-//! model from the keys of a calibration forward ([`calibration_ids`]). Attention takes the query
-//! times the scales; the shift only moves every score of a query by the same `q . shift`, which
-//! softmax ignores. The key at position 0, the attention sink, lies far from the others: it is
-//! stored less a sink offset measured the same way (the calibration's position-0 key, centred),
-//! and attention reads it plus that offset. Method and perplexity: docs/quantization.md.
+//! model from the keys of a calibration forward ([`calibration_ids`]) with RoPE undone, then
+//! averaged over the positions of the cache's span: a RoPE pair turns with the position, so its
+//! mean over a long span shrinks and its spread grows ([`Calibration::moments`]). Attention
+//! takes the query times the scales; the shift only moves every score of a query by the same
+//! `q . shift`, which softmax ignores. The key at position 0, the attention sink, lies far from
+//! the others: it is stored less a sink offset measured the same way (the calibration's
+//! position-0 key, centred), and attention reads it plus that offset. Method and perplexity:
+//! docs/quantization.md.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use vkllm_kernels::kv_append::{KvType, KvTypes};
 
@@ -107,53 +110,166 @@ pub struct CentreStats {
     pub q_scale: Vec<f32>,
 }
 
-/// One layer's calibration, host side: per K channel the mean and standard deviation of the
-/// calibration keys, and the position-0 key the sink offset comes from (`None`: no offset).
+/// One layer's calibration, host side: per K channel the moments of the calibration keys with
+/// RoPE undone (each key turned back by its position's angles, so the statistics hold at any
+/// position), the RoPE pairs to turn them forward with, and the position-0 key the sink offset
+/// comes from (`None`: no offset).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Calibration {
-    pub mean: Vec<f32>,
-    pub std: Vec<f32>,
+    /// Mean of each channel.
+    pub mean: Vec<f64>,
+    /// Mean square of each channel (f64: a channel's variance is its difference with the
+    /// squared mean, which can be far larger).
+    pub sq: Vec<f64>,
+    /// Mean product of each channel with its RoPE partner (0 for channels RoPE leaves alone).
+    pub cross: Vec<f64>,
+    /// The RoPE pairs of every head ([`rope_pairs`]; empty: keys not rotated).
+    pub pairs: Vec<RopePair>,
+    /// Channels per head.
+    pub head_dim: usize,
     pub first: Option<Vec<f32>>,
 }
 
+/// A rotated pair of channels within a head: RoPE at position `p` turns `(a, b)` into
+/// `(a cos - b sin, b cos + a sin)` of the angle `p * freq`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopePair {
+    pub a: usize,
+    pub b: usize,
+    pub freq: f32,
+}
+
+/// The rotated pairs of one head under `rope` (frequencies with its scaling).
+pub fn rope_pairs(rope: &vkllm_cpu::Rope, head_dim: usize) -> Vec<RopePair> {
+    let half = rope.rotary_dim / 2;
+    rope.inv_freq()
+        .into_iter()
+        .enumerate()
+        .map(|(i, freq)| match rope.style {
+            vkllm_cpu::RopeStyle::NeoX => RopePair {
+                a: i,
+                b: i + half,
+                freq,
+            },
+            vkllm_cpu::RopeStyle::Interleaved => RopePair {
+                a: 2 * i,
+                b: 2 * i + 1,
+                freq,
+            },
+        })
+        .filter(|p| p.b < head_dim)
+        .collect()
+}
+
+/// Means of `cos(p w)` and `sin(p w)` over positions `p` in `1..span` (closed form of the
+/// geometric sum; position 0 is the sink, stored apart).
+fn angle_means(w: f64, span: usize) -> (f64, f64) {
+    let n = span.max(2) as f64;
+    let half = w / 2.0;
+    // sum_{p=0}^{n-1} e^{i p w} = e^{i (n - 1) w / 2} sin(n w / 2) / sin(w / 2)
+    let (re, im) = match half.sin() {
+        s if s.abs() < 1e-12 => (n, 0.0),
+        s => {
+            let r = (n * half).sin() / s;
+            let a = (n - 1.0) * half;
+            (r * a.cos(), r * a.sin())
+        }
+    };
+    ((re - 1.0) / (n - 1.0), im / (n - 1.0))
+}
+
 impl Calibration {
-    /// The statistics of keys `rows` (`[n, kv_dim]`, f32).
-    pub fn from_rows(rows: &[f32], kv_dim: usize) -> Self {
-        let n = rows.len() / kv_dim.max(1);
-        let (mut sum, mut sq) = (vec![0f64; kv_dim], vec![0f64; kv_dim]);
-        for row in rows.chunks_exact(kv_dim.max(1)) {
-            for (c, &x) in row.iter().enumerate() {
-                sum[c] += f64::from(x);
-                sq[c] += f64::from(x) * f64::from(x);
+    /// The statistics of keys `rows` (`[n, kv_dim]`, f32) at `positions` (one per row), RoPE
+    /// undone with `pairs` (per head of `head_dim` channels).
+    pub fn from_rows(
+        rows: &[f32],
+        positions: &[usize],
+        kv_dim: usize,
+        head_dim: usize,
+        pairs: Vec<RopePair>,
+    ) -> Self {
+        let (kv_dim, head_dim) = (kv_dim.max(1), head_dim.max(1));
+        let (mut sum, mut sq, mut cross) =
+            (vec![0f64; kv_dim], vec![0f64; kv_dim], vec![0f64; kv_dim]);
+        let mut y = vec![0f64; kv_dim];
+        let mut n = 0usize;
+        for (row, &pos) in rows.chunks_exact(kv_dim).zip(positions) {
+            y.iter_mut().zip(row).for_each(|(y, &x)| *y = f64::from(x));
+            for head in y.chunks_exact_mut(head_dim) {
+                for p in &pairs {
+                    // The forward's angle (an f32 product), turned back.
+                    let (s, c) = f64::from(pos as f32 * p.freq).sin_cos();
+                    let (xa, xb) = (head[p.a], head[p.b]);
+                    (head[p.a], head[p.b]) = (xa * c + xb * s, xb * c - xa * s);
+                }
             }
+            for (h, head) in y.chunks_exact(head_dim).enumerate() {
+                for p in &pairs {
+                    let v = head[p.a] * head[p.b];
+                    cross[h * head_dim + p.a] += v;
+                    cross[h * head_dim + p.b] += v;
+                }
+            }
+            for (c, &v) in y.iter().enumerate() {
+                sum[c] += v;
+                sq[c] += v * v;
+            }
+            n += 1;
         }
         let nf = n.max(1) as f64;
-        let (mean, std) = sum
-            .iter()
-            .zip(&sq)
-            .map(|(s, q)| {
-                let m = s / nf;
-                (m as f32, (q / nf - m * m).max(0.0).sqrt() as f32)
-            })
-            .unzip();
+        let mean = |v: &[f64]| v.iter().map(|x| x / nf).collect::<Vec<_>>();
         Calibration {
-            mean,
-            std,
+            mean: mean(&sum),
+            sq: mean(&sq),
+            cross: mean(&cross),
+            pairs,
+            head_dim,
             first: None,
         }
     }
 
-    /// The centring with `scale_c = std_c ^ exponent`: the scales of each KV head are
-    /// normalised to a mean of 1 (only their ratios matter to the blocks) and kept above 1e-3 of
-    /// the head's largest.
+    /// Per K channel the mean and standard deviation of the keys over positions `1..span`
+    /// (uniformly): a rotated pair's mean is its un-rotated mean turned by the average rotation,
+    /// which shrinks towards zero as the pair turns through whole cycles within the span.
+    pub fn moments(&self, span: usize) -> (Vec<f32>, Vec<f32>) {
+        let mut shift = self.mean.clone();
+        let mut second = self.sq.clone();
+        for h in 0..self.mean.len() / self.head_dim {
+            for p in &self.pairs {
+                let (a, b) = (h * self.head_dim + p.a, h * self.head_dim + p.b);
+                let w = f64::from(p.freq);
+                let (c1, s1) = angle_means(w, span);
+                let (c2, s2) = angle_means(2.0 * w, span);
+                let (ma, mb) = (self.mean[a], self.mean[b]);
+                let (sa, sb, x) = (second[a], second[b], self.cross[a]);
+                shift[a] = c1 * ma - s1 * mb;
+                shift[b] = s1 * ma + c1 * mb;
+                let (iso, aniso) = ((sa + sb) / 2.0, (sa - sb) / 2.0);
+                second[a] = iso + aniso * c2 - x * s2;
+                second[b] = iso - aniso * c2 + x * s2;
+            }
+        }
+        let std = second
+            .iter()
+            .zip(&shift)
+            .map(|(q, m)| (q - m * m).max(0.0).sqrt() as f32)
+            .collect();
+        (shift.iter().map(|&m| m as f32).collect(), std)
+    }
+
+    /// The centring for keys over positions `1..span` with `scale_c = std_c ^ exponent`: the
+    /// scales of each KV head are normalised to a mean of 1 (only their ratios matter to the
+    /// blocks) and kept above 1e-3 of the head's largest.
     pub fn stats(
         &self,
         exponent: f32,
         n_heads: usize,
         n_kv_heads: usize,
-        head_dim: usize,
+        span: usize,
     ) -> CentreStats {
-        let mut scale: Vec<f32> = self.std.iter().map(|s| s.powf(exponent)).collect();
+        let head_dim = self.head_dim;
+        let (shift, std) = self.moments(span);
+        let mut scale: Vec<f32> = std.iter().map(|s| s.powf(exponent)).collect();
         for head in scale.chunks_mut(head_dim.max(1)) {
             let top = head.iter().fold(0f32, |a, &b| a.max(b));
             if top <= 0.0 || !top.is_finite() {
@@ -170,7 +286,7 @@ impl Calibration {
             .map(|i| scale[(i / head_dim / group) * head_dim + i % head_dim])
             .collect();
         let mut s = CentreStats {
-            shift: self.mean.clone(),
+            shift,
             inv,
             sink: vec![0.0; self.mean.len()],
             q_scale,
@@ -182,15 +298,19 @@ impl Calibration {
     }
 }
 
-/// The centring of keys `rows` (`[n, n_kv_heads * head_dim]`, f32) with [`SCALE_EXPONENT`]
-/// ([`Calibration::stats`]).
+/// The centring of keys `rows` (`[n, n_kv_heads * head_dim]`, f32, RoPE left alone) with
+/// [`SCALE_EXPONENT`] ([`Calibration::stats`]).
 pub fn stats(rows: &[f32], n_heads: usize, n_kv_heads: usize, head_dim: usize) -> CentreStats {
-    Calibration::from_rows(rows, n_kv_heads * head_dim).stats(
-        SCALE_EXPONENT,
-        n_heads,
-        n_kv_heads,
+    let n = rows.len() / (n_kv_heads * head_dim).max(1);
+    let positions: Vec<usize> = (0..n).collect();
+    Calibration::from_rows(
+        rows,
+        &positions,
+        n_kv_heads * head_dim,
         head_dim,
+        Vec::new(),
     )
+    .stats(SCALE_EXPONENT, n_heads, n_kv_heads, n.max(2))
 }
 
 impl CentreStats {
@@ -206,30 +326,40 @@ impl CentreStats {
 }
 
 /// A model's key centring, measured on first use: the calibration, and the uploaded tables
-/// for each scale exponent (q8_0 and q4_0 keys, tq4 keys).
+/// for each scale exponent (q8_0 and q4_0 keys, tq4 keys) and span ([`span_for`]).
 #[derive(Debug, Default)]
 pub struct Centres {
     calibration: OnceLock<Vec<Option<Calibration>>>,
-    tables: [OnceLock<Vec<Option<KeyCentre>>>; 2],
+    tables: Mutex<Vec<(TableKey, Vec<Option<KeyCentre>>)>>,
 }
 
-/// The centring of a K cache of type `k` for the model whose cells `cells` are, measured on
-/// first use: `run` feeds ids at positions 0.. through a fresh f32 state and returns, per layer,
-/// its key cache and the rows it kept (`None`: a layer without attention). The calibration
-/// sequence gives the statistics; where `b` stores a sink offset ([`Backend::sink_keys`]),
-/// one-token runs of [`sink_tokens`] give it.
+/// A centring table's scale exponent (its bits) and span.
+type TableKey = (u32, usize);
+
+/// The span a cache of `capacity` positions is centred for: the next power of two (the
+/// statistics change slowly with the span; this bounds the tables a model keeps).
+pub fn span_for(capacity: usize) -> usize {
+    capacity.clamp(2, 1 << 30).next_power_of_two()
+}
+
+/// The centring of a K cache of type `k` holding `capacity` positions per sequence for the
+/// model whose cells `cells` are, measured on first use: `run` feeds ids at positions 0..
+/// through a fresh f32 state and returns, per layer, its key cache and the rows it kept
+/// (`None`: a layer without attention). The calibration sequence gives the statistics; where
+/// `b` stores a sink offset ([`Backend::sink_keys`]), one-token runs of [`sink_tokens`] give it.
 pub fn measured<B: Backend>(
     cells: &Centres,
     b: &mut B,
     cfg: &ModelConfig,
     k: KvType,
+    capacity: usize,
     mut run: impl FnMut(&mut B, &[u32]) -> Result<Vec<Option<(Tensor, usize)>>, ModelError>,
 ) -> Result<Vec<Option<KeyCentre>>, ModelError> {
-    // One table per exponent: the slot follows scale_exponent.
     let e = scale_exponent(k);
-    let cell = &cells.tables[usize::from(e != SCALE_EXPONENT)];
-    if let Some(c) = cell.get() {
-        return Ok(c.clone());
+    let key = (e.to_bits(), span_for(capacity));
+    let lock = || cells.tables.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, t)) = lock().iter().find(|(k, _)| *k == key) {
+        return Ok(t.clone());
     }
     let calib = match cells.calibration.get() {
         Some(c) => c,
@@ -242,11 +372,18 @@ pub fn measured<B: Backend>(
         .iter()
         .map(|c| {
             c.as_ref()
-                .map(|c| upload(b, &c.stats(e, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)))
+                .map(|c| upload(b, &c.stats(e, cfg.n_heads, cfg.n_kv_heads, key.1)))
                 .transpose()
         })
         .collect::<Result<Vec<_>, ModelError>>()?;
-    Ok(cell.get_or_init(|| out).clone())
+    let mut tables = lock();
+    match tables.iter().find(|(k, _)| *k == key) {
+        Some((_, t)) => Ok(t.clone()),
+        None => {
+            tables.push((key, out.clone()));
+            Ok(out)
+        }
+    }
 }
 
 /// The calibration forwards of [`measured`].
@@ -255,8 +392,9 @@ fn calibrate<B: Backend>(
     cfg: &ModelConfig,
     run: &mut impl FnMut(&mut B, &[u32]) -> Result<Vec<Option<(Tensor, usize)>>, ModelError>,
 ) -> Result<Vec<Option<Calibration>>, ModelError> {
-    let keys = run(b, &calibration_tokens(cfg))?;
-    let mut calib = from_caches(b, &keys, cfg)?;
+    let ids = calibration_tokens(cfg);
+    let keys = run(b, &ids)?;
+    let mut calib = from_caches(b, &keys, ids.len(), cfg)?;
     if !b.sink_keys() {
         return Ok(calib);
     }
@@ -284,24 +422,52 @@ fn calibrate<B: Backend>(
     Ok(calib)
 }
 
-/// The calibration of every layer from a calibration state's f32 key caches: `keys[l]` is
-/// layer `l`'s cache and the rows it kept (`None`: a layer without attention), read from row 1
-/// (no sink offset yet).
+/// The calibration of every layer from a calibration state's f32 key caches after `n` tokens
+/// at positions 0..n: `keys[l]` is layer `l`'s cache and the rows it kept (`None`: a layer
+/// without attention; a ring keeps its last positions), position 0 left out (no sink offset
+/// yet).
 pub fn from_caches<B: Backend>(
     b: &mut B,
     keys: &[Option<(Tensor, usize)>],
+    n: usize,
     cfg: &ModelConfig,
 ) -> Result<Vec<Option<Calibration>>, ModelError> {
     let kv_dim = cfg.kv_dim();
     let mut rows = Vec::new();
     keys.iter()
-        .map(|k| {
+        .enumerate()
+        .map(|(l, k)| {
             let Some((t, kept)) = *k else { return Ok(None) };
             rows.resize(kept * kv_dim, 0.0);
             b.read_f32(t, 0, &mut rows)?;
-            let from = kv_dim.min(rows.len());
-            Ok(Some(Calibration::from_rows(&rows[from..], kv_dim)))
+            let positions = ring_positions(n, kept);
+            let (rows, positions): (Vec<&[f32]>, Vec<usize>) = rows
+                .chunks_exact(kv_dim.max(1))
+                .zip(positions)
+                .filter(|&(_, p)| p > 0)
+                .unzip();
+            let pairs = cfg
+                .layers
+                .get(l)
+                .map(|lc| rope_pairs(&lc.rope, cfg.head_dim))
+                .unwrap_or_default();
+            Ok(Some(Calibration::from_rows(
+                &rows.concat(),
+                &positions,
+                kv_dim,
+                cfg.head_dim,
+                pairs,
+            )))
         })
+        .collect()
+}
+
+/// The position each row of a cache holds after `n` tokens at positions 0..n when it keeps
+/// `kept` rows: row `r` holds the `p` in `n - kept..n` with `p = r (mod kept)`.
+fn ring_positions(n: usize, kept: usize) -> Vec<usize> {
+    let first = n.saturating_sub(kept);
+    (0..kept)
+        .map(|r| first + (r + kept - first % kept) % kept)
         .collect()
 }
 
@@ -365,10 +531,11 @@ mod tests {
                 [16.0 * sgn, sgn]
             })
             .collect();
-        let mut c = Calibration::from_rows(&rows, 2);
+        let positions: Vec<usize> = (1..=64).collect();
+        let mut c = Calibration::from_rows(&rows, &positions, 2, 2, Vec::new());
         c.first = Some(vec![32.0, 0.0]);
         for (k, ratio) in [(KvType::Q4_0, 4.0), (KvType::Q8_0, 4.0), (KvType::Tq4, 2.0)] {
-            let s = c.stats(scale_exponent(k), 1, 1, 2);
+            let s = c.stats(scale_exponent(k), 1, 1, 64);
             assert!(
                 (s.inv[1] / s.inv[0] - ratio).abs() < 1e-4,
                 "{k:?}: {:?}",
@@ -438,5 +605,83 @@ mod tests {
         let distinct: std::collections::HashSet<_> = ids.iter().collect();
         assert!(distinct.len() > 300, "{} distinct ids", distinct.len());
         assert_eq!(ids, calibration_ids(1000, 500));
+    }
+
+    /// A ring of 4 rows after 10 tokens holds positions 8, 9, 6, 7; an unwrapped cache row r
+    /// holds position r.
+    #[test]
+    fn ring_rows_map_to_their_positions() {
+        assert_eq!(ring_positions(10, 4), vec![8, 9, 6, 7]);
+        assert_eq!(ring_positions(3, 3), vec![0, 1, 2]);
+        assert_eq!(ring_positions(8, 4), vec![4, 5, 6, 7]);
+    }
+
+    /// Keys whose pre-RoPE distribution does not depend on the position (a large offset, as a
+    /// K bias gives, plus noise), rotated by RoPE: calibrated on positions 1..256, the moments
+    /// predicted for a span match the keys' measured mean and spread over that span, where
+    /// the positions 1..256 alone do not (a slow pair turns a quarter cycle by 4096).
+    #[test]
+    fn moments_follow_the_rotation_over_the_span() {
+        let pairs = vec![
+            RopePair {
+                a: 0,
+                b: 2,
+                freq: 1.0,
+            },
+            RopePair {
+                a: 1,
+                b: 3,
+                freq: 4e-4,
+            },
+        ];
+        let (hd, offset) = (4usize, [3.0f32, -2.0, 1.0, 5.0]);
+        let key = |p: usize| -> [f32; 4] {
+            let mut x = offset;
+            for (c, v) in x.iter_mut().enumerate() {
+                let u = ((p * 7919 + c * 104_729) % 1000) as f32 / 1000.0;
+                *v += u - 0.5;
+            }
+            for q in &pairs {
+                let (s, c) = f64::from(p as f32 * q.freq).sin_cos();
+                let (a, b) = (f64::from(x[q.a]), f64::from(x[q.b]));
+                x[q.a] = (a * c - b * s) as f32;
+                x[q.b] = (b * c + a * s) as f32;
+            }
+            x
+        };
+        let positions: Vec<usize> = (1..256).collect();
+        let rows: Vec<f32> = positions.iter().flat_map(|&p| key(p)).collect();
+        let c = Calibration::from_rows(&rows, &positions, hd, hd, pairs.clone());
+        let plain = Calibration::from_rows(&rows, &positions, hd, hd, Vec::new());
+        for span in [256usize, 4096, 65536] {
+            let all: Vec<f32> = (1..span).flat_map(key).collect();
+            let want =
+                Calibration::from_rows(&all, &(1..span).collect::<Vec<_>>(), hd, hd, Vec::new())
+                    .moments(2);
+            let (mean, std) = c.moments(span);
+            for ch in 0..hd {
+                assert!(
+                    (mean[ch] - want.0[ch]).abs() < 0.05,
+                    "span {span} ch {ch}: mean {mean:?} vs {:?}",
+                    want.0
+                );
+                assert!(
+                    (std[ch] - want.1[ch]).abs() < 0.05,
+                    "span {span} ch {ch}: std {std:?} vs {:?}",
+                    want.1
+                );
+            }
+        }
+        // Without the rotation undone, positions 1..256 mistake the slow pair's mean at 65536.
+        let wide: Vec<f32> = (1..65536).flat_map(key).collect();
+        let far =
+            Calibration::from_rows(&wide, &(1..65536).collect::<Vec<_>>(), hd, hd, Vec::new())
+                .moments(2);
+        assert!(
+            (plain.moments(2).0[1] - far.0[1]).abs() > 1.0,
+            "{:?} vs {:?}",
+            plain.moments(2),
+            far
+        );
     }
 }

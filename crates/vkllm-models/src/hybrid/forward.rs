@@ -223,8 +223,9 @@ impl HybridModel {
         &self,
         b: &mut B,
         k: KvType,
+        capacity: usize,
     ) -> Result<Vec<Option<KeyCentre>>, ModelError> {
-        crate::key_centre::measured(&self.centre, b, &self.cfg, k, |b, ids| {
+        crate::key_centre::measured(&self.centre, b, &self.cfg, k, capacity, |b, ids| {
             let tmp = self.new_state_kv(b, ids.len(), 1, KvType::F32)?;
             self.forward(b, &tmp, ids, 0, Logits::Last)?;
             let n = ids.len();
@@ -345,7 +346,7 @@ impl HybridModel {
             v_dtype: types.v,
             rot_k: crate::kv_cache::rot_k_for(dtype, self.cfg.head_dim),
             centre: match crate::key_centre::centred(types) && b.centre_keys() {
-                true => self.key_centre(b, types.k)?,
+                true => self.key_centre(b, types.k, capacity)?,
                 false => Vec::new(),
             },
             stride,
