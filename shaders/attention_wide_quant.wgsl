@@ -213,20 +213,30 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
             for (var g = 0u; g < GQ; g++) {
                 acc[b * GQ + g] = 0.0;
             }
-            let first = KV_SINK == 1u && j0 + cl + n_cl * (t * KB + b) == 0u;
             for (var w = 0u; w < kpl; w++) {
                 // Code word l + 8w lies in unit 8w / kcw (l < 8, kcw a multiple of 8).
                 let e = (cl_lane + CL * w) * kpw;
                 let d = kvq_scale(ks[b * WQ_U_MAX + (CL * w) / kcw], e);
                 let word = kr[b * WQ_KW_MAX + w];
                 for (var h = 0u; h < qv; h++) {
-                    var kx = d * wq_codes(KV_DTYPE, word, 4u * h);
-                    if (first) {
-                        let s0 = kvh * HD + e + 4u * h;
-                        kx += vec4<f32>(sink[s0], sink[s0 + 1u], sink[s0 + 2u], sink[s0 + 3u]);
-                    }
+                    let kx = d * wq_codes(KV_DTYPE, word, 4u * h);
                     for (var g = 0u; g < GQ; g++) {
                         acc[b * GQ + g] += dot(qr[(w * qv + h) * GQ + g], kx);
+                    }
+                }
+            }
+        }
+        // Position 0 (cluster 0's first key of the first trip of the split starting there):
+        // its score takes q . sink, added here rather than tested per key in the loop above
+        // (which slowed every key).
+        if (KV_SINK == 1u && j0 == 0u && t == 0u && cl == 0u) {
+            for (var w = 0u; w < kpl; w++) {
+                let e = (cl_lane + CL * w) * kpw;
+                for (var h = 0u; h < qv; h++) {
+                    let s0 = kvh * HD + e + 4u * h;
+                    let sx = vec4<f32>(sink[s0], sink[s0 + 1u], sink[s0 + 2u], sink[s0 + 3u]);
+                    for (var g = 0u; g < GQ; g++) {
+                        acc[g] += dot(qr[(w * qv + h) * GQ + g], sx);
                     }
                 }
             }
