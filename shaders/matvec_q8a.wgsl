@@ -58,6 +58,11 @@ override EPI: u32 = 0;
 // ggml type id (8 Q8_0, 2 Q4_0, 12 Q4_K, 14 Q6_K) and bytes per block.
 override QTYPE: u32 = 8;
 override TS: u32 = 34;
+// 1: parts 1 and 2 hold QTYPE1 and QTYPE2 weights (q/k/v of mixed types in one launch; never
+// gated or QUAD): a part's workgroups take its type's decoder (uniform per workgroup).
+override MIXED: u32 = 0;
+override QTYPE1: u32 = 8;
+override QTYPE2: u32 = 8;
 // Row groups per workgroup: the workgroup owns NIT * (WG / LPR) * R consecutive rows and walks
 // them one group of (WG / LPR) * R at a time, so one quantization of x serves them all.
 override NIT: u32 = 1;
@@ -154,6 +159,16 @@ fn x_sum(t: u32, u: u32) -> i32 {
 
 // The part the next weight read goes to.
 var<private> cur: u32;
+// MIXED: the weight type of this workgroup's part.
+var<private> part_qt: u32;
+
+// The weight type being decoded: QTYPE, or with MIXED this workgroup's part's.
+fn qt() -> u32 {
+    if (MIXED == 0u) {
+        return QTYPE;
+    }
+    return part_qt;
+}
 // MOE: the token this workgroup takes (wid.z); MOE 3 / 4: its expert.
 var<private> tok: u32 = 0u;
 // MOE 3 / 4: the expert's listed slots, and the first of this pass's NC columns.
@@ -313,7 +328,7 @@ fn unit_of(row: u32, u: u32) -> Unit {
     var r: Unit;
     r.sm = 0.0;
     r.zb = 0;
-    if (QTYPE == 8u) {
+    if (qt() == 8u) {
         // Q8_0: f16 d, 32 i8 (its 34 bytes are the 9 words from blk / 4: qs word j is word
         // j + 1 when blk = 2 mod 4, else the halves of words j and j + 1).
         let blk = row * (wcols() / 32u) * 34u + u * 34u;
@@ -323,7 +338,7 @@ fn unit_of(row: u32, u: u32) -> Unit {
         for (var j = 0u; j < 8u; j++) {
             r.q[j] = select((w[j] >> 16u) | (w[j + 1u] << 16u), w[j + 1u], odd);
         }
-    } else if (QTYPE == 2u) {
+    } else if (qt() == 2u) {
         // Q4_0: f16 d, 16 bytes: element j low nibble of byte j, j + 16 its high nibble.
         let blk = row * (wcols() / 32u) * 18u + u * 18u;
         // Its 18 bytes lie in the 5 words from blk / 4; qs word j is word j + 1 (blk = 2 mod 4)
@@ -372,15 +387,15 @@ fn q4k_unit(d: f32, dmin: f32, hd: vec4<u32>, q0: vec4<u32>, q1: vec4<u32>, s: u
 // bytes (one header and two 16-byte loads per 64 elements), Q6_K pairs (k, k + 2) sharing ql and
 // qh bytes; the others single units.
 fn upl() -> u32 {
-    return select(1u, 2u, QTYPE == 12u || QTYPE == 14u);
+    return select(1u, 2u, qt() == 12u || qt() == 14u);
 }
 
 // The row's unit (32 elements of x) that part `hh` of step `pu` multiplies.
 fn xunit(pu: u32, hh: u32) -> u32 {
-    if (QTYPE == 12u) {
+    if (qt() == 12u) {
         return 2u * pu + hh;
     }
-    if (QTYPE == 14u) {
+    if (qt() == 14u) {
         let pp = pu % 4u;
         return (pu / 4u) * 8u + (pp / 2u) * 4u + pp % 2u + 2u * hh;
     }
@@ -467,7 +482,7 @@ fn q6k_quad(blk: u32, h: u32) -> array<Unit, 4> {
 // Step `pu` of row `row`: units xunit(pu, 0), xunit(pu, 1); the second is unset when upl() is 1.
 fn units_of(row: u32, pu: u32) -> array<Unit, 2> {
     var r: array<Unit, 2>;
-    if (QTYPE == 12u) {
+    if (qt() == 12u) {
         let j = pu % 4u;
         let blk = row * (wcols() / 256u) * 9u + (pu / 4u) * 9u;
         let hd = wq(blk);
@@ -477,7 +492,7 @@ fn units_of(row: u32, pu: u32) -> array<Unit, 2> {
         let dmin = f16v(hd.x >> 16u);
         r[0] = q4k_unit(d, dmin, hd, q0, q1, 2u * j);
         r[1] = q4k_unit(d, dmin, hd, q0, q1, 2u * j + 1u);
-    } else if (QTYPE == 14u) {
+    } else if (qt() == 14u) {
         let pp = pu % 4u;
         r = q6k_pair(row * (wcols() / 256u) * 210u + (pu / 4u) * 210u, pp / 2u, pp % 2u);
     } else {
@@ -535,6 +550,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             rows = p.rows1;
             yoff = p.off1;
         }
+        part_qt = select(select(QTYPE, QTYPE2, part == 2u), QTYPE1, part == 1u);
         let c4 = p.cols / 4u;
         let uc = p.cols / 32u;
         let n_units = NC * uc;
@@ -689,7 +705,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                                     hi = hi + dot4I8Packed(w.q[j + 4u], xw[j + 4u]);
                                 }
                                 var c: f32;
-                                if (QTYPE == 14u) {
+                                if (qt() == 14u) {
                                     c = w.sa * f32(lo) + w.sb * f32(hi);
                                 } else {
                                     c = w.sa * f32(lo + hi + w.zb * sum) - w.sm * f32(sum);

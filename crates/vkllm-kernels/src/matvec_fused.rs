@@ -91,11 +91,14 @@ pub struct MatvecTuning {
 /// One fused matvec: `y[t] = epilogue(W_i . prologue(x[t]))` for each part `i` and column `t`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MatvecOp {
-    /// Weight type of every part (mixed types are not one dispatch: the caller splits).
+    /// Weight type of the parts ([`MatvecOp::part_types`] may differ for the int8 kernel).
     pub dtype: WeightType,
     pub cols: usize,
     /// 1 to [`MAX_PARTS`] parts (exactly 2, gate then up, for [`Epilogue::Gated`]).
     pub parts: Vec<MatvecPart>,
+    /// Each part's weight type where they differ (empty: all `dtype`): one launch of
+    /// `matvec_q8a.wgsl` takes mixed types (q/k/v of Q4_K_M files: V in Q6_K), ungated only.
+    pub part_types: Vec<WeightType>,
     /// Activation columns, 1 to [`MAX_COLUMNS`]: x is `[n_cols, cols]`, y is `[n_cols, y_stride]`.
     pub n_cols: usize,
     pub y_stride: usize,
@@ -114,6 +117,7 @@ impl MatvecOp {
             dtype,
             cols,
             parts: vec![MatvecPart { rows, y_offset: 0 }],
+            part_types: Vec::new(),
             n_cols: 1,
             y_stride: rows,
             norm: None,
@@ -121,6 +125,16 @@ impl MatvecOp {
             tuning: None,
             q8a: Default::default(),
         }
+    }
+
+    /// Part `i`'s weight type.
+    pub fn part_type(&self, i: usize) -> WeightType {
+        self.part_types.get(i).copied().unwrap_or(self.dtype)
+    }
+
+    /// Whether the parts' weight types differ.
+    pub fn mixed(&self) -> bool {
+        (0..self.parts.len()).any(|i| self.part_type(i) != self.dtype)
     }
 
     /// Elements per unit of work: a 16-byte float word, or 16 quantized elements.
@@ -180,7 +194,8 @@ impl MatvecOp {
     pub fn weight_bytes(&self) -> u64 {
         self.parts
             .iter()
-            .map(|p| self.dtype.storage_bytes((p.rows * self.cols) as u64))
+            .enumerate()
+            .map(|(i, p)| self.part_type(i).storage_bytes((p.rows * self.cols) as u64))
             .sum()
     }
 }
@@ -377,6 +392,16 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 ),
             ));
         }
+        if op.mixed()
+            && (!q8a
+                || matches!(op.epilogue, Epilogue::Gated { .. })
+                || op.part_types.len() != n_parts)
+        {
+            return Err(shape_err(
+                k,
+                "parts of mixed weight types need the int8 kernel, ungated, one type per part",
+            ));
+        }
         if let Epilogue::Gated { .. } = op.epilogue
             && (n_parts != 2 || op.parts[0].rows != op.parts[1].rows)
         {
@@ -409,7 +434,7 @@ impl<B: KernelBuffer> MatvecFused<B> {
         }
         for (i, (part, w)) in op.parts.iter().zip(&self.w).enumerate() {
             let s = MatShape {
-                dtype: op.dtype,
+                dtype: op.part_type(i),
                 rows: part.rows,
                 cols: op.cols,
                 row_offset: 0,
@@ -421,7 +446,7 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 k,
                 "w",
                 w,
-                op.dtype
+                op.part_type(i)
                     .storage_bytes((part.rows * op.cols) as u64)
                     .div_ceil(16)
                     * 16,
@@ -542,7 +567,10 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 .set("QTYPE", op.dtype.ggml_id() as f64)
                 .set("TS", op.dtype.bytes() as f64)
                 .set("NIT", nit as f64)
-                .set("XG", xg.is_some() as u32 as f64);
+                .set("XG", xg.is_some() as u32 as f64)
+                .set("MIXED", op.mixed() as u32 as f64)
+                .set("QTYPE1", op.part_type(1).ggml_id() as f64)
+                .set("QTYPE2", op.part_type(2).ggml_id() as f64);
             let o = match moe {
                 Some(m) => o
                     .set("MOE", f64::from(m.stage))

@@ -47,9 +47,7 @@ pub const TYPES: [WeightType; 4] = [
 /// `n_cols * cols <= MAX_ELEMS`. (The device must also offer int8 dot products and subgroups of
 /// at least 4 lanes: the caller checks.)
 pub fn supported(op: &MatvecOp) -> bool {
-    TYPES.contains(&op.dtype)
-        && op.cols > 0
-        && op.cols.is_multiple_of(op.dtype.block_size())
+    types_ok(op)
         && (1..=crate::matvec_fused::MAX_COLUMNS).contains(&op.n_cols)
         && op.n_cols * op.cols <= MAX_ELEMS
 }
@@ -82,6 +80,9 @@ pub struct Q8aRules {
     /// workgroup reads the codes) instead of each workgroup quantizing x in shared memory;
     /// rows past [`MAX_ELEMS`] take it either way.
     pub xg_single: bool,
+    /// Parts of different weight types in one launch (`MatvecOp::part_types`); `false`: the
+    /// caller records one product per weight (the reference).
+    pub mixed: bool,
 }
 
 impl Default for Q8aRules {
@@ -94,6 +95,7 @@ impl Default for Q8aRules {
             xg_lanes: 0,
             xg_rows: 0,
             xg_single: false,
+            mixed: true,
         }
     }
 }
@@ -101,10 +103,24 @@ impl Default for Q8aRules {
 /// Whether `op` runs on `matvec_q8a.wgsl` over quantized x (`XG`): one of [`TYPES`], whole
 /// blocks, one or more columns (a launch takes up to [`xg_chunk`] of them).
 pub fn supported_xg(op: &MatvecOp) -> bool {
-    TYPES.contains(&op.dtype)
-        && op.cols > 0
-        && op.cols.is_multiple_of(op.dtype.block_size())
-        && op.n_cols > 0
+    types_ok(op) && op.n_cols > 0
+}
+
+/// Every part's type one of [`TYPES`] and its rows whole blocks; mixed types only where the
+/// op's rules allow them ([`Q8aRules::mixed`]) and the epilogue is not gated.
+fn types_ok(op: &MatvecOp) -> bool {
+    let each = (0..op.parts.len().max(1)).all(|i| {
+        let t = op.part_type(i);
+        TYPES.contains(&t) && op.cols > 0 && op.cols.is_multiple_of(t.block_size())
+    });
+    each && (!op.mixed() || (op.q8a.mixed && !is_gated(op)))
+}
+
+/// Elements of a lane step: 64 where every part is Q4_K or Q6_K (unit pairs), else 32.
+fn lane_step(op: &MatvecOp) -> usize {
+    let pairs = (0..op.parts.len().max(1))
+        .all(|i| matches!(op.part_type(i), WeightType::Q4_K | WeightType::Q6_K));
+    if pairs { 64 } else { 32 }
 }
 
 /// Launches on quantized x with two rows per team need this many workgroups (else one row per
@@ -117,11 +133,7 @@ pub const XG_PAIR_MIN_GROUPS: usize = 256;
 /// launch sweeps on the H200 (4, 8, 16, 32 lanes x 1, 2 rows over 2 to 16 columns;
 /// docs/benchmarks.md).
 pub fn xg_tuning(op: &MatvecOp) -> MatvecTuning {
-    let step = if matches!(op.dtype, WeightType::Q4_K | WeightType::Q6_K) {
-        64
-    } else {
-        32
-    };
+    let step = lane_step(op);
     let lanes = match op.q8a.xg_lanes {
         0 => ((op.cols / step).max(1).next_power_of_two() as u32).clamp(4, 16),
         l => l,
@@ -159,11 +171,7 @@ pub fn default_tuning(op: &MatvecOp) -> MatvecTuning {
         };
     }
     // Q4_K and Q6_K lanes take 64-element steps (unit pairs).
-    let step = if matches!(op.dtype, WeightType::Q4_K | WeightType::Q6_K) {
-        64
-    } else {
-        32
-    };
+    let step = lane_step(op);
     let units = (op.cols / step).max(1);
     let lanes = units.next_power_of_two().clamp(4, 32) as u32;
     let gated = is_gated(op);
@@ -199,7 +207,7 @@ fn plain_rows(op: &MatvecOp) -> usize {
 /// found faster for these shapes by a launch sweep; longer Q4_K rows, Q8_0 and Q4_0 lost with
 /// it (docs/benchmarks.md). Off with `op.q8a.wide` false (the reference launch).
 pub fn kquant_wide(op: &MatvecOp) -> bool {
-    if !op.q8a.wide {
+    if !op.q8a.wide || op.mixed() {
         return false;
     }
     let gated = is_gated(op);
@@ -220,6 +228,7 @@ pub fn kquant_wide(op: &MatvecOp) -> bool {
 pub fn quad(op: &MatvecOp, t: MatvecTuning) -> bool {
     let gated = is_gated(op);
     op.dtype == WeightType::Q6_K
+        && !op.mixed()
         && t.rows_per_team == 1
         && !gated
         && op.cols / 128 >= 8 * t.lanes as usize

@@ -78,6 +78,8 @@ fn max_abs(v: &[f32]) -> f64 {
 /// One fused-matvec case.
 struct Case {
     dtype: WeightType,
+    /// Each part's type where they differ (int8 only; empty: all `dtype`).
+    types: &'static [WeightType],
     /// Rows of each part (1..=3; 2 equal ones for gated).
     rows: &'static [usize],
     cols: usize,
@@ -90,6 +92,13 @@ struct Case {
     int8: bool,
     /// Teams (`matvec_fused.wgsl`, with `tuning`) or rows (`matvec_rows.wgsl`).
     layout: MatvecLayout,
+}
+
+impl Case {
+    /// Part `i`'s weight type.
+    fn ty(&self, i: usize) -> WeightType {
+        self.types.get(i).copied().unwrap_or(self.dtype)
+    }
 }
 
 const fn tune(wg: u32, lanes: u32, rows_per_team: u32) -> Option<MatvecTuning> {
@@ -112,11 +121,13 @@ fn run_case(
     let ws: Vec<W> = c
         .rows
         .iter()
-        .map(|&r| make_weight(rng, c.dtype, r, cols))
+        .enumerate()
+        .map(|(i, &r)| make_weight(rng, c.ty(i), r, cols))
         .collect::<Result<_>>()?;
     let tensors: Vec<Tensor> = ws
         .iter()
-        .map(|w| Tensor::from_bytes(cx.dev, "w", c.dtype, w.rows, cols, &w.bytes))
+        .enumerate()
+        .map(|(i, w)| Tensor::from_bytes(cx.dev, "w", c.ty(i), w.rows, cols, &w.bytes))
         .collect::<Result<_>>()?;
     // Parts back to back with one-element gaps; the stride leaves two more.
     let written: Vec<usize> = if gated {
@@ -301,9 +312,10 @@ fn run_case(
             e.push(wv);
         }
     }
+    let names: Vec<&str> = (0..c.types.len().max(1)).map(|i| c.ty(i).name()).collect();
     let variant = format!(
         "{} {}{}{}{}",
-        c.dtype.name(),
+        names.join("+"),
         match c.epilogue {
             Epilogue::Store => "store",
             Epilogue::Accumulate => "+=",
@@ -360,7 +372,6 @@ fn q8a_reference(
     eps: f32,
     t: MatvecTuning,
 ) -> Result<DotsAndBounds> {
-    let qt = quant_type(c.dtype)?;
     let (cols, n) = (c.cols, c.n);
     let mut acts = Vec::new();
     let mut invs = Vec::new();
@@ -377,14 +388,15 @@ fn q8a_reference(
         acts.push(quantize_act_q8(&v));
         invs.push(inv);
     }
-    let row_bytes = qt.row_bytes(cols).map_err(cpu_err)?;
     let feps = f32::EPSILON as f64;
     let mut dots = Vec::new();
     let mut tol = 0f64;
     let mut tie_max = 0f64;
     let mut round_max = 0f64;
     let mut max_dot = 0f64;
-    for w in ws {
+    for (pi, w) in ws.iter().enumerate() {
+        let qt = quant_type(c.ty(pi))?;
+        let row_bytes = qt.row_bytes(cols).map_err(cpu_err)?;
         let mut d = vec![0f32; n * w.rows];
         for ((a, &inv), yt) in acts.iter().zip(&invs).zip(d.chunks_exact_mut(w.rows)) {
             matvec_q8act(qt, &w.bytes, w.rows, cols, a, yt).map_err(cpu_err)?;
@@ -436,6 +448,7 @@ fn cases_for(dtype: WeightType, cols: [usize; 4], int8: bool) -> Vec<Case> {
     };
     let case = |rows, cols, n, norm, epilogue, tuning| Case {
         dtype,
+        types: &[],
         rows,
         cols,
         n,
@@ -569,7 +582,62 @@ fn run_types_where(
             out.push(run_case(&cx, &mut rng, &c, q8a)?);
         }
     }
+    if int8 {
+        for c in mixed_cases().into_iter().filter(|c| keep(c)) {
+            out.push(run_case(&cx, &mut rng, &c, q8a)?);
+        }
+    }
     Ok(out)
+}
+
+/// int8 launches over parts of different weight types (q/k/v of Q4_K_M files, whose V is
+/// Q6_K on some layers; block sizes 32 and 256 together): one column with the norm, several
+/// columns on the shared-memory launch with a tuned team shape, and quantized x (11 columns).
+fn mixed_cases() -> Vec<Case> {
+    use WeightType::{Q4_0, Q4_K, Q6_K, Q8_0};
+    let case = |types: &'static [WeightType], rows, cols, n, norm, epilogue, tuning| Case {
+        dtype: types[0],
+        types,
+        rows,
+        cols,
+        n,
+        norm,
+        epilogue,
+        tuning,
+        int8: true,
+        layout: MatvecLayout::Teams,
+    };
+    let (store, acc) = (Epilogue::Store, Epilogue::Accumulate);
+    vec![
+        case(
+            &[Q4_K, Q4_K, Q6_K],
+            &[133, 37, 21],
+            256 * 9,
+            1,
+            Some(0.0),
+            store,
+            None,
+        ),
+        case(
+            &[Q8_0, Q4_0, Q4_K],
+            &[45, 7, 7],
+            256 * 3,
+            3,
+            None,
+            acc,
+            tune(64, 4, 2),
+        ),
+        case(&[Q6_K, Q8_0], &[77, 29], 256, 8, Some(1.0), store, None),
+        case(
+            &[Q4_0, Q6_K, Q4_K],
+            &[29, 61, 13],
+            256 * 17,
+            11,
+            Some(1.0),
+            store,
+            None,
+        ),
+    ]
 }
 
 pub(crate) fn matvec_fused_float(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {

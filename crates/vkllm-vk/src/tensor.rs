@@ -333,16 +333,20 @@ impl Recorder {
                 plan.y_offsets.len()
             )));
         }
-        if w.iter()
-            .any(|t| t.dtype != first.dtype || t.cols != first.cols)
-        {
-            return Err(unfusable(w, "weights differ in type or columns"));
+        if w.iter().any(|t| t.cols != first.cols) {
+            return Err(unfusable(w, "weights differ in columns"));
         }
         let gated = matches!(plan.epilogue, Epilogue::Gated { .. });
+        let mixed = w.iter().any(|t| t.dtype != first.dtype);
         let mut op = MatvecOp {
             dtype: first.dtype,
             cols: first.cols,
             parts: Vec::new(),
+            part_types: if mixed {
+                w.iter().map(|t| t.dtype).collect()
+            } else {
+                Vec::new()
+            },
             n_cols: plan.n_cols,
             y_stride: plan.y_stride,
             norm: plan.norm.map(|(_, n)| n),
@@ -359,6 +363,22 @@ impl Recorder {
             Some(l) => l,
             None => default_matvec_layout(self.device()),
         };
+        if mixed {
+            // Weights of different types share one launch only on the int8 kernel (one part
+            // each); `y_offsets` gave the parts so that the kernel's checks see them.
+            op.parts = w
+                .iter()
+                .zip(plan.y_offsets)
+                .map(|(t, &y_offset)| MatvecPart {
+                    rows: t.rows,
+                    y_offset,
+                })
+                .collect();
+            let int8 = self.q8a_xg_runs(imp, &op) || self.q8a_runs(imp, &op);
+            if !int8 || w.iter().any(|t| t.parts.len() != 1) {
+                return Err(unfusable(w, "weights differ in type"));
+            }
+        }
         if !op.fast_supported() {
             let plain = w.len() == 1
                 && plan.n_cols == 1

@@ -107,6 +107,9 @@ pub struct Tuning {
     /// workgroup quantizes x in shared memory, the reference; rows past 16384 elements take the
     /// quantized-x launch either way). Key `q8a_xg1`.
     pub q8a_xg1: bool,
+    /// int8 matvec: q/k/v of different weight types (Q4_K_M's Q6_K V) in one launch; `false`:
+    /// the norm and one product per weight. Key `q8a_mixed`.
+    pub q8a_mixed: bool,
     /// Lanes per row of those launches; 0 by row length. Key `q8a_xg_lanes`.
     pub q8a_xg_lanes: u32,
     /// Rows per team of those launches; 0 the default (2). Key `q8a_xg_rows`.
@@ -305,6 +308,7 @@ impl Default for Tuning {
             q8a_workgroups: 0,
             q8a_xg: true,
             q8a_xg1: false,
+            q8a_mixed: true,
             q8a_xg_lanes: 0,
             q8a_xg_rows: 0,
             decode_int8_max_n: 16,
@@ -390,6 +394,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "q8a_workgroups",
     "q8a_xg",
     "q8a_xg1",
+    "q8a_mixed",
     "q8a_xg_lanes",
     "q8a_xg_rows",
     "decode_int8_max_n",

@@ -1,0 +1,169 @@
+//! RMSNorm + q/k/v (`Backend::norm_qkv`) over weights of different block types, as Q4_K_M
+//! files hold them (V in Q6_K on some layers): on the Vulkan backend with the int8 matvec
+//! (tuning `matvec=int8`, what GPUs run by default) the three products are one launch whose
+//! parts decode their own types (the backend reports the packed output); with `q8a_mixed=0`
+//! the norm and one product per weight (the reference). Both must give the CPU reference within
+//! the int8 kernels' error (activations quantized per 32 to 8 bits: bound NMSE 1e-3, max 3% of
+//! the largest output), and each other to f32 rounding (the same int8 products, the norm's
+//! scale applied before or after them), for one token and three. Under the validation layer.
+
+mod common;
+
+use vkllm_cpu::quant::{QuantType, dequantize_row, quantize_row};
+use vkllm_models::backend::{Backend, Linear, NormQkv};
+use vkllm_models::{CpuBackend, VulkanBackend};
+
+const H: usize = 512;
+const HEAD: usize = 64;
+/// q, k and v rows: 8 query heads, 2 kv heads.
+const ROWS: [usize; 3] = [8 * HEAD, 2 * HEAD, 2 * HEAD];
+
+fn rand(seed: &mut u64, n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((*seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+struct Inputs {
+    x: Vec<f32>,
+    norm: Vec<f32>,
+    types: [QuantType; 3],
+    blocks: Vec<Vec<u8>>,
+}
+
+fn inputs(n: usize, types: [QuantType; 3], seed: u64) -> Inputs {
+    let mut s = seed;
+    let blocks = types
+        .iter()
+        .zip(ROWS)
+        .map(|(&ty, rows)| quantize_row(ty, &rand(&mut s, rows * H, 0.1)).expect("quantize"))
+        .collect();
+    Inputs {
+        x: rand(&mut s, n * H, 1.0),
+        norm: rand(&mut s, H, 0.3).iter().map(|v| 1.0 + v).collect(),
+        types,
+        blocks,
+    }
+}
+
+/// q, k and v of each token, concatenated (`[n, q + k + v]`), and whether the backend packed
+/// them.
+fn run<B: Backend>(b: &mut B, inp: &Inputs, n: usize, raw: bool) -> (Vec<f32>, bool) {
+    let mut lin = Vec::new();
+    for ((bytes, &ty), rows) in inp.blocks.iter().zip(&inp.types).zip(ROWS) {
+        let weight = if raw {
+            b.upload_matrix_raw(ty, bytes, rows, H)
+                .expect("upload")
+                .expect("the backend keeps the blocks")
+        } else {
+            let mut f = vec![0f32; rows * H];
+            dequantize_row(ty, bytes, &mut f).expect("dequantize");
+            b.upload_matrix(&f, rows, H).expect("upload")
+        };
+        lin.push(Linear {
+            weight,
+            bias: None,
+            rows,
+            cols: H,
+        });
+    }
+    let width: usize = ROWS.iter().sum();
+    let a = NormQkv {
+        x: b.upload_f32(&inp.x).expect("x"),
+        norm: b.upload_f32(&inp.norm).expect("norm"),
+        eps: 1e-6,
+        norm_offset: 0.0,
+        n,
+        head_dim: HEAD,
+        h: b.alloc_f32(n * H).expect("h"),
+        q: &lin[0],
+        k: &lin[1],
+        v: &lin[2],
+        q_out: b.alloc_f32(n * ROWS[0]).expect("q"),
+        k_out: b.alloc_f32(n * ROWS[1]).expect("k"),
+        v_out: b.alloc_f32(n * ROWS[2]).expect("v"),
+        packed: b.alloc_f32(n * width).expect("packed"),
+    };
+    let packed = b.norm_qkv(&a).expect("norm_qkv");
+    let mut out = vec![0f32; n * width];
+    if packed {
+        b.read_f32(a.packed, 0, &mut out).expect("read");
+    } else {
+        for (i, (t, rows)) in [a.q_out, a.k_out, a.v_out]
+            .into_iter()
+            .zip(ROWS)
+            .enumerate()
+        {
+            let mut part = vec![0f32; n * rows];
+            b.read_f32(t, 0, &mut part).expect("read");
+            let off: usize = ROWS[..i].iter().sum();
+            for tk in 0..n {
+                out[tk * width + off..][..rows].copy_from_slice(&part[tk * rows..][..rows]);
+            }
+        }
+    }
+    (out, packed)
+}
+
+#[test]
+fn mixed_type_qkv_is_one_int8_launch_and_matches_cpu() {
+    let dev_with = |mixed: bool| {
+        let mut opts = common::options();
+        opts.tuning.matvec = Some(vkllm_vk::kernels::matvec_fused::MatvecImpl::Int8);
+        opts.tuning.q8a_mixed = mixed;
+        let dev = common::open(&opts);
+        assert!(
+            dev.int8_dot(),
+            "this test needs integer dot products (lavapipe has them)"
+        );
+        dev
+    };
+    let (mixed_dev, separate_dev) = (dev_with(true), dev_with(false));
+    use QuantType::{Q4_0, Q4_K, Q6_K, Q8_0};
+    for (types, n, seed) in [
+        ([Q4_K, Q4_K, Q6_K], 1, 1u64),
+        ([Q4_K, Q4_K, Q6_K], 3, 2),
+        ([Q8_0, Q4_0, Q6_K], 1, 3),
+    ] {
+        let inp = inputs(n, types, seed);
+        let (want, _) = run(&mut CpuBackend::new(), &inp, n, false);
+        let (mixed, packed) = run(&mut VulkanBackend::new(mixed_dev.clone()), &inp, n, true);
+        let (separate, separate_packed) =
+            run(&mut VulkanBackend::new(separate_dev.clone()), &inp, n, true);
+        assert!(
+            packed,
+            "{types:?} n {n}: one mixed-type launch (packed output)"
+        );
+        assert!(
+            !separate_packed,
+            "{types:?} n {n}: q8a_mixed=0 runs one product per weight"
+        );
+        let scale = want.iter().fold(0f64, |m, v| m.max(f64::from(v.abs())));
+        assert!(
+            scale > 1e-3,
+            "{types:?} n {n}: the products are not all zero"
+        );
+        for (name, got) in [("mixed", &mixed), ("separate", &separate)] {
+            let d = vkllm_cpu::compare::diff(got, &want);
+            assert!(
+                d.non_finite == 0 && d.max_abs <= 0.03 * scale && d.nmse <= 1e-3,
+                "{types:?} n {n} {name} vs the CPU: max abs {} (scale {scale}), nmse {}",
+                d.max_abs,
+                d.nmse
+            );
+        }
+        let d = vkllm_cpu::compare::diff(&mixed, &separate);
+        assert!(
+            d.non_finite == 0 && d.nmse <= 1e-10,
+            "{types:?} n {n}: mixed vs separate max abs {}, nmse {}",
+            d.max_abs,
+            d.nmse
+        );
+        eprintln!("{types:?} n {n}: mixed vs separate nmse {:.2e}", d.nmse);
+    }
+}
