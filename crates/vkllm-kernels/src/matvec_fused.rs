@@ -412,7 +412,13 @@ impl<B: KernelBuffer> MatvecFused<B> {
         }
         let t = op.tuning.unwrap_or_else(|| match kind {
             Kind::Xg { .. } => crate::matvec_q8a::xg_tuning(op),
-            Kind::Q8a | Kind::Moe(_) => crate::matvec_q8a::default_tuning(op),
+            Kind::Q8a => crate::matvec_q8a::default_tuning(op),
+            // The expert launches keep 256 invocations (their sweeps were at that size).
+            Kind::Moe(_) => {
+                let mut o = op.clone();
+                o.q8a.wg = 256;
+                crate::matvec_q8a::default_tuning(&o)
+            }
             Kind::Fused => op.default_tuning(),
         });
         let slots = op.slots(t.rows_per_team);

@@ -83,6 +83,9 @@ pub struct Q8aRules {
     /// Parts of different weight types in one launch (`MatvecOp::part_types`); `false`: the
     /// caller records one product per weight (the reference).
     pub mixed: bool,
+    /// Invocations per workgroup of the shared-memory launch; 0: [`default_tuning`]'s rule
+    /// (256, up to 1024 for ungated rows of [`WIDE_X_COLS`]+ elements).
+    pub wg: u32,
 }
 
 impl Default for Q8aRules {
@@ -96,6 +99,7 @@ impl Default for Q8aRules {
             xg_rows: 0,
             xg_single: false,
             mixed: true,
+            wg: 0,
         }
     }
 }
@@ -181,12 +185,31 @@ pub fn default_tuning(op: &MatvecOp) -> MatvecTuning {
     } else {
         1
     };
+    // Team sums use `red` (1024 words) for up to wg / 4 subgroups.
+    let fits = |wg: u32| (wg / 4) as usize * op.slots(r) as usize * op.n_cols <= 1024;
+    let groups = |wg: u32| plain_rows(op).div_ceil((wg / lanes * r) as usize);
+    let wg = match op.q8a.wg {
+        0 if op.cols >= WIDE_X_COLS && !gated => [1024, 512]
+            .into_iter()
+            .find(|&w| fits(w) && groups(w) >= WIDE_X_MIN_GROUPS)
+            .unwrap_or(256),
+        w if w != 0 && w >= lanes && fits(w) => w,
+        _ => 256,
+    };
     MatvecTuning {
-        wg: 256,
+        wg,
         lanes,
         rows_per_team: r,
     }
 }
+
+/// Ungated rows of at least this many elements take workgroups of up to 1024 invocations
+/// ([`default_tuning`]): every workgroup quantizes all of x, so more rows per workgroup read and
+/// quantize it fewer times (down projections; shorter rows and gated pairs measured slower).
+pub const WIDE_X_COLS: usize = 8192;
+
+/// ... while the grid keeps this many workgroups (about one per multiprocessor of a large GPU).
+pub const WIDE_X_MIN_GROUPS: usize = 128;
 
 /// Whether `op` ends in a gated activation (two parts, gate and up).
 fn is_gated(op: &MatvecOp) -> bool {

@@ -493,6 +493,12 @@ fn cases_for(dtype: WeightType, cols: [usize; 4], int8: bool) -> Vec<Case> {
         let acc = Epilogue::Accumulate;
         case(&[333], c3, 3, Some(1.0), acc, tune(256, 4, 1))
     }))
+    // int8: 1024-invocation workgroups, the automatic launch of long rows on large grids
+    // (`matvec_q8a::WIDE_X_COLS`; 4097 rows make 129 workgroups of 32 rows), and explicitly
+    // with the norm and a gated pair of two rows per team.
+    .chain(int8.then(|| case(&[4097], 8192, 1, Some(1.0), Epilogue::Accumulate, None)))
+    .chain(int8.then(|| case(&[333], c3, 1, Some(0.0), Epilogue::Store, tune(1024, 32, 1))))
+    .chain(int8.then(|| case(&[61, 61], c3, 1, None, silu, tune(1024, 32, 2))))
     // int8 on quantized x only (`XG`): more columns than the shared-memory launch takes (a
     // chunk of 16 then the rest at a column offset; 8 per launch for a gated pair with two
     // rows per team), and 5 columns of 4096 (past its 16384 elements).

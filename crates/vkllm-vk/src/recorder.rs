@@ -382,6 +382,7 @@ impl Recorder {
                 xg_rows: t.q8a_xg_rows,
                 xg_single: t.q8a_xg1,
                 mixed: t.q8a_mixed,
+                wg: t.q8a_wg,
             }
         })
     }

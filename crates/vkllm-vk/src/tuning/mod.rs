@@ -110,6 +110,9 @@ pub struct Tuning {
     /// int8 matvec: q/k/v of different weight types (Q4_K_M's Q6_K V) in one launch; `false`:
     /// the norm and one product per weight. Key `q8a_mixed`.
     pub q8a_mixed: bool,
+    /// int8 matvec: invocations per workgroup of single-token launches; 0 by row length. Key
+    /// `q8a_wg`.
+    pub q8a_wg: u32,
     /// Lanes per row of those launches; 0 by row length. Key `q8a_xg_lanes`.
     pub q8a_xg_lanes: u32,
     /// Rows per team of those launches; 0 the default (2). Key `q8a_xg_rows`.
@@ -309,6 +312,7 @@ impl Default for Tuning {
             q8a_xg: true,
             q8a_xg1: false,
             q8a_mixed: true,
+            q8a_wg: 0,
             q8a_xg_lanes: 0,
             q8a_xg_rows: 0,
             decode_int8_max_n: 16,
@@ -395,6 +399,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "q8a_xg",
     "q8a_xg1",
     "q8a_mixed",
+    "q8a_wg",
     "q8a_xg_lanes",
     "q8a_xg_rows",
     "decode_int8_max_n",
