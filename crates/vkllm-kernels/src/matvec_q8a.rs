@@ -164,8 +164,9 @@ pub fn xg_chunk(op: &MatvecOp) -> usize {
 /// The launch shape used when the op names none: 32 lanes per row (fewer when a row has fewer
 /// than 32 steps of 32 elements, 64 for Q4_K and Q6_K, so no lane idles), 2 rows per team for
 /// large matrices (x words reused twice), and 256-invocation workgroups (the shared quantization
-/// of x is shared by more rows). Large K-quant matrices ([`kquant_wide`]: LM heads) take 8 lanes
-/// and one row per team instead.
+/// of x is shared by more rows), up to 1024 for ungated rows of [`WIDE_X_COLS`]+ elements, or
+/// the op's `q8a.wg`. Large K-quant matrices ([`kquant_wide`]: LM heads) take 8 lanes and one
+/// row per team instead.
 pub fn default_tuning(op: &MatvecOp) -> MatvecTuning {
     if kquant_wide(op) {
         return MatvecTuning {

@@ -110,8 +110,8 @@ pub struct Tuning {
     /// int8 matvec: q/k/v of different weight types (Q4_K_M's Q6_K V) in one launch; `false`:
     /// the norm and one product per weight. Key `q8a_mixed`.
     pub q8a_mixed: bool,
-    /// int8 matvec: invocations per workgroup of single-token launches; 0 by row length. Key
-    /// `q8a_wg`.
+    /// int8 matvec: invocations per workgroup of the launches that quantize x in shared memory;
+    /// 0 by row length. Key `q8a_wg`.
     pub q8a_wg: u32,
     /// Lanes per row of those launches; 0 by row length. Key `q8a_xg_lanes`.
     pub q8a_xg_lanes: u32,
