@@ -28,28 +28,17 @@ struct Inputs {
     ty: QuantType,
 }
 
-fn rand(seed: &mut u64, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| {
-            *seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((*seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
-
 fn inputs(n: usize, ty: QuantType, seed: u64) -> Inputs {
     let mut s = seed;
     // Stacked: E routed experts and the shared one (E + 1), router rows E + the shared gate.
     let ne = E + 1;
     let q = |s: &mut u64, rows: usize, cols: usize| {
-        quantize_row(ty, &rand(s, rows * cols, 0.1)).expect("quantize")
+        quantize_row(ty, &common::rand(s, rows * cols, 0.1)).expect("quantize")
     };
     Inputs {
-        x: rand(&mut s, n * H, 1.0),
-        norm: rand(&mut s, H, 0.3).iter().map(|v| 1.0 + v).collect(),
-        router: rand(&mut s, (E + 1) * H, 0.2),
+        x: common::rand(&mut s, n * H, 1.0),
+        norm: common::norm_weight(&mut s, H),
+        router: common::rand(&mut s, (E + 1) * H, 0.2),
         blocks: [
             q(&mut s, ne * FF, H),
             q(&mut s, ne * FF, H),
@@ -121,18 +110,8 @@ fn run<B: Backend>(b: &mut B, inp: &Inputs, n: usize, raw: bool) -> Vec<f32> {
 
 #[test]
 fn int8_moe_ffn_matches_cpu() {
-    let dev_with = |fused: bool| {
-        let mut opts = common::options();
-        opts.tuning.matvec = Some(vkllm_vk::kernels::matvec_fused::MatvecImpl::Int8);
-        opts.tuning.fused = fused;
-        let dev = common::open(&opts);
-        assert!(
-            dev.int8_dot(),
-            "this test needs integer dot products (lavapipe has them)"
-        );
-        dev
-    };
-    let (fused_dev, unfused_dev) = (dev_with(true), dev_with(false));
+    let fused_dev = common::int8_device(|t| t.fused = true);
+    let unfused_dev = common::int8_device(|t| t.fused = false);
     for (ty, n, seed) in [
         (QuantType::Q8_0, 1, 1u64),
         (QuantType::Q4_K, 1, 2),
@@ -155,25 +134,13 @@ fn int8_moe_ffn_matches_cpu() {
             n,
             true,
         ));
-        let scale = want.iter().fold(0f64, |m, v| m.max(f64::from(v.abs())));
-        assert!(scale > 1e-3, "{ty:?} n {n}: the experts add something");
-        for (name, got) in [("fused", &fused), ("unfused", &unfused)] {
-            let d = vkllm_cpu::compare::diff(got, &want);
-            assert!(
-                d.non_finite == 0 && d.max_abs <= 0.03 * scale && d.nmse <= 1e-3,
-                "{ty:?} n {n} {name} vs the CPU: max abs {} (scale {scale}), nmse {}",
-                d.max_abs,
-                d.nmse
-            );
-        }
-        // The same int8 products, the norm applied before or after them: f32 rounding apart.
-        let d = vkllm_cpu::compare::diff(&fused, &unfused);
-        assert!(
-            d.non_finite == 0 && d.nmse <= 1e-10,
-            "{ty:?} n {n}: fused vs unfused max abs {}, nmse {}",
-            d.max_abs,
-            d.nmse
+        // (The norm's scale applied before or after the same int8 products.)
+        let nmse = common::assert_int8_pair(
+            &format!("{ty:?} n {n}"),
+            ("fused", &fused),
+            ("unfused", &unfused),
+            &want,
         );
-        eprintln!("{ty:?} n {n}: fused vs unfused nmse {:.2e}", d.nmse);
+        eprintln!("{ty:?} n {n}: fused vs unfused nmse {nmse:.2e}");
     }
 }

@@ -239,6 +239,17 @@ pub fn default_matvec_layout(dev: &crate::Device) -> MatvecLayout {
     }
 }
 
+/// One part per weight (each unsplit), at its output offset.
+fn whole_parts(w: &[&Tensor], y_offsets: &[usize]) -> Vec<MatvecPart> {
+    w.iter()
+        .zip(y_offsets)
+        .map(|(t, &y_offset)| MatvecPart {
+            rows: t.rows,
+            y_offset,
+        })
+        .collect()
+}
+
 fn unfusable(w: &[&Tensor], reason: impl Into<String>) -> Error {
     let weights: Vec<String> = w
         .iter()
@@ -366,14 +377,7 @@ impl Recorder {
         if mixed {
             // Weights of different types share one launch only on the int8 kernel (one part
             // each); `y_offsets` gave the parts so that the kernel's checks see them.
-            op.parts = w
-                .iter()
-                .zip(plan.y_offsets)
-                .map(|(t, &y_offset)| MatvecPart {
-                    rows: t.rows,
-                    y_offset,
-                })
-                .collect();
+            op.parts = whole_parts(w, plan.y_offsets);
             let int8 = self.q8a_xg_runs(imp, &op) || self.q8a_runs(imp, &op);
             if !int8 || w.iter().any(|t| t.parts.len() != 1) {
                 return Err(unfusable(w, "weights differ in type"));
@@ -438,14 +442,7 @@ impl Recorder {
         if w.iter().any(|t| t.parts.len() != 1) {
             return Err(unfusable(w, "a weight is split in row parts"));
         }
-        op.parts = w
-            .iter()
-            .zip(plan.y_offsets)
-            .map(|(t, &y_offset)| MatvecPart {
-                rows: t.rows,
-                y_offset,
-            })
-            .collect();
+        op.parts = whole_parts(w, plan.y_offsets);
         if layout == MatvecLayout::Rows && !gated && !self.q8a_runs(imp, &op) {
             // One dispatch per part: llvmpipe runs a branch between bindings as masked code
             // that loads from every one of them.
@@ -542,14 +539,7 @@ impl Recorder {
             if w.iter().any(|t| t.parts.len() != 1) {
                 return Err(unfusable(w, "a weight is split in row parts"));
             }
-            let parts = w
-                .iter()
-                .zip(y_offsets)
-                .map(|(t, &y_offset)| MatvecPart {
-                    rows: t.rows,
-                    y_offset,
-                })
-                .collect();
+            let parts = whole_parts(w, y_offsets);
             vec![(w.iter().map(|t| t.parts[0].buffer.all()).collect(), parts)]
         };
         let src = ActQ8Layout {

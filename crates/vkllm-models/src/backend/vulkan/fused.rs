@@ -507,7 +507,8 @@ impl VulkanBackend {
     }
 
     /// Records one `matvec_fused` with an RMSNorm prologue; `Ok(false)` (nothing recorded) when
-    /// the weights cannot share a dispatch (`Unfusable`: mixed types, split weights).
+    /// the weights cannot share a dispatch (`Unfusable`: mixed types off the int8 kernel, split
+    /// weights).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn try_fused_matvec(
         &mut self,
