@@ -5,13 +5,17 @@
 //! the norm and one product per weight (the reference). Both must give the CPU reference within
 //! the int8 kernels' error (activations quantized per 32 to 8 bits: bound NMSE 1e-3, max 3% of
 //! the largest output), and each other to f32 rounding (the same int8 products, the norm's
-//! scale applied before or after them), for one token and three. Under the validation layer.
+//! scale applied before or after them), for one token and three. And a whole model's decode:
+//! a tiny Llama-shape Q4_K_M `vkllm synth` file (V in Q6_K on its last two layers) gives the
+//! same logits at every step with and without the mixed launch. Under the validation layer.
 
 mod common;
 
 use vkllm_cpu::quant::{QuantType, dequantize_row, quantize_row};
 use vkllm_models::backend::{Backend, Linear, NormQkv};
-use vkllm_models::{CpuBackend, VulkanBackend};
+use vkllm_models::gguf::GgufModel;
+use vkllm_models::synth::{self, SynthPlan};
+use vkllm_models::{CpuBackend, Logits, Model, QuantScheme, VulkanBackend};
 
 const H: usize = 512;
 const HEAD: usize = 64;
@@ -131,5 +135,55 @@ fn mixed_type_qkv_is_one_int8_launch_and_matches_cpu() {
             &want,
         );
         eprintln!("{types:?} n {n}: mixed vs separate nmse {nmse:.2e}");
+    }
+}
+
+#[test]
+fn q4_k_m_decode_is_the_same_with_the_mixed_launch() {
+    let plan = SynthPlan::new(synth::shape("tiny-llama").unwrap(), QuantScheme::Q4_K_M, 5);
+    let v_types: Vec<&str> = plan
+        .tensors
+        .iter()
+        .filter(|t| t.name.ends_with("attn_v.weight"))
+        .map(|t| t.ty.name())
+        .collect();
+    assert!(
+        v_types.contains(&"q6_K") && v_types.contains(&"q4_K"),
+        "some layers' V in Q6_K, some in Q4_K: {v_types:?}"
+    );
+    let path = std::env::temp_dir().join(format!("vkllm-mixed-qkv-{}.gguf", std::process::id()));
+    plan.write(&path, &mut |_, _| {}).unwrap();
+    let g = GgufModel::open(&path).unwrap();
+    // Logits of an 8-token prompt, then of 4 decode steps (one token each), per device.
+    let logits = |dev: vkllm_vk::Device| -> Vec<Vec<f32>> {
+        let mut b = VulkanBackend::new(dev);
+        let model = Model::load(g.config.clone(), &g, &mut b, 16).unwrap();
+        let kv = model.new_kv(&mut b, 16).unwrap();
+        let mut ids: Vec<u32> = (0..8).map(|i| (i * 37 + 5) % 1000).collect();
+        let mut out = vec![model.forward(&mut b, &kv, &ids, 0, Logits::Last).unwrap()];
+        for step in 0..4 {
+            let next = (step * 101 + 7) % 1000;
+            let l = model
+                .forward(&mut b, &kv, &[next], ids.len(), Logits::Last)
+                .unwrap();
+            ids.push(next);
+            out.push(l);
+        }
+        out
+    };
+    let mixed = logits(common::int8_device(|t| t.q8a_mixed = true));
+    let separate = logits(common::int8_device(|t| t.q8a_mixed = false));
+    std::fs::remove_file(&path).ok();
+    for (step, (a, b)) in mixed.iter().zip(&separate).enumerate() {
+        let d = vkllm_cpu::compare::diff(a, b);
+        let energy = b.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>();
+        assert!(energy > 0.0, "step {step}: all-zero logits");
+        assert!(
+            d.non_finite == 0 && d.nmse <= 1e-10,
+            "step {step}: mixed vs separate max abs {}, nmse {}",
+            d.max_abs,
+            d.nmse
+        );
+        eprintln!("step {step}: mixed vs separate nmse {:.2e}", d.nmse);
     }
 }
