@@ -414,11 +414,7 @@ impl<B: KernelBuffer> MatvecFused<B> {
             Kind::Xg { .. } => crate::matvec_q8a::xg_tuning(op),
             Kind::Q8a => crate::matvec_q8a::default_tuning(op),
             // The expert launches keep 256 invocations (their sweeps were at that size).
-            Kind::Moe(_) => {
-                let mut o = op.clone();
-                o.q8a.wg = 256;
-                crate::matvec_q8a::default_tuning(&o)
-            }
+            Kind::Moe(_) => crate::matvec_q8a::tuning_with_wg(op, 256),
             Kind::Fused => op.default_tuning(),
         });
         let slots = op.slots(t.rows_per_team);

@@ -168,6 +168,11 @@ pub fn xg_chunk(op: &MatvecOp) -> usize {
 /// the op's `q8a.wg`. Large K-quant matrices ([`kquant_wide`]: LM heads) take 8 lanes and one
 /// row per team instead.
 pub fn default_tuning(op: &MatvecOp) -> MatvecTuning {
+    tuning_with_wg(op, op.q8a.wg)
+}
+
+/// [`default_tuning`] with `wg` in place of the op's `q8a.wg` (0: the rule).
+pub fn tuning_with_wg(op: &MatvecOp, wg: u32) -> MatvecTuning {
     if kquant_wide(op) {
         return MatvecTuning {
             wg: 256,
@@ -189,7 +194,7 @@ pub fn default_tuning(op: &MatvecOp) -> MatvecTuning {
     // Team sums use `red` (1024 words) for up to wg / 4 subgroups.
     let fits = |wg: u32| (wg / 4) as usize * op.slots(r) as usize * op.n_cols <= 1024;
     let groups = |wg: u32| plain_rows(op).div_ceil((wg / lanes * r) as usize);
-    let wg = match op.q8a.wg {
+    let wg = match wg {
         0 if op.cols >= WIDE_X_COLS && !gated => [1024, 512]
             .into_iter()
             .find(|&w| fits(w) && groups(w) >= WIDE_X_MIN_GROUPS)
