@@ -141,16 +141,14 @@ fn quant(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     workgroupBarrier();
     if (lid < 4u) {
         var m = 0.0;
-        var ss = 0.0;
         for (var i = 0u; i < 32u; i++) {
             let e = 32u * (lid % 2u) + i;
             let x = select(qk[e], qv[e], lid >= 2u);
             if (abs(x) > abs(m)) {
                 m = x;
             }
-            ss += x * x;
         }
-        qscale[lid] = kvq_block_scale(select(KV_DTYPE, KV_DTYPE_V, lid >= 2u), m, ss);
+        qscale[lid] = kvq_block_scale(select(KV_DTYPE, KV_DTYPE_V, lid >= 2u), m);
     }
     workgroupBarrier();
     // K in KV_DTYPE, V in KV_DTYPE_V (their code widths may differ).

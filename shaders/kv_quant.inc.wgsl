@@ -10,9 +10,9 @@
 // on a tie), scale = f16(m * -0.125), code = clamp(floor(x / scale + 8.5), 0, 15). A zero scale
 // gives code 0 (q4_0: 8).
 // tq4: q4_0's layout; its units are always stored rotated (R below, keys and values), a block's
-// scale is f16(sqrt(sum x^2 / 32)) (squares summed in order) and a code is the nearest of 16
-// levels (kvq_tq4_level: the Lloyd-Max quantizer of a unit Gaussian; the lower code on a tie),
-// value = scale * level.
+// scale is f16(-m) (its value of largest magnitude lands on level -1) and a code is the nearest
+// of 16 levels (kvq_tq4_level: the Lloyd-Max levels of Gaussian blocks of 32 divided by their
+// value of largest magnitude; the lower code on a tie), value = scale * level.
 
 // Code words of a unit.
 fn kvq_code_words(t: u32) -> u32 {
@@ -46,18 +46,26 @@ fn kvq_scale(sw: u32, e: u32) -> f32 {
 
 // tq4's level of code c (vkllm_cpu::kv_quant::TQ4_LEVELS).
 fn kvq_tq4_level(c: u32) -> f32 {
-    var m = 2.7326;
-    switch (c ^ select(0u, 15u, c < 8u)) {
-        case 8u: { m = 0.1284; }
-        case 9u: { m = 0.3881; }
-        case 10u: { m = 0.6568; }
-        case 11u: { m = 0.9424; }
-        case 12u: { m = 1.2562; }
-        case 13u: { m = 1.6181; }
-        case 14u: { m = 2.0690; }
+    var l = -1.0;
+    switch (c) {
+        case 1u: { l = -0.7975; }
+        case 2u: { l = -0.6371; }
+        case 3u: { l = -0.5008; }
+        case 4u: { l = -0.3798; }
+        case 5u: { l = -0.2686; }
+        case 6u: { l = -0.1638; }
+        case 7u: { l = -0.0628; }
+        case 8u: { l = 0.0365; }
+        case 9u: { l = 0.1359; }
+        case 10u: { l = 0.2373; }
+        case 11u: { l = 0.3431; }
+        case 12u: { l = 0.4559; }
+        case 13u: { l = 0.5798; }
+        case 14u: { l = 0.7209; }
+        case 15u: { l = 0.8902; }
         default: {}
     }
-    return select(m, -m, c < 8u);
+    return l;
 }
 
 // Code i of a code word as a value in units of the scale (q8_0 the i8, q4_0 nibble - 8, tq4 its
@@ -77,15 +85,15 @@ fn kvq_value(t: u32, cw: u32, sw: u32, e: u32) -> f32 {
     return kvq_scale(sw, e) * kvq_code(t, cw, e % kvq_per_word(t));
 }
 
-// The f16-rounded scale of a block: q8_0 from its largest magnitude, q4_0 from its value of
-// largest magnitude (signed) m, tq4 from its sum of squares ss.
-fn kvq_block_scale(t: u32, m: f32, ss: f32) -> f32 {
+// The f16-rounded scale of a block from its value of largest magnitude (signed) m: q8_0
+// |m| / 127, q4_0 m / -8, tq4 -m.
+fn kvq_block_scale(t: u32, m: f32) -> f32 {
     var d = m * -0.125;
     if (t == 2u) {
         d = abs(m) * (1.0 / 127.0);
     }
     if (t == 4u) {
-        d = sqrt(ss * (1.0 / 32.0));
+        d = -m;
     }
     return kvq_half_to_f32(pack2x16float(vec2<f32>(d, 0.0)) & 0xffffu);
 }
