@@ -158,7 +158,7 @@ impl Model {
         let mut kv = KvCache::alloc_sharing(b, &windows, shape, types, sharing)?;
         kv.rot_k = crate::kv_cache::rot_k_for(types.k, self.cfg.head_dim);
         if crate::key_centre::centred(types) && b.centre_keys() {
-            kv.centre = self.key_centre(b, types.k, capacity)?;
+            kv.centre = self.key_centre(b, capacity)?;
         }
         Ok(kv)
     }
@@ -168,10 +168,9 @@ impl Model {
     fn key_centre<B: Backend>(
         &self,
         b: &mut B,
-        k: KvType,
         capacity: usize,
     ) -> Result<Vec<Option<KeyCentre>>, ModelError> {
-        crate::key_centre::measured(&self.centre, b, &self.cfg, k, capacity, |b, ids| {
+        crate::key_centre::measured(&self.centre, b, &self.cfg, capacity, |b, ids| {
             let tmp = self.new_kv_slots(b, ids.len(), 1, KvType::F32)?;
             self.forward(b, &tmp, ids, 0, Logits::Last)?;
             // A ring (sliding window) keeps rows of its last positions.

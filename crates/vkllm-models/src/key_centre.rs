@@ -13,7 +13,7 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use vkllm_kernels::kv_append::{KvType, KvTypes};
+use vkllm_kernels::kv_append::KvTypes;
 
 use crate::backend::{Backend, KeyCentre, Tensor};
 use crate::config::ModelConfig;
@@ -24,22 +24,11 @@ use crate::error::ModelError;
 /// sink offset).
 pub const CALIBRATION_TOKENS: usize = 256;
 
-/// `scale_c = std_c ^ SCALE_EXPONENT` for q8_0 and q4_0 keys: 0.5 was the best of 0 / 0.25 /
-/// 0.5 / 0.75 / 1 for q4_0 in the perplexity table (docs/quantization.md); 1 equalises the
-/// channels fully and loses to it.
+/// `scale_c = std_c ^ SCALE_EXPONENT` for every quantized K type: 0.5 was the best of 0 / 0.25 /
+/// 0.5 / 0.75 / 1 for q4_0 in the perplexity table (docs/quantization.md), 1 equalises the
+/// channels fully and loses to it; tq4 keys too since their levels follow each block's largest
+/// value (0.25 suited the first, RMS-scaled grid).
 pub const SCALE_EXPONENT: f32 = 0.5;
-
-/// The exponent for tq4 keys (rotated, coded against each block's RMS): 0.25 beat 0.5 on SmolLM2
-/// and Gemma 3 (docs/quantization.md).
-pub const TQ4_SCALE_EXPONENT: f32 = 0.25;
-
-/// The scale exponent of a K cache of type `k`.
-pub fn scale_exponent(k: KvType) -> f32 {
-    match k {
-        KvType::Tq4 => TQ4_SCALE_EXPONENT,
-        _ => SCALE_EXPONENT,
-    }
-}
 
 /// Positions of a model's calibration forward.
 pub fn calibration_len(cfg: &ModelConfig) -> usize {
@@ -326,15 +315,12 @@ impl CentreStats {
 }
 
 /// A model's key centring, measured on first use: the calibration, and the uploaded tables
-/// for each scale exponent (q8_0 and q4_0 keys, tq4 keys) and span ([`span_for`]).
+/// for each span ([`span_for`]).
 #[derive(Debug, Default)]
 pub struct Centres {
     calibration: OnceLock<Vec<Option<Calibration>>>,
-    tables: Mutex<Vec<(TableKey, Vec<Option<KeyCentre>>)>>,
+    tables: Mutex<Vec<(usize, Vec<Option<KeyCentre>>)>>,
 }
-
-/// A centring table's scale exponent (its bits) and span.
-type TableKey = (u32, usize);
 
 /// The span a cache of `capacity` positions is centred for: the next power of two (the
 /// statistics change slowly with the span; this bounds the tables a model keeps).
@@ -342,7 +328,7 @@ pub fn span_for(capacity: usize) -> usize {
     capacity.clamp(2, 1 << 30).next_power_of_two()
 }
 
-/// The centring of a K cache of type `k` holding `capacity` positions per sequence for the
+/// The centring of a quantized K cache holding `capacity` positions per sequence for the
 /// model whose cells `cells` are, measured on first use: `run` feeds ids at positions 0..
 /// through a fresh f32 state and returns, per layer, its key cache and the rows it kept
 /// (`None`: a layer without attention). The calibration sequence gives the statistics; where
@@ -351,12 +337,10 @@ pub fn measured<B: Backend>(
     cells: &Centres,
     b: &mut B,
     cfg: &ModelConfig,
-    k: KvType,
     capacity: usize,
     mut run: impl FnMut(&mut B, &[u32]) -> Result<Vec<Option<(Tensor, usize)>>, ModelError>,
 ) -> Result<Vec<Option<KeyCentre>>, ModelError> {
-    let e = scale_exponent(k);
-    let key = (e.to_bits(), span_for(capacity));
+    let key = span_for(capacity);
     let lock = || cells.tables.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((_, t)) = lock().iter().find(|(k, _)| *k == key) {
         return Ok(t.clone());
@@ -372,7 +356,12 @@ pub fn measured<B: Backend>(
         .iter()
         .map(|c| {
             c.as_ref()
-                .map(|c| upload(b, &c.stats(e, cfg.n_heads, cfg.n_kv_heads, key.1)))
+                .map(|c| {
+                    upload(
+                        b,
+                        &c.stats(SCALE_EXPONENT, cfg.n_heads, cfg.n_kv_heads, key),
+                    )
+                })
                 .transpose()
         })
         .collect::<Result<Vec<_>, ModelError>>()?;
@@ -521,10 +510,10 @@ mod tests {
         assert_eq!(s.q_scale.len(), n_heads * hd);
     }
 
-    /// tq4 keys take the smaller exponent: std 16 vs 1 gives scales 4 : 1 at 0.5, 2 : 1 at 0.25;
-    /// the first key becomes the offset in either.
+    /// Every key type takes the same exponent: std 16 vs 1 gives scales 4 : 1 at 0.5; the
+    /// first key becomes the offset.
     #[test]
-    fn each_key_type_takes_its_exponent() {
+    fn keys_take_the_square_root_of_the_spread() {
         let rows: Vec<f32> = (0..64)
             .flat_map(|t| {
                 let sgn = if t % 2 == 0 { 1.0 } else { -1.0 };
@@ -534,19 +523,9 @@ mod tests {
         let positions: Vec<usize> = (1..=64).collect();
         let mut c = Calibration::from_rows(&rows, &positions, 2, 2, Vec::new());
         c.first = Some(vec![32.0, 0.0]);
-        for (k, ratio) in [(KvType::Q4_0, 4.0), (KvType::Q8_0, 4.0), (KvType::Tq4, 2.0)] {
-            let s = c.stats(scale_exponent(k), 1, 1, 64);
-            assert!(
-                (s.inv[1] / s.inv[0] - ratio).abs() < 1e-4,
-                "{k:?}: {:?}",
-                s.inv
-            );
-            assert!(
-                (s.sink[0] - 32.0 * s.inv[0]).abs() < 1e-4,
-                "{k:?}: {:?}",
-                s.sink
-            );
-        }
+        let s = c.stats(SCALE_EXPONENT, 1, 1, 64);
+        assert!((s.inv[1] / s.inv[0] - 4.0).abs() < 1e-4, "{:?}", s.inv);
+        assert!((s.sink[0] - 32.0 * s.inv[0]).abs() < 1e-4, "{:?}", s.sink);
     }
 
     /// The sink offset is the first key centred and scaled like the rest.

@@ -222,10 +222,9 @@ impl HybridModel {
     fn key_centre<B: Backend>(
         &self,
         b: &mut B,
-        k: KvType,
         capacity: usize,
     ) -> Result<Vec<Option<KeyCentre>>, ModelError> {
-        crate::key_centre::measured(&self.centre, b, &self.cfg, k, capacity, |b, ids| {
+        crate::key_centre::measured(&self.centre, b, &self.cfg, capacity, |b, ids| {
             let tmp = self.new_state_kv(b, ids.len(), 1, KvType::F32)?;
             self.forward(b, &tmp, ids, 0, Logits::Last)?;
             let n = ids.len();
@@ -346,7 +345,7 @@ impl HybridModel {
             v_dtype: types.v,
             rot_k: crate::kv_cache::rot_k_for(dtype, self.cfg.head_dim),
             centre: match crate::key_centre::centred(types) && b.centre_keys() {
-                true => self.key_centre(b, types.k, capacity)?,
+                true => self.key_centre(b, capacity)?,
                 false => Vec::new(),
             },
             stride,
