@@ -91,22 +91,27 @@ pub struct CmAttnTile {
 impl CmAttnTile {
     /// The configuration for `s` if the kernel runs it: f16 K and V (plain keys), no ring
     /// smaller than the cache, head_dim a multiple of 16 in 16..=256, a GQA group of at most
-    /// 64 heads. 64 rows; 64 keys per step up to head dim 128, 32 past it (registers).
+    /// 64 heads. 32 keys per step; 64 rows up to head dim 128, 32 past it where the GQA group
+    /// fits (measured fastest on the H100: docs/benchmarks.md), row sums on the tensor cores.
     pub fn for_shape(s: &AttnShape) -> Option<CmAttnTile> {
         let ring_ok = s.ring.is_none_or(|r| r >= s.n_kv);
         let kv_ok = s.kv == KvType::F16 && s.kv_v == KvType::F16 && !s.rot_k;
         let hd_ok = s.head_dim.is_multiple_of(16) && (16..=256).contains(&s.head_dim);
         let group = s.n_heads / s.n_kv_heads.max(1);
-        let br = 64;
+        let br = if s.head_dim > 128 && group <= 32 {
+            32
+        } else {
+            64
+        };
         if !(ring_ok && kv_ok && hd_ok && (1..=br).contains(&group)) || s.kv_stride != 0 {
             return None;
         }
         Some(CmAttnTile {
             br: br as u32,
-            bc: if s.head_dim > 128 { 32 } else { 64 },
+            bc: 32,
             split: 1,
             split_min: 1,
-            sum_mma: false,
+            sum_mma: true,
             prefetch: false,
             probe: 0,
         })
@@ -259,13 +264,14 @@ mod tests {
     fn takes_f16_caches_without_a_wrapping_ring() {
         let s = shape(240, 8432, (32, 8), 128);
         let t = CmAttnTile::for_shape(&s).expect("the 8B shape");
-        assert_eq!((t.br, t.bc, t.bq(4)), (64, 64, 16));
+        assert_eq!((t.br, t.bc, t.bq(4)), (64, 32, 16));
         assert_eq!(
-            CmAttnTile::for_shape(&shape(9, 9, (16, 2), 256))
-                .unwrap()
-                .bc,
-            32
+            CmAttnTile::for_shape(&shape(9, 9, (16, 2), 256)).map(|t| (t.br, t.bc)),
+            Some((32, 32))
         );
+        // A GQA group past 32 rows keeps 64 at head dim 256.
+        let wide_group = CmAttnTile::for_shape(&shape(9, 9, (48, 1), 256));
+        assert_eq!(wide_group.map(|t| t.br), Some(64));
         let f32_kv = AttnShape {
             kv: KvType::F32,
             kv_v: KvType::F32,
@@ -308,7 +314,7 @@ mod tests {
         // A short prompt at position 0 has too few steps to split.
         let s0 = shape(64, 64, (32, 8), 128);
         let t0 = CmAttnTile::for_shape(&s0).unwrap();
-        assert_eq!(t0.with_split(4, 64, 0).split, 1);
+        assert_eq!(t0.with_split(4, 32, 0).split, 1);
         assert_eq!(t0.auto_split(&s0, 0, Some(132)), 1);
     }
 }

@@ -68,17 +68,23 @@ fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) 
         scale: None,
         split: None,
         tile: None,
-        sum_mma: false,
+        sum_mma: true,
         prefetch: false,
     }
 }
 
-/// `c` with `rows` x `keys` per step, row sums on the tensor cores and the tiles loaded a step
-/// ahead.
+/// `c` with the row sums reduced over the f32 probabilities (the reference).
+fn reduced(c: Case) -> Case {
+    Case {
+        sum_mma: false,
+        ..c
+    }
+}
+
+/// `c` with `rows` x `keys` per step and the tiles loaded a step ahead.
 fn tiled(rows: u32, keys: u32, c: Case) -> Case {
     Case {
         tile: Some((rows, keys)),
-        sum_mma: true,
         prefetch: true,
         ..c
     }
@@ -157,7 +163,16 @@ fn cases() -> Vec<Case> {
             split: Some((4, 0)),
             ..case(64, 1200, 1136, (16, 2), 256)
         },
-        // Other tiles, row sums on the tensor cores.
+        // Row sums reduced over the f32 probabilities.
+        reduced(case(100, 161, 61, (16, 8), 128)),
+        reduced(case(100, 161, 61, (16, 2), 256)),
+        reduced(Case {
+            softcap: Some(30.0),
+            window: Some(40),
+            split: Some((3, 2)),
+            ..case(90, 120, 30, (8, 4), 80)
+        }),
+        // Other tiles, the next step's tiles loaded ahead.
         tiled(64, 64, case(100, 161, 61, (16, 8), 128)),
         tiled(64, 32, case(129, 129, 0, (8, 2), 128)),
         tiled(32, 64, case(45, 90, 45, (8, 8), 64)),

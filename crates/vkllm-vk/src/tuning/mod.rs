@@ -56,13 +56,14 @@ pub enum DecodeAttn {
 /// The prefill attention kernel on devices with cooperative matrices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrefillAttn {
-    /// The second cooperative-matrix kernel where its shapes allow, else the first.
-    Auto,
     /// The workgroup-scope kernel (`attention_prefill_cm2.comp`, VK_NV_cooperative_matrix2)
-    /// where the device and shape allow it, else as `Auto`.
+    /// where the device and shape allow it, else the second cooperative-matrix kernel where its
+    /// shapes allow, else the first.
+    Auto,
+    /// As `Auto` (kept so that a tuning string naming it still parses).
     Cm2,
-    /// The second cooperative-matrix kernel where its shapes allow, else the first, whatever
-    /// `Auto` picks (its reference once `Auto` prefers cm2).
+    /// The second cooperative-matrix kernel where its shapes allow, else the first: `Auto`'s
+    /// reference on devices with VK_NV_cooperative_matrix2.
     Coop2,
     /// Always the first cooperative-matrix kernel.
     Coop1,
@@ -217,7 +218,7 @@ pub struct Tuning {
     /// `attn_coop_vahead` = auto | 0 | 1.
     pub attn_coop_vahead: Option<bool>,
     /// Model backends: rows x keys per step of the workgroup-scope prefill kernel
-    /// (`attn_prefill=cm2`); `None`: `CmAttnTile::for_shape`'s. Key `attn_cm2_tile` = auto |
+    /// (`attn_prefill=auto|cm2`); `None`: `CmAttnTile::for_shape`'s. Key `attn_cm2_tile` = auto |
     /// RxK (multiples of 16 up to 128).
     pub attn_cm2_tile: Option<(u32, u32)>,
     /// Model backends: that kernel's row sums as f16 probabilities times ones on the tensor
@@ -348,7 +349,7 @@ impl Default for Tuning {
             attn_coop_bk: 64,
             attn_coop_vahead: None,
             attn_cm2_tile: None,
-            attn_cm2_mma: false,
+            attn_cm2_mma: true,
             attn_cm2_prefetch: false,
             kv_centre: true,
             kv_sink: true,

@@ -60,15 +60,15 @@ impl VulkanBackend {
         Some(CoopAttn2Tile { v_ahead, ..tile })
     }
 
-    /// The workgroup-scope kernel's configuration for `shape` where tuning `attn_prefill=cm2`
-    /// asks for it, the device runs VK_NV_cooperative_matrix2 and the kernel takes the shape
-    /// (tile, row sums and prefetch as tunings `attn_cm2_*` say).
+    /// The workgroup-scope kernel's configuration for `shape` where tuning `attn_prefill` is
+    /// `auto` or `cm2`, the device runs VK_NV_cooperative_matrix2 and the kernel takes the
+    /// shape (tile, row sums and prefetch as tunings `attn_cm2_*` say).
     pub(super) fn cm2_tile(
         &self,
         shape: &vkllm_kernels::attention::AttnShape,
     ) -> Option<vkllm_kernels::attention_prefill_cm2::CmAttnTile> {
         let t = self.dev.tuning();
-        if t.attn_prefill != PrefillAttn::Cm2 || !self.dev.coopmat2() {
+        if !matches!(t.attn_prefill, PrefillAttn::Auto | PrefillAttn::Cm2) || !self.dev.coopmat2() {
             return None;
         }
         let tile = vkllm_kernels::attention_prefill_cm2::CmAttnTile::for_shape(shape)?;
