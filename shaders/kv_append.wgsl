@@ -14,10 +14,10 @@
 // 2-D grid; shared memory none. `quant` (q8_0, q4_0, tq4): one workgroup of 64 invocations per
 // unit of 64 values (token t's unit u = workgroup t * kv_dim / 64 + u), one value each: the values
 // go to shared memory (rotated: K with KV_ROT_K, V when tq4), four invocations find the blocks'
-// scales (K's two, V's two; a sequential scan, so the first of equal magnitudes wins and the
-// squares are summed in order as in the reference), each invocation codes its
-// value, the first code-words invocations pack the words. Shared memory: 2 x 64 f32 + 4 f32 +
-// 128 u32 (1.5 KiB).
+// scales (K's two, V's two; a sequential scan, so the first of equal magnitudes wins), q4_0
+// blocks try 16 candidate scales (an invocation each, its squared error summed in order as in
+// the reference), each invocation codes its value, the first code-words invocations pack the
+// words. Shared memory: 4 x 64 f32 + 8 f32 + 128 u32 (1.5 KiB).
 // Centred keys (KV_CENTRE 1, `quant` only): K element c is stored as (k_c - shift_c) * inv_c
 // before its unit is rotated and coded, and the key at position 0 less sink_c as well
 // (`centre`: shift, inv, sink, each [kv_dim]; the model's key centring, docs/quantization.md);
@@ -84,6 +84,9 @@ var<workgroup> qk: array<f32, 64>;
 var<workgroup> qv: array<f32, 64>;
 var<workgroup> qscale: array<f32, 4>;
 var<workgroup> qbits: array<u32, 128>;
+var<workgroup> qm: array<f32, 4>;
+var<workgroup> qsse: array<f32, 64>;
+var<workgroup> qcand: array<f32, 64>;
 
 @compute @workgroup_size(64)
 fn quant(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -148,9 +151,36 @@ fn quant(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
                 m = x;
             }
         }
+        qm[lid] = m;
         qscale[lid] = kvq_block_scale(select(KV_DTYPE, KV_DTYPE_V, lid >= 2u), m);
     }
     workgroupBarrier();
+    // q4_0 blocks: invocation 16 b + j sums block b's squared error (in order) against candidate
+    // scale j; the block takes the first of least error.
+    if (KV_DTYPE == 3u || KV_DTYPE_V == 3u) {
+        let b = lid / 16u;
+        let d = kvq_q4_candidate(qm[b], lid % 16u);
+        var sse = 0.0;
+        for (var i = 0u; i < 32u; i++) {
+            let e = 32u * (b % 2u) + i;
+            let x = select(qk[e], qv[e], b >= 2u);
+            let err = x - d * (f32(kvq_encode(3u, x, d)) - 8.0);
+            sse += err * err;
+        }
+        qsse[lid] = sse;
+        qcand[lid] = d;
+        workgroupBarrier();
+        if (lid < 4u && select(KV_DTYPE, KV_DTYPE_V, lid >= 2u) == 3u) {
+            var best = 16u * lid;
+            for (var j = 1u; j < 16u; j++) {
+                if (qsse[16u * lid + j] < qsse[best]) {
+                    best = 16u * lid + j;
+                }
+            }
+            qscale[lid] = qcand[best];
+        }
+        workgroupBarrier();
+    }
     // K in KV_DTYPE, V in KV_DTYPE_V (their code widths may differ).
     let tk = KV_DTYPE;
     let tv = KV_DTYPE_V;

@@ -7,7 +7,8 @@
 // kv_dim] array is in unit e / 64 whatever the row and head.
 // Quantizing a block (vkllm_cpu::kv_quant is the reference): q8_0 scale = f16(amax * (1 / 127)),
 // code = clamp(round(x / scale), -127, 127); q4_0 m = the value of largest magnitude (the first
-// on a tie), scale = f16(m * -0.125), code = clamp(floor(x / scale + 8.5), 0, 15). A zero scale
+// on a tie), scale = the candidate f16(m / (-8.75 + j / 8)), j = 0..16, of least squared error
+// (the first on a tie), code = clamp(floor(x / scale + 8.5), 0, 15). A zero scale
 // gives code 0 (q4_0: 8).
 // tq4: q4_0's layout; its units are always stored rotated (R below, keys and values), a block's
 // scale is f16(-m) (its value of largest magnitude lands on level -1) and a code is the nearest
@@ -86,7 +87,7 @@ fn kvq_value(t: u32, cw: u32, sw: u32, e: u32) -> f32 {
 }
 
 // The f16-rounded scale of a block from its value of largest magnitude (signed) m: q8_0
-// |m| / 127, q4_0 m / -8, tq4 -m.
+// |m| / 127, q4_0 m / -8 (llama.cpp's rule; the append then searches kvq_q4_candidate), tq4 -m.
 fn kvq_block_scale(t: u32, m: f32) -> f32 {
     var d = m * -0.125;
     if (t == 2u) {
@@ -95,6 +96,16 @@ fn kvq_block_scale(t: u32, m: f32) -> f32 {
     if (t == 4u) {
         d = -m;
     }
+    return kvq_f16_round(d);
+}
+
+// q4_0's candidate scale j (0..16) of a block whose value of largest magnitude is m, f16-rounded:
+// m / (-8.75 + j / 8); the block takes the first of least squared error.
+fn kvq_q4_candidate(m: f32, j: u32) -> f32 {
+    return kvq_f16_round(m / (-8.75 + f32(j) * 0.125));
+}
+
+fn kvq_f16_round(d: f32) -> f32 {
     return kvq_half_to_f32(pack2x16float(vec2<f32>(d, 0.0)) & 0xffffu);
 }
 

@@ -1,13 +1,12 @@
 //! Parity of the quantized KV kernels. The append (`kv_append.wgsl` with KV_DTYPE q8_0 / q4_0 /
-//! tq4) against `vkllm_cpu::kv_quant`: the scales bit for bit (tq4: or the neighbouring f16 where
-//! the root sits within 1e-5 of the rounding midpoint: the shader's sqrt has the GPU's
-//! precision), every code the reference's against the stored scale (where x / scale sits within
-//! 1e-4 of a rounding boundary the neighbouring code is accepted too: the shader divides with the
-//! GPU's precision), the words of rows nobody writes untouched. Then the f16 copy
+//! tq4) against `vkllm_cpu::kv_quant`: the scales bit for bit (q4_0: or another candidate scale
+//! within 1e-4 of the least squared error), every code the reference's against the stored scale
+//! (where x / scale sits within 1e-4 of a rounding boundary the neighbouring code is accepted
+//! too: the shader divides with the GPU's precision), the words of rows nobody writes untouched. Then the f16 copy
 //! (`kv_to_f16.wgsl`) and the output rotation of tq4 values (`kv_unrotate.wgsl`).
 
 use vkllm_cpu::decode::IDLE;
-use vkllm_cpu::kv_quant::{BLOCK, KvQuant, TQ4_LEVELS};
+use vkllm_cpu::kv_quant::{BLOCK, KvQuant, Q4_0_CANDIDATES, TQ4_LEVELS, q4_0_candidate};
 use vkllm_kernels::kv_append::{KvAppend, KvType, KvTypes};
 use vkllm_kernels::kv_to_f16::KvToF16;
 use vkllm_kernels::kv_unrotate::KvUnrotate;
@@ -40,18 +39,19 @@ fn want_codes(f: KvQuant, x: &[f32], scales: &[f32], got: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-/// tq4's stored scale `got` for a block whose reference scale is `want`: the same, or the
-/// neighbouring f16 when the f32 root sits within 1e-5 of the midpoint between the two.
-fn tq4_scale(block: &[f32], got: f32, want: f32) -> f32 {
-    let ss = block.iter().fold(0.0f32, |acc, &x| acc + x * x);
-    let root = (ss * (1.0 / BLOCK as f32)).sqrt();
-    let mid = 0.5 * (got + want);
-    let next = |a: f32| {
-        half::f16::from_f32(a)
-            .to_bits()
-            .abs_diff(half::f16::from_f32(want).to_bits())
-    };
-    if got != want && next(got) == 1 && (root - mid).abs() <= 1e-5 * root {
+/// q4_0's stored scale `got` for a block whose reference scale is `want`: the same, or another of
+/// the block's candidate scales (within an f16 step of one: the shader divides with the GPU's
+/// precision) whose squared error is within 1e-4 of the reference's (a near tie of the search).
+fn q4_0_scale(block: &[f32], got: f32, want: f32) -> f32 {
+    let q = KvQuant::Q4_0;
+    let m = block
+        .iter()
+        .fold(0.0f32, |m, &x| if x.abs() > m.abs() { x } else { m });
+    let bits = |a: f32| half::f16::from_f32(a).to_bits();
+    let candidate =
+        (0..Q4_0_CANDIDATES).any(|j| bits(q4_0_candidate(m, j)).abs_diff(bits(got)) <= 1);
+    let (eg, ew) = (q.block_error(block, got), q.block_error(block, want));
+    if got != want && candidate && (eg - ew).abs() <= 1e-4 * ew {
         got
     } else {
         want
@@ -158,9 +158,11 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     let want = f.quantize(x);
                     let (mut want_s, _) = f.unpack(&want, kv_dim);
                     let (got_s, got_c) = f.unpack(stored, kv_dim);
-                    if f == KvQuant::Tq4 {
-                        for (b, w) in want_s.iter_mut().enumerate() {
-                            *w = tq4_scale(&x[b * BLOCK..(b + 1) * BLOCK], got_s[b], *w);
+                    for (b, w) in want_s.iter_mut().enumerate() {
+                        let block = &x[b * BLOCK..(b + 1) * BLOCK];
+                        match f {
+                            KvQuant::Q4_0 => *w = q4_0_scale(block, got_s[b], *w),
+                            KvQuant::Q8_0 | KvQuant::Tq4 => {}
                         }
                     }
                     wc.extend(want_codes(f, x, &want_s, &got_c));
