@@ -25,6 +25,13 @@ pub const UNIT: usize = 64;
 /// Values per block (one scale).
 pub const BLOCK: usize = 32;
 
+/// A block's value of largest magnitude, signed (the first on a tie; 0 for an empty block).
+pub fn largest_magnitude(block: &[f32]) -> f32 {
+    block
+        .iter()
+        .fold(0.0f32, |m, &x| if x.abs() > m.abs() { x } else { m })
+}
+
 /// q4_0 scales tried per block (module docs).
 pub const Q4_0_CANDIDATES: usize = 16;
 
@@ -159,9 +166,7 @@ impl KvQuant {
 
     /// The stored scale of a block.
     pub fn block_scale(self, block: &[f32]) -> f32 {
-        let m = block
-            .iter()
-            .fold(0.0f32, |m, &x| if x.abs() > m.abs() { x } else { m });
+        let m = largest_magnitude(block);
         let d = match self {
             KvQuant::Q8_0 => m.abs() * (1.0 / 127.0),
             KvQuant::Q4_0 => return self.q4_0_scale(block, m),
@@ -392,9 +397,7 @@ mod tests {
         assert_eq!(w.len(), q.words(x.len()));
         let (scales, codes) = q.unpack(&w, x.len());
         for (b, block) in x.chunks(BLOCK).enumerate() {
-            let m = block
-                .iter()
-                .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+            let m = largest_magnitude(block);
             assert_eq!(scales[b], f16::from_f32(-m).to_f32(), "block {b}");
         }
         for (e, &v) in x.iter().enumerate() {
@@ -484,10 +487,7 @@ mod tests {
         let q4_largest = x
             .chunks_exact(BLOCK)
             .map(|b| {
-                let m = b
-                    .iter()
-                    .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
-                let d = f16::from_f32(q4_0_candidate(m, 6)).to_f32();
+                let d = f16::from_f32(q4_0_candidate(largest_magnitude(b), 6)).to_f32();
                 f64::from(KvQuant::Q4_0.block_error(b, d))
             })
             .sum::<f64>()

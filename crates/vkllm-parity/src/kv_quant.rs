@@ -2,11 +2,14 @@
 //! tq4) against `vkllm_cpu::kv_quant`: the scales bit for bit (q4_0: or another candidate scale
 //! within 1e-4 of the least squared error), every code the reference's against the stored scale
 //! (where x / scale sits within 1e-4 of a rounding boundary the neighbouring code is accepted
-//! too: the shader divides with the GPU's precision), the words of rows nobody writes untouched. Then the f16 copy
-//! (`kv_to_f16.wgsl`) and the output rotation of tq4 values (`kv_unrotate.wgsl`).
+//! too: the shader divides with the GPU's precision), the words of rows nobody writes
+//! untouched. Then the f16 copy (`kv_to_f16.wgsl`) and the output rotation of tq4 values
+//! (`kv_unrotate.wgsl`).
 
 use vkllm_cpu::decode::IDLE;
-use vkllm_cpu::kv_quant::{BLOCK, KvQuant, Q4_0_CANDIDATES, TQ4_LEVELS, q4_0_candidate};
+use vkllm_cpu::kv_quant::{
+    BLOCK, KvQuant, Q4_0_CANDIDATES, TQ4_LEVELS, largest_magnitude, q4_0_candidate,
+};
 use vkllm_kernels::kv_append::{KvAppend, KvType, KvTypes};
 use vkllm_kernels::kv_to_f16::KvToF16;
 use vkllm_kernels::kv_unrotate::KvUnrotate;
@@ -44,9 +47,7 @@ fn want_codes(f: KvQuant, x: &[f32], scales: &[f32], got: &[f32]) -> Vec<f32> {
 /// precision) whose squared error is within 1e-4 of the reference's (a near tie of the search).
 fn q4_0_scale(block: &[f32], got: f32, want: f32) -> f32 {
     let q = KvQuant::Q4_0;
-    let m = block
-        .iter()
-        .fold(0.0f32, |m, &x| if x.abs() > m.abs() { x } else { m });
+    let m = largest_magnitude(block);
     let bits = |a: f32| half::f16::from_f32(a).to_bits();
     let candidate =
         (0..Q4_0_CANDIDATES).any(|j| bits(q4_0_candidate(m, j)).abs_diff(bits(got)) <= 1);
