@@ -13,7 +13,7 @@
 // Workgroup (`main`, f32 and f16): WG invocations (default 256), one cache word each (K and V),
 // 2-D grid; shared memory none. `quant` (q8_0, q4_0, tq4): one workgroup of 64 invocations per
 // unit of 64 values (token t's unit u = workgroup t * kv_dim / 64 + u), one value each: the values
-// go to shared memory (rotated: K with KV_ROT_K, V when tq4), four invocations find the blocks'
+// go to shared memory (rotated: K with KV_ROT_K, V with KV_ROT_V), four invocations find the blocks'
 // scales (K's two, V's two; a sequential scan, so the first of equal magnitudes wins), q4_0
 // blocks try 16 candidate scales (an invocation each, its squared error summed in order as in
 // the reference), each invocation codes its value, the first code-words invocations pack the
@@ -31,6 +31,8 @@ override KV_DTYPE: u32 = 0;
 override KV_DTYPE_V: u32 = 0;
 // 1: K units are stored rotated (kv_quant.inc.wgsl): q8_0 keys by the cache's choice, tq4 keys.
 override KV_ROT_K: u32 = 0;
+// 1: V units are stored rotated: q4_0 values by the cache's choice, tq4 values.
+override KV_ROT_V: u32 = 0;
 // 1: K elements are centred and scaled first (`centre`, quant entry).
 override KV_CENTRE: u32 = 0;
 
@@ -117,9 +119,9 @@ fn quant(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
     }
     qk[lid] = xk;
     qv[lid] = xv;
-    // Rotated units (K with KV_ROT_K, tq4 V): y_i = (1/8) sum_j H_ij D_jj x_j, both sums in one
-    // pass.
-    let rot_v = KV_DTYPE_V == 4u;
+    // Rotated units (K with KV_ROT_K, V with KV_ROT_V): y_i = (1/8) sum_j H_ij D_jj x_j, both
+    // sums in one pass.
+    let rot_v = KV_ROT_V == 1u;
     if (KV_ROT_K == 1u || rot_v) {
         qk[lid] = xk * kvq_sign(lid);
         qv[lid] = xv * kvq_sign(lid);

@@ -147,13 +147,15 @@ fn kvq_encode(t: u32, x: f32, d: f32) -> u32 {
     return u32(q);
 }
 
-// Rotation (K of q8_0 caches whose heads are whole units, the including file's override KV_ROT_K
-// = 1; K and V of tq4 caches): each 64-value unit of K is stored as y = R x, R = H D / 8 with H the 64 x 64 Walsh-Hadamard
-// matrix (H_ij = (-1)^popcount(i & j)) and D the fixed signs below, so the unit's large channels
-// are spread over all its values before the blocks take their scales. R is orthogonal, so q . k =
-// (R q) . (R k): attention rotates each 64-value segment of the query alike and reads the blocks
-// as they are; the f16 copy for the cooperative-matrix prefill applies R^T = D H / 8. Sums run
-// over j = 0..63 in order (each term exact), as vkllm_cpu::kv_quant does.
+// Rotation (K of q8_0 caches and V of q4_0 caches whose heads are whole units, the including
+// file's overrides KV_ROT_K / KV_ROT_V = 1; K and V of tq4 caches): each rotated 64-value unit is
+// stored as y = R x, R = H D / 8 with H the 64 x 64 Walsh-Hadamard matrix (H_ij =
+// (-1)^popcount(i & j)) and D the fixed signs below, so the unit's large channels are spread over
+// all its values before the blocks take their scales. R is orthogonal, so q . k = (R q) . (R k):
+// attention rotates each 64-value segment of the query alike and reads the blocks as they are;
+// rotated values give an output attention rotates back (kv_unrotate.wgsl); the f16 copy for the
+// cooperative-matrix prefill applies R^T = D H / 8. Sums run over j = 0..63 in order (each term
+// exact), as vkllm_cpu::kv_quant does.
 const KVQ_SIGNS_LO: u32 = 0x4db26d92u;
 const KVQ_SIGNS_HI: u32 = 0xc93649b6u;
 

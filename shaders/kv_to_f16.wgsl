@@ -8,14 +8,15 @@
 // reference is vkllm_cpu::kv_quant + f16).
 // Workgroup: 64 invocations per unit of 64 values (2-D grid: unit = wid.y * num_workgroups.x +
 // wid.x), one value of K and of V each, through shared memory (2 x 64 f32); with KV_ROT_K = 1
-// the K unit is rotated back, x_j = D_jj (1/8) sum_i H_ji y_i (kv_quant.inc.wgsl), and so is a
-// tq4 V unit. Memory bound.
+// the K unit is rotated back, x_j = D_jj (1/8) sum_i H_ji y_i (kv_quant.inc.wgsl), and so is the
+// V unit with KV_ROT_V = 1. Memory bound.
 //
 // #include kv_quant.inc.wgsl
 
 override KV_DTYPE: u32 = 2;
 override KV_DTYPE_V: u32 = 2;
 override KV_ROT_K: u32 = 0;
+override KV_ROT_V: u32 = 0;
 // 1: the first `sink_n` K values (the row of position 0) take `sink` (plain, added after the
 // rotation back): the attention sink's offset of centred keys (docs/quantization.md).
 override KV_SINK: u32 = 0;
@@ -49,9 +50,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let tv = KV_DTYPE_V;
     kx[lid] = kvq_value(tk, k[kvq_code_word(tk, e)], k[kvq_scale_word(tk, e)], e);
     vx[lid] = kvq_value(tv, v[kvq_code_word(tv, e)], v[kvq_scale_word(tv, e)], e);
-    // Rotated units back (K with KV_ROT_K, tq4 V): x_j = D_jj (1/8) sum_i H_ji y_i, both sums
-    // in one pass.
-    let rot_v = KV_DTYPE_V == 4u;
+    // Rotated units back (K with KV_ROT_K, V with KV_ROT_V): x_j = D_jj (1/8) sum_i H_ji y_i,
+    // both sums in one pass.
+    let rot_v = KV_ROT_V == 1u;
     if (KV_ROT_K == 1u || rot_v) {
         workgroupBarrier();
         var rk = 0.0;

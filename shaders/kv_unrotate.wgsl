@@ -1,7 +1,8 @@
-// The rotation of tq4 V units undone on attention's output (vkllm_cpu::kv_quant::unrotate): an
-// attention that reads a tq4 V cache in place sums rotated values, so each 64-value unit of its
-// output (heads of whole units) is rotated back in place, x_j = D_jj (1/8) sum_i H_ji y_i
-// (kv_quant.inc.wgsl's R; sums over i = 0..63 in order, every product exact).
+// The rotation of V units (rotated q4_0, tq4) undone on attention's output
+// (vkllm_cpu::kv_quant::unrotate): an attention that reads such a V cache in place sums rotated
+// values, so each 64-value unit of its output (heads of whole units) is rotated back in place,
+// x_j = D_jj (1/8) sum_i H_ji y_i (kv_quant.inc.wgsl's R; sums over i = 0..63 in order, every
+// product exact).
 //
 // Shapes: x [n] f32, n a multiple of 64, read and written. Workgroup: 64 invocations per unit
 // (2-D grid: unit = wid.y * num_workgroups.x + wid.x), one value each, through shared memory

@@ -209,7 +209,7 @@ impl AttnShape {
         types
             .check_width(self.n_kv_heads * self.head_dim, self.head_dim)
             .map_err(|m| shape_err(k, m))?;
-        if let Err(m) = self.kv.check_rot_k(self.rot_k) {
+        if let Err(m) = self.kv.check_rot(true, self.rot_k) {
             return Err(shape_err(k, m));
         }
         if self.rot_k && !self.head_dim.is_multiple_of(64) {

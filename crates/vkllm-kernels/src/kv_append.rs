@@ -139,14 +139,17 @@ impl KvType {
         }
     }
 
-    /// Why K stored as this type cannot have `rot_k` (its units stored rotated), if it cannot:
-    /// q8_0 keys may be rotated, tq4 keys always are, other types never.
-    pub fn check_rot_k(self, rot_k: bool) -> Result<(), String> {
-        match (self, rot_k) {
-            (KvType::Q8_0, _) | (KvType::Tq4, true) => Ok(()),
-            (KvType::Tq4, false) => Err("tq4 keys are always stored rotated".into()),
+    /// Why keys (`key`) or values of this type cannot have their units stored rotated (`rot`), if
+    /// they cannot: q8_0 keys and q4_0 values may be, tq4 always are, other parts never.
+    pub fn check_rot(self, key: bool, rot: bool) -> Result<(), String> {
+        let which = if key { "keys" } else { "values" };
+        match (self, rot) {
+            (KvType::Tq4, true) => Ok(()),
+            (KvType::Tq4, false) => Err(format!("tq4 {which} are always stored rotated")),
             (_, false) => Ok(()),
-            (t, true) => Err(format!("rotated keys in a {} cache", t.name())),
+            (KvType::Q8_0, true) if key => Ok(()),
+            (KvType::Q4_0, true) if !key => Ok(()),
+            (t, true) => Err(format!("rotated {which} in a {} cache", t.name())),
         }
     }
 
@@ -200,6 +203,37 @@ impl KvTypes {
     pub fn check_width(&self, kv_dim: usize, head_dim: usize) -> Result<(), String> {
         self.k.check_width(kv_dim, head_dim)?;
         self.v.check_width(kv_dim, head_dim)
+    }
+}
+
+/// Which parts of a quantized cache store their 64-value units rotated
+/// (`vkllm_cpu::kv_quant::rotate`): attention takes rotated keys with the query rotated alike,
+/// and sums rotated values into an output it rotates back (`kv_unrotate.wgsl`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct KvRot {
+    pub k: bool,
+    pub v: bool,
+}
+
+impl KvRot {
+    /// No part rotated.
+    pub const NONE: KvRot = KvRot { k: false, v: false };
+
+    /// The rotation a cache of `types` with heads of `head_dim` takes: tq4 always (its heads are
+    /// whole units), q8_0 keys and q4_0 values where the heads are whole 64-value units (the
+    /// quality tables in docs/quantization.md), nothing else.
+    pub fn for_types(types: KvTypes, head_dim: usize) -> Self {
+        let whole = head_dim.is_multiple_of(KV_UNIT);
+        KvRot {
+            k: types.k == KvType::Tq4 || (types.k == KvType::Q8_0 && whole),
+            v: types.v == KvType::Tq4 || (types.v == KvType::Q4_0 && whole),
+        }
+    }
+
+    /// Why `types` cannot be stored with this rotation, if it cannot ([`KvType::check_rot`]).
+    pub fn check(self, types: KvTypes) -> Result<(), String> {
+        types.k.check_rot(true, self.k)?;
+        types.v.check_rot(false, self.v)
     }
 }
 
@@ -261,17 +295,18 @@ impl<B: KernelBuffer> KvAppend<B> {
         row_stride: usize,
         ring: usize,
     ) -> Result<Dispatch<B>, Error> {
-        self.dispatch_rotated(dtype, false, n_tok, kv_dim, max_tok, row_stride, ring)
+        self.dispatch_rotated(dtype, KvRot::NONE, n_tok, kv_dim, max_tok, row_stride, ring)
     }
 
     /// [`KvAppend::dispatch_ring`] into a cache of `types` (keys and values may differ, see
-    /// [`KvTypes`]) whose q8_0 K units are stored rotated when `rot_k`
-    /// (`shaders/kv_quant.inc.wgsl`; the attention kernels then take `AttnShape::rot_k`).
+    /// [`KvTypes`]) whose units are stored rotated as `rot` says (`shaders/kv_quant.inc.wgsl`;
+    /// the attention kernels then take `AttnShape::rot_k`, and rotated values need their output
+    /// rotated back).
     #[allow(clippy::too_many_arguments)]
     pub fn dispatch_rotated(
         self,
         types: impl Into<KvTypes>,
-        rot_k: bool,
+        rot: KvRot,
         n_tok: usize,
         kv_dim: usize,
         max_tok: usize,
@@ -279,7 +314,7 @@ impl<B: KernelBuffer> KvAppend<B> {
         ring: usize,
     ) -> Result<Dispatch<B>, Error> {
         let geom = (n_tok, kv_dim, max_tok, row_stride, ring);
-        self.dispatch_centred(types, rot_k, None, geom)
+        self.dispatch_centred(types, rot, None, geom)
     }
 
     /// [`KvAppend::dispatch_rotated`] with the keys centred first when `centre` is given
@@ -289,7 +324,7 @@ impl<B: KernelBuffer> KvAppend<B> {
     pub fn dispatch_centred(
         self,
         types: impl Into<KvTypes>,
-        rot_k: bool,
+        rot: KvRot,
         centre: Option<B>,
         geom: (usize, usize, usize, usize, usize),
     ) -> Result<Dispatch<B>, Error> {
@@ -301,7 +336,7 @@ impl<B: KernelBuffer> KvAppend<B> {
             false => &KV_APPEND,
         };
         KvTypes::new(types.k, types.v).map_err(|m| shape_err(k, m))?;
-        dtype.check_rot_k(rot_k).map_err(|m| shape_err(k, m))?;
+        rot.check(types).map_err(|m| shape_err(k, m))?;
         if ring == 0 {
             return Err(shape_err(k, "ring of 0 rows"));
         }
@@ -360,11 +395,39 @@ impl<B: KernelBuffer> KvAppend<B> {
                 .set("WG", WG as f64)
                 .set("KV_DTYPE", dtype.code())
                 .set("KV_DTYPE_V", types.v.code())
-                .set("KV_ROT_K", f64::from(u8::from(rot_k)))
+                .set("KV_ROT_K", f64::from(u8::from(rot.k)))
+                .set("KV_ROT_V", f64::from(u8::from(rot.v)))
                 .set("KV_CENTRE", f64::from(u8::from(centred))),
             bufs,
             &p,
             grid_for(k, groups)?,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{KvRot, KvType, KvTypes};
+
+    /// q8_0 keys and q4_0 values rotate where heads are whole units; tq4 always; nothing else.
+    #[test]
+    fn rotation_follows_the_types_and_heads() {
+        let t = |k, v| KvTypes { k, v };
+        let (q8, q4, tq4) = (KvType::Q8_0, KvType::Q4_0, KvType::Tq4);
+        let kv = |k, v| KvRot { k, v };
+        assert_eq!(KvRot::for_types(t(q8, q8), 128), kv(true, false));
+        assert_eq!(KvRot::for_types(t(q4, q4), 64), kv(false, true));
+        assert_eq!(KvRot::for_types(t(q8, q4), 256), kv(true, true));
+        assert_eq!(KvRot::for_types(t(q4, q4), 96), KvRot::NONE);
+        assert_eq!(KvRot::for_types(t(q8, tq4), 96), kv(false, true));
+        assert_eq!(
+            KvRot::for_types(t(KvType::F16, KvType::F16), 128),
+            KvRot::NONE
+        );
+        assert!(kv(false, true).check(t(q4, q4)).is_ok());
+        assert!(kv(true, false).check(t(q4, q4)).is_err());
+        assert!(kv(false, true).check(t(q8, q8)).is_err());
+        assert!(kv(true, false).check(t(tq4, tq4)).is_err());
+        assert!(kv(true, true).check(t(tq4, tq4)).is_ok());
     }
 }

@@ -1,7 +1,7 @@
 //! `shaders/kv_to_f16.wgsl`: f16 copies of quantized K and V rows (q8_0, q4_0, tq4), for the
 //! cooperative-matrix prefill attention.
 
-use crate::kv_append::{KV_UNIT, KvTypes};
+use crate::kv_append::{KV_UNIT, KvRot, KvTypes};
 use crate::sources::KV_TO_F16 as SRC;
 use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
 use crate::to_f16::packed_bytes;
@@ -37,18 +37,18 @@ struct KvToF16Params {
 }
 
 impl<B: KernelBuffer> KvToF16<B> {
-    /// `n`: a multiple of 64 (whole rows of a quantized cache of `types`); `rot_k`: K's units
-    /// are stored rotated (q8_0, tq4; the copy rotates them back, and tq4 V units too).
+    /// `n`: a multiple of 64 (whole rows of a quantized cache of `types`); `rot`: the parts whose
+    /// units are stored rotated (the copy rotates them back).
     pub fn dispatch(
         self,
         types: impl Into<KvTypes>,
-        rot_k: bool,
+        rot: KvRot,
         n: usize,
     ) -> Result<Dispatch<B>, Error> {
         let k = &KV_TO_F16;
         let types = types.into();
         let dtype = types.k;
-        dtype.check_rot_k(rot_k).map_err(|m| shape_err(k, m))?;
+        rot.check(types).map_err(|m| shape_err(k, m))?;
         if !dtype.is_quantized() || !types.v.is_quantized() {
             return Err(shape_err(
                 k,
@@ -89,7 +89,8 @@ impl<B: KernelBuffer> KvToF16<B> {
             Overrides::new()
                 .set("KV_DTYPE", dtype.code())
                 .set("KV_DTYPE_V", types.v.code())
-                .set("KV_ROT_K", f64::from(u8::from(rot_k)))
+                .set("KV_ROT_K", f64::from(u8::from(rot.k)))
+                .set("KV_ROT_V", f64::from(u8::from(rot.v)))
                 .set("KV_SINK", f64::from(u8::from(sinked))),
             // Any buffer where there is no sink (the shader does not read it).
             vec![

@@ -1,4 +1,4 @@
-//! `shaders/kv_unrotate.wgsl`: the rotation of tq4 V units undone on attention's output.
+//! `shaders/kv_unrotate.wgsl`: the rotation of V units (q4_0, tq4) undone on attention's output.
 
 use crate::kv_append::KV_UNIT;
 use crate::sources::KV_UNROTATE as SRC;

@@ -6,7 +6,7 @@
 //! tensors, so memory does not grow with the prompt.
 
 use crate::backend::{
-    Backend, CaptureId, KeyCentre, KvRows, KvType, KvTypes, NormMlp, NormQkv, Tensor,
+    Backend, CaptureId, KeyCentre, KvRot, KvRows, KvType, KvTypes, NormMlp, NormQkv, Tensor,
 };
 use crate::blocks;
 use crate::config::ModelConfig;
@@ -156,7 +156,7 @@ impl Model {
         let windows: Vec<Option<usize>> = self.cfg.layers.iter().map(|l| l.window).collect();
         let shape = (self.cfg.kv_dim(), capacity, self.chunk, slots);
         let mut kv = KvCache::alloc_sharing(b, &windows, shape, types, sharing)?;
-        kv.rot_k = crate::kv_cache::rot_k_for(types.k, self.cfg.head_dim);
+        kv.rot = KvRot::for_types(types, self.cfg.head_dim);
         if crate::key_centre::centred(types) && b.centre_keys() {
             kv.centre = self.key_centre(b, capacity)?;
         }

@@ -2,7 +2,7 @@
 //! layers keep only a ring of their window plus a prefill chunk (position `p` in row `p % ring`),
 //! so their memory does not grow with the context; full-attention layers keep every position.
 
-use crate::backend::{Backend, KeyCentre, KvRows, KvType, KvTypes, KvView, Tensor};
+use crate::backend::{Backend, KeyCentre, KvRot, KvRows, KvType, KvTypes, KvView, Tensor};
 use crate::error::ModelError;
 use crate::kv_pages::KvPagePlan;
 
@@ -19,9 +19,8 @@ pub struct KvCache {
     pub dtype: KvType,
     /// The V cache's type.
     pub v_dtype: KvType,
-    /// K units stored rotated (q8_0 with heads of whole 64-value units; the model sets it, see
-    /// [`rot_k_for`]).
-    pub rot_k: bool,
+    /// The parts whose units are stored rotated (the model sets it: `KvRot::for_types`).
+    pub rot: KvRot,
     /// Per layer, the keys' centring (quantized K caches; empty otherwise).
     pub centre: Vec<Option<KeyCentre>>,
     pub layers: Vec<KvLayer>,
@@ -49,13 +48,6 @@ pub enum KvSharing {
     /// ([`KvCache::bind_rows`]): device memory follows the positions in use, not slots x
     /// context.
     OnDemand,
-}
-
-/// Whether a cache of `dtype` for heads of `head_dim` stores its keys rotated: q8_0 does when the
-/// heads are whole 64-value units (the quality table in docs/quantization.md), tq4 always (its
-/// heads are whole units), other types never.
-pub fn rot_k_for(dtype: KvType, head_dim: usize) -> bool {
-    dtype == KvType::Tq4 || (dtype == KvType::Q8_0 && head_dim.is_multiple_of(64))
 }
 
 /// One layer of a [`KvCache`].
@@ -202,7 +194,7 @@ impl KvCache {
             slots,
             dtype: types.k,
             v_dtype: types.v,
-            rot_k: false,
+            rot: KvRot::NONE,
             centre: Vec::new(),
             layers,
             block,
@@ -224,7 +216,7 @@ impl KvCache {
             slots: self.slots,
             dtype: self.dtype,
             v_dtype: self.v_dtype,
-            rot_k: self.rot_k,
+            rot: self.rot,
             centre: self.centre.get(l).copied().flatten(),
             rows,
         }

@@ -10,13 +10,33 @@ use vkllm_cpu::decode::IDLE;
 use vkllm_cpu::kv_quant::{
     BLOCK, KvQuant, Q4_0_CANDIDATES, TQ4_LEVELS, largest_magnitude, q4_0_candidate,
 };
-use vkllm_kernels::kv_append::{KvAppend, KvType, KvTypes};
+use vkllm_kernels::kv_append::{KvAppend, KvRot, KvType, KvTypes};
 use vkllm_kernels::kv_to_f16::KvToF16;
 use vkllm_kernels::kv_unrotate::KvUnrotate;
 
 use super::{Ctx, EXACT, KernelParityRow, Rng, row, to_f16};
 use vkllm_vk::Device;
 use vkllm_vk::Result;
+
+const ROT_NONE: KvRot = KvRot::NONE;
+const ROT_K: KvRot = KvRot { k: true, v: false };
+const ROT_V: KvRot = KvRot { k: false, v: true };
+const ROT_KV: KvRot = KvRot { k: true, v: true };
+
+/// Whether part `name` ("K" or "V") of a cache rotated as `rot` says stores its units rotated.
+fn rotated(rot: KvRot, name: &str) -> bool {
+    if name == "K" { rot.k } else { rot.v }
+}
+
+/// The rows' label for the rotated parts (tq4's, always rotated, unnamed).
+fn rot_label(rot: KvRot) -> &'static str {
+    match (rot.k, rot.v) {
+        (true, true) => " rotated-K/V cache,",
+        (true, false) => " rotated-K cache,",
+        (false, true) => " rotated-V cache,",
+        (false, false) => "",
+    }
+}
 
 /// The reference codes of `x`, with the GPU's code where the two are neighbours across a
 /// rounding boundary (x / scale within 1e-4 of it).
@@ -75,17 +95,20 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
     centre.extend(rng.vec(kv_dim, 0.05, 4.0));
     centre.extend(rng.vec(kv_dim, -5.0, 5.0));
     let cb = cx.input("centre", &centre)?;
-    // (K type, V type, rotated K, centred K): rotated q8_0 keys with q4_0 and with tq4 values,
-    // tq4 keys and values; centred 4-bit keys.
+    // (K type, V type, rotated parts, centred K): rotated q8_0 keys with q4_0 (plain and
+    // rotated) and with tq4 values, rotated q4_0 values, tq4 keys and values; centred 4-bit keys.
     for (ty, ty_v, rot, centred) in [
-        (KvType::Q8_0, KvType::Q8_0, false, false),
-        (KvType::Q4_0, KvType::Q4_0, false, false),
-        (KvType::Q8_0, KvType::Q8_0, true, false),
-        (KvType::Q8_0, KvType::Q4_0, true, false),
-        (KvType::Q8_0, KvType::Tq4, true, false),
-        (KvType::Tq4, KvType::Tq4, true, false),
-        (KvType::Q4_0, KvType::Q8_0, false, true),
-        (KvType::Tq4, KvType::Tq4, true, true),
+        (KvType::Q8_0, KvType::Q8_0, ROT_NONE, false),
+        (KvType::Q4_0, KvType::Q4_0, ROT_NONE, false),
+        (KvType::Q4_0, KvType::Q4_0, ROT_V, false),
+        (KvType::Q8_0, KvType::Q8_0, ROT_K, false),
+        (KvType::Q8_0, KvType::Q4_0, ROT_K, false),
+        (KvType::Q8_0, KvType::Q4_0, ROT_KV, false),
+        (KvType::Q8_0, KvType::Tq4, ROT_KV, false),
+        (KvType::Tq4, KvType::Tq4, ROT_KV, false),
+        (KvType::Q4_0, KvType::Q8_0, ROT_NONE, true),
+        (KvType::Q4_0, KvType::Q4_0, ROT_V, true),
+        (KvType::Tq4, KvType::Tq4, ROT_KV, true),
     ] {
         let types = KvTypes { k: ty, v: ty_v };
         let mut k_new = rng.vec(slots * kv_dim, -3.0, 3.0);
@@ -142,7 +165,7 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                         );
                         continue;
                     }
-                    // Rotated K: the reference rotates first (the shader's sums, in the same
+                    // Rotated units: the reference rotates first (the shader's sums, in the same
                     // order, every term exact: the same values).
                     let mut x = src[slot * kv_dim..(slot + 1) * kv_dim].to_vec();
                     if centred && name == "K" {
@@ -152,7 +175,7 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                             x.iter_mut().zip(sink).for_each(|(v, o)| *v -= o);
                         }
                     }
-                    if (rot && name == "K") || f.always_rotated() {
+                    if rotated(rot, name) {
                         vkllm_cpu::kv_quant::rotate(&mut x);
                     }
                     let x = &x[..];
@@ -173,11 +196,11 @@ pub(crate) fn kv_append_quant(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                 }
             }
             let want_untouched = vec![0x7fc0 as f32; untouched_got.len()];
-            let rot_name = match (rot, centred) {
-                (_, true) => " centred-K cache,",
-                (true, false) => " rotated-K cache,",
-                (false, false) => "",
-            };
+            let rot_name = format!(
+                "{}{}",
+                if centred { " centred-K cache," } else { "" },
+                rot_label(rot)
+            );
             let variant = |what: &str| format!("{}{rot_name} {name} {what}", types.name());
             rows.push(row("kv_append", variant("scales"), &shape, &gs, &ws, EXACT));
             rows.push(row("kv_append", variant("codes"), &shape, &gc, &wc, EXACT));
@@ -201,17 +224,20 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
     let cx = Ctx { dev };
     let mut rng = Rng::new(seed);
     let mut rows = Vec::new();
-    // (K type, V type, rotated K, values, values of the sink offset: centred keys' row at
+    // (K type, V type, rotated parts, values, values of the sink offset: centred keys' row at
     // position 0).
     for (ty, ty_v, rot, n, sink_n) in [
-        (KvType::Q8_0, KvType::Q8_0, false, 5 * 64usize, 0usize),
-        (KvType::Q4_0, KvType::Q4_0, false, 7 * 64, 0),
-        (KvType::Q8_0, KvType::Q8_0, true, 6 * 64, 0),
-        (KvType::Q8_0, KvType::Q4_0, true, 3 * 64, 0),
-        (KvType::Q8_0, KvType::Tq4, true, 5 * 64, 0),
-        (KvType::Tq4, KvType::Tq4, true, 7 * 64, 0),
-        (KvType::Q4_0, KvType::Q8_0, false, 5 * 64, 192),
-        (KvType::Tq4, KvType::Tq4, true, 6 * 64, 128),
+        (KvType::Q8_0, KvType::Q8_0, ROT_NONE, 5 * 64usize, 0usize),
+        (KvType::Q4_0, KvType::Q4_0, ROT_NONE, 7 * 64, 0),
+        (KvType::Q4_0, KvType::Q4_0, ROT_V, 3 * 64, 0),
+        (KvType::Q8_0, KvType::Q8_0, ROT_K, 6 * 64, 0),
+        (KvType::Q8_0, KvType::Q4_0, ROT_K, 3 * 64, 0),
+        (KvType::Q8_0, KvType::Q4_0, ROT_KV, 5 * 64, 0),
+        (KvType::Q8_0, KvType::Tq4, ROT_KV, 5 * 64, 0),
+        (KvType::Tq4, KvType::Tq4, ROT_KV, 7 * 64, 0),
+        (KvType::Q4_0, KvType::Q8_0, ROT_NONE, 5 * 64, 192),
+        (KvType::Q4_0, KvType::Q4_0, ROT_V, 6 * 64, 64),
+        (KvType::Tq4, KvType::Tq4, ROT_KV, 6 * 64, 128),
     ] {
         let types = KvTypes { k: ty, v: ty_v };
         let (f, fv) = (
@@ -222,11 +248,11 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
         k[7] = 90.0;
         let v = rng.vec(n, -1.0, 1.0);
         let (kw, vw) = (f.quantize(&k), fv.quantize(&v));
-        let rot_name = match (rot, sink_n) {
-            (_, 1..) => " sink-offset K,",
-            (true, 0) => " rotated-K cache,",
-            (false, 0) => "",
-        };
+        let rot_name = format!(
+            "{}{}",
+            if sink_n > 0 { " sink-offset K," } else { "" },
+            rot_label(rot)
+        );
         let (kb, vb) = (cx.input("k", &kw)?, cx.input("v", &vw)?);
         let sink = rng.vec(sink_n.max(1), -5.0, 5.0);
         let sb = cx.input("sink", &sink)?;
@@ -248,7 +274,7 @@ pub(crate) fn kv_to_f16(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>>
         for (name, g, words, out) in [("K", f, &kw, &ko), ("V", fv, &vw, &vo)] {
             // Rotated back term by term in the shader's order: the same f32 values.
             let mut deq = g.dequantize(words, n);
-            if (rot && name == "K") || g.always_rotated() {
+            if rotated(rot, name) {
                 vkllm_cpu::kv_quant::unrotate(&mut deq);
             }
             if name == "K" {

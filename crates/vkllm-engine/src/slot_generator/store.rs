@@ -44,7 +44,7 @@ impl SlotGenerator {
                     s => s,
                 };
                 let mut pool = KvCache::alloc_sharing(&mut self.b, &none, shape, types, sharing)?;
-                pool.rot_k = kv.rot_k;
+                pool.rot = kv.rot;
                 StoreRows::Dense {
                     pool,
                     free: (0..entries).collect(),

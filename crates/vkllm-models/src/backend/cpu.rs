@@ -414,7 +414,7 @@ impl Backend for CpuBackend {
                             if first {
                                 row.iter_mut().zip(sink).for_each(|(x, o)| *x -= o);
                             }
-                            q.round_trip(&mut row, kv.rot_k);
+                            q.round_trip(&mut row, kv.rot.k);
                             if first {
                                 row.iter_mut().zip(sink).for_each(|(x, o)| *x += o);
                             }
@@ -422,7 +422,7 @@ impl Backend for CpuBackend {
                                 .zip(&shift_inv[width..])
                                 .for_each(|(x, r)| *x /= r);
                         }
-                        _ => q.round_trip(&mut row, kv.rot_k && which == 0),
+                        _ => q.round_trip(&mut row, [kv.rot.k, kv.rot.v][which]),
                     }
                 }
                 self.write_values(cache, r * width, &row)?;

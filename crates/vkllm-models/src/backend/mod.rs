@@ -34,7 +34,7 @@ impl Tensor {
     }
 }
 
-pub use vkllm_kernels::kv_append::{KvType, KvTypes};
+pub use vkllm_kernels::kv_append::{KvRot, KvType, KvTypes};
 
 /// A capture a backend recorded for replay ([`Backend::capture`]): its index and the backend's
 /// scratch generation when it was made (a capture replayed after its scratch was replaced is
@@ -75,8 +75,8 @@ pub struct KvView {
     pub dtype: KvType,
     /// The V cache's type (`dtype`, or another quantized type: `KvTypes`).
     pub v_dtype: KvType,
-    /// K units stored rotated (`shaders/kv_quant.inc.wgsl`; q8_0 with heads of whole units).
-    pub rot_k: bool,
+    /// The parts whose units are stored rotated (`KvRot::for_types`).
+    pub rot: KvRot,
     /// Keys stored centred (quantized K caches, `crate::key_centre`): the backend stores
     /// `(k - shift) / scale` and attention takes the query times the scales.
     pub centre: Option<KeyCentre>,

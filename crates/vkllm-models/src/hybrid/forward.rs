@@ -12,8 +12,8 @@
 use std::cell::Cell;
 
 use crate::backend::{
-    Backend, DeltaOutNorm, KeyCentre, KvRows, KvType, KvTypes, KvView, MoeFfn, NormMlp, StateView,
-    Tensor, moe_scratch_words,
+    Backend, DeltaOutNorm, KeyCentre, KvRot, KvRows, KvType, KvTypes, KvView, MoeFfn, NormMlp,
+    StateView, Tensor, moe_scratch_words,
 };
 use crate::blocks::{self, AttnRefs, AttnScratch};
 use crate::config::ModelConfig;
@@ -46,8 +46,8 @@ pub struct HybridState {
     pub dtype: KvType,
     /// Their V element type.
     pub v_dtype: KvType,
-    /// Their K units stored rotated (`kv_cache::rot_k_for`).
-    pub rot_k: bool,
+    /// Their parts whose units are stored rotated (`KvRot::for_types`).
+    pub rot: KvRot,
     /// Per layer, the attention layers' key centring (quantized K; empty otherwise).
     pub centre: Vec<Option<KeyCentre>>,
     /// Rows between the slots' KV regions (`capacity` rounded up to [`KV_ROW_ALIGN`]).
@@ -72,7 +72,7 @@ impl HybridState {
             slots: self.slots,
             dtype: self.dtype,
             v_dtype: self.v_dtype,
-            rot_k: self.rot_k,
+            rot: self.rot,
             centre: self.centre.get(layer).copied().flatten(),
             rows,
         }
@@ -343,7 +343,7 @@ impl HybridModel {
             capacity,
             dtype,
             v_dtype: types.v,
-            rot_k: crate::kv_cache::rot_k_for(dtype, self.cfg.head_dim),
+            rot: KvRot::for_types(types, self.cfg.head_dim),
             centre: match crate::key_centre::centred(types) && b.centre_keys() {
                 true => self.key_centre(b, capacity)?,
                 false => Vec::new(),

@@ -272,7 +272,7 @@ impl HybridModel {
         };
         if dst.layers.len() != st.layers.len()
             || dst.capacity != st.capacity
-            || (dst.dtype, dst.v_dtype, dst.rot_k) != (st.dtype, st.v_dtype, st.rot_k)
+            || (dst.dtype, dst.v_dtype, dst.rot) != (st.dtype, st.v_dtype, st.rot)
         {
             return Err(shape_err(
                 "states of one model with the same capacity and cache types needed".into(),

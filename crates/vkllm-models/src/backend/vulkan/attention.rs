@@ -107,7 +107,7 @@ impl VulkanBackend {
             window: p.window,
             kv: kv.dtype,
             kv_v: kv.v_dtype,
-            rot_k: kv.rot_k,
+            rot_k: kv.rot.k,
             kv_stride: if per_row { kv.stride } else { 0 },
             ring: Some(kv.ring),
         };
@@ -313,7 +313,7 @@ impl VulkanBackend {
                             v_out: hv,
                             sink,
                         };
-                        r.dispatch(copy.dispatch(kv.types(), kv.rot_k, values)?)?;
+                        r.dispatch(copy.dispatch(kv.types(), kv.rot, values)?)?;
                     }
                     (hk, hv)
                 }
@@ -418,9 +418,9 @@ impl VulkanBackend {
                 };
                 r.dispatch(a.dispatch(&shape)?)?;
             }
-            // A tq4 V cache read in place gave sums of rotated values (its f16 copy is rotated
+            // Rotated values read in place gave sums of rotated values (the f16 copy is rotated
             // back): rotate the output back.
-            if kv.types().v == KvType::Tq4 && half_values.is_none() {
+            if kv.rot.v && half_values.is_none() {
                 r.dispatch(KvUnrotate { x: os }.dispatch(qw)?)?;
             }
             Ok(())

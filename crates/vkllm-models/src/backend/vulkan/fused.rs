@@ -65,7 +65,7 @@ impl VulkanBackend {
         width: usize,
         plain: bool,
     ) -> Result<Option<BufSlice<'_>>, ModelError> {
-        let row = match plain || !kv.rot_k {
+        let row = match plain || !kv.rot.k {
             true => 2,
             false => 3,
         };
@@ -124,7 +124,7 @@ impl VulkanBackend {
         }
         .dispatch_centred(
             kv.types(),
-            kv.rot_k,
+            kv.rot,
             self.kv_centre(kv, width)?,
             (n, width, kv.capacity, stride, kv.ring),
         )?)
