@@ -220,13 +220,13 @@ impl KvRot {
     pub const NONE: KvRot = KvRot { k: false, v: false };
 
     /// The rotation a cache of `types` with heads of `head_dim` takes: tq4 always (its heads are
-    /// whole units), q8_0 keys and q4_0 values where the heads are whole 64-value units (the
-    /// quality tables in docs/quantization.md), nothing else.
-    pub fn for_types(types: KvTypes, head_dim: usize) -> Self {
+    /// whole units), q8_0 keys and (`q4_0_values`) q4_0 values where the heads are whole 64-value
+    /// units (the quality tables in docs/quantization.md), nothing else.
+    pub fn for_types(types: KvTypes, head_dim: usize, q4_0_values: bool) -> Self {
         let whole = head_dim.is_multiple_of(KV_UNIT);
         KvRot {
             k: types.k == KvType::Tq4 || (types.k == KvType::Q8_0 && whole),
-            v: types.v == KvType::Tq4 || (types.v == KvType::Q4_0 && whole),
+            v: types.v == KvType::Tq4 || (types.v == KvType::Q4_0 && whole && q4_0_values),
         }
     }
 
@@ -415,13 +415,14 @@ mod tests {
         let t = |k, v| KvTypes { k, v };
         let (q8, q4, tq4) = (KvType::Q8_0, KvType::Q4_0, KvType::Tq4);
         let kv = |k, v| KvRot { k, v };
-        assert_eq!(KvRot::for_types(t(q8, q8), 128), kv(true, false));
-        assert_eq!(KvRot::for_types(t(q4, q4), 64), kv(false, true));
-        assert_eq!(KvRot::for_types(t(q8, q4), 256), kv(true, true));
-        assert_eq!(KvRot::for_types(t(q4, q4), 96), KvRot::NONE);
-        assert_eq!(KvRot::for_types(t(q8, tq4), 96), kv(false, true));
+        assert_eq!(KvRot::for_types(t(q8, q8), 128, true), kv(true, false));
+        assert_eq!(KvRot::for_types(t(q4, q4), 64, true), kv(false, true));
+        assert_eq!(KvRot::for_types(t(q4, q4), 64, false), KvRot::NONE);
+        assert_eq!(KvRot::for_types(t(q8, q4), 256, true), kv(true, true));
+        assert_eq!(KvRot::for_types(t(q4, q4), 96, true), KvRot::NONE);
+        assert_eq!(KvRot::for_types(t(q8, tq4), 96, false), kv(false, true));
         assert_eq!(
-            KvRot::for_types(t(KvType::F16, KvType::F16), 128),
+            KvRot::for_types(t(KvType::F16, KvType::F16), 128, true),
             KvRot::NONE
         );
         assert!(kv(false, true).check(t(q4, q4)).is_ok());

@@ -156,7 +156,7 @@ impl Model {
         let windows: Vec<Option<usize>> = self.cfg.layers.iter().map(|l| l.window).collect();
         let shape = (self.cfg.kv_dim(), capacity, self.chunk, slots);
         let mut kv = KvCache::alloc_sharing(b, &windows, shape, types, sharing)?;
-        kv.rot = KvRot::for_types(types, self.cfg.head_dim);
+        kv.rot = KvRot::for_types(types, self.cfg.head_dim, b.rotate_values());
         if crate::key_centre::centred(types) && b.centre_keys() {
             kv.centre = self.key_centre(b, capacity)?;
         }

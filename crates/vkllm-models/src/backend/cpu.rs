@@ -36,6 +36,9 @@ pub struct CpuBackend {
     /// Centred keys store the key at position 0 like the rest, with no sink offset
     /// (`Backend::sink_keys` false; tuning `kv_sink=0`).
     pub no_sink_offset: bool,
+    /// q4_0 V caches store their values as they are (`Backend::rotate_values` false; tuning
+    /// `kv_rot_v=0`).
+    pub plain_values: bool,
 }
 
 impl CpuBackend {
@@ -221,6 +224,9 @@ impl Backend for CpuBackend {
 
     fn centre_keys(&self) -> bool {
         !self.uncentred_keys
+    }
+    fn rotate_values(&self) -> bool {
+        !self.plain_values
     }
     fn sink_keys(&self) -> bool {
         !self.no_sink_offset

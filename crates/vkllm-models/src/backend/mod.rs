@@ -157,6 +157,11 @@ pub trait Backend: HybridOps {
     fn centre_keys(&self) -> bool {
         true
     }
+    /// Whether q4_0 V caches store their units rotated where heads are whole units
+    /// (`KvRot::for_types`; tuning `kv_rot_v`).
+    fn rotate_values(&self) -> bool {
+        true
+    }
     /// Whether centred keys store the key at position 0 relative to the model's sink offset
     /// (`crate::key_centre`; tuning `kv_sink`). Read when a model first measures its centring.
     fn sink_keys(&self) -> bool {

@@ -311,6 +311,9 @@ impl Backend for VulkanBackend {
     fn centre_keys(&self) -> bool {
         self.dev.tuning().kv_centre
     }
+    fn rotate_values(&self) -> bool {
+        self.dev.tuning().kv_rot_v
+    }
     fn sink_keys(&self) -> bool {
         self.dev.tuning().kv_sink
     }

@@ -343,7 +343,7 @@ impl HybridModel {
             capacity,
             dtype,
             v_dtype: types.v,
-            rot: KvRot::for_types(types, self.cfg.head_dim),
+            rot: KvRot::for_types(types, self.cfg.head_dim, b.rotate_values()),
             centre: match crate::key_centre::centred(types) && b.centre_keys() {
                 true => self.key_centre(b, capacity)?,
                 false => Vec::new(),

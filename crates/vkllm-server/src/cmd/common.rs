@@ -416,12 +416,14 @@ fn progress_bar(verb: &str) -> ProgressBar {
 
 /// A command's device options: `--device` (clap reads `VKLLM_DEVICE` too), `VKLLM_VALIDATE`,
 /// and the tuning: the defaults, then `--tune`, then the developers' `VKLLM_TUNE`.
-/// The CPU reference backend with the `--tune` keys that apply to it (`kv_centre`, `kv_sink`).
+/// The CPU reference backend with the `--tune` keys that apply to it (`kv_centre`, `kv_sink`,
+/// `kv_rot_v`).
 pub fn cpu_backend(tune: Option<&str>) -> Result<CpuBackend> {
     let tuning = device_options(None, tune)?.tuning;
     let mut b = CpuBackend::new();
     b.uncentred_keys = !tuning.kv_centre;
     b.no_sink_offset = !tuning.kv_sink;
+    b.plain_values = !tuning.kv_rot_v;
     Ok(b)
 }
 

@@ -234,6 +234,9 @@ pub struct Tuning {
     /// reads it plus that offset (`vkllm_models::key_centre`; `false`: centred like the rest,
     /// the reference). Key `kv_sink`.
     pub kv_sink: bool,
+    /// q4_0 V caches store their 64-value units rotated where heads are whole units
+    /// (`KvRot::for_types`; `false`: as they are, the reference). Key `kv_rot_v`.
+    pub kv_rot_v: bool,
     /// Model backends: key `attn_f32_kv` = half | auto | direct.
     pub attn_f32_kv: F32KvPrefill,
     /// Model backends: fused decode launches (norm into matvec, gated MLP, ...); `false` runs
@@ -353,6 +356,7 @@ impl Default for Tuning {
             attn_cm2_prefetch: false,
             kv_centre: true,
             kv_sink: true,
+            kv_rot_v: true,
             attn_f32_kv: F32KvPrefill::Half,
             fused: true,
             rope_kv_tpw: None,
@@ -442,6 +446,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "attn_cm2_prefetch",
     "kv_centre",
     "kv_sink",
+    "kv_rot_v",
     "attn_f32_kv",
     "fused",
     "rope_kv_tpw",
