@@ -13,9 +13,9 @@
 // Workgroup (`main`, f32 and f16): WG invocations (default 256), one cache word each (K and V),
 // 2-D grid; shared memory none. `quant` (q8_0, q4_0, tq4): one workgroup of 64 invocations per
 // unit of 64 values (token t's unit u = workgroup t * kv_dim / 64 + u), one value each: the values
-// go to shared memory (rotated: K with KV_ROT_K, V with KV_ROT_V), four invocations find the blocks'
-// scales (K's two, V's two; a sequential scan, so the first of equal magnitudes wins), q4_0
-// blocks try 16 candidate scales (an invocation each, its squared error summed in order as in
+// go to shared memory (rotated: K with KV_ROT_K, V with KV_ROT_V), four invocations find the
+// blocks' scales (K's two, V's two; a sequential scan, so the first of equal magnitudes wins),
+// q4_0 blocks try 16 candidate scales (an invocation each, its squared error summed in order as in
 // the reference), each invocation codes its value, the first code-words invocations pack the
 // words. Shared memory: 4 x 64 f32 + 8 f32 + 128 u32 (1.5 KiB).
 // Centred keys (KV_CENTRE 1, `quant` only): K element c is stored as (k_c - shift_c) * inv_c

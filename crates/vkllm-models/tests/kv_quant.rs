@@ -278,11 +278,12 @@ fn decode_steps<B: Backend>(
 /// A real model's heads through the wide quantized decode split (the default, tuning
 /// `attn_wide`), which the fixtures' 32-value heads never reach, and the grouped split it
 /// replaces: SmolLM2-135M (heads of 64, 3 query heads per kv head), q8_0 (rotated keys), q4_0
-/// (rotated values), tq4 and q8_0 K + q4_0 V caches. Each decode step's logits, all fed the CPU's greedy tokens, are held
-/// to quantized_kv_matches_the_cpu's bound against the CPU storing what the blocks read back:
-/// a rounding difference can move a later layer's value across a code boundary (a whole step,
-/// either path against the CPU or each other), so the bound is the GPU-vs-CPU tolerance plus
-/// what quantizing moves the logits; a wrong scale, code or row moves them far past it.
+/// (rotated values), tq4 and q8_0 K + q4_0 V caches. Each decode step's logits, all fed the
+/// CPU's greedy tokens, are held to quantized_kv_matches_the_cpu's bound against the CPU storing
+/// what the blocks read back: a rounding difference can move a later layer's value across a
+/// code boundary (a whole step, either path against the CPU or each other), so the bound is the
+/// GPU-vs-CPU tolerance plus what quantizing moves the logits; a wrong scale, code or row moves
+/// them far past it.
 #[test]
 fn wide_split_on_real_heads() {
     let _one_at_a_time = device();

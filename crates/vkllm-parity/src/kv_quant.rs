@@ -3,8 +3,8 @@
 //! within 1e-4 of the least squared error), every code the reference's against the stored scale
 //! (where x / scale sits within 1e-4 of a rounding boundary the neighbouring code is accepted
 //! too: the shader divides with the GPU's precision), the words of rows nobody writes
-//! untouched. Then the f16 copy (`kv_to_f16.wgsl`) and the output rotation of tq4 values
-//! (`kv_unrotate.wgsl`).
+//! untouched. Then the f16 copy (`kv_to_f16.wgsl`) and the output rotation of rotated values
+//! (q4_0, tq4: `kv_unrotate.wgsl`).
 
 use vkllm_cpu::decode::IDLE;
 use vkllm_cpu::kv_quant::{
