@@ -21,6 +21,7 @@ pub mod cache;
 pub mod chat;
 mod eog;
 mod error;
+mod fast_bpe;
 mod gguf;
 mod guard;
 mod hf;

@@ -12,6 +12,7 @@ use tokenizers::utils::SysRegex;
 use tokenizers::{NormalizedString, Normalizer};
 
 use crate::error::{Result, TokenizerError};
+use crate::fast_bpe::AddedSet;
 
 /// What a tiktoken vocabulary needs besides its ranks file.
 #[derive(Debug, Clone)]
@@ -102,8 +103,8 @@ pub(crate) struct TiktokenBpe {
     /// id -> bytes, for ranks and specials alike (`None` where an id is unused).
     decoder: Vec<Option<Vec<u8>>>,
     special_ids: HashMap<String, u32>,
-    /// Special token texts, longest first, for leftmost-longest matching.
-    specials_by_len: Vec<(String, u32)>,
+    /// Special token texts, matched leftmost-longest.
+    specials: AddedSet,
     regex: SysRegex,
     nfc: bool,
     pub(crate) spec: TiktokenSpec,
@@ -158,8 +159,17 @@ impl TiktokenBpe {
             put(&mut decoder, *id, text.as_bytes().to_vec());
             special_ids.insert(text.clone(), *id);
         }
-        let mut specials_by_len = spec.special_tokens.clone();
-        specials_by_len.sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
+        let listed: Vec<(String, u32)> = spec
+            .special_tokens
+            .iter()
+            .filter(|(s, _)| !s.is_empty())
+            .cloned()
+            .collect();
+        let specials = AddedSet::new(&listed).ok_or_else(|| TokenizerError::BadKey {
+            what: path.display().to_string(),
+            key: "special tokens".into(),
+            message: "too many to match".into(),
+        })?;
         let regex = SysRegex::new(&spec.pattern).map_err(|e| TokenizerError::Regex {
             what: path.display().to_string(),
             pattern: spec.pattern.clone(),
@@ -169,7 +179,7 @@ impl TiktokenBpe {
             ranks,
             decoder,
             special_ids,
-            specials_by_len,
+            specials,
             regex,
             nfc: spec.nfc,
             spec,
@@ -244,15 +254,7 @@ impl TiktokenBpe {
 
     /// The leftmost special token in `text` (longest at that position): (byte offset, len, id).
     fn find_special(&self, text: &str) -> Option<(usize, usize, u32)> {
-        let mut best: Option<(usize, usize, u32)> = None;
-        for (s, id) in &self.specials_by_len {
-            if let Some(pos) = text.find(s.as_str())
-                && best.is_none_or(|(p, _, _)| pos < p)
-            {
-                best = Some((pos, s.len(), *id));
-            }
-        }
-        best
+        self.specials.find(text)
     }
 
     fn encode_ordinary(&self, text: &str, out: &mut Vec<u32>) {

@@ -59,22 +59,27 @@ fn spelling_of(d: &DecoderWrapper, found: &mut Option<Spelling>, space: &mut cha
     }
 }
 
-/// GPT-2's byte <-> character table, character to byte.
-fn byte_level_map() -> HashMap<char, u8> {
-    let mut m = HashMap::with_capacity(256);
+/// GPT-2's byte -> character table (the byte-level pre-tokenizer's spelling of each byte).
+pub(crate) fn byte_level_chars() -> [char; 256] {
+    let mut out = ['\0'; 256];
     let mut next = 256u32;
     for b in 0..=255u8 {
         let printable = (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || b >= 0xAE;
-        let c = if printable {
+        out[b as usize] = if printable {
             char::from(b)
         } else {
             let c = char::from_u32(next).unwrap_or('\u{FFFD}');
             next += 1;
             c
         };
-        m.insert(c, b);
     }
-    m
+    out
+}
+
+/// GPT-2's byte <-> character table, character to byte.
+fn byte_level_map() -> HashMap<char, u8> {
+    let chars = byte_level_chars();
+    (0..=255u8).map(|b| (chars[b as usize], b)).collect()
 }
 
 /// `<0xAB>` -> 0xAB.

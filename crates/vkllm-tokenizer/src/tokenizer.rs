@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use crate::chat::{ChatTemplate, TemplateOrigin, builtin_template};
 use crate::error::{Result, TokenizerError};
+use crate::fast_bpe::FastBpe;
 use crate::tiktoken::{TiktokenBpe, TiktokenSpec};
 
 /// How [`Tokenizer::encode`] treats its input.
@@ -77,6 +78,10 @@ pub(crate) struct HfBackend {
     pub(crate) tok: tokenizers::Tokenizer,
     /// The same tokenizer with `encode_special_tokens` set, made on first use.
     plain: OnceLock<tokenizers::Tokenizer>,
+    /// The byte-level BPE fast path, where the pipeline allows it; `fast_on` false keeps every
+    /// encode on `tokenizers` (the reference).
+    fast: Option<FastBpe>,
+    fast_on: bool,
     /// Number of ids: the model vocabulary, or past it the highest added id + 1 (Gemma 3's
     /// image token sits past its vocabulary).
     vocab_size: usize,
@@ -91,6 +96,8 @@ impl HfBackend {
             .map_or(0, |&m| m as usize + 1);
         let vocab_size = tok.get_vocab_size(false).max(max_added);
         HfBackend {
+            fast: FastBpe::for_tokenizer(&tok),
+            fast_on: true,
             tok,
             plain: OnceLock::new(),
             vocab_size,
@@ -104,6 +111,14 @@ impl HfBackend {
             vocab_size,
             ..HfBackend::new(tok)
         }
+    }
+
+    /// `text`'s ids through [`FastBpe`]; `None` where the fast path is off, does not apply or
+    /// failed.
+    fn fast_encode(&self, text: &str, opts: EncodeOptions) -> Option<Vec<u32>> {
+        let fast = self.fast.as_ref().filter(|_| self.fast_on)?;
+        let t = &self.tok;
+        fast.encode(t.get_model(), t.get_normalizer(), text, opts)
     }
 
     fn plain(&self) -> &tokenizers::Tokenizer {
@@ -230,10 +245,28 @@ impl Tokenizer {
         Ok(tok)
     }
 
+    /// Whether [`Tokenizer::encode`] takes the byte-level BPE fast path (the same ids as the
+    /// `tokenizers` pipeline, several times faster): `tokenizer.json` and GGUF `gpt2`
+    /// vocabularies whose pre-tokenizer is regex splits then the byte map.
+    pub fn fast_encode(&self) -> bool {
+        matches!(&self.backend, Backend::Hf(hf) if hf.fast.is_some() && hf.fast_on)
+    }
+
+    /// `false` sends every encode through the `tokenizers` crate's own pipeline (the reference
+    /// the fast path is checked against).
+    pub fn set_fast_encode(&mut self, on: bool) {
+        if let Backend::Hf(hf) = &mut self.backend {
+            hf.fast_on = on;
+        }
+    }
+
     /// Token ids of `text`.
     pub fn encode(&self, text: &str, opts: EncodeOptions) -> Result<Vec<u32>> {
         match &self.backend {
             Backend::Hf(hf) => {
+                if let Some(ids) = hf.fast_encode(text, opts) {
+                    return Ok(ids);
+                }
                 let t = if opts.parse_special {
                     &hf.tok
                 } else {

@@ -75,6 +75,12 @@ pub const NAMES: [&str; 6] = [
     "qwen36-tiktoken",
 ];
 
+/// A fresh copy of a fixture's tokenizer (for tests that change its settings).
+pub fn load(name: &str) -> Tokenizer {
+    let path = fetched(source_of(name));
+    Tokenizer::from_path(&path).unwrap_or_else(|e| panic!("loading {name}: {e}"))
+}
+
 /// The tokenizer of a fixture, loaded once per test binary.
 pub fn tokenizer(name: &str) -> &'static Tokenizer {
     static CELLS: [OnceLock<Tokenizer>; 6] = [const { OnceLock::new() }; 6];
@@ -82,10 +88,7 @@ pub fn tokenizer(name: &str) -> &'static Tokenizer {
         .iter()
         .position(|n| *n == name)
         .unwrap_or_else(|| panic!("unknown tokenizer {name}"));
-    CELLS[i].get_or_init(|| {
-        let path = fetched(source_of(name));
-        Tokenizer::from_path(&path).unwrap_or_else(|e| panic!("loading {name}: {e}"))
-    })
+    CELLS[i].get_or_init(|| load(name))
 }
 
 /// The ids of a JSON array.
