@@ -142,6 +142,11 @@ pub trait Backend: HybridOps {
         crate::DEFAULT_CHUNK
     }
 
+    /// The KV cache type when the user names none: f32 here (the CPU reference).
+    fn default_kv(&self) -> crate::KvType {
+        crate::KvType::F32
+    }
+
     /// A zero-initialised f32 tensor.
     fn alloc_f32(&mut self, len: usize) -> Result<Tensor, ModelError>;
     /// A zero-initialised u32 tensor the host writes (token ids, positions).

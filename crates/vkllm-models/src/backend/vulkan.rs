@@ -308,6 +308,15 @@ impl Backend for VulkanBackend {
         }
     }
 
+    /// f16 on GPUs (half the memory and the bytes each attention reads, as llama.cpp's
+    /// default); f32 on CPU devices (lavapipe), where memory is not the limit.
+    fn default_kv(&self) -> crate::KvType {
+        match self.dev.info().kind {
+            vkllm_vk::DeviceKind::Cpu => crate::KvType::F32,
+            _ => crate::KvType::F16,
+        }
+    }
+
     fn centre_keys(&self) -> bool {
         self.dev.tuning().kv_centre
     }

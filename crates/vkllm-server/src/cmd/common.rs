@@ -75,8 +75,9 @@ pub struct KvArgs {
     /// KV cache element type: f32, f16 (half the memory), q8_0 (53% of f16), q4_0 (28%) or tq4
     /// (28%, rotated units; heads a multiple of 64); the quantized types need heads that split
     /// into blocks of 32 (docs/quantization.md: 4-bit keys lose much more than 4-bit values).
-    #[arg(long, default_value = "f32", value_parser = parse_kv_type)]
-    pub kv_type: KvType,
+    /// Default: f16 on GPUs, f32 on the CPU backend and CPU Vulkan devices (lavapipe).
+    #[arg(long, value_parser = parse_kv_type)]
+    pub kv_type: Option<KvType>,
     /// The keys' type when it differs from the values' (both quantized; e.g. `--kv-type-k q8_0
     /// --kv-type-v tq4`, 41% of f16). Defaults to --kv-type.
     #[arg(long, value_parser = parse_kv_type)]
@@ -87,10 +88,12 @@ pub struct KvArgs {
 }
 
 impl KvArgs {
-    /// The keys' and values' types, if the pair is one the kernels take.
-    pub fn types(&self) -> Result<KvTypes> {
-        let k = self.kv_type_k.unwrap_or(self.kv_type);
-        let v = self.kv_type_v.unwrap_or(self.kv_type);
+    /// The keys' and values' types (`default` where --kv-type is not given), if the pair is
+    /// one the kernels take.
+    pub fn types(&self, default: KvType) -> Result<KvTypes> {
+        let kv = self.kv_type.unwrap_or(default);
+        let k = self.kv_type_k.unwrap_or(kv);
+        let v = self.kv_type_v.unwrap_or(kv);
         KvTypes::new(k, v).map_err(anyhow::Error::msg)
     }
 }
@@ -395,7 +398,7 @@ fn load_model<B: Backend>(
     let model = model?;
     drop(ck);
     let ctx = args.ctx.min(model.cfg().max_position).max(1);
-    Ok((model, ctx, args.kv.types()?))
+    Ok((model, ctx, args.kv.types(b.default_kv())?))
 }
 
 /// A bar on stderr when it is a terminal, hidden otherwise.

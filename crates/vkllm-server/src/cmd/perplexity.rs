@@ -127,7 +127,7 @@ fn score<B: Backend>(
             r.ppl, r.stderr, r.count, r.chunks, r.mean_nll
         )
     };
-    let types = args.kv.types()?;
+    let types = args.kv.types(b.default_kv())?;
     if let Some(reference) = args.kl_against {
         let d = divergence_kv(
             &model,

@@ -293,10 +293,12 @@ fn start_slot_runner(
     let model = AnyModel::load_checkpoint(&ck, args.quant, &mut b, chunk, &mut |_| {})?;
     drop(ck);
     let ctx = args.ctx.min(model.cfg().max_position).max(2);
+    let kv = args.kv.types(b.default_kv())?;
+    eprintln!("vkllm: KV cache {}", kv.name());
     let generator = match model {
         AnyModel::Dense(m) => {
             let sharing: KvSharing = args.kv_sharing.into();
-            let g = SlotGenerator::new_sharing(b, m, slots, ctx, args.kv.types()?, 4, sharing)?;
+            let g = SlotGenerator::new_sharing(b, m, slots, ctx, kv, 4, sharing)?;
             if sharing != g.kv_sharing() {
                 eprintln!(
                     "vkllm: --kv-sharing: this device has no sparse, aliased buffers (or the \
@@ -323,7 +325,7 @@ fn start_slot_runner(
                 );
             }
             let marks = args.recurrent_marks;
-            SlotGenerator::new_hybrid_marks(b, m, slots, ctx, args.kv.types()?, 4, marks)?
+            SlotGenerator::new_hybrid_marks(b, m, slots, ctx, kv, 4, marks)?
         }
     };
     let generator = generator
