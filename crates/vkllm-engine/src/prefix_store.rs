@@ -89,6 +89,14 @@ impl PrefixStore {
         }
     }
 
+    /// Conversations stored now.
+    pub(crate) fn stored(&self) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| !e.history.is_empty())
+            .count()
+    }
+
     /// The blocks of dense entry `i` (empty for hybrid entries).
     pub(crate) fn blocks(&self, i: usize) -> &[usize] {
         self.entries.get(i).map_or(&[], |e| &e.blocks[..])

@@ -273,6 +273,63 @@ fn stored_conversations_outlive_their_slot() {
     assert_eq!(g.prefix_store_entries(), 0);
 }
 
+/// A conversation that goes on in its own slot stays out of the prefix store even where its next
+/// prompt re-renders the end of the last answer (its rows stay in the slot; a copy would be
+/// stale at once), is stored when another prompt takes the slot, and comes back from there with
+/// the reference tokens.
+#[test]
+fn a_continuing_conversation_is_stored_when_its_slot_is_taken() {
+    let dev = device();
+    let fx = Fixture::load("qwen3").expect("fixture");
+    let vocab = fx.config.vocab_size as u32;
+    let conv = |seed: u32| -> Vec<u32> { (0..20).map(|i| (seed + 7 * i) % vocab).collect() };
+    let (a, b) = (conv(3), conv(101));
+    let greedy = SlotParams::default();
+    let one = |p: &[u32]| vec![(p.to_vec(), greedy.clone(), 6, 0)];
+    let ids = |v: &[TokenOut]| v.iter().map(|t| t.id).collect::<Vec<u32>>();
+    let load = || {
+        let mut b = VulkanBackend::new(dev.clone());
+        let model =
+            Model::load(fx.config.clone(), &fx.weights, &mut b, DEFAULT_CHUNK).expect("load");
+        (b, model)
+    };
+    let (bk, model) = load();
+    let g = SlotGenerator::new(bk, model, 1, 64, KvType::F16, 1).expect("slot generator");
+    let per = g.prefix_entry_bytes();
+    let mut g = g.with_prefix_store(2 * per).expect("store");
+    let (bk, model) = load();
+    let mut reference = SimpleGenerator::new(bk, model, 1, 64).expect("simple generator");
+
+    let answer = ids(&drive(&mut g, &one(&a))[0]);
+    // The next turn keeps three of the answer's tokens (the rest re-rendered).
+    let mut a2 = a.clone();
+    a2.extend(&answer[..3]);
+    a2.extend([5, 9]);
+    let answer2 = ids(&drive(&mut g, &one(&a2))[0]);
+    assert_eq!(g.reused(0), a.len() + 3);
+    assert_eq!(g.prefix_store_conversations(), 0, "a went on in its slot");
+    drive(&mut g, &one(&b));
+    assert_eq!(
+        g.prefix_store_conversations(),
+        1,
+        "b took the slot: a stored"
+    );
+    let mut a3 = a2.clone();
+    a3.extend(&answer2);
+    a3.extend([7]);
+    let got = ids(&drive(&mut g, &one(&a3))[0]);
+    assert_eq!(
+        g.reused(0),
+        a2.len() + 5,
+        "a's rows came back from the store"
+    );
+    for p in [&a, &a2, &b] {
+        drive(&mut reference, &one(p));
+    }
+    let want = ids(&drive(&mut reference, &one(&a3))[0]);
+    assert_eq!(got, want);
+}
+
 /// A dense store keeps rows in blocks: four blocks (on qwen3 the bytes of one whole-context
 /// conversation) hold three shorter ones (one of two blocks), each resumed from the store after
 /// the others took the one slot, with the reference tokens; on a model with sliding-window

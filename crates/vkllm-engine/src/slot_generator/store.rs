@@ -107,6 +107,11 @@ impl SlotGenerator {
         }
     }
 
+    /// Conversations the prefix store holds now (0 without one).
+    pub fn prefix_store_conversations(&self) -> usize {
+        self.store.as_ref().map_or(0, PrefixStore::stored)
+    }
+
     /// Positions a dense prefix store holds in all (its blocks; 0 without one or for hybrid
     /// models, whose entries are whole slots).
     pub fn prefix_store_rows(&self) -> usize {
@@ -154,7 +159,11 @@ impl SlotGenerator {
                     })
             }
         };
-        if hist.len() < STORE_MIN || keep >= hist.len() || held_elsewhere {
+        // A dense slot goes on holding its first `keep` rows: a history it mostly keeps (the
+        // same conversation's next turn) would be a stale entry at once, and a whole copy.
+        let kept_most = matches!(self.net, Net::Dense { .. })
+            && covers_most(&hist[..keep.min(hist.len())], hist);
+        if hist.len() < STORE_MIN || keep >= hist.len() || kept_most || held_elsewhere {
             return Ok(());
         }
         let e = match &self.net {
