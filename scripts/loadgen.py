@@ -261,7 +261,7 @@ def conversations(a):
     """--turns: each of --concurrency conversations starts with the same system prompt and
     resends the whole conversation each turn (earlier prompts, answers, then --turn-words new
     words), like an agent loop on a completions API. The baseline is the TTFT of fresh prompts
-    of one turn's size (nothing to reuse; one-token answers), taken before the conversations.
+    framed as a turn (nothing to reuse; one-token answers), taken before the conversations.
     With --max-tokens 1 a turn adds only its words (a random-weight model's answers re-tokenize
     into many more tokens than were generated)."""
     if not a.model:
@@ -270,14 +270,17 @@ def conversations(a):
     sampling = {"temperature": a.temperature, "top_k": a.top_k, "top_p": a.top_p,
                 "min_p": a.min_p}
     one(a.url, {"model": a.model, "prompt": a.prompt, "max_tokens": 8})
-    base = []
-    # Two untimed fresh prompts first (pipelines for the shape), then five timed.
+    base, base_tokens = [], []
+    # Two untimed fresh prompts first (pipelines for the shape), then five timed; each framed
+    # as a turn is, so that it is as long as what a later turn computes.
     for i in range(7):
-        body = dict(sampling, model=a.model, prompt=words_at(a.turn_words, 900_000 + i),
-                    max_tokens=1, seed=i)
-        ttft = one_stream(a.url, body)[2]
+        body = dict(sampling, model=a.model, max_tokens=1, seed=i,
+                    prompt=f"User: {words_at(a.turn_words, 900_000 + i)}\nAssistant:")
+        d = {}
+        ttft = one_stream(a.url, body, d)[2]
         if i >= 2:
             base.append(ttft)
+            base_tokens.append(d["usage"].get("prompt_tokens"))
     system = "System: " + words_at(a.system_words, 0) + "\n"
     lock = threading.Lock()
     convs, errors = [[] for _ in range(a.concurrency)], []
@@ -314,6 +317,7 @@ def conversations(a):
         "system_words": a.system_words, "turn_words": a.turn_words,
         "max_tokens": a.max_tokens, "sampling": sampling, "wall_s": round(time.time() - t0, 3),
         "baseline_ttft_ms": b50,
+        "baseline_prompt_tokens": base_tokens,
         "later_turns": {
             "hit_rate": round(sum(t["cached_tokens"] for t in later) / prompt_sum, 4)
             if prompt_sum else None,
