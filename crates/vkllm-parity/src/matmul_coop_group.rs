@@ -150,6 +150,7 @@ fn copied_auto(dev: &Device, rng: &mut Rng) -> Result<KernelParityRow> {
         r.set_dequant_policy(DequantPolicy::Auto {
             min_elements: rows * cols,
             min_tokens: n,
+            min_tokens_q8: n,
         });
         let before = r.dispatches();
         r.matmul_with(&t, xb.all(), n, y.all(), false, MatmulKernel::Auto)?;

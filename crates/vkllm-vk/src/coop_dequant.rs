@@ -11,6 +11,7 @@
 //! The copies live in [`DEQUANT_SLOTS`] scratch buffers used in turn (so q/k/v or gate/up
 //! still overlap), each as large as the largest weight copied through it.
 
+use vkllm_kernels::WeightType;
 use vkllm_kernels::dequant_f16::{DequantF16, f16_bytes};
 
 use crate::buffer::{Buffer, MemoryKind};
@@ -30,29 +31,35 @@ pub enum DequantPolicy {
     /// Every one.
     All,
     /// Weights of at least `min_elements` elements (a group: each of its weights) in products
-    /// over at least `min_tokens` tokens.
+    /// over at least `min_tokens` tokens (Q8_0 weights: `min_tokens_q8`).
     Auto {
         min_elements: usize,
         min_tokens: usize,
+        min_tokens_q8: usize,
     },
 }
 
 impl DequantPolicy {
-    /// The default.
+    /// The default: the copy from 128 tokens (its f16 products beat the quantized kernel's from
+    /// there on the H100's 8B and 1B Q4_K_M prefills, docs/benchmarks.md), Q8_0 weights from
+    /// 512 (the 0.6B's Q8_0 products at 192 and 320 tokens were faster without it).
     pub const AUTO: DequantPolicy = DequantPolicy::Auto {
         min_elements: 1 << 20,
-        min_tokens: 512,
+        min_tokens: 128,
+        min_tokens_q8: 512,
     };
 
-    /// Whether a product of a weight of `elements` elements over `n` tokens goes through a copy.
-    pub fn applies(self, elements: usize, n: usize) -> bool {
+    /// Whether a product of a weight of `elements` elements (Q8_0 where `q8`) over `n` tokens
+    /// goes through a copy.
+    pub fn applies(self, elements: usize, n: usize, q8: bool) -> bool {
         match self {
             DequantPolicy::Off => false,
             DequantPolicy::All => true,
             DequantPolicy::Auto {
                 min_elements,
                 min_tokens,
-            } => elements >= min_elements && n >= min_tokens,
+                min_tokens_q8,
+            } => elements >= min_elements && n >= if q8 { min_tokens_q8 } else { min_tokens },
         }
     }
 }
@@ -90,7 +97,9 @@ impl Recorder {
         w.dtype.is_quantized()
             && w.parts.len() == 1
             && w.cols.is_multiple_of(8)
-            && self.dequant_policy().applies(elements, n)
+            && self
+                .dequant_policy()
+                .applies(elements, n, w.dtype == WeightType::Q8_0)
     }
 
     /// Records `w`'s f16 copy into the next scratch slot (grown to fit) and returns the slot;
@@ -128,22 +137,29 @@ mod tests {
         let p = DequantPolicy::Auto {
             min_elements: 1000,
             min_tokens: 64,
+            min_tokens_q8: 256,
         };
-        assert!(p.applies(1000, 64));
-        assert!(!p.applies(999, 512));
-        assert!(!p.applies(1 << 30, 63));
-        assert!(DequantPolicy::All.applies(1, 1));
-        assert!(!DequantPolicy::Off.applies(usize::MAX, usize::MAX));
+        assert!(p.applies(1000, 64, false));
+        assert!(!p.applies(999, 512, false));
+        assert!(!p.applies(1 << 30, 63, false));
+        assert!(!p.applies(1000, 255, true));
+        assert!(p.applies(1000, 256, true));
+        assert!(DequantPolicy::All.applies(1, 1, true));
+        assert!(!DequantPolicy::Off.applies(usize::MAX, usize::MAX, false));
         // The default copies every weight of Llama-3.2-1B (its 512 x 2048 k and v included) and
         // of Qwen3-0.6B (1024 x 1024 k and v, 3072 x 1024 MLP) in a 512-token chunk, not
-        // Qwen2.5-0.5B's 896 x 896 q nor its 128 x 896 k, and nothing in a shorter chunk.
-        assert!(DequantPolicy::AUTO.applies(2048 * 2048, 512));
-        assert!(DequantPolicy::AUTO.applies(8192 * 2048, 512));
-        assert!(DequantPolicy::AUTO.applies(512 * 2048, 512));
-        assert!(DequantPolicy::AUTO.applies(1024 * 1024, 512));
-        assert!(DequantPolicy::AUTO.applies(3072 * 1024, 512));
-        assert!(!DequantPolicy::AUTO.applies(896 * 896, 512));
-        assert!(!DequantPolicy::AUTO.applies(128 * 896, 512));
-        assert!(!DequantPolicy::AUTO.applies(8192 * 2048, 256));
+        // Qwen2.5-0.5B's 896 x 896 q nor its 128 x 896 k; the other quantized types from 128
+        // tokens, Q8_0 from 512.
+        let auto = |elements, n| DequantPolicy::AUTO.applies(elements, n, false);
+        let auto_q8 = |elements, n| DequantPolicy::AUTO.applies(elements, n, true);
+        assert!(auto(2048 * 2048, 512) && auto_q8(2048 * 2048, 512));
+        assert!(auto(8192 * 2048, 512));
+        assert!(auto(512 * 2048, 512));
+        assert!(auto_q8(1024 * 1024, 512));
+        assert!(auto_q8(3072 * 1024, 512));
+        assert!(!auto(896 * 896, 512));
+        assert!(!auto(128 * 896, 512));
+        assert!(auto(14336 * 4096, 128) && !auto(14336 * 4096, 127));
+        assert!(!auto_q8(8192 * 2048, 511));
     }
 }

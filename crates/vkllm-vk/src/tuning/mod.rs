@@ -162,7 +162,7 @@ pub struct Tuning {
     /// Key `coop_group` = qkv | mlp | all | none.
     pub coop_group: CoopGroup,
     /// Quantized prefill weights multiplied through an f16 copy. Keys `dequant` = auto | off |
-    /// all, `dequant_min` (weight elements), `dequant_tokens`.
+    /// all, `dequant_min` (weight elements), `dequant_tokens`, `dequant_tokens_q8`.
     pub dequant: DequantPolicy,
     /// The Vulkan-memory-model SPIR-V passes: storage-buffer coherence on every cooperative
     /// kernel, workgroup-memory coherence on those that rely on it (else naga's output). Key
@@ -425,6 +425,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "dequant",
     "dequant_min",
     "dequant_tokens",
+    "dequant_tokens_q8",
     "wg_coherent",
     "wg_coherent_all",
     "prune",

@@ -159,23 +159,25 @@ impl Tuning {
                     _ => return Err(bad("auto, off or all")),
                 }
             }
-            "dequant_min" | "dequant_tokens" => {
+            "dequant_min" | "dequant_tokens" | "dequant_tokens_q8" => {
                 let n = num()? as usize;
-                let (mut e, mut t) = match self.dequant {
+                let (mut e, mut t, mut t8) = match self.dequant {
                     DequantPolicy::Auto {
                         min_elements,
                         min_tokens,
-                    } => (min_elements, min_tokens),
+                        min_tokens_q8,
+                    } => (min_elements, min_tokens, min_tokens_q8),
                     _ => return Err(bad("dequant=auto first")),
                 };
-                if key == "dequant_min" {
-                    e = n;
-                } else {
-                    t = n;
+                match key {
+                    "dequant_min" => e = n,
+                    "dequant_tokens" => t = n,
+                    _ => t8 = n,
                 }
                 self.dequant = DequantPolicy::Auto {
                     min_elements: e,
                     min_tokens: t,
+                    min_tokens_q8: t8,
                 };
             }
             "wg_coherent" => self.wg_coherent = flag()?,
@@ -363,7 +365,11 @@ impl fmt::Display for Tuning {
             DequantPolicy::Auto {
                 min_elements,
                 min_tokens,
-            } => format!("dequant=auto,dequant_min={min_elements},dequant_tokens={min_tokens}"),
+                min_tokens_q8,
+            } => format!(
+                "dequant=auto,dequant_min={min_elements},dequant_tokens={min_tokens},\
+                 dequant_tokens_q8={min_tokens_q8}"
+            ),
         };
         let attn = match self.attn {
             DecodeAttn::Split => "split",
@@ -463,7 +469,7 @@ mod tests {
         let spec = "matvec=int8,matvec_layout=rows,q8a_wide=0,q8a_quad=0,q8a_workgroups=512,\
                     q8a_xg=0,q8a_xg1=1,q8a_mixed=0,q8a_wg=512,q8a_xg_lanes=4,q8a_xg_rows=1,decode_int8_max_n=32,coopmat=0,coop_narrow=0,coop_narrow_split=3,coop_narrow_min=17,coop_narrow_q6k=0,splitk=96,coop_bk=32,coop_direct=0,coop_float_split=0,\
                     coop_x_f16=0,coop_tile=wide,coop_glu=0,coop_glu_half=0,coop_group=none,\
-                    dequant=auto,dequant_min=4096,dequant_tokens=64,wg_coherent=0,wg_coherent_all=1,prune=1,\
+                    dequant=auto,dequant_min=4096,dequant_tokens=64,dequant_tokens_q8=96,wg_coherent=0,wg_coherent_all=1,prune=1,\
                     recycle=0,fence_spin_us=0,pipeline_stats=1,sparse=0,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,\
                     attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,attn_coop_bk=32,attn_coop_vahead=1,attn_cm2_tile=32x64,attn_cm2_mma=0,attn_cm2_prefetch=1,kv_centre=0,kv_sink=0,kv_rot_v=0,attn_f32_kv=auto,fused=0,\
                     rope_kv_tpw=3,delta_chunked=0,delta_wide=0,delta_norm=0,delta_chunked_wide=0,moe_grouped_min=0,moe_grouped_min_f32=0,moe_q8g_min=2,moe_q8g_cols=2,moe_q8g_wpe=4,moe_lanes=0,moe_q8a=0,moe_shared=0,moe_coop=0,one_submit=0,\
