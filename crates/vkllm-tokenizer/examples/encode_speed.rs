@@ -1,5 +1,6 @@
-//! Encode speed of one tokenizer on one text file: the byte-level BPE fast path against the
-//! backend's own encode (`tokenizers`, or tiktoken ranks' own loop, which has no fast path):
+//! Encode speed of one tokenizer on one text file: the fast path against the reference
+//! (`Tokenizer::set_fast_encode`: byte-level BPE against `tokenizers`, tiktoken ranks' split on
+//! the `regex` crate against `fancy-regex`):
 //! `cargo run --release -p vkllm-tokenizer --example encode_speed -- MODEL TEXT`.
 
 use std::time::Instant;

@@ -122,16 +122,73 @@ impl Affixes {
     }
 }
 
+/// The look-ahead ending of GPT-2's, Llama 3's and Qwen2's split patterns: a whitespace run
+/// before a non-space keeps its last character for the next piece.
+const WS_TAIL: &str = r"|\s+(?!\S)|\s+";
+
+/// A split pattern `X|\s+(?!\S)|\s+` (X without look-around) run on the `regex` crate, whose
+/// automata are several times faster than the backtracking `fancy-regex` the look-ahead needs:
+/// `all` is `X|\s+`; where it matches whitespace that `X` (`head`, anchored) does not, the
+/// look-ahead's match is taken instead (the run less its last character when a non-space
+/// follows and the run has two or more).
+pub(crate) struct WsSplit {
+    all: regex::Regex,
+    head: regex::Regex,
+}
+
+impl WsSplit {
+    pub(crate) fn new(pattern: &str) -> Option<WsSplit> {
+        let x = pattern.strip_suffix(WS_TAIL)?;
+        // `head` runs on the text from the match on: word boundaries would lose what precedes.
+        if x.contains(r"\b") || x.contains(r"\B") {
+            return None;
+        }
+        Some(WsSplit {
+            all: regex::Regex::new(&format!(r"{x}|\s+")).ok()?,
+            head: regex::Regex::new(&format!("^(?:{x})")).ok()?,
+        })
+    }
+
+    /// The matches of the whole pattern in `s`, in order, as `(start, end)`.
+    pub(crate) fn find_iter(&self, s: &str, mut each: impl FnMut(usize, usize)) {
+        let mut at = 0;
+        while let Some(m) = self.all.find_at(s, at) {
+            let (start, mut end) = (m.start(), m.end());
+            let run = m.as_str();
+            let ws = run.chars().all(char::is_whitespace);
+            if end < s.len() && ws && !self.head.is_match(&s[start..]) {
+                // `\s+` took the whole run; the look-ahead leaves its last character.
+                let last = run.chars().next_back().map_or(0, char::len_utf8);
+                if run.len() > last {
+                    end -= last;
+                }
+            }
+            each(start, end);
+            at = end;
+        }
+    }
+}
+
 /// One pre-tokenizer split.
 enum Split {
     /// `Split(Regex, Isolated)` and ByteLevel's own regex: matches and the text between them.
     Regex(SysRegex),
+    /// The same for patterns [`WsSplit`] runs.
+    Ws(WsSplit),
     /// `Digits`: each numeric character alone (`individual`) or runs of them, and the text
     /// between.
     Digits { individual: bool },
 }
 
 impl Split {
+    /// The split for regex `pattern`: [`WsSplit`] where it applies, else `fancy-regex`.
+    fn of(pattern: &str) -> Option<Split> {
+        match WsSplit::new(pattern) {
+            Some(ws) => Some(Split::Ws(ws)),
+            None => SysRegex::new(pattern).ok().map(Split::Regex),
+        }
+    }
+
     /// The pieces of `s` in order (never empty ones).
     fn pieces<'t>(&self, s: &'t str) -> Vec<&'t str> {
         let mut out = Vec::new();
@@ -151,6 +208,7 @@ impl Split {
                     cut(start, end, &mut out);
                 }
             }
+            Split::Ws(ws) => ws.find_iter(s, |start, end| cut(start, end, &mut out)),
             Split::Digits { individual } => {
                 let mut run: Option<(usize, usize)> = None;
                 for (i, c) in s.char_indices() {
@@ -238,8 +296,7 @@ impl FastBpe {
                 && s["behavior"] == "Isolated"
                 && s["invert"] == Json::Bool(false);
             if isolated {
-                let re = SysRegex::new(s["pattern"]["Regex"].as_str()?).ok()?;
-                splits.push(Split::Regex(re));
+                splits.push(Split::of(s["pattern"]["Regex"].as_str()?)?);
             } else if s["type"] == "Digits" {
                 let individual = s["individual_digits"].as_bool()?;
                 splits.push(Split::Digits { individual });
@@ -248,7 +305,7 @@ impl FastBpe {
             }
         }
         if last["use_regex"] != Json::Bool(false) {
-            splits.push(Split::Regex(SysRegex::new(GPT2_PATTERN).ok()?));
+            splits.push(Split::of(GPT2_PATTERN)?);
         }
         let mut raw = Vec::new();
         let mut normalized = Vec::new();
@@ -370,5 +427,60 @@ impl FastBpe {
                 Some(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Random strings over characters that sit on every edge of the patterns: spaces, tabs,
+    /// CR / LF, Unicode spaces (NBSP, ideographic), letters with and without marks, digits
+    /// (ASCII and Arabic-Indic), apostrophes of the contractions in both cases, punctuation.
+    fn random_text(seed: &mut u64, len: usize) -> String {
+        const CHARS: &[char] = &[
+            ' ', ' ', ' ', '\t', '\n', '\r', '\u{a0}', '\u{3000}', 'a', 'S', 't', 'L', 'é',
+            '\u{301}', 'ж', '中', '1', '2', '٣', '\'', '\'', 'r', 'e', 'v', 'D', 'm', '.', ',',
+            '!', '-', '(', '😀', '_', '\u{2028}',
+        ];
+        (0..len)
+            .map(|_| {
+                *seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                CHARS[(*seed >> 33) as usize % CHARS.len()]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ws_split_matches_the_look_ahead_pattern() {
+        let patterns = [
+            GPT2_PATTERN,
+            crate::gguf::bpe::LLAMA3,
+            crate::gguf::bpe::QWEN2,
+            crate::tiktoken::QWEN35_PATTERN,
+        ];
+        let mut seed = 7u64;
+        for p in patterns {
+            let ws = WsSplit::new(p).expect("a look-ahead pattern");
+            let re = SysRegex::new(p).expect("pattern");
+            for i in 0..4000 {
+                let text = random_text(&mut seed, 1 + i % 40);
+                let want: Vec<(usize, usize)> = re.find_iter(&text).collect();
+                let mut got = Vec::new();
+                ws.find_iter(&text, |a, b| got.push((a, b)));
+                assert_eq!(got, want, "{p:?} on {text:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn other_patterns_keep_fancy_regex() {
+        assert!(WsSplit::new(r"\p{N}{1,3}").is_none());
+        assert!(WsSplit::new(r"\b\w+|\s+(?!\S)|\s+").is_none());
+        assert!(WsSplit::new(r"(?<=a)b|\s+(?!\S)|\s+").is_none());
+        assert!(matches!(Split::of(r"(?<=a)b"), Some(Split::Regex(_))));
+        assert!(matches!(Split::of(GPT2_PATTERN), Some(Split::Ws(_))));
     }
 }

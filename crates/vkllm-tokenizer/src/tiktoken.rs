@@ -12,7 +12,7 @@ use tokenizers::utils::SysRegex;
 use tokenizers::{NormalizedString, Normalizer};
 
 use crate::error::{Result, TokenizerError};
-use crate::fast_bpe::AddedSet;
+use crate::fast_bpe::{AddedSet, WsSplit};
 
 /// What a tiktoken vocabulary needs besides its ranks file.
 #[derive(Debug, Clone)]
@@ -106,6 +106,10 @@ pub(crate) struct TiktokenBpe {
     /// Special token texts, matched leftmost-longest.
     specials: AddedSet,
     regex: SysRegex,
+    /// The same split on the `regex` crate where the pattern allows it; `ws_on` false keeps
+    /// `regex` (the reference).
+    ws: Option<WsSplit>,
+    pub(crate) ws_on: bool,
     nfc: bool,
     pub(crate) spec: TiktokenSpec,
 }
@@ -180,6 +184,8 @@ impl TiktokenBpe {
             decoder,
             special_ids,
             specials,
+            ws: WsSplit::new(&spec.pattern),
+            ws_on: true,
             regex,
             nfc: spec.nfc,
             spec,
@@ -257,13 +263,22 @@ impl TiktokenBpe {
         self.specials.find(text)
     }
 
+    /// Whether the split runs on the `regex` crate ([`WsSplit`]).
+    pub(crate) fn fast_split(&self) -> bool {
+        self.ws.is_some() && self.ws_on
+    }
+
     fn encode_ordinary(&self, text: &str, out: &mut Vec<u32>) {
-        for (start, end) in self.regex.find_iter(text) {
+        let mut each = |start: usize, end: usize| {
             let piece = &text.as_bytes()[start..end];
             match self.ranks.get(piece) {
                 Some(&r) => out.push(r),
                 None => self.byte_pair_encode(piece, out),
             }
+        };
+        match self.ws.as_ref().filter(|_| self.ws_on) {
+            Some(ws) => ws.find_iter(text, each),
+            None => self.regex.find_iter(text).for_each(|(a, b)| each(a, b)),
         }
     }
 

@@ -245,18 +245,22 @@ impl Tokenizer {
         Ok(tok)
     }
 
-    /// Whether [`Tokenizer::encode`] takes the byte-level BPE fast path (the same ids as the
-    /// `tokenizers` pipeline, several times faster): `tokenizer.json` and GGUF `gpt2`
-    /// vocabularies whose pre-tokenizer is regex splits then the byte map.
+    /// Whether [`Tokenizer::encode`] takes a fast path (the same ids, several times faster):
+    /// `tokenizer.json` and GGUF `gpt2` vocabularies whose pre-tokenizer is regex splits then
+    /// the byte map; tiktoken ranks whose split pattern runs on the `regex` crate.
     pub fn fast_encode(&self) -> bool {
-        matches!(&self.backend, Backend::Hf(hf) if hf.fast.is_some() && hf.fast_on)
+        match &self.backend {
+            Backend::Hf(hf) => hf.fast.is_some() && hf.fast_on,
+            Backend::Tiktoken(t) => t.fast_split(),
+        }
     }
 
-    /// `false` sends every encode through the `tokenizers` crate's own pipeline (the reference
-    /// the fast path is checked against).
+    /// `false` sends every encode through the reference: the `tokenizers` crate's own pipeline,
+    /// or for tiktoken ranks the split pattern on `fancy-regex`.
     pub fn set_fast_encode(&mut self, on: bool) {
-        if let Backend::Hf(hf) = &mut self.backend {
-            hf.fast_on = on;
+        match &mut self.backend {
+            Backend::Hf(hf) => hf.fast_on = on,
+            Backend::Tiktoken(t) => t.ws_on = on,
         }
     }
 

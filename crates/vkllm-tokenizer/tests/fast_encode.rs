@@ -1,6 +1,7 @@
-//! The byte-level BPE fast path against the `tokenizers` pipeline it replaces: which fixture
-//! tokenizers take it, and the same ids on the corpus and on random mixes of the pieces that
-//! stress each step (added and special tokens, NFC, whitespace runs, digits, contractions).
+//! The fast paths against the pipelines they replace (byte-level BPE against `tokenizers`,
+//! tiktoken ranks' split on the `regex` crate against `fancy-regex`): which fixture tokenizers
+//! take them, and the same ids on the corpus and on random mixes of the pieces that stress each
+//! step (added and special tokens, NFC, whitespace runs, digits, contractions).
 
 mod common;
 
@@ -107,7 +108,10 @@ fn same_ids(name: &str, fast: &Tokenizer, reference: &Tokenizer, texts: &[String
 #[test]
 fn byte_level_tokenizers_take_the_fast_path() {
     for name in NAMES {
-        let want = matches!(name, "smollm2-gguf" | "qwen25coder-gguf" | "qwen3-json");
+        let want = matches!(
+            name,
+            "smollm2-gguf" | "qwen25coder-gguf" | "qwen3-json" | "qwen36-tiktoken"
+        );
         assert_eq!(load(name).fast_encode(), want, "{name}");
     }
 }
@@ -118,7 +122,13 @@ fn fast_path_matches_the_tokenizers_pipeline() {
     texts.extend(mixes(400));
     // A long text: the word cache and the splits over many pieces.
     texts.push(texts.concat());
-    for name in ["smollm2-gguf", "qwen25coder-gguf", "qwen3-json"] {
+    let fast_ones = [
+        "smollm2-gguf",
+        "qwen25coder-gguf",
+        "qwen3-json",
+        "qwen36-tiktoken",
+    ];
+    for name in fast_ones {
         let fast = load(name);
         let mut reference = load(name);
         reference.set_fast_encode(false);

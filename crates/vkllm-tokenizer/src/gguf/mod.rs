@@ -11,7 +11,7 @@
 //!   matched whole, as llama.cpp matches user-defined tokens and as Gemma 3's `tokenizer.json`
 //!   tokenizes such runs.
 
-mod bpe;
+pub(crate) mod bpe;
 mod file;
 mod spm;
 
