@@ -143,9 +143,14 @@ impl WsSplit {
         if x.contains(r"\b") || x.contains(r"\B") {
             return None;
         }
+        let head = regex::Regex::new(&format!("^(?:{x})")).ok()?;
+        // Empty matches would need fancy-regex's own stepping past them.
+        if head.is_match("") {
+            return None;
+        }
         Some(WsSplit {
             all: regex::Regex::new(&format!(r"{x}|\s+")).ok()?,
-            head: regex::Regex::new(&format!("^(?:{x})")).ok()?,
+            head,
         })
     }
 
@@ -154,6 +159,14 @@ impl WsSplit {
         let mut at = 0;
         while let Some(m) = self.all.find_at(s, at) {
             let (start, mut end) = (m.start(), m.end());
+            if end == start {
+                // Never from the patterns `new` takes; step past it rather than loop.
+                match s[start..].chars().next() {
+                    Some(c) => at = start + c.len_utf8(),
+                    None => return,
+                }
+                continue;
+            }
             let run = m.as_str();
             let ws = run.chars().all(char::is_whitespace);
             if end < s.len() && ws && !self.head.is_match(&s[start..]) {
@@ -480,6 +493,8 @@ mod tests {
         assert!(WsSplit::new(r"\p{N}{1,3}").is_none());
         assert!(WsSplit::new(r"\b\w+|\s+(?!\S)|\s+").is_none());
         assert!(WsSplit::new(r"(?<=a)b|\s+(?!\S)|\s+").is_none());
+        assert!(WsSplit::new(r"a*|\s+(?!\S)|\s+").is_none());
+        assert!(WsSplit::new(r"$|\s+(?!\S)|\s+").is_none());
         assert!(matches!(Split::of(r"(?<=a)b"), Some(Split::Regex(_))));
         assert!(matches!(Split::of(GPT2_PATTERN), Some(Split::Ws(_))));
     }
