@@ -35,6 +35,11 @@ fn list<T: std::str::FromStr>(s: &str) -> Result<Vec<T>, String> {
         .collect()
 }
 
+/// A comma-separated list of 0 / 1 switches.
+fn flags(s: &str) -> Result<Vec<bool>, String> {
+    Ok(list::<u8>(s)?.into_iter().map(|x| x != 0).collect())
+}
+
 /// Uniform values in [-1, 1) from a 64-bit LCG, rounded to f16 and packed in pairs.
 fn halves(n: usize, seed: u64) -> Vec<u32> {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -126,12 +131,10 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
             }
             "--skip" => a.skip = list(&v)?,
             "--bk" => a.bk = list(&v)?,
-            "--vahead" => a.vahead = list::<u8>(&v)?.into_iter().map(|x| x != 0).collect(),
+            "--vahead" => a.vahead = flags(&v)?,
             "--kernel" => a.kernels = v.split(',').map(str::to_string).collect(),
-            "--cm2-lazy" => a.cm2_lazy = list::<u8>(&v)?.into_iter().map(|x| x != 0).collect(),
-            "--cm2-prefetch" => {
-                a.cm2_prefetch = list::<u8>(&v)?.into_iter().map(|x| x != 0).collect()
-            }
+            "--cm2-lazy" => a.cm2_lazy = flags(&v)?,
+            "--cm2-prefetch" => a.cm2_prefetch = flags(&v)?,
             "--cm2-sum" => {
                 a.cm2_sum = v
                     .split(',')
