@@ -16,10 +16,6 @@
 //   split_min steps walks steps [s per, (s + 1) per)); each part writes its unnormalised rows and
 //   their M and L to kv_part ([tile][s][row][HD + 2]), counts itself in on kv_ctr[kvh tiles +
 //   tile], and the last one resets the counter and writes the merged rows (parts in order).
-// - LAZY: scores left as Q K^T (softcap: in log2 units), P = exp2((S - M) c) in one pass (c the
-//   scale times log2 e, or 1); the output and sum rescaled only on steps where some row's max
-//   grew by more than LAZY_T / c (a shared flag says so; probabilities stay <= 2^LAZY_T); the
-//   max is otherwise left as it was, which is exact: O and L share the stale max.
 // Shapes: q [n_q, n_heads, HD] f32; k, v [n_kv, n_kv_heads, HD] f16; out [n_q, n_heads, HD] f32;
 // HALF 1 also writes out16 (the same elements as f16).
 #extension GL_EXT_control_flow_attributes : enable
@@ -46,12 +42,6 @@ layout(constant_id = 7) const uint PROBE = 0;
 // 1: the next step's K and V tiles are loaded while this step computes (registers for a
 // second pair); 0: each step loads its own.
 layout(constant_id = 8) const uint PREFETCH = 0;
-// 1: lazy rescaling (above); 0: every step rescales (the reference). Probes take the reference.
-layout(constant_id = 9) const uint LAZY = 0;
-const bool LZ = LAZY == 1 && PROBE == 0;
-const float LOG2E = 1.4426950408889634;
-// Growth of a row's max (log2 units) that the lazy form absorbs without rescaling.
-const float LAZY_T = 8.0;
 
 layout(push_constant) uniform Params {
     uint n_q;
@@ -86,10 +76,6 @@ const uint QLD = HD + 8;
 // flag placed first, which broke every load on the H200).
 shared float16_t qs[BR * QLD];
 shared uvec4 last_flag;
-// LAZY: step id of the last step that rescales, one slot per step parity; a row's rescale
-// factor for the output (one element when LAZY is off).
-shared uvec4 grow_flag;
-shared float em_row[LZ ? BR : 1];
 
 // The workgroup's tile, read by the per-element functions.
 uint g_q0;
@@ -111,33 +97,6 @@ float smear_op(const in float a, const in float b) { return a; }
 
 float exp_op(const in uint r, const in uint c, const in float x) { return exp(x); }
 
-// LAZY: the current step's id (its flag value); the factor c from score units to log2 units.
-uint g_step;
-float g_c;
-
-// Flags the step when row r's max `a` outgrows the running max `b` (or the first keys arrive).
-float grow_op(const in uint r, const in uint c, const in float a, const in float b) {
-    if (a > b && (b == FLOOR || (a - b) * g_c > LAZY_T)) {
-        grow_flag[g_step & 1] = g_step;
-    }
-    return a;
-}
-
-// exp2((a - b) c): a probability (masked scores give 0) or a rescale factor.
-float p_lz_op(const in uint r, const in uint c, const in float a, const in float b) {
-    return a == MASKED ? 0.0 : exp2((a - b) * g_c);
-}
-
-// Column 0 of a smeared row value to em_row.
-float em_row_op(const in uint r, const in uint c, const in float x) {
-    if (c == 0) {
-        em_row[r] = x;
-    }
-    return x;
-}
-
-float rescale_op(const in uint r, const in uint c, const in float x) { return x * em_row[r]; }
-
 float max2_op(const in uint r, const in uint c, const in float a, const in float b) {
     return max(a, b);
 }
@@ -147,11 +106,6 @@ float score_op(const in uint r, const in uint c, const in float x) {
     float s = x * p.scale;
     if (p.softcap > 0.0) {
         s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
-        if (LZ) {
-            s *= LOG2E;
-        }
-    } else if (LZ) {
-        s = x;
     }
     uint qp = p.pos0 + g_q0 + r / g_g;
     uint j = g_kb + c;
@@ -161,10 +115,10 @@ float score_op(const in uint r, const in uint c, const in float x) {
     return s;
 }
 
-// Scale and softcap only (a step every row sees whole; LAZY: log2 units).
+// Scale and softcap only (a step every row sees whole).
 float soft_op(const in uint r, const in uint c, const in float x) {
     float s = x * p.scale;
-    return p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0)) * (LZ ? LOG2E : 1.0);
+    return p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
 }
 
 // Writes the finished element (r, c) (already divided by the row sum) to out (and out16).
@@ -257,10 +211,6 @@ void main() {
         }
         qs[t * QLD + c] = float16_t(x);
     }
-    if (LZ && lid == 0) {
-        grow_flag = uvec4(0xffffffffu);
-    }
-    g_c = p.softcap > 0.0 ? 1.0 : p.scale * LOG2E;
     barrier();
     coopmat<float16_t, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseA> qa;
     coopMatLoad(qa, qs, 0, QLD, gl_CooperativeMatrixLayoutRowMajor);
@@ -288,9 +238,8 @@ void main() {
         coopMatLoadTensorNV(vt_next, v, kv_off, sliceTensorLayoutNV(tk, lo, BC, 0, HD));
     }
 
-    uint step = 0;
     [[dont_unroll]]
-    for (uint kb = lo; kb <= hi; kb += BC, step++) {
+    for (uint kb = lo; kb <= hi; kb += BC) {
         g_kb = kb;
         coopmat<float16_t, gl_ScopeWorkgroup, HD, BC, gl_MatrixUseB> kt;
         coopmat<float16_t, gl_ScopeWorkgroup, BC, HD, gl_MatrixUseB> vt;
@@ -311,7 +260,7 @@ void main() {
             coopMatPerElementNV(s, s, score_op);
         } else if (p.softcap > 0.0) {
             coopMatPerElementNV(s, s, soft_op);
-        } else if (!LZ) {
+        } else {
             s = s * p.scale;
         }
 
@@ -321,30 +270,10 @@ void main() {
         }
         coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> rmax, pr, rsum, em;
         coopMatReduceNV(rmax, s, gl_CooperativeMatrixReduceRowNV, max_op);
-        if (LZ) {
-            g_step = step;
-            coopMatPerElementNV(rmax, rmax, grow_op, m);
-            memoryBarrierShared();
-            barrier();
-            // Uniform: every flag write of this step came before the barrier, the slot's next
-            // write comes after the next step's.
-            if (grow_flag[step & 1] == step) {
-                coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> m_old = m;
-                coopMatPerElementNV(m, rmax, max2_op, m_old);
-                coopMatPerElementNV(em, m_old, p_lz_op, m);
-                l = em * l;
-                coopMatPerElementNV(em, em, em_row_op);
-                memoryBarrierShared();
-                barrier();
-                coopMatPerElementNV(o, o, rescale_op);
-            }
-            coopMatPerElementNV(pr, s, p_lz_op, m);
-        } else {
-            coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> m_old = m;
-            coopMatPerElementNV(m, rmax, max2_op, m_old);
-            coopMatPerElementNV(pr, s - m, exp_op);
-            coopMatPerElementNV(em, m_old - m, exp_op);
-        }
+        coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> m_old = m;
+        coopMatPerElementNV(m, rmax, max2_op, m_old);
+        coopMatPerElementNV(pr, s - m, exp_op);
+        coopMatPerElementNV(em, m_old - m, exp_op);
         if (PROBE == 2) {
             coopMatPerElementNV(pr, pr, probe_op);
             return;
@@ -362,20 +291,14 @@ void main() {
         } else {
             coopMatReduceNV(rsum, pr, gl_CooperativeMatrixReduceRowNV, add_op);
         }
-        if (LZ) {
-            l = l + rsum;
-        } else {
-            l = em * l + rsum;
-        }
+        l = em * l + rsum;
 
         if (PREFETCH == 0) {
             coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD));
         }
-        if (!LZ) {
-            coopmat<float, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator> em_d;
-            coopMatReduceNV(em_d, em, gl_CooperativeMatrixReduceRowNV, smear_op);
-            o = o * em_d;
-        }
+        coopmat<float, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator> em_d;
+        coopMatReduceNV(em_d, em, gl_CooperativeMatrixReduceRowNV, smear_op);
+        o = o * em_d;
         o = coopMatMulAdd(pa, vt, o);
         if (PROBE == 3 || PROBE == 4) {
             coopMatPerElementNV(o, o, probe_op);
@@ -435,8 +358,7 @@ void main() {
         float acc = 0.0;
         for (uint s = 0; s < p.split; s++) {
             const uint b = (pb0 + s * BR + r) * (HD + 2);
-            const float d = kv_part[b + HD] - mx;
-            const float w = LZ ? exp2(d * g_c) : exp(d);
+            const float w = exp(kv_part[b + HD] - mx);
             lsum += kv_part[b + HD + 1] * w;
             acc += kv_part[b + c] * w;
         }

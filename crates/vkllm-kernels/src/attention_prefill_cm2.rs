@@ -23,7 +23,6 @@ static GLSL: GlslKernel = GlslKernel {
         ("SUM_MMA", 6),
         ("PROBE", 7),
         ("PREFETCH", 8),
-        ("LAZY", 9),
     ],
 };
 
@@ -84,9 +83,6 @@ pub struct CmAttnTile {
     pub sum_mma: bool,
     /// The next step's K and V tiles loaded while a step computes.
     pub prefetch: bool,
-    /// The output rescaled only on key steps where a row's max grew past 2^8 (scores in log2
-    /// units); `false`: every step (the reference).
-    pub lazy: bool,
     /// Diagnostics: 0 computes attention; 1..=5 write an intermediate of the first key step
     /// instead (see the shader's PROBE).
     pub probe: u32,
@@ -96,8 +92,7 @@ impl CmAttnTile {
     /// The configuration for `s` if the kernel runs it: f16 K and V (plain keys), no ring
     /// smaller than the cache, head_dim a multiple of 16 in 16..=256, a GQA group of at most
     /// 64 heads. 32 keys per step; 64 rows up to head dim 128, 32 past it where the GQA group
-    /// fits (measured fastest on the H100: docs/benchmarks.md), row sums on the tensor cores,
-    /// every step rescaled (lazy rescaling is not yet measured on a device).
+    /// fits (measured fastest on the H100: docs/benchmarks.md), row sums on the tensor cores.
     pub fn for_shape(s: &AttnShape) -> Option<CmAttnTile> {
         let ring_ok = s.ring.is_none_or(|r| r >= s.n_kv);
         let kv_ok = s.kv == KvType::F16 && s.kv_v == KvType::F16 && !s.rot_k;
@@ -118,7 +113,6 @@ impl CmAttnTile {
             split_min: 1,
             sum_mma: true,
             prefetch: false,
-            lazy: false,
             probe: 0,
         })
     }
@@ -238,8 +232,7 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("SPLIT_ON", f64::from(u8::from(t.split > 1)))
             .set("SUM_MMA", f64::from(u8::from(t.sum_mma)))
             .set("PROBE", t.probe.min(5) as f64)
-            .set("PREFETCH", f64::from(u8::from(t.prefetch)))
-            .set("LAZY", f64::from(u8::from(t.lazy)));
+            .set("PREFETCH", f64::from(u8::from(t.prefetch)));
         let grid = [groups_x as u32, s.n_kv_heads as u32, 1];
         self.bind_v2(k, s, o, out16, (part, ctr), &p, grid)
     }

@@ -8,8 +8,8 @@
 //! as long as the cache, wide score ranges (the running max moving by a lot), uniform weights,
 //! and split launches (2 to 16 parts, some parts past a tile's keys), whose counters must be
 //! back at zero after; tiles of 32..128 rows and 32 or 64 keys with the row sums on the tensor
-//! cores and the tiles loaded a step ahead; some rows rescale lazily (`CmAttnTile::lazy`);
-//! every other case also writes the f16 copy of the output.
+//! cores and the tiles loaded a step ahead; every other case also writes the f16 copy of the
+//! output.
 //! On a device without VK_NV_cooperative_matrix2 the case reports one "n/a" row, never a pass.
 
 use vkllm_cpu::AttnParams;
@@ -52,8 +52,6 @@ struct Case {
     sum_mma: bool,
     /// The next step's tiles loaded ahead (`CmAttnTile::prefetch`).
     prefetch: bool,
-    /// Lazy rescaling (`CmAttnTile::lazy`).
-    lazy: bool,
 }
 
 fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) -> Case {
@@ -72,13 +70,7 @@ fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) 
         tile: None,
         sum_mma: true,
         prefetch: false,
-        lazy: false,
     }
-}
-
-/// `c` rescaling its output only where a row's max grew past 2^8.
-fn lazy(c: Case) -> Case {
-    Case { lazy: true, ..c }
 }
 
 /// `c` with the row sums reduced over the f32 probabilities (the reference).
@@ -180,34 +172,6 @@ fn cases() -> Vec<Case> {
             split: Some((3, 2)),
             ..case(90, 120, 30, (8, 4), 80)
         }),
-        // Lazy rescaling (wide score ranges move the max by more than 2^8 on many steps).
-        lazy(case(100, 161, 61, (16, 8), 128)),
-        lazy(Case {
-            scale: Some(0.0),
-            ..case(37, 37, 0, (4, 2), 64)
-        }),
-        lazy(Case {
-            scale: Some(0.0),
-            split: Some((3, 1)),
-            ..case(40, 300, 260, (8, 2), 128)
-        }),
-        lazy(Case {
-            qk: 8.0,
-            ..case(150, 150, 0, (16, 8), 128)
-        }),
-        lazy(Case {
-            qk: 8.0,
-            softcap: Some(30.0),
-            window: Some(20),
-            ..case(70, 90, 20, (4, 4), 192)
-        }),
-        lazy(Case {
-            qk: 8.0,
-            split: Some((8, 0)),
-            ..case(33, 1033, 1000, (16, 8), 64)
-        }),
-        lazy(reduced(case(129, 129, 0, (8, 2), 128))),
-        lazy(tiled(64, 64, case(20, 300, 280, (64, 8), 128))),
         // Other tiles, the next step's tiles loaded ahead.
         tiled(64, 64, case(100, 161, 61, (16, 8), 128)),
         tiled(64, 32, case(129, 129, 0, (8, 2), 128)),
@@ -310,16 +274,12 @@ pub(crate) fn attention_prefill_cm2(dev: &Device, seed: u64) -> Result<Vec<Kerne
         }
         t.sum_mma = c.sum_mma;
         t.prefetch = c.prefetch;
-        t.lazy = c.lazy;
         variant += &format!(" {}x{}", t.br, t.bc);
         if t.sum_mma {
             variant += " mma sums";
         }
         if t.prefetch {
             variant += " prefetch";
-        }
-        if t.lazy {
-            variant += " lazy";
         }
         match c.split {
             Some((n, 0)) => t = t.with_split(n, n_q, pos0),

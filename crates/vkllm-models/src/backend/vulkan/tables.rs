@@ -80,7 +80,6 @@ impl VulkanBackend {
         Some(vkllm_kernels::attention_prefill_cm2::CmAttnTile {
             sum_mma: t.attn_cm2_mma,
             prefetch: t.attn_cm2_prefetch,
-            lazy: t.attn_cm2_lazy,
             ..tile
         })
     }
