@@ -12,6 +12,9 @@
 // - Per step of BC keys: S = Q K^T (f16 products, f32 sums), times the scale; softcap and the
 //   mask (causal, window, the range's end) only on steps that need them; M = max(M, rowmax S),
 //   P = exp(S - M), L = L e^(Mold - M) + rowsum P, O = O e^(Mold - M) + f16(P) V.
+// - QSCALE: the staged queries carry the scale (and log2 e without a softcap), so scores come
+//   out in log2 units and P = exp2(S - M): no per-element scaling on unmasked steps; the
+//   running max is then in log2 units, in kv_part too. Probes take the reference form.
 // - Split (SPLIT_ON, push constant split > 1): as in coop2 (part s of a tile of at least
 //   split_min steps walks steps [s per, (s + 1) per)); each part writes its unnormalised rows and
 //   their M and L to kv_part ([tile][s][row][HD + 2]), counts itself in on kv_ctr[kvh tiles +
@@ -42,6 +45,10 @@ layout(constant_id = 7) const uint PROBE = 0;
 // 1: the next step's K and V tiles are loaded while this step computes (registers for a
 // second pair); 0: each step loads its own.
 layout(constant_id = 8) const uint PREFETCH = 0;
+// 1: the scale folded into the staged queries (above); 0: scores scaled each step (reference).
+layout(constant_id = 9) const uint QSCALE = 0;
+const bool QS = QSCALE == 1 && PROBE == 0;
+const float LOG2E = 1.4426950408889634;
 
 layout(push_constant) uniform Params {
     uint n_q;
@@ -95,7 +102,7 @@ float max_op(const in float a, const in float b) { return max(a, b); }
 float add_op(const in float a, const in float b) { return a + b; }
 float smear_op(const in float a, const in float b) { return a; }
 
-float exp_op(const in uint r, const in uint c, const in float x) { return exp(x); }
+float exp_op(const in uint r, const in uint c, const in float x) { return QS ? exp2(x) : exp(x); }
 
 float max2_op(const in uint r, const in uint c, const in float a, const in float b) {
     return max(a, b);
@@ -103,9 +110,9 @@ float max2_op(const in uint r, const in uint c, const in float a, const in float
 
 // Scale, softcap and the mask of score (r, c): key g_kb + c for row r's query.
 float score_op(const in uint r, const in uint c, const in float x) {
-    float s = x * p.scale;
+    float s = QS ? x : x * p.scale;
     if (p.softcap > 0.0) {
-        s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
+        s = p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0)) * (QS ? LOG2E : 1.0);
     }
     uint qp = p.pos0 + g_q0 + r / g_g;
     uint j = g_kb + c;
@@ -117,8 +124,8 @@ float score_op(const in uint r, const in uint c, const in float x) {
 
 // Scale and softcap only (a step every row sees whole).
 float soft_op(const in uint r, const in uint c, const in float x) {
-    float s = x * p.scale;
-    return p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0));
+    float s = QS ? x : x * p.scale;
+    return p.softcap * tanh(clamp(s / p.softcap, -15.0, 15.0)) * (QS ? LOG2E : 1.0);
 }
 
 // Writes the finished element (r, c) (already divided by the row sum) to out (and out16).
@@ -201,6 +208,8 @@ void main() {
     const uint full_lo = first_key(p.pos0 + q_last);
     const uint full_hi = p.pos0 + q0;
 
+    // QSCALE: log2 units unless a softcap (applied to the scaled score) comes first.
+    const float q_mul = QS ? (p.softcap > 0.0 ? p.scale : p.scale * LOG2E) : 1.0;
     for (uint i = lid; i < BR * HD; i += wg) {
         const uint t = i / HD;
         const uint c = i % HD;
@@ -209,7 +218,7 @@ void main() {
         if (t < bq * g && qi < p.n_q) {
             x = q[(qi * p.n_heads + kvh * g + t % g) * HD + c];
         }
-        qs[t * QLD + c] = float16_t(x);
+        qs[t * QLD + c] = float16_t(x * q_mul);
     }
     barrier();
     coopmat<float16_t, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseA> qa;
@@ -260,7 +269,7 @@ void main() {
             coopMatPerElementNV(s, s, score_op);
         } else if (p.softcap > 0.0) {
             coopMatPerElementNV(s, s, soft_op);
-        } else {
+        } else if (!QS) {
             s = s * p.scale;
         }
 
@@ -358,7 +367,8 @@ void main() {
         float acc = 0.0;
         for (uint s = 0; s < p.split; s++) {
             const uint b = (pb0 + s * BR + r) * (HD + 2);
-            const float w = exp(kv_part[b + HD] - mx);
+            const float d = kv_part[b + HD] - mx;
+            const float w = QS ? exp2(d) : exp(d);
             lsum += kv_part[b + HD + 1] * w;
             acc += kv_part[b + c] * w;
         }

@@ -23,6 +23,7 @@ static GLSL: GlslKernel = GlslKernel {
         ("SUM_MMA", 6),
         ("PROBE", 7),
         ("PREFETCH", 8),
+        ("QSCALE", 9),
     ],
 };
 
@@ -83,6 +84,9 @@ pub struct CmAttnTile {
     pub sum_mma: bool,
     /// The next step's K and V tiles loaded while a step computes.
     pub prefetch: bool,
+    /// The scale (and log2 e) folded into the staged queries, probabilities by exp2; `false`:
+    /// scores scaled each step (the reference).
+    pub qscale: bool,
     /// Diagnostics: 0 computes attention; 1..=5 write an intermediate of the first key step
     /// instead (see the shader's PROBE).
     pub probe: u32,
@@ -113,6 +117,7 @@ impl CmAttnTile {
             split_min: 1,
             sum_mma: true,
             prefetch: false,
+            qscale: false,
             probe: 0,
         })
     }
@@ -232,7 +237,8 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("SPLIT_ON", f64::from(u8::from(t.split > 1)))
             .set("SUM_MMA", f64::from(u8::from(t.sum_mma)))
             .set("PROBE", t.probe.min(5) as f64)
-            .set("PREFETCH", f64::from(u8::from(t.prefetch)));
+            .set("PREFETCH", f64::from(u8::from(t.prefetch)))
+            .set("QSCALE", f64::from(u8::from(t.qscale)));
         let grid = [groups_x as u32, s.n_kv_heads as u32, 1];
         self.bind_v2(k, s, o, out16, (part, ctr), &p, grid)
     }

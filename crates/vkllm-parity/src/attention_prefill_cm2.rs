@@ -2,14 +2,15 @@
 //! (`attention_prefill_cm2.comp`) against the CPU attention of the f16-rounded q, k and v.
 //!
 //! The error budget is coop2's (q, k, v and the probabilities in the P V product rounded to
-//! f16, sums f32): 1e-3 absolute on weighted means of |v| <= 1, NMSE 1e-5. Outputs are
-//! NaN-poisoned before each run. Rows cover partial query tiles, chunks starting mid-cache (a
-//! partial first key step), GQA groups of 1 to 8, head dims 32..256, softcap, windows, a ring
-//! as long as the cache, wide score ranges (the running max moving by a lot), uniform weights,
-//! and split launches (2 to 16 parts, some parts past a tile's keys), whose counters must be
-//! back at zero after; tiles of 32..128 rows and 32 or 64 keys with the row sums on the tensor
-//! cores and the tiles loaded a step ahead; every other case also writes the f16 copy of the
-//! output.
+//! f16, sums f32): 1e-3 absolute on weighted means of |v| <= 1, NMSE 1e-5; with the scale
+//! folded into the staged queries the oracle reads those f16(q x scale), scaled back. Outputs
+//! are NaN-poisoned before each run. Rows cover partial query tiles, chunks starting mid-cache
+//! (a partial first key step), GQA groups of 1 to 8, head dims 32..256, softcap, windows, a
+//! ring as long as the cache, wide score ranges (the running max moving by a lot), uniform
+//! weights, and split launches (2 to 16 parts, some parts past a tile's keys), whose counters
+//! must be back at zero after; tiles of 32..128 rows and 32 or 64 keys with the row sums on
+//! the tensor cores and the tiles loaded a step ahead; every other case also writes the f16
+//! copy of the output.
 //! On a device without VK_NV_cooperative_matrix2 the case reports one "n/a" row, never a pass.
 
 use vkllm_cpu::AttnParams;
@@ -52,6 +53,8 @@ struct Case {
     sum_mma: bool,
     /// The next step's tiles loaded ahead (`CmAttnTile::prefetch`).
     prefetch: bool,
+    /// The scale folded into the staged queries (`CmAttnTile::qscale`).
+    qscale: bool,
 }
 
 fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) -> Case {
@@ -70,7 +73,13 @@ fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) 
         tile: None,
         sum_mma: true,
         prefetch: false,
+        qscale: false,
     }
+}
+
+/// `c` with the scale folded into the staged queries (scores in log2 units).
+fn qscaled(c: Case) -> Case {
+    Case { qscale: true, ..c }
 }
 
 /// `c` with the row sums reduced over the f32 probabilities (the reference).
@@ -172,6 +181,34 @@ fn cases() -> Vec<Case> {
             split: Some((3, 2)),
             ..case(90, 120, 30, (8, 4), 80)
         }),
+        // The scale folded into the staged queries.
+        qscaled(case(100, 161, 61, (16, 8), 128)),
+        qscaled(Case {
+            scale: Some(0.0),
+            ..case(37, 37, 0, (4, 2), 64)
+        }),
+        qscaled(Case {
+            qk: 8.0,
+            scale: Some(3.0),
+            ..case(150, 150, 0, (16, 8), 128)
+        }),
+        qscaled(Case {
+            qk: 8.0,
+            softcap: Some(30.0),
+            window: Some(20),
+            ..case(70, 90, 20, (4, 4), 192)
+        }),
+        qscaled(Case {
+            split: Some((4, 0)),
+            ..case(64, 1200, 1136, (16, 2), 256)
+        }),
+        qscaled(reduced(Case {
+            softcap: Some(30.0),
+            window: Some(40),
+            split: Some((3, 2)),
+            ..case(90, 120, 30, (8, 4), 80)
+        })),
+        qscaled(tiled(64, 64, case(20, 300, 280, (64, 8), 128))),
         // Other tiles, the next step's tiles loaded ahead.
         tiled(64, 64, case(100, 161, 61, (16, 8), 128)),
         tiled(64, 32, case(129, 129, 0, (8, 2), 128)),
@@ -233,8 +270,20 @@ pub(crate) fn attention_prefill_cm2(dev: &Device, seed: u64) -> Result<Vec<Kerne
             softcap: c.softcap,
             window: c.window,
         };
+        // qscale stages f16(q x mul): the oracle reads those roundings, scaled back.
+        let mul = match c.softcap {
+            Some(_) => scale,
+            None => scale * std::f32::consts::LOG2_E,
+        };
+        let q_ref = match c.qscale && mul != 0.0 {
+            true => {
+                let scaled: Vec<f32> = q.iter().map(|&x| x * mul).collect();
+                to_f16(&scaled).1.iter().map(|&x| x / mul).collect()
+            }
+            false => q.clone(),
+        };
         let mut want = vec![0.0; qn];
-        vkllm_cpu::attention_ring(&q, &k, &v, n_q, n_kv, n_kv, &positions, &p, &mut want);
+        vkllm_cpu::attention_ring(&q_ref, &k, &v, n_q, n_kv, n_kv, &positions, &p, &mut want);
         let shape = AttnShape {
             n_q,
             n_heads,
@@ -274,12 +323,16 @@ pub(crate) fn attention_prefill_cm2(dev: &Device, seed: u64) -> Result<Vec<Kerne
         }
         t.sum_mma = c.sum_mma;
         t.prefetch = c.prefetch;
+        t.qscale = c.qscale;
         variant += &format!(" {}x{}", t.br, t.bc);
         if t.sum_mma {
             variant += " mma sums";
         }
         if t.prefetch {
             variant += " prefetch";
+        }
+        if t.qscale {
+            variant += " qscale";
         }
         match c.split {
             Some((n, 0)) => t = t.with_split(n, n_q, pos0),

@@ -5,10 +5,11 @@
 //! `cargo run --release -p vkllm-vk --example attn_bench -- [--chunks 512@32768,256@8192]
 //! [--heads 32/8] [--hd 128] [--kv f16|f32] [--nsg 4,2] [--split auto,1,2] [--skip 0,15]
 //! [--bk 32,64] [--vahead 1,0] [--kernel coop2,cm2] [--cm2-tile 64x64,128x32]
-//! [--cm2-sum reduce,mma] [--cm2-prefetch 0,1] [--iters N]`
+//! [--cm2-sum reduce,mma] [--cm2-prefetch 0,1] [--cm2-qscale 0,1] [--iters N]`
 //!
 //! `--kernel cm2` adds rows for the workgroup-scope kernel (`attn_prefill_cm2`, f16 K/V on
-//! devices with VK_NV_cooperative_matrix2), one per tile, row-sum form, prefetch and `--split`.
+//! devices with VK_NV_cooperative_matrix2), one per tile, row-sum form, prefetch, folded scale
+//! and `--split`.
 //!
 //! A chunk `N@P` is N queries at positions P..P + N over a cache of P + N keys (causal, no
 //! window). Inputs are uniform in [-1, 1] (q, k) and [-1, 1] (v). `--skip` takes the kernel's
@@ -69,6 +70,7 @@ struct Args {
     cm2_tiles: Vec<(u32, u32)>,
     cm2_sum: Vec<bool>,
     cm2_prefetch: Vec<bool>,
+    cm2_qscale: Vec<bool>,
     iters: u32,
 }
 
@@ -87,6 +89,7 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
         cm2_tiles: Vec::new(),
         cm2_sum: vec![false],
         cm2_prefetch: vec![false],
+        cm2_qscale: vec![false],
         iters: 5,
     };
     let mut args = std::env::args().skip(1);
@@ -132,6 +135,7 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
             "--vahead" => a.vahead = flags(&v)?,
             "--kernel" => a.kernels = v.split(',').map(str::to_string).collect(),
             "--cm2-prefetch" => a.cm2_prefetch = flags(&v)?,
+            "--cm2-qscale" => a.cm2_qscale = flags(&v)?,
             "--cm2-sum" => {
                 a.cm2_sum = v
                     .split(',')
@@ -317,12 +321,15 @@ fn bench_cm2(
         };
         for &sum_mma in &a.cm2_sum {
             for &prefetch in &a.cm2_prefetch {
-                let t0 = CmAttnTile {
-                    sum_mma,
-                    prefetch,
-                    ..t0
-                };
-                bench_cm2_tile(dev, a, shape, pos0, [qb, kb, vb, pb, out], flops, t0)?;
+                for &qscale in &a.cm2_qscale {
+                    let t0 = CmAttnTile {
+                        sum_mma,
+                        prefetch,
+                        qscale,
+                        ..t0
+                    };
+                    bench_cm2_tile(dev, a, shape, pos0, [qb, kb, vb, pb, out], flops, t0)?;
+                }
             }
         }
     }
@@ -370,7 +377,7 @@ fn bench_cm2_tile(
         }
         let ns = vkllm_vk::bench::median_dispatch_ns(&r.finish()?)?;
         println!(
-            "| {n_q}@{pos0} | {}/{} | {} | {} | cm2 {}x{}{} | - | - | {} (from {}) | - | {:.1} | {:.1} |",
+            "| {n_q}@{pos0} | {}/{} | {} | {} | cm2 {}x{}{}{} | - | - | {} (from {}) | - | {:.1} | {:.1} |",
             shape.n_heads,
             shape.n_kv_heads,
             shape.head_dim,
@@ -383,6 +390,7 @@ fn bench_cm2_tile(
                 (false, true) => " prefetch",
                 (true, true) => " mma sums, prefetch",
             },
+            if t.qscale { ", qscale" } else { "" },
             t.split,
             t.split_min,
             ns / 1e3,

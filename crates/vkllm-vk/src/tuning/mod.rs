@@ -227,6 +227,9 @@ pub struct Tuning {
     /// Model backends: that kernel loads the next step's K and V tiles ahead. Key
     /// `attn_cm2_prefetch`.
     pub attn_cm2_prefetch: bool,
+    /// Model backends: that kernel stages its queries with the scale folded in (scores in log2
+    /// units; `false`: scaled each step, the reference). Key `attn_cm2_qscale`.
+    pub attn_cm2_qscale: bool,
     /// Quantized K caches (q8_0, q4_0, tq4) store their keys centred and scaled per channel
     /// (`vkllm_models::key_centre`; `false`: as they are, the reference). Key `kv_centre`.
     pub kv_centre: bool,
@@ -354,6 +357,7 @@ impl Default for Tuning {
             attn_cm2_tile: None,
             attn_cm2_mma: true,
             attn_cm2_prefetch: false,
+            attn_cm2_qscale: false,
             kv_centre: true,
             kv_sink: true,
             kv_rot_v: true,
@@ -445,6 +449,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "attn_cm2_tile",
     "attn_cm2_mma",
     "attn_cm2_prefetch",
+    "attn_cm2_qscale",
     "kv_centre",
     "kv_sink",
     "kv_rot_v",

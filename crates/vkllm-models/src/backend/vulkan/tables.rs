@@ -80,6 +80,7 @@ impl VulkanBackend {
         Some(vkllm_kernels::attention_prefill_cm2::CmAttnTile {
             sum_mma: t.attn_cm2_mma,
             prefetch: t.attn_cm2_prefetch,
+            qscale: t.attn_cm2_qscale,
             ..tile
         })
     }
