@@ -2,8 +2,8 @@
 # A/B of two tuning settings through `vkllm bench` on one GGUF, alternated (A B A B ...) in one
 # process start each so that clocks and warm-up affect both alike; prints each test's median
 # tok/s under A and B and B's ratio. Usage: scripts/tune-ab.sh MODEL.gguf A B [rounds]
-# [-- bench flags, replacing the defaults below]; A and B are `--tune` specs (`attn_cm2_lazy=0`,
-# `attn_cm2_lazy=1,attn_cm2_tile=64x64`). VKLLM names the binary (default: vkllm on PATH).
+# [-- bench flags, replacing the defaults below]; A and B are `--tune` specs (`attn_cm2_qscale=0`,
+# `attn_cm2_qscale=1,attn_cm2_tile=64x64`). VKLLM names the binary (default: vkllm on PATH).
 set -euo pipefail
 bin=${VKLLM:-vkllm}
 usage="usage: $0 MODEL.gguf TUNE_A TUNE_B [rounds] [-- bench flags]"

@@ -263,9 +263,14 @@ impl TiktokenBpe {
         self.specials.find(text)
     }
 
+    /// The split on the `regex` crate ([`WsSplit`]) where the pattern allows it and it is on.
+    fn ws_split(&self) -> Option<&WsSplit> {
+        self.ws.as_ref().filter(|_| self.ws_on)
+    }
+
     /// Whether the split runs on the `regex` crate ([`WsSplit`]).
     pub(crate) fn fast_split(&self) -> bool {
-        self.ws.is_some() && self.ws_on
+        self.ws_split().is_some()
     }
 
     fn encode_ordinary(&self, text: &str, out: &mut Vec<u32>) {
@@ -276,7 +281,7 @@ impl TiktokenBpe {
                 None => self.byte_pair_encode(piece, out),
             }
         };
-        match self.ws.as_ref().filter(|_| self.ws_on) {
+        match self.ws_split() {
             Some(ws) => ws.find_iter(text, each),
             None => self.regex.find_iter(text).for_each(|(a, b)| each(a, b)),
         }
