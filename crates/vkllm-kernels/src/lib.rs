@@ -45,6 +45,7 @@ pub mod kv_unrotate;
 pub mod logprobs;
 pub mod mat_quant;
 pub mod matmul;
+pub mod matmul_cm2;
 pub mod matmul_coop;
 pub mod matmul_narrow;
 pub mod matvec;
@@ -105,6 +106,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &attention_prefill_coop::ATTN_PREFILL_COOP,
         &attention_prefill_coop2::ATTN_PREFILL_COOP2,
         &attention_prefill_cm2::ATTN_PREFILL_CM2,
+        &matmul_cm2::MATMUL_CM2,
         &activation::SILU_MUL,
         &activation::GELU_TANH_MUL,
         &softmax::SOFTMAX,

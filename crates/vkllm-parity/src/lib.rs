@@ -24,6 +24,7 @@ mod dequant_f16;
 mod hybrid;
 mod kv_quant;
 mod mat;
+mod matmul_cm2;
 mod matmul_coop;
 mod matmul_coop_glu;
 mod matmul_coop_group;
@@ -189,6 +190,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
         "attention_prefill_cm2",
         attention_prefill_cm2::attention_prefill_cm2,
     ),
+    ("matmul_cm2", matmul_cm2::matmul_cm2),
 ];
 
 /// Runs every case (each with a seed derived from `seed`) and returns all rows.

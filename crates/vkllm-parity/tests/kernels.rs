@@ -122,4 +122,5 @@ parity_tests!(
     moe_experts_q8a,
     moe_experts_grouped,
     attention_prefill_cm2,
+    matmul_cm2,
 );

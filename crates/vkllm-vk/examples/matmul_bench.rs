@@ -21,6 +21,9 @@
 //! (`VKLLM_TUNE=dequant=off` leaves it out). `--dequant` adds a `dequant_f16` row (that copy alone,
 //! GB/s of blocks read and halves written) for each quantized type and shape. `--accumulate`
 //! times `Y += X W^T` (the residual projections' form) instead of `Y = X W^T`.
+//! `--cm2 MxNxK,...` adds `matmul_cm2` launches of those tiles (weight rows x tokens x K step)
+//! on devices with VK_NV_cooperative_matrix2 (f16 weights, quantized ones through their f16
+//! copy, which is in the time).
 //! The device comes from `VKLLM_DEVICE`; `VKLLM_VALIDATE=1` adds the validation layer.
 
 use vkllm_vk::kernels::WeightType;
@@ -42,6 +45,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut tiles = vec![CoopTile::LARGE, CoopTile::SMALL, CoopTile::TINY];
     let mut configs: Vec<ConfigArg> = Vec::new();
     let (mut auto, mut portable, mut dequant, mut acc) = (false, true, false, false);
+    let mut cm2: Vec<vkllm_vk::kernels::matmul_cm2::CmTile> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -54,6 +58,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             "--no-portable" => portable = false,
             "--dequant" => dequant = true,
             "--accumulate" => acc = true,
+            "--cm2" => cm2 = parse_cm2(&args.next().ok_or("--cm2 needs a value")?)?,
             s => {
                 let (r, c) = s
                     .split_once('x')
@@ -94,6 +99,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     if n > 1 && auto {
         kernels.push(MatmulKernel::Auto);
+    }
+    if n > 1 && dev.coopmat2() {
+        kernels.extend(cm2.iter().map(|&t| MatmulKernel::Cm2(t)));
+    } else if !cm2.is_empty() {
+        println!("| cm2 launches left out: the device does not run the cm2 kernels |");
     }
     let sg = dev.info().subgroup_size;
     for &(rows, cols) in &shapes {
@@ -217,4 +227,17 @@ fn parse_types(list: &str) -> Result<Vec<WeightType>, String> {
         out.push(*t);
     }
     Ok(out)
+}
+
+/// `MxNxK,...` cm2 tiles.
+fn parse_cm2(s: &str) -> Result<Vec<vkllm_vk::kernels::matmul_cm2::CmTile>, String> {
+    s.split(',')
+        .map(|t| {
+            let v: Vec<u32> = t.split('x').filter_map(|x| x.parse().ok()).collect();
+            match v[..] {
+                [bm, bn, bk] => Ok(vkllm_vk::kernels::matmul_cm2::CmTile { bm, bn, bk }),
+                _ => Err(format!("--cm2 {t}: expected MxNxK")),
+            }
+        })
+        .collect()
 }

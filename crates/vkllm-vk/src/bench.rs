@@ -130,6 +130,7 @@ pub fn bench_matmul_with(
                 t.wm,
                 t.wn
             ),
+            MatmulKernel::Cm2(t) => format!("matmul cm2 {}x{}x{}", t.bm, t.bn, t.bk),
             MatmulKernel::Narrow(c) => format!(
                 "matmul narrow split {}{}",
                 c.split,

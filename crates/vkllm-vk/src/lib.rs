@@ -27,6 +27,7 @@ mod device;
 mod error;
 mod info;
 mod instance;
+mod matmul_cm2;
 mod matmul_glu;
 mod matmul_group;
 mod matmul_narrow;

@@ -68,6 +68,9 @@ impl Recorder {
         if gate.parts.len() != 1 || up.parts.len() != 1 {
             return Ok(false);
         }
+        if self.matmul_glu_cm2(gate, up, x, n, out, act, crate::MatmulKernel::Auto)? {
+            return Ok(true);
+        }
         let (rows, cols) = (gate.rows, gate.cols);
         let copied = self.dequant_applies(gate, rows * cols, n);
         let dtype = match copied {

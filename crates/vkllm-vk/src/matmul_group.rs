@@ -136,8 +136,10 @@ impl Recorder {
         let narrow = kernel == MatmulKernel::Auto
             && crate::matmul_narrow::narrow_config(self.device(), f.dtype, f.rows, n, f.cols)
                 .is_some();
+        // Products the cm2 kernel takes run apart on it (matmul_cm2.rs).
+        let cm2 = self.cm2_tile(f, f.rows, n, false, kernel).is_some();
         let cfg = match f.parts.len() {
-            1 if !narrow => group_config(self.device(), dtype, &rows, n, f.cols, kernel),
+            1 if !narrow && !cm2 => group_config(self.device(), dtype, &rows, n, f.cols, kernel),
             _ => None,
         };
         let Some(c) = cfg else {

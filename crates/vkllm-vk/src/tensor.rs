@@ -6,6 +6,7 @@
 use vkllm_kernels::WeightType;
 use vkllm_kernels::embedding::{Embedding, EmbeddingShape};
 use vkllm_kernels::matmul::Matmul;
+use vkllm_kernels::matmul_cm2::CmTile;
 use vkllm_kernels::matmul_coop::{CoopConfig, CoopTile, MatmulCoop};
 use vkllm_kernels::matmul_narrow::NarrowConfig;
 use vkllm_kernels::matvec::{MatShape, Matvec};
@@ -178,6 +179,9 @@ pub enum MatmulKernel {
     /// `matmul_narrow.wgsl` with this launch (an error on devices without cooperative matrices
     /// or for shapes it does not take).
     Narrow(NarrowConfig),
+    /// `matmul_cm2.comp` with this tile (an error on devices without the cm2 kernels or for
+    /// weights it does not take: f16, or quantized ones with an f16 copy).
+    Cm2(CmTile),
 }
 
 /// Fewest tokens for which [`MatmulKernel::Auto`] takes the cooperative-matrix kernel (its
@@ -621,6 +625,13 @@ impl Recorder {
             return self.matmul_narrow(w, x, n, y, accumulate, c);
         }
         for p in &w.parts {
+            if let Some(t) = self.cm2_tile(w, p.rows, n, false, kernel) {
+                self.matmul_cm2_part(w, p, x, n, y, accumulate, t)?;
+                continue;
+            }
+            if let MatmulKernel::Cm2(_) = kernel {
+                return Err(self.cm2_missing(w, n));
+            }
             let sg = dev.info().subgroup_size;
             let cfg = match kernel {
                 MatmulKernel::Portable => None,
@@ -647,7 +658,7 @@ impl Recorder {
                 MatmulKernel::Coop(t) => Some(CoopConfig::plain(t)),
                 MatmulKernel::CoopWith(c) => Some(c),
                 // (Recorded above.)
-                MatmulKernel::Narrow(_) => None,
+                MatmulKernel::Narrow(_) | MatmulKernel::Cm2(_) => None,
             };
             let mut shape = w.shape(p, accumulate);
             // A quantized weight may be multiplied as its f16 copy (coop_dequant.rs), with the

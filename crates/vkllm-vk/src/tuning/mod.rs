@@ -7,6 +7,7 @@
 //! (`VKLLM_DEVICE`, `VKLLM_VALIDATE`, the developers' `VKLLM_TUNE="key=value,..."`, the cache
 //! directory `VKLLM_CACHE` and the parity seed `VKLLM_SEED`).
 
+use vkllm_kernels::matmul_cm2::CmTile;
 use vkllm_kernels::matmul_coop::CoopTile;
 use vkllm_kernels::matvec_fused::MatvecImpl;
 use vkllm_kernels::matvec_rows::MatvecLayout;
@@ -159,6 +160,13 @@ pub struct Tuning {
     pub coop_glu: bool,
     /// The gated launch writes its product as f16. Key `coop_glu_half`.
     pub coop_glu_half: bool,
+    /// Prefill products of f16 weights (and quantized ones through their f16 copy) on the
+    /// workgroup-scope kernel (`matmul_cm2.comp`) where the device runs it (`false`: the
+    /// cooperative-matrix kernels above, the reference). Key `cm2_matmul`.
+    pub cm2_matmul: bool,
+    /// That kernel's tile for every launch; `None`: per shape. Key `cm2_matmul_tile` = auto |
+    /// MxNxK (weight rows x tokens x K step).
+    pub cm2_matmul_tile: Option<CmTile>,
     /// Key `coop_group` = qkv | mlp | all | none.
     pub coop_group: CoopGroup,
     /// Quantized prefill weights multiplied through an f16 copy. Keys `dequant` = auto | off |
@@ -336,6 +344,8 @@ impl Default for Tuning {
             coop_tile: None,
             coop_glu: true,
             coop_glu_half: true,
+            cm2_matmul: false,
+            cm2_matmul_tile: None,
             coop_group: CoopGroup::Qkv,
             dequant: DequantPolicy::AUTO,
             wg_coherent: true,
@@ -425,6 +435,8 @@ pub const TUNING_KEYS: &[&str] = &[
     "coop_tile",
     "coop_glu",
     "coop_glu_half",
+    "cm2_matmul",
+    "cm2_matmul_tile",
     "coop_group",
     "dequant",
     "dequant_min",

@@ -1,0 +1,223 @@
+//! `shaders/glsl/matmul_cm2.comp`: `Y = X W^T` for prefill on workgroup-scope cooperative
+//! matrices (VK_NV_cooperative_matrix2) for f16 weights and f16 X, f32 sums: the contract of
+//! [`crate::matmul::Matmul`] (push constants, `row_offset`, `y_stride`, accumulate), plus the
+//! gated form `act(X gate^T) * (X up^T)` in one launch. Tensor-addressed loads and stores take
+//! every bound, so any n, rows and cols run.
+
+use crate::activation::Activation;
+use crate::matmul::MatmulParams;
+use crate::matvec::{MatShape, check_weight};
+use crate::spec::{MAX_GROUPS_X, need, rd, rw, shape_err, to_u32};
+use crate::{Dispatch, Error, GlslKernel, KernelBuffer, KernelSpec, Overrides, WeightType};
+
+static GLSL: GlslKernel = GlslKernel {
+    spirv: include_bytes!("../shaders/glsl/matmul_cm2.spv"),
+    spec_ids: &[("BM", 1), ("BN", 2), ("BK", 3), ("GLU", 4)],
+};
+
+pub static MATMUL_CM2: KernelSpec = KernelSpec {
+    name: "matmul_cm2",
+    file: "glsl/matmul_cm2.comp",
+    entry: "main",
+    source: "",
+    bindings: &[rd("w"), rd("x"), rw("y"), rd("w1")],
+    push_size: 24,
+    exact_fp: false,
+    glsl: Some(&GLSL),
+};
+
+/// Invocations per workgroup (a literal in the shader).
+pub const WG: u32 = 256;
+
+/// A launch's tile: `bm` weight rows x `bn` tokens per workgroup, K walked `bk` at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CmTile {
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+}
+
+impl CmTile {
+    /// 128 x 128, K step 64.
+    pub const LARGE: CmTile = CmTile {
+        bm: 128,
+        bn: 128,
+        bk: 64,
+    };
+    /// 64 x 64, K step 64: for grids the large tile leaves thin.
+    pub const SMALL: CmTile = CmTile {
+        bm: 64,
+        bn: 64,
+        bk: 64,
+    };
+
+    /// Whether the shader takes this tile: each side a multiple of 16 in 16..=256, `bk` 16, 32
+    /// or 64, and the accumulator (`bm x bn` f32, two of them when gated) at most 128 values an
+    /// invocation.
+    pub fn fits(&self, gated: bool) -> bool {
+        let side = |x: u32| x.is_multiple_of(16) && (16..=256).contains(&x);
+        let per = (self.bm * self.bn * if gated { 2 } else { 1 }) / WG;
+        side(self.bm) && side(self.bn) && matches!(self.bk, 16 | 32 | 64) && per <= 128
+    }
+
+    /// The tile for `rows` x `n`: [`CmTile::LARGE`] where its grid has at least `min_groups`
+    /// workgroups, else [`CmTile::SMALL`] (a gated launch halves the large tile's rows: two
+    /// accumulators).
+    pub fn for_shape(rows: usize, n: usize, gated: bool, min_groups: usize) -> CmTile {
+        let large = match gated {
+            true => CmTile {
+                bm: 64,
+                ..CmTile::LARGE
+            },
+            false => CmTile::LARGE,
+        };
+        if large.groups(rows, n) >= min_groups {
+            large
+        } else {
+            CmTile::SMALL
+        }
+    }
+
+    fn groups(&self, rows: usize, n: usize) -> usize {
+        rows.div_ceil(self.bm as usize) * n.div_ceil(self.bn as usize)
+    }
+}
+
+/// `Y[t, row_offset + r] (+)= sum_c X[t, c] W[r, c]` (f16 W and X), or with `w1` the gated
+/// `Y[t, r] = act(sum_c X[t, c] W[r, c]) * sum_c X[t, c] W1[r, c]`.
+pub struct MatmulCm2<B> {
+    pub w: B,
+    /// f16 `[n, cols]`.
+    pub x: B,
+    pub y: B,
+    /// The up weight of a gated launch (`None`: plain; `w` is then bound in its place).
+    pub w1: Option<B>,
+}
+
+impl<B: KernelBuffer> MatmulCm2<B> {
+    /// `n` tokens with tile `t`; `y_stride` the output width; `act` the gated launch's
+    /// activation (required with `w1`, which must have `w`'s shape; no accumulate, part rows
+    /// from 0).
+    pub fn dispatch(
+        self,
+        s: &MatShape,
+        n: usize,
+        y_stride: usize,
+        t: CmTile,
+        act: Option<Activation>,
+    ) -> Result<Dispatch<B>, Error> {
+        let k = &MATMUL_CM2;
+        if s.dtype != WeightType::F16 {
+            return Err(shape_err(
+                k,
+                format!("takes f16 weights, got {}", s.dtype.name()),
+            ));
+        }
+        check_weight(k, &self.w, s)?;
+        let gated = self.w1.is_some();
+        if gated != act.is_some() {
+            return Err(shape_err(
+                k,
+                "a gated launch needs both w1 and its activation",
+            ));
+        }
+        if gated && (s.accumulate || s.row_offset != 0) {
+            return Err(shape_err(
+                k,
+                "a gated launch neither accumulates nor offsets rows",
+            ));
+        }
+        if !t.fits(gated) {
+            return Err(shape_err(k, format!("tile {t:?} does not fit")));
+        }
+        if s.row_offset + s.rows > y_stride {
+            return Err(shape_err(k, "part rows beyond y_stride"));
+        }
+        if let Some(w1) = &self.w1 {
+            check_weight(k, w1, s)?;
+        }
+        if !s.cols.is_multiple_of(8) {
+            return Err(shape_err(
+                k,
+                format!("cols a multiple of 8, got {}", s.cols),
+            ));
+        }
+        need(k, "x", &self.x, 2 * (n * s.cols) as u64)?;
+        need(k, "y", &self.y, 4 * (n * y_stride) as u64)?;
+        let gx = s.rows.div_ceil(t.bm as usize);
+        let gy = n.div_ceil(t.bn as usize);
+        if n == 0 || gx > MAX_GROUPS_X as usize || gy > MAX_GROUPS_X as usize {
+            return Err(shape_err(k, format!("grid {gx} x {gy} out of range")));
+        }
+        let p = MatmulParams {
+            n: to_u32(k, "n", n)?,
+            rows: to_u32(k, "rows", s.rows)?,
+            cols: to_u32(k, "cols", s.cols)?,
+            row_offset: to_u32(k, "row_offset", s.row_offset)?,
+            y_stride: to_u32(k, "y_stride", y_stride)?,
+            accumulate: s.accumulate as u32,
+        };
+        let glu = match act {
+            None => 0,
+            Some(Activation::Silu) => 1,
+            Some(Activation::GeluTanh) => 2,
+        };
+        let o = Overrides::new()
+            .set("BM", t.bm as f64)
+            .set("BN", t.bn as f64)
+            .set("BK", t.bk as f64)
+            .set("GLU", glu as f64);
+        let w1 = self.w1.unwrap_or(self.w);
+        Ok(Dispatch::new(
+            k,
+            o,
+            vec![self.w, self.x, self.y, w1],
+            &p,
+            [gx as u32, gy as u32, 1],
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_fit_the_accumulator_budget() {
+        assert!(CmTile::LARGE.fits(false));
+        assert!(CmTile::LARGE.fits(true));
+        assert!(
+            !CmTile {
+                bm: 256,
+                ..CmTile::LARGE
+            }
+            .fits(true)
+        );
+        assert!(
+            CmTile {
+                bn: 256,
+                ..CmTile::LARGE
+            }
+            .fits(false)
+        );
+        assert!(CmTile::SMALL.fits(true));
+        assert!(
+            !CmTile {
+                bk: 48,
+                ..CmTile::SMALL
+            }
+            .fits(false)
+        );
+        assert!(
+            !CmTile {
+                bm: 24,
+                ..CmTile::SMALL
+            }
+            .fits(false)
+        );
+        // 14336 rows x 512 tokens: 112 x 4 large tiles; 1024 rows: 8 x 4 < 96, so small.
+        assert_eq!(CmTile::for_shape(14336, 512, false, 96), CmTile::LARGE);
+        assert_eq!(CmTile::for_shape(1024, 512, false, 96), CmTile::SMALL);
+        assert_eq!(CmTile::for_shape(14336, 512, true, 96).bm, 64);
+    }
+}

@@ -1,0 +1,196 @@
+//! Parity cases: the workgroup-scope matmul (`matmul_cm2.comp`) through the recorder
+//! ([`MatmulKernel::Cm2`], [`Recorder::matmul_glu_cm2`](vkllm_vk::Recorder)), plain and gated,
+//! against an f64 product of the f16-rounded inputs (`matmul_coop`'s oracle and tolerance: the
+//! kernel rounds W and X to f16, products exact in f32, f32 sums). Every tile and K step, n and
+//! rows off the tile multiples, cols off the K step (a clamped tail), whole interior tiles (the
+//! unclamped path), both accumulate modes, and a Q4_K weight through its f16 copy. Each row's
+//! last compared element is the recording's dispatch count, so a launch that fell back to
+//! another kernel fails.
+//!
+//! On a device without the cm2 kernels the case reports one "n/a" row, never a pass.
+
+use vkllm_kernels::WeightType;
+use vkllm_kernels::activation::Activation;
+use vkllm_kernels::matmul_cm2::CmTile;
+
+use super::matmul_coop::{coop_weight, f16_round, reference, tol};
+use super::{Ctx, KernelParityRow, Rng, Tol, row};
+use vkllm_vk::{DequantPolicy, Device, MatmulKernel, Result, Tensor};
+
+const KERNEL: &str = "matmul_cm2";
+
+fn tile(bm: u32, bn: u32, bk: u32) -> CmTile {
+    CmTile { bm, bn, bk }
+}
+
+fn tile_name(t: CmTile) -> String {
+    format!("{}x{}x{}", t.bm, t.bn, t.bk)
+}
+
+pub(crate) fn matmul_cm2(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
+    if !dev.coopmat2() {
+        let reason = match dev.info().cooperative_matrix2 {
+            true => "cooperative matrices switched off (tuning `coopmat=0`)",
+            false => "device lacks VK_NV_cooperative_matrix2 or its features",
+        };
+        return Ok(vec![KernelParityRow::not_applicable(
+            KERNEL,
+            "every launch",
+            reason,
+        )]);
+    }
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::new();
+    let (large, small) = (CmTile::LARGE, CmTile::SMALL);
+    use WeightType::{F16, Q4_K};
+    // (dtype, n, rows, cols, accumulate, tile)
+    let plain = [
+        (F16, 37usize, 100usize, 200usize, false, small),
+        (F16, 130, 257, 512, true, large),
+        (F16, 256, 256, 512, false, large),
+        (F16, 200, 300, 1000, false, large),
+        (F16, 16, 1000, 64, false, small),
+        (F16, 300, 129, 512, true, tile(128, 256, 64)),
+        (F16, 513, 64, 264, false, tile(64, 128, 16)),
+        (F16, 64, 160, 256, false, tile(64, 64, 64)),
+        (Q4_K, 128, 300, 1024, false, large),
+        (Q4_K, 70, 129, 768, true, small),
+    ];
+    for (dtype, n, rows, cols, accumulate, t) in plain {
+        out.push(plain_case(
+            dev,
+            &mut rng,
+            dtype,
+            (n, rows, cols),
+            accumulate,
+            t,
+        )?);
+    }
+    use Activation::{GeluTanh, Silu};
+    let gated = [
+        (F16, 77usize, 300usize, 512usize, Silu, tile(64, 128, 32)),
+        (F16, 128, 256, 256, GeluTanh, large),
+        (F16, 45, 130, 1000, GeluTanh, small),
+        (Q4_K, 64, 200, 512, Silu, small),
+    ];
+    for (dtype, n, rows, cols, act, t) in gated {
+        out.push(gated_case(dev, &mut rng, dtype, (n, rows, cols), act, t)?);
+    }
+    Ok(out)
+}
+
+/// Dispatches of one product: a quantized weight's f16 copy, X's conversion, the launch.
+fn dispatches(dtype: WeightType, weights: usize) -> f32 {
+    let copies = if dtype.is_quantized() { weights } else { 0 };
+    (copies + 2) as f32
+}
+
+fn plain_case(
+    dev: &Device,
+    rng: &mut Rng,
+    dtype: WeightType,
+    (n, rows, cols): (usize, usize, usize),
+    accumulate: bool,
+    t: CmTile,
+) -> Result<KernelParityRow> {
+    let cx = Ctx { dev };
+    let (bytes, wr) = coop_weight(rng, dtype, rows, cols)?;
+    let w = Tensor::from_bytes(dev, "w", dtype, rows, cols, &bytes)?;
+    let x = rng.vec(n * cols, -1.0, 1.0);
+    let y0 = rng.vec(n * rows, -1.0, 1.0);
+    let xb = cx.input("x", &x)?;
+    let y = match accumulate {
+        true => cx.input("y", &y0)?,
+        false => cx.output("y", n * rows)?,
+    };
+    let poison: Vec<&vkllm_vk::Buffer> = if accumulate { vec![] } else { vec![&y] };
+    let mut count = 0;
+    cx.run(&poison, |r| {
+        r.set_dequant_policy(DequantPolicy::All);
+        let before = r.dispatches();
+        r.matmul_with(&w, xb.all(), n, y.all(), accumulate, MatmulKernel::Cm2(t))?;
+        count = r.dispatches() - before;
+        Ok(())
+    })?;
+    let (mut want, sum_abs) = reference(&wr, rows, cols, &f16_round(&x), n);
+    if accumulate {
+        for (o, a) in want.iter_mut().zip(&y0) {
+            *o += a;
+        }
+    }
+    let mut got = cx.read(&y, n * rows)?;
+    got.push(count as f32);
+    want.push(dispatches(dtype, 1));
+    Ok(row(
+        KERNEL,
+        format!(
+            "{} {}{}",
+            dtype.name(),
+            tile_name(t),
+            if accumulate { " +=" } else { "" }
+        ),
+        format!("n {n}, {rows} x {cols}"),
+        &got,
+        &want,
+        tol(sum_abs + 1.0),
+    ))
+}
+
+fn gated_case(
+    dev: &Device,
+    rng: &mut Rng,
+    dtype: WeightType,
+    (n, rows, cols): (usize, usize, usize),
+    act: Activation,
+    t: CmTile,
+) -> Result<KernelParityRow> {
+    let cx = Ctx { dev };
+    let mut weight = |name: &str| -> Result<(Tensor, Vec<f32>)> {
+        let (bytes, wr) = coop_weight(rng, dtype, rows, cols)?;
+        Ok((
+            Tensor::from_bytes(dev, name, dtype, rows, cols, &bytes)?,
+            wr,
+        ))
+    };
+    let ((tg, wg), (tu, wu)) = (weight("gate")?, weight("up")?);
+    let x = rng.vec(n * cols, -1.0, 1.0);
+    let xb = cx.input("x", &x)?;
+    let y = cx.output("y", n * rows)?;
+    let mut count = 0;
+    let mut ran = false;
+    cx.run(&[&y], |r| {
+        r.set_dequant_policy(DequantPolicy::All);
+        let before = r.dispatches();
+        ran = r.matmul_glu_cm2(&tg, &tu, xb.all(), n, y.all(), act, MatmulKernel::Cm2(t))?;
+        count = r.dispatches() - before;
+        Ok(())
+    })?;
+    let xr = f16_round(&x);
+    let (g, sum_g) = reference(&wg, rows, cols, &xr, n);
+    let (u, sum_u) = reference(&wu, rows, cols, &xr, n);
+    let f = match act {
+        Activation::Silu => vkllm_cpu::silu,
+        Activation::GeluTanh => vkllm_cpu::gelu_tanh,
+    };
+    let a: Vec<f32> = g.iter().map(|&v| f(v)).collect();
+    let mut want: Vec<f32> = a.iter().zip(&u).map(|(a, u)| a * u).collect();
+    // matmul_coop_glu's bound: each product's tolerance carried through the activation
+    // (|SiLU'| <= 1.1, |GELU-tanh'| <= 1.13) and the multiply.
+    let max = |v: &[f32]| v.iter().fold(0f64, |m, x| m.max(x.abs() as f64));
+    let (tgl, tul) = (tol(sum_g + 1.0).max_abs, tol(sum_u + 1.0).max_abs);
+    let max_abs = 1.2 * tgl * max(&u) + max(&a) * tul + 4.0 * f32::EPSILON as f64 * max(&want);
+    let mut got = cx.read(&y, n * rows)?;
+    got.push(if ran { count as f32 } else { -1.0 });
+    want.push(dispatches(dtype, 2));
+    Ok(row(
+        KERNEL,
+        format!("{} {act:?} {}", dtype.name(), tile_name(t)),
+        format!("n {n}, {rows} x {cols}"),
+        &got,
+        &want,
+        Tol {
+            max_abs,
+            nmse: 1e-6,
+        },
+    ))
+}

@@ -1,0 +1,141 @@
+//! Prefill products on workgroup-scope cooperative matrices (`matmul_cm2.comp`,
+//! VK_NV_cooperative_matrix2): f16 weights, or quantized ones through their f16 copy
+//! (coop_dequant.rs), times X converted once to f16. Taken by [`MatmulKernel::Auto`] where the
+//! tuning's `cm2_matmul` is on and the device runs the cm2 kernels; `MatmulKernel::Cm2` asks
+//! for it by name.
+
+use vkllm_kernels::WeightType;
+use vkllm_kernels::activation::Activation;
+use vkllm_kernels::dequant_f16::f16_bytes;
+use vkllm_kernels::matmul_cm2::{CmTile, MatmulCm2};
+
+use crate::buffer::BufSlice;
+use crate::error::{Error, Result};
+use crate::recorder::Recorder;
+use crate::tensor::{COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, Tensor, TensorPart};
+
+impl Recorder {
+    /// The tile a product of `w` (`rows` of it in this launch) over `n` tokens takes on the cm2
+    /// kernel, if it takes it: `kernel` [`MatmulKernel::Cm2`] (its tile), or
+    /// [`MatmulKernel::Auto`] with tuning `cm2_matmul` on (tuning `cm2_matmul_tile`, else
+    /// [`CmTile::for_shape`]), a device that runs the cm2 kernels, at least [`COOP_MIN_N`]
+    /// tokens, `cols % 8 == 0` (X's f16 copy), and f16 weights or a quantized weight taking
+    /// its f16 copy.
+    pub(crate) fn cm2_tile(
+        &self,
+        w: &Tensor,
+        rows: usize,
+        n: usize,
+        gated: bool,
+        kernel: MatmulKernel,
+    ) -> Option<CmTile> {
+        let dev = self.device();
+        let t = dev.tuning();
+        let by_name = match kernel {
+            MatmulKernel::Cm2(tile) => Some(tile),
+            MatmulKernel::Auto if t.cm2_matmul => None,
+            _ => return None,
+        };
+        let weight_ok = w.dtype == WeightType::F16
+            || (dev.coopmat() && self.dequant_applies(w, w.rows * w.cols, n));
+        if !dev.coopmat2() || n < COOP_MIN_N || !w.cols.is_multiple_of(8) || !weight_ok {
+            return None;
+        }
+        let tile = by_name
+            .or(t.cm2_matmul_tile)
+            .unwrap_or_else(|| CmTile::for_shape(rows, n, gated, COOP_MIN_GROUPS));
+        tile.fits(gated).then_some(tile)
+    }
+
+    /// One part of [`Recorder::matmul_with`] on the cm2 kernel with tile `tile`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn matmul_cm2_part(
+        &mut self,
+        w: &Tensor,
+        p: &TensorPart,
+        x: BufSlice<'_>,
+        n: usize,
+        y: BufSlice<'_>,
+        accumulate: bool,
+        tile: CmTile,
+    ) -> Result<()> {
+        let mut shape = w.shape(p, accumulate);
+        let copy = match w.dtype {
+            WeightType::F16 => None,
+            _ => Some(self.f16_weight(w)?),
+        };
+        shape.dtype = WeightType::F16;
+        let wbuf = match &copy {
+            Some(b) => b.slice(0, f16_bytes(w.rows, w.cols))?,
+            None => p.buffer.all(),
+        };
+        let half = self.half_x(x, n * w.cols)?;
+        let d = MatmulCm2 {
+            w: wbuf,
+            x: half.all(),
+            y,
+            w1: None,
+        }
+        .dispatch(&shape, n, w.rows, tile, None)?;
+        self.dispatch(d)
+    }
+
+    /// The gated product `out[t, r] = act(x gate^T) * (x up^T)` as one cm2 launch, if the cm2
+    /// kernel takes it ([`Recorder::cm2_tile`]; gate and up of one shape and type, one part
+    /// each): `Ok(false)` with nothing recorded otherwise. [`Recorder::matmul_glu`] takes it
+    /// first.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_glu_cm2(
+        &mut self,
+        gate: &Tensor,
+        up: &Tensor,
+        x: BufSlice<'_>,
+        n: usize,
+        out: BufSlice<'_>,
+        act: Activation,
+        kernel: MatmulKernel,
+    ) -> Result<bool> {
+        let same = gate.rows == up.rows && gate.cols == up.cols && gate.dtype == up.dtype;
+        if !same || gate.parts.len() != 1 || up.parts.len() != 1 {
+            return Ok(false);
+        }
+        let Some(tile) = self.cm2_tile(gate, gate.rows, n, true, kernel) else {
+            return Ok(false);
+        };
+        let (rows, cols) = (gate.rows, gate.cols);
+        let bytes = f16_bytes(rows, cols);
+        let copies = match gate.dtype {
+            WeightType::F16 => None,
+            _ => Some((self.f16_weight(gate)?, self.f16_weight(up)?)),
+        };
+        let (g, u) = match &copies {
+            Some((g, u)) => (g.slice(0, bytes)?, u.slice(0, bytes)?),
+            None => (gate.parts[0].buffer.all(), up.parts[0].buffer.all()),
+        };
+        let mut shape = gate.shape(&gate.parts[0], false);
+        shape.dtype = WeightType::F16;
+        let half = self.half_x(x, n * cols)?;
+        let d = MatmulCm2 {
+            w: g,
+            x: half.all(),
+            y: out,
+            w1: Some(u),
+        }
+        .dispatch(&shape, n, rows, tile, Some(act))?;
+        self.dispatch(d)?;
+        Ok(true)
+    }
+
+    /// [`Recorder::matmul_with`] for [`MatmulKernel::Cm2`] where the kernel does not apply.
+    pub(crate) fn cm2_missing(&self, w: &Tensor, n: usize) -> Error {
+        Error::MissingFeature {
+            device: self.device().info().name.clone(),
+            feature: format!(
+                "the cm2 matmul (VK_NV_cooperative_matrix2) for {} weights of {} columns over \
+                 {n} tokens",
+                w.dtype.name(),
+                w.cols
+            ),
+        }
+    }
+}
