@@ -107,6 +107,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &attention_prefill_coop2::ATTN_PREFILL_COOP2,
         &attention_prefill_cm2::ATTN_PREFILL_CM2,
         &matmul_cm2::MATMUL_CM2,
+        &matmul_cm2::MATMUL_CM2_Q4_K,
         &activation::SILU_MUL,
         &activation::GELU_TANH_MUL,
         &softmax::SOFTMAX,

@@ -2,7 +2,8 @@
 //! matrices (VK_NV_cooperative_matrix2) for f16 weights and f16 X, f32 sums: the contract of
 //! [`crate::matmul::Matmul`] (push constants, `row_offset`, `y_stride`, accumulate), plus the
 //! gated form `act(X gate^T) * (X up^T)` in one launch. Tensor-addressed loads and stores take
-//! every bound, so any n, rows and cols run.
+//! every bound, so any n, rows and cols run. Q4_K weights run on their own module
+//! ([`MATMUL_CM2_Q4_K`]), whose loads decode the GGUF blocks (no f16 copy).
 
 use crate::activation::Activation;
 use crate::matmul::MatmulParams;
@@ -10,9 +11,16 @@ use crate::matvec::{MatShape, check_weight};
 use crate::spec::{MAX_GROUPS_X, need, rd, rw, shape_err, to_u32};
 use crate::{Dispatch, Error, GlslKernel, KernelBuffer, KernelSpec, Overrides, WeightType};
 
+const SPEC_IDS: &[(&str, u32)] = &[("BM", 1), ("BN", 2), ("BK", 3), ("GLU", 4)];
+
 static GLSL: GlslKernel = GlslKernel {
     spirv: include_bytes!("../shaders/glsl/matmul_cm2.spv"),
-    spec_ids: &[("BM", 1), ("BN", 2), ("BK", 3), ("GLU", 4)],
+    spec_ids: SPEC_IDS,
+};
+
+static GLSL_Q4_K: GlslKernel = GlslKernel {
+    spirv: include_bytes!("../shaders/glsl/matmul_cm2_q4_k.spv"),
+    spec_ids: SPEC_IDS,
 };
 
 pub static MATMUL_CM2: KernelSpec = KernelSpec {
@@ -25,6 +33,23 @@ pub static MATMUL_CM2: KernelSpec = KernelSpec {
     exact_fp: false,
     glsl: Some(&GLSL),
 };
+
+/// [`MATMUL_CM2`] for Q4_K weights, decoded in the loads.
+pub static MATMUL_CM2_Q4_K: KernelSpec = KernelSpec {
+    name: "matmul_cm2_q4_k",
+    file: "glsl/matmul_cm2_q4_k.comp",
+    entry: "main",
+    source: "",
+    bindings: &[rd("w"), rd("x"), rw("y"), rd("w1")],
+    push_size: 24,
+    exact_fp: false,
+    glsl: Some(&GLSL_Q4_K),
+};
+
+/// Whether the kernel reads `dtype` weights as they are stored (f16, and Q4_K by decoding).
+pub fn reads(dtype: WeightType) -> bool {
+    matches!(dtype, WeightType::F16 | WeightType::Q4_K)
+}
 
 /// Invocations per workgroup (a literal in the shader).
 pub const WG: u32 = 256;
@@ -61,18 +86,11 @@ impl CmTile {
     }
 
     /// The tile for `rows` x `n`: [`CmTile::LARGE`] where its grid has at least `min_groups`
-    /// workgroups, else [`CmTile::SMALL`] (a gated launch halves the large tile's rows: two
-    /// accumulators).
-    pub fn for_shape(rows: usize, n: usize, gated: bool, min_groups: usize) -> CmTile {
-        let large = match gated {
-            true => CmTile {
-                bm: 64,
-                ..CmTile::LARGE
-            },
-            false => CmTile::LARGE,
-        };
-        if large.groups(rows, n) >= min_groups {
-            large
+    /// workgroups, else [`CmTile::SMALL`] (gated launches too: two 128 x 128 accumulators
+    /// measured faster than two of 64 x 128, docs/benchmarks.md).
+    pub fn for_shape(rows: usize, n: usize, min_groups: usize) -> CmTile {
+        if CmTile::LARGE.groups(rows, n) >= min_groups {
+            CmTile::LARGE
         } else {
             CmTile::SMALL
         }
@@ -83,7 +101,7 @@ impl CmTile {
     }
 }
 
-/// `Y[t, row_offset + r] (+)= sum_c X[t, c] W[r, c]` (f16 W and X), or with `w1` the gated
+/// `Y[t, row_offset + r] (+)= sum_c X[t, c] W[r, c]` (f16 X; f16 or Q4_K W), or with `w1` the gated
 /// `Y[t, r] = act(sum_c X[t, c] W[r, c]) * sum_c X[t, c] W1[r, c]`.
 pub struct MatmulCm2<B> {
     pub w: B,
@@ -106,13 +124,16 @@ impl<B: KernelBuffer> MatmulCm2<B> {
         t: CmTile,
         act: Option<Activation>,
     ) -> Result<Dispatch<B>, Error> {
-        let k = &MATMUL_CM2;
-        if s.dtype != WeightType::F16 {
-            return Err(shape_err(
-                k,
-                format!("takes f16 weights, got {}", s.dtype.name()),
-            ));
-        }
+        let k = match s.dtype {
+            WeightType::F16 => &MATMUL_CM2,
+            WeightType::Q4_K => &MATMUL_CM2_Q4_K,
+            _ => {
+                return Err(shape_err(
+                    &MATMUL_CM2,
+                    format!("takes f16 or Q4_K weights, got {}", s.dtype.name()),
+                ));
+            }
+        };
         check_weight(k, &self.w, s)?;
         let gated = self.w1.is_some();
         if gated != act.is_some() {
@@ -216,8 +237,8 @@ mod tests {
             .fits(false)
         );
         // 14336 rows x 512 tokens: 112 x 4 large tiles; 1024 rows: 8 x 4 < 96, so small.
-        assert_eq!(CmTile::for_shape(14336, 512, false, 96), CmTile::LARGE);
-        assert_eq!(CmTile::for_shape(1024, 512, false, 96), CmTile::SMALL);
-        assert_eq!(CmTile::for_shape(14336, 512, true, 96).bm, 64);
+        assert_eq!(CmTile::for_shape(14336, 512, 96), CmTile::LARGE);
+        assert_eq!(CmTile::for_shape(4096, 512, 96), CmTile::LARGE);
+        assert_eq!(CmTile::for_shape(1024, 512, 96), CmTile::SMALL);
     }
 }

@@ -3,18 +3,20 @@
 //! against an f64 product of the f16-rounded inputs (`matmul_coop`'s oracle and tolerance: the
 //! kernel rounds W and X to f16, products exact in f32, f32 sums). Every tile and K step, n and
 //! rows off the tile multiples, cols off the K step (a clamped tail), whole interior tiles (the
-//! unclamped path), both accumulate modes, and a Q4_K weight through its f16 copy. Each row's
-//! last compared element is the recording's dispatch count, so a launch that fell back to
-//! another kernel fails.
+//! unclamped path), both accumulate modes, quantized weights through their f16 copy, and the
+//! Q4_K module (`matmul_cm2_q4_k`, its loads decoding the blocks; tuning `cm2_matmul_decode`)
+//! dispatched directly, plain and gated. Each recorder row's last compared element is the
+//! recording's dispatch count, so a launch that fell back to another kernel fails.
 //!
 //! On a device without the cm2 kernels the case reports one "n/a" row, never a pass.
 
 use vkllm_kernels::WeightType;
 use vkllm_kernels::activation::Activation;
-use vkllm_kernels::matmul_cm2::CmTile;
+use vkllm_kernels::matmul_cm2::{CmTile, MatmulCm2};
+use vkllm_kernels::matvec::MatShape;
 
 use super::matmul_coop::{coop_weight, f16_round, reference, tol};
-use super::{Ctx, KernelParityRow, Rng, Tol, row};
+use super::{Ctx, KernelParityRow, Rng, Tol, pack16, row, to_f16};
 use vkllm_vk::{DequantPolicy, Device, MatmulKernel, Result, Tensor};
 
 const KERNEL: &str = "matmul_cm2";
@@ -42,7 +44,7 @@ pub(crate) fn matmul_cm2(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
     let mut rng = Rng::new(seed);
     let mut out = Vec::new();
     let (large, small) = (CmTile::LARGE, CmTile::SMALL);
-    use WeightType::{F16, Q4_K};
+    use WeightType::{F16, Q4_K, Q6_K};
     // (dtype, n, rows, cols, accumulate, tile)
     let plain = [
         (F16, 37usize, 100usize, 200usize, false, small),
@@ -55,6 +57,8 @@ pub(crate) fn matmul_cm2(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
         (F16, 64, 160, 256, false, tile(64, 64, 64)),
         (Q4_K, 128, 300, 1024, false, large),
         (Q4_K, 70, 129, 768, true, small),
+        (Q4_K, 200, 257, 256, false, tile(128, 128, 32)),
+        (Q6_K, 37, 100, 768, false, small),
     ];
     for (dtype, n, rows, cols, accumulate, t) in plain {
         out.push(plain_case(
@@ -76,12 +80,126 @@ pub(crate) fn matmul_cm2(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
     for (dtype, n, rows, cols, act, t) in gated {
         out.push(gated_case(dev, &mut rng, dtype, (n, rows, cols), act, t)?);
     }
+    // The Q4_K module: interior and edge tiles, each K step, accumulate, gated.
+    let decoded = [
+        (128usize, 300usize, 1024usize, false, None, large),
+        (70, 129, 768, true, None, small),
+        (200, 257, 256, false, None, tile(128, 128, 32)),
+        (64, 200, 512, false, Some(Silu), small),
+        (130, 256, 512, false, Some(GeluTanh), large),
+    ];
+    for (n, rows, cols, accumulate, act, t) in decoded {
+        out.push(decoded_case(
+            dev,
+            &mut rng,
+            (n, rows, cols),
+            accumulate,
+            act,
+            t,
+        )?);
+    }
     Ok(out)
 }
 
-/// Dispatches of one product: a quantized weight's f16 copy, X's conversion, the launch.
-fn dispatches(dtype: WeightType, weights: usize) -> f32 {
-    let copies = if dtype.is_quantized() { weights } else { 0 };
+/// `matmul_cm2_q4_k` dispatched directly on Q4_K blocks and f16 X: plain (optionally
+/// accumulating) or gated with `act`.
+fn decoded_case(
+    dev: &Device,
+    rng: &mut Rng,
+    (n, rows, cols): (usize, usize, usize),
+    accumulate: bool,
+    act: Option<Activation>,
+    t: CmTile,
+) -> Result<KernelParityRow> {
+    let cx = Ctx { dev };
+    let (bytes, wr) = coop_weight(rng, WeightType::Q4_K, rows, cols)?;
+    let (bytes1, wr1) = coop_weight(rng, WeightType::Q4_K, rows, cols)?;
+    let (xh, xr) = to_f16(&rng.vec(n * cols, -1.0, 1.0));
+    let y0 = rng.vec(n * rows, -1.0, 1.0);
+    let (wb, w1b) = (cx.input("w", &bytes)?, cx.input("w1", &bytes1)?);
+    let xb = cx.input("x", &pack16(&xh))?;
+    let y = match accumulate {
+        true => cx.input("y", &y0)?,
+        false => cx.output("y", n * rows)?,
+    };
+    let poison: Vec<&vkllm_vk::Buffer> = if accumulate { vec![] } else { vec![&y] };
+    let shape = MatShape {
+        dtype: WeightType::Q4_K,
+        rows,
+        cols,
+        row_offset: 0,
+        accumulate,
+    };
+    cx.run(&poison, |r| {
+        let d = MatmulCm2 {
+            w: wb.all(),
+            x: xb.all(),
+            y: y.all(),
+            w1: act.map(|_| w1b.all()),
+        }
+        .dispatch(&shape, n, rows, t, act)?;
+        r.dispatch(d)
+    })?;
+    let (g, sum_g) = reference(&wr, rows, cols, &xr, n);
+    let (want, tol) = match act {
+        None => {
+            let mut want = g;
+            if accumulate {
+                for (o, a) in want.iter_mut().zip(&y0) {
+                    *o += a;
+                }
+            }
+            (want, tol(sum_g + 1.0))
+        }
+        Some(act) => {
+            let (u, sum_u) = reference(&wr1, rows, cols, &xr, n);
+            gated_want(&g, sum_g, &u, sum_u, act)
+        }
+    };
+    Ok(row(
+        KERNEL,
+        format!(
+            "q4_K decoded {}{}{}",
+            tile_name(t),
+            act.map_or(String::new(), |a| format!(" {a:?}")),
+            if accumulate { " +=" } else { "" }
+        ),
+        format!("n {n}, {rows} x {cols}"),
+        &cx.read(&y, n * rows)?,
+        &want,
+        tol,
+    ))
+}
+
+/// `act(g) * u` and matmul_coop_glu's bound: each product's tolerance carried through the
+/// activation (|SiLU'| <= 1.1, |GELU-tanh'| <= 1.13) and the multiply.
+fn gated_want(g: &[f32], sum_g: f64, u: &[f32], sum_u: f64, act: Activation) -> (Vec<f32>, Tol) {
+    let f = match act {
+        Activation::Silu => vkllm_cpu::silu,
+        Activation::GeluTanh => vkllm_cpu::gelu_tanh,
+    };
+    let a: Vec<f32> = g.iter().map(|&v| f(v)).collect();
+    let want: Vec<f32> = a.iter().zip(u).map(|(a, u)| a * u).collect();
+    let max = |v: &[f32]| v.iter().fold(0f64, |m, x| m.max(x.abs() as f64));
+    let (tg, tu) = (tol(sum_g + 1.0).max_abs, tol(sum_u + 1.0).max_abs);
+    let max_abs = 1.2 * tg * max(u) + max(&a) * tu + 4.0 * f32::EPSILON as f64 * max(&want);
+    (
+        want,
+        Tol {
+            max_abs,
+            nmse: 1e-6,
+        },
+    )
+}
+
+/// Dispatches of one product: the f16 copy of a weight the kernel does not read as stored
+/// (per weight), X's conversion, the launch.
+fn dispatches(dev: &Device, dtype: WeightType, weights: usize) -> f32 {
+    let decoded = dev.tuning().cm2_matmul_decode && vkllm_kernels::matmul_cm2::reads(dtype);
+    let copies = match dtype.is_quantized() && !decoded {
+        true => weights,
+        false => 0,
+    };
     (copies + 2) as f32
 }
 
@@ -120,7 +238,7 @@ fn plain_case(
     }
     let mut got = cx.read(&y, n * rows)?;
     got.push(count as f32);
-    want.push(dispatches(dtype, 1));
+    want.push(dispatches(dev, dtype, 1));
     Ok(row(
         KERNEL,
         format!(
@@ -168,29 +286,16 @@ fn gated_case(
     let xr = f16_round(&x);
     let (g, sum_g) = reference(&wg, rows, cols, &xr, n);
     let (u, sum_u) = reference(&wu, rows, cols, &xr, n);
-    let f = match act {
-        Activation::Silu => vkllm_cpu::silu,
-        Activation::GeluTanh => vkllm_cpu::gelu_tanh,
-    };
-    let a: Vec<f32> = g.iter().map(|&v| f(v)).collect();
-    let mut want: Vec<f32> = a.iter().zip(&u).map(|(a, u)| a * u).collect();
-    // matmul_coop_glu's bound: each product's tolerance carried through the activation
-    // (|SiLU'| <= 1.1, |GELU-tanh'| <= 1.13) and the multiply.
-    let max = |v: &[f32]| v.iter().fold(0f64, |m, x| m.max(x.abs() as f64));
-    let (tgl, tul) = (tol(sum_g + 1.0).max_abs, tol(sum_u + 1.0).max_abs);
-    let max_abs = 1.2 * tgl * max(&u) + max(&a) * tul + 4.0 * f32::EPSILON as f64 * max(&want);
+    let (mut want, bound) = gated_want(&g, sum_g, &u, sum_u, act);
     let mut got = cx.read(&y, n * rows)?;
     got.push(if ran { count as f32 } else { -1.0 });
-    want.push(dispatches(dtype, 2));
+    want.push(dispatches(dev, dtype, 2));
     Ok(row(
         KERNEL,
         format!("{} {act:?} {}", dtype.name(), tile_name(t)),
         format!("n {n}, {rows} x {cols}"),
         &got,
         &want,
-        Tol {
-            max_abs,
-            nmse: 1e-6,
-        },
+        bound,
     ))
 }

@@ -1,6 +1,7 @@
 //! Prefill products on workgroup-scope cooperative matrices (`matmul_cm2.comp`,
 //! VK_NV_cooperative_matrix2): f16 weights, or quantized ones through their f16 copy
-//! (coop_dequant.rs), times X converted once to f16. Taken by [`MatmulKernel::Auto`] where the
+//! (coop_dequant.rs; Q4_K decoded in the kernel's loads unless tuning `cm2_matmul_decode` is
+//! off), times X converted once to f16. Taken by [`MatmulKernel::Auto`] where the
 //! tuning's `cm2_matmul` is on and the device runs the cm2 kernels; `MatmulKernel::Cm2` asks
 //! for it by name.
 
@@ -17,10 +18,10 @@ use crate::tensor::{COOP_MIN_GROUPS, COOP_MIN_N, MatmulKernel, Tensor, TensorPar
 impl Recorder {
     /// The tile a product of `w` (`rows` of it in this launch) over `n` tokens takes on the cm2
     /// kernel, if it takes it: `kernel` [`MatmulKernel::Cm2`] (its tile), or
-    /// [`MatmulKernel::Auto`] with tuning `cm2_matmul` on (tuning `cm2_matmul_tile`, else
-    /// [`CmTile::for_shape`]), a device that runs the cm2 kernels, at least [`COOP_MIN_N`]
-    /// tokens, `cols % 8 == 0` (X's f16 copy), and f16 weights or a quantized weight taking
-    /// its f16 copy.
+    /// [`MatmulKernel::Auto`] with tuning `cm2_matmul` on and at least its `cm2_matmul_min_n`
+    /// tokens (tuning `cm2_matmul_tile`, else [`CmTile::for_shape`]); either way a device that
+    /// runs the cm2 kernels, at least [`COOP_MIN_N`] tokens, `cols % 8 == 0` (X's f16 copy),
+    /// and f16 weights or a quantized weight taking its f16 copy.
     pub(crate) fn cm2_tile(
         &self,
         w: &Tensor,
@@ -33,18 +34,25 @@ impl Recorder {
         let t = dev.tuning();
         let by_name = match kernel {
             MatmulKernel::Cm2(tile) => Some(tile),
-            MatmulKernel::Auto if t.cm2_matmul => None,
+            MatmulKernel::Auto if t.cm2_matmul && n >= t.cm2_matmul_min_n => None,
             _ => return None,
         };
-        let weight_ok = w.dtype == WeightType::F16
+        let weight_ok = self.cm2_reads(w.dtype)
             || (dev.coopmat() && self.dequant_applies(w, w.rows * w.cols, n));
         if !dev.coopmat2() || n < COOP_MIN_N || !w.cols.is_multiple_of(8) || !weight_ok {
             return None;
         }
         let tile = by_name
             .or(t.cm2_matmul_tile)
-            .unwrap_or_else(|| CmTile::for_shape(rows, n, gated, COOP_MIN_GROUPS));
+            .unwrap_or_else(|| CmTile::for_shape(rows, n, COOP_MIN_GROUPS));
         tile.fits(gated).then_some(tile)
+    }
+
+    /// Whether the cm2 kernel reads `dtype` weights as stored (f16; Q4_K unless tuning
+    /// `cm2_matmul_decode` is off), not through an f16 copy.
+    fn cm2_reads(&self, dtype: WeightType) -> bool {
+        dtype == WeightType::F16
+            || (self.device().tuning().cm2_matmul_decode && vkllm_kernels::matmul_cm2::reads(dtype))
     }
 
     /// One part of [`Recorder::matmul_with`] on the cm2 kernel with tile `tile`.
@@ -60,11 +68,13 @@ impl Recorder {
         tile: CmTile,
     ) -> Result<()> {
         let mut shape = w.shape(p, accumulate);
-        let copy = match w.dtype {
-            WeightType::F16 => None,
-            _ => Some(self.f16_weight(w)?),
+        let copy = match self.cm2_reads(w.dtype) {
+            true => None,
+            false => Some(self.f16_weight(w)?),
         };
-        shape.dtype = WeightType::F16;
+        if copy.is_some() {
+            shape.dtype = WeightType::F16;
+        }
         let wbuf = match &copy {
             Some(b) => b.slice(0, f16_bytes(w.rows, w.cols))?,
             None => p.buffer.all(),
@@ -104,16 +114,18 @@ impl Recorder {
         };
         let (rows, cols) = (gate.rows, gate.cols);
         let bytes = f16_bytes(rows, cols);
-        let copies = match gate.dtype {
-            WeightType::F16 => None,
-            _ => Some((self.f16_weight(gate)?, self.f16_weight(up)?)),
+        let copies = match self.cm2_reads(gate.dtype) {
+            true => None,
+            false => Some((self.f16_weight(gate)?, self.f16_weight(up)?)),
         };
         let (g, u) = match &copies {
             Some((g, u)) => (g.slice(0, bytes)?, u.slice(0, bytes)?),
             None => (gate.parts[0].buffer.all(), up.parts[0].buffer.all()),
         };
         let mut shape = gate.shape(&gate.parts[0], false);
-        shape.dtype = WeightType::F16;
+        if copies.is_some() {
+            shape.dtype = WeightType::F16;
+        }
         let half = self.half_x(x, n * cols)?;
         let d = MatmulCm2 {
             w: g,

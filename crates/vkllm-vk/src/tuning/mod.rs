@@ -164,6 +164,12 @@ pub struct Tuning {
     /// workgroup-scope kernel (`matmul_cm2.comp`) where the device runs it (`false`: the
     /// cooperative-matrix kernels above, the reference). Key `cm2_matmul`.
     pub cm2_matmul: bool,
+    /// Fewest tokens of a product that takes it (fewer: the cooperative-matrix kernels, whose
+    /// split-K suits short grids). Key `cm2_matmul_min_n`.
+    pub cm2_matmul_min_n: usize,
+    /// That kernel decodes Q4_K weights in its loads (`false`: through their f16 copy, the
+    /// default: decoding measured slower). Key `cm2_matmul_decode`.
+    pub cm2_matmul_decode: bool,
     /// That kernel's tile for every launch; `None`: per shape. Key `cm2_matmul_tile` = auto |
     /// MxNxK (weight rows x tokens x K step).
     pub cm2_matmul_tile: Option<CmTile>,
@@ -344,7 +350,9 @@ impl Default for Tuning {
             coop_tile: None,
             coop_glu: true,
             coop_glu_half: true,
-            cm2_matmul: false,
+            cm2_matmul: true,
+            cm2_matmul_min_n: 512,
+            cm2_matmul_decode: false,
             cm2_matmul_tile: None,
             coop_group: CoopGroup::Qkv,
             dequant: DequantPolicy::AUTO,
@@ -436,6 +444,8 @@ pub const TUNING_KEYS: &[&str] = &[
     "coop_glu",
     "coop_glu_half",
     "cm2_matmul",
+    "cm2_matmul_min_n",
+    "cm2_matmul_decode",
     "cm2_matmul_tile",
     "coop_group",
     "dequant",
