@@ -96,7 +96,8 @@ impl CmAttnTile {
     /// The configuration for `s` if the kernel runs it: f16 K and V (plain keys), no ring
     /// smaller than the cache, head_dim a multiple of 16 in 16..=256, a GQA group of at most
     /// 64 heads. 32 keys per step; 64 rows up to head dim 128, 32 past it where the GQA group
-    /// fits (measured fastest on the H100: docs/benchmarks.md), row sums on the tensor cores.
+    /// fits (measured fastest on the H100: docs/benchmarks.md), row sums on the tensor cores,
+    /// the scale folded into the staged queries.
     pub fn for_shape(s: &AttnShape) -> Option<CmAttnTile> {
         let ring_ok = s.ring.is_none_or(|r| r >= s.n_kv);
         let kv_ok = s.kv == KvType::F16 && s.kv_v == KvType::F16 && !s.rot_k;
@@ -117,7 +118,7 @@ impl CmAttnTile {
             split_min: 1,
             sum_mma: true,
             prefetch: false,
-            qscale: false,
+            qscale: true,
             probe: 0,
         })
     }

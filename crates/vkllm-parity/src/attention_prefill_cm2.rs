@@ -73,13 +73,13 @@ fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) 
         tile: None,
         sum_mma: true,
         prefetch: false,
-        qscale: false,
+        qscale: true,
     }
 }
 
-/// `c` with the scale folded into the staged queries (scores in log2 units).
-fn qscaled(c: Case) -> Case {
-    Case { qscale: true, ..c }
+/// `c` with the scores scaled each key step (the reference to the folded scale).
+fn scaled_each_step(c: Case) -> Case {
+    Case { qscale: false, ..c }
 }
 
 /// `c` with the row sums reduced over the f32 probabilities (the reference).
@@ -182,33 +182,33 @@ fn cases() -> Vec<Case> {
             ..case(90, 120, 30, (8, 4), 80)
         }),
         // The scale folded into the staged queries.
-        qscaled(case(100, 161, 61, (16, 8), 128)),
-        qscaled(Case {
+        scaled_each_step(case(100, 161, 61, (16, 8), 128)),
+        scaled_each_step(Case {
             scale: Some(0.0),
             ..case(37, 37, 0, (4, 2), 64)
         }),
-        qscaled(Case {
+        scaled_each_step(Case {
             qk: 8.0,
             scale: Some(3.0),
             ..case(150, 150, 0, (16, 8), 128)
         }),
-        qscaled(Case {
+        scaled_each_step(Case {
             qk: 8.0,
             softcap: Some(30.0),
             window: Some(20),
             ..case(70, 90, 20, (4, 4), 192)
         }),
-        qscaled(Case {
+        scaled_each_step(Case {
             split: Some((4, 0)),
             ..case(64, 1200, 1136, (16, 2), 256)
         }),
-        qscaled(reduced(Case {
+        scaled_each_step(reduced(Case {
             softcap: Some(30.0),
             window: Some(40),
             split: Some((3, 2)),
             ..case(90, 120, 30, (8, 4), 80)
         })),
-        qscaled(tiled(64, 64, case(20, 300, 280, (64, 8), 128))),
+        scaled_each_step(tiled(64, 64, case(20, 300, 280, (64, 8), 128))),
         // Other tiles, the next step's tiles loaded ahead.
         tiled(64, 64, case(100, 161, 61, (16, 8), 128)),
         tiled(64, 32, case(129, 129, 0, (8, 2), 128)),

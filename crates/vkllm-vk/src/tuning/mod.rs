@@ -375,7 +375,7 @@ impl Default for Tuning {
             attn_cm2_tile: None,
             attn_cm2_mma: true,
             attn_cm2_prefetch: false,
-            attn_cm2_qscale: false,
+            attn_cm2_qscale: true,
             kv_centre: true,
             kv_sink: true,
             kv_rot_v: true,
