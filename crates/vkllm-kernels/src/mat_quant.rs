@@ -106,14 +106,7 @@ pub(crate) fn matmul<B: KernelBuffer>(
     if n == 0 || gx > MAX_GROUPS_X as usize || gy > MAX_GROUPS_X as usize {
         return Err(shape_err(k, format!("grid {gx} x {gy} out of range")));
     }
-    let p = MatmulParams {
-        n: to_u32(k, "n", n)?,
-        rows: to_u32(k, "rows", s.rows)?,
-        cols: to_u32(k, "cols", s.cols)?,
-        row_offset: to_u32(k, "row_offset", s.row_offset)?,
-        y_stride: to_u32(k, "y_stride", y_stride)?,
-        accumulate: s.accumulate as u32,
-    };
+    let p = MatmulParams::new(k, s, n, y_stride)?;
     Ok(Dispatch::new(
         k,
         format_overrides(s.dtype),

@@ -30,6 +30,26 @@ pub struct MatmulParams {
     pub accumulate: u32,
 }
 
+impl MatmulParams {
+    /// The push constants of `n` tokens of `s` into rows `y_stride` long (a typed error naming
+    /// `k` for a value past u32).
+    pub(crate) fn new(
+        k: &'static KernelSpec,
+        s: &MatShape,
+        n: usize,
+        y_stride: usize,
+    ) -> Result<MatmulParams, Error> {
+        Ok(MatmulParams {
+            n: to_u32(k, "n", n)?,
+            rows: to_u32(k, "rows", s.rows)?,
+            cols: to_u32(k, "cols", s.cols)?,
+            row_offset: to_u32(k, "row_offset", s.row_offset)?,
+            y_stride: to_u32(k, "y_stride", y_stride)?,
+            accumulate: s.accumulate as u32,
+        })
+    }
+}
+
 /// `Y[t, row_offset + r] (+)= sum_c X[t, c] W[r, c]` for `t < n`; `Y` rows are `y_stride` long.
 pub struct Matmul<B> {
     pub w: B,
@@ -56,14 +76,7 @@ impl<B: KernelBuffer> Matmul<B> {
         if n == 0 || gx > MAX_GROUPS_X as usize || gy > MAX_GROUPS_X as usize {
             return Err(shape_err(k, format!("grid {gx} x {gy} out of range")));
         }
-        let p = MatmulParams {
-            n: to_u32(k, "n", n)?,
-            rows: to_u32(k, "rows", s.rows)?,
-            cols: to_u32(k, "cols", s.cols)?,
-            row_offset: to_u32(k, "row_offset", s.row_offset)?,
-            y_stride: to_u32(k, "y_stride", y_stride)?,
-            accumulate: s.accumulate as u32,
-        };
+        let p = MatmulParams::new(k, s, n, y_stride)?;
         Ok(Dispatch::new(
             k,
             Overrides::new().set("DTYPE", s.dtype.code()),

@@ -8,7 +8,7 @@
 use crate::activation::Activation;
 use crate::matmul::MatmulParams;
 use crate::matvec::{MatShape, check_weight};
-use crate::spec::{MAX_GROUPS_X, need, rd, rw, shape_err, to_u32};
+use crate::spec::{MAX_GROUPS_X, need, rd, rw, shape_err};
 use crate::{Dispatch, Error, GlslKernel, KernelBuffer, KernelSpec, Overrides, WeightType};
 
 const SPEC_IDS: &[(&str, u32)] = &[("BM", 1), ("BN", 2), ("BK", 3), ("GLU", 4)];
@@ -170,14 +170,7 @@ impl<B: KernelBuffer> MatmulCm2<B> {
         if n == 0 || gx > MAX_GROUPS_X as usize || gy > MAX_GROUPS_X as usize {
             return Err(shape_err(k, format!("grid {gx} x {gy} out of range")));
         }
-        let p = MatmulParams {
-            n: to_u32(k, "n", n)?,
-            rows: to_u32(k, "rows", s.rows)?,
-            cols: to_u32(k, "cols", s.cols)?,
-            row_offset: to_u32(k, "row_offset", s.row_offset)?,
-            y_stride: to_u32(k, "y_stride", y_stride)?,
-            accumulate: s.accumulate as u32,
-        };
+        let p = MatmulParams::new(k, s, n, y_stride)?;
         let glu = match act {
             None => 0,
             Some(Activation::Silu) => 1,

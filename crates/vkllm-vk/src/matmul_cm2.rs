@@ -55,6 +55,22 @@ impl Recorder {
             || (self.device().tuning().cm2_matmul_decode && vkllm_kernels::matmul_cm2::reads(dtype))
     }
 
+    /// The launch shape of part `p` of `w` and, where the kernel does not read `w` as stored,
+    /// its f16 copy (recorded here; the shape then says f16).
+    fn cm2_weight(
+        &mut self,
+        w: &Tensor,
+        p: &TensorPart,
+        accumulate: bool,
+    ) -> Result<(vkllm_kernels::matvec::MatShape, Option<crate::Buffer>)> {
+        let mut shape = w.shape(p, accumulate);
+        if self.cm2_reads(w.dtype) {
+            return Ok((shape, None));
+        }
+        shape.dtype = WeightType::F16;
+        Ok((shape, Some(self.f16_weight(w)?)))
+    }
+
     /// One part of [`Recorder::matmul_with`] on the cm2 kernel with tile `tile`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn matmul_cm2_part(
@@ -67,14 +83,7 @@ impl Recorder {
         accumulate: bool,
         tile: CmTile,
     ) -> Result<()> {
-        let mut shape = w.shape(p, accumulate);
-        let copy = match self.cm2_reads(w.dtype) {
-            true => None,
-            false => Some(self.f16_weight(w)?),
-        };
-        if copy.is_some() {
-            shape.dtype = WeightType::F16;
-        }
+        let (shape, copy) = self.cm2_weight(w, p, accumulate)?;
         let wbuf = match &copy {
             Some(b) => b.slice(0, f16_bytes(w.rows, w.cols))?,
             None => p.buffer.all(),
@@ -114,18 +123,12 @@ impl Recorder {
         };
         let (rows, cols) = (gate.rows, gate.cols);
         let bytes = f16_bytes(rows, cols);
-        let copies = match self.cm2_reads(gate.dtype) {
-            true => None,
-            false => Some((self.f16_weight(gate)?, self.f16_weight(up)?)),
+        let (shape, gc) = self.cm2_weight(gate, &gate.parts[0], false)?;
+        let (_, uc) = self.cm2_weight(up, &up.parts[0], false)?;
+        let (g, u) = match (&gc, &uc) {
+            (Some(g), Some(u)) => (g.slice(0, bytes)?, u.slice(0, bytes)?),
+            _ => (gate.parts[0].buffer.all(), up.parts[0].buffer.all()),
         };
-        let (g, u) = match &copies {
-            Some((g, u)) => (g.slice(0, bytes)?, u.slice(0, bytes)?),
-            None => (gate.parts[0].buffer.all(), up.parts[0].buffer.all()),
-        };
-        let mut shape = gate.shape(&gate.parts[0], false);
-        if copies.is_some() {
-            shape.dtype = WeightType::F16;
-        }
         let half = self.half_x(x, n * cols)?;
         let d = MatmulCm2 {
             w: g,
