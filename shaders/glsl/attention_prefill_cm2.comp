@@ -15,6 +15,8 @@
 // - QSCALE: the staged queries carry the scale (and log2 e without a softcap), so scores come
 //   out in log2 units and P = exp2(S - M): no per-element scaling on unmasked steps; the
 //   running max is then in log2 units, in kv_part too. Probes take the reference form.
+// - UNCLAMPED: steps whose keys all lie in the cache read K and V through an unclamped layout
+//   (the last partial step stays clamped).
 // - Split (SPLIT_ON, push constant split > 1): as in coop2 (part s of a tile of at least
 //   split_min steps walks steps [s per, (s + 1) per)); each part writes its unnormalised rows and
 //   their M and L to kv_part ([tile][s][row][HD + 2]), counts itself in on kv_ctr[kvh tiles +
@@ -47,6 +49,9 @@ layout(constant_id = 7) const uint PROBE = 0;
 layout(constant_id = 8) const uint PREFETCH = 0;
 // 1: the scale folded into the staged queries (above); 0: scores scaled each step (reference).
 layout(constant_id = 9) const uint QSCALE = 0;
+// 1: steps whose keys all lie in the cache load K and V through an unclamped layout (no
+// per-element bounds; the row stride masked to whole 16-byte words); 0: every load clamped.
+layout(constant_id = 10) const uint UNCLAMPED = 0;
 const bool QS = QSCALE == 1 && PROBE == 0;
 const float LOG2E = 1.4426950408889634;
 
@@ -228,6 +233,9 @@ void main() {
         createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
     tk = setTensorLayoutDimensionNV(tk, p.n_kv, HD);
     tk = setTensorLayoutStrideNV(tk, p.n_kv_heads * HD, 1);
+    tensorLayoutNV<2> tu = createTensorLayoutNV(2);
+    tu = setTensorLayoutDimensionNV(tu, p.n_kv, HD);
+    tu = setTensorLayoutStrideNV(tu, (p.n_kv_heads * HD) & ~7u, 1);
     tensorViewNV<2, false, 1, 0> transpose = createTensorViewNV(2, false, 1, 0);
     const uint kv_off = kvh * HD;
 
@@ -250,6 +258,7 @@ void main() {
     [[dont_unroll]]
     for (uint kb = lo; kb <= hi; kb += BC) {
         g_kb = kb;
+        const bool inside = UNCLAMPED == 1 && kb + BC <= p.n_kv;
         coopmat<float16_t, gl_ScopeWorkgroup, HD, BC, gl_MatrixUseB> kt;
         coopmat<float16_t, gl_ScopeWorkgroup, BC, HD, gl_MatrixUseB> vt;
         if (PREFETCH == 1) {
@@ -258,6 +267,8 @@ void main() {
             coopMatLoadTensorNV(kt_next, k, kv_off, sliceTensorLayoutNV(tk, kb + BC, BC, 0, HD),
                                 transpose);
             coopMatLoadTensorNV(vt_next, v, kv_off, sliceTensorLayoutNV(tk, kb + BC, BC, 0, HD));
+        } else if (inside) {
+            coopMatLoadTensorNV(kt, k, kv_off, sliceTensorLayoutNV(tu, kb, BC, 0, HD), transpose);
         } else {
             coopMatLoadTensorNV(kt, k, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD), transpose);
         }
@@ -302,7 +313,9 @@ void main() {
         }
         l = em * l + rsum;
 
-        if (PREFETCH == 0) {
+        if (PREFETCH == 0 && inside) {
+            coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tu, kb, BC, 0, HD));
+        } else if (PREFETCH == 0) {
             coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD));
         }
         coopmat<float, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator> em_d;

@@ -24,6 +24,7 @@ static GLSL: GlslKernel = GlslKernel {
         ("PROBE", 7),
         ("PREFETCH", 8),
         ("QSCALE", 9),
+        ("UNCLAMPED", 10),
     ],
 };
 
@@ -87,6 +88,9 @@ pub struct CmAttnTile {
     /// The scale (and log2 e) folded into the staged queries, probabilities by exp2; `false`:
     /// scores scaled each step (the reference).
     pub qscale: bool,
+    /// Steps whose keys all lie in the cache load K and V through an unclamped layout with a
+    /// 16-byte row stride (`false`: every load clamped, the reference).
+    pub unclamped: bool,
     /// Diagnostics: 0 computes attention; 1..=5 write an intermediate of the first key step
     /// instead (see the shader's PROBE).
     pub probe: u32,
@@ -119,6 +123,7 @@ impl CmAttnTile {
             sum_mma: true,
             prefetch: false,
             qscale: true,
+            unclamped: false,
             probe: 0,
         })
     }
@@ -239,7 +244,8 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("SUM_MMA", f64::from(u8::from(t.sum_mma)))
             .set("PROBE", t.probe.min(5) as f64)
             .set("PREFETCH", f64::from(u8::from(t.prefetch)))
-            .set("QSCALE", f64::from(u8::from(t.qscale)));
+            .set("QSCALE", f64::from(u8::from(t.qscale)))
+            .set("UNCLAMPED", f64::from(u8::from(t.unclamped)));
         let grid = [groups_x as u32, s.n_kv_heads as u32, 1];
         self.bind_v2(k, s, o, out16, (part, ctr), &p, grid)
     }

@@ -55,6 +55,8 @@ struct Case {
     prefetch: bool,
     /// The scale folded into the staged queries (`CmAttnTile::qscale`).
     qscale: bool,
+    /// Steps inside the cache loaded unclamped (`CmAttnTile::unclamped`).
+    unclamped: bool,
 }
 
 fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) -> Case {
@@ -74,6 +76,15 @@ fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) 
         sum_mma: true,
         prefetch: false,
         qscale: true,
+        unclamped: false,
+    }
+}
+
+/// `c` with the steps inside the cache loaded through the unclamped layout.
+fn unclamped(c: Case) -> Case {
+    Case {
+        unclamped: true,
+        ..c
     }
 }
 
@@ -209,6 +220,35 @@ fn cases() -> Vec<Case> {
             ..case(90, 120, 30, (8, 4), 80)
         })),
         scaled_each_step(tiled(64, 64, case(20, 300, 280, (64, 8), 128))),
+        // Steps inside the cache loaded unclamped: a partial last step, whole steps only
+        // (n_kv a multiple of 32), splits, windows with a softcap, head dims 64..256, a ring
+        // as long as the cache, the reduced sums.
+        unclamped(case(100, 161, 61, (16, 8), 128)),
+        unclamped(case(129, 128, 0, (8, 2), 128)),
+        unclamped(Case {
+            split: Some((16, 1)),
+            ..case(40, 1500, 1460, (32, 8), 128)
+        }),
+        unclamped(Case {
+            softcap: Some(30.0),
+            window: Some(40),
+            split: Some((3, 2)),
+            ..case(90, 120, 30, (8, 4), 80)
+        }),
+        unclamped(Case {
+            split: Some((4, 0)),
+            ..case(64, 1200, 1136, (16, 2), 256)
+        }),
+        unclamped(Case {
+            window: Some(20),
+            ring: Some(70),
+            ..case(70, 70, 0, (6, 2), 80)
+        }),
+        unclamped(reduced(scaled_each_step(case(77, 77, 0, (32, 8), 64)))),
+        unclamped(Case {
+            tile: Some((64, 64)),
+            ..case(20, 300, 280, (64, 8), 128)
+        }),
         // Other tiles, the next step's tiles loaded ahead.
         tiled(64, 64, case(100, 161, 61, (16, 8), 128)),
         tiled(64, 32, case(129, 129, 0, (8, 2), 128)),
@@ -324,6 +364,7 @@ pub(crate) fn attention_prefill_cm2(dev: &Device, seed: u64) -> Result<Vec<Kerne
         t.sum_mma = c.sum_mma;
         t.prefetch = c.prefetch;
         t.qscale = c.qscale;
+        t.unclamped = c.unclamped;
         variant += &format!(" {}x{}", t.br, t.bc);
         if t.sum_mma {
             variant += " mma sums";
@@ -333,6 +374,9 @@ pub(crate) fn attention_prefill_cm2(dev: &Device, seed: u64) -> Result<Vec<Kerne
         }
         if t.qscale {
             variant += " qscale";
+        }
+        if t.unclamped {
+            variant += " unclamped";
         }
         match c.split {
             Some((n, 0)) => t = t.with_split(n, n_q, pos0),

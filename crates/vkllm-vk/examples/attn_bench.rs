@@ -5,7 +5,8 @@
 //! `cargo run --release -p vkllm-vk --example attn_bench -- [--chunks 512@32768,256@8192]
 //! [--heads 32/8] [--hd 128] [--kv f16|f32] [--nsg 4,2] [--split auto,1,2] [--skip 0,15]
 //! [--bk 32,64] [--vahead 1,0] [--kernel coop2,cm2] [--cm2-tile 64x64,128x32]
-//! [--cm2-sum reduce,mma] [--cm2-prefetch 0,1] [--cm2-qscale 0,1] [--iters N]`
+//! [--cm2-sum reduce,mma] [--cm2-prefetch 0,1] [--cm2-qscale 0,1] [--cm2-unclamped 0,1]
+//! [--iters N]`
 //!
 //! `--kernel cm2` adds rows for the workgroup-scope kernel (`attn_prefill_cm2`, f16 K/V on
 //! devices with VK_NV_cooperative_matrix2), one per tile, row-sum form, prefetch, folded scale
@@ -71,6 +72,7 @@ struct Args {
     cm2_sum: Vec<bool>,
     cm2_prefetch: Vec<bool>,
     cm2_qscale: Vec<bool>,
+    cm2_unclamped: Vec<bool>,
     iters: u32,
 }
 
@@ -89,7 +91,8 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
         cm2_tiles: Vec::new(),
         cm2_sum: vec![false],
         cm2_prefetch: vec![false],
-        cm2_qscale: vec![false],
+        cm2_qscale: vec![true],
+        cm2_unclamped: vec![false],
         iters: 5,
     };
     let mut args = std::env::args().skip(1);
@@ -136,6 +139,7 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
             "--kernel" => a.kernels = v.split(',').map(str::to_string).collect(),
             "--cm2-prefetch" => a.cm2_prefetch = flags(&v)?,
             "--cm2-qscale" => a.cm2_qscale = flags(&v)?,
+            "--cm2-unclamped" => a.cm2_unclamped = flags(&v)?,
             "--cm2-sum" => {
                 a.cm2_sum = v
                     .split(',')
@@ -322,13 +326,17 @@ fn bench_cm2(
         for &sum_mma in &a.cm2_sum {
             for &prefetch in &a.cm2_prefetch {
                 for &qscale in &a.cm2_qscale {
-                    let t0 = CmAttnTile {
-                        sum_mma,
-                        prefetch,
-                        qscale,
-                        ..t0
-                    };
-                    bench_cm2_tile(dev, a, shape, pos0, [qb, kb, vb, pb, out], flops, t0)?;
+                    for &unclamped in &a.cm2_unclamped {
+                        let t0 = CmAttnTile {
+                            sum_mma,
+                            prefetch,
+                            qscale,
+                            unclamped,
+                            ..t0
+                        };
+                        let bufs = [qb, kb, vb, pb, out];
+                        bench_cm2_tile(dev, a, shape, pos0, bufs, flops, t0)?;
+                    }
                 }
             }
         }
@@ -377,7 +385,7 @@ fn bench_cm2_tile(
         }
         let ns = vkllm_vk::bench::median_dispatch_ns(&r.finish()?)?;
         println!(
-            "| {n_q}@{pos0} | {}/{} | {} | {} | cm2 {}x{}{}{} | - | - | {} (from {}) | - | {:.1} | {:.1} |",
+            "| {n_q}@{pos0} | {}/{} | {} | {} | cm2 {}x{}{}{}{} | - | - | {} (from {}) | - | {:.1} | {:.1} |",
             shape.n_heads,
             shape.n_kv_heads,
             shape.head_dim,
@@ -391,6 +399,7 @@ fn bench_cm2_tile(
                 (true, true) => " mma sums, prefetch",
             },
             if t.qscale { ", qscale" } else { "" },
+            if t.unclamped { ", unclamped" } else { "" },
             t.split,
             t.split_min,
             ns / 1e3,

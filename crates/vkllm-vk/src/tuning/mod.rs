@@ -244,6 +244,10 @@ pub struct Tuning {
     /// Model backends: that kernel stages its queries with the scale folded in (scores in log2
     /// units; `false`: scaled each step, the reference). Key `attn_cm2_qscale`.
     pub attn_cm2_qscale: bool,
+    /// Model backends: that kernel loads K and V of steps inside the cache through an
+    /// unclamped layout (`false`: every load clamped, the reference). Key
+    /// `attn_cm2_unclamped`.
+    pub attn_cm2_unclamped: bool,
     /// Quantized K caches (q8_0, q4_0, tq4) store their keys centred and scaled per channel
     /// (`vkllm_models::key_centre`; `false`: as they are, the reference). Key `kv_centre`.
     pub kv_centre: bool,
@@ -376,6 +380,7 @@ impl Default for Tuning {
             attn_cm2_mma: true,
             attn_cm2_prefetch: false,
             attn_cm2_qscale: true,
+            attn_cm2_unclamped: false,
             kv_centre: true,
             kv_sink: true,
             kv_rot_v: true,
@@ -472,6 +477,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "attn_cm2_mma",
     "attn_cm2_prefetch",
     "attn_cm2_qscale",
+    "attn_cm2_unclamped",
     "kv_centre",
     "kv_sink",
     "kv_rot_v",

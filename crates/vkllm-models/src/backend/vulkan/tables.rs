@@ -81,6 +81,7 @@ impl VulkanBackend {
             sum_mma: t.attn_cm2_mma,
             prefetch: t.attn_cm2_prefetch,
             qscale: t.attn_cm2_qscale,
+            unclamped: t.attn_cm2_unclamped,
             ..tile
         })
     }
