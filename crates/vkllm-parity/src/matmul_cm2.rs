@@ -16,7 +16,8 @@ use vkllm_kernels::matmul_cm2::{CmTile, MatmulCm2};
 use vkllm_kernels::matvec::MatShape;
 
 use super::matmul_coop::{coop_weight, f16_round, reference, tol};
-use super::{Ctx, KernelParityRow, Rng, Tol, pack16, row, to_f16};
+use super::matmul_coop_glu::gated_reference;
+use super::{Ctx, KernelParityRow, Rng, pack16, row, to_f16};
 use vkllm_vk::{DequantPolicy, Device, MatmulKernel, Result, Tensor};
 
 const KERNEL: &str = "matmul_cm2";
@@ -151,10 +152,7 @@ fn decoded_case(
             }
             (want, tol(sum_g + 1.0))
         }
-        Some(act) => {
-            let (u, sum_u) = reference(&wr1, rows, cols, &xr, n);
-            gated_want(&g, sum_g, &u, sum_u, act)
-        }
+        Some(act) => gated_reference(&wr, &wr1, rows, cols, &xr, n, act),
     };
     Ok(row(
         KERNEL,
@@ -169,27 +167,6 @@ fn decoded_case(
         &want,
         tol,
     ))
-}
-
-/// `act(g) * u` and matmul_coop_glu's bound: each product's tolerance carried through the
-/// activation (|SiLU'| <= 1.1, |GELU-tanh'| <= 1.13) and the multiply.
-fn gated_want(g: &[f32], sum_g: f64, u: &[f32], sum_u: f64, act: Activation) -> (Vec<f32>, Tol) {
-    let f = match act {
-        Activation::Silu => vkllm_cpu::silu,
-        Activation::GeluTanh => vkllm_cpu::gelu_tanh,
-    };
-    let a: Vec<f32> = g.iter().map(|&v| f(v)).collect();
-    let want: Vec<f32> = a.iter().zip(u).map(|(a, u)| a * u).collect();
-    let max = |v: &[f32]| v.iter().fold(0f64, |m, x| m.max(x.abs() as f64));
-    let (tg, tu) = (tol(sum_g + 1.0).max_abs, tol(sum_u + 1.0).max_abs);
-    let max_abs = 1.2 * tg * max(u) + max(&a) * tu + 4.0 * f32::EPSILON as f64 * max(&want);
-    (
-        want,
-        Tol {
-            max_abs,
-            nmse: 1e-6,
-        },
-    )
 }
 
 /// Dispatches of one product: the f16 copy of a weight the kernel does not read as stored
@@ -283,10 +260,7 @@ fn gated_case(
         count = r.dispatches() - before;
         Ok(())
     })?;
-    let xr = f16_round(&x);
-    let (g, sum_g) = reference(&wg, rows, cols, &xr, n);
-    let (u, sum_u) = reference(&wu, rows, cols, &xr, n);
-    let (mut want, bound) = gated_want(&g, sum_g, &u, sum_u, act);
+    let (mut want, bound) = gated_reference(&wg, &wu, rows, cols, &x, n, act);
     let mut got = cx.read(&y, n * rows)?;
     got.push(if ran { count as f32 } else { -1.0 });
     want.push(dispatches(dev, dtype, 2));

@@ -57,7 +57,7 @@ pub(crate) fn matmul_coop_glu(dev: &Device, seed: u64) -> Result<Vec<KernelParit
 }
 
 /// The CPU oracle: `act(g) * u` of the f64 products, and the tolerance of the comparison.
-fn gated_reference(
+pub(crate) fn gated_reference(
     wg: &[f32],
     wu: &[f32],
     rows: usize,
