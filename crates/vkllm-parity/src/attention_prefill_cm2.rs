@@ -224,7 +224,7 @@ fn cases() -> Vec<Case> {
         // (n_kv a multiple of 32), splits, windows with a softcap, head dims 64..256, a ring
         // as long as the cache, the reduced sums.
         unclamped(case(100, 161, 61, (16, 8), 128)),
-        unclamped(case(129, 128, 0, (8, 2), 128)),
+        unclamped(case(128, 128, 0, (8, 2), 128)),
         unclamped(Case {
             split: Some((16, 1)),
             ..case(40, 1500, 1460, (32, 8), 128)

@@ -19,7 +19,8 @@ impl Recorder {
     /// The tile a product of `w` (`rows` of it in this launch) over `n` tokens takes on the cm2
     /// kernel, if it takes it: `kernel` [`MatmulKernel::Cm2`] (its tile), or
     /// [`MatmulKernel::Auto`] with tuning `cm2_matmul` on and at least its `cm2_matmul_min_n`
-    /// tokens (tuning `cm2_matmul_tile`, else [`CmTile::for_shape`]); either way a device that
+    /// tokens (tuning `cm2_matmul_tile`, or `cm2_matmul_glu_tile` when `gated`, else
+    /// [`CmTile::for_shape`]); either way a device that
     /// runs the cm2 kernels, at least [`COOP_MIN_N`] tokens, `cols % 8 == 0` (X's f16 copy),
     /// and f16 weights or a quantized weight taking its f16 copy.
     pub(crate) fn cm2_tile(
@@ -42,8 +43,12 @@ impl Recorder {
         if !dev.coopmat2() || n < COOP_MIN_N || !w.cols.is_multiple_of(8) || !weight_ok {
             return None;
         }
+        let tuned = match gated {
+            true => t.cm2_matmul_glu_tile,
+            false => t.cm2_matmul_tile,
+        };
         let tile = by_name
-            .or(t.cm2_matmul_tile)
+            .or(tuned)
             .unwrap_or_else(|| CmTile::for_shape(rows, n, COOP_MIN_GROUPS));
         tile.fits(gated).then_some(tile)
     }

@@ -170,9 +170,11 @@ pub struct Tuning {
     /// That kernel decodes Q4_K weights in its loads (`false`: through their f16 copy, the
     /// default: decoding measured slower). Key `cm2_matmul_decode`.
     pub cm2_matmul_decode: bool,
-    /// That kernel's tile for every launch; `None`: per shape. Key `cm2_matmul_tile` = auto |
-    /// MxNxK (weight rows x tokens x K step).
+    /// That kernel's tile for every plain launch; `None`: per shape. Key `cm2_matmul_tile` =
+    /// auto | MxNxK (weight rows x tokens x K step).
     pub cm2_matmul_tile: Option<CmTile>,
+    /// The same for gated launches (two accumulators). Key `cm2_matmul_glu_tile`.
+    pub cm2_matmul_glu_tile: Option<CmTile>,
     /// Key `coop_group` = qkv | mlp | all | none.
     pub coop_group: CoopGroup,
     /// Quantized prefill weights multiplied through an f16 copy. Keys `dequant` = auto | off |
@@ -358,6 +360,7 @@ impl Default for Tuning {
             cm2_matmul_min_n: 512,
             cm2_matmul_decode: false,
             cm2_matmul_tile: None,
+            cm2_matmul_glu_tile: None,
             coop_group: CoopGroup::Qkv,
             dequant: DequantPolicy::AUTO,
             wg_coherent: true,
@@ -452,6 +455,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "cm2_matmul_min_n",
     "cm2_matmul_decode",
     "cm2_matmul_tile",
+    "cm2_matmul_glu_tile",
     "coop_group",
     "dequant",
     "dequant_min",
