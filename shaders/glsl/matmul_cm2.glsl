@@ -3,7 +3,7 @@
 // X[n, cols] W^T for f16 W [rows, cols] and f16 X [n, cols] (f32 sums), the contract of
 // matmul.wgsl (push constants n, rows, cols, row_offset, y_stride, accumulate).
 //
-// - One workgroup per (BM weight rows, BN tokens) tile: the accumulator is BM x BN (weights as
+// - One workgroup per (BM weight rows, BN tokens) tile (TOKENS_FIRST: the grid's order): the accumulator is BM x BN (weights as
 //   the A operand, rows K-contiguous as stored; X read through a transposed view as B), stored
 //   through a transposed view into Y's [token, row] layout. Tensor-addressed loads and stores
 //   take the bounds: edge tiles and a K tail use clamped layouts (zeros past the edges; stores
@@ -29,6 +29,9 @@ layout(constant_id = 1) const uint BM = 128;
 layout(constant_id = 2) const uint BN = 128;
 layout(constant_id = 3) const uint BK = 32;
 layout(constant_id = 4) const uint GLU = 0;
+// 1: workgroup x walks the token tiles and y the weight-row tiles (the workgroups sharing a
+// weight tile run together); 0: x the weight-row tiles.
+layout(constant_id = 5) const uint TOKENS_FIRST = 0;
 
 layout(push_constant) uniform Params {
     uint n;
@@ -112,8 +115,8 @@ float glu_op(const in uint r, const in uint c, const in float g, const in float 
     }
 
 void main() {
-    const uint r0 = gl_WorkGroupID.x * BM;
-    const uint t0 = gl_WorkGroupID.y * BN;
+    const uint r0 = (TOKENS_FIRST != 0 ? gl_WorkGroupID.y : gl_WorkGroupID.x) * BM;
+    const uint t0 = (TOKENS_FIRST != 0 ? gl_WorkGroupID.x : gl_WorkGroupID.y) * BN;
 
     tensorLayoutNV<2> lw = createTensorLayoutNV(2);
     tensorLayoutNV<2> lx = createTensorLayoutNV(2);

@@ -11,7 +11,13 @@ use crate::matvec::{MatShape, check_weight};
 use crate::spec::{MAX_GROUPS_X, need, rd, rw, shape_err};
 use crate::{Dispatch, Error, GlslKernel, KernelBuffer, KernelSpec, Overrides, WeightType};
 
-const SPEC_IDS: &[(&str, u32)] = &[("BM", 1), ("BN", 2), ("BK", 3), ("GLU", 4)];
+const SPEC_IDS: &[(&str, u32)] = &[
+    ("BM", 1),
+    ("BN", 2),
+    ("BK", 3),
+    ("GLU", 4),
+    ("TOKENS_FIRST", 5),
+];
 
 static GLSL: GlslKernel = GlslKernel {
     spirv: include_bytes!("../shaders/glsl/matmul_cm2.spv"),
@@ -60,6 +66,9 @@ pub struct CmTile {
     pub bm: u32,
     pub bn: u32,
     pub bk: u32,
+    /// Workgroups walk the token tiles first: the launches sharing a weight tile run together,
+    /// so it is read from memory about once instead of once per token tile.
+    pub tokens_first: bool,
 }
 
 impl CmTile {
@@ -68,12 +77,14 @@ impl CmTile {
         bm: 128,
         bn: 128,
         bk: 64,
+        tokens_first: false,
     };
     /// 64 x 64, K step 64: for grids the large tile leaves thin.
     pub const SMALL: CmTile = CmTile {
         bm: 64,
         bn: 64,
         bk: 64,
+        tokens_first: false,
     };
 
     /// Whether the shader takes this tile: each side a multiple of 16 in 16..=256, `bk` 16, 32
@@ -93,6 +104,14 @@ impl CmTile {
             CmTile::LARGE
         } else {
             CmTile::SMALL
+        }
+    }
+
+    /// This tile with the workgroup order `tokens_first`.
+    pub fn with_tokens_first(self, tokens_first: bool) -> CmTile {
+        CmTile {
+            tokens_first,
+            ..self
         }
     }
 
@@ -180,14 +199,18 @@ impl<B: KernelBuffer> MatmulCm2<B> {
             .set("BM", t.bm as f64)
             .set("BN", t.bn as f64)
             .set("BK", t.bk as f64)
-            .set("GLU", glu as f64);
+            .set("GLU", glu as f64)
+            .set("TOKENS_FIRST", u32::from(t.tokens_first) as f64);
         let w1 = self.w1.unwrap_or(self.w);
         Ok(Dispatch::new(
             k,
             o,
             vec![self.w, self.x, self.y, w1],
             &p,
-            [gx as u32, gy as u32, 1],
+            match t.tokens_first {
+                true => [gy as u32, gx as u32, 1],
+                false => [gx as u32, gy as u32, 1],
+            },
         ))
     }
 }

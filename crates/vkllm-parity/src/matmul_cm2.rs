@@ -23,11 +23,17 @@ use vkllm_vk::{DequantPolicy, Device, MatmulKernel, Result, Tensor};
 const KERNEL: &str = "matmul_cm2";
 
 fn tile(bm: u32, bn: u32, bk: u32) -> CmTile {
-    CmTile { bm, bn, bk }
+    CmTile {
+        bm,
+        bn,
+        bk,
+        tokens_first: false,
+    }
 }
 
 fn tile_name(t: CmTile) -> String {
-    format!("{}x{}x{}", t.bm, t.bn, t.bk)
+    let order = if t.tokens_first { " tokens first" } else { "" };
+    format!("{}x{}x{}{order}", t.bm, t.bn, t.bk)
 }
 
 pub(crate) fn matmul_cm2(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
@@ -60,6 +66,17 @@ pub(crate) fn matmul_cm2(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
         (Q4_K, 70, 129, 768, true, small),
         (Q4_K, 200, 257, 256, false, tile(128, 128, 32)),
         (Q6_K, 37, 100, 768, false, small),
+        // The grid walking the token tiles first: interior and edge tiles, accumulate.
+        (F16, 513, 300, 512, false, large.with_tokens_first(true)),
+        (F16, 130, 257, 1000, true, small.with_tokens_first(true)),
+        (
+            Q4_K,
+            300,
+            256,
+            512,
+            false,
+            tile(128, 256, 64).with_tokens_first(true),
+        ),
     ];
     for (dtype, n, rows, cols, accumulate, t) in plain {
         out.push(plain_case(
@@ -77,6 +94,7 @@ pub(crate) fn matmul_cm2(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
         (F16, 128, 256, 256, GeluTanh, large),
         (F16, 45, 130, 1000, GeluTanh, small),
         (Q4_K, 64, 200, 512, Silu, small),
+        (F16, 520, 300, 512, Silu, large.with_tokens_first(true)),
     ];
     for (dtype, n, rows, cols, act, t) in gated {
         out.push(gated_case(dev, &mut rng, dtype, (n, rows, cols), act, t)?);
@@ -88,6 +106,7 @@ pub(crate) fn matmul_cm2(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
         (200, 257, 256, false, None, tile(128, 128, 32)),
         (64, 200, 512, false, Some(Silu), small),
         (130, 256, 512, false, Some(GeluTanh), large),
+        (300, 257, 512, true, None, large.with_tokens_first(true)),
     ];
     for (n, rows, cols, accumulate, act, t) in decoded {
         out.push(decoded_case(

@@ -21,7 +21,8 @@
 //! (`VKLLM_TUNE=dequant=off` leaves it out). `--dequant` adds a `dequant_f16` row (that copy alone,
 //! GB/s of blocks read and halves written) for each quantized type and shape. `--accumulate`
 //! times `Y += X W^T` (the residual projections' form) instead of `Y = X W^T`.
-//! `--cm2 MxNxK,...` adds `matmul_cm2` launches of those tiles (weight rows x tokens x K step)
+//! `--cm2 MxNxK[t],...` adds `matmul_cm2` launches of those tiles (weight rows x tokens x K step;
+//! `t`: the grid walks the token tiles first)
 //! on devices with VK_NV_cooperative_matrix2 (f16 weights, quantized ones through their f16
 //! copy, which is in the time).
 //! The device comes from `VKLLM_DEVICE`; `VKLLM_VALIDATE=1` adds the validation layer.
@@ -229,14 +230,23 @@ fn parse_types(list: &str) -> Result<Vec<WeightType>, String> {
     Ok(out)
 }
 
-/// `MxNxK,...` cm2 tiles.
+/// `MxNxK[t],...` cm2 tiles (`t`: the token tiles first in the grid).
 fn parse_cm2(s: &str) -> Result<Vec<vkllm_vk::kernels::matmul_cm2::CmTile>, String> {
     s.split(',')
         .map(|t| {
-            let v: Vec<u32> = t.split('x').filter_map(|x| x.parse().ok()).collect();
+            let (dims, tokens_first) = match t.strip_suffix('t') {
+                Some(d) => (d, true),
+                None => (t, false),
+            };
+            let v: Vec<u32> = dims.split('x').filter_map(|x| x.parse().ok()).collect();
             match v[..] {
-                [bm, bn, bk] => Ok(vkllm_vk::kernels::matmul_cm2::CmTile { bm, bn, bk }),
-                _ => Err(format!("--cm2 {t}: expected MxNxK")),
+                [bm, bn, bk] => Ok(vkllm_vk::kernels::matmul_cm2::CmTile {
+                    bm,
+                    bn,
+                    bk,
+                    tokens_first,
+                }),
+                _ => Err(format!("--cm2 {t}: expected MxNxK or MxNxKt")),
             }
         })
         .collect()

@@ -130,7 +130,13 @@ pub fn bench_matmul_with(
                 t.wm,
                 t.wn
             ),
-            MatmulKernel::Cm2(t) => format!("matmul cm2 {}x{}x{}", t.bm, t.bn, t.bk),
+            MatmulKernel::Cm2(t) => format!(
+                "matmul cm2 {}x{}x{}{}",
+                t.bm,
+                t.bn,
+                t.bk,
+                if t.tokens_first { " tokens first" } else { "" }
+            ),
             MatmulKernel::Narrow(c) => format!(
                 "matmul narrow split {}{}",
                 c.split,

@@ -20,7 +20,7 @@ impl Recorder {
     /// kernel, if it takes it: `kernel` [`MatmulKernel::Cm2`] (its tile), or
     /// [`MatmulKernel::Auto`] with tuning `cm2_matmul` on and at least its `cm2_matmul_min_n`
     /// tokens (tuning `cm2_matmul_tile`, or `cm2_matmul_glu_tile` when `gated`, else
-    /// [`CmTile::for_shape`]); either way a device that
+    /// [`CmTile::for_shape`]; tuning `cm2_matmul_tokens_first` its grid order); either way a device that
     /// runs the cm2 kernels, at least [`COOP_MIN_N`] tokens, `cols % 8 == 0` (X's f16 copy),
     /// and f16 weights or a quantized weight taking its f16 copy.
     pub(crate) fn cm2_tile(
@@ -47,9 +47,11 @@ impl Recorder {
             true => t.cm2_matmul_glu_tile,
             false => t.cm2_matmul_tile,
         };
-        let tile = by_name
-            .or(tuned)
-            .unwrap_or_else(|| CmTile::for_shape(rows, n, COOP_MIN_GROUPS));
+        let tile = by_name.unwrap_or_else(|| {
+            tuned
+                .unwrap_or_else(|| CmTile::for_shape(rows, n, COOP_MIN_GROUPS))
+                .with_tokens_first(t.cm2_matmul_tokens_first)
+        });
         tile.fits(gated).then_some(tile)
     }
 

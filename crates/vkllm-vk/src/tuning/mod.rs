@@ -175,6 +175,9 @@ pub struct Tuning {
     pub cm2_matmul_tile: Option<CmTile>,
     /// The same for gated launches (two accumulators). Key `cm2_matmul_glu_tile`.
     pub cm2_matmul_glu_tile: Option<CmTile>,
+    /// That kernel's grid walks the token tiles first ([`CmTile::tokens_first`]) in the
+    /// launches it picks a tile for. Key `cm2_matmul_tokens_first`.
+    pub cm2_matmul_tokens_first: bool,
     /// Key `coop_group` = qkv | mlp | all | none.
     pub coop_group: CoopGroup,
     /// Quantized prefill weights multiplied through an f16 copy. Keys `dequant` = auto | off |
@@ -361,6 +364,7 @@ impl Default for Tuning {
             cm2_matmul_decode: false,
             cm2_matmul_tile: None,
             cm2_matmul_glu_tile: None,
+            cm2_matmul_tokens_first: false,
             coop_group: CoopGroup::Qkv,
             dequant: DequantPolicy::AUTO,
             wg_coherent: true,
@@ -456,6 +460,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "cm2_matmul_decode",
     "cm2_matmul_tile",
     "cm2_matmul_glu_tile",
+    "cm2_matmul_tokens_first",
     "coop_group",
     "dequant",
     "dequant_min",
