@@ -3,11 +3,12 @@
 // X[n, cols] W^T for f16 W [rows, cols] and f16 X [n, cols] (f32 sums), the contract of
 // matmul.wgsl (push constants n, rows, cols, row_offset, y_stride, accumulate).
 //
-// - One workgroup per (BM weight rows, BN tokens) tile (TOKENS_FIRST: the grid's order): the accumulator is BM x BN (weights as
-//   the A operand, rows K-contiguous as stored; X read through a transposed view as B), stored
-//   through a transposed view into Y's [token, row] layout. Tensor-addressed loads and stores
-//   take the bounds: edge tiles and a K tail use clamped layouts (zeros past the edges; stores
-//   past n or the rows dropped), interior tiles over whole K steps the unclamped ones.
+// - One workgroup per (BM weight rows, BN tokens) tile (TOKENS_FIRST: the grid's order): the
+//   accumulator is BM x BN (weights as the A operand, rows K-contiguous as stored; X read
+//   through a transposed view as B), stored through a transposed view into Y's [token, row]
+//   layout. Tensor-addressed loads and stores take the bounds: edge tiles and a K tail use
+//   clamped layouts (zeros past the edges; stores past n or the rows dropped), interior tiles
+//   over whole K steps the unclamped ones.
 // - GLU 1 / 2: W is gate, W1 up (the same shape); one accumulator each, and Y[t, r] =
 //   act(gate) * up with act silu (1) or gelu_tanh (2); no accumulate.
 // - accumulate != 0: the accumulator starts from the Y tile.

@@ -20,9 +20,9 @@ impl Recorder {
     /// kernel, if it takes it: `kernel` [`MatmulKernel::Cm2`] (its tile), or
     /// [`MatmulKernel::Auto`] with tuning `cm2_matmul` on and at least its `cm2_matmul_min_n`
     /// tokens (tuning `cm2_matmul_tile`, or `cm2_matmul_glu_tile` when `gated`, else
-    /// [`CmTile::for_shape`]; tuning `cm2_matmul_tokens_first` its grid order); either way a device that
-    /// runs the cm2 kernels, at least [`COOP_MIN_N`] tokens, `cols % 8 == 0` (X's f16 copy),
-    /// and f16 weights or a quantized weight taking its f16 copy.
+    /// [`CmTile::for_shape`]; tuning `cm2_matmul_tokens_first` its grid order); either way a
+    /// device that runs the cm2 kernels, at least [`COOP_MIN_N`] tokens, `cols % 8 == 0` (X's
+    /// f16 copy), and f16 weights or a quantized weight taking its f16 copy.
     pub(crate) fn cm2_tile(
         &self,
         w: &Tensor,
