@@ -46,6 +46,8 @@ pub(crate) struct BufferInner {
     pub(crate) kind: MemoryKind,
     pub(crate) mapped: *mut u8,
     pub(crate) label: String,
+    /// This weight's resident f16 copy for prefill products (coop_dequant.rs), once made.
+    pub(crate) f16_copy: std::sync::OnceLock<crate::coop_dequant::KeptCopy>,
 }
 
 // SAFETY: the mapped pointer is only dereferenced in `write_host`/`read_host`, which take `&self`
@@ -262,6 +264,7 @@ impl Device {
                 kind,
                 mapped,
                 label: label.to_string(),
+                f16_copy: Default::default(),
             }),
         })
     }

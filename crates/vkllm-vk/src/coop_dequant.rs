@@ -9,13 +9,19 @@
 //! Both bounds are measured: copies at 256 tokens or fewer lost, and copying only larger weights
 //! gained less (docs/benchmarks.md, docs/benchmarks-history.md).
 //! The copies live in [`DEQUANT_SLOTS`] scratch buffers used in turn (so q/k/v or gate/up
-//! still overlap), each as large as the largest weight copied through it.
+//! still overlap), each as large as the largest weight copied through it, and are made again
+//! for every prefill chunk, unless the weight has a resident copy ([`Device::keep_f16`]: made
+//! once, kept with the weight, within tuning `dequant_keep_mb`).
 
 use vkllm_kernels::WeightType;
 use vkllm_kernels::dequant_f16::{DequantF16, f16_bytes};
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
 use crate::buffer::{Buffer, MemoryKind};
-use crate::error::Result;
+use crate::device::{Device, Shared};
+use crate::error::{Error, Result};
 use crate::recorder::Recorder;
 use crate::tensor::Tensor;
 
@@ -102,9 +108,13 @@ impl Recorder {
                 .applies(elements, n, w.dtype == WeightType::Q8_0)
     }
 
-    /// Records `w`'s f16 copy into the next scratch slot (grown to fit) and returns the slot;
-    /// its first `f16_bytes(rows, cols)` bytes hold the copy.
+    /// `w`'s resident f16 copy ([`Device::keep_f16`]) where it has or gets one, else records
+    /// the copy into the next scratch slot (grown to fit) and returns the slot; its first
+    /// `f16_bytes(rows, cols)` bytes hold the copy.
     pub(crate) fn f16_weight(&mut self, w: &Tensor) -> Result<Buffer> {
+        if let Some(kept) = self.device().keep_f16(w)? {
+            return Ok(kept);
+        }
         let bytes = f16_bytes(w.rows, w.cols);
         let i = self.split.deq.next;
         self.split.deq.next = (i + 1) % DEQUANT_SLOTS;
@@ -125,6 +135,79 @@ impl Recorder {
         .dispatch(w.dtype, w.rows, w.cols)?;
         self.dispatch(d)?;
         Ok(buf)
+    }
+}
+
+/// A weight's resident f16 copy; its bytes count against tuning `dequant_keep_mb` until it
+/// drops with the weight's buffer.
+pub(crate) struct KeptCopy {
+    buf: Buffer,
+    _reserved: Reservation,
+}
+
+/// Bytes reserved in the device's count of resident copies, given back on drop.
+struct Reservation {
+    shared: Arc<Shared>,
+    bytes: u64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.shared
+            .kept_f16
+            .fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+impl Device {
+    /// The resident f16 copy of quantized weight `w` (one part) that prefill products read
+    /// instead of copying it again each chunk: the one made before, or one made now (its own
+    /// submission, waited for) while tuning `dequant_keep_mb` has room for it; `None` when
+    /// the budget is 0 or full, the device memory is, or `w` is not such a weight. The copy
+    /// lives as long as the weight's buffer.
+    pub fn keep_f16(&self, w: &Tensor) -> Result<Option<Buffer>> {
+        let [part] = &w.parts[..] else {
+            return Ok(None);
+        };
+        if !w.dtype.is_quantized() {
+            return Ok(None);
+        }
+        let src = &part.buffer;
+        if let Some(k) = src.inner.f16_copy.get() {
+            return Ok(Some(k.buf.clone()));
+        }
+        let budget = (self.tuning().dequant_keep_mb as u64) << 20;
+        let bytes = f16_bytes(w.rows, w.cols);
+        let count = &self.shared.kept_f16;
+        let reserved = count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+            (held + bytes <= budget).then_some(held + bytes)
+        });
+        if reserved.is_err() {
+            return Ok(None);
+        }
+        let reservation = Reservation {
+            shared: self.shared.clone(),
+            bytes,
+        };
+        let buf = match self.create_buffer("resident f16 weight", bytes, MemoryKind::Device) {
+            Ok(b) => b,
+            Err(Error::OutOfDeviceMemory { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut r = Recorder::new(self)?;
+        let d = DequantF16 {
+            w: src.all(),
+            out: buf.slice(0, bytes)?,
+        }
+        .dispatch(w.dtype, w.rows, w.cols)?;
+        r.dispatch(d)?;
+        r.finish()?.submit()?;
+        // Another thread may have kept one first: then this one drops (with its bytes).
+        let _ = src.inner.f16_copy.set(KeptCopy {
+            buf,
+            _reserved: reservation,
+        });
+        Ok(src.inner.f16_copy.get().map(|k| k.buf.clone()))
     }
 }
 

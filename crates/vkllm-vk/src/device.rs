@@ -99,6 +99,8 @@ pub(crate) struct Shared {
     pub(crate) paged: bool,
     /// Pages of paged buffers (`paged.rs`).
     pub(crate) pages: Mutex<crate::paged::PagePool>,
+    /// Bytes of the weights' resident f16 copies (coop_dequant.rs, tuning `dequant_keep_mb`).
+    pub(crate) kept_f16: AtomicU64,
 }
 
 impl Drop for Shared {
@@ -422,6 +424,7 @@ impl Device {
                 host_wait: Mutex::new(None),
                 paged,
                 pages: Default::default(),
+                kept_f16: AtomicU64::new(0),
             }),
         })
     }
@@ -434,6 +437,11 @@ impl Device {
     /// the next recorders (at most [`crate::MAX_SPARES`]; see `recycle.rs`).
     pub fn spare_recordings(&self) -> usize {
         self.shared.spares.len()
+    }
+
+    /// Bytes held by the weights' resident f16 copies ([`Device::keep_f16`]).
+    pub fn kept_f16_bytes(&self) -> u64 {
+        self.shared.kept_f16.load(Ordering::Relaxed)
     }
 
     /// Largest byte size of one buffer / tensor part (storage-buffer range, allocation size and

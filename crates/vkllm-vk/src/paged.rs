@@ -265,6 +265,7 @@ impl Device {
                 kind: MemoryKind::Device,
                 mapped: std::ptr::null_mut(),
                 label: label.to_string(),
+                f16_copy: Default::default(),
             }),
         };
         if req.alignment != page {

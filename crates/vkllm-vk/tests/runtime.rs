@@ -8,6 +8,8 @@ mod bench;
 mod common;
 #[path = "runtime/glsl.rs"]
 mod glsl;
+#[path = "runtime/kept_f16.rs"]
+mod kept_f16;
 #[path = "runtime/paged.rs"]
 mod paged;
 #[path = "runtime/recycle.rs"]

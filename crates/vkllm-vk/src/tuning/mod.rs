@@ -183,6 +183,10 @@ pub struct Tuning {
     /// Quantized prefill weights multiplied through an f16 copy. Keys `dequant` = auto | off |
     /// all, `dequant_min` (weight elements), `dequant_tokens`, `dequant_tokens_q8`.
     pub dequant: DequantPolicy,
+    /// Megabytes of resident f16 copies of quantized weights (made once, read by every later
+    /// prefill chunk instead of a copy per chunk; [`crate::Device::keep_f16`]); 0: none, every
+    /// chunk copies. Key `dequant_keep_mb`.
+    pub dequant_keep_mb: usize,
     /// The Vulkan-memory-model SPIR-V passes: storage-buffer coherence on every cooperative
     /// kernel, workgroup-memory coherence on those that rely on it (else naga's output). Key
     /// `wg_coherent`.
@@ -367,6 +371,7 @@ impl Default for Tuning {
             cm2_matmul_tokens_first: false,
             coop_group: CoopGroup::Qkv,
             dequant: DequantPolicy::AUTO,
+            dequant_keep_mb: 0,
             wg_coherent: true,
             wg_coherent_all: false,
             prune: false,
@@ -463,6 +468,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "cm2_matmul_tokens_first",
     "coop_group",
     "dequant",
+    "dequant_keep_mb",
     "dequant_min",
     "dequant_tokens",
     "dequant_tokens_q8",

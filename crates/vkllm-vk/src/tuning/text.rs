@@ -188,6 +188,7 @@ impl Tuning {
                     _ => return Err(bad("auto, off or all")),
                 }
             }
+            "dequant_keep_mb" => self.dequant_keep_mb = in_range(0, 1 << 24)? as usize,
             "dequant_min" | "dequant_tokens" | "dequant_tokens_q8" => {
                 let n = num()? as usize;
                 let (mut e, mut t, mut t8) = match self.dequant {
@@ -424,7 +425,7 @@ impl fmt::Display for Tuning {
             "matvec={matvec},matvec_layout={layout},q8a_wide={},q8a_quad={},q8a_workgroups={},\
              q8a_xg={},q8a_xg1={},q8a_mixed={},q8a_wg={},q8a_xg_lanes={},q8a_xg_rows={},decode_int8_max_n={},coopmat={},coop_narrow={},coop_narrow_split={},coop_narrow_min={},coop_narrow_q6k={},splitk={splitk},coop_bk={},coop_direct={},coop_float_split={},\
              coop_x_f16={},coop_tile={},coop_glu={},coop_glu_half={},cm2_matmul={},cm2_matmul_min_n={},cm2_matmul_decode={},cm2_matmul_tile={},cm2_matmul_glu_tile={},cm2_matmul_tokens_first={},coop_group={group},\
-             {dequant},wg_coherent={},wg_coherent_all={},prune={},recycle={},fence_spin_us={},pipeline_stats={},sparse={},\
+             {dequant},dequant_keep_mb={},wg_coherent={},wg_coherent_all={},prune={},recycle={},fence_spin_us={},pipeline_stats={},sparse={},\
              attn={attn},attn_chunk={},attn_adaptive={},attn_wide={},attn_prefill={prefill},attn_coop_nsg={},\
              attn_coop_split={},attn_coop_bk={},attn_coop_vahead={},attn_cm2_tile={},attn_cm2_mma={},attn_cm2_prefetch={},attn_cm2_qscale={},attn_cm2_unclamped={},kv_centre={},kv_sink={},kv_rot_v={},attn_f32_kv={f32_kv},fused={},rope_kv_tpw={},delta_chunked={},delta_wide={},delta_norm={},delta_chunked_wide={},moe_grouped_min={},\
              moe_grouped_min_f32={},moe_q8g_min={},moe_q8g_cols={},moe_q8g_wpe={},moe_lanes={},moe_q8a={},moe_shared={},moe_coop={},one_submit={},split_submit={}",
@@ -460,6 +461,7 @@ impl fmt::Display for Tuning {
                 .cm2_matmul_glu_tile
                 .map(|t| format!("{}x{}x{}", t.bm, t.bn, t.bk))),
             b(self.cm2_matmul_tokens_first),
+            self.dequant_keep_mb,
             b(self.wg_coherent),
             b(self.wg_coherent_all),
             b(self.prune),
@@ -512,7 +514,7 @@ mod tests {
         let spec = "matvec=int8,matvec_layout=rows,q8a_wide=0,q8a_quad=0,q8a_workgroups=512,\
                     q8a_xg=0,q8a_xg1=1,q8a_mixed=0,q8a_wg=512,q8a_xg_lanes=4,q8a_xg_rows=1,decode_int8_max_n=32,coopmat=0,coop_narrow=0,coop_narrow_split=3,coop_narrow_min=17,coop_narrow_q6k=0,splitk=96,coop_bk=32,coop_direct=0,coop_float_split=0,\
                     coop_x_f16=0,coop_tile=wide,coop_glu=0,coop_glu_half=0,cm2_matmul=0,cm2_matmul_min_n=64,cm2_matmul_decode=1,cm2_matmul_tile=64x128x32,cm2_matmul_glu_tile=64x64x32,cm2_matmul_tokens_first=1,coop_group=none,\
-                    dequant=auto,dequant_min=4096,dequant_tokens=64,dequant_tokens_q8=96,wg_coherent=0,wg_coherent_all=1,prune=1,\
+                    dequant=auto,dequant_keep_mb=512,dequant_min=4096,dequant_tokens=64,dequant_tokens_q8=96,wg_coherent=0,wg_coherent_all=1,prune=1,\
                     recycle=0,fence_spin_us=0,pipeline_stats=1,sparse=0,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,\
                     attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,attn_coop_bk=32,attn_coop_vahead=1,attn_cm2_tile=32x64,attn_cm2_mma=0,attn_cm2_prefetch=1,attn_cm2_qscale=0,attn_cm2_unclamped=1,kv_centre=0,kv_sink=0,kv_rot_v=0,attn_f32_kv=auto,fused=0,\
                     rope_kv_tpw=3,delta_chunked=0,delta_wide=0,delta_norm=0,delta_chunked_wide=0,moe_grouped_min=0,moe_grouped_min_f32=0,moe_q8g_min=2,moe_q8g_cols=2,moe_q8g_wpe=4,moe_lanes=0,moe_q8a=0,moe_shared=0,moe_coop=0,one_submit=0,\
