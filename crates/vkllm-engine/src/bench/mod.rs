@@ -130,6 +130,8 @@ pub struct BenchReport {
     pub copy_gb_s: f64,
     /// Bytes of weights one decode step reads (every matrix but an untied embedding table).
     pub weight_bytes: u64,
+    /// Device memory held by resident f16 weight copies at the end (tuning `dequant_keep_mb`).
+    pub kept_f16_bytes: u64,
     pub profile: Vec<ProfileRow>,
     /// GPU time of the profiled step: sum of dispatch times and first-start-to-last-end, µs.
     pub profile_busy_us: f64,
@@ -704,6 +706,7 @@ fn run_net(
             rows,
             copy_gb_s: copy_bandwidth(b)?,
             weight_bytes,
+            kept_f16_bytes: b.device().kept_f16_bytes(),
             profile: report_profile,
             profile_busy_us: busy,
             profile_span_us: span,
@@ -717,6 +720,7 @@ fn run_net(
         rows,
         copy_gb_s: copy_bandwidth(b)?,
         weight_bytes,
+        kept_f16_bytes: b.device().kept_f16_bytes(),
         profile: Vec::new(),
         profile_busy_us: 0.0,
         profile_span_us: 0.0,

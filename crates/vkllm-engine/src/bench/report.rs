@@ -77,10 +77,17 @@ impl BenchReport {
             );
         }
         s += &format!(
-            "\ncopy bandwidth {:.0} GB/s; weights read per decode step {:.1} MB\n",
+            "\ncopy bandwidth {:.0} GB/s; weights read per decode step {:.1} MB",
             self.copy_gb_s,
             self.weight_bytes as f64 / 1e6
         );
+        if self.kept_f16_bytes > 0 {
+            s += &format!(
+                "; resident f16 weight copies {:.1} MB",
+                self.kept_f16_bytes as f64 / 1e6
+            );
+        }
+        s += "\n";
         if !self.profile.is_empty() {
             s += &profile_table(
                 "one decode step:",
@@ -125,6 +132,7 @@ impl BenchReport {
             "meta": meta,
             "copy_gb_s": self.copy_gb_s,
             "weight_bytes": self.weight_bytes,
+            "kept_f16_bytes": self.kept_f16_bytes,
             "rows": rows,
             "profile": profile,
             "profile_busy_us": self.profile_busy_us,
