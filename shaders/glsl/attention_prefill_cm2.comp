@@ -17,6 +17,9 @@
 //   running max is then in log2 units, in kv_part too. Probes take the reference form.
 // - UNCLAMPED: steps whose keys all lie in the cache read K and V through an unclamped layout
 //   (the last partial step stays clamped).
+// - STATS16: the running max and sum and the per-row factor e^(Mold - M) kept as BR x 16
+//   matrices (a row reduction may fill a result of any width), broadcast to BR x BC or BR x HD
+//   by a row reduction where needed: fewer registers and exps than BR x BC ones.
 // - Split (SPLIT_ON, push constant split > 1): as in coop2 (part s of a tile of at least
 //   split_min steps walks steps [s per, (s + 1) per)); each part writes its unnormalised rows and
 //   their M and L to kv_part ([tile][s][row][HD + 2]), counts itself in on kv_ctr[kvh tiles +
@@ -52,7 +55,10 @@ layout(constant_id = 9) const uint QSCALE = 0;
 // 1: steps whose keys all lie in the cache load K and V through an unclamped layout (no
 // per-element bounds; the row stride masked to whole 16-byte words); 0: every load clamped.
 layout(constant_id = 10) const uint UNCLAMPED = 0;
+// 1: row statistics as BR x 16 matrices (above); 0: as BR x BC ones (reference).
+layout(constant_id = 11) const uint STATS16 = 0;
 const bool QS = QSCALE == 1 && PROBE == 0;
+const bool NS = STATS16 == 1;
 const float LOG2E = 1.4426950408889634;
 
 layout(push_constant) uniform Params {
@@ -245,6 +251,11 @@ void main() {
         coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(FLOOR);
     coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> l =
         coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(0.0);
+    // STATS16's running max and sum (m and l above are then unused).
+    coopmat<float, gl_ScopeWorkgroup, BR, 16, gl_MatrixUseAccumulator> m16 =
+        coopmat<float, gl_ScopeWorkgroup, BR, 16, gl_MatrixUseAccumulator>(FLOOR);
+    coopmat<float, gl_ScopeWorkgroup, BR, 16, gl_MatrixUseAccumulator> l16 =
+        coopmat<float, gl_ScopeWorkgroup, BR, 16, gl_MatrixUseAccumulator>(0.0);
 
     // PREFETCH: the tiles of the step after the current one (past the range: rows the next
     // step never reads, or zeros past the cache).
@@ -288,38 +299,73 @@ void main() {
             coopMatPerElementNV(s, s, probe_op);
             return;
         }
-        coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> rmax, pr, rsum, em;
-        coopMatReduceNV(rmax, s, gl_CooperativeMatrixReduceRowNV, max_op);
-        coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> m_old = m;
-        coopMatPerElementNV(m, rmax, max2_op, m_old);
-        coopMatPerElementNV(pr, s - m, exp_op);
-        coopMatPerElementNV(em, m_old - m, exp_op);
-        if (PROBE == 2) {
-            coopMatPerElementNV(pr, pr, probe_op);
-            return;
-        }
-        coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> pa =
-            coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(pr);
-        if (PROBE == 3) {
-            pa = coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(1.0);
-        }
-        if (SUM_MMA == 1) {
-            coopmat<float16_t, gl_ScopeWorkgroup, BC, BC, gl_MatrixUseB> ones =
-                coopmat<float16_t, gl_ScopeWorkgroup, BC, BC, gl_MatrixUseB>(1.0);
-            rsum = coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(0.0);
-            rsum = coopMatMulAdd(pa, ones, rsum);
-        } else {
-            coopMatReduceNV(rsum, pr, gl_CooperativeMatrixReduceRowNV, add_op);
-        }
-        l = em * l + rsum;
-
-        if (PREFETCH == 0 && inside) {
-            coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tu, kb, BC, 0, HD));
-        } else if (PREFETCH == 0) {
-            coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD));
-        }
+        coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> pr;
+        coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> pa;
         coopmat<float, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator> em_d;
-        coopMatReduceNV(em_d, em, gl_CooperativeMatrixReduceRowNV, smear_op);
+        if (NS) {
+            coopmat<float, gl_ScopeWorkgroup, BR, 16, gl_MatrixUseAccumulator> rmax, rsum, em;
+            coopMatReduceNV(rmax, s, gl_CooperativeMatrixReduceRowNV, max_op);
+            coopmat<float, gl_ScopeWorkgroup, BR, 16, gl_MatrixUseAccumulator> m_old = m16;
+            coopMatPerElementNV(m16, rmax, max2_op, m_old);
+            coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> mb;
+            coopMatReduceNV(mb, m16, gl_CooperativeMatrixReduceRowNV, smear_op);
+            coopMatPerElementNV(pr, s - mb, exp_op);
+            coopMatPerElementNV(em, m_old - m16, exp_op);
+            if (PROBE == 2) {
+                coopMatPerElementNV(pr, pr, probe_op);
+                return;
+            }
+            pa = coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(pr);
+            if (PROBE == 3) {
+                pa = coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(1.0);
+            }
+            if (SUM_MMA == 1) {
+                coopmat<float16_t, gl_ScopeWorkgroup, BC, 16, gl_MatrixUseB> ones =
+                    coopmat<float16_t, gl_ScopeWorkgroup, BC, 16, gl_MatrixUseB>(1.0);
+                rsum = coopmat<float, gl_ScopeWorkgroup, BR, 16, gl_MatrixUseAccumulator>(0.0);
+                rsum = coopMatMulAdd(pa, ones, rsum);
+            } else {
+                coopMatReduceNV(rsum, pr, gl_CooperativeMatrixReduceRowNV, add_op);
+            }
+            l16 = em * l16 + rsum;
+            if (PREFETCH == 0 && inside) {
+                coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tu, kb, BC, 0, HD));
+            } else if (PREFETCH == 0) {
+                coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD));
+            }
+            coopMatReduceNV(em_d, em, gl_CooperativeMatrixReduceRowNV, smear_op);
+        } else {
+            coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> rmax, rsum, em;
+            coopMatReduceNV(rmax, s, gl_CooperativeMatrixReduceRowNV, max_op);
+            coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> m_old = m;
+            coopMatPerElementNV(m, rmax, max2_op, m_old);
+            coopMatPerElementNV(pr, s - m, exp_op);
+            coopMatPerElementNV(em, m_old - m, exp_op);
+            if (PROBE == 2) {
+                coopMatPerElementNV(pr, pr, probe_op);
+                return;
+            }
+            pa = coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(pr);
+            if (PROBE == 3) {
+                pa = coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA>(1.0);
+            }
+            if (SUM_MMA == 1) {
+                coopmat<float16_t, gl_ScopeWorkgroup, BC, BC, gl_MatrixUseB> ones =
+                    coopmat<float16_t, gl_ScopeWorkgroup, BC, BC, gl_MatrixUseB>(1.0);
+                rsum = coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(0.0);
+                rsum = coopMatMulAdd(pa, ones, rsum);
+            } else {
+                coopMatReduceNV(rsum, pr, gl_CooperativeMatrixReduceRowNV, add_op);
+            }
+            l = em * l + rsum;
+
+            if (PREFETCH == 0 && inside) {
+                coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tu, kb, BC, 0, HD));
+            } else if (PREFETCH == 0) {
+                coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD));
+            }
+            coopMatReduceNV(em_d, em, gl_CooperativeMatrixReduceRowNV, smear_op);
+        }
         o = o * em_d;
         o = coopMatMulAdd(pa, vt, o);
         if (PROBE == 3 || PROBE == 4) {
@@ -330,7 +376,11 @@ void main() {
 
     if (!split) {
         coopmat<float, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator> l_d;
-        coopMatReduceNV(l_d, l, gl_CooperativeMatrixReduceRowNV, smear_op);
+        if (NS) {
+            coopMatReduceNV(l_d, l16, gl_CooperativeMatrixReduceRowNV, smear_op);
+        } else {
+            coopMatReduceNV(l_d, l, gl_CooperativeMatrixReduceRowNV, smear_op);
+        }
         [[unroll]] for (int i = 0; i < l_d.length(); ++i) {
             l_d[i] = l_d[i] > 0.0 ? 1.0 / l_d[i] : 0.0;
         }
@@ -346,8 +396,13 @@ void main() {
     // This part's rows: unnormalised output, running max and sum.
     g_pb = ((kvh * tiles + tile) * p.split + sp) * BR;
     coopMatPerElementNV(o, o, part_op);
-    coopMatPerElementNV(m, m, part_m_op);
-    coopMatPerElementNV(l, l, part_l_op);
+    if (NS) {
+        coopMatPerElementNV(m16, m16, part_m_op);
+        coopMatPerElementNV(l16, l16, part_l_op);
+    } else {
+        coopMatPerElementNV(m, m, part_m_op);
+        coopMatPerElementNV(l, l, part_l_op);
+    }
     memoryBarrierBuffer();
     barrier();
     const uint ci = kvh * tiles + tile;

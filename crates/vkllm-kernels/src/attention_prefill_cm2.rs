@@ -25,6 +25,7 @@ static GLSL: GlslKernel = GlslKernel {
         ("PREFETCH", 8),
         ("QSCALE", 9),
         ("UNCLAMPED", 10),
+        ("STATS16", 11),
     ],
 };
 
@@ -91,6 +92,9 @@ pub struct CmAttnTile {
     /// Steps whose keys all lie in the cache load K and V through an unclamped layout with a
     /// 16-byte row stride (`false`: every load clamped, the reference).
     pub unclamped: bool,
+    /// The running max and sum and the rescale factors as `br` x 16 matrices (`false`: `br` x
+    /// `bc`, the reference).
+    pub stats16: bool,
     /// Diagnostics: 0 computes attention; 1..=5 write an intermediate of the first key step
     /// instead (see the shader's PROBE).
     pub probe: u32,
@@ -124,6 +128,7 @@ impl CmAttnTile {
             prefetch: false,
             qscale: true,
             unclamped: false,
+            stats16: false,
             probe: 0,
         })
     }
@@ -245,7 +250,8 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("PROBE", t.probe.min(5) as f64)
             .set("PREFETCH", f64::from(u8::from(t.prefetch)))
             .set("QSCALE", f64::from(u8::from(t.qscale)))
-            .set("UNCLAMPED", f64::from(u8::from(t.unclamped)));
+            .set("UNCLAMPED", f64::from(u8::from(t.unclamped)))
+            .set("STATS16", f64::from(u8::from(t.stats16)));
         let grid = [groups_x as u32, s.n_kv_heads as u32, 1];
         self.bind_v2(k, s, o, out16, (part, ctr), &p, grid)
     }

@@ -57,6 +57,8 @@ struct Case {
     qscale: bool,
     /// Steps inside the cache loaded unclamped (`CmAttnTile::unclamped`).
     unclamped: bool,
+    /// Row statistics as rows x 16 matrices (`CmAttnTile::stats16`).
+    stats16: bool,
 }
 
 fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) -> Case {
@@ -77,7 +79,13 @@ fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) 
         prefetch: false,
         qscale: true,
         unclamped: false,
+        stats16: false,
     }
+}
+
+/// `c` with the row statistics kept as rows x 16 matrices.
+fn stats16(c: Case) -> Case {
+    Case { stats16: true, ..c }
 }
 
 /// `c` with the steps inside the cache loaded through the unclamped layout.
@@ -249,6 +257,40 @@ fn cases() -> Vec<Case> {
             tile: Some((64, 64)),
             ..case(20, 300, 280, (64, 8), 128)
         }),
+        // Row statistics as rows x 16 matrices: uniform weights, partial and whole last steps,
+        // splits, a softcap with a window, head dims 32..256, a ring as long as the cache, the
+        // reduced sums with the scale each step, other tiles with the tiles loaded ahead.
+        stats16(Case {
+            scale: Some(0.0),
+            ..case(37, 37, 0, (4, 2), 64)
+        }),
+        stats16(case(100, 161, 61, (16, 8), 128)),
+        stats16(unclamped(case(128, 128, 0, (8, 2), 128))),
+        stats16(case(33, 33, 0, (3, 3), 32)),
+        stats16(Case {
+            split: Some((16, 1)),
+            ..case(40, 1500, 1460, (32, 8), 128)
+        }),
+        stats16(Case {
+            qk: 8.0,
+            softcap: Some(30.0),
+            window: Some(40),
+            split: Some((3, 2)),
+            ..case(90, 120, 30, (8, 4), 80)
+        }),
+        stats16(Case {
+            split: Some((4, 0)),
+            ..case(64, 1200, 1136, (16, 2), 256)
+        }),
+        stats16(Case {
+            window: Some(20),
+            ring: Some(70),
+            ..case(70, 70, 0, (6, 2), 80)
+        }),
+        stats16(reduced(scaled_each_step(case(77, 77, 0, (32, 8), 64)))),
+        stats16(tiled(64, 64, case(20, 300, 280, (64, 8), 128))),
+        stats16(tiled(128, 16, case(70, 70, 0, (6, 2), 96))),
+        stats16(unclamped(tiled(32, 64, case(45, 90, 45, (8, 8), 64)))),
         // Other tiles, the next step's tiles loaded ahead.
         tiled(64, 64, case(100, 161, 61, (16, 8), 128)),
         tiled(64, 32, case(129, 129, 0, (8, 2), 128)),
@@ -365,6 +407,7 @@ pub(crate) fn attention_prefill_cm2(dev: &Device, seed: u64) -> Result<Vec<Kerne
         t.prefetch = c.prefetch;
         t.qscale = c.qscale;
         t.unclamped = c.unclamped;
+        t.stats16 = c.stats16;
         variant += &format!(" {}x{}", t.br, t.bc);
         if t.sum_mma {
             variant += " mma sums";
@@ -377,6 +420,9 @@ pub(crate) fn attention_prefill_cm2(dev: &Device, seed: u64) -> Result<Vec<Kerne
         }
         if t.unclamped {
             variant += " unclamped";
+        }
+        if t.stats16 {
+            variant += " stats16";
         }
         match c.split {
             Some((n, 0)) => t = t.with_split(n, n_q, pos0),

@@ -6,6 +6,7 @@
 //! [--heads 32/8] [--hd 128] [--kv f16|f32] [--nsg 4,2] [--split auto,1,2] [--skip 0,15]
 //! [--bk 32,64] [--vahead 1,0] [--kernel coop2,cm2] [--cm2-tile 64x64,128x32]
 //! [--cm2-sum reduce,mma] [--cm2-prefetch 0,1] [--cm2-qscale 0,1] [--cm2-unclamped 0,1]
+//! [--cm2-stats16 0,1]
 //! [--iters N]`
 //!
 //! `--kernel cm2` adds rows for the workgroup-scope kernel (`attn_prefill_cm2`, f16 K/V on
@@ -73,6 +74,7 @@ struct Args {
     cm2_prefetch: Vec<bool>,
     cm2_qscale: Vec<bool>,
     cm2_unclamped: Vec<bool>,
+    cm2_stats16: Vec<bool>,
     iters: u32,
 }
 
@@ -93,6 +95,7 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
         cm2_prefetch: vec![false],
         cm2_qscale: vec![true],
         cm2_unclamped: vec![false],
+        cm2_stats16: vec![false],
         iters: 5,
     };
     let mut args = std::env::args().skip(1);
@@ -140,6 +143,7 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
             "--cm2-prefetch" => a.cm2_prefetch = flags(&v)?,
             "--cm2-qscale" => a.cm2_qscale = flags(&v)?,
             "--cm2-unclamped" => a.cm2_unclamped = flags(&v)?,
+            "--cm2-stats16" => a.cm2_stats16 = flags(&v)?,
             "--cm2-sum" => {
                 a.cm2_sum = v
                     .split(',')
@@ -323,22 +327,27 @@ fn bench_cm2(
             println!("| {n_q}@{pos0} | cm2 {br}x{bc} does not fit |");
             continue;
         };
-        for &sum_mma in &a.cm2_sum {
-            for &prefetch in &a.cm2_prefetch {
-                for &qscale in &a.cm2_qscale {
-                    for &unclamped in &a.cm2_unclamped {
-                        let t0 = CmAttnTile {
-                            sum_mma,
-                            prefetch,
-                            qscale,
-                            unclamped,
-                            ..t0
-                        };
-                        let bufs = [qb, kb, vb, pb, out];
-                        bench_cm2_tile(dev, a, shape, pos0, bufs, flops, t0)?;
-                    }
-                }
-            }
+        // Every combination of the listed options.
+        let mut variants = vec![t0];
+        let mut each = |set: fn(&mut CmAttnTile, bool), values: &[bool]| {
+            variants = variants
+                .iter()
+                .flat_map(|t| {
+                    values.iter().map(move |&x| {
+                        let mut t = *t;
+                        set(&mut t, x);
+                        t
+                    })
+                })
+                .collect();
+        };
+        each(|t, x| t.sum_mma = x, &a.cm2_sum);
+        each(|t, x| t.prefetch = x, &a.cm2_prefetch);
+        each(|t, x| t.qscale = x, &a.cm2_qscale);
+        each(|t, x| t.unclamped = x, &a.cm2_unclamped);
+        each(|t, x| t.stats16 = x, &a.cm2_stats16);
+        for t in variants {
+            bench_cm2_tile(dev, a, shape, pos0, [qb, kb, vb, pb, out], flops, t)?;
         }
     }
     Ok(())
@@ -385,7 +394,7 @@ fn bench_cm2_tile(
         }
         let ns = vkllm_vk::bench::median_dispatch_ns(&r.finish()?)?;
         println!(
-            "| {n_q}@{pos0} | {}/{} | {} | {} | cm2 {}x{}{}{}{} | - | - | {} (from {}) | - | {:.1} | {:.1} |",
+            "| {n_q}@{pos0} | {}/{} | {} | {} | cm2 {}x{}{}{}{}{} | - | - | {} (from {}) | - | {:.1} | {:.1} |",
             shape.n_heads,
             shape.n_kv_heads,
             shape.head_dim,
@@ -400,6 +409,7 @@ fn bench_cm2_tile(
             },
             if t.qscale { ", qscale" } else { "" },
             if t.unclamped { ", unclamped" } else { "" },
+            if t.stats16 { ", stats16" } else { "" },
             t.split,
             t.split_min,
             ns / 1e3,

@@ -257,6 +257,10 @@ pub struct Tuning {
     /// unclamped layout (`false`: every load clamped, the reference). Key
     /// `attn_cm2_unclamped`.
     pub attn_cm2_unclamped: bool,
+    /// Model backends: that kernel keeps its row statistics (running max and sum, rescale
+    /// factors) as rows x 16 matrices (`false`: rows x keys, the reference). Key
+    /// `attn_cm2_stats16`.
+    pub attn_cm2_stats16: bool,
     /// Quantized K caches (q8_0, q4_0, tq4) store their keys centred and scaled per channel
     /// (`vkllm_models::key_centre`; `false`: as they are, the reference). Key `kv_centre`.
     pub kv_centre: bool,
@@ -393,6 +397,7 @@ impl Default for Tuning {
             attn_cm2_prefetch: false,
             attn_cm2_qscale: true,
             attn_cm2_unclamped: false,
+            attn_cm2_stats16: false,
             kv_centre: true,
             kv_sink: true,
             kv_rot_v: true,
@@ -493,6 +498,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "attn_cm2_prefetch",
     "attn_cm2_qscale",
     "attn_cm2_unclamped",
+    "attn_cm2_stats16",
     "kv_centre",
     "kv_sink",
     "kv_rot_v",

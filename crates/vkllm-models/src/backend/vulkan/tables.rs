@@ -82,6 +82,7 @@ impl VulkanBackend {
             prefetch: t.attn_cm2_prefetch,
             qscale: t.attn_cm2_qscale,
             unclamped: t.attn_cm2_unclamped,
+            stats16: t.attn_cm2_stats16,
             ..tile
         })
     }
