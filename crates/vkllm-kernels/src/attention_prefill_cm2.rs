@@ -103,32 +103,35 @@ pub struct CmAttnTile {
 impl CmAttnTile {
     /// The configuration for `s` if the kernel runs it: f16 K and V (plain keys), no ring
     /// smaller than the cache, head_dim a multiple of 16 in 16..=256, a GQA group of at most
-    /// 64 heads. 32 keys per step; 64 rows up to head dim 128, 32 past it where the GQA group
-    /// fits (measured fastest on the H100: docs/benchmarks.md), row sums on the tensor cores,
-    /// the scale folded into the staged queries.
+    /// 64 heads. 64 rows x 64 keys per step up to head dim 128, 32 x 32 past it where the GQA
+    /// group fits (measured fastest on the H100: docs/benchmarks.md), row sums on the tensor
+    /// cores, the scale folded into the staged queries, unclamped loads inside the cache, row
+    /// statistics as rows x 16 matrices.
     pub fn for_shape(s: &AttnShape) -> Option<CmAttnTile> {
         let ring_ok = s.ring.is_none_or(|r| r >= s.n_kv);
         let kv_ok = s.kv == KvType::F16 && s.kv_v == KvType::F16 && !s.rot_k;
         let hd_ok = s.head_dim.is_multiple_of(16) && (16..=256).contains(&s.head_dim);
         let group = s.n_heads / s.n_kv_heads.max(1);
-        let br = if s.head_dim > 128 && group <= 32 {
-            32
+        let (br, bc) = if s.head_dim > 128 && group <= 32 {
+            (32, 32)
+        } else if s.head_dim > 128 {
+            (64, 32)
         } else {
-            64
+            (64, 64)
         };
         if !(ring_ok && kv_ok && hd_ok && (1..=br).contains(&group)) || s.kv_stride != 0 {
             return None;
         }
         Some(CmAttnTile {
             br: br as u32,
-            bc: 32,
+            bc,
             split: 1,
             split_min: 1,
             sum_mma: true,
             prefetch: false,
             qscale: true,
-            unclamped: false,
-            stats16: false,
+            unclamped: true,
+            stats16: true,
             probe: 0,
         })
     }

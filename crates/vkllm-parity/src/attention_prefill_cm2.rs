@@ -78,20 +78,23 @@ fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) 
         sum_mma: true,
         prefetch: false,
         qscale: true,
-        unclamped: false,
-        stats16: false,
+        unclamped: true,
+        stats16: true,
     }
 }
 
-/// `c` with the row statistics kept as rows x 16 matrices.
-fn stats16(c: Case) -> Case {
-    Case { stats16: true, ..c }
+/// `c` with the row statistics as rows x keys matrices (the reference to rows x 16).
+fn wide_stats(c: Case) -> Case {
+    Case {
+        stats16: false,
+        ..c
+    }
 }
 
-/// `c` with the steps inside the cache loaded through the unclamped layout.
-fn unclamped(c: Case) -> Case {
+/// `c` with every step's K and V loaded through the clamped layout (the reference).
+fn clamped(c: Case) -> Case {
     Case {
-        unclamped: true,
+        unclamped: false,
         ..c
     }
 }
@@ -228,69 +231,69 @@ fn cases() -> Vec<Case> {
             ..case(90, 120, 30, (8, 4), 80)
         })),
         scaled_each_step(tiled(64, 64, case(20, 300, 280, (64, 8), 128))),
-        // Steps inside the cache loaded unclamped: a partial last step, whole steps only
+        // Every step loaded clamped (the reference): a partial last step, whole steps only
         // (n_kv a multiple of 32), splits, windows with a softcap, head dims 64..256, a ring
         // as long as the cache, the reduced sums.
-        unclamped(case(100, 161, 61, (16, 8), 128)),
-        unclamped(case(128, 128, 0, (8, 2), 128)),
-        unclamped(Case {
+        clamped(case(100, 161, 61, (16, 8), 128)),
+        clamped(case(128, 128, 0, (8, 2), 128)),
+        clamped(Case {
             split: Some((16, 1)),
             ..case(40, 1500, 1460, (32, 8), 128)
         }),
-        unclamped(Case {
+        clamped(Case {
             softcap: Some(30.0),
             window: Some(40),
             split: Some((3, 2)),
             ..case(90, 120, 30, (8, 4), 80)
         }),
-        unclamped(Case {
+        clamped(Case {
             split: Some((4, 0)),
             ..case(64, 1200, 1136, (16, 2), 256)
         }),
-        unclamped(Case {
+        clamped(Case {
             window: Some(20),
             ring: Some(70),
             ..case(70, 70, 0, (6, 2), 80)
         }),
-        unclamped(reduced(scaled_each_step(case(77, 77, 0, (32, 8), 64)))),
-        unclamped(Case {
+        clamped(reduced(scaled_each_step(case(77, 77, 0, (32, 8), 64)))),
+        clamped(Case {
             tile: Some((64, 64)),
             ..case(20, 300, 280, (64, 8), 128)
         }),
-        // Row statistics as rows x 16 matrices: uniform weights, partial and whole last steps,
+        // Row statistics as rows x keys matrices (the reference): uniform weights, partial and whole last steps,
         // splits, a softcap with a window, head dims 32..256, a ring as long as the cache, the
         // reduced sums with the scale each step, other tiles with the tiles loaded ahead.
-        stats16(Case {
+        wide_stats(Case {
             scale: Some(0.0),
             ..case(37, 37, 0, (4, 2), 64)
         }),
-        stats16(case(100, 161, 61, (16, 8), 128)),
-        stats16(unclamped(case(128, 128, 0, (8, 2), 128))),
-        stats16(case(33, 33, 0, (3, 3), 32)),
-        stats16(Case {
+        wide_stats(case(100, 161, 61, (16, 8), 128)),
+        wide_stats(clamped(case(128, 128, 0, (8, 2), 128))),
+        wide_stats(case(33, 33, 0, (3, 3), 32)),
+        wide_stats(Case {
             split: Some((16, 1)),
             ..case(40, 1500, 1460, (32, 8), 128)
         }),
-        stats16(Case {
+        wide_stats(Case {
             qk: 8.0,
             softcap: Some(30.0),
             window: Some(40),
             split: Some((3, 2)),
             ..case(90, 120, 30, (8, 4), 80)
         }),
-        stats16(Case {
+        wide_stats(Case {
             split: Some((4, 0)),
             ..case(64, 1200, 1136, (16, 2), 256)
         }),
-        stats16(Case {
+        wide_stats(Case {
             window: Some(20),
             ring: Some(70),
             ..case(70, 70, 0, (6, 2), 80)
         }),
-        stats16(reduced(scaled_each_step(case(77, 77, 0, (32, 8), 64)))),
-        stats16(tiled(64, 64, case(20, 300, 280, (64, 8), 128))),
-        stats16(tiled(128, 16, case(70, 70, 0, (6, 2), 96))),
-        stats16(unclamped(tiled(32, 64, case(45, 90, 45, (8, 8), 64)))),
+        wide_stats(reduced(scaled_each_step(case(77, 77, 0, (32, 8), 64)))),
+        wide_stats(tiled(64, 64, case(20, 300, 280, (64, 8), 128))),
+        wide_stats(tiled(128, 16, case(70, 70, 0, (6, 2), 96))),
+        wide_stats(clamped(tiled(32, 64, case(45, 90, 45, (8, 8), 64)))),
         // Other tiles, the next step's tiles loaded ahead.
         tiled(64, 64, case(100, 161, 61, (16, 8), 128)),
         tiled(64, 32, case(129, 129, 0, (8, 2), 128)),

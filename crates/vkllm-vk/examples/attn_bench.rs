@@ -94,8 +94,8 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
         cm2_sum: vec![false],
         cm2_prefetch: vec![false],
         cm2_qscale: vec![true],
-        cm2_unclamped: vec![false],
-        cm2_stats16: vec![false],
+        cm2_unclamped: vec![true],
+        cm2_stats16: vec![true],
         iters: 5,
     };
     let mut args = std::env::args().skip(1);

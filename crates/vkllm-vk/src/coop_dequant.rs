@@ -159,7 +159,43 @@ impl Drop for Reservation {
     }
 }
 
+/// Share of the device-local heap that this device's allocations may reach with the resident
+/// f16 copies of tuning `dequant_keep_mb=auto` (the rest left for KV pages, scratch and other
+/// processes).
+pub(crate) const AUTO_KEEP_SHARE: (u64, u64) = (7, 10);
+
+/// Whether a copy of `bytes` keeps `used` bytes of a `heap`-byte heap within
+/// [`AUTO_KEEP_SHARE`].
+fn auto_keep_fits(heap: u64, used: u64, bytes: u64) -> bool {
+    let (num, den) = AUTO_KEEP_SHARE;
+    used.saturating_add(bytes) <= heap / den * num
+}
+
 impl Device {
+    /// The budget of resident copies under `dequant_keep_mb=auto` for the next copy of `bytes`:
+    /// unbounded while the allocations in the largest device-local heap stay within
+    /// [`AUTO_KEEP_SHARE`] of it with the copy, else what is held already (no more copies).
+    fn auto_keep_budget(&self, bytes: u64) -> u64 {
+        let held = self.kept_f16_bytes();
+        let heaps = &self.info().heaps;
+        let Some((i, heap)) = heaps
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.device_local)
+            .max_by_key(|(_, h)| h.size)
+        else {
+            return held;
+        };
+        let Ok(budgets) = self.shared.allocator.get_heap_budgets() else {
+            return held;
+        };
+        let used = budgets.get(i).map_or(u64::MAX, |b| b.statistics.blockBytes);
+        match auto_keep_fits(heap.size, used, bytes) {
+            true => u64::MAX,
+            false => held,
+        }
+    }
+
     /// The resident f16 copy of quantized weight `w` (one part) that prefill products read
     /// instead of copying it again each chunk: the one made before, or one made now (its own
     /// submission, waited for) while tuning `dequant_keep_mb` has room for it; `None` when
@@ -176,8 +212,11 @@ impl Device {
         if let Some(k) = src.inner.f16_copy.get() {
             return Ok(Some(k.buf.clone()));
         }
-        let budget = (self.tuning().dequant_keep_mb as u64) << 20;
         let bytes = f16_bytes(w.rows, w.cols);
+        let budget = match self.tuning().dequant_keep_mb {
+            Some(mb) => (mb as u64) << 20,
+            None => self.auto_keep_budget(bytes),
+        };
         let count = &self.shared.kept_f16;
         let reserved = count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
             (held + bytes <= budget).then_some(held + bytes)
@@ -213,7 +252,18 @@ impl Device {
 
 #[cfg(test)]
 mod tests {
-    use super::DequantPolicy;
+    use super::{DequantPolicy, auto_keep_fits};
+
+    #[test]
+    fn auto_keep_leaves_three_tenths_of_the_heap() {
+        let gib = 1u64 << 30;
+        // 80 GiB: up to 56 GiB in use with the copy.
+        assert!(auto_keep_fits(80 * gib, 40 * gib, 16 * gib));
+        assert!(!auto_keep_fits(80 * gib, 40 * gib, 16 * gib + 1));
+        // A heap already past the share takes nothing more.
+        assert!(!auto_keep_fits(8 * gib, 6 * gib, 1));
+        assert!(!auto_keep_fits(8 * gib, u64::MAX, 1));
+    }
 
     #[test]
     fn policy_thresholds() {

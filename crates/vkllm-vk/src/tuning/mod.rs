@@ -185,8 +185,9 @@ pub struct Tuning {
     pub dequant: DequantPolicy,
     /// Megabytes of resident f16 copies of quantized weights (made once, read by every later
     /// prefill chunk instead of a copy per chunk; [`crate::Device::keep_f16`]); 0: none, every
-    /// chunk copies. Key `dequant_keep_mb`.
-    pub dequant_keep_mb: usize,
+    /// chunk copies; `None`: while the memory this device has allocated stays within 70% of its
+    /// device-local heap ([`crate::Device::keep_f16`]). Key `dequant_keep_mb` = auto | MB.
+    pub dequant_keep_mb: Option<usize>,
     /// The Vulkan-memory-model SPIR-V passes: storage-buffer coherence on every cooperative
     /// kernel, workgroup-memory coherence on those that rely on it (else naga's output). Key
     /// `wg_coherent`.
@@ -372,10 +373,10 @@ impl Default for Tuning {
             cm2_matmul_decode: false,
             cm2_matmul_tile: None,
             cm2_matmul_glu_tile: None,
-            cm2_matmul_tokens_first: false,
+            cm2_matmul_tokens_first: true,
             coop_group: CoopGroup::Qkv,
             dequant: DequantPolicy::AUTO,
-            dequant_keep_mb: 0,
+            dequant_keep_mb: None,
             wg_coherent: true,
             wg_coherent_all: false,
             prune: false,
@@ -396,8 +397,8 @@ impl Default for Tuning {
             attn_cm2_mma: true,
             attn_cm2_prefetch: false,
             attn_cm2_qscale: true,
-            attn_cm2_unclamped: false,
-            attn_cm2_stats16: false,
+            attn_cm2_unclamped: true,
+            attn_cm2_stats16: true,
             kv_centre: true,
             kv_sink: true,
             kv_rot_v: true,

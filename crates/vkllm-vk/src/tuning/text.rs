@@ -188,7 +188,12 @@ impl Tuning {
                     _ => return Err(bad("auto, off or all")),
                 }
             }
-            "dequant_keep_mb" => self.dequant_keep_mb = in_range(0, 1 << 24)? as usize,
+            "dequant_keep_mb" => {
+                self.dequant_keep_mb = match value {
+                    "auto" => None,
+                    _ => Some(in_range(0, 1 << 24)? as usize),
+                }
+            }
             "dequant_min" | "dequant_tokens" | "dequant_tokens_q8" => {
                 let n = num()? as usize;
                 let (mut e, mut t, mut t8) = match self.dequant {
@@ -462,7 +467,7 @@ impl fmt::Display for Tuning {
                 .cm2_matmul_glu_tile
                 .map(|t| format!("{}x{}x{}", t.bm, t.bn, t.bk))),
             b(self.cm2_matmul_tokens_first),
-            self.dequant_keep_mb,
+            opt(self.dequant_keep_mb.map(|v| v.to_string())),
             b(self.wg_coherent),
             b(self.wg_coherent_all),
             b(self.prune),
@@ -515,10 +520,10 @@ mod tests {
     fn display_parses_back_for_every_key_changed() {
         let spec = "matvec=int8,matvec_layout=rows,q8a_wide=0,q8a_quad=0,q8a_workgroups=512,\
                     q8a_xg=0,q8a_xg1=1,q8a_mixed=0,q8a_wg=512,q8a_xg_lanes=4,q8a_xg_rows=1,decode_int8_max_n=32,coopmat=0,coop_narrow=0,coop_narrow_split=3,coop_narrow_min=17,coop_narrow_q6k=0,splitk=96,coop_bk=32,coop_direct=0,coop_float_split=0,\
-                    coop_x_f16=0,coop_tile=wide,coop_glu=0,coop_glu_half=0,cm2_matmul=0,cm2_matmul_min_n=64,cm2_matmul_decode=1,cm2_matmul_tile=64x128x32,cm2_matmul_glu_tile=64x64x32,cm2_matmul_tokens_first=1,coop_group=none,\
+                    coop_x_f16=0,coop_tile=wide,coop_glu=0,coop_glu_half=0,cm2_matmul=0,cm2_matmul_min_n=64,cm2_matmul_decode=1,cm2_matmul_tile=64x128x32,cm2_matmul_glu_tile=64x64x32,cm2_matmul_tokens_first=0,coop_group=none,\
                     dequant=auto,dequant_keep_mb=512,dequant_min=4096,dequant_tokens=64,dequant_tokens_q8=96,wg_coherent=0,wg_coherent_all=1,prune=1,\
                     recycle=0,fence_spin_us=0,pipeline_stats=1,sparse=0,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,\
-                    attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,attn_coop_bk=32,attn_coop_vahead=1,attn_cm2_tile=32x64,attn_cm2_mma=0,attn_cm2_prefetch=1,attn_cm2_qscale=0,attn_cm2_unclamped=1,attn_cm2_stats16=1,kv_centre=0,kv_sink=0,kv_rot_v=0,attn_f32_kv=auto,fused=0,\
+                    attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,attn_coop_bk=32,attn_coop_vahead=1,attn_cm2_tile=32x64,attn_cm2_mma=0,attn_cm2_prefetch=1,attn_cm2_qscale=0,attn_cm2_unclamped=0,attn_cm2_stats16=0,kv_centre=0,kv_sink=0,kv_rot_v=0,attn_f32_kv=auto,fused=0,\
                     rope_kv_tpw=3,delta_chunked=0,delta_wide=0,delta_norm=0,delta_chunked_wide=0,moe_grouped_min=0,moe_grouped_min_f32=0,moe_q8g_min=2,moe_q8g_cols=2,moe_q8g_wpe=4,moe_lanes=0,moe_q8a=0,moe_shared=0,moe_coop=0,one_submit=0,\
                     split_submit=0";
         let t = Tuning::parse(spec).unwrap();

@@ -98,9 +98,23 @@ fn resident_f16_copies_stay_within_the_budget() {
 fn no_resident_copies_without_a_budget() {
     let _serial = common::device();
     let mut opts = common::options();
-    opts.tuning = Tuning::default();
+    opts.tuning = Tuning::parse("dequant_keep_mb=0").unwrap();
     let dev = common::open(&opts);
     let (a, _) = weight(&dev, WeightType::Q4_K, 64, 256, 4);
     assert!(dev.keep_f16(&a).unwrap().is_none());
     assert_eq!(dev.kept_f16_bytes(), 0);
+}
+
+#[test]
+fn the_default_keeps_copies_while_the_heap_has_room() {
+    let _serial = common::device();
+    let mut opts = common::options();
+    opts.tuning = Tuning::default();
+    assert_eq!(opts.tuning.dequant_keep_mb, None);
+    let dev = common::open(&opts);
+    // A 64 KiB copy on a device that has allocated a few MiB of a heap of GiBs.
+    let (a, want) = weight(&dev, WeightType::Q4_K, 64, 512, 5);
+    let ka = dev.keep_f16(&a).unwrap().expect("room in the heap");
+    assert_halves_of(&dev, &ka, &want);
+    assert_eq!(dev.kept_f16_bytes(), 64 * KIB);
 }
