@@ -20,6 +20,9 @@
 // - STATS16: the running max and sum and the per-row factor e^(Mold - M) kept as BR x 16
 //   matrices (a row reduction may fill a result of any width), broadcast to BR x BC or BR x HD
 //   by a row reduction where needed: fewer registers and exps than BR x BC ones.
+// - OHALF (head dims a multiple of 32, no prefetch, no probe): the output as two BR x HD/2
+//   matrices, each rescaled by one BR x HD/2 factor matrix and multiplied by its half of V: the
+//   broadcast factor and V tile take half the registers of whole ones.
 // - Split (SPLIT_ON, push constant split > 1): as in coop2 (part s of a tile of at least
 //   split_min steps walks steps [s per, (s + 1) per)); each part writes its unnormalised rows and
 //   their M and L to kv_part ([tile][s][row][HD + 2]), counts itself in on kv_ctr[kvh tiles +
@@ -59,6 +62,12 @@ layout(constant_id = 10) const uint UNCLAMPED = 0;
 layout(constant_id = 11) const uint STATS16 = 0;
 const bool QS = QSCALE == 1 && PROBE == 0;
 const bool NS = STATS16 == 1;
+// 1: the output in two column halves (above); 0: one BR x HD matrix (reference).
+layout(constant_id = 12) const uint OHALF = 0;
+// The caller sets it only for head dims a multiple of 32.
+const bool OH = OHALF == 1 && PREFETCH == 0 && PROBE == 0;
+// Columns of an output half (a multiple of 16 at every head dim: a valid type where unused).
+const uint HD2 = (HD + 16) / 32 * 16;
 const float LOG2E = 1.4426950408889634;
 
 layout(push_constant) uniform Params {
@@ -104,6 +113,8 @@ uint g_kb;
 uint g_hi;
 // Base row of this part in kv_part.
 uint g_pb;
+// Column of the output half that store_op and part_op write (0 without OHALF).
+uint g_c0 = 0;
 
 uint first_key(uint qp) {
     return (p.window > 0 && qp + 1 > p.window) ? qp + 1 - p.window : 0;
@@ -142,8 +153,8 @@ float soft_op(const in uint r, const in uint c, const in float x) {
 // Writes the finished element (r, c) (already divided by the row sum) to out (and out16).
 float store_op(const in uint r, const in uint c, const in float x) {
     uint qi = g_q0 + r / g_g;
-    if (r < g_bq * g_g && qi < p.n_q && c < HD) {
-        uint o = (qi * p.n_heads + g_kvh * g_g + r % g_g) * HD + c;
+    if (r < g_bq * g_g && qi < p.n_q && g_c0 + c < HD) {
+        uint o = (qi * p.n_heads + g_kvh * g_g + r % g_g) * HD + g_c0 + c;
         o_f32[o] = x;
         if (HALF == 1) {
             o_f16[o] = float16_t(x);
@@ -163,8 +174,8 @@ float probe_op(const in uint r, const in uint c, const in float x) {
 
 // Writes this part's unnormalised element (r, c) to kv_part.
 float part_op(const in uint r, const in uint c, const in float x) {
-    if (c < HD) {
-        kv_part[(g_pb + r) * (HD + 2) + c] = x;
+    if (g_c0 + c < HD) {
+        kv_part[(g_pb + r) * (HD + 2) + g_c0 + c] = x;
     }
     return x;
 }
@@ -247,6 +258,11 @@ void main() {
 
     coopmat<float, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator> o =
         coopmat<float, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator>(0.0);
+    // OHALF's output halves (o above is then unused).
+    coopmat<float, gl_ScopeWorkgroup, BR, HD2, gl_MatrixUseAccumulator> o0 =
+        coopmat<float, gl_ScopeWorkgroup, BR, HD2, gl_MatrixUseAccumulator>(0.0);
+    coopmat<float, gl_ScopeWorkgroup, BR, HD2, gl_MatrixUseAccumulator> o1 =
+        coopmat<float, gl_ScopeWorkgroup, BR, HD2, gl_MatrixUseAccumulator>(0.0);
     coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> m =
         coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator>(FLOOR);
     coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> l =
@@ -302,6 +318,7 @@ void main() {
         coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> pr;
         coopmat<float16_t, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseA> pa;
         coopmat<float, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator> em_d;
+        coopmat<float, gl_ScopeWorkgroup, BR, HD2, gl_MatrixUseAccumulator> em_h;
         if (NS) {
             coopmat<float, gl_ScopeWorkgroup, BR, 16, gl_MatrixUseAccumulator> rmax, rsum, em;
             coopMatReduceNV(rmax, s, gl_CooperativeMatrixReduceRowNV, max_op);
@@ -328,12 +345,16 @@ void main() {
                 coopMatReduceNV(rsum, pr, gl_CooperativeMatrixReduceRowNV, add_op);
             }
             l16 = em * l16 + rsum;
-            if (PREFETCH == 0 && inside) {
-                coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tu, kb, BC, 0, HD));
-            } else if (PREFETCH == 0) {
-                coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD));
+            if (OH) {
+                coopMatReduceNV(em_h, em, gl_CooperativeMatrixReduceRowNV, smear_op);
+            } else {
+                if (PREFETCH == 0 && inside) {
+                    coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tu, kb, BC, 0, HD));
+                } else if (PREFETCH == 0) {
+                    coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD));
+                }
+                coopMatReduceNV(em_d, em, gl_CooperativeMatrixReduceRowNV, smear_op);
             }
-            coopMatReduceNV(em_d, em, gl_CooperativeMatrixReduceRowNV, smear_op);
         } else {
             coopmat<float, gl_ScopeWorkgroup, BR, BC, gl_MatrixUseAccumulator> rmax, rsum, em;
             coopMatReduceNV(rmax, s, gl_CooperativeMatrixReduceRowNV, max_op);
@@ -359,21 +380,60 @@ void main() {
             }
             l = em * l + rsum;
 
-            if (PREFETCH == 0 && inside) {
-                coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tu, kb, BC, 0, HD));
-            } else if (PREFETCH == 0) {
-                coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD));
+            if (OH) {
+                coopMatReduceNV(em_h, em, gl_CooperativeMatrixReduceRowNV, smear_op);
+            } else {
+                if (PREFETCH == 0 && inside) {
+                    coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tu, kb, BC, 0, HD));
+                } else if (PREFETCH == 0) {
+                    coopMatLoadTensorNV(vt, v, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD));
+                }
+                coopMatReduceNV(em_d, em, gl_CooperativeMatrixReduceRowNV, smear_op);
             }
-            coopMatReduceNV(em_d, em, gl_CooperativeMatrixReduceRowNV, smear_op);
         }
-        o = o * em_d;
-        o = coopMatMulAdd(pa, vt, o);
+        if (OH) {
+            coopmat<float16_t, gl_ScopeWorkgroup, BC, HD2, gl_MatrixUseB> vh;
+            if (inside) {
+                coopMatLoadTensorNV(vh, v, kv_off, sliceTensorLayoutNV(tu, kb, BC, 0, HD2));
+            } else {
+                coopMatLoadTensorNV(vh, v, kv_off, sliceTensorLayoutNV(tk, kb, BC, 0, HD2));
+            }
+            o0 = o0 * em_h;
+            o0 = coopMatMulAdd(pa, vh, o0);
+            if (inside) {
+                coopMatLoadTensorNV(vh, v, kv_off, sliceTensorLayoutNV(tu, kb, BC, HD2, HD2));
+            } else {
+                coopMatLoadTensorNV(vh, v, kv_off, sliceTensorLayoutNV(tk, kb, BC, HD2, HD2));
+            }
+            o1 = o1 * em_h;
+            o1 = coopMatMulAdd(pa, vh, o1);
+        } else {
+            o = o * em_d;
+            o = coopMatMulAdd(pa, vt, o);
+        }
         if (PROBE == 3 || PROBE == 4) {
             coopMatPerElementNV(o, o, probe_op);
             return;
         }
     }
 
+    if (!split && OH) {
+        coopmat<float, gl_ScopeWorkgroup, BR, HD2, gl_MatrixUseAccumulator> l_h;
+        if (NS) {
+            coopMatReduceNV(l_h, l16, gl_CooperativeMatrixReduceRowNV, smear_op);
+        } else {
+            coopMatReduceNV(l_h, l, gl_CooperativeMatrixReduceRowNV, smear_op);
+        }
+        [[unroll]] for (int i = 0; i < l_h.length(); ++i) {
+            l_h[i] = l_h[i] > 0.0 ? 1.0 / l_h[i] : 0.0;
+        }
+        o0 = o0 * l_h;
+        coopMatPerElementNV(o0, o0, store_op);
+        o1 = o1 * l_h;
+        g_c0 = HD2;
+        coopMatPerElementNV(o1, o1, store_op);
+        return;
+    }
     if (!split) {
         coopmat<float, gl_ScopeWorkgroup, BR, HD, gl_MatrixUseAccumulator> l_d;
         if (NS) {
@@ -395,7 +455,13 @@ void main() {
 
     // This part's rows: unnormalised output, running max and sum.
     g_pb = ((kvh * tiles + tile) * p.split + sp) * BR;
-    coopMatPerElementNV(o, o, part_op);
+    if (OH) {
+        coopMatPerElementNV(o0, o0, part_op);
+        g_c0 = HD2;
+        coopMatPerElementNV(o1, o1, part_op);
+    } else {
+        coopMatPerElementNV(o, o, part_op);
+    }
     if (NS) {
         coopMatPerElementNV(m16, m16, part_m_op);
         coopMatPerElementNV(l16, l16, part_l_op);

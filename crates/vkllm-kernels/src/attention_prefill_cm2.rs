@@ -26,6 +26,7 @@ static GLSL: GlslKernel = GlslKernel {
         ("QSCALE", 9),
         ("UNCLAMPED", 10),
         ("STATS16", 11),
+        ("OHALF", 12),
     ],
 };
 
@@ -95,6 +96,9 @@ pub struct CmAttnTile {
     /// The running max and sum and the rescale factors as `br` x 16 matrices (`false`: `br` x
     /// `bc`, the reference).
     pub stats16: bool,
+    /// The output as two head_dim / 2 column halves (head dims a multiple of 32; not with
+    /// `prefetch` or a probe; `false`: one matrix, the reference).
+    pub o_halves: bool,
     /// Diagnostics: 0 computes attention; 1..=5 write an intermediate of the first key step
     /// instead (see the shader's PROBE).
     pub probe: u32,
@@ -132,6 +136,7 @@ impl CmAttnTile {
             qscale: true,
             unclamped: true,
             stats16: true,
+            o_halves: false,
             probe: 0,
         })
     }
@@ -254,7 +259,11 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("PREFETCH", f64::from(u8::from(t.prefetch)))
             .set("QSCALE", f64::from(u8::from(t.qscale)))
             .set("UNCLAMPED", f64::from(u8::from(t.unclamped)))
-            .set("STATS16", f64::from(u8::from(t.stats16)));
+            .set("STATS16", f64::from(u8::from(t.stats16)))
+            .set(
+                "OHALF",
+                f64::from(u8::from(t.o_halves && s.head_dim.is_multiple_of(32))),
+            );
         let grid = [groups_x as u32, s.n_kv_heads as u32, 1];
         self.bind_v2(k, s, o, out16, (part, ctr), &p, grid)
     }

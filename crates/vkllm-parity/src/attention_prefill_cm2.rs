@@ -59,6 +59,8 @@ struct Case {
     unclamped: bool,
     /// Row statistics as rows x 16 matrices (`CmAttnTile::stats16`).
     stats16: bool,
+    /// The output in two column halves (`CmAttnTile::o_halves`).
+    o_halves: bool,
 }
 
 fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) -> Case {
@@ -80,6 +82,15 @@ fn case(n_q: usize, n_kv: usize, pos0: usize, heads: (usize, usize), hd: usize) 
         qscale: true,
         unclamped: true,
         stats16: true,
+        o_halves: false,
+    }
+}
+
+/// `c` with the output in two column halves.
+fn halves(c: Case) -> Case {
+    Case {
+        o_halves: true,
+        ..c
     }
 }
 
@@ -294,6 +305,46 @@ fn cases() -> Vec<Case> {
         wide_stats(tiled(64, 64, case(20, 300, 280, (64, 8), 128))),
         wide_stats(tiled(128, 16, case(70, 70, 0, (6, 2), 96))),
         wide_stats(clamped(tiled(32, 64, case(45, 90, 45, (8, 8), 64)))),
+        // The output in column halves: uniform weights, partial and whole last steps, splits,
+        // a softcap with a window, head dims 32..256, a ring as long as the cache, clamped
+        // loads, rows x keys statistics with reduced sums, other tiles.
+        halves(Case {
+            scale: Some(0.0),
+            ..case(37, 37, 0, (4, 2), 64)
+        }),
+        halves(case(100, 161, 61, (16, 8), 128)),
+        halves(case(128, 128, 0, (8, 2), 128)),
+        halves(case(33, 33, 0, (3, 3), 32)),
+        halves(Case {
+            split: Some((16, 1)),
+            ..case(40, 1500, 1460, (32, 8), 128)
+        }),
+        halves(Case {
+            qk: 8.0,
+            softcap: Some(30.0),
+            window: Some(40),
+            split: Some((3, 2)),
+            ..case(90, 120, 30, (8, 4), 96)
+        }),
+        halves(Case {
+            split: Some((4, 0)),
+            ..case(64, 1200, 1136, (16, 2), 256)
+        }),
+        halves(Case {
+            window: Some(20),
+            ring: Some(70),
+            ..case(70, 70, 0, (6, 2), 64)
+        }),
+        halves(clamped(case(77, 77, 0, (32, 8), 64))),
+        halves(wide_stats(reduced(case(100, 161, 61, (16, 8), 128)))),
+        halves(Case {
+            tile: Some((64, 32)),
+            ..case(20, 300, 280, (64, 8), 128)
+        }),
+        halves(Case {
+            tile: Some((128, 16)),
+            ..case(70, 70, 0, (6, 2), 96)
+        }),
         // Other tiles, the next step's tiles loaded ahead.
         tiled(64, 64, case(100, 161, 61, (16, 8), 128)),
         tiled(64, 32, case(129, 129, 0, (8, 2), 128)),
@@ -411,6 +462,7 @@ pub(crate) fn attention_prefill_cm2(dev: &Device, seed: u64) -> Result<Vec<Kerne
         t.qscale = c.qscale;
         t.unclamped = c.unclamped;
         t.stats16 = c.stats16;
+        t.o_halves = c.o_halves;
         variant += &format!(" {}x{}", t.br, t.bc);
         if t.sum_mma {
             variant += " mma sums";
@@ -426,6 +478,9 @@ pub(crate) fn attention_prefill_cm2(dev: &Device, seed: u64) -> Result<Vec<Kerne
         }
         if t.stats16 {
             variant += " stats16";
+        }
+        if t.o_halves {
+            variant += " halves";
         }
         match c.split {
             Some((n, 0)) => t = t.with_split(n, n_q, pos0),

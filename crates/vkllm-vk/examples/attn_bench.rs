@@ -6,7 +6,7 @@
 //! [--heads 32/8] [--hd 128] [--kv f16|f32] [--nsg 4,2] [--split auto,1,2] [--skip 0,15]
 //! [--bk 32,64] [--vahead 1,0] [--kernel coop2,cm2] [--cm2-tile 64x64,128x32]
 //! [--cm2-sum reduce,mma] [--cm2-prefetch 0,1] [--cm2-qscale 0,1] [--cm2-unclamped 0,1]
-//! [--cm2-stats16 0,1]
+//! [--cm2-stats16 0,1] [--cm2-ohalf 0,1]
 //! [--iters N]`
 //!
 //! `--kernel cm2` adds rows for the workgroup-scope kernel (`attn_prefill_cm2`, f16 K/V on
@@ -75,6 +75,7 @@ struct Args {
     cm2_qscale: Vec<bool>,
     cm2_unclamped: Vec<bool>,
     cm2_stats16: Vec<bool>,
+    cm2_ohalf: Vec<bool>,
     iters: u32,
 }
 
@@ -96,6 +97,7 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
         cm2_qscale: vec![true],
         cm2_unclamped: vec![true],
         cm2_stats16: vec![true],
+        cm2_ohalf: vec![false],
         iters: 5,
     };
     let mut args = std::env::args().skip(1);
@@ -144,6 +146,7 @@ fn parse() -> Result<Args, Box<dyn std::error::Error>> {
             "--cm2-qscale" => a.cm2_qscale = flags(&v)?,
             "--cm2-unclamped" => a.cm2_unclamped = flags(&v)?,
             "--cm2-stats16" => a.cm2_stats16 = flags(&v)?,
+            "--cm2-ohalf" => a.cm2_ohalf = flags(&v)?,
             "--cm2-sum" => {
                 a.cm2_sum = v
                     .split(',')
@@ -346,6 +349,7 @@ fn bench_cm2(
         each(|t, x| t.qscale = x, &a.cm2_qscale);
         each(|t, x| t.unclamped = x, &a.cm2_unclamped);
         each(|t, x| t.stats16 = x, &a.cm2_stats16);
+        each(|t, x| t.o_halves = x, &a.cm2_ohalf);
         for t in variants {
             bench_cm2_tile(dev, a, shape, pos0, [qb, kb, vb, pb, out], flops, t)?;
         }
@@ -394,7 +398,7 @@ fn bench_cm2_tile(
         }
         let ns = vkllm_vk::bench::median_dispatch_ns(&r.finish()?)?;
         println!(
-            "| {n_q}@{pos0} | {}/{} | {} | {} | cm2 {}x{}{}{}{}{} | - | - | {} (from {}) | - | {:.1} | {:.1} |",
+            "| {n_q}@{pos0} | {}/{} | {} | {} | cm2 {}x{}{}{}{}{}{} | - | - | {} (from {}) | - | {:.1} | {:.1} |",
             shape.n_heads,
             shape.n_kv_heads,
             shape.head_dim,
@@ -410,6 +414,7 @@ fn bench_cm2_tile(
             if t.qscale { ", qscale" } else { "" },
             if t.unclamped { ", unclamped" } else { "" },
             if t.stats16 { ", stats16" } else { "" },
+            if t.o_halves { ", ohalf" } else { "" },
             t.split,
             t.split_min,
             ns / 1e3,

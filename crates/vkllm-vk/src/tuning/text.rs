@@ -291,6 +291,7 @@ impl Tuning {
             "attn_cm2_qscale" => self.attn_cm2_qscale = flag()?,
             "attn_cm2_unclamped" => self.attn_cm2_unclamped = flag()?,
             "attn_cm2_stats16" => self.attn_cm2_stats16 = flag()?,
+            "attn_cm2_ohalf" => self.attn_cm2_ohalf = flag()?,
             "kv_centre" => self.kv_centre = flag()?,
             "kv_sink" => self.kv_sink = flag()?,
             "kv_rot_v" => self.kv_rot_v = flag()?,
@@ -433,7 +434,7 @@ impl fmt::Display for Tuning {
              coop_x_f16={},coop_tile={},coop_glu={},coop_glu_half={},cm2_matmul={},cm2_matmul_min_n={},cm2_matmul_decode={},cm2_matmul_tile={},cm2_matmul_glu_tile={},cm2_matmul_tokens_first={},coop_group={group},\
              {dequant},dequant_keep_mb={},wg_coherent={},wg_coherent_all={},prune={},recycle={},fence_spin_us={},pipeline_stats={},sparse={},\
              attn={attn},attn_chunk={},attn_adaptive={},attn_wide={},attn_prefill={prefill},attn_coop_nsg={},\
-             attn_coop_split={},attn_coop_bk={},attn_coop_vahead={},attn_cm2_tile={},attn_cm2_mma={},attn_cm2_prefetch={},attn_cm2_qscale={},attn_cm2_unclamped={},attn_cm2_stats16={},kv_centre={},kv_sink={},kv_rot_v={},attn_f32_kv={f32_kv},fused={},rope_kv_tpw={},delta_chunked={},delta_wide={},delta_norm={},delta_chunked_wide={},moe_grouped_min={},\
+             attn_coop_split={},attn_coop_bk={},attn_coop_vahead={},attn_cm2_tile={},attn_cm2_mma={},attn_cm2_prefetch={},attn_cm2_qscale={},attn_cm2_unclamped={},attn_cm2_stats16={},attn_cm2_ohalf={},kv_centre={},kv_sink={},kv_rot_v={},attn_f32_kv={f32_kv},fused={},rope_kv_tpw={},delta_chunked={},delta_wide={},delta_norm={},delta_chunked_wide={},moe_grouped_min={},\
              moe_grouped_min_f32={},moe_q8g_min={},moe_q8g_cols={},moe_q8g_wpe={},moe_lanes={},moe_q8a={},moe_shared={},moe_coop={},one_submit={},split_submit={}",
             b(self.q8a_wide),
             b(self.q8a_quad),
@@ -488,6 +489,7 @@ impl fmt::Display for Tuning {
             b(self.attn_cm2_qscale),
             b(self.attn_cm2_unclamped),
             b(self.attn_cm2_stats16),
+            b(self.attn_cm2_ohalf),
             b(self.kv_centre),
             b(self.kv_sink),
             b(self.kv_rot_v),
@@ -523,7 +525,7 @@ mod tests {
                     coop_x_f16=0,coop_tile=wide,coop_glu=0,coop_glu_half=0,cm2_matmul=0,cm2_matmul_min_n=64,cm2_matmul_decode=1,cm2_matmul_tile=64x128x32,cm2_matmul_glu_tile=64x64x32,cm2_matmul_tokens_first=0,coop_group=none,\
                     dequant=auto,dequant_keep_mb=512,dequant_min=4096,dequant_tokens=64,dequant_tokens_q8=96,wg_coherent=0,wg_coherent_all=1,prune=1,\
                     recycle=0,fence_spin_us=0,pipeline_stats=1,sparse=0,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,\
-                    attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,attn_coop_bk=32,attn_coop_vahead=1,attn_cm2_tile=32x64,attn_cm2_mma=0,attn_cm2_prefetch=1,attn_cm2_qscale=0,attn_cm2_unclamped=0,attn_cm2_stats16=0,kv_centre=0,kv_sink=0,kv_rot_v=0,attn_f32_kv=auto,fused=0,\
+                    attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,attn_coop_bk=32,attn_coop_vahead=1,attn_cm2_tile=32x64,attn_cm2_mma=0,attn_cm2_prefetch=1,attn_cm2_qscale=0,attn_cm2_unclamped=0,attn_cm2_stats16=0,attn_cm2_ohalf=1,kv_centre=0,kv_sink=0,kv_rot_v=0,attn_f32_kv=auto,fused=0,\
                     rope_kv_tpw=3,delta_chunked=0,delta_wide=0,delta_norm=0,delta_chunked_wide=0,moe_grouped_min=0,moe_grouped_min_f32=0,moe_q8g_min=2,moe_q8g_cols=2,moe_q8g_wpe=4,moe_lanes=0,moe_q8a=0,moe_shared=0,moe_coop=0,one_submit=0,\
                     split_submit=0";
         let t = Tuning::parse(spec).unwrap();

@@ -83,6 +83,7 @@ impl VulkanBackend {
             qscale: t.attn_cm2_qscale,
             unclamped: t.attn_cm2_unclamped,
             stats16: t.attn_cm2_stats16,
+            o_halves: t.attn_cm2_ohalf,
             ..tile
         })
     }
