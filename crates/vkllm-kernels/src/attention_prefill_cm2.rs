@@ -295,14 +295,15 @@ mod tests {
     fn takes_f16_caches_without_a_wrapping_ring() {
         let s = shape(240, 8432, (32, 8), 128);
         let t = CmAttnTile::for_shape(&s).expect("the 8B shape");
-        assert_eq!((t.br, t.bc, t.bq(4)), (64, 32, 16));
+        assert_eq!((t.br, t.bc, t.bq(4)), (64, 64, 16));
+        assert!(t.unclamped && t.stats16 && !t.o_halves);
         assert_eq!(
             CmAttnTile::for_shape(&shape(9, 9, (16, 2), 256)).map(|t| (t.br, t.bc)),
             Some((32, 32))
         );
-        // A GQA group past 32 rows keeps 64 at head dim 256.
+        // A GQA group past 32 rows keeps 64 rows (of 32 keys) at head dim 256.
         let wide_group = CmAttnTile::for_shape(&shape(9, 9, (48, 1), 256));
-        assert_eq!(wide_group.map(|t| t.br), Some(64));
+        assert_eq!(wide_group.map(|t| (t.br, t.bc)), Some((64, 32)));
         let f32_kv = AttnShape {
             kv: KvType::F32,
             kv_v: KvType::F32,
