@@ -31,6 +31,7 @@ const TOL: Tol = Tol {
     nmse: 1e-5,
 };
 
+#[derive(Clone, Copy)]
 struct Case {
     n_q: usize,
     n_kv: usize,
@@ -132,8 +133,55 @@ fn tiled(rows: u32, keys: u32, c: Case) -> Case {
     }
 }
 
-fn cases() -> Vec<Case> {
+/// Cases over the kernel's edges for an option's rows: uniform weights, partial and whole last
+/// steps, clamped loads, splits, a softcap with a window, head dims 32..256 (multiples of 32),
+/// a ring as long as the cache, reduced sums with the scale each step, two other tiles.
+fn spread() -> Vec<Case> {
     vec![
+        Case {
+            scale: Some(0.0),
+            ..case(37, 37, 0, (4, 2), 64)
+        },
+        case(100, 161, 61, (16, 8), 128),
+        clamped(case(128, 128, 0, (8, 2), 128)),
+        case(33, 33, 0, (3, 3), 32),
+        Case {
+            split: Some((16, 1)),
+            ..case(40, 1500, 1460, (32, 8), 128)
+        },
+        Case {
+            qk: 8.0,
+            softcap: Some(30.0),
+            window: Some(40),
+            split: Some((3, 2)),
+            ..case(90, 120, 30, (8, 4), 96)
+        },
+        Case {
+            split: Some((4, 0)),
+            ..case(64, 1200, 1136, (16, 2), 256)
+        },
+        Case {
+            window: Some(20),
+            ring: Some(70),
+            ..case(70, 70, 0, (6, 2), 64)
+        },
+        reduced(scaled_each_step(case(77, 77, 0, (32, 8), 64))),
+        Case {
+            tile: Some((64, 32)),
+            ..case(20, 300, 280, (64, 8), 128)
+        },
+        Case {
+            tile: Some((128, 16)),
+            ..case(70, 70, 0, (6, 2), 96)
+        },
+    ]
+}
+
+fn cases() -> Vec<Case> {
+    let options = spread()
+        .into_iter()
+        .flat_map(|c| [wide_stats(c), halves(c)]);
+    let mut cases = vec![
         Case {
             scale: Some(0.0),
             ..case(37, 37, 0, (4, 2), 64)
@@ -271,80 +319,11 @@ fn cases() -> Vec<Case> {
             tile: Some((64, 64)),
             ..case(20, 300, 280, (64, 8), 128)
         }),
-        // Row statistics as rows x keys matrices (the reference): uniform weights, partial and whole last steps,
-        // splits, a softcap with a window, head dims 32..256, a ring as long as the cache, the
-        // reduced sums with the scale each step, other tiles with the tiles loaded ahead.
-        wide_stats(Case {
-            scale: Some(0.0),
-            ..case(37, 37, 0, (4, 2), 64)
-        }),
-        wide_stats(case(100, 161, 61, (16, 8), 128)),
-        wide_stats(clamped(case(128, 128, 0, (8, 2), 128))),
-        wide_stats(case(33, 33, 0, (3, 3), 32)),
-        wide_stats(Case {
-            split: Some((16, 1)),
-            ..case(40, 1500, 1460, (32, 8), 128)
-        }),
-        wide_stats(Case {
-            qk: 8.0,
-            softcap: Some(30.0),
-            window: Some(40),
-            split: Some((3, 2)),
-            ..case(90, 120, 30, (8, 4), 80)
-        }),
-        wide_stats(Case {
-            split: Some((4, 0)),
-            ..case(64, 1200, 1136, (16, 2), 256)
-        }),
-        wide_stats(Case {
-            window: Some(20),
-            ring: Some(70),
-            ..case(70, 70, 0, (6, 2), 80)
-        }),
-        wide_stats(reduced(scaled_each_step(case(77, 77, 0, (32, 8), 64)))),
+        // Row statistics as rows x keys matrices (the reference) and the output in column
+        // halves, each over the spread below; then with the tiles loaded ahead, and both.
         wide_stats(tiled(64, 64, case(20, 300, 280, (64, 8), 128))),
-        wide_stats(tiled(128, 16, case(70, 70, 0, (6, 2), 96))),
         wide_stats(clamped(tiled(32, 64, case(45, 90, 45, (8, 8), 64)))),
-        // The output in column halves: uniform weights, partial and whole last steps, splits,
-        // a softcap with a window, head dims 32..256, a ring as long as the cache, clamped
-        // loads, rows x keys statistics with reduced sums, other tiles.
-        halves(Case {
-            scale: Some(0.0),
-            ..case(37, 37, 0, (4, 2), 64)
-        }),
-        halves(case(100, 161, 61, (16, 8), 128)),
-        halves(case(128, 128, 0, (8, 2), 128)),
-        halves(case(33, 33, 0, (3, 3), 32)),
-        halves(Case {
-            split: Some((16, 1)),
-            ..case(40, 1500, 1460, (32, 8), 128)
-        }),
-        halves(Case {
-            qk: 8.0,
-            softcap: Some(30.0),
-            window: Some(40),
-            split: Some((3, 2)),
-            ..case(90, 120, 30, (8, 4), 96)
-        }),
-        halves(Case {
-            split: Some((4, 0)),
-            ..case(64, 1200, 1136, (16, 2), 256)
-        }),
-        halves(Case {
-            window: Some(20),
-            ring: Some(70),
-            ..case(70, 70, 0, (6, 2), 64)
-        }),
-        halves(clamped(case(77, 77, 0, (32, 8), 64))),
         halves(wide_stats(reduced(case(100, 161, 61, (16, 8), 128)))),
-        halves(Case {
-            tile: Some((64, 32)),
-            ..case(20, 300, 280, (64, 8), 128)
-        }),
-        halves(Case {
-            tile: Some((128, 16)),
-            ..case(70, 70, 0, (6, 2), 96)
-        }),
         // Other tiles, the next step's tiles loaded ahead.
         tiled(64, 64, case(100, 161, 61, (16, 8), 128)),
         tiled(64, 32, case(129, 129, 0, (8, 2), 128)),
@@ -369,7 +348,9 @@ fn cases() -> Vec<Case> {
                 ..case(40, 1500, 1460, (32, 8), 128)
             },
         ),
-    ]
+    ];
+    cases.extend(options);
+    cases
 }
 
 pub(crate) fn attention_prefill_cm2(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>> {
