@@ -46,8 +46,9 @@ pub(crate) struct BufferInner {
     pub(crate) kind: MemoryKind,
     pub(crate) mapped: *mut u8,
     pub(crate) label: String,
-    /// This weight's resident f16 copy for prefill products (coop_dequant.rs), once made.
-    pub(crate) f16_copy: std::sync::OnceLock<crate::coop_dequant::KeptCopy>,
+    /// This weight's resident f16 copy for prefill products (coop_dequant.rs), once made and
+    /// until released under memory pressure.
+    pub(crate) f16_copy: Mutex<Option<crate::coop_dequant::KeptCopy>>,
 }
 
 // SAFETY: the mapped pointer is only dereferenced in `write_host`/`read_host`, which take `&self`
@@ -206,6 +207,22 @@ impl Buffer {
 impl Device {
     /// A buffer of `size` bytes (at least 4), usable as storage and transfer source/target.
     pub fn create_buffer(&self, label: &str, size: u64, kind: MemoryKind) -> Result<Buffer> {
+        match self.create_buffer_once(label, size, kind) {
+            // The resident f16 weight copies are a cache: memory for anything else comes first.
+            Err(Error::OutOfDeviceMemory { .. }) if self.release_kept_f16() > 0 => {
+                self.create_buffer_once(label, size, kind)
+            }
+            r => r,
+        }
+    }
+
+    /// [`Device::create_buffer`] without releasing the resident copies when memory is short.
+    pub(crate) fn create_buffer_once(
+        &self,
+        label: &str,
+        size: u64,
+        kind: MemoryKind,
+    ) -> Result<Buffer> {
         let size = size.max(4).next_multiple_of(4);
         if size > self.max_buffer_bytes() {
             return Err(Error::BufferRange {

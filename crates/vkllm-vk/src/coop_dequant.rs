@@ -11,15 +11,16 @@
 //! The copies live in [`DEQUANT_SLOTS`] scratch buffers used in turn (so q/k/v or gate/up
 //! still overlap), each as large as the largest weight copied through it, and are made again
 //! for every prefill chunk, unless the weight has a resident copy ([`Device::keep_f16`]: made
-//! once, kept with the weight, within tuning `dequant_keep_mb`).
+//! once, kept with the weight, within tuning `dequant_keep_mb`; released when a device
+//! allocation or KV page would otherwise fail, [`Device::release_kept_f16`]).
 
 use vkllm_kernels::WeightType;
 use vkllm_kernels::dequant_f16::{DequantF16, f16_bytes};
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
-use crate::buffer::{Buffer, MemoryKind};
+use crate::buffer::{Buffer, BufferInner, MemoryKind};
 use crate::device::{Device, Shared};
 use crate::error::{Error, Result};
 use crate::recorder::Recorder;
@@ -138,11 +139,20 @@ impl Recorder {
     }
 }
 
+/// The device's resident f16 copies: their bytes, the weights holding one, and whether memory
+/// pressure released them (after which `auto` makes no more).
+#[derive(Default)]
+pub(crate) struct KeptCopies {
+    pub(crate) bytes: AtomicU64,
+    holders: Mutex<Vec<Weak<BufferInner>>>,
+    released: AtomicBool,
+}
+
 /// A weight's resident f16 copy; its bytes count against tuning `dequant_keep_mb` until it
-/// drops with the weight's buffer.
+/// drops with the weight's buffer or is released.
 pub(crate) struct KeptCopy {
     buf: Buffer,
-    _reserved: Reservation,
+    reserved: Reservation,
 }
 
 /// Bytes reserved in the device's count of resident copies, given back on drop.
@@ -155,6 +165,7 @@ impl Drop for Reservation {
     fn drop(&mut self) {
         self.shared
             .kept_f16
+            .bytes
             .fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
@@ -177,6 +188,9 @@ impl Device {
     /// [`AUTO_KEEP_SHARE`] of it with the copy, else what is held already (no more copies).
     fn auto_keep_budget(&self, bytes: u64) -> u64 {
         let held = self.kept_f16_bytes();
+        if self.shared.kept_f16.released.load(Ordering::Relaxed) {
+            return held;
+        }
         let heaps = &self.info().heaps;
         let Some((i, heap)) = heaps
             .iter()
@@ -209,7 +223,13 @@ impl Device {
             return Ok(None);
         }
         let src = &part.buffer;
-        if let Some(k) = src.inner.f16_copy.get() {
+        // Held while a copy is made, so that one weight gets one copy.
+        let mut slot = src
+            .inner
+            .f16_copy
+            .lock()
+            .map_err(|_| Error::Recording("resident copy lock poisoned"))?;
+        if let Some(k) = &*slot {
             return Ok(Some(k.buf.clone()));
         }
         let bytes = f16_bytes(w.rows, w.cols);
@@ -217,18 +237,19 @@ impl Device {
             Some(mb) => (mb as u64) << 20,
             None => self.auto_keep_budget(bytes),
         };
-        let count = &self.shared.kept_f16;
+        let count = &self.shared.kept_f16.bytes;
         let reserved = count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
             (held + bytes <= budget).then_some(held + bytes)
         });
         if reserved.is_err() {
             return Ok(None);
         }
-        let reservation = Reservation {
+        let reserved = Reservation {
             shared: self.shared.clone(),
             bytes,
         };
-        let buf = match self.create_buffer("resident f16 weight", bytes, MemoryKind::Device) {
+        // Not at the cost of other copies: no release when memory is short.
+        let buf = match self.create_buffer_once("resident f16 weight", bytes, MemoryKind::Device) {
             Ok(b) => b,
             Err(Error::OutOfDeviceMemory { .. }) => return Ok(None),
             Err(e) => return Err(e),
@@ -241,12 +262,41 @@ impl Device {
         .dispatch(w.dtype, w.rows, w.cols)?;
         r.dispatch(d)?;
         r.finish()?.submit()?;
-        // Another thread may have kept one first: then this one drops (with its bytes).
-        let _ = src.inner.f16_copy.set(KeptCopy {
-            buf,
-            _reserved: reservation,
+        *slot = Some(KeptCopy {
+            buf: buf.clone(),
+            reserved,
         });
-        Ok(src.inner.f16_copy.get().map(|k| k.buf.clone()))
+        if let Ok(mut holders) = self.shared.kept_f16.holders.lock() {
+            holders.push(Arc::downgrade(&src.inner));
+        }
+        Ok(Some(buf))
+    }
+
+    /// Releases the resident f16 copies (their memory returns once the recordings reading
+    /// them finish) and stops `dequant_keep_mb=auto` from making more; returns the bytes
+    /// released. Device allocations and KV pages call it before they fail for memory.
+    pub fn release_kept_f16(&self) -> u64 {
+        let kept = &self.shared.kept_f16;
+        kept.released.store(true, Ordering::Relaxed);
+        let Ok(mut holders) = kept.holders.lock() else {
+            return 0;
+        };
+        let mut freed = 0;
+        holders.retain(|w| {
+            let Some(inner) = w.upgrade() else {
+                return false;
+            };
+            // A weight whose copy is being made or looked up right now keeps it (tried again
+            // next time).
+            let Ok(mut slot) = inner.f16_copy.try_lock() else {
+                return true;
+            };
+            if let Some(copy) = slot.take() {
+                freed += copy.reserved.bytes;
+            }
+            false
+        });
+        freed
     }
 }
 

@@ -99,8 +99,8 @@ pub(crate) struct Shared {
     pub(crate) paged: bool,
     /// Pages of paged buffers (`paged.rs`).
     pub(crate) pages: Mutex<crate::paged::PagePool>,
-    /// Bytes of the weights' resident f16 copies (coop_dequant.rs, tuning `dequant_keep_mb`).
-    pub(crate) kept_f16: AtomicU64,
+    /// The weights' resident f16 copies (coop_dequant.rs, tuning `dequant_keep_mb`).
+    pub(crate) kept_f16: crate::coop_dequant::KeptCopies,
 }
 
 impl Drop for Shared {
@@ -424,7 +424,7 @@ impl Device {
                 host_wait: Mutex::new(None),
                 paged,
                 pages: Default::default(),
-                kept_f16: AtomicU64::new(0),
+                kept_f16: Default::default(),
             }),
         })
     }
@@ -441,7 +441,7 @@ impl Device {
 
     /// Bytes held by the weights' resident f16 copies ([`Device::keep_f16`]).
     pub fn kept_f16_bytes(&self) -> u64 {
-        self.shared.kept_f16.load(Ordering::Relaxed)
+        self.shared.kept_f16.bytes.load(Ordering::Relaxed)
     }
 
     /// Largest byte size of one buffer / tensor part (storage-buffer range, allocation size and

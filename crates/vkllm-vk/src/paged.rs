@@ -319,16 +319,23 @@ impl Device {
                 ..Default::default()
             };
             // SAFETY: valid allocator; the requirements come from a sparse buffer's.
-            let a = unsafe { self.shared.allocator.allocate_memory(&req, &ci) }.map_err(
-                |r| match r {
-                    vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
-                    | vk::Result::ERROR_OUT_OF_HOST_MEMORY => Error::OutOfDeviceMemory {
+            let mut a = unsafe { self.shared.allocator.allocate_memory(&req, &ci) };
+            // The resident f16 weight copies are a cache: KV pages come first.
+            if matches!(a, Err(vk::Result::ERROR_OUT_OF_DEVICE_MEMORY))
+                && self.release_kept_f16() > 0
+            {
+                // SAFETY: as above.
+                a = unsafe { self.shared.allocator.allocate_memory(&req, &ci) };
+            }
+            let a = a.map_err(|r| match r {
+                vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
+                    Error::OutOfDeviceMemory {
                         what: "KV pages",
                         bytes: req.size,
-                    },
-                    r => vk_err("vmaAllocateMemory")(r),
-                },
-            )?;
+                    }
+                }
+                r => vk_err("vmaAllocateMemory")(r),
+            })?;
             let info = self.shared.allocator.get_allocation_info(&a);
             let first = (pool.chunks.len() as u64 * CHUNK_PAGES) as u32;
             pool.chunks.push((a, info.device_memory, info.offset));

@@ -118,3 +118,26 @@ fn the_default_keeps_copies_while_the_heap_has_room() {
     assert_halves_of(&dev, &ka, &want);
     assert_eq!(dev.kept_f16_bytes(), 64 * KIB);
 }
+
+#[test]
+fn released_copies_free_their_bytes_and_auto_makes_no_more() {
+    let _serial = common::device();
+    let mut opts = common::options();
+    opts.tuning = Tuning::default();
+    let dev = common::open(&opts);
+    let (a, _) = weight(&dev, WeightType::Q4_K, 64, 512, 6);
+    let (b, _) = weight(&dev, WeightType::Q8_0, 32, 512, 7);
+    let ka = dev.keep_f16(&a).unwrap().expect("room in the heap");
+    dev.keep_f16(&b).unwrap().expect("room in the heap");
+    assert_eq!(dev.kept_f16_bytes(), 96 * KIB);
+    // A copy still read by someone (here `ka`) is released from the weight all the same.
+    assert_eq!(dev.release_kept_f16(), 96 * KIB);
+    assert_eq!(dev.kept_f16_bytes(), 0);
+    assert_eq!(dev.release_kept_f16(), 0, "nothing left to release");
+    // After memory pressure `auto` makes no more copies; the weights work without them.
+    assert!(dev.keep_f16(&a).unwrap().is_none());
+    assert_eq!(dev.kept_f16_bytes(), 0);
+    drop(ka);
+    let messages = dev.take_validation_messages();
+    assert!(messages.is_empty(), "{messages:?}");
+}
