@@ -267,6 +267,8 @@ impl Device {
             reserved,
         });
         if let Ok(mut holders) = self.shared.kept_f16.holders.lock() {
+            // Weights dropped since (a model unloaded) leave their entries here until now.
+            holders.retain(|w| w.strong_count() > 0);
             holders.push(Arc::downgrade(&src.inner));
         }
         Ok(Some(buf))
