@@ -49,12 +49,17 @@ fn assert_halves_of(dev: &Device, copy: &Buffer, want: &[f32]) {
     }
 }
 
+/// A device with tuning `spec` (empty: the defaults), serialised with the other GPU tests.
+fn open_with(spec: &str) -> (impl Drop, Device) {
+    let serial = common::device();
+    let mut opts = common::options();
+    opts.tuning = Tuning::parse(spec).unwrap();
+    (serial, common::open(&opts))
+}
+
 #[test]
 fn resident_f16_copies_stay_within_the_budget() {
-    let _serial = common::device();
-    let mut opts = common::options();
-    opts.tuning = Tuning::parse("dequant_keep_mb=1").unwrap();
-    let dev = common::open(&opts);
+    let (_serial, dev) = open_with("dequant_keep_mb=1");
     assert_eq!(dev.kept_f16_bytes(), 0);
 
     // 256 x 1024 Q4_K: a 512 KiB copy.
@@ -96,10 +101,7 @@ fn resident_f16_copies_stay_within_the_budget() {
 
 #[test]
 fn no_resident_copies_without_a_budget() {
-    let _serial = common::device();
-    let mut opts = common::options();
-    opts.tuning = Tuning::parse("dequant_keep_mb=0").unwrap();
-    let dev = common::open(&opts);
+    let (_serial, dev) = open_with("dequant_keep_mb=0");
     let (a, _) = weight(&dev, WeightType::Q4_K, 64, 256, 4);
     assert!(dev.keep_f16(&a).unwrap().is_none());
     assert_eq!(dev.kept_f16_bytes(), 0);
@@ -107,11 +109,8 @@ fn no_resident_copies_without_a_budget() {
 
 #[test]
 fn the_default_keeps_copies_while_the_heap_has_room() {
-    let _serial = common::device();
-    let mut opts = common::options();
-    opts.tuning = Tuning::default();
-    assert_eq!(opts.tuning.dequant_keep_mb, None);
-    let dev = common::open(&opts);
+    let (_serial, dev) = open_with("");
+    assert_eq!(dev.tuning().dequant_keep_mb, None);
     // A 64 KiB copy on a device that has allocated a few MiB of a heap of GiBs.
     let (a, want) = weight(&dev, WeightType::Q4_K, 64, 512, 5);
     let ka = dev.keep_f16(&a).unwrap().expect("room in the heap");
@@ -121,10 +120,7 @@ fn the_default_keeps_copies_while_the_heap_has_room() {
 
 #[test]
 fn released_copies_free_their_bytes_and_auto_makes_no_more() {
-    let _serial = common::device();
-    let mut opts = common::options();
-    opts.tuning = Tuning::default();
-    let dev = common::open(&opts);
+    let (_serial, dev) = open_with("");
     let (a, _) = weight(&dev, WeightType::Q4_K, 64, 512, 6);
     let (b, _) = weight(&dev, WeightType::Q8_0, 32, 512, 7);
     let ka = dev.keep_f16(&a).unwrap().expect("room in the heap");
