@@ -188,14 +188,18 @@ fn decoded_case(
     ))
 }
 
-/// Dispatches of one product: the f16 copy of a weight the kernel does not read as stored
-/// (per weight), X's conversion, the launch.
-fn dispatches(dev: &Device, dtype: WeightType, weights: usize) -> f32 {
-    let decoded = dev.tuning().cm2_matmul_decode && vkllm_kernels::matmul_cm2::reads(dtype);
-    let copies = match dtype.is_quantized() && !decoded {
-        true => weights,
-        false => 0,
-    };
+/// Dispatches of one product of `weights`: the f16 copy of each weight the kernel does not read
+/// as stored and that holds no resident copy (made in a submission of its own), X's
+/// conversion, the launch.
+fn dispatches(dev: &Device, weights: &[&Tensor]) -> f32 {
+    let copies = weights
+        .iter()
+        .filter(|w| {
+            let decoded =
+                dev.tuning().cm2_matmul_decode && vkllm_kernels::matmul_cm2::reads(w.dtype);
+            w.dtype.is_quantized() && !decoded && !dev.has_kept_f16(w)
+        })
+        .count();
     (copies + 2) as f32
 }
 
@@ -234,7 +238,7 @@ fn plain_case(
     }
     let mut got = cx.read(&y, n * rows)?;
     got.push(count as f32);
-    want.push(dispatches(dev, dtype, 1));
+    want.push(dispatches(dev, &[&w]));
     Ok(row(
         KERNEL,
         format!(
@@ -282,7 +286,7 @@ fn gated_case(
     let (mut want, bound) = gated_reference(&wg, &wu, rows, cols, &x, n, act);
     let mut got = cx.read(&y, n * rows)?;
     got.push(if ran { count as f32 } else { -1.0 });
-    want.push(dispatches(dev, dtype, 2));
+    want.push(dispatches(dev, &[&tg, &tu]));
     Ok(row(
         KERNEL,
         format!("{} {act:?} {}", dtype.name(), tile_name(t)),

@@ -146,9 +146,13 @@ fn recorder_case(
     })?;
     let (mut want, t) = gated_reference(&wg, &wu, rows, cols, &x, n, act);
     let mut got = cx.read(&y, n * rows)?;
-    // Dispatches: 2 weight copies (quantized), X's conversion (f16 X), the launch; 0 if the
-    // recorder declined (tuning `coop_glu=0` makes every row fail, as it must).
-    let copies = if dtype.is_quantized() { 2 } else { 0 };
+    // Dispatches: a copy of each quantized weight without a resident one, X's conversion (f16
+    // X), the launch; 0 if the recorder declined (tuning `coop_glu=0` makes every row fail, as
+    // it must).
+    let copies = [&tg, &tu]
+        .iter()
+        .filter(|w| w.dtype.is_quantized() && !dev.has_kept_f16(w))
+        .count();
     got.push(if ran { dispatches as f32 } else { -1.0 });
     want.push((copies + cfg.x_f16 as usize + 1) as f32);
     Ok(row(

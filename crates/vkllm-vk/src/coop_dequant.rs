@@ -274,6 +274,17 @@ impl Device {
         Ok(Some(buf))
     }
 
+    /// Whether `w` holds a resident f16 copy now: its products then record no copy of their own.
+    pub fn has_kept_f16(&self, w: &Tensor) -> bool {
+        w.parts.iter().any(|p| {
+            p.buffer
+                .inner
+                .f16_copy
+                .lock()
+                .is_ok_and(|slot| slot.is_some())
+        })
+    }
+
     /// Releases the resident f16 copies (their memory returns once the recordings reading
     /// them finish) and stops `dequant_keep_mb=auto` from making more; returns the bytes
     /// released. Device allocations and KV pages call it before they fail for memory.
