@@ -96,8 +96,8 @@ pub struct CmAttnTile {
     /// The running max and sum and the rescale factors as `br` x 16 matrices (`false`: `br` x
     /// `bc`, the reference).
     pub stats16: bool,
-    /// The output as two head_dim / 2 column halves (head dims a multiple of 32; not with
-    /// `prefetch` or a probe; `false`: one matrix, the reference).
+    /// The output as two head_dim / 2 column halves (head dims a multiple of 32 up to 128, where
+    /// it measured faster; not with `prefetch` or a probe; `false`: one matrix, the reference).
     pub o_halves: bool,
     /// Diagnostics: 0 computes attention; 1..=5 write an intermediate of the first key step
     /// instead (see the shader's PROBE).
@@ -262,7 +262,9 @@ impl<B: KernelBuffer> AttnPrefillCoop<B> {
             .set("STATS16", f64::from(u8::from(t.stats16)))
             .set(
                 "OHALF",
-                f64::from(u8::from(t.o_halves && s.head_dim.is_multiple_of(32))),
+                f64::from(u8::from(
+                    t.o_halves && s.head_dim.is_multiple_of(32) && s.head_dim <= 128,
+                )),
             );
         let grid = [groups_x as u32, s.n_kv_heads as u32, 1];
         self.bind_v2(k, s, o, out16, (part, ctr), &p, grid)

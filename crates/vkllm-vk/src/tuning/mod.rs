@@ -263,8 +263,8 @@ pub struct Tuning {
     /// `attn_cm2_stats16`.
     pub attn_cm2_stats16: bool,
     /// Model backends: that kernel keeps its output as two column halves, each rescaled by a
-    /// half-width factor (head dims a multiple of 32; `false`: one matrix, the reference). Key
-    /// `attn_cm2_ohalf`.
+    /// half-width factor (head dims a multiple of 32 up to 128; `false`: one matrix, the
+    /// reference). Key `attn_cm2_ohalf`.
     pub attn_cm2_ohalf: bool,
     /// Quantized K caches (q8_0, q4_0, tq4) store their keys centred and scaled per channel
     /// (`vkllm_models::key_centre`; `false`: as they are, the reference). Key `kv_centre`.
@@ -403,7 +403,7 @@ impl Default for Tuning {
             attn_cm2_qscale: true,
             attn_cm2_unclamped: true,
             attn_cm2_stats16: true,
-            attn_cm2_ohalf: false,
+            attn_cm2_ohalf: true,
             kv_centre: true,
             kv_sink: true,
             kv_rot_v: true,
