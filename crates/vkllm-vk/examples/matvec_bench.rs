@@ -1,7 +1,7 @@
 //! Matvec micro-benchmark: prints a markdown table of GPU time (timestamp queries), GB/s of
 //! bytes moved (weights as stored, plus x and y) and the share of the copy kernel's bandwidth.
 //!
-//! `cargo run --release -p vkllm-vk --example matvec_bench -- [--iters N] [--n COLUMNS]
+//! `cargo run --release -p vkllm-vk --example matvec_bench -- [--iters N] [--n COLUMNS] [--cold MB]
 //! [--types f16,q8_0,q4_K,...] [--impl fast|ref|both] [--fusion plain,norm,qkv,gate_up]
 //! [--tuning WGxLANESxROWS | --sweep] [--matmul] [ROWSxCOLS ...]`
 //!
@@ -21,6 +21,9 @@
 //!   with `--n` tokens instead (the prefill kernel).
 //! - `--q8a-wgs N`: the workgroups the int8 kernel's grid aims for (each walks more row groups
 //!   when the matrix has more; default: 4096 for large K-quant matrices, else 1024).
+//! - `--cold MB`: each row rotates over enough weight copies to pass MB (the GPU's last-level
+//!   cache, e.g. 50 on an H100 or H200) twice, so weights stream from memory as in a decode step
+//!   instead of staying cached across the repeats (default 0: one copy).
 //! - `--tuning 128x32x1[,256x16x1...]`: workgroup size x lanes per row x rows per team, one
 //!   row per tuning (default: the kernel's choice per shape); `--sweep` runs each fast row over workgroups 64/128/256 x
 //!   lanes 8/16/32 x 1/2/4 rows per team (the last column names the tuning).
@@ -51,6 +54,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut sweep = false;
     let mut matmul = false;
     let mut q8a_wgs: Option<u32> = None;
+    let mut cold_mb = 0u64;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or(format!("{a} needs a value"));
@@ -83,6 +87,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             "--sweep" => sweep = true,
             "--q8a-wgs" => q8a_wgs = Some(value()?.parse()?),
             "--matmul" => matmul = true,
+            "--cold" => cold_mb = value()?.parse()?,
             s => {
                 let (r, c) = s
                     .split_once('x')
@@ -158,6 +163,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                             fusion,
                             tuning,
                             iters,
+                            copies: match cold_mb {
+                                0 => 1,
+                                mb => bench::cold_copies(
+                                    dtype.storage_bytes((rows * cols) as u64),
+                                    mb << 20,
+                                ),
+                            },
                         };
                         let tag = match tuning {
                             Some(t) => format!("{}x{}x{}", t.wg, t.lanes, t.rows_per_team),

@@ -224,6 +224,16 @@ pub struct MatvecBench {
     pub fusion: MatvecFusion,
     pub tuning: Option<MatvecTuning>,
     pub iters: u32,
+    /// Weight copies the dispatches take in turn (1: the same weights every time). More copies
+    /// than fit the GPU's last-level cache time the weights streamed from memory, as in a decode
+    /// step, instead of served from the cache across repeats.
+    pub copies: usize,
+}
+
+/// Copies of a `weight_bytes` weight that [`MatvecBench::copies`] needs so that the set passes
+/// `cache_bytes` twice over (1 when one copy already does).
+pub fn cold_copies(weight_bytes: u64, cache_bytes: u64) -> usize {
+    (2 * cache_bytes).div_ceil(weight_bytes.max(1)).max(1) as usize
 }
 
 /// Times `b.iters` back-to-back dispatches (median) of the fast or the reference matvec.
@@ -246,10 +256,15 @@ pub fn bench_matvec(dev: &Device, b: &MatvecBench) -> Result<BenchResult> {
         }
         MatvecFusion::GateUp => vec![b.rows, b.rows],
     };
-    let ws: Vec<Tensor> = part_rows
-        .iter()
-        .map(|&r| Tensor::new(dev, "bench-w", b.dtype, r, cols))
+    let copies: Vec<Vec<Tensor>> = (0..b.copies.max(1))
+        .map(|_| {
+            part_rows
+                .iter()
+                .map(|&r| Tensor::new(dev, "bench-w", b.dtype, r, cols))
+                .collect::<Result<Vec<_>>>()
+        })
         .collect::<Result<_>>()?;
+    let ws = &copies[0];
     let out_rows = if b.fusion == MatvecFusion::GateUp {
         b.rows
     } else {
@@ -276,7 +291,7 @@ pub fn bench_matvec(dev: &Device, b: &MatvecBench) -> Result<BenchResult> {
     let iters = b.iters.max(1);
     let mut r = Recorder::with_timestamps(dev, iters * dispatches)?;
     // See `bench_matmul` for the fill pattern.
-    for w in &ws {
+    for w in copies.iter().flatten() {
         for p in &w.parts {
             r.fill(p.buffer.all(), 0x3c00_3c00)?;
         }
@@ -294,7 +309,6 @@ pub fn bench_matvec(dev: &Device, b: &MatvecBench) -> Result<BenchResult> {
         eps: 1e-6,
         offset: 0.0,
     };
-    let refs: Vec<&Tensor> = ws.iter().collect();
     let plan = MatvecPlan {
         n_cols: n,
         y_stride: out_rows,
@@ -310,10 +324,12 @@ pub fn bench_matvec(dev: &Device, b: &MatvecBench) -> Result<BenchResult> {
         tuning: b.tuning,
         layout: Some(layout),
     };
-    for _ in 0..iters {
+    for i in 0..iters as usize {
+        let ws = &copies[i % copies.len()];
         if b.imp == MatvecImpl::Reference {
             r.matvec_impl(MatvecImpl::Reference, &ws[0], x.all(), y.all(), false)?;
         } else {
+            let refs: Vec<&Tensor> = ws.iter().collect();
             r.matvec_fused_with(b.imp, &refs, x.all(), y.all(), &plan)?;
         }
     }

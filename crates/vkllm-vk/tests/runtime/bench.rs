@@ -27,11 +27,11 @@ fn bench_matvec_reports_positive_rates() {
     use vkllm_vk::bench::{MatvecBench, MatvecFusion, bench_matvec};
     use vkllm_vk::kernels::matvec_fused::MatvecImpl;
     let dev = common::device();
-    for (imp, fusion, n) in [
-        (MatvecImpl::Reference, MatvecFusion::Plain, 1),
-        (MatvecImpl::Fast, MatvecFusion::Plain, 3),
-        (MatvecImpl::Fast, MatvecFusion::Qkv, 1),
-        (MatvecImpl::Fast, MatvecFusion::GateUp, 2),
+    for (imp, fusion, n, copies) in [
+        (MatvecImpl::Reference, MatvecFusion::Plain, 1, 1),
+        (MatvecImpl::Fast, MatvecFusion::Plain, 3, 1),
+        (MatvecImpl::Fast, MatvecFusion::Qkv, 1, 3),
+        (MatvecImpl::Fast, MatvecFusion::GateUp, 2, 2),
     ] {
         let b = MatvecBench {
             dtype: WeightType::Q8_0,
@@ -41,7 +41,8 @@ fn bench_matvec_reports_positive_rates() {
             imp,
             fusion,
             tuning: None,
-            iters: 2,
+            iters: 4,
+            copies,
         };
         let r = bench_matvec(&dev, &b).unwrap();
         assert!(r.ns > 0.0 && r.gb_per_s > 0.0, "{r:?}");
