@@ -69,6 +69,10 @@ override NIT: u32 = 1;
 // 1: Q6_K with one row per team, ungated (the large-matrix launch): a lane step is half a
 // super-block, the four units that share their qh bytes (`q6k_quad`), instead of a unit pair.
 override QUAD: u32 = 0;
+// Lane steps whose weight words are loaded ahead (MOE 0, QUAD 0; PF * slots <= 8): the first
+// group's before x is quantized, the next group's before this one's team sums, so the loads are
+// in flight over that work. 0: each step's words are loaded when it runs (the reference).
+override PF: u32 = 0;
 // 1: x comes quantized from global memory (quantize_act_q8.wgsl's layout: codes in binding
 // `x`, per column the unit scales and sums and the chunks' sums of squares in binding `norm_w`,
 // whose weights that kernel already applied), so any NC x cols fits and no workgroup quantizes;
@@ -241,10 +245,6 @@ fn wq(i: u32) -> vec4<u32> {
     return w2q[i];
 }
 
-fn wd(i: u32) -> u32 {
-    return wq(i >> 2u)[i & 3u];
-}
-
 // The 9 consecutive 4-byte words from word off / 4 (`window9`; 5 for `window5`): the aligned
 // 16-byte words holding them (3; 2), shifted into place by (off / 4) % 4 words in two select
 // stages. Callers read only 16-byte words that hold bytes of the block they decode, so nothing
@@ -252,9 +252,11 @@ fn wd(i: u32) -> u32 {
 // the fifth, and Q6_K's 32-byte runs are followed by more of their block.
 fn window9(off: u32) -> array<u32, 9> {
     let v = off >> 4u;
-    let a = wq(v);
-    let b = wq(v + 1u);
-    let c = wq(v + 2u);
+    return window9_of(wq(v), wq(v + 1u), wq(v + 2u), off);
+}
+
+// window9 from its three 16-byte words, already loaded.
+fn window9_of(a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, off: u32) -> array<u32, 9> {
     var w = array<u32, 12>(a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w);
     let s2 = (off & 8u) != 0u;
     let s1 = (off & 4u) != 0u;
@@ -271,8 +273,10 @@ fn window9(off: u32) -> array<u32, 9> {
 
 fn window5(off: u32) -> array<u32, 5> {
     let v = off >> 4u;
-    let a = wq(v);
-    let b = wq(v + 1u);
+    return window5_of(wq(v), wq(v + 1u), off);
+}
+
+fn window5_of(a: vec4<u32>, b: vec4<u32>, off: u32) -> array<u32, 5> {
     var w = array<u32, 8>(a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
     let s2 = (off & 8u) != 0u;
     let s1 = (off & 4u) != 0u;
@@ -290,7 +294,11 @@ fn window5(off: u32) -> array<u32, 5> {
 // The 8 words (32 bytes) at an even byte offset `off`: its window, shifted by 16 bits when `off`
 // is 2 mod 4.
 fn words8(off: u32) -> array<u32, 8> {
-    let w = window9(off);
+    return words8_of(window9(off), off);
+}
+
+// words8 from its window.
+fn words8_of(w: array<u32, 9>, off: u32) -> array<u32, 8> {
     let odd = (off & 2u) != 0u;
     var o: array<u32, 8>;
     for (var j = 0u; j < 8u; j++) {
@@ -324,37 +332,45 @@ struct Unit {
     zb: i32,
 }
 
-fn unit_of(row: u32, u: u32) -> Unit {
-    var r: Unit;
-    r.sm = 0.0;
-    r.zb = 0;
+// A lane step's weight words as loaded (`fetch`), before decoding.
+alias Raw = array<vec4<u32>, 8>;
+
+// The byte offset of unit u's block in row `row` (Q8_0, Q4_0).
+fn unit_byte(row: u32, u: u32) -> u32 {
+    let ts = select(18u, 34u, qt() == 8u);
+    return row * (wcols() / 32u) * ts + u * ts;
+}
+
+// A Q8_0 or Q4_0 unit from the 16-byte words holding its block (r[0], r[1] and, Q8_0, r[2];
+// `fetch`) at byte offset blk.
+fn unit_of(r: Raw, blk: u32) -> Unit {
+    var o: Unit;
+    o.sm = 0.0;
+    o.zb = 0;
+    let odd = (blk & 2u) != 0u;
     if (qt() == 8u) {
         // Q8_0: f16 d, 32 i8 (its 34 bytes are the 9 words from blk / 4: qs word j is word
         // j + 1 when blk = 2 mod 4, else the halves of words j and j + 1).
-        let blk = row * (wcols() / 32u) * 34u + u * 34u;
-        let w = window9(blk);
-        let odd = (blk & 2u) != 0u;
-        r.sa = f16v(select(w[0], w[0] >> 16u, odd) & 0xffffu);
+        let w = window9_of(r[0], r[1], r[2], blk);
+        o.sa = f16v(select(w[0], w[0] >> 16u, odd) & 0xffffu);
         for (var j = 0u; j < 8u; j++) {
-            r.q[j] = select((w[j] >> 16u) | (w[j + 1u] << 16u), w[j + 1u], odd);
+            o.q[j] = select((w[j] >> 16u) | (w[j + 1u] << 16u), w[j + 1u], odd);
         }
-    } else if (qt() == 2u) {
-        // Q4_0: f16 d, 16 bytes: element j low nibble of byte j, j + 16 its high nibble.
-        let blk = row * (wcols() / 32u) * 18u + u * 18u;
-        // Its 18 bytes lie in the 5 words from blk / 4; qs word j is word j + 1 (blk = 2 mod 4)
-        // or the halves of words j and j + 1 (blk = 0 mod 4).
-        let w = window5(blk);
-        let odd = (blk & 2u) != 0u;
-        r.sa = f16v(select(w[0], w[0] >> 16u, odd) & 0xffffu);
+    } else {
+        // Q4_0: f16 d, 16 bytes: element j low nibble of byte j, j + 16 its high nibble. Its 18
+        // bytes lie in the 5 words from blk / 4; qs word j is word j + 1 (blk = 2 mod 4) or the
+        // halves of words j and j + 1 (blk = 0 mod 4).
+        let w = window5_of(r[0], r[1], blk);
+        o.sa = f16v(select(w[0], w[0] >> 16u, odd) & 0xffffu);
         for (var j = 0u; j < 4u; j++) {
             let qs = select((w[j] >> 16u) | (w[j + 1u] << 16u), w[j + 1u], odd);
-            r.q[j] = qs & 0x0f0f0f0fu;
-            r.q[j + 4u] = (qs >> 4u) & 0x0f0f0f0fu;
+            o.q[j] = qs & 0x0f0f0f0fu;
+            o.q[j + 4u] = (qs >> 4u) & 0x0f0f0f0fu;
         }
-        r.zb = -8;
+        o.zb = -8;
     }
-    r.sb = r.sa;
-    return r;
+    o.sb = o.sa;
+    return o;
 }
 
 // Q4_K sub-block s (0..8) of the super-block with header `hd` (f16 d, dmin as f32 `d`, `dmin`;
@@ -405,27 +421,43 @@ fn xunit(pu: u32, hh: u32) -> u32 {
 // Q6_K units (h, k) and (h, k + 2) of a super-block share their 32 ql bytes (low and high
 // nibbles) and 32 qh bytes (bit pairs 2k and 2k + 4): ql[64 h + 32 k + l], qh[32 h + l]; the
 // scales are scales[8 h + 2 kk + l / 16] (i8) for unit kk, times d.
-fn q6k_pair(blk: u32, h: u32, k: u32) -> array<Unit, 2> {
-    var r: array<Unit, 2>;
-    let ql = words8(blk + 64u * h + 32u * k);
-    let qh = words8(blk + 128u + 32u * h);
-    let d = f16v((wd((blk + 208u) >> 2u) >> (((blk + 208u) & 2u) * 8u)) & 0xffffu);
+// (From `fetch`'s words: the ql run's 3 in r[0..3], the qh run's in r[3..6], the 2 holding the
+// block's bytes 192..210, scales and d, in r[6], r[7].)
+fn q6k_pair(r: Raw, blk: u32, h: u32, k: u32) -> array<Unit, 2> {
+    var o: array<Unit, 2>;
+    let lo = blk + 64u * h + 32u * k;
+    let ql = words8_of(window9_of(r[0], r[1], r[2], lo), lo);
+    let hi = blk + 128u + 32u * h;
+    let qh = words8_of(window9_of(r[3], r[4], r[5], hi), hi);
+    // The 5 words from (blk + 192) / 4: scale byte e of the block's 16 sits at byte e + 2 odd.
+    let hw = window5_of(r[6], r[7], blk + 192u);
+    let odd = (blk & 2u) != 0u;
+    let d = f16v(select(hw[4], hw[4] >> 16u, odd) & 0xffffu);
     for (var i = 0u; i < 2u; i++) {
-        let so = blk + 192u + 8u * h + 2u * k + 4u * i;
-        let sw = wd(so >> 2u) >> ((so & 2u) * 8u);
-        r[i].sa = d * f32(extractBits(bitcast<i32>(sw), 0u, 8u));
-        r[i].sb = d * f32(extractBits(bitcast<i32>(sw), 8u, 8u));
-        r[i].sm = 0.0;
-        r[i].zb = 0;
+        let e = 8u * h + 2u * k + 4u * i + select(0u, 2u, odd);
+        let sw = pick5(hw, e >> 2u) >> (8u * (e & 3u));
+        o[i].sa = d * f32(extractBits(bitcast<i32>(sw), 0u, 8u));
+        o[i].sb = d * f32(extractBits(bitcast<i32>(sw), 8u, 8u));
+        o[i].sm = 0.0;
+        o[i].zb = 0;
         for (var j = 0u; j < 8u; j++) {
             let v = ((ql[j] >> (4u * i)) & 0x0f0f0f0fu)
                 | (((qh[j] >> (2u * k + 4u * i)) & 0x03030303u) << 4u);
             // 6-bit code c -> int8 c - 32: flip bit 5, then copy it into bits 6 and 7.
             let t = v ^ 0x20202020u;
-            r[i].q[j] = t | ((t & 0x20202020u) * 6u);
+            o[i].q[j] = t | ((t & 0x20202020u) * 6u);
         }
     }
-    return r;
+    return o;
+}
+
+// Word i (0..5) of w, by selects (no indexed private array).
+fn pick5(w: array<u32, 5>, i: u32) -> u32 {
+    var o = w[0];
+    for (var j = 1u; j < 5u; j++) {
+        o = select(o, w[j], i == j);
+    }
+    return o;
 }
 
 // The 16 consecutive words (64 bytes) at an even byte offset `off`: two words8 runs (their
@@ -441,7 +473,7 @@ fn words16(off: u32) -> array<u32, 16> {
     return o;
 }
 
-// Q6_K half super-block h (QUAD): the units (h, k, i) = r[2k + i], i.e. q6k_pair(blk, h, k)'s
+// Q6_K half super-block h (QUAD): the units (h, k, i) = r[2k + i], i.e. q6k_pair's
 // two units for k = 0 and 1, from one 64-byte ql run, one qh run and one header window (the 8
 // scale bytes 8h..8h + 8 and d) instead of two of each.
 fn q6k_quad(blk: u32, h: u32) -> array<Unit, 4> {
@@ -479,26 +511,69 @@ fn q6k_quad(blk: u32, h: u32) -> array<Unit, 4> {
     return r;
 }
 
-// Step `pu` of row `row`: units xunit(pu, 0), xunit(pu, 1); the second is unset when upl() is 1.
-fn units_of(row: u32, pu: u32) -> array<Unit, 2> {
-    var r: array<Unit, 2>;
+// The byte offset of the Q6_K super-block holding step pu of row `row`.
+fn q6k_blk(row: u32, pu: u32) -> u32 {
+    return row * (wcols() / 256u) * 210u + (pu / 4u) * 210u;
+}
+
+// The aligned 16-byte words step `pu` of row `row` reads (of the weight `cur` names): Q4_K 3 (the
+// header, the pair's two qs words), Q8_0 3 and Q4_0 2 (the words holding the block), Q6_K 8 (the
+// ql and qh runs' 3 each, the 2 holding scales and d). Loaded apart from their decoding so a
+// launch can issue a step's loads ahead (PF).
+fn fetch(row: u32, pu: u32) -> Raw {
+    var r: Raw;
     if (qt() == 12u) {
         let j = pu % 4u;
         let blk = row * (wcols() / 256u) * 9u + (pu / 4u) * 9u;
-        let hd = wq(blk);
-        let q0 = wq(blk + 1u + 2u * j);
-        let q1 = wq(blk + 2u + 2u * j);
-        let d = f16v(hd.x & 0xffffu);
-        let dmin = f16v(hd.x >> 16u);
-        r[0] = q4k_unit(d, dmin, hd, q0, q1, 2u * j);
-        r[1] = q4k_unit(d, dmin, hd, q0, q1, 2u * j + 1u);
+        r[0] = wq(blk);
+        r[1] = wq(blk + 1u + 2u * j);
+        r[2] = wq(blk + 2u + 2u * j);
     } else if (qt() == 14u) {
         let pp = pu % 4u;
-        r = q6k_pair(row * (wcols() / 256u) * 210u + (pu / 4u) * 210u, pp / 2u, pp % 2u);
+        let blk = q6k_blk(row, pu);
+        let a = (blk + 64u * (pp / 2u) + 32u * (pp % 2u)) >> 4u;
+        let b = (blk + 128u + 32u * (pp / 2u)) >> 4u;
+        let c = (blk + 192u) >> 4u;
+        r[0] = wq(a);
+        r[1] = wq(a + 1u);
+        r[2] = wq(a + 2u);
+        r[3] = wq(b);
+        r[4] = wq(b + 1u);
+        r[5] = wq(b + 2u);
+        r[6] = wq(c);
+        r[7] = wq(c + 1u);
     } else {
-        r[0] = unit_of(row, pu);
+        let v = unit_byte(row, pu) >> 4u;
+        r[0] = wq(v);
+        r[1] = wq(v + 1u);
+        if (qt() == 8u) {
+            r[2] = wq(v + 2u);
+        }
     }
     return r;
+}
+
+// Step `pu` of row `row` from its fetched words: units xunit(pu, 0), xunit(pu, 1); the second is
+// unset when upl() is 1.
+fn decode(r: Raw, row: u32, pu: u32) -> array<Unit, 2> {
+    var o: array<Unit, 2>;
+    if (qt() == 12u) {
+        let j = pu % 4u;
+        let d = f16v(r[0].x & 0xffffu);
+        let dmin = f16v(r[0].x >> 16u);
+        o[0] = q4k_unit(d, dmin, r[0], r[1], r[2], 2u * j);
+        o[1] = q4k_unit(d, dmin, r[0], r[1], r[2], 2u * j + 1u);
+    } else if (qt() == 14u) {
+        let pp = pu % 4u;
+        o = q6k_pair(r, q6k_blk(row, pu), pp / 2u, pp % 2u);
+    } else {
+        o[0] = unit_of(r, unit_byte(row, pu));
+    }
+    return o;
+}
+
+fn units_of(row: u32, pu: u32) -> array<Unit, 2> {
+    return decode(fetch(row, pu), row, pu);
 }
 
 fn gated() -> bool {
@@ -507,6 +582,48 @@ fn gated() -> bool {
 
 fn slots() -> u32 {
     return select(R, 2u * R, gated());
+}
+
+// PF: the first PF steps' words of every slot of the team whose first row is row0, into pre.
+fn prefetch(pre: ptr<function, array<Raw, 8>>, row0: u32, part: u32, rows: u32, tl: u32) {
+    for (var st = 0u; st < PF; st++) {
+        let pu = tl + st * LPR;
+        if (pu < p.cols / 32u / upl()) {
+            for (var k = 0u; k < slots(); k++) {
+                cur = select(part, k / R, gated());
+                (*pre)[st * slots() + k] = fetch(min(row0 + k % R, rows - 1u), pu);
+            }
+        }
+    }
+}
+
+// Step pu's products of its units un (slot k's at 2k, 2k + 1) with every column, into acc.
+fn dot_step(pu: u32, un: ptr<function, array<Unit, 8>>, acc: ptr<function, array<f32, 32>>,
+            n_units: u32, rw: f32) {
+    for (var t = 0u; t < NC; t++) {
+        for (var h = 0u; h < upl(); h++) {
+            let xu = xunit(pu, h);
+            let xw = x_words(t, xu, n_units);
+            let sum = x_sum(t, xu);
+            let dx = x_scale(t, xu);
+            for (var k = 0u; k < slots(); k++) {
+                let w = (*un)[2u * k + h];
+                var lo = 0;
+                var hi = 0;
+                for (var j = 0u; j < 4u; j++) {
+                    lo = lo + dot4I8Packed(w.q[j], xw[j]);
+                    hi = hi + dot4I8Packed(w.q[j + 4u], xw[j + 4u]);
+                }
+                var c: f32;
+                if (qt() == 14u) {
+                    c = w.sa * f32(lo) + w.sb * f32(hi);
+                } else {
+                    c = w.sa * f32(lo + hi + w.zb * sum) - w.sm * f32(sum);
+                }
+                (*acc)[k * NC + t] += c * dx * rw;
+            }
+        }
+    }
 }
 
 @compute @workgroup_size(WG)
@@ -554,6 +671,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let c4 = p.cols / 4u;
         let uc = p.cols / 32u;
         let n_units = NC * uc;
+        let group_rows = (WG / LPR) * R;
+        var pre: array<Raw, 8>;
+        let base0 = (g - first_wg) * NIT * group_rows;
+        if (PF > 0u && MOE == 0u && QUAD == 0u && base0 < rows) {
+            prefetch(&pre, base0 + team * R, part, rows, tl);
+        }
 
         // Norm prologue and quantization in one pass over x (x is read once: the sum of squares
         // of each column is taken from the chunks being quantized, whose weighting by the norm
@@ -642,7 +765,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
 
         for (var it = 0u; it < NIT; it++) {
-            let base = ((g - first_wg) * NIT + it) * (WG / LPR) * R;
+            let base = base0 + it * group_rows;
             // Uniform: past the part's end for the whole workgroup.
             if (base >= rows) {
                 break;
@@ -675,7 +798,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                     }
                 }
             } else {
-                for (var pu = tl; pu < uc / upl(); pu += LPR) {
+                var pu0 = tl;
+                if (PF > 0u && MOE == 0u) {
+                    for (var st = 0u; st < PF; st++) {
+                        let pu = tl + st * LPR;
+                        if (pu < uc / upl()) {
+                            var un: array<Unit, 8>;
+                            for (var k = 0u; k < slots(); k++) {
+                                let row = min(row0 + k % R, rows - 1u);
+                                let pr = decode(pre[st * slots() + k], row, pu);
+                                un[2u * k] = pr[0];
+                                un[2u * k + 1u] = pr[1];
+                            }
+                            dot_step(pu, &un, &acc, n_units, 1.0);
+                        }
+                    }
+                    pu0 = tl + PF * LPR;
+                }
+                for (var pu = pu0; pu < uc / upl(); pu += LPR) {
                     var un: array<Unit, 8>;
                     for (var k = 0u; k < slots(); k++) {
                         cur = part;
@@ -690,32 +830,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                     if (MOE == 2u) {
                         rw = moe_weight(pu / moe_spr());
                     }
-                    for (var t = 0u; t < NC; t++) {
-                        for (var h = 0u; h < upl(); h++) {
-                            let xu = xunit(pu, h);
-                            let xw = x_words(t, xu, n_units);
-                            let sum = x_sum(t, xu);
-                            let dx = x_scale(t, xu);
-                            for (var k = 0u; k < slots(); k++) {
-                                let w = un[2u * k + h];
-                                var lo = 0;
-                                var hi = 0;
-                                for (var j = 0u; j < 4u; j++) {
-                                    lo = lo + dot4I8Packed(w.q[j], xw[j]);
-                                    hi = hi + dot4I8Packed(w.q[j + 4u], xw[j + 4u]);
-                                }
-                                var c: f32;
-                                if (qt() == 14u) {
-                                    c = w.sa * f32(lo) + w.sb * f32(hi);
-                                } else {
-                                    c = w.sa * f32(lo + hi + w.zb * sum) - w.sm * f32(sum);
-                                }
-                                acc[k * NC + t] += c * dx * rw;
-                            }
-                        }
-                    }
+                    dot_step(pu, &un, &acc, n_units, rw);
                 }
-
+                if (PF > 0u && MOE == 0u && it + 1u < NIT && base + group_rows < rows) {
+                    prefetch(&pre, base + group_rows + team * R, part, rows, tl);
+                }
             }
 
             // Team sums and the epilogue, as matvec_fused.

@@ -581,6 +581,10 @@ impl<B: KernelBuffer> MatvecFused<B> {
                     .set("MOE_E", m.n_experts as f64),
                 None => o,
             };
+            let o = o.set(
+                "PF",
+                f64::from(crate::matvec_q8a::prefetch_steps(op, t, moe.is_some())),
+            );
             if moe.is_none() && crate::matvec_q8a::quad(op, t) {
                 o.set("QUAD", 1.0)
             } else {
