@@ -571,6 +571,7 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 .set("NIT", nit as f64)
                 .set("XG", xg.is_some() as u32 as f64)
                 .set("MIXED", op.mixed() as u32 as f64)
+                .set("LEAN", op.q8a.lean as u32 as f64)
                 .set("QTYPE1", op.part_type(1).ggml_id() as f64)
                 .set("QTYPE2", op.part_type(2).ggml_id() as f64);
             let o = match moe {
@@ -581,10 +582,6 @@ impl<B: KernelBuffer> MatvecFused<B> {
                     .set("MOE_E", m.n_experts as f64),
                 None => o,
             };
-            let o = o.set(
-                "PF",
-                f64::from(crate::matvec_q8a::prefetch_steps(op, t, moe.is_some())),
-            );
             if moe.is_none() && crate::matvec_q8a::quad(op, t) {
                 o.set("QUAD", 1.0)
             } else {

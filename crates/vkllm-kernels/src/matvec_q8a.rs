@@ -86,9 +86,10 @@ pub struct Q8aRules {
     /// Invocations per workgroup of the shared-memory launch; 0: [`default_tuning`]'s rule
     /// (256, up to 1024 for ungated rows of [`WIDE_X_COLS`]+ elements).
     pub wg: u32,
-    /// Lane steps whose weight words a launch loads ahead ([`prefetch_steps`]); 0: each step's
-    /// words as it runs (the reference).
-    pub prefetch: u32,
+    /// Each slot's units multiplied before the next slot's are loaded (the kernel's `LEAN`:
+    /// fewer registers where a team has several slots, gated or rows in pairs); `false`: all
+    /// slots' units of a step first (the reference).
+    pub lean: bool,
 }
 
 impl Default for Q8aRules {
@@ -103,7 +104,7 @@ impl Default for Q8aRules {
             xg_single: false,
             mixed: true,
             wg: 0,
-            prefetch: 0,
+            lean: false,
         }
     }
 }
@@ -266,18 +267,6 @@ pub fn quad(op: &MatvecOp, t: MatvecTuning) -> bool {
         && !gated
         && op.cols / 128 >= 8 * t.lanes as usize
         && op.q8a.quad
-}
-
-/// Lane steps a launch of `op` with tuning `t` loads ahead (the kernel's `PF`): the op's
-/// `q8a.prefetch`, at most the steps a lane takes per row and 8 words-sets per lane (slots x
-/// steps); 0 for MoE launches (`moe`) and [`quad`] ones, whose steps read other rows.
-pub fn prefetch_steps(op: &MatvecOp, t: MatvecTuning, moe: bool) -> u32 {
-    if op.q8a.prefetch == 0 || moe || quad(op, t) {
-        return 0;
-    }
-    let steps = (op.cols / lane_step(op)).div_ceil(t.lanes.max(1) as usize) as u32;
-    let slots = op.slots(t.rows_per_team).max(1);
-    op.q8a.prefetch.min(steps).min(8 / slots)
 }
 
 /// Row groups (of `wg / lanes * rows_per_team` rows) each workgroup walks (the kernel's `NIT`):

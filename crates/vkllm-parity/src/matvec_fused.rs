@@ -739,27 +739,23 @@ pub(crate) fn matvec_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
         xg_single: true,
         ..Q8aRules::default()
     };
-    // Weight words loaded ahead (`q8a_prefetch`): two steps, and one step with every workgroup
-    // walking its row groups (each group's loads issued before the previous group's sums).
-    let pf2 = Q8aRules {
-        prefetch: 2,
-        ..Q8aRules::default()
-    };
-    let pf1_walk = Q8aRules {
-        prefetch: 1,
-        workgroups: 1,
+    // Each slot's units multiplied before the next slot's load (`q8a_lean`): the cases whose
+    // teams hold several slots (gated).
+    let lean = Q8aRules {
+        lean: true,
         ..Q8aRules::default()
     };
     /// Which cases a pass runs.
     type Keep = fn(&Case) -> bool;
-    let passes: [(u64, Q8aRules, &str, Keep); 5] = [
+    let passes: [(u64, Q8aRules, &str, Keep); 4] = [
         (2, shared, " shared", |c| {
             c.n > 1 && c.n <= 8 && c.n * c.cols <= vkllm_kernels::matvec_q8a::MAX_ELEMS
         }),
         (3, single, " xg1", |c| c.n == 1),
         (4, pairs, " pairs", |c| c.n > 1),
-        (5, pf2, " pf2", |_| true),
-        (6, pf1_walk, " pf1 walk", |_| true),
+        (5, lean, " lean", |c| {
+            matches!(c.epilogue, Epilogue::Gated { .. })
+        }),
     ];
     let types = &vkllm_kernels::matvec_q8a::TYPES;
     for (salt, rules, suffix, keep) in passes {
