@@ -47,6 +47,7 @@
 // #include matvec_epilogue.inc.wgsl
 // #include matvec_team.inc.wgsl
 // #include matvec_q8a_units.inc.wgsl
+// #include f16_bits.inc.wgsl
 
 override WG: u32 = 128;
 override LPR: u32 = 32;

@@ -33,19 +33,10 @@ fn window5(off: u32) -> array<u32, 5> {
     return window5_of(wq(v), wq(v + 1u), off);
 }
 
+// window5 from its two 16-byte words: window9_of's first 5 words, which never reach a third.
 fn window5_of(a: vec4<u32>, b: vec4<u32>, off: u32) -> array<u32, 5> {
-    var w = array<u32, 8>(a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
-    let s2 = (off & 8u) != 0u;
-    let s1 = (off & 4u) != 0u;
-    var t: array<u32, 6>;
-    for (var k = 0u; k < 6u; k++) {
-        t[k] = select(w[k], w[k + 2u], s2);
-    }
-    var o: array<u32, 5>;
-    for (var k = 0u; k < 5u; k++) {
-        o[k] = select(t[k], t[k + 1u], s1);
-    }
-    return o;
+    let w = window9_of(a, b, vec4<u32>(0u), off);
+    return array<u32, 5>(w[0], w[1], w[2], w[3], w[4]);
 }
 
 // The 8 words (32 bytes) at an even byte offset `off`: its window, shifted by 16 bits when `off`
@@ -63,20 +54,6 @@ fn words8_of(w: array<u32, 9>, off: u32) -> array<u32, 8> {
     }
     return o;
 }
-
-// f16 bits (low 16 of h) to f32 with integer operations: exact for subnormals too (Vulkan may
-// flush 16-bit denormals in unpack2x16float; K-quant super-block scales are often subnormal).
-fn f16v(h: u32) -> f32 {
-    let e = (h >> 10u) & 31u;
-    let m = h & 1023u;
-    if (e == 0u) {
-        let v = f32(m) * 5.9604644775390625e-8;
-        return select(v, -v, (h & 0x8000u) != 0u);
-    }
-    let eb = select(e + 112u, 255u, e == 31u);
-    return bitcast<f32>(((h & 0x8000u) << 16u) | (eb << 23u) | (m << 13u));
-}
-
 
 // One weight unit (32 elements) as int8 codes and scales:
 //   product = sa * f32(isum_lo + zb * sum) + sb * f32(isum_hi) - sm * f32(sum)
@@ -109,7 +86,7 @@ fn unit_of(r: Raw, blk: u32) -> Unit {
         // Q8_0: f16 d, 32 i8 (its 34 bytes are the 9 words from blk / 4: qs word j is word
         // j + 1 when blk = 2 mod 4, else the halves of words j and j + 1).
         let w = window9_of(r[0], r[1], r[2], blk);
-        o.sa = f16v(select(w[0], w[0] >> 16u, odd) & 0xffffu);
+        o.sa = f16_bits(select(w[0], w[0] >> 16u, odd) & 0xffffu);
         for (var j = 0u; j < 8u; j++) {
             o.q[j] = select((w[j] >> 16u) | (w[j + 1u] << 16u), w[j + 1u], odd);
         }
@@ -118,7 +95,7 @@ fn unit_of(r: Raw, blk: u32) -> Unit {
         // bytes lie in the 5 words from blk / 4; qs word j is word j + 1 (blk = 2 mod 4) or the
         // halves of words j and j + 1 (blk = 0 mod 4).
         let w = window5_of(r[0], r[1], blk);
-        o.sa = f16v(select(w[0], w[0] >> 16u, odd) & 0xffffu);
+        o.sa = f16_bits(select(w[0], w[0] >> 16u, odd) & 0xffffu);
         for (var j = 0u; j < 4u; j++) {
             let qs = select((w[j] >> 16u) | (w[j + 1u] << 16u), w[j + 1u], odd);
             o.q[j] = qs & 0x0f0f0f0fu;
@@ -189,7 +166,7 @@ fn q6k_pair(r: Raw, blk: u32, h: u32, k: u32) -> array<Unit, 2> {
     // The 5 words from (blk + 192) / 4: scale byte e of the block's 16 sits at byte e + 2 odd.
     let hw = window5_of(r[6], r[7], blk + 192u);
     let odd = (blk & 2u) != 0u;
-    let d = f16v(select(hw[4], hw[4] >> 16u, odd) & 0xffffu);
+    let d = f16_bits(select(hw[4], hw[4] >> 16u, odd) & 0xffffu);
     for (var i = 0u; i < 2u; i++) {
         let e = 8u * h + 2u * k + 4u * i + select(0u, 2u, odd);
         let sw = pick5(hw, e >> 2u) >> (8u * (e & 3u));
@@ -247,7 +224,7 @@ fn q6k_quad(blk: u32, h: u32) -> array<Unit, 4> {
     var sw: array<u32, 2>;
     sw[0] = select(t0, (t0 >> 16u) | (t1 << 16u), odd);
     sw[1] = select(t1, (t1 >> 16u) | (t2 << 16u), odd);
-    let d = f16v(select(hw[4], hw[4] >> 16u, odd) & 0xffffu);
+    let d = f16_bits(select(hw[4], hw[4] >> 16u, odd) & 0xffffu);
     for (var k = 0u; k < 2u; k++) {
         for (var i = 0u; i < 2u; i++) {
             let sc = sw[i] >> (16u * k);
@@ -315,8 +292,8 @@ fn decode(r: Raw, row: u32, pu: u32) -> array<Unit, 2> {
     var o: array<Unit, 2>;
     if (qt() == 12u) {
         let j = pu % 4u;
-        let d = f16v(r[0].x & 0xffffu);
-        let dmin = f16v(r[0].x >> 16u);
+        let d = f16_bits(r[0].x & 0xffffu);
+        let dmin = f16_bits(r[0].x >> 16u);
         o[0] = q4k_unit(d, dmin, r[0], r[1], r[2], 2u * j);
         o[1] = q4k_unit(d, dmin, r[0], r[1], r[2], 2u * j + 1u);
     } else if (qt() == 14u) {

@@ -90,19 +90,6 @@ fn gated() -> bool {
     return EPI >= 2u;
 }
 
-// An f16 given as the low 16 bits of h, widened with integer operations (exact for subnormals,
-// as quant_blocks.inc.wgsl's f16_at).
-fn half_bits(h: u32) -> f32 {
-    let e = (h >> 10u) & 31u;
-    let m = h & 1023u;
-    if (e == 0u) {
-        let v = f32(m) * 5.9604644775390625e-8;
-        return select(v, -v, (h & 0x8000u) != 0u);
-    }
-    let eb = select(e + 112u, 255u, e == 31u);
-    return bitcast<f32>(((h & 0x8000u) << 16u) | (eb << 23u) | (m << 13u));
-}
-
 fn pair(word: u32) -> vec2<f32> {
     if (DTYPE == 1u) {
         return unpack2x16float(word);
@@ -153,14 +140,14 @@ fn unit_vals(row: u32, u: u32) -> array<vec4<f32>, 8> {
         }
         if (QTYPE == 8u) {
             // Q8_0: f16 d, 32 i8: f32(q) * d.
-            let d = half_bits(select(ws[0], ws[0] >> 16u, odd));
+            let d = f16_bits(select(ws[0], ws[0] >> 16u, odd));
             for (var k = 0u; k < 8u; k++) {
                 let q = bitcast<vec4<i32>>(vec4<u32>(shifted(ws, k, odd)) << vec4<u32>(24u, 16u, 8u, 0u));
                 o[k] = vec4<f32>(q >> vec4<u32>(24u)) * d;
             }
         } else if (QTYPE == 2u) {
             // Q4_0: f16 d, 16 bytes of nibbles: d * (nib - 8).
-            let d = half_bits(select(ws[0], ws[0] >> 16u, odd));
+            let d = f16_bits(select(ws[0], ws[0] >> 16u, odd));
             for (var k = 0u; k < 4u; k++) {
                 let n = nibbles(shifted(ws, k, odd));
                 o[k] = d * vec4<f32>(vec4<i32>(n[0]) - vec4<i32>(8));
@@ -168,8 +155,8 @@ fn unit_vals(row: u32, u: u32) -> array<vec4<f32>, 8> {
             }
         } else {
             // Q4_1 (20-byte blocks: always word-aligned): f16 d, f16 m, nibbles: d * nib + m.
-            let d = half_bits(ws[0]);
-            let m = half_bits(ws[0] >> 16u);
+            let d = f16_bits(ws[0]);
+            let m = f16_bits(ws[0] >> 16u);
             for (var k = 0u; k < 4u; k++) {
                 let n = nibbles(ws[k + 1u]);
                 o[k] = d * vec4<f32>(n[0]) + m;

@@ -1,6 +1,7 @@
 // Shared by the kernels that read llama.cpp-quantized weights (mat_quant.wgsl, matvec_fused.wgsl):
 // the block decoders. Not a kernel on its own: build.rs and sources.rs append it to each file
 // that names it in a `// #include quant_blocks.inc.wgsl` line.
+// #include f16_bits.inc.wgsl
 //
 // The including file provides `fn wd(i: u32) -> u32` (word i of the weight being read) and
 // `fn load16(off: u32) -> vec4<u32>` (its 16 bytes from any even byte offset `off`, as 4
@@ -38,18 +39,6 @@ fn f16_at(off: u32) -> f32 {
     return f16_bits(u16_at(off));
 }
 
-// The f16 with bits h (low 16) as f32, as `f16_at`.
-fn f16_bits(h: u32) -> f32 {
-    let e = (h >> 10u) & 31u;
-    let m = h & 1023u;
-    if (e == 0u) {
-        // m * 2^-24: exact in f32, and a normal f32 for every m != 0.
-        let v = f32(m) * 5.9604644775390625e-8;
-        return select(v, -v, (h & 0x8000u) != 0u);
-    }
-    let eb = select(e + 112u, 255u, e == 31u);
-    return bitcast<f32>(((h & 0x8000u) << 16u) | (eb << 23u) | (m << 13u));
-}
 
 // A little-endian u32 at any byte offset.
 fn u32_at(off: u32) -> u32 {

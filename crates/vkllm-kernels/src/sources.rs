@@ -44,6 +44,7 @@ pub(crate) const DECODE_ADVANCE: &str = include_str!("../shaders/decode_advance.
 pub(crate) const DEQUANT_F16: &str = concat!(
     include_str!("../shaders/dequant_f16.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/f16_bits.inc.wgsl"),
     include_str!("../shaders/quant_words.inc.wgsl")
 );
 pub(crate) const ELEMENTWISE: &str = include_str!("../shaders/elementwise.wgsl");
@@ -72,18 +73,21 @@ pub(crate) const LOGPROBS: &str = include_str!("../shaders/logprobs.wgsl");
 pub(crate) const MAT_QUANT: &str = concat!(
     include_str!("../shaders/mat_quant.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/f16_bits.inc.wgsl"),
     include_str!("../shaders/quant_words.inc.wgsl")
 );
 pub(crate) const MATMUL: &str = include_str!("../shaders/matmul.wgsl");
 pub(crate) const MATMUL_NARROW: &str = concat!(
     include_str!("../shaders/matmul_narrow.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/f16_bits.inc.wgsl"),
     include_str!("../shaders/quant_words.inc.wgsl"),
     include_str!("../shaders/matmul_narrow_q6k.inc.wgsl")
 );
 pub(crate) const MATMUL_COOP: &str = concat!(
     include_str!("../shaders/matmul_coop.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/f16_bits.inc.wgsl"),
     include_str!("../shaders/quant_words.inc.wgsl"),
     include_str!("../shaders/matmul_coop_out.inc.wgsl")
 );
@@ -91,6 +95,7 @@ pub(crate) const MATVEC: &str = include_str!("../shaders/matvec.wgsl");
 pub(crate) const MATVEC_FUSED: &str = concat!(
     include_str!("../shaders/matvec_fused.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/f16_bits.inc.wgsl"),
     include_str!("../shaders/matvec_epilogue.inc.wgsl"),
     include_str!("../shaders/matvec_team.inc.wgsl")
 );
@@ -99,7 +104,8 @@ pub(crate) const MATVEC_Q8A: &str = concat!(
     include_str!("../shaders/act_q8.inc.wgsl"),
     include_str!("../shaders/matvec_epilogue.inc.wgsl"),
     include_str!("../shaders/matvec_team.inc.wgsl"),
-    include_str!("../shaders/matvec_q8a_units.inc.wgsl")
+    include_str!("../shaders/matvec_q8a_units.inc.wgsl"),
+    include_str!("../shaders/f16_bits.inc.wgsl")
 );
 pub(crate) const QUANTIZE_ACT_Q8: &str = concat!(
     include_str!("../shaders/quantize_act_q8.wgsl"),
@@ -109,6 +115,7 @@ pub(crate) const QUANTIZE_ACT_Q8: &str = concat!(
 pub(crate) const MATVEC_ROWS: &str = concat!(
     include_str!("../shaders/matvec_rows.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/f16_bits.inc.wgsl"),
     include_str!("../shaders/quant_words.inc.wgsl"),
     include_str!("../shaders/matvec_epilogue.inc.wgsl")
 );
@@ -116,18 +123,21 @@ pub(crate) const MOE_EXPERTS: &str = include_str!("../shaders/moe_experts.wgsl")
 pub(crate) const MOE_EXPERTS_QUANT: &str = concat!(
     include_str!("../shaders/moe_experts_quant.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/f16_bits.inc.wgsl"),
     include_str!("../shaders/quant_words.inc.wgsl"),
     include_str!("../shaders/matvec_team.inc.wgsl")
 );
 pub(crate) const MOE_EXPERTS_GROUPED: &str = concat!(
     include_str!("../shaders/moe_experts_grouped.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/f16_bits.inc.wgsl"),
     include_str!("../shaders/quant_words.inc.wgsl"),
     include_str!("../shaders/moe_grouped_io.inc.wgsl")
 );
 pub(crate) const MOE_EXPERTS_COOP: &str = concat!(
     include_str!("../shaders/moe_experts_coop.wgsl"),
     include_str!("../shaders/quant_blocks.inc.wgsl"),
+    include_str!("../shaders/f16_bits.inc.wgsl"),
     include_str!("../shaders/quant_words.inc.wgsl"),
     include_str!("../shaders/moe_grouped_io.inc.wgsl")
 );
