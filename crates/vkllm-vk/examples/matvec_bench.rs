@@ -167,7 +167,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                                 0 => 1,
                                 mb => bench::cold_copies(
                                     dtype.storage_bytes((rows * cols) as u64),
-                                    mb << 20,
+                                    mb.saturating_mul(1 << 20),
                                 ),
                             },
                         };

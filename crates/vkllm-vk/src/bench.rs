@@ -230,10 +230,17 @@ pub struct MatvecBench {
     pub copies: usize,
 }
 
+/// Most weight copies [`cold_copies`] asks for (small matrices: each copy is an allocation).
+pub const MAX_COLD_COPIES: usize = 64;
+
 /// Copies of a `weight_bytes` weight that [`MatvecBench::copies`] needs so that the set passes
-/// `cache_bytes` twice over (1 when one copy already does).
+/// `cache_bytes` twice over (1 when one copy already does; at most [`MAX_COLD_COPIES`]).
 pub fn cold_copies(weight_bytes: u64, cache_bytes: u64) -> usize {
-    (2 * cache_bytes).div_ceil(weight_bytes.max(1)).max(1) as usize
+    let n = cache_bytes
+        .saturating_mul(2)
+        .div_ceil(weight_bytes.max(1))
+        .max(1);
+    n.min(MAX_COLD_COPIES as u64) as usize
 }
 
 /// Times `b.iters` back-to-back dispatches (median) of the fast or the reference matvec.
@@ -454,4 +461,21 @@ pub fn median_dispatch_ns(rec: &Recording) -> Result<f64> {
         .collect();
     t.sort_by(|a, b| a.total_cmp(b));
     Ok(t[t.len() / 2].max(1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_COLD_COPIES, cold_copies};
+
+    #[test]
+    fn cold_copies_pass_the_cache_twice_within_the_cap() {
+        let mib = 1u64 << 20;
+        // 33 MiB weights past a 50 MiB cache twice: 100 / 33 -> 4 copies.
+        assert_eq!(cold_copies(33 * mib, 50 * mib), 4);
+        assert_eq!(cold_copies(100 * mib, 50 * mib), 1);
+        assert_eq!(cold_copies(200 * mib, 50 * mib), 1);
+        assert_eq!(cold_copies(1024, 50 * mib), MAX_COLD_COPIES);
+        assert_eq!(cold_copies(0, u64::MAX), MAX_COLD_COPIES);
+        assert_eq!(cold_copies(mib, 0), 1);
+    }
 }
