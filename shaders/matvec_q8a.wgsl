@@ -71,10 +71,6 @@ override NIT: u32 = 1;
 // 1: Q6_K with one row per team, ungated (the large-matrix launch): a lane step is half a
 // super-block, the four units that share their qh bytes (`q6k_quad`), instead of a unit pair.
 override QUAD: u32 = 0;
-// 1: each slot's units are decoded and multiplied before the next slot's are loaded (fewer
-// registers held: one slot's units instead of all of a step's); 0: a step's units of every
-// slot first, then the products (the reference).
-override LEAN: u32 = 0;
 // 1: x comes quantized from global memory (quantize_act_q8.wgsl's layout: codes in binding
 // `x`, per column the unit scales and sums and the chunks' sums of squares in binding `norm_w`,
 // whose weights that kernel already applied), so any NC x cols fits and no workgroup quantizes;
@@ -285,16 +281,10 @@ fn dot_step(pu: u32, un: ptr<function, array<Unit, 8>>, acc: ptr<function, array
     }
 }
 
-// LEAN: slot k's units un of step pu with every column, into acc.
-fn dot_slot(pu: u32, k: u32, un: array<Unit, 2>, acc: ptr<function, array<f32, 32>>,
-            n_units: u32, rw: f32) {
-    for (var t = 0u; t < NC; t++) {
-        for (var h = 0u; h < upl(); h++) {
-            let xu = xunit(pu, h);
-            let c = unit_dot(un[h], x_words(t, xu, n_units), x_sum(t, xu));
-            (*acc)[k * NC + t] += c * x_scale(t, xu) * rw;
-        }
-    }
+// The part slot k's weights come from: gate or up (slots 0..R, R..2R) when gated, else the
+// workgroup's part.
+fn slot_part(part: u32, k: u32) -> u32 {
+    return select(part, k / R, gated());
 }
 
 @compute @workgroup_size(WG)
@@ -470,20 +460,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                     if (MOE == 2u) {
                         rw = moe_weight(pu / moe_spr());
                     }
-                    if (LEAN == 1u) {
-                        for (var k = 0u; k < slots(); k++) {
-                            cur = select(part, k / R, gated());
-                            let row = wrow(min(row0 + k % R, rows - 1u), pu);
-                            dot_slot(pu, k, units_of(row, wpu(pu)), &acc, n_units, rw);
-                        }
-                        continue;
-                    }
                     var un: array<Unit, 8>;
                     for (var k = 0u; k < slots(); k++) {
-                        cur = part;
-                        if (gated()) {
-                            cur = k / R;
-                        }
+                        cur = slot_part(part, k);
                         let pr = units_of(wrow(min(row0 + k % R, rows - 1u), pu), wpu(pu));
                         un[2u * k] = pr[0];
                         un[2u * k + 1u] = pr[1];

@@ -571,7 +571,6 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 .set("NIT", nit as f64)
                 .set("XG", xg.is_some() as u32 as f64)
                 .set("MIXED", op.mixed() as u32 as f64)
-                .set("LEAN", op.q8a.lean as u32 as f64)
                 .set("QTYPE1", op.part_type(1).ggml_id() as f64)
                 .set("QTYPE2", op.part_type(2).ggml_id() as f64);
             let o = match moe {

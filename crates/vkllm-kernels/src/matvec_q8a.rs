@@ -86,10 +86,6 @@ pub struct Q8aRules {
     /// Invocations per workgroup of the shared-memory launch; 0: [`default_tuning`]'s rule
     /// (256, up to 1024 for ungated rows of [`WIDE_X_COLS`]+ elements).
     pub wg: u32,
-    /// Each slot's units multiplied before the next slot's are loaded (the kernel's `LEAN`:
-    /// fewer registers where a team has several slots, gated or rows in pairs); `false`: all
-    /// slots' units of a step first (the reference).
-    pub lean: bool,
 }
 
 impl Default for Q8aRules {
@@ -104,7 +100,6 @@ impl Default for Q8aRules {
             xg_single: false,
             mixed: true,
             wg: 0,
-            lean: false,
         }
     }
 }

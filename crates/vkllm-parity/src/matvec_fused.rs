@@ -739,23 +739,14 @@ pub(crate) fn matvec_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
         xg_single: true,
         ..Q8aRules::default()
     };
-    // Each slot's units multiplied before the next slot's load (`q8a_lean`): the cases whose
-    // teams hold several slots (gated).
-    let lean = Q8aRules {
-        lean: true,
-        ..Q8aRules::default()
-    };
     /// Which cases a pass runs.
     type Keep = fn(&Case) -> bool;
-    let passes: [(u64, Q8aRules, &str, Keep); 4] = [
+    let passes: [(u64, Q8aRules, &str, Keep); 3] = [
         (2, shared, " shared", |c| {
             c.n > 1 && c.n <= 8 && c.n * c.cols <= vkllm_kernels::matvec_q8a::MAX_ELEMS
         }),
         (3, single, " xg1", |c| c.n == 1),
         (4, pairs, " pairs", |c| c.n > 1),
-        (5, lean, " lean", |c| {
-            matches!(c.epilogue, Epilogue::Gated { .. })
-        }),
     ];
     let types = &vkllm_kernels::matvec_q8a::TYPES;
     for (salt, rules, suffix, keep) in passes {

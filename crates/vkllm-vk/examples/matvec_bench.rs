@@ -187,10 +187,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                             ) => println!(
                                 "| {} {} | {} | {rows}x{cols} (n={n}) | skipped: {e} | | | | {tag} |",
                                 fusion.name(),
-                                if imp == MatvecImpl::Reference {
-                                    "ref"
-                                } else {
-                                    "fast"
+                                match imp {
+                                    MatvecImpl::Reference => "ref",
+                                    MatvecImpl::Int8 => "int8",
+                                    MatvecImpl::Fast => "fast",
                                 },
                                 dtype.name()
                             ),

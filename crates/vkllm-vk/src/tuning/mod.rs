@@ -115,10 +115,6 @@ pub struct Tuning {
     /// int8 matvec: invocations per workgroup of the launches that quantize x in shared memory;
     /// 0 by row length. Key `q8a_wg`.
     pub q8a_wg: u32,
-    /// int8 matvec: each slot's units (gate and up, rows in pairs) multiplied before the next
-    /// slot's are loaded, holding fewer registers; `false`: all of a step's units first (the
-    /// reference). Key `q8a_lean`.
-    pub q8a_lean: bool,
     /// Lanes per row of those launches; 0 by row length. Key `q8a_xg_lanes`.
     pub q8a_xg_lanes: u32,
     /// Rows per team of those launches; 0 the default (2). Key `q8a_xg_rows`.
@@ -360,7 +356,6 @@ impl Default for Tuning {
             q8a_xg1: false,
             q8a_mixed: true,
             q8a_wg: 0,
-            q8a_lean: false,
             q8a_xg_lanes: 0,
             q8a_xg_rows: 0,
             decode_int8_max_n: 16,
@@ -460,7 +455,6 @@ pub const TUNING_KEYS: &[&str] = &[
     "q8a_xg1",
     "q8a_mixed",
     "q8a_wg",
-    "q8a_lean",
     "q8a_xg_lanes",
     "q8a_xg_rows",
     "decode_int8_max_n",
