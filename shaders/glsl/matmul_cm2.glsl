@@ -12,6 +12,11 @@
 // - GLU 1 / 2: W is gate, W1 up (the same shape); one accumulator each, and Y[t, r] =
 //   act(gate) * up with act silu (1) or gelu_tanh (2); no accumulate.
 // - accumulate != 0: the accumulator starts from the Y tile.
+// - SEGMENTS (matmul_cm2_group.comp): up to three products of one X in one launch, q/k/v of a
+//   prefill layer (alone, k and v leave most of a large GPU idle): weight s (W, W1, W2) of
+//   rows_s rows (push constants rows, rows1, rows2; 0 for an absent one) into its own
+//   Y_s[n, rows_s] (Y, Y1, Y2); the grid's row tiles are segment 0's, then 1's, then 2's. No
+//   accumulate, no GLU.
 // - Weight types: this body is included by matmul_cm2.comp (f16 W) and matmul_cm2_q4_k.comp
 //   (W_Q4_K: W's GGUF blocks decoded as the tensor loads read them, one element at a time from
 //   its block, as vkllm-cpu's dequantization computes it, rounded to f16 as the f16 copy holds
@@ -34,6 +39,16 @@ layout(constant_id = 4) const uint GLU = 0;
 // weight tile run together); 0: x the weight-row tiles.
 layout(constant_id = 5) const uint TOKENS_FIRST = 0;
 
+#if defined(SEGMENTS)
+layout(push_constant) uniform Params {
+    uint n;
+    uint rows;
+    uint cols;
+    uint rows1;
+    uint rows2;
+    uint unused;
+} p;
+#else
 layout(push_constant) uniform Params {
     uint n;
     uint rows;
@@ -42,6 +57,7 @@ layout(push_constant) uniform Params {
     uint y_stride;
     uint accumulate;
 } p;
+#endif
 
 #if defined(W_Q4_K)
 #extension GL_EXT_buffer_reference : require
@@ -86,6 +102,11 @@ layout(set = 0, binding = 3) readonly buffer W1 { float16_t w1[]; };
 #endif
 layout(set = 0, binding = 1) readonly buffer X { float16_t x[]; };
 layout(set = 0, binding = 2) buffer Y { float y[]; };
+#if defined(SEGMENTS)
+layout(set = 0, binding = 4) readonly buffer W2 { float16_t w2[]; };
+layout(set = 0, binding = 5) buffer Y1 { float y1[]; };
+layout(set = 0, binding = 6) buffer Y2 { float y2[]; };
+#endif
 
 // K steps per unrolled group on the unclamped path.
 const uint UNROLL = 4;
@@ -101,12 +122,13 @@ float glu_op(const in uint r, const in uint c, const in float g, const in float 
     return (GLU == 2 ? gelu_tanh(g) : silu(g)) * u;
 }
 
-// One K step of the product (and the up product with GLU) at k over `lw` / `lx`.
-#define STEP(lw, lx, k)                                                                        \
+// One K step of the product of weight buffer `wb` (and the up product with GLU) at k over
+// `lw` / `lx`.
+#define STEP(wb, lw, lx, k)                                                                    \
     {                                                                                          \
         coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA> a;                        \
         coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB> b;                        \
-        coopMatLoadTensorNV(a, w, 0, sliceTensorLayoutNV(lw, r0, BM, k, BK) DECODE);                  \
+        coopMatLoadTensorNV(a, wb, 0, sliceTensorLayoutNV(lw, r0, BM, k, BK) DECODE);          \
         coopMatLoadTensorNV(b, x, 0, sliceTensorLayoutNV(lx, t0, BN, k, BK), tr);              \
         acc = coopMatMulAdd(a, b, acc);                                                        \
         if (GLU != 0) {                                                                        \
@@ -115,9 +137,47 @@ float glu_op(const in uint r, const in uint c, const in float g, const in float 
         }                                                                                      \
     }
 
+// The whole K walk of weight buffer `wb` into acc (acc1): interior tiles whole K steps
+// unrolled, then the rest; edge tiles and the K tail on the clamped layouts.
+#define PRODUCT(wb)                                                                            \
+    {                                                                                          \
+        uint k = 0;                                                                            \
+        [[dont_unroll]]                                                                        \
+        for (; k + UNROLL * BK <= k_whole; k += UNROLL * BK) {                                 \
+            [[unroll]] for (uint u = 0; u < UNROLL; u++) {                                     \
+                STEP(wb, lw, lx, k + u * BK)                                                   \
+            }                                                                                  \
+        }                                                                                      \
+        [[dont_unroll]]                                                                        \
+        for (; k < k_whole; k += BK) {                                                         \
+            STEP(wb, lw, lx, k)                                                                \
+        }                                                                                      \
+        [[dont_unroll]]                                                                        \
+        for (; k < p.cols; k += BK) {                                                          \
+            STEP(wb, cw, cx, k)                                                                \
+        }                                                                                      \
+    }
+
 void main() {
-    const uint r0 = (TOKENS_FIRST != 0 ? gl_WorkGroupID.y : gl_WorkGroupID.x) * BM;
+    const uint rt = TOKENS_FIRST != 0 ? gl_WorkGroupID.y : gl_WorkGroupID.x;
     const uint t0 = (TOKENS_FIRST != 0 ? gl_WorkGroupID.x : gl_WorkGroupID.y) * BN;
+#if defined(SEGMENTS)
+    // Row tile rt: segment 0's tiles first, then 1's, then 2's.
+    const uint tiles0 = (p.rows + BM - 1) / BM;
+    const uint tiles1 = (p.rows1 + BM - 1) / BM;
+    const uint seg = rt < tiles0 ? 0 : (rt < tiles0 + tiles1 ? 1 : 2);
+    const uint rows = seg == 0 ? p.rows : (seg == 1 ? p.rows1 : p.rows2);
+    const uint r0 = (rt - (seg == 0 ? 0 : (seg == 1 ? tiles0 : tiles0 + tiles1))) * BM;
+    const uint row_offset = 0;
+    const uint y_stride = rows;
+    const uint accumulate = 0;
+#else
+    const uint rows = p.rows;
+    const uint r0 = rt * BM;
+    const uint row_offset = p.row_offset;
+    const uint y_stride = p.y_stride;
+    const uint accumulate = p.accumulate;
+#endif
 
     tensorLayoutNV<2> lw = createTensorLayoutNV(2);
     tensorLayoutNV<2> lx = createTensorLayoutNV(2);
@@ -130,8 +190,8 @@ void main() {
     // Rows of W and X start on 16-byte boundaries (cols % 8 == 0, checked by the caller): the
     // mask tells the compiler so, which lets the loads be wide.
     const uint ld = p.cols & ~7u;
-    lw = setTensorLayoutDimensionNV(lw, p.rows, p.cols);
-    cw = setTensorLayoutDimensionNV(cw, p.rows, p.cols);
+    lw = setTensorLayoutDimensionNV(lw, rows, p.cols);
+    cw = setTensorLayoutDimensionNV(cw, rows, p.cols);
 #if defined(QUANT_W)
     // Whole blocks of QK along a row; strides count blocks.
     lw = setTensorLayoutBlockSizeNV(lw, 1, QK);
@@ -146,39 +206,40 @@ void main() {
     lx = setTensorLayoutStrideNV(lx, ld, 1);
     cx = setTensorLayoutDimensionNV(cx, p.n, p.cols);
     cx = setTensorLayoutStrideNV(cx, p.cols, 1);
-    ly = setTensorLayoutDimensionNV(ly, p.n, p.row_offset + p.rows);
-    ly = setTensorLayoutStrideNV(ly, p.y_stride, 1);
+    ly = setTensorLayoutDimensionNV(ly, p.n, row_offset + rows);
+    ly = setTensorLayoutStrideNV(ly, y_stride, 1);
     tensorViewNV<2, false, 1, 0> tr = createTensorViewNV(2, false, 1, 0);
 
     coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc =
         coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
     coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> acc1 =
         coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(0.0);
-    if (GLU == 0 && p.accumulate != 0) {
-        coopMatLoadTensorNV(acc, y, 0, sliceTensorLayoutNV(ly, t0, BN, p.row_offset + r0, BM),
-                            tr);
+    if (GLU == 0 && accumulate != 0) {
+        coopMatLoadTensorNV(acc, y, 0, sliceTensorLayoutNV(ly, t0, BN, row_offset + r0, BM), tr);
     }
 
-    const bool interior = r0 + BM <= p.rows && t0 + BN <= p.n;
+    const bool interior = r0 + BM <= rows && t0 + BN <= p.n;
     const uint k_whole = interior ? ld / BK * BK : 0;
-    uint k = 0;
-    [[dont_unroll]]
-    for (; k + UNROLL * BK <= k_whole; k += UNROLL * BK) {
-        [[unroll]] for (uint u = 0; u < UNROLL; u++) {
-            STEP(lw, lx, k + u * BK)
-        }
+#if defined(SEGMENTS)
+    if (seg == 0) {
+        PRODUCT(w)
+    } else if (seg == 1) {
+        PRODUCT(w1)
+    } else {
+        PRODUCT(w2)
     }
-    [[dont_unroll]]
-    for (; k < k_whole; k += BK) {
-        STEP(lw, lx, k)
+    if (seg == 0) {
+        coopMatStoreTensorNV(acc, y, 0, sliceTensorLayoutNV(ly, t0, BN, r0, BM), tr);
+    } else if (seg == 1) {
+        coopMatStoreTensorNV(acc, y1, 0, sliceTensorLayoutNV(ly, t0, BN, r0, BM), tr);
+    } else {
+        coopMatStoreTensorNV(acc, y2, 0, sliceTensorLayoutNV(ly, t0, BN, r0, BM), tr);
     }
-    [[dont_unroll]]
-    for (; k < p.cols; k += BK) {
-        STEP(cw, cx, k)
-    }
-
+#else
+    PRODUCT(w)
     if (GLU != 0) {
         coopMatPerElementNV(acc, acc, glu_op, acc1);
     }
-    coopMatStoreTensorNV(acc, y, 0, sliceTensorLayoutNV(ly, t0, BN, p.row_offset + r0, BM), tr);
+    coopMatStoreTensorNV(acc, y, 0, sliceTensorLayoutNV(ly, t0, BN, row_offset + r0, BM), tr);
+#endif
 }

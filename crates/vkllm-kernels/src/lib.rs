@@ -108,6 +108,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &attention_prefill_cm2::ATTN_PREFILL_CM2,
         &matmul_cm2::MATMUL_CM2,
         &matmul_cm2::MATMUL_CM2_Q4_K,
+        &matmul_cm2::MATMUL_CM2_GROUP,
         &activation::SILU_MUL,
         &activation::GELU_TANH_MUL,
         &softmax::SOFTMAX,

@@ -3,7 +3,8 @@
 //! [`crate::matmul::Matmul`] (push constants, `row_offset`, `y_stride`, accumulate), plus the
 //! gated form `act(X gate^T) * (X up^T)` in one launch. Tensor-addressed loads and stores take
 //! every bound, so any n, rows and cols run. Q4_K weights run on their own module
-//! ([`MATMUL_CM2_Q4_K`]), whose loads decode the GGUF blocks (no f16 copy).
+//! ([`MATMUL_CM2_Q4_K`]), whose loads decode the GGUF blocks (no f16 copy); up to three f16
+//! products of one X (q/k/v) share a launch on [`MATMUL_CM2_GROUP`] ([`MatmulCm2Group`]).
 
 use crate::activation::Activation;
 use crate::matmul::MatmulParams;
@@ -51,6 +52,34 @@ pub static MATMUL_CM2_Q4_K: KernelSpec = KernelSpec {
     exact_fp: false,
     glsl: Some(&GLSL_Q4_K),
 };
+
+static GLSL_GROUP: GlslKernel = GlslKernel {
+    spirv: include_bytes!("../shaders/glsl/matmul_cm2_group.spv"),
+    spec_ids: SPEC_IDS,
+};
+
+/// [`MATMUL_CM2`] for up to three f16 weights of one X, each into its own output.
+pub static MATMUL_CM2_GROUP: KernelSpec = KernelSpec {
+    name: "matmul_cm2_group",
+    file: "glsl/matmul_cm2_group.comp",
+    entry: "main",
+    source: "",
+    bindings: &[
+        rd("w"),
+        rd("x"),
+        rw("y"),
+        rd("w1"),
+        rd("w2"),
+        rw("y1"),
+        rw("y2"),
+    ],
+    push_size: 24,
+    exact_fp: false,
+    glsl: Some(&GLSL_GROUP),
+};
+
+/// Most products [`MatmulCm2Group`] takes.
+pub const MAX_SEGMENTS: usize = 3;
 
 /// Whether the kernel reads `dtype` weights as they are stored (f16, and Q4_K by decoding).
 pub fn reads(dtype: WeightType) -> bool {
@@ -206,6 +235,105 @@ impl<B: KernelBuffer> MatmulCm2<B> {
             k,
             o,
             vec![self.w, self.x, self.y, w1],
+            &p,
+            match t.tokens_first {
+                true => [gy as u32, gx as u32, 1],
+                false => [gx as u32, gy as u32, 1],
+            },
+        ))
+    }
+}
+
+/// One product of a [`MatmulCm2Group`]: f16 `w` `[rows, cols]` into `y` `[n, rows]`.
+pub struct Cm2Segment<B> {
+    pub w: B,
+    pub y: B,
+    pub rows: usize,
+}
+
+/// The push constants of [`MATMUL_CM2_GROUP`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+struct GroupParams {
+    n: u32,
+    rows0: u32,
+    cols: u32,
+    rows1: u32,
+    rows2: u32,
+    unused: u32,
+}
+
+/// `Y_s[t, r] = sum_c X[t, c] W_s[r, c]` for each segment s (2 or 3, f16 weights of `cols`
+/// columns) in one launch: the grid's row tiles are segment 0's, then 1's, then 2's.
+pub struct MatmulCm2Group<B> {
+    /// f16 `[n, cols]`.
+    pub x: B,
+    pub segments: Vec<Cm2Segment<B>>,
+}
+
+impl<B: KernelBuffer> MatmulCm2Group<B> {
+    /// `n` tokens over `cols` columns with tile `t`.
+    pub fn dispatch(self, cols: usize, n: usize, t: CmTile) -> Result<Dispatch<B>, Error> {
+        let k = &MATMUL_CM2_GROUP;
+        let segs = self.segments.len();
+        if !(2..=MAX_SEGMENTS).contains(&segs) {
+            return Err(shape_err(
+                k,
+                format!("2..={MAX_SEGMENTS} segments, got {segs}"),
+            ));
+        }
+        if !t.fits(false) {
+            return Err(shape_err(k, format!("tile {t:?} does not fit")));
+        }
+        if !cols.is_multiple_of(8) {
+            return Err(shape_err(k, format!("cols a multiple of 8, got {cols}")));
+        }
+        need(k, "x", &self.x, 2 * (n * cols) as u64)?;
+        let mut rows = [0u32; MAX_SEGMENTS];
+        let mut gx = 0usize;
+        for (i, s) in self.segments.iter().enumerate() {
+            let shape = MatShape {
+                dtype: WeightType::F16,
+                rows: s.rows,
+                cols,
+                row_offset: 0,
+                accumulate: false,
+            };
+            check_weight(k, &s.w, &shape)?;
+            need(k, "y", &s.y, 4 * (n * s.rows) as u64)?;
+            if s.rows == 0 {
+                return Err(shape_err(k, format!("segment {i} has no rows")));
+            }
+            rows[i] = u32::try_from(s.rows)
+                .map_err(|_| shape_err(k, format!("segment {i}: {} rows", s.rows)))?;
+            gx += s.rows.div_ceil(t.bm as usize);
+        }
+        let gy = n.div_ceil(t.bn as usize);
+        if n == 0 || gx > MAX_GROUPS_X as usize || gy > MAX_GROUPS_X as usize {
+            return Err(shape_err(k, format!("grid {gx} x {gy} out of range")));
+        }
+        let p = GroupParams {
+            n: n as u32,
+            rows0: rows[0],
+            cols: u32::try_from(cols).map_err(|_| shape_err(k, format!("{cols} cols")))?,
+            rows1: rows[1],
+            rows2: rows[2],
+            unused: 0,
+        };
+        let o = Overrides::new()
+            .set("BM", t.bm as f64)
+            .set("BN", t.bn as f64)
+            .set("BK", t.bk as f64)
+            .set("GLU", 0.0)
+            .set("TOKENS_FIRST", u32::from(t.tokens_first) as f64);
+        // An absent third segment binds the first's buffers (never read or written).
+        let s = &self.segments;
+        let third = s.get(2).unwrap_or(&s[0]);
+        let bufs = vec![s[0].w, self.x, s[0].y, s[1].w, third.w, s[1].y, third.y];
+        Ok(Dispatch::new(
+            k,
+            o,
+            bufs,
             &p,
             match t.tokens_first {
                 true => [gy as u32, gx as u32, 1],

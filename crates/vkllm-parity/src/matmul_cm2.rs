@@ -5,7 +5,9 @@
 //! rows off the tile multiples, cols off the K step (a clamped tail), whole interior tiles (the
 //! unclamped path), both accumulate modes, quantized weights through their f16 copy, and the
 //! Q4_K module (`matmul_cm2_q4_k`, its loads decoding the blocks; tuning `cm2_matmul_decode`)
-//! dispatched directly, plain and gated. Each recorder row's last compared element is the
+//! dispatched directly, plain and gated; grouped products of one X (`matmul_cm2_group` through
+//! `Recorder::matmul_group_with`: 2 and 3 weights, rows off the tiles, a K tail, mixed stored
+//! types through their f16 copies). Each recorder row's last compared element is the
 //! recording's dispatch count, so a launch that fell back to another kernel fails.
 //!
 //! On a device without the cm2 kernels the case reports one "n/a" row, never a pass.
@@ -21,6 +23,9 @@ use super::{Ctx, KernelParityRow, Rng, pack16, row, to_f16};
 use vkllm_vk::{DequantPolicy, Device, MatmulKernel, Result, Tensor};
 
 const KERNEL: &str = "matmul_cm2";
+
+/// The weights of a grouped case: each one's stored type and rows.
+type Weights = &'static [(WeightType, usize)];
 
 fn tile(bm: u32, bn: u32, bk: u32) -> CmTile {
     CmTile {
@@ -118,7 +123,91 @@ pub(crate) fn matmul_cm2(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
             t,
         )?);
     }
+    // Grouped products of one X: (weights' types and rows, n, cols, tile).
+    let grouped: [(Weights, usize, usize, CmTile); 4] = [
+        (&[(F16, 300), (F16, 72), (F16, 72)], 130, 264, small),
+        (
+            &[(F16, 256), (F16, 128)],
+            513,
+            512,
+            large.with_tokens_first(true),
+        ),
+        (&[(Q4_K, 256), (Q4_K, 128), (Q6_K, 128)], 64, 512, large),
+        (
+            &[(F16, 1000), (F16, 200), (F16, 200)],
+            37,
+            1000,
+            tile(64, 128, 16),
+        ),
+    ];
+    for (weights, n, cols, t) in grouped {
+        out.push(grouped_case(dev, &mut rng, weights, (n, cols), t)?);
+    }
     Ok(out)
+}
+
+/// `ys[i] = x ws[i]^T` for every weight as one `matmul_cm2_group` launch through
+/// `Recorder::matmul_group_with` (its dispatch count compared: one launch after the copies and
+/// X's conversion).
+fn grouped_case(
+    dev: &Device,
+    rng: &mut Rng,
+    weights: &[(WeightType, usize)],
+    (n, cols): (usize, usize),
+    t: CmTile,
+) -> Result<KernelParityRow> {
+    let cx = Ctx { dev };
+    let (mut tensors, mut refs, mut ys) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, &(dtype, rows)) in weights.iter().enumerate() {
+        let (bytes, wr) = coop_weight(rng, dtype, rows, cols)?;
+        tensors.push(Tensor::from_bytes(
+            dev,
+            &format!("w{i}"),
+            dtype,
+            rows,
+            cols,
+            &bytes,
+        )?);
+        refs.push(wr);
+        ys.push(cx.output("y", n * rows)?);
+    }
+    let x = rng.vec(n * cols, -1.0, 1.0);
+    let xb = cx.input("x", &x)?;
+    let poison: Vec<&vkllm_vk::Buffer> = ys.iter().collect();
+    let mut count = 0;
+    cx.run(&poison, |r| {
+        r.set_dequant_policy(DequantPolicy::All);
+        let ws: Vec<&Tensor> = tensors.iter().collect();
+        let yv: Vec<_> = ys.iter().map(|y| y.all()).collect();
+        let before = r.dispatches();
+        r.matmul_group_with(&ws, xb.all(), n, &yv, false, MatmulKernel::Cm2(t))?;
+        count = r.dispatches() - before;
+        Ok(())
+    })?;
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    let mut sum_max = 0f64;
+    let xr = f16_round(&x);
+    for (i, &(_, rows)) in weights.iter().enumerate() {
+        let (p, sum_abs) = reference(&refs[i], rows, cols, &xr, n);
+        sum_max = sum_max.max(sum_abs);
+        want.extend(p);
+        got.extend(cx.read(&ys[i], n * rows)?);
+    }
+    let ws: Vec<&Tensor> = tensors.iter().collect();
+    got.push(count as f32);
+    want.push(dispatches(dev, &ws));
+    let names: Vec<String> = weights
+        .iter()
+        .map(|(d, r)| format!("{} {r}", d.name()))
+        .collect();
+    Ok(row(
+        KERNEL,
+        format!("group {}", tile_name(t)),
+        format!("n {n}, [{}] x {cols}", names.join(", ")),
+        &got,
+        &want,
+        tol(sum_max + 1.0),
+    ))
 }
 
 /// `matmul_cm2_q4_k` dispatched directly on Q4_K blocks and f16 X: plain (optionally

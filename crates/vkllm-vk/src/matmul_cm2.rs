@@ -8,7 +8,7 @@
 use vkllm_kernels::WeightType;
 use vkllm_kernels::activation::Activation;
 use vkllm_kernels::dequant_f16::f16_bytes;
-use vkllm_kernels::matmul_cm2::{CmTile, MatmulCm2};
+use vkllm_kernels::matmul_cm2::{Cm2Segment, CmTile, MAX_SEGMENTS, MatmulCm2, MatmulCm2Group};
 
 use crate::buffer::BufSlice;
 use crate::error::{Error, Result};
@@ -144,6 +144,70 @@ impl Recorder {
             w1: Some(u),
         }
         .dispatch(&shape, n, rows, tile, Some(act))?;
+        self.dispatch(d)?;
+        Ok(true)
+    }
+
+    /// The products `ys[i] = x ws[i]^T` of [`Recorder::matmul_group`] as one
+    /// `matmul_cm2_group` launch, where asked (`kernel` [`MatmulKernel::Cm2`], or
+    /// [`MatmulKernel::Auto`] with tuning `cm2_matmul_group` on) and it applies: 2 or 3 weights
+    /// of one width, one part each, each taken by the cm2 kernel as f16 (f16 weights or their f16
+    /// copies, not Q4_K decoded in the loads), no accumulate. `Ok(false)` with nothing recorded
+    /// otherwise. The tile is the one [`Recorder::cm2_tile`] picks for the summed rows.
+    pub(crate) fn matmul_group_cm2(
+        &mut self,
+        ws: &[&Tensor],
+        x: BufSlice<'_>,
+        n: usize,
+        ys: &[BufSlice<'_>],
+        accumulate: bool,
+        kernel: MatmulKernel,
+    ) -> Result<bool> {
+        let asked = match kernel {
+            MatmulKernel::Cm2(_) => true,
+            MatmulKernel::Auto => self.device().tuning().cm2_matmul_group,
+            _ => false,
+        };
+        if !asked || accumulate || !(2..=MAX_SEGMENTS).contains(&ws.len()) || ws.len() != ys.len() {
+            return Ok(false);
+        }
+        let cols = ws[0].cols;
+        let each = ws.iter().all(|w| {
+            w.parts.len() == 1
+                && w.cols == cols
+                && (w.dtype == WeightType::F16 || !self.cm2_reads(w.dtype))
+                && self.cm2_tile(w, w.rows, n, false, kernel).is_some()
+        });
+        let total = ws.iter().map(|w| w.rows).sum();
+        let tile = match each {
+            true => self.cm2_tile(ws[0], total, n, false, kernel),
+            false => None,
+        };
+        let Some(tile) = tile else {
+            return Ok(false);
+        };
+        let mut copies = Vec::with_capacity(ws.len());
+        for w in ws {
+            copies.push(self.cm2_weight(w, &w.parts[0], false)?.1);
+        }
+        let half = self.half_x(x, n * cols)?;
+        let mut segments = Vec::with_capacity(ws.len());
+        for ((w, copy), &y) in ws.iter().zip(&copies).zip(ys) {
+            let wb = match copy {
+                Some(b) => b.slice(0, f16_bytes(w.rows, cols))?,
+                None => w.parts[0].buffer.all(),
+            };
+            segments.push(Cm2Segment {
+                w: wb,
+                y,
+                rows: w.rows,
+            });
+        }
+        let d = MatmulCm2Group {
+            x: half.all(),
+            segments,
+        }
+        .dispatch(cols, n, tile)?;
         self.dispatch(d)?;
         Ok(true)
     }

@@ -94,7 +94,12 @@ impl Recorder {
                 ys.len()
             )));
         }
-        // Weights of one type and width (each in one part) go together, in order of their first.
+        // All of them on the cm2 kernel, whose f16 copies make stored types alike (q/k of Q4_K
+        // with v of Q6_K); else weights of one type and width (each in one part) go together, in
+        // order of their first.
+        if self.matmul_group_cm2(ws, x, n, ys, accumulate, kernel)? {
+            return Ok(());
+        }
         let mut left: Vec<usize> = (0..ws.len()).collect();
         while let Some(&i) = left.first() {
             let (w0, one) = (ws[i], ws[i].parts.len() == 1);
@@ -123,6 +128,9 @@ impl Recorder {
         accumulate: bool,
         kernel: MatmulKernel,
     ) -> Result<()> {
+        if self.matmul_group_cm2(ws, x, n, ys, accumulate, kernel)? {
+            return Ok(());
+        }
         let f = ws[0];
         let rows: Vec<usize> = ws.iter().map(|w| w.rows).collect();
         // Quantized weights multiplied as f16 copies (coop_dequant.rs) group as f16 weights.
@@ -136,7 +144,7 @@ impl Recorder {
         let narrow = kernel == MatmulKernel::Auto
             && crate::matmul_narrow::narrow_config(self.device(), f.dtype, f.rows, n, f.cols)
                 .is_some();
-        // Products the cm2 kernel takes run apart on it (matmul_cm2.rs).
+        // Products the cm2 kernel takes run apart on it unless grouped above (matmul_cm2.rs).
         let cm2 = self.cm2_tile(f, f.rows, n, false, kernel).is_some();
         let cfg = match f.parts.len() {
             1 if !narrow && !cm2 => group_config(self.device(), dtype, &rows, n, f.cols, kernel),

@@ -455,3 +455,48 @@ fn coop_matmul_glu_launches_check_their_inputs() {
         );
     }
 }
+
+#[test]
+fn cm2_groups_check_their_segments() {
+    use vkllm_kernels::matmul_cm2::{Cm2Segment, CmTile, MATMUL_CM2_GROUP, MatmulCm2Group};
+    let (n, cols) = (130usize, 264usize);
+    let seg = |rows: usize| Cm2Segment {
+        w: Fake(2 * (rows * cols) as u64),
+        y: Fake(4 * (n * rows) as u64),
+        rows,
+    };
+    let group = |segments| MatmulCm2Group {
+        x: Fake(2 * (n * cols) as u64),
+        segments,
+    };
+    // 300, 72 and 72 rows make 5 + 2 + 2 row tiles of 64; 130 tokens 3 token tiles.
+    let d = group(vec![seg(300), seg(72), seg(72)])
+        .dispatch(cols, n, CmTile::SMALL)
+        .unwrap();
+    assert_eq!(d.kernel.name, MATMUL_CM2_GROUP.name);
+    assert_eq!(d.groups, [9, 3, 1]);
+    assert_eq!(d.buffers.len(), MATMUL_CM2_GROUP.bindings.len());
+    // Push constants: n, rows0, cols, rows1, rows2.
+    let words: Vec<u32> = d
+        .push
+        .chunks(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(&words[..5], &[130, 300, 264, 72, 72]);
+    // Token tiles first: the grid's axes swap.
+    let d = group(vec![seg(256), seg(128)])
+        .dispatch(cols, n, CmTile::LARGE.with_tokens_first(true))
+        .unwrap();
+    assert_eq!(d.groups, [2, 3, 1]);
+    let bad = |r: Result<_, Error>| assert!(matches!(r, Err(Error::Shape { .. })));
+    bad(group(vec![seg(300)]).dispatch(cols, n, CmTile::SMALL));
+    bad(group(vec![seg(1), seg(1), seg(1), seg(1)]).dispatch(cols, n, CmTile::SMALL));
+    bad(group(vec![seg(300), seg(0)]).dispatch(cols, n, CmTile::SMALL));
+    bad(group(vec![seg(300), seg(72)]).dispatch(cols + 4, n, CmTile::SMALL));
+    let short_y = Cm2Segment {
+        y: Fake(4 * (n * 72) as u64 - 4),
+        ..seg(72)
+    };
+    let r = group(vec![seg(300), short_y]).dispatch(cols, n, CmTile::SMALL);
+    assert!(matches!(r, Err(Error::BufferTooSmall { binding: "y", .. })));
+}

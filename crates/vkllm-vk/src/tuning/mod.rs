@@ -178,6 +178,10 @@ pub struct Tuning {
     /// That kernel's grid walks the token tiles first ([`CmTile::tokens_first`]) in the
     /// launches it picks a tile for. Key `cm2_matmul_tokens_first`.
     pub cm2_matmul_tokens_first: bool,
+    /// The grouped products of one X (q/k/v of a prefill layer) that the cm2 kernel takes run
+    /// as one `matmul_cm2_group` launch; `false`: one launch each (the reference). Key
+    /// `cm2_matmul_group`.
+    pub cm2_matmul_group: bool,
     /// Key `coop_group` = qkv | mlp | all | none.
     pub coop_group: CoopGroup,
     /// Quantized prefill weights multiplied through an f16 copy. Keys `dequant` = auto | off |
@@ -378,6 +382,7 @@ impl Default for Tuning {
             cm2_matmul_tile: None,
             cm2_matmul_glu_tile: None,
             cm2_matmul_tokens_first: true,
+            cm2_matmul_group: false,
             coop_group: CoopGroup::Qkv,
             dequant: DequantPolicy::AUTO,
             dequant_keep_mb: None,
@@ -477,6 +482,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "cm2_matmul_tile",
     "cm2_matmul_glu_tile",
     "cm2_matmul_tokens_first",
+    "cm2_matmul_group",
     "coop_group",
     "dequant",
     "dequant_keep_mb",
