@@ -19,6 +19,7 @@ use vkllm_kernels::matvec::MatShape;
 
 use super::matmul_coop::{coop_weight, f16_round, reference, tol};
 use super::matmul_coop_glu::gated_reference;
+use super::matmul_coop_group::{GroupRun, run_group};
 use super::{Ctx, KernelParityRow, Rng, pack16, row, to_f16};
 use vkllm_vk::{DequantPolicy, Device, MatmulKernel, Result, Tensor};
 
@@ -156,43 +157,14 @@ fn grouped_case(
     (n, cols): (usize, usize),
     t: CmTile,
 ) -> Result<KernelParityRow> {
-    let cx = Ctx { dev };
-    let (mut tensors, mut refs, mut ys) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, &(dtype, rows)) in weights.iter().enumerate() {
-        let (bytes, wr) = coop_weight(rng, dtype, rows, cols)?;
-        tensors.push(Tensor::from_bytes(
-            dev,
-            &format!("w{i}"),
-            dtype,
-            rows,
-            cols,
-            &bytes,
-        )?);
-        refs.push(wr);
-        ys.push(cx.output("y", n * rows)?);
-    }
-    let x = rng.vec(n * cols, -1.0, 1.0);
-    let xb = cx.input("x", &x)?;
-    let poison: Vec<&vkllm_vk::Buffer> = ys.iter().collect();
-    let mut count = 0;
-    cx.run(&poison, |r| {
-        r.set_dequant_policy(DequantPolicy::All);
-        let ws: Vec<&Tensor> = tensors.iter().collect();
-        let yv: Vec<_> = ys.iter().map(|y| y.all()).collect();
-        let before = r.dispatches();
-        r.matmul_group_with(&ws, xb.all(), n, &yv, false, MatmulKernel::Cm2(t))?;
-        count = r.dispatches() - before;
-        Ok(())
-    })?;
-    let (mut got, mut want) = (Vec::new(), Vec::new());
-    let mut sum_max = 0f64;
-    let xr = f16_round(&x);
-    for (i, &(_, rows)) in weights.iter().enumerate() {
-        let (p, sum_abs) = reference(&refs[i], rows, cols, &xr, n);
-        sum_max = sum_max.max(sum_abs);
-        want.extend(p);
-        got.extend(cx.read(&ys[i], n * rows)?);
-    }
+    let kernel = (MatmulKernel::Cm2(t), DequantPolicy::All);
+    let GroupRun {
+        mut got,
+        mut want,
+        sum_max,
+        dispatches: count,
+        tensors,
+    } = run_group(dev, rng, weights, (n, cols), false, kernel)?;
     let ws: Vec<&Tensor> = tensors.iter().collect();
     got.push(count as f32);
     want.push(dispatches(dev, &ws));

@@ -174,15 +174,33 @@ fn copied_auto(dev: &Device, rng: &mut Rng) -> Result<KernelParityRow> {
     ))
 }
 
-/// `c` recorded with quantized weights multiplied as f16 copies (`copied`) or as they are.
-fn group_case(dev: &Device, rng: &mut Rng, c: &Case, copied: bool) -> Result<KernelParityRow> {
+/// What [`run_group`] recorded and read back: every segment's output then its f64 reference,
+/// the largest row sum of |products| (the tolerance's scale), the dispatches, the weights.
+pub(crate) struct GroupRun {
+    pub got: Vec<f32>,
+    pub want: Vec<f32>,
+    pub sum_max: f64,
+    pub dispatches: usize,
+    pub tensors: Vec<Tensor>,
+}
+
+/// Random `weights` (type, rows) over `cols` columns and `n` random tokens recorded as one
+/// `Recorder::matmul_group_with(kernel)` under `policy` (accumulating onto random outputs, or
+/// into poisoned ones), each segment read back beside its reference.
+pub(crate) fn run_group(
+    dev: &Device,
+    rng: &mut Rng,
+    weights: &[(WeightType, usize)],
+    (n, cols): (usize, usize),
+    accumulate: bool,
+    (kernel, policy): (MatmulKernel, DequantPolicy),
+) -> Result<GroupRun> {
     let cx = Ctx { dev };
-    let (n, cols) = (c.n, c.cols);
     let mut tensors = Vec::new();
     let mut refs = Vec::new();
     let mut ys = Vec::new();
     let mut y0s = Vec::new();
-    for (i, &(dtype, rows)) in c.weights.iter().enumerate() {
+    for (i, &(dtype, rows)) in weights.iter().enumerate() {
         let (bytes, wr) = coop_weight(rng, dtype, rows, cols)?;
         tensors.push(Tensor::from_bytes(
             dev,
@@ -194,7 +212,7 @@ fn group_case(dev: &Device, rng: &mut Rng, c: &Case, copied: bool) -> Result<Ker
         )?);
         refs.push(wr);
         let y0 = rng.vec(n * rows, -1.0, 1.0);
-        ys.push(match c.accumulate {
+        ys.push(match accumulate {
             true => cx.input("y", &y0)?,
             false => cx.output("y", n * rows)?,
         });
@@ -202,7 +220,7 @@ fn group_case(dev: &Device, rng: &mut Rng, c: &Case, copied: bool) -> Result<Ker
     }
     let x = rng.vec(n * cols, -1.0, 1.0);
     let xb = cx.input("x", &x)?;
-    let poison: Vec<&vkllm_vk::Buffer> = match c.accumulate {
+    let poison: Vec<&vkllm_vk::Buffer> = match accumulate {
         true => Vec::new(),
         false => ys.iter().collect(),
     };
@@ -210,28 +228,18 @@ fn group_case(dev: &Device, rng: &mut Rng, c: &Case, copied: bool) -> Result<Ker
     cx.run(&poison, |r| {
         let ws: Vec<&Tensor> = tensors.iter().collect();
         let yv: Vec<_> = ys.iter().map(|y| y.all()).collect();
-        r.set_dequant_policy(match copied {
-            true => DequantPolicy::All,
-            false => DequantPolicy::Off,
-        });
+        r.set_dequant_policy(policy);
         let before = r.dispatches();
-        r.matmul_group_with(
-            &ws,
-            xb.all(),
-            n,
-            &yv,
-            c.accumulate,
-            MatmulKernel::CoopWith(c.cfg),
-        )?;
+        r.matmul_group_with(&ws, xb.all(), n, &yv, accumulate, kernel)?;
         dispatches = r.dispatches() - before;
         Ok(())
     })?;
     let (mut got, mut want) = (Vec::new(), Vec::new());
     let mut sum_max = 0f64;
     let xr = f16_round(&x);
-    for (i, &(_, rows)) in c.weights.iter().enumerate() {
+    for (i, &(_, rows)) in weights.iter().enumerate() {
         let (mut p, sum_abs) = reference(&refs[i], rows, cols, &xr, n);
-        if c.accumulate {
+        if accumulate {
             for (o, a) in p.iter_mut().zip(&y0s[i]) {
                 *o += a;
             }
@@ -240,6 +248,37 @@ fn group_case(dev: &Device, rng: &mut Rng, c: &Case, copied: bool) -> Result<Ker
         got.extend(cx.read(&ys[i], n * rows)?);
         want.extend(p);
     }
+    Ok(GroupRun {
+        got,
+        want,
+        sum_max,
+        dispatches,
+        tensors,
+    })
+}
+
+/// `c` recorded with quantized weights multiplied as f16 copies (`copied`) or as they are.
+fn group_case(dev: &Device, rng: &mut Rng, c: &Case, copied: bool) -> Result<KernelParityRow> {
+    let policy = match copied {
+        true => DequantPolicy::All,
+        false => DequantPolicy::Off,
+    };
+    let kernel = MatmulKernel::CoopWith(c.cfg);
+    let GroupRun {
+        mut got,
+        mut want,
+        sum_max,
+        dispatches,
+        tensors,
+    } = run_group(
+        dev,
+        rng,
+        c.weights,
+        (c.n, c.cols),
+        c.accumulate,
+        (kernel, policy),
+    )?;
+    let (n, cols) = (c.n, c.cols);
     got.push(dispatches as f32);
     // Resident copies (made apart) are not recorded.
     let kept = tensors.iter().filter(|t| dev.has_kept_f16(t)).count();
