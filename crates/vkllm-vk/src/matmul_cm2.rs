@@ -91,10 +91,7 @@ impl Recorder {
         tile: CmTile,
     ) -> Result<()> {
         let (shape, copy) = self.cm2_weight(w, p, accumulate)?;
-        let wbuf = match &copy {
-            Some(b) => b.slice(0, f16_bytes(w.rows, w.cols))?,
-            None => p.buffer.all(),
-        };
+        let wbuf = weight_buf(w, p, &copy)?;
         let half = self.half_x(x, n * w.cols)?;
         let d = MatmulCm2 {
             w: wbuf,
@@ -193,12 +190,8 @@ impl Recorder {
         let half = self.half_x(x, n * cols)?;
         let mut segments = Vec::with_capacity(ws.len());
         for ((w, copy), &y) in ws.iter().zip(&copies).zip(ys) {
-            let wb = match copy {
-                Some(b) => b.slice(0, f16_bytes(w.rows, cols))?,
-                None => w.parts[0].buffer.all(),
-            };
             segments.push(Cm2Segment {
-                w: wb,
+                w: weight_buf(w, &w.parts[0], copy)?,
                 y,
                 rows: w.rows,
             });
@@ -223,5 +216,18 @@ impl Recorder {
                 w.cols
             ),
         }
+    }
+}
+
+/// The buffer a cm2 launch reads for part `p` of `w`: its f16 copy where
+/// [`Recorder::cm2_weight`] made one, else the part as stored.
+fn weight_buf<'a>(
+    w: &Tensor,
+    p: &'a TensorPart,
+    copy: &'a Option<crate::Buffer>,
+) -> Result<BufSlice<'a>> {
+    match copy {
+        Some(b) => Ok(b.slice(0, f16_bytes(w.rows, w.cols))?),
+        None => Ok(p.buffer.all()),
     }
 }
