@@ -142,13 +142,14 @@ impl CmAttnTile {
     }
 
     /// This configuration with `br` rows and `bc` keys per step, if the kernel runs them for
-    /// `s`: multiples of 16 up to 128, `br` at least the GQA group, the staged queries (`br`
-    /// rows of head_dim + 8 halves) within [`MAX_Q_SHARED`].
+    /// `s`: multiples of 16 up to 128 (`br` from 32: 16-row tiles gave wrong output on the
+    /// H100), `br` at least the GQA group, the staged queries (`br` rows of head_dim + 8
+    /// halves) within [`MAX_Q_SHARED`].
     pub fn with_tile(self, br: u32, bc: u32, s: &AttnShape) -> Option<CmAttnTile> {
         let ok = |x: u32| x.is_multiple_of(16) && (16..=128).contains(&x);
         let group = s.n_heads / s.n_kv_heads.max(1);
         let q_bytes = br as usize * (s.head_dim + 8) * 2;
-        (ok(br) && ok(bc) && group <= br as usize && q_bytes <= MAX_Q_SHARED)
+        (ok(br) && br >= 32 && ok(bc) && group <= br as usize && q_bytes <= MAX_Q_SHARED)
             .then_some(CmAttnTile { br, bc, ..self })
     }
 
@@ -327,6 +328,7 @@ mod tests {
         let t128 = t.with_tile(128, 32, &s).map(|t| (t.br, t.bc));
         assert_eq!(t128, Some((128, 32)));
         assert!(t.with_tile(48, 24, &s).is_none());
+        assert!(t.with_tile(16, 32, &shape(9, 9, (8, 8), 256)).is_none());
         assert!(t.with_tile(16, 64, &shape(9, 9, (32, 1), 128)).is_none());
         // 128 rows of head dim 256 would stage 67,584 bytes of queries.
         let hd256 = shape(9, 9, (16, 2), 256);

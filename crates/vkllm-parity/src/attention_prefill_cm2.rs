@@ -5,7 +5,7 @@
 //! f16, sums f32): 1e-3 absolute on weighted means of |v| <= 1, NMSE 1e-5; with the scale
 //! folded into the staged queries the oracle reads those f16(q x scale), scaled back. Outputs
 //! are NaN-poisoned before each run. Rows cover partial query tiles, chunks starting mid-cache
-//! (a partial first key step), GQA groups of 1 to 8, head dims 32..256, softcap, windows, a
+//! (a partial first key step), GQA groups of 1 to 16, head dims 32..256, softcap, windows, a
 //! ring as long as the cache, wide score ranges (the running max moving by a lot), uniform
 //! weights, and split launches (2 to 16 parts, some parts past a tile's keys), whose counters
 //! must be back at zero after; tiles of 32..128 rows and 32 or 64 keys with the row sums on
@@ -252,6 +252,16 @@ fn cases() -> Vec<Case> {
         Case {
             split: Some((4, 0)),
             ..case(64, 1200, 1136, (16, 2), 256)
+        },
+        // Head dim 256, split: a group of 6 (2 rows of 32 idle), one of 16 (two queries a
+        // tile).
+        Case {
+            split: Some((2, 0)),
+            ..case(37, 700, 663, (24, 4), 256)
+        },
+        Case {
+            split: Some((3, 1)),
+            ..case(21, 400, 379, (16, 1), 256)
         },
         // Row sums reduced over the f32 probabilities.
         reduced(case(100, 161, 61, (16, 8), 128)),
