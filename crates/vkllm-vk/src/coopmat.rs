@@ -148,6 +148,147 @@ pub(crate) unsafe fn query_shapes(
     }
 }
 
+/// One entry of `vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV`
+/// (VK_NV_cooperative_matrix2): matrices of these element types whose rows (M), columns (N) and
+/// K are multiples of the granularities, at this scope and workgroup size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CoopFlexShape {
+    pub m_granularity: u32,
+    pub n_granularity: u32,
+    pub k_granularity: u32,
+    pub a: CoopComponent,
+    pub b: CoopComponent,
+    pub c: CoopComponent,
+    pub result: CoopComponent,
+    pub saturating: bool,
+    pub workgroup_scope: bool,
+    /// Invocations of the workgroup (workgroup scope; 0 where it does not apply).
+    pub invocations: u32,
+}
+
+impl CoopFlexShape {
+    /// f16 x f16 + f32 -> f32 at workgroup scope with `invocations` invocations.
+    pub fn is_f16_f32_workgroup(&self, invocations: u32) -> bool {
+        self.a == CoopComponent::F16
+            && self.b == CoopComponent::F16
+            && self.c == CoopComponent::F32
+            && self.result == CoopComponent::F32
+            && self.workgroup_scope
+            && self.invocations == invocations
+    }
+}
+
+impl std::fmt::Display for CoopFlexShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}x{}x{} {}*{}+{}->{}{}",
+            self.m_granularity,
+            self.n_granularity,
+            self.k_granularity,
+            self.a.name(),
+            self.b.name(),
+            self.c.name(),
+            self.result.name(),
+            if self.saturating { " sat" } else { "" },
+        )?;
+        match self.workgroup_scope {
+            true => write!(f, " /{}", self.invocations),
+            false => write!(f, " (subgroup)"),
+        }
+    }
+}
+
+/// `VkCooperativeMatrixFlexibleDimensionsPropertiesNV` (this ash release predates it).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct FlexDimsRaw {
+    s_type: vk::StructureType,
+    p_next: *mut std::ffi::c_void,
+    m_granularity: u32,
+    n_granularity: u32,
+    k_granularity: u32,
+    a_type: vk::ComponentTypeKHR,
+    b_type: vk::ComponentTypeKHR,
+    c_type: vk::ComponentTypeKHR,
+    result_type: vk::ComponentTypeKHR,
+    saturating_accumulation: vk::Bool32,
+    scope: vk::ScopeKHR,
+    workgroup_invocations: u32,
+}
+
+impl Default for FlexDimsRaw {
+    fn default() -> Self {
+        FlexDimsRaw {
+            s_type: vk::StructureType::from_raw(1_000_593_001),
+            p_next: std::ptr::null_mut(),
+            m_granularity: 0,
+            n_granularity: 0,
+            k_granularity: 0,
+            a_type: vk::ComponentTypeKHR::FLOAT16,
+            b_type: vk::ComponentTypeKHR::FLOAT16,
+            c_type: vk::ComponentTypeKHR::FLOAT16,
+            result_type: vk::ComponentTypeKHR::FLOAT16,
+            saturating_accumulation: vk::FALSE,
+            scope: vk::ScopeKHR::SUBGROUP,
+            workgroup_invocations: 0,
+        }
+    }
+}
+
+/// Most flexible-dimension entries read (a driver reporting more is cut off, not trusted with an
+/// allocation of its choosing).
+const MAX_FLEX_ENTRIES: u32 = 256;
+
+type FlexDimsFn =
+    unsafe extern "system" fn(vk::PhysicalDevice, *mut u32, *mut FlexDimsRaw) -> vk::Result;
+
+/// The device's flexible-dimension cooperative-matrix entries (empty where the driver does not
+/// export the query or it fails).
+///
+/// # Safety
+/// `pd` must belong to `inst`, and the device must expose `VK_NV_cooperative_matrix2`.
+pub(crate) unsafe fn query_flexible(
+    entry: &ash::Entry,
+    inst: &ash::Instance,
+    pd: vk::PhysicalDevice,
+) -> Vec<CoopFlexShape> {
+    let name = c"vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV";
+    // SAFETY: a valid instance and a NUL-terminated name.
+    let Some(f) = (unsafe { entry.get_instance_proc_addr(inst.handle(), name.as_ptr()) }) else {
+        return Vec::new();
+    };
+    // SAFETY: the loader returned this command's entry point, whose signature FlexDimsFn is.
+    let f: FlexDimsFn = unsafe { std::mem::transmute(f) };
+    let mut n = 0u32;
+    // SAFETY: the two-call idiom; the first call writes only the count.
+    if unsafe { f(pd, &mut n, std::ptr::null_mut()) } != vk::Result::SUCCESS {
+        return Vec::new();
+    }
+    let mut raw = vec![FlexDimsRaw::default(); n.min(MAX_FLEX_ENTRIES) as usize];
+    let mut got = raw.len() as u32;
+    // SAFETY: `raw` holds `got` initialised structs of the command's output type.
+    let r = unsafe { f(pd, &mut got, raw.as_mut_ptr()) };
+    if r != vk::Result::SUCCESS && r != vk::Result::INCOMPLETE {
+        return Vec::new();
+    }
+    raw.truncate(got as usize);
+    raw.iter()
+        .map(|p| CoopFlexShape {
+            m_granularity: p.m_granularity,
+            n_granularity: p.n_granularity,
+            k_granularity: p.k_granularity,
+            a: CoopComponent::from_vk(p.a_type),
+            b: CoopComponent::from_vk(p.b_type),
+            c: CoopComponent::from_vk(p.c_type),
+            result: CoopComponent::from_vk(p.result_type),
+            saturating: p.saturating_accumulation == vk::TRUE,
+            workgroup_scope: p.scope == vk::ScopeKHR::WORKGROUP,
+            invocations: p.workgroup_invocations,
+        })
+        .collect()
+}
+
 /// The feature structs enabled at device creation for the cooperative-matrix kernels.
 #[derive(Default)]
 pub(crate) struct CoopFeatures {

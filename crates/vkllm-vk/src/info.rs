@@ -2,7 +2,9 @@
 
 use ash::vk;
 
-use crate::coopmat::{Coop2Features, CoopMatShape, EXTENSION_2, query_shapes};
+use crate::coopmat::{
+    Coop2Features, CoopFlexShape, CoopMatShape, EXTENSION_2, query_flexible, query_shapes,
+};
 use crate::error::{Result, vk_err};
 use crate::{Error, Instance};
 
@@ -73,6 +75,9 @@ pub struct DeviceInfo {
     /// VK_NV_cooperative_matrix2 with workgroup scope, flexible dimensions, reductions,
     /// conversions, per-element operations and tensor addressing (the cm2 prefill attention).
     pub cooperative_matrix2: bool,
+    /// Its flexible-dimension entries (granularities per element types, scope and workgroup
+    /// size; empty without the extension or where the driver does not report them).
+    pub cooperative_matrix2_flexible: Vec<CoopFlexShape>,
     pub heaps: Vec<Heap>,
     pub limits: Limits,
     /// A queue family with compute, and whether it supports timestamps.
@@ -97,6 +102,25 @@ impl DeviceInfo {
             .map(|h| h.size)
             .max()
             .unwrap_or(0)
+    }
+
+    /// Whether workgroup-scope f16 x f16 + f32 -> f32 accumulators of `rows` x `cols` fit the
+    /// device's flexible-dimension M and N granularities at `invocations` invocations (NVIDIA:
+    /// 32 x 16 at 128, 32 x 32 at 256); true where the driver reports no entry for them (the
+    /// kernels' own multiples of 16 then apply).
+    pub fn cm2_fits(&self, rows: u32, cols: u32, invocations: u32) -> bool {
+        let mut entries = self
+            .cooperative_matrix2_flexible
+            .iter()
+            .filter(|e| e.is_f16_f32_workgroup(invocations))
+            .peekable();
+        entries.peek().is_none()
+            || entries.any(|e| {
+                e.m_granularity > 0
+                    && e.n_granularity > 0
+                    && rows.is_multiple_of(e.m_granularity)
+                    && cols.is_multiple_of(e.n_granularity)
+            })
     }
 
     pub fn has_extension(&self, name: &str) -> bool {
@@ -247,6 +271,11 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
         } else {
             Vec::new()
         };
+        let flex_shapes = if has_coop2 {
+            query_flexible(&inst.entry, raw, pd)
+        } else {
+            Vec::new()
+        };
 
         let mem = raw.get_physical_device_memory_properties(pd);
         let heaps = mem.memory_heaps[..mem.memory_heap_count as usize]
@@ -326,6 +355,7 @@ pub(crate) fn query(inst: &Instance, index: usize, pd: vk::PhysicalDevice) -> Re
             cooperative_matrix: coop_usable,
             cooperative_matrix_shapes: coop_shapes,
             cooperative_matrix2: coop_usable && has_coop2 && coop2.usable(),
+            cooperative_matrix2_flexible: flex_shapes,
             heaps,
             limits: Limits {
                 max_storage_buffer_range: l.max_storage_buffer_range as u64,
@@ -421,6 +451,7 @@ pub fn select(devices: &[DeviceInfo], choice: &DeviceChoice) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::CoopComponent;
 
     fn fake(index: usize, name: &str, kind: DeviceKind, mem: u64) -> DeviceInfo {
         DeviceInfo {
@@ -446,6 +477,7 @@ mod tests {
             cooperative_matrix: false,
             cooperative_matrix_shapes: Vec::new(),
             cooperative_matrix2: false,
+            cooperative_matrix2_flexible: Vec::new(),
             heaps: vec![Heap {
                 size: mem,
                 device_local: true,
@@ -497,5 +529,44 @@ mod tests {
             select(&[], &DeviceChoice::Auto),
             Err(Error::NoDevices)
         ));
+    }
+
+    /// The flexible-dimension entries the H100 (NVIDIA 580.159.04) reports for f16 x f16 + f32
+    /// at workgroup scope: 32 x 16 x 16 at 128 invocations, 32 x 32 x 16 at 256.
+    #[test]
+    fn cm2_tiles_follow_the_reported_granularities() {
+        let entry = |m, n, invocations, c| CoopFlexShape {
+            m_granularity: m,
+            n_granularity: n,
+            k_granularity: 16,
+            a: CoopComponent::F16,
+            b: CoopComponent::F16,
+            c,
+            result: c,
+            saturating: false,
+            workgroup_scope: true,
+            invocations,
+        };
+        let mut d = fake(0, "NVIDIA H100", DeviceKind::Discrete, 80 << 30);
+        // Nothing reported: the kernels' own rules apply.
+        assert!(d.cm2_fits(16, 16, 128));
+        d.cooperative_matrix2_flexible = vec![
+            entry(16, 16, 32, CoopComponent::F32),
+            entry(16, 16, 128, CoopComponent::F16),
+            entry(32, 16, 128, CoopComponent::F32),
+            entry(32, 32, 256, CoopComponent::F32),
+        ];
+        assert!(d.cm2_fits(32, 32, 128));
+        assert!(d.cm2_fits(64, 16, 128));
+        assert!(!d.cm2_fits(16, 32, 128), "16 rows at 128 invocations");
+        assert!(d.cm2_fits(128, 128, 256));
+        assert!(!d.cm2_fits(64, 48, 256), "48 columns at 256 invocations");
+        assert!(!d.cm2_fits(48, 64, 256));
+        // No entry for this workgroup size: allowed.
+        assert!(d.cm2_fits(16, 16, 512));
+        assert_eq!(
+            d.cooperative_matrix2_flexible[2].to_string(),
+            "32x16x16 f16*f16+f32->f32 /128"
+        );
     }
 }

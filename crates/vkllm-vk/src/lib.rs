@@ -50,7 +50,7 @@ pub use coop_split::{
     direct_wanted as coop_direct_wanted, half_x_wanted as coop_half_x_wanted,
     split_target as coop_split_target, with_split as coop_with_split,
 };
-pub use coopmat::{CoopComponent, CoopMatShape};
+pub use coopmat::{CoopComponent, CoopFlexShape, CoopMatShape};
 pub use decode_route::{decode_columns_max, fused_matvec_impl, moe_q8a_runs};
 pub use device::{Device, DeviceOptions};
 pub use error::{Error, Result};

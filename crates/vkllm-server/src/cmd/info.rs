@@ -73,6 +73,17 @@ fn print_devices() {
                         }
                     );
                 }
+                if !d.cooperative_matrix2_flexible.is_empty() {
+                    let shapes: Vec<String> = d
+                        .cooperative_matrix2_flexible
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect();
+                    println!(
+                        "     NV matrix 2 flexible granularities (MxNxK A*B+C->R /invocations): {}",
+                        shapes.join(", ")
+                    );
+                }
                 let local: u64 = d
                     .heaps
                     .iter()

@@ -71,11 +71,18 @@ impl VulkanBackend {
         if !matches!(t.attn_prefill, PrefillAttn::Auto | PrefillAttn::Cm2) || !self.dev.coopmat2() {
             return None;
         }
-        let tile = vkllm_kernels::attention_prefill_cm2::CmAttnTile::for_shape(shape)?;
-        // A tile the shape cannot take keeps the kernel's own.
+        use vkllm_kernels::attention_prefill_cm2::{CmAttnTile, WG};
+        let info = self.dev.info();
+        // Scores (rows x keys) and the output (rows x head_dim) within the device's granularities.
+        let fits = |t: &CmAttnTile| {
+            info.cm2_fits(t.br, t.bc, WG) && info.cm2_fits(t.br, shape.head_dim as u32, WG)
+        };
+        let tile = CmAttnTile::for_shape(shape).filter(fits)?;
+        // A tile the shape or the device cannot take keeps the kernel's own.
         let tile = t
             .attn_cm2_tile
             .and_then(|(r, k)| tile.with_tile(r, k, shape))
+            .filter(fits)
             .unwrap_or(tile);
         Some(vkllm_kernels::attention_prefill_cm2::CmAttnTile {
             sum_mma: t.attn_cm2_mma,
