@@ -32,6 +32,11 @@ fn yes(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
 
+/// `xs` displayed, comma separated.
+fn joined<T: std::fmt::Display>(xs: &[T]) -> String {
+    xs.iter().map(T::to_string).collect::<Vec<_>>().join(", ")
+}
+
 fn print_devices() {
     let devices = Instance::new(Validation::Off).and_then(|i| list_devices(&i));
     match devices {
@@ -58,14 +63,9 @@ fn print_devices() {
                     yes(d.timestamps)
                 );
                 if !d.cooperative_matrix_shapes.is_empty() {
-                    let shapes: Vec<String> = d
-                        .cooperative_matrix_shapes
-                        .iter()
-                        .map(|s| s.to_string())
-                        .collect();
                     println!(
                         "     cooperative matrix shapes (MxNxK A*B+C->R): {}; prefill kernel {}",
-                        shapes.join(", "),
+                        joined(&d.cooperative_matrix_shapes),
                         if d.supports_coopmat_f16() {
                             "matmul_coop"
                         } else {
@@ -74,14 +74,9 @@ fn print_devices() {
                     );
                 }
                 if !d.cooperative_matrix2_flexible.is_empty() {
-                    let shapes: Vec<String> = d
-                        .cooperative_matrix2_flexible
-                        .iter()
-                        .map(|s| s.to_string())
-                        .collect();
                     println!(
                         "     NV matrix 2 flexible granularities (MxNxK A*B+C->R /invocations): {}",
-                        shapes.join(", ")
+                        joined(&d.cooperative_matrix2_flexible)
                     );
                 }
                 let local: u64 = d
