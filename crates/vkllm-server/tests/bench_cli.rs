@@ -1,8 +1,8 @@
 //! `vkllm bench --depth`: prefill and decode measured after D tokens already in the cache
 //! (llama-bench's `-d`), for a dense and a hybrid model from `vkllm synth`, on the Vulkan device
 //! (lavapipe in CI): every test appears once per depth with a finite speed, and the JSON says
-//! which depths ran; a hybrid adds the restore of a snapshot at the deepest depth. No timing is
-//! asserted.
+//! which depths ran; a hybrid adds the restore of a snapshot at the deepest depth; `--profile`
+//! without decode tests still profiles a prefill chunk. No timing is asserted.
 
 use std::process::Command;
 
@@ -129,4 +129,29 @@ fn in_place_sharing_runs_the_decode_tests_at_depth() {
             "{test} x{batch} in {rows:?}"
         );
     }
+}
+
+/// `vkllm bench --profile --tg 0`: no decode tests, yet the profile of one prefill chunk comes
+/// (it used to be printed only next to a decode step's).
+#[test]
+fn profile_without_decode_tests_shows_the_prefill_chunk() {
+    let v = bench_json(
+        "tiny-qwen3",
+        "profile",
+        &["--pp", "16", "--tg", "0", "--reps", "1", "--profile"],
+    );
+    assert_eq!(v["profile"].as_array().map(Vec::len), Some(0), "{v}");
+    let chunk = v["prefill_profile"].as_array().expect("prefill_profile");
+    let dispatches: u64 = chunk.iter().filter_map(|r| r["dispatches"].as_u64()).sum();
+    assert!(dispatches > 0, "{chunk:?}");
+    assert!(
+        chunk.iter().all(|r| r["us"]
+            .as_f64()
+            .is_some_and(|us| us.is_finite() && us >= 0.0)),
+        "{chunk:?}"
+    );
+    assert!(
+        v["prefill_span_us"].as_f64().is_some_and(|s| s > 0.0),
+        "{v}"
+    );
 }

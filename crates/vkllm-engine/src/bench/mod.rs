@@ -697,10 +697,7 @@ fn run_net(
                 b.slot_stop(dec, s)?;
             }
             (report_profile, busy, span) = by_region(&t, o.profile_by_kernel);
-            // One prefill chunk of the largest pp prompt (its first chunk when it is longer).
-            let pre = ids(max_pp.max(prompt).min(net.chunk()), vocab, 11);
-            let t = net.prefill_profile(b, &pre)?;
-            prefill = by_region(&t, o.profile_by_kernel);
+            prefill = chunk_profile(b, net, max_pp.max(prompt), o.profile_by_kernel)?;
         }
         return Ok(BenchReport {
             rows,
@@ -716,6 +713,11 @@ fn run_net(
             kv_sharing: KvSharing::Copy,
         });
     }
+    // No decode tests: `--profile` still shows the prefill chunk.
+    let prefill = match o.profile {
+        true => chunk_profile(b, net, max_pp.max(prompt), o.profile_by_kernel)?,
+        false => (Vec::new(), 0.0, 0.0),
+    };
     Ok(BenchReport {
         rows,
         copy_gb_s: copy_bandwidth(b)?,
@@ -724,11 +726,24 @@ fn run_net(
         profile: Vec::new(),
         profile_busy_us: 0.0,
         profile_span_us: 0.0,
-        prefill_profile: Vec::new(),
-        prefill_busy_us: 0.0,
-        prefill_span_us: 0.0,
+        prefill_profile: prefill.0,
+        prefill_busy_us: prefill.1,
+        prefill_span_us: prefill.2,
         kv_sharing: KvSharing::Copy,
     })
+}
+
+/// GPU timestamps of one prefill chunk of a `tokens`-token prompt (its first chunk when it is
+/// longer), by region or by kernel: (rows, busy us, span us).
+fn chunk_profile(
+    b: &mut VulkanBackend,
+    net: &dyn Net,
+    tokens: usize,
+    by_kernel: bool,
+) -> Result<(Vec<ProfileRow>, f64, f64), ModelError> {
+    let pre = ids(tokens.min(net.chunk()), net.graph().vocab(), 11);
+    let t = net.prefill_profile(b, &pre)?;
+    Ok(by_region(&t, by_kernel))
 }
 
 #[cfg(test)]

@@ -71,7 +71,8 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     chunk: usize,
 
-    /// Also profile one decode step per graph region (GPU timestamps; with the last
+    /// Also profile one prefill chunk and one decode step per graph region (GPU timestamps;
+    /// the chunk alone with `--tg 0`; the step with the last
     /// `--sampling` setting and as many live rows as the largest `--batch`).
     #[arg(long)]
     profile: bool,
