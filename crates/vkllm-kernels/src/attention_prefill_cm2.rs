@@ -145,7 +145,7 @@ impl CmAttnTile {
     /// `s`: multiples of 16 up to 128 (`br` from 32: NVIDIA's M granularity for workgroup
     /// matrices of 128 invocations; 16-row tiles gave wrong output on the H100), `br` at least
     /// the GQA group, the staged queries (`br` rows of head_dim + 8 halves) within
-    /// [`MAX_Q_SHARED`]. The device's own granularities: `DeviceInfo::cm2_fits` in vkllm-vk.
+    /// [`MAX_Q_SHARED`]. The device's own granularities: `DeviceInfo::cm2_attn_fits` in vkllm-vk.
     pub fn with_tile(self, br: u32, bc: u32, s: &AttnShape) -> Option<CmAttnTile> {
         let ok = |x: u32| x.is_multiple_of(16) && (16..=128).contains(&x);
         let group = s.n_heads / s.n_kv_heads.max(1);

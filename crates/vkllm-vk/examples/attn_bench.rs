@@ -326,11 +326,7 @@ fn bench_cm2(
         false => a.cm2_tiles.clone(),
     };
     for (br, bc) in tiles {
-        let info = dev.info();
-        let device_fits = |t: &CmAttnTile| {
-            let wg = vkllm_vk::kernels::attention_prefill_cm2::WG;
-            info.cm2_fits(t.br, t.bc, wg) && info.cm2_fits(t.br, shape.head_dim as u32, wg)
-        };
+        let device_fits = |t: &CmAttnTile| dev.info().cm2_attn_fits(t, shape.head_dim);
         let Some(t0) = fit.with_tile(br, bc, shape).filter(device_fits) else {
             println!("| {n_q}@{pos0} | cm2 {br}x{bc} does not fit |");
             continue;

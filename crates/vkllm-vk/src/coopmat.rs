@@ -97,23 +97,12 @@ impl CoopMatShape {
 
 impl std::fmt::Display for CoopMatShape {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}x{}x{} {}*{}+{}->{}{}{}",
-            self.m,
-            self.n,
-            self.k,
-            self.a.name(),
-            self.b.name(),
-            self.c.name(),
-            self.result.name(),
-            if self.saturating { " sat" } else { "" },
-            if self.subgroup_scope {
-                ""
-            } else {
-                " (non-subgroup scope)"
-            }
-        )
+        write!(f, "{}x{}x{} ", self.m, self.n, self.k)?;
+        fmt_types(f, [self.a, self.b, self.c, self.result], self.saturating)?;
+        match self.subgroup_scope {
+            true => Ok(()),
+            false => write!(f, " (non-subgroup scope)"),
+        }
     }
 }
 
@@ -148,6 +137,23 @@ pub(crate) unsafe fn query_shapes(
     }
 }
 
+/// `A*B+C->R` element types (and ` sat` when saturating), as both shape lists print them.
+fn fmt_types(
+    f: &mut std::fmt::Formatter<'_>,
+    [a, b, c, r]: [CoopComponent; 4],
+    saturating: bool,
+) -> std::fmt::Result {
+    let sat = if saturating { " sat" } else { "" };
+    write!(
+        f,
+        "{}*{}+{}->{}{sat}",
+        a.name(),
+        b.name(),
+        c.name(),
+        r.name()
+    )
+}
+
 /// One entry of `vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV`
 /// (VK_NV_cooperative_matrix2): matrices of these element types whose rows (M), columns (N) and
 /// K are multiples of the granularities, at this scope and workgroup size.
@@ -180,18 +186,9 @@ impl CoopFlexShape {
 
 impl std::fmt::Display for CoopFlexShape {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}x{}x{} {}*{}+{}->{}{}",
-            self.m_granularity,
-            self.n_granularity,
-            self.k_granularity,
-            self.a.name(),
-            self.b.name(),
-            self.c.name(),
-            self.result.name(),
-            if self.saturating { " sat" } else { "" },
-        )?;
+        let (m, n, k) = (self.m_granularity, self.n_granularity, self.k_granularity);
+        write!(f, "{m}x{n}x{k} ")?;
+        fmt_types(f, [self.a, self.b, self.c, self.result], self.saturating)?;
         match self.workgroup_scope {
             true => write!(f, " /{}", self.invocations),
             false => write!(f, " (subgroup)"),

@@ -123,6 +123,22 @@ impl DeviceInfo {
             })
     }
 
+    /// Whether `matmul_cm2`'s accumulator tile (weight rows x tokens) fits [`Self::cm2_fits`].
+    pub fn cm2_matmul_fits(&self, t: &vkllm_kernels::matmul_cm2::CmTile) -> bool {
+        self.cm2_fits(t.bm, t.bn, vkllm_kernels::matmul_cm2::WG)
+    }
+
+    /// Whether `attn_prefill_cm2`'s scores (rows x keys) and output (rows x `head_dim`) fit
+    /// [`Self::cm2_fits`].
+    pub fn cm2_attn_fits(
+        &self,
+        t: &vkllm_kernels::attention_prefill_cm2::CmAttnTile,
+        head_dim: usize,
+    ) -> bool {
+        let wg = vkllm_kernels::attention_prefill_cm2::WG;
+        self.cm2_fits(t.br, t.bc, wg) && self.cm2_fits(t.br, head_dim as u32, wg)
+    }
+
     pub fn has_extension(&self, name: &str) -> bool {
         self.extensions.iter().any(|e| e == name)
     }

@@ -8,9 +8,7 @@
 use vkllm_kernels::WeightType;
 use vkllm_kernels::activation::Activation;
 use vkllm_kernels::dequant_f16::f16_bytes;
-use vkllm_kernels::matmul_cm2::{
-    Cm2Segment, CmTile, MAX_SEGMENTS, MatmulCm2, MatmulCm2Group, WG as CM2_WG,
-};
+use vkllm_kernels::matmul_cm2::{Cm2Segment, CmTile, MAX_SEGMENTS, MatmulCm2, MatmulCm2Group};
 
 use crate::buffer::BufSlice;
 use crate::error::{Error, Result};
@@ -50,13 +48,13 @@ impl Recorder {
             false => t.cm2_matmul_tile,
         };
         // A tuned tile off the device's granularities keeps the kernel's own.
-        let tuned = tuned.filter(|x| dev.info().cm2_fits(x.bm, x.bn, CM2_WG));
+        let tuned = tuned.filter(|x| dev.info().cm2_matmul_fits(x));
         let tile = by_name.unwrap_or_else(|| {
             tuned
                 .unwrap_or_else(|| CmTile::for_shape(rows, n, COOP_MIN_GROUPS))
                 .with_tokens_first(t.cm2_matmul_tokens_first)
         });
-        (tile.fits(gated) && dev.info().cm2_fits(tile.bm, tile.bn, CM2_WG)).then_some(tile)
+        (tile.fits(gated) && dev.info().cm2_matmul_fits(&tile)).then_some(tile)
     }
 
     /// Whether the cm2 kernel reads `dtype` weights as stored (f16; Q4_K unless tuning

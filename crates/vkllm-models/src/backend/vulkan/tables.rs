@@ -71,12 +71,8 @@ impl VulkanBackend {
         if !matches!(t.attn_prefill, PrefillAttn::Auto | PrefillAttn::Cm2) || !self.dev.coopmat2() {
             return None;
         }
-        use vkllm_kernels::attention_prefill_cm2::{CmAttnTile, WG};
-        let info = self.dev.info();
-        // Scores (rows x keys) and the output (rows x head_dim) within the device's granularities.
-        let fits = |t: &CmAttnTile| {
-            info.cm2_fits(t.br, t.bc, WG) && info.cm2_fits(t.br, shape.head_dim as u32, WG)
-        };
+        use vkllm_kernels::attention_prefill_cm2::CmAttnTile;
+        let fits = |t: &CmAttnTile| self.dev.info().cm2_attn_fits(t, shape.head_dim);
         let tile = CmAttnTile::for_shape(shape).filter(fits)?;
         // A tile the shape or the device cannot take keeps the kernel's own.
         let tile = t
