@@ -4,8 +4,8 @@
 // per lane while scoring and per invocation while accumulating V), the bindings k (1) and v (2),
 // and sc (the chunk's scores per head, GQ * CHUNK f32) declared after every override (naga 30
 // panics resolving a named override that the front end lowers after an override-sized array);
-// this file the rest of the interface, the chunk bounds, the softmax over a chunk's scores and
-// the partials' write.
+// this file the rest of the interface, the chunk bounds, the softmax over a chunk's scores,
+// the partials' write and the merge of the `split_merge` entries.
 
 struct Params {
     n_q: u32,
@@ -24,9 +24,12 @@ var<immediate> p: Params;
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> q_pos: array<u32>;
-@group(0) @binding(4) var<storage, read_write> part_ml: array<f32>;
-@group(0) @binding(5) var<storage, read_write> part_o: array<f32>;
+// Coherent: the split_merge entries' last workgroup reads the other workgroups' partials.
+@coherent @group(0) @binding(4) var<storage, read_write> part_ml: array<f32>;
+@coherent @group(0) @binding(5) var<storage, read_write> part_o: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
+// split_merge only: one u32 per (query, kv head), zero between dispatches.
+@group(0) @binding(8) var<storage, read_write> counters: array<atomic<u32>>;
 
 // Array bounds of the per-lane registers: GQ <= 8; KB and VB <= WIDE_B_MAX.
 const WIDE_GQ_MAX: u32 = 8u;
@@ -34,6 +37,7 @@ const WIDE_B_MAX: u32 = 8u;
 const WIDE_PW: u32 = 4096u;
 
 var<workgroup> wg_skip: u32;
+var<workgroup> wg_last: u32;
 var<workgroup> ml: array<f32, 16>;
 var<workgroup> pw: array<f32, WIDE_PW>;
 
@@ -138,5 +142,94 @@ fn wide_parts(o: array<vec4<f32>, 2u * WIDE_GQ_MAX>, i: u32, kvh: u32, c: u32, l
         let part = (i * p.n_heads + kvh * GQ + lid) * p.n_chunks + c;
         part_ml[2u * part] = ml[2u * lid];
         part_ml[2u * part + 1u] = ml[2u * lid + 1u];
+    }
+}
+
+// The split_merge entries' tail, after the split (attention_fused.wgsl's "last workgroup merges"
+// pattern and ordering): each live workgroup releases its partials (storageBarrier) and counts
+// itself in; the one that completes the count of live chunks resets the counter and merges the
+// group's partials into `out` as attention.wgsl's `merge` does (weights w_c = e^(m_c - M) per
+// head staged in pw, GQ * n_chunks <= WIDE_PW: the caller checks). With no visible key (no live
+// chunk) chunk 0 writes the zeros the merge gives.
+fn wide_merge_last(i: u32, kvh: u32, c: u32, lid: u32, sg_id: u32, sg_lane: u32, sg_size: u32,
+                   n_sg: u32) {
+    let obase = (i * p.n_heads + kvh * GQ) * HD;
+    if (workgroupUniformLoad(&wg_skip) != 0u) {
+        if (c == 0u) {
+            for (var e = lid; e < GQ * HD; e += WG) {
+                out[obase + e] = 0.0;
+            }
+        }
+        return;
+    }
+    storageBarrier();
+    let ctr = i * p.n_kv_heads + kvh;
+    if (lid == 0u) {
+        let vis = visible_keys(i);
+        let n_live = live_chunks(vis.x, vis.y);
+        let before = atomicAdd(&counters[ctr], 1u);
+        wg_last = select(0u, n_live, before + 1u == n_live);
+    }
+    // Acquire: every other live workgroup's partials are visible after this barrier.
+    storageBarrier();
+    let n_live = workgroupUniformLoad(&wg_last);
+    if (n_live == 0u) {
+        return;
+    }
+    if (lid == 0u) {
+        atomicStore(&counters[ctr], 0u);
+    }
+    let neg_inf = bitcast<f32>(0xff800000u);
+    let htrips = (GQ + n_sg - 1u) / n_sg;
+    for (var t = 0u; t < htrips; t++) {
+        let g = sg_id + t * n_sg;
+        let gl = min(g, GQ - 1u);
+        let base = (i * p.n_heads + kvh * GQ + gl) * p.n_chunks;
+        var mx = neg_inf;
+        for (var cc = sg_lane; cc < n_live; cc += sg_size) {
+            mx = max(mx, part_ml[2u * (base + cc)]);
+        }
+        mx = subgroupMax(mx);
+        var ls = 0.0;
+        for (var cc = sg_lane; cc < n_live; cc += sg_size) {
+            let mc = part_ml[2u * (base + cc)];
+            var w = 0.0;
+            if (mc != neg_inf) {
+                w = exp(mc - mx);
+                ls += part_ml[2u * (base + cc) + 1u] * w;
+            }
+            if (g < GQ) {
+                pw[g * n_live + cc] = w;
+            }
+        }
+        ls = subgroupAdd(ls);
+        if (sg_lane == 0u && g < GQ) {
+            ml[2u * g + 1u] = ls;
+        }
+    }
+    workgroupBarrier();
+    // Invocations across the group's (head, dim)s, chunks in order, four loads in flight.
+    for (var e = lid; e < GQ * HD; e += WG) {
+        let g = e / HD;
+        let base = (i * p.n_heads + kvh * GQ + g) * p.n_chunks * HD + e % HD;
+        let wb = g * n_live;
+        var t = vec4<f32>(0.0);
+        var cc = 0u;
+        while (cc + 4u <= n_live) {
+            let o = vec4<f32>(part_o[base + cc * HD], part_o[base + (cc + 1u) * HD],
+                              part_o[base + (cc + 2u) * HD], part_o[base + (cc + 3u) * HD]);
+            t += o * vec4<f32>(pw[wb + cc], pw[wb + cc + 1u], pw[wb + cc + 2u], pw[wb + cc + 3u]);
+            cc += 4u;
+        }
+        while (cc < n_live) {
+            t.x += part_o[base + cc * HD] * pw[wb + cc];
+            cc += 1u;
+        }
+        let big_l = ml[2u * g + 1u];
+        var r = 0.0;
+        if (big_l > 0.0) {
+            r = (t.x + t.y + t.z + t.w) / big_l;
+        }
+        out[obase + e] = r;
     }
 }

@@ -57,10 +57,7 @@ fn wide_unpack(w: vec4<u32>) -> array<vec4<f32>, 2> {
     return array<vec4<f32>, 2>(vec4<f32>(a, b), vec4<f32>(c, d));
 }
 
-@compute @workgroup_size(WG)
-fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
-         @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
-         @builtin(subgroup_size) sg_size: u32, @builtin(num_subgroups) n_sg: u32) {
+fn split_body(wid: vec3<u32>, lid: u32, sg_id: u32, sg_lane: u32, sg_size: u32, n_sg: u32) {
     let c = wid.x;
     let kvh = wid.y;
     let i = wid.z;
@@ -186,4 +183,21 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
         }
     }
     wide_parts(o, i, kvh, c, lid, kg, kg_n, s);
+}
+
+@compute @workgroup_size(WG)
+fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+         @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
+         @builtin(subgroup_size) sg_size: u32, @builtin(num_subgroups) n_sg: u32) {
+    split_body(wid, lid, sg_id, sg_lane, sg_size, n_sg);
+}
+
+// The split whose last live workgroup per (query, kv head) merges (wide_merge_last): one dispatch
+// instead of split + merge.
+@compute @workgroup_size(WG)
+fn split_merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
+               @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
+               @builtin(subgroup_size) sg_size: u32, @builtin(num_subgroups) n_sg: u32) {
+    split_body(wid, lid, sg_id, sg_lane, sg_size, n_sg);
+    wide_merge_last(wid.z, wid.y, wid.x, lid, sg_id, sg_lane, sg_size, n_sg);
 }

@@ -77,6 +77,49 @@ pub static ATTN_SPLIT_WIDE_QUANT: KernelSpec = KernelSpec {
     glsl: None,
 };
 
+/// The wide splits' one-dispatch form (`split_merge`): partials read back by the last workgroup
+/// per (query, kv head), which merges them into `out`; `counters` one u32 per (query, kv head).
+const WIDE_MERGE_BINDINGS: &[BindingSpec] = &[
+    rd("q"),
+    rd("k"),
+    rd("v"),
+    rd("q_pos"),
+    rw("part_ml"),
+    rw("part_o"),
+    wr("out"),
+    rd("sink"),
+    rw("counters"),
+];
+
+/// [`ATTN_SPLIT_WIDE`] whose last workgroup per (query, kv head) merges (see
+/// [`AttnDecode::dispatch_wide_merged`]).
+pub static ATTN_SPLIT_WIDE_MERGE: KernelSpec = KernelSpec {
+    name: "attn_decode_wide_merged",
+    file: "attention_wide.wgsl",
+    entry: "split_merge",
+    source: ATTENTION_WIDE,
+    bindings: WIDE_MERGE_BINDINGS,
+    push_size: 44,
+    exact_fp: false,
+    glsl: None,
+};
+
+/// [`ATTN_SPLIT_WIDE_QUANT`] whose last workgroup per (query, kv head) merges.
+pub static ATTN_SPLIT_WIDE_QUANT_MERGE: KernelSpec = KernelSpec {
+    name: "attn_decode_wide_quant_merged",
+    file: "attention_wide_quant.wgsl",
+    entry: "split_merge",
+    source: ATTENTION_WIDE_QUANT,
+    bindings: WIDE_MERGE_BINDINGS,
+    push_size: 44,
+    exact_fp: false,
+    glsl: None,
+};
+
+/// Floats of the wide splits' shared scratch (`WIDE_PW`): the merging workgroup stages one
+/// weight per (head of the group, chunk) there.
+const WIDE_PW: usize = 4096;
+
 /// Head dims per merge workgroup (`MERGE_D` in attention.wgsl).
 const MERGE_D: usize = 32;
 
@@ -468,6 +511,46 @@ impl<B: KernelBuffer> AttnDecode<B> {
         check_gqa(k, s, c.chunk)?;
         check_adaptive(k, c)?;
         self.dispatch_with(k, s, c)
+    }
+
+    /// [`AttnDecode::dispatch_wide`] in one dispatch: the split's last workgroup per (query, kv
+    /// head) merges its group's partials. `counters` (`4 * n_q * n_kv_heads` bytes) must be zero
+    /// before the first dispatch; each dispatch leaves them zero. At most 4096 (chunks x query
+    /// heads per kv head).
+    pub fn dispatch_wide_merged(
+        self,
+        s: &AttnShape,
+        chunking: impl Into<Chunking>,
+        counters: B,
+    ) -> Result<Dispatch<B>, Error> {
+        let c = chunking.into();
+        let k = match s.kv.is_quantized() {
+            true => &ATTN_SPLIT_WIDE_QUANT_MERGE,
+            false => &ATTN_SPLIT_WIDE_MERGE,
+        };
+        need(k, "counters", &counters, 4 * (s.n_q * s.n_kv_heads) as u64)?;
+        if !Self::wide_merge_fits(s, c) {
+            let g = s.n_heads / s.n_kv_heads.max(1);
+            let chunks = Self::n_chunks(s, c);
+            return Err(shape_err(
+                k,
+                format!(
+                    "{chunks} key chunks x {g} heads per group (at most {WIDE_PW}: use a \
+                     larger chunk)"
+                ),
+            ));
+        }
+        let [mut split, _merge] = self.dispatch_wide(s, c)?;
+        split.kernel = k;
+        split.buffers.push(counters);
+        Ok(split)
+    }
+
+    /// Whether the merging workgroup of [`AttnDecode::dispatch_wide_merged`] can stage `s`'s
+    /// chunk weights (chunks x query heads per kv head at most 4096).
+    pub fn wide_merge_fits(s: &AttnShape, chunking: impl Into<Chunking>) -> bool {
+        let g = s.n_heads / s.n_kv_heads.max(1);
+        g * Self::n_chunks(s, chunking) <= WIDE_PW
     }
 
     /// The shapes [`AttnDecode::dispatch_wide`] takes (besides the grouped split's limits).

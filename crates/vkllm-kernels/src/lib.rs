@@ -100,6 +100,8 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &attention::ATTN_SPLIT_GQA,
         &attention::ATTN_SPLIT_WIDE,
         &attention::ATTN_SPLIT_WIDE_QUANT,
+        &attention::ATTN_SPLIT_WIDE_MERGE,
+        &attention::ATTN_SPLIT_WIDE_QUANT_MERGE,
         &attention::ATTN_MERGE,
         &attention::ATTN_DECODE_FUSED,
         &attention::ATTN_PREFILL,

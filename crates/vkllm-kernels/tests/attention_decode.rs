@@ -188,3 +188,41 @@ fn sink_offsets_are_checked() {
     let [split, _] = with(&q, 4 * 1024).dispatch_gqa(&q, c).unwrap();
     assert_eq!(split.buffers.len(), 8);
 }
+
+#[test]
+fn wide_merged_split_is_one_dispatch_with_counters() {
+    let s = shape(2, 33_408, None);
+    let adaptive = Chunking::adaptive(256, 16);
+    let counters = Fake(4 * 2 * 8);
+    let d = op(&s, adaptive)
+        .dispatch_wide_merged(&s, adaptive, counters)
+        .unwrap();
+    // The wide split's grid, its own entry, the split's bindings plus the counters.
+    assert_eq!(d.groups, [131, 8, 2]);
+    assert_eq!(d.kernel.name, "attn_decode_wide_merged");
+    assert_eq!(d.kernel.entry, "split_merge");
+    assert_eq!(d.buffers.len(), d.kernel.bindings.len());
+    assert_eq!(d.buffers.last().unwrap().0, 4 * 2 * 8);
+    let q = AttnShape {
+        kv: KvType::Q4_0,
+        kv_v: KvType::Q4_0,
+        ..s
+    };
+    let d = op(&q, adaptive)
+        .dispatch_wide_merged(&q, adaptive, counters)
+        .unwrap();
+    assert_eq!(d.kernel.name, "attn_decode_wide_quant_merged");
+    // One counter short, and more chunk weights than the merging workgroup stages (4 heads per
+    // kv head x 1,044 chunks of 32 keys > 4096), are refused.
+    assert!(matches!(
+        op(&s, adaptive).dispatch_wide_merged(&s, adaptive, Fake(4 * 2 * 8 - 4)),
+        Err(Error::BufferTooSmall { .. })
+    ));
+    assert!(AttnDecode::<Fake>::wide_merge_fits(&s, adaptive));
+    assert!(!AttnDecode::<Fake>::wide_merge_fits(&s, 32));
+    assert!(
+        op(&s, 32.into())
+            .dispatch_wide_merged(&s, 32, counters)
+            .is_err()
+    );
+}

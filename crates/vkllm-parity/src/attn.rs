@@ -345,38 +345,48 @@ const fn case(
     }
 }
 
-/// The decode split passes (all share the merge).
+/// The decode split passes (all but the last share the merge).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Split {
     Reference,
     Gqa,
     Wide,
+    /// The wide split whose last workgroup per (query, kv head) merges: one dispatch.
+    WideMerged,
 }
 
 /// The split forms a case runs: the reference (unless its chunk is too small for it), the
-/// grouped split, and its wide form where the shape takes it.
+/// grouped split, and its wide forms where the shape takes them.
 pub(crate) fn split_forms(s: &AttnShape, reference: bool) -> Vec<Split> {
     let mut forms = vec![Split::Gqa];
     if reference {
         forms.insert(0, Split::Reference);
     }
     if AttnDecode::<vkllm_vk::BufSlice<'_>>::wide_applies(s) {
-        forms.push(Split::Wide);
+        forms.extend([Split::Wide, Split::WideMerged]);
     }
     forms
 }
 
+/// Zeroed merge counters for [`Split::WideMerged`] over `s` (one u32 per query and kv head).
+pub(crate) fn merge_counters(cx: &Ctx<'_>, s: &AttnShape) -> Result<Buffer> {
+    cx.input("counters", &vec![0u32; s.n_q * s.n_kv_heads])
+}
+
 impl Split {
+    /// `counters`: zero before the dispatch, read only by [`Split::WideMerged`].
     pub(crate) fn dispatch<'a>(
         self,
         a: AttnDecode<vkllm_vk::BufSlice<'a>>,
         s: &AttnShape,
         c: Chunking,
-    ) -> Result<[vkllm_kernels::Dispatch<vkllm_vk::BufSlice<'a>>; 2]> {
+        counters: vkllm_vk::BufSlice<'a>,
+    ) -> Result<Vec<vkllm_kernels::Dispatch<vkllm_vk::BufSlice<'a>>>> {
         Ok(match self {
-            Split::Reference => a.dispatch(s, c.chunk)?,
-            Split::Gqa => a.dispatch_gqa(s, c)?,
-            Split::Wide => a.dispatch_wide(s, c)?,
+            Split::Reference => a.dispatch(s, c.chunk)?.into(),
+            Split::Gqa => a.dispatch_gqa(s, c)?.into(),
+            Split::Wide => a.dispatch_wide(s, c)?.into(),
+            Split::WideMerged => vec![a.dispatch_wide_merged(s, c, counters)?],
         })
     }
 
@@ -386,6 +396,7 @@ impl Split {
             Split::Reference => "",
             Split::Gqa => "gqa ",
             Split::Wide => "wide ",
+            Split::WideMerged => "wide merged ",
         }
     }
 }
@@ -528,6 +539,7 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
         let part_o = dev.create_buffer("part_o", o, vkllm_vk::MemoryKind::Device)?;
         // The reference split, then the grouped-query split and its wide form for f16 caches
         // (their partials, same merge).
+        let counters = merge_counters(&cx, &d.shape)?;
         for form in split_forms(&d.shape, chunk >= 16) {
             let (variant, shape) = describe(&c);
             cx.run(&[&d.out, &part_ml, &part_o], |r| {
@@ -541,7 +553,7 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
                     out: d.out.all(),
                     sink: d.sink.as_ref().map(|b| b.all()),
                 };
-                r.dispatch_all(form.dispatch(a, &d.shape, chunk.into())?)?;
+                r.dispatch_all(form.dispatch(a, &d.shape, chunk.into(), counters.all())?)?;
                 unrotate_out(r, &d)
             })?;
             let got = cx.read(&d.out, d.want.len())?;
@@ -552,6 +564,24 @@ pub(crate) fn attention_decode(dev: &Device, seed: u64) -> Result<Vec<KernelPari
                 &got,
                 &d.want,
                 ATTN_TOL,
+            ));
+        }
+        // The merging workgroups left every counter at zero for the next dispatch.
+        if split_forms(&d.shape, false).contains(&Split::WideMerged) {
+            let n = d.shape.n_q * d.shape.n_kv_heads;
+            let ctr: Vec<f32> = dev
+                .read_vec::<u32>(&counters, n)?
+                .iter()
+                .map(|&x| x as f32)
+                .collect();
+            let (variant, shape) = describe(&c);
+            rows.push(row(
+                "attn_decode",
+                format!("wide merged {variant} counters"),
+                format!("{shape} chunk {chunk}"),
+                &ctr,
+                &vec![0.0; n],
+                super::EXACT,
             ));
         }
     }

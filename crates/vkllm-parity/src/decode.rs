@@ -9,7 +9,7 @@ use vkllm_kernels::kv_append::{KvAppend, KvType};
 use vkllm_kernels::logprobs::{Logprobs, LogprobsShape};
 use vkllm_kernels::sample::SampleSettings;
 
-use super::attn::{Split, split_forms, stored};
+use super::attn::{Split, merge_counters, split_forms, stored};
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, pack16, row, to_f16};
 use vkllm_vk::Device;
 use vkllm_vk::Result;
@@ -188,6 +188,7 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                 kv.name(),
                 window.map_or(String::new(), |w| format!(" window {w}"))
             );
+            let counters = merge_counters(&cx, &shape)?;
             cx.run(&[&out, &part_ml, &part_o], |r| {
                 let a = AttnDecode {
                     q: qb.all(),
@@ -199,7 +200,7 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     out: out.all(),
                     sink: None,
                 };
-                r.dispatch_all(form.dispatch(a, &shape, chunking)?)
+                r.dispatch_all(form.dispatch(a, &shape, chunking, counters.all())?)
             })?;
             rows.push(row(
                 "attn_decode",

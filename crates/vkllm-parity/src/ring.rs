@@ -9,7 +9,7 @@ use vkllm_cpu::kv::{kv_rows, kv_write};
 use vkllm_kernels::attention::{AttnDecode, AttnPrefill, AttnShape};
 use vkllm_kernels::kv_append::{KvAppend, KvType};
 
-use super::attn::Split;
+use super::attn::{Split, merge_counters};
 use super::{Ctx, EXACT, KernelParityRow, Rng, Tol, pack16, row, to_f16};
 use vkllm_vk::Buffer;
 use vkllm_vk::Device;
@@ -273,6 +273,7 @@ fn ring_attention(
             let part_o = cx
                 .dev
                 .create_buffer("part_o", o, vkllm_vk::MemoryKind::Device)?;
+            let counters = merge_counters(cx, &shape)?;
             cx.run(&[&ob, &part_ml, &part_o], |r| {
                 let a = AttnDecode {
                     q: qb.all(),
@@ -284,7 +285,7 @@ fn ring_attention(
                     out: ob.all(),
                     sink: None,
                 };
-                r.dispatch_all(form.dispatch(a, &shape, ch.into())?)
+                r.dispatch_all(form.dispatch(a, &shape, ch.into(), counters.all())?)
             })?;
             "attn_decode"
         }
@@ -417,7 +418,7 @@ pub(crate) fn attention_ring(dev: &Device, seed: u64) -> Result<Vec<KernelParity
     for (c, chunk) in decode {
         let mut forms = vec![Split::Reference, Split::Gqa];
         if c.kv == KvType::F16 && c.head_dim.is_multiple_of(8) {
-            forms.push(Split::Wide);
+            forms.extend([Split::Wide, Split::WideMerged]);
         }
         for form in forms {
             rows.push(ring_attention(&cx, &mut rng, &c, Some(chunk), form)?);

@@ -227,6 +227,9 @@ pub struct Tuning {
     /// registers (`shaders/attention_wide.wgsl`; `false`: the grouped split, its reference). Key
     /// `attn_wide`.
     pub attn_wide: bool,
+    /// Model backends: the wide split's last workgroup per (query, kv head) merges the partials
+    /// (one dispatch; `false`: split then merge, the reference). Key `attn_wide_merge`.
+    pub attn_wide_merge: bool,
     /// Model backends: key `attn_prefill` = auto | cm2 | coop2 | coop1 | portable.
     pub attn_prefill: PrefillAttn,
     /// Model backends: subgroups per workgroup of the second prefill kernel (1..=4). Key
@@ -397,6 +400,7 @@ impl Default for Tuning {
             attn_chunk: None,
             attn_adaptive: true,
             attn_wide: true,
+            attn_wide_merge: false,
             attn_prefill: PrefillAttn::Auto,
             attn_coop_nsg: 4,
             attn_coop_split: None,
@@ -500,6 +504,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "attn_chunk",
     "attn_adaptive",
     "attn_wide",
+    "attn_wide_merge",
     "attn_prefill",
     "attn_coop_nsg",
     "attn_coop_split",

@@ -227,6 +227,16 @@ impl VulkanBackend {
         } = self.attn_plan(kv, n, positions, p, one_pass)?;
         let chunk = chunking.chunk;
         let wide = self.dev.tuning().attn_wide && AttnDecode::<BufSlice<'_>>::wide_applies(&shape);
+        // The wide split's last workgroup merges (tuning `attn_wide_merge`) where its chunk
+        // weights fit the workgroup's scratch; otherwise split then merge.
+        let wide_merge = decode
+            && gqa
+            && wide
+            && self.dev.tuning().attn_wide_merge
+            && AttnDecode::<BufSlice<'_>>::wide_merge_fits(&shape, chunking);
+        if wide_merge {
+            self.attn_counters(AttnDecodeFused::<BufSlice<'_>>::counter_bytes(&shape))?;
+        }
         let qw = n * p.n_heads * p.head_dim;
         let width = p.n_kv_heads * p.head_dim;
         let coop_pos0 = if decode {
@@ -350,6 +360,11 @@ impl VulkanBackend {
                 // The wide form (tuning `attn_wide`) for f16 caches (its 16-byte bindings hold:
                 // the head buffers start at 0, cache regions at multiples of whole f16 heads of
                 // 8) and quantized ones with heads of whole units (word bindings).
+                if wide_merge {
+                    let counters = me.attn_counters.as_ref().expect("allocated above");
+                    r.dispatch(a.dispatch_wide_merged(&shape, chunking, counters.all())?)?;
+                    return Ok(());
+                }
                 let ds = if gqa && wide {
                     a.dispatch_wide(&shape, chunking)?
                 } else if gqa {
