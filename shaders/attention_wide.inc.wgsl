@@ -1,28 +1,13 @@
 // Shared by the wide decode splits (attention_wide.wgsl over f16 caches, attention_wide_quant.wgsl
-// over q8_0 / q4_0 / tq4 ones): not a kernel on its own. The including file provides the
-// overrides WG, CHUNK, GQ, HD, NS (HD / 8: V's 8-value slots per row), KB and VB (keys in flight
-// per lane while scoring and per invocation while accumulating V), the bindings k (1) and v (2),
+// over q8_0 / q4_0 / tq4 ones, attention_wide_rope.wgsl): not a kernel on its own. The including
+// file provides the overrides WG, CHUNK, GQ, HD, NS (HD / 8: V's 8-value slots per row), KB and
+// VB (keys in flight per lane while scoring and per invocation while accumulating V), `p` (the
+// decode Params' leading words), the bindings q (0), k (1) and v (2),
 // and sc (the chunk's scores per head, GQ * CHUNK f32) declared after every override (naga 30
 // panics resolving a named override that the front end lowers after an override-sized array);
 // this file the rest of the interface, the chunk bounds, the softmax over a chunk's scores,
 // the partials' write and the merge of the `split_merge` entries.
 
-struct Params {
-    n_q: u32,
-    n_heads: u32,
-    n_kv_heads: u32,
-    head_dim: u32,
-    n_kv: u32,
-    n_chunks: u32,
-    scale: f32,
-    softcap: f32,
-    window: u32,
-    kv_stride: u32,
-    ring: u32,
-}
-var<immediate> p: Params;
-
-@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> q_pos: array<u32>;
 // Coherent: the split_merge entries' last workgroup reads the other workgroups' partials.
 @coherent @group(0) @binding(4) var<storage, read_write> part_ml: array<f32>;
@@ -49,8 +34,9 @@ fn wide_chunk(i: u32, c: u32, lid: u32) -> vec3<u32> {
     let ck = chunk_keys(vis.x, vis.y);
     let j0 = vis.x + c * ck;
     let j1 = min(j0 + ck, vis.y + 1u);
+    // By count, not by j0 > hi: an idle slot's lo (past hi) plus c * ck wraps around.
     if (lid == 0u) {
-        wg_skip = select(0u, 1u, j0 > vis.y);
+        wg_skip = select(0u, 1u, c >= live_chunks(vis.x, vis.y));
     }
     return vec3<u32>(j0, j1, ck);
 }

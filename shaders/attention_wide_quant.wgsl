@@ -50,6 +50,22 @@ var<workgroup> sc: array<f32, GQ * CHUNK>;
 // Lanes per key while scoring.
 const CL: u32 = 8u;
 
+struct Params {
+    n_q: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+    n_kv: u32,
+    n_chunks: u32,
+    scale: f32,
+    softcap: f32,
+    window: u32,
+    kv_stride: u32,
+    ring: u32,
+}
+var<immediate> p: Params;
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> k: array<u32>;
 @group(0) @binding(2) var<storage, read> v: array<u32>;
 // [kv_dim] f32 in the stored space, read only with KV_SINK 1.

@@ -9,7 +9,9 @@ use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
 /// Workgroup size of the decode kernels.
 pub(crate) const WG: u32 = 128;
 
-pub use crate::attention_fused::{ATTN_DECODE_FUSED, AttnDecodeFused, AttnDecodeRope, AttnRope};
+pub use crate::attention_fused::{
+    ATTN_DECODE_FUSED, ATTN_WIDE_ROPE, AttnDecodeFused, AttnDecodeRope, AttnRope,
+};
 /// Query tile of the prefill kernel.
 pub const PREFILL_BQ: usize = 16;
 

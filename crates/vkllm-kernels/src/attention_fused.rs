@@ -2,11 +2,12 @@
 //! workgroup per (kv head, query) merges), optionally with the attention input step folded in
 //! (per-head q/k RMSNorm, RoPE and the KV append of the current token: [`AttnDecodeRope`]).
 
-use crate::attention::{AttnDecodeParams, AttnShape, MAX_CHUNKS, WG};
+use crate::attention::{AttnDecode, AttnDecodeParams, AttnShape, Chunking, MAX_CHUNKS, WG};
 use crate::attention::{check_gqa, decode_params};
+use crate::kv_append::KvType;
 use crate::rope::RopeLayout;
 use crate::rope_kv_append::HeadNorm;
-use crate::sources::ATTENTION_FUSED;
+use crate::sources::{ATTENTION_FUSED, ATTENTION_WIDE_ROPE};
 use crate::spec::{need, rd, rw, shape_err, to_u32, wr};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
 
@@ -36,10 +37,10 @@ pub static ATTN_DECODE_FUSED: KernelSpec = KernelSpec {
     glsl: None,
 };
 
+/// The input step's push words (after the decode words; zero without it).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-struct AttnFusedParams {
-    d: AttnDecodeParams,
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct RopeWords {
     rotary_dim: u32,
     style: u32,
     max_pos: u32,
@@ -51,6 +52,40 @@ struct AttnFusedParams {
     k_off: u32,
     v_off: u32,
 }
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+struct AttnFusedParams {
+    d: AttnDecodeParams,
+    r: RopeWords,
+}
+
+/// The wide split over f16 caches with the input step folded in, whose last workgroup per
+/// (query, kv head) merges (`shaders/attention_wide_rope.wgsl`; see
+/// [`AttnDecodeRope::dispatch_wide`]). `sink` is bound but not read.
+pub static ATTN_WIDE_ROPE: KernelSpec = KernelSpec {
+    name: "attn_decode_wide_rope",
+    file: "attention_wide_rope.wgsl",
+    entry: "split_merge_rope",
+    source: ATTENTION_WIDE_ROPE,
+    bindings: &[
+        rd("qkv"),
+        rw("k"),
+        rw("v"),
+        rd("q_pos"),
+        rw("part_ml"),
+        rw("part_o"),
+        wr("out"),
+        rd("sink"),
+        rw("counters"),
+        rd("q_norm"),
+        rd("k_norm"),
+        rd("table"),
+    ],
+    push_size: 84,
+    exact_fp: false,
+    glsl: None,
+};
 
 /// Bytes of the merge counters: one u32 per (query, kv head).
 fn counter_bytes(s: &AttnShape) -> u64 {
@@ -84,16 +119,7 @@ fn fused_params<B: KernelBuffer>(
     }
     Ok(AttnFusedParams {
         d,
-        rotary_dim: 0,
-        style: 0,
-        max_pos: 0,
-        norm: 0,
-        eps: 0.0,
-        norm_offset: 0.0,
-        max_tok: 0,
-        q_tok_stride: 0,
-        k_off: 0,
-        v_off: 0,
+        r: RopeWords::default(),
     })
 }
 
@@ -203,57 +229,66 @@ pub struct AttnDecodeRope<B> {
     pub counters: B,
 }
 
+/// The input step's checks (rotation, packed rows, table and norm weights) and push words.
+fn rope_words<B: KernelBuffer>(
+    k: &'static KernelSpec,
+    s: &AttnShape,
+    r: &AttnRope,
+    b: &AttnDecodeRope<B>,
+) -> Result<RopeWords, Error> {
+    let hd = s.head_dim;
+    if r.rotary_dim == 0 || r.rotary_dim > hd || !r.rotary_dim.is_multiple_of(2) {
+        return Err(shape_err(
+            k,
+            format!("rotary_dim {} must be even, in 1..={hd}", r.rotary_dim),
+        ));
+    }
+    let (qd, kd) = (s.n_heads * hd, s.n_kv_heads * hd);
+    if r.k_off < qd || r.v_off < r.k_off + kd || r.tok_stride < r.v_off + kd {
+        return Err(shape_err(
+            k,
+            format!(
+                "packed rows: q {qd} words, k at {} and v at {} ({kd} words each) in rows of {}",
+                r.k_off, r.v_off, r.tok_stride
+            ),
+        ));
+    }
+    let qkv_words = (s.n_q - 1) * r.tok_stride + r.v_off + kd;
+    need(k, "qkv", &b.qkv, 4 * qkv_words as u64)?;
+    need(k, "table", &b.table, 4 * (r.max_pos * r.rotary_dim) as u64)?;
+    if r.norm.is_some() {
+        need(k, "q_norm", &b.q_norm, 4 * hd as u64)?;
+        need(k, "k_norm", &b.k_norm, 4 * hd as u64)?;
+    }
+    let (norm, eps, norm_offset) = match r.norm {
+        Some(n) => (1, n.eps, n.offset),
+        None => (0, 0.0, 0.0),
+    };
+    Ok(RopeWords {
+        rotary_dim: to_u32(k, "rotary_dim", r.rotary_dim)?,
+        style: match r.layout {
+            RopeLayout::Interleaved => 0,
+            RopeLayout::NeoX => 1,
+        },
+        max_pos: to_u32(k, "max_pos", r.max_pos)?,
+        norm,
+        eps,
+        norm_offset,
+        max_tok: to_u32(k, "max_tok", r.max_tok)?,
+        q_tok_stride: to_u32(k, "tok_stride", r.tok_stride)?,
+        k_off: to_u32(k, "k_off", r.k_off)?,
+        v_off: to_u32(k, "v_off", r.v_off)?,
+    })
+}
+
 impl<B: KernelBuffer> AttnDecodeRope<B> {
     pub fn dispatch(self, s: &AttnShape, chunk: usize, r: &AttnRope) -> Result<Dispatch<B>, Error> {
         let k = &ATTN_DECODE_FUSED;
         let mut p = fused_params(k, s, chunk, &self.part_ml, &self.part_o, &self.counters)?;
-        let hd = s.head_dim;
-        if r.rotary_dim == 0 || r.rotary_dim > hd || !r.rotary_dim.is_multiple_of(2) {
-            return Err(shape_err(
-                k,
-                format!("rotary_dim {} must be even, in 1..={hd}", r.rotary_dim),
-            ));
-        }
-        let (qd, kd) = (s.n_heads * hd, s.n_kv_heads * hd);
-        if r.k_off < qd || r.v_off < r.k_off + kd || r.tok_stride < r.v_off + kd {
-            return Err(shape_err(
-                k,
-                format!(
-                    "packed rows: q {qd} words, k at {} and v at {} ({kd} words each) in rows of {}",
-                    r.k_off, r.v_off, r.tok_stride
-                ),
-            ));
-        }
-        let qkv_words = (s.n_q - 1) * r.tok_stride + r.v_off + kd;
-        need(k, "qkv", &self.qkv, 4 * qkv_words as u64)?;
-        need(
-            k,
-            "table",
-            &self.table,
-            4 * (r.max_pos * r.rotary_dim) as u64,
-        )?;
-        if r.norm.is_some() {
-            need(k, "q_norm", &self.q_norm, 4 * hd as u64)?;
-            need(k, "k_norm", &self.k_norm, 4 * hd as u64)?;
-        }
+        p.r = rope_words(k, s, r, &self)?;
         // The output and caches as the plain form checks them (qkv stands in for q: it is
         // larger). The appended row is a visible key's (position < n_kv), so within them.
         s.check_buffers(k, &self.qkv, &self.k, &self.v, &self.q_pos, &self.out)?;
-        p.rotary_dim = to_u32(k, "rotary_dim", r.rotary_dim)?;
-        p.style = match r.layout {
-            RopeLayout::Interleaved => 0,
-            RopeLayout::NeoX => 1,
-        };
-        p.max_pos = to_u32(k, "max_pos", r.max_pos)?;
-        if let Some(n) = r.norm {
-            p.norm = 1;
-            p.eps = n.eps;
-            p.norm_offset = n.offset;
-        }
-        p.max_tok = to_u32(k, "max_tok", r.max_tok)?;
-        p.q_tok_stride = to_u32(k, "tok_stride", r.tok_stride)?;
-        p.k_off = to_u32(k, "k_off", r.k_off)?;
-        p.v_off = to_u32(k, "v_off", r.v_off)?;
         let groups = [p.d.n_chunks, p.d.n_kv_heads, p.d.n_q];
         Ok(Dispatch::new(
             k,
@@ -274,6 +309,40 @@ impl<B: KernelBuffer> AttnDecodeRope<B> {
             &p,
             groups,
         ))
+    }
+
+    /// The same step as the wide split over f16 caches whose last workgroup merges
+    /// ([`AttnDecode::dispatch_wide_merged`]'s shapes, chunking and counters; partials sized by
+    /// [`AttnDecode::scratch_bytes`] for `chunking`), every live workgroup staging its queries.
+    pub fn dispatch_wide(
+        self,
+        s: &AttnShape,
+        chunking: impl Into<Chunking>,
+        r: &AttnRope,
+    ) -> Result<Dispatch<B>, Error> {
+        let k = &ATTN_WIDE_ROPE;
+        if s.kv != KvType::F16 || s.kv_v != KvType::F16 || s.rot_k {
+            return Err(shape_err(
+                k,
+                String::from("reads and appends to f16 caches only"),
+            ));
+        }
+        let words = rope_words(k, s, r, &self)?;
+        let split = AttnDecode {
+            q: self.qkv,
+            k: self.k,
+            v: self.v,
+            q_pos: self.q_pos,
+            part_ml: self.part_ml,
+            part_o: self.part_o,
+            out: self.out,
+            sink: None,
+        };
+        let mut d = split.dispatch_wide_merged(s, chunking, self.counters)?;
+        d.kernel = k;
+        d.push.extend_from_slice(bytemuck::bytes_of(&words));
+        d.buffers.extend([self.q_norm, self.k_norm, self.table]);
+        Ok(d)
     }
 }
 

@@ -104,6 +104,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &attention::ATTN_SPLIT_WIDE_QUANT_MERGE,
         &attention::ATTN_MERGE,
         &attention::ATTN_DECODE_FUSED,
+        &attention::ATTN_WIDE_ROPE,
         &attention::ATTN_PREFILL,
         &attention_prefill_coop::ATTN_PREFILL_COOP,
         &attention_prefill_coop2::ATTN_PREFILL_COOP2,

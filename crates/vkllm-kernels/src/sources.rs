@@ -21,6 +21,13 @@ pub(crate) const ATTENTION_FUSED: &str = concat!(
 pub(crate) const ATTENTION_WIDE: &str = concat!(
     include_str!("../shaders/attention_wide.wgsl"),
     include_str!("../shaders/attention_wide.inc.wgsl"),
+    include_str!("../shaders/attention_wide_split.inc.wgsl"),
+    include_str!("../shaders/attention_keys.inc.wgsl")
+);
+pub(crate) const ATTENTION_WIDE_ROPE: &str = concat!(
+    include_str!("../shaders/attention_wide_rope.wgsl"),
+    include_str!("../shaders/attention_wide.inc.wgsl"),
+    include_str!("../shaders/attention_wide_split.inc.wgsl"),
     include_str!("../shaders/attention_keys.inc.wgsl")
 );
 pub(crate) const ATTENTION_WIDE_QUANT: &str = concat!(
@@ -170,6 +177,7 @@ mod tests {
             ("attention.wgsl", super::ATTENTION),
             ("attention_fused.wgsl", super::ATTENTION_FUSED),
             ("attention_wide.wgsl", super::ATTENTION_WIDE),
+            ("attention_wide_rope.wgsl", super::ATTENTION_WIDE_ROPE),
             ("attention_wide_quant.wgsl", super::ATTENTION_WIDE_QUANT),
             ("attention_prefill.wgsl", super::ATTENTION_PREFILL),
             ("kv_append.wgsl", super::KV_APPEND),

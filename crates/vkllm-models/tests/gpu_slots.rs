@@ -369,20 +369,32 @@ fn alone_equals_batched() {
 }
 
 /// f16 KV cache: the batched GPU decode gives the CPU reference's tokens when the CPU stores
-/// its keys and values rounded to f16 too, through the wide decode split (the default) and the
-/// grouped split it replaces (tuning `attn_wide=0`).
+/// its keys and values rounded to f16 too, through the wide decode split (the default), the
+/// grouped split it replaces (tuning `attn_wide=0`), the wide split whose last workgroup merges
+/// (`attn_wide_merge`) and that one with the input step folded in (`attn_wide_rope`).
 #[test]
 fn f16_kv_matches_cpu() {
     // The shared device's lock keeps the other GPU tests out meanwhile.
     let _one_at_a_time = device();
-    for wide in [true, false] {
+    for (wide, merge, rope) in [
+        (true, false, false),
+        (false, false, false),
+        (true, true, false),
+        (true, true, true),
+    ] {
         let mut opts = common::options();
         opts.tuning.attn_wide = wide;
+        opts.tuning.attn_wide_merge = merge;
+        opts.tuning.attn_wide_rope = rope;
         let dev = common::open(&opts);
         f16_kv_matches_cpu_with(&dev, wide);
         // The path asked for is the one that ran.
-        assert_eq!(dev.has_pipeline("attn_decode_split_wide"), wide);
+        let split = wide && !merge;
+        assert_eq!(dev.has_pipeline("attn_decode_split_wide"), split);
         assert_eq!(dev.has_pipeline("attn_decode_split_gqa"), !wide);
+        assert_eq!(dev.has_pipeline("attn_decode_merge"), !merge);
+        assert_eq!(dev.has_pipeline("attn_decode_wide_merged"), merge && !rope);
+        assert_eq!(dev.has_pipeline("attn_decode_wide_rope"), rope);
     }
 }
 

@@ -278,12 +278,24 @@ pub(crate) fn attention_fused(dev: &Device, seed: u64) -> Result<Vec<KernelParit
     let mut rng = Rng::new(seed);
     let mut rows = Vec::new();
     for c in CASES {
-        rows.extend(run_case(&cx, &mut rng, c)?);
+        rows.extend(run_case(&cx, &mut rng, c, false)?);
+        // The wide split whose last workgroup merges, on the cases it takes (f16 caches, heads
+        // of whole 16-byte slots): the same counter discipline.
+        if c.kv == KvType::F16 && c.head_dim.is_multiple_of(8) {
+            rows.extend(run_case(&cx, &mut rng, c, true)?);
+        }
     }
     Ok(rows)
 }
 
-fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow>> {
+/// `wide`: `AttnDecode::dispatch_wide_merged` (`attn_decode_wide_merged`), else
+/// `AttnDecodeFused::dispatch`.
+fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case, wide: bool) -> Result<Vec<KernelParityRow>> {
+    let kernel = if wide {
+        "attn_decode_wide_merged"
+    } else {
+        "attn_decode_fused"
+    };
     let n_q = c.pos.len();
     let ring = c.ring.unwrap_or(c.n_pos);
     let rows_per_cache = c.n_pos.min(ring);
@@ -337,6 +349,19 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
     let n_ctr = AttnDecodeFused::<vkllm_vk::BufSlice<'_>>::counter_bytes(&shape) as usize / 4;
     let counters = cx.input("counters", &vec![0u32; n_ctr])?;
     let fused = |r: &mut vkllm_vk::Recorder| {
+        if wide {
+            let a = AttnDecode {
+                q: qb.all(),
+                k: kb.all(),
+                v: vb.all(),
+                q_pos: pb.all(),
+                part_ml: part_ml.all(),
+                part_o: part_o.all(),
+                out: out.all(),
+                sink: None,
+            };
+            return r.dispatch(a.dispatch_wide_merged(&shape, c.chunk, counters.all())?);
+        }
         r.dispatch(
             AttnDecodeFused {
                 q: qb.all(),
@@ -382,7 +407,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
     );
     Ok(vec![
         row(
-            "attn_decode_fused",
+            kernel,
             variant.clone(),
             shape_s.clone(),
             &got,
@@ -390,7 +415,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
             ATTN_TOL,
         ),
         row(
-            "attn_decode_fused",
+            kernel,
             format!("{variant} counters"),
             shape_s,
             &ctr_f,

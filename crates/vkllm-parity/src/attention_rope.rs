@@ -13,7 +13,9 @@
 
 use vkllm_cpu::decode::IDLE as IDLE_POS;
 use vkllm_cpu::{AttnParams, Rope, RopeKvAppendSpec, RopeScaling, RopeStyle, rope_kv_append};
-use vkllm_kernels::attention::{AttnDecode, AttnDecodeFused, AttnDecodeRope, AttnRope, AttnShape};
+use vkllm_kernels::attention::{
+    AttnDecode, AttnDecodeFused, AttnDecodeRope, AttnRope, AttnShape, Chunking,
+};
 use vkllm_kernels::kv_append::KvType;
 use vkllm_kernels::rope::RopeLayout;
 use vkllm_kernels::rope_kv_append::HeadNorm;
@@ -24,6 +26,7 @@ use vkllm_vk::Device;
 use vkllm_vk::Result;
 
 const KERNEL: &str = "attn_decode_rope";
+const WIDE_KERNEL: &str = "attn_decode_wide_rope";
 const IDLE: usize = IDLE_POS as usize;
 
 struct Case {
@@ -144,12 +147,23 @@ pub(crate) fn attention_rope(dev: &Device, seed: u64) -> Result<Vec<KernelParity
     let mut rng = Rng::new(seed);
     let mut rows = Vec::new();
     for c in CASES {
-        rows.extend(run_case(&cx, &mut rng, c)?);
+        rows.extend(run_case(&cx, &mut rng, c, false)?);
+        // The wide split's form (f16 caches, heads of whole 16-byte slots), adaptive chunks.
+        if c.kv == KvType::F16 && c.head_dim.is_multiple_of(8) {
+            rows.extend(run_case(&cx, &mut rng, c, true)?);
+        }
     }
     Ok(rows)
 }
 
-fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow>> {
+/// `wide`: [`AttnDecodeRope::dispatch_wide`] with adaptive chunks from 8 up to the case's chunk
+/// x 4 (`attn_decode_wide_rope`), else [`AttnDecodeRope::dispatch`].
+fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case, wide: bool) -> Result<Vec<KernelParityRow>> {
+    let kernel = if wide { WIDE_KERNEL } else { KERNEL };
+    let chunking = match wide {
+        true => Chunking::adaptive(4 * c.chunk, 8),
+        false => c.chunk.into(),
+    };
     let n_q = c.pos.len();
     assert!(!c.shared || n_q == 1, "a shared cache takes one query");
     let hd = c.head_dim;
@@ -261,7 +275,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
         cx.input("q_pos", &pos32)?,
     );
     let out = cx.output("out", want.len())?;
-    let (ml, o) = AttnDecode::<vkllm_vk::BufSlice<'_>>::scratch_bytes(&shape, c.chunk);
+    let (ml, o) = AttnDecode::<vkllm_vk::BufSlice<'_>>::scratch_bytes(&shape, chunking);
     let part_ml = cx
         .dev
         .create_buffer("part_ml", ml, vkllm_vk::MemoryKind::Device)?;
@@ -271,22 +285,23 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
     let n_ctr = AttnDecodeFused::<vkllm_vk::BufSlice<'_>>::counter_bytes(&shape) as usize / 4;
     let counters = cx.input("counters", &vec![0u32; n_ctr])?;
     cx.run(&[&out, &part_ml, &part_o], |rec| {
-        rec.dispatch(
-            AttnDecodeRope {
-                qkv: qkv_b.all(),
-                q_norm: qn_b.all(),
-                k_norm: kn_b.all(),
-                table: tab_b.all(),
-                k: kb.all(),
-                v: vb.all(),
-                q_pos: pb.all(),
-                part_ml: part_ml.all(),
-                part_o: part_o.all(),
-                out: out.all(),
-                counters: counters.all(),
-            }
-            .dispatch(&shape, c.chunk, &r)?,
-        )
+        let op = AttnDecodeRope {
+            qkv: qkv_b.all(),
+            q_norm: qn_b.all(),
+            k_norm: kn_b.all(),
+            table: tab_b.all(),
+            k: kb.all(),
+            v: vb.all(),
+            q_pos: pb.all(),
+            part_ml: part_ml.all(),
+            part_o: part_o.all(),
+            out: out.all(),
+            counters: counters.all(),
+        };
+        rec.dispatch(match wide {
+            true => op.dispatch_wide(&shape, chunking, &r)?,
+            false => op.dispatch(&shape, c.chunk, &r)?,
+        })
     })?;
     let got = cx.read(&out, want.len())?;
     let read_cache = |b: &vkllm_vk::Buffer| -> Result<Vec<f32>> {
@@ -336,7 +351,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
     };
     let variant = format!("{} {}", c.label, c.kv.name());
     let shape_s = format!(
-        "q@[{}] kv {}{} h {}/{} d {} rot {} chunk {}",
+        "q@[{}] kv {}{} h {}/{} d {} rot {} chunk {}{}",
         show_positions(c.pos),
         c.n_pos,
         c.ring.map_or(String::new(), |r| format!(" ring {r}")),
@@ -344,11 +359,12 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
         c.n_kv_heads,
         hd,
         c.rotary_dim,
-        c.chunk
+        chunking.chunk,
+        if chunking.min > 0 { " adaptive" } else { "" }
     );
     Ok(vec![
         row(
-            KERNEL,
+            kernel,
             variant.clone(),
             shape_s.clone(),
             &got,
@@ -356,7 +372,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
             out_tol,
         ),
         row(
-            KERNEL,
+            kernel,
             format!("{variant} K cache"),
             shape_s.clone(),
             &read_cache(&kb)?,
@@ -364,7 +380,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
             k_tol,
         ),
         row(
-            KERNEL,
+            kernel,
             format!("{variant} V cache"),
             shape_s.clone(),
             &read_cache(&vb)?,
@@ -372,7 +388,7 @@ fn run_case(cx: &Ctx<'_>, rng: &mut Rng, c: &Case) -> Result<Vec<KernelParityRow
             EXACT,
         ),
         row(
-            KERNEL,
+            kernel,
             format!("{variant} counters"),
             shape_s,
             &ctr_f,

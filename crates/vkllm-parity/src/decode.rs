@@ -204,7 +204,7 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
             })?;
             rows.push(row(
                 "attn_decode",
-                label,
+                label.clone(),
                 format!("{slots} slots x {cap} h {n_heads}/{n_kv_heads} d {hd}"),
                 &cx.read(&out, want.len())?,
                 &want,
@@ -214,6 +214,20 @@ pub(crate) fn attention_slots(dev: &Device, seed: u64) -> Result<Vec<KernelParit
                     nmse: 1e-7,
                 },
             ));
+            // No workgroup (an idle slot's included) left a count behind.
+            if form == Split::WideMerged {
+                let n = slots * n_kv_heads;
+                let ctr: Vec<u32> = dev.read_vec(&counters, n)?;
+                let ctr: Vec<f32> = ctr.iter().map(|&x| x as f32).collect();
+                rows.push(row(
+                    "attn_decode",
+                    format!("{label} counters"),
+                    format!("{slots} slots x {cap} h {n_heads}/{n_kv_heads} d {hd}"),
+                    &ctr,
+                    &vec![0.0; n],
+                    super::EXACT,
+                ));
+            }
         }
     }
     Ok(rows)

@@ -230,6 +230,10 @@ pub struct Tuning {
     /// Model backends: the wide split's last workgroup per (query, kv head) merges the partials
     /// (one dispatch; `false`: split then merge, the reference). Key `attn_wide_merge`.
     pub attn_wide_merge: bool,
+    /// Model backends: with `attn_wide_merge`, a decode step's attention input (per-head norm,
+    /// RoPE, KV append) runs inside the merging wide split (`shaders/attention_wide_rope.wgsl`;
+    /// `false`: rope_kv then the split, the reference). Key `attn_wide_rope`.
+    pub attn_wide_rope: bool,
     /// Model backends: key `attn_prefill` = auto | cm2 | coop2 | coop1 | portable.
     pub attn_prefill: PrefillAttn,
     /// Model backends: subgroups per workgroup of the second prefill kernel (1..=4). Key
@@ -401,6 +405,7 @@ impl Default for Tuning {
             attn_adaptive: true,
             attn_wide: true,
             attn_wide_merge: false,
+            attn_wide_rope: false,
             attn_prefill: PrefillAttn::Auto,
             attn_coop_nsg: 4,
             attn_coop_split: None,
@@ -505,6 +510,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "attn_adaptive",
     "attn_wide",
     "attn_wide_merge",
+    "attn_wide_rope",
     "attn_prefill",
     "attn_coop_nsg",
     "attn_coop_split",

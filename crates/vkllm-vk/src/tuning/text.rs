@@ -251,6 +251,7 @@ impl Tuning {
             "attn_adaptive" => self.attn_adaptive = flag()?,
             "attn_wide" => self.attn_wide = flag()?,
             "attn_wide_merge" => self.attn_wide_merge = flag()?,
+            "attn_wide_rope" => self.attn_wide_rope = flag()?,
             "attn_prefill" => {
                 self.attn_prefill = match value {
                     "auto" => PrefillAttn::Auto,
@@ -435,7 +436,7 @@ impl fmt::Display for Tuning {
              q8a_xg={},q8a_xg1={},q8a_mixed={},q8a_wg={},q8a_xg_lanes={},q8a_xg_rows={},decode_int8_max_n={},coopmat={},coop_narrow={},coop_narrow_split={},coop_narrow_min={},coop_narrow_q6k={},splitk={splitk},coop_bk={},coop_direct={},coop_float_split={},\
              coop_x_f16={},coop_tile={},coop_glu={},coop_glu_half={},cm2_matmul={},cm2_matmul_min_n={},cm2_matmul_decode={},cm2_matmul_tile={},cm2_matmul_glu_tile={},cm2_matmul_tokens_first={},cm2_matmul_group={},coop_group={group},\
              {dequant},dequant_keep_mb={},wg_coherent={},wg_coherent_all={},prune={},recycle={},fence_spin_us={},pipeline_stats={},sparse={},\
-             attn={attn},attn_chunk={},attn_adaptive={},attn_wide={},attn_wide_merge={},attn_prefill={prefill},attn_coop_nsg={},\
+             attn={attn},attn_chunk={},attn_adaptive={},attn_wide={},attn_wide_merge={},attn_wide_rope={},attn_prefill={prefill},attn_coop_nsg={},\
              attn_coop_split={},attn_coop_bk={},attn_coop_vahead={},attn_cm2_tile={},attn_cm2_mma={},attn_cm2_prefetch={},attn_cm2_qscale={},attn_cm2_unclamped={},attn_cm2_stats16={},attn_cm2_ohalf={},kv_centre={},kv_sink={},kv_rot_v={},attn_f32_kv={f32_kv},fused={},rope_kv_tpw={},delta_chunked={},delta_wide={},delta_norm={},delta_chunked_wide={},moe_grouped_min={},\
              moe_grouped_min_f32={},moe_q8g_min={},moe_q8g_cols={},moe_q8g_wpe={},moe_lanes={},moe_q8a={},moe_shared={},moe_coop={},one_submit={},split_submit={}",
             b(self.q8a_wide),
@@ -483,6 +484,7 @@ impl fmt::Display for Tuning {
             b(self.attn_adaptive),
             b(self.attn_wide),
             b(self.attn_wide_merge),
+            b(self.attn_wide_rope),
             self.attn_coop_nsg,
             opt(self.attn_coop_split.map(|s| s.to_string())),
             self.attn_coop_bk,
@@ -528,7 +530,7 @@ mod tests {
                     q8a_xg=0,q8a_xg1=1,q8a_mixed=0,q8a_wg=512,q8a_xg_lanes=4,q8a_xg_rows=1,decode_int8_max_n=32,coopmat=0,coop_narrow=0,coop_narrow_split=3,coop_narrow_min=17,coop_narrow_q6k=0,splitk=96,coop_bk=32,coop_direct=0,coop_float_split=0,\
                     coop_x_f16=0,coop_tile=wide,coop_glu=0,coop_glu_half=0,cm2_matmul=0,cm2_matmul_min_n=64,cm2_matmul_decode=1,cm2_matmul_tile=64x128x32,cm2_matmul_glu_tile=64x64x32,cm2_matmul_tokens_first=0,cm2_matmul_group=1,coop_group=none,\
                     dequant=auto,dequant_keep_mb=512,dequant_min=4096,dequant_tokens=64,dequant_tokens_q8=96,wg_coherent=0,wg_coherent_all=1,prune=1,\
-                    recycle=0,fence_spin_us=0,pipeline_stats=1,sparse=0,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,attn_wide_merge=1,\
+                    recycle=0,fence_spin_us=0,pipeline_stats=1,sparse=0,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,attn_wide_merge=1,attn_wide_rope=1,\
                     attn_prefill=coop1,attn_coop_nsg=2,attn_coop_split=1,attn_coop_bk=32,attn_coop_vahead=1,attn_cm2_tile=32x64,attn_cm2_mma=0,attn_cm2_prefetch=1,attn_cm2_qscale=0,attn_cm2_unclamped=0,attn_cm2_stats16=0,attn_cm2_ohalf=0,kv_centre=0,kv_sink=0,kv_rot_v=0,attn_f32_kv=auto,fused=0,\
                     rope_kv_tpw=3,delta_chunked=0,delta_wide=0,delta_norm=0,delta_chunked_wide=0,moe_grouped_min=0,moe_grouped_min_f32=0,moe_q8g_min=2,moe_q8g_cols=2,moe_q8g_wpe=4,moe_lanes=0,moe_q8a=0,moe_shared=0,moe_coop=0,one_submit=0,\
                     split_submit=0";

@@ -442,10 +442,11 @@ impl VulkanBackend {
         })
     }
 
-    /// `Backend::rope_attention`: with [`VulkanBackend::with_folded_attention`] (or
-    /// `with_folded_attention`), a decode step whose
-    /// projections are packed runs the input step, split and merge as one dispatch
-    /// (`AttnDecodeRope`); otherwise `rope_kv` then `attention`.
+    /// `Backend::rope_attention`: a decode step whose projections are packed runs the input
+    /// step, split and merge as one dispatch with [`VulkanBackend::with_folded_attention`] (the
+    /// grouped split, `AttnDecodeRope::dispatch`) or with tunings `attn_wide_merge` and
+    /// `attn_wide_rope` over f16 caches (the wide split, `AttnDecodeRope::dispatch_wide`);
+    /// otherwise `rope_kv` then `attention`.
     pub(super) fn rope_attention_op(
         &mut self,
         a: &RopeKv<'_>,
@@ -455,25 +456,37 @@ impl VulkanBackend {
     ) -> Result<(), ModelError> {
         let n = a.n;
         let decode = n == 1 || kv.rows == KvRows::PerRow;
-        let fold = match a.packed {
-            Some(t)
-                if self.fold_attention
-                    && decode
-                    && self.gqa_applies(p)
-                    && !kv.dtype.is_quantized() =>
-            {
-                Some(t)
+        let t = self.dev.tuning();
+        let wide_asked = t.attn_wide && t.attn_wide_merge && t.attn_wide_rope;
+        let packed = a
+            .packed
+            .filter(|_| decode && self.gqa_applies(p) && !kv.dtype.is_quantized());
+        // The wide form: its plan as the plain split's (adaptive chunks), where it takes it.
+        let wide_plan = match packed {
+            Some(_) if wide_asked => {
+                let plan = self.attn_plan(kv, n, a.positions, p, false)?;
+                let fits = AttnDecode::<BufSlice<'_>>::wide_applies(&plan.shape)
+                    && AttnDecode::<BufSlice<'_>>::wide_merge_fits(&plan.shape, plan.chunking);
+                fits.then_some(plan)
             }
             _ => None,
         };
-        let Some(packed) = fold else {
-            self.mark("rope_kv");
-            self.rope_kv(a, kv)?;
-            self.mark("attention");
-            return self.attention_op(a.q_out, kv, n, a.positions, p, out);
+        let (packed, plan, wide) = match (packed, wide_plan) {
+            (Some(t), Some(plan)) => (t, plan, true),
+            (Some(t), None) if self.fold_attention => {
+                (t, self.attn_plan(kv, n, a.positions, p, true)?, false)
+            }
+            _ => {
+                self.mark("rope_kv");
+                self.rope_kv(a, kv)?;
+                self.mark("attention");
+                return self.attention_op(a.q_out, kv, n, a.positions, p, out);
+            }
         };
+        if wide {
+            self.attn_counters(AttnDecodeFused::<BufSlice<'_>>::counter_bytes(&plan.shape))?;
+        }
         let ti = self.rope_kv_prepare(a, kv)?;
-        let plan = self.attn_plan(kv, n, a.positions, p, true)?;
         self.mark("attention");
         let (hd, qd) = (a.head_dim, a.n_heads * a.head_dim);
         let width = a.n_kv_heads * hd;
@@ -497,8 +510,11 @@ impl VulkanBackend {
                 None => (me.head(packed, 1)?, me.head(packed, 1)?),
             };
             let (ml, o) = me.attn_parts.as_ref().expect("allocated by attn_plan");
-            let counters = me.attn_counters.as_ref().expect("allocated by attn_plan");
-            let d = AttnDecodeRope {
+            let counters = me
+                .attn_counters
+                .as_ref()
+                .expect("allocated above or by attn_plan");
+            let op = AttnDecodeRope {
                 qkv: me.head(packed, (n - 1) * r.tok_stride + qd + 2 * width)?,
                 q_norm: qn,
                 k_norm: kn,
@@ -510,8 +526,11 @@ impl VulkanBackend {
                 part_o: o.all(),
                 out: me.head(out, n * qd)?,
                 counters: counters.all(),
-            }
-            .dispatch(&plan.shape, plan.chunking.chunk, &r)?;
+            };
+            let d = match wide {
+                true => op.dispatch_wide(&plan.shape, plan.chunking, &r)?,
+                false => op.dispatch(&plan.shape, plan.chunking.chunk, &r)?,
+            };
             Ok(rec.dispatch(d)?)
         })
     }
