@@ -91,6 +91,8 @@ var<immediate> p: Params;
 @group(0) @binding(10) var<storage, read> table: array<vec2<f32>>;
 
 // #include attention_gqa.inc.wgsl
+// #include attention_rope_stage.inc.wgsl
+// #include attention_merge_weights.inc.wgsl
 
 // Caches of f32 and f16 only: no attention-sink offsets (gqa_chunk's hooks).
 const KV_SINK: u32 = 0u;
@@ -99,9 +101,22 @@ fn kv_sink(e: u32) -> f32 {
 }
 
 var<workgroup> wg_last: u32;
-// ROPE = 1: 1 / rms of the staged heads (the group's query heads, then the key head).
-var<workgroup> rn: array<f32, 9>;
-var<workgroup> wg_own: u32;
+
+fn weight_set(g: u32, c: u32, n_live: u32, w: f32) {
+    sg_sc[g * n_live + c] = w;
+}
+
+fn total_set(g: u32, l: f32) {
+    ml_g[2u * g + 1u] = l;
+}
+
+fn stage_get(e: u32) -> f32 {
+    return qg[e];
+}
+
+fn stage_set(e: u32, x: f32) {
+    qg[e] = x;
+}
 
 // Query i's group into qg (and, ROPE = 1, its key head into qg[g_n * hd ..] and the cache).
 fn gqa_stage(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: u32,
@@ -116,76 +131,9 @@ fn gqa_stage(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: 
         workgroupBarrier();
         return;
     }
+    let own = rope_stage(i, kvh, g_n, hd, j0, j1, lid, sg_id, sg_lane, sg_size, n_sg);
     let ps = q_pos[i];
-    let ok = ps < p.max_pos && ps < p.max_tok;
-    // This workgroup appends the query's own key (through shared memory, so the branches and
-    // loop bounds that depend on it are uniform).
-    if (lid == 0u) {
-        wg_own = select(0u, 1u, ok && ps >= j0 && ps < j1);
-    }
-    let own = workgroupUniformLoad(&wg_own) == 1u;
     let tok = i * p.q_tok_stride;
-    let nan = bitcast<f32>(0x7fc00000u);
-    for (var e = lid; e < g_n * hd; e += WG) {
-        qg[e] = select(nan, q[tok + kvh * g_n * hd + e], ok);
-    }
-    var nh = g_n;
-    if (own) {
-        nh = g_n + 1u;
-        for (var e = lid; e < hd; e += WG) {
-            qg[g_n * hd + e] = q[tok + p.k_off + kvh * hd + e];
-        }
-    }
-    workgroupBarrier();
-    if (p.norm != 0u) {
-        // Subgroup s takes heads s, s + n_sg, ... (the same trip count in every subgroup).
-        let htrips = (nh + n_sg - 1u) / n_sg;
-        for (var t = 0u; t < htrips; t++) {
-            let h = sg_id + t * n_sg;
-            let hl = min(h, nh - 1u);
-            var ss = 0.0;
-            for (var e = sg_lane; e < hd; e += sg_size) {
-                let x = qg[hl * hd + e];
-                ss += x * x;
-            }
-            ss = subgroupAdd(ss);
-            if (sg_lane == 0u && h < nh) {
-                rn[h] = 1.0 / sqrt(ss / f32(hd) + p.eps);
-            }
-        }
-        workgroupBarrier();
-        for (var e = lid; e < nh * hd; e += WG) {
-            let h = e / hd;
-            var w = 0.0;
-            if (h < g_n) {
-                w = q_norm[e % hd];
-            } else {
-                w = k_norm[e % hd];
-            }
-            qg[e] = (qg[e] * rn[h]) * (p.norm_offset + w);
-        }
-        workgroupBarrier();
-    }
-    if (ok) {
-        // RoPE, one (a, b) pair per invocation and round, in place.
-        let half = p.rotary_dim / 2u;
-        for (var t = lid; t < nh * half; t += WG) {
-            let h = t / half;
-            let r = t % half;
-            var a = 2u * r;
-            var b = a + 1u;
-            if (p.style == 1u) {
-                a = r;
-                b = r + half;
-            }
-            let cs = table[ps * half + r];
-            let x0 = qg[h * hd + a];
-            let x1 = qg[h * hd + b];
-            qg[h * hd + a] = x0 * cs.x - x1 * cs.y;
-            qg[h * hd + b] = x1 * cs.x + x0 * cs.y;
-        }
-    }
-    workgroupBarrier();
     if (own) {
         let kv_dim = p.n_kv_heads * hd;
         let c0 = (i * p.kv_stride + ps % p.ring) * kv_dim + kvh * hd;
@@ -279,36 +227,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     storageBarrier();
 
-    // Merge the group's n_live chunks for all G heads at once. Weights w[g, c] = e^(m_c - M_g)
-    // in sg_sc[g * n_live + c], L_g = sum_c l_c w[g, c] in ml_g[2g + 1] (subgroups across heads).
-    let neg_inf = bitcast<f32>(0xff800000u);
-    let htrips = (g_n + n_sg - 1u) / n_sg;
-    for (var t = 0u; t < htrips; t++) {
-        let g = sg_id + t * n_sg;
-        let gl = min(g, g_n - 1u);
-        let base = (i * p.n_heads + kvh * g_n + gl) * p.n_chunks;
-        var mx = neg_inf;
-        for (var cc = sg_lane; cc < n_live; cc += sg_size) {
-            mx = max(mx, part_ml[2u * (base + cc)]);
-        }
-        mx = subgroupMax(mx);
-        var ls = 0.0;
-        for (var cc = sg_lane; cc < n_live; cc += sg_size) {
-            let mc = part_ml[2u * (base + cc)];
-            var w = 0.0;
-            if (mc != neg_inf) {
-                w = exp(mc - mx);
-                ls += part_ml[2u * (base + cc) + 1u] * w;
-            }
-            if (g < g_n) {
-                sg_sc[g * n_live + cc] = w;
-            }
-        }
-        ls = subgroupAdd(ls);
-        if (sg_lane == 0u && g < g_n) {
-            ml_g[2u * g + 1u] = ls;
-        }
-    }
+    // Merge the group's n_live chunks for all G heads at once: weights w[g, c] in
+    // sg_sc[g * n_live + c], L_g in ml_g[2g + 1].
+    merge_weights(i, kvh, g_n, n_live, sg_id, sg_lane, sg_size, n_sg);
     workgroupBarrier();
     // Sums: invocation lid takes quad lid % nq of the group's (head, 4-dim quad)s over chunks
     // kg, kg + kg_n, ... (kg = lid / nq); with more quads than invocations, quads lid, lid + WG,

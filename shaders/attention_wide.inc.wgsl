@@ -4,9 +4,10 @@
 // VB (keys in flight per lane while scoring and per invocation while accumulating V), `p` (the
 // decode Params' leading words), the bindings q (0), k (1) and v (2),
 // and sc (the chunk's scores per head, GQ * CHUNK f32) declared after every override (naga 30
-// panics resolving a named override that the front end lowers after an override-sized array);
-// this file the rest of the interface, the chunk bounds, the softmax over a chunk's scores,
-// the partials' write and the merge of the `split_merge` entries.
+// panics resolving a named override that the front end lowers after an override-sized array),
+// and includes attention_merge_weights.inc.wgsl too; this file the rest of the interface, the
+// chunk bounds, the softmax over a chunk's scores, the partials' write and the merge of the
+// `split_merge` entries.
 
 @group(0) @binding(3) var<storage, read> q_pos: array<u32>;
 // Coherent: the split_merge entries' last workgroup reads the other workgroups' partials.
@@ -131,6 +132,15 @@ fn wide_parts(o: array<vec4<f32>, 2u * WIDE_GQ_MAX>, i: u32, kvh: u32, c: u32, l
     }
 }
 
+// The merge's weights in pw[g * n_live + c], each head's total in ml[2g + 1].
+fn weight_set(g: u32, c: u32, n_live: u32, w: f32) {
+    pw[g * n_live + c] = w;
+}
+
+fn total_set(g: u32, l: f32) {
+    ml[2u * g + 1u] = l;
+}
+
 // The split_merge entries' tail, after the split (attention_fused.wgsl's "last workgroup merges"
 // pattern and ordering): each live workgroup releases its partials (storageBarrier) and counts
 // itself in; the one that completes the count of live chunks resets the counter and merges the
@@ -165,34 +175,7 @@ fn wide_merge_last(i: u32, kvh: u32, c: u32, lid: u32, sg_id: u32, sg_lane: u32,
     if (lid == 0u) {
         atomicStore(&counters[ctr], 0u);
     }
-    let neg_inf = bitcast<f32>(0xff800000u);
-    let htrips = (GQ + n_sg - 1u) / n_sg;
-    for (var t = 0u; t < htrips; t++) {
-        let g = sg_id + t * n_sg;
-        let gl = min(g, GQ - 1u);
-        let base = (i * p.n_heads + kvh * GQ + gl) * p.n_chunks;
-        var mx = neg_inf;
-        for (var cc = sg_lane; cc < n_live; cc += sg_size) {
-            mx = max(mx, part_ml[2u * (base + cc)]);
-        }
-        mx = subgroupMax(mx);
-        var ls = 0.0;
-        for (var cc = sg_lane; cc < n_live; cc += sg_size) {
-            let mc = part_ml[2u * (base + cc)];
-            var w = 0.0;
-            if (mc != neg_inf) {
-                w = exp(mc - mx);
-                ls += part_ml[2u * (base + cc) + 1u] * w;
-            }
-            if (g < GQ) {
-                pw[g * n_live + cc] = w;
-            }
-        }
-        ls = subgroupAdd(ls);
-        if (sg_lane == 0u && g < GQ) {
-            ml[2u * g + 1u] = ls;
-        }
-    }
+    merge_weights(i, kvh, GQ, n_live, sg_id, sg_lane, sg_size, n_sg);
     workgroupBarrier();
     // Invocations across the group's (head, dim)s, chunks in order, four loads in flight.
     for (var e = lid; e < GQ * HD; e += WG) {

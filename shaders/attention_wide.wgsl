@@ -19,6 +19,7 @@
 // and occupancy; 16-lane clusters (half the query registers) were slower.
 //
 // #include attention_wide.inc.wgsl
+// #include attention_merge_weights.inc.wgsl
 // #include attention_wide_split.inc.wgsl
 // #include attention_keys.inc.wgsl
 

@@ -22,6 +22,7 @@
 // stages the queries) + 32 f32: at most 24.1 KiB.
 //
 // #include attention_wide.inc.wgsl
+// #include attention_merge_weights.inc.wgsl
 // #include kv_quant.inc.wgsl
 // #include attention_keys.inc.wgsl
 

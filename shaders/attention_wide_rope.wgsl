@@ -15,7 +15,9 @@
 // staged values until the split has read its queries into registers.
 //
 // #include attention_wide.inc.wgsl
+// #include attention_merge_weights.inc.wgsl
 // #include attention_wide_split.inc.wgsl
+// #include attention_rope_stage.inc.wgsl
 // #include attention_keys.inc.wgsl
 
 override WG: u32 = 128;
@@ -63,86 +65,25 @@ var<immediate> p: Params;
 @group(0) @binding(10) var<storage, read> k_norm: array<f32>;
 @group(0) @binding(11) var<storage, read> table: array<vec2<f32>>;
 
-// 1 / rms of the staged heads (the group's query heads, then the key head).
-var<workgroup> rn: array<f32, 9>;
-var<workgroup> wg_own: u32;
+fn stage_get(e: u32) -> f32 {
+    return pw[e];
+}
+
+fn stage_set(e: u32, x: f32) {
+    pw[e] = x;
+}
 
 fn wide_query(i: u32, kvh: u32, e: u32) -> vec4<f32> {
     return vec4<f32>(pw[4u * e], pw[4u * e + 1u], pw[4u * e + 2u], pw[4u * e + 3u]);
 }
 
-// Query i's group into pw[0 .. GQ * HD] (and, when this chunk [j0, j1) holds the query's
-// position, its key head into pw[GQ * HD ..] and the cache).
+// Query i's group into pw[0 .. GQ * HD] (rope_stage) and, when this chunk [j0, j1) holds the
+// query's position, its key and value rows into the cache.
 fn wide_stage(i: u32, kvh: u32, j0: u32, j1: u32, lid: u32, sg_id: u32, sg_lane: u32,
               sg_size: u32, n_sg: u32) {
+    let own = rope_stage(i, kvh, GQ, HD, j0, j1, lid, sg_id, sg_lane, sg_size, n_sg);
     let ps = q_pos[i];
-    let ok = ps < p.max_pos && ps < p.max_tok;
-    if (lid == 0u) {
-        wg_own = select(0u, 1u, ok && ps >= j0 && ps < j1);
-    }
-    let own = workgroupUniformLoad(&wg_own) == 1u;
     let tok = i * p.q_tok_stride;
-    let nan = bitcast<f32>(0x7fc00000u);
-    for (var e = lid; e < GQ * HD; e += WG) {
-        pw[e] = select(nan, q[tok + kvh * GQ * HD + e], ok);
-    }
-    var nh = GQ;
-    if (own) {
-        nh = GQ + 1u;
-        for (var e = lid; e < HD; e += WG) {
-            pw[GQ * HD + e] = q[tok + p.k_off + kvh * HD + e];
-        }
-    }
-    workgroupBarrier();
-    if (p.norm != 0u) {
-        // Subgroup s takes heads s, s + n_sg, ... (the same trip count in every subgroup).
-        let htrips = (nh + n_sg - 1u) / n_sg;
-        for (var t = 0u; t < htrips; t++) {
-            let h = sg_id + t * n_sg;
-            let hl = min(h, nh - 1u);
-            var ss = 0.0;
-            for (var e = sg_lane; e < HD; e += sg_size) {
-                let x = pw[hl * HD + e];
-                ss += x * x;
-            }
-            ss = subgroupAdd(ss);
-            if (sg_lane == 0u && h < nh) {
-                rn[h] = 1.0 / sqrt(ss / f32(HD) + p.eps);
-            }
-        }
-        workgroupBarrier();
-        for (var e = lid; e < nh * HD; e += WG) {
-            let h = e / HD;
-            var w = 0.0;
-            if (h < GQ) {
-                w = q_norm[e % HD];
-            } else {
-                w = k_norm[e % HD];
-            }
-            pw[e] = (pw[e] * rn[h]) * (p.norm_offset + w);
-        }
-        workgroupBarrier();
-    }
-    if (ok) {
-        // RoPE, one (a, b) pair per invocation and round, in place.
-        let half = p.rotary_dim / 2u;
-        for (var t = lid; t < nh * half; t += WG) {
-            let h = t / half;
-            let r = t % half;
-            var a = 2u * r;
-            var b = a + 1u;
-            if (p.style == 1u) {
-                a = r;
-                b = r + half;
-            }
-            let cs = table[ps * half + r];
-            let x0 = pw[h * HD + a];
-            let x1 = pw[h * HD + b];
-            pw[h * HD + a] = x0 * cs.x - x1 * cs.y;
-            pw[h * HD + b] = x1 * cs.x + x0 * cs.y;
-        }
-    }
-    workgroupBarrier();
     if (own) {
         // The row as 16-byte slots of 8 f16 values (HD and the row offset are multiples of 8).
         let slot0 = ((i * p.kv_stride + ps % p.ring) * p.n_kv_heads + kvh) * NS;

@@ -16,23 +16,29 @@ pub(crate) const ATTENTION_FUSED: &str = concat!(
     include_str!("../shaders/attention_gqa.inc.wgsl"),
     include_str!("../shaders/reduce.inc.wgsl"),
     include_str!("../shaders/kv_quant.inc.wgsl"),
-    include_str!("../shaders/attention_keys.inc.wgsl")
+    include_str!("../shaders/attention_keys.inc.wgsl"),
+    include_str!("../shaders/attention_rope_stage.inc.wgsl"),
+    include_str!("../shaders/attention_merge_weights.inc.wgsl")
 );
 pub(crate) const ATTENTION_WIDE: &str = concat!(
     include_str!("../shaders/attention_wide.wgsl"),
     include_str!("../shaders/attention_wide.inc.wgsl"),
+    include_str!("../shaders/attention_merge_weights.inc.wgsl"),
     include_str!("../shaders/attention_wide_split.inc.wgsl"),
     include_str!("../shaders/attention_keys.inc.wgsl")
 );
 pub(crate) const ATTENTION_WIDE_ROPE: &str = concat!(
     include_str!("../shaders/attention_wide_rope.wgsl"),
     include_str!("../shaders/attention_wide.inc.wgsl"),
+    include_str!("../shaders/attention_merge_weights.inc.wgsl"),
     include_str!("../shaders/attention_wide_split.inc.wgsl"),
+    include_str!("../shaders/attention_rope_stage.inc.wgsl"),
     include_str!("../shaders/attention_keys.inc.wgsl")
 );
 pub(crate) const ATTENTION_WIDE_QUANT: &str = concat!(
     include_str!("../shaders/attention_wide_quant.wgsl"),
     include_str!("../shaders/attention_wide.inc.wgsl"),
+    include_str!("../shaders/attention_merge_weights.inc.wgsl"),
     include_str!("../shaders/kv_quant.inc.wgsl"),
     include_str!("../shaders/attention_keys.inc.wgsl")
 );
