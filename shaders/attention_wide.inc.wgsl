@@ -2,20 +2,14 @@
 // over q8_0 / q4_0 / tq4 ones, attention_wide_rope.wgsl): not a kernel on its own. The including
 // file provides the overrides WG, CHUNK, GQ, HD, NS (HD / 8: V's 8-value slots per row), KB and
 // VB (keys in flight per lane while scoring and per invocation while accumulating V), `p` (the
-// decode Params' leading words), the bindings q (0), k (1) and v (2),
-// and sc (the chunk's scores per head, GQ * CHUNK f32) declared after every override (naga 30
-// panics resolving a named override that the front end lowers after an override-sized array),
-// and includes attention_merge_weights.inc.wgsl too; this file the rest of the interface, the
-// chunk bounds, the softmax over a chunk's scores, the partials' write and the merge of the
-// `split_merge` entries.
+// decode Params' leading words), the bindings q (0), k (1), v (2), part_ml (4) and part_o (5:
+// Coherent in the merging kernels, plain in the splits), and sc (the chunk's scores per head,
+// GQ * CHUNK f32) declared after every override (naga 30 panics resolving a named override that
+// the front end lowers after an override-sized array); this file the rest of the interface, the
+// chunk bounds, the softmax over a chunk's scores and the partials' write.
 
 @group(0) @binding(3) var<storage, read> q_pos: array<u32>;
-// Coherent: the split_merge entries' last workgroup reads the other workgroups' partials.
-@coherent @group(0) @binding(4) var<storage, read_write> part_ml: array<f32>;
-@coherent @group(0) @binding(5) var<storage, read_write> part_o: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
-// split_merge only: one u32 per (query, kv head), zero between dispatches.
-@group(0) @binding(8) var<storage, read_write> counters: array<atomic<u32>>;
 
 // Array bounds of the per-lane registers: GQ <= 8; KB and VB <= WIDE_B_MAX.
 const WIDE_GQ_MAX: u32 = 8u;
@@ -23,7 +17,6 @@ const WIDE_B_MAX: u32 = 8u;
 const WIDE_PW: u32 = 4096u;
 
 var<workgroup> wg_skip: u32;
-var<workgroup> wg_last: u32;
 var<workgroup> ml: array<f32, 16>;
 var<workgroup> pw: array<f32, WIDE_PW>;
 
@@ -129,76 +122,5 @@ fn wide_parts(o: array<vec4<f32>, 2u * WIDE_GQ_MAX>, i: u32, kvh: u32, c: u32, l
         let part = (i * p.n_heads + kvh * GQ + lid) * p.n_chunks + c;
         part_ml[2u * part] = ml[2u * lid];
         part_ml[2u * part + 1u] = ml[2u * lid + 1u];
-    }
-}
-
-// The merge's weights in pw[g * n_live + c], each head's total in ml[2g + 1].
-fn weight_set(g: u32, c: u32, n_live: u32, w: f32) {
-    pw[g * n_live + c] = w;
-}
-
-fn total_set(g: u32, l: f32) {
-    ml[2u * g + 1u] = l;
-}
-
-// The split_merge entries' tail, after the split (attention_fused.wgsl's "last workgroup merges"
-// pattern and ordering): each live workgroup releases its partials (storageBarrier) and counts
-// itself in; the one that completes the count of live chunks resets the counter and merges the
-// group's partials into `out` as attention.wgsl's `merge` does (weights w_c = e^(m_c - M) per
-// head staged in pw, GQ * n_chunks <= WIDE_PW: the caller checks). With no visible key (no live
-// chunk) chunk 0 writes the zeros the merge gives.
-fn wide_merge_last(i: u32, kvh: u32, c: u32, lid: u32, sg_id: u32, sg_lane: u32, sg_size: u32,
-                   n_sg: u32) {
-    let obase = (i * p.n_heads + kvh * GQ) * HD;
-    if (workgroupUniformLoad(&wg_skip) != 0u) {
-        if (c == 0u) {
-            for (var e = lid; e < GQ * HD; e += WG) {
-                out[obase + e] = 0.0;
-            }
-        }
-        return;
-    }
-    storageBarrier();
-    let ctr = i * p.n_kv_heads + kvh;
-    if (lid == 0u) {
-        let vis = visible_keys(i);
-        let n_live = live_chunks(vis.x, vis.y);
-        let before = atomicAdd(&counters[ctr], 1u);
-        wg_last = select(0u, n_live, before + 1u == n_live);
-    }
-    // Acquire: every other live workgroup's partials are visible after this barrier.
-    storageBarrier();
-    let n_live = workgroupUniformLoad(&wg_last);
-    if (n_live == 0u) {
-        return;
-    }
-    if (lid == 0u) {
-        atomicStore(&counters[ctr], 0u);
-    }
-    merge_weights(i, kvh, GQ, n_live, sg_id, sg_lane, sg_size, n_sg);
-    workgroupBarrier();
-    // Invocations across the group's (head, dim)s, chunks in order, four loads in flight.
-    for (var e = lid; e < GQ * HD; e += WG) {
-        let g = e / HD;
-        let base = (i * p.n_heads + kvh * GQ + g) * p.n_chunks * HD + e % HD;
-        let wb = g * n_live;
-        var t = vec4<f32>(0.0);
-        var cc = 0u;
-        while (cc + 4u <= n_live) {
-            let o = vec4<f32>(part_o[base + cc * HD], part_o[base + (cc + 1u) * HD],
-                              part_o[base + (cc + 2u) * HD], part_o[base + (cc + 3u) * HD]);
-            t += o * vec4<f32>(pw[wb + cc], pw[wb + cc + 1u], pw[wb + cc + 2u], pw[wb + cc + 3u]);
-            cc += 4u;
-        }
-        while (cc < n_live) {
-            t.x += part_o[base + cc * HD] * pw[wb + cc];
-            cc += 1u;
-        }
-        let big_l = ml[2u * g + 1u];
-        var r = 0.0;
-        if (big_l > 0.0) {
-            r = (t.x + t.y + t.z + t.w) / big_l;
-        }
-        out[obase + e] = r;
     }
 }

@@ -19,7 +19,6 @@
 // and occupancy; 16-lane clusters (half the query registers) were slower.
 //
 // #include attention_wide.inc.wgsl
-// #include attention_merge_weights.inc.wgsl
 // #include attention_wide_split.inc.wgsl
 // #include attention_keys.inc.wgsl
 
@@ -63,6 +62,8 @@ struct Params {
 var<immediate> p: Params;
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> part_ml: array<f32>;
+@group(0) @binding(5) var<storage, read_write> part_o: array<f32>;
 
 fn wide_query(i: u32, kvh: u32, e: u32) -> vec4<f32> {
     return q[(i * p.n_heads + kvh * GQ) * (HD / 4u) + e];
@@ -77,17 +78,4 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
         return;
     }
     wide_split(wid.z, wid.y, wid.x, b.x, b.y, b.z, lid, sg_id, sg_lane, sg_size, n_sg);
-}
-
-// The split whose last live workgroup per (query, kv head) merges (wide_merge_last): one dispatch
-// instead of split + merge.
-@compute @workgroup_size(WG)
-fn split_merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
-               @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
-               @builtin(subgroup_size) sg_size: u32, @builtin(num_subgroups) n_sg: u32) {
-    let b = wide_chunk(wid.z, wid.x, lid);
-    if (workgroupUniformLoad(&wg_skip) == 0u) {
-        wide_split(wid.z, wid.y, wid.x, b.x, b.y, b.z, lid, sg_id, sg_lane, sg_size, n_sg);
-    }
-    wide_merge_last(wid.z, wid.y, wid.x, lid, sg_id, sg_lane, sg_size, n_sg);
 }

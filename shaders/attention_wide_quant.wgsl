@@ -22,7 +22,6 @@
 // stages the queries) + 32 f32: at most 24.1 KiB.
 //
 // #include attention_wide.inc.wgsl
-// #include attention_merge_weights.inc.wgsl
 // #include kv_quant.inc.wgsl
 // #include attention_keys.inc.wgsl
 
@@ -67,6 +66,8 @@ struct Params {
 var<immediate> p: Params;
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> part_ml: array<f32>;
+@group(0) @binding(5) var<storage, read_write> part_o: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<u32>;
 @group(0) @binding(2) var<storage, read> v: array<u32>;
 // [kv_dim] f32 in the stored space, read only with KV_SINK 1.
@@ -322,14 +323,4 @@ fn split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index)
          @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
          @builtin(subgroup_size) sg_size: u32, @builtin(num_subgroups) n_sg: u32) {
     split_body(wid, lid, sg_id, sg_lane, sg_size, n_sg);
-}
-
-// The split whose last live workgroup per (query, kv head) merges (wide_merge_last): one dispatch
-// instead of split + merge.
-@compute @workgroup_size(WG)
-fn split_merge(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
-               @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
-               @builtin(subgroup_size) sg_size: u32, @builtin(num_subgroups) n_sg: u32) {
-    split_body(wid, lid, sg_id, sg_lane, sg_size, n_sg);
-    wide_merge_last(wid.z, wid.y, wid.x, lid, sg_id, sg_lane, sg_size, n_sg);
 }

@@ -16,6 +16,7 @@
 //
 // #include attention_wide.inc.wgsl
 // #include attention_merge_weights.inc.wgsl
+// #include attention_wide_merge.inc.wgsl
 // #include attention_wide_split.inc.wgsl
 // #include attention_rope_stage.inc.wgsl
 // #include attention_keys.inc.wgsl
@@ -59,6 +60,9 @@ struct Params {
 var<immediate> p: Params;
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
+// Coherent: the last workgroup reads what the others wrote.
+@coherent @group(0) @binding(4) var<storage, read_write> part_ml: array<f32>;
+@coherent @group(0) @binding(5) var<storage, read_write> part_o: array<f32>;
 @coherent @group(0) @binding(1) var<storage, read_write> k: array<vec4<u32>>;
 @coherent @group(0) @binding(2) var<storage, read_write> v: array<vec4<u32>>;
 @group(0) @binding(9) var<storage, read> q_norm: array<f32>;

@@ -2,7 +2,9 @@
 //! (prefill: tiled, online softmax).
 
 use crate::kv_append::{KvType, KvTypes};
-use crate::sources::{ATTENTION, ATTENTION_PREFILL, ATTENTION_WIDE, ATTENTION_WIDE_QUANT};
+use crate::sources::{
+    ATTENTION, ATTENTION_PREFILL, ATTENTION_WIDE, ATTENTION_WIDE_MERGE, ATTENTION_WIDE_QUANT,
+};
 use crate::spec::{BindingSpec, MAX_GROUPS_X, need, rd, rw, shape_err, to_u32, wr};
 use crate::{Dispatch, Error, KernelBuffer, KernelSpec, Overrides};
 
@@ -93,25 +95,13 @@ const WIDE_MERGE_BINDINGS: &[BindingSpec] = &[
     rw("counters"),
 ];
 
-/// [`ATTN_SPLIT_WIDE`] whose last workgroup per (query, kv head) merges (see
-/// [`AttnDecode::dispatch_wide_merged`]).
+/// [`ATTN_SPLIT_WIDE`] whose last workgroup per (query, kv head) merges
+/// (`shaders/attention_wide_merge.wgsl`; see [`AttnDecode::dispatch_wide_merged`]).
 pub static ATTN_SPLIT_WIDE_MERGE: KernelSpec = KernelSpec {
     name: "attn_decode_wide_merged",
-    file: "attention_wide.wgsl",
+    file: "attention_wide_merge.wgsl",
     entry: "split_merge",
-    source: ATTENTION_WIDE,
-    bindings: WIDE_MERGE_BINDINGS,
-    push_size: 44,
-    exact_fp: false,
-    glsl: None,
-};
-
-/// [`ATTN_SPLIT_WIDE_QUANT`] whose last workgroup per (query, kv head) merges.
-pub static ATTN_SPLIT_WIDE_QUANT_MERGE: KernelSpec = KernelSpec {
-    name: "attn_decode_wide_quant_merged",
-    file: "attention_wide_quant.wgsl",
-    entry: "split_merge",
-    source: ATTENTION_WIDE_QUANT,
+    source: ATTENTION_WIDE_MERGE,
     bindings: WIDE_MERGE_BINDINGS,
     push_size: 44,
     exact_fp: false,
@@ -515,8 +505,8 @@ impl<B: KernelBuffer> AttnDecode<B> {
         self.dispatch_with(k, s, c)
     }
 
-    /// [`AttnDecode::dispatch_wide`] in one dispatch: the split's last workgroup per (query, kv
-    /// head) merges its group's partials. `counters` (`4 * n_q * n_kv_heads` bytes) must be zero
+    /// [`AttnDecode::dispatch_wide`] over f16 caches in one dispatch: the split's last workgroup
+    /// per (query, kv head) merges its group's partials. `counters` (`4 * n_q * n_kv_heads` bytes) must be zero
     /// before the first dispatch; each dispatch leaves them zero. At most 4096 (chunks x query
     /// heads per kv head).
     pub fn dispatch_wide_merged(
@@ -526,10 +516,10 @@ impl<B: KernelBuffer> AttnDecode<B> {
         counters: B,
     ) -> Result<Dispatch<B>, Error> {
         let c = chunking.into();
-        let k = match s.kv.is_quantized() {
-            true => &ATTN_SPLIT_WIDE_QUANT_MERGE,
-            false => &ATTN_SPLIT_WIDE_MERGE,
-        };
+        let k = &ATTN_SPLIT_WIDE_MERGE;
+        if s.kv != KvType::F16 || s.kv_v != KvType::F16 {
+            return Err(shape_err(k, String::from("reads f16 caches only")));
+        }
         need(k, "counters", &counters, 4 * (s.n_q * s.n_kv_heads) as u64)?;
         if !Self::wide_merge_fits(s, c) {
             let g = s.n_heads / s.n_kv_heads.max(1);
@@ -548,11 +538,12 @@ impl<B: KernelBuffer> AttnDecode<B> {
         Ok(split)
     }
 
-    /// Whether the merging workgroup of [`AttnDecode::dispatch_wide_merged`] can stage `s`'s
-    /// chunk weights (chunks x query heads per kv head at most 4096).
+    /// Whether [`AttnDecode::dispatch_wide_merged`] takes `s`: f16 caches the wide split
+    /// reads, and chunk weights its merging workgroup can stage (chunks x query heads per kv
+    /// head at most 4096).
     pub fn wide_merge_fits(s: &AttnShape, chunking: impl Into<Chunking>) -> bool {
         let g = s.n_heads / s.n_kv_heads.max(1);
-        g * Self::n_chunks(s, chunking) <= WIDE_PW
+        s.kv == KvType::F16 && Self::wide_applies(s) && g * Self::n_chunks(s, chunking) <= WIDE_PW
     }
 
     /// The shapes [`AttnDecode::dispatch_wide`] takes (besides the grouped split's limits).

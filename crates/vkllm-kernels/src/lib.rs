@@ -101,7 +101,6 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &attention::ATTN_SPLIT_WIDE,
         &attention::ATTN_SPLIT_WIDE_QUANT,
         &attention::ATTN_SPLIT_WIDE_MERGE,
-        &attention::ATTN_SPLIT_WIDE_QUANT_MERGE,
         &attention::ATTN_MERGE,
         &attention::ATTN_DECODE_FUSED,
         &attention::ATTN_WIDE_ROPE,

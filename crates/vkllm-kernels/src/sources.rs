@@ -23,7 +23,14 @@ pub(crate) const ATTENTION_FUSED: &str = concat!(
 pub(crate) const ATTENTION_WIDE: &str = concat!(
     include_str!("../shaders/attention_wide.wgsl"),
     include_str!("../shaders/attention_wide.inc.wgsl"),
+    include_str!("../shaders/attention_wide_split.inc.wgsl"),
+    include_str!("../shaders/attention_keys.inc.wgsl")
+);
+pub(crate) const ATTENTION_WIDE_MERGE: &str = concat!(
+    include_str!("../shaders/attention_wide_merge.wgsl"),
+    include_str!("../shaders/attention_wide.inc.wgsl"),
     include_str!("../shaders/attention_merge_weights.inc.wgsl"),
+    include_str!("../shaders/attention_wide_merge.inc.wgsl"),
     include_str!("../shaders/attention_wide_split.inc.wgsl"),
     include_str!("../shaders/attention_keys.inc.wgsl")
 );
@@ -31,6 +38,7 @@ pub(crate) const ATTENTION_WIDE_ROPE: &str = concat!(
     include_str!("../shaders/attention_wide_rope.wgsl"),
     include_str!("../shaders/attention_wide.inc.wgsl"),
     include_str!("../shaders/attention_merge_weights.inc.wgsl"),
+    include_str!("../shaders/attention_wide_merge.inc.wgsl"),
     include_str!("../shaders/attention_wide_split.inc.wgsl"),
     include_str!("../shaders/attention_rope_stage.inc.wgsl"),
     include_str!("../shaders/attention_keys.inc.wgsl")
@@ -38,7 +46,6 @@ pub(crate) const ATTENTION_WIDE_ROPE: &str = concat!(
 pub(crate) const ATTENTION_WIDE_QUANT: &str = concat!(
     include_str!("../shaders/attention_wide_quant.wgsl"),
     include_str!("../shaders/attention_wide.inc.wgsl"),
-    include_str!("../shaders/attention_merge_weights.inc.wgsl"),
     include_str!("../shaders/kv_quant.inc.wgsl"),
     include_str!("../shaders/attention_keys.inc.wgsl")
 );
@@ -184,6 +191,7 @@ mod tests {
             ("attention_fused.wgsl", super::ATTENTION_FUSED),
             ("attention_wide.wgsl", super::ATTENTION_WIDE),
             ("attention_wide_rope.wgsl", super::ATTENTION_WIDE_ROPE),
+            ("attention_wide_merge.wgsl", super::ATTENTION_WIDE_MERGE),
             ("attention_wide_quant.wgsl", super::ATTENTION_WIDE_QUANT),
             ("attention_prefill.wgsl", super::ATTENTION_PREFILL),
             ("kv_append.wgsl", super::KV_APPEND),

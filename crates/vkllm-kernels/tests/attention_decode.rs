@@ -203,15 +203,18 @@ fn wide_merged_split_is_one_dispatch_with_counters() {
     assert_eq!(d.kernel.entry, "split_merge");
     assert_eq!(d.buffers.len(), d.kernel.bindings.len());
     assert_eq!(d.buffers.last().unwrap().0, 4 * 2 * 8);
+    // Quantized caches keep split + merge.
     let q = AttnShape {
         kv: KvType::Q4_0,
         kv_v: KvType::Q4_0,
         ..s
     };
-    let d = op(&q, adaptive)
-        .dispatch_wide_merged(&q, adaptive, counters)
-        .unwrap();
-    assert_eq!(d.kernel.name, "attn_decode_wide_quant_merged");
+    assert!(!AttnDecode::<Fake>::wide_merge_fits(&q, adaptive));
+    assert!(
+        op(&q, adaptive)
+            .dispatch_wide_merged(&q, adaptive, counters)
+            .is_err()
+    );
     // One counter short, and more chunk weights than the merging workgroup stages (4 heads per
     // kv head x 1,044 chunks of 32 keys > 4096), are refused.
     assert!(matches!(

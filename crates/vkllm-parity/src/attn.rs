@@ -356,14 +356,17 @@ pub(crate) enum Split {
 }
 
 /// The split forms a case runs: the reference (unless its chunk is too small for it), the
-/// grouped split, and its wide forms where the shape takes them.
+/// grouped split, and its wide forms where the shape takes them (the merging one: f16 caches).
 pub(crate) fn split_forms(s: &AttnShape, reference: bool) -> Vec<Split> {
     let mut forms = vec![Split::Gqa];
     if reference {
         forms.insert(0, Split::Reference);
     }
     if AttnDecode::<vkllm_vk::BufSlice<'_>>::wide_applies(s) {
-        forms.extend([Split::Wide, Split::WideMerged]);
+        forms.push(Split::Wide);
+    }
+    if AttnDecode::<vkllm_vk::BufSlice<'_>>::wide_merge_fits(s, 1024) {
+        forms.push(Split::WideMerged);
     }
     forms
 }
