@@ -364,9 +364,9 @@ pub(crate) fn split_forms(s: &AttnShape, reference: bool) -> Vec<Split> {
     }
     if AttnDecode::<vkllm_vk::BufSlice<'_>>::wide_applies(s) {
         forms.push(Split::Wide);
-    }
-    if AttnDecode::<vkllm_vk::BufSlice<'_>>::wide_merge_fits(s, 1024) {
-        forms.push(Split::WideMerged);
+        if s.kv == KvType::F16 {
+            forms.push(Split::WideMerged);
+        }
     }
     forms
 }
