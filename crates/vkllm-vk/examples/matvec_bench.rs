@@ -28,6 +28,9 @@
 //!   row per tuning (default: the kernel's choice per shape); `--sweep` runs each fast row over workgroups 64/128/256 x
 //!   lanes 8/16/32 x 1/2/4 rows per team (the last column names the tuning).
 //!
+//! - `--product-only`: time only each call's last dispatch (with tuning `q8a_xg1`, the product on
+//!   quantized x without the `quantize_act_q8` launch before it).
+//!
 //! The copy roof is measured first (the `copy` kernel on 1 GiB, or the largest buffer). The device comes from
 //! `VKLLM_DEVICE`; `VKLLM_VALIDATE=1` adds the validation layer.
 
@@ -55,6 +58,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut matmul = false;
     let mut q8a_wgs: Option<u32> = None;
     let mut cold_mb = 0u64;
+    let mut last_only = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or(format!("{a} needs a value"));
@@ -88,6 +92,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             "--q8a-wgs" => q8a_wgs = Some(value()?.parse()?),
             "--matmul" => matmul = true,
             "--cold" => cold_mb = value()?.parse()?,
+            "--product-only" => last_only = true,
             s => {
                 let (r, c) = s
                     .split_once('x')
@@ -155,6 +160,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                     };
                     for &tuning in ts {
                         let b = MatvecBench {
+                            last_only,
                             dtype,
                             rows,
                             cols,

@@ -228,6 +228,9 @@ pub struct MatvecBench {
     /// than fit the GPU's last-level cache time the weights streamed from memory, as in a decode
     /// step, instead of served from the cache across repeats.
     pub copies: usize,
+    /// Time only each call's last dispatch: the product without the `quantize_act_q8` launch
+    /// recorded before it on quantized x (tuning `q8a_xg1`).
+    pub last_only: bool,
 }
 
 /// Most weight copies [`cold_copies`] asks for (small matrices: each copy is an allocation).
@@ -296,7 +299,8 @@ pub fn bench_matvec(dev: &Device, b: &MatvecBench) -> Result<BenchResult> {
         1
     };
     let iters = b.iters.max(1);
-    let mut r = Recorder::with_timestamps(dev, iters * dispatches)?;
+    // Twice the products: room for a quantization launched before each.
+    let mut r = Recorder::with_timestamps(dev, 2 * iters * dispatches)?;
     // See `bench_matmul` for the fill pattern.
     for w in copies.iter().flatten() {
         for p in &w.parts {
@@ -343,10 +347,15 @@ pub fn bench_matvec(dev: &Device, b: &MatvecBench) -> Result<BenchResult> {
     let rec = r.finish()?;
     let mut per_call = Vec::new();
     for t in warm_then_time(&rec)? {
-        per_call.extend(
-            t.chunks(dispatches as usize)
-                .map(|c| c.iter().map(|d| d.ns).sum::<f64>()),
-        );
+        // Dispatches per call as recorded (a product on quantized x adds its quantization).
+        let per = (t.len() / iters as usize).max(dispatches as usize);
+        per_call.extend(t.chunks(per).map(|c| {
+            if b.last_only {
+                c.last().map_or(0.0, |d| d.ns)
+            } else {
+                c.iter().map(|d| d.ns).sum::<f64>()
+            }
+        }));
     }
     per_call.sort_by(|a, b| a.total_cmp(b));
     let ns = per_call[per_call.len() / 2].max(1.0);

@@ -34,6 +34,7 @@ fn bench_matvec_reports_positive_rates() {
         (MatvecImpl::Fast, MatvecFusion::GateUp, 2, 2),
     ] {
         let b = MatvecBench {
+            last_only: false,
             dtype: WeightType::Q8_0,
             rows: 256,
             cols: 512,
