@@ -77,10 +77,6 @@ override QUAD: u32 = 0;
 // the launch covers columns col0 .. col0 + NC of them. The multi-column decode path.
 override XG: u32 = 0;
 override MOE: u32 = 0;
-// Lane steps of the first row group whose weight words each lane loads before the workgroup
-// quantizes x (XG 0, no MOE), folded into one word used after the barrier: the weights' DRAM
-// latency overlaps the quantization instead of following it. 0: none (the reference).
-override TOUCH: u32 = 0;
 override MOE_FF: u32 = 32;
 override MOE_K: u32 = 1;
 override MOE_E: u32 = 1;
@@ -362,26 +358,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 inv[t] = 1.0 / sqrt(total / f32(p.cols) + p.eps);
             }
         }
-        var tch = 0u;
-        if (TOUCH > 0u && XG == 0u && MOE == 0u) {
-            let trow = base0 + team * R;
-            for (var s = 0u; s < TOUCH; s++) {
-                let pu = tl + s * LPR;
-                if (QUAD == 1u) {
-                    if (pu < uc / 4u) {
-                        cur = part;
-                        let b = 4u * (pu / 2u) + 2u * (pu % 2u);
-                        let r = min(trow, rows - 1u);
-                        tch ^= touch(r, b) ^ touch(r, b + 1u);
-                    }
-                } else if (pu < uc / upl()) {
-                    for (var k = 0u; k < slots(); k++) {
-                        cur = slot_part(part, k);
-                        tch ^= touch(min(trow + k % R, rows - 1u), pu);
-                    }
-                }
-            }
-        }
         for (var ch = v; ch < select(4u * n_units, 0u, XG == 1u); ch += WG) {
             let un = ch / 4u;
             var e4 = 2u * ch + tok * c4;
@@ -445,8 +421,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             workgroupBarrier();
         }
 
-        // Zero at run time (wg_end < 2^31), unknown to the compiler: the touched words stay loaded.
-        let tz = bitcast<f32>(tch & (p.wg_end >> 31u));
         for (var it = 0u; it < NIT; it++) {
             let base = base0 + it * group_rows;
             // Uniform: past the part's end for the whole workgroup.
@@ -458,7 +432,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             for (var k = 0u; k < 32u; k++) {
                 acc[k] = 0.0;
             }
-            acc[0] = tz;
             if (QUAD == 1u) {
                 // Q6_K, R = 1, ungated: step pu is half super-block pu % 2 of super-block pu / 2;
                 // its unit (h, k, i) multiplies x unit 8 (pu / 2) + 4 h + k + 2 i.

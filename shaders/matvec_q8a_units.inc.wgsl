@@ -305,17 +305,6 @@ fn decode(r: Raw, row: u32, pu: u32) -> array<Unit, 2> {
     return o;
 }
 
-// The first 4-byte word of each 16-byte word `fetch` reads for step `pu`, xor-folded: loading
-// them brings the step's bytes into the caches (matvec_q8a.wgsl's TOUCH).
-fn touch(row: u32, pu: u32) -> u32 {
-    let r = fetch(row, pu);
-    var t = 0u;
-    for (var i = 0u; i < 8u; i++) {
-        t ^= r[i].x;
-    }
-    return t;
-}
-
 fn units_of(row: u32, pu: u32) -> array<Unit, 2> {
     return decode(fetch(row, pu), row, pu);
 }

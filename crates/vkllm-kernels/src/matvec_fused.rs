@@ -570,7 +570,6 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 .set("TS", op.dtype.bytes() as f64)
                 .set("NIT", nit as f64)
                 .set("XG", xg.is_some() as u32 as f64)
-                .set("TOUCH", f64::from(op.q8a.touch.min(8)))
                 .set("MIXED", op.mixed() as u32 as f64)
                 .set("QTYPE1", op.part_type(1).ggml_id() as f64)
                 .set("QTYPE2", op.part_type(2).ggml_id() as f64);

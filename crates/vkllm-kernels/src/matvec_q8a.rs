@@ -86,9 +86,6 @@ pub struct Q8aRules {
     /// Invocations per workgroup of the shared-memory launch; 0: [`default_tuning`]'s rule
     /// (256, up to 1024 for ungated rows of [`WIDE_X_COLS`]+ elements).
     pub wg: u32,
-    /// Lane steps of weight words loaded before the workgroup quantizes x (the kernel's
-    /// `TOUCH`; launches without `XG` or MoE only); 0: none, the reference.
-    pub touch: u32,
 }
 
 impl Default for Q8aRules {
@@ -103,7 +100,6 @@ impl Default for Q8aRules {
             xg_single: false,
             mixed: true,
             wg: 0,
-            touch: 0,
         }
     }
 }

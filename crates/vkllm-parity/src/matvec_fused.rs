@@ -739,19 +739,9 @@ pub(crate) fn matvec_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
         xg_single: true,
         ..Q8aRules::default()
     };
-    // The shared-memory launches again with three lane steps' weight words loaded before the
-    // quantization (`touch`, tuning `q8a_touch`).
-    let touched = Q8aRules {
-        xg: false,
-        touch: 3,
-        ..Q8aRules::default()
-    };
     /// Which cases a pass runs.
     type Keep = fn(&Case) -> bool;
-    let passes: [(u64, Q8aRules, &str, Keep); 4] = [
-        (5, touched, " touch", |c| {
-            c.n <= 8 && c.n * c.cols <= vkllm_kernels::matvec_q8a::MAX_ELEMS
-        }),
+    let passes: [(u64, Q8aRules, &str, Keep); 3] = [
         (2, shared, " shared", |c| {
             c.n > 1 && c.n <= 8 && c.n * c.cols <= vkllm_kernels::matvec_q8a::MAX_ELEMS
         }),

@@ -383,7 +383,6 @@ impl Recorder {
                 xg_single: t.q8a_xg1,
                 mixed: t.q8a_mixed,
                 wg: t.q8a_wg,
-                touch: t.q8a_touch,
             }
         })
     }

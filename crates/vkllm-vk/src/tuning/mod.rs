@@ -115,9 +115,6 @@ pub struct Tuning {
     /// int8 matvec: invocations per workgroup of the launches that quantize x in shared memory;
     /// 0 by row length. Key `q8a_wg`.
     pub q8a_wg: u32,
-    /// int8 matvec (x quantized in shared memory): lane steps of weight words each lane loads
-    /// before the quantization, so their memory latency overlaps it; 0 none. Key `q8a_touch`.
-    pub q8a_touch: u32,
     /// Lanes per row of those launches; 0 by row length. Key `q8a_xg_lanes`.
     pub q8a_xg_lanes: u32,
     /// Rows per team of those launches; 0 the default (2). Key `q8a_xg_rows`.
@@ -370,7 +367,6 @@ impl Default for Tuning {
             q8a_xg1: false,
             q8a_mixed: true,
             q8a_wg: 0,
-            q8a_touch: 0,
             q8a_xg_lanes: 0,
             q8a_xg_rows: 0,
             decode_int8_max_n: 16,
@@ -473,7 +469,6 @@ pub const TUNING_KEYS: &[&str] = &[
     "q8a_xg1",
     "q8a_mixed",
     "q8a_wg",
-    "q8a_touch",
     "q8a_xg_lanes",
     "q8a_xg_rows",
     "decode_int8_max_n",
