@@ -80,6 +80,9 @@ pub struct Q8aRules {
     /// workgroup reads the codes) instead of each workgroup quantizing x in shared memory;
     /// rows past [`MAX_ELEMS`] take it either way.
     pub xg_single: bool,
+    /// With `xg`, single-column products with a norm prologue on quantized x (whatever
+    /// `xg_single` says of the others).
+    pub xg_norm: bool,
     /// Parts of different weight types in one launch (`MatvecOp::part_types`); `false`: the
     /// caller records one product per weight (the reference).
     pub mixed: bool,
@@ -98,6 +101,7 @@ impl Default for Q8aRules {
             xg_lanes: 0,
             xg_rows: 0,
             xg_single: false,
+            xg_norm: false,
             mixed: true,
             wg: 0,
         }

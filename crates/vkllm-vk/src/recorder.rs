@@ -381,6 +381,7 @@ impl Recorder {
                 xg_lanes: t.q8a_xg_lanes,
                 xg_rows: t.q8a_xg_rows,
                 xg_single: t.q8a_xg1,
+                xg_norm: t.q8a_xg1_norm,
                 mixed: t.q8a_mixed,
                 wg: t.q8a_wg,
             }

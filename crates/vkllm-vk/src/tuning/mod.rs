@@ -109,6 +109,9 @@ pub struct Tuning {
     /// workgroup quantizes x in shared memory, the reference; rows past 16384 elements take the
     /// quantized-x launch either way). Key `q8a_xg1`.
     pub q8a_xg1: bool,
+    /// With `q8a_xg`, single-token decode products with a norm prologue (q/k/v, gate/up, the
+    /// LM head) on the quantized-x launch; the others as `q8a_xg1` says. Key `q8a_xg1_norm`.
+    pub q8a_xg1_norm: bool,
     /// int8 matvec: q/k/v of different weight types (Q4_K_M's Q6_K V) in one launch; `false`:
     /// the norm and one product per weight. Key `q8a_mixed`.
     pub q8a_mixed: bool,
@@ -365,6 +368,7 @@ impl Default for Tuning {
             q8a_workgroups: 0,
             q8a_xg: true,
             q8a_xg1: false,
+            q8a_xg1_norm: false,
             q8a_mixed: true,
             q8a_wg: 0,
             q8a_xg_lanes: 0,
@@ -467,6 +471,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "q8a_workgroups",
     "q8a_xg",
     "q8a_xg1",
+    "q8a_xg1_norm",
     "q8a_mixed",
     "q8a_wg",
     "q8a_xg_lanes",
