@@ -80,9 +80,10 @@ pub struct Q8aRules {
     /// workgroup reads the codes) instead of each workgroup quantizing x in shared memory;
     /// rows past [`MAX_ELEMS`] take it either way.
     pub xg_single: bool,
-    /// With `xg`, single-column products with a norm prologue on quantized x (whatever
-    /// `xg_single` says of the others).
-    pub xg_norm: bool,
+    /// With `xg`, single-column products with a norm prologue over rows of at least this many
+    /// elements on quantized x (0: none; the others as `xg_single` says). Default 4096: the H100
+    /// measured Llama-3.1-8B's q/k/v and gate/up faster so, Llama-3.2-1B's (2048) slower.
+    pub xg_norm: u32,
     /// Parts of different weight types in one launch (`MatvecOp::part_types`); `false`: the
     /// caller records one product per weight (the reference).
     pub mixed: bool,
@@ -101,7 +102,7 @@ impl Default for Q8aRules {
             xg_lanes: 0,
             xg_rows: 0,
             xg_single: false,
-            xg_norm: false,
+            xg_norm: 4096,
             mixed: true,
             wg: 0,
         }

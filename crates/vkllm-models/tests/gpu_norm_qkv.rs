@@ -187,3 +187,79 @@ fn q4_k_m_decode_is_the_same_with_the_mixed_launch() {
         eprintln!("step {step}: mixed vs separate nmse {:.2e}", d.nmse);
     }
 }
+
+/// Tuning `q8a_xg1_norm` (single-token products with a norm prologue over rows of at least that
+/// many elements on activations quantized once by `quantize_act_q8`) against the shared-memory
+/// launch, on the paths that take it: a whole model's recorded decode steps give the same logits
+/// (the quantization's launches recorded), and q/k/v recorded outside a decode step stay on the
+/// shared launch (bit-identical) within the int8 pair bound of the CPU.
+#[test]
+fn norm_products_on_quantized_x_match_the_shared_launch() {
+    let xg_dev = common::int8_device(|t| t.q8a_xg1_norm = 64);
+    let shared_dev = common::int8_device(|t| t.q8a_xg1_norm = 0);
+    use QuantType::{Q4_K, Q6_K, Q8_0};
+    for (types, seed) in [([Q4_K, Q4_K, Q6_K], 11u64), ([Q8_0, Q8_0, Q8_0], 12)] {
+        let inp = inputs(1, types, seed);
+        let (want, _) = run(&mut CpuBackend::new(), &inp, 1, false);
+        let (xg, _) = run(&mut VulkanBackend::new(xg_dev.clone()), &inp, 1, true);
+        let (shared, _) = run(&mut VulkanBackend::new(shared_dev.clone()), &inp, 1, true);
+        let nmse = common::assert_int8_pair(
+            &format!("{types:?}"),
+            ("quantized x", &xg),
+            ("shared", &shared),
+            &want,
+        );
+        assert!(
+            xg == shared,
+            "{types:?}: outside a decode step, the shared launch"
+        );
+        eprintln!("{types:?}: quantized x vs shared nmse {nmse:.2e}");
+    }
+
+    // A whole model's recorded decode steps (where decode products take quantized x), after a
+    // 5-token prompt: the step's launches and the logits of 4 steps per device.
+    let plan = SynthPlan::new(synth::shape("tiny-llama").unwrap(), QuantScheme::Q4_K_M, 6);
+    let path = std::env::temp_dir().join(format!("vkllm-xg-norm-{}.gguf", std::process::id()));
+    plan.write(&path, &mut |_, _| {}).unwrap();
+    let g = GgufModel::open(&path).unwrap();
+    let steps = |dev: vkllm_vk::Device| -> (Vec<Vec<f32>>, usize) {
+        let mut b = VulkanBackend::new(dev);
+        let model = Model::load(g.config.clone(), &g, &mut b, 16).unwrap();
+        let kv = model.new_kv(&mut b, 16).unwrap();
+        let ids: Vec<u32> = (0..5).map(|i| (i * 53 + 11) % 1000).collect();
+        model.forward(&mut b, &kv, &ids, 0, Logits::Last).unwrap();
+        let step = b.record_decode(&model, &kv).unwrap();
+        let out = (0..4)
+            .map(|k| {
+                let id = (k * 89 + 5) % 1000;
+                b.replay_decode(&step, &model, id, ids.len() + k as usize)
+                    .unwrap()
+            })
+            .collect();
+        (out, step.dispatches())
+    };
+    let (xg, xg_dispatches) = steps(xg_dev);
+    let (shared, shared_dispatches) = steps(shared_dev);
+    std::fs::remove_file(&path).ok();
+    // One quantize_act_q8 launch per norm product of a layer (q/k/v, gate/up; the LM head has
+    // its own launch rules).
+    let layers = g.config.n_layers;
+    assert_eq!(
+        xg_dispatches,
+        shared_dispatches + 2 * layers,
+        "a decode step's launches with q8a_xg1_norm against without"
+    );
+    for (step, (a, b)) in xg.iter().zip(&shared).enumerate() {
+        let d = vkllm_cpu::compare::diff(a, b);
+        let energy = b.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>();
+        assert!(energy > 0.0, "step {step}: all-zero logits");
+        // The same int8 codes; only the norm's sum of squares is added in another order.
+        assert!(
+            d.non_finite == 0 && d.nmse <= 1e-6,
+            "step {step}: quantized x vs shared max abs {}, nmse {}",
+            d.max_abs,
+            d.nmse
+        );
+        eprintln!("step {step}: quantized x vs shared nmse {:.2e}", d.nmse);
+    }
+}

@@ -739,9 +739,16 @@ pub(crate) fn matvec_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
         xg_single: true,
         ..Q8aRules::default()
     };
+    // Single columns of 4096+ elements with a norm take quantized x by default (`xg_norm`): the
+    // shared-memory launch again for them.
+    let shared_norm = Q8aRules {
+        xg_norm: 0,
+        ..Q8aRules::default()
+    };
     /// Which cases a pass runs.
     type Keep = fn(&Case) -> bool;
-    let passes: [(u64, Q8aRules, &str, Keep); 3] = [
+    let passes: [(u64, Q8aRules, &str, Keep); 4] = [
+        (6, shared_norm, " shared1", |c| c.n == 1 && c.cols >= 4096),
         (2, shared, " shared", |c| {
             c.n > 1 && c.n <= 8 && c.n * c.cols <= vkllm_kernels::matvec_q8a::MAX_ELEMS
         }),

@@ -507,7 +507,7 @@ impl Recorder {
             && imp == MatvecImpl::Int8
             && (op.n_cols > 1
                 || op.q8a.xg_single
-                || (op.q8a.xg_norm && op.norm.is_some())
+                || (op.q8a.xg_norm > 0 && op.norm.is_some() && op.cols >= op.q8a.xg_norm as usize)
                 || op.n_cols * op.cols > vkllm_kernels::matvec_q8a::MAX_ELEMS)
             && dev.int8_dot()
             && dev.info().min_subgroup_size >= 4

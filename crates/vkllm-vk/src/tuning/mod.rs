@@ -109,9 +109,10 @@ pub struct Tuning {
     /// workgroup quantizes x in shared memory, the reference; rows past 16384 elements take the
     /// quantized-x launch either way). Key `q8a_xg1`.
     pub q8a_xg1: bool,
-    /// With `q8a_xg`, single-token decode products with a norm prologue (q/k/v, gate/up, the
-    /// LM head) on the quantized-x launch; the others as `q8a_xg1` says. Key `q8a_xg1_norm`.
-    pub q8a_xg1_norm: bool,
+    /// With `q8a_xg`, single-token decode products with a norm prologue (a layer's q/k/v and
+    /// gate/up) over rows of at least this many elements on the quantized-x launch (0: none);
+    /// the others as `q8a_xg1` says. Key `q8a_xg1_norm`.
+    pub q8a_xg1_norm: u32,
     /// int8 matvec: q/k/v of different weight types (Q4_K_M's Q6_K V) in one launch; `false`:
     /// the norm and one product per weight. Key `q8a_mixed`.
     pub q8a_mixed: bool,
@@ -368,7 +369,7 @@ impl Default for Tuning {
             q8a_workgroups: 0,
             q8a_xg: true,
             q8a_xg1: false,
-            q8a_xg1_norm: false,
+            q8a_xg1_norm: 4096,
             q8a_mixed: true,
             q8a_wg: 0,
             q8a_xg_lanes: 0,

@@ -15,6 +15,13 @@ pub struct RecordedDecode {
     capacity: usize,
 }
 
+impl RecordedDecode {
+    /// Kernel launches in one step.
+    pub fn dispatches(&self) -> usize {
+        self.rec.dispatches()
+    }
+}
+
 impl VulkanBackend {
     /// Records `model`'s decode step (n = 1) over `kv` once. Replay it with
     /// [`VulkanBackend::replay_decode`]: each token costs one submit of the same command buffer.
