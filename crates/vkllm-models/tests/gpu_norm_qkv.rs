@@ -174,17 +174,25 @@ fn q4_k_m_decode_is_the_same_with_the_mixed_launch() {
     let mixed = logits(common::int8_device(|t| t.q8a_mixed = true));
     let separate = logits(common::int8_device(|t| t.q8a_mixed = false));
     std::fs::remove_file(&path).ok();
-    for (step, (a, b)) in mixed.iter().zip(&separate).enumerate() {
-        let d = vkllm_cpu::compare::diff(a, b);
-        let energy = b.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>();
+    assert_same_steps(("mixed", &mixed), ("separate", &separate), 1e-10);
+}
+
+/// Two runs' logits step by step: finite, not all zero, within `nmse` of each other.
+fn assert_same_steps(a: (&str, &[Vec<f32>]), b: (&str, &[Vec<f32>]), nmse: f64) {
+    assert_eq!(a.1.len(), b.1.len(), "steps of {} and {}", a.0, b.0);
+    for (step, (x, y)) in a.1.iter().zip(b.1).enumerate() {
+        let d = vkllm_cpu::compare::diff(x, y);
+        let energy = y.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>();
         assert!(energy > 0.0, "step {step}: all-zero logits");
         assert!(
-            d.non_finite == 0 && d.nmse <= 1e-10,
-            "step {step}: mixed vs separate max abs {}, nmse {}",
+            d.non_finite == 0 && d.nmse <= nmse,
+            "step {step}: {} vs {} max abs {}, nmse {}",
+            a.0,
+            b.0,
             d.max_abs,
             d.nmse
         );
-        eprintln!("step {step}: mixed vs separate nmse {:.2e}", d.nmse);
+        eprintln!("step {step}: {} vs {} nmse {:.2e}", a.0, b.0, d.nmse);
     }
 }
 
@@ -249,17 +257,6 @@ fn norm_products_on_quantized_x_match_the_shared_launch() {
         shared_dispatches + 2 * layers,
         "a decode step's launches with q8a_xg1_norm against without"
     );
-    for (step, (a, b)) in xg.iter().zip(&shared).enumerate() {
-        let d = vkllm_cpu::compare::diff(a, b);
-        let energy = b.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>();
-        assert!(energy > 0.0, "step {step}: all-zero logits");
-        // The same int8 codes; only the norm's sum of squares is added in another order.
-        assert!(
-            d.non_finite == 0 && d.nmse <= 1e-6,
-            "step {step}: quantized x vs shared max abs {}, nmse {}",
-            d.max_abs,
-            d.nmse
-        );
-        eprintln!("step {step}: quantized x vs shared nmse {:.2e}", d.nmse);
-    }
+    // The same int8 codes; only the norm's sum of squares is added in another order.
+    assert_same_steps(("quantized x", &xg), ("shared", &shared), 1e-6);
 }
