@@ -497,7 +497,8 @@ impl Recorder {
     /// Whether [`Recorder::matvec_fused_with`] takes `matvec_q8a.wgsl` on activations
     /// quantized once per product (`quantize_act_q8`): the op's `q8a.xg` rule (the tuning's
     /// `q8a_xg`, or what the recording set), [`MatvecImpl::Int8`], two or more columns (or one
-    /// where the rules' `xg_single` asks, or one column too long for the shared-memory launch's copy of x: rows past
+    /// where the rules' `xg_single` asks, or one with a norm prologue over rows of the rules'
+    /// `xg_norm`+ elements, or one column too long for the shared-memory launch's copy of x: rows past
     /// [`vkllm_kernels::matvec_q8a::MAX_ELEMS`], e.g. the down projection of a 17408-wide MLP,
     /// which otherwise fell to the float kernel), a device with integer dot products and
     /// subgroups of 4+ lanes, and [`vkllm_kernels::matvec_q8a::supported_xg`].
