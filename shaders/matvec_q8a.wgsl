@@ -48,6 +48,7 @@
 // #include matvec_team.inc.wgsl
 // #include matvec_q8a_units.inc.wgsl
 // #include f16_bits.inc.wgsl
+// #include matvec_q8a_qout.inc.wgsl
 
 override WG: u32 = 128;
 override LPR: u32 = 32;
@@ -291,10 +292,31 @@ fn slot_part(part: u32, k: u32) -> u32 {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
         @builtin(subgroup_size) sg_size: u32, @builtin(num_subgroups) n_sg: u32) {
+    product(wid, nwg, sg_id, sg_lane, sg_size, n_sg);
+}
+
+// The product, then (matvec_q8a_qout.inc.wgsl) the quantization of y for the next product.
+@compute @workgroup_size(WG)
+fn main_qout(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(subgroup_id) sg_id: u32, @builtin(subgroup_invocation_id) sg_lane: u32,
+             @builtin(subgroup_size) sg_size: u32, @builtin(num_subgroups) n_sg: u32) {
     let g = wid.y * nwg.x + wid.x;
     if (g >= p.wg_end) {
         return;
     }
+    let rows = product(wid, nwg, sg_id, sg_lane, sg_size, n_sg);
+    qout_tail(rows.x, rows.y, sg_id * sg_size + sg_lane);
+}
+
+// The workgroup's share of the launch; returns the rows [x, y) of the (first) part it wrote
+// (empty past the grid's end).
+fn product(wid: vec3<u32>, nwg: vec3<u32>, sg_id: u32, sg_lane: u32, sg_size: u32,
+           n_sg: u32) -> vec2<u32> {
+    let g = wid.y * nwg.x + wid.x;
+    if (g >= p.wg_end) {
+        return vec2<u32>(0u);
+    }
+    var written = vec2<u32>(0u);
     if (MOE != 0u) {
         tok = wid.z;
     }
@@ -334,6 +356,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let n_units = NC * uc;
         let group_rows = (WG / LPR) * R;
         let base0 = (g - first_wg) * NIT * group_rows;
+        written = vec2<u32>(min(base0, rows), min(base0 + NIT * group_rows, rows));
 
         // Norm prologue and quantization in one pass over x (x is read once: the sum of squares
         // of each column is taken from the chunks being quantized, whose weighting by the norm
@@ -530,4 +553,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             workgroupBarrier();
         }
     }
+    return written;
 }

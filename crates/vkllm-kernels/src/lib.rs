@@ -83,6 +83,7 @@ pub fn all_kernels() -> Vec<&'static KernelSpec> {
         &matvec::MATVEC_VEC,
         &matvec_fused::MATVEC_FUSED,
         &matvec_q8a::MATVEC_Q8A,
+        &matvec_q8a::MATVEC_Q8A_QOUT,
         &quantize_act_q8::QUANTIZE_ACT_Q8,
         &matvec_rows::MATVEC_ROWS,
         &matmul::MATMUL,

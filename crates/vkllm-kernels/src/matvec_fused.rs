@@ -227,7 +227,12 @@ pub struct Q8aParams {
 enum Kind {
     Fused,
     Q8a,
-    Xg { src: ActQ8Layout, col0: usize },
+    Xg {
+        src: ActQ8Layout,
+        col0: usize,
+    },
+    /// `main_qout`: [`Kind::Q8a`], then y quantized with the next norm's offset.
+    Qout(f32),
     Moe(crate::moe_experts_q8a::MoeGather),
 }
 
@@ -250,6 +255,16 @@ impl<B: KernelBuffer> MatvecFused<B> {
     /// parameters; only the weight types and sizes of [`crate::matvec_q8a::supported`].
     pub fn dispatch_q8a(self, op: &MatvecOp) -> Result<Dispatch<B>, Error> {
         self.dispatch_on(op, Kind::Q8a)
+    }
+
+    /// [`MatvecFused::dispatch_q8a`] on `main_qout`, the four buffers of
+    /// [`crate::matvec_q8a::QuantOut`] still to append (its `dispatch_q8a_qout` does).
+    pub(crate) fn dispatch_q8a_qout_base(
+        self,
+        op: &MatvecOp,
+        offset: f32,
+    ) -> Result<Dispatch<B>, Error> {
+        self.dispatch_on(op, Kind::Qout(offset))
     }
 
     /// The int8 kernel over activations already quantized by
@@ -326,7 +341,9 @@ impl<B: KernelBuffer> MatvecFused<B> {
             Kind::Xg { src, col0 } => Some((src, col0)),
             _ => None,
         };
-        let k = if q8a {
+        let k = if let Kind::Qout(_) = kind {
+            &crate::matvec_q8a::MATVEC_Q8A_QOUT
+        } else if q8a {
             &crate::matvec_q8a::MATVEC_Q8A
         } else {
             &MATVEC_FUSED
@@ -370,7 +387,8 @@ impl<B: KernelBuffer> MatvecFused<B> {
                 ),
             ));
         }
-        if (kind == Kind::Q8a || moe.is_some()) && !crate::matvec_q8a::supported(op) {
+        let shared_q8a = kind == Kind::Q8a || matches!(kind, Kind::Qout(_));
+        if (shared_q8a || moe.is_some()) && !crate::matvec_q8a::supported(op) {
             return Err(shape_err(
                 k,
                 format!(
@@ -412,7 +430,7 @@ impl<B: KernelBuffer> MatvecFused<B> {
         }
         let t = op.tuning.unwrap_or_else(|| match kind {
             Kind::Xg { .. } => crate::matvec_q8a::xg_tuning(op),
-            Kind::Q8a => crate::matvec_q8a::default_tuning(op),
+            Kind::Q8a | Kind::Qout(_) => crate::matvec_q8a::default_tuning(op),
             // The expert launches keep 256 invocations (their sweeps were at that size).
             Kind::Moe(_) => crate::matvec_q8a::tuning_with_wg(op, 256),
             Kind::Fused => op.default_tuning(),
@@ -514,6 +532,14 @@ impl<B: KernelBuffer> MatvecFused<B> {
             1
         };
         let rows_per_wg = (t.wg / t.lanes * t.rows_per_team * nit) as usize;
+        if matches!(kind, Kind::Qout(_))
+            && rows_per_wg.div_ceil(32) + 1 > crate::matvec_q8a::QOUT_UNITS
+        {
+            return Err(shape_err(
+                k,
+                format!("{rows_per_wg} rows per workgroup: too many units to quantize"),
+            ));
+        }
         let mut wg_start = [0u32; 3];
         let mut total = 0u64;
         for (i, rows) in op.grid_rows().enumerate() {
@@ -545,7 +571,10 @@ impl<B: KernelBuffer> MatvecFused<B> {
             wg2: if n_parts > 2 { wg_start[2] } else { u32::MAX },
             wg_end: total as u32,
             eps: norm.eps,
-            norm_offset: norm.offset,
+            norm_offset: match kind {
+                Kind::Qout(offset) => offset,
+                _ => norm.offset,
+            },
         };
         let base = if op.dtype.is_quantized() {
             format_overrides(op.dtype)

@@ -11,10 +11,11 @@
 //! [`MatvecFused::dispatch_q8a`]: crate::matvec_fused::MatvecFused::dispatch_q8a
 //! [`MatvecImpl::Int8`]: crate::matvec_fused::MatvecImpl::Int8
 
-use crate::matvec_fused::{MatvecOp, MatvecTuning};
+use crate::matvec_fused::{Epilogue, MatvecFused, MatvecOp, MatvecTuning};
+use crate::quantize_act_q8::ActQ8Layout;
 use crate::sources::MATVEC_Q8A as SRC;
-use crate::spec::{rd, rw};
-use crate::{KernelSpec, WeightType};
+use crate::spec::{need, rd, rw, shape_err};
+use crate::{Dispatch, Error, KernelBuffer, KernelSpec, WeightType};
 
 pub static MATVEC_Q8A: KernelSpec = KernelSpec {
     name: "matvec_q8a",
@@ -26,6 +27,88 @@ pub static MATVEC_Q8A: KernelSpec = KernelSpec {
     exact_fp: false,
     glsl: None,
 };
+
+/// `main_qout` of the same file: the one-column accumulating product, then y quantized for the
+/// next product's norm prologue ([`QuantOut`], `matvec_q8a_qout.inc.wgsl`).
+pub static MATVEC_Q8A_QOUT: KernelSpec = KernelSpec {
+    name: "matvec_q8a_qout",
+    file: "matvec_q8a.wgsl",
+    entry: "main_qout",
+    source: SRC,
+    bindings: &[
+        rd("w0"),
+        rd("x"),
+        rw("y"),
+        rd("w1"),
+        rd("w2"),
+        rd("norm_w"),
+        rd("next_norm_w"),
+        rw("codes"),
+        rw("meta"),
+        rw("ctl"),
+    ],
+    push_size: 56,
+    exact_fp: false,
+    glsl: None,
+};
+
+/// Most 32-row units one workgroup of `main_qout` may touch (the shader's `QO_UNITS`).
+pub const QOUT_UNITS: usize = 64;
+
+/// Where `main_qout` leaves y quantized: `codes` and `meta` as [`QuantizeActQ8`] writes one
+/// column of `rows` elements with the norm weights `norm_w` (`[rows]`) and `offset`; `ctl`
+/// ([`QuantOut::ctl_bytes`]) holds its counters, zero before the launch and after it.
+///
+/// [`QuantizeActQ8`]: crate::quantize_act_q8::QuantizeActQ8
+pub struct QuantOut<B> {
+    pub norm_w: B,
+    pub offset: f32,
+    pub codes: B,
+    pub meta: B,
+    pub ctl: B,
+}
+
+impl<B> QuantOut<B> {
+    /// Bytes of counters, unit sums and row values for `rows` rows.
+    pub fn ctl_bytes(rows: usize) -> u64 {
+        let l = ActQ8Layout { cols: rows, n: 1 };
+        4 * (2 * l.units() + l.chunks() + rows) as u64
+    }
+}
+
+impl<B: KernelBuffer + Copy> MatvecFused<B> {
+    /// The accumulating one-column product `y += W x` of `op` (the int8 launch of
+    /// [`MatvecFused::dispatch_q8a`], no norm prologue, one part at y offset 0) and then `y`
+    /// quantized into `q` for the next product: with `q.offset` and `q.norm_w` the norm's,
+    /// `q.codes` and `q.meta` end as [`QuantizeActQ8`] of y with that norm would leave them.
+    ///
+    /// [`QuantizeActQ8`]: crate::quantize_act_q8::QuantizeActQ8
+    pub fn dispatch_q8a_qout(self, op: &MatvecOp, q: QuantOut<B>) -> Result<Dispatch<B>, Error> {
+        let k = &MATVEC_Q8A_QOUT;
+        let rows = op.parts.first().map_or(0, |p| p.rows);
+        let plain = op.n_cols == 1
+            && op.norm.is_none()
+            && op.epilogue == Epilogue::Accumulate
+            && op.parts.len() == 1
+            && op.parts[0].y_offset == 0
+            && rows > 0
+            && rows.is_multiple_of(32);
+        if !plain {
+            return Err(shape_err(
+                k,
+                "one accumulating column, no norm, one part at offset 0 of rows a multiple of 32",
+            ));
+        }
+        let l = ActQ8Layout { cols: rows, n: 1 };
+        need(k, "next_norm_w", &q.norm_w, 4 * rows as u64)?;
+        need(k, "codes", &q.codes, l.code_bytes())?;
+        need(k, "meta", &q.meta, l.meta_bytes())?;
+        need(k, "ctl", &q.ctl, QuantOut::<B>::ctl_bytes(rows))?;
+        let mut d = self.dispatch_q8a_qout_base(op, q.offset)?;
+        d.buffers.extend([q.norm_w, q.codes, q.meta, q.ctl]);
+        Ok(d)
+    }
+}
 
 /// Most activation elements (columns x tokens) one dispatch takes: the kernel's shared copy of
 /// the quantized x (16 KiB of int8, one scale and sum per 32).
@@ -84,6 +167,10 @@ pub struct Q8aRules {
     /// elements on quantized x (0: none; the others as `xg_single` says). Default 4096: the H100
     /// measured Llama-3.1-8B's q/k/v and gate/up faster so, Llama-3.2-1B's (2048) slower.
     pub xg_norm: u32,
+    /// With `xg_norm`, an accumulating one-column product whose output such a norm product
+    /// reads next quantizes it for that product in the same launch ([`MATVEC_Q8A_QOUT`]);
+    /// `false`: the norm product's own quantize launch (the reference).
+    pub xg_produce: bool,
     /// Parts of different weight types in one launch (`MatvecOp::part_types`); `false`: the
     /// caller records one product per weight (the reference).
     pub mixed: bool,
@@ -103,6 +190,7 @@ impl Default for Q8aRules {
             xg_rows: 0,
             xg_single: false,
             xg_norm: 4096,
+            xg_produce: true,
             mixed: true,
             wg: 0,
         }

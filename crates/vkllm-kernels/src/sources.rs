@@ -125,7 +125,8 @@ pub(crate) const MATVEC_Q8A: &str = concat!(
     include_str!("../shaders/matvec_epilogue.inc.wgsl"),
     include_str!("../shaders/matvec_team.inc.wgsl"),
     include_str!("../shaders/matvec_q8a_units.inc.wgsl"),
-    include_str!("../shaders/f16_bits.inc.wgsl")
+    include_str!("../shaders/f16_bits.inc.wgsl"),
+    include_str!("../shaders/matvec_q8a_qout.inc.wgsl")
 );
 pub(crate) const QUANTIZE_ACT_Q8: &str = concat!(
     include_str!("../shaders/quantize_act_q8.wgsl"),

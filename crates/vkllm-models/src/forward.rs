@@ -577,7 +577,8 @@ impl Model {
             b.rope_attention(&rk, &view, &p, s.att)?;
             b.mark("o_proj");
             if lw.post_attn_norm.is_none() {
-                b.linear_add(&lw.o, s.att, n, s.x, s.o)?;
+                let next = (lw.ffn_norm, c.norm_offset);
+                b.linear_add_before_norm(&lw.o, s.att, n, (s.x, s.o), next)?;
             } else {
                 b.linear(&lw.o, s.att, n, s.o)?;
                 b.mark("residual");
@@ -601,7 +602,11 @@ impl Model {
                 out: s.act,
             })?;
             b.mark("down");
-            if lw.post_ffn_norm.is_none() {
+            let next_layer = w.layers.get(li + 1).filter(|_| li + 1 < range.end);
+            if let (None, Some(next)) = (lw.post_ffn_norm, next_layer) {
+                let next = (next.attn_norm, c.norm_offset);
+                b.linear_add_before_norm(&lw.down, s.act, n, (s.x, s.o), next)?;
+            } else if lw.post_ffn_norm.is_none() {
                 b.linear_add(&lw.down, s.act, n, s.x, s.o)?;
             } else {
                 b.linear(&lw.down, s.act, n, s.o)?;

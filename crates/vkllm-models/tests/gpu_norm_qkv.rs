@@ -203,7 +203,10 @@ fn assert_same_steps(a: (&str, &[Vec<f32>]), b: (&str, &[Vec<f32>]), nmse: f64) 
 /// shared launch (bit-identical) within the int8 pair bound of the CPU.
 #[test]
 fn norm_products_on_quantized_x_match_the_shared_launch() {
-    let xg_dev = common::int8_device(|t| t.q8a_xg1_norm = 64);
+    let xg_dev = common::int8_device(|t| {
+        t.q8a_xg1_norm = 64;
+        t.q8a_xg1_produce = false;
+    });
     let shared_dev = common::int8_device(|t| t.q8a_xg1_norm = 0);
     use QuantType::{Q4_K, Q6_K, Q8_0};
     for (types, seed) in [([Q4_K, Q4_K, Q6_K], 11u64), ([Q8_0, Q8_0, Q8_0], 12)] {
@@ -224,14 +227,31 @@ fn norm_products_on_quantized_x_match_the_shared_launch() {
         eprintln!("{types:?}: quantized x vs shared nmse {nmse:.2e}");
     }
 
-    // A whole model's recorded decode steps (where decode products take quantized x), after a
-    // 5-token prompt: the step's launches and the logits of 4 steps per device.
+    // A whole model's recorded decode steps (where decode products take quantized x): the
+    // step's launches and the logits of 4 steps per device.
+    let (xg, xg_dispatches, layers) = tiny_llama_steps(&[xg_dev, shared_dev]);
+    let (shared, shared_dispatches) = (&xg[1], xg_dispatches[1]);
+    // One quantize_act_q8 launch per norm product of a layer (q/k/v, gate/up; the LM head has
+    // its own launch rules; products quantizing their output are off here).
+    assert_eq!(
+        xg_dispatches[0],
+        shared_dispatches + 2 * layers,
+        "a decode step's launches with q8a_xg1_norm against without"
+    );
+    // The same int8 codes; only the norm's sum of squares is added in another order.
+    assert_same_steps(("quantized x", &xg[0]), ("shared", shared), 1e-6);
+}
+
+/// For each device, a tiny Llama (Q4_K_M) after a 5-token prompt: the logits of 4 recorded
+/// decode steps and the step's launches; and the model's layer count.
+fn tiny_llama_steps(devs: &[vkllm_vk::Device]) -> (Vec<Vec<Vec<f32>>>, Vec<usize>, usize) {
     let plan = SynthPlan::new(synth::shape("tiny-llama").unwrap(), QuantScheme::Q4_K_M, 6);
     let path = std::env::temp_dir().join(format!("vkllm-xg-norm-{}.gguf", std::process::id()));
     plan.write(&path, &mut |_, _| {}).unwrap();
     let g = GgufModel::open(&path).unwrap();
-    let steps = |dev: vkllm_vk::Device| -> (Vec<Vec<f32>>, usize) {
-        let mut b = VulkanBackend::new(dev);
+    let (mut logits, mut launches) = (Vec::new(), Vec::new());
+    for dev in devs {
+        let mut b = VulkanBackend::new(dev.clone());
         let model = Model::load(g.config.clone(), &g, &mut b, 16).unwrap();
         let kv = model.new_kv(&mut b, 16).unwrap();
         let ids: Vec<u32> = (0..5).map(|i| (i * 53 + 11) % 1000).collect();
@@ -244,19 +264,33 @@ fn norm_products_on_quantized_x_match_the_shared_launch() {
                     .unwrap()
             })
             .collect();
-        (out, step.dispatches())
-    };
-    let (xg, xg_dispatches) = steps(xg_dev);
-    let (shared, shared_dispatches) = steps(shared_dev);
+        logits.push(out);
+        launches.push(step.dispatches());
+    }
     std::fs::remove_file(&path).ok();
-    // One quantize_act_q8 launch per norm product of a layer (q/k/v, gate/up; the LM head has
-    // its own launch rules).
-    let layers = g.config.n_layers;
+    (logits, launches, g.config.n_layers)
+}
+
+/// Tuning `q8a_xg1_produce`: o_proj and down quantize their output for the norm product after
+/// them (gate/up; the next layer's q/k/v) in their own launch, so a decode step has 2 layers - 1
+/// quantize launches fewer (layer 0's q/k/v reads the embedding), and the same logits (the same
+/// codes; the norm's sums of squares added in another order).
+#[test]
+fn products_quantizing_their_output_match_the_quantize_launch() {
+    let produce = common::int8_device(|t| t.q8a_xg1_norm = 64);
+    let launch = common::int8_device(|t| {
+        t.q8a_xg1_norm = 64;
+        t.q8a_xg1_produce = false;
+    });
+    let (steps, dispatches, layers) = tiny_llama_steps(&[produce, launch]);
     assert_eq!(
-        xg_dispatches,
-        shared_dispatches + 2 * layers,
-        "a decode step's launches with q8a_xg1_norm against without"
+        dispatches[0] + 2 * layers - 1,
+        dispatches[1],
+        "a decode step's launches with q8a_xg1_produce against without"
     );
-    // The same int8 codes; only the norm's sum of squares is added in another order.
-    assert_same_steps(("quantized x", &xg), ("shared", &shared), 1e-6);
+    assert_same_steps(
+        ("produced", &steps[0]),
+        ("quantize launch", &steps[1]),
+        1e-6,
+    );
 }

@@ -30,6 +30,7 @@ mod matmul_coop_glu;
 mod matmul_coop_group;
 mod matmul_narrow;
 mod matvec_fused;
+mod matvec_q8a_qout;
 mod moe_experts_grouped;
 mod moe_experts_q8a;
 mod moe_experts_quant;
@@ -136,6 +137,7 @@ pub const CASES: &[(&str, CaseFn)] = &[
     ("matvec_fused_kquant", matvec_fused::matvec_fused_kquant),
     ("matvec_q8a", matvec_fused::matvec_q8a),
     ("quantize_act_q8", quantize_act_q8::quantize_act_q8_case),
+    ("matvec_q8a_qout", matvec_q8a_qout::matvec_q8a_qout),
     ("rope", attn::rope),
     ("rope_kv_append", rope_kv_append::rope_kv_append_case),
     ("attention_decode", attn::attention_decode),

@@ -285,6 +285,7 @@ fn run_case(
         epilogue: c.epilogue,
         tuning: c.tuning,
         layout: Some(c.layout),
+        next_norm: None,
     };
     let imp = if c.int8 {
         MatvecImpl::Int8

@@ -83,6 +83,7 @@ parity_tests!(
     matvec_fused_kquant,
     matvec_q8a,
     quantize_act_q8,
+    matvec_q8a_qout,
     rope,
     rope_kv_append,
     attention_decode,

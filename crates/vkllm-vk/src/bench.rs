@@ -334,6 +334,7 @@ pub fn bench_matvec(dev: &Device, b: &MatvecBench) -> Result<BenchResult> {
         },
         tuning: b.tuning,
         layout: Some(layout),
+        next_norm: None,
     };
     for i in 0..iters as usize {
         let ws = &copies[i % copies.len()];

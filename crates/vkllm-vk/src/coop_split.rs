@@ -235,6 +235,12 @@ pub struct SplitSlots {
     pub(crate) deq: crate::coop_dequant::DequantSlots,
     /// Activations quantized for the int8 matvec (`quantize_act_q8`).
     q8x: Option<Buffer>,
+    /// The counters of producers quantizing their output into `q8x` (`main_qout`), zeroed
+    /// when created and left zero by every launch.
+    q8x_ctl: Option<Buffer>,
+    /// What `q8x` holds when the last dispatch recorded was such a producer; `None` after
+    /// any other dispatch.
+    pub(crate) q8x_src: Option<crate::matvec_q8x::Q8xKey>,
 }
 
 /// Counter bytes rounded so the partials start at a 256-byte offset (every storage-buffer
@@ -285,6 +291,7 @@ impl Recorder {
     pub fn take_split_scratch(&mut self) -> SplitSlots {
         let mut s = std::mem::take(&mut self.split);
         s.half_src = [None; 2];
+        s.q8x_src = None;
         s
     }
 
@@ -328,6 +335,27 @@ impl Recorder {
                 Ok(b)
             }
         }
+    }
+
+    /// The counters of `main_qout` launches, at least `bytes` (zero between launches).
+    pub(crate) fn q8x_ctl(&mut self, bytes: u64) -> Result<Buffer> {
+        if let Some(b) = &self.split.q8x_ctl
+            && b.size() >= bytes
+        {
+            return Ok(b.clone());
+        }
+        let b = self.device().create_buffer(
+            "int8 matvec quantize counters",
+            bytes,
+            MemoryKind::Device,
+        )?;
+        // Zeroed by a submit of its own, as the split-K slots.
+        self.device().one_shot(|d, cb| {
+            // SAFETY: cb is recording; `b` is `bytes` long, a multiple of 4.
+            unsafe { d.cmd_fill_buffer(cb, b.raw(), 0, bytes, 0) }
+        })?;
+        self.split.q8x_ctl = Some(b.clone());
+        Ok(b)
     }
 
     /// f16 scratch `i`, grown to hold at least `elems` halves (what it held is forgotten).

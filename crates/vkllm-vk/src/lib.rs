@@ -31,6 +31,7 @@ mod matmul_cm2;
 mod matmul_glu;
 mod matmul_group;
 mod matmul_narrow;
+mod matvec_q8x;
 mod paged;
 mod pipeline;
 mod pipeline_stats;

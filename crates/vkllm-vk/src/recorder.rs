@@ -382,6 +382,7 @@ impl Recorder {
                 xg_rows: t.q8a_xg_rows,
                 xg_single: t.q8a_xg1,
                 xg_norm: t.q8a_xg1_norm,
+                xg_produce: t.q8a_xg1_produce,
                 mixed: t.q8a_mixed,
                 wg: t.q8a_wg,
             }
@@ -390,6 +391,8 @@ impl Recorder {
 
     /// Records one kernel dispatch.
     pub fn dispatch(&mut self, d: Dispatch<BufSlice<'_>>) -> Result<()> {
+        // Only the dispatch right after a quantizing producer may read what it left.
+        self.split.q8x_src = None;
         let k = d.kernel;
         if d.buffers.len() != k.bindings.len() || d.push.len() != k.push_size as usize {
             return Err(Error::Shape(format!(

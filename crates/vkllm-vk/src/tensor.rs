@@ -210,6 +210,9 @@ pub struct MatvecPlan<'a> {
     pub tuning: Option<MatvecTuning>,
     /// Thread layout; `None` for [`default_matvec_layout`] of the device.
     pub layout: Option<MatvecLayout>,
+    /// The next product reads y with this RMSNorm prologue (weights, offset): an accumulating
+    /// one-column int8 product may quantize y for it (`Q8aRules::xg_produce`).
+    pub next_norm: Option<(BufSlice<'a>, f32)>,
 }
 
 impl<'a> MatvecPlan<'a> {
@@ -223,6 +226,7 @@ impl<'a> MatvecPlan<'a> {
             epilogue: Epilogue::Store,
             tuning: None,
             layout: None,
+            next_norm: None,
         }
     }
 }
@@ -244,7 +248,7 @@ pub fn default_matvec_layout(dev: &crate::Device) -> MatvecLayout {
 }
 
 /// One part per weight (each unsplit), at its output offset.
-fn whole_parts(w: &[&Tensor], y_offsets: &[usize]) -> Vec<MatvecPart> {
+pub(crate) fn whole_parts(w: &[&Tensor], y_offsets: &[usize]) -> Vec<MatvecPart> {
     w.iter()
         .zip(y_offsets)
         .map(|(t, &y_offset)| MatvecPart {
@@ -254,7 +258,7 @@ fn whole_parts(w: &[&Tensor], y_offsets: &[usize]) -> Vec<MatvecPart> {
         .collect()
 }
 
-fn unfusable(w: &[&Tensor], reason: impl Into<String>) -> Error {
+pub(crate) fn unfusable(w: &[&Tensor], reason: impl Into<String>) -> Error {
     let weights: Vec<String> = w
         .iter()
         .map(|t| format!("{} [{}, {}]", t.dtype.name(), t.rows, t.cols))
@@ -419,6 +423,13 @@ impl Recorder {
         if self.q8a_xg_runs(imp, &op) {
             return self.matvec_q8a_xg(w, x, y, norm_w, op, plan.y_offsets);
         }
+        if let Some(next) = plan.next_norm
+            && w.len() == 1
+            && plan.y_offsets[0] == 0
+            && self.matvec_q8a_qout(imp, first, x, y, &op, next)?
+        {
+            return Ok(());
+        }
         if w.len() == 1 && !gated {
             for p in &first.parts {
                 op.parts = vec![MatvecPart {
@@ -492,105 +503,6 @@ impl Recorder {
             && dev.info().limits.max_shared_memory as usize
                 >= vkllm_kernels::matvec_q8a::SHARED_BYTES
             && vkllm_kernels::matvec_q8a::supported(op)
-    }
-
-    /// Whether [`Recorder::matvec_fused_with`] takes `matvec_q8a.wgsl` on activations
-    /// quantized once per product (`quantize_act_q8`): the op's `q8a.xg` rule (the tuning's
-    /// `q8a_xg`, or what the recording set), [`MatvecImpl::Int8`], two or more columns (or one
-    /// where the rules' `xg_single` asks, or one with a norm prologue over rows of the rules'
-    /// `xg_norm`+ elements, or one column too long for the shared-memory launch's copy of x: rows past
-    /// [`vkllm_kernels::matvec_q8a::MAX_ELEMS`], e.g. the down projection of a 17408-wide MLP,
-    /// which otherwise fell to the float kernel), a device with integer dot products and
-    /// subgroups of 4+ lanes, and [`vkllm_kernels::matvec_q8a::supported_xg`].
-    pub fn q8a_xg_runs(&self, imp: MatvecImpl, op: &MatvecOp) -> bool {
-        let dev = self.device();
-        op.q8a.xg
-            && imp == MatvecImpl::Int8
-            && (op.n_cols > 1
-                || op.q8a.xg_single
-                || (op.q8a.xg_norm > 0 && op.norm.is_some() && op.cols >= op.q8a.xg_norm as usize)
-                || op.n_cols * op.cols > vkllm_kernels::matvec_q8a::MAX_ELEMS)
-            && dev.int8_dot()
-            && dev.info().min_subgroup_size >= 4
-            && vkllm_kernels::matvec_q8a::supported_xg(op)
-    }
-
-    /// The int8 path over quantized x: one `quantize_act_q8` of every column (with the norm's
-    /// weights), then `matvec_q8a` launches of up to 16 columns each.
-    fn matvec_q8a_xg(
-        &mut self,
-        w: &[&Tensor],
-        x: BufSlice<'_>,
-        y: BufSlice<'_>,
-        norm_w: Option<BufSlice<'_>>,
-        mut op: MatvecOp,
-        y_offsets: &[usize],
-    ) -> Result<()> {
-        use vkllm_kernels::quantize_act_q8::{ActNorm, ActQ8Layout, QuantizeActQ8};
-        let gated = matches!(op.epilogue, Epilogue::Gated { .. });
-        // (weights, parts) of each launch: a single weight's row parts one by one, else one
-        // launch over every weight (each in one part).
-        let launches: Vec<(Vec<BufSlice<'_>>, Vec<MatvecPart>)> = if w.len() == 1 && !gated {
-            w[0].parts
-                .iter()
-                .map(|p| {
-                    let part = MatvecPart {
-                        rows: p.rows,
-                        y_offset: y_offsets[0] + p.row_start,
-                    };
-                    (vec![p.buffer.all()], vec![part])
-                })
-                .collect()
-        } else {
-            if w.iter().any(|t| t.parts.len() != 1) {
-                return Err(unfusable(w, "a weight is split in row parts"));
-            }
-            let parts = whole_parts(w, y_offsets);
-            vec![(w.iter().map(|t| t.parts[0].buffer.all()).collect(), parts)]
-        };
-        let src = ActQ8Layout {
-            cols: op.cols,
-            n: op.n_cols,
-        };
-        let code_end = src.code_bytes().next_multiple_of(256);
-        let buf = self.q8x_scratch(code_end + src.meta_bytes())?;
-        let codes = buf.slice(0, src.code_bytes())?;
-        let meta = buf.slice(code_end, src.meta_bytes())?;
-        let norm = match (norm_w, op.norm) {
-            (Some(nw), Some(np)) => Some(ActNorm {
-                norm_w: nw,
-                offset: np.offset,
-            }),
-            _ => None,
-        };
-        self.dispatch(
-            QuantizeActQ8 {
-                x,
-                norm,
-                q: codes,
-                meta,
-            }
-            .dispatch(src)?,
-        )?;
-        let n = op.n_cols;
-        for (ws, parts) in launches {
-            op.parts = parts;
-            op.n_cols = n;
-            let chunk = vkllm_kernels::matvec_q8a::xg_chunk(&op);
-            for c0 in (0..n).step_by(chunk) {
-                let mut o = op.clone();
-                o.n_cols = chunk.min(n - c0);
-                let d = MatvecFused {
-                    w: ws.clone(),
-                    x: codes,
-                    y,
-                    norm_w: Some(meta),
-                }
-                .dispatch_q8a_xg(&o, src, c0)?;
-                self.dispatch(d)?;
-            }
-        }
-        Ok(())
     }
 
     /// `Y[n, rows] (+)= X[n, cols] W^T` over every part of `w` ([`MatmulKernel::Auto`]).

@@ -336,6 +336,21 @@ pub trait Backend: HybridOps {
         self.add_inplace(acc, tmp, n * w.rows)
     }
 
+    /// [`Backend::linear_add`] where the next op is a product reading `acc` through an RMSNorm
+    /// prologue of weight `next_norm.0` (+ offset `next_norm.1`): a backend may prepare that
+    /// product's input in the same launch. The default runs `linear_add`.
+    fn linear_add_before_norm(
+        &mut self,
+        w: &Linear,
+        x: Tensor,
+        n: usize,
+        (acc, tmp): (Tensor, Tensor),
+        next_norm: (Tensor, f32),
+    ) -> Result<(), ModelError> {
+        let _ = next_norm;
+        self.linear_add(w, x, n, acc, tmp)
+    }
+
     /// Rotates, in place, the heads of `n` rows of `n_heads * head_dim`, row i at `positions[i]`.
     fn rope(
         &mut self,

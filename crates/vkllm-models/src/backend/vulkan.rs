@@ -680,7 +680,18 @@ impl Backend for VulkanBackend {
         acc: Tensor,
         tmp: Tensor,
     ) -> Result<(), ModelError> {
-        self.linear_add_op(w, x, n, acc, tmp)
+        self.linear_add_op(w, x, n, acc, tmp, None)
+    }
+
+    fn linear_add_before_norm(
+        &mut self,
+        w: &Linear,
+        x: Tensor,
+        n: usize,
+        (acc, tmp): (Tensor, Tensor),
+        next_norm: (Tensor, f32),
+    ) -> Result<(), ModelError> {
+        self.linear_add_op(w, x, n, acc, tmp, Some(next_norm))
     }
 
     fn attention(

@@ -113,6 +113,11 @@ pub struct Tuning {
     /// gate/up) over rows of at least this many elements on the quantized-x launch (0: none);
     /// the others as `q8a_xg1` says. Key `q8a_xg1_norm`.
     pub q8a_xg1_norm: u32,
+    /// With those norm products on the quantized-x launch, the accumulating product before
+    /// each (o_proj, down into the residual) quantizes its output for it in the same launch
+    /// (`matvec_q8a.wgsl`'s `main_qout`), so the norm product has no quantize launch; `false`:
+    /// the quantize launch (the reference). Key `q8a_xg1_produce`.
+    pub q8a_xg1_produce: bool,
     /// int8 matvec: q/k/v of different weight types (Q4_K_M's Q6_K V) in one launch; `false`:
     /// the norm and one product per weight. Key `q8a_mixed`.
     pub q8a_mixed: bool,
@@ -370,6 +375,7 @@ impl Default for Tuning {
             q8a_xg: true,
             q8a_xg1: false,
             q8a_xg1_norm: 4096,
+            q8a_xg1_produce: true,
             q8a_mixed: true,
             q8a_wg: 0,
             q8a_xg_lanes: 0,
@@ -473,6 +479,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "q8a_xg",
     "q8a_xg1",
     "q8a_xg1_norm",
+    "q8a_xg1_produce",
     "q8a_mixed",
     "q8a_wg",
     "q8a_xg_lanes",

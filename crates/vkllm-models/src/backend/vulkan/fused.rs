@@ -285,6 +285,7 @@ impl VulkanBackend {
         n: usize,
         acc: Tensor,
         tmp: Tensor,
+        next_norm: Option<(Tensor, f32)>,
     ) -> Result<(), ModelError> {
         if !self.fused || w.bias.is_some() {
             self.linear(w, x, n, tmp)?;
@@ -293,6 +294,21 @@ impl VulkanBackend {
         let decode = self.decoding();
         self.record(|me, r| {
             let y = me.head(acc, n * w.rows)?;
+            let imp = vkllm_vk::fused_matvec_impl(r.device());
+            if let Some((norm, offset)) = next_norm
+                && n == 1
+                && decode
+                && imp == vkllm_vk::kernels::matvec_fused::MatvecImpl::Int8
+            {
+                // The product may quantize y for the norm product that reads it next.
+                set_xg_rule(r, decode);
+                let mut plan = MatvecPlan::new(1, w.rows, &[0]);
+                plan.epilogue = Epilogue::Accumulate;
+                plan.next_norm = Some((me.head(norm, w.rows)?, offset));
+                let m = me.matrix(w.weight);
+                r.matvec_fused_with(imp, &[m], me.head(x, w.cols)?, y, &plan)?;
+                return Ok(());
+            }
             product(
                 (me.fused, decode),
                 r,
