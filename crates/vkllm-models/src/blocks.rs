@@ -42,8 +42,9 @@ pub(crate) struct AttnScratch {
 /// RMSNorm (`norm`: weight, eps, offset) folded into the q/k/v (and gate) products
 /// ([`Backend::norm_linears`]), per-head q/k norm + RoPE + KV append + attention
 /// ([`Backend::rope_attention`]), the output gate, and the output projection added into `x`
-/// ([`Backend::linear_add`]). `h` and `tmp` are `[n, hidden]` scratch for the backends that
-/// run these as separate ops (the reference).
+/// ([`Backend::linear_add`]; [`Backend::linear_add_before_norm`] with `next_norm`, the
+/// weight and offset of the norm the next op applies to `x`). `h` and `tmp` are `[n, hidden]`
+/// scratch for the backends that run these as separate ops (the reference).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention<B: Backend>(
     b: &mut B,
@@ -57,6 +58,7 @@ pub(crate) fn attention<B: Backend>(
     n: usize,
     pos: Tensor,
     kv: &KvView,
+    next_norm: Option<(Tensor, f32)>,
 ) -> Result<(), ModelError> {
     b.mark("qkv");
     let mut ws = vec![(w.q, s.q), (w.k, s.k), (w.v, s.v)];
@@ -72,7 +74,10 @@ pub(crate) fn attention<B: Backend>(
         b.sigmoid_mul(s.att, s.g, n, c.q_dim(), false)?;
     }
     b.mark("o_proj");
-    b.linear_add(w.o, s.att, n, x, tmp)
+    match next_norm {
+        Some(next) => b.linear_add_before_norm(w.o, s.att, n, (x, tmp), next),
+        None => b.linear_add(w.o, s.att, n, x, tmp),
+    }
 }
 
 /// The attention input step of a layer (per-head q/k norm, RoPE, KV append): q, k, v in,

@@ -238,9 +238,16 @@ pub struct SplitSlots {
     /// The counters of producers quantizing their output into `q8x` (`main_qout`), zeroed
     /// when created and left zero by every launch.
     q8x_ctl: Option<Buffer>,
-    /// What `q8x` holds when the last dispatch recorded was such a producer; `None` after
-    /// any other dispatch.
+    /// What `q8x` holds (one column quantized with a norm's weights, by a producer or a
+    /// quantize launch); `None` after any recorded write to it or to those activations.
     pub(crate) q8x_src: Option<crate::matvec_q8x::Q8xKey>,
+}
+
+impl SplitSlots {
+    /// The int8 activation scratch's handle, once created.
+    pub(crate) fn q8x_raw(&self) -> Option<ash::vk::Buffer> {
+        self.q8x.as_ref().map(|b| b.raw())
+    }
 }
 
 /// Counter bytes rounded so the partials start at a 256-byte offset (every storage-buffer
@@ -332,6 +339,7 @@ impl Recorder {
                     MemoryKind::Device,
                 )?;
                 self.split.q8x = Some(b.clone());
+                self.split.q8x_src = None;
                 Ok(b)
             }
         }

@@ -96,14 +96,13 @@ impl Recorder {
             }),
             _ => None,
         };
-        // Skipped where the product just recorded left exactly this quantization.
-        let ready = match norm {
-            Some(nm) if op.n_cols == 1 => {
-                self.split.q8x_src == Some(key(x, op.cols, nm.norm_w, nm.offset))
-            }
-            _ => false,
+        // Skipped where the scratch holds exactly this quantization (left by the product that
+        // wrote x, or by the quantize launch of an earlier product of the same normed x).
+        let want = match norm {
+            Some(nm) if op.n_cols == 1 => Some(key(x, op.cols, nm.norm_w, nm.offset)),
+            _ => None,
         };
-        if !ready {
+        if want.is_none() || self.split.q8x_src != want {
             self.dispatch(
                 QuantizeActQ8 {
                     x,
@@ -113,6 +112,7 @@ impl Recorder {
                 }
                 .dispatch(src)?,
             )?;
+            self.split.q8x_src = want;
         }
         let n = op.n_cols;
         for (ws, parts) in launches {

@@ -278,6 +278,25 @@ impl Recorder {
                 }
             }
         }
+        // The int8 scratch's record ends with any write to it or to the activations it holds.
+        if let Some((buf, off, cols, ..)) = self.split.q8x_src {
+            let x = Range {
+                buf,
+                start: off,
+                end: off + 4 * cols as u64,
+            };
+            let q8x = self.split.q8x_raw().map(|buf| Range {
+                buf,
+                start: 0,
+                end: u64::MAX,
+            });
+            if writes
+                .iter()
+                .any(|w| w.overlaps(&x) || q8x.is_some_and(|q| w.overlaps(&q)))
+            {
+                self.split.q8x_src = None;
+            }
+        }
     }
 
     fn range(&self, s: &BufSlice<'_>) -> Range {
@@ -391,8 +410,6 @@ impl Recorder {
 
     /// Records one kernel dispatch.
     pub fn dispatch(&mut self, d: Dispatch<BufSlice<'_>>) -> Result<()> {
-        // Only the dispatch right after a quantizing producer may read what it left.
-        self.split.q8x_src = None;
         let k = d.kernel;
         if d.buffers.len() != k.bindings.len() || d.push.len() != k.push_size as usize {
             return Err(Error::Shape(format!(

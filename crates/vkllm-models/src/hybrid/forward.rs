@@ -508,6 +508,9 @@ impl HybridModel {
         b.embedding(w.embed, c.vocab_size, h, inp.ids, n, c.embed_scale, s.x)?;
         for (i, lw) in w.layers.iter().enumerate() {
             let attn_norm = (lw.attn_norm, c.rms_eps, c.norm_offset);
+            // The norm a dense MLP applies to the mixer's output (which may prepare it).
+            let ffn_norm =
+                matches!(lw.ffn, FfnWeights::Dense(_)).then_some((lw.ffn_norm, c.norm_offset));
             match (&lw.mixer, st.layers[i]) {
                 (MixerWeights::Attention(aw), LayerState::Attention { k, v }) => {
                     let refs = AttnRefs {
@@ -522,7 +525,10 @@ impl HybridModel {
                     let kv = st.kv_view(i, k, v, inp.rows);
                     let lc = &c.layers[i];
                     let (att, tmp) = (&s.att, (s.h, s.o));
-                    blocks::attention(b, c, lc, &refs, att, s.x, attn_norm, tmp, n, inp.pos, &kv)?;
+                    let (x, pos) = (s.x, inp.pos);
+                    blocks::attention(
+                        b, c, lc, &refs, att, x, attn_norm, tmp, n, pos, &kv, ffn_norm,
+                    )?;
                 }
                 (MixerWeights::DeltaNet(dw), LayerState::DeltaNet { conv, delta }) => {
                     let hy = c.hybrid.as_ref().ok_or_else(|| ModelError::Config {
@@ -550,7 +556,12 @@ impl HybridModel {
                     b.gated_delta_rule_norm(q, n, &d, a, bb, al, dt, &delta, &norm, s.normed)?;
                     // out_proj with the residual add in its epilogue.
                     b.mark("delta_out");
-                    b.linear_add(&dw.out, s.normed, n, s.x, s.o)?;
+                    match ffn_norm {
+                        Some(next) => {
+                            b.linear_add_before_norm(&dw.out, s.normed, n, (s.x, s.o), next)?
+                        }
+                        None => b.linear_add(&dw.out, s.normed, n, s.x, s.o)?,
+                    }
                 }
                 _ => {
                     return Err(ModelError::Config {
@@ -580,7 +591,13 @@ impl HybridModel {
                         up_out: s.up,
                         out: s.act,
                     })?;
-                    b.linear_add(&m.down, s.act, n, s.x, s.o)?;
+                    match w.layers.get(i + 1) {
+                        Some(next) => {
+                            let next = (next.attn_norm, c.norm_offset);
+                            b.linear_add_before_norm(&m.down, s.act, n, (s.x, s.o), next)?;
+                        }
+                        None => b.linear_add(&m.down, s.act, n, s.x, s.o)?,
+                    }
                     continue;
                 }
                 FfnWeights::Moe(m) => {
