@@ -348,3 +348,41 @@ fn snapshot_restores_into_another_slot() {
     let want: Vec<u32> = straight.iter().map(|l| argmax(l)).collect();
     assert_eq!(got, want, "slot decoder from a restored snapshot");
 }
+
+/// Tuning `q8a_xg1_produce` on a hybrid model's single-token decode (one slot, Q8_0 weights,
+/// norm products over rows of 64+ on quantized x): with the output projections (attention,
+/// DeltaNet, dense down) quantizing the residual for the next norm product, the greedy tokens
+/// are those of the quantize launches (tuning off). (gpu_norm_qkv.rs counts the launches
+/// saved on a dense model.)
+#[test]
+fn one_slot_tokens_match_with_products_quantizing_their_output() {
+    let fx = Fixture::load("qwen3_5").expect("fixture qwen3_5");
+    let q = QuantizingSource::new(&fx.weights, &fx.config, QuantScheme::Q8_0);
+    let ps = prompts(&fx);
+    let reqs = vec![Req {
+        prompt: ps[0].clone(),
+        params: SamplingParams::default(),
+        n: 16,
+        seq_id: 1,
+    }];
+    let events = [Event::Join {
+        at: 0,
+        slot: 0,
+        req: 0,
+    }];
+    let mut tokens = Vec::new();
+    for produce in [true, false] {
+        let dev = common::int8_device(|t| {
+            t.q8a_xg1_norm = 64;
+            t.q8a_xg1_produce = produce;
+        });
+        let mut b = VulkanBackend::new(dev);
+        let m = HybridModel::load(fx.config.clone(), &q, &mut b, DEFAULT_CHUNK).expect("load");
+        tokens.push(batched(&mut b, &m, &reqs, 1, 64, &events, 4).remove(0));
+    }
+    assert_eq!(tokens[0].len(), 16);
+    assert_eq!(
+        tokens[0], tokens[1],
+        "greedy tokens with producers quantizing against the quantize launches"
+    );
+}
