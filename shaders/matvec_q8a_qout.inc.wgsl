@@ -22,6 +22,12 @@ const QO_UNITS: u32 = 64u;
 // Per unit the workgroup touches: 1 once this workgroup finished it (then: finished its chunk).
 var<workgroup> qo_fin: array<u32, QO_UNITS>;
 
+// The chunk of unit u (of uc) and that chunk's unit count.
+fn qo_chunk(u: u32, uc: u32) -> vec2<u32> {
+    let c = u / 32u;
+    return vec2<u32>(c, min(32u, uc - 32u * c));
+}
+
 fn qout_tail(r0: u32, r1: u32, v: u32) {
     let rows = p.rows0;
     let uc = rows / 32u;
@@ -81,24 +87,22 @@ fn qout_tail(r0: u32, r1: u32, v: u32) {
     workgroupBarrier();
     for (var i = v; i < nu; i += WG) {
         if (qo_fin[i] != 0u) {
-            let c = (u0 + i) / 32u;
-            let n = min(32u, uc - 32u * c);
-            let before = atomicAdd(&qo_ctl[uc + c], 1u);
-            qo_fin[i] = select(0u, 1u, before + 1u == n);
+            let c = qo_chunk(u0 + i, uc);
+            let before = atomicAdd(&qo_ctl[uc + c.x], 1u);
+            qo_fin[i] = select(0u, 1u, before + 1u == c.y);
         }
     }
     storageBarrier();
     workgroupBarrier();
     for (var i = v; i < nu; i += WG) {
         if (qo_fin[i] != 0u) {
-            let c = (u0 + i) / 32u;
-            let n = min(32u, uc - 32u * c);
+            let c = qo_chunk(u0 + i, uc);
             var total = 0.0;
-            for (var k = 0u; k < n; k++) {
-                total += bitcast<f32>(atomicLoad(&qo_ctl[usq + 32u * c + k]));
+            for (var k = 0u; k < c.y; k++) {
+                total += bitcast<f32>(atomicLoad(&qo_ctl[usq + 32u * c.x + k]));
             }
-            qo_m[2u * uc + c] = bitcast<u32>(total);
-            atomicStore(&qo_ctl[uc + c], 0u);
+            qo_m[2u * uc + c.x] = bitcast<u32>(total);
+            atomicStore(&qo_ctl[uc + c.x], 0u);
         }
     }
 }
