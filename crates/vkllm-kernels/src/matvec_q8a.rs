@@ -190,7 +190,7 @@ impl Default for Q8aRules {
             xg_rows: 0,
             xg_single: false,
             xg_norm: 4096,
-            xg_produce: true,
+            xg_produce: false,
             mixed: true,
             wg: 0,
         }

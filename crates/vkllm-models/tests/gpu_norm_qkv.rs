@@ -277,7 +277,10 @@ fn tiny_llama_steps(devs: &[vkllm_vk::Device]) -> (Vec<Vec<Vec<f32>>>, Vec<usize
 /// codes; the norm's sums of squares added in another order).
 #[test]
 fn products_quantizing_their_output_match_the_quantize_launch() {
-    let produce = common::int8_device(|t| t.q8a_xg1_norm = 64);
+    let produce = common::int8_device(|t| {
+        t.q8a_xg1_norm = 64;
+        t.q8a_xg1_produce = true;
+    });
     let launch = common::int8_device(|t| {
         t.q8a_xg1_norm = 64;
         t.q8a_xg1_produce = false;

@@ -116,7 +116,8 @@ pub struct Tuning {
     /// With those norm products on the quantized-x launch, the accumulating product before
     /// each (o_proj, down into the residual) quantizes its output for it in the same launch
     /// (`matvec_q8a.wgsl`'s `main_qout`), so the norm product has no quantize launch; `false`:
-    /// the quantize launch (the reference). Key `q8a_xg1_produce`.
+    /// the quantize launch (the reference; the default until timed on a GPU). Key
+    /// `q8a_xg1_produce`.
     pub q8a_xg1_produce: bool,
     /// int8 matvec: q/k/v of different weight types (Q4_K_M's Q6_K V) in one launch; `false`:
     /// the norm and one product per weight. Key `q8a_mixed`.
@@ -375,7 +376,7 @@ impl Default for Tuning {
             q8a_xg: true,
             q8a_xg1: false,
             q8a_xg1_norm: 4096,
-            q8a_xg1_produce: true,
+            q8a_xg1_produce: false,
             q8a_mixed: true,
             q8a_wg: 0,
             q8a_xg_lanes: 0,

@@ -531,7 +531,7 @@ mod tests {
     #[test]
     fn display_parses_back_for_every_key_changed() {
         let spec = "matvec=int8,matvec_layout=rows,q8a_wide=0,q8a_quad=0,q8a_workgroups=512,\
-                    q8a_xg=0,q8a_xg1=1,q8a_xg1_norm=512,q8a_xg1_produce=0,q8a_mixed=0,q8a_wg=512,q8a_xg_lanes=4,q8a_xg_rows=1,decode_int8_max_n=32,coopmat=0,coop_narrow=0,coop_narrow_split=3,coop_narrow_min=17,coop_narrow_q6k=0,splitk=96,coop_bk=32,coop_direct=0,coop_float_split=0,\
+                    q8a_xg=0,q8a_xg1=1,q8a_xg1_norm=512,q8a_xg1_produce=1,q8a_mixed=0,q8a_wg=512,q8a_xg_lanes=4,q8a_xg_rows=1,decode_int8_max_n=32,coopmat=0,coop_narrow=0,coop_narrow_split=3,coop_narrow_min=17,coop_narrow_q6k=0,splitk=96,coop_bk=32,coop_direct=0,coop_float_split=0,\
                     coop_x_f16=0,coop_tile=wide,coop_glu=0,coop_glu_half=0,cm2_matmul=0,cm2_matmul_min_n=64,cm2_matmul_decode=1,cm2_matmul_tile=64x128x32,cm2_matmul_glu_tile=64x64x32,cm2_matmul_tokens_first=0,cm2_matmul_group=1,coop_group=none,\
                     dequant=auto,dequant_keep_mb=512,dequant_min=4096,dequant_tokens=64,dequant_tokens_q8=96,wg_coherent=0,wg_coherent_all=1,prune=1,\
                     recycle=0,fence_spin_us=0,pipeline_stats=1,sparse=0,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,attn_wide_merge=1,attn_wide_rope=1,\
