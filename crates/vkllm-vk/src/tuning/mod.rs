@@ -115,7 +115,8 @@ pub struct Tuning {
     pub q8a_xg1_norm: u32,
     /// With those norm products on the quantized-x launch, the accumulating product before
     /// each (o_proj, down into the residual) quantizes its output for it in the same launch
-    /// (`matvec_q8a.wgsl`'s `main_qout`), so the norm product has no quantize launch; `false`:
+    /// (`matvec_q8a.wgsl`'s `main_qout`), so the norm product has no quantize launch, and
+    /// later products of the same normed x reuse one quantization; `false`:
     /// the quantize launch (the reference; the default until timed on a GPU). Key
     /// `q8a_xg1_produce`.
     pub q8a_xg1_produce: bool,
