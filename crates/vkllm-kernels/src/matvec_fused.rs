@@ -257,8 +257,9 @@ impl<B: KernelBuffer> MatvecFused<B> {
         self.dispatch_on(op, Kind::Q8a)
     }
 
-    /// [`MatvecFused::dispatch_q8a`] on `main_qout`, the four buffers of
-    /// [`crate::matvec_q8a::QuantOut`] still to append (its `dispatch_q8a_qout` does).
+    /// [`MatvecFused::dispatch_q8a`] with `main_qout`'s checks and push constants, still
+    /// `main`'s kernel: `dispatch_q8a_qout` appends the four buffers of
+    /// [`crate::matvec_q8a::QuantOut`] and names `main_qout`.
     pub(crate) fn dispatch_q8a_qout_base(
         self,
         op: &MatvecOp,
@@ -640,6 +641,13 @@ impl<B: KernelBuffer> MatvecFused<B> {
             let p = Q8aParams {
                 base: p,
                 col0: to_u32(k, "col0", col0)?,
+            };
+            // `main_qout`'s four more buffers are appended by `dispatch_q8a_qout`, which then
+            // names its kernel.
+            let k = if let Kind::Qout(_) = kind {
+                &crate::matvec_q8a::MATVEC_Q8A
+            } else {
+                k
             };
             Dispatch::new(k, overrides, buffers, &p, grid)
         } else {

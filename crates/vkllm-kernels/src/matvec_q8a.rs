@@ -106,6 +106,7 @@ impl<B: KernelBuffer + Copy> MatvecFused<B> {
         need(k, "ctl", &q.ctl, QuantOut::<B>::ctl_bytes(rows))?;
         let mut d = self.dispatch_q8a_qout_base(op, q.offset)?;
         d.buffers.extend([q.norm_w, q.codes, q.meta, q.ctl]);
+        d.kernel = k;
         Ok(d)
     }
 }
