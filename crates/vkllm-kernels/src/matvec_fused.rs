@@ -224,7 +224,7 @@ pub struct Q8aParams {
 
 /// Which kernel [`MatvecFused`] dispatches.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Kind {
+pub(crate) enum Kind {
     Fused,
     Q8a,
     Xg {
@@ -248,24 +248,13 @@ pub struct MatvecFused<B> {
 
 impl<B: KernelBuffer> MatvecFused<B> {
     pub fn dispatch(self, op: &MatvecOp) -> Result<Dispatch<B>, Error> {
-        self.dispatch_on(op, Kind::Fused)
+        self.dispatch_on(op, Kind::Fused, &[])
     }
 
     /// The same op on `matvec_q8a.wgsl` ([`crate::matvec_q8a`]): same buffers, checks and
     /// parameters; only the weight types and sizes of [`crate::matvec_q8a::supported`].
     pub fn dispatch_q8a(self, op: &MatvecOp) -> Result<Dispatch<B>, Error> {
-        self.dispatch_on(op, Kind::Q8a)
-    }
-
-    /// [`MatvecFused::dispatch_q8a`] with `main_qout`'s checks and push constants, still
-    /// `main`'s kernel: `dispatch_q8a_qout` appends the four buffers of
-    /// [`crate::matvec_q8a::QuantOut`] and names `main_qout`.
-    pub(crate) fn dispatch_q8a_qout_base(
-        self,
-        op: &MatvecOp,
-        offset: f32,
-    ) -> Result<Dispatch<B>, Error> {
-        self.dispatch_on(op, Kind::Qout(offset))
+        self.dispatch_on(op, Kind::Q8a, &[])
     }
 
     /// The int8 kernel over activations already quantized by
@@ -280,7 +269,7 @@ impl<B: KernelBuffer> MatvecFused<B> {
         src: ActQ8Layout,
         col0: usize,
     ) -> Result<Dispatch<B>, Error> {
-        self.dispatch_on(op, Kind::Xg { src, col0 })
+        self.dispatch_on(op, Kind::Xg { src, col0 }, &[])
     }
 
     /// `matvec_q8a.wgsl` over the routed experts of one MoE block ([`crate::moe_experts_q8a`]:
@@ -322,7 +311,7 @@ impl<B: KernelBuffer> MatvecFused<B> {
         };
         need(k, "weights", &weights, 4 * routing as u64)?;
         let normed = self.norm_w.is_some();
-        let mut d = self.dispatch_on(op, Kind::Moe(moe))?;
+        let mut d = self.dispatch_on(op, Kind::Moe(moe), &[])?;
         // The ids go where a third part's weights would, the routing weights in norm_w's place
         // (unless gate/up reads the norm's weights there).
         d.buffers[4] = ids;
@@ -332,7 +321,14 @@ impl<B: KernelBuffer> MatvecFused<B> {
         Ok(d)
     }
 
-    fn dispatch_on(self, op: &MatvecOp, kind: Kind) -> Result<Dispatch<B>, Error> {
+    /// The checks, push constants and buffers of every launch of both kernels; `extra` follows
+    /// the six common buffers (`main_qout`'s four).
+    pub(crate) fn dispatch_on(
+        self,
+        op: &MatvecOp,
+        kind: Kind,
+        extra: &[B],
+    ) -> Result<Dispatch<B>, Error> {
         let q8a = kind != Kind::Fused;
         let moe = match kind {
             Kind::Moe(m) => Some(m),
@@ -533,14 +529,6 @@ impl<B: KernelBuffer> MatvecFused<B> {
             1
         };
         let rows_per_wg = (t.wg / t.lanes * t.rows_per_team * nit) as usize;
-        if matches!(kind, Kind::Qout(_))
-            && rows_per_wg.div_ceil(32) + 1 > crate::matvec_q8a::QOUT_UNITS
-        {
-            return Err(shape_err(
-                k,
-                format!("{rows_per_wg} rows per workgroup: too many units to quantize"),
-            ));
-        }
         let mut wg_start = [0u32; 3];
         let mut total = 0u64;
         for (i, rows) in op.grid_rows().enumerate() {
@@ -631,7 +619,8 @@ impl<B: KernelBuffer> MatvecFused<B> {
         let w1 = self.w.get(1).copied().unwrap_or(w0);
         let w2 = self.w.get(2).copied().unwrap_or(w0);
         let nw = self.norm_w.unwrap_or(self.x);
-        let buffers = vec![w0, self.x, self.y, w1, w2, nw];
+        let mut buffers = vec![w0, self.x, self.y, w1, w2, nw];
+        buffers.extend_from_slice(extra);
         Ok(if q8a {
             // A grouped MoE launch reads the slot lists' stride (tokens) from col0.
             let col0 = match moe {
@@ -641,13 +630,6 @@ impl<B: KernelBuffer> MatvecFused<B> {
             let p = Q8aParams {
                 base: p,
                 col0: to_u32(k, "col0", col0)?,
-            };
-            // `main_qout`'s four more buffers are appended by `dispatch_q8a_qout`, which then
-            // names its kernel.
-            let k = if let Kind::Qout(_) = kind {
-                &crate::matvec_q8a::MATVEC_Q8A
-            } else {
-                k
             };
             Dispatch::new(k, overrides, buffers, &p, grid)
         } else {

@@ -11,7 +11,7 @@
 //! [`MatvecFused::dispatch_q8a`]: crate::matvec_fused::MatvecFused::dispatch_q8a
 //! [`MatvecImpl::Int8`]: crate::matvec_fused::MatvecImpl::Int8
 
-use crate::matvec_fused::{Epilogue, MatvecFused, MatvecOp, MatvecTuning};
+use crate::matvec_fused::{Epilogue, Kind, MatvecFused, MatvecOp, MatvecTuning};
 use crate::quantize_act_q8::ActQ8Layout;
 use crate::sources::MATVEC_Q8A as SRC;
 use crate::spec::{need, rd, rw, shape_err};
@@ -76,38 +76,61 @@ impl<B> QuantOut<B> {
     }
 }
 
+/// Whether `main_qout` takes `op`: one accumulating column of one part at y offset 0 without a
+/// norm prologue, rows a multiple of 32, on the int8 kernel ([`supported`]), and workgroups
+/// (under the op's tuning or [`default_tuning`]) whose rows span fewer than [`QOUT_UNITS`]
+/// units (a workgroup's rows may start inside a unit).
+pub fn qout_fits(op: &MatvecOp) -> bool {
+    let rows = op.parts.first().map_or(0, |p| p.rows);
+    let plain = op.n_cols == 1
+        && op.norm.is_none()
+        && op.epilogue == Epilogue::Accumulate
+        && op.parts.len() == 1
+        && op.parts[0].y_offset == 0
+        && rows > 0
+        && rows.is_multiple_of(32);
+    if !plain || !supported(op) {
+        return false;
+    }
+    let t = op.tuning.unwrap_or_else(|| default_tuning(op));
+    if t.lanes == 0 || t.lanes > t.wg {
+        return false;
+    }
+    let rows_per_wg = (t.wg / t.lanes * t.rows_per_team * groups_per_workgroup(op, t)) as usize;
+    rows_per_wg.div_ceil(32) < QOUT_UNITS
+}
+
 impl<B: KernelBuffer + Copy> MatvecFused<B> {
     /// The accumulating one-column product `y += W x` of `op` (the int8 launch of
-    /// [`MatvecFused::dispatch_q8a`], no norm prologue, one part at y offset 0) and then `y`
-    /// quantized into `q` for the next product: with `q.offset` and `q.norm_w` the norm's,
-    /// `q.codes` and `q.meta` end as [`QuantizeActQ8`] of y with that norm would leave them.
+    /// [`MatvecFused::dispatch_q8a`], where [`qout_fits`]) and then `y` quantized into `q` for
+    /// the next product: with `q.offset` and `q.norm_w` the norm's, `q.codes` and `q.meta` end
+    /// as [`QuantizeActQ8`] of y with that norm would leave them.
     ///
     /// [`QuantizeActQ8`]: crate::quantize_act_q8::QuantizeActQ8
     pub fn dispatch_q8a_qout(self, op: &MatvecOp, q: QuantOut<B>) -> Result<Dispatch<B>, Error> {
         let k = &MATVEC_Q8A_QOUT;
-        let rows = op.parts.first().map_or(0, |p| p.rows);
-        let plain = op.n_cols == 1
-            && op.norm.is_none()
-            && op.epilogue == Epilogue::Accumulate
-            && op.parts.len() == 1
-            && op.parts[0].y_offset == 0
-            && rows > 0
-            && rows.is_multiple_of(32);
-        if !plain {
+        if !qout_fits(op) {
             return Err(shape_err(
                 k,
-                "one accumulating column, no norm, one part at offset 0 of rows a multiple of 32",
+                format!(
+                    "{} x {} of {}, {} columns: not one accumulating int8 column without a norm, \
+                     one part at offset 0 of rows a multiple of 32, in workgroups of fewer than \
+                     {QOUT_UNITS} units",
+                    op.parts.first().map_or(0, |p| p.rows),
+                    op.cols,
+                    op.dtype.name(),
+                    op.n_cols
+                ),
             ));
         }
+        let rows = op.parts[0].rows;
         let l = ActQ8Layout { cols: rows, n: 1 };
         need(k, "next_norm_w", &q.norm_w, 4 * rows as u64)?;
         need(k, "codes", &q.codes, l.code_bytes())?;
         need(k, "meta", &q.meta, l.meta_bytes())?;
         need(k, "ctl", &q.ctl, QuantOut::<B>::ctl_bytes(rows))?;
-        let mut d = self.dispatch_q8a_qout_base(op, q.offset)?;
-        d.buffers.extend([q.norm_w, q.codes, q.meta, q.ctl]);
-        d.kernel = k;
-        Ok(d)
+        let extra = [q.norm_w, q.codes, q.meta, q.ctl];
+        self.dispatch_on(op, Kind::Qout(q.offset), &extra)
     }
 }
 
@@ -398,5 +421,65 @@ mod tests {
         // The tuning's count wins either way.
         assert_eq!(xg_tuning(&op(2048, 2048, 2)).rows_per_team, 2);
         assert_eq!(xg_tuning(&op(4096, 2048, 1)).rows_per_team, 1);
+    }
+
+    #[derive(Clone, Copy)]
+    struct Fake(u64);
+    impl KernelBuffer for Fake {
+        fn byte_len(&self) -> u64 {
+            self.0
+        }
+    }
+
+    #[test]
+    fn qout_takes_one_accumulating_column_in_workgroups_of_few_units() {
+        let op = |rows, tuning| {
+            let mut op = MatvecOp::plain(WeightType::Q4_K, rows, 4096);
+            op.epilogue = Epilogue::Accumulate;
+            op.tuning = tuning;
+            op
+        };
+        assert!(qout_fits(&op(4096, None)));
+        assert!(!qout_fits(&op(4100, None)), "rows not whole units");
+        let mut store = op(4096, None);
+        store.epilogue = Epilogue::Store;
+        assert!(!qout_fits(&store));
+        let mut two = op(4096, None);
+        two.n_cols = 2;
+        assert!(!qout_fits(&two));
+        // 1024 invocations of one lane, 4 rows each: 4096+ rows (128+ units) per workgroup.
+        let wide = MatvecTuning {
+            wg: 1024,
+            lanes: 1,
+            rows_per_team: 4,
+        };
+        assert!(!qout_fits(&op(8192, Some(wide))));
+
+        let rows = 4096;
+        let bytes = |b: u64| Fake(b.next_multiple_of(16));
+        let l = ActQ8Layout { cols: rows, n: 1 };
+        let launch = |o: &MatvecOp| {
+            let m = MatvecFused {
+                w: vec![bytes(WeightType::Q4_K.storage_bytes((rows * 4096) as u64))],
+                x: bytes(4 * 4096),
+                y: bytes(4 * rows as u64),
+                norm_w: None,
+            };
+            let q = QuantOut {
+                norm_w: bytes(4 * rows as u64),
+                offset: 0.0,
+                codes: bytes(l.code_bytes()),
+                meta: bytes(l.meta_bytes()),
+                ctl: bytes(QuantOut::<Fake>::ctl_bytes(rows)),
+            };
+            m.dispatch_q8a_qout(o, q)
+        };
+        let d = launch(&op(rows, None)).expect("a fitting product");
+        assert_eq!(d.kernel.name, MATVEC_Q8A_QOUT.name);
+        assert_eq!(d.buffers.len(), MATVEC_Q8A_QOUT.bindings.len());
+        match launch(&op(rows, Some(wide))) {
+            Err(Error::Shape { kernel, .. }) => assert_eq!(kernel, "matvec_q8a_qout"),
+            other => panic!("expected a shape error, got {:?}", other.map(|d| d.groups)),
+        }
     }
 }

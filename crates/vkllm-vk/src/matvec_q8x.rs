@@ -139,9 +139,9 @@ impl Recorder {
     }
 
     /// `y += W x` for one column through `main_qout` where the rules allow it: the int8
-    /// launch ([`Recorder::q8a_runs`]) of one weight in one part, the rules' `xg` and
-    /// `xg_produce`, and `rows` of at least `xg_norm` (the norm product after it then takes
-    /// quantized x), leaving y quantized with the next norm's weights `next` (weights, offset)
+    /// launch ([`Recorder::q8a_runs`]) of one weight in one part that `main_qout` takes
+    /// ([`vkllm_kernels::matvec_q8a::qout_fits`]), the rules' `xg` and `xg_produce`, and
+    /// `rows` of at least `xg_norm` (the norm product after it then takes quantized x), leaving y quantized with the next norm's weights `next` (weights, offset)
     /// for that product. `Ok(false)`: nothing recorded.
     pub(crate) fn matvec_q8a_qout(
         &mut self,
@@ -153,20 +153,18 @@ impl Recorder {
         next: (BufSlice<'_>, f32),
     ) -> Result<bool> {
         let r = op.q8a;
+        let mut op = op.clone();
+        op.parts = whole_parts(&[w], &[0]);
         let wanted = r.xg
             && r.xg_produce
             && r.xg_norm > 0
             && w.rows >= r.xg_norm as usize
             && w.parts.len() == 1
-            && op.n_cols == 1
-            && op.norm.is_none()
-            && op.epilogue == Epilogue::Accumulate
-            && self.q8a_runs(imp, op);
+            && vkllm_kernels::matvec_q8a::qout_fits(&op)
+            && self.q8a_runs(imp, &op);
         if !wanted {
             return Ok(false);
         }
-        let mut op = op.clone();
-        op.parts = whole_parts(&[w], &[0]);
         let l = ActQ8Layout { cols: w.rows, n: 1 };
         let code_end = l.code_bytes().next_multiple_of(256);
         let buf = self.q8x_scratch(code_end + l.meta_bytes())?;
@@ -184,13 +182,7 @@ impl Recorder {
             y,
             norm_w: None,
         };
-        let d = match m.dispatch_q8a_qout(&op, q) {
-            Ok(d) => d,
-            // A launch whose workgroups take too many rows: the plain product.
-            Err(vkllm_kernels::Error::Shape { .. }) => return Ok(false),
-            Err(e) => return Err(e.into()),
-        };
-        self.dispatch(d)?;
+        self.dispatch(m.dispatch_q8a_qout(&op, q)?)?;
         self.split.q8x_src = Some(key(y, w.rows, next.0, next.1));
         Ok(true)
     }

@@ -293,11 +293,38 @@ impl Recorder {
         y: BufSlice<'_>,
         accumulate: bool,
     ) -> Result<()> {
+        self.matvec_next(imp, w, x, y, accumulate, None)
+    }
+
+    /// `y += W x` for one column whose y the next product reads with the RMSNorm prologue
+    /// `next` (weights, offset): [`Recorder::matvec`] with [`MatvecPlan::next_norm`], so that
+    /// the int8 product may quantize y for that product.
+    pub fn matvec_add_before_norm(
+        &mut self,
+        w: &Tensor,
+        x: BufSlice<'_>,
+        y: BufSlice<'_>,
+        next: (BufSlice<'_>, f32),
+    ) -> Result<()> {
+        let imp = fused_matvec_impl(self.device());
+        self.matvec_next(imp, w, x, y, true, Some(next))
+    }
+
+    fn matvec_next(
+        &mut self,
+        imp: MatvecImpl,
+        w: &Tensor,
+        x: BufSlice<'_>,
+        y: BufSlice<'_>,
+        accumulate: bool,
+        next_norm: Option<(BufSlice<'_>, f32)>,
+    ) -> Result<()> {
         if imp != MatvecImpl::Reference {
             let mut plan = MatvecPlan::new(1, w.rows, &[0]);
             if accumulate {
                 plan.epilogue = Epilogue::Accumulate;
             }
+            plan.next_norm = next_norm;
             return self.matvec_fused_with(imp, &[w], x, y, &plan);
         }
         for p in &w.parts {

@@ -586,7 +586,12 @@ impl Backend for VulkanBackend {
                 r.copy(me.tiled_bias[i].2.slice(0, 4 * (n * w.rows) as u64)?, y)?;
             }
             let (m, xs) = (me.matrix(w.weight), me.head(x, n * w.cols)?);
-            fused::product((me.fused, decode), r, m, xs, n, y, bias.is_some())
+            let out = if bias.is_some() {
+                fused::Out::Add
+            } else {
+                fused::Out::Store
+            };
+            fused::product((me.fused, decode), r, m, xs, n, y, out)
         })
     }
 

@@ -294,30 +294,12 @@ impl VulkanBackend {
         let decode = self.decoding();
         self.record(|me, r| {
             let y = me.head(acc, n * w.rows)?;
-            let imp = vkllm_vk::fused_matvec_impl(r.device());
-            if let Some((norm, offset)) = next_norm
-                && n == 1
-                && decode
-                && imp == vkllm_vk::kernels::matvec_fused::MatvecImpl::Int8
-            {
-                // The product may quantize y for the norm product that reads it next.
-                set_xg_rule(r, decode);
-                let mut plan = MatvecPlan::new(1, w.rows, &[0]);
-                plan.epilogue = Epilogue::Accumulate;
-                plan.next_norm = Some((me.head(norm, w.rows)?, offset));
-                let m = me.matrix(w.weight);
-                r.matvec_fused_with(imp, &[m], me.head(x, w.cols)?, y, &plan)?;
-                return Ok(());
-            }
-            product(
-                (me.fused, decode),
-                r,
-                me.matrix(w.weight),
-                me.head(x, n * w.cols)?,
-                n,
-                y,
-                true,
-            )
+            let out = match next_norm {
+                Some((norm, offset)) => Out::AddBeforeNorm(me.head(norm, w.rows)?, offset),
+                None => Out::Add,
+            };
+            let (m, xs) = (me.matrix(w.weight), me.head(x, n * w.cols)?);
+            product((me.fused, decode), r, m, xs, n, y, out)
         })
     }
 
@@ -608,6 +590,15 @@ pub(super) fn multi_column(
     }
 }
 
+/// How [`product`] writes y.
+#[derive(Clone, Copy)]
+pub(super) enum Out<'a> {
+    Store,
+    Add,
+    /// Accumulate, and the next product reads y with this RMSNorm prologue (weights, offset).
+    AddBeforeNorm(vkllm_vk::BufSlice<'a>, f32),
+}
+
 /// `y (+)= W x` for `n` tokens with the kernel that suits `n`: the matvec for one token, the
 /// multi-column fused matvec for 2..=8 (in a decode step, `decode`, up to
 /// [`vkllm_vk::decode_columns_max`]) when fused ops are on, else the tiled matmul (on devices
@@ -620,10 +611,18 @@ pub(super) fn product(
     x: vkllm_vk::BufSlice<'_>,
     n: usize,
     y: vkllm_vk::BufSlice<'_>,
-    accumulate: bool,
+    out: Out<'_>,
 ) -> Result<(), ModelError> {
+    let accumulate = !matches!(out, Out::Store);
     if n == 1 {
-        r.matvec(m, x, y, accumulate)?;
+        match out {
+            // A decode step's product may quantize y for the norm product after it.
+            Out::AddBeforeNorm(norm, offset) if decode => {
+                set_xg_rule(r, decode);
+                r.matvec_add_before_norm(m, x, y, (norm, offset))?;
+            }
+            _ => r.matvec(m, x, y, accumulate)?,
+        }
     } else if !(fused
         && (multi_column(r, decode, m, x, n, y, accumulate)?
             || in_column_chunks(r, m, x, n, y, accumulate)?))
