@@ -183,16 +183,11 @@ pub struct Q8aRules {
     /// Rows per team of launches on quantized x; 0: two where that still makes
     /// [`XG_PAIR_MIN_GROUPS`] workgroups, else one.
     pub xg_rows: u32,
-    /// With `xg`, single-column products on quantized x too (one `quantize_act_q8`, then every
-    /// workgroup reads the codes) instead of each workgroup quantizing x in shared memory;
-    /// rows past [`MAX_ELEMS`] take it either way.
-    pub xg_single: bool,
-    /// With `xg`, single-column products with a norm prologue over rows of at least this many
-    /// elements on quantized x (0: none; the others as `xg_single` says). Default 4096: the H100
-    /// measured Llama-3.1-8B's q/k/v and gate/up faster so, Llama-3.2-1B's (2048) slower.
-    pub xg_norm: u32,
-    /// With `xg_norm`, an accumulating one-column product whose output such a norm product
-    /// reads next quantizes it for that product in the same launch ([`MATVEC_Q8A_QOUT`]);
+    /// With `xg`, which single-column products take quantized x ([`XgSingle`]); rows past
+    /// [`MAX_ELEMS`] take it either way.
+    pub xg_single: XgSingle,
+    /// With `xg_single`, an accumulating one-column product whose output a norm product on
+    /// quantized x reads next quantizes it for that product in the same launch ([`MATVEC_Q8A_QOUT`]);
     /// `false`: the norm product's own quantize launch (the reference).
     pub xg_produce: bool,
     /// Parts of different weight types in one launch (`MatvecOp::part_types`); `false`: the
@@ -212,11 +207,44 @@ impl Default for Q8aRules {
             xg: true,
             xg_lanes: 0,
             xg_rows: 0,
-            xg_single: false,
-            xg_norm: 4096,
+            xg_single: XgSingle::Norm(4096),
             xg_produce: false,
             mixed: true,
             wg: 0,
+        }
+    }
+}
+
+/// Which single-column int8 products run on activations quantized by their own
+/// `quantize_act_q8` launch (`XG`) rather than each workgroup quantizing x in shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum XgSingle {
+    /// None (the reference).
+    Shared,
+    /// Those with a norm prologue over rows of at least this many elements. The default,
+    /// 4096: the H100 measured Llama-3.1-8B's q/k/v and gate/up faster so, Llama-3.2-1B's
+    /// (2048) slower.
+    Norm(u32),
+    /// Every one.
+    All,
+}
+
+impl XgSingle {
+    /// From the tuning's keys: `q8a_xg1` (every one) and `q8a_xg1_norm` (0: none with a norm).
+    pub fn from_keys(all: bool, norm_min_cols: u32) -> Self {
+        match (all, norm_min_cols) {
+            (true, _) => XgSingle::All,
+            (false, 0) => XgSingle::Shared,
+            (false, n) => XgSingle::Norm(n),
+        }
+    }
+
+    /// Whether a product over rows of `cols` elements, with a norm prologue or not, takes it.
+    pub fn takes(self, norm: bool, cols: usize) -> bool {
+        match self {
+            XgSingle::Shared => false,
+            XgSingle::Norm(n) => norm && cols >= n as usize,
+            XgSingle::All => true,
         }
     }
 }
@@ -421,6 +449,20 @@ mod tests {
         // The tuning's count wins either way.
         assert_eq!(xg_tuning(&op(2048, 2048, 2)).rows_per_team, 2);
         assert_eq!(xg_tuning(&op(4096, 2048, 1)).rows_per_team, 1);
+    }
+
+    #[test]
+    fn single_column_rule_from_the_tuning_keys() {
+        let default = XgSingle::from_keys(false, 4096);
+        assert_eq!(default, Q8aRules::default().xg_single);
+        assert!(default.takes(true, 4096) && default.takes(true, 14336));
+        assert!(!default.takes(true, 2048) && !default.takes(false, 14336));
+        let none = XgSingle::from_keys(false, 0);
+        assert!(!none.takes(true, 1 << 20) && !none.takes(false, 1 << 20));
+        // `q8a_xg1` takes every single column whatever the norm threshold says.
+        let all = XgSingle::from_keys(true, 0);
+        assert!(all.takes(false, 64) && all.takes(true, 64));
+        assert_eq!(XgSingle::from_keys(true, 4096), all);
     }
 
     #[derive(Clone, Copy)]

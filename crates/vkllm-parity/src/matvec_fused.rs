@@ -22,7 +22,7 @@
 use vkllm_cpu::quant::{matvec_q8act, matvec_quant, quantize_act_q8, unit_offsets};
 use vkllm_kernels::WeightType;
 use vkllm_kernels::matvec_fused::{Epilogue, GatedAct, MatvecImpl, MatvecTuning, NormPrologue};
-use vkllm_kernels::matvec_q8a::Q8aRules;
+use vkllm_kernels::matvec_q8a::{Q8aRules, XgSingle};
 use vkllm_kernels::matvec_rows::MatvecLayout;
 
 use super::quant::{cpu_err, dequantize, quant_type, weights};
@@ -727,7 +727,7 @@ pub(crate) fn matvec_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
     // The multi-column cases again on the shared-memory launch (`xg` off: each workgroup
     // quantizes x itself), where it takes them, and on quantized x with two rows per team (the
     // launch of large matrices; these cases' few rows take one); the single-column cases again
-    // on quantized x (`xg_single`, tuning `q8a_xg1`).
+    // on quantized x (`XgSingle::All`, tuning `q8a_xg1`).
     let shared = Q8aRules {
         xg: false,
         ..Q8aRules::default()
@@ -737,13 +737,13 @@ pub(crate) fn matvec_q8a(dev: &Device, seed: u64) -> Result<Vec<KernelParityRow>
         ..Q8aRules::default()
     };
     let single = Q8aRules {
-        xg_single: true,
+        xg_single: XgSingle::All,
         ..Q8aRules::default()
     };
-    // Single columns of 4096+ elements with a norm take quantized x by default (`xg_norm`): the
-    // shared-memory launch again for them.
+    // Single columns of 4096+ elements with a norm take quantized x by default
+    // (`XgSingle::Norm`): the shared-memory launch again for them.
     let shared_norm = Q8aRules {
-        xg_norm: 0,
+        xg_single: XgSingle::Shared,
         ..Q8aRules::default()
     };
     /// Which cases a pass runs.

@@ -31,9 +31,8 @@ impl Recorder {
     /// Whether [`Recorder::matvec_fused_with`] takes `matvec_q8a.wgsl` on activations
     /// quantized once per product (`quantize_act_q8`): the op's `q8a.xg` rule (the tuning's
     /// `q8a_xg`, or what the recording set), [`MatvecImpl::Int8`], two or more columns (or one
-    /// where the rules' `xg_single` asks, or one with a norm prologue over rows of the rules'
-    /// `xg_norm`+ elements, or one column too long for the shared-memory launch's copy of x: rows past
-    /// [`vkllm_kernels::matvec_q8a::MAX_ELEMS`], e.g. the down projection of a 17408-wide MLP,
+    /// that the rules' `xg_single` takes, or one column too long for the shared-memory launch's
+    /// copy of x: rows past [`vkllm_kernels::matvec_q8a::MAX_ELEMS`], e.g. the down projection of a 17408-wide MLP,
     /// which otherwise fell to the float kernel), a device with integer dot products and
     /// subgroups of 4+ lanes, and [`vkllm_kernels::matvec_q8a::supported_xg`].
     pub fn q8a_xg_runs(&self, imp: MatvecImpl, op: &MatvecOp) -> bool {
@@ -41,8 +40,7 @@ impl Recorder {
         op.q8a.xg
             && imp == MatvecImpl::Int8
             && (op.n_cols > 1
-                || op.q8a.xg_single
-                || (op.q8a.xg_norm > 0 && op.norm.is_some() && op.cols >= op.q8a.xg_norm as usize)
+                || op.q8a.xg_single.takes(op.norm.is_some(), op.cols)
                 || op.n_cols * op.cols > vkllm_kernels::matvec_q8a::MAX_ELEMS)
             && dev.int8_dot()
             && dev.info().min_subgroup_size >= 4
@@ -141,8 +139,8 @@ impl Recorder {
     /// `y += W x` for one column through `main_qout` where the rules allow it: the int8
     /// launch ([`Recorder::q8a_runs`]) of one weight in one part that `main_qout` takes
     /// ([`vkllm_kernels::matvec_q8a::qout_fits`]), the rules' `xg` and `xg_produce`, and
-    /// `rows` of at least `xg_norm` (the norm product after it then takes quantized x), leaving y quantized with the next norm's weights `next` (weights, offset)
-    /// for that product. `Ok(false)`: nothing recorded.
+    /// `xg_single` taking a norm product over `rows` elements (the one after it), leaving y
+    /// quantized with the next norm's weights `next` (weights, offset) for that product. `Ok(false)`: nothing recorded.
     pub(crate) fn matvec_q8a_qout(
         &mut self,
         imp: MatvecImpl,
@@ -157,8 +155,7 @@ impl Recorder {
         op.parts = whole_parts(&[w], &[0]);
         let wanted = r.xg
             && r.xg_produce
-            && r.xg_norm > 0
-            && w.rows >= r.xg_norm as usize
+            && r.xg_single.takes(true, w.rows)
             && w.parts.len() == 1
             && vkllm_kernels::matvec_q8a::qout_fits(&op)
             && self.q8a_runs(imp, &op);

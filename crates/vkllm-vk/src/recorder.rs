@@ -399,8 +399,10 @@ impl Recorder {
                 xg: t.q8a_xg,
                 xg_lanes: t.q8a_xg_lanes,
                 xg_rows: t.q8a_xg_rows,
-                xg_single: t.q8a_xg1,
-                xg_norm: t.q8a_xg1_norm,
+                xg_single: vkllm_kernels::matvec_q8a::XgSingle::from_keys(
+                    t.q8a_xg1,
+                    t.q8a_xg1_norm,
+                ),
                 xg_produce: t.q8a_xg1_produce,
                 mixed: t.q8a_mixed,
                 wg: t.q8a_wg,
