@@ -6,16 +6,13 @@
 //! split by rows under the device's storage-buffer range; RoPE reads a (cos, sin) table built from
 //! the CPU op's `cos_sin`, so GPU and CPU rotate by identical angles.
 
-use vkllm_cpu::{AttnParams, Rope, RopeStyle};
+use vkllm_cpu::{AttnParams, Rope};
 use vkllm_kernels::WeightType;
-use vkllm_kernels::activation::{Activation as KAct, GatedActivation};
-use vkllm_kernels::elementwise::{Add, Softcap};
-use vkllm_kernels::rmsnorm::{NormShape, RmsNorm};
-use vkllm_kernels::rope::{Rope as RopeK, RopeLayout, RopeShape};
-use vkllm_kernels::to_f16::packed_bytes;
 use vkllm_vk::{BufSlice, Buffer, Device, MemoryKind, Recorder, Tensor as VkTensor};
 
 mod attention;
+// Embedding, RMSNorm, RoPE, gated activation, add, soft-cap.
+mod elementwise;
 mod fused;
 // The hybrid / MoE ops (HybridOps).
 mod hybrid;
@@ -515,25 +512,7 @@ impl Backend for VulkanBackend {
         scale: Option<f32>,
         out: Tensor,
     ) -> Result<(), ModelError> {
-        // Replayed steps get their ids checked by `replay_decode`.
-        if self.capture_ctx.is_none()
-            && let Some(&id) = self
-                .host_u32(ids, n)
-                .iter()
-                .find(|&&id| id as usize >= vocab)
-        {
-            return Err(ModelError::TokenOutOfRange { id, vocab });
-        }
-        self.record(|me, r| {
-            let o = me.head(out, n * dim)?;
-            r.embedding(me.matrix(table), me.head(ids, n)?, n, o)?;
-            if let Some(s) = scale {
-                r.dispatch(
-                    vkllm_kernels::elementwise::Scale { a: o, out: o }.dispatch(n * dim, s)?,
-                )?;
-            }
-            Ok(())
-        })
+        self.embedding_op(table, vocab, dim, ids, n, scale, out)
     }
 
     fn rmsnorm(
@@ -546,32 +525,7 @@ impl Backend for VulkanBackend {
         offset: f32,
         out: Tensor,
     ) -> Result<(), ModelError> {
-        assert_ne!(x, out, "rmsnorm: out aliases x");
-        // Rows that a cooperative-matrix matmul will read as f16 X also get their f16 copy here
-        // (one `to_f16` dispatch fewer per norm; tuning `coop_x_f16=0` turns both off).
-        let half = vkllm_vk::coop_half_x_wanted(&self.dev, rows, dim);
-        self.record(|me, r| {
-            let norm_out = me.head(out, rows * dim)?;
-            let norm = RmsNorm {
-                x: me.head(x, rows * dim)?,
-                weight: me.head(weight, dim)?,
-                out: norm_out,
-            };
-            let shape = NormShape {
-                rows,
-                n: dim,
-                eps,
-                weight_offset: offset,
-            };
-            if half {
-                let h = r.half_copy_target(rows * dim)?;
-                let o16 = h.slice(0, packed_bytes(rows * dim))?;
-                r.dispatch(norm.dispatch_with_half(&shape, o16)?)?;
-                r.half_copy_written(norm_out, rows * dim);
-                return Ok(());
-            }
-            Ok(r.dispatch(norm.dispatch(&shape)?)?)
-        })
+        self.rmsnorm_op(x, weight, rows, dim, eps, offset, out)
     }
 
     fn linear(&mut self, w: &Linear, x: Tensor, n: usize, out: Tensor) -> Result<(), ModelError> {
@@ -604,28 +558,7 @@ impl Backend for VulkanBackend {
         positions: Tensor,
         rope: &Rope,
     ) -> Result<(), ModelError> {
-        let need = self.positions_end(positions, n).max(1);
-        let ti = self.rope_table(rope, need)?;
-        self.record(|me, r| {
-            let t = &me.ropes[ti];
-            let d = RopeK {
-                x: me.head(x, n * n_heads * head_dim)?,
-                pos: me.head(positions, n)?,
-                table: t.buf.all(),
-            }
-            .dispatch(&RopeShape {
-                n_tok: n,
-                n_heads,
-                head_dim,
-                rotary_dim: rope.rotary_dim,
-                layout: match rope.style {
-                    RopeStyle::Interleaved => RopeLayout::Interleaved,
-                    RopeStyle::NeoX => RopeLayout::NeoX,
-                },
-                max_pos: t.max_pos,
-            })?;
-            Ok(r.dispatch(d)?)
-        })
+        self.rope_op(x, n, n_heads, head_dim, positions, rope)
     }
 
     fn kv_store(
@@ -719,45 +652,11 @@ impl Backend for VulkanBackend {
         len: usize,
         out: Tensor,
     ) -> Result<(), ModelError> {
-        assert!(out != gate && out != up, "gated_act: out aliases an input");
-        let act = match act {
-            Activation::Silu => KAct::Silu,
-            Activation::GeluTanh => KAct::GeluTanh,
-        };
-        // The f16 copy for a coop matmul reading `out` as X (the down projection of a prefill
-        // chunk). The token count is not known here: any length of at least COOP_MIN_N rows of
-        // 8 gets it (a decode-sized one that no coop matmul reads only costs the extra writes).
-        let half = len.is_multiple_of(8) && vkllm_vk::coop_half_x_wanted(&self.dev, len / 8, 8);
-        self.record(|me, r| {
-            let g = GatedActivation {
-                gate: me.head(gate, len)?,
-                up: me.head(up, len)?,
-                out: me.head(out, len)?,
-            };
-            if half {
-                let h = r.half_copy_target(len)?;
-                let out = g.out;
-                r.dispatch(g.dispatch_with_half(act, len, h.slice(0, packed_bytes(len))?)?)?;
-                r.half_copy_written(out, len);
-                return Ok(());
-            }
-            Ok(r.dispatch(g.dispatch(act, len)?)?)
-        })
+        self.gated_act_op(act, gate, up, len, out)
     }
 
     fn add_inplace(&mut self, a: Tensor, b: Tensor, len: usize) -> Result<(), ModelError> {
-        assert_ne!(a, b, "add_inplace: a and b alias");
-        self.record(|me, r| {
-            let a = me.head(a, len)?;
-            Ok(r.dispatch(
-                Add {
-                    a,
-                    b: me.head(b, len)?,
-                    out: a,
-                }
-                .dispatch(len)?,
-            )?)
-        })
+        self.add_inplace_op(a, b, len)
     }
 
     fn copy(
@@ -791,9 +690,6 @@ impl Backend for VulkanBackend {
     }
 
     fn softcap(&mut self, x: Tensor, len: usize, cap: f32) -> Result<(), ModelError> {
-        self.record(|me, r| {
-            let a = me.head(x, len)?;
-            Ok(r.dispatch(Softcap { a, out: a }.dispatch(len, cap)?)?)
-        })
+        self.softcap_op(x, len, cap)
     }
 }
