@@ -31,6 +31,10 @@ impl<'a, F: FnMut(&str)> TextOut<'a, F> {
     /// Takes the next sampled token: `Some(reason)` when generation ends with it (an
     /// end-of-generation token, which is not counted; a stop string; the token limit).
     pub fn push(&mut self, id: u32) -> Result<Option<FinishReason>, EngineError> {
+        // A limit of 0 takes nothing (the limit ends the others right after their last token).
+        if self.generated >= self.max_tokens {
+            return Ok(Some(FinishReason::Length));
+        }
         if self.tokenizer.is_eog(id) {
             return Ok(Some(FinishReason::EndOfGeneration));
         }

@@ -128,6 +128,13 @@ fn slot_session_stops_like_the_session() {
     assert_eq!(u.finish, FinishReason::Length);
     assert_eq!(u.generated_tokens, 3);
     assert_eq!(text.chars().count(), 3, "{text:?}");
+    // A limit of 0: no text and no token, on both sessions.
+    let (text, u) = on_slots(&mut s, &first, &greedy(0));
+    let (want, wu) = on_session(&mut per_token(&dev, "qwen3"), &first, &greedy(0));
+    for (t, u) in [(&text, &u), (&want, &wu)] {
+        assert!(t.is_empty(), "{t:?}");
+        assert_eq!((u.generated_tokens, u.finish), (0, FinishReason::Length));
+    }
     // A stop string taken from the greedy answer ends it before the stop, like the session.
     let (long, _) = on_slots(&mut s, &first, &greedy(12));
     let stop: String = long.chars().skip(4).take(2).collect();

@@ -52,7 +52,8 @@ pub enum KvType {
     /// 4-bit codes with one f16 scale per block of 32 values (18 bytes per 32 values).
     Q4_0,
     /// q4_0's layout for rotated units (keys and values, heads of whole 64-value units): codes
-    /// into 16 Gaussian levels, scale the block's root mean square (`vkllm_cpu::kv_quant`).
+    /// into 16 levels, scale the block's negated value of largest magnitude
+    /// (`vkllm_cpu::kv_quant`).
     Tq4,
 }
 
@@ -178,7 +179,7 @@ impl KvTypes {
     pub fn new(k: KvType, v: KvType) -> Result<Self, String> {
         if k != v && !(k.is_quantized() && v.is_quantized()) {
             return Err(format!(
-                "K {} with V {}: the types must match unless both are quantized (q8_0, q4_0)",
+                "K {} with V {}: the types must match unless both are quantized (q8_0, q4_0, tq4)",
                 k.name(),
                 v.name()
             ));

@@ -36,6 +36,21 @@ impl Checkpoint {
         if path.is_file() && !is_safetensors_path(path) {
             return Ok(Checkpoint::Gguf(GgufModel::open(path)?));
         }
+        if !path.is_file() && !path.is_dir() {
+            // Nothing there, or a device or pipe: not a checkpoint directory's sibling.
+            let source = match path.try_exists() {
+                Ok(false) => std::io::ErrorKind::NotFound.into(),
+                Err(e) => e,
+                Ok(true) => std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "not a model file (.gguf, .safetensors) or a checkpoint directory",
+                ),
+            };
+            return Err(ModelError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
         let dir = if path.is_dir() {
             path.to_path_buf()
         } else {
@@ -112,4 +127,33 @@ pub fn load_checkpoint<B: Backend>(
     chunk: usize,
 ) -> Result<Model, ModelError> {
     Checkpoint::open(path)?.load(quant, b, chunk)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io_error(path: &str) -> String {
+        match Checkpoint::open(path) {
+            Err(e @ ModelError::Io { .. }) => e.to_string(),
+            Err(e) => panic!("{path}: expected an i/o error, got {e}"),
+            Ok(_) => panic!("{path}: opened"),
+        }
+    }
+
+    #[test]
+    fn paths_that_are_not_checkpoints_are_named() {
+        // A device file is not a safetensors file whose directory holds config.json.
+        let e = io_error("/dev/null");
+        assert!(
+            e.contains("/dev/null") && e.contains("not a model file"),
+            "{e}"
+        );
+        assert!(!e.contains("config.json"), "{e}");
+        let e = io_error("/nonexistent/model.safetensors");
+        assert!(
+            e.contains("/nonexistent/model.safetensors") && e.contains("not found"),
+            "{e}"
+        );
+    }
 }
