@@ -310,6 +310,8 @@ impl Recorder {
         self.matvec_next(imp, w, x, y, true, Some(next))
     }
 
+    /// [`Recorder::matvec_impl`] with [`MatvecPlan::next_norm`] (the reference kernel, which
+    /// does not quantize its output, ignores it).
     fn matvec_next(
         &mut self,
         imp: MatvecImpl,
