@@ -96,6 +96,12 @@ fn check_model(
     );
 }
 
+/// `--ctx 0` takes the model's whole context (it was one position: "raise --ctx").
+#[test]
+fn ctx_0_takes_the_models_context() {
+    check("cpu", 4, &["--ctx", "0"]);
+}
+
 /// Gemma's tokenizer adds BOS to plain text: without it the model answers " France. The The".
 #[test]
 fn raw_prompt_gets_gemmas_bos() {

@@ -39,7 +39,7 @@ pub struct ModelArgs {
     #[arg(long)]
     pub tune: Option<String>,
 
-    /// Context length (KV cache positions; at most the model's).
+    /// Context length (KV cache positions; at most the model's; 0: the model's whole context).
     #[arg(long, default_value_t = 2048)]
     pub ctx: usize,
 
@@ -397,8 +397,18 @@ fn load_model<B: Backend>(
     bar.finish_and_clear();
     let model = model?;
     drop(ck);
-    let ctx = args.ctx.min(model.cfg().max_position).max(1);
+    let ctx = context_len(args.ctx, model.cfg().max_position);
     Ok((model, ctx, args.kv.types(b.default_kv())?))
+}
+
+/// The KV positions `--ctx asked` gives a model of `model_max` positions: at most those, and
+/// all of them for 0 (as llama.cpp's `-c 0`).
+pub fn context_len(asked: usize, model_max: usize) -> usize {
+    match asked {
+        0 => model_max,
+        n => n.min(model_max),
+    }
+    .max(1)
 }
 
 /// A bar on stderr when it is a terminal, hidden otherwise.

@@ -45,7 +45,8 @@ pub struct Args {
     #[arg(long, default_value_t = 4)]
     slots: usize,
 
-    /// Context length per sequence (prompt plus generated tokens).
+    /// Context length per sequence (prompt plus generated tokens; at most the model's; 0: the
+    /// model's whole context).
     #[arg(long, default_value_t = 2048)]
     ctx: usize,
 
@@ -199,16 +200,17 @@ const MIN_CTX: usize = 16;
 /// larger than the memory the system has available (`MemAvailable`; the Vulkan backend checks
 /// its own heaps when it allocates).
 fn admit(args: &Args, cfg: &vkllm_models::ModelConfig, cpu: bool) -> Result<()> {
-    if args.ctx < MIN_CTX {
+    if args.ctx != 0 && args.ctx < MIN_CTX {
         anyhow::bail!(
-            "--ctx {}: at least {MIN_CTX} positions are needed",
+            "--ctx {}: at least {MIN_CTX} positions are needed (0: the model's context)",
             args.ctx
         );
     }
+    let ctx = super::common::context_len(args.ctx, cfg.max_position);
     if !cpu {
         return Ok(());
     }
-    let ctx = args.ctx.min(cfg.max_position) as u128;
+    let ctx = ctx as u128;
     let per_pos = (2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * 4) as u128;
     let need = args.slots.max(1) as u128 * ctx * per_pos;
     if let Some(avail) = mem_available()
@@ -243,7 +245,7 @@ fn start_runner<B: Backend + Send + 'static>(
     let chunk = b.prefill_chunk();
     let model = AnyModel::load_checkpoint(&ck, args.quant, &mut b, chunk, &mut |_| {})?;
     drop(ck);
-    let ctx = args.ctx.min(model.cfg().max_position).max(2);
+    let ctx = super::common::context_len(args.ctx, model.cfg().max_position).max(2);
     let sharing: KvSharing = args.kv_sharing.into();
     let generator = SimpleGenerator::new_sharing(b, model, args.slots.max(1), ctx, sharing)?;
     if args.prefix_cache_mb > 0 {
@@ -292,7 +294,7 @@ fn start_slot_runner(
     let chunk = b.prefill_chunk();
     let model = AnyModel::load_checkpoint(&ck, args.quant, &mut b, chunk, &mut |_| {})?;
     drop(ck);
-    let ctx = args.ctx.min(model.cfg().max_position).max(2);
+    let ctx = super::common::context_len(args.ctx, model.cfg().max_position).max(2);
     let kv = args.kv.types(b.default_kv())?;
     eprintln!("vkllm: KV cache {}", kv.name());
     let generator = match model {
