@@ -129,10 +129,11 @@ fn impossible_sizes_are_refused_at_start() {
             .output()
             .expect("running vkllm serve")
     };
-    let out = run(&["--ctx", "0"]);
+    // (`--ctx 0` is the model's whole context, as in llama.cpp.)
+    let out = run(&["--ctx", "8"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("--ctx 0: at least 16 positions"), "{err}");
+    assert!(err.contains("--ctx 8: at least 16 positions"), "{err}");
     // The fixture's KV: 2 layers x 2 kv heads x 16 dims x 2 x 4 bytes = 512 bytes a position.
     let out = run(&["--slots", "1000000000", "--ctx", "2048"]);
     let err = String::from_utf8_lossy(&out.stderr);
