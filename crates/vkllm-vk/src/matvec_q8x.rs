@@ -151,15 +151,13 @@ impl Recorder {
         next: (BufSlice<'_>, f32),
     ) -> Result<bool> {
         let r = op.q8a;
+        // The rules first: with the option off (the default) nothing is cloned.
+        if !(r.xg && r.xg_produce && r.xg_single.takes(true, w.rows) && w.parts.len() == 1) {
+            return Ok(false);
+        }
         let mut op = op.clone();
         op.parts = whole_parts(&[w], &[0]);
-        let wanted = r.xg
-            && r.xg_produce
-            && r.xg_single.takes(true, w.rows)
-            && w.parts.len() == 1
-            && vkllm_kernels::matvec_q8a::qout_fits(&op)
-            && self.q8a_runs(imp, &op);
-        if !wanted {
+        if !(vkllm_kernels::matvec_q8a::qout_fits(&op) && self.q8a_runs(imp, &op)) {
             return Ok(false);
         }
         let l = ActQ8Layout { cols: w.rows, n: 1 };
