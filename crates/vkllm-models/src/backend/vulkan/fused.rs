@@ -521,9 +521,7 @@ impl VulkanBackend {
     ) -> Result<bool, ModelError> {
         let cols = ws[0].cols;
         let mut done = false;
-        let decode = self.decoding();
         self.record(|me, r| {
-            set_xg_rule(r, decode);
             let mats: Vec<_> = ws.iter().map(|w| me.matrix(w.weight)).collect();
             let mut plan = MatvecPlan::new(n, y_stride, offsets);
             plan.norm = Some((me.head(norm, cols)?, NormPrologue { eps, offset }));
@@ -544,15 +542,6 @@ impl VulkanBackend {
         })?;
         Ok(done)
     }
-}
-
-/// Lets the int8 matvec take quantized x (`Q8aRules::xg`) in recorded decode steps where the
-/// tuning's `q8a_xg` allows, and never for prompt prefill (which keeps the reference launches:
-/// its keys and values stay in the cache, so it keeps the more exact products).
-fn set_xg_rule(r: &mut vkllm_vk::Recorder, decode: bool) {
-    let xg = decode && r.device().tuning().q8a_xg;
-    let rules = r.q8a_rules();
-    r.set_q8a_rules(vkllm_vk::kernels::matvec_q8a::Q8aRules { xg, ..rules });
 }
 
 /// `y (+)= W x` for 2 to 8 tokens, or in a decode step up to [`vkllm_vk::decode_columns_max`]
@@ -578,7 +567,6 @@ pub(super) fn multi_column(
     if !(2..=max).contains(&n) {
         return Ok(false);
     }
-    set_xg_rule(r, decode);
     let mut plan = MatvecPlan::new(n, m.rows, &[0]);
     if accumulate {
         plan.epilogue = Epilogue::Accumulate;
@@ -618,7 +606,6 @@ pub(super) fn product(
         match out {
             // A decode step's product may quantize y for the norm product after it.
             Out::AddBeforeNorm(norm, offset) if decode => {
-                set_xg_rule(r, decode);
                 r.matvec_add_before_norm(m, x, y, (norm, offset))?;
             }
             _ => r.matvec(m, x, y, accumulate)?,

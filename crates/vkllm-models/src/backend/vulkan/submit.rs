@@ -93,6 +93,11 @@ impl VulkanBackend {
                 r
             }
         };
+        // Decode steps may take quantized x in the int8 matvec (the tuning's `q8a_xg`); prompt
+        // prefill keeps the exact products, as its keys and values stay in the cache.
+        let xg = self.decoding() && self.dev.tuning().q8a_xg;
+        let rules = r.q8a_rules();
+        r.set_q8a_rules(vkllm_vk::kernels::matvec_q8a::Q8aRules { xg, ..rules });
         let res = f(self, &mut r);
         if res.is_ok()
             && let Some(first) = self.first_part
