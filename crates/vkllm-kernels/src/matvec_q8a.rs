@@ -190,6 +190,11 @@ pub struct Q8aRules {
     /// quantized x reads next quantizes it for that product in the same launch ([`MATVEC_Q8A_QOUT`]);
     /// `false`: the norm product's own quantize launch (the reference).
     pub xg_produce: bool,
+    /// A one-column norm product on quantized x skips its quantize launch when the int8 scratch
+    /// still holds that quantization (an earlier product of the same normed x: a DeltaNet
+    /// layer's z, b and a; with `xg_produce` always); `false`: a launch per product (the
+    /// reference, unless `xg_produce`).
+    pub xg_reuse: bool,
     /// Parts of different weight types in one launch (`MatvecOp::part_types`); `false`: the
     /// caller records one product per weight (the reference).
     pub mixed: bool,
@@ -209,6 +214,7 @@ impl Default for Q8aRules {
             xg_rows: 0,
             xg_single: XgSingle::Norm(4096),
             xg_produce: false,
+            xg_reuse: true,
             mixed: true,
             wg: 0,
         }

@@ -349,11 +349,12 @@ fn snapshot_restores_into_another_slot() {
     assert_eq!(got, want, "slot decoder from a restored snapshot");
 }
 
-/// Tuning `q8a_xg1_produce` on a hybrid model's single-token decode (one slot, Q8_0 weights,
-/// norm products over rows of 64+ on quantized x): with the output projections (attention,
-/// DeltaNet, dense down) quantizing the residual for the next norm product, the greedy tokens
-/// are those of the quantize launches (tuning off). (gpu_norm_qkv.rs counts the launches
-/// saved on a dense model.)
+/// Tunings `q8a_xg1_produce` and `q8a_xg1_reuse` on a hybrid model's single-token decode (one
+/// slot, Q8_0 weights, norm products over rows of 64+ on quantized x): with the output
+/// projections (attention, DeltaNet, dense down) quantizing the residual for the next norm
+/// product, or with a DeltaNet layer's z, b and a reusing its q/k/v's quantization, the greedy
+/// tokens are those of a quantize launch per product (both off). (gpu_norm_qkv.rs counts the
+/// launches saved on a dense model; q8x_reuse.rs in vkllm-vk those of the reuse.)
 #[test]
 fn one_slot_tokens_match_with_products_quantizing_their_output() {
     let fx = Fixture::load("qwen3_5").expect("fixture qwen3_5");
@@ -371,10 +372,11 @@ fn one_slot_tokens_match_with_products_quantizing_their_output() {
         req: 0,
     }];
     let mut tokens = Vec::new();
-    for produce in [true, false] {
+    for (produce, reuse) in [(true, false), (false, true), (false, false)] {
         let dev = common::int8_device(|t| {
             t.q8a_xg1_norm = 64;
             t.q8a_xg1_produce = produce;
+            t.q8a_xg1_reuse = reuse;
         });
         let mut b = VulkanBackend::new(dev);
         let m = HybridModel::load(fx.config.clone(), &q, &mut b, DEFAULT_CHUNK).expect("load");
@@ -382,7 +384,11 @@ fn one_slot_tokens_match_with_products_quantizing_their_output() {
     }
     assert_eq!(tokens[0].len(), 16);
     assert_eq!(
-        tokens[0], tokens[1],
+        tokens[0], tokens[2],
         "greedy tokens with producers quantizing against the quantize launches"
+    );
+    assert_eq!(
+        tokens[1], tokens[2],
+        "greedy tokens with one quantization reused against a launch per product"
     );
 }

@@ -94,11 +94,11 @@ impl Recorder {
             }),
             _ => None,
         };
-        // Skipped where the scratch holds exactly this quantization (left by the product that
-        // wrote x, or by the quantize launch of an earlier product of the same normed x; both
-        // with the rules' `xg_produce`, off: every product quantizes, the reference).
+        // Skipped where the scratch holds exactly this quantization: left by the quantize launch
+        // of an earlier product of the same normed x (the rules' `xg_reuse`) or by the product
+        // that wrote x (`xg_produce`); both off: every product quantizes, the reference.
         let want = match norm {
-            Some(nm) if op.n_cols == 1 && op.q8a.xg_produce => {
+            Some(nm) if op.n_cols == 1 && (op.q8a.xg_reuse || op.q8a.xg_produce) => {
                 Some(key(x, op.cols, nm.norm_w, nm.offset))
             }
             _ => None,

@@ -404,6 +404,7 @@ impl Recorder {
                     t.q8a_xg1_norm,
                 ),
                 xg_produce: t.q8a_xg1_produce,
+                xg_reuse: t.q8a_xg1_reuse,
                 mixed: t.q8a_mixed,
                 wg: t.q8a_wg,
             }

@@ -120,6 +120,11 @@ pub struct Tuning {
     /// the quantize launch (the reference; the default until timed on a GPU). Key
     /// `q8a_xg1_produce`.
     pub q8a_xg1_produce: bool,
+    /// With those norm products on the quantized-x launch, later products of the same normed
+    /// x (a DeltaNet layer's z, b, a after its q/k/v) reuse its quantization; `false`: a
+    /// quantize launch per product (the reference, unless `q8a_xg1_produce`). Key
+    /// `q8a_xg1_reuse`.
+    pub q8a_xg1_reuse: bool,
     /// int8 matvec: q/k/v of different weight types (Q4_K_M's Q6_K V) in one launch; `false`:
     /// the norm and one product per weight. Key `q8a_mixed`.
     pub q8a_mixed: bool,
@@ -378,6 +383,7 @@ impl Default for Tuning {
             q8a_xg1: false,
             q8a_xg1_norm: 4096,
             q8a_xg1_produce: false,
+            q8a_xg1_reuse: true,
             q8a_mixed: true,
             q8a_wg: 0,
             q8a_xg_lanes: 0,
@@ -482,6 +488,7 @@ pub const TUNING_KEYS: &[&str] = &[
     "q8a_xg1",
     "q8a_xg1_norm",
     "q8a_xg1_produce",
+    "q8a_xg1_reuse",
     "q8a_mixed",
     "q8a_wg",
     "q8a_xg_lanes",

@@ -110,6 +110,7 @@ impl Tuning {
             "q8a_xg1" => self.q8a_xg1 = flag()?,
             "q8a_xg1_norm" => self.q8a_xg1_norm = in_range(0, 1 << 20)? as u32,
             "q8a_xg1_produce" => self.q8a_xg1_produce = flag()?,
+            "q8a_xg1_reuse" => self.q8a_xg1_reuse = flag()?,
             "q8a_mixed" => self.q8a_mixed = flag()?,
             "q8a_wg" => {
                 let w = in_range(0, 1024)? as u32;
@@ -435,7 +436,7 @@ impl fmt::Display for Tuning {
         write!(
             f,
             "matvec={matvec},matvec_layout={layout},q8a_wide={},q8a_quad={},q8a_workgroups={},\
-             q8a_xg={},q8a_xg1={},q8a_xg1_norm={},q8a_xg1_produce={},q8a_mixed={},q8a_wg={},q8a_xg_lanes={},q8a_xg_rows={},decode_int8_max_n={},coopmat={},coop_narrow={},coop_narrow_split={},coop_narrow_min={},coop_narrow_q6k={},splitk={splitk},coop_bk={},coop_direct={},coop_float_split={},\
+             q8a_xg={},q8a_xg1={},q8a_xg1_norm={},q8a_xg1_produce={},q8a_xg1_reuse={},q8a_mixed={},q8a_wg={},q8a_xg_lanes={},q8a_xg_rows={},decode_int8_max_n={},coopmat={},coop_narrow={},coop_narrow_split={},coop_narrow_min={},coop_narrow_q6k={},splitk={splitk},coop_bk={},coop_direct={},coop_float_split={},\
              coop_x_f16={},coop_tile={},coop_glu={},coop_glu_half={},cm2_matmul={},cm2_matmul_min_n={},cm2_matmul_decode={},cm2_matmul_tile={},cm2_matmul_glu_tile={},cm2_matmul_tokens_first={},cm2_matmul_group={},coop_group={group},\
              {dequant},dequant_keep_mb={},wg_coherent={},wg_coherent_all={},prune={},recycle={},fence_spin_us={},pipeline_stats={},sparse={},\
              attn={attn},attn_chunk={},attn_adaptive={},attn_wide={},attn_wide_merge={},attn_wide_rope={},attn_prefill={prefill},attn_coop_nsg={},\
@@ -448,6 +449,7 @@ impl fmt::Display for Tuning {
             b(self.q8a_xg1),
             self.q8a_xg1_norm,
             b(self.q8a_xg1_produce),
+            b(self.q8a_xg1_reuse),
             b(self.q8a_mixed),
             self.q8a_wg,
             self.q8a_xg_lanes,
@@ -531,7 +533,7 @@ mod tests {
     #[test]
     fn display_parses_back_for_every_key_changed() {
         let spec = "matvec=int8,matvec_layout=rows,q8a_wide=0,q8a_quad=0,q8a_workgroups=512,\
-                    q8a_xg=0,q8a_xg1=1,q8a_xg1_norm=512,q8a_xg1_produce=1,q8a_mixed=0,q8a_wg=512,q8a_xg_lanes=4,q8a_xg_rows=1,decode_int8_max_n=32,coopmat=0,coop_narrow=0,coop_narrow_split=3,coop_narrow_min=17,coop_narrow_q6k=0,splitk=96,coop_bk=32,coop_direct=0,coop_float_split=0,\
+                    q8a_xg=0,q8a_xg1=1,q8a_xg1_norm=512,q8a_xg1_produce=1,q8a_xg1_reuse=0,q8a_mixed=0,q8a_wg=512,q8a_xg_lanes=4,q8a_xg_rows=1,decode_int8_max_n=32,coopmat=0,coop_narrow=0,coop_narrow_split=3,coop_narrow_min=17,coop_narrow_q6k=0,splitk=96,coop_bk=32,coop_direct=0,coop_float_split=0,\
                     coop_x_f16=0,coop_tile=wide,coop_glu=0,coop_glu_half=0,cm2_matmul=0,cm2_matmul_min_n=64,cm2_matmul_decode=1,cm2_matmul_tile=64x128x32,cm2_matmul_glu_tile=64x64x32,cm2_matmul_tokens_first=0,cm2_matmul_group=1,coop_group=none,\
                     dequant=auto,dequant_keep_mb=512,dequant_min=4096,dequant_tokens=64,dequant_tokens_q8=96,wg_coherent=0,wg_coherent_all=1,prune=1,\
                     recycle=0,fence_spin_us=0,pipeline_stats=1,sparse=0,attn=fused,attn_chunk=64,attn_adaptive=0,attn_wide=0,attn_wide_merge=1,attn_wide_rope=1,\
