@@ -187,8 +187,8 @@ pub struct Q8aRules {
     /// [`MAX_ELEMS`] take it either way.
     pub xg_single: XgSingle,
     /// With `xg_single`, an accumulating one-column product whose output a norm product on
-    /// quantized x reads next quantizes it for that product in the same launch ([`MATVEC_Q8A_QOUT`]);
-    /// `false`: the norm product's own quantize launch (the reference).
+    /// quantized x reads next quantizes it for that product in the same launch
+    /// ([`MATVEC_Q8A_QOUT`]); `false`: the norm product's own quantize launch (the reference).
     pub xg_produce: bool,
     /// A one-column norm product on quantized x skips its quantize launch when the int8 scratch
     /// still holds that quantization (an earlier product of the same normed x: a DeltaNet

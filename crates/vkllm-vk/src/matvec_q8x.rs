@@ -32,9 +32,9 @@ impl Recorder {
     /// quantized once per product (`quantize_act_q8`): the op's `q8a.xg` rule (the tuning's
     /// `q8a_xg`, or what the recording set), [`MatvecImpl::Int8`], two or more columns (or one
     /// that the rules' `xg_single` takes, or one column too long for the shared-memory launch's
-    /// copy of x: rows past [`vkllm_kernels::matvec_q8a::MAX_ELEMS`], e.g. the down projection of a 17408-wide MLP,
-    /// which otherwise fell to the float kernel), a device with integer dot products and
-    /// subgroups of 4+ lanes, and [`vkllm_kernels::matvec_q8a::supported_xg`].
+    /// copy of x: rows past [`vkllm_kernels::matvec_q8a::MAX_ELEMS`], e.g. the down projection
+    /// of a 17408-wide MLP, which otherwise fell to the float kernel), a device with integer
+    /// dot products and subgroups of 4+ lanes, and [`vkllm_kernels::matvec_q8a::supported_xg`].
     pub fn q8a_xg_runs(&self, imp: MatvecImpl, op: &MatvecOp) -> bool {
         let dev = self.device();
         op.q8a.xg
@@ -140,7 +140,8 @@ impl Recorder {
     /// launch ([`Recorder::q8a_runs`]) of one weight in one part that `main_qout` takes
     /// ([`vkllm_kernels::matvec_q8a::qout_fits`]), the rules' `xg` and `xg_produce`, and
     /// `xg_single` taking a norm product over `rows` elements (the one after it), leaving y
-    /// quantized with the next norm's weights `next` (weights, offset) for that product. `Ok(false)`: nothing recorded.
+    /// quantized with the next norm's weights `next` (weights, offset) for that product.
+    /// `Ok(false)`: nothing recorded.
     pub(crate) fn matvec_q8a_qout(
         &mut self,
         imp: MatvecImpl,
