@@ -1,8 +1,9 @@
 //! `shaders/quantize_act_q8.wgsl`: activation columns quantized to int8 per 32 elements, once
 //! per product, for the multi-column int8 matvec (`matvec_q8a.wgsl` reading x from global
-//! memory: [`crate::matvec_fused::MatvecFused::dispatch_q8a_xg`]). The codes, scales and code sums are vkllm-cpu's
-//! `quantize_act_q8` of `x` (or `x * (offset + norm_w)` with a norm prologue, whose inv_rms the
-//! consumer applies from the per-chunk sums of squares written beside them).
+//! memory: [`crate::matvec_fused::MatvecFused::dispatch_q8a_xg`]). The codes, scales and code
+//! sums are vkllm-cpu's `quantize_act_q8` of `x` (or `x * (offset + norm_w)` with a norm
+//! prologue, whose inv_rms the consumer applies from the per-chunk sums of squares written
+//! beside them).
 
 use crate::sources::QUANTIZE_ACT_Q8 as SRC;
 use crate::spec::{grid_for, need, rd, rw, shape_err, to_u32};
