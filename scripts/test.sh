@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The libraries' API docs build without broken or private links (crates others depend on).
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 cargo test --workspace
 # The facade's examples, as a library user runs them (CPU reference backend: quick).
 VKLLM_CPU=1 cargo run -q -p vkllm --example generate -- smollm2 "Once upon a time"

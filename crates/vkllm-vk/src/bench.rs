@@ -462,7 +462,7 @@ pub fn bench_copy(dev: &Device, bytes: u64, iters: u32) -> Result<f64> {
     Ok(8.0 * n as f64 / median_dispatch_ns(&r.finish()?)?)
 }
 
-/// The median GPU time of `rec`'s dispatches over [`warm_then_time`]'s submits (ns, >= 1).
+/// The median GPU time of `rec`'s dispatches over `warm_then_time`'s submits (ns, >= 1).
 pub fn median_dispatch_ns(rec: &Recording) -> Result<f64> {
     let mut t: Vec<f64> = warm_then_time(rec)?
         .iter()

@@ -85,7 +85,7 @@ pub const LONG_K: usize = 4096;
 /// 4. float weights: [`CoopTile::LARGE`] unsplit where it makes `min_groups` workgroups;
 ///    [`CoopTile::TINY`] unsplit where it makes `min_groups..2 min_groups` workgroups over at
 ///    most 1024 columns; else where `cols >= LONG_K` [`CoopTile::WIDE`] split to `2 target`
-///    workgroups, otherwise [`CoopTile::LARGE`] split to `target`, both by [`pow2_split`]
+///    workgroups, otherwise [`CoopTile::LARGE`] split to `target`, both by `pow2_split`
 ///    ([`Tuning::coop_float_split`]; with it off: LARGE split in the fewest parts reaching
 ///    `min_groups` where `cols >= LONG_K`, TINY as above);
 /// 5. [`CoopTile::SMALL`] split by [`with_split`] (every other quantized grid ends here).

@@ -505,7 +505,7 @@ impl Device {
     }
 
     /// How long a submit polls its fence before it blocks in the driver: [`Tuning::fence_spin_us`],
-    /// else [`FENCE_SPIN`] on GPUs and 0 on CPU devices (lavapipe runs the work on this
+    /// else `FENCE_SPIN` on GPUs and 0 on CPU devices (lavapipe runs the work on this
     /// machine's cores, which polling would compete for).
     pub fn fence_spin(&self) -> Duration {
         match self.tuning().fence_spin_us {

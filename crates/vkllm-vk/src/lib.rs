@@ -15,7 +15,7 @@
 //!   per dispatch with timestamp queries;
 //! - validation: `VKLLM_VALIDATE=1` (or [`Validation::On`]) enables the Khronos layer with
 //!   synchronization validation and records its messages ([`Device::check_validation`]);
-//! - [`bench`]: matvec/matmul bandwidth and throughput by timestamps.
+//! - [`bench`](mod@bench): matvec/matmul bandwidth and throughput by timestamps.
 
 mod attach;
 mod buffer;

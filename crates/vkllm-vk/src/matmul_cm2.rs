@@ -106,7 +106,7 @@ impl Recorder {
     }
 
     /// The gated product `out[t, r] = act(x gate^T) * (x up^T)` as one cm2 launch, if the cm2
-    /// kernel takes it ([`Recorder::cm2_tile`]; gate and up of one shape and type, one part
+    /// kernel takes it (`Recorder::cm2_tile`; gate and up of one shape and type, one part
     /// each): `Ok(false)` with nothing recorded otherwise. [`Recorder::matmul_glu`] takes it
     /// first.
     #[allow(clippy::too_many_arguments)]

@@ -40,7 +40,7 @@ pub struct WarmUpReport {
 
 /// The warm-up requests' prompt lengths for a runner of `ctx` positions whose prefill runs in
 /// pieces of `prefill_chunk` tokens (0: whole prompts): first a long prompt (one piece and a
-/// tail) alone, then the short ones together. Each leaves room for [`MAX_TOKENS`].
+/// tail) alone, then the short ones together. Each leaves room for `MAX_TOKENS`.
 pub fn warm_up_lengths(ctx: usize, prefill_chunk: usize) -> (usize, Vec<usize>) {
     let room = ctx.saturating_sub(MAX_TOKENS + 1).max(1);
     let chunk = match prefill_chunk {

@@ -123,7 +123,7 @@ pub trait HybridOps {
 
     /// `out[t] = sum_i weights[t, i] * down_e(act(gate_e x[t]) * up_e x[t])` with
     /// `e = ids[t, i]`, for `n` rows of `x` (`[n, hidden]`), reading only the selected experts
-    /// (`vkllm_cpu::moe_experts`). `scratch` holds at least [`moe_scratch_words`] values.
+    /// (`vkllm_cpu::moe_experts`). `scratch` holds at least [`moe_scratch_words`](super::moe_scratch_words) values.
     #[allow(clippy::too_many_arguments)]
     fn moe_experts(
         &mut self,

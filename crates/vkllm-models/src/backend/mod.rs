@@ -185,7 +185,7 @@ pub trait Backend: HybridOps {
         None
     }
     /// [`Backend::alloc_kv`] whose pages can be shared with other paged KV tensors; `resident`
-    /// false: no page bound (no memory) until [`Backend::kv_bind_pages`].
+    /// false: no page bound (no memory) until [`Backend::kv_pages`] binds them.
     fn alloc_kv_paged(
         &mut self,
         len: usize,
@@ -664,7 +664,7 @@ pub fn norm_gated_mlp_unfused<B: Backend + ?Sized>(
     b.gated_act(a.act, a.gate_out, a.up_out, a.n * a.gate.rows, a.out)
 }
 
-/// Words of the `scratch` [`Backend::moe_experts`] takes for `n` tokens (see
+/// Words of the `scratch` [`HybridOps::moe_experts`] takes for `n` tokens (see
 /// [`moe_scratch_parts`]).
 pub fn moe_scratch_words(
     n: usize,

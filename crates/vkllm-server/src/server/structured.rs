@@ -160,7 +160,7 @@ fn lit(s: &str) -> String {
     Json::String(s.to_string()).to_string()
 }
 
-/// The grammar of what follows [`ToolFormat::prefill`] for a forced call: to `name` (its
+/// The grammar of what follows `ToolFormat::prefill` for a forced call: to `name` (its
 /// arguments), or to any of `tools` (the rest of the name, then its arguments), closed as the
 /// format closes a single call.
 pub fn forced_call(format: ToolFormat, name: Option<&str>, tools: &[Json]) -> GrammarSpec {
