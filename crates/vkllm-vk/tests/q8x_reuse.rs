@@ -14,17 +14,6 @@ use vkllm_vk::{Buffer, Device, MatvecPlan, MemoryKind, Recorder, Tensor};
 const COLS: usize = 256;
 const ROWS: [usize; 2] = [96, 33];
 
-fn rand(s: &mut u64, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| {
-            *s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((*s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
-
 fn device(reuse: bool) -> Device {
     let mut opts = common::options();
     opts.tuning.matvec = Some(MatvecImpl::Int8);
@@ -91,11 +80,16 @@ fn run(dev: &Device, w: &[Vec<u8>], x: &[f32], nw: &[f32], touch: bool) -> (Vec<
 #[test]
 fn norm_products_of_one_x_share_its_quantization() {
     let mut s = common::seed();
-    let x = rand(&mut s, COLS, 1.0);
-    let nw: Vec<f32> = rand(&mut s, COLS, 0.2).iter().map(|v| 1.0 + v).collect();
+    let x = common::rand(&mut s, COLS, 1.0);
+    let nw: Vec<f32> = common::rand(&mut s, COLS, 0.2)
+        .iter()
+        .map(|v| 1.0 + v)
+        .collect();
     let w: Vec<Vec<u8>> = ROWS
         .iter()
-        .map(|&rows| quantize_row(QuantType::Q8_0, &rand(&mut s, rows * COLS, 0.1)).unwrap())
+        .map(|&rows| {
+            quantize_row(QuantType::Q8_0, &common::rand(&mut s, rows * COLS, 0.1)).unwrap()
+        })
         .collect();
     let mut xn = vec![0.0; COLS];
     vkllm_cpu::rmsnorm(&x, &nw, 1e-6, 0.0, &mut xn);

@@ -51,3 +51,15 @@ pub fn seed() -> u64 {
     eprintln!("seed: {s} (rerun with VKLLM_SEED={s})");
     s
 }
+
+/// `n` values uniform in `[-scale, scale)` from a 64-bit LCG advanced in `s`.
+pub fn rand(s: &mut u64, n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((*s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
